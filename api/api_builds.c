@@ -1,0 +1,164 @@
+/*
+ * api/api_builds.c - /v1/builds: how the framework under test is run.
+ * A build names an interpreter that must exist and be executable, its
+ * environment, and the directories user models may be imported from.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+
+#define BUILD_MAX_ENV 128
+#define BUILD_MAX_ROOTS 32
+
+/* Validates a build body; replies and returns NULL on bad input. The
+ * result is normalized (env and model_roots always present). */
+static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
+                              enum MHD_Result *ret)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(b, k, v)
+    {
+        if (strcmp(k, "name") && strcmp(k, "python") && strcmp(k, "env") &&
+            strcmp(k, "description") && strcmp(k, "model_roots")) {
+            *ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
+            return NULL;
+        }
+    }
+    if (!api_valid_name(name, 64)) {
+        *ret = api_error(r, 400, "invalid_field", "name",
+                         "name must match ^[A-Za-z0-9._-]{1,64}$");
+        return NULL;
+    }
+    json_t *py = json_object_get(b, "python");
+    const char *pys = json_string_value(py);
+    if (!json_is_string(py) || !api_valid_text(pys, 4096) || pys[0] != '/') {
+        *ret = api_error(r, 400, "invalid_field", "python",
+                         "python must be an absolute path to an interpreter");
+        return NULL;
+    }
+    if (access(pys, X_OK) != 0) {
+        *ret = api_error(r, 400, "invalid_field", "python",
+                         "interpreter %s does not exist or is not executable", pys);
+        return NULL;
+    }
+    json_t *env = json_object_get(b, "env");
+    if (env && !json_is_object(env)) {
+        *ret = api_error(r, 400, "invalid_field", "env", "env must be an object of strings");
+        return NULL;
+    }
+    if (json_object_size(env) > BUILD_MAX_ENV) {
+        *ret = api_error(r, 400, "too_many", "env", "env has more than %d variables",
+                         BUILD_MAX_ENV);
+        return NULL;
+    }
+    json_object_foreach(env, k, v)
+    {
+        bool ok = k[0] && strlen(k) <= 128 && !strchr(k, '=') && json_is_string(v) &&
+                  json_string_length(v) <= 8192 && !memchr(json_string_value(v), 0,
+                                                           json_string_length(v));
+        for (const char *c = k; ok && *c; c++)
+            ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                 (*c >= '0' && *c <= '9') || *c == '_';
+        if (ok && strcmp(k, "CAPD_CELL_SPEC") == 0)
+            ok = false;
+        if (!ok) {
+            *ret = api_error(r, 400, "invalid_field", "env",
+                             "env entry '%s' must be NAME=[A-Za-z0-9_]+ with a string value "
+                             "(CAPD_CELL_SPEC is reserved)",
+                             k);
+            return NULL;
+        }
+    }
+    json_t *desc = json_object_get(b, "description");
+    if (desc && (!json_is_string(desc) || json_string_length(desc) > 1024)) {
+        *ret = api_error(r, 400, "invalid_field", "description",
+                         "description must be a string of at most 1024 bytes");
+        return NULL;
+    }
+    json_t *roots = json_object_get(b, "model_roots");
+    size_t i;
+    if (roots && (!json_is_array(roots) || json_array_size(roots) > BUILD_MAX_ROOTS)) {
+        *ret = api_error(r, 400, "invalid_field", "model_roots",
+                         "model_roots must be an array of at most %d absolute directories",
+                         BUILD_MAX_ROOTS);
+        return NULL;
+    }
+    json_array_foreach(roots, i, v)
+    {
+        const char *p = json_string_value(v);
+        if (!p || p[0] != '/' || !api_valid_text(p, 4096) || strstr(p, "/..") ||
+            strstr(p, "/./")) {
+            *ret = api_error(r, 400, "invalid_field", "model_roots",
+                             "model_roots[%zu] must be an absolute path without . or ..", i);
+            return NULL;
+        }
+    }
+    return json_pack("{s:s,s:O,s:o,s:o,s:s}", "name", name, "python", py, "env",
+                     env ? json_incref(env) : json_object(), "model_roots",
+                     roots ? json_incref(roots) : json_array(), "description",
+                     desc ? json_string_value(desc) : "");
+}
+
+static enum MHD_Result put_build(struct api_req *r, const char *name, bool replace)
+{
+    enum MHD_Result ret;
+    json_t *body = api_body_object(r, &ret);
+    if (!body)
+        return ret;
+    json_t *bn = json_object_get(body, "name");
+    if (replace && bn && (!json_is_string(bn) || strcmp(json_string_value(bn), name) != 0)) {
+        json_decref(body);
+        return api_error(r, 400, "invalid_field", "name", "name in the body differs from the URL");
+    }
+    if (!name)
+        name = json_string_value(bn);
+    json_t *b = validate_build(r, body, name, &ret);
+    json_decref(body);
+    if (!b)
+        return ret;
+    struct store *s = api_store(r);
+    json_t *out = NULL;
+    int rc = s ? store_build_put(s, json_string_value(json_object_get(b, "name")), b, replace,
+                                 &out)
+               : -EIO;
+    json_decref(b);
+    if (rc == -EEXIST)
+        return api_error(r, 409, "conflict", "name", "build '%s' already exists; use PUT to replace it",
+                         name);
+    if (rc)
+        return api_store_error(r, rc, "build");
+    return api_json(r, replace ? 200 : 201, out);
+}
+
+enum MHD_Result api_builds_create(struct api_req *r)
+{
+    return put_build(r, NULL, false);
+}
+
+enum MHD_Result api_builds_put(struct api_req *r)
+{
+    return put_build(r, r->seg[2], true);
+}
+
+enum MHD_Result api_builds_get(struct api_req *r)
+{
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_build_get(s, r->seg[2], &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "build");
+    return api_json(r, 200, out);
+}
+
+enum MHD_Result api_builds_list(struct api_req *r)
+{
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_build_list(s, &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "builds");
+    return api_json(r, 200, out);
+}

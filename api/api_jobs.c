@@ -1,0 +1,503 @@
+/*
+ * api/api_jobs.c - /v1/jobs: posting capture jobs, listing, reading,
+ * cancelling, and the per-cell views (outcome, records, log).
+ *
+ * A job request is validated completely before anything is stored: every
+ * field is known, typed and in range, the build is registered, every width
+ * is in the width table and every model is a zoo name or a user model the
+ * build allows. The stored request is the normalized one (defaults filled).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+#include "daemon/sup.h"
+#include "daemon/widths.h"
+
+#define JOB_MAX_LABELS 32
+#define JOB_MAX_AXIS 64
+
+struct opt_int {
+    const char *name;
+    json_int_t min, max, def;
+};
+
+static const struct opt_int int_opts[] = {
+    {"iterations", 0, 100000, 20},  {"warmup", 0, 10000, 3},       {"threads", 1, 1024, 1},
+    {"timeout_s", 1, 86400, 600},   {"seed", 0, INT64_MAX, 0},     {"batch", 1, 4096, 2},
+    {"sample_size", 1, 65536, 256},
+};
+
+static const char *const captures[] = {"stats", "sample", "full", NULL};
+static const char *const dtypes[] = {"float32", "float64", "float16", "bfloat16", NULL};
+static const char *const devices[] = {"cpu", "gpu", NULL};
+static const char *const passes[] = {"forward", "backward", NULL};
+
+static bool one_of(const char *s, const char *const *set)
+{
+    for (; s && *set; set++)
+        if (strcmp(s, *set) == 0)
+            return true;
+    return false;
+}
+
+/* User models are "package.module:factory": importable names only, so no
+ * path can be smuggled in; the runner also checks the module's file lies
+ * under one of the build's model roots. */
+static bool valid_user_model(const char *s)
+{
+    const char *colon = strchr(s, ':');
+    if (!colon || strchr(colon + 1, ':'))
+        return false;
+    for (const char *c = s; *c; c++) {
+        bool ident = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                     (*c >= '0' && *c <= '9') || *c == '_';
+        if (c == s || c == colon + 1 || c[-1] == '.') {
+            if (!ident || (*c >= '0' && *c <= '9'))
+                return false;
+        } else if (!ident && *c != '.' && c != colon) {
+            return false;
+        }
+    }
+    return colon > s && colon[1] && colon[-1] != '.' && strlen(s) <= 128;
+}
+
+/* Checks one matrix axis: a non-empty array of unique strings, each
+ * accepted by CHECK. Replies and returns false on bad input. */
+static bool check_axis(struct api_req *r, json_t *m, const char *axis, json_t *build,
+                       enum MHD_Result *ret)
+{
+    char field[64];
+    snprintf(field, sizeof field, "matrix.%s", axis);
+    json_t *a = json_object_get(m, axis);
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > JOB_MAX_AXIS) {
+        *ret = api_error(r, 400, "invalid_field", field,
+                         "%s must be a non-empty array of at most %d strings", field,
+                         JOB_MAX_AXIS);
+        return false;
+    }
+    size_t i, j;
+    json_t *v, *w;
+    json_array_foreach(a, i, v)
+    {
+        const char *s = json_string_value(v);
+        if (!s) {
+            *ret = api_error(r, 400, "invalid_field", field, "%s[%zu] must be a string", field, i);
+            return false;
+        }
+        for (j = 0; j < i; j++) {
+            w = json_array_get(a, j);
+            if (strcmp(json_string_value(w), s) == 0) {
+                *ret = api_error(r, 400, "duplicate", field, "%s lists '%s' twice", field, s);
+                return false;
+            }
+        }
+        if (strcmp(axis, "widths") == 0 && !width_env(s)) {
+            *ret = api_error(r, 400, "invalid_field", field,
+                             "unknown width '%s' (see GET /v1/widths)", s);
+            return false;
+        }
+        if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
+            *ret = api_error(r, 400, "invalid_field", field,
+                             "unknown pass '%s' (forward or backward)", s);
+            return false;
+        }
+        if (strcmp(axis, "models") == 0 && !model_in_zoo(s)) {
+            if (!valid_user_model(s)) {
+                *ret = api_error(r, 400, "invalid_field", field,
+                                 "unknown model '%s': not in the zoo (GET /v1/models) and not a "
+                                 "user model package.module:factory",
+                                 s);
+                return false;
+            }
+            if (json_array_size(json_object_get(build, "model_roots")) == 0) {
+                *ret = api_error(r, 400, "invalid_field", field,
+                                 "user model '%s' needs a build with model_roots; build '%s' "
+                                 "has none",
+                                 s, json_string_value(json_object_get(build, "name")));
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *ret)
+{
+    const char *k;
+    json_t *v;
+    json_t *out = json_object();
+    if (o && !json_is_object(o)) {
+        *ret = api_error(r, 400, "invalid_field", "options", "options must be an object");
+        goto bad;
+    }
+    json_object_foreach(o, k, v)
+    {
+        bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device");
+        for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
+            known |= strcmp(k, int_opts[i].name) == 0;
+        if (!known) {
+            char f[160];
+            snprintf(f, sizeof f, "options.%s", k);
+            *ret = api_error(r, 400, "unknown_field", f, "unknown option '%s'", k);
+            goto bad;
+        }
+    }
+    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
+        const struct opt_int *oi = &int_opts[i];
+        json_t *x = json_object_get(o, oi->name);
+        char f[64];
+        snprintf(f, sizeof f, "options.%s", oi->name);
+        if (x && (!json_is_integer(x) || json_integer_value(x) < oi->min ||
+                  json_integer_value(x) > oi->max)) {
+            *ret = api_error(r, 400, "invalid_field", f, "%s must be an integer in [%lld, %lld]",
+                             f, (long long)oi->min, (long long)oi->max);
+            goto bad;
+        }
+        json_object_set_new(out, oi->name, json_integer(x ? json_integer_value(x) : oi->def));
+    }
+    static const struct {
+        const char *name, *def;
+        const char *const *set;
+    } enums[] = {{"capture", "stats", captures}, {"dtype", "float32", dtypes},
+                 {"device", "cpu", devices}};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_object_get(o, enums[i].name);
+        char f[64];
+        snprintf(f, sizeof f, "options.%s", enums[i].name);
+        if (x && !one_of(json_string_value(x), enums[i].set)) {
+            char list[128] = "";
+            for (const char *const *e = enums[i].set; *e; e++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         e == enums[i].set ? "" : ", ", *e);
+            *ret = api_error(r, 400, "invalid_field", f, "%s must be one of: %s", f, list);
+            goto bad;
+        }
+        json_object_set_new(out, enums[i].name,
+                            json_string(x ? json_string_value(x) : enums[i].def));
+    }
+    if (strcmp(json_string_value(json_object_get(out, "device")), "gpu") == 0) {
+        *ret = api_error(r, 400, "no_gpu", "options.device",
+                         "this capd has no GPU devices to run GPU cells on");
+        goto bad;
+    }
+    return out;
+bad:
+    json_decref(out);
+    return NULL;
+}
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+enum MHD_Result api_jobs_create(struct api_req *r)
+{
+    enum MHD_Result ret;
+    json_t *body = api_body_object(r, &ret), *build = NULL, *opts = NULL, *norm = NULL;
+    if (!body)
+        return ret;
+    struct store *s = api_store(r);
+    const char *k;
+    json_t *v;
+    static const char *const fields[] = {"project", "commit",  "branch", "build",
+                                         "control_commit", "matrix", "options", "labels",
+                                         "provenance", NULL};
+    json_object_foreach(body, k, v)
+    {
+        if (!one_of(k, fields)) {
+            ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
+            goto out;
+        }
+    }
+    const char *project = json_string_value(json_object_get(body, "project"));
+    if (!api_valid_name(project, 128)) {
+        ret = api_error(r, 400, "invalid_field", "project",
+                        "project must match ^[A-Za-z0-9._-]{1,128}$");
+        goto out;
+    }
+    const char *commit = json_string_value(json_object_get(body, "commit"));
+    if (!api_valid_hex(commit, 7, 64)) {
+        ret = api_error(r, 400, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
+        goto out;
+    }
+    json_t *cc = json_object_get(body, "control_commit");
+    if (cc && !json_is_null(cc) && !api_valid_hex(json_string_value(cc), 7, 64)) {
+        ret = api_error(r, 400, "invalid_field", "control_commit",
+                        "control_commit must be 7 to 64 hex digits");
+        goto out;
+    }
+    json_t *br = json_object_get(body, "branch");
+    if (br && !json_is_null(br) &&
+        (!api_valid_text(json_string_value(br), 255) || strstr(json_string_value(br), ".."))) {
+        ret = api_error(r, 400, "invalid_field", "branch",
+                        "branch must be a string of 1 to 255 printable characters without '..'");
+        goto out;
+    }
+    const char *bname = json_string_value(json_object_get(body, "build"));
+    if (!api_valid_name(bname, 64)) {
+        ret = api_error(r, 400, "invalid_field", "build", "build must name a registered build");
+        goto out;
+    }
+    int rc = s ? store_build_get(s, bname, &build) : -EIO;
+    if (rc == -ENOENT) {
+        ret = api_error(r, 400, "unknown_build", "build",
+                        "build '%s' is not registered (POST /v1/builds)", bname);
+        goto out;
+    } else if (rc) {
+        ret = api_store_error(r, rc, "build");
+        goto out;
+    }
+    json_t *m = json_object_get(body, "matrix");
+    if (!json_is_object(m)) {
+        ret = api_error(r, 400, "invalid_field", "matrix",
+                        "matrix must be an object with models, widths and passes");
+        goto out;
+    }
+    json_object_foreach(m, k, v)
+    {
+        if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes")) {
+            char f[160];
+            snprintf(f, sizeof f, "matrix.%s", k);
+            ret = api_error(r, 400, "unknown_field", f, "unknown field '%s'", f);
+            goto out;
+        }
+    }
+    if (!check_axis(r, m, "models", build, &ret) || !check_axis(r, m, "widths", build, &ret) ||
+        !check_axis(r, m, "passes", build, &ret))
+        goto out;
+    size_t ncells = json_array_size(json_object_get(m, "models")) *
+                    json_array_size(json_object_get(m, "widths")) *
+                    json_array_size(json_object_get(m, "passes"));
+    if (ncells > (size_t)api_cfg(r)->max_cells_per_job) {
+        ret = api_error(r, 400, "too_many_cells", "matrix",
+                        "the matrix expands to %zu cells; the limit is %d", ncells,
+                        api_cfg(r)->max_cells_per_job);
+        goto out;
+    }
+    if (!(opts = validate_options(r, json_object_get(body, "options"), &ret)))
+        goto out;
+    json_t *labels = json_object_get(body, "labels");
+    if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS)) {
+        ret = api_error(r, 400, "invalid_field", "labels",
+                        "labels must be an object of at most %d strings", JOB_MAX_LABELS);
+        goto out;
+    }
+    json_object_foreach(labels, k, v)
+    {
+        if (!api_valid_name(k, 64) || !json_is_string(v) || json_string_length(v) > 256) {
+            ret = api_error(r, 400, "invalid_field", "labels",
+                            "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a "
+                            "string value of at most 256 bytes",
+                            k);
+            goto out;
+        }
+    }
+    json_t *prov = json_object_get(body, "provenance");
+    if (prov && !json_is_object(prov)) {
+        ret = api_error(r, 400, "invalid_field", "provenance", "provenance must be an object");
+        goto out;
+    }
+    norm = json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project", project,
+                     "commit", commit, "branch", br ? br : json_null(), "build", bname,
+                     "control_commit", cc ? cc : json_null(), "matrix", "models",
+                     json_object_get(m, "models"), "widths", json_object_get(m, "widths"),
+                     "passes", json_object_get(m, "passes"), "options", opts, "labels",
+                     labels ? json_incref(labels) : json_object());
+    if (prov)
+        json_object_set(norm, "provenance", prov);
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx",
+             (unsigned long long)fnv1a(r->body, r->body_len));
+    const char *idem = api_header(r, "Idempotency-Key");
+    if (idem && !api_valid_text(idem, 200)) {
+        ret = api_error(r, 400, "invalid_header", "Idempotency-Key",
+                        "Idempotency-Key must be 1 to 200 printable characters");
+        goto out;
+    }
+    struct store_job_new n = {.request = norm, .idem_key = idem, .body_hash = hash,
+                              .max_queued_jobs = api_cfg(r)->max_queued_jobs};
+    json_t *job = NULL;
+    bool existed = false;
+    rc = store_job_create(s, &n, &job, &existed);
+    if (rc == -EEXIST) {
+        ret = api_error(r, 409, "idempotency_conflict", "Idempotency-Key",
+                        "Idempotency-Key '%s' was used for a different request", idem);
+        goto out;
+    }
+    if (rc == -EAGAIN) {
+        ret = api_error(r, 429, "too_many_jobs", NULL,
+                        "%d jobs are already queued or running; retry later",
+                        api_cfg(r)->max_queued_jobs);
+        goto out;
+    }
+    if (rc) {
+        ret = api_store_error(r, rc, "job");
+        goto out;
+    }
+    if (!existed)
+        capd_notify_work(api_daemon(r));
+    ret = api_json(r, existed ? 200 : 201, job);
+out:
+    json_decref(body);
+    json_decref(build);
+    json_decref(norm);
+    return ret;
+}
+
+static bool parse_cursor(const char *c, char prefix, int64_t *out)
+{
+    char *end;
+    if (!c || c[0] != prefix)
+        return false;
+    long long v = strtoll(c + 1, &end, 10);
+    if (*end || end == c + 1 || v < 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_limit(struct api_req *r, int def, int max, int *out, enum MHD_Result *ret)
+{
+    const char *l = api_query(r, "limit");
+    char *end;
+    *out = def;
+    if (!l)
+        return true;
+    long v = strtol(l, &end, 10);
+    if (*end || end == l || v < 1 || v > max) {
+        *ret = api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]",
+                         max);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+enum MHD_Result api_jobs_list(struct api_req *r)
+{
+    static const char *const states[] = {"queued", "running", "done", "cancelled", NULL};
+    enum MHD_Result ret;
+    struct store_job_filter f = {0};
+    f.commit = api_query(r, "commit");
+    f.branch = api_query(r, "branch");
+    f.build = api_query(r, "build");
+    f.state = api_query(r, "state");
+    f.project = api_query(r, "project");
+    if (f.state && !one_of(f.state, states))
+        return api_error(r, 400, "invalid_query", "state",
+                         "state must be queued, running, done or cancelled");
+    if (!parse_limit(r, 50, 200, &f.limit, &ret))
+        return ret;
+    const char *c = api_query(r, "cursor");
+    if (c && !parse_cursor(c, 's', &f.before_seq))
+        return api_error(r, 400, "invalid_query", "cursor", "cursor is not one this server gave");
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_job_list(s, &f, &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "jobs");
+    return api_json(r, 200, out);
+}
+
+enum MHD_Result api_jobs_get(struct api_req *r)
+{
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_job_get(s, r->seg[2], &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "job");
+    return api_json(r, 200, out);
+}
+
+enum MHD_Result api_jobs_cancel(struct api_req *r)
+{
+    struct store *s = api_store(r);
+    int rc = s ? store_job_cancel(s, r->seg[2]) : -EIO;
+    if (rc == -EALREADY)
+        return api_error(r, 409, "job_finished", NULL, "job %s has already ended", r->seg[2]);
+    if (rc)
+        return api_store_error(r, rc, "job");
+    capd_notify_cancel(api_daemon(r), r->seg[2]);
+    json_t *out = NULL;
+    rc = store_job_get(s, r->seg[2], &out);
+    if (rc)
+        return api_store_error(r, rc, "job");
+    return api_json(r, 202, out);
+}
+
+enum MHD_Result api_cell_get(struct api_req *r)
+{
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_cell_get(s, r->seg[2], r->seg[4], &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "cell");
+    return api_json(r, 200, out);
+}
+
+enum MHD_Result api_cell_records(struct api_req *r)
+{
+    static const char *const kinds[] = {"hello",  "env",  "tensor", "nondeterministic", "timing",
+                                        "memory", "note", "end",    NULL};
+    enum MHD_Result ret;
+    int limit;
+    int64_t after = -1;
+    const char *kind = api_query(r, "kind");
+    if (kind && !one_of(kind, kinds))
+        return api_error(r, 400, "invalid_query", "kind", "unknown record kind '%s'", kind);
+    if (!parse_limit(r, 100, 1000, &limit, &ret))
+        return ret;
+    const char *c = api_query(r, "cursor");
+    if (c && !parse_cursor(c, 'r', &after))
+        return api_error(r, 400, "invalid_query", "cursor", "cursor is not one this server gave");
+    json_t *out = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_records_list(s, r->seg[2], r->seg[4], kind, after, limit, &out) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "cell");
+    return api_json(r, 200, out);
+}
+
+/* The log file is written by the loop while the cell runs and renamed into
+ * place at the end; while running, the in-progress part is served. */
+enum MHD_Result api_cell_log(struct api_req *r)
+{
+    json_t *cell = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_cell_get(s, r->seg[2], r->seg[4], &cell) : -EIO;
+    if (rc)
+        return api_store_error(r, rc, "cell");
+    json_decref(cell);
+    char *path = sup_log_path(api_cfg(r)->data_dir, r->seg[2], r->seg[4]);
+    char part[1200];
+    snprintf(part, sizeof part, "%s.part", path ? path : "");
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+        fd = open(part, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return api_text(r, 200, "text/plain; charset=utf-8", strdup(""), 0);
+    struct stat sb;
+    fstat(fd, &sb);
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result ret2 = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret2;
+}

@@ -1,0 +1,498 @@
+/*
+ * api/server.c - the libmicrohttpd daemon, request bodies, routing and the
+ * reply helpers every endpoint uses.
+ *
+ * Threading model: MHD_USE_INTERNAL_POLLING_THREAD with a thread pool over
+ * epoll. Handlers are short (SQLite reads and small writes), so a few
+ * workers serve many connections, and idle keep-alive connections cost a
+ * socket, not a thread. Thread-per-connection would let thousands of idle
+ * dashboard pollers each hold a thread; an external select loop on the
+ * libuv thread would put HTTP latency behind ingest. See
+ * docs/architecture.md.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+#include "daemon/log.h"
+
+struct api {
+    struct capd *d;
+    struct MHD_Daemon *mhd;
+    unsigned inflight;
+    bool quiesced;
+};
+
+static pthread_key_t store_key;
+static pthread_once_t store_once = PTHREAD_ONCE_INIT;
+
+static void store_key_free(void *p)
+{
+    store_close(p);
+}
+
+static void store_key_init(void)
+{
+    pthread_key_create(&store_key, store_key_free);
+}
+
+struct capd *api_daemon(struct api_req *r)
+{
+    return r->api->d;
+}
+
+const struct capd_config *api_cfg(struct api_req *r)
+{
+    return capd_cfg(r->api->d);
+}
+
+struct store *api_store(struct api_req *r)
+{
+    struct store *s = pthread_getspecific(store_key);
+    if (!s) {
+        char *err = NULL;
+        if (store_open(api_cfg(r)->data_dir, false, &s, &err) != 0) {
+            log_error("http_store_open_failed", "err=%s", log_q(err));
+            free(err);
+            return NULL;
+        }
+        pthread_setspecific(store_key, s);
+    }
+    return s;
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *ctype, char *buf,
+                                size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(buf);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    log_debug("http_reply", "method=%s url=%s status=%u", r->method, log_q(r->url), status);
+    return ret;
+}
+
+enum MHD_Result api_json(struct api_req *r, unsigned status, json_t *body)
+{
+    char *s = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(body);
+    if (!s)
+        return MHD_NO;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (t) {
+        s = t;
+        s[n++] = '\n';
+        s[n] = 0;
+    }
+    return send_buf(r, status, "application/json", s, n);
+}
+
+enum MHD_Result api_text(struct api_req *r, unsigned status, const char *ctype, char *body,
+                         size_t len)
+{
+    return send_buf(r, status, ctype, body, len);
+}
+
+enum MHD_Result api_error(struct api_req *r, unsigned status, const char *code, const char *field,
+                          const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:s,s:s,s:o}", "code", code, "message", msg, "field",
+                          field ? json_string(field) : json_null());
+    if (status >= 500)
+        log_error("http_error", "method=%s url=%s status=%u code=%s message=%s", r->method,
+                  log_q(r->url), status, code, log_q(msg));
+    return api_json(r, status, json_pack("{s:o}", "error", e));
+}
+
+enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
+{
+    switch (rc) {
+    case -ENOENT:
+        return api_error(r, 404, "not_found", NULL, "%s not found", what);
+    case -EEXIST:
+        return api_error(r, 409, "conflict", NULL, "%s conflicts with an existing one", what);
+    case -EBUSY:
+        return api_error(r, 503, "busy", NULL, "the database is busy; retry");
+    default:
+        return api_error(r, 500, "internal", NULL, "storage error %d while handling %s", rc,
+                         what);
+    }
+}
+
+const char *api_query(struct api_req *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *api_header(struct api_req *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+json_t *api_body_object(struct api_req *r, enum MHD_Result *ret)
+{
+    json_error_t je;
+    const char *ct = api_header(r, "Content-Type");
+    if (!ct || strncasecmp(ct, "application/json", 16) != 0 || (ct[16] && ct[16] != ';')) {
+        *ret = api_error(r, 415, "unsupported_media_type", NULL,
+                         "the body must be application/json (got %s)", ct ? ct : "no type");
+        return NULL;
+    }
+    if (r->body_len == 0) {
+        *ret = api_error(r, 400, "invalid_json", NULL, "the request body is empty");
+        return NULL;
+    }
+    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        *ret = api_error(r, 400, "invalid_json", NULL, "malformed JSON at byte %d: %s",
+                         je.position, je.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *ret = api_error(r, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+bool api_valid_name(const char *s, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return n >= 1 && n <= max;
+}
+
+bool api_valid_hex(const char *s, size_t min, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f') ||
+              (s[n] >= 'A' && s[n] <= 'F')))
+            return false;
+    return n >= min && n <= max;
+}
+
+bool api_valid_text(const char *s, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f)
+            return false;
+    return n >= 1 && n <= max;
+}
+
+/* ---- routing ---- */
+
+struct route {
+    const char *method;
+    const char *pattern; /* segments; ":x" matches any one segment */
+    api_handler h;
+};
+
+static const struct route routes[] = {
+    {"GET", "/healthz", api_healthz},
+    {"GET", "/v1/models", api_models},
+    {"GET", "/v1/widths", api_widths},
+    {"GET", "/v1/builds", api_builds_list},
+    {"POST", "/v1/builds", api_builds_create},
+    {"GET", "/v1/builds/:name", api_builds_get},
+    {"PUT", "/v1/builds/:name", api_builds_put},
+    {"GET", "/v1/jobs", api_jobs_list},
+    {"POST", "/v1/jobs", api_jobs_create},
+    {"GET", "/v1/jobs/:id", api_jobs_get},
+    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel},
+    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get},
+    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records},
+    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log},
+    {"GET", "/v1/compare", api_compare},
+    {"GET", "/v1/branches/:name", api_branch_get},
+    {"PUT", "/v1/branches/:name", api_branch_put},
+    {"GET", "/v1/commits/:sha", api_commit_get},
+    {"GET", "/v1/commits/:sha/diff", api_commit_diff},
+};
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                               : -1;
+}
+
+/* Splits the path into percent-decoded segments; -1 for a path that is
+ * too deep or has a bad escape or a NUL. */
+static int split_path(struct api_req *r)
+{
+    const char *p = r->url;
+    if (*p != '/')
+        return -1;
+    while (*p) {
+        p++;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (r->nseg == API_MAX_SEGS)
+            return -1;
+        char *seg = malloc(n + 1);
+        if (!seg)
+            return -1;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (p[i] == '%' && i + 2 < n + 1 && hexval(p[i + 1]) >= 0 && hexval(p[i + 2]) >= 0) {
+                char c = (char)(hexval(p[i + 1]) * 16 + hexval(p[i + 2]));
+                if (c == 0) {
+                    free(seg);
+                    return -1;
+                }
+                seg[o++] = c;
+                i += 2;
+            } else {
+                seg[o++] = p[i];
+            }
+        }
+        seg[o] = 0;
+        r->seg[r->nseg++] = seg;
+        p += n;
+    }
+    /* A trailing slash is not a different resource. */
+    if (r->nseg > 1 && r->seg[r->nseg - 1][0] == 0)
+        free(r->seg[--r->nseg]);
+    return 0;
+}
+
+static bool route_match(const struct route *rt, struct api_req *r)
+{
+    const char *p = rt->pattern;
+    int i = 0;
+    while (*p) {
+        p++;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (i >= r->nseg)
+            return false;
+        if (p[0] != ':' && (strlen(r->seg[i]) != n || strncmp(r->seg[i], p, n) != 0))
+            return false;
+        if (p[0] == ':' && r->seg[i][0] == 0)
+            return false;
+        i++;
+        p += n;
+    }
+    return i == r->nseg;
+}
+
+static enum MHD_Result dispatch(struct api_req *r)
+{
+    char allow[64] = "";
+    if (split_path(r) != 0)
+        return api_error(r, 404, "not_found", NULL, "no such resource");
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (!route_match(&routes[i], r))
+            continue;
+        if (strcmp(routes[i].method, r->method) == 0)
+            return routes[i].h(r);
+        size_t l = strlen(allow);
+        snprintf(allow + l, sizeof allow - l, "%s%s", l ? ", " : "", routes[i].method);
+    }
+    if (allow[0]) {
+        json_t *e = json_pack("{s:{s:s,s:s,s:n}}", "error", "code", "method_not_allowed",
+                              "message", "method not allowed here", "field");
+        char *s = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        MHD_add_response_header(resp, "Allow", allow);
+        enum MHD_Result ret = MHD_queue_response(r->conn, 405, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    return api_error(r, 404, "not_found", NULL, "no route for %s %s", r->method, r->url);
+}
+
+/* ---- MHD callbacks ---- */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    struct api *a = cls;
+    struct api_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->api = a;
+        r->conn = conn;
+        r->method = method;
+        r->url = url;
+        r->counted = true;
+        __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
+        *con_cls = r;
+        /* A declared length over the limit is refused before any of the
+         * body is read; MHD closes the connection after the reply. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > capd_cfg(a->d)->max_body_bytes) {
+            r->too_large = true;
+            return api_error(r, 413, "body_too_large", NULL,
+                             "request body of %s bytes exceeds the limit of %zu bytes", cl,
+                             capd_cfg(a->d)->max_body_bytes);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        size_t max = capd_cfg(a->d)->max_body_bytes;
+        if (!r->too_large && r->body_len + *upload_size > max) {
+            r->too_large = true;
+            free(r->body);
+            r->body = NULL;
+            r->body_len = r->body_cap = 0;
+        }
+        if (!r->too_large) {
+            if (r->body_len + *upload_size + 1 > r->body_cap) {
+                size_t cap = r->body_cap ? r->body_cap : 4096;
+                while (cap < r->body_len + *upload_size + 1)
+                    cap *= 2;
+                char *nb = realloc(r->body, cap);
+                if (!nb)
+                    return MHD_NO;
+                r->body = nb;
+                r->body_cap = cap;
+            }
+            memcpy(r->body + r->body_len, upload_data, *upload_size);
+            r->body_len += *upload_size;
+            r->body[r->body_len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large)
+        return api_error(r, 413, "body_too_large", NULL,
+                         "request body exceeds the limit of %zu bytes",
+                         capd_cfg(a->d)->max_body_bytes);
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct api *a = cls;
+    struct api_req *r = *con_cls;
+    (void)conn;
+    (void)toe;
+    if (!r)
+        return;
+    if (r->counted)
+        __atomic_sub_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < r->nseg; i++)
+        free(r->seg[i]);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    log_warn("http_server", "message=%s", log_q(msg));
+}
+
+int api_start(struct capd *d, struct api **out, int *port, char **err)
+{
+    const struct capd_config *cfg = capd_cfg(d);
+    struct sockaddr_in sin;
+    pthread_once(&store_once, store_key_init);
+    memset(&sin, 0, sizeof sin);
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons((uint16_t)cfg->listen_port);
+    if (inet_pton(AF_INET, cfg->listen_addr, &sin.sin_addr) != 1) {
+        if (asprintf(err, "listen address '%s' is not an IPv4 address", cfg->listen_addr) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    struct api *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    a->d = d;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    a->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)256, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_END);
+    if (!a->mhd) {
+        if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
+                     cfg->listen_addr, cfg->listen_port) < 0)
+            *err = NULL;
+        free(a);
+        return -EADDRINUSE;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    *port = info ? info->port : cfg->listen_port;
+    *out = a;
+    return 0;
+}
+
+void api_quiesce(struct api *a)
+{
+    if (a->quiesced)
+        return;
+    a->quiesced = true;
+    MHD_socket fd = MHD_quiesce_daemon(a->mhd);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+unsigned api_inflight(struct api *a)
+{
+    return __atomic_load_n(&a->inflight, __ATOMIC_RELAXED);
+}
+
+void api_stop(struct api *a)
+{
+    if (!a)
+        return;
+    MHD_stop_daemon(a->mhd);
+    free(a);
+}

@@ -1,0 +1,17 @@
+# Writes OUT, a C file holding every file in INPUTS as a NUL-terminated byte
+# array, plus a table {name, data, size} that storage/embedded.h declares.
+set(body "#include <stddef.h>\n#include \"storage/embedded.h\"\n\n")
+set(table "")
+set(n 0)
+string(REPLACE "|" ";" INPUTS "${INPUTS}")
+foreach(f ${INPUTS})
+  get_filename_component(name ${f} NAME)
+  file(READ ${f} hex HEX)
+  file(SIZE ${f} size)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(APPEND body "static const char emb_${n}[] = {${hex}0x00};\n")
+  string(APPEND table "    {\"${name}\", emb_${n}, ${size}},\n")
+  math(EXPR n "${n}+1")
+endforeach()
+string(APPEND body "\nconst struct embedded_file embedded_files[] = {\n${table}    {NULL, NULL, 0}\n};\n")
+file(WRITE ${OUT} "${body}")

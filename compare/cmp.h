@@ -1,0 +1,369 @@
+/*
+ * compare/cmp.h - the comparison engine: what changed between a control and
+ * a branch head.
+ *
+ * This header is the module's whole story. The engine is pure computation:
+ * it never reads a file, a socket or the clock. Storage fills two "sides"
+ * (the cells of the control job and of the head job) with the records the
+ * runners emitted, cmp_compare() matches them and returns one jansson object
+ * whose fields are documented in docs/compare.md, and the renderers turn that
+ * object into a PR comment.
+ *
+ * Conventions (as everywhere in capd): functions return 0 or a negative errno
+ * and fill an out-parameter; strings handed in are copied unless a comment
+ * says "borrowed"; every growing array has a named maximum (CMP_MAX_*), and
+ * crossing it returns -E2BIG instead of growing without bound.
+ *
+ * Thread safety: nothing here has global state. A side may be read by many
+ * concurrent cmp_compare() calls once it is fully built; building it is not
+ * thread-safe. A cmp_scratch belongs to one thread at a time.
+ *
+ * Typical use, from storage:
+ *
+ *     struct cmp_side *ctl = NULL, *head = NULL;
+ *     struct cmp_cell *c;
+ *     cmp_side_new(&ctl);
+ *     cmp_side_add_cell(ctl, "mlp", "avx2", "forward", &c);
+ *     cmp_cell_set_outcome(c, "ok");
+ *     cmp_cell_add_tensor(c, &t);               // once per tensor frame
+ *     cmp_cell_mark_nondeterministic(c, key);   // from the nondeterministic frame
+ *     cmp_cell_add_timing(c, samples, n);
+ *     cmp_cell_set_memory(c, peak_rss, -1);
+ *     ... same for head ...
+ *     struct cmp_options o;
+ *     cmp_options_init(&o);
+ *     cmp_options_apply_json(&o, job_options, &err);   // optional
+ *     json_t *result;
+ *     cmp_compare(ctl, head, &o, &result);
+ *     char *md = cmp_result_to_markdown(result);
+ */
+#ifndef CAPD_COMPARE_CMP_H
+#define CAPD_COMPARE_CMP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* ---------------------------------------------------------------- limits */
+
+#define CMP_MAX_NDIM 8                  /* dimensions of one tensor */
+#define CMP_MAX_KEY 4096                /* bytes of a record key, module, hash */
+#define CMP_MAX_TENSORS 2000000         /* tensor records per cell (= frames per cell) */
+#define CMP_MAX_CELLS 4096              /* cells per side */
+#define CMP_MAX_TIMING_SAMPLES 100000   /* timing samples per cell */
+#define CMP_MAX_TIMING_NS (INT64_C(1) << 60) /* one sample, so differences never overflow */
+#define CMP_MAX_KEY_TOLS 32             /* key-pattern tolerance overrides */
+#define CMP_MAX_PATTERN 256             /* bytes of one pattern, with its NUL */
+#define CMP_MAX_WIDTH_NAME 32           /* bytes of a width name, with its NUL */
+#define CMP_MAX_BOOTSTRAP 100000        /* bootstrap resamples */
+#define CMP_MAX_RENDER (1u << 20)       /* bytes of a rendered markdown/text report */
+#define CMP_SCRATCH_MAX_ELEMS (1 << 20) /* doubles held for the p99 selection */
+
+/* ------------------------------------------------------------- the input */
+
+/*
+ * The numeric dtypes the engine can decode. Anything else (complex64, quantized
+ * types, float8...) is CMP_DTYPE_OTHER: still matched and checked for bit
+ * identity and statistics, but its payload is never decoded. The tolerance
+ * table in struct cmp_options is indexed by this enum.
+ */
+enum cmp_dtype {
+    CMP_DTYPE_FLOAT32,
+    CMP_DTYPE_FLOAT64,
+    CMP_DTYPE_FLOAT16,
+    CMP_DTYPE_BFLOAT16,
+    CMP_DTYPE_INT8,
+    CMP_DTYPE_UINT8,
+    CMP_DTYPE_INT16,
+    CMP_DTYPE_INT32,
+    CMP_DTYPE_INT64,
+    CMP_DTYPE_BOOL,
+    CMP_DTYPE_OTHER,
+    CMP_DTYPE__COUNT
+};
+
+/* What a record's payload holds (protocol.md, "capture"). */
+enum cmp_capture {
+    CMP_CAPTURE_NONE,   /* "stats": no payload */
+    CMP_CAPTURE_SAMPLE, /* k elements at flat positions floor(i*numel/k) */
+    CMP_CAPTURE_FULL    /* all numel elements, C-contiguous */
+};
+
+/*
+ * Statistics as the runner computed them: min..l2 over the finite elements
+ * (has_finite false when there is none, i.e. the runner sent null), the
+ * counts over all elements.
+ */
+struct cmp_stats {
+    bool has_finite;
+    double min, max, mean, std, l2;
+    int64_t nan, pinf, ninf, zeros;
+};
+
+/*
+ * One tensor record, as handed to cmp_cell_add_tensor(). Every string is
+ * copied into the cell; the payload is BORROWED: it must stay valid and
+ * unchanged until the last cmp_compare() on this cell has returned (storage
+ * typically keeps its decompressed blobs alive for the request).
+ *
+ * dtype, phase and role are the protocol's strings. module, phase and role may
+ * be NULL, in which case they are parsed from the key
+ * (<module>.<call>.<phase>.<role>.<index>); call is only read when module is
+ * given. The payload must be little-endian; payload_len must be a whole number
+ * of elements: numel of them for CMP_CAPTURE_FULL, 1..numel for
+ * CMP_CAPTURE_SAMPLE. ndim 0 is a scalar (numel 1).
+ */
+struct cmp_tensor {
+    const char *key;
+    int64_t seq;
+    const char *module;
+    int64_t call;
+    const char *phase;
+    const char *role;
+    const char *dtype;
+    int ndim;
+    int64_t shape[CMP_MAX_NDIM];
+    int64_t numel;
+    struct cmp_stats stats;
+    const char *hash; /* NULL or "" = unknown: never bit-identical */
+    enum cmp_capture capture;
+    const void *payload;
+    size_t payload_len;
+    bool nondeterministic;
+};
+
+/* The cells of one side of a comparison (usually: one job). Opaque. */
+struct cmp_side;
+/* One (model, width, pass) cell of a side; owned by its side. Opaque. */
+struct cmp_cell;
+
+int cmp_side_new(struct cmp_side **side_out);
+/* Frees the side, its cells and every copied string. NULL is fine. */
+void cmp_side_free(struct cmp_side *side);
+
+/*
+ * Adds an empty cell and returns a borrowed pointer to it, valid until the
+ * side is freed. -EEXIST when the side already has that (model, width, pass),
+ * -E2BIG past CMP_MAX_CELLS, -EINVAL on NULL or over-long names.
+ */
+int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width,
+                      const char *pass, struct cmp_cell **cell_out);
+
+/*
+ * The cell's outcome: ok, failed, crashed, timeout, cancelled, unsupported,
+ * protocol_error, interrupted, queued or running (-EINVAL otherwise). A cell
+ * whose outcome was never set is treated as not ok.
+ */
+int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
+/* Informational, echoed in the result. Either may be NULL. */
+int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device);
+/* Peak RSS and device peak in bytes; a negative value means "not reported". */
+void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes,
+                         int64_t device_peak_bytes);
+/*
+ * Appends timing samples in nanoseconds (copied). -EINVAL on a negative value
+ * or one past CMP_MAX_TIMING_NS, -E2BIG past CMP_MAX_TIMING_SAMPLES; on error
+ * nothing is appended.
+ */
+int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n);
+/*
+ * Adds one tensor record (see struct cmp_tensor for ownership). -EINVAL on a
+ * malformed record (no key, ndim out of range, numel not the product of the
+ * shape, a payload that is not a whole number of elements or too long),
+ * -E2BIG past CMP_MAX_TENSORS. Keys should be unique within a cell; if one is
+ * not, the record with the lowest seq is compared and the others are ignored.
+ */
+int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t);
+/*
+ * Marks a key as nondeterministic (the `nondeterministic` frame, which comes
+ * after the tensors). Marking a key the cell does not have is harmless.
+ */
+int cmp_cell_mark_nondeterministic(struct cmp_cell *cell, const char *key);
+
+/* ----------------------------------------------------------- the options */
+
+struct cmp_tol {
+    double atol, rtol;
+};
+
+/*
+ * A tolerance for every record whose key matches the glob pattern (fnmatch(3)
+ * without flags: '*' also matches '.'). A NaN atol or rtol keeps the dtype's
+ * value. The first matching entry wins.
+ */
+struct cmp_key_tol {
+    char pattern[CMP_MAX_PATTERN];
+    double atol, rtol;
+};
+
+/*
+ * Everything that can be tuned. A plain struct so callers can copy it; fill it
+ * with cmp_options_init() and then either set fields or apply a JSON object.
+ */
+struct cmp_options {
+    struct cmp_tol tol[CMP_DTYPE__COUNT];   /* per dtype; torch.testing defaults */
+    struct cmp_key_tol key_tols[CMP_MAX_KEY_TOLS];
+    size_t n_key_tols;
+    double perf_threshold;                  /* 0.05: median ratio must pass 1 +- this */
+    double alpha;                           /* 0.01: Mann-Whitney significance level */
+    uint64_t bootstrap_seed;                /* 0x6361706463617064 ("capdcapd") */
+    int bootstrap_resamples;                /* 2000; 0 disables the interval */
+    bool include_tensors;                   /* add per-tensor rows to every cell */
+    /*
+     * Cross-width mode when both are non-empty: control cells of width
+     * control_width are matched with head cells of width head_width on
+     * (model, pass). Both sides may be the same struct cmp_side (one job).
+     */
+    char control_width[CMP_MAX_WIDTH_NAME];
+    char head_width[CMP_MAX_WIDTH_NAME];
+};
+
+/* Where a rejected option is and why, for the API's error body. */
+struct cmp_err {
+    char field[128];   /* e.g. "key_tolerances[2].atol" */
+    char message[192];
+};
+
+void cmp_options_init(struct cmp_options *opt);
+
+/*
+ * Applies overrides from a JSON object:
+ *
+ *   {"tolerances": {"float32": {"atol": 1e-5, "rtol": 1.3e-6}, ...},
+ *    "key_tolerances": [{"pattern": "*.attn.*", "atol": 1e-4, "rtol": 1e-3}],
+ *    "perf_threshold": 0.05, "alpha": 0.01,
+ *    "bootstrap": {"seed": 7, "resamples": 2000},
+ *    "include_tensors": true,
+ *    "cross_width": {"control": "default", "head": "avx512"}}
+ *
+ * Every field is optional; unknown fields are errors (a typo must not silently
+ * keep a default). New key_tolerances go before the existing ones so that the
+ * most recently applied override wins. Returns 0, or -EINVAL with err filled
+ * (err may be NULL) and opt left exactly as it was.
+ */
+int cmp_options_apply_json(struct cmp_options *opt, const json_t *overrides,
+                           struct cmp_err *err);
+
+/* ---------------------------------------------------------- the engine */
+
+/*
+ * Compares the head side against the control side and returns a new JSON
+ * object (docs/compare.md, "Result"). opt may be NULL for the defaults.
+ * control and head may be the same side (cross-width mode). Returns 0,
+ * -ENOMEM, or -EINVAL (bad options).
+ */
+int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
+                const struct cmp_options *opt, json_t **result_out);
+
+/* -------------------------------------- single tensors and samples, exposed
+ * for tests, the benchmark and callers that want one number. */
+
+enum cmp_basis {
+    CMP_BASIS_EXACT,  /* bit-identical: nothing else was computed */
+    CMP_BASIS_FULL,   /* both full payloads */
+    CMP_BASIS_SAMPLE, /* the shared stride sample */
+    CMP_BASIS_STATS   /* statistics only */
+};
+
+enum cmp_mismatch {
+    CMP_MISMATCH_NONE,
+    CMP_MISMATCH_DTYPE,
+    CMP_MISMATCH_SHAPE
+};
+
+/*
+ * The metrics of one tensor pair, a = head, b = control, d = a - b, in double.
+ * Element metrics are over the n_finite positions where both sides are
+ * finite; non-finite positions are classified into the *_one_sided and
+ * *_both counts instead. With basis STATS the element metrics are NaN and
+ * stat_violations counts the failed statistic checks (docs/compare.md).
+ */
+struct cmp_metrics {
+    enum cmp_basis basis;
+    enum cmp_mismatch mismatch;
+    bool within_tol;          /* identical, or no violation and nothing one-sided */
+    double atol, rtol;        /* the tolerance that was applied */
+    int64_t n;                /* positions compared */
+    int64_t n_finite;
+    double max_abs, mean_abs, p99_abs;
+    double max_rel, mean_rel;
+    int64_t allclose_violations;
+    int64_t stat_violations;
+    double cosine, sqnr_db, nl2;
+    int64_t nan_one_sided, inf_one_sided;
+    int64_t nan_both, inf_both;
+    /* head statistic - control statistic; NaN when either has no finite value */
+    double d_min, d_max, d_mean, d_l2;
+};
+
+/*
+ * Working memory reused across tensors (a selection buffer, bounded by
+ * CMP_SCRATCH_MAX_ELEMS doubles whatever the tensor size). Passing NULL to
+ * cmp_tensor_compare() allocates a temporary one.
+ */
+struct cmp_scratch;
+int cmp_scratch_new(struct cmp_scratch **out);
+void cmp_scratch_free(struct cmp_scratch *s);
+
+/*
+ * Compares one pair with the given tolerance (NULL: the dtype's default from
+ * cmp_options_init()). Returns 0, -ENOMEM, or -EINVAL on a malformed record.
+ */
+int cmp_tensor_compare(const struct cmp_tensor *head, const struct cmp_tensor *control,
+                       const struct cmp_tol *tol, struct cmp_scratch *scratch,
+                       struct cmp_metrics *out);
+
+enum cmp_perf_verdict {
+    CMP_PERF_INSUFFICIENT_DATA,
+    CMP_PERF_NO_CHANGE,
+    CMP_PERF_REGRESSION,
+    CMP_PERF_IMPROVEMENT
+};
+
+struct cmp_perf {
+    size_t n_control, n_head;
+    double control_median_ns, head_median_ns;
+    double ratio;           /* head median / control median */
+    double ci_lo, ci_hi;    /* bootstrap 99% interval of the ratio; NaN if none */
+    double u;               /* Mann-Whitney U of the head sample */
+    double p_value;         /* two-sided */
+    bool p_exact;           /* exact distribution (else normal approximation) */
+    double hl_shift_ns;     /* Hodges-Lehmann: median of head_i - control_j */
+    enum cmp_perf_verdict verdict;
+};
+
+/* Fills out from two samples; opt NULL means defaults. -ENOMEM, -EINVAL. */
+int cmp_perf_compare(const int64_t *control, size_t n_control, const int64_t *head,
+                     size_t n_head, const struct cmp_options *opt, struct cmp_perf *out);
+
+/*
+ * Mann-Whitney U test of x against y, two-sided. u_out is U of x (pairs with
+ * x > y, ties counting one half). Exact null distribution when both n <= 20
+ * and there is no tie, else the normal approximation with tie and continuity
+ * correction. -EINVAL when either sample is empty.
+ */
+int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
+                     double *u_out, double *p_out, bool *exact_out);
+
+/* Median of the nx*ny differences x_i - y_j, exactly, in O((nx+ny) log). */
+int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
+                       double *shift_out);
+
+/* ------------------------------------------------------------ renderers */
+
+/*
+ * A malloc'd, NUL-terminated report of a cmp_compare() result: markdown for a
+ * PR comment, or plain text for a terminal. At most CMP_MAX_RENDER bytes (a
+ * longer report ends with a truncation line). NULL on allocation failure or
+ * when result is not a cmp_compare() object.
+ */
+char *cmp_result_to_markdown(const json_t *result);
+char *cmp_result_to_text(const json_t *result);
+
+/* Names used in the result, for callers that print enums themselves. */
+const char *cmp_dtype_name(enum cmp_dtype dt);
+enum cmp_dtype cmp_dtype_from_name(const char *name);
+
+#endif /* CAPD_COMPARE_CMP_H */

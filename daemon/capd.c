@@ -1,0 +1,283 @@
+/*
+ * daemon/capd.c - the daemon loop: signals, the scheduler, the ingest flush
+ * and the shutdown sequence.
+ *
+ * The scheduler is deliberately simple: the database is the queue. Whenever
+ * something may have changed (a job was posted, a cell ended, a cancel came
+ * in) the loop claims queued cells in job order until max_parallel children
+ * run. HTTP threads never touch children; they only wake the loop.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "daemon/capd.h"
+#include "daemon/log.h"
+#include "daemon/sup.h"
+#include "daemon/widths.h"
+#include "storage/store.h"
+
+#define CAPD_MAX_CANCELS 1024
+
+struct sup_node {
+    struct sup *sup;
+    struct sup_node *next;
+};
+
+struct capd {
+    struct capd_config cfg;
+    uv_loop_t loop;
+    struct store *st;
+    uv_async_t wake;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t shutdown_timer;
+    uv_check_t flush;
+    struct capd_http_hooks hooks;
+
+    /* Messages from HTTP threads, drained completely on every wake-up
+     * because uv_async_send coalesces. */
+    pthread_mutex_t mu;
+    bool work_pending;
+    int ncancel;
+    char cancels[CAPD_MAX_CANCELS][16];
+
+    struct sup_node *running;
+    unsigned nrunning;
+    bool stopping, http_stopped;
+    uint64_t stop_deadline;
+};
+
+const struct capd_config *capd_cfg(const struct capd *d)
+{
+    return &d->cfg;
+}
+
+unsigned capd_running_cells(const struct capd *d)
+{
+    return __atomic_load_n(&d->nrunning, __ATOMIC_RELAXED);
+}
+
+void capd_notify_work(struct capd *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->work_pending = true;
+    pthread_mutex_unlock(&d->mu);
+    uv_async_send(&d->wake);
+}
+
+void capd_notify_cancel(struct capd *d, const char *job_id)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->ncancel < CAPD_MAX_CANCELS)
+        snprintf(d->cancels[d->ncancel++], 16, "%s", job_id);
+    d->work_pending = true;
+    pthread_mutex_unlock(&d->mu);
+    uv_async_send(&d->wake);
+}
+
+static void schedule(struct capd *d);
+
+static void on_cell_done(void *ud, struct sup *s)
+{
+    struct capd *d = ud;
+    for (struct sup_node **pp = &d->running; *pp; pp = &(*pp)->next) {
+        if ((*pp)->sup == s) {
+            struct sup_node *n = *pp;
+            *pp = n->next;
+            free(n);
+            __atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    if (!d->stopping)
+        schedule(d);
+}
+
+/* Claims and starts queued cells until max_parallel children run. A cell
+ * whose set-up fails is already stored as failed; the next one is tried. */
+static void schedule(struct capd *d)
+{
+    while (!d->stopping && d->nrunning < (unsigned)d->cfg.max_parallel) {
+        struct store_cell_run run;
+        int rc = store_cell_claim(d->st, &run);
+        if (rc == -ENOENT)
+            return;
+        if (rc) {
+            log_error("schedule_failed", "rc=%d err=%s", rc, log_q(store_errmsg(d->st)));
+            return;
+        }
+        struct sup *s = NULL;
+        struct sup_node *n = calloc(1, sizeof *n);
+        if (!n) {
+            store_cell_run_clear(&run);
+            return;
+        }
+        rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
+        if (rc) {
+            free(n);
+            continue;
+        }
+        n->sup = s;
+        n->next = d->running;
+        d->running = n;
+        __atomic_add_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static void on_wake(uv_async_t *a)
+{
+    struct capd *d = a->data;
+    char cancels[CAPD_MAX_CANCELS][16];
+    int nc;
+    pthread_mutex_lock(&d->mu);
+    nc = d->ncancel;
+    memcpy(cancels, d->cancels, sizeof cancels[0] * (size_t)nc);
+    d->ncancel = 0;
+    d->work_pending = false;
+    pthread_mutex_unlock(&d->mu);
+    for (int i = 0; i < nc; i++)
+        for (struct sup_node *n = d->running; n; n = n->next)
+            if (strcmp(sup_job_id(n->sup), cancels[i]) == 0) {
+                log_info("cell_cancel", "job=%s cell=%s", cancels[i], sup_cell_id(n->sup));
+                sup_cancel(n->sup);
+            }
+    schedule(d);
+}
+
+static void on_flush(uv_check_t *c)
+{
+    struct capd *d = c->data;
+    int rc = store_flush(d->st);
+    if (rc)
+        log_error("ingest_flush_failed", "rc=%d err=%s", rc, log_q(store_errmsg(d->st)));
+}
+
+static void close_cb_noop(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* The last step of shutdown: every child is gone; cells they ran are put
+ * back in the queue exactly as start-up recovery would after a crash. */
+static void final_stop(struct capd *d)
+{
+    int requeued = 0, interrupted = 0;
+    store_flush(d->st);
+    store_recover(d->st, d->cfg.max_attempts, &requeued, &interrupted);
+    log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
+    uv_stop(&d->loop);
+}
+
+static void on_shutdown_tick(uv_timer_t *t)
+{
+    struct capd *d = t->data;
+    if (!d->http_stopped) {
+        unsigned inflight = d->hooks.inflight ? d->hooks.inflight(d->hooks.ud) : 0;
+        if (inflight > 0 && uv_now(&d->loop) < d->stop_deadline)
+            return;
+        if (inflight > 0)
+            log_warn("shutdown_deadline", "abandoned_requests=%u", inflight);
+        if (d->hooks.stop)
+            d->hooks.stop(d->hooks.ud);
+        d->http_stopped = true;
+        for (struct sup_node *n = d->running; n; n = n->next)
+            sup_abandon(n->sup);
+    }
+    if (d->running)
+        return;
+    uv_timer_stop(t);
+    final_stop(d);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct capd *d = h->data;
+    if (d->stopping) {
+        log_warn("shutdown_signal_again", "signal=%d", signum);
+        return;
+    }
+    d->stopping = true;
+    log_info("shutdown", "signal=%s running_cells=%u deadline_ms=%d",
+             signum == SIGTERM ? "SIGTERM" : "SIGINT", d->nrunning, d->cfg.shutdown_deadline_ms);
+    if (d->hooks.quiesce)
+        d->hooks.quiesce(d->hooks.ud);
+    d->stop_deadline = uv_now(&d->loop) + (uint64_t)d->cfg.shutdown_deadline_ms;
+    uv_timer_start(&d->shutdown_timer, on_shutdown_tick, 0, 20);
+}
+
+int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
+{
+    struct capd *d = calloc(1, sizeof *d);
+    int rc;
+    if (!d)
+        return -ENOMEM;
+    d->cfg = *cfg;
+    pthread_mutex_init(&d->mu, NULL);
+    if ((rc = widths_init()) != 0) {
+        if (asprintf(err, "embedded width/model tables are broken (%d)", rc) < 0)
+            *err = NULL;
+        goto fail;
+    }
+    if ((rc = store_open(cfg->data_dir, true, &d->st, err)) != 0)
+        goto fail;
+    int requeued = 0, interrupted = 0;
+    if ((rc = store_recover(d->st, cfg->max_attempts, &requeued, &interrupted)) != 0) {
+        if (asprintf(err, "start-up recovery failed: %s", store_errmsg(d->st)) < 0)
+            *err = NULL;
+        goto fail;
+    }
+    if (requeued || interrupted)
+        log_warn("recovered", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
+    uv_loop_init(&d->loop);
+    uv_async_init(&d->loop, &d->wake, on_wake);
+    uv_signal_init(&d->loop, &d->sigterm);
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_timer_init(&d->loop, &d->shutdown_timer);
+    uv_check_init(&d->loop, &d->flush);
+    d->wake.data = d->sigterm.data = d->sigint.data = d->shutdown_timer.data = d->flush.data = d;
+    *out = d;
+    return 0;
+fail:
+    store_close(d->st);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    return rc;
+}
+
+void capd_set_http_hooks(struct capd *d, const struct capd_http_hooks *h)
+{
+    d->hooks = *h;
+}
+
+int capd_run(struct capd *d)
+{
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_check_start(&d->flush, on_flush);
+    /* A broken pipe from a client must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    schedule(d);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&d->wake, close_cb_noop);
+    uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
+    uv_close((uv_handle_t *)&d->sigint, close_cb_noop);
+    uv_close((uv_handle_t *)&d->shutdown_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&d->flush, close_cb_noop);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    return 0;
+}
+
+void capd_free(struct capd *d)
+{
+    if (!d)
+        return;
+    if (d->hooks.stop && !d->http_stopped)
+        d->hooks.stop(d->hooks.ud);
+    uv_loop_close(&d->loop);
+    store_close(d->st);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}

@@ -1,0 +1,343 @@
+/*
+ * daemon/config.c - defaults, the JSON config file and command-line flags.
+ *
+ * One table describes every setting, so the file parser, the flag parser
+ * and the docs cannot drift apart: a key is either in the table or rejected.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/config.h"
+
+#ifndef CAPD_SOURCE_DIR
+#define CAPD_SOURCE_DIR ""
+#endif
+
+enum ctype { T_STR, T_INT, T_U64, T_SIZE, T_BOOL, T_LIST };
+
+struct ckey {
+    const char *name;
+    enum ctype type;
+    size_t off;
+    size_t size; /* for strings */
+    int64_t min, max;
+};
+
+#define F(field) offsetof(struct capd_config, field)
+#define S(field) sizeof(((struct capd_config *)0)->field)
+static const struct ckey keys[] = {
+    {"listen", T_STR, 0, 0, 0, 0}, /* special: ADDR:PORT */
+    {"data_dir", T_STR, F(data_dir), S(data_dir), 0, 0},
+    {"log_level", T_STR, F(log_level), S(log_level), 0, 0},
+    {"http_threads", T_INT, F(http_threads), 0, 1, 256},
+    {"max_body_bytes", T_SIZE, F(max_body_bytes), 0, 1024, INT64_C(1) << 32},
+    {"max_cells_per_job", T_INT, F(max_cells_per_job), 0, 1, 100000},
+    {"max_queued_jobs", T_INT, F(max_queued_jobs), 0, 0, 1000000},
+    {"max_parallel", T_INT, F(max_parallel), 0, 1, 1024},
+    {"max_attempts", T_INT, F(max_attempts), 0, 1, 100},
+    {"shutdown_deadline_ms", T_INT, F(shutdown_deadline_ms), 0, 0, 3600000},
+    {"kill_grace_ms", T_INT, F(kill_grace_ms), 0, 0, 600000},
+    {"keep_scratch", T_BOOL, F(keep_scratch), 0, 0, 0},
+    {"unshare_net", T_BOOL, F(unshare_net), 0, 0, 0},
+    {"cell_log_max_bytes", T_U64, F(cell_log_max_bytes), 0, 1024, INT64_MAX},
+    {"rlimit_as_bytes", T_U64, F(rlimit_as_bytes), 0, 0, INT64_MAX},
+    {"rlimit_cpu_s", T_U64, F(rlimit_cpu_s), 0, 0, INT64_MAX},
+    {"rlimit_nofile", T_U64, F(rlimit_nofile), 0, 0, 1 << 20},
+    {"rlimit_nproc", T_U64, F(rlimit_nproc), 0, 0, 1 << 22},
+    {"frame_max_header", T_U64, F(frame_max_header), 0, 256, 1 << 24},
+    {"frame_max_payload", T_U64, F(frame_max_payload), 0, 0, INT64_C(1) << 34},
+    {"frame_max_frames", T_U64, F(frame_max_frames), 0, 1, INT64_MAX},
+    {"frame_max_total_payload", T_U64, F(frame_max_total_payload), 0, 0, INT64_MAX},
+    {"runner_dir", T_STR, F(runner_dir), S(runner_dir), 0, 0},
+    {"exec_bin", T_STR, F(exec_bin), S(exec_bin), 0, 0},
+    {"env_allow", T_LIST, 0, 0, 0, 0},
+};
+#undef F
+#undef S
+
+void config_defaults(struct capd_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen_addr, sizeof c->listen_addr, "127.0.0.1");
+    c->listen_port = 8470;
+    snprintf(c->data_dir, sizeof c->data_dir, "/var/lib/capd");
+    snprintf(c->log_level, sizeof c->log_level, "info");
+    c->http_threads = 4;
+    c->max_body_bytes = 1 << 20;
+    c->max_cells_per_job = 256;
+    c->max_queued_jobs = 1000;
+    c->max_parallel = 1;
+    c->max_attempts = 3;
+    c->shutdown_deadline_ms = 10000;
+    c->kill_grace_ms = 5000;
+    c->cell_log_max_bytes = 4u << 20;
+    c->rlimit_as_bytes = UINT64_C(16) << 30;
+    c->rlimit_cpu_s = 3600;
+    c->rlimit_nofile = 1024;
+    c->rlimit_nproc = 4096;
+    c->frame_max_header = 65536;
+    c->frame_max_payload = 256u << 20;
+    c->frame_max_frames = 2000000;
+    c->frame_max_total_payload = UINT64_C(8) << 30;
+    static const char *allow[] = {"PATH", "LANG", "LC_*", "TZ", "HOME", "OPENBLAS_*"};
+    for (size_t i = 0; i < sizeof allow / sizeof allow[0]; i++)
+        snprintf(c->env_allow[c->env_allow_n++], 64, "%s", allow[i]);
+}
+
+static int set_listen(struct capd_config *c, const char *v, char **err)
+{
+    const char *colon = strrchr(v, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == v || colon[1] == 0 || *end || port < 0 || port > 65535 ||
+        (size_t)(colon - v) >= sizeof c->listen_addr) {
+        if (asprintf(err, "listen: expected ADDR:PORT (port 0..65535, 0 picks a free one), got '%s'",
+                     v) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    snprintf(c->listen_addr, sizeof c->listen_addr, "%.*s", (int)(colon - v), v);
+    c->listen_port = (int)port;
+    return 0;
+}
+
+static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char **err)
+{
+    char *base = (char *)c;
+    const char *what = NULL;
+    if (strcmp(k->name, "listen") == 0) {
+        if (!json_is_string(v))
+            what = "a string ADDR:PORT";
+        else
+            return set_listen(c, json_string_value(v), err);
+    } else if (strcmp(k->name, "env_allow") == 0) {
+        size_t i;
+        json_t *e;
+        if (!json_is_array(v) || json_array_size(v) > CAPD_MAX_ENV_ALLOW) {
+            what = "an array of at most 64 variable names (a trailing * matches a prefix)";
+        } else {
+            c->env_allow_n = 0;
+            json_array_foreach(v, i, e)
+            {
+                if (!json_is_string(e) || json_string_length(e) == 0 ||
+                    json_string_length(e) >= 64) {
+                    what = "an array of variable names (1..63 characters)";
+                    break;
+                }
+                snprintf(c->env_allow[c->env_allow_n++], 64, "%s", json_string_value(e));
+            }
+        }
+    } else if (k->type == T_STR) {
+        if (!json_is_string(v) || json_string_length(v) >= k->size)
+            what = "a string";
+        else
+            snprintf(base + k->off, k->size, "%s", json_string_value(v));
+    } else if (k->type == T_BOOL) {
+        if (!json_is_boolean(v))
+            what = "true or false";
+        else
+            *(bool *)(base + k->off) = json_is_true(v);
+    } else {
+        json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (!json_is_integer(v) || n < k->min || n > k->max) {
+            what = "an integer in range";
+        } else if (k->type == T_INT) {
+            *(int *)(base + k->off) = (int)n;
+        } else if (k->type == T_SIZE) {
+            *(size_t *)(base + k->off) = (size_t)n;
+        } else {
+            *(uint64_t *)(base + k->off) = (uint64_t)n;
+        }
+    }
+    if (what) {
+        if (k->type != T_STR && k->type != T_BOOL && k->type != T_LIST &&
+            strcmp(k->name, "listen") != 0) {
+            if (asprintf(err, "config key '%s' must be an integer in [%lld, %lld]", k->name,
+                         (long long)k->min, (long long)k->max) < 0)
+                *err = NULL;
+        } else if (asprintf(err, "config key '%s' must be %s", k->name, what) < 0) {
+            *err = NULL;
+        }
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static const struct ckey *find_key(const char *name)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+int config_load_file(struct capd_config *c, const char *path, char **err)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    const char *name;
+    json_t *v;
+    int rc = -EINVAL;
+    if (!root) {
+        if (asprintf(err, "%s:%d:%d: %s", path, je.line, je.column, je.text) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    if (!json_is_object(root)) {
+        if (asprintf(err, "%s: the config must be a JSON object", path) < 0)
+            *err = NULL;
+        goto out;
+    }
+    json_object_foreach(root, name, v)
+    {
+        const struct ckey *k = find_key(name);
+        if (!k) {
+            if (asprintf(err, "%s: unknown config key '%s'", path, name) < 0)
+                *err = NULL;
+            goto out;
+        }
+        if (set_key(c, k, v, err))
+            goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+void config_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: capd --listen ADDR:PORT --data-dir DIR [--config FILE] [options]\n"
+            "       capd --help | --version\n"
+            "\n"
+            "capd runs model x width x pass capture jobs for ML framework builds, each cell in\n"
+            "its own child process, stores what every layer computed in SQLite and compares a\n"
+            "control against a branch head.\n"
+            "\n"
+            "options (every one is also a key of the JSON config file; flags win):\n"
+            "  --listen ADDR:PORT        address to serve HTTP on (default 127.0.0.1:8470;\n"
+            "                            port 0 picks a free port, printed on stdout)\n"
+            "  --data-dir DIR            database, cell logs and scratch (default /var/lib/capd)\n"
+            "  --config FILE             JSON config file (see docs/configuration.md)\n"
+            "  --max-parallel N          cells running at once (default 1: timings need the CPU)\n"
+            "  --max-attempts N          runs of an interrupted cell before it gives up (3)\n"
+            "  --runner-dir DIR          directory holding the capd_runner package\n"
+            "  --log-level LEVEL         debug, info, warn or error (default info)\n"
+            "  --help                    this text\n"
+            "  --version                 print the version\n");
+}
+
+int config_parse_args(struct capd_config *c, int argc, char **argv, const char **config_path,
+                      char **err)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"config", required_argument, NULL, 'c'},
+        {"max-parallel", required_argument, NULL, 'p'},
+        {"max-attempts", required_argument, NULL, 'a'},
+        {"runner-dir", required_argument, NULL, 'r'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int o;
+    optind = 1;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        json_t *v = NULL;
+        const char *key = NULL;
+        switch (o) {
+        case 'h':
+            config_usage(stdout);
+            return 1;
+        case 'V':
+            printf("capd %s\n", CAPD_VERSION);
+            return 1;
+        case 'c':
+            *config_path = optarg;
+            continue;
+        case 'l':
+            key = "listen";
+            v = json_string(optarg);
+            break;
+        case 'd':
+            key = "data_dir";
+            v = json_string(optarg);
+            break;
+        case 'r':
+            key = "runner_dir";
+            v = json_string(optarg);
+            break;
+        case 'L':
+            key = "log_level";
+            v = json_string(optarg);
+            break;
+        case 'p':
+        case 'a': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            key = o == 'p' ? "max_parallel" : "max_attempts";
+            v = *end || end == optarg ? json_string(optarg) : json_integer(n);
+            break;
+        }
+        default:
+            if (asprintf(err, "unknown or incomplete option '%s' (see capd --help)",
+                         argv[optind - 1]) < 0)
+                *err = NULL;
+            return -EINVAL;
+        }
+        int rc = set_key(c, find_key(key), v, err);
+        json_decref(v);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc) {
+        if (asprintf(err, "unexpected argument '%s' (see capd --help)", argv[optind]) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* An installed capd finds its runner and exec shim next to itself
+ * (PREFIX/bin/capd -> PREFIX/share/capd/runner, PREFIX/bin/capd-exec); a
+ * capd run from the build tree falls back to the source tree's runner/. */
+int config_finish(struct capd_config *c, const char *argv0, char **err)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    (void)argv0;
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0;
+    } else {
+        snprintf(exe, sizeof exe, ".");
+    }
+    if (!c->exec_bin[0])
+        snprintf(c->exec_bin, sizeof c->exec_bin, "%.480s/capd-exec", exe);
+    if (!c->runner_dir[0]) {
+        char cand[PATH_MAX + 64];
+        snprintf(cand, sizeof cand, "%s/../share/capd/runner/capd_runner", exe);
+        if (access(cand, R_OK) == 0)
+            snprintf(c->runner_dir, sizeof c->runner_dir, "%.460s/../share/capd/runner", exe);
+        else
+            snprintf(c->runner_dir, sizeof c->runner_dir, "%.480s/runner", CAPD_SOURCE_DIR);
+    }
+    if (c->data_dir[0] == 0) {
+        if (asprintf(err, "data_dir must not be empty") < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * daemon/config.h - every setting of capd, its default, and how it is read:
+ * a JSON config file (--config FILE) first, then command-line flags, which
+ * win. docs/configuration.md lists every key.
+ */
+#ifndef CAPD_CONFIG_H
+#define CAPD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CAPD_MAX_ENV_ALLOW 64
+
+struct capd_config {
+    char listen_addr[64];
+    int listen_port;
+    char data_dir[512];
+    char log_level[16];
+    int http_threads;
+    size_t max_body_bytes;
+    int max_cells_per_job;
+    int max_queued_jobs;
+    int max_parallel;
+    int max_attempts;
+    int shutdown_deadline_ms;
+    int kill_grace_ms;
+    bool keep_scratch;
+    bool unshare_net;
+    uint64_t cell_log_max_bytes;
+    uint64_t rlimit_as_bytes;
+    uint64_t rlimit_cpu_s;
+    uint64_t rlimit_nofile;
+    uint64_t rlimit_nproc;
+    uint64_t frame_max_header;
+    uint64_t frame_max_payload;
+    uint64_t frame_max_frames;
+    uint64_t frame_max_total_payload;
+    char runner_dir[512];
+    char exec_bin[512];
+    int env_allow_n;
+    char env_allow[CAPD_MAX_ENV_ALLOW][64];
+};
+
+void config_defaults(struct capd_config *c);
+
+/* Loads FILE over the current values; unknown keys and wrong types are
+ * errors naming the key. *err is malloc'd on failure. */
+int config_load_file(struct capd_config *c, const char *path, char **err);
+
+/* Parses argv over the current values. Returns 0, 1 when --help/--version
+ * was handled, or -EINVAL with *err set. */
+int config_parse_args(struct capd_config *c, int argc, char **argv, const char **config_path,
+                      char **err);
+
+/* Checks cross-field rules and fills paths that default from others. */
+int config_finish(struct capd_config *c, const char *argv0, char **err);
+
+void config_usage(FILE *f);
+#endif

@@ -1,0 +1,191 @@
+/*
+ * daemon/exec_shim.c - capd-exec, the small program capd spawns for every
+ * cell. It applies what uv_spawn cannot, then runs the runner:
+ *
+ *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
+ *             [--unshare-net] [--rusage-fd FD] -- PROGRAM ARGS...
+ *
+ * capd has already put it in a new session (its own process group) with a
+ * clean environment and the frame pipe on fd 3. The shim forks once: the
+ * child sets a parent-death signal, the rlimits, closes every fd above 3
+ * and execs PROGRAM; the shim itself stays behind to collect the child's
+ * resource usage with wait4() (libuv reaps without rusage), writes it to
+ * --rusage-fd as "maxrss_kb utime_us stime_us\n", and then leaves exactly
+ * as the child did: same exit code, or the same signal raised on itself,
+ * so capd classifies the cell from the shim's own status.
+ *
+ * Exit codes of its own: 125 bad usage, 126 setup failed, 127 exec failed
+ * (the child prints why on stderr, which lands in the cell log).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N] "
+                    "[--unshare-net] [--rusage-fd FD] -- PROGRAM ARGS...\n");
+    exit(125);
+}
+
+static int parse_u64(const char *s, unsigned long long *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtoull(s, &end, 10);
+    return errno || end == s || *end ? -1 : 0;
+}
+
+static void set_limit(int res, unsigned long long v, const char *what)
+{
+    struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
+    if (setrlimit(res, &rl) != 0) {
+        /* Lowering a limit cannot fail unless the hard limit is already
+         * lower; then keep the lower one rather than fail the cell. */
+        struct rlimit cur;
+        if (getrlimit(res, &cur) == 0 && cur.rlim_max < v)
+            return;
+        fprintf(stderr, "capd-exec: setrlimit(%s, %llu): %s\n", what, v, strerror(errno));
+        _exit(126);
+    }
+}
+
+/* Closes every descriptor above 3 (close_range where the kernel has it,
+ * else by listing /proc/self/fd), so nothing capd had open leaks in. */
+static void close_stray_fds(void)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 4U, ~0U, 0U) == 0)
+        return;
+#endif
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        for (int fd = 4; fd < 65536; fd++)
+            close(fd);
+        return;
+    }
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        if (fd > 3 && fd != dfd)
+            close(fd);
+    }
+    closedir(d);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long as = 0, cpu = 0, nofile = 0, nproc = 0, rfd = 0;
+    int unshare_net = 0, have_rfd = 0, i;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        unsigned long long *dst = NULL;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        } else if (strcmp(a, "--unshare-net") == 0) {
+            unshare_net = 1;
+            continue;
+        } else if (strcmp(a, "--as") == 0) {
+            dst = &as;
+        } else if (strcmp(a, "--cpu") == 0) {
+            dst = &cpu;
+        } else if (strcmp(a, "--nofile") == 0) {
+            dst = &nofile;
+        } else if (strcmp(a, "--nproc") == 0) {
+            dst = &nproc;
+        } else if (strcmp(a, "--rusage-fd") == 0) {
+            dst = &rfd;
+            have_rfd = 1;
+        } else {
+            usage();
+        }
+        if (i + 1 >= argc || parse_u64(argv[++i], dst) != 0)
+            usage();
+    }
+    if (i >= argc)
+        usage();
+
+    /* The shim dies with capd, and takes its child with it below. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        _exit(126);
+    if (unshare_net && unshare(CLONE_NEWNET) != 0)
+        fprintf(stderr, "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
+                        "host network\n",
+                strerror(errno));
+
+    pid_t shim = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "capd-exec: fork: %s\n", strerror(errno));
+        return 126;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != shim)
+            _exit(126);
+        signal(SIGTERM, SIG_DFL);
+        set_limit(RLIMIT_CORE, 0, "core");
+        if (as)
+            set_limit(RLIMIT_AS, as, "as");
+        if (cpu)
+            set_limit(RLIMIT_CPU, cpu, "cpu");
+        if (nofile)
+            set_limit(RLIMIT_NOFILE, nofile, "nofile");
+        if (nproc)
+            set_limit(RLIMIT_NPROC, nproc, "nproc");
+        close_stray_fds();
+        execvp(argv[i], &argv[i]);
+        fprintf(stderr, "capd-exec: cannot execute %s: %s\n", argv[i], strerror(errno));
+        _exit(127);
+    }
+
+    /* capd signals the whole group; the shim only waits, so the child's own
+     * reaction to SIGTERM decides the outcome. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "capd-exec: wait4: %s\n", strerror(errno));
+            return 126;
+        }
+    }
+    if (have_rfd) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "%ld %lld %lld\n", ru.ru_maxrss,
+                         (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
+                         (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec);
+        ssize_t w = write((int)rfd, line, (size_t)n);
+        (void)w;
+        close((int)rfd);
+    }
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        struct rlimit zero = {0, 0};
+        setrlimit(RLIMIT_CORE, &zero);
+        signal(sig, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        raise(sig);
+        /* A signal whose default action is not to terminate. */
+        return 128 + sig;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 126;
+}

@@ -1,0 +1,88 @@
+/*
+ * daemon/main.c - capd's entry point: configuration, the daemon loop and
+ * the HTTP front end, wired together.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/api.h"
+#include "daemon/capd.h"
+#include "daemon/log.h"
+
+static void hook_quiesce(void *ud)
+{
+    api_quiesce(ud);
+}
+
+static unsigned hook_inflight(void *ud)
+{
+    return api_inflight(ud);
+}
+
+static void hook_stop(void *ud)
+{
+    api_stop(ud);
+}
+
+static int fail(const char *what, char *err)
+{
+    fprintf(stderr, "capd: %s: %s\n", what, err ? err : "unknown error");
+    log_error("startup_failed", "what=%s err=%s", what, log_q(err));
+    free(err);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct capd_config cfg, scratch;
+    const char *config_path = NULL;
+    char *err = NULL;
+    struct capd *d = NULL;
+    struct api *a = NULL;
+    int port = 0, rc;
+
+    /* Flags win over the file, so find --config first, load it, then apply
+     * the flags over it. */
+    config_defaults(&scratch);
+    rc = config_parse_args(&scratch, argc, argv, &config_path, &err);
+    if (rc == 1)
+        return 0;
+    if (rc)
+        return fprintf(stderr, "capd: %s\n", err ? err : "bad arguments"), free(err), 2;
+    config_defaults(&cfg);
+    if (config_path && config_load_file(&cfg, config_path, &err) != 0)
+        return fail("config", err) + 1;
+    if (config_parse_args(&cfg, argc, argv, &config_path, &err) != 0 ||
+        config_finish(&cfg, argv[0], &err) != 0)
+        return fail("config", err) + 1;
+    enum log_level lvl;
+    if (log_parse_level(cfg.log_level, &lvl) != 0)
+        return fail("config", strdup("log_level must be debug, info, warn or error")) + 1;
+    log_set_level(lvl);
+    if (mkdir(cfg.data_dir, 0750) != 0 && errno != EEXIST) {
+        char *m = NULL;
+        if (asprintf(&m, "cannot create data dir %s: %s", cfg.data_dir, strerror(errno)) < 0)
+            m = NULL;
+        return fail("data_dir", m);
+    }
+    if (capd_new(&cfg, &d, &err) != 0)
+        return fail("storage", err);
+    if (api_start(d, &a, &port, &err) != 0) {
+        capd_free(d);
+        return fail("listen", err);
+    }
+    struct capd_http_hooks hooks = {a, hook_quiesce, hook_inflight, hook_stop};
+    capd_set_http_hooks(d, &hooks);
+    /* Tests and scripts read the bound port from this line. */
+    printf("capd listening on %s:%d\n", cfg.listen_addr, port);
+    fflush(stdout);
+    log_info("listening", "addr=%s port=%d data_dir=%s version=%s max_parallel=%d runner_dir=%s",
+             cfg.listen_addr, port, log_q(cfg.data_dir), CAPD_VERSION, cfg.max_parallel,
+             log_q(cfg.runner_dir));
+    capd_run(d);
+    capd_free(d);
+    return 0;
+}

@@ -1,0 +1,782 @@
+/*
+ * daemon/sup.c - one cell attempt, from spawn to stored outcome.
+ *
+ * The child is capd-exec (rlimits, parent-death signal, stray fds closed)
+ * wrapping the build's interpreter running the runner. It gets:
+ *   fd 0  /dev/null
+ *   fd 1,2  one pipe, read here into the capped cell log
+ *   fd 3  the frame pipe, parsed here and written to storage as it streams
+ *   fd 4  (shim only) its child's rusage, read after exit
+ * UV_PROCESS_DETACHED puts it in a new session, so its pid is its process
+ * group and a signal to -pid reaches every descendant that did not leave.
+ *
+ * The attempt ends when the process has exited and both pipes reached EOF
+ * (or a short drain timer ran out because some grandchild still holds them
+ * open: the group is SIGKILLed at exit, so that only happens when one
+ * escaped into its own session).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/frame.h"
+#include "daemon/log.h"
+#include "daemon/sup.h"
+#include "daemon/widths.h"
+
+#define SUP_READ_BUF (1u << 20)
+#define SUP_DRAIN_MS 2000
+
+extern char **environ;
+
+struct sup {
+    uv_loop_t *loop;
+    const struct capd_config *cfg;
+    struct store *st;
+    struct store_cell_run run;
+    sup_done_cb done;
+    void *ud;
+
+    uv_process_t proc;
+    uv_pipe_t frames, logp;
+    uv_timer_t timer;
+    int handles_open;
+    int rusage_fd;
+    pid_t pid;
+
+    bool exited, frames_eof, log_eof, finished;
+    bool timed_out, cancelled, abandoned, kill_sent;
+    int64_t exit_status;
+    int term_signal;
+    uint64_t t0;
+    int64_t peak_rss;
+
+    struct frame_parser *fp;
+    char *fail_state; /* protocol_error or failed, set when capd ended it */
+    char *fail_reason;
+    int64_t rec_seq;
+    char effective_width[32];
+
+    int log_fd;
+    uint64_t log_part_bytes, log_dropped;
+    char *log_path;
+    char scratch[1024];
+    char *buf;
+};
+
+const char *sup_job_id(const struct sup *s)
+{
+    return s->run.job_id;
+}
+
+const char *sup_cell_id(const struct sup *s)
+{
+    return s->run.cell_id;
+}
+
+char *sup_log_path(const char *data_dir, const char *job_id, const char *cell_id)
+{
+    char *p;
+    if (asprintf(&p, "%s/logs/%s/%s.log", data_dir, job_id, cell_id) < 0)
+        return NULL;
+    return p;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static void set_fail(struct sup *s, const char *state, const char *reason)
+{
+    if (s->fail_state)
+        return;
+    s->fail_state = strdup(state);
+    s->fail_reason = strdup(reason);
+}
+
+static void kill_group(struct sup *s, int sig)
+{
+    if (s->pid > 0)
+        kill(-s->pid, sig);
+}
+
+/* ---- the capped log: tail kept ----
+ * Output goes to LOG.part; when that reaches half the cap it becomes
+ * LOG.prev (replacing the older one) and a new part starts, so the last
+ * cap/2..cap bytes always survive. At the end the two are joined. */
+
+static void log_write(struct sup *s, const char *data, size_t n)
+{
+    if (s->log_fd < 0)
+        return;
+    uint64_t half = s->cfg->cell_log_max_bytes / 2;
+    while (n > 0) {
+        if (s->log_part_bytes >= half) {
+            char prev[1100], part[1100];
+            snprintf(prev, sizeof prev, "%s.prev", s->log_path);
+            snprintf(part, sizeof part, "%s.part", s->log_path);
+            struct stat sb;
+            if (stat(prev, &sb) == 0)
+                s->log_dropped += (uint64_t)sb.st_size;
+            close(s->log_fd);
+            rename(part, prev);
+            s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+            s->log_part_bytes = 0;
+            if (s->log_fd < 0)
+                return;
+        }
+        size_t room = half - s->log_part_bytes;
+        size_t w = n < room ? n : room;
+        ssize_t r = write(s->log_fd, data, w);
+        if (r <= 0)
+            return;
+        s->log_part_bytes += (uint64_t)r;
+        data += r;
+        n -= (size_t)r;
+    }
+}
+
+static void log_finish(struct sup *s)
+{
+    char prev[1100], part[1100];
+    snprintf(prev, sizeof prev, "%s.prev", s->log_path);
+    snprintf(part, sizeof part, "%s.part", s->log_path);
+    if (s->log_fd >= 0)
+        close(s->log_fd);
+    s->log_fd = -1;
+    int in = open(prev, O_RDONLY | O_CLOEXEC);
+    if (in < 0) {
+        rename(part, s->log_path);
+        return;
+    }
+    int out = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (out >= 0) {
+        char note[160];
+        int nn = snprintf(note, sizeof note,
+                          "[capd: log over its %llu-byte cap; %llu earlier bytes dropped, the "
+                          "tail follows]\n",
+                          (unsigned long long)s->cfg->cell_log_max_bytes,
+                          (unsigned long long)s->log_dropped);
+        ssize_t wr = write(out, note, (size_t)nn);
+        (void)wr;
+        for (int pass = 0; pass < 2; pass++) {
+            ssize_t r;
+            while ((r = read(in, s->buf, SUP_READ_BUF)) > 0)
+                if (write(out, s->buf, (size_t)r) != r)
+                    break;
+            close(in);
+            in = pass == 0 ? open(part, O_RDONLY | O_CLOEXEC) : -1;
+            if (in < 0)
+                break;
+        }
+        close(out);
+    }
+    if (in >= 0)
+        close(in);
+    unlink(prev);
+    unlink(part);
+}
+
+/* ---- ending ---- */
+
+static void on_close(uv_handle_t *h)
+{
+    struct sup *s = h->data;
+    if (--s->handles_open > 0)
+        return;
+    store_cell_run_clear(&s->run);
+    frame_parser_free(s->fp);
+    free(s->fail_state);
+    free(s->fail_reason);
+    free(s->log_path);
+    free(s->buf);
+    free(s);
+}
+
+static void close_handle(struct sup *s, uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, on_close);
+}
+
+static void classify(struct sup *s, struct store_outcome *o, char *reason, size_t rlen)
+{
+    const char *end_status = frame_end_status(s->fp);
+    const char *end_reason = frame_end_reason(s->fp);
+    o->exit_code = s->term_signal ? -1 : (int)s->exit_status;
+    o->signal = NULL;
+    o->reason = reason;
+    reason[0] = 0;
+    if (s->cancelled) {
+        o->state = "cancelled";
+        snprintf(reason, rlen, "job cancelled");
+    } else if (s->timed_out) {
+        o->state = "timeout";
+        snprintf(reason, rlen, "ran past timeout_s=%lld",
+                 (long long)json_integer_value(
+                     json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")));
+    } else if (s->fail_state) {
+        o->state = s->fail_state;
+        snprintf(reason, rlen, "%s", s->fail_reason);
+    } else if (s->term_signal) {
+        static char sig[32];
+        const char *abbr = sigabbrev_np(s->term_signal);
+        snprintf(sig, sizeof sig, "SIG%s", abbr ? abbr : "?");
+        o->state = "crashed";
+        o->signal = sig;
+        snprintf(reason, rlen, "killed by %s (%s)", sig, strsignal(s->term_signal));
+    } else if (end_status && strcmp(end_status, "unsupported") == 0) {
+        o->state = "unsupported";
+        snprintf(reason, rlen, "%s", end_reason ? end_reason : "runner reported unsupported");
+    } else if (s->exit_status != 0) {
+        o->state = "failed";
+        snprintf(reason, rlen, "exit code %lld%s%s", (long long)s->exit_status,
+                 end_reason ? ": " : "", end_reason ? end_reason : "");
+    } else if (!frame_saw_end(s->fp)) {
+        o->state = "failed";
+        snprintf(reason, rlen, "runner exited 0 without an end frame");
+    } else if (end_status && strcmp(end_status, "failed") == 0) {
+        o->state = "failed";
+        snprintf(reason, rlen, "%s", end_reason ? end_reason : "runner reported failure");
+    } else {
+        o->state = "ok";
+        o->reason = NULL;
+    }
+}
+
+static void finish(struct sup *s)
+{
+    if (s->finished || !s->exited || !s->frames_eof || !s->log_eof)
+        return;
+    s->finished = true;
+    uv_timer_stop(&s->timer);
+    log_finish(s);
+    if (!s->abandoned) {
+        char reason[1024];
+        struct store_outcome o = {0};
+        classify(s, &o, reason, sizeof reason);
+        o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
+        o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
+        o.peak_rss_bytes = s->peak_rss;
+        o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
+        int rc = store_cell_finish(s->st, &s->run, &o);
+        if (rc)
+            log_error("cell_store_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id,
+                      s->run.cell_id, rc, log_q(store_errmsg(s->st)));
+        log_info("cell_finished",
+                 "job=%s cell=%s model=%s width=%s pass=%s outcome=%s duration_ms=%lld "
+                 "records=%lld reason=%s",
+                 s->run.job_id, s->run.cell_id,
+                 log_q(json_string_value(json_object_get(s->run.spec, "model"))),
+                 json_string_value(json_object_get(s->run.spec, "width")),
+                 json_string_value(json_object_get(s->run.spec, "pass")), o.state,
+                 (long long)o.duration_ms, (long long)s->rec_seq, log_q(o.reason));
+    }
+    if (!s->cfg->keep_scratch && s->scratch[0])
+        rm_tree(s->scratch);
+    if (s->done)
+        s->done(s->ud, s);
+    close_handle(s, (uv_handle_t *)&s->timer);
+    close_handle(s, (uv_handle_t *)&s->frames);
+    close_handle(s, (uv_handle_t *)&s->logp);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    /* Something outside the group still holds the pipes: stop reading. */
+    if (!s->frames_eof) {
+        uv_read_stop((uv_stream_t *)&s->frames);
+        s->frames_eof = true;
+        if (!s->fail_state && !frame_saw_end(s->fp))
+            frame_finish(s->fp);
+    }
+    if (!s->log_eof) {
+        uv_read_stop((uv_stream_t *)&s->logp);
+        s->log_eof = true;
+    }
+    finish(s);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+{
+    struct sup *s = p->data;
+    s->exited = true;
+    s->exit_status = exit_status;
+    s->term_signal = term_signal;
+    /* Whatever the runner left behind in its group goes with it. */
+    kill_group(s, SIGKILL);
+    char line[128];
+    ssize_t n = read(s->rusage_fd, line, sizeof line - 1);
+    if (n > 0) {
+        line[n] = 0;
+        long long kb = 0;
+        if (sscanf(line, "%lld", &kb) == 1)
+            s->peak_rss = kb * 1024;
+    }
+    close(s->rusage_fd);
+    s->rusage_fd = -1;
+    s->pid = 0;
+    close_handle(s, (uv_handle_t *)p);
+    uv_timer_stop(&s->timer);
+    uv_timer_start(&s->timer, on_drain_timeout, SUP_DRAIN_MS, 0);
+    finish(s);
+}
+
+static void on_kill_timer(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    kill_group(s, SIGKILL);
+}
+
+/* SIGTERM to the group first so a runner can flush; SIGKILL after grace. */
+static void terminate(struct sup *s)
+{
+    if (s->kill_sent || s->exited)
+        return;
+    s->kill_sent = true;
+    kill_group(s, SIGTERM);
+    uv_timer_stop(&s->timer);
+    uv_timer_start(&s->timer, on_kill_timer, (uint64_t)s->cfg->kill_grace_ms, 0);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    s->timed_out = true;
+    log_warn("cell_timeout", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
+    terminate(s);
+}
+
+void sup_cancel(struct sup *s)
+{
+    if (s->exited)
+        return;
+    s->cancelled = true;
+    terminate(s);
+}
+
+void sup_abandon(struct sup *s)
+{
+    s->abandoned = true;
+    kill_group(s, SIGKILL);
+}
+
+/* ---- streams ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    (void)suggested;
+    b->base = s->buf;
+    b->len = SUP_READ_BUF;
+}
+
+static int on_frame(void *ud, const struct frame *f)
+{
+    struct sup *s = ud;
+    if (f->kind == FRAME_ENV) {
+        const char *w = json_string_value(json_object_get(frame_header(f), "effective_width"));
+        if (w)
+            snprintf(s->effective_width, sizeof s->effective_width, "%s", w);
+    }
+    const char *key = f->kind == FRAME_TENSOR ? f->tensor.key : NULL;
+    int rc = store_record_add(s->st, s->run.attempt_id, s->rec_seq, frame_kind_name(f->kind), key,
+                              f->hdr_text, f->hdr_len, f->payload, (size_t)f->nbytes);
+    if (rc) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "capd could not store record %lld: %s", (long long)s->rec_seq,
+                 store_errmsg(s->st));
+        set_fail(s, "failed", msg);
+        return -EIO;
+    }
+    s->rec_seq++;
+    return 0;
+}
+
+static void on_frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    if (n > 0) {
+        if (s->fail_state)
+            return; /* already ending: drain and drop */
+        int rc = frame_feed(s->fp, b->base, (size_t)n);
+        if (rc) {
+            if (rc == -EPROTO)
+                set_fail(s, "protocol_error", frame_error(s->fp));
+            log_warn("cell_protocol_error", "job=%s cell=%s reason=%s", s->run.job_id,
+                     s->run.cell_id, log_q(s->fail_reason));
+            kill_group(s, SIGKILL);
+        }
+        return;
+    }
+    if (n == 0)
+        return;
+    uv_read_stop(h);
+    s->frames_eof = true;
+    if (!s->fail_state) {
+        int rc = frame_finish(s->fp);
+        if (rc == -EPROTO)
+            set_fail(s, "protocol_error", frame_error(s->fp));
+    }
+    finish(s);
+}
+
+static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    if (n > 0) {
+        log_write(s, b->base, (size_t)n);
+        return;
+    }
+    if (n == 0)
+        return;
+    uv_read_stop(h);
+    s->log_eof = true;
+    finish(s);
+}
+
+/* ---- start ---- */
+
+static bool env_allowed(const struct capd_config *cfg, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
+    for (int i = 0; i < cfg->env_allow_n; i++) {
+        const char *p = cfg->env_allow[i];
+        size_t pl = strlen(p);
+        if (pl > 0 && p[pl - 1] == '*') {
+            if (klen >= pl - 1 && strncmp(kv, p, pl - 1) == 0)
+                return true;
+        } else if (pl == klen && strncmp(kv, p, klen) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The child's environment, in order of precedence from low to high: the
+ * allow-listed part of capd's own, the build's variables, the width's
+ * variables, then what capd itself must set (spec path, runner on the path).
+ */
+static char **build_env(struct sup *s, const char *spec_path)
+{
+    json_t *env = json_object();
+    const char *k;
+    json_t *v;
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || !env_allowed(s->cfg, *e))
+            continue;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
+        json_object_set_new(env, key, json_string(eq + 1));
+    }
+    json_object_foreach(json_object_get(s->run.build, "env"), k, v)
+    {
+        json_object_set(env, k, v);
+    }
+    json_object_foreach(width_env(json_string_value(json_object_get(s->run.spec, "width"))), k, v)
+    {
+        json_object_set(env, k, v);
+    }
+    const char *pp = json_string_value(json_object_get(env, "PYTHONPATH"));
+    char *path = NULL;
+    if (asprintf(&path, "%s%s%s", pp ? pp : "", pp ? ":" : "", s->cfg->runner_dir) >= 0) {
+        json_object_set_new(env, "PYTHONPATH", json_string(path));
+        free(path);
+    }
+    json_int_t threads =
+        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "threads"));
+    if (threads > 0 && !json_object_get(env, "OMP_NUM_THREADS")) {
+        char t[32];
+        snprintf(t, sizeof t, "%lld", (long long)threads);
+        json_object_set_new(env, "OMP_NUM_THREADS", json_string(t));
+    }
+    json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));
+    json_object_set_new(env, "PYTHONUNBUFFERED", json_string("1"));
+    json_object_set_new(env, "CAPD_CELL_SPEC", json_string(spec_path));
+    size_t n = json_object_size(env), i = 0;
+    char **out = calloc(n + 1, sizeof *out);
+    json_object_foreach(env, k, v)
+    {
+        if (out && asprintf(&out[i], "%s=%s", k, json_string_value(v)) >= 0)
+            i++;
+    }
+    json_decref(env);
+    return out;
+}
+
+static void free_strv(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int write_spec(struct sup *s, const char *path)
+{
+    json_t *o = json_deep_copy(json_object_get(s->run.spec, "options"));
+    if (!json_object_get(o, "sample_size"))
+        json_object_set_new(o, "sample_size", json_integer(256));
+    if (!json_object_get(o, "max_payload_bytes"))
+        json_object_set_new(o, "max_payload_bytes",
+                            json_integer((json_int_t)s->cfg->frame_max_total_payload));
+    const char *device = json_string_value(json_object_get(o, "device"));
+    json_t *spec = json_pack(
+        "{s:i,s:s,s:s,s:i,s:O,s:O,s:O,s:s,s:i,s:s,s:O,s:o}", "protocol", FRAME_PROTOCOL_VERSION,
+        "job", s->run.job_id, "cell", s->run.cell_id, "attempt", s->run.attempt, "model",
+        json_object_get(s->run.spec, "model"), "width", json_object_get(s->run.spec, "width"),
+        "pass", json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
+        "frame_fd", 3, "scratch", s->scratch, "model_roots",
+        json_object_get(s->run.build, "model_roots"), "options", o);
+    int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
+    json_decref(spec);
+    return rc;
+}
+
+static int finish_setup_failure(struct store *st, struct store_cell_run *run, const char *reason)
+{
+    struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = reason};
+    log_error("cell_setup_failed", "job=%s cell=%s reason=%s", run->job_id, run->cell_id,
+              log_q(reason));
+    return store_cell_finish(st, run, &o);
+}
+
+int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
+              struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out)
+{
+    int rc = -ENOMEM;
+    int fpipe[2] = {-1, -1}, lpipe[2] = {-1, -1}, rpipe[2] = {-1, -1};
+    char **env = NULL;
+    char *spec_path = NULL, *logdir = NULL, reason[1200] = "";
+    char as[32], cpu[32], nofile[32], nproc[32], rfd[8];
+    struct sup *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->loop = loop;
+    s->cfg = cfg;
+    s->st = st;
+    s->run = *run;
+    memset(run, 0, sizeof *run);
+    s->done = done;
+    s->ud = ud;
+    s->log_fd = -1;
+    s->rusage_fd = -1;
+    s->t0 = uv_hrtime();
+    s->buf = malloc(SUP_READ_BUF);
+    struct frame_limits lim = {
+        .max_header = (size_t)cfg->frame_max_header,
+        .max_payload = cfg->frame_max_payload,
+        .max_frames = cfg->frame_max_frames,
+        .max_total_payload = cfg->frame_max_total_payload,
+    };
+    if (!s->buf || frame_parser_new(&lim, on_frame, s, &s->fp) != 0)
+        goto fail;
+
+    const char *python = json_string_value(json_object_get(s->run.build, "python"));
+    if (!python || access(python, X_OK) != 0) {
+        snprintf(reason, sizeof reason, "build '%s': interpreter %s is not executable",
+                 json_string_value(json_object_get(s->run.build, "name")),
+                 python ? python : "(build no longer registered)");
+        rc = -ENOENT;
+        goto fail;
+    }
+    snprintf(s->scratch, sizeof s->scratch, "%s/scratch/%s-%d", cfg->data_dir, s->run.cell_id,
+             s->run.attempt);
+    if (asprintf(&logdir, "%s/logs/%s", cfg->data_dir, s->run.job_id) < 0 ||
+        !(s->log_path = sup_log_path(cfg->data_dir, s->run.job_id, s->run.cell_id)) ||
+        asprintf(&spec_path, "%s/cell.json", s->scratch) < 0) {
+        logdir = spec_path = NULL;
+        goto fail;
+    }
+    rm_tree(s->scratch);
+    if ((rc = mkdir_p(s->scratch, 0700)) != 0 || (rc = mkdir_p(logdir, 0750)) != 0) {
+        snprintf(reason, sizeof reason, "cannot create %s: %s", s->scratch, strerror(-rc));
+        goto fail;
+    }
+    if ((rc = write_spec(s, spec_path)) != 0) {
+        snprintf(reason, sizeof reason, "cannot write the cell spec %s", spec_path);
+        goto fail;
+    }
+    char part[1100];
+    snprintf(part, sizeof part, "%s.part", s->log_path);
+    s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (s->log_fd < 0 || pipe2(fpipe, O_CLOEXEC) != 0 || pipe2(lpipe, O_CLOEXEC) != 0 ||
+        pipe2(rpipe, O_CLOEXEC) != 0) {
+        rc = -errno;
+        snprintf(reason, sizeof reason, "cannot set up the cell's pipes/log: %s", strerror(errno));
+        goto fail;
+    }
+    /* A bigger pipe lets a runner stream payloads without a context switch
+     * per 64 KiB; failure only costs speed. */
+    fcntl(fpipe[0], F_SETPIPE_SZ, 1 << 20);
+    fcntl(rpipe[0], F_SETFL, O_NONBLOCK);
+    if (!(env = build_env(s, spec_path)))
+        goto fail;
+
+    snprintf(as, sizeof as, "%llu", (unsigned long long)cfg->rlimit_as_bytes);
+    snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)cfg->rlimit_cpu_s);
+    snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)cfg->rlimit_nofile);
+    snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)cfg->rlimit_nproc);
+    snprintf(rfd, sizeof rfd, "4");
+    char *args[24];
+    int a = 0;
+    args[a++] = (char *)cfg->exec_bin;
+    if (cfg->rlimit_as_bytes) {
+        args[a++] = "--as";
+        args[a++] = as;
+    }
+    if (cfg->rlimit_cpu_s) {
+        args[a++] = "--cpu";
+        args[a++] = cpu;
+    }
+    if (cfg->rlimit_nofile) {
+        args[a++] = "--nofile";
+        args[a++] = nofile;
+    }
+    if (cfg->rlimit_nproc) {
+        args[a++] = "--nproc";
+        args[a++] = nproc;
+    }
+    if (cfg->unshare_net)
+        args[a++] = "--unshare-net";
+    args[a++] = "--rusage-fd";
+    args[a++] = rfd;
+    args[a++] = "--";
+    args[a++] = (char *)python;
+    args[a++] = "-m";
+    args[a++] = "capd_runner";
+    args[a] = NULL;
+
+    uv_stdio_container_t stdio[5];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = lpipe[1];
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = lpipe[1];
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = fpipe[1];
+    stdio[4].flags = UV_INHERIT_FD;
+    stdio[4].data.fd = rpipe[1];
+    uv_process_options_t po = {
+        .exit_cb = on_exit_cb,
+        .file = cfg->exec_bin,
+        .args = args,
+        .env = env,
+        .cwd = s->scratch,
+        .flags = UV_PROCESS_DETACHED,
+        .stdio_count = 5,
+        .stdio = stdio,
+    };
+    uv_timer_init(loop, &s->timer);
+    uv_pipe_init(loop, &s->frames, 0);
+    uv_pipe_init(loop, &s->logp, 0);
+    s->timer.data = s->frames.data = s->logp.data = s->proc.data = s;
+    s->handles_open = 3;
+    uv_pipe_open(&s->frames, fpipe[0]);
+    uv_pipe_open(&s->logp, lpipe[0]);
+    fpipe[0] = lpipe[0] = -1;
+    int urc = uv_spawn(loop, &s->proc, &po);
+    close(fpipe[1]);
+    close(lpipe[1]);
+    close(rpipe[1]);
+    fpipe[1] = lpipe[1] = rpipe[1] = -1;
+    if (urc != 0) {
+        snprintf(reason, sizeof reason, "cannot spawn %s: %s", cfg->exec_bin, uv_strerror(urc));
+        finish_setup_failure(st, &s->run, reason);
+        /* uv_spawn failing still requires closing the process handle. */
+        s->handles_open++;
+        s->finished = true;
+        close_handle(s, (uv_handle_t *)&s->proc);
+        close_handle(s, (uv_handle_t *)&s->timer);
+        close_handle(s, (uv_handle_t *)&s->frames);
+        close_handle(s, (uv_handle_t *)&s->logp);
+        close(rpipe[0]);
+        close(s->log_fd);
+        s->log_fd = -1;
+        rc = urc;
+        goto out_started;
+    }
+    s->handles_open++;
+    s->pid = s->proc.pid;
+    s->rusage_fd = rpipe[0];
+    rpipe[0] = -1;
+    uv_read_start((uv_stream_t *)&s->frames, on_alloc, on_frames_read);
+    uv_read_start((uv_stream_t *)&s->logp, on_alloc, on_log_read);
+    json_int_t timeout =
+        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "timeout_s"));
+    uv_timer_start(&s->timer, on_timeout, (uint64_t)(timeout > 0 ? timeout : 600) * 1000, 0);
+    log_info("cell_started", "job=%s cell=%s attempt=%d pid=%d model=%s width=%s pass=%s",
+             s->run.job_id, s->run.cell_id, s->run.attempt, s->pid,
+             log_q(json_string_value(json_object_get(s->run.spec, "model"))),
+             json_string_value(json_object_get(s->run.spec, "width")),
+             json_string_value(json_object_get(s->run.spec, "pass")));
+    *out = s;
+    rc = 0;
+out_started:
+    free_strv(env);
+    free(spec_path);
+    free(logdir);
+    return rc;
+
+fail:
+    if (!reason[0])
+        snprintf(reason, sizeof reason, "capd could not prepare the cell (error %d)", rc);
+    finish_setup_failure(st, &s->run, reason);
+    for (int i = 0; i < 2; i++) {
+        if (fpipe[i] >= 0)
+            close(fpipe[i]);
+        if (lpipe[i] >= 0)
+            close(lpipe[i]);
+        if (rpipe[i] >= 0)
+            close(rpipe[i]);
+    }
+    if (s->log_fd >= 0)
+        close(s->log_fd);
+    if (s->scratch[0] && !cfg->keep_scratch)
+        rm_tree(s->scratch);
+    store_cell_run_clear(&s->run);
+    frame_parser_free(s->fp);
+    free(s->log_path);
+    free(s->buf);
+    free(s);
+    free_strv(env);
+    free(spec_path);
+    free(logdir);
+    return rc ? rc : -EIO;
+}

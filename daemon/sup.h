@@ -1,0 +1,44 @@
+/*
+ * daemon/sup.h - the supervisor of one cell attempt: spawns the child
+ * through capd-exec, streams its frames into storage, caps its log, enforces
+ * its timeout and classifies how it ended. Runs on the daemon loop only.
+ */
+#ifndef CAPD_SUP_H
+#define CAPD_SUP_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "storage/store.h"
+
+struct sup;
+
+/* Called once when the attempt has ended and its outcome is stored; the
+ * sup is freed right after the callback returns. */
+typedef void (*sup_done_cb)(void *ud, struct sup *s);
+
+/*
+ * Starts the cell described by RUN (ownership of its json moves to the sup).
+ * On a set-up failure (no interpreter, unwritable data dir...) the cell is
+ * finished as failed with the reason and -errno is returned; DONE is not
+ * called then.
+ */
+int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
+              struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out);
+
+/* Stops the cell: SIGTERM to its group, SIGKILL after the grace period.
+ * The outcome becomes cancelled. */
+void sup_cancel(struct sup *s);
+
+/* Kills the group at once and forgets the attempt without storing an
+ * outcome (daemon shutdown: start-up recovery re-queues the cell). */
+void sup_abandon(struct sup *s);
+
+const char *sup_job_id(const struct sup *s);
+const char *sup_cell_id(const struct sup *s);
+
+/* Path of a cell's log file; caller frees. */
+char *sup_log_path(const char *data_dir, const char *job_id, const char *cell_id);
+
+#endif

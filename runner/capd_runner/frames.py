@@ -1,0 +1,136 @@
+"""Frame writer for the runner protocol (docs/protocol.md).
+
+A frame is one line of compact JSON (the header, at most MAX_HEADER bytes
+including the newline) followed by exactly ``nbytes`` payload bytes. Frames
+are collected in a small buffer and written with one ``os.writev`` per flush;
+a frame with a large payload is written at once, header and payload in the
+same system call, without copying the payload.
+
+A closed pipe (EPIPE) means capd is gone or has given up on the cell: the
+runner leaves at once, quietly, with EXIT_PIPE.
+"""
+
+import errno
+import json
+import os
+import sys
+
+MAX_HEADER = 65536
+EXIT_PIPE = 3
+# Buffered bytes past which flush() happens on its own.
+FLUSH_AT = 64 * 1024
+# Payloads at least this large skip the buffer (written right away, no copy).
+DIRECT_PAYLOAD = 16 * 1024
+IOV_MAX = 512
+
+
+class HeaderTooLarge(ValueError):
+    pass
+
+
+def encode_header(header):
+    line = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
+    if len(line) > MAX_HEADER:
+        raise HeaderTooLarge("frame header of kind %r is %d bytes (limit %d)"
+                             % (header.get("kind"), len(line), MAX_HEADER))
+    return line
+
+
+class FrameWriter(object):
+    def __init__(self, fd):
+        self.fd = fd
+        self._parts = []
+        self._pending = 0
+        self.frames = 0
+        self.payload_bytes = 0
+        self.ended = False
+
+    # -- low level -------------------------------------------------------
+    def _write_all(self, parts):
+        parts = [memoryview(p).cast("B") for p in parts if len(p)]
+        while parts:
+            try:
+                n = os.writev(self.fd, parts[:IOV_MAX])
+            except InterruptedError:
+                continue
+            except OSError as e:
+                if e.errno == errno.EPIPE:
+                    self._pipe_closed()
+                raise
+            while n and parts:
+                head = parts[0]
+                if n >= len(head):
+                    n -= len(head)
+                    parts.pop(0)
+                else:
+                    parts[0] = head[n:]
+                    n = 0
+
+    def _pipe_closed(self):
+        # Nobody reads the frames any more: nothing useful is left to do.
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(EXIT_PIPE)
+
+    def flush(self):
+        if self._parts:
+            parts, self._parts, self._pending = self._parts, [], 0
+            self._write_all(parts)
+
+    # -- frames ----------------------------------------------------------
+    def frame(self, header, payload=None):
+        """Queue one frame. ``payload`` is any bytes-like object (or None);
+        it must stay valid until this call returns."""
+        if self.ended:
+            raise RuntimeError("frame after end")
+        n = len(payload) if payload is not None else 0
+        if n:
+            header["nbytes"] = n
+        line = encode_header(header)
+        self.frames += 1
+        self.payload_bytes += n
+        if n >= DIRECT_PAYLOAD:
+            parts, self._parts, self._pending = self._parts, [], 0
+            parts.append(line)
+            parts.append(payload)
+            self._write_all(parts)
+            return
+        self._parts.append(line)
+        self._pending += len(line)
+        if n:
+            self._parts.append(bytes(payload))
+            self._pending += n
+        if self._pending >= FLUSH_AT:
+            self.flush()
+
+    def hello(self, protocol, runner):
+        self.frame({"kind": "hello", "protocol": protocol, "runner": runner})
+        self.flush()
+
+    def note(self, level, message):
+        message = str(message)
+        header = {"kind": "note", "level": level, "message": message}
+        # Keep the end of long messages (a traceback's last lines matter most).
+        while True:
+            try:
+                self.frame(header)
+                break
+            except HeaderTooLarge:
+                message = "...[truncated]\n" + message[len(message) // 2:]
+                header["message"] = message
+        self.flush()
+
+    def end(self, status, reason=None):
+        header = {"kind": "end", "status": status}
+        if reason:
+            header["reason"] = _fit(reason, 8192)
+        self.frame(header)
+        self.flush()
+        self.ended = True
+
+
+def _fit(text, limit):
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 15] + "...[truncated]"

@@ -1,0 +1,145 @@
+"""Cell spec: read from the JSON file named by $CAPD_CELL_SPEC and checked.
+
+Missing options take the defaults below (the same as capd's). Anything of the
+wrong type or out of range is a SpecError, which the runner reports as
+``end`` status ``failed``.
+"""
+
+import json
+import os
+
+PASSES = ("forward", "backward")
+DEVICES = ("cpu", "gpu")
+CAPTURE_LEVELS = ("stats", "sample", "full")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+DEFAULT_OPTIONS = {
+    "iterations": 20,
+    "warmup": 3,
+    "threads": 1,
+    "timeout_s": 600,
+    "capture": "stats",
+    "seed": 0,
+    "batch": 2,
+    "dtype": "float32",
+    "sample_size": 256,
+    "max_payload_bytes": 268435456,
+}
+
+# (minimum, maximum) of the integer options.
+_INT_RANGES = {
+    "iterations": (0, 1000000),
+    "warmup": (0, 1000000),
+    "threads": (0, 4096),  # 0: leave torch's default
+    "timeout_s": (0, 10 ** 9),
+    "seed": (0, 2 ** 63 - 1),
+    "batch": (1, 1 << 20),
+    "sample_size": (1, 1 << 24),
+    "max_payload_bytes": (0, 2 ** 63 - 1),
+}
+
+
+class SpecError(ValueError):
+    pass
+
+
+class CellSpec(object):
+    """Checked cell spec; attribute access to the fields the runner uses."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.protocol = raw.get("protocol")
+        self.job = raw.get("job")
+        self.cell = raw.get("cell")
+        self.attempt = raw.get("attempt")
+        self.model = raw.get("model")
+        self.width = raw.get("width")
+        self.pass_ = raw.get("pass")
+        self.device = raw.get("device", "cpu")
+        self.frame_fd = raw.get("frame_fd", 3)
+        self.scratch = raw.get("scratch")
+        self.model_roots = raw.get("model_roots", [])
+        opts = dict(DEFAULT_OPTIONS)
+        opts.update(raw.get("options") or {})
+        self.options = opts
+
+    def __getattr__(self, name):  # options as attributes: spec.iterations
+        opts = self.__dict__.get("options")
+        if opts is not None and name in opts:
+            return opts[name]
+        raise AttributeError(name)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check(raw):
+    if not isinstance(raw, dict):
+        raise SpecError("cell spec is not a JSON object")
+    if raw.get("protocol") != 1:
+        raise SpecError("cell spec protocol is %r, this runner speaks protocol 1"
+                        % (raw.get("protocol"),))
+    spec = CellSpec(raw)
+    if not isinstance(spec.model, str) or not spec.model:
+        raise SpecError("cell spec: 'model' must be a non-empty string")
+    if not isinstance(spec.width, str) or not spec.width:
+        raise SpecError("cell spec: 'width' must be a non-empty string")
+    if spec.pass_ not in PASSES:
+        raise SpecError("cell spec: 'pass' must be one of %s, not %r" % ("/".join(PASSES), spec.pass_))
+    if spec.device not in DEVICES:
+        raise SpecError("cell spec: 'device' must be one of %s, not %r" % ("/".join(DEVICES), spec.device))
+    if not _is_int(spec.frame_fd) or spec.frame_fd < 0:
+        raise SpecError("cell spec: 'frame_fd' must be a non-negative integer")
+    roots = spec.model_roots
+    if roots is None:
+        roots = spec.model_roots = []
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise SpecError("cell spec: 'model_roots' must be an array of strings")
+    opts = raw.get("options", {})
+    if opts is not None and not isinstance(opts, dict):
+        raise SpecError("cell spec: 'options' must be an object")
+    o = spec.options
+    for name, (lo, hi) in _INT_RANGES.items():
+        v = o[name]
+        if not _is_int(v) or v < lo or v > hi:
+            raise SpecError("cell spec: option %r must be an integer in [%d, %d], not %r" % (name, lo, hi, v))
+    if o["capture"] not in CAPTURE_LEVELS:
+        raise SpecError("cell spec: option 'capture' must be one of %s, not %r"
+                        % ("/".join(CAPTURE_LEVELS), o["capture"]))
+    if o["dtype"] not in DTYPES:
+        raise SpecError("cell spec: option 'dtype' must be one of %s, not %r" % ("/".join(DTYPES), o["dtype"]))
+    return spec
+
+
+def load(path=None):
+    """Read and check the spec named by $CAPD_CELL_SPEC (or ``path``)."""
+    if path is None:
+        path = os.environ.get("CAPD_CELL_SPEC")
+    if not path:
+        raise SpecError("CAPD_CELL_SPEC is not set")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SpecError("cannot read cell spec %s: %s" % (path, e.strerror or e))
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except ValueError as e:
+        raise SpecError("cell spec %s is not valid JSON: %s" % (path, e))
+    return check(raw)
+
+
+def peek_frame_fd(path=None):
+    """Best-effort frame_fd for reporting a spec that does not check."""
+    try:
+        if path is None:
+            path = os.environ.get("CAPD_CELL_SPEC")
+        with open(path, "rb") as f:
+            raw = json.loads(f.read().decode("utf-8"))
+        fd = raw.get("frame_fd", 3)
+        if _is_int(fd) and fd >= 0:
+            return fd
+    except Exception:
+        pass
+    return 3

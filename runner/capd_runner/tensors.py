@@ -1,0 +1,227 @@
+"""Per-tensor facts: dtype name, stats, content hash, raw bytes, samples.
+
+Everything here works without numpy (builds under test often lack it): the
+raw bytes of a CPU tensor are read in place through ctypes from its data
+pointer, which is the same for every dtype (bfloat16 included) and every
+PyTorch version from 1.10 on.
+"""
+
+import array
+import ctypes
+import hashlib
+import math
+import sys
+
+import torch
+
+BIG_ENDIAN = sys.byteorder == "big"
+# Elements per float64 pass of the stats; bounds the scratch memory (2 x 8 MiB).
+CHUNK = 1 << 20
+_HAS_AMINMAX = hasattr(torch, "aminmax")
+_INF = float("inf")
+
+
+def dtype_name(dtype):
+    s = str(dtype)
+    return s[6:] if s.startswith("torch.") else s
+
+
+def prepare(t):
+    """Detached, plain strided tensor with conj/neg bits resolved."""
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if getattr(t, "is_quantized", False):
+        t = t.int_repr()
+    for name in ("resolve_conj", "resolve_neg"):
+        fn = getattr(t, name, None)
+        if fn is not None:
+            t = fn()
+    return t
+
+
+def cpu_contiguous(t):
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    return t.contiguous()
+
+
+def _swap_unit(t):
+    size = t.element_size()
+    if t.is_complex():
+        size //= 2
+    return size
+
+
+_SWAP_CODES = {2: "H", 4: "I" if array.array("I").itemsize == 4 else "L", 8: "Q"}
+
+
+def raw_bytes(t):
+    """Little-endian C-contiguous bytes of a CPU contiguous tensor ``t``.
+
+    Returns a buffer that references ``t``'s memory (no copy) on
+    little-endian machines; the caller keeps ``t`` alive while using it.
+    """
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return b""
+    buf = memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
+    if BIG_ENDIAN:
+        unit = _swap_unit(t)
+        if unit > 1:
+            a = array.array(_SWAP_CODES[unit])
+            a.frombytes(buf)
+            a.byteswap()
+            return a.tobytes()
+    return buf
+
+
+def content_hash(t_cpu):
+    h = hashlib.blake2b(digest_size=16)
+    h.update(raw_bytes(t_cpu))
+    return h.hexdigest()
+
+
+def sample_positions(numel, sample_size):
+    """Flat positions floor(i * numel / k), k = min(sample_size, numel)."""
+    k = min(sample_size, numel)
+    return [(i * numel) // k for i in range(k)]
+
+
+def _finite_or_none(v):
+    return v if v is not None and math.isfinite(v) else None
+
+
+_EMPTY_STATS = {"min": None, "max": None, "mean": None, "std": None, "l2": None,
+                "nan": 0, "pinf": 0, "ninf": 0, "zeros": 0}
+
+
+class StatsEngine(object):
+    """Stats in float64 over finite values, with reusable scratch buffers.
+
+    Fresh large allocations cost page faults on every call, so the float64
+    copies go to two scratch buffers per device, at most CHUNK elements each;
+    bigger tensors are processed chunk by chunk.
+    """
+
+    def __init__(self):
+        self._ws = {}
+
+    def _scratch(self, device, n):
+        key = str(device)
+        ws = self._ws.get(key)
+        if ws is None or ws[0].numel() < n:
+            size = 4096
+            while size < n:
+                size *= 2
+            size = min(size, CHUNK)
+            ws = (torch.empty(size, dtype=torch.float64, device=device),
+                  torch.empty(size, dtype=torch.float64, device=device))
+            self._ws[key] = ws
+        return ws[0][:n], ws[1][:n]
+
+    def stats(self, t):
+        """``t``: prepared tensor (see prepare); any device, any real dtype."""
+        if t.is_complex():
+            t = torch.view_as_real(t)
+        flat = t.reshape(-1)
+        n = flat.numel()
+        if n == 0:
+            return dict(_EMPTY_STATS)
+        # Pass 1: sum, min, max, sum of squares, non-zeros.
+        total = 0.0
+        sumsq = 0.0
+        nonzero = 0
+        lo = _INF
+        hi = -_INF
+        for s in range(0, n, CHUNK):
+            e = min(n, s + CHUNK)
+            a, _b = self._scratch(flat.device, e - s)
+            a.copy_(flat[s:e])
+            if _HAS_AMINMAX:
+                mn, mx = torch.aminmax(a)
+            else:
+                mn, mx = a.min(), a.max()
+            vals = torch.stack([a.sum(), mn, mx, torch.dot(a, a),
+                                torch.count_nonzero(a).to(torch.float64)]).tolist()
+            total += vals[0]
+            lo = min(lo, vals[1])
+            hi = max(hi, vals[2])
+            sumsq += vals[3]
+            nonzero += int(vals[4])
+        if not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
+            return self._stats_nonfinite(flat)
+        mean = total / n
+        # Pass 2: centred sum of squares (two-pass variance).
+        css = 0.0
+        for s in range(0, n, CHUNK):
+            e = min(n, s + CHUNK)
+            a, b = self._scratch(flat.device, e - s)
+            if n > CHUNK:
+                a.copy_(flat[s:e])
+            torch.sub(a, mean, out=b)
+            css += float(torch.dot(b, b))
+        return {
+            "min": lo, "max": hi, "mean": _finite_or_none(mean),
+            "std": _finite_or_none(math.sqrt(css / n)),
+            "l2": _finite_or_none(math.sqrt(sumsq)),
+            "nan": 0, "pinf": 0, "ninf": 0, "zeros": n - nonzero,
+        }
+
+    def _stats_nonfinite(self, flat):
+        x = flat.to(torch.float64)
+        counts = torch.stack([torch.isnan(x).sum(), (x == _INF).sum(), (x == -_INF).sum(),
+                              (x == 0).sum()]).tolist()
+        out = {"nan": int(counts[0]), "pinf": int(counts[1]), "ninf": int(counts[2]),
+               "zeros": int(counts[3])}
+        fin = x[torch.isfinite(x)]
+        nf = fin.numel()
+        if nf == 0:
+            out.update({"min": None, "max": None, "mean": None, "std": None, "l2": None})
+            return out
+        total = float(fin.sum())
+        mean = total / nf
+        d = fin - mean
+        out.update({
+            "min": float(fin.min()), "max": float(fin.max()),
+            "mean": _finite_or_none(mean),
+            "std": _finite_or_none(math.sqrt(float(torch.dot(d, d)) / nf)),
+            "l2": _finite_or_none(math.sqrt(float(torch.dot(fin, fin)))),
+        })
+        return out
+
+
+# --- deterministic numbers -------------------------------------------------
+#
+# torch's floating-point random kernels (normal_, uniform_, and with them
+# nn.init) are compiled once per CPU capability and give different bits under
+# ATEN_CPU_CAPABILITY=default and avx2 (seen with torch 1.13: randn and
+# nn.Linear's init differ). Integers drawn by randint come straight from the
+# mt19937 generator and are the same everywhere, so inputs, projections and
+# the zoo's parameters are made from 24-bit integers with exact float64
+# arithmetic and one final rounding.
+
+_U24 = float(1 << 24)
+
+
+def det_uniform(shape, generator, bound=1.0, dtype=torch.float32):
+    """Uniform in (-bound, bound), bit-identical across builds and widths."""
+    ints = torch.randint(0, 1 << 24, tuple(shape), generator=generator, dtype=torch.int64)
+    x = (ints.to(torch.float64) + 0.5) * (2.0 / _U24) - 1.0
+    if bound != 1.0:
+        x = x * float(bound)
+    return x.to(dtype)
+
+
+def det_normalish(shape, generator, dtype=torch.float32):
+    """Mean 0, variance ~1 (sum of 3 uniforms, scaled), deterministic."""
+    x = (det_uniform(shape, generator, 1.0, torch.float64)
+         + det_uniform(shape, generator, 1.0, torch.float64)
+         + det_uniform(shape, generator, 1.0, torch.float64))
+    return x.to(dtype)
+
+
+def generator(seed):
+    g = torch.Generator()
+    g.manual_seed(int(seed) & ((1 << 63) - 1))
+    return g

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs everything capd needs to build, test and run its main job on a
+# Debian (bookworm) machine. Idempotent: packages already present are skipped
+# by apt itself, and apt-get update runs only when something is missing.
+set -eu
+PKGS="build-essential cmake pkg-config clang-format
+libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
+libcurl4-openssl-dev libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl"
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+if [ -n "$missing" ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "capd: installing:$missing" >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+fi

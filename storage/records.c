@@ -1,0 +1,337 @@
+/*
+ * storage/records.c - the ingest writer (records and payload blobs) and the
+ * readers behind the records API.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "storage/store_int.h"
+
+/* An ingest transaction is committed after this many rows even if the
+ * daemon loop has not called store_flush, so HTTP writers never wait on a
+ * giant transaction. */
+#define STORE_BATCH_ROWS 20000
+
+static int cached(struct store *s, int which, const char *sql, sqlite3_stmt **out)
+{
+    if (!s->cache[which]) {
+        int rc = store_prepare(s, sql, &s->cache[which]);
+        if (rc)
+            return rc;
+    }
+    sqlite3_reset(s->cache[which]);
+    sqlite3_clear_bindings(s->cache[which]);
+    *out = s->cache[which];
+    return 0;
+}
+
+void store_zfree(struct store *s)
+{
+    ZSTD_freeCCtx(s->zctx);
+    s->zctx = NULL;
+}
+
+int store_flush(struct store *s)
+{
+    if (!s->batch_open)
+        return 0;
+    s->batch_open = false;
+    s->batch_rows = 0;
+    int rc = store_commit(s);
+    if (rc)
+        store_rollback(s);
+    return rc;
+}
+
+/*
+ * Payloads are content-addressed by XXH3-128 of the raw bytes (computed
+ * here, never trusted from the child) and stored once, zstd-compressed at a
+ * fast level when that saves at least 1/16 of the size, raw otherwise
+ * (float activations often do not compress).
+ */
+static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
+{
+    XXH128_hash_t h = XXH3_128bits(data, n);
+    snprintf(hash, 40, "x%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+    sqlite3_stmt *st;
+    int rc = cached(s, SC_BLOB_EXISTS, "SELECT 1 FROM blobs WHERE hash = ?", &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+    int src = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (src == SQLITE_ROW)
+        return 0;
+    if (src != SQLITE_DONE)
+        return store_rc(s, src);
+    if (!s->zctx && !(s->zctx = ZSTD_createCCtx()))
+        return -ENOMEM;
+    size_t bound = ZSTD_compressBound(n);
+    if (bound > s->zcap) {
+        void *nb = realloc(s->zbuf, bound);
+        if (!nb)
+            return -ENOMEM;
+        s->zbuf = nb;
+        s->zcap = bound;
+    }
+    size_t zn = ZSTD_compressCCtx(s->zctx, s->zbuf, s->zcap, data, n, 1);
+    bool use_z = !ZSTD_isError(zn) && zn < n - n / 16;
+    if ((rc = cached(s, SC_BLOB_INSERT,
+                     "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, data) VALUES (?,?,?,?)",
+                     &st)) != 0)
+        return rc;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, use_z ? "zstd" : "raw", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)n);
+    sqlite3_bind_blob64(st, 4, use_z ? s->zbuf : data, use_z ? zn : n, SQLITE_STATIC);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const char *kind,
+                     const char *key, const char *header, size_t header_len, const void *payload,
+                     size_t nbytes)
+{
+    int rc;
+    if (!s->batch_open) {
+        if ((rc = store_begin(s)) != 0)
+            return rc;
+        s->batch_open = true;
+    }
+    char hash[40] = "";
+    if (nbytes > 0 && (rc = put_blob(s, payload, nbytes, hash)) != 0)
+        return rc;
+    sqlite3_stmt *st;
+    if ((rc = cached(s, SC_RECORD_INSERT,
+                     "INSERT INTO records(attempt_id, seq, kind, key, header, blob_hash) "
+                     "VALUES (?,?,?,?,?,?)",
+                     &st)) != 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, attempt_id);
+    sqlite3_bind_int64(st, 2, seq);
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    if (key)
+        sqlite3_bind_text(st, 4, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, header, (int)header_len, SQLITE_STATIC);
+    if (nbytes > 0)
+        sqlite3_bind_text(st, 6, hash, -1, SQLITE_STATIC);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_reset(st);
+    if (rc)
+        return rc;
+    if (++s->batch_rows >= STORE_BATCH_ROWS)
+        return store_flush(s);
+    return 0;
+}
+
+int store_blob_get(struct store *s, const char *hash, void **data, size_t *len)
+{
+    sqlite3_stmt *st = NULL;
+    void *buf = NULL;
+    int rc = store_prepare(s, "SELECT codec, raw_size, data FROM blobs WHERE hash = ?", &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, hash);
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+        goto out;
+    }
+    size_t raw = (size_t)sqlite3_column_int64(st, 1);
+    const void *b = sqlite3_column_blob(st, 2);
+    size_t bn = (size_t)sqlite3_column_bytes(st, 2);
+    if (!(buf = malloc(raw ? raw : 1))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (strcmp((const char *)sqlite3_column_text(st, 0), "zstd") == 0) {
+        size_t got = ZSTD_decompress(buf, raw, b, bn);
+        if (ZSTD_isError(got) || got != raw) {
+            rc = -EIO;
+            goto out;
+        }
+    } else {
+        if (bn != raw) {
+            rc = -EIO;
+            goto out;
+        }
+        memcpy(buf, b, raw);
+    }
+    *data = buf;
+    *len = raw;
+    buf = NULL;
+    rc = 0;
+out:
+    free(buf);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Resolves job and cell public ids to the cell's row and its visible
+ * attempt (0 when none committed yet). */
+static int find_cell(struct store *s, const char *job_id, const char *cell_id, int64_t *cell_seq,
+                     int64_t *attempt)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "SELECT c.seq, coalesce(c.committed_attempt, 0) FROM cells c "
+                           "JOIN jobs j ON j.seq = c.job_seq WHERE j.id = ? AND c.id = ?",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, job_id);
+    store_bind_text(st, 2, cell_id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        *cell_seq = sqlite3_column_int64(st, 0);
+        *attempt = sqlite3_column_int64(st, 1);
+    }
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_cell_get(struct store *s, const char *job_id, const char *cell_id, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t cell_seq, attempt;
+    json_t *cell = NULL, *counts = json_object();
+    int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
+    if (rc)
+        goto out;
+    if ((rc = store_prepare(s, "SELECT " CELL_COLS " FROM cells c WHERE c.seq = ?", &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, cell_seq);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = -ENOENT;
+        goto out;
+    }
+    cell = store_cell_row(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    json_object_set_new(cell, "job", json_string(job_id));
+    if ((rc = store_prepare(s,
+                            "SELECT kind, count(*), max(partial) FROM records r JOIN attempts a "
+                            "ON a.id = r.attempt_id WHERE r.attempt_id = ? GROUP BY kind",
+                            &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, attempt);
+    bool partial = false;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_object_set_new(counts, (const char *)sqlite3_column_text(st, 0),
+                            json_integer(sqlite3_column_int64(st, 1)));
+        partial |= sqlite3_column_int(st, 2) != 0;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    json_object_set(cell, "record_counts", counts);
+    json_object_set_new(cell, "partial", json_boolean(partial));
+    /* The timing summary comes from the stored timing frame. */
+    if ((rc = store_prepare(s,
+                            "SELECT header FROM records WHERE attempt_id = ? AND kind IN "
+                            "('timing','memory','env') ORDER BY seq",
+                            &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, attempt);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *h = store_col_json(st, 0);
+        const char *k = json_string_value(json_object_get(h, "kind"));
+        if (k && strcmp(k, "timing") == 0) {
+            json_t *samples = json_object_get(h, "samples_ns");
+            size_t n = json_array_size(samples);
+            double *v = calloc(n ? n : 1, sizeof *v);
+            double sum = 0, mn = 0, mx = 0;
+            for (size_t i = 0; v && i < n; i++) {
+                v[i] = (double)json_integer_value(json_array_get(samples, i));
+                sum += v[i];
+                mn = i == 0 || v[i] < mn ? v[i] : mn;
+                mx = i == 0 || v[i] > mx ? v[i] : mx;
+            }
+            /* The median by insertion sort: timing arrays are small. */
+            for (size_t i = 1; v && i < n; i++)
+                for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+                    double t = v[j];
+                    v[j] = v[j - 1];
+                    v[j - 1] = t;
+                }
+            double med = n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+            json_object_set_new(cell, "timing",
+                                json_pack("{s:O,s:I,s:f,s:f,s:f,s:f}", "phase",
+                                          json_object_get(h, "phase"), "n", (json_int_t)n,
+                                          "median_ns", med, "mean_ns", n ? sum / n : 0.0,
+                                          "min_ns", mn, "max_ns", mx));
+            free(v);
+        } else if (k && strcmp(k, "memory") == 0) {
+            json_object_del(h, "kind");
+            json_object_set(cell, "memory", h);
+        } else if (k && strcmp(k, "env") == 0) {
+            json_t *fp = json_object_get(h, "fingerprint");
+            json_object_set(cell, "fingerprint", fp ? fp : json_null());
+        }
+        json_decref(h);
+    }
+    *out = cell;
+    cell = NULL;
+    rc = 0;
+out:
+    json_decref(cell);
+    json_decref(counts);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_records_list(struct store *s, const char *job_id, const char *cell_id,
+                       const char *kind, int64_t after, int limit, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t cell_seq, attempt;
+    json_t *arr = json_array();
+    int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
+    if (rc)
+        goto out;
+    if ((rc = store_prepare(s,
+                            "SELECT seq, header, blob_hash FROM records WHERE attempt_id = ?1 "
+                            "AND seq > ?2 AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4",
+                            &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, attempt);
+    sqlite3_bind_int64(st, 2, after);
+    store_bind_text(st, 3, kind);
+    sqlite3_bind_int(st, 4, limit + 1);
+    int n = 0, src;
+    int64_t last = -1;
+    bool more = false;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == limit) {
+            more = true;
+            break;
+        }
+        last = sqlite3_column_int64(st, 0);
+        json_t *h = store_col_json(st, 1);
+        json_object_set_new(h, "record", json_integer(last));
+        if (sqlite3_column_type(st, 2) != SQLITE_NULL)
+            json_object_set_new(h, "blob", store_col_str(st, 2));
+        json_array_append_new(arr, h);
+        n++;
+    }
+    if (!more && (rc = store_rc(s, src)) != 0)
+        goto out;
+    json_t *cursor = json_null();
+    if (more) {
+        char c[32];
+        snprintf(c, sizeof c, "r%lld", (long long)last);
+        cursor = json_string(c);
+    }
+    *out = json_pack("{s:O,s:o}", "records", arr, "next_cursor", cursor);
+    rc = 0;
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}

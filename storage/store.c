@@ -1,0 +1,1019 @@
+/*
+ * storage/store.c - connection handling, migrations, builds, jobs and cells.
+ * Records and blobs live in records.c; both share storage/store_int.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "storage/embedded.h"
+#include "storage/store_int.h"
+
+int64_t store_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void store_new_id(char prefix, char out[16])
+{
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        /* getrandom cannot fail for 6 bytes once the pool is ready; fall
+         * back to the clock rather than abort. */
+        int64_t t = store_now_ms() ^ (int64_t)clock();
+        memcpy(r, &t, sizeof r);
+    }
+    snprintf(out, 16, "%c%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4], r[5]);
+}
+
+const char *store_errmsg(const struct store *s)
+{
+    return s && s->db ? sqlite3_errmsg(s->db) : "no database";
+}
+
+int store_rc(struct store *s, int src)
+{
+    (void)s;
+    switch (src & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return 0;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return -EBUSY;
+    case SQLITE_CONSTRAINT:
+        return -EEXIST;
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+int store_exec(struct store *s, const char *sql)
+{
+    return store_rc(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL));
+}
+
+int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st)
+{
+    return store_rc(s, sqlite3_prepare_v2(s->db, sql, -1, st, NULL));
+}
+
+int store_begin(struct store *s)
+{
+    return store_exec(s, "BEGIN IMMEDIATE");
+}
+
+void store_rollback(struct store *s)
+{
+    if (!sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int store_commit(struct store *s)
+{
+    return store_exec(s, "COMMIT");
+}
+
+/* Migrations are embedded files named NNN_*.sql, numbered from 1 without
+ * gaps; the schema version is the highest number. */
+static const struct embedded_file *migration(int n)
+{
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%03d_", n);
+    for (const struct embedded_file *f = embedded_files; f->name; f++)
+        if (strncmp(f->name, prefix, 4) == 0 && strstr(f->name, ".sql"))
+            return f;
+    return NULL;
+}
+
+int store_schema_version(void)
+{
+    int n = 0;
+    while (migration(n + 1))
+        n++;
+    return n;
+}
+
+static int user_version(struct store *s, int *v)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "PRAGMA user_version", &st);
+    if (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        *v = sqlite3_column_int(st, 0);
+    else if (rc == 0)
+        rc = -EIO;
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/*
+ * Each migration runs in its own IMMEDIATE transaction together with the
+ * user_version bump, so a crash mid-upgrade leaves the database at the last
+ * complete version, never in between.
+ */
+static int migrate(struct store *s, char **err)
+{
+    int have = 0, want = store_schema_version();
+    int rc = user_version(s, &have);
+    if (rc)
+        return rc;
+    if (have > want) {
+        if (err && asprintf(err,
+                            "database schema version %d is newer than this capd supports (%d); "
+                            "upgrade capd or restore a backup",
+                            have, want) < 0)
+            *err = NULL;
+        return -EPROTO;
+    }
+    for (int v = have + 1; v <= want; v++) {
+        const struct embedded_file *f = migration(v);
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v);
+        if ((rc = store_begin(s)) != 0)
+            return rc;
+        char *msg = NULL;
+        if (sqlite3_exec(s->db, f->data, NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(s->db, bump, NULL, NULL, &msg) != SQLITE_OK) {
+            if (err && asprintf(err, "migration %s failed: %s", f->name, msg ? msg : "?") < 0)
+                *err = NULL;
+            sqlite3_free(msg);
+            store_rollback(s);
+            return -EIO;
+        }
+        if ((rc = store_commit(s)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int store_open(const char *data_dir, bool do_migrate, struct store **out, char **err)
+{
+    int rc = -ENOMEM;
+    char *path = NULL;
+    struct store *s = calloc(1, sizeof *s);
+    if (err)
+        *err = NULL;
+    if (!s || asprintf(&path, "%s/capd.db", data_dir) < 0) {
+        path = NULL;
+        goto out;
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+        rc = -EIO;
+        if (err && asprintf(err, "cannot open %s: %s", path, sqlite3_errmsg(s->db)) < 0)
+            *err = NULL;
+        goto out;
+    }
+    sqlite3_busy_timeout(s->db, 10000);
+    sqlite3_extended_result_codes(s->db, 1);
+    /* WAL lets HTTP readers run while the loop thread ingests; NORMAL sync
+     * is durable across application crashes, which is what kill -9 tests. */
+    rc = store_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                       "PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;");
+    if (rc) {
+        if (err && asprintf(err, "cannot configure %s: %s", path, sqlite3_errmsg(s->db)) < 0)
+            *err = NULL;
+        goto out;
+    }
+    if (do_migrate) {
+        rc = migrate(s, err);
+        if (rc)
+            goto out;
+    } else {
+        int v = 0;
+        if ((rc = user_version(s, &v)) != 0)
+            goto out;
+        if (v != store_schema_version()) {
+            rc = -EPROTO;
+            if (err && asprintf(err, "database schema version %d, expected %d", v,
+                                store_schema_version()) < 0)
+                *err = NULL;
+            goto out;
+        }
+    }
+    *out = s;
+    s = NULL;
+    rc = 0;
+out:
+    free(path);
+    store_close(s);
+    return rc;
+}
+
+void store_close(struct store *s)
+{
+    if (!s)
+        return;
+    if (s->batch_open)
+        store_flush(s);
+    for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
+        sqlite3_finalize(s->cache[i]);
+    sqlite3_close_v2(s->db);
+    free(s->zbuf);
+    if (s->zctx)
+        store_zfree(s);
+    free(s);
+}
+
+int store_integrity_check(struct store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "PRAGMA integrity_check", &st);
+    if (rc == 0) {
+        rc = -EIO;
+        if (sqlite3_step(st) == SQLITE_ROW &&
+            strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0)
+            rc = 0;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- helpers shared by the readers ---- */
+
+json_t *store_col_json(sqlite3_stmt *st, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(st, col);
+    json_t *j = t ? json_loads(t, JSON_DECODE_ANY, NULL) : NULL;
+    return j ? j : json_null();
+}
+
+json_t *store_col_str(sqlite3_stmt *st, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(st, col);
+    return t ? json_string(t) : json_null();
+}
+
+json_t *store_col_int(sqlite3_stmt *st, int col)
+{
+    return sqlite3_column_type(st, col) == SQLITE_NULL ? json_null()
+                                                       : json_integer(sqlite3_column_int64(st, col));
+}
+
+/* Timestamps go out as RFC 3339 UTC strings with milliseconds. */
+json_t *store_col_time(sqlite3_stmt *st, int col)
+{
+    if (sqlite3_column_type(st, col) == SQLITE_NULL)
+        return json_null();
+    int64_t ms = sqlite3_column_int64(st, col);
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    char buf[40];
+    gmtime_r(&t, &tm);
+    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, sizeof buf - n, ".%03dZ", (int)(ms % 1000));
+    return json_string(buf);
+}
+
+void store_bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* ---- builds ---- */
+
+static json_t *build_row(sqlite3_stmt *st)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "name", store_col_str(st, 0), "python",
+                     store_col_str(st, 1), "env", store_col_json(st, 2), "model_roots",
+                     store_col_json(st, 3), "description", store_col_str(st, 4), "created_at",
+                     store_col_time(st, 5), "updated_at", store_col_time(st, 6));
+}
+
+#define BUILD_COLS "name, python, env_json, model_roots, description, created_at, updated_at"
+
+int store_build_get(struct store *s, const char *name, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds WHERE name = ?", &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, name);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        *out = build_row(st);
+        rc = 0;
+    } else {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_build_list(struct store *s, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *arr = json_array();
+    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds ORDER BY name", &st);
+    if (rc)
+        goto out;
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(arr, build_row(st));
+    if ((rc = store_rc(s, src)) != 0)
+        goto out;
+    *out = json_pack("{s:O}", "builds", arr);
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_build_put(struct store *s, const char *name, json_t *b, bool replace, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    char *env = json_dumps(json_object_get(b, "env"), JSON_COMPACT | JSON_SORT_KEYS);
+    char *roots = json_dumps(json_object_get(b, "model_roots"), JSON_COMPACT);
+    int64_t now = store_now_ms();
+    int rc = replace ? store_prepare(s,
+                                     "INSERT INTO builds(name, python, env_json, model_roots, "
+                                     "description, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "
+                                     "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
+                                     "env_json=excluded.env_json, model_roots=excluded.model_roots, "
+                                     "description=excluded.description, updated_at=excluded.updated_at",
+                                     &st)
+                     : store_prepare(s,
+                                     "INSERT INTO builds(name, python, env_json, model_roots, "
+                                     "description, created_at, updated_at) VALUES (?,?,?,?,?,?,?)",
+                                     &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, name);
+    store_bind_text(st, 2, json_string_value(json_object_get(b, "python")));
+    store_bind_text(st, 3, env ? env : "{}");
+    store_bind_text(st, 4, roots ? roots : "[]");
+    store_bind_text(st, 5, json_string_value(json_object_get(b, "description")));
+    sqlite3_bind_int64(st, 6, now);
+    sqlite3_bind_int64(st, 7, now);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    rc = store_build_get(s, name, out);
+out:
+    free(env);
+    free(roots);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- jobs ---- */
+
+#define JOB_COLS                                                                                   \
+    "j.seq, j.id, j.project, j.commit_sha, j.branch, j.build, j.control_commit, j.state, "         \
+    "j.request_json, j.options_json, j.labels_json, j.created_at, j.updated_at, j.finished_at, "   \
+    "j.provenance_json"
+
+
+static json_t *job_row(sqlite3_stmt *st)
+{
+    json_t *req = store_col_json(st, 8);
+    json_t *j = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:O,s:o,s:o,s:o,s:o,s:o}", "id",
+                          store_col_str(st, 1), "project", store_col_str(st, 2), "commit",
+                          store_col_str(st, 3), "branch", store_col_str(st, 4), "build",
+                          store_col_str(st, 5), "control_commit", store_col_str(st, 6), "state",
+                          store_col_str(st, 7), "matrix", json_object_get(req, "matrix"), "options",
+                          store_col_json(st, 9), "labels", store_col_json(st, 10), "created_at",
+                          store_col_time(st, 11), "updated_at", store_col_time(st, 12),
+                          "finished_at", store_col_time(st, 13));
+    json_t *prov = store_col_json(st, 14);
+    if (!json_is_null(prov))
+        json_object_set(j, "provenance", prov);
+    json_decref(prov);
+    json_decref(req);
+    return j;
+}
+
+json_t *store_cell_row(sqlite3_stmt *st, int c0)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
+                     store_col_str(st, c0 + 0), "model", store_col_str(st, c0 + 1), "width",
+                     store_col_str(st, c0 + 2), "pass", store_col_str(st, c0 + 3), "state",
+                     store_col_str(st, c0 + 4), "attempts", store_col_int(st, c0 + 5), "exit_code",
+                     store_col_int(st, c0 + 6), "signal", store_col_str(st, c0 + 7), "reason",
+                     store_col_str(st, c0 + 8), "effective_width", store_col_str(st, c0 + 9),
+                     "duration_ms", store_col_int(st, c0 + 10), "peak_rss_bytes",
+                     store_col_int(st, c0 + 11), "started_at", store_col_time(st, c0 + 12),
+                     "finished_at", store_col_time(st, c0 + 13));
+}
+
+/* Adds "cells" and "counts" (cells per state) to a job object. */
+static int job_add_cells(struct store *s, int64_t job_seq, json_t *job)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *cells = json_array(), *counts = json_object();
+    int rc = store_prepare(s, "SELECT " CELL_COLS " FROM cells c WHERE c.job_seq = ? ORDER BY c.ord",
+                           &st);
+    if (rc)
+        goto out;
+    sqlite3_bind_int64(st, 1, job_seq);
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *c = store_cell_row(st, 0);
+        const char *state = json_string_value(json_object_get(c, "state"));
+        json_object_set_new(counts, state,
+                            json_integer(json_integer_value(json_object_get(counts, state)) + 1));
+        json_array_append_new(cells, c);
+    }
+    rc = store_rc(s, src);
+    json_object_set(job, "cells", cells);
+    json_object_set(job, "counts", counts);
+out:
+    json_decref(cells);
+    json_decref(counts);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int job_get_by(struct store *s, const char *where, const char *arg, int64_t iarg,
+                      json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT " JOB_COLS " FROM jobs j WHERE %s", where);
+    int rc = store_prepare(s, sql, &st);
+    if (rc)
+        goto out;
+    if (arg)
+        store_bind_text(st, 1, arg);
+    else
+        sqlite3_bind_int64(st, 1, iarg);
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+        goto out;
+    }
+    json_t *job = job_row(st);
+    if ((rc = job_add_cells(s, sqlite3_column_int64(st, 0), job)) != 0) {
+        json_decref(job);
+        goto out;
+    }
+    *out = job;
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_get(struct store *s, const char *id, json_t **out)
+{
+    return job_get_by(s, "j.id = ?", id, 0, out);
+}
+
+static int insert_cells(struct store *s, int64_t job_seq, json_t *matrix)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "INSERT INTO cells(id, job_seq, ord, model, width, pass) "
+                           "VALUES (?,?,?,?,?,?)",
+                           &st);
+    if (rc)
+        return rc;
+    size_t im, iw, ip;
+    json_t *m, *w, *p;
+    int ord = 0;
+    /* Order matters: cells run in this order, so all widths and passes of a
+     * model run together and a broken model shows up early. */
+    json_array_foreach(json_object_get(matrix, "models"), im, m)
+    {
+        json_array_foreach(json_object_get(matrix, "widths"), iw, w)
+        {
+            json_array_foreach(json_object_get(matrix, "passes"), ip, p)
+            {
+                char id[16];
+                store_new_id('c', id);
+                sqlite3_reset(st);
+                store_bind_text(st, 1, id);
+                sqlite3_bind_int64(st, 2, job_seq);
+                sqlite3_bind_int(st, 3, ord++);
+                store_bind_text(st, 4, json_string_value(m));
+                store_bind_text(st, 5, json_string_value(w));
+                store_bind_text(st, 6, json_string_value(p));
+                if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+                    goto out;
+            }
+        }
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int count_queued_jobs(struct store *s, int64_t *n)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT count(*) FROM jobs WHERE state IN ('queued','running')", &st);
+    if (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        *n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_create(struct store *s, const struct store_job_new *n, json_t **out, bool *existed)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *req = n->request;
+    char *req_s = NULL, *opt_s = NULL, *lab_s = NULL, *prov_s = NULL;
+    int rc = store_begin(s);
+    *existed = false;
+    if (rc)
+        return rc;
+    if (n->idem_key) {
+        rc = store_prepare(s, "SELECT id, idem_hash FROM jobs WHERE idem_key = ?", &st);
+        if (rc)
+            goto out;
+        store_bind_text(st, 1, n->idem_key);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            char id[16];
+            snprintf(id, sizeof id, "%s", (const char *)sqlite3_column_text(st, 0));
+            const char *h = (const char *)sqlite3_column_text(st, 1);
+            bool same = h && n->body_hash && strcmp(h, n->body_hash) == 0;
+            sqlite3_finalize(st);
+            st = NULL;
+            store_rollback(s);
+            if (!same)
+                return -EEXIST;
+            *existed = true;
+            return store_job_get(s, id, out);
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (n->max_queued_jobs > 0) {
+        int64_t q = 0;
+        if ((rc = count_queued_jobs(s, &q)) != 0)
+            goto out;
+        if (q >= n->max_queued_jobs) {
+            rc = -EAGAIN;
+            goto out;
+        }
+    }
+    char id[16];
+    store_new_id('j', id);
+    req_s = json_dumps(req, JSON_COMPACT);
+    opt_s = json_dumps(json_object_get(req, "options"), JSON_COMPACT);
+    lab_s = json_dumps(json_object_get(req, "labels"), JSON_COMPACT);
+    json_t *prov = json_object_get(req, "provenance");
+    prov_s = prov ? json_dumps(prov, JSON_COMPACT) : NULL;
+    int64_t now = store_now_ms();
+    rc = store_prepare(s,
+                       "INSERT INTO jobs(id, project, commit_sha, branch, build, control_commit, "
+                       "request_json, options_json, labels_json, provenance_json, idem_key, "
+                       "idem_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                       &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, id);
+    store_bind_text(st, 2, json_string_value(json_object_get(req, "project")));
+    store_bind_text(st, 3, json_string_value(json_object_get(req, "commit")));
+    store_bind_text(st, 4, json_string_value(json_object_get(req, "branch")));
+    store_bind_text(st, 5, json_string_value(json_object_get(req, "build")));
+    store_bind_text(st, 6, json_string_value(json_object_get(req, "control_commit")));
+    store_bind_text(st, 7, req_s);
+    store_bind_text(st, 8, opt_s ? opt_s : "{}");
+    store_bind_text(st, 9, lab_s ? lab_s : "{}");
+    store_bind_text(st, 10, prov_s);
+    store_bind_text(st, 11, n->idem_key);
+    store_bind_text(st, 12, n->body_hash);
+    sqlite3_bind_int64(st, 13, now);
+    sqlite3_bind_int64(st, 14, now);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    int64_t seq = sqlite3_last_insert_rowid(s->db);
+    if ((rc = insert_cells(s, seq, json_object_get(req, "matrix"))) != 0)
+        goto out;
+    if ((rc = store_commit(s)) != 0)
+        goto out;
+    rc = store_job_get(s, id, out);
+out:
+    if (rc)
+        store_rollback(s);
+    sqlite3_finalize(st);
+    free(req_s);
+    free(opt_s);
+    free(lab_s);
+    free(prov_s);
+    return rc;
+}
+
+int store_job_list(struct store *s, const struct store_job_filter *f, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *arr = json_array();
+    char sql[1024];
+    int rc;
+    /* Keyset pagination on the internal sequence: stable under inserts,
+     * unlike OFFSET. NULL filters match everything. */
+    snprintf(sql, sizeof sql,
+             "SELECT " JOB_COLS " FROM jobs j WHERE (?1 IS NULL OR j.commit_sha = ?1) AND "
+             "(?2 IS NULL OR j.branch = ?2) AND (?3 IS NULL OR j.build = ?3) AND "
+             "(?4 IS NULL OR j.state = ?4) AND (?5 IS NULL OR j.project = ?5) AND "
+             "(?6 = 0 OR j.seq < ?6) ORDER BY j.seq DESC LIMIT ?7");
+    if ((rc = store_prepare(s, sql, &st)) != 0)
+        goto out;
+    store_bind_text(st, 1, f->commit);
+    store_bind_text(st, 2, f->branch);
+    store_bind_text(st, 3, f->build);
+    store_bind_text(st, 4, f->state);
+    store_bind_text(st, 5, f->project);
+    sqlite3_bind_int64(st, 6, f->before_seq);
+    sqlite3_bind_int(st, 7, f->limit + 1);
+    int src, n = 0;
+    int64_t last = 0;
+    bool more = false;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == f->limit) {
+            more = true;
+            break;
+        }
+        json_t *job = job_row(st);
+        last = sqlite3_column_int64(st, 0);
+        if ((rc = job_add_cells(s, last, job)) != 0) {
+            json_decref(job);
+            goto out;
+        }
+        json_object_del(job, "cells");
+        json_array_append_new(arr, job);
+        n++;
+    }
+    if (!more && (rc = store_rc(s, src)) != 0)
+        goto out;
+    json_t *cursor = json_null();
+    if (more) {
+        char c[32];
+        snprintf(c, sizeof c, "s%lld", (long long)last);
+        cursor = json_string(c);
+    }
+    *out = json_pack("{s:O,s:o}", "jobs", arr, "next_cursor", cursor);
+    rc = 0;
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Recomputes a job's state from its cells: running while any cell runs or
+ * waits, done when none does, cancelled stays cancelled. */
+int store_job_refresh_state(struct store *s, int64_t job_seq)
+{
+    static const char sql[] =
+        "UPDATE jobs SET state = CASE "
+        " WHEN state = 'cancelled' THEN 'cancelled'"
+        " WHEN EXISTS (SELECT 1 FROM cells WHERE job_seq = ?1 AND state = 'running') THEN 'running'"
+        " WHEN EXISTS (SELECT 1 FROM cells WHERE job_seq = ?1 AND state = 'queued') THEN"
+        "   CASE WHEN EXISTS (SELECT 1 FROM cells WHERE job_seq = ?1 AND state <> 'queued')"
+        "   THEN 'running' ELSE 'queued' END"
+        " ELSE 'done' END,"
+        " updated_at = ?2,"
+        " finished_at = CASE WHEN finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM cells WHERE"
+        "   job_seq = ?1 AND state IN ('queued','running')) THEN ?2 ELSE finished_at END"
+        " WHERE seq = ?1";
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, sql, &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, job_seq);
+    sqlite3_bind_int64(st, 2, store_now_ms());
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_cancel(struct store *s, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_begin(s);
+    if (rc)
+        return rc;
+    if ((rc = store_prepare(s, "SELECT seq, state FROM jobs WHERE id = ?", &st)) != 0)
+        goto out;
+    store_bind_text(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = -ENOENT;
+        goto out;
+    }
+    int64_t seq = sqlite3_column_int64(st, 0);
+    const char *state = (const char *)sqlite3_column_text(st, 1);
+    if (strcmp(state, "done") == 0 || strcmp(state, "cancelled") == 0) {
+        rc = -EALREADY;
+        goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    char sql[256];
+    int64_t now = store_now_ms();
+    snprintf(sql, sizeof sql,
+             "UPDATE cells SET state='cancelled', reason='job cancelled', finished_at=%lld "
+             "WHERE job_seq=%lld AND state='queued';"
+             "UPDATE jobs SET state='cancelled', updated_at=%lld WHERE seq=%lld;",
+             (long long)now, (long long)seq, (long long)now, (long long)seq);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc)
+        store_rollback(s);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_running_cells(struct store *s, const char *job_id, int64_t **seqs, size_t *n)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = store_prepare(s,
+                           "SELECT c.seq FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                           "WHERE j.id = ? AND c.state = 'running'",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, job_id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 8;
+            int64_t *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *seqs = v;
+    *n = cnt;
+    return 0;
+}
+
+/* ---- scheduler side ---- */
+
+void store_cell_run_clear(struct store_cell_run *r)
+{
+    json_decref(r->spec);
+    json_decref(r->build);
+    memset(r, 0, sizeof *r);
+}
+
+int store_cell_claim(struct store *s, struct store_cell_run *r)
+{
+    sqlite3_stmt *st = NULL;
+    memset(r, 0, sizeof *r);
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    rc = store_prepare(s,
+                       "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+                       "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name "
+                       "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                       "LEFT JOIN builds b ON b.name = j.build "
+                       "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                       "ORDER BY c.job_seq, c.ord LIMIT 1",
+                       &st);
+    if (rc)
+        goto out;
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+        goto out;
+    }
+    r->cell_seq = sqlite3_column_int64(st, 0);
+    r->job_seq = sqlite3_column_int64(st, 1);
+    snprintf(r->cell_id, sizeof r->cell_id, "%s", (const char *)sqlite3_column_text(st, 2));
+    snprintf(r->job_id, sizeof r->job_id, "%s", (const char *)sqlite3_column_text(st, 3));
+    r->attempt = sqlite3_column_int(st, 11) + 1;
+    r->spec = json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width",
+                        store_col_str(st, 5), "pass", store_col_str(st, 6), "options",
+                        store_col_json(st, 7));
+    r->build = json_pack("{s:o,s:o,s:o,s:o}", "name", store_col_str(st, 12), "python",
+                         store_col_str(st, 8), "env", store_col_json(st, 9), "model_roots",
+                         store_col_json(st, 10));
+    sqlite3_finalize(st);
+    st = NULL;
+    int64_t now = store_now_ms();
+    if ((rc = store_prepare(s,
+                            "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
+                            "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
+                            "WHERE seq=?1",
+                            &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    sqlite3_bind_int(st, 2, r->attempt);
+    sqlite3_bind_int64(st, 3, now);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    sqlite3_finalize(st);
+    st = NULL;
+    if ((rc = store_prepare(s, "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)",
+                            &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    sqlite3_bind_int(st, 2, r->attempt);
+    sqlite3_bind_int64(st, 3, now);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    r->attempt_id = sqlite3_last_insert_rowid(s->db);
+    if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    sqlite3_finalize(st);
+    if (rc) {
+        store_rollback(s);
+        store_cell_run_clear(r);
+    }
+    return rc;
+}
+
+int store_cell_finish(struct store *s, const struct store_cell_run *r,
+                      const struct store_outcome *o)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    /* A requeued (interrupted) attempt is discarded, never made visible:
+     * the next attempt will produce the records again. */
+    if (o->requeue) {
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM records WHERE attempt_id=%lld;"
+                 "UPDATE attempts SET state='discarded' WHERE id=%lld;",
+                 (long long)r->attempt_id, (long long)r->attempt_id);
+        if ((rc = store_exec(s, sql)) != 0)
+            goto out;
+    } else {
+        if ((rc = store_prepare(s, "UPDATE attempts SET state='committed', partial=? WHERE id=?",
+                                &st)) != 0)
+            goto out;
+        sqlite3_bind_int(st, 1, o->partial);
+        sqlite3_bind_int64(st, 2, r->attempt_id);
+        if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+            goto out;
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    rc = store_prepare(s,
+                       "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
+                       "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
+                       "peak_rss_bytes=?8, finished_at=?9, "
+                       "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END "
+                       "WHERE seq=?1",
+                       &st);
+    if (rc)
+        goto out;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    store_bind_text(st, 2, o->requeue ? "queued" : o->state);
+    if (o->exit_code >= 0)
+        sqlite3_bind_int(st, 3, o->exit_code);
+    else
+        sqlite3_bind_null(st, 3);
+    store_bind_text(st, 4, o->signal);
+    store_bind_text(st, 5, o->reason);
+    store_bind_text(st, 6, o->effective_width);
+    sqlite3_bind_int64(st, 7, o->duration_ms);
+    sqlite3_bind_int64(st, 8, o->peak_rss_bytes);
+    if (o->requeue)
+        sqlite3_bind_null(st, 9);
+    else
+        sqlite3_bind_int64(st, 9, store_now_ms());
+    sqlite3_bind_int(st, 10, o->requeue);
+    sqlite3_bind_int64(st, 11, r->attempt_id);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc)
+        store_rollback(s);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_recover(struct store *s, int max_attempts, int *requeued, int *interrupted)
+{
+    char sql[1024];
+    int rc = store_begin(s);
+    *requeued = *interrupted = 0;
+    if (rc)
+        return rc;
+    int64_t now = store_now_ms();
+    /* Records of attempts that never finished are invisible (no cell names
+     * them); deleting them here keeps a retried attempt from duplicating
+     * anything. */
+    if ((rc = store_exec(s, "DELETE FROM records WHERE attempt_id IN "
+                            "(SELECT id FROM attempts WHERE state='open');"
+                            "UPDATE attempts SET state='discarded' WHERE state='open';")) != 0)
+        goto out;
+    snprintf(sql, sizeof sql,
+             "UPDATE cells SET state='interrupted', finished_at=%lld, "
+             "reason='daemon stopped while the cell ran; attempts exhausted' "
+             "WHERE state='running' AND attempts >= %d",
+             (long long)now, max_attempts);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    *interrupted = sqlite3_changes(s->db);
+    snprintf(sql, sizeof sql,
+             "UPDATE cells SET state='queued', reason='interrupted: daemon stopped while the "
+             "cell ran; re-queued' WHERE state='running'");
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    *requeued = sqlite3_changes(s->db);
+    snprintf(sql, sizeof sql,
+             "UPDATE jobs SET state = CASE WHEN EXISTS (SELECT 1 FROM cells c WHERE "
+             "c.job_seq = jobs.seq AND c.state='queued') THEN 'running' ELSE 'done' END, "
+             "updated_at=%lld, finished_at=coalesce(finished_at, %lld) WHERE state='running' "
+             "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.job_seq = jobs.seq AND "
+             "c.state='running')",
+             (long long)now, (long long)now);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc)
+        store_rollback(s);
+    return rc;
+}
+
+/* ---- branches and commits ---- */
+
+int store_branch_put(struct store *s, const char *name, const char *control, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "INSERT INTO branches(name, control_commit, updated_at) VALUES (?,?,?) "
+                           "ON CONFLICT(name) DO UPDATE SET control_commit=excluded.control_commit,"
+                           " updated_at=excluded.updated_at",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, name);
+    store_bind_text(st, 2, control);
+    sqlite3_bind_int64(st, 3, store_now_ms());
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_finalize(st);
+    return rc ? rc : store_branch_get(s, name, out);
+}
+
+int store_branch_get(struct store *s, const char *name, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT name, control_commit, updated_at FROM branches WHERE name=?",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, name);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *out = json_pack("{s:o,s:o,s:o}", "name", store_col_str(st, 0), "control_commit",
+                         store_col_str(st, 1), "updated_at", store_col_time(st, 2));
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_for_commit(struct store *s, const char *commit, bool finished_only,
+                         char id_out[16])
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           finished_only
+                               ? "SELECT id FROM jobs WHERE commit_sha = ? AND state = 'done' "
+                                 "ORDER BY seq DESC LIMIT 1"
+                               : "SELECT id FROM jobs WHERE commit_sha = ? ORDER BY seq DESC LIMIT 1",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, commit);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_commit_jobs(struct store *s, const char *commit, json_t **out)
+{
+    struct store_job_filter f = {.commit = commit, .limit = 200};
+    return store_job_list(s, &f, out);
+}

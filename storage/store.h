@@ -1,0 +1,145 @@
+/*
+ * storage/store.h - everything capd keeps, in one SQLite database.
+ *
+ * A struct store is one SQLite connection and must only be used by the
+ * thread that opened it: the daemon loop owns one (scheduler and ingest
+ * writer), and every HTTP worker thread opens its own on first use. The
+ * database runs in WAL mode so readers never block the ingest writer.
+ *
+ * Functions return 0 or a negative errno-style code:
+ *   -ENOENT  the named thing does not exist
+ *   -EEXIST  a conflicting thing exists (duplicate name, idempotency clash)
+ *   -EBUSY   the database stayed locked past the busy timeout
+ *   -EPROTO  the database is newer than this binary
+ *   -EIO     anything else SQLite reported (store_errmsg() says what)
+ * Results meant for HTTP replies come back as jansson objects the caller
+ * owns (json_decref when done).
+ */
+#ifndef CAPD_STORE_H
+#define CAPD_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+
+/* The schema version this binary writes (the number of migrations). */
+int store_schema_version(void);
+
+/*
+ * Opens (creating when needed) DIR/capd.db. With migrate set, pending
+ * migrations run first; without it the schema must already be current.
+ * On failure *err_out (when non-NULL) gets a malloc'd message.
+ */
+int store_open(const char *data_dir, bool migrate, struct store **out, char **err_out);
+void store_close(struct store *s);
+const char *store_errmsg(const struct store *s);
+int64_t store_now_ms(void);
+
+/* Writes a random opaque id: PREFIX followed by 12 hex digits. */
+void store_new_id(char prefix, char out[16]);
+
+/* ---- builds ---- */
+
+/* BUILD is the validated request body; replace selects PUT semantics. */
+int store_build_put(struct store *s, const char *name, json_t *build, bool replace,
+                    json_t **out);
+int store_build_get(struct store *s, const char *name, json_t **out);
+int store_build_list(struct store *s, json_t **out);
+
+/* ---- jobs ---- */
+
+struct store_job_new {
+    json_t *request;       /* the validated, normalized request body */
+    const char *idem_key;  /* Idempotency-Key header or NULL */
+    const char *body_hash; /* hash of the raw body, for idempotency */
+    int max_queued_jobs;   /* 0 = unlimited */
+};
+
+/* Creates the job and its cells; *existed is set when an idempotent retry
+ * returned an earlier job instead. */
+int store_job_create(struct store *s, const struct store_job_new *n, json_t **job_out,
+                     bool *existed);
+int store_job_get(struct store *s, const char *id, json_t **out);
+
+struct store_job_filter {
+    const char *commit, *branch, *build, *state, *project;
+    int limit;
+    int64_t before_seq; /* from the cursor; 0 = from the newest */
+};
+int store_job_list(struct store *s, const struct store_job_filter *f, json_t **out);
+
+/* Marks the job cancelled and every queued cell cancelled. Running cells
+ * are the daemon loop's to stop. -EALREADY when the job already ended. */
+int store_job_cancel(struct store *s, const char *id);
+
+/* ---- cells, for the scheduler (daemon loop only) ---- */
+
+struct store_cell_run {
+    int64_t cell_seq, job_seq, attempt_id;
+    int attempt;
+    char job_id[16], cell_id[16];
+    json_t *spec;  /* model, width, pass, options, device... */
+    json_t *build; /* python, env, model_roots */
+};
+void store_cell_run_clear(struct store_cell_run *r);
+
+/* Takes the first queued cell in job order, marks it running and opens a
+ * new attempt. -ENOENT when nothing is queued. */
+int store_cell_claim(struct store *s, struct store_cell_run *r);
+
+/* Ingest: records of an open attempt. Writes are batched in one transaction
+ * that store_flush() (or a finishing cell) commits. */
+int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const char *kind,
+                     const char *key, const char *header, size_t header_len,
+                     const void *payload, size_t nbytes);
+int store_flush(struct store *s);
+
+struct store_outcome {
+    const char *state; /* ok, failed, crashed, ... */
+    int exit_code;     /* -1 when none */
+    const char *signal;
+    const char *reason;
+    const char *effective_width;
+    int64_t duration_ms, peak_rss_bytes;
+    bool partial;
+    bool requeue; /* interrupted: put the cell back in the queue */
+};
+
+/* Commits the attempt's records and the cell's outcome atomically, and
+ * moves the job to done when no cell is left to run. */
+int store_cell_finish(struct store *s, const struct store_cell_run *r,
+                      const struct store_outcome *o);
+
+/* Cells of a job that are still queued or running, for cancellation. */
+int store_job_running_cells(struct store *s, const char *job_id, int64_t **seqs, size_t *n);
+
+/*
+ * Start-up recovery after a crash or kill -9: open attempts are discarded
+ * with their records, running cells become interrupted and are re-queued
+ * while they have attempts left. Reports how many cells it touched.
+ */
+int store_recover(struct store *s, int max_attempts, int *requeued, int *interrupted);
+
+/* ---- reads for the API ---- */
+int store_cell_get(struct store *s, const char *job_id, const char *cell_id, json_t **out);
+int store_records_list(struct store *s, const char *job_id, const char *cell_id,
+                       const char *kind, int64_t after, int limit, json_t **out);
+/* Fetches and decompresses a payload blob; *data is malloc'd. */
+int store_blob_get(struct store *s, const char *hash, void **data, size_t *len);
+
+/* ---- branches and commits ---- */
+int store_branch_put(struct store *s, const char *name, const char *control_commit,
+                     json_t **out);
+int store_branch_get(struct store *s, const char *name, json_t **out);
+/* The newest job of COMMIT (any state unless finished_only). */
+int store_job_for_commit(struct store *s, const char *commit, bool finished_only,
+                         char id_out[16]);
+int store_commit_jobs(struct store *s, const char *commit, json_t **out);
+
+/* Runs PRAGMA integrity_check; 0 when it says ok. */
+int store_integrity_check(struct store *s);
+
+#endif

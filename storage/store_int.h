@@ -1,0 +1,41 @@
+/* storage/store_int.h - what the files of storage/ share; not for others. */
+#ifndef CAPD_STORE_INT_H
+#define CAPD_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "storage/store.h"
+
+enum { SC_RECORD_INSERT, SC_BLOB_EXISTS, SC_BLOB_INSERT, SC_COUNT };
+
+struct store {
+    sqlite3 *db;
+    bool batch_open;       /* an ingest transaction is open */
+    unsigned batch_rows;   /* rows written in it */
+    sqlite3_stmt *cache[SC_COUNT];
+    void *zctx;            /* ZSTD_CCtx, created on first payload */
+    void *zbuf;
+    size_t zcap;
+};
+
+int store_rc(struct store *s, int sqlite_rc);
+int store_exec(struct store *s, const char *sql);
+int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st);
+int store_begin(struct store *s);
+int store_commit(struct store *s);
+void store_rollback(struct store *s);
+void store_zfree(struct store *s);
+int store_job_refresh_state(struct store *s, int64_t job_seq);
+
+json_t *store_col_json(sqlite3_stmt *st, int col);
+json_t *store_col_str(sqlite3_stmt *st, int col);
+json_t *store_col_int(sqlite3_stmt *st, int col);
+json_t *store_col_time(sqlite3_stmt *st, int col);
+json_t *store_cell_row(sqlite3_stmt *st, int c0);
+void store_bind_text(sqlite3_stmt *st, int i, const char *v);
+
+#define CELL_COLS                                                                                  \
+    "c.id, c.model, c.width, c.pass, c.state, c.attempts, c.exit_code, c.signal, c.reason, "       \
+    "c.effective_width, c.duration_ms, c.peak_rss_bytes, c.started_at, c.finished_at, c.seq"
+
+#endif
