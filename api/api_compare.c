@@ -1,8 +1,12 @@
 /* api/api_compare.c - comparisons, branches and commits. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api/api_int.h"
+#include "compare/cmp.h"
 
 enum MHD_Result api_branch_put(struct api_req *r)
 {
@@ -65,12 +69,284 @@ enum MHD_Result api_commit_get(struct api_req *r)
     return api_json(r, 200, out);
 }
 
+
+/* Resolves a job id or a commit (its newest finished job) to a job; replies
+ * and returns false when it cannot. */
+static bool resolve_job(struct api_req *r, struct store *s, const char *ref, const char *field,
+                        json_t **job, enum MHD_Result *ret)
+{
+    int rc = -ENOENT;
+    if (!ref || !*ref) {
+        *ret = api_error(r, 400, "missing_query", field, "%s is required (a job id or a commit)",
+                         field);
+        return false;
+    }
+    if (ref[0] == 'j')
+        rc = store_job_get(s, ref, job);
+    if (rc == -ENOENT && api_valid_hex(ref, 7, 64)) {
+        char id[16];
+        rc = store_job_for_commit(s, ref, true, id);
+        if (rc == -ENOENT && store_job_for_commit(s, ref, false, id) == 0) {
+            *ret = api_error(r, 409, "pending", field,
+                             "commit %s has no finished job yet (its newest is %s); retry when "
+                             "it is done",
+                             ref, id);
+            return false;
+        }
+        if (rc == 0)
+            rc = store_job_get(s, id, job);
+    }
+    if (rc == -ENOENT) {
+        *ret = api_error(r, 404, "not_found", field, "no job or commit '%s'", ref);
+        return false;
+    }
+    if (rc) {
+        *ret = api_store_error(r, rc, field);
+        return false;
+    }
+    return true;
+}
+
+static bool finished(json_t *job)
+{
+    const char *st = json_string_value(json_object_get(job, "state"));
+    return st && (strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0);
+}
+
+static json_t *side_summary(json_t *job)
+{
+    return json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "job", json_object_get(job, "id"), "commit",
+                     json_object_get(job, "commit"), "branch", json_object_get(job, "branch"),
+                     "build", json_object_get(job, "build"), "state",
+                     json_object_get(job, "state"), "finished_at",
+                     json_object_get(job, "finished_at"));
+}
+
+/* Provenance findings of a job (stored at submit) become warnings on every
+ * comparison that involves it. */
+static void add_warnings(json_t *result, json_t *job, const char *side)
+{
+    json_t *w = json_object_get(json_object_get(job, "provenance"), "findings");
+    size_t i;
+    json_t *f;
+    json_t *arr = json_object_get(result, "warnings");
+    if (!arr) {
+        arr = json_array();
+        json_object_set_new(result, "warnings", arr);
+    }
+    json_array_foreach(w, i, f)
+    {
+        json_t *c = json_deep_copy(f);
+        json_object_set_new(c, "side", json_string(side));
+        json_object_set_new(c, "job", json_incref(json_object_get(job, "id")));
+        json_array_append_new(arr, c);
+    }
+}
+
+static enum MHD_Result reply_result(struct api_req *r, json_t *result)
+{
+    const char *fmt = api_query(r, "format");
+    const char *accept = api_header(r, "Accept");
+    bool md = (fmt && strcmp(fmt, "md") == 0) ||
+              (!fmt && accept && strstr(accept, "text/markdown"));
+    bool text = fmt && strcmp(fmt, "text") == 0;
+    if (fmt && !md && !text && strcmp(fmt, "json") != 0) {
+        json_decref(result);
+        return api_error(r, 400, "invalid_query", "format", "format must be json, md or text");
+    }
+    if (md || text) {
+        char *out = md ? cmp_result_to_markdown(result) : cmp_result_to_text(result);
+        json_t *warn = json_object_get(result, "warnings");
+        if (out && json_array_size(warn) > 0) {
+            /* Provenance warnings lead the report: they explain everything
+             * below them. */
+            char *pre = NULL;
+            size_t n = 0;
+            FILE *f = open_memstream(&pre, &n);
+            size_t i;
+            json_t *w;
+            fprintf(f, md ? "> **Warning: build provenance**\n" : "WARNING: build provenance\n");
+            json_array_foreach(warn, i, w)
+            {
+                fprintf(f, md ? "> - %s (%s job %s)\n" : "  - %s (%s job %s)\n",
+                        json_string_value(json_object_get(w, "message")),
+                        json_string_value(json_object_get(w, "side")),
+                        json_string_value(json_object_get(w, "job")));
+            }
+            fprintf(f, "\n%s", out);
+            fclose(f);
+            free(out);
+            out = pre;
+        }
+        json_decref(result);
+        if (!out)
+            return api_error(r, 500, "internal", NULL, "could not render the comparison");
+        return api_text(r, 200, md ? "text/markdown; charset=utf-8" : "text/plain; charset=utf-8",
+                        out, strlen(out));
+    }
+    return api_json(r, 200, result);
+}
+
+/* Loads both jobs, applies options (defaults, then the head job's
+ * "compare" option, then the request's overrides) and runs the engine. */
+static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
+                                   const char *ctl_width, const char *head_width, json_t *extra)
+{
+    struct cmp_side *cs = NULL, *hs = NULL;
+    struct store_payloads *pl = NULL;
+    json_t *result = NULL, *ovr = NULL;
+    enum MHD_Result ret;
+    struct cmp_options o;
+    struct cmp_err e = {{0}, {0}};
+    struct store_cell_filter f = {api_query(r, "model"), api_query(r, "width"),
+                                  api_query(r, "pass")};
+    cmp_options_init(&o);
+    json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
+    if (jo && cmp_options_apply_json(&o, jo, &e) != 0) {
+        ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
+        goto out;
+    }
+    const char *q = api_query(r, "overrides");
+    if (q) {
+        json_error_t je;
+        ovr = json_loads(q, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(ovr)) {
+            ret = api_error(r, 400, "invalid_query", "overrides",
+                            "overrides must be a JSON object: %s", ovr ? "not an object" : je.text);
+            goto out;
+        }
+        if (cmp_options_apply_json(&o, ovr, &e) != 0) {
+            ret = api_error(r, 400, "invalid_query", "overrides", "%s: %s", e.field, e.message);
+            goto out;
+        }
+    }
+    const char *it = api_query(r, "tensors");
+    if (it && strcmp(it, "1") == 0)
+        o.include_tensors = true;
+    if (ctl_width) {
+        snprintf(o.control_width, sizeof o.control_width, "%s", ctl_width);
+        snprintf(o.head_width, sizeof o.head_width, "%s", head_width);
+        f.width = NULL;
+    }
+    int rc = cmp_side_new(&cs);
+    if (!rc && ctl != head)
+        rc = cmp_side_new(&hs);
+    if (!rc)
+        rc = store_load_side(s, json_string_value(json_object_get(ctl, "id")), &f, cs, &pl);
+    if (!rc && hs)
+        rc = store_load_side(s, json_string_value(json_object_get(head, "id")), &f, hs, &pl);
+    if (!rc)
+        rc = cmp_compare(cs, hs ? hs : cs, &o, &result);
+    if (rc) {
+        ret = api_error(r, rc == -EINVAL ? 400 : 500, rc == -EINVAL ? "invalid_query" : "internal",
+                        NULL, "comparison failed (%d)", rc);
+        goto out;
+    }
+    json_object_set_new(result, "control", side_summary(ctl));
+    json_object_set_new(result, "head", side_summary(head));
+    add_warnings(result, ctl, "control");
+    if (ctl != head)
+        add_warnings(result, head, "head");
+    if (extra)
+        json_object_update(result, extra);
+    ret = reply_result(r, result);
+    result = NULL;
+out:
+    json_decref(result);
+    json_decref(ovr);
+    cmp_side_free(cs);
+    cmp_side_free(hs);
+    store_payloads_free(pl);
+    return ret;
+}
+
+static enum MHD_Result pending(struct api_req *r, json_t *ctl, json_t *head)
+{
+    json_t *b = json_pack("{s:{s:s,s:s,s:n},s:s,s:o,s:o}", "error", "code", "pending", "message",
+                          "a job of this comparison has not finished; retry when it has",
+                          "field", "verdict", "pending", "control", side_summary(ctl), "head",
+                          side_summary(head));
+    return api_json(r, 409, b);
+}
+
 enum MHD_Result api_compare(struct api_req *r)
 {
-    return api_error(r, 503, "unavailable", NULL, "comparison engine not wired yet");
+    struct store *s = api_store(r);
+    json_t *ctl = NULL, *head = NULL;
+    enum MHD_Result ret;
+    if (!s)
+        return api_error(r, 503, "unavailable", NULL, "database unavailable");
+    const char *job = api_query(r, "job");
+    const char *cw = api_query(r, "control_width"), *hw = api_query(r, "head_width");
+    if (job || cw || hw) {
+        /* Cross-width: two widths of one job. */
+        if (!job || !cw || !hw)
+            return api_error(r, 400, "missing_query", !job ? "job" : !cw ? "control_width"
+                                                                       : "head_width",
+                             "cross-width comparison needs job, control_width and head_width");
+        if (!resolve_job(r, s, job, "job", &ctl, &ret))
+            return ret;
+        ret = finished(ctl) ? run_compare(r, s, ctl, ctl, cw, hw, NULL) : pending(r, ctl, ctl);
+        json_decref(ctl);
+        return ret;
+    }
+    if (!resolve_job(r, s, api_query(r, "control"), "control", &ctl, &ret))
+        return ret;
+    if (!resolve_job(r, s, api_query(r, "head"), "head", &head, &ret)) {
+        json_decref(ctl);
+        return ret;
+    }
+    if (!finished(ctl) || !finished(head))
+        ret = pending(r, ctl, head);
+    else
+        ret = run_compare(r, s, ctl, head, NULL, NULL, NULL);
+    json_decref(ctl);
+    json_decref(head);
+    return ret;
 }
 
 enum MHD_Result api_commit_diff(struct api_req *r)
 {
-    return api_error(r, 503, "unavailable", NULL, "comparison engine not wired yet");
+    struct store *s = api_store(r);
+    json_t *ctl = NULL, *head = NULL, *branch = NULL;
+    enum MHD_Result ret;
+    char id[16];
+    if (!s)
+        return api_error(r, 503, "unavailable", NULL, "database unavailable");
+    if (!api_valid_hex(r->seg[2], 7, 64))
+        return api_error(r, 400, "invalid_field", "sha", "a commit is 7 to 64 hex digits");
+    int rc = store_job_for_commit(s, r->seg[2], false, id);
+    if (rc)
+        return api_store_error(r, rc, "commit");
+    if ((rc = store_job_get(s, id, &head)) != 0)
+        return api_store_error(r, rc, "job");
+    const char *control = json_string_value(json_object_get(head, "control_commit"));
+    const char *source = "job";
+    if (!control) {
+        const char *bn = json_string_value(json_object_get(head, "branch"));
+        if (bn && store_branch_get(s, bn, &branch) == 0)
+            control = json_string_value(json_object_get(branch, "control_commit"));
+        source = "branch";
+    }
+    if (!control) {
+        ret = api_error(r, 404, "no_control", NULL,
+                        "commit %s has no control: its job names no control_commit and its "
+                        "branch has none (PUT /v1/branches/{name})",
+                        r->seg[2]);
+        goto out;
+    }
+    if (!resolve_job(r, s, control, "control_commit", &ctl, &ret))
+        goto out;
+    if (!finished(ctl) || !finished(head)) {
+        ret = pending(r, ctl, head);
+        goto out;
+    }
+    json_t *extra = json_pack("{s:s,s:s}", "control_source", source, "control_commit", control);
+    ret = run_compare(r, s, ctl, head, NULL, NULL, extra);
+    json_decref(extra);
+out:
+    json_decref(ctl);
+    json_decref(head);
+    json_decref(branch);
+    return ret;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "compare/cmp.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 
@@ -138,7 +139,8 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
     }
     json_object_foreach(o, k, v)
     {
-        bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device");
+        bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device") ||
+                     !strcmp(k, "compare");
         for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
             known |= strcmp(k, int_opts[i].name) == 0;
         if (!known) {
@@ -180,6 +182,22 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
         }
         json_object_set_new(out, enums[i].name,
                             json_string(x ? json_string_value(x) : enums[i].def));
+    }
+    json_t *cmpo = json_object_get(o, "compare");
+    if (cmpo) {
+        /* Comparison thresholds for this job, checked now so a typo fails
+         * the submission rather than every later comparison. */
+        struct cmp_options co;
+        struct cmp_err e = {{0}, {0}};
+        cmp_options_init(&co);
+        if (!json_is_object(cmpo) || cmp_options_apply_json(&co, cmpo, &e) != 0) {
+            char f[200];
+            snprintf(f, sizeof f, "options.compare%s%s", e.field[0] ? "." : "", e.field);
+            *ret = api_error(r, 400, "invalid_field", f, "options.compare: %s",
+                             e.message[0] ? e.message : "must be an object");
+            goto bad;
+        }
+        json_object_set(out, "compare", cmpo);
     }
     if (strcmp(json_string_value(json_object_get(out, "device")), "gpu") == 0) {
         *ret = api_error(r, 400, "no_gpu", "options.device",

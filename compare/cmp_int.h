@@ -1,5 +1,5 @@
 /*
- * compare/cmp_int.h - what the compare/*.c files share and nobody else sees.
+ * compare/cmp_int.h - what the files of compare/ share and nobody else sees.
  * Internal names carry the cmp__ prefix.
  */
 #ifndef CAPD_COMPARE_CMP_INT_H

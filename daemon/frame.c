@@ -1091,8 +1091,8 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
     if (s < e && *s == '}')
         return false;
     for (;;) {
-        struct fast_val key;
-        struct fast_val *v;
+        struct fast_val key, scratch;
+        struct fast_val *v = &scratch;
         int k;
 
         if (s >= e || *s != '"' || !(s = f_str(s, e, &key)) || key.n == 0)
@@ -1113,7 +1113,6 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
             if (nu == FAST_MAX_MEMBERS || f_dup(unknown, nu, &key))
                 return false;
             unknown[nu++] = key;
-            v = &(struct fast_val){0};
         }
         if (k == K_SHAPE) {
             v->t = T_ARR;
@@ -1431,8 +1430,8 @@ int frame_feed(struct frame_parser *p, const void *buf, size_t len)
             rc = feed_payload(p, &in, end);
             break;
         case ST_DONE:
-            return fail(p, -EPROTO, "unexpected data after the end frame (%zu bytes)",
-                        (size_t)(end - in));
+            return fail(p, -EPROTO, "unexpected data after the end frame (first byte 0x%02x)",
+                        *in);
         case ST_ERROR:
             return p->err;
         }

@@ -139,6 +139,21 @@ int store_job_for_commit(struct store *s, const char *commit, bool finished_only
                          char id_out[16]);
 int store_commit_jobs(struct store *s, const char *commit, json_t **out);
 
+/* ---- comparisons ---- */
+struct cmp_side;
+struct store_payloads; /* decompressed payloads the engine borrows */
+struct store_cell_filter {
+    const char *model, *width, *pass; /* fnmatch patterns; NULL = all */
+};
+/*
+ * Adds every cell of JOB_ID (matching F) to SIDE with the records of its
+ * visible attempt. Payloads are appended to *PL (created when NULL), which
+ * must outlive every cmp_compare() on SIDE; free with store_payloads_free.
+ */
+int store_load_side(struct store *s, const char *job_id, const struct store_cell_filter *f,
+                    struct cmp_side *side, struct store_payloads **pl);
+void store_payloads_free(struct store_payloads *pl);
+
 /* Runs PRAGMA integrity_check; 0 when it says ok. */
 int store_integrity_check(struct store *s);
 

@@ -1,0 +1,333 @@
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/testutil.h"
+
+extern char **environ;
+
+char *tu_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    char *p;
+    if (asprintf(&p, "%s/capd-test-XXXXXX", t && *t ? t : "/tmp") < 0)
+        return NULL;
+    if (!mkdtemp(p)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+const char *tu_bin(const char *env)
+{
+    const char *v = getenv(env);
+    return v ? v : "";
+}
+
+char *tu_helper(const char *name)
+{
+    char *p;
+    if (asprintf(&p, "%s/%s", tu_bin("CAPD_HELPER_DIR"), name) < 0)
+        return NULL;
+    return p;
+}
+
+int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
+{
+    memset(c, 0, sizeof *c);
+    if (dir) {
+        snprintf(c->dir, sizeof c->dir, "%s", dir);
+    } else {
+        char *d = tu_tmpdir();
+        if (!d)
+            return -1;
+        snprintf(c->dir, sizeof c->dir, "%s", d);
+        free(d);
+    }
+    snprintf(c->errlog, sizeof c->errlog, "%s/capd.stderr", c->dir);
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return -1;
+    const char *argv[64];
+    int a = 0;
+    char datadir[300];
+    snprintf(datadir, sizeof datadir, "%s/data", c->dir);
+    argv[a++] = tu_bin("CAPD_BIN");
+    argv[a++] = "--listen";
+    argv[a++] = "127.0.0.1:0";
+    argv[a++] = "--data-dir";
+    argv[a++] = datadir;
+    for (int i = 0; extra && extra[i] && a < 62; i++)
+        argv[a++] = extra[i];
+    argv[a] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, c->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int rc = posix_spawn(&c->pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    if (rc != 0) {
+        close(out[0]);
+        return -1;
+    }
+    /* Read the "capd listening on ADDR:PORT" line. */
+    char line[256];
+    size_t n = 0;
+    while (n < sizeof line - 1) {
+        ssize_t r = read(out[0], line + n, 1);
+        if (r <= 0)
+            break;
+        if (line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = 0;
+    close(out[0]);
+    char *colon = strrchr(line, ':');
+    if (!colon || strncmp(line, "capd listening on", 17) != 0) {
+        int st;
+        waitpid(c->pid, &st, 0);
+        c->pid = 0;
+        return -1;
+    }
+    c->port = atoi(colon + 1);
+    snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->port);
+    return 0;
+}
+
+static int wait_status(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tu_capd_stop(struct tu_capd *c)
+{
+    if (c->pid <= 0)
+        return -1;
+    kill(c->pid, SIGTERM);
+    int rc = wait_status(c->pid);
+    c->pid = 0;
+    return rc;
+}
+
+void tu_capd_kill9(struct tu_capd *c)
+{
+    if (c->pid <= 0)
+        return;
+    kill(c->pid, SIGKILL);
+    wait_status(c->pid);
+    c->pid = 0;
+}
+
+void tu_resp_free(struct tu_resp *r)
+{
+    free(r->body);
+    free(r->headers);
+    memset(r, 0, sizeof *r);
+}
+
+struct buf {
+    char *p;
+    size_t n;
+};
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *ud)
+{
+    struct buf *b = ud;
+    size_t n = sz * nm;
+    char *np = realloc(b->p, b->n + n + 1);
+    if (!np)
+        return 0;
+    memcpy(np + b->n, d, n);
+    b->p = np;
+    b->n += n;
+    b->p[b->n] = 0;
+    return n;
+}
+
+int tu_http(const struct tu_capd *c, const char *method, const char *path, const char *body,
+            size_t body_len, const char *const *headers, struct tu_resp *out)
+{
+    CURL *h = curl_easy_init();
+    struct buf b = {0}, hb = {0};
+    struct curl_slist *hl = NULL;
+    char url[2048];
+    memset(out, 0, sizeof *out);
+    if (!h)
+        return -1;
+    snprintf(url, sizeof url, "%s%s", c->base, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &hb);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    }
+    hl = curl_slist_append(hl, "Expect:");
+    for (int i = 0; headers && headers[i]; i++)
+        hl = curl_slist_append(hl, headers[i]);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    CURLcode cc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    out->body = b.p ? b.p : strdup("");
+    out->len = b.n;
+    out->headers = hb.p ? hb.p : strdup("");
+    return cc == CURLE_OK ? 0 : -1;
+}
+
+json_t *tu_json(const struct tu_capd *c, const char *method, const char *path, const char *body,
+                long *status)
+{
+    const char *hdr[] = {"Content-Type: application/json", NULL};
+    struct tu_resp r;
+    tu_http(c, method, path, body, body ? strlen(body) : 0, body ? hdr : NULL, &r);
+    if (status)
+        *status = r.status;
+    json_t *j = json_loadb(r.body, r.len, 0, NULL);
+    tu_resp_free(&r);
+    return j ? j : json_null();
+}
+
+json_t *tu_jsonf(const struct tu_capd *c, const char *method, const char *path, long *status,
+                 const char *fmt, ...)
+{
+    char *body = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&body, fmt, ap) < 0)
+        body = NULL;
+    va_end(ap);
+    json_t *j = tu_json(c, method, path, body, status);
+    free(body);
+    return j;
+}
+
+json_t *tu_wait_job(const struct tu_capd *c, const char *job_id, int timeout_s)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job_id);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        json_t *j = tu_json(c, "GET", path, NULL, NULL);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if (st && (strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0))
+            return j;
+        json_decref(j);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > timeout_s)
+            return NULL;
+        usleep(50 * 1000);
+    }
+}
+
+long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_json)
+{
+    long status = 0;
+    char *fake = tu_helper("fake_runner");
+    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &status,
+                         "{\"name\":\"%s\",\"python\":\"%s\",\"env\":%s,"
+                         "\"model_roots\":[\"%s\"]}",
+                         name, fake, env_json ? env_json : "{}", c->dir);
+    json_decref(j);
+    free(fake);
+    return status;
+}
+
+char *tu_submit(const struct tu_capd *c, const char *build, const char *model,
+                const char *options)
+{
+    long status = 0;
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &status,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"%s\","
+                         "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},\"options\":%s}",
+                         build, model, options ? options : "{}");
+    const char *id = json_string_value(json_object_get(j, "id"));
+    char *r = status == 201 && id ? strdup(id) : NULL;
+    json_decref(j);
+    return r;
+}
+
+int tu_count_fds(pid_t pid)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(p);
+    int n = 0;
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+int tu_count_zombies(pid_t ppid)
+{
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char p[300], buf[512];
+        snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *rp = strrchr(buf, ')');
+            char state;
+            int pp;
+            if (rp && sscanf(rp + 2, "%c %d", &state, &pp) == 2 && pp == ppid && state == 'Z')
+                n++;
+        }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+int tu_sh(const char *fmt, ...)
+{
+    char *cmd = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&cmd, fmt, ap) < 0)
+        cmd = NULL;
+    va_end(ap);
+    if (!cmd)
+        return -1;
+    pid_t pid;
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    int rc = posix_spawn(&pid, "/bin/sh", NULL, NULL, (char *const *)argv, environ);
+    free(cmd);
+    if (rc != 0)
+        return -1;
+    return wait_status(pid);
+}

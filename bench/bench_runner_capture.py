@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Cost of capd_runner's capture hooks on a forward pass.
+
+Builds resnet18 from the runner's zoo (cnn when torchvision is missing) and
+times, interleaved in the same process, a hook-free eval forward and capture
+forwards (hooks computing stats + BLAKE2b hash for every module's inputs and
+outputs, frames encoded and written to /dev/null) at capture levels ``stats``
+and ``sample``, plus the hash-only run used for the determinism check.
+Prints the median of each and its ratio to the plain forward. Target:
+stats capture <= 1.5x a plain forward.
+
+Run with the interpreter that has torch, e.g.:
+    /usr/bin/python3 bench/bench_runner_capture.py [--model resnet18] [--iters 20]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "runner"))
+
+import torch  # noqa: E402
+
+from capd_runner import zoo  # noqa: E402
+from capd_runner.capture import Capture, PayloadBudget, Recorder  # noqa: E402
+from capd_runner.frames import FrameWriter  # noqa: E402
+from capd_runner.tensors import StatsEngine  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="zoo model (default resnet18, else cnn)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+
+    name = args.model
+    if name is None:
+        try:
+            import torchvision  # noqa: F401
+            name = "resnet18"
+        except Exception:
+            name = "cnn"
+    torch.set_num_threads(args.threads)
+    model, inputs = zoo.build(name, 0, args.batch)
+    model.eval()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    writer = FrameWriter(devnull)
+    engine = StatsEngine()
+
+    def plain():
+        with torch.no_grad():
+            model(*inputs)
+
+    def capture(level, emit=True):
+        def run():
+            rec = Recorder(writer, level, 256, PayloadBudget(1 << 62), engine, emit=emit)
+            with torch.no_grad():
+                with Capture(model, rec):
+                    model(*inputs)
+            writer.flush()
+            rec.clear_cache()
+            run.records = len(rec.order)
+        return run
+
+    variants = [("plain", plain), ("stats", capture("stats")), ("sample", capture("sample")),
+                ("hash_only", capture("stats", emit=False))]
+    times = dict((k, []) for k, _ in variants)
+    for i in range(args.warmup + args.iters):
+        for k, fn in variants:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if i >= args.warmup:
+                times[k].append(dt)
+    med = dict((k, statistics.median(v)) for k, v in times.items())
+    result = {
+        "model": name, "batch": args.batch, "threads": args.threads, "iters": args.iters,
+        "torch": torch.__version__, "records_per_capture": variants[1][1].records,
+        "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
+        "ratio_to_plain": dict((k, round(med[k] / med["plain"], 3)) for k in med if k != "plain"),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("model %s  batch %d  threads %d  torch %s  (%d records per capture, %d iterations)"
+              % (name, args.batch, args.threads, torch.__version__, result["records_per_capture"],
+                 args.iters))
+        for k in med:
+            extra = "" if k == "plain" else "   ratio %.2fx" % result["ratio_to_plain"][k]
+            print("  %-10s median %8.2f ms%s" % (k, med[k] * 1e3, extra))
+        print("  target: stats <= 1.50x  -> %s" % ("met" if result["ratio_to_plain"]["stats"] <= 1.5
+                                                   else "NOT met"))
+
+
+if __name__ == "__main__":
+    main()

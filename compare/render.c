@@ -1,0 +1,390 @@
+/*
+ * compare/render.c - a cmp_compare() result as a PR comment or as text.
+ *
+ * The renderers read only the result object, never the engine's structs, so
+ * anything that holds a stored result (the API, the CLI, a dashboard hook)
+ * renders the same report. A reviewer reads top-down and stops early, so the
+ * order is: verdict, outcome regressions (a crash is the loudest finding),
+ * missing cells, cells whose numbers differ, then performance changes.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare/cmp_int.h"
+
+#define TRUNC_NOTE "\n(report truncated)\n"
+
+/* A string builder with a hard maximum; past it, output is dropped and noted. */
+struct buf {
+    char *p;
+    size_t len, cap;
+    bool truncated, oom;
+};
+
+__attribute__((format(printf, 2, 3))) static void bprintf(struct buf *b, const char *fmt, ...)
+{
+    if (b->truncated || b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            if (b->len + (size_t)n + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER) {
+                b->p[b->len] = '\0';
+                b->truncated = true;
+                return;
+            }
+            b->len += (size_t)n;
+            return;
+        }
+        /* keep room for the truncation note */
+        if (b->len + (size_t)n + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER) {
+            b->p[b->len] = '\0';
+            b->truncated = true;
+            return;
+        }
+        size_t ncap = b->cap * 2;
+        while (ncap < b->len + (size_t)n + 1)
+            ncap *= 2;
+        if (ncap > CMP_MAX_RENDER)
+            ncap = CMP_MAX_RENDER;
+        char *np = realloc(b->p, ncap);
+        if (np == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+}
+
+static bool buf_init(struct buf *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->cap = 4096;
+    b->p = malloc(b->cap);
+    if (b->p == NULL)
+        return false;
+    b->p[0] = '\0';
+    return true;
+}
+
+static char *buf_finish(struct buf *b)
+{
+    if (b->oom) {
+        free(b->p);
+        return NULL;
+    }
+    if (b->truncated) {
+        /* bprintf kept len + the note within CMP_MAX_RENDER */
+        if (b->cap < b->len + sizeof(TRUNC_NOTE)) {
+            char *np = realloc(b->p, b->len + sizeof(TRUNC_NOTE));
+            if (np == NULL) {
+                free(b->p);
+                return NULL;
+            }
+            b->p = np;
+        }
+        memcpy(b->p + b->len, TRUNC_NOTE, sizeof(TRUNC_NOTE));
+        b->len += sizeof(TRUNC_NOTE) - 1;
+    }
+    return b->p;
+}
+
+/* ------------------------------------------------------- reading results */
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static int64_t jint(const json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* A real field, with nulls resolved through the object's "nonfinite" map. */
+static double jreal(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    if (json_is_number(v))
+        return json_number_value(v);
+    const char *nf = json_string_value(json_object_get(json_object_get(o, "nonfinite"), k));
+    if (nf != NULL && strcmp(nf, "inf") == 0)
+        return INFINITY;
+    if (nf != NULL && strcmp(nf, "-inf") == 0)
+        return -INFINITY;
+    return NAN;
+}
+
+static void num(char *out, size_t n, double v)
+{
+    if (isnan(v))
+        snprintf(out, n, "n/a");
+    else if (isinf(v))
+        snprintf(out, n, v > 0 ? "inf" : "-inf");
+    else
+        snprintf(out, n, "%.3g", v);
+}
+
+static void dur(char *out, size_t n, double ns)
+{
+    if (isnan(ns))
+        snprintf(out, n, "n/a");
+    else if (ns >= 1e9)
+        snprintf(out, n, "%.3g s", ns / 1e9);
+    else if (ns >= 1e6)
+        snprintf(out, n, "%.3g ms", ns / 1e6);
+    else if (ns >= 1e3)
+        snprintf(out, n, "%.3g us", ns / 1e3);
+    else
+        snprintf(out, n, "%.0f ns", ns);
+}
+
+/* Markdown table cells: a pipe ends the cell even inside code, a backtick ends code. */
+static void md_cell(struct buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            bprintf(b, "\\|");
+        else if (*s == '`')
+            bprintf(b, "'");
+        else if (*s == '\n' || *s == '\r')
+            bprintf(b, " ");
+        else
+            bprintf(b, "%c", *s);
+    }
+}
+
+static bool valid_result(const json_t *r)
+{
+    return json_is_object(r) && json_is_string(json_object_get(r, "verdict")) &&
+           json_is_array(json_object_get(r, "cells")) &&
+           json_is_object(json_object_get(r, "counts"));
+}
+
+/* "3 identical, 1 diverged, ..." (zero counts left out, except cells) */
+static void counts_line(struct buf *b, const json_t *counts)
+{
+    static const char *const names[] = {"identical", "within_tolerance", "diverged",
+                                        "nondeterministic", "incomparable", "missing_cells",
+                                        "extra_cells"};
+    bprintf(b, "%lld cells compared", (long long)jint(counts, "cells"));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        int64_t v = jint(counts, names[i]);
+        if (v > 0)
+            bprintf(b, ", %lld %s", (long long)v, names[i]);
+    }
+}
+
+/* "fc1.0.forward.output.0 (seq 3, tolerance, max rel 0.012)" */
+static void divergence_desc(struct buf *b, const json_t *d, bool md)
+{
+    char v[32];
+    if (!json_is_object(d)) {
+        bprintf(b, md ? "-" : "none");
+        return;
+    }
+    if (md) {
+        bprintf(b, "`");
+        md_cell(b, jstr(d, "key"));
+        bprintf(b, "`");
+    } else {
+        bprintf(b, "%s", jstr(d, "key"));
+    }
+    bprintf(b, " (seq %lld", (long long)jint(d, "seq"));
+    if (json_object_get(d, "reason"))
+        bprintf(b, ", %s", jstr(d, "reason"));
+    if (json_object_get(d, "max_rel")) {
+        num(v, sizeof(v), jreal(d, "max_rel"));
+        bprintf(b, ", max rel %s", v);
+    }
+    if (json_object_get(d, "allclose_violations"))
+        bprintf(b, ", %lld/%lld off", (long long)jint(d, "allclose_violations"),
+                (long long)jint(d, "n"));
+    if (json_object_get(d, "basis") && strcmp(jstr(d, "basis"), "full") != 0)
+        bprintf(b, ", %s basis", jstr(d, "basis"));
+    bprintf(b, ")");
+}
+
+static bool is_perf_change(const json_t *cell)
+{
+    const char *v = jstr(json_object_get(cell, "perf"), "verdict");
+    return strcmp(v, "regression") == 0 || strcmp(v, "improvement") == 0;
+}
+
+static void perf_desc(struct buf *b, const json_t *p, bool md)
+{
+    char c[32], h[32], r[32], lo[32], hi[32], pv[32];
+    const json_t *ci = json_object_get(p, "ci99");
+    dur(c, sizeof(c), jreal(p, "control_median_ns"));
+    dur(h, sizeof(h), jreal(p, "head_median_ns"));
+    num(r, sizeof(r), jreal(p, "ratio"));
+    num(lo, sizeof(lo), json_number_value(json_array_get(ci, 0)));
+    num(hi, sizeof(hi), json_number_value(json_array_get(ci, 1)));
+    num(pv, sizeof(pv), jreal(p, "p_value"));
+    if (!json_is_array(ci)) {
+        snprintf(lo, sizeof(lo), "n/a");
+        snprintf(hi, sizeof(hi), "n/a");
+    }
+    if (md)
+        bprintf(b, "%s | %s | %s | %s-%s | %s | %s", c, h, r, lo, hi, pv, jstr(p, "verdict"));
+    else
+        bprintf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, p %s)", c, h, r, lo, hi, pv);
+}
+
+/* ---------------------------------------------------------------- markdown */
+
+char *cmp_result_to_markdown(const json_t *result)
+{
+    struct buf b;
+    const json_t *cells, *cell, *counts;
+    size_t i;
+    bool any;
+
+    if (!valid_result(result) || !buf_init(&b))
+        return NULL;
+    cells = json_object_get(result, "cells");
+    counts = json_object_get(result, "counts");
+
+    bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
+    bprintf(&b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
+    if (strcmp(jstr(result, "mode"), "cross_width") == 0)
+        bprintf(&b, "Cross-width: head width `%s` against control width `%s`.\n\n",
+                jstr(result, "head_width"), jstr(result, "control_width"));
+    counts_line(&b, counts);
+    bprintf(&b, ".\n");
+
+    any = false;
+    json_array_foreach(cells, i, cell) {
+        if (strcmp(jstr(cell, "outcome_change"), "regression") != 0)
+            continue;
+        if (!any)
+            bprintf(&b, "\n### Outcome regressions\n\n");
+        any = true;
+        bprintf(&b, "- `");
+        md_cell(&b, jstr(cell, "model"));
+        bprintf(&b, "` / %s / %s: %s -> **%s**\n", jstr(cell, "width"), jstr(cell, "pass"),
+                jstr(cell, "control_outcome"), jstr(cell, "head_outcome"));
+    }
+
+    const json_t *miss = json_object_get(result, "missing_cells");
+    if (json_array_size(miss) > 0) {
+        bprintf(&b, "\n### Missing in head\n\n");
+        json_array_foreach(miss, i, cell) {
+            bprintf(&b, "- `");
+            md_cell(&b, jstr(cell, "model"));
+            bprintf(&b, "` / %s / %s\n", jstr(cell, "width"), jstr(cell, "pass"));
+        }
+    }
+
+    any = false;
+    json_array_foreach(cells, i, cell) {
+        if (strcmp(jstr(cell, "status"), "identical") == 0)
+            continue;
+        if (!any) {
+            bprintf(&b, "\n### Cells that differ\n\n"
+                        "| model | width | pass | status | outcome | first divergence "
+                        "| first introduced |\n|---|---|---|---|---|---|---|\n");
+        }
+        any = true;
+        bprintf(&b, "| ");
+        md_cell(&b, jstr(cell, "model"));
+        bprintf(&b, " | %s | %s | %s", jstr(cell, "width"), jstr(cell, "pass"),
+                jstr(cell, "status"));
+        if (json_is_true(json_object_get(cell, "params_differed")))
+            bprintf(&b, " (initial params differ)");
+        bprintf(&b, " | %s", jstr(cell, "control_outcome"));
+        if (strcmp(jstr(cell, "outcome_change"), "none") != 0)
+            bprintf(&b, " -> %s", jstr(cell, "head_outcome"));
+        bprintf(&b, " | ");
+        divergence_desc(&b, json_object_get(cell, "first_divergence"), true);
+        bprintf(&b, " | ");
+        divergence_desc(&b, json_object_get(cell, "first_introduced"), true);
+        bprintf(&b, " |\n");
+    }
+
+    any = false;
+    json_array_foreach(cells, i, cell) {
+        if (!is_perf_change(cell))
+            continue;
+        if (!any)
+            bprintf(&b, "\n### Performance changes\n\n| model | width | pass | control median "
+                        "| head median | ratio | 99%% CI | p | verdict |\n"
+                        "|---|---|---|---|---|---|---|---|---|\n");
+        any = true;
+        bprintf(&b, "| ");
+        md_cell(&b, jstr(cell, "model"));
+        bprintf(&b, " | %s | %s | ", jstr(cell, "width"), jstr(cell, "pass"));
+        perf_desc(&b, json_object_get(cell, "perf"), true);
+        bprintf(&b, " |\n");
+    }
+    return buf_finish(&b);
+}
+
+/* ------------------------------------------------------------------- text */
+
+char *cmp_result_to_text(const json_t *result)
+{
+    struct buf b;
+    const json_t *cells, *cell;
+    size_t i;
+
+    if (!valid_result(result) || !buf_init(&b))
+        return NULL;
+    cells = json_object_get(result, "cells");
+    bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
+    bprintf(&b, "capd comparison: %s\n", reg ? "REGRESSION" : "pass");
+    if (strcmp(jstr(result, "mode"), "cross_width") == 0)
+        bprintf(&b, "cross-width: head %s vs control %s\n", jstr(result, "head_width"),
+                jstr(result, "control_width"));
+    counts_line(&b, json_object_get(result, "counts"));
+    bprintf(&b, "\n");
+
+    json_array_foreach(cells, i, cell) {
+        if (strcmp(jstr(cell, "outcome_change"), "regression") == 0)
+            bprintf(&b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n", jstr(cell, "model"),
+                    jstr(cell, "width"), jstr(cell, "pass"), jstr(cell, "control_outcome"),
+                    jstr(cell, "head_outcome"));
+    }
+    json_array_foreach(json_object_get(result, "missing_cells"), i, cell)
+        bprintf(&b, "MISSING %s/%s/%s\n", jstr(cell, "model"), jstr(cell, "width"),
+                jstr(cell, "pass"));
+    json_array_foreach(cells, i, cell) {
+        const char *st = jstr(cell, "status");
+        if (strcmp(st, "identical") == 0)
+            continue;
+        bprintf(&b, "%s %s/%s/%s", st, jstr(cell, "model"), jstr(cell, "width"),
+                jstr(cell, "pass"));
+        if (json_is_object(json_object_get(cell, "first_divergence"))) {
+            bprintf(&b, ": first divergence ");
+            divergence_desc(&b, json_object_get(cell, "first_divergence"), false);
+            bprintf(&b, "; introduced at ");
+            divergence_desc(&b, json_object_get(cell, "first_introduced"), false);
+        }
+        if (json_is_true(json_object_get(cell, "params_differed")))
+            bprintf(&b, "; initial params differ");
+        bprintf(&b, "\n");
+    }
+    json_array_foreach(cells, i, cell) {
+        if (!is_perf_change(cell))
+            continue;
+        const json_t *p = json_object_get(cell, "perf");
+        bprintf(&b, "PERF %s %s/%s/%s: ",
+                strcmp(jstr(p, "verdict"), "regression") == 0 ? "REGRESSION" : "improvement",
+                jstr(cell, "model"), jstr(cell, "width"), jstr(cell, "pass"));
+        perf_desc(&b, p, false);
+        bprintf(&b, "\n");
+    }
+    return buf_finish(&b);
+}

@@ -1,0 +1,373 @@
+"""One cell: width check, model, capture (twice), timing, memory.
+
+Frame order (docs/protocol.md): hello, env, tensor..., nondeterministic,
+timing, memory, end.
+"""
+
+import gc
+import resource
+import sys
+import time
+import traceback
+
+from capd_runner import PROTOCOL, RUNNER_NAME
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+class CellFailed(Exception):
+    """A failure with a clear reason and no traceback worth sending."""
+
+
+def _now_ns():
+    fn = getattr(time, "perf_counter_ns", None)  # 3.7+
+    if fn is not None:
+        return fn()
+    return int(time.perf_counter() * 1e9)
+
+
+def _dtype(torch, name):
+    return getattr(torch, name)
+
+
+# --- model preparation -------------------------------------------------------
+
+def _build(torch, spec, dtype):
+    from capd_runner import usermodel, zoo
+    name = spec.model
+    if usermodel.is_user_model(name):
+        try:
+            factory = usermodel.load_factory(name, spec.model_roots)
+        except usermodel.UserModelError as e:
+            raise CellFailed(str(e))
+        torch.manual_seed(spec.seed)
+        result = factory(spec.seed, spec.batch, dtype)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise CellFailed("user model factory %s returned %s, not (model, inputs)"
+                             % (name, type(result).__name__))
+        model, inputs = result
+        if not isinstance(model, torch.nn.Module):
+            raise CellFailed("user model factory %s returned a %s as model, not an nn.Module"
+                             % (name, type(model).__name__))
+        return model, inputs
+    try:
+        return zoo.build(name, spec.seed, spec.batch)
+    except zoo.ModelError as e:
+        raise CellFailed(str(e))
+
+
+def _place(torch, obj, device, dtype):
+    """Move tensors of ``obj`` to ``device``; floating ones to ``dtype``."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype)
+        return obj.to(device=device)
+    if isinstance(obj, tuple):
+        items = [_place(torch, x, device, dtype) for x in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        return [_place(torch, x, device, dtype) for x in obj]
+    if isinstance(obj, dict):
+        return dict((k, _place(torch, v, device, dtype)) for k, v in obj.items())
+    return obj
+
+
+class Call(object):
+    """How to call the model on its inputs."""
+
+    def __init__(self, inputs):
+        if isinstance(inputs, dict):
+            self.args, self.kwargs = (), inputs
+        elif isinstance(inputs, (tuple, list)):
+            self.args, self.kwargs = tuple(inputs), {}
+        else:
+            self.args, self.kwargs = (inputs,), {}
+
+    def __call__(self, model):
+        return model(*self.args, **self.kwargs)
+
+
+def _switch_inplace_off(model):
+    saved = []
+    for m in model.modules():
+        if isinstance(getattr(m, "inplace", None), bool) and m.inplace:
+            saved.append(m)
+            m.inplace = False
+    return saved
+
+
+def _restore_inplace(saved):
+    for m in saved:
+        m.inplace = True
+
+
+def _snapshot_buffers(torch, model):
+    with torch.no_grad():
+        return [(b, b.detach().clone()) for b in model.buffers()]
+
+
+def _restore_buffers(torch, snap):
+    with torch.no_grad():
+        for b, saved in snap:
+            b.copy_(saved)
+
+
+class Projection(object):
+    """loss = sum over the output's floating tensors of sum(out * P), with P a
+    fixed seeded tensor per output (tensors.det_uniform), made at first use."""
+
+    def __init__(self, torch, seed):
+        self.torch = torch
+        self.seed = seed
+        self.tensors = None
+
+    def loss(self, output):
+        from capd_runner import capture
+        from capd_runner.tensors import det_uniform, generator
+        torch = self.torch
+        outs = [t for t in capture.flatten(output) if t.requires_grad]
+        if not outs:
+            raise CellFailed("backward pass: no output of the model requires grad")
+        if self.tensors is None:
+            g = generator(self.seed * 1000003 + 2)
+            self.tensors = [det_uniform(t.shape, g).to(device=t.device, dtype=t.dtype)
+                            for t in outs]
+        loss = None
+        for t, p in zip(outs, self.tensors):
+            term = (t * p).sum()
+            loss = term if loss is None else loss + term
+        return loss
+
+
+# --- runs ------------------------------------------------------------------
+
+def capture_run(torch, model, call, spec, recorder, projection):
+    """One capture run of the cell's pass; records via ``recorder``."""
+    from capd_runner.capture import Capture, param_owner
+    torch.manual_seed(spec.seed)
+    if spec.pass_ == "forward":
+        model.eval()
+        with torch.no_grad():
+            with Capture(model, recorder, taps=False):
+                call(model)
+    else:
+        model.train()
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            with Capture(model, recorder, taps=True) as cap:
+                out = call(model)
+                loss = projection.loss(out)
+                loss.backward()
+            del out, loss
+            cap.remove()
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                owner, local = param_owner(name)
+                recorder.record(owner, 0, "backward", "param_grad", local, p.grad)
+        model.zero_grad(set_to_none=True)
+    if recorder.emit:
+        recorder.writer.flush()
+    recorder.clear_cache()
+
+
+def timing_run(torch, model, call, spec, projection, device):
+    cuda = device.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    samples = []
+    if spec.pass_ == "forward":
+        model.eval()
+        with torch.no_grad():
+            for i in range(spec.warmup + spec.iterations):
+                sync()
+                t0 = _now_ns()
+                call(model)
+                sync()
+                t1 = _now_ns()
+                if i >= spec.warmup:
+                    samples.append(t1 - t0)
+    else:
+        model.train()
+        with torch.enable_grad():
+            for i in range(spec.warmup + spec.iterations):
+                model.zero_grad(set_to_none=True)
+                sync()
+                t0 = _now_ns()
+                out = call(model)
+                projection.loss(out).backward()
+                sync()
+                t1 = _now_ns()
+                del out
+                if i >= spec.warmup:
+                    samples.append(t1 - t0)
+        model.zero_grad(set_to_none=True)
+    return samples
+
+
+def peak_rss_bytes():
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r) if sys.platform == "darwin" else int(r) * 1024
+
+
+# --- the cell ----------------------------------------------------------------
+
+def run(spec, writer):
+    """Runs the cell; returns the exit code. ``hello`` is already written."""
+    try:
+        import torch
+    except Exception:
+        writer.note("error", traceback.format_exc())
+        writer.end("failed", "cannot import torch: %s" % (sys.exc_info()[1],))
+        return EXIT_FAILED
+
+    from capd_runner import fingerprint
+    from capd_runner import width as widthmod
+
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    config_text = torch.__config__.show()
+    effective = widthmod.effective(torch, config_text) or "unknown"
+
+    device = None
+    device_info = {"requested": spec.device}
+    device_error = None
+    if spec.device == "gpu":
+        try:
+            ok = torch.cuda.is_available()
+        except Exception as e:  # broken driver setups raise here
+            ok = False
+            device_error = "torch.cuda.is_available() raised %s: %s" % (type(e).__name__, e)
+        if ok:
+            device = torch.device("cuda", 0)
+            props = torch.cuda.get_device_properties(0)
+            device_info.update({
+                "type": "cuda", "index": 0, "name": torch.cuda.get_device_name(0),
+                "capability": list(torch.cuda.get_device_capability(0)),
+                "total_memory": int(props.total_memory),
+                "count": torch.cuda.device_count(),
+            })
+            arch = getattr(props, "gcnArchName", None)
+            if arch:
+                device_info["arch"] = arch
+        elif device_error is None:
+            device_error = ("device gpu requested but torch.cuda.is_available() is False "
+                            "(torch %s, built with CUDA %s / HIP %s)"
+                            % (torch.__version__, getattr(torch.version, "cuda", None),
+                               getattr(torch.version, "hip", None)))
+    else:
+        device = torch.device("cpu")
+        device_info["type"] = "cpu"
+
+    fp = fingerprint.collect(torch, config_text, effective, device_info)
+    writer.frame({"kind": "env", "fingerprint": fp, "effective_width": effective})
+    writer.flush()
+
+    requested = spec.width.strip().lower()
+    if requested != "native" and requested != effective:
+        writer.end("unsupported", "requested width %s but the effective CPU capability is %s "
+                   "(ATEN_CPU_CAPABILITY=%s)" % (requested, effective,
+                                                fp["env"].get("ATEN_CPU_CAPABILITY", "<unset>")))
+        return EXIT_OK
+    if device_error:
+        writer.end("failed", device_error)
+        return EXIT_FAILED
+
+    try:
+        _run_model(torch, spec, writer, device)
+    except CellFailed as e:
+        writer.end("failed", str(e))
+        return EXIT_FAILED
+    except Exception as e:
+        writer.flush()
+        writer.note("error", traceback.format_exc())
+        writer.end("failed", "exception in model code: %s: %s" % (type(e).__name__, e))
+        return EXIT_FAILED
+    writer.end("ok")
+    return EXIT_OK
+
+
+def _run_model(torch, spec, writer, device):
+    from capd_runner.capture import PayloadBudget, Recorder, param_owner
+    from capd_runner.tensors import StatsEngine
+
+    dtype = _dtype(torch, spec.dtype)
+    model, inputs = _build(torch, spec, dtype)
+    model = model.to(device=device, dtype=dtype)
+    inputs = _place(torch, inputs, device, dtype)
+    call = Call(inputs)
+    projection = Projection(torch, spec.seed)
+
+    engine = StatsEngine()
+    budget = PayloadBudget(spec.max_payload_bytes)
+    first = Recorder(writer, spec.capture, spec.sample_size, budget, engine, emit=True)
+
+    # Initial parameter values, before anything runs.
+    for name, p in model.named_parameters():
+        owner, local = param_owner(name)
+        first.record(owner, 0, "init", "param", local, p)
+    writer.flush()
+    first.clear_cache()
+    first.hashes, first.order = {}, []  # the determinism check covers the runs only
+
+    inplace = _switch_inplace_off(model)
+    snap = _snapshot_buffers(torch, model)
+    try:
+        capture_run(torch, model, call, spec, first, projection)
+        _restore_buffers(torch, snap)
+        second = Recorder(writer, "stats", spec.sample_size, budget, engine, emit=False)
+        capture_run(torch, model, call, spec, second, projection)
+        _restore_buffers(torch, snap)
+    finally:
+        _restore_inplace(inplace)
+    del snap
+
+    differ = []
+    seen = set()
+    for key in first.order:
+        if key in seen:
+            continue
+        seen.add(key)
+        if first.hashes.get(key) != second.hashes.get(key):
+            differ.append(key)
+    for key in second.order:
+        if key not in first.hashes and key not in seen:
+            seen.add(key)
+            differ.append(key)
+    _emit_nondeterministic(writer, differ)
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    samples = timing_run(torch, model, call, spec, projection, device)
+    writer.frame({"kind": "timing", "phase": spec.pass_, "samples_ns": samples,
+                  "warmup": spec.warmup, "iterations": spec.iterations,
+                  "threads": torch.get_num_threads()})
+    mem = {"kind": "memory", "peak_rss_bytes": peak_rss_bytes()}
+    if device.type == "cuda":
+        mem["device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    writer.frame(mem)
+    writer.flush()
+
+
+def _emit_nondeterministic(writer, keys):
+    """One frame, or several when the list would not fit one header."""
+    from capd_runner.frames import MAX_HEADER
+    chunk = []
+    size = 64
+    for k in keys:
+        if chunk and size + len(k) + 8 > MAX_HEADER - 1024:
+            writer.frame({"kind": "nondeterministic", "keys": chunk})
+            chunk, size = [], 64
+        chunk.append(k)
+        size += len(k) + 8
+    writer.frame({"kind": "nondeterministic", "keys": chunk})
+    writer.flush()
+
+
+def start(spec, writer):
+    writer.hello(PROTOCOL, RUNNER_NAME)
+    return run(spec, writer)

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Configures and builds capd into BUILD_DIR (default ./build).
+# Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]
+set -eu
+cd "$(dirname "$0")/.."
+dir=${1:-build}
+[ $# -gt 0 ] && shift
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$dir" -j"$(nproc)"

@@ -1,0 +1,202 @@
+/*
+ * storage/compare_load.c - feeds the comparison engine from storage: every
+ * cell of a job with the records of its visible attempt.
+ *
+ * The engine borrows payloads, so the decompressed blobs are kept in a
+ * store_payloads list that lives until the comparison is done.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare/cmp.h"
+#include "storage/store_int.h"
+
+struct store_payloads {
+    void **p;
+    size_t n, cap;
+};
+
+void store_payloads_free(struct store_payloads *pl)
+{
+    if (!pl)
+        return;
+    for (size_t i = 0; i < pl->n; i++)
+        free(pl->p[i]);
+    free(pl->p);
+    free(pl);
+}
+
+static int keep(struct store_payloads *pl, void *p)
+{
+    if (pl->n == pl->cap) {
+        size_t cap = pl->cap ? pl->cap * 2 : 64;
+        void **np = realloc(pl->p, cap * sizeof *np);
+        if (!np)
+            return -ENOMEM;
+        pl->p = np;
+        pl->cap = cap;
+    }
+    pl->p[pl->n++] = p;
+    return 0;
+}
+
+static double num(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+static int add_tensor(struct store *s, struct cmp_cell *cell, json_t *h, const char *blob,
+                      struct store_payloads *pl)
+{
+    struct cmp_tensor t;
+    memset(&t, 0, sizeof t);
+    t.key = json_string_value(json_object_get(h, "key"));
+    t.seq = json_integer_value(json_object_get(h, "seq"));
+    t.module = json_string_value(json_object_get(h, "module"));
+    t.call = json_integer_value(json_object_get(h, "call"));
+    t.phase = json_string_value(json_object_get(h, "phase"));
+    t.role = json_string_value(json_object_get(h, "role"));
+    if (!t.module)
+        t.phase = t.role = NULL; /* let the engine parse all three from the key */
+    t.dtype = json_string_value(json_object_get(h, "dtype"));
+    json_t *shape = json_object_get(h, "shape");
+    t.ndim = (int)json_array_size(shape);
+    if (t.ndim > CMP_MAX_NDIM)
+        return 0; /* the engine cannot hold it; it shows up as missing */
+    for (int i = 0; i < t.ndim; i++)
+        t.shape[i] = json_integer_value(json_array_get(shape, (size_t)i));
+    t.numel = json_integer_value(json_object_get(h, "numel"));
+    json_t *st = json_object_get(h, "stats");
+    t.stats.has_finite = json_is_number(json_object_get(st, "min"));
+    t.stats.min = num(st, "min");
+    t.stats.max = num(st, "max");
+    t.stats.mean = num(st, "mean");
+    t.stats.std = num(st, "std");
+    t.stats.l2 = num(st, "l2");
+    t.stats.nan = json_integer_value(json_object_get(st, "nan"));
+    t.stats.pinf = json_integer_value(json_object_get(st, "pinf"));
+    t.stats.ninf = json_integer_value(json_object_get(st, "ninf"));
+    t.stats.zeros = json_integer_value(json_object_get(st, "zeros"));
+    t.hash = json_string_value(json_object_get(h, "hash"));
+    const char *cap = json_string_value(json_object_get(h, "capture"));
+    t.capture = !cap || strcmp(cap, "stats") == 0 ? CMP_CAPTURE_NONE
+                : strcmp(cap, "full") == 0        ? CMP_CAPTURE_FULL
+                                                  : CMP_CAPTURE_SAMPLE;
+    if (blob && t.capture != CMP_CAPTURE_NONE) {
+        void *data = NULL;
+        size_t len = 0;
+        int rc = store_blob_get(s, blob, &data, &len);
+        if (rc)
+            return rc;
+        if ((rc = keep(pl, data)) != 0) {
+            free(data);
+            return rc;
+        }
+        t.payload = data;
+        t.payload_len = len;
+    } else {
+        t.capture = CMP_CAPTURE_NONE;
+    }
+    int rc = cmp_cell_add_tensor(cell, &t);
+    /* A malformed record is the runner's problem, not the comparison's:
+     * it is left out and shows up as a missing key. */
+    return rc == -EINVAL ? 0 : rc;
+}
+
+static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
+                        struct store_payloads *pl)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "SELECT kind, header, blob_hash FROM records WHERE attempt_id = ? "
+                           "AND kind IN ('env','tensor','nondeterministic','timing','memory') "
+                           "ORDER BY seq",
+                           &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, attempt);
+    int src;
+    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *kind = (const char *)sqlite3_column_text(st, 0);
+        const char *blob = (const char *)sqlite3_column_text(st, 2);
+        json_t *h = store_col_json(st, 1);
+        if (strcmp(kind, "tensor") == 0) {
+            rc = add_tensor(s, cell, h, blob, pl);
+        } else if (strcmp(kind, "nondeterministic") == 0) {
+            size_t i;
+            json_t *k;
+            json_array_foreach(json_object_get(h, "keys"), i, k)
+            {
+                if (json_is_string(k))
+                    cmp_cell_mark_nondeterministic(cell, json_string_value(k));
+            }
+        } else if (strcmp(kind, "timing") == 0) {
+            json_t *a = json_object_get(h, "samples_ns");
+            size_t n = json_array_size(a);
+            int64_t *v = malloc((n ? n : 1) * sizeof *v);
+            if (!v) {
+                rc = -ENOMEM;
+            } else {
+                for (size_t i = 0; i < n; i++)
+                    v[i] = json_integer_value(json_array_get(a, i));
+                int trc = cmp_cell_add_timing(cell, v, n);
+                rc = trc == -EINVAL || trc == -E2BIG ? 0 : trc;
+                free(v);
+            }
+        } else if (strcmp(kind, "memory") == 0) {
+            json_t *dp = json_object_get(h, "device_peak_bytes");
+            cmp_cell_set_memory(cell, json_integer_value(json_object_get(h, "peak_rss_bytes")),
+                                json_is_integer(dp) ? json_integer_value(dp) : -1);
+        } else if (strcmp(kind, "env") == 0) {
+            json_t *fp = json_object_get(h, "fingerprint");
+            cmp_cell_set_env(cell, json_string_value(json_object_get(h, "effective_width")),
+                             json_string_value(json_object_get(fp, "device_name")));
+        }
+        json_decref(h);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static bool pass_filter(const char *v, const char *filter)
+{
+    return !filter || !*filter || fnmatch(filter, v, 0) == 0;
+}
+
+int store_load_side(struct store *s, const char *job_id, const struct store_cell_filter *f,
+                    struct cmp_side *side, struct store_payloads **pl_io)
+{
+    sqlite3_stmt *st = NULL;
+    if (!*pl_io && !(*pl_io = calloc(1, sizeof **pl_io)))
+        return -ENOMEM;
+    int rc = store_prepare(s,
+                           "SELECT c.model, c.width, c.pass, c.state, c.effective_width, "
+                           "coalesce(c.committed_attempt, 0) FROM cells c JOIN jobs j "
+                           "ON j.seq = c.job_seq WHERE j.id = ? ORDER BY c.ord",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, job_id);
+    int src;
+    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *model = (const char *)sqlite3_column_text(st, 0);
+        const char *width = (const char *)sqlite3_column_text(st, 1);
+        const char *pass = (const char *)sqlite3_column_text(st, 2);
+        if (f && (!pass_filter(model, f->model) || !pass_filter(width, f->width) ||
+                  !pass_filter(pass, f->pass)))
+            continue;
+        struct cmp_cell *cell = NULL;
+        if ((rc = cmp_side_add_cell(side, model, width, pass, &cell)) != 0)
+            break;
+        cmp_cell_set_outcome(cell, (const char *)sqlite3_column_text(st, 3));
+        cmp_cell_set_env(cell, (const char *)sqlite3_column_text(st, 4), NULL);
+        int64_t attempt = sqlite3_column_int64(st, 5);
+        if (attempt > 0)
+            rc = load_records(s, attempt, cell, *pl_io);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,74 @@
+/*
+ * tests/helpers/common/testutil.h - what integration tests share: temp
+ * dirs, a real capd started on an ephemeral port, HTTP through libcurl.
+ * Processes are started with posix_spawn (never a bare fork inside a
+ * Criterion test).
+ */
+#ifndef CAPD_TESTUTIL_H
+#define CAPD_TESTUTIL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct tu_capd {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char base[64];
+    char errlog[300];
+};
+
+/* A fresh directory under $TMPDIR; the caller frees. */
+char *tu_tmpdir(void);
+/* Path of a built binary or helper from the environment ctest sets. */
+const char *tu_bin(const char *env);
+char *tu_helper(const char *name);
+
+/* Starts capd on 127.0.0.1:0 with data dir DIR (created when NULL), plus
+ * EXTRA flags (NULL-terminated). Returns 0 and fills C once it listens. */
+int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra);
+/* SIGTERM and wait; returns the exit status (or 128+signal). */
+int tu_capd_stop(struct tu_capd *c);
+/* SIGKILL and wait. */
+void tu_capd_kill9(struct tu_capd *c);
+
+struct tu_resp {
+    long status;
+    char *body;
+    size_t len;
+    char *headers;
+};
+void tu_resp_free(struct tu_resp *r);
+
+/* One HTTP request. HEADERS is a NULL-terminated list of "Name: value". */
+int tu_http(const struct tu_capd *c, const char *method, const char *path, const char *body,
+            size_t body_len, const char *const *headers, struct tu_resp *out);
+/* JSON convenience: sends BODY (may be NULL) as application/json, returns
+ * the parsed reply (json null when not JSON) and the status. */
+json_t *tu_json(const struct tu_capd *c, const char *method, const char *path, const char *body,
+                long *status);
+json_t *tu_jsonf(const struct tu_capd *c, const char *method, const char *path, long *status,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Polls the job until it is done or cancelled, up to TIMEOUT_S. Returns the
+ * final job (owned) or NULL on timeout. */
+json_t *tu_wait_job(const struct tu_capd *c, const char *job_id, int timeout_s);
+
+/* Registers build NAME running the fake runner helper, with model roots so
+ * fake:* user models are accepted. Returns the HTTP status. */
+long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_json);
+
+/* Submits a one-cell job of MODEL on the fake build; returns the job id
+ * (malloc'd) or NULL. OPTIONS is a JSON object text or NULL. */
+char *tu_submit(const struct tu_capd *c, const char *build, const char *model,
+                const char *options);
+
+/* Counts of /proc/PID/fd entries, and of zombie children of PID. */
+int tu_count_fds(pid_t pid);
+int tu_count_zombies(pid_t ppid);
+
+/* Runs a shell command line; returns its exit status. */
+int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
