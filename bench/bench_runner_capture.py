@@ -5,7 +5,8 @@ Builds resnet18 from the runner's zoo (cnn when torchvision is missing) and
 times, interleaved in the same process, a hook-free eval forward and capture
 forwards (hooks computing stats + BLAKE2b hash for every module's inputs and
 outputs, frames encoded and written to /dev/null) at capture levels ``stats``
-and ``sample``, plus the hash-only run used for the determinism check.
+and ``sample``, plus the hash-only run used for the determinism check, and
+``stats`` with the analysis done inline in the hooks (CAPD_RUNNER_SYNC=1).
 Prints the median of each and its ratio to the plain forward. Target:
 stats capture <= 1.5x a plain forward.
 
@@ -28,7 +29,7 @@ import torch  # noqa: E402
 from capd_runner import zoo  # noqa: E402
 from capd_runner.capture import Capture, PayloadBudget, Recorder  # noqa: E402
 from capd_runner.frames import FrameWriter  # noqa: E402
-from capd_runner.tensors import StatsEngine  # noqa: E402
+from capd_runner.pipeline import Pipeline  # noqa: E402
 
 
 def main():
@@ -53,25 +54,29 @@ def main():
     model.eval()
     devnull = os.open(os.devnull, os.O_WRONLY)
     writer = FrameWriter(devnull)
-    engine = StatsEngine()
+    pipelines = {"async": Pipeline(writer, sync=False), "sync": Pipeline(writer, sync=True)}
 
     def plain():
         with torch.no_grad():
             model(*inputs)
 
-    def capture(level, emit=True):
+    def capture(level, emit=True, mode="async"):
+        pipeline = pipelines[mode]
+
         def run():
-            rec = Recorder(writer, level, 256, PayloadBudget(1 << 62), engine, emit=emit)
+            rec = Recorder(writer, pipeline, level, 256, PayloadBudget(1 << 62), emit=emit)
             with torch.no_grad():
                 with Capture(model, rec):
                     model(*inputs)
+            pipeline.drain()
             writer.flush()
             rec.clear_cache()
             run.records = len(rec.order)
         return run
 
     variants = [("plain", plain), ("stats", capture("stats")), ("sample", capture("sample")),
-                ("hash_only", capture("stats", emit=False))]
+                ("hash_only", capture("stats", emit=False)),
+                ("stats_sync", capture("stats", mode="sync"))]
     times = dict((k, []) for k, _ in variants)
     for i in range(args.warmup + args.iters):
         for k, fn in variants:
@@ -87,6 +92,8 @@ def main():
         "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
         "ratio_to_plain": dict((k, round(med[k] / med["plain"], 3)) for k in med if k != "plain"),
     }
+    for p in pipelines.values():
+        p.stop()
     if args.json:
         print(json.dumps(result))
     else:

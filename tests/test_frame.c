@@ -1337,6 +1337,8 @@ Test(frame, fast_path_agrees_with_jansson, .timeout = 120)
             (void)rnd();
         }
     }
+    cr_log_info("fuzz: %zu headers, %zu accepted, %zu of them by the fast path", total, accepted,
+                accepted_fast);
     /* The mutations must exercise both acceptance and rejection. */
     cr_assert_gt(total, 15000);
     cr_assert_gt(accepted, 500, "only %zu of %zu mutated headers accepted", accepted, total);

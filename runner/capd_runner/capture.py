@@ -95,134 +95,202 @@ class PayloadBudget(object):
         self.used = 0
 
 
-class Recorder(object):
-    """Turns tensors into ``tensor`` frames (emit=True) or only hashes them.
+class _Analysis(object):
+    """What is known of one tensor (object, version): filled by the worker."""
+    __slots__ = ("snapshot", "stats", "hash", "sample", "keep")
 
-    The analysis of a tensor (stats and hash) is cached per tensor object and
-    version, so a tensor that is one module's output and the next one's input
-    is read once.
+    def __init__(self):
+        self.snapshot = None
+        self.stats = None
+        self.hash = None
+        self.sample = None
+        self.keep = False
+
+
+class Recorder(object):
+    """Turns tensors into ``tensor`` frames (emit=True) or only hashes them
+    (emit=False: the determinism run).
+
+    The hook side (record) snapshots the tensor and queues a job on the
+    pipeline; the job computes stats, hash and payload and writes the frame.
+    The analysis of a tensor is cached per tensor object and version, so a
+    tensor that is one module's output and the next one's input is copied
+    and read once. Payload decisions (full -> sample fallback) are made on the
+    hook side, in record order.
     """
 
-    def __init__(self, writer, level, sample_size, budget, stats_engine, emit=True):
+    def __init__(self, writer, pipeline, level, sample_size, budget, emit=True):
         self.writer = writer
+        self.pipeline = pipeline
         self.level = level
         self.sample_size = sample_size
         self.budget = budget
-        self.engine = stats_engine
+        self.engine = T.StatsEngine()  # device-side stats, in the hook
         self.emit = emit
         self.seq = 0
         self.hashes = {}
         self.order = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self._cache = {}
         self._positions = {}
         self.fallback_noted = False
         self.exhausted_noted = False
 
-    # -- analysis ----------------------------------------------------------
-    def _sig(self, t):
+    # -- hook side -----------------------------------------------------------
+    @staticmethod
+    def _sig(t):
         return (t._version, t.data_ptr(), tuple(t.shape), tuple(t.stride()),
                 t.storage_offset(), t.dtype, t.device)
 
-    def _analyze(self, t):
-        """(stats or None, hash, prepared tensor, cpu contiguous tensor or None)."""
-        ent = self._cache.get(id(t))
-        sig = None
+    def _drop(self, key, ref):
+        ent = self._cache.get(key)
+        if ent is not None and ent[0] is ref:
+            self._cache.pop(key, None)
+
+    def _analysis(self, t):
+        """(analysis, bytes newly snapshotted)."""
         try:
             sig = self._sig(t)
         except Exception:
-            pass
-        if ent is not None and ent[0]() is t and ent[1] == sig and (ent[2] is not None or not self.emit):
-            return ent[2], ent[3]
+            sig = None
+        key = id(t)
+        ent = self._cache.get(key)
+        if ent is not None and sig is not None and ent[0]() is t and ent[1] == sig:
+            return ent[2], 0
         p = T.prepare(t)
-        cpu = T.cpu_contiguous(p)
-        h = T.content_hash(cpu)
-        stats = self.engine.stats(p) if self.emit else None
+        an = _Analysis()
+        an.keep = self.level == "full"
+        n = p.numel()
+        if self.emit and (p.device.type != "cpu" or self.pipeline.stats_in_hook):
+            an.stats = self.engine.stats(p)
+        if n:
+            buf = self.pipeline.pool.take(p.dtype, n)
+            buf.view(p.shape).copy_(p)
+            an.snapshot = buf
+        else:
+            an.snapshot = torch.empty(0, dtype=p.dtype)
         if sig is not None:
             try:
-                self._cache[id(t)] = (weakref.ref(t), sig, stats, h)
+                ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
+                self._cache[key] = (ref, sig, an)
             except TypeError:
                 pass
-        return stats, h
+        return an, n * p.element_size()
 
     def alias(self, src, dst):
         """``dst`` is a bit-identical copy of ``src`` (a tap's clone)."""
-        ent = self._cache.get(id(src))
-        if ent is None or ent[0]() is not src:
-            return
-        try:
-            self._cache[id(dst)] = (weakref.ref(dst), self._sig(dst), ent[2], ent[3])
-        except Exception:
-            pass
+        with self.lock:
+            ent = self._cache.get(id(src))
+            if ent is None or ent[0]() is not src:
+                return
+            try:
+                key = id(dst)
+                ref = weakref.ref(dst, lambda r, k=key: self._drop(k, r))
+                self._cache[key] = (ref, self._sig(dst), ent[2])
+            except Exception:
+                pass
 
     def clear_cache(self):
-        self._cache.clear()
+        with self.lock:
+            self._cache.clear()
 
-    # -- records -----------------------------------------------------------
     def record(self, module, call, phase, role, index, t):
         key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
         with self.lock:
-            stats, h = self._analyze(t)
-            self.hashes[key] = h
-            self.order.append(key)
+            an, nbytes = self._analysis(t)
             if not self.emit:
+                self.pipeline.submit(lambda: self._hash_job(key, an), nbytes)
                 return
             header = {
                 "kind": "tensor", "seq": self.seq, "key": key, "module": module, "call": call,
                 "phase": phase, "role": role, "index": index,
                 "dtype": T.dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel(),
-                "stats": stats, "hash": h,
             }
             self.seq += 1
-            self._payload_and_write(key, header, t)
+            kind = self._decide(key, t)
+            self.pipeline.submit(lambda: self._frame_job(key, header, an, kind), nbytes)
 
-    def _payload_and_write(self, key, header, t):
+    def _decide(self, key, t):
+        """Payload kind of this record: stats, sample or full (budgeted)."""
         level = self.level
         if level == "stats":
-            header["capture"] = "stats"
-            self.writer.frame(header)
-            return
+            return "stats"
         numel = t.numel()
         itemsize = t.element_size()
         if level == "full":
             need = numel * itemsize
             if self.budget.used + need <= self.budget.limit and need <= (1 << 30):
-                cpu = T.cpu_contiguous(T.prepare(t))
-                header["capture"] = "full"
                 self.budget.used += need
-                self.writer.frame(header, T.raw_bytes(cpu))
-                return
+                return "full"
             if not self.fallback_noted:
                 self.fallback_noted = True
-                self.writer.note("warn", "capture full: max_payload_bytes (%d) would be exceeded at %s "
-                                 "(%d bytes used, %d more needed); falling back to sample for the "
-                                 "rest of the cell" % (self.budget.limit, key, self.budget.used, need))
-            self.level = level = "sample"
-        # sample
-        k = min(self.sample_size, numel)
-        need = k * itemsize
+                msg = ("capture full: max_payload_bytes (%d) would be exceeded at %s (%d bytes used, "
+                       "%d more needed); falling back to sample for the rest of the cell"
+                       % (self.budget.limit, key, self.budget.used, need))
+                self.pipeline.submit(lambda: self.writer.note("warn", msg))
+            self.level = "sample"
+        need = min(self.sample_size, numel) * itemsize
         if self.budget.used + need > self.budget.limit:
             if not self.exhausted_noted:
                 self.exhausted_noted = True
-                self.writer.note("warn", "max_payload_bytes (%d) reached at %s: stats only for the "
-                                 "rest of the cell" % (self.budget.limit, key))
-            header["capture"] = "stats"
-            self.writer.frame(header)
-            return
-        p = T.prepare(t).reshape(-1)
-        if k == numel:
-            sample = T.cpu_contiguous(p)
-        else:
-            pos = self._positions.get((numel, k, str(p.device)))
-            if pos is None:
-                pos = torch.tensor(T.sample_positions(numel, self.sample_size), dtype=torch.int64,
-                                   device=p.device)
-                self._positions[(numel, k, str(p.device))] = pos
-            sample = T.cpu_contiguous(p.index_select(0, pos))
-        header["capture"] = "sample"
-        header["sample_positions"] = "stride"
+                msg = ("max_payload_bytes (%d) reached at %s: stats only for the rest of the cell"
+                       % (self.budget.limit, key))
+                self.pipeline.submit(lambda: self.writer.note("warn", msg))
+            self.level = "stats"  # sticky: later records of a tensor agree on its payload
+            return "stats"
         self.budget.used += need
-        self.writer.frame(header, T.raw_bytes(sample))
+        return "sample"
+
+    # -- worker side -----------------------------------------------------------
+    def _release(self, an):
+        if not an.keep and an.snapshot is not None:
+            if an.snapshot.numel():
+                self.pipeline.pool.give(an.snapshot)
+            an.snapshot = None
+
+    def _hash_job(self, key, an):
+        if an.hash is None:
+            an.hash = T.content_hash(an.snapshot)
+        self._release(an)
+        self.hashes[key] = an.hash
+        self.order.append(key)
+
+    def _sample_of(self, snap):
+        flat = snap.reshape(-1)
+        numel = flat.numel()
+        k = min(self.sample_size, numel)
+        if k == numel:
+            return bytes(T.raw_bytes(flat))
+        pos = self._positions.get((numel, k))
+        if pos is None:
+            pos = torch.tensor(T.sample_positions(numel, self.sample_size), dtype=torch.int64)
+            self._positions[(numel, k)] = pos
+        return bytes(T.raw_bytes(flat.index_select(0, pos)))
+
+    def _frame_job(self, key, header, an, kind):
+        snap = an.snapshot
+        if an.hash is None:
+            an.hash = T.content_hash(snap)
+        if an.stats is None:
+            an.stats = self.pipeline.engine.stats(snap)
+        payload = None
+        if kind == "sample":
+            if an.sample is None and snap is not None:
+                an.sample = self._sample_of(snap)
+            payload = an.sample
+            if payload is None:  # cannot happen: the level only goes down
+                kind = "stats"
+        elif kind == "full":
+            payload = T.raw_bytes(snap)
+        self._release(an)  # kept (full) snapshots stay for later records of the tensor
+        header["stats"] = an.stats
+        header["hash"] = an.hash
+        header["capture"] = kind
+        if kind == "sample":
+            header["sample_positions"] = "stride"
+        self.hashes[key] = an.hash
+        self.order.append(key)
+        self.writer.frame(header, payload)
 
 
 class Capture(object):
@@ -255,8 +323,7 @@ class Capture(object):
         self.handles = []
 
     def flush(self):
-        if self.rec.emit:
-            self.rec.writer.flush()
+        self.rec.pipeline.hook_done()
 
     # -- hooks -------------------------------------------------------------
     def _pre(self, module, inputs):

@@ -166,9 +166,10 @@ def capture_run(torch, model, call, spec, recorder, projection):
                 owner, local = param_owner(name)
                 recorder.record(owner, 0, "backward", "param_grad", local, p.grad)
         model.zero_grad(set_to_none=True)
+    recorder.pipeline.drain()
+    recorder.clear_cache()
     if recorder.emit:
         recorder.writer.flush()
-    recorder.clear_cache()
 
 
 def timing_run(torch, model, call, spec, projection, device):
@@ -276,23 +277,32 @@ def run(spec, writer):
         writer.end("failed", device_error)
         return EXIT_FAILED
 
+    from capd_runner.pipeline import Pipeline, WorkerError
+    pipeline = Pipeline(writer)
     try:
-        _run_model(torch, spec, writer, device)
+        _run_model(torch, spec, writer, device, pipeline)
     except CellFailed as e:
+        pipeline.abandon()
         writer.end("failed", str(e))
         return EXIT_FAILED
+    except WorkerError as e:
+        pipeline.abandon()
+        writer.note("error", str(e))
+        writer.end("failed", "runner error while analysing tensors (see note)")
+        return EXIT_FAILED
     except Exception as e:
+        tb = traceback.format_exc()
+        pipeline.abandon()
         writer.flush()
-        writer.note("error", traceback.format_exc())
+        writer.note("error", tb)
         writer.end("failed", "exception in model code: %s: %s" % (type(e).__name__, e))
         return EXIT_FAILED
     writer.end("ok")
     return EXIT_OK
 
 
-def _run_model(torch, spec, writer, device):
+def _run_model(torch, spec, writer, device, pipeline):
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
-    from capd_runner.tensors import StatsEngine
 
     dtype = _dtype(torch, spec.dtype)
     model, inputs = _build(torch, spec, dtype)
@@ -301,14 +311,14 @@ def _run_model(torch, spec, writer, device):
     call = Call(inputs)
     projection = Projection(torch, spec.seed)
 
-    engine = StatsEngine()
     budget = PayloadBudget(spec.max_payload_bytes)
-    first = Recorder(writer, spec.capture, spec.sample_size, budget, engine, emit=True)
+    first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
 
     # Initial parameter values, before anything runs.
     for name, p in model.named_parameters():
         owner, local = param_owner(name)
         first.record(owner, 0, "init", "param", local, p)
+    pipeline.drain()
     writer.flush()
     first.clear_cache()
     first.hashes, first.order = {}, []  # the determinism check covers the runs only
@@ -318,12 +328,14 @@ def _run_model(torch, spec, writer, device):
     try:
         capture_run(torch, model, call, spec, first, projection)
         _restore_buffers(torch, snap)
-        second = Recorder(writer, "stats", spec.sample_size, budget, engine, emit=False)
+        second = Recorder(writer, pipeline, "stats", spec.sample_size, budget, emit=False)
         capture_run(torch, model, call, spec, second, projection)
         _restore_buffers(torch, snap)
     finally:
         _restore_inplace(inplace)
     del snap
+    pipeline.stop()
+    pipeline.pool.clear()
 
     differ = []
     seen = set()

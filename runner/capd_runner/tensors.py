@@ -26,9 +26,15 @@ def dtype_name(dtype):
     return s[6:] if s.startswith("torch.") else s
 
 
+_PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                    torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+
+
 def prepare(t):
     """Detached, plain strided tensor with conj/neg bits resolved."""
     t = t.detach()
+    if t.dtype in _PLAIN and t.layout == torch.strided:
+        return t
     if t.layout != torch.strided:
         t = t.to_dense()
     if getattr(t, "is_quantized", False):
@@ -128,42 +134,53 @@ class StatsEngine(object):
         n = flat.numel()
         if n == 0:
             return dict(_EMPTY_STATS)
-        # Pass 1: sum, min, max, sum of squares, non-zeros.
+        # One pass per chunk: sum, sum of squares (float64), min, max (exact
+        # in the tensor's own dtype), non-zeros.
         total = 0.0
         sumsq = 0.0
         nonzero = 0
         lo = _INF
         hi = -_INF
+        # float32/float64 reductions work on the tensor itself everywhere; other
+        # dtypes (half on the CPU of older builds...) use the float64 copy.
+        native = flat.dtype in (torch.float32, torch.float64)
         for s in range(0, n, CHUNK):
             e = min(n, s + CHUNK)
-            a, _b = self._scratch(flat.device, e - s)
-            a.copy_(flat[s:e])
+            part = flat[s:e]
+            a, b = self._scratch(flat.device, e - s)
+            a.copy_(part)
+            src = part if native else a
             if _HAS_AMINMAX:
-                mn, mx = torch.aminmax(a)
+                mn, mx = torch.aminmax(src)
             else:
-                mn, mx = a.min(), a.max()
-            vals = torch.stack([a.sum(), mn, mx, torch.dot(a, a),
-                                torch.count_nonzero(a).to(torch.float64)]).tolist()
+                mn, mx = src.min(), src.max()
+            vals = torch.stack([a.sum(), torch.mul(a, a, out=b).sum(), mn.to(torch.float64),
+                                mx.to(torch.float64),
+                                torch.count_nonzero(src).to(torch.float64)]).tolist()
             total += vals[0]
-            lo = min(lo, vals[1])
-            hi = max(hi, vals[2])
-            sumsq += vals[3]
+            sumsq += vals[1]
+            lo = min(lo, vals[2])
+            hi = max(hi, vals[3])
             nonzero += int(vals[4])
-        if not (math.isfinite(total) and math.isfinite(lo) and math.isfinite(hi)):
+        if not (math.isfinite(total) and math.isfinite(sumsq) and math.isfinite(lo)
+                and math.isfinite(hi)):
             return self._stats_nonfinite(flat)
         mean = total / n
-        # Pass 2: centred sum of squares (two-pass variance).
-        css = 0.0
-        for s in range(0, n, CHUNK):
-            e = min(n, s + CHUNK)
-            a, b = self._scratch(flat.device, e - s)
-            if n > CHUNK:
+        msq = sumsq / n
+        var = msq - mean * mean
+        if var <= 1e-4 * msq:
+            # E[x^2] - mean^2 has lost more than 4 digits: centred second pass.
+            css = 0.0
+            for s in range(0, n, CHUNK):
+                e = min(n, s + CHUNK)
+                a, b = self._scratch(flat.device, e - s)
                 a.copy_(flat[s:e])
-            torch.sub(a, mean, out=b)
-            css += float(torch.dot(b, b))
+                torch.sub(a, mean, out=b)
+                css += float(torch.mul(b, b, out=a).sum())
+            var = css / n
         return {
             "min": lo, "max": hi, "mean": _finite_or_none(mean),
-            "std": _finite_or_none(math.sqrt(css / n)),
+            "std": _finite_or_none(math.sqrt(max(var, 0.0))),
             "l2": _finite_or_none(math.sqrt(sumsq)),
             "nan": 0, "pinf": 0, "ninf": 0, "zeros": n - nonzero,
         }

@@ -1,0 +1,184 @@
+/*
+ * cli/capctl.h - what the files of capctl share: exit codes, the flag
+ * parser, the HTTP client and the output helpers. Each subcommand group
+ * lives in its own cmd_*.c file and is reached through ctl_cmd_*().
+ */
+#ifndef CAPD_CLI_CAPCTL_H
+#define CAPD_CLI_CAPCTL_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#ifndef CAPD_VERSION
+#define CAPD_VERSION "unknown"
+#endif
+
+/* Exit codes, documented in docs/capctl.md. */
+#define CTL_EXIT_OK 0
+#define CTL_EXIT_REGRESSION 1 /* diff: the verdict is "regression" */
+#define CTL_EXIT_ERROR 2      /* bad flags, network, a server error */
+#define CTL_EXIT_NOT_OK 3     /* wait: the job finished with some cell not ok */
+
+#define CTL_DEFAULT_SERVER "http://127.0.0.1:8470"
+
+/* Responses past this size are refused rather than buffered. */
+#define CTL_MAX_RESPONSE (256u * 1024u * 1024u)
+#define CTL_MAX_URL 8192
+
+/* ---- flags ---- */
+
+enum ctl_opt_kind {
+    CTL_FLAG,  /* --name */
+    CTL_VALUE, /* --name V, once */
+    CTL_MULTI, /* --name V, repeatable */
+};
+
+struct ctl_opt {
+    const char *name; /* without the leading "--" */
+    enum ctl_opt_kind kind;
+    const char *metavar;
+    const char *help;
+};
+
+struct ctl_cmd {
+    const char *name;  /* "builds register": used in messages */
+    const char *usage; /* after "capctl NAME " */
+    const char *summary;
+    const char *details; /* more help text, may be NULL */
+    const struct ctl_opt *opts; /* terminated by a NULL name */
+    int min_pos, max_pos; /* positional arguments */
+};
+
+struct ctl_item {
+    const struct ctl_opt *opt;
+    const char *val;
+};
+
+struct ctl_args {
+    const struct ctl_cmd *cmd;
+    struct ctl_item *items;
+    int nitems;
+    const char **pos;
+    int npos;
+};
+
+/* The options every command accepts (--server, --token, --help). */
+extern const struct ctl_opt ctl_global_opts[];
+
+/* Parses ARGV[0..ARGC) (the words after the command name) against CMD.
+ * Returns 0 on success; 1 when --help was asked for (help printed); 2
+ * after printing a usage error. */
+int ctl_parse(const struct ctl_cmd *cmd, int argc, char **argv, struct ctl_args *a);
+void ctl_args_free(struct ctl_args *a);
+const char *ctl_arg(const struct ctl_args *a, const char *name);
+bool ctl_has(const struct ctl_args *a, const char *name);
+/* Iterates the values of a repeatable flag: start with *IT = 0. */
+const char *ctl_arg_next(const struct ctl_args *a, const char *name, int *it);
+void ctl_help(const struct ctl_cmd *cmd, FILE *f);
+/* Prints "capctl CMD: MESSAGE" and a pointer to --help; returns 2. */
+int ctl_usage_error(const struct ctl_cmd *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Parses an integer flag value; prints a usage error naming the flag. */
+int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long long min,
+                long long max, long long *out);
+/* Parses a duration in seconds (decimals allowed). */
+int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, double *out);
+
+/* ---- HTTP client ---- */
+
+struct ctl_client {
+    char server[1024]; /* without a trailing slash */
+    char *auth;        /* "Authorization: Bearer T" or NULL; never printed */
+    CURL *h;
+};
+
+struct ctl_resp {
+    long status; /* 0 when no HTTP response came */
+    char *body;  /* NUL-terminated */
+    size_t len;
+    char ctype[128];
+    char err[CURL_ERROR_SIZE + 64]; /* transport error text */
+};
+
+/* Server and token from the flags, else CAPD_SERVER / CAPD_TOKEN, else the
+ * default; a usage error (2) for a URL that is not http(s). */
+int ctl_client_open(struct ctl_client *c, const struct ctl_args *a);
+void ctl_client_close(struct ctl_client *c);
+/* One request. PATH starts with "/" and may carry a query. BODY (may be
+ * NULL) is sent as application/json. HEADERS is NULL-terminated or NULL.
+ * Returns 0 when an HTTP response came (any status), -1 otherwise
+ * (r->err says why). */
+int ctl_request(struct ctl_client *c, const char *method, const char *path, const json_t *body,
+                const char *const *headers, struct ctl_resp *r);
+void ctl_resp_free(struct ctl_resp *r);
+json_t *ctl_resp_json(const struct ctl_resp *r);
+/* Prints why a request failed: the transport error, or the server's
+ * {"error":{code,message,field}} as "capctl: MESSAGE (CODE, field FIELD)". */
+void ctl_report(const struct ctl_client *c, const struct ctl_resp *r);
+/* Which flag sets which request field, for error hints. */
+struct ctl_field_flag {
+    const char *field; /* exact, or a prefix followed by '.' in the reply */
+    const char *flag;
+};
+/* ctl_report(), then "capctl: FIELD is set by --FLAG" when MAP knows the
+ * field the server named. */
+void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
+                       const struct ctl_field_flag *map);
+/* The "field" of an error reply, or NULL. Owned by the caller (free). */
+char *ctl_resp_error_field(const struct ctl_resp *r);
+/* The "code" of an error reply into BUF ("" when none). */
+void ctl_resp_error_code(const struct ctl_resp *r, char *buf, size_t cap);
+/* Percent-encodes S for a path segment or query value (malloc'd). */
+char *ctl_escape(struct ctl_client *c, const char *s);
+
+/* A growing URL path with a hard size limit. */
+struct ctl_url {
+    char buf[CTL_MAX_URL];
+    size_t n;
+    bool overflow;
+    bool has_query;
+};
+void ctl_url_init(struct ctl_url *u, const char *path);
+void ctl_url_seg(struct ctl_client *c, struct ctl_url *u, const char *segment);
+void ctl_url_lit(struct ctl_url *u, const char *text);
+void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, const char *val);
+
+/* ---- output ---- */
+
+/* Copy of S with control characters replaced (server text reaching a
+ * terminal); "-" for NULL. Returns a pointer into BUF. */
+const char *ctl_clean(const char *s, char *buf, size_t cap);
+/* A JSON value as display text ("-" for null/absent). */
+const char *ctl_jtext(json_t *v, char *buf, size_t cap);
+void ctl_duration(json_t *ms, char *buf, size_t cap);
+void ctl_print_json(FILE *f, json_t *j);
+
+struct ctl_table;
+struct ctl_table *ctl_table_new(int ncol, const char *const *headers);
+/* Adds a row of NCOL strings (copied, cleaned). */
+int ctl_table_row(struct ctl_table *t, const char *const *cells);
+void ctl_table_print(struct ctl_table *t, FILE *f);
+void ctl_table_free(struct ctl_table *t);
+
+/* ---- jobs (shared by submit --wait and wait) ---- */
+
+/* Polls job ID until it is done or cancelled (or TIMEOUT_S passes, when
+ * > 0), drawing a progress line on stderr. *FINAL (may be NULL) gets the
+ * last job object. Returns CTL_EXIT_OK, CTL_EXIT_NOT_OK or CTL_EXIT_ERROR. */
+int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t **final);
+
+/* ---- commands ---- */
+
+int ctl_cmd_builds(int argc, char **argv);
+int ctl_cmd_submit(int argc, char **argv);
+int ctl_cmd_status(int argc, char **argv);
+int ctl_cmd_wait(int argc, char **argv);
+int ctl_cmd_diff(int argc, char **argv);
+
+/* Global flags given before the command name (capctl --server U CMD ...). */
+extern const char *ctl_global_server;
+extern const char *ctl_global_token;
+
+#endif

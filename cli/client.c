@@ -1,0 +1,331 @@
+/*
+ * cli/client.c - capctl's HTTP client: one libcurl easy handle per run, so
+ * polling reuses its keep-alive connection. Redirects are not followed
+ * (they would carry the token elsewhere) and the token is never printed.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/capctl.h"
+
+const char *ctl_global_server;
+const char *ctl_global_token;
+
+int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
+{
+    const char *server = ctl_arg(a, "server");
+    const char *token = ctl_arg(a, "token");
+    const char *from = "--server";
+    memset(c, 0, sizeof *c);
+    if (!server) {
+        server = ctl_global_server;
+    }
+    if (!server && (server = getenv("CAPD_SERVER")) != NULL && *server)
+        from = "CAPD_SERVER";
+    if (!server || !*server) {
+        server = CTL_DEFAULT_SERVER;
+        from = "the default server";
+    }
+    if (!token)
+        token = ctl_global_token;
+    if (!token)
+        token = getenv("CAPD_TOKEN");
+    if (strncasecmp(server, "http://", 7) != 0 && strncasecmp(server, "https://", 8) != 0)
+        return ctl_usage_error(a->cmd, "%s must be an http:// or https:// URL, got '%s'", from,
+                               server);
+    size_t n = strlen(server);
+    while (n > 0 && server[n - 1] == '/')
+        n--;
+    if (n >= sizeof c->server)
+        return ctl_usage_error(a->cmd, "%s is too long", from);
+    memcpy(c->server, server, n);
+    c->server[n] = 0;
+    if (token && *token) {
+        for (const char *p = token; *p; p++)
+            if ((unsigned char)*p < 0x21 || *p == 0x7f)
+                return ctl_usage_error(a->cmd,
+                                       "the token must not hold spaces or control characters");
+        if (asprintf(&c->auth, "Authorization: Bearer %s", token) < 0) {
+            c->auth = NULL;
+            fprintf(stderr, "capctl: out of memory\n");
+            return CTL_EXIT_ERROR;
+        }
+    }
+    c->h = curl_easy_init();
+    if (!c->h) {
+        fprintf(stderr, "capctl: cannot initialize libcurl\n");
+        return CTL_EXIT_ERROR;
+    }
+    return 0;
+}
+
+void ctl_client_close(struct ctl_client *c)
+{
+    if (c->h)
+        curl_easy_cleanup(c->h);
+    if (c->auth) {
+        /* The token does not linger in freed memory. */
+        memset(c->auth, 0, strlen(c->auth));
+        free(c->auth);
+    }
+    c->h = NULL;
+    c->auth = NULL;
+}
+
+struct sink {
+    struct ctl_resp *r;
+    size_t cap;
+    bool too_big;
+};
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *ud)
+{
+    struct sink *s = ud;
+    size_t n = sz * nm;
+    struct ctl_resp *r = s->r;
+    if (r->len + n + 1 > CTL_MAX_RESPONSE) {
+        s->too_big = true;
+        return 0;
+    }
+    if (r->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 16384;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (!nb)
+            return 0;
+        r->body = nb;
+        s->cap = cap;
+    }
+    memcpy(r->body + r->len, d, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return n;
+}
+
+int ctl_request(struct ctl_client *c, const char *method, const char *path, const json_t *body,
+                const char *const *headers, struct ctl_resp *r)
+{
+    char url[CTL_MAX_URL + 1100];
+    char errbuf[CURL_ERROR_SIZE] = "";
+    struct curl_slist *hl = NULL;
+    struct sink s = {r, 0, false};
+    char *payload = NULL;
+    int rc = -1;
+
+    memset(r, 0, sizeof *r);
+    snprintf(url, sizeof url, "%s%s", c->server, path);
+    curl_easy_reset(c->h);
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 300L);
+    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c->h, CURLOPT_USERAGENT, "capctl/" CAPD_VERSION);
+    curl_easy_setopt(c->h, CURLOPT_ACCEPT_ENCODING, "");
+    hl = curl_slist_append(hl, "Expect:");
+    hl = curl_slist_append(hl, "Accept: application/json");
+    if (c->auth)
+        hl = curl_slist_append(hl, c->auth);
+    if (body) {
+        payload = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (!payload) {
+            snprintf(r->err, sizeof r->err, "cannot encode the request body");
+            goto out;
+        }
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, payload);
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
+    } else if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
+    }
+    for (int i = 0; headers && headers[i]; i++)
+        hl = curl_slist_append(hl, headers[i]);
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+
+    CURLcode cc = curl_easy_perform(c->h);
+    if (cc != CURLE_OK) {
+        if (s.too_big)
+            snprintf(r->err, sizeof r->err, "the response is larger than %u MiB",
+                     CTL_MAX_RESPONSE >> 20);
+        else
+            snprintf(r->err, sizeof r->err, "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+        goto out;
+    }
+    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &r->status);
+    char *ct = NULL;
+    curl_easy_getinfo(c->h, CURLINFO_CONTENT_TYPE, &ct);
+    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    if (!r->body) {
+        r->body = calloc(1, 1);
+        if (!r->body) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    /* Dropping the handle's reference to the header list before it is
+     * freed; reset re-arms everything on the next request. */
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(hl);
+    free(payload);
+    if (rc != 0) {
+        free(r->body);
+        r->body = NULL;
+        r->len = 0;
+        r->status = 0;
+    }
+    return rc;
+}
+
+void ctl_resp_free(struct ctl_resp *r)
+{
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+json_t *ctl_resp_json(const struct ctl_resp *r)
+{
+    if (!r->body || r->len == 0)
+        return NULL;
+    return json_loadb(r->body, r->len, 0, NULL);
+}
+
+static json_t *error_obj(const struct ctl_resp *r, json_t **root)
+{
+    *root = ctl_resp_json(r);
+    json_t *e = json_object_get(*root, "error");
+    return json_is_object(e) ? e : NULL;
+}
+
+char *ctl_resp_error_field(const struct ctl_resp *r)
+{
+    json_t *root;
+    json_t *e = error_obj(r, &root);
+    const char *f = json_string_value(json_object_get(e, "field"));
+    char *out = f ? strdup(f) : NULL;
+    json_decref(root);
+    return out;
+}
+
+void ctl_resp_error_code(const struct ctl_resp *r, char *buf, size_t cap)
+{
+    json_t *root;
+    json_t *e = error_obj(r, &root);
+    const char *code = json_string_value(json_object_get(e, "code"));
+    snprintf(buf, cap, "%s", code ? code : "");
+    json_decref(root);
+}
+
+void ctl_report(const struct ctl_client *c, const struct ctl_resp *r)
+{
+    char m[1024], k[128], f[256];
+    if (r->status == 0) {
+        fprintf(stderr, "capctl: cannot reach capd at %s: %s\n", ctl_clean(c->server, m, sizeof m),
+                r->err[0] ? r->err : "no response");
+        return;
+    }
+    json_t *root;
+    json_t *e = error_obj(r, &root);
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *field = json_string_value(json_object_get(e, "field"));
+    if (msg && field)
+        fprintf(stderr, "capctl: %s (%s, field %s)\n", ctl_clean(msg, m, sizeof m),
+                ctl_clean(code ? code : "error", k, sizeof k), ctl_clean(field, f, sizeof f));
+    else if (msg)
+        fprintf(stderr, "capctl: %s (%s)\n", ctl_clean(msg, m, sizeof m),
+                ctl_clean(code ? code : "error", k, sizeof k));
+    else {
+        /* Not capd's error shape (a proxy, a crash): the status and the
+         * start of the body is all there is to say. */
+        char snippet[200];
+        size_t n = r->body ? strcspn(r->body, "\r\n") : 0;
+        if (n > sizeof snippet - 1)
+            n = sizeof snippet - 1;
+        memcpy(snippet, r->body ? r->body : "", n);
+        snippet[n] = 0;
+        fprintf(stderr, "capctl: the server answered HTTP %ld%s%s\n", r->status, n ? ": " : "",
+                ctl_clean(snippet, m, sizeof m));
+    }
+    json_decref(root);
+}
+
+void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
+                       const struct ctl_field_flag *map)
+{
+    ctl_report(c, r);
+    char *field = r->status ? ctl_resp_error_field(r) : NULL;
+    if (!field)
+        return;
+    for (const struct ctl_field_flag *m = map; m && m->field; m++) {
+        size_t n = strlen(m->field);
+        if (strncmp(field, m->field, n) == 0 && (field[n] == 0 || field[n] == '.')) {
+            char buf[256];
+            fprintf(stderr, "capctl: %s is set by %s\n", ctl_clean(field, buf, sizeof buf),
+                    m->flag);
+            break;
+        }
+    }
+    free(field);
+}
+
+char *ctl_escape(struct ctl_client *c, const char *s)
+{
+    char *e = curl_easy_escape(c->h, s, 0);
+    char *out = e ? strdup(e) : NULL;
+    curl_free(e);
+    return out;
+}
+
+void ctl_url_init(struct ctl_url *u, const char *path)
+{
+    memset(u, 0, sizeof *u);
+    ctl_url_lit(u, path);
+}
+
+void ctl_url_lit(struct ctl_url *u, const char *text)
+{
+    size_t n = strlen(text);
+    if (u->overflow || u->n + n + 1 > sizeof u->buf) {
+        u->overflow = true;
+        return;
+    }
+    memcpy(u->buf + u->n, text, n + 1);
+    u->n += n;
+}
+
+void ctl_url_seg(struct ctl_client *c, struct ctl_url *u, const char *segment)
+{
+    char *e = ctl_escape(c, segment);
+    if (!e) {
+        u->overflow = true;
+        return;
+    }
+    ctl_url_lit(u, "/");
+    ctl_url_lit(u, e);
+    free(e);
+}
+
+void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, const char *val)
+{
+    char *e = ctl_escape(c, val);
+    if (!e) {
+        u->overflow = true;
+        return;
+    }
+    ctl_url_lit(u, u->has_query ? "&" : "?");
+    u->has_query = true;
+    ctl_url_lit(u, key);
+    ctl_url_lit(u, "=");
+    ctl_url_lit(u, e);
+    free(e);
+}

@@ -1,0 +1,738 @@
+/*
+ * cli/cmd_jobs.c - capctl submit, status and wait: capture jobs
+ * (/v1/jobs) from submission to their last cell.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/capctl.h"
+#include "cli/provenance.h"
+
+/* How long polling tolerates an unreachable or overloaded server before it
+ * gives up: a capd restart takes a few seconds. */
+#define CTL_POLL_GRACE_S 60.0
+#define CTL_MAX_PROVENANCE_WARNINGS 10
+
+static const struct ctl_opt submit_opts[] = {
+    {"project", CTL_VALUE, "P", "project name (required)"},
+    {"commit", CTL_VALUE, "SHA", "commit under test, 7 to 64 hex digits (required)"},
+    {"build", CTL_VALUE, "B", "registered build to run (required)"},
+    {"branch", CTL_VALUE, "BR", "branch of the commit"},
+    {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
+    {"models", CTL_VALUE, "a,b", "models, comma-separated (required; GET /v1/models)"},
+    {"widths", CTL_VALUE, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
+    {"passes", CTL_VALUE, "forward,backward", "passes, comma-separated (required)"},
+    {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
+    {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
+    {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
+    {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
+    {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
+    {"seed", CTL_VALUE, "N", "random seed (default 0)"},
+    {"batch", CTL_VALUE, "N", "batch size (default 2)"},
+    {"sample-size", CTL_VALUE, "N", "elements kept per tensor with --capture sample (256)"},
+    {"dtype", CTL_VALUE, "T", "float32, float64, float16 or bfloat16 (default float32)"},
+    {"label", CTL_MULTI, "k=v", "label stored with the job"},
+    {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
+    {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
+    {"wait", CTL_FLAG, NULL, "wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"},
+    {"wait-timeout", CTL_VALUE, "S", "with --wait: give up (exit 2) after S seconds"},
+    {"json", CTL_FLAG, NULL, "print the job as JSON (the final job with --wait)"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_submit = {
+    "submit",
+    "--project P --commit SHA --build B --models a,b --widths x,y --passes forward,backward "
+    "[options]",
+    "Submit a capture job: one cell per model x width x pass. Prints the job id.",
+    "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
+    "they show as the job's provenance, with findings (generated dispatch sources such as\n"
+    "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
+    "comparison involving the job shows as warnings. See docs/capctl.md.\n\n"
+    "example:\n"
+    "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
+    "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
+    "      --source-tree ~/src/pytorch --wait",
+    submit_opts, 0, 0,
+};
+
+static const struct ctl_opt status_opts[] = {
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_status = {
+    "status", "JOB [--json]", "Show a job: its request, state, findings and a table of cells.",
+    NULL, status_opts, 1, 1,
+};
+
+static const struct ctl_opt wait_opts[] = {
+    {"wait-timeout", CTL_VALUE, "S", "give up (exit 2) after S seconds"},
+    {"json", CTL_FLAG, NULL, "print the finished job as JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_wait = {
+    "wait", "JOB [--wait-timeout S] [--json]",
+    "Wait for a job to finish, showing progress on stderr.",
+    "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
+    "2 error (unknown job, server unreachable, --wait-timeout passed).",
+    wait_opts, 1, 1,
+};
+
+static const struct ctl_field_flag submit_fields[] = {
+    {"project", "--project"},
+    {"commit", "--commit"},
+    {"branch", "--branch"},
+    {"build", "--build"},
+    {"control_commit", "--control-commit"},
+    {"matrix.models", "--models"},
+    {"matrix.widths", "--widths"},
+    {"matrix.passes", "--passes"},
+    {"matrix", "--models, --widths and --passes"},
+    {"options.iterations", "--iterations"},
+    {"options.warmup", "--warmup"},
+    {"options.threads", "--threads"},
+    {"options.timeout_s", "--timeout"},
+    {"options.capture", "--capture"},
+    {"options.seed", "--seed"},
+    {"options.batch", "--batch"},
+    {"options.sample_size", "--sample-size"},
+    {"options.dtype", "--dtype"},
+    {"labels", "--label"},
+    {"provenance", "--source-tree"},
+    {"Idempotency-Key", "--idempotency-key"},
+    {NULL, NULL},
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        ;
+}
+
+/* "a,b" to ["a","b"]; an empty item is a usage error naming FLAG. */
+static int split_list(const char *flag, const char *s, json_t **out)
+{
+    json_t *arr = json_array();
+    const char *p = s;
+    if (!arr)
+        return CTL_EXIT_ERROR;
+    for (;;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        while (n && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        if (n == 0) {
+            json_decref(arr);
+            return ctl_usage_error(&cmd_submit, "--%s has an empty item in '%s'", flag, s);
+        }
+        json_t *v = json_stringn(p, n);
+        if (!v) {
+            json_decref(arr);
+            return ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", flag);
+        }
+        json_array_append_new(arr, v);
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    *out = arr;
+    return 0;
+}
+
+static const char *const terminal_order[] = {"ok",        "failed",         "crashed",
+                                             "timeout",   "unsupported",    "protocol_error",
+                                             "cancelled", "interrupted",    NULL};
+
+static bool is_done_state(const char *st)
+{
+    return st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0;
+}
+
+/* The one-line progress of a job:
+ * "job j... running: 5/12 cells done (ok 4, failed 1), 1 running". */
+static void progress_line(json_t *job, char *buf, size_t cap)
+{
+    json_t *cells = json_object_get(job, "cells");
+    size_t total = json_array_size(cells), done = 0, running = 0, i;
+    json_t *cell;
+    char ib[64], sb[64];
+    json_array_foreach(cells, i, cell)
+    {
+        const char *st = json_string_value(json_object_get(cell, "state"));
+        if (st && strcmp(st, "running") == 0)
+            running++;
+        else if (is_done_state(st))
+            done++;
+    }
+    int n = snprintf(buf, cap, "job %s %s: %zu/%zu cells done",
+                     ctl_jtext(json_object_get(job, "id"), ib, sizeof ib),
+                     ctl_jtext(json_object_get(job, "state"), sb, sizeof sb), done, total);
+    if (done > 0 && n > 0 && (size_t)n < cap) {
+        bool first = true;
+        n += snprintf(buf + n, cap - (size_t)n, " (");
+        /* Known states first, in a fixed order; anything newer after. */
+        for (int k = 0; terminal_order[k]; k++) {
+            size_t c = 0;
+            json_array_foreach(cells, i, cell)
+            {
+                const char *st = json_string_value(json_object_get(cell, "state"));
+                c += st && strcmp(st, terminal_order[k]) == 0;
+            }
+            if (c && (size_t)n < cap) {
+                n += snprintf(buf + n, cap - (size_t)n, "%s%s %zu", first ? "" : ", ",
+                              terminal_order[k], c);
+                first = false;
+            }
+        }
+        size_t other = 0;
+        json_array_foreach(cells, i, cell)
+        {
+            const char *st = json_string_value(json_object_get(cell, "state"));
+            bool known = false;
+            for (int k = 0; terminal_order[k]; k++)
+                known |= st && strcmp(st, terminal_order[k]) == 0;
+            other += is_done_state(st) && !known;
+        }
+        if (other && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "%sother %zu", first ? "" : ", ", other);
+        if ((size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, ")");
+    }
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", %zu running", running);
+}
+
+static bool finished_state(const char *st)
+{
+    return st && (strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0);
+}
+
+/* Lists the cells that did not end ok; returns how many. */
+static size_t report_not_ok(json_t *job, FILE *f)
+{
+    json_t *cells = json_object_get(job, "cells"), *cell;
+    size_t i, bad = 0;
+    json_array_foreach(cells, i, cell)
+    {
+        const char *st = json_string_value(json_object_get(cell, "state"));
+        bad += !(st && strcmp(st, "ok") == 0);
+    }
+    if (!bad || !f)
+        return bad;
+    char ib[64], b1[200], b2[64], b3[64], b4[64], b5[1024];
+    fprintf(f, "capctl: job %s finished with %zu of %zu cells not ok:\n",
+            ctl_jtext(json_object_get(job, "id"), ib, sizeof ib), bad, json_array_size(cells));
+    json_array_foreach(cells, i, cell)
+    {
+        const char *st = json_string_value(json_object_get(cell, "state"));
+        if (st && strcmp(st, "ok") == 0)
+            continue;
+        json_t *reason = json_object_get(cell, "reason");
+        fprintf(f, "  %s/%s/%s: %s%s%s\n", ctl_jtext(json_object_get(cell, "model"), b1, sizeof b1),
+                ctl_jtext(json_object_get(cell, "width"), b2, sizeof b2),
+                ctl_jtext(json_object_get(cell, "pass"), b3, sizeof b3),
+                ctl_jtext(json_object_get(cell, "state"), b4, sizeof b4),
+                json_is_string(reason) ? ": " : "",
+                json_is_string(reason) ? ctl_clean(json_string_value(reason), b5, sizeof b5) : "");
+    }
+    return bad;
+}
+
+/* Polls every 0.25 s for the first 2 s (short jobs finish fast), then
+ * every 0.5 s. On a terminal the progress line is redrawn in place;
+ * otherwise (CI logs) a line is written only when it changes. */
+int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t **final)
+{
+    struct ctl_url u;
+    struct ctl_resp r = {0};
+    json_t *job = NULL;
+    char line[512], last[512] = "";
+    bool tty = isatty(STDERR_FILENO);
+    double t0 = now_s(), last_ok = t0;
+    int rc = CTL_EXIT_ERROR;
+
+    if (final)
+        *final = NULL;
+    ctl_url_init(&u, "/v1/jobs");
+    ctl_url_seg(c, &u, id);
+    if (u.overflow) {
+        fprintf(stderr, "capctl: the job id is too long\n");
+        return CTL_EXIT_ERROR;
+    }
+    for (;;) {
+        int q = ctl_request(c, "GET", u.buf, NULL, NULL, &r);
+        bool transient = q != 0 || r.status >= 500 || r.status == 429;
+        if (transient) {
+            if (now_s() - last_ok > CTL_POLL_GRACE_S) {
+                if (tty && last[0])
+                    fputc('\n', stderr);
+                ctl_report(c, &r);
+                fprintf(stderr, "capctl: gave up waiting for job %s after %.0f s of errors\n",
+                        id, CTL_POLL_GRACE_S);
+                goto out;
+            }
+            ctl_resp_free(&r);
+            sleep_s(1.0);
+            continue;
+        }
+        if (r.status != 200) {
+            if (tty && last[0])
+                fputc('\n', stderr);
+            ctl_report(c, &r);
+            goto out;
+        }
+        last_ok = now_s();
+        json_decref(job);
+        job = ctl_resp_json(&r);
+        ctl_resp_free(&r);
+        if (!json_is_object(job) || !json_is_array(json_object_get(job, "cells"))) {
+            fprintf(stderr, "capctl: unexpected reply from GET /v1/jobs/%s\n", id);
+            goto out;
+        }
+        progress_line(job, line, sizeof line);
+        if (tty) {
+            fprintf(stderr, "\r%s\033[K", line);
+            fflush(stderr);
+        } else if (strcmp(line, last) != 0) {
+            fprintf(stderr, "%s\n", line);
+            fflush(stderr);
+        }
+        snprintf(last, sizeof last, "%s", line);
+        const char *st = json_string_value(json_object_get(job, "state"));
+        if (finished_state(st)) {
+            if (tty)
+                fputc('\n', stderr);
+            size_t bad = report_not_ok(job, stderr);
+            if (!bad)
+                fprintf(stderr, "job %s %s: all %zu cells ok\n", id, st,
+                        json_array_size(json_object_get(job, "cells")));
+            rc = bad ? CTL_EXIT_NOT_OK : CTL_EXIT_OK;
+            break;
+        }
+        double el = now_s() - t0;
+        if (timeout_s > 0 && el >= timeout_s) {
+            if (tty)
+                fputc('\n', stderr);
+            fprintf(stderr, "capctl: job %s is still %s after %.0f s (--wait-timeout)\n", id,
+                    st ? st : "unfinished", timeout_s);
+            goto out;
+        }
+        double step = el < 2.0 ? 0.25 : 0.5;
+        if (timeout_s > 0 && el + step > timeout_s)
+            step = timeout_s - el;
+        sleep_s(step);
+    }
+out:
+    ctl_resp_free(&r);
+    if (final)
+        *final = job;
+    else
+        json_decref(job);
+    return rc;
+}
+
+/* Prints the findings of a collected provenance, and what was cut. */
+static void warn_provenance(json_t *prov, const char *commit)
+{
+    json_t *fs = json_object_get(prov, "findings"), *f;
+    size_t i;
+    char b[8400];
+    json_array_foreach(fs, i, f)
+    {
+        if (i == CTL_MAX_PROVENANCE_WARNINGS) {
+            fprintf(stderr, "capctl: warning: provenance: %zu more findings (see 'capctl status')\n",
+                    json_array_size(fs) - i);
+            break;
+        }
+        fprintf(stderr, "capctl: warning: provenance: %s\n",
+                ctl_jtext(json_object_get(f, "message"), b, sizeof b));
+    }
+    if (json_is_true(json_object_get(prov, "git_status_truncated")))
+        fprintf(stderr,
+                "capctl: warning: --source-tree: git status printed %lld lines; only the first "
+                "%zu are sent (limit %d lines, %u KiB); findings cover all of them\n",
+                (long long)json_integer_value(json_object_get(prov, "git_status_total")),
+                json_array_size(json_object_get(prov, "git_status")), PROV_MAX_STATUS_LINES,
+                PROV_MAX_STATUS_BYTES / 1024);
+    if (json_is_true(json_object_get(prov, "submodules_truncated")))
+        fprintf(stderr, "capctl: warning: --source-tree: submodule list truncated to %zu lines\n",
+                json_array_size(json_object_get(prov, "submodules")));
+    const char *head = json_string_value(json_object_get(prov, "head"));
+    if (head && commit && strncasecmp(head, commit, strlen(commit)) != 0)
+        fprintf(stderr,
+                "capctl: warning: --source-tree is checked out at %.12s, not at --commit %s\n",
+                head, commit);
+}
+
+int ctl_cmd_submit(int argc, char **argv)
+{
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    struct ctl_resp r = {0};
+    json_t *body = NULL, *opts = NULL, *labels = NULL, *matrix = NULL, *job = NULL,
+           *final = NULL, *prov = NULL;
+    char *idem_hdr = NULL;
+    int rc = ctl_parse(&cmd_submit, argc, argv, &a);
+    if (rc)
+        goto out;
+
+    static const char *const required[] = {"project", "commit", "build", "models", "widths",
+                                           "passes", NULL};
+    for (int i = 0; required[i]; i++) {
+        const char *v = ctl_arg(&a, required[i]);
+        if (!v || !*v) {
+            rc = ctl_usage_error(&cmd_submit, "--%s is required", required[i]);
+            goto out;
+        }
+    }
+    rc = CTL_EXIT_ERROR;
+    matrix = json_object();
+    opts = json_object();
+    labels = json_object();
+    if (!matrix || !opts || !labels)
+        goto out;
+    static const char *const axes[][2] = {{"models", "models"}, {"widths", "widths"},
+                                          {"passes", "passes"}};
+    for (int i = 0; i < 3; i++) {
+        json_t *l = NULL;
+        if ((rc = split_list(axes[i][0], ctl_arg(&a, axes[i][0]), &l)) != 0)
+            goto out;
+        json_object_set_new(matrix, axes[i][1], l);
+    }
+    /* Integer options: syntax is checked here, ranges by the server (its
+     * error names the field; the hint names the flag). */
+    static const char *const ints[][2] = {
+        {"iterations", "iterations"}, {"warmup", "warmup"}, {"threads", "threads"},
+        {"timeout", "timeout_s"},     {"seed", "seed"},     {"batch", "batch"},
+        {"sample-size", "sample_size"},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        const char *v = ctl_arg(&a, ints[i][0]);
+        long long n;
+        if (!v)
+            continue;
+        if ((rc = ctl_int_arg(&cmd_submit, ints[i][0], v, 0, LLONG_MAX, &n)) != 0)
+            goto out;
+        json_object_set_new(opts, ints[i][1], json_integer((json_int_t)n));
+    }
+    rc = CTL_EXIT_ERROR;
+    static const char *const strs[][2] = {{"capture", "capture"}, {"dtype", "dtype"}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = ctl_arg(&a, strs[i][0]);
+        if (!v)
+            continue;
+        json_t *s = json_string(v);
+        if (!s) {
+            rc = ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", strs[i][0]);
+            goto out;
+        }
+        json_object_set_new(opts, strs[i][1], s);
+    }
+    int it = 0;
+    const char *lv;
+    while ((lv = ctl_arg_next(&a, "label", &it)) != NULL) {
+        const char *eq = strchr(lv, '=');
+        char key[128];
+        if (!eq || eq == lv || (size_t)(eq - lv) >= sizeof key) {
+            rc = ctl_usage_error(&cmd_submit, "--label expects key=value, got '%s'", lv);
+            goto out;
+        }
+        memcpy(key, lv, (size_t)(eq - lv));
+        key[eq - lv] = 0;
+        if (json_object_get(labels, key)) {
+            rc = ctl_usage_error(&cmd_submit, "--label %s given more than once", key);
+            goto out;
+        }
+        json_t *s = json_string(eq + 1);
+        if (!s) {
+            rc = ctl_usage_error(&cmd_submit, "--label %s: the value is not valid UTF-8", key);
+            goto out;
+        }
+        json_object_set_new(labels, key, s);
+    }
+    double wait_timeout = 0;
+    const char *wt = ctl_arg(&a, "wait-timeout");
+    if (wt) {
+        if (!ctl_has(&a, "wait")) {
+            rc = ctl_usage_error(&cmd_submit, "--wait-timeout needs --wait");
+            goto out;
+        }
+        if ((rc = ctl_seconds_arg(&cmd_submit, "wait-timeout", wt, &wait_timeout)) != 0)
+            goto out;
+        rc = CTL_EXIT_ERROR;
+    }
+    body = json_pack("{s:s?,s:s?,s:s?,s:O,s:O,s:O}", "project", ctl_arg(&a, "project"), "commit",
+                     ctl_arg(&a, "commit"), "build", ctl_arg(&a, "build"), "matrix", matrix,
+                     "options", opts, "labels", labels);
+    if (!body) {
+        rc = ctl_usage_error(&cmd_submit, "--project, --commit and --build must be valid UTF-8");
+        goto out;
+    }
+    static const char *const opt_strs[][2] = {{"branch", "branch"},
+                                              {"control-commit", "control_commit"}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = ctl_arg(&a, opt_strs[i][0]);
+        if (!v)
+            continue;
+        json_t *s = json_string(v);
+        if (!s) {
+            rc = ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", opt_strs[i][0]);
+            goto out;
+        }
+        json_object_set_new(body, opt_strs[i][1], s);
+    }
+    const char *idem = ctl_arg(&a, "idempotency-key");
+    if (idem) {
+        for (const char *p = idem; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+                rc = ctl_usage_error(&cmd_submit,
+                                     "--idempotency-key must not hold control characters");
+                goto out;
+            }
+        if (!*idem || asprintf(&idem_hdr, "Idempotency-Key: %s", idem) < 0) {
+            idem_hdr = NULL;
+            rc = ctl_usage_error(&cmd_submit, "--idempotency-key must not be empty");
+            goto out;
+        }
+    }
+    /* Flags are all checked before git runs or the network is touched. */
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    rc = CTL_EXIT_ERROR;
+    const char *tree = ctl_arg(&a, "source-tree");
+    if (tree) {
+        char *err = NULL;
+        if (prov_collect(tree, &prov, &err) != 0) {
+            fprintf(stderr, "capctl: %s\n", err ? err : "--source-tree: cannot collect provenance");
+            free(err);
+            goto out;
+        }
+        warn_provenance(prov, ctl_arg(&a, "commit"));
+        json_object_set(body, "provenance", prov);
+    }
+
+    const char *hdrs[] = {idem_hdr, NULL};
+    if (ctl_request(&c, "POST", "/v1/jobs", body, idem_hdr ? hdrs : NULL, &r) != 0 ||
+        (r.status != 200 && r.status != 201)) {
+        ctl_report_fields(&c, &r, submit_fields);
+        goto out;
+    }
+    job = ctl_resp_json(&r);
+    const char *id = json_string_value(json_object_get(job, "id"));
+    if (!id) {
+        fprintf(stderr, "capctl: unexpected reply from POST /v1/jobs (no job id)\n");
+        goto out;
+    }
+    char ib[64];
+    if (r.status == 200)
+        fprintf(stderr,
+                "capctl: job %s already existed for this --idempotency-key; not resubmitted\n",
+                ctl_clean(id, ib, sizeof ib));
+    bool json_out = ctl_has(&a, "json");
+    if (!ctl_has(&a, "wait")) {
+        if (json_out)
+            ctl_print_json(stdout, job);
+        else
+            printf("%s\n", ctl_clean(id, ib, sizeof ib));
+        rc = 0;
+        goto out;
+    }
+    if (!json_out) {
+        printf("%s\n", ctl_clean(id, ib, sizeof ib));
+        fflush(stdout);
+    }
+    rc = ctl_wait_job(&c, id, wait_timeout, &final);
+    if (json_out && final)
+        ctl_print_json(stdout, final);
+out:
+    free(idem_hdr);
+    json_decref(prov);
+    json_decref(final);
+    json_decref(job);
+    json_decref(body);
+    json_decref(opts);
+    json_decref(labels);
+    json_decref(matrix);
+    ctl_resp_free(&r);
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc == 1 ? 0 : rc;
+}
+
+static void counts_text(json_t *job, char *buf, size_t cap)
+{
+    json_t *counts = json_object_get(job, "counts");
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    buf[0] = 0;
+    json_object_foreach(counts, k, v)
+    {
+        char kb[64];
+        int w = snprintf(buf + n, cap - n, "%s%s %lld", n ? ", " : "", ctl_clean(k, kb, sizeof kb),
+                         (long long)json_integer_value(v));
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+    if (!n)
+        snprintf(buf, cap, "-");
+}
+
+static void print_job(json_t *j)
+{
+    char b[4200], b2[4200], b3[4200];
+    json_t *m = json_object_get(j, "matrix");
+    json_t *o = json_object_get(j, "options");
+    printf("job         %s (%s)\n", ctl_jtext(json_object_get(j, "id"), b, sizeof b),
+           ctl_jtext(json_object_get(j, "state"), b2, sizeof b2));
+    printf("project     %s\n", ctl_jtext(json_object_get(j, "project"), b, sizeof b));
+    printf("commit      %s   branch %s   control %s\n",
+           ctl_jtext(json_object_get(j, "commit"), b, sizeof b),
+           ctl_jtext(json_object_get(j, "branch"), b2, sizeof b2),
+           ctl_jtext(json_object_get(j, "control_commit"), b3, sizeof b3));
+    printf("build       %s\n", ctl_jtext(json_object_get(j, "build"), b, sizeof b));
+    size_t nm = json_array_size(json_object_get(m, "models")),
+           nw = json_array_size(json_object_get(m, "widths")),
+           np = json_array_size(json_object_get(m, "passes"));
+    printf("matrix      %zu model%s x %zu width%s x %zu pass%s = %zu cells\n", nm,
+           nm == 1 ? "" : "s", nw, nw == 1 ? "" : "s", np, np == 1 ? "" : "es", nm * nw * np);
+    if (json_is_object(o)) {
+        printf("options     capture %s, dtype %s, iterations %s",
+               ctl_jtext(json_object_get(o, "capture"), b, sizeof b),
+               ctl_jtext(json_object_get(o, "dtype"), b2, sizeof b2),
+               ctl_jtext(json_object_get(o, "iterations"), b3, sizeof b3));
+        printf(", warmup %s", ctl_jtext(json_object_get(o, "warmup"), b, sizeof b));
+        printf(", threads %s", ctl_jtext(json_object_get(o, "threads"), b, sizeof b));
+        printf(", batch %s", ctl_jtext(json_object_get(o, "batch"), b, sizeof b));
+        printf(", seed %s", ctl_jtext(json_object_get(o, "seed"), b, sizeof b));
+        printf(", timeout %s s\n", ctl_jtext(json_object_get(o, "timeout_s"), b, sizeof b));
+    }
+    const char *k;
+    json_t *v;
+    bool first = true;
+    json_object_foreach(json_object_get(j, "labels"), k, v)
+    {
+        printf("%s%s=%s\n", first ? "labels      " : "            ", ctl_clean(k, b2, sizeof b2),
+               ctl_jtext(v, b, sizeof b));
+        first = false;
+    }
+    printf("created     %s   finished %s\n",
+           ctl_jtext(json_object_get(j, "created_at"), b, sizeof b),
+           ctl_jtext(json_object_get(j, "finished_at"), b2, sizeof b2));
+    counts_text(j, b, sizeof b);
+    printf("cells       %s\n", b);
+    json_t *prov = json_object_get(j, "provenance");
+    if (json_is_object(prov)) {
+        json_t *fs = json_object_get(prov, "findings"), *f;
+        size_t i;
+        printf("provenance  %s: %zu finding%s\n",
+               ctl_jtext(json_object_get(prov, "source_tree"), b, sizeof b), json_array_size(fs),
+               json_array_size(fs) == 1 ? "" : "s");
+        json_array_foreach(fs, i, f)
+            printf("  ! %s\n", ctl_jtext(json_object_get(f, "message"), b, sizeof b));
+    }
+    printf("\n");
+    static const char *const hdr[] = {"MODEL", "WIDTH", "PASS", "STATE", "DURATION", "REASON"};
+    struct ctl_table *t = ctl_table_new(6, hdr);
+    json_t *cell;
+    size_t i;
+    json_array_foreach(json_object_get(j, "cells"), i, cell)
+    {
+        char d[64];
+        ctl_duration(json_object_get(cell, "duration_ms"), d, sizeof d);
+        const char *row[] = {json_string_value(json_object_get(cell, "model")),
+                             json_string_value(json_object_get(cell, "width")),
+                             json_string_value(json_object_get(cell, "pass")),
+                             json_string_value(json_object_get(cell, "state")), d,
+                             json_string_value(json_object_get(cell, "reason"))};
+        if (t)
+            ctl_table_row(t, row);
+    }
+    if (t)
+        ctl_table_print(t, stdout);
+    ctl_table_free(t);
+}
+
+int ctl_cmd_status(int argc, char **argv)
+{
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    struct ctl_resp r = {0};
+    json_t *j = NULL;
+    int rc = ctl_parse(&cmd_status, argc, argv, &a);
+    if (rc)
+        goto out;
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    rc = CTL_EXIT_ERROR;
+    struct ctl_url u;
+    ctl_url_init(&u, "/v1/jobs");
+    ctl_url_seg(&c, &u, a.pos[0]);
+    if (u.overflow) {
+        rc = ctl_usage_error(&cmd_status, "the job id is too long");
+        goto out;
+    }
+    if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(&c, &r);
+        goto out;
+    }
+    j = ctl_resp_json(&r);
+    if (!json_is_object(j)) {
+        fprintf(stderr, "capctl: unexpected reply from GET /v1/jobs/JOB\n");
+        goto out;
+    }
+    if (ctl_has(&a, "json"))
+        ctl_print_json(stdout, j);
+    else
+        print_job(j);
+    rc = 0;
+out:
+    json_decref(j);
+    ctl_resp_free(&r);
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc == 1 ? 0 : rc;
+}
+
+int ctl_cmd_wait(int argc, char **argv)
+{
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    json_t *final = NULL;
+    double timeout = 0;
+    int rc = ctl_parse(&cmd_wait, argc, argv, &a);
+    if (rc)
+        goto out;
+    const char *wt = ctl_arg(&a, "wait-timeout");
+    if (wt && (rc = ctl_seconds_arg(&cmd_wait, "wait-timeout", wt, &timeout)) != 0)
+        goto out;
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    rc = ctl_wait_job(&c, a.pos[0], timeout, &final);
+    if (ctl_has(&a, "json") && final && rc != CTL_EXIT_ERROR)
+        ctl_print_json(stdout, final);
+out:
+    json_decref(final);
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc == 1 ? 0 : rc;
+}

@@ -1,0 +1,979 @@
+/* fake_runner: a stand-in for `python -m capd_runner` in tests.
+ *
+ * capd execs it exactly like a Python interpreter (argv is ignored). It reads
+ * the cell spec named by $CAPD_CELL_SPEC (docs/protocol.md), writes frames on
+ * the spec's `frame_fd`, and behaves as the spec's `model` says:
+ * `fake:<behavior>` or `fake:<behavior>:<arg>`.
+ *
+ *   ok[:N]          hello, env (effective_width = width, "avx2" for "native"),
+ *                   N tensors (default 3) `layer<i>.0.forward.output.0`,
+ *                   float32 shape [4], capture per options.capture (payload:
+ *                   min(sample_size, 4) elements for sample, 16 bytes for
+ *                   full), timing (options.iterations samples), memory,
+ *                   end ok; exit 0. Values depend only on options.seed and the
+ *                   key; hash is BLAKE2b-128 of the 16 raw bytes as in the
+ *                   real runner. If $FAKE_PERTURB_KEY equals a key, that
+ *                   tensor's first element moves by 2^-10 (payload, hash and
+ *                   stats differ). $FAKE_TIMING_SCALE (a float, default 1)
+ *                   scales the timing samples, for perf-regression tests.
+ *   hello_end       hello, env, end ok in one write(2); nothing else. For
+ *                   per-cell overhead benchmarks.
+ *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
+ *                   size, many per write(2), then end ok.
+ *   payload[:MB]    MB (default 64) tensors with 1 MiB full payloads, end ok.
+ *   segv / abort    hello, env, 2 tensors, then SIGSEGV (null write) / abort().
+ *   exit3           hello, then exit(3) without end.
+ *   noend           like ok but no end frame; exit 0.
+ *   failed          hello, env, end failed; exit 1.
+ *   unsupported     hello, env whose effective_width differs from the request,
+ *                   end unsupported with a reason; exit 0.
+ *   hang            hello, then sleep forever.
+ *   ignore_term     ignore SIGTERM, hello, then sleep forever.
+ *   grandchild[:A]  fork a grandchild in the same process group that sleeps
+ *                   forever, keeping every inherited fd (the frame pipe and
+ *                   logs included, like a leaked worker); write its pid to
+ *                   <scratch>/grandchild.pid (atomically) before hello. With no
+ *                   A the parent then hangs; A = "exit": the parent writes the
+ *                   ok stream and exits 0 while the grandchild lingers;
+ *                   A = "exit_closed": same, but the grandchild closes its
+ *                   fds 0-2 and the frame fd first.
+ *   flood[:MB]      write MB MiB (default 1024) of text lines to stdout and
+ *                   MB/16 MiB (at least 64 KiB) to stderr, then behave as ok.
+ *   garbage         hello, then a line that is not JSON; exit 0.
+ *   long_header     hello, then one 70000-byte header line; exit 0.
+ *   short_payload   hello, env, a tensor announcing nbytes 4096, then only 100
+ *                   bytes; exit 0.
+ *   close_fd3       hello, close the frame fd, sleep 1 s, exit 0.
+ *   oom             hello, then malloc+memset ever larger blocks. On malloc
+ *                   failure (RLIMIT_AS): a note frame, exit 42. Without an
+ *                   address-space limit it stops at $FAKE_OOM_CAP_MB (default
+ *                   2048) with a note and exits 43 instead of eating the host.
+ *   slow[:MS]       like ok, but sleeps MS ms (default 1000) before end.
+ *   echo_env        hello, then a note whose message is a JSON document:
+ *                   {"environ":{NAME:VALUE...},"fds":[open fds],"cwd":...,
+ *                   "pid","ppid","pgid","sid","pdeathsig",
+ *                   "rlimits":{"as","cpu","nofile","nproc","core"}} (soft
+ *                   limits, -1 for unlimited); then as ok.
+ *   cpu             hello, then burn CPU forever (for RLIMIT_CPU).
+ *   anything else   hello, end failed with a reason; exit 2.
+ *
+ * Write errors on the frame fd end the process with exit 1 (like Python's
+ * BrokenPipeError; SIGPIPE is ignored), except in the deliberately broken
+ * behaviors, which ignore them and exit as documented. Behaviors that never
+ * end on their own die by SIGALRM after $FAKE_MAX_SECONDS (default 600) so a
+ * broken test cannot leak them forever. A spec that cannot be read gives
+ * hello + end failed on fd 3 and exit 2.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+extern char **environ;
+
+#define OUT_BUF_MAX (256u << 10)
+
+/* ---- BLAKE2b (RFC 7693), enough for 16-byte digests ------------------------- */
+
+struct b2b {
+    uint64_t h[8], t[2];
+    uint8_t b[128];
+    size_t c;
+};
+
+static const uint64_t b2b_iv[8] = {
+    0x6A09E667F3BCC908ull, 0xBB67AE8584CAA73Bull, 0x3C6EF372FE94F82Bull, 0xA54FF53A5F1D36F1ull,
+    0x510E527FADE682D1ull, 0x9B05688C2B3E6C1Full, 0x1F83D9ABFB41BD6Bull, 0x5BE0CD19137E2179ull,
+};
+
+static const uint8_t b2b_sigma[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
+    {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
+    {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
+    {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
+    {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+static inline uint64_t rotr64(uint64_t x, unsigned n)
+{
+    return (x >> n) | (x << (64 - n));
+}
+
+#define B2B_G(a, b, c, d, x, y)                                                                \
+    do {                                                                                       \
+        v[a] = v[a] + v[b] + (x);                                                              \
+        v[d] = rotr64(v[d] ^ v[a], 32);                                                        \
+        v[c] = v[c] + v[d];                                                                    \
+        v[b] = rotr64(v[b] ^ v[c], 24);                                                        \
+        v[a] = v[a] + v[b] + (y);                                                              \
+        v[d] = rotr64(v[d] ^ v[a], 16);                                                        \
+        v[c] = v[c] + v[d];                                                                    \
+        v[b] = rotr64(v[b] ^ v[c], 63);                                                        \
+    } while (0)
+
+static void b2b_compress(struct b2b *ctx, const uint8_t *blk, bool last)
+{
+    uint64_t v[16], m[16];
+
+    for (int i = 0; i < 8; i++) {
+        v[i] = ctx->h[i];
+        v[i + 8] = b2b_iv[i];
+    }
+    v[12] ^= ctx->t[0];
+    v[13] ^= ctx->t[1];
+    if (last)
+        v[14] = ~v[14];
+    for (int i = 0; i < 16; i++) {
+        uint64_t w = 0;
+
+        for (int k = 7; k >= 0; k--)
+            w = (w << 8) | blk[8 * i + k];
+        m[i] = w;
+    }
+    for (int i = 0; i < 12; i++) {
+        const uint8_t *s = b2b_sigma[i];
+
+        B2B_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
+        B2B_G(1, 5, 9, 13, m[s[2]], m[s[3]]);
+        B2B_G(2, 6, 10, 14, m[s[4]], m[s[5]]);
+        B2B_G(3, 7, 11, 15, m[s[6]], m[s[7]]);
+        B2B_G(0, 5, 10, 15, m[s[8]], m[s[9]]);
+        B2B_G(1, 6, 11, 12, m[s[10]], m[s[11]]);
+        B2B_G(2, 7, 8, 13, m[s[12]], m[s[13]]);
+        B2B_G(3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+    for (int i = 0; i < 8; i++)
+        ctx->h[i] ^= v[i] ^ v[i + 8];
+}
+
+static void b2b_count(struct b2b *ctx, size_t n)
+{
+    ctx->t[0] += n;
+    if (ctx->t[0] < n)
+        ctx->t[1]++;
+}
+
+static void b2b_init(struct b2b *ctx, size_t outlen)
+{
+    memcpy(ctx->h, b2b_iv, sizeof(ctx->h));
+    ctx->h[0] ^= 0x01010000ull ^ outlen;
+    ctx->t[0] = ctx->t[1] = 0;
+    ctx->c = 0;
+}
+
+/* The last block must be compressed with the final flag, so a full buffer is
+ * only compressed once more input is known to follow. */
+static void b2b_update(struct b2b *ctx, const void *in, size_t n)
+{
+    const uint8_t *p = in;
+
+    while (n) {
+        size_t take;
+
+        if (ctx->c == 128) {
+            b2b_count(ctx, 128);
+            b2b_compress(ctx, ctx->b, false);
+            ctx->c = 0;
+        }
+        if (ctx->c == 0 && n > 128) {
+            b2b_count(ctx, 128);
+            b2b_compress(ctx, p, false);
+            p += 128;
+            n -= 128;
+            continue;
+        }
+        take = 128 - ctx->c < n ? 128 - ctx->c : n;
+        memcpy(ctx->b + ctx->c, p, take);
+        ctx->c += take;
+        p += take;
+        n -= take;
+    }
+}
+
+static void b2b_hex16(const void *in, size_t n, char out[33])
+{
+    static const char hx[] = "0123456789abcdef";
+    struct b2b ctx;
+
+    b2b_init(&ctx, 16);
+    b2b_update(&ctx, in, n);
+    b2b_count(&ctx, ctx.c);
+    memset(ctx.b + ctx.c, 0, 128 - ctx.c);
+    b2b_compress(&ctx, ctx.b, true);
+    for (int i = 0; i < 16; i++) {
+        uint8_t byte = (uint8_t)(ctx.h[i / 8] >> (8 * (i % 8)));
+
+        out[2 * i] = hx[byte >> 4];
+        out[2 * i + 1] = hx[byte & 15];
+    }
+    out[32] = '\0';
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+struct out {
+    int fd;
+    bool tolerate; /* ignore write errors (deliberately broken behaviors) */
+    bool broken;
+    size_t len;
+    char buf[OUT_BUF_MAX];
+};
+
+static struct out out = {.fd = 3};
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+
+    while (n && !out.broken) {
+        ssize_t w = write(fd, c, n);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            if (fd == out.fd && out.tolerate) {
+                out.broken = true;
+                return;
+            }
+            fprintf(stderr, "fake_runner: write to fd %d failed: %s\n", fd, strerror(errno));
+            exit(1);
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+static void out_flush(void)
+{
+    write_all(out.fd, out.buf, out.len);
+    out.len = 0;
+}
+
+static void out_raw(const void *p, size_t n)
+{
+    if (out.len + n > sizeof(out.buf)) {
+        out_flush();
+        if (n > sizeof(out.buf)) {
+            write_all(out.fd, p, n);
+            return;
+        }
+    }
+    memcpy(out.buf + out.len, p, n);
+    out.len += n;
+}
+
+/* Appends one frame (steals `h`) and, unless batching, flushes it. */
+static void emit(json_t *h, const void *payload, size_t n, bool batch)
+{
+    char *txt;
+
+    if (n)
+        json_object_set_new(h, "nbytes", json_integer((json_int_t)n));
+    txt = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    if (!txt) {
+        fprintf(stderr, "fake_runner: out of memory\n");
+        exit(1);
+    }
+    out_raw(txt, strlen(txt));
+    out_raw("\n", 1);
+    free(txt);
+    if (n)
+        out_raw(payload, n);
+    if (!batch)
+        out_flush();
+}
+
+/* ---- the cell ------------------------------------------------------------- */
+
+struct cell {
+    const char *model, *width, *pass, *device, *scratch;
+    const char *capture;
+    json_int_t seed, iterations, warmup, threads, sample_size;
+    char behavior[64];
+    const char *arg; /* after the second ':', or NULL */
+};
+
+static const char *effective_width(const struct cell *c)
+{
+    return strcmp(c->width, "native") == 0 ? "avx2" : c->width;
+}
+
+static void hello(void)
+{
+    emit(json_pack("{s:s,s:i,s:s}", "kind", "hello", "protocol", 1, "runner", "fake_runner/1"),
+         NULL, 0, false);
+}
+
+static void env_frame(const struct cell *c, const char *width)
+{
+    emit(json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:s,s:I},s:s}", "kind", "env", "fingerprint",
+                   "runner", "fake_runner", "torch", "0.0.0+fake", "model", c->model, "pass",
+                   c->pass, "device", c->device, "threads", (json_int_t)c->threads,
+                   "effective_width", width),
+         NULL, 0, false);
+}
+
+static void end_frame(const char *status, const char *reason)
+{
+    json_t *h = json_pack("{s:s,s:s}", "kind", "end", "status", status);
+
+    if (reason)
+        json_object_set_new(h, "reason", json_string(reason));
+    emit(h, NULL, 0, false);
+}
+
+static void note(const char *level, const char *msg)
+{
+    emit(json_pack("{s:s,s:s,s:s}", "kind", "note", "level", level, "message", msg), NULL, 0,
+         false);
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The helpers link jansson only, not libm: a square root by Newton's method
+ * from a guess with half the exponent, stopped when it stops decreasing. */
+static double nsqrt(double x)
+{
+    uint64_t bits;
+    double r, n;
+
+    if (!(x > 0) || isinf(x))
+        return x > 0 ? x : 0;
+    memcpy(&bits, &x, sizeof(bits));
+    bits = (bits >> 1) + (1023ull << 51);
+    memcpy(&r, &bits, sizeof(r));
+    r = 0.5 * (r + x / r); /* from here on r >= sqrt(x) */
+    for (int i = 0; i < 64; i++) {
+        n = 0.5 * (r + x / r);
+        if (n >= r)
+            break;
+        r = n;
+    }
+    return r;
+}
+
+/* Stats as protocol.md defines them: float64 over finite values, counts over
+ * all; std is the unbiased one, like torch.std. */
+static json_t *stats_of(const float *v, size_t n)
+{
+    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
+    json_int_t nan = 0, pinf = 0, ninf = 0, zeros = 0, fin = 0;
+    double mean, var = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        double x = v[i];
+
+        if (isnan(x)) {
+            nan++;
+            continue;
+        }
+        if (isinf(x)) {
+            if (x > 0)
+                pinf++;
+            else
+                ninf++;
+            continue;
+        }
+        zeros += x == 0;
+        fin++;
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        sum += x;
+        sq += x * x;
+    }
+    if (!fin)
+        return json_pack("{s:n,s:n,s:n,s:n,s:n,s:I,s:I,s:I,s:I}", "min", "max", "mean", "std",
+                         "l2", "nan", nan, "pinf", pinf, "ninf", ninf, "zeros", zeros);
+    mean = sum / (double)fin;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            var += (v[i] - mean) * (v[i] - mean);
+    var = fin > 1 ? var / (double)(fin - 1) : 0;
+    return json_pack("{s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I}", "min", mn, "max", mx, "mean", mean,
+                     "std", nsqrt(var), "l2", nsqrt(sq), "nan", nan, "pinf", pinf, "ninf", ninf,
+                     "zeros", zeros);
+}
+
+/* One small tensor: 4 float32 values fixed by (seed, key), multiples of
+ * 2^-9 in [-4, 4) so every platform prints the same stats. */
+static void tensor(const struct cell *c, long i, bool batch)
+{
+    char key[64], module[32], hash[33];
+    float v[4];
+    uint64_t st;
+    size_t k = 4, nbytes = 0;
+    unsigned char payload[16];
+    const char *perturb = getenv("FAKE_PERTURB_KEY");
+    json_t *h;
+
+    snprintf(module, sizeof(module), "layer%ld", i);
+    snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
+    st = fnv1a(key) ^ ((uint64_t)c->seed * 0x9e3779b97f4a7c15ull);
+    for (int j = 0; j < 4; j++)
+        v[j] = (float)((int)(splitmix(&st) % 4096) - 2048) / 512.0f;
+    if (perturb && strcmp(perturb, key) == 0)
+        v[0] += 1.0f / 1024.0f;
+    b2b_hex16(v, sizeof(v), hash);
+    h = json_pack("{s:s,s:I,s:s,s:s,s:i,s:s,s:s,s:i,s:s,s:[i],s:i,s:o,s:s,s:s}", "kind",
+                  "tensor", "seq", (json_int_t)i, "key", key, "module", module, "call", 0, "phase",
+                  "forward", "role", "output", "index", 0, "dtype", "float32", "shape", 4,
+                  "numel", 4, "stats", stats_of(v, 4), "hash", hash, "capture", c->capture);
+    if (strcmp(c->capture, "full") == 0) {
+        memcpy(payload, v, sizeof(v));
+        nbytes = sizeof(v);
+    } else if (strcmp(c->capture, "sample") == 0) {
+        if (c->sample_size < 4)
+            k = c->sample_size > 0 ? (size_t)c->sample_size : 1;
+        for (size_t j = 0; j < k; j++)
+            memcpy(payload + 4 * j, &v[j * 4 / k], 4);
+        nbytes = 4 * k;
+        json_object_set_new(h, "sample_positions", json_string("stride"));
+    }
+    emit(h, payload, nbytes, batch);
+}
+
+static void timing(const struct cell *c)
+{
+    json_t *samples = json_array();
+    const char *sc = getenv("FAKE_TIMING_SCALE");
+    double scale = sc ? strtod(sc, NULL) : 1.0;
+    uint64_t st = (uint64_t)c->seed + 77;
+
+    for (json_int_t i = 0; i < c->iterations; i++) {
+        double ns = 1e6 * (0.95 + (double)(splitmix(&st) % 1000) / 10000.0) * scale;
+
+        json_array_append_new(samples, json_integer((json_int_t)ns));
+    }
+    emit(json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "kind", "timing", "phase",
+                   strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns",
+                   samples, "warmup", c->warmup, "iterations", c->iterations, "threads",
+                   c->threads),
+         NULL, 0, false);
+}
+
+static void memory(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    emit(json_pack("{s:s,s:I}", "kind", "memory", "peak_rss_bytes", (json_int_t)ru.ru_maxrss * 1024),
+         NULL, 0, false);
+}
+
+static long arg_long(const struct cell *c, long dflt)
+{
+    return c->arg && *c->arg ? strtol(c->arg, NULL, 10) : dflt;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void __attribute__((noreturn)) hang(void)
+{
+    out_flush();
+    for (;;)
+        pause();
+}
+
+/* hello, env, n tensors, timing, memory, [end ok]: the `ok` stream. */
+static void ok_stream(const struct cell *c, long n, long sleep_before_end, bool with_end)
+{
+    hello();
+    env_frame(c, effective_width(c));
+    for (long i = 0; i < n; i++)
+        tensor(c, i, false);
+    timing(c);
+    memory();
+    if (sleep_before_end > 0)
+        sleep_ms(sleep_before_end);
+    if (with_end)
+        end_frame("ok", NULL);
+    out_flush();
+}
+
+/* ---- the heavier behaviors ------------------------------------------------ */
+
+static char *u64dec(char *p, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Headers of the size and shape the real runner writes, built by memcpy so
+ * that the runner is never what a throughput benchmark measures. */
+static void stream(const struct cell *c, long n)
+{
+    static const char hx[] = "0123456789abcdef";
+    char line[1024];
+
+    hello();
+    env_frame(c, effective_width(c));
+    for (long i = 0; i < n; i++) {
+        uint64_t st = (uint64_t)i, h1 = splitmix(&st), h2 = splitmix(&st);
+        char *p = line;
+
+#define PUT(s) (memcpy(p, s, sizeof(s) - 1), p += sizeof(s) - 1)
+        PUT("{\"kind\":\"tensor\",\"seq\":");
+        p = u64dec(p, (uint64_t)i);
+        PUT(",\"key\":\"model.layers.");
+        p = u64dec(p, (uint64_t)i);
+        PUT(".mlp.0.forward.output.0\",\"module\":\"model.layers.");
+        p = u64dec(p, (uint64_t)i);
+        PUT(".mlp\",\"call\":0,\"phase\":\"forward\",\"role\":\"output\",\"index\":0,"
+            "\"dtype\":\"float32\",\"shape\":[2,16,32],\"numel\":1024,\"stats\":{"
+            "\"min\":-3.4028234663852886,\"max\":3.3710644245147705,"
+            "\"mean\":0.0016455090325325727,\"std\":0.9913885593414307,"
+            "\"l2\":31.72466278076172,\"nan\":0,\"pinf\":0,\"ninf\":0,\"zeros\":0},\"hash\":\"");
+        for (int k = 0; k < 16; k++)
+            *p++ = hx[(h1 >> (4 * k)) & 15];
+        for (int k = 0; k < 16; k++)
+            *p++ = hx[(h2 >> (4 * k)) & 15];
+        PUT("\",\"capture\":\"stats\"}\n");
+#undef PUT
+        out_raw(line, (size_t)(p - line));
+    }
+    end_frame("ok", NULL);
+    out_flush();
+}
+
+/* 1 MiB float32 payloads, distinct per frame (storage deduplicates equal
+ * content), hashed like the real runner. */
+static void payload(const struct cell *c, long mb)
+{
+    const size_t n = (1u << 20) / sizeof(float);
+    float *v = malloc(n * sizeof(float));
+    uint64_t st = (uint64_t)c->seed;
+    char key[64], hash[33];
+
+    if (!v)
+        exit(1);
+    hello();
+    env_frame(c, effective_width(c));
+    for (size_t j = 0; j < n; j++)
+        v[j] = (float)((int64_t)(splitmix(&st) % 65536) - 32768) / 4096.0f;
+    for (long i = 0; i < mb; i++) {
+        json_t *h;
+
+        v[i % n] += 1.0f; /* differ from every earlier frame */
+        snprintf(key, sizeof(key), "layer%ld.0.forward.output.0", i);
+        b2b_hex16(v, n * sizeof(float), hash);
+        h = json_pack("{s:s,s:I,s:s,s:s,s:[I],s:I,s:o,s:s,s:s}", "kind", "tensor", "seq",
+                      (json_int_t)i, "key", key, "dtype", "float32", "shape", (json_int_t)n,
+                      "numel", (json_int_t)n, "stats", stats_of(v, n), "hash", hash, "capture",
+                      "full");
+        emit(h, v, n * sizeof(float), false);
+    }
+    end_frame("ok", NULL);
+    free(v);
+}
+
+static void flood(long mb)
+{
+    char block[65536];
+    size_t off = 0;
+    uint64_t line = 0;
+    uint64_t err_bytes = (uint64_t)mb << 16; /* mb / 16 MiB */
+
+    while (off + 80 < sizeof(block))
+        off += (size_t)snprintf(block + off, sizeof(block) - off,
+                                "flood line %010llu: the quick brown fox jumps over the dog\n",
+                                (unsigned long long)line++);
+    for (uint64_t done = 0; done < (uint64_t)mb << 20; done += off)
+        write_all(1, block, off);
+    if (err_bytes < 65536)
+        err_bytes = 65536;
+    for (uint64_t done = 0; done < err_bytes; done += off)
+        write_all(2, block, off);
+}
+
+static json_int_t soft_limit(int res)
+{
+    struct rlimit rl;
+
+    if (getrlimit(res, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return -1;
+    return (json_int_t)rl.rlim_cur;
+}
+
+/* Everything a test of the child's isolation wants to check, taken before
+ * this process opens anything of its own. */
+static json_t *isolation_report(void)
+{
+    json_t *envo = json_object(), *fds = json_array();
+    char cwd[4096];
+    DIR *d;
+    int pdeath = 0;
+
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+
+        if (eq)
+            json_object_setn_new(envo, *e, (size_t)(eq - *e), json_string(eq + 1));
+    }
+    d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *de;
+
+        while ((de = readdir(d))) {
+            int fd = atoi(de->d_name);
+
+            if (de->d_name[0] != '.' && fd != dirfd(d))
+                json_array_append_new(fds, json_integer(fd));
+        }
+        closedir(d);
+    }
+    prctl(PR_GET_PDEATHSIG, &pdeath);
+    return json_pack("{s:o,s:o,s:s,s:I,s:I,s:I,s:I,s:i,s:{s:I,s:I,s:I,s:I,s:I}}", "environ", envo,
+                     "fds", fds, "cwd", getcwd(cwd, sizeof(cwd)) ? cwd : "", "pid",
+                     (json_int_t)getpid(), "ppid", (json_int_t)getppid(), "pgid",
+                     (json_int_t)getpgrp(), "sid", (json_int_t)getsid(0), "pdeathsig", pdeath,
+                     "rlimits", "as", soft_limit(RLIMIT_AS), "cpu", soft_limit(RLIMIT_CPU),
+                     "nofile", soft_limit(RLIMIT_NOFILE), "nproc", soft_limit(RLIMIT_NPROC),
+                     "core", soft_limit(RLIMIT_CORE));
+}
+
+static void grandchild(const struct cell *c)
+{
+    char path[4096], tmp[4200], pid[32];
+    pid_t g;
+    int fd, n;
+
+    g = fork();
+    if (g < 0) {
+        perror("fake_runner: fork");
+        exit(1);
+    }
+    if (g == 0) {
+        if (c->arg && strcmp(c->arg, "exit_closed") == 0) {
+            close(0);
+            close(1);
+            close(2);
+            close(out.fd);
+        }
+        for (;;)
+            pause();
+    }
+    snprintf(path, sizeof(path), "%s/grandchild.pid", c->scratch);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    n = snprintf(pid, sizeof(pid), "%d\n", (int)g);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, pid, (size_t)n) != n || close(fd) < 0 || rename(tmp, path) < 0) {
+        perror("fake_runner: grandchild.pid");
+        exit(1);
+    }
+    if (c->arg && strncmp(c->arg, "exit", 4) == 0) {
+        ok_stream(c, 3, 0, true);
+        exit(0);
+    }
+    hello();
+    hang();
+}
+
+static void oom(void)
+{
+    const char *capenv = getenv("FAKE_OOM_CAP_MB");
+    uint64_t cap = (capenv ? strtoull(capenv, NULL, 10) : 2048) << 20;
+    bool limited = soft_limit(RLIMIT_AS) >= 0;
+    size_t block = 1u << 20;
+    uint64_t total = 0;
+    char msg[160];
+    int n;
+
+    hello();
+    for (;;) {
+        char *p;
+
+        if (!limited && total + block > cap) {
+            n = snprintf(msg, sizeof(msg),
+                         "{\"kind\":\"note\",\"level\":\"error\",\"message\":\"no address-space "
+                         "limit; stopped at %llu MiB\"}\n",
+                         (unsigned long long)(total >> 20));
+            write_all(out.fd, msg, (size_t)n);
+            exit(43);
+        }
+        p = malloc(block);
+        if (!p) {
+            /* No allocation from here on: format by hand. */
+            n = snprintf(msg, sizeof(msg),
+                         "{\"kind\":\"note\",\"level\":\"error\",\"message\":\"malloc of %zu "
+                         "bytes failed after %llu MiB\"}\n",
+                         block, (unsigned long long)(total >> 20));
+            write_all(out.fd, msg, (size_t)n);
+            exit(42);
+        }
+        memset(p, 0xa5, block);
+        total += block;
+        if (block < (64u << 20))
+            block *= 2;
+    }
+}
+
+/* ---- spec ----------------------------------------------------------------- */
+
+static void __attribute__((noreturn)) spec_failure(const char *why)
+{
+    char reason[512];
+
+    fprintf(stderr, "fake_runner: %s\n", why);
+    snprintf(reason, sizeof(reason), "fake_runner: %s", why);
+    out.tolerate = true;
+    hello();
+    end_frame("failed", reason);
+    exit(2);
+}
+
+static json_t *load_spec(struct cell *c)
+{
+    const char *path = getenv("CAPD_CELL_SPEC");
+    json_error_t jerr;
+    json_t *spec, *o;
+    char why[400];
+    const char *model, *rest, *colon;
+    size_t blen;
+
+    if (!path)
+        spec_failure("CAPD_CELL_SPEC is not set");
+    spec = json_load_file(path, 0, &jerr);
+    if (!spec) {
+        snprintf(why, sizeof(why), "cannot read cell spec %s: %s", path, jerr.text);
+        spec_failure(why);
+    }
+    if (json_is_integer(json_object_get(spec, "frame_fd")))
+        out.fd = (int)json_integer_value(json_object_get(spec, "frame_fd"));
+    model = json_string_value(json_object_get(spec, "model"));
+    c->model = model ? model : "";
+    c->width = json_string_value(json_object_get(spec, "width"));
+    c->width = c->width ? c->width : "default";
+    c->pass = json_string_value(json_object_get(spec, "pass"));
+    c->pass = c->pass ? c->pass : "forward";
+    c->device = json_string_value(json_object_get(spec, "device"));
+    c->device = c->device ? c->device : "cpu";
+    c->scratch = json_string_value(json_object_get(spec, "scratch"));
+    c->scratch = c->scratch ? c->scratch : ".";
+    o = json_object_get(spec, "options");
+    c->capture = json_string_value(json_object_get(o, "capture"));
+    c->capture = c->capture ? c->capture : "stats";
+#define OPT_INT(field, dflt)                                                                   \
+    c->field = json_is_integer(json_object_get(o, #field))                                     \
+                   ? json_integer_value(json_object_get(o, #field))                            \
+                   : (dflt)
+    OPT_INT(seed, 0);
+    OPT_INT(iterations, 20);
+    OPT_INT(warmup, 3);
+    OPT_INT(threads, 1);
+    OPT_INT(sample_size, 256);
+#undef OPT_INT
+    if (c->iterations < 0 || c->iterations > 100000)
+        c->iterations = 20;
+
+    /* "fake:<behavior>[:<arg>]" */
+    c->behavior[0] = '\0';
+    c->arg = NULL;
+    if (strncmp(c->model, "fake:", 5) == 0) {
+        rest = c->model + 5;
+        colon = strchr(rest, ':');
+        blen = colon ? (size_t)(colon - rest) : strlen(rest);
+        if (blen < sizeof(c->behavior)) {
+            memcpy(c->behavior, rest, blen);
+            c->behavior[blen] = '\0';
+        }
+        c->arg = colon ? colon + 1 : NULL;
+    }
+    return spec;
+}
+
+int main(void)
+{
+    struct cell c;
+    json_t *spec, *report = NULL;
+    const char *b;
+    const char *maxs = getenv("FAKE_MAX_SECONDS");
+    char reason[256];
+
+    signal(SIGPIPE, SIG_IGN);
+    spec = load_spec(&c);
+    b = c.behavior;
+    alarm(maxs ? (unsigned)strtoul(maxs, NULL, 10) : 600);
+
+    if (strcmp(b, "ok") == 0) {
+        ok_stream(&c, arg_long(&c, 3), 0, true);
+    } else if (strcmp(b, "hello_end") == 0) {
+        char buf[512];
+        int n = snprintf(buf, sizeof(buf),
+                         "{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"fake_runner/1\"}\n"
+                         "{\"kind\":\"env\",\"fingerprint\":{\"runner\":\"fake_runner\"},"
+                         "\"effective_width\":\"%s\"}\n"
+                         "{\"kind\":\"end\",\"status\":\"ok\"}\n",
+                         effective_width(&c));
+        write_all(out.fd, buf, (size_t)n);
+    } else if (strcmp(b, "stream") == 0) {
+        stream(&c, arg_long(&c, 100000));
+    } else if (strcmp(b, "payload") == 0) {
+        payload(&c, arg_long(&c, 64));
+    } else if (strcmp(b, "segv") == 0 || strcmp(b, "abort") == 0) {
+        hello();
+        env_frame(&c, effective_width(&c));
+        tensor(&c, 0, false);
+        tensor(&c, 1, false);
+        if (strcmp(b, "abort") == 0)
+            abort();
+        {
+            /* volatile twice, so the compiler can neither see the null
+             * pointer nor turn the store into a trap instruction. */
+            volatile int *volatile np = NULL;
+
+            *np = 1;
+        }
+        raise(SIGSEGV);
+    } else if (strcmp(b, "exit3") == 0) {
+        hello();
+        exit(3);
+    } else if (strcmp(b, "noend") == 0) {
+        ok_stream(&c, 3, 0, false);
+    } else if (strcmp(b, "failed") == 0) {
+        hello();
+        env_frame(&c, effective_width(&c));
+        end_frame("failed", "fake failure requested");
+        exit(1);
+    } else if (strcmp(b, "unsupported") == 0) {
+        const char *eff = strcmp(c.width, "default") == 0 ? "avx2" : "default";
+
+        snprintf(reason, sizeof(reason), "requested width %s, effective %s", c.width, eff);
+        hello();
+        env_frame(&c, eff);
+        end_frame("unsupported", reason);
+    } else if (strcmp(b, "hang") == 0) {
+        hello();
+        hang();
+    } else if (strcmp(b, "ignore_term") == 0) {
+        signal(SIGTERM, SIG_IGN);
+        hello();
+        hang();
+    } else if (strcmp(b, "grandchild") == 0) {
+        grandchild(&c);
+    } else if (strcmp(b, "flood") == 0) {
+        flood(arg_long(&c, 1024));
+        ok_stream(&c, 3, 0, true);
+    } else if (strcmp(b, "garbage") == 0) {
+        out.tolerate = true;
+        hello();
+        out_raw("this is not json\n", 17);
+        out_flush();
+    } else if (strcmp(b, "long_header") == 0) {
+        static const char pre[] = "{\"kind\":\"note\",\"level\":\"info\",\"message\":\"";
+        char *line = malloc(70000);
+
+        out.tolerate = true;
+        hello();
+        memset(line, 'x', 70000);
+        memcpy(line, pre, sizeof(pre) - 1);
+        memcpy(line + 70000 - 3, "\"}\n", 3);
+        write_all(out.fd, line, 70000);
+        free(line);
+    } else if (strcmp(b, "short_payload") == 0) {
+        static const char hdr[] =
+            "{\"kind\":\"tensor\",\"seq\":0,\"key\":\"layer0.0.forward.output.0\","
+            "\"dtype\":\"float32\",\"shape\":[1024],\"numel\":1024,\"stats\":{},"
+            "\"hash\":\"00000000000000000000000000000000\",\"capture\":\"full\","
+            "\"nbytes\":4096}\n";
+        char junk[100];
+
+        out.tolerate = true;
+        hello();
+        env_frame(&c, effective_width(&c));
+        out_raw(hdr, sizeof(hdr) - 1);
+        memset(junk, 0x5a, sizeof(junk));
+        out_raw(junk, sizeof(junk));
+        out_flush();
+    } else if (strcmp(b, "close_fd3") == 0) {
+        hello();
+        close(out.fd);
+        sleep_ms(1000);
+    } else if (strcmp(b, "oom") == 0) {
+        oom();
+    } else if (strcmp(b, "slow") == 0) {
+        ok_stream(&c, 3, arg_long(&c, 1000), true);
+    } else if (strcmp(b, "echo_env") == 0) {
+        char *msg;
+
+        report = isolation_report();
+        msg = json_dumps(report, JSON_COMPACT);
+        hello();
+        note("info", msg ? msg : "{}");
+        free(msg);
+        env_frame(&c, effective_width(&c));
+        for (long i = 0; i < 3; i++)
+            tensor(&c, i, false);
+        timing(&c);
+        memory();
+        end_frame("ok", NULL);
+    } else if (strcmp(b, "cpu") == 0) {
+        volatile double x = 1.0;
+
+        hello();
+        out_flush();
+        for (;;)
+            x = x * 1.0000001 + 1e-9;
+    } else {
+        snprintf(reason, sizeof(reason), "unknown fake behavior \"%.200s\"", c.model);
+        hello();
+        end_frame("failed", reason);
+        exit(2);
+    }
+    out_flush();
+    json_decref(report);
+    json_decref(spec);
+    return 0;
+}

@@ -1,0 +1,435 @@
+/*
+ * tests/test_cells.c - the supervisor and scheduler against a misbehaving
+ * child: tests/helpers/fake_runner, registered as a build's "interpreter"
+ * and steered by the model name (fake:<behavior>, fake:<behavior>__<arg>).
+ *
+ * Each case checks the cell's outcome and details, the records kept, and
+ * that the daemon still serves requests with no leaked fds or zombies.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/testutil.h"
+
+struct env {
+    struct tu_capd c;
+    char config[512];
+};
+
+static void start(struct env *e, const char *config_json)
+{
+    char *dir = tu_tmpdir();
+    cr_assert_not_null(dir);
+    const char *extra[3] = {NULL, NULL, NULL};
+    if (config_json) {
+        snprintf(e->config, sizeof e->config, "%s/capd.json", dir);
+        FILE *f = fopen(e->config, "w");
+        cr_assert_not_null(f);
+        fputs(config_json, f);
+        fclose(f);
+        extra[0] = "--config";
+        extra[1] = e->config;
+    }
+    cr_assert_eq(tu_capd_start(&e->c, dir, extra), 0, "capd starts");
+    free(dir);
+    cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
+}
+
+/* Runs one cell of MODEL and returns the cell object (with details). */
+static json_t *run_cell(struct env *e, const char *model, const char *options, char **job_out)
+{
+    char *job = tu_submit(&e->c, "fake", model, options);
+    cr_assert_not_null(job, "submit %s", model);
+    json_t *j = tu_wait_job(&e->c, job, 120);
+    cr_assert_not_null(j, "job of %s finished", model);
+    const char *cid =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "cells"), 0), "id"));
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
+    json_t *cell = tu_json(&e->c, "GET", path, NULL, NULL);
+    json_decref(j);
+    if (job_out)
+        *job_out = job;
+    else
+        free(job);
+    return cell;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "";
+}
+
+static json_int_t count(json_t *cell, const char *kind)
+{
+    return json_integer_value(json_object_get(json_object_get(cell, "record_counts"), kind));
+}
+
+/* The daemon is still healthy, holds no extra fds and no zombies. */
+static void check_clean(struct env *e, int fds_before)
+{
+    long st = 0;
+    json_t *h = tu_json(&e->c, "GET", "/healthz", NULL, &st);
+    cr_assert_eq(st, 200, "daemon still serves");
+    json_decref(h);
+    usleep(200 * 1000);
+    cr_assert_eq(tu_count_zombies(e->c.pid), 0, "no zombie children");
+    if (fds_before >= 0) {
+        int now = tu_count_fds(e->c.pid);
+        cr_assert_leq(now, fds_before + 2, "no leaked fds: %d before, %d after", fds_before,
+                      now);
+    }
+}
+
+static void stop(struct env *e)
+{
+    cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+}
+
+Test(cells, ok_stores_every_frame)
+{
+    struct env e;
+    start(&e, NULL);
+    int fds = tu_count_fds(e.c.pid);
+    char *job;
+    json_t *cell = run_cell(&e, "fake:ok", NULL, &job);
+    cr_assert_str_eq(str(cell, "state"), "ok", "reason: %s", str(cell, "reason"));
+    cr_assert_eq(count(cell, "tensor"), 3);
+    cr_assert_eq(count(cell, "hello"), 1);
+    cr_assert_eq(count(cell, "end"), 1);
+    cr_assert_eq(json_is_false(json_object_get(cell, "partial")), 1);
+    cr_assert_str_eq(str(cell, "effective_width"), "avx2");
+    cr_assert_gt(json_integer_value(json_object_get(cell, "peak_rss_bytes")), 0,
+                 "peak RSS from wait4");
+    json_t *timing = json_object_get(cell, "timing");
+    cr_assert_eq(json_integer_value(json_object_get(timing, "n")), 20, "20 samples by default");
+    /* The log endpoint serves text. */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, str(cell, "id"));
+    struct tu_resp r;
+    tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.headers, "text/plain") != NULL);
+    tu_resp_free(&r);
+    json_decref(cell);
+    free(job);
+    check_clean(&e, fds);
+    stop(&e);
+}
+
+Test(cells, segv_is_crashed_and_keeps_partial_records)
+{
+    struct env e;
+    start(&e, NULL);
+    int fds = tu_count_fds(e.c.pid);
+    json_t *cell = run_cell(&e, "fake:segv", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "crashed");
+    cr_assert_str_eq(str(cell, "signal"), "SIGSEGV");
+    cr_assert_eq(count(cell, "tensor"), 2, "the frames streamed before the crash are kept");
+    cr_assert(json_is_true(json_object_get(cell, "partial")));
+    json_decref(cell);
+    check_clean(&e, fds);
+    stop(&e);
+}
+
+Test(cells, abort_is_crashed)
+{
+    struct env e;
+    start(&e, NULL);
+    json_t *cell = run_cell(&e, "fake:abort", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "crashed");
+    cr_assert_str_eq(str(cell, "signal"), "SIGABRT");
+    json_decref(cell);
+    stop(&e);
+}
+
+Test(cells, exit_codes_and_missing_end_are_failed)
+{
+    struct env e;
+    start(&e, NULL);
+    json_t *cell = run_cell(&e, "fake:exit3", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "failed");
+    cr_assert_eq(json_integer_value(json_object_get(cell, "exit_code")), 3);
+    cr_assert(strstr(str(cell, "reason"), "exit code 3") != NULL, "%s", str(cell, "reason"));
+    json_decref(cell);
+    cell = run_cell(&e, "fake:noend", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "failed");
+    cr_assert(strstr(str(cell, "reason"), "end frame") != NULL, "%s", str(cell, "reason"));
+    json_decref(cell);
+    cell = run_cell(&e, "fake:failed", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "failed");
+    json_decref(cell);
+    cell = run_cell(&e, "fake:unsupported", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "unsupported");
+    cr_assert_neq(str(cell, "reason")[0], 0, "the runner's reason is kept");
+    json_decref(cell);
+    stop(&e);
+}
+
+Test(cells, protocol_violations)
+{
+    struct env e;
+    start(&e, NULL);
+    int fds = tu_count_fds(e.c.pid);
+    static const char *const cases[][2] = {
+        {"fake:garbage", "JSON"},
+        {"fake:long_header", "65536"},
+        {"fake:short_payload", "payload"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *cell = run_cell(&e, cases[i][0], NULL, NULL);
+        cr_assert_str_eq(str(cell, "state"), "protocol_error", "%s: %s", cases[i][0],
+                         str(cell, "reason"));
+        cr_assert(strstr(str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s",
+                  cases[i][0], str(cell, "reason"));
+        json_decref(cell);
+    }
+    json_t *cell = run_cell(&e, "fake:close_fd3", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "failed", "fd 3 closed early: %s", str(cell, "reason"));
+    json_decref(cell);
+    check_clean(&e, fds);
+    stop(&e);
+}
+
+Test(cells, timeout_kills_the_group, .timeout = 120)
+{
+    struct env e;
+    start(&e, "{\"kill_grace_ms\": 500, \"keep_scratch\": true}");
+    json_t *cell = run_cell(&e, "fake:hang", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(str(cell, "state"), "timeout");
+    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
+    json_decref(cell);
+    /* SIGTERM ignored: SIGKILL after the grace period still ends it. */
+    cell = run_cell(&e, "fake:ignore_term", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(str(cell, "state"), "timeout");
+    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
+    json_decref(cell);
+    /* A grandchild in the group dies with it. */
+    cell = run_cell(&e, "fake:grandchild", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(str(cell, "state"), "timeout");
+    char path[600];
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, str(cell, "id"));
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "grandchild pid file %s", path);
+    int gpid = 0;
+    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
+    fclose(f);
+    usleep(300 * 1000);
+    cr_assert(kill(gpid, 0) != 0 && errno == ESRCH, "grandchild %d is gone", gpid);
+    json_decref(cell);
+    check_clean(&e, -1);
+    stop(&e);
+}
+
+Test(cells, lingering_grandchild_after_clean_exit_dies)
+{
+    struct env e;
+    start(&e, "{\"keep_scratch\": true}");
+    json_t *cell = run_cell(&e, "fake:grandchild__exit", NULL, NULL);
+    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    char path[600];
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, str(cell, "id"));
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    int gpid = 0;
+    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
+    fclose(f);
+    usleep(300 * 1000);
+    cr_assert(kill(gpid, 0) != 0 && errno == ESRCH, "grandchild %d is gone", gpid);
+    json_decref(cell);
+    stop(&e);
+}
+
+Test(cells, log_flood_is_capped, .timeout = 300)
+{
+    struct env e;
+    start(&e, "{\"cell_log_max_bytes\": 1048576}");
+    char *job;
+    json_t *cell = run_cell(&e, "fake:flood__256", NULL, &job);
+    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, str(cell, "id"));
+    struct tu_resp r;
+    tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_leq(r.len, 1048576 + 256, "log capped: %zu bytes", r.len);
+    cr_assert_geq(r.len, 1048576 / 2, "the tail is kept: %zu bytes", r.len);
+    cr_assert(strstr(r.body, "dropped") != NULL, "the log says it was cut");
+    tu_resp_free(&r);
+    json_decref(cell);
+    free(job);
+    check_clean(&e, -1);
+    stop(&e);
+}
+
+Test(cells, address_space_limit_holds)
+{
+    struct env e;
+    start(&e, "{\"rlimit_as_bytes\": 268435456}");
+    json_t *cell = run_cell(&e, "fake:oom", NULL, NULL);
+    const char *state = str(cell, "state");
+    cr_assert(strcmp(state, "failed") == 0 || strcmp(state, "crashed") == 0, "oom: %s (%s)", state,
+              str(cell, "reason"));
+    cr_assert_lt(json_integer_value(json_object_get(cell, "peak_rss_bytes")), 268435456 + (1 << 24));
+    json_decref(cell);
+    stop(&e);
+}
+
+Test(cells, clean_environment_and_fds)
+{
+    struct env e;
+    start(&e, NULL);
+    setenv("CAPD_TEST_SECRET", "leak", 1);
+    char *job;
+    json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
+    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, str(cell, "id"));
+    json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
+    json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
+    const char *msg = str(rec, "message");
+    cr_assert(strstr(msg, "CAPD_CELL_SPEC") != NULL, "spec path is set: %s", msg);
+    cr_assert(strstr(msg, "ATEN_CPU_CAPABILITY") != NULL, "width variables are set");
+    cr_assert(strstr(msg, "ONEDNN_MAX_CPU_ISA") != NULL);
+    cr_assert(strstr(msg, "CAPD_BIN") == NULL, "capd's own environment does not leak: %s", msg);
+    json_decref(notes);
+    json_decref(cell);
+    free(job);
+    stop(&e);
+}
+
+Test(cells, cancel_stops_running_and_queued, .timeout = 60)
+{
+    struct env e;
+    start(&e, NULL);
+    long st = 0;
+    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[\"fake:hang\"],\"widths\":[\"avx2\",\"default\"],"
+                         "\"passes\":[\"forward\"]}}");
+    cr_assert_eq(st, 201);
+    char id[32];
+    snprintf(id, sizeof id, "%s", str(j, "id"));
+    json_decref(j);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (int i = 0; i < 100; i++) {
+        j = tu_json(&e.c, "GET", path, NULL, NULL);
+        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
+                              "running") == 0;
+        json_decref(j);
+        if (running)
+            break;
+        usleep(50 * 1000);
+    }
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    j = tu_json(&e.c, "POST", path, NULL, &st);
+    cr_assert_eq(st, 202);
+    json_decref(j);
+    j = tu_wait_job(&e.c, id, 30);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(str(j, "state"), "cancelled");
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(j, "cells"), i, cell)
+    {
+        for (int k = 0; k < 100 && strcmp(str(cell, "state"), "running") == 0; k++) {
+            usleep(50 * 1000);
+            json_decref(j);
+            j = tu_json(&e.c, "GET", path + 0, NULL, NULL);
+        }
+    }
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_decref(j);
+    j = tu_json(&e.c, "GET", path, NULL, NULL);
+    json_array_foreach(json_object_get(j, "cells"), i, cell)
+    {
+        cr_assert_str_eq(str(cell, "state"), "cancelled", "cell %zu", i);
+    }
+    json_decref(j);
+    check_clean(&e, -1);
+    stop(&e);
+}
+
+/*
+ * kill -9 while a cell streams: on restart the cell is interrupted and
+ * re-queued, runs again, and its records appear exactly once; the database
+ * passes integrity_check.
+ */
+Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
+{
+    struct env e;
+    start(&e, NULL);
+    char *job = tu_submit(&e.c, "fake", "fake:slow__1500", NULL);
+    cr_assert_not_null(job);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    for (int i = 0; i < 100; i++) {
+        json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
+        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
+                              "running") == 0;
+        json_decref(j);
+        if (running)
+            break;
+        usleep(20 * 1000);
+    }
+    usleep(500 * 1000); /* frames are streaming; the end is 1.5 s away */
+    tu_capd_kill9(&e.c);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", e.c.dir);
+    cr_assert_eq(tu_capd_start(&e.c, dir, NULL), 0, "capd restarts on the same data dir");
+    json_t *j = tu_wait_job(&e.c, job, 60);
+    cr_assert_not_null(j);
+    json_t *c0 = json_array_get(json_object_get(j, "cells"), 0);
+    cr_assert_str_eq(str(c0, "state"), "ok", "re-run after the restart: %s", str(c0, "reason"));
+    cr_assert_eq(json_integer_value(json_object_get(c0, "attempts")), 2);
+    char cp[160];
+    snprintf(cp, sizeof cp, "/v1/jobs/%s/cells/%s", job, str(c0, "id"));
+    json_t *cell = tu_json(&e.c, "GET", cp, NULL, NULL);
+    cr_assert_eq(count(cell, "tensor"), 3, "no record duplicated");
+    cr_assert_eq(count(cell, "hello"), 1);
+    json_decref(cell);
+    json_decref(j);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    cr_assert_eq(tu_sh("test \"$(sqlite3 '%s/data/capd.db' 'PRAGMA integrity_check')\" = ok",
+                       dir),
+                 0, "integrity_check ok");
+    free(job);
+}
+
+/* With max_attempts 1 an interrupted cell is not re-run. */
+Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
+{
+    struct env e;
+    start(&e, "{\"max_attempts\": 1}");
+    char *job = tu_submit(&e.c, "fake", "fake:hang", NULL);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    for (int i = 0; i < 100; i++) {
+        json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
+        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
+                              "running") == 0;
+        json_decref(j);
+        if (running)
+            break;
+        usleep(20 * 1000);
+    }
+    tu_capd_kill9(&e.c);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", e.c.dir);
+    const char *extra[] = {"--config", e.config, NULL};
+    cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0);
+    json_t *j = tu_wait_job(&e.c, job, 30);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "interrupted");
+    json_decref(j);
+    free(job);
+    stop(&e);
+}

@@ -1,0 +1,1647 @@
+/*
+ * tests/test_compare.c - the comparison engine against known answers.
+ *
+ * Every metric is checked against values worked out by hand in the comments;
+ * the rank statistics against published worked examples; the engine against
+ * small synthetic record sets built for one rule each. Nothing here touches
+ * the file system or the network: the engine does no I/O.
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include "compare/cmp.h"
+
+/* ----------------------------------------------------------------- helpers */
+
+/*
+ * Payloads are borrowed by the engine, so tests copy them into a static pool
+ * that outlives every comparison of the test (Criterion runs each test in its
+ * own process; the pool is reset per test for --no-fork runs).
+ */
+static unsigned char pool[16 << 20];
+static size_t pool_used;
+
+static void reset_pool(void)
+{
+    pool_used = 0;
+}
+
+TestSuite(metrics, .init = reset_pool);
+TestSuite(perf, .init = reset_pool);
+TestSuite(engine, .init = reset_pool);
+TestSuite(options, .init = reset_pool);
+TestSuite(render, .init = reset_pool);
+TestSuite(input, .init = reset_pool);
+
+static void *keep(const void *p, size_t n)
+{
+    size_t at = (pool_used + 15) & ~(size_t)15;
+    cr_assert(at + n <= sizeof(pool), "test pool exhausted");
+    memcpy(pool + at, p, n);
+    pool_used = at + n;
+    return pool + at;
+}
+
+/* Runner-style statistics of double values, so statistics checks are realistic. */
+static struct cmp_stats stats_of(const double *v, size_t n)
+{
+    struct cmp_stats s = {0};
+    double sum = 0, sq = 0;
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(v[i])) {
+            s.nan++;
+            continue;
+        }
+        if (isinf(v[i])) {
+            if (v[i] > 0)
+                s.pinf++;
+            else
+                s.ninf++;
+            continue;
+        }
+        if (v[i] == 0)
+            s.zeros++;
+        if (nf == 0 || v[i] < s.min)
+            s.min = v[i];
+        if (nf == 0 || v[i] > s.max)
+            s.max = v[i];
+        sum += v[i];
+        sq += v[i] * v[i];
+        nf++;
+    }
+    s.has_finite = nf > 0;
+    if (nf) {
+        s.mean = sum / (double)nf;
+        s.l2 = sqrt(sq);
+        s.std = sqrt(fmax(0, sq / (double)nf - s.mean * s.mean));
+    }
+    return s;
+}
+
+/* A 1-D float64 record with a full payload. */
+static struct cmp_tensor f64_tensor(const char *key, int64_t seq, const double *v, size_t n,
+                                    const char *hash)
+{
+    struct cmp_tensor t = {0};
+    t.key = key;
+    t.seq = seq;
+    t.dtype = "float64";
+    t.ndim = 1;
+    t.shape[0] = (int64_t)n;
+    t.numel = (int64_t)n;
+    t.stats = stats_of(v, n);
+    t.hash = hash;
+    t.capture = CMP_CAPTURE_FULL;
+    t.payload = keep(v, n * sizeof(double));
+    t.payload_len = n * sizeof(double);
+    return t;
+}
+
+/* A 1-D record of raw bits of any dtype (stats left empty: payload basis only). */
+static struct cmp_tensor raw_tensor(const char *dtype, const void *p, size_t n, size_t isz,
+                                    const char *hash)
+{
+    struct cmp_tensor t = {0};
+    t.key = "m.0.forward.output.0";
+    t.dtype = dtype;
+    t.ndim = 1;
+    t.shape[0] = (int64_t)n;
+    t.numel = (int64_t)n;
+    t.hash = hash;
+    t.capture = CMP_CAPTURE_FULL;
+    t.payload = keep(p, n * isz);
+    t.payload_len = n * isz;
+    return t;
+}
+
+static struct cmp_metrics compare(const struct cmp_tensor *h, const struct cmp_tensor *c,
+                                  const struct cmp_tol *tol)
+{
+    struct cmp_metrics m;
+    int rc = cmp_tensor_compare(h, c, tol, NULL, &m);
+    cr_assert_eq(rc, 0, "cmp_tensor_compare: %d", rc);
+    return m;
+}
+
+/* Walks "cells.0.first_divergence.key"-style paths. */
+static json_t *jp(json_t *root, const char *path)
+{
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", path);
+    json_t *cur = root;
+    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save)) {
+        if (json_is_array(cur))
+            cur = json_array_get(cur, strtoul(tok, NULL, 10));
+        else
+            cur = json_object_get(cur, tok);
+    }
+    return cur;
+}
+
+static const char *js(json_t *root, const char *path)
+{
+    const char *s = json_string_value(jp(root, path));
+    return s ? s : "(null)";
+}
+
+static long long ji(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    cr_assert(json_is_integer(v), "%s is not an integer", path);
+    return json_integer_value(v);
+}
+
+static double jd(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    cr_assert(json_is_number(v), "%s is not a number", path);
+    return json_number_value(v);
+}
+
+/* numpy.percentile(v, q) ("linear"), by sorting: the reference for the selection. */
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double ref_percentile(double *v, size_t n, double q)
+{
+    qsort(v, n, sizeof(double), dcmp);
+    double h = q * (double)(n - 1);
+    size_t k = (size_t)h;
+    double t = h - (double)k;
+    if (k + 1 >= n)
+        return v[k];
+    double diff = v[k + 1] - v[k];
+    return t >= 0.5 ? v[k + 1] - diff * (1 - t) : v[k] + diff * t;
+}
+
+/* ----------------------------------------------------------------- metrics */
+
+Test(metrics, identical_hash_computes_nothing)
+{
+    double v[3] = {1, 2, 3}, w[3] = {9, 9, 9};
+    struct cmp_tensor c = f64_tensor("a.0.forward.output.0", 0, v, 3, "abc");
+    /* same hash, dtype and shape: identical even though the payload differs */
+    struct cmp_tensor h = f64_tensor("a.0.forward.output.0", 0, w, 3, "abc");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_EXACT);
+    cr_assert(m.within_tol);
+    cr_assert(isnan(m.max_abs), "nothing else is computed");
+}
+
+/*
+ * b = [1, 2, 0, -4], a = [1, 2.5, 0, -4.25], all exact in binary:
+ *   d = [0, .5, 0, -.25]; |d| = [0, .5, 0, .25]
+ *   max_abs .5, mean_abs .75/4 = .1875
+ *   p99: sorted [0, 0, .25, .5], h = .99*3 = 2.97 -> .5 - .25*.03 = .4925
+ *   rel = [0, .25, 0 (0/eps), .0625]: max .25, mean .3125/4 = .078125
+ *   fp64 allclose (1e-7, 1e-7): 2 violations
+ *   a.b = 1 + 5 + 0 + 17 = 23, |a|^2 = 25.3125, |b|^2 = 21
+ *   cosine 23/sqrt(25.3125*21); SQNR 10*log10(21/.3125) = 18.273692730538253 dB
+ *   nl2 sqrt(.3125/21) = 0.12198750911856666
+ */
+Test(metrics, hand_computed_float64)
+{
+    double b[4] = {1, 2, 0, -4}, a[4] = {1, 2.5, 0, -4.25};
+    struct cmp_tensor c = f64_tensor("m.0.forward.output.0", 0, b, 4, "c");
+    struct cmp_tensor h = f64_tensor("m.0.forward.output.0", 0, a, 4, "h");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_FULL);
+    cr_assert_eq(m.n, 4);
+    cr_assert_eq(m.n_finite, 4);
+    cr_assert_float_eq(m.max_abs, 0.5, 1e-15);
+    cr_assert_float_eq(m.mean_abs, 0.1875, 1e-15);
+    cr_assert_float_eq(m.p99_abs, 0.4925, 1e-15);
+    cr_assert_float_eq(m.max_rel, 0.25, 1e-15);
+    cr_assert_float_eq(m.mean_rel, 0.078125, 1e-15);
+    cr_assert_eq(m.allclose_violations, 2);
+    cr_assert_float_eq(m.cosine, 23.0 / sqrt(25.3125 * 21.0), 1e-15);
+    cr_assert_float_eq(m.sqnr_db, 18.273692730538253, 1e-12);
+    cr_assert_float_eq(m.nl2, 0.12198750911856666, 1e-15);
+    cr_assert_eq(m.nan_one_sided, 0);
+    cr_assert_eq(m.inf_one_sided, 0);
+    cr_assert_not(m.within_tol);
+    cr_assert_float_eq(m.atol, 1e-7, 0);
+    /* statistic deltas: max 2.5-2, min -4.25-(-4), mean -.25/4... */
+    cr_assert_float_eq(m.d_max, 0.5, 1e-15);
+    cr_assert_float_eq(m.d_min, -0.25, 1e-15);
+    cr_assert_float_eq(m.d_mean, 0.0625, 1e-15);
+    cr_assert_float_eq(m.d_l2, sqrt(25.3125) - sqrt(21.0), 1e-14);
+}
+
+Test(metrics, tolerance_boundary)
+{
+    /* fp32 default: |d| > 1e-5 + 1.3e-6*|b|; b = 1 gives a bound of 1.13e-5 */
+    float b[2] = {1.0f, 0.0f}, a[2] = {1.0f + 1.0e-5f, 2e-5f};
+    struct cmp_tensor c = raw_tensor("float32", b, 2, 4, "c");
+    struct cmp_tensor h = raw_tensor("float32", a, 2, 4, "h");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 1, "only the 2e-5 against 0 fails");
+    cr_assert_float_eq(m.rtol, 1.3e-6, 0);
+    /* the relative error against 0 uses the 2.22e-16 floor */
+    cr_assert_float_eq(m.max_rel, (double)2e-5f / 2.220446049250313e-16, 1e-3);
+}
+
+Test(metrics, zeros_and_signed_zero)
+{
+    double b[3] = {0, 0, 0}, a[3] = {-0.0, 0, 0};
+    struct cmp_tensor c = f64_tensor("z.0.forward.output.0", 0, b, 3, "c");
+    struct cmp_tensor h = f64_tensor("z.0.forward.output.0", 0, a, 3, "h");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert(m.within_tol, "-0 vs 0 differs in bits only");
+    cr_assert_eq(m.max_abs, 0.0);
+    cr_assert_eq(m.cosine, 1.0, "two zero vectors are parallel by convention");
+    cr_assert(isinf(m.sqnr_db) && m.sqnr_db > 0);
+    cr_assert_eq(m.nl2, 0.0);
+
+    /* error against an all-zero control: SQNR -inf, nl2 +inf, cosine 0 */
+    double a2[3] = {1, 0, 0};
+    h = f64_tensor("z.0.forward.output.0", 0, a2, 3, "h2");
+    m = compare(&h, &c, NULL);
+    cr_assert(isinf(m.sqnr_db) && m.sqnr_db < 0);
+    cr_assert(isinf(m.nl2));
+    cr_assert_eq(m.cosine, 0.0);
+}
+
+Test(metrics, nan_and_inf_classification)
+{
+    /*
+     * position: 0 both NaN (agree), 1 both +inf (agree), 2 NaN in head only,
+     * 3 opposite infinities, 4 NaN in control only, 5 finite both.
+     */
+    double b[6] = {NAN, INFINITY, 1, -INFINITY, NAN, 3};
+    double a[6] = {NAN, INFINITY, NAN, INFINITY, 2, 3.5};
+    struct cmp_tensor c = f64_tensor("n.0.forward.output.0", 0, b, 6, "c");
+    struct cmp_tensor h = f64_tensor("n.0.forward.output.0", 0, a, 6, "h");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.nan_both, 1);
+    cr_assert_eq(m.inf_both, 1);
+    cr_assert_eq(m.nan_one_sided, 2);
+    cr_assert_eq(m.inf_one_sided, 1);
+    cr_assert_eq(m.n_finite, 1);
+    cr_assert_float_eq(m.max_abs, 0.5, 1e-15);
+    cr_assert_not(m.within_tol, "one-sided NaN/Inf is always an error");
+
+    /* one-sided Inf with no tolerance violation at all is still not within */
+    double b2[2] = {1, 2}, a2[2] = {1, INFINITY};
+    c = f64_tensor("n.0.forward.output.0", 0, b2, 2, "c2");
+    h = f64_tensor("n.0.forward.output.0", 0, a2, 2, "h2");
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 0);
+    cr_assert_eq(m.inf_one_sided, 1);
+    cr_assert_not(m.within_tol);
+}
+
+/* Decodes one value of a 2-byte dtype through the metrics: |x - 0|. */
+static double decode16(const char *dtype, uint16_t bits, struct cmp_metrics *m)
+{
+    uint16_t zero = 0;
+    struct cmp_tensor c = raw_tensor(dtype, &zero, 1, 2, "c");
+    struct cmp_tensor h = raw_tensor(dtype, &bits, 1, 2, "h");
+    *m = compare(&h, &c, NULL);
+    return m->max_abs;
+}
+
+Test(metrics, float16_decoding)
+{
+    struct cmp_metrics m;
+    cr_assert_eq(decode16("float16", 0x3c00, &m), 1.0);
+    cr_assert_eq(decode16("float16", 0xc000, &m), 2.0, "-2");
+    cr_assert_eq(decode16("float16", 0x3555, &m), 0x1.554p-2, "0.333251953125");
+    cr_assert_eq(decode16("float16", 0x7bff, &m), 65504.0, "largest normal");
+    cr_assert_eq(decode16("float16", 0x0400, &m), 0x1p-14, "smallest normal");
+    cr_assert_eq(decode16("float16", 0x0001, &m), 0x1p-24, "smallest subnormal");
+    cr_assert_eq(decode16("float16", 0x03ff, &m), 1023 * 0x1p-24, "largest subnormal");
+    cr_assert_eq(decode16("float16", 0x8001, &m), 0x1p-24, "negative subnormal");
+    decode16("float16", 0x7c00, &m);
+    cr_assert_eq(m.inf_one_sided, 1, "+inf");
+    decode16("float16", 0xfc00, &m);
+    cr_assert_eq(m.inf_one_sided, 1, "-inf");
+    decode16("float16", 0x7e00, &m);
+    cr_assert_eq(m.nan_one_sided, 1, "quiet NaN");
+    decode16("float16", 0x7c01, &m);
+    cr_assert_eq(m.nan_one_sided, 1, "signalling NaN is NaN, not inf");
+    cr_assert_eq(m.inf_one_sided, 0);
+}
+
+Test(metrics, bfloat16_decoding)
+{
+    struct cmp_metrics m;
+    cr_assert_eq(decode16("bfloat16", 0x3f80, &m), 1.0);
+    cr_assert_eq(decode16("bfloat16", 0xc2f7, &m), 123.5, "-123.5");
+    cr_assert_eq(decode16("bfloat16", 0x7f7f, &m), 0x1.fep127, "largest finite");
+    cr_assert_eq(decode16("bfloat16", 0x0001, &m), 0x1p-133, "smallest subnormal");
+    decode16("bfloat16", 0x7f80, &m);
+    cr_assert_eq(m.inf_one_sided, 1);
+    decode16("bfloat16", 0xffc0, &m);
+    cr_assert_eq(m.nan_one_sided, 1);
+}
+
+Test(metrics, half_precision_tolerances)
+{
+    /* fp16 1.0 vs one ulp (2^-10) up: 9.77e-4 <= 1e-5 + 1e-3 -> close; two ulps -> not */
+    uint16_t one = 0x3c00, ulp1 = 0x3c01, ulp2 = 0x3c02;
+    struct cmp_tensor c = raw_tensor("float16", &one, 1, 2, "c");
+    struct cmp_tensor h = raw_tensor("float16", &ulp1, 1, 2, "h");
+    cr_assert(compare(&h, &c, NULL).within_tol);
+    h = raw_tensor("float16", &ulp2, 1, 2, "h2");
+    cr_assert_not(compare(&h, &c, NULL).within_tol);
+
+    /* bf16 1.0 vs 1.0078125 (one ulp, 2^-7): 7.8e-3 <= 1e-5 + 1.6e-2 -> close */
+    uint16_t b1 = 0x3f80, b2 = 0x3f81, b3 = 0x3f83;
+    c = raw_tensor("bfloat16", &b1, 1, 2, "c");
+    h = raw_tensor("bfloat16", &b2, 1, 2, "h");
+    cr_assert(compare(&h, &c, NULL).within_tol);
+    h = raw_tensor("bfloat16", &b3, 1, 2, "h3"); /* 3 ulps = 0.0234 > 0.016 */
+    cr_assert_not(compare(&h, &c, NULL).within_tol);
+}
+
+Test(metrics, integers_and_bool_are_exact)
+{
+    int32_t c32[3] = {1, 2, 3}, h32[3] = {1, 2, 4};
+    struct cmp_tensor c = raw_tensor("int32", c32, 3, 4, "c");
+    struct cmp_tensor h = raw_tensor("int32", h32, 3, 4, "h");
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 1);
+    cr_assert_eq(m.max_abs, 1.0);
+    cr_assert_not(m.within_tol);
+
+    /* 2^60 and 2^60+1 are the same double; the raw values still differ */
+    int64_t c64[2] = {INT64_C(1) << 60, 5}, h64[2] = {(INT64_C(1) << 60) + 1, 5};
+    c = raw_tensor("int64", c64, 2, 8, "c");
+    h = raw_tensor("int64", h64, 2, 8, "h");
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 1);
+    cr_assert_not(m.within_tol);
+
+    unsigned char cb[3] = {1, 0, 1}, hb[3] = {1, 1, 2};
+    c = raw_tensor("bool", cb, 3, 1, "c");
+    h = raw_tensor("bool", hb, 3, 1, "h");
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 1, "2 is true, like 1");
+
+    int8_t ci[2] = {-128, 0}, hi[2] = {127, 0};
+    c = raw_tensor("int8", ci, 2, 1, "c");
+    h = raw_tensor("int8", hi, 2, 1, "h");
+    cr_assert_eq(compare(&h, &c, NULL).max_abs, 255.0);
+    uint8_t cu[1] = {0}, hu[1] = {255};
+    c = raw_tensor("uint8", cu, 1, 1, "c");
+    h = raw_tensor("uint8", hu, 1, 1, "h");
+    cr_assert_eq(compare(&h, &c, NULL).max_abs, 255.0);
+    int16_t cs[1] = {-32768}, hs[1] = {32767};
+    c = raw_tensor("int16", cs, 1, 2, "c");
+    h = raw_tensor("int16", hs, 1, 2, "h");
+    cr_assert_eq(compare(&h, &c, NULL).max_abs, 65535.0);
+}
+
+Test(metrics, sample_basis)
+{
+    /* both sides sampled, same count: positions agree, compare element-wise */
+    double cs[4] = {0, 25, 50, 75}, hs[4] = {0, 25, 50, 76};
+    struct cmp_tensor c = f64_tensor("s.0.forward.output.0", 0, cs, 4, "c");
+    struct cmp_tensor h = f64_tensor("s.0.forward.output.0", 0, hs, 4, "h");
+    c.capture = h.capture = CMP_CAPTURE_SAMPLE;
+    c.numel = h.numel = c.shape[0] = h.shape[0] = 100;
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_SAMPLE);
+    cr_assert_eq(m.n, 4);
+    cr_assert_eq(m.max_abs, 1.0);
+
+    /* different sample counts: only statistics are shared */
+    h.payload_len = 3 * sizeof(double);
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_STATS);
+}
+
+Test(metrics, full_against_sample_gathers_positions)
+{
+    /* numel 10, k 3: positions floor(i*10/3) = 0, 3, 6 */
+    double full[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    double samp[3] = {0, 3, 6};
+    struct cmp_tensor h = f64_tensor("g.0.forward.output.0", 0, full, 10, "h");
+    struct cmp_tensor c = f64_tensor("g.0.forward.output.0", 0, samp, 3, "c");
+    c.capture = CMP_CAPTURE_SAMPLE;
+    c.numel = c.shape[0] = 10;
+    c.stats = h.stats;
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_SAMPLE);
+    cr_assert_eq(m.n, 3);
+    cr_assert_eq(m.max_abs, 0.0);
+    cr_assert(m.within_tol);
+
+    double samp2[3] = {0, 3, 7};
+    c.payload = keep(samp2, sizeof(samp2));
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.max_abs, 1.0, "position 6 holds 6, the sample said 7");
+
+    /* and the other way round: the control is full */
+    m = compare(&c, &h, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_SAMPLE);
+    cr_assert_eq(m.max_abs, 1.0);
+}
+
+Test(metrics, sample_basis_still_sees_nan_in_stats)
+{
+    double cs[2] = {1, 2}, hs[2] = {1, 2};
+    struct cmp_tensor c = f64_tensor("s.0.forward.output.0", 0, cs, 2, "c");
+    struct cmp_tensor h = f64_tensor("s.0.forward.output.0", 0, hs, 2, "h");
+    c.capture = h.capture = CMP_CAPTURE_SAMPLE;
+    c.numel = h.numel = c.shape[0] = h.shape[0] = 50;
+    h.stats.nan = 3; /* NaN at unsampled positions */
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.allclose_violations, 0);
+    cr_assert_eq(m.nan_one_sided, 3);
+    cr_assert_not(m.within_tol);
+}
+
+Test(metrics, stats_basis)
+{
+    double v[4] = {1, 2, 3, 4};
+    struct cmp_tensor c = f64_tensor("t.0.forward.output.0", 0, v, 4, "c");
+    c.capture = CMP_CAPTURE_NONE;
+    struct cmp_tensor h = c;
+    h.hash = "h";
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_STATS);
+    cr_assert(m.within_tol, "equal statistics cannot disprove closeness");
+    cr_assert(isnan(m.max_abs));
+
+    /* mean off by 1e-3 against a bound of 1e-7 + 1e-7*rms(b): proven divergent */
+    h.stats.mean += 1e-3;
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.stat_violations, 1);
+    cr_assert_float_eq(m.d_mean, 1e-3, 1e-12);
+    cr_assert_not(m.within_tol);
+
+    /* l2 bound: |d l2| <= atol*sqrt(n) + rtol*l2(b) = 2e-7 + 1e-7*sqrt(30) */
+    h.stats = c.stats;
+    h.stats.l2 += 1e-7;
+    cr_assert(compare(&h, &c, NULL).within_tol);
+    h.stats.l2 += 1e-6;
+    cr_assert_eq(compare(&h, &c, NULL).stat_violations, 1);
+
+    /* NaN count change */
+    h.stats = c.stats;
+    h.stats.nan = 1;
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.nan_one_sided, 1);
+    cr_assert_not(m.within_tol);
+}
+
+Test(metrics, dtype_and_shape_mismatch)
+{
+    double v[6] = {1, 2, 3, 4, 5, 6};
+    struct cmp_tensor c = f64_tensor("x.0.forward.output.0", 0, v, 6, "c");
+    struct cmp_tensor h = c;
+    h.hash = "h";
+    h.dtype = "float32";
+    h.payload_len = 6 * 4;
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_eq(m.mismatch, CMP_MISMATCH_DTYPE);
+    cr_assert_not(m.within_tol);
+
+    h = c;
+    h.hash = "h";
+    c.ndim = h.ndim = 2;
+    c.shape[0] = 2, c.shape[1] = 3;
+    h.shape[0] = 3, h.shape[1] = 2;
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.mismatch, CMP_MISMATCH_SHAPE);
+    cr_assert_not(m.within_tol);
+
+    /* same hash but different shape is not bit-identical */
+    h.hash = "c";
+    cr_assert_eq(compare(&h, &c, NULL).mismatch, CMP_MISMATCH_SHAPE);
+}
+
+Test(metrics, explicit_tolerance)
+{
+    double b[1] = {1}, a[1] = {1.01};
+    struct cmp_tensor c = f64_tensor("e.0.forward.output.0", 0, b, 1, "c");
+    struct cmp_tensor h = f64_tensor("e.0.forward.output.0", 0, a, 1, "h");
+    struct cmp_tol loose = {.atol = 0, .rtol = 0.02};
+    cr_assert(compare(&h, &c, &loose).within_tol);
+    cr_assert_not(compare(&h, &c, NULL).within_tol);
+}
+
+/* A float32 pair of n elements with |d| given per position, compared in one go. */
+static struct cmp_metrics large_pair(const float *a, const float *b, size_t n)
+{
+    struct cmp_tensor c = {0}, h = {0};
+    c.key = h.key = "big.0.forward.output.0";
+    c.dtype = h.dtype = "float32";
+    c.ndim = h.ndim = 1;
+    c.shape[0] = h.shape[0] = c.numel = h.numel = (int64_t)n;
+    c.capture = h.capture = CMP_CAPTURE_FULL;
+    c.payload = b;
+    h.payload = a;
+    c.payload_len = h.payload_len = n * sizeof(float);
+    c.hash = "c";
+    h.hash = "h";
+    struct cmp_scratch *s;
+    cr_assert_eq(cmp_scratch_new(&s), 0);
+    struct cmp_metrics m;
+    cr_assert_eq(cmp_tensor_compare(&h, &c, NULL, s, &m), 0);
+    cmp_scratch_free(s);
+    return m;
+}
+
+static double ref_p99_f32(const float *a, const float *b, size_t n)
+{
+    double *ad = malloc(n * sizeof(double));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(a[i]) && isfinite(b[i]))
+            ad[k++] = fabs((double)a[i] - (double)b[i]);
+    double p = ref_percentile(ad, k, 0.99);
+    free(ad);
+    return p;
+}
+
+/*
+ * Tensors above CMP_SCRATCH_MAX_ELEMS take the bracketing path. Three inputs
+ * exercise its three ways to the answer: a smooth distribution (the sample
+ * bracket holds), massive ties at the answer (the bracket overflows and the
+ * histogram resolves it), and a period equal to the sampling stride (the
+ * sample sees only zeros and misleads; the full-range retry fixes it).
+ */
+Test(metrics, p99_large_tensors_exact)
+{
+    size_t n = (size_t)CMP_SCRATCH_MAX_ELEMS * 2 + 12345;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        b[i] = (float)((double)(x >> 11) * 0x1p-53 * 8 - 4);
+        a[i] = b[i] + (float)((double)(x & 0xffff) * 1e-9);
+    }
+    a[17] = NAN; /* non-finite positions are left out of the percentile */
+    b[99] = INFINITY;
+    struct cmp_metrics m = large_pair(a, b, n);
+    cr_assert_eq(m.p99_abs, ref_p99_f32(a, b, n), "smooth: %.17g", m.p99_abs);
+    cr_assert_eq(m.n_finite, (int64_t)n - 2);
+
+    for (size_t i = 0; i < n; i++) {
+        b[i] = 1.0f;
+        a[i] = i % 2 ? 1.0f : 2.0f; /* half the errors are exactly 1.0 */
+    }
+    m = large_pair(a, b, n);
+    cr_assert_eq(m.p99_abs, 1.0);
+    cr_assert_eq(m.p99_abs, ref_p99_f32(a, b, n));
+
+    size_t stride = n / 16384 + 1;
+    for (size_t i = 0; i < n; i++) {
+        b[i] = 0.0f;
+        a[i] = i % stride == 0 ? 0.0f : (float)(i % 1013) * 0.5f;
+    }
+    m = large_pair(a, b, n);
+    cr_assert_eq(m.p99_abs, ref_p99_f32(a, b, n), "periodic: %.17g", m.p99_abs);
+    free(a);
+    free(b);
+}
+
+Test(metrics, p99_small_matches_numpy_definition)
+{
+    /* np.percentile(np.arange(1, 101), 99) == 99.01 */
+    double b[100], a[100];
+    for (int i = 0; i < 100; i++) {
+        b[i] = 0;
+        a[i] = i + 1;
+    }
+    struct cmp_tensor c = f64_tensor("p.0.forward.output.0", 0, b, 100, "c");
+    struct cmp_tensor h = f64_tensor("p.0.forward.output.0", 0, a, 100, "h");
+    cr_assert_float_eq(compare(&h, &c, NULL).p99_abs, 99.01, 1e-12);
+}
+
+/* -------------------------------------------------------------------- perf */
+
+/*
+ * scipy.stats.mannwhitneyu documentation example (ages at diagnosis):
+ * males = [19, 22, 16, 29, 24], females = [20, 11, 17, 12]; U1 = 17, exact
+ * two-sided p = 0.1111 (= 2 * 7/126: 7 of the C(9,4) = 126 arrangements have
+ * U >= 17), asymptotic p = 0.11134688653314041.
+ */
+Test(perf, mann_whitney_exact_scipy_example)
+{
+    int64_t males[5] = {19, 22, 16, 29, 24}, females[4] = {20, 11, 17, 12};
+    double u, p;
+    bool exact;
+    cr_assert_eq(cmp_mann_whitney(males, 5, females, 4, &u, &p, &exact), 0);
+    cr_assert_eq(u, 17.0);
+    cr_assert(exact);
+    cr_assert_float_eq(p, 14.0 / 126.0, 1e-15);
+    /* symmetric: the other sample's U is 20 - 17 = 3, same p */
+    cr_assert_eq(cmp_mann_whitney(females, 4, males, 5, &u, &p, &exact), 0);
+    cr_assert_eq(u, 3.0);
+    cr_assert_float_eq(p, 14.0 / 126.0, 1e-15);
+}
+
+/*
+ * Complete separation, {10, 11, 12} vs {1, 2, 3} (ClickHouse mannWhitneyUTest
+ * documentation): U = 9, exact two-sided p = 2/C(6,3) = 0.1 (their one-sided
+ * normal-approximation p is 0.0404).
+ */
+Test(perf, mann_whitney_exact_separated)
+{
+    int64_t x[3] = {10, 11, 12}, y[3] = {1, 2, 3};
+    double u, p;
+    bool exact;
+    cr_assert_eq(cmp_mann_whitney(x, 3, y, 3, &u, &p, &exact), 0);
+    cr_assert_eq(u, 9.0);
+    cr_assert_float_eq(p, 0.1, 1e-15);
+}
+
+/*
+ * NAG Library g08amc example program (nag_mann_whitney), data with ties:
+ * group 1 (n=16), group 2 (n=23). Published results: U = 86.0, normal
+ * statistic -2.8039, approximate (one-tailed, continuity- and tie-corrected)
+ * tail probability 0.0025. Two-sided: 2 * Phi(-2.803900661575858) =
+ * 0.005048845813774749 (computed by hand from the tie-corrected variance
+ * 16*23/12 * (40 - 1932/1560), U' = max(86, 282) = 282).
+ */
+Test(perf, mann_whitney_normal_ties_nag_example)
+{
+    int64_t g1[16] = {13, 6, 12, 7, 12, 7, 10, 7, 10, 7, 16, 7, 10, 8, 9, 8};
+    int64_t g2[23] = {17, 6, 10, 8, 15, 8, 15, 10, 15, 10, 14, 10,
+                      14, 11, 14, 11, 13, 12, 13, 12, 13, 12, 12};
+    double u, p;
+    bool exact;
+    cr_assert_eq(cmp_mann_whitney(g1, 16, g2, 23, &u, &p, &exact), 0);
+    cr_assert_eq(u, 86.0);
+    cr_assert_not(exact, "ties and n > 20 use the normal approximation");
+    cr_assert_float_eq(p, 0.005048845813774749, 1e-12);
+    cr_assert(fabs(p / 2 - 0.0025) < 0.00005, "NAG's one-tailed 0.0025");
+}
+
+Test(perf, mann_whitney_all_tied)
+{
+    int64_t x[6] = {5, 5, 5, 5, 5, 5}, y[6] = {5, 5, 5, 5, 5, 5};
+    double u, p;
+    bool exact;
+    cr_assert_eq(cmp_mann_whitney(x, 6, y, 6, &u, &p, &exact), 0);
+    cr_assert_eq(u, 18.0);
+    cr_assert_eq(p, 1.0);
+    cr_assert_eq(cmp_mann_whitney(x, 0, y, 6, &u, &p, &exact), -EINVAL);
+}
+
+/*
+ * Hodges-Lehmann by hand: x = [10, 20, 35], y = [5, 12]; the differences are
+ * 5, -2, 15, 8, 30, 23 -> sorted -2 5 8 15 23 30 -> median (8 + 15)/2 = 11.5.
+ * Odd count: x = [1, 4, 9], y = [2]: -1, 2, 7 -> 2.
+ */
+Test(perf, hodges_lehmann_by_hand)
+{
+    int64_t x[3] = {10, 20, 35}, y[2] = {5, 12};
+    double s;
+    cr_assert_eq(cmp_hodges_lehmann(x, 3, y, 2, &s), 0);
+    cr_assert_eq(s, 11.5);
+    int64_t x2[3] = {1, 4, 9}, y2[1] = {2};
+    cr_assert_eq(cmp_hodges_lehmann(x2, 3, y2, 1, &s), 0);
+    cr_assert_eq(s, 2.0);
+}
+
+static int i64cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+Test(perf, hodges_lehmann_matches_brute_force)
+{
+    enum { NX = 301, NY = 250 };
+    int64_t x[NX], y[NY];
+    int64_t *d = malloc(sizeof(int64_t) * NX * NY);
+    uint64_t r = 12345;
+    for (int i = 0; i < NX; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = 1000000 + (int64_t)(r >> 44);
+    }
+    for (int j = 0; j < NY; j++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        y[j] = 900000 + (int64_t)(r >> 45);
+    }
+    size_t k = 0;
+    for (int i = 0; i < NX; i++)
+        for (int j = 0; j < NY; j++)
+            d[k++] = x[i] - y[j];
+    qsort(d, k, sizeof(int64_t), i64cmp);
+    double expect = ((double)d[k / 2 - 1] + (double)d[k / 2]) / 2; /* k is even */
+    double s;
+    cr_assert_eq(cmp_hodges_lehmann(x, NX, y, NY, &s), 0);
+    cr_assert_eq(s, expect);
+    free(d);
+}
+
+/* n distinct timings around base, deterministic */
+static void timings(int64_t *v, size_t n, double base, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (int64_t)(base * (1.0 + 0.01 * ((double)(seed >> 40) / 16777216.0 - 0.5))) +
+               (int64_t)i;
+    }
+}
+
+Test(perf, verdicts)
+{
+    int64_t c[30], h[30];
+    struct cmp_perf p;
+    timings(c, 30, 1e6, 1);
+
+    timings(h, 30, 1.2e6, 2);
+    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
+    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
+    cr_assert(p.p_value < 1e-9);
+    cr_assert(p.ratio > 1.18 && p.ratio < 1.22, "ratio %g", p.ratio);
+    cr_assert(p.ci_lo > 1.15 && p.ci_hi < 1.25 && p.ci_lo <= p.ratio && p.ratio <= p.ci_hi);
+    cr_assert(p.hl_shift_ns > 1.8e5 && p.hl_shift_ns < 2.2e5, "HL %g", p.hl_shift_ns);
+    cr_assert_not(p.p_exact, "n = 30 uses the normal approximation");
+
+    timings(h, 30, 0.8e6, 3);
+    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
+    cr_assert_eq(p.verdict, CMP_PERF_IMPROVEMENT);
+
+    /* significant but under the 5% threshold */
+    timings(h, 30, 1.03e6, 4);
+    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
+    cr_assert(p.p_value < 0.01);
+    cr_assert_eq(p.verdict, CMP_PERF_NO_CHANGE);
+
+    /* same distribution */
+    timings(h, 30, 1e6, 5);
+    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
+    cr_assert_eq(p.verdict, CMP_PERF_NO_CHANGE);
+    cr_assert(p.p_value > 0.01);
+
+    /* four samples are not enough, however large the change */
+    timings(h, 4, 3e6, 6);
+    cr_assert_eq(cmp_perf_compare(c, 30, h, 4, NULL, &p), 0);
+    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert_eq(p.n_head, 4);
+    cr_assert_eq(cmp_perf_compare(c, 0, h, 0, NULL, &p), 0);
+    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert(isnan(p.ratio));
+}
+
+Test(perf, small_samples_use_exact_p)
+{
+    int64_t c[5] = {100, 101, 102, 103, 104}, h[5] = {200, 201, 202, 203, 204};
+    struct cmp_perf p;
+    cr_assert_eq(cmp_perf_compare(c, 5, h, 5, NULL, &p), 0);
+    cr_assert(p.p_exact);
+    cr_assert_float_eq(p.p_value, 2.0 / 252.0, 1e-15, "2/C(10,5)");
+    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
+    cr_assert_eq(p.u, 25.0);
+    cr_assert_eq(p.hl_shift_ns, 100.0);
+}
+
+Test(perf, bootstrap_is_deterministic)
+{
+    int64_t c[20], h[20];
+    struct cmp_perf p1, p2, p3;
+    struct cmp_options o;
+    timings(c, 20, 1e6, 7);
+    timings(h, 20, 1.1e6, 8);
+    cmp_options_init(&o);
+    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p1), 0);
+    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p2), 0);
+    cr_assert_eq(p1.ci_lo, p2.ci_lo);
+    cr_assert_eq(p1.ci_hi, p2.ci_hi);
+    o.bootstrap_seed = 99;
+    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p3), 0);
+    cr_assert(p3.ci_lo != p1.ci_lo || p3.ci_hi != p1.ci_hi, "the seed matters");
+    o.bootstrap_resamples = 0;
+    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p3), 0);
+    cr_assert(isnan(p3.ci_lo));
+}
+
+/* ------------------------------------------------------------------ engine */
+
+/*
+ * The synthetic model: an MLP's forward records in execution order. Each has
+ * four float64 values; a head can add deltas to element 1 of any record.
+ */
+static const char *const mlp_keys[8] = {
+    "model.0.forward.input.0", "fc1.0.forward.input.0", "fc1.0.forward.output.0",
+    "act.0.forward.input.0",   "act.0.forward.output.0", "fc2.0.forward.input.0",
+    "fc2.0.forward.output.0",  "model.0.forward.output.0",
+};
+
+static void add_record(struct cmp_cell *cell, const char *key, int64_t seq, double delta,
+                       bool nondet)
+{
+    double v[4] = {(double)seq + 1, -(double)seq - 2, 0.5 * (double)seq, 3};
+    char hash[64];
+    v[1] += delta;
+    snprintf(hash, sizeof(hash), delta == 0 ? "same-%s" : "diff-%s-%g", key, delta);
+    struct cmp_tensor t = f64_tensor(key, seq, v, 4, hash);
+    t.nondeterministic = nondet;
+    cr_assert_eq(cmp_cell_add_tensor(cell, &t), 0);
+}
+
+/* delta NULL: the control's values */
+static struct cmp_cell *mlp_cell(struct cmp_side *s, const char *width, const double *delta,
+                                 const char *outcome)
+{
+    struct cmp_cell *c;
+    cr_assert_eq(cmp_side_add_cell(s, "mlp", width, "forward", &c), 0);
+    cr_assert_eq(cmp_cell_set_outcome(c, outcome), 0);
+    for (int k = 0; k < 8; k++)
+        add_record(c, mlp_keys[k], k, delta ? delta[k] : 0, false);
+    return c;
+}
+
+static json_t *run_compare(struct cmp_side *c, struct cmp_side *h, const struct cmp_options *o)
+{
+    json_t *r = NULL;
+    cr_assert_eq(cmp_compare(c, h, o, &r), 0);
+    cr_assert_not_null(r);
+    /* every result must serialize (no raw Inf/NaN reached jansson) */
+    char *txt = json_dumps(r, 0);
+    cr_assert_not_null(txt);
+    free(txt);
+    return r;
+}
+
+Test(engine, identical)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", NULL, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    cr_assert_str_eq(js(r, "mode"), "same_width");
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 8);
+    cr_assert_eq(ji(r, "cells.0.tensors_identical"), 8);
+    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
+    cr_assert(json_is_false(jp(r, "cells.0.params_differed")));
+    cr_assert_eq(ji(r, "counts.identical"), 1);
+    cr_assert_eq(ji(r, "counts.cells"), 1);
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "none");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, within_tolerance)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 1e-9, 1e-9, 1e-9, 1e-9, 2e-9, 2e-9}; /* fp64 bound ~1e-7 */
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", d, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    cr_assert_str_eq(js(r, "cells.0.status"), "within_tolerance");
+    cr_assert_eq(ji(r, "cells.0.tensors_identical"), 2);
+    cr_assert_eq(ji(r, "cells.0.tensors_within_tolerance"), 6);
+    cr_assert_eq(ji(r, "counts.within_tolerance"), 1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/*
+ * fc1 drifts within tolerance, act (seq 4) is the first to leave it, while its
+ * input (seq 3) is still within tolerance: act both diverges first and
+ * introduces the error. Its metrics come along.
+ */
+Test(engine, diverged_first_divergence_and_introduced)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", d, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "verdict"), "regression");
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "act.0.forward.output.0");
+    cr_assert_eq(ji(r, "cells.0.first_divergence.seq"), 4);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.reason"), "tolerance");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.basis"), "full");
+    cr_assert_float_eq(jd(r, "cells.0.first_divergence.max_abs"), 0.5, 1e-12);
+    /* element 1 of seq 4 is -6; rel = .5/6 */
+    cr_assert_float_eq(jd(r, "cells.0.first_divergence.max_rel"), 0.5 / 6, 1e-12);
+    cr_assert_eq(ji(r, "cells.0.first_divergence.allclose_violations"), 1);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.module"), "act");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "act.0.forward.output.0");
+    cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 4);
+    cr_assert_eq(ji(r, "counts.diverged"), 1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/*
+ * fc1's input is nondeterministic and differs, so fc1's diverged output is the
+ * first divergence but did not introduce it (its inputs were not close); act's
+ * input is within tolerance while its output diverges: act introduced it.
+ */
+Test(engine, first_introduced_skips_records_with_unclean_inputs)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    double d[8] = {0, 0.3, 0.3, 1e-9, 0.4, 0.4, 0.4, 0.4};
+    for (int k = 0; k < 8; k++) {
+        add_record(cc, mlp_keys[k], k, 0, false);
+        add_record(hc, mlp_keys[k], k, d[k], k == 1);
+    }
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "act.0.forward.output.0");
+    cr_assert_eq(ji(r, "cells.0.tensors_nondeterministic"), 1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/*
+ * A record that is itself a module input can only introduce error when it is
+ * the first divergence (the model's input differing, here).
+ */
+Test(engine, first_introduced_input_origin)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", d, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "model.0.forward.input.0");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "model.0.forward.input.0");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, backward_param_grad_introduces)
+{
+    static const char *const keys[4] = {
+        "fc1.0.backward.grad_output.0", "fc1.0.backward.grad_input.0",
+        "fc1.0.backward.param_grad.weight", "fc1.0.backward.param_grad.bias"};
+    double d[4] = {1e-9, 1e-9, 0.5, 0};
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "backward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "backward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    for (int k = 0; k < 4; k++) {
+        add_record(cc, keys[k], k, 0, false);
+        add_record(hc, keys[k], k, d[k], false);
+    }
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.backward.param_grad.weight");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "fc1.0.backward.param_grad.weight");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.phase"), "backward");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.role"), "param_grad");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, params_differed)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    add_record(cc, "fc1.0.init.param.weight", 0, 0, false);
+    add_record(hc, "fc1.0.init.param.weight", 0, 1e-3, false);
+    add_record(cc, "fc1.0.forward.input.0", 1, 0, false);
+    add_record(hc, "fc1.0.forward.input.0", 1, 0, false);
+    add_record(cc, "fc1.0.forward.output.0", 2, 0, false);
+    add_record(hc, "fc1.0.forward.output.0", 2, 1e-3, false);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert(json_is_true(jp(r, "cells.0.params_differed")));
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.init.param.weight");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.phase"), "init");
+    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "fc1.0.init.param.weight");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, missing_and_extra_keys)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    add_record(cc, "a.0.forward.output.0", 0, 0, false);
+    add_record(hc, "a.0.forward.output.0", 0, 0, false);
+    add_record(cc, "b.0.forward.output.0", 1, 0, false);
+    add_record(cc, "c.0.forward.output.0", 2, 0, false);
+    add_record(hc, "d.0.forward.output.0", 1, 0, false);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert_eq(ji(r, "cells.0.missing_keys"), 2);
+    cr_assert_eq(ji(r, "cells.0.extra_keys"), 1);
+    cr_assert_str_eq(js(r, "cells.0.missing_key_names.0"), "b.0.forward.output.0");
+    cr_assert_str_eq(js(r, "cells.0.missing_key_names.1"), "c.0.forward.output.0");
+    cr_assert_str_eq(js(r, "cells.0.extra_key_names.0"), "d.0.forward.output.0");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.reason"), "missing_in_head");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "b.0.forward.output.0");
+    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 1);
+    cr_assert_str_eq(js(r, "verdict"), "regression");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, nondeterministic_only)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    double d[8] = {0, 0, 0, 0, 0.5, 0.5, 0.5, 0.5};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cc = mlp_cell(c, "avx2", NULL, "ok");
+    hc = mlp_cell(h, "avx2", d, "ok");
+    /* the nondeterministic frame after the tensors, on either side */
+    cr_assert_eq(cmp_cell_mark_nondeterministic(hc, "act.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(hc, "fc2.0.forward.input.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "fc2.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "model.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "not.a.key"), 0);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "nondeterministic");
+    cr_assert_eq(ji(r, "cells.0.tensors_nondeterministic"), 4);
+    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    cr_assert_eq(ji(r, "counts.nondeterministic"), 1);
+    json_decref(r);
+
+    /* one more deterministic difference and the cell diverges */
+    cmp_side_free(h);
+    cmp_side_new(&h);
+    double d2[8] = {0, 0, 0.5, 0, 0.5, 0.5, 0.5, 0.5};
+    hc = mlp_cell(h, "avx2", d2, "ok");
+    cmp_cell_mark_nondeterministic(hc, "act.0.forward.output.0");
+    r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, outcome_regression_and_fix)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "crashed");
+    (void)hc;
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
+    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "head_outcome");
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
+    cr_assert_str_eq(js(r, "cells.0.control_outcome"), "ok");
+    cr_assert_str_eq(js(r, "cells.0.head_outcome"), "crashed");
+    cr_assert_eq(ji(r, "counts.outcome_regressions"), 1);
+    cr_assert_str_eq(js(r, "verdict"), "regression");
+    /* records reached before the crash are still compared */
+    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 8);
+    json_decref(r);
+
+    /* the reverse is a fix and does not fail the comparison */
+    r = run_compare(h, c, NULL);
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "fix");
+    cr_assert_eq(ji(r, "counts.outcome_fixes"), 1);
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, incomparable_kinds)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *x;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", NULL, "unsupported");
+    /* a cell with no records */
+    cmp_side_add_cell(c, "mlp", "avx512", "forward", &x);
+    cmp_cell_set_outcome(x, "ok");
+    cmp_side_add_cell(h, "mlp", "avx512", "forward", &x);
+    cmp_cell_set_outcome(x, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.width"), "avx2");
+    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "changed");
+    cr_assert_str_eq(js(r, "cells.1.status"), "incomparable");
+    cr_assert_str_eq(js(r, "cells.1.incomparable_reason"), "no_records");
+    cr_assert_eq(ji(r, "counts.incomparable"), 2);
+    cr_assert_str_eq(js(r, "verdict"), "pass", "unsupported is not a regression");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, missing_and_extra_cells)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(c, "default", NULL, "ok");
+    mlp_cell(h, "avx2", NULL, "ok");
+    mlp_cell(h, "avx512", NULL, "ok");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_eq(ji(r, "counts.missing_cells"), 1);
+    cr_assert_eq(ji(r, "counts.extra_cells"), 1);
+    cr_assert_str_eq(js(r, "missing_cells.0.width"), "default");
+    cr_assert_str_eq(js(r, "extra_cells.0.width"), "avx512");
+    cr_assert_str_eq(js(r, "verdict"), "regression", "a missing head cell fails");
+    json_decref(r);
+
+    /* an extra head cell alone does not */
+    cmp_side_free(c);
+    cmp_side_new(&c);
+    mlp_cell(c, "avx2", NULL, "ok");
+    r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    cr_assert_eq(ji(r, "counts.extra_cells"), 1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, perf_and_memory)
+{
+    struct cmp_side *c, *h;
+    int64_t tc[20], th[20];
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    timings(tc, 20, 1e6, 11);
+    timings(th, 20, 1.5e6, 12);
+    cr_assert_eq(cmp_cell_add_timing(cc, tc, 20), 0);
+    cr_assert_eq(cmp_cell_add_timing(hc, th, 10), 0);
+    cr_assert_eq(cmp_cell_add_timing(hc, th + 10, 10), 0, "appends");
+    cmp_cell_set_memory(cc, 1000, -1);
+    cmp_cell_set_memory(hc, 1500, -1);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
+    cr_assert_eq(ji(r, "cells.0.perf.n_control"), 20);
+    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 20);
+    cr_assert_str_eq(js(r, "cells.0.perf.p_method"), "exact");
+    cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
+    cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
+    cr_assert(jd(r, "cells.0.perf.hl_shift_ns") > 4e5);
+    cr_assert_eq(ji(r, "counts.perf_regressions"), 1);
+    cr_assert_str_eq(js(r, "verdict"), "regression");
+    cr_assert_eq(ji(r, "cells.0.memory.control_peak"), 1000);
+    cr_assert_float_eq(jd(r, "cells.0.memory.ratio"), 1.5, 1e-15);
+    cr_assert(json_is_null(jp(r, "cells.0.memory.device_ratio")));
+    json_decref(r);
+
+    /* the same samples on both sides: no change */
+    r = run_compare(c, c, NULL);
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "no_change");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, cross_width)
+{
+    struct cmp_side *job;
+    double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+    cmp_side_new(&job);
+    mlp_cell(job, "default", NULL, "ok");
+    mlp_cell(job, "avx512", d, "ok");
+    mlp_cell(job, "avx2", NULL, "ok");
+    struct cmp_options o;
+    cmp_options_init(&o);
+    snprintf(o.control_width, sizeof(o.control_width), "default");
+    snprintf(o.head_width, sizeof(o.head_width), "avx512");
+    json_t *r = run_compare(job, job, &o);
+    cr_assert_str_eq(js(r, "mode"), "cross_width");
+    cr_assert_str_eq(js(r, "control_width"), "default");
+    cr_assert_str_eq(js(r, "head_width"), "avx512");
+    cr_assert_eq(ji(r, "counts.cells"), 1);
+    cr_assert_str_eq(js(r, "cells.0.width"), "avx512");
+    cr_assert_str_eq(js(r, "cells.0.control_width"), "default");
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    json_decref(r);
+
+    /* default against avx2: identical */
+    snprintf(o.head_width, sizeof(o.head_width), "avx2");
+    r = run_compare(job, job, &o);
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    json_decref(r);
+
+    /* half a cross-width setting is refused */
+    o.head_width[0] = '\0';
+    json_t *bad = NULL;
+    cr_assert_eq(cmp_compare(job, job, &o, &bad), -EINVAL);
+    cr_assert_null(bad);
+    cmp_side_free(job);
+}
+
+Test(engine, key_tolerance_override)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 0, 0, 1e-3, 0, 0, 0};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", d, "ok");
+    struct cmp_options o;
+    cmp_options_init(&o);
+    struct cmp_err err;
+    json_t *j = json_loads("{\"key_tolerances\":[{\"pattern\":\"act.*.output.*\",\"atol\":1e-2}],"
+                           "\"include_tensors\":true}",
+                           0, NULL);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0);
+    json_decref(j);
+    json_t *r = run_compare(c, h, &o);
+    cr_assert_str_eq(js(r, "cells.0.status"), "within_tolerance");
+    /* per-tensor rows in execution order, with the applied tolerance */
+    cr_assert_eq(json_array_size(jp(r, "cells.0.tensors")), 8);
+    cr_assert_str_eq(js(r, "cells.0.tensors.4.key"), "act.0.forward.output.0");
+    cr_assert_float_eq(jd(r, "cells.0.tensors.4.atol"), 1e-2, 0);
+    cr_assert_float_eq(jd(r, "cells.0.tensors.4.rtol"), 1e-7, 0, "rtol kept from float64");
+    cr_assert_str_eq(js(r, "cells.0.tensors.0.status"), "identical");
+    cr_assert_str_eq(js(r, "cells.0.tensors.0.basis"), "exact");
+    cr_assert_null(jp(r, "cells.0.tensors.0.max_abs"), "nothing computed for identical");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, nonfinite_doubles_encode_as_null)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "m", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "m", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    double z[2] = {0, 0}, nz[2] = {-0.0, 0};
+    struct cmp_tensor t = f64_tensor("m.0.forward.output.0", 0, z, 2, "a");
+    cmp_cell_add_tensor(cc, &t);
+    t = f64_tensor("m.0.forward.output.0", 0, nz, 2, "b");
+    cmp_cell_add_tensor(hc, &t);
+    struct cmp_options o;
+    cmp_options_init(&o);
+    o.include_tensors = true;
+    json_t *r = run_compare(c, h, &o);
+    cr_assert(json_is_null(jp(r, "cells.0.tensors.0.sqnr_db")));
+    cr_assert_str_eq(js(r, "cells.0.tensors.0.nonfinite.sqnr_db"), "inf");
+    cr_assert_eq(jd(r, "cells.0.tensors.0.nl2"), 0.0);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, result_is_deterministic)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
+    int64_t tc[12], th[12];
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", d, "ok");
+    timings(tc, 12, 1e6, 1);
+    timings(th, 12, 1e6, 2);
+    cmp_cell_add_timing(cc, tc, 12);
+    cmp_cell_add_timing(hc, th, 12);
+    json_t *r1 = run_compare(c, h, NULL), *r2 = run_compare(c, h, NULL);
+    char *s1 = json_dumps(r1, JSON_SORT_KEYS), *s2 = json_dumps(r2, JSON_SORT_KEYS);
+    cr_assert_str_eq(s1, s2);
+    free(s1);
+    free(s2);
+    json_decref(r1);
+    json_decref(r2);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* ----------------------------------------------------------------- options */
+
+Test(options, defaults_are_torch_testing)
+{
+    struct cmp_options o;
+    cmp_options_init(&o);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT32].rtol, 1.3e-6);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT32].atol, 1e-5);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT16].rtol, 1e-3);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT16].atol, 1e-5);
+    cr_assert_eq(o.tol[CMP_DTYPE_BFLOAT16].rtol, 1.6e-2);
+    cr_assert_eq(o.tol[CMP_DTYPE_BFLOAT16].atol, 1e-5);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT64].rtol, 1e-7);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT64].atol, 1e-7);
+    cr_assert_eq(o.tol[CMP_DTYPE_INT32].atol, 0);
+    cr_assert_eq(o.tol[CMP_DTYPE_BOOL].rtol, 0);
+    cr_assert_eq(o.alpha, 0.01);
+    cr_assert_eq(o.perf_threshold, 0.05);
+    cr_assert_eq(o.bootstrap_resamples, 2000);
+}
+
+Test(options, apply_good_json)
+{
+    struct cmp_options o;
+    struct cmp_err err;
+    cmp_options_init(&o);
+    json_t *j = json_loads(
+        "{\"tolerances\":{\"float32\":{\"atol\":1e-4,\"rtol\":2e-6},\"int8\":{\"atol\":1}},"
+        "\"key_tolerances\":[{\"pattern\":\"*.attn.*\",\"atol\":1e-3,\"rtol\":1e-2},"
+        "{\"pattern\":\"x*\",\"rtol\":0}],"
+        "\"perf_threshold\":0.1,\"alpha\":0.05,\"bootstrap\":{\"seed\":7,\"resamples\":500},"
+        "\"include_tensors\":true,\"cross_width\":{\"control\":\"default\",\"head\":\"avx2\"}}",
+        0, NULL);
+    cr_assert_not_null(j);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "%s: %s", err.field, err.message);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT32].atol, 1e-4);
+    cr_assert_eq(o.tol[CMP_DTYPE_FLOAT32].rtol, 2e-6);
+    cr_assert_eq(o.tol[CMP_DTYPE_INT8].atol, 1);
+    cr_assert_eq(o.n_key_tols, 2);
+    cr_assert_str_eq(o.key_tols[0].pattern, "*.attn.*");
+    cr_assert(isnan(o.key_tols[1].atol));
+    cr_assert_eq(o.perf_threshold, 0.1);
+    cr_assert_eq(o.alpha, 0.05);
+    cr_assert_eq(o.bootstrap_seed, 7);
+    cr_assert_eq(o.bootstrap_resamples, 500);
+    cr_assert(o.include_tensors);
+    cr_assert_str_eq(o.control_width, "default");
+    cr_assert_str_eq(o.head_width, "avx2");
+
+    /* a second application puts its patterns first */
+    json_decref(j);
+    j = json_loads("{\"key_tolerances\":[{\"pattern\":\"new\",\"atol\":0}]}", 0, NULL);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0);
+    cr_assert_eq(o.n_key_tols, 3);
+    cr_assert_str_eq(o.key_tols[0].pattern, "new");
+    cr_assert_str_eq(o.key_tols[1].pattern, "*.attn.*");
+    json_decref(j);
+}
+
+static void expect_bad(const char *text, const char *field)
+{
+    struct cmp_options o, before;
+    struct cmp_err err = {{0}, {0}};
+    cmp_options_init(&o);
+    o.alpha = 0.02;
+    before = o;
+    json_t *j = json_loads(text, 0, NULL);
+    cr_assert_not_null(j, "test JSON: %s", text);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), -EINVAL, "%s accepted", text);
+    cr_assert_str_eq(err.field, field, "%s: field %s", text, err.field);
+    cr_assert_neq(err.message[0], '\0');
+    cr_assert_eq(memcmp(&o, &before, sizeof(o)), 0, "options changed on error");
+    json_decref(j);
+}
+
+Test(options, apply_bad_json)
+{
+    expect_bad("{\"tolerance\":{}}", "tolerance");
+    expect_bad("{\"tolerances\":{\"float33\":{\"atol\":1}}}", "tolerances.float33");
+    expect_bad("{\"tolerances\":{\"float32\":{\"atol\":-1}}}", "tolerances.float32.atol");
+    expect_bad("{\"tolerances\":{\"float32\":{\"atol\":\"1e-5\"}}}", "tolerances.float32.atol");
+    expect_bad("{\"tolerances\":{\"float32\":{\"btol\":1}}}", "tolerances.float32.btol");
+    expect_bad("{\"tolerances\":{\"float32\":{\"rtol\":1e-5}},\"alpha\":2}", "alpha");
+    expect_bad("{\"tolerances\":[]}", "tolerances");
+    expect_bad("{\"key_tolerances\":{}}", "key_tolerances");
+    expect_bad("{\"key_tolerances\":[{\"atol\":1}]}", "key_tolerances[0]");
+    expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\"}]}", "key_tolerances[0]");
+    expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\",\"atol\":1},{\"pattern\":\"\",\"atol\":1}]}",
+               "key_tolerances[1].pattern");
+    expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\",\"atol\":1,\"x\":1}]}",
+               "key_tolerances[0].x");
+    expect_bad("{\"perf_threshold\":-0.1}", "perf_threshold");
+    expect_bad("{\"alpha\":0}", "alpha");
+    expect_bad("{\"bootstrap\":{\"resamples\":-1}}", "bootstrap.resamples");
+    expect_bad("{\"bootstrap\":{\"resamples\":100001}}", "bootstrap.resamples");
+    expect_bad("{\"bootstrap\":{\"seed\":1.5}}", "bootstrap.seed");
+    expect_bad("{\"bootstrap\":{\"sed\":1}}", "bootstrap.sed");
+    expect_bad("{\"include_tensors\":1}", "include_tensors");
+    expect_bad("{\"cross_width\":{\"control\":\"default\"}}", "cross_width.head");
+    expect_bad("{\"cross_width\":{\"control\":\"default\",\"head\":\"a\",\"x\":1}}",
+               "cross_width.x");
+}
+
+Test(options, key_tolerance_limit)
+{
+    struct cmp_options o;
+    struct cmp_err err;
+    cmp_options_init(&o);
+    json_t *arr = json_array();
+    for (int i = 0; i < CMP_MAX_KEY_TOLS + 1; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:f}", "pattern", "p*", "atol", 1.0));
+    json_t *j = json_pack("{s:o}", "key_tolerances", arr);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), -EINVAL);
+    cr_assert_str_eq(err.field, "key_tolerances");
+    cr_assert_eq(o.n_key_tols, 0);
+    json_array_remove(arr, 0);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "exactly the maximum is fine");
+    cr_assert_eq(o.n_key_tols, CMP_MAX_KEY_TOLS);
+    json_decref(j);
+}
+
+/* ------------------------------------------------------------------- input */
+
+Test(input, validation_and_limits)
+{
+    struct cmp_side *s;
+    struct cmp_cell *c, *c2;
+    cr_assert_eq(cmp_side_new(&s), 0);
+    cr_assert_eq(cmp_side_add_cell(s, "m", "avx2", "forward", &c), 0);
+    cr_assert_eq(cmp_side_add_cell(s, "m", "avx2", "forward", &c2), -EEXIST);
+    cr_assert_eq(cmp_side_add_cell(s, "m", "", "forward", &c2), -EINVAL);
+    cr_assert_eq(cmp_cell_set_outcome(c, "exploded"), -EINVAL);
+    cr_assert_eq(cmp_cell_set_outcome(c, "protocol_error"), 0);
+
+    double v[4] = {1, 2, 3, 4};
+    struct cmp_tensor t = f64_tensor("a.0.forward.output.0", 0, v, 4, "h");
+    t.numel = 5;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL, "numel is not the shape's product");
+    t.numel = 4;
+    t.payload_len = 3 * 8;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL, "full payload of 3 of 4 elements");
+    t.payload_len = 31;
+    t.capture = CMP_CAPTURE_SAMPLE;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL, "not a whole element");
+    t.payload_len = 8 * 8;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL, "sample longer than the tensor");
+    t.payload_len = 32;
+    t.ndim = CMP_MAX_NDIM + 1;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL, "ndim past CMP_MAX_NDIM");
+    t.ndim = 1;
+    t.key = NULL;
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), -EINVAL);
+    t.key = "a.0.forward.output.0";
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0);
+
+    int64_t neg = -1;
+    cr_assert_eq(cmp_cell_add_timing(c, &neg, 1), -EINVAL);
+    int64_t *many = calloc(CMP_MAX_TIMING_SAMPLES + 1, sizeof(int64_t));
+    cr_assert_eq(cmp_cell_add_timing(c, many, CMP_MAX_TIMING_SAMPLES + 1), -E2BIG);
+    cr_assert_eq(cmp_cell_add_timing(c, many, CMP_MAX_TIMING_SAMPLES), 0);
+    cr_assert_eq(cmp_cell_add_timing(c, many, 1), -E2BIG);
+    free(many);
+    cmp_side_free(s);
+}
+
+Test(input, cell_limit)
+{
+    struct cmp_side *s;
+    struct cmp_cell *c;
+    char model[32];
+    cmp_side_new(&s);
+    for (int i = 0; i < CMP_MAX_CELLS; i++) {
+        snprintf(model, sizeof(model), "m%d", i);
+        cr_assert_eq(cmp_side_add_cell(s, model, "avx2", "forward", &c), 0);
+    }
+    cr_assert_eq(cmp_side_add_cell(s, "one-more", "avx2", "forward", &c), -E2BIG);
+    cmp_side_free(s);
+}
+
+Test(input, key_parsing)
+{
+    /* module/phase/role come from the key when not given */
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "m", "w", "forward", &cc);
+    cmp_side_add_cell(h, "m", "w", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    add_record(cc, "encoder.layers.0.self_attn.2.forward.output.0", 0, 0, false);
+    add_record(hc, "encoder.layers.0.self_attn.2.forward.output.0", 0, 1, false);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.module"), "encoder.layers.0.self_attn");
+    cr_assert_eq(ji(r, "cells.0.first_divergence.call"), 2);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.phase"), "forward");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.role"), "output");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* ------------------------------------------------------------------ render */
+
+static json_t *report_fixture(void)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
+    int64_t tc[20], th[20];
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", d, "ok");
+    struct cmp_cell *cc, *hc;
+    cmp_side_add_cell(c, "mlp", "avx2", "backward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "backward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "crashed");
+    cc = mlp_cell(c, "default", NULL, "ok");
+    hc = mlp_cell(h, "default", NULL, "ok");
+    timings(tc, 20, 1e6, 1);
+    timings(th, 20, 1.3e6, 2);
+    cmp_cell_add_timing(cc, tc, 20);
+    cmp_cell_add_timing(hc, th, 20);
+    json_t *r = run_compare(c, h, NULL);
+    cmp_side_free(c);
+    cmp_side_free(h);
+    return r;
+}
+
+Test(render, markdown)
+{
+    json_t *r = report_fixture();
+    char *md = cmp_result_to_markdown(r);
+    cr_assert_not_null(md);
+    cr_assert(strstr(md, "## capd comparison: **regression**\n"), "%s", md);
+    cr_assert(strstr(md, "3 cells compared, 1 identical, 1 diverged, 1 incomparable"), "%s", md);
+    cr_assert(strstr(md, "### Outcome regressions\n\n- `mlp` / avx2 / backward: ok -> **crashed**\n"),
+              "%s", md);
+    cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
+    cr_assert(strstr(md, "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
+                         "(seq 4, tolerance, max rel 0.0833, 1/4 off) | "
+                         "`act.0.forward.output.0` (seq 4, tolerance"),
+              "%s", md);
+    cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"),
+              "%s", md);
+    cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
+    cr_assert(strstr(md, "| mlp | default | forward | "), "%s", md);
+    cr_assert(strstr(md, "| regression |\n"), "%s", md);
+    cr_assert_null(strstr(md, "| mlp | default | forward | identical"), "identical cells omitted");
+    free(md);
+
+    char *txt = cmp_result_to_text(r);
+    cr_assert_not_null(txt);
+    cr_assert(strstr(txt, "capd comparison: REGRESSION\n"), "%s", txt);
+    cr_assert(strstr(txt, "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n"), "%s", txt);
+    cr_assert(strstr(txt, "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
+                          "(seq 4, tolerance"),
+              "%s", txt);
+    cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
+    free(txt);
+    json_decref(r);
+}
+
+Test(render, pass_and_bad_input)
+{
+    struct cmp_side *c;
+    cmp_side_new(&c);
+    mlp_cell(c, "avx2", NULL, "ok");
+    json_t *r = run_compare(c, c, NULL);
+    char *md = cmp_result_to_markdown(r);
+    cr_assert(strstr(md, "## capd comparison: pass\n"), "%s", md);
+    cr_assert_null(strstr(md, "###"), "nothing to list: %s", md);
+    free(md);
+    json_decref(r);
+    cmp_side_free(c);
+
+    json_t *junk = json_pack("{s:i}", "x", 1);
+    cr_assert_null(cmp_result_to_markdown(junk));
+    cr_assert_null(cmp_result_to_text(NULL));
+    json_decref(junk);
+}

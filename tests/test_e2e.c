@@ -1,0 +1,295 @@
+/*
+ * tests/test_e2e.c - end to end with the real runner under Debian's torch:
+ * the real capd, real children, real SQLite, real HTTP.
+ *
+ * These are the promises everything else rests on: every cell of a CPU
+ * matrix runs at the width it asked for, records arrive in execution order,
+ * a build compared with itself is identical hash for hash, a build with a
+ * width-specific perturbation is caught at that width only and at the
+ * right layer, and what cannot run at a width is never silently captured.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/helpers/common/testutil.h"
+
+static const char *python(void)
+{
+    const char *p = getenv("CAPD_PYTHON");
+    return p && *p ? p : "/usr/bin/python3";
+}
+
+static void register_builds(struct tu_capd *c)
+{
+    long st = 0;
+    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"control\",\"python\":\"%s\"}", python());
+    cr_assert_eq(st, 201, "register control build: %ld", st);
+    json_decref(j);
+    j = tu_jsonf(c, "POST", "/v1/builds", &st,
+                 "{\"name\":\"perturbed\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":"
+                 "\"%s/examples/perturbed-build\"}}",
+                 python(), tu_bin("CAPD_SOURCE_DIR"));
+    cr_assert_eq(st, 201);
+    json_decref(j);
+}
+
+static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
+                    const char *models, const char *widths, const char *passes)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
+                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
+                         "\"options\":{\"iterations\":8,\"warmup\":2}}",
+                         commit, build, cc, models, widths, passes);
+    cr_assert_eq(st, 201, "submit: %ld", st);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    return id;
+}
+
+static json_t *wait_done(struct tu_capd *c, const char *id)
+{
+    json_t *job = tu_wait_job(c, id, 900);
+    cr_assert_not_null(job, "job %s did not finish", id);
+    return job;
+}
+
+/* Every tensor record of a cell, in the order the API returns them. */
+static json_t *all_tensors(struct tu_capd *c, const char *job, const char *cell)
+{
+    json_t *out = json_array();
+    char path[256], cursor[64] = "";
+    for (;;) {
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s",
+                 job, cell, cursor[0] ? "&cursor=" : "", cursor);
+        long st = 0;
+        json_t *page = tu_json(c, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200);
+        json_array_extend(out, json_object_get(page, "records"));
+        const char *next = json_string_value(json_object_get(page, "next_cursor"));
+        if (!next) {
+            json_decref(page);
+            return out;
+        }
+        snprintf(cursor, sizeof cursor, "%s", next);
+        json_decref(page);
+    }
+}
+
+static json_t *find_cell(json_t *result, const char *model, const char *width, const char *pass)
+{
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(result, "cells"), i, cell)
+    {
+        if (!strcmp(json_string_value(json_object_get(cell, "model")), model) &&
+            !strcmp(json_string_value(json_object_get(cell, "width")), width) &&
+            !strcmp(json_string_value(json_object_get(cell, "pass")), pass))
+            return cell;
+    }
+    return NULL;
+}
+
+/*
+ * The main loop, in one test because each job costs minutes: a control job,
+ * the same build again, and the perturbed build.
+ */
+Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
+{
+    struct tu_capd c;
+    const char *extra[] = {NULL};
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
+    register_builds(&c);
+    const char *models = "\"mlp\",\"transformer\"";
+    const char *widths = "\"default\",\"avx2\",\"avx512\"";
+    const char *passes = "\"forward\",\"backward\"";
+    char *j1 = submit(&c, "control", "1111111", NULL, models, widths, passes);
+    char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
+    char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
+    json_t *job1 = wait_done(&c, j1);
+
+    /* Every cell ok, at the width it asked for, records in order. */
+    size_t i;
+    json_t *cell;
+    cr_assert_eq(json_array_size(json_object_get(job1, "cells")), 12);
+    json_array_foreach(json_object_get(job1, "cells"), i, cell)
+    {
+        const char *cid = json_string_value(json_object_get(cell, "id"));
+        const char *width = json_string_value(json_object_get(cell, "width"));
+        cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok",
+                         "cell %s: %s", cid,
+                         json_string_value(json_object_get(cell, "reason")));
+        char path[128];
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", j1, cid);
+        json_t *full = tu_json(&c, "GET", path, NULL, NULL);
+        cr_assert_str_eq(json_string_value(json_object_get(full, "effective_width")), width);
+        json_t *fp = json_object_get(full, "fingerprint");
+        cr_assert(json_is_object(fp), "cell %s has a fingerprint", cid);
+        json_decref(full);
+        json_t *tensors = all_tensors(&c, j1, cid);
+        cr_assert_gt(json_array_size(tensors), 5);
+        json_int_t prev = -1;
+        size_t k;
+        json_t *t;
+        json_array_foreach(tensors, k, t)
+        {
+            json_int_t seq = json_integer_value(json_object_get(t, "seq"));
+            cr_assert_gt(seq, prev, "records in execution order");
+            prev = seq;
+        }
+        json_decref(tensors);
+    }
+    json_decref(job1);
+    json_decref(wait_done(&c, j2));
+    json_decref(wait_done(&c, j3));
+
+    /* The same build twice: identical, hash for hash, and a pass. */
+    long st = 0;
+    char path[256];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j1, j2);
+    json_t *same = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *counts = json_object_get(same, "counts");
+    char *dump = json_dumps(counts, JSON_COMPACT);
+    if (json_integer_value(json_object_get(counts, "identical")) != 12) {
+        struct tu_resp txt;
+        snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&format=text", j1, j2);
+        tu_http(&c, "GET", path, NULL, 0, NULL, &txt);
+        fprintf(stderr, "%s\n", txt.body);
+        tu_resp_free(&txt);
+    }
+    cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), 12,
+                 "a build compared with itself is identical in all 12 cells: %s", dump);
+    free(dump);
+    cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")), "pass",
+                     "same build: verdict pass (perf regressions: %lld)",
+                     (long long)json_integer_value(json_object_get(counts, "perf_regressions")));
+    json_decref(same);
+
+    /* The perturbed head, through the commit diff (control_commit). */
+    snprintf(path, sizeof path, "/v1/commits/3333333/diff");
+    json_t *diff = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(diff, "verdict")), "regression");
+    cr_assert_str_eq(json_string_value(json_object_get(diff, "control_source")), "job");
+    static const char *const all_models[] = {"mlp", "transformer"};
+    static const char *const expect_first[] = {"fc1.0.forward.output.0",
+                                               "encoder.layers.0.self_attn.0.forward.output.0"};
+    static const char *const all_widths[] = {"default", "avx2", "avx512"};
+    static const char *const all_passes[] = {"forward", "backward"};
+    for (int m = 0; m < 2; m++)
+        for (int w = 0; w < 3; w++)
+            for (int p = 0; p < 2; p++) {
+                json_t *cr = find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
+                cr_assert_not_null(cr);
+                const char *status = json_string_value(json_object_get(cr, "status"));
+                if (w < 2) {
+                    cr_assert_str_eq(status, "identical", "%s/%s/%s untouched", all_models[m],
+                                     all_widths[w], all_passes[p]);
+                    continue;
+                }
+                cr_assert_str_eq(status, "diverged", "%s/avx512/%s diverged", all_models[m],
+                                 all_passes[p]);
+                const char *key = json_string_value(
+                    json_object_get(json_object_get(cr, "first_divergence"), "key"));
+                cr_assert_str_eq(key, expect_first[m], "%s/avx512/%s first divergence",
+                                 all_models[m], all_passes[p]);
+                cr_assert_eq(json_is_true(json_object_get(cr, "params_differed")), 0);
+            }
+    json_decref(diff);
+
+    /* Markdown for the PR comment names the layer too. */
+    struct tu_resp md;
+    tu_http(&c, "GET", "/v1/commits/3333333/diff?format=md", NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, "fc1.0.forward.output.0") != NULL, "markdown: %s", md.body);
+    tu_resp_free(&md);
+    free(j1);
+    free(j2);
+    free(j3);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/* A width this x86 CPU cannot run is reported unsupported, never captured
+ * as if it had run there. */
+Test(e2e, foreign_width_unsupported, .timeout = 600)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    register_builds(&c);
+    char *j = submit(&c, "control", "4444444", NULL, "\"mlp\"", "\"vsx\",\"native\"",
+                     "\"forward\"");
+    json_t *job = wait_done(&c, j);
+    json_t *cells = json_object_get(job, "cells");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")),
+                     "unsupported");
+    const char *reason =
+        json_string_value(json_object_get(json_array_get(cells, 0), "reason"));
+    cr_assert(reason && strstr(reason, "vsx"), "reason names the width: %s", reason);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")), "ok");
+    /* native records what the framework picked. */
+    cr_assert(json_is_string(json_object_get(json_array_get(cells, 1), "effective_width")));
+    json_decref(job);
+    free(j);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* User models load only from the build's model roots. */
+Test(e2e, user_models_only_from_roots, .timeout = 600)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char roots[512], outside[512], path[600];
+    snprintf(roots, sizeof roots, "%s/roots", c.dir);
+    snprintf(outside, sizeof outside, "%s/outside", c.dir);
+    mkdir(roots, 0755);
+    mkdir(outside, 0755);
+    static const char model[] = "import torch\n"
+                                "def factory(seed, batch, dtype):\n"
+                                "    torch.manual_seed(seed)\n"
+                                "    m = torch.nn.Sequential(torch.nn.Linear(4, 3), "
+                                "torch.nn.ReLU())\n"
+                                "    return m, (torch.ones(batch, 4),)\n";
+    snprintf(path, sizeof path, "%s/mine.py", roots);
+    write_file(path, model);
+    snprintf(path, sizeof path, "%s/evil.py", outside);
+    write_file(path, model);
+    long st = 0;
+    json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"user\",\"python\":\"%s\",\"model_roots\":[\"%s\"],"
+                         "\"env\":{\"PYTHONPATH\":\"%s\"}}",
+                         python(), roots, outside);
+    cr_assert_eq(st, 201);
+    json_decref(b);
+    char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"",
+                     "\"avx2\"", "\"forward\"");
+    json_t *job = wait_done(&c, j);
+    json_t *cells = json_object_get(job, "cells");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")), "ok",
+                     "model inside the roots runs: %s",
+                     json_string_value(json_object_get(json_array_get(cells, 0), "reason")));
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")),
+                     "failed");
+    const char *reason =
+        json_string_value(json_object_get(json_array_get(cells, 1), "reason"));
+    cr_assert(reason && strstr(reason, "root"), "refusal names the roots: %s", reason);
+    json_decref(job);
+    free(j);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
