@@ -119,18 +119,20 @@ static enum MHD_Result put_build(struct api_req *r, const char *name, bool repla
     json_decref(body);
     if (!b)
         return ret;
+    /* NAME may have pointed into BODY: from here on use the copy in B. */
+    name = json_string_value(json_object_get(b, "name"));
     struct store *s = api_store(r);
     json_t *out = NULL;
-    int rc = s ? store_build_put(s, json_string_value(json_object_get(b, "name")), b, replace,
-                                 &out)
-               : -EIO;
-    json_decref(b);
+    int rc = s ? store_build_put(s, name, b, replace, &out) : -EIO;
     if (rc == -EEXIST)
-        return api_error(r, 409, "conflict", "name", "build '%s' already exists; use PUT to replace it",
-                         name);
-    if (rc)
-        return api_store_error(r, rc, "build");
-    return api_json(r, replace ? 200 : 201, out);
+        ret = api_error(r, 409, "conflict", "name",
+                        "build '%s' already exists; use PUT to replace it", name);
+    else if (rc)
+        ret = api_store_error(r, rc, "build");
+    else
+        ret = api_json(r, replace ? 200 : 201, out);
+    json_decref(b);
+    return ret;
 }
 
 enum MHD_Result api_builds_create(struct api_req *r)

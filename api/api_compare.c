@@ -244,7 +244,7 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     }
     json_object_set_new(result, "control", side_summary(ctl));
     json_object_set_new(result, "head", side_summary(head));
-    add_warnings(result, ctl, "control");
+    add_warnings(result, ctl, ctl == head ? "job" : "control");
     if (ctl != head)
         add_warnings(result, head, "head");
     if (extra)

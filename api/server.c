@@ -90,10 +90,17 @@ static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *
 
 enum MHD_Result api_json(struct api_req *r, unsigned status, json_t *body)
 {
-    char *s = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *s = body ? json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     json_decref(body);
-    if (!s)
-        return MHD_NO;
+    if (!s) {
+        /* Out of memory or a body that could not be built: still answer. */
+        static const char fallback[] = "{\"error\":{\"code\":\"internal\",\"message\":"
+                                       "\"the reply could not be encoded\",\"field\":null}}\n";
+        s = strdup(fallback);
+        if (!s)
+            return MHD_NO;
+        return send_buf(r, 500, "application/json", s, strlen(s));
+    }
     size_t n = strlen(s);
     char *t = realloc(s, n + 2);
     if (t) {
@@ -118,8 +125,19 @@ enum MHD_Result api_error(struct api_req *r, unsigned status, const char *code, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:s,s:s,s:o}", "code", code, "message", msg, "field",
-                          field ? json_string(field) : json_null());
+    /* Messages echo client input (ids, header values); bytes that are not
+     * valid UTF-8 become '?' so the error can always be encoded. */
+    json_t *m = json_string(msg);
+    if (!m) {
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80 || (unsigned char)*p < 0x20)
+                *p = '?';
+        m = json_string(msg);
+    }
+    json_t *fj = field ? json_string(field) : json_null();
+    if (!fj)
+        fj = json_string("?");
+    json_t *e = json_pack("{s:s,s:o,s:o}", "code", code, "message", m, "field", fj);
     if (status >= 500)
         log_error("http_error", "method=%s url=%s status=%u code=%s message=%s", r->method,
                   log_q(r->url), status, code, log_q(msg));
@@ -130,7 +148,7 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
 {
     switch (rc) {
     case -ENOENT:
-        return api_error(r, 404, "not_found", NULL, "%s not found", what);
+        return api_error(r, 404, "not_found", NULL, "%s not found (%s)", what, r->url);
     case -EEXIST:
         return api_error(r, 409, "conflict", NULL, "%s conflicts with an existing one", what);
     case -EBUSY:

@@ -2,7 +2,7 @@
  * bench/bench_compare.c - throughput of the full-payload tensor comparison,
  * against numpy computing the same metrics on the same arrays.
  *
- * Build:  gcc -O2 -I. bench/bench_compare.c compare/*.c -ljansson -lm
+ * Build:  gcc -O2 -I. bench/bench_compare.c compare/[a-z]*.c -ljansson -lm
  * Run:    ./a.out [elements] [repetitions] [numpy-script]
  *
  * The arrays are written to a temporary file and bench_compare_numpy.py (run
@@ -120,6 +120,45 @@ int main(int argc, char **argv)
     }
     printf("C:     %zu float32 elements, best of %d: %.4f s = %.3g elements/s\n", n, reps, best,
            (double)n / best);
+
+    /* the 16-bit decoders, C only (numpy has no bfloat16) */
+    uint16_t *h16 = malloc(n * 2), *c16 = malloc(n * 2);
+    if (h16 && c16) {
+        static const char *const names[2] = {"float16", "bfloat16"};
+        for (int k = 0; k < 2; k++) {
+            for (size_t i = 0; i < n; i++) {
+                if (k == 0) {
+                    _Float16 a = (_Float16)head[i], b = (_Float16)control[i];
+                    memcpy(&h16[i], &a, 2);
+                    memcpy(&c16[i], &b, 2);
+                } else {
+                    uint32_t a, b;
+                    memcpy(&a, &head[i], 4);
+                    memcpy(&b, &control[i], 4);
+                    h16[i] = (uint16_t)(a >> 16);
+                    c16[i] = (uint16_t)(b >> 16);
+                }
+            }
+            struct cmp_tensor h2 = h, c2 = c;
+            h2.dtype = c2.dtype = names[k];
+            h2.payload = h16;
+            c2.payload = c16;
+            h2.payload_len = c2.payload_len = n * 2;
+            double b16 = INFINITY;
+            for (int r = 0; r < reps; r++) {
+                double t0 = now();
+                struct cmp_metrics m2;
+                if (cmp_tensor_compare(&h2, &c2, &tol, s, &m2) < 0)
+                    return 1;
+                double t = now() - t0;
+                b16 = t < b16 ? t : b16;
+            }
+            printf("C:     %zu %s elements, best of %d: %.4f s = %.3g elements/s\n", n, names[k],
+                   reps, b16, (double)n / b16);
+        }
+    }
+    free(h16);
+    free(c16);
 
     /* hand the same arrays to numpy */
     char tmpl[] = "/tmp/bench_compare_XXXXXX";

@@ -13,9 +13,7 @@
 const struct ctl_opt ctl_global_opts[] = {
     {"server", CTL_VALUE, "URL",
      "capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")"},
-    {"token", CTL_VALUE, "T",
-     "bearer token sent as 'Authorization: Bearer T' (default: $CAPD_TOKEN; prefer the "
-     "variable: flags show up in ps)"},
+    {"token", CTL_VALUE, "T", "bearer token (default: $CAPD_TOKEN, which keeps it out of ps)"},
     {"help", CTL_FLAG, NULL, "show this help"},
     {NULL, CTL_FLAG, NULL, NULL},
 };
@@ -129,8 +127,7 @@ int ctl_parse(const struct ctl_cmd *cmd, int argc, char **argv, struct ctl_args 
         a->nitems++;
     }
     if (a->npos < cmd->min_pos)
-        return ctl_usage_error(cmd, "missing argument: usage: capctl %s %s", cmd->name,
-                               cmd->usage);
+        return ctl_usage_error(cmd, "missing argument: usage: capctl %s %s", cmd->name, cmd->usage);
     if (a->npos > cmd->max_pos)
         return ctl_usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->max_pos]);
     return 0;

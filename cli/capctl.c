@@ -30,14 +30,15 @@ static void usage(FILE *f)
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s  %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nglobal options (also accepted after the command):\n"
-               "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
-               "  --token T     bearer token (default: $CAPD_TOKEN; the variable keeps it out of "
-               "ps)\n"
-               "  --help        this text; 'capctl COMMAND --help' for a command\n"
-               "  --version     print capctl's version\n\n"
-               "exit codes: 0 ok, 1 regression (diff), 2 error, 3 a cell was not ok (wait)\n",
-               CTL_DEFAULT_SERVER);
+    fprintf(f,
+            "\nglobal options (also accepted after the command):\n"
+            "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
+            "  --token T     bearer token (default: $CAPD_TOKEN; the variable keeps it out of "
+            "ps)\n"
+            "  --help        this text; 'capctl COMMAND --help' for a command\n"
+            "  --version     print capctl's version\n\n"
+            "exit codes: 0 ok, 1 regression (diff), 2 error, 3 a cell was not ok (wait)\n",
+            CTL_DEFAULT_SERVER);
 }
 
 /* Takes --server/--token given before the command name; returns the index

@@ -16,16 +16,16 @@
 #endif
 
 /* Exit codes, documented in docs/capctl.md. */
-#define CTL_EXIT_OK 0
+#define CTL_EXIT_OK         0
 #define CTL_EXIT_REGRESSION 1 /* diff: the verdict is "regression" */
-#define CTL_EXIT_ERROR 2      /* bad flags, network, a server error */
-#define CTL_EXIT_NOT_OK 3     /* wait: the job finished with some cell not ok */
+#define CTL_EXIT_ERROR      2 /* bad flags, network, a server error */
+#define CTL_EXIT_NOT_OK     3 /* wait: the job finished with some cell not ok */
 
 #define CTL_DEFAULT_SERVER "http://127.0.0.1:8470"
 
 /* Responses past this size are refused rather than buffered. */
 #define CTL_MAX_RESPONSE (256u * 1024u * 1024u)
-#define CTL_MAX_URL 8192
+#define CTL_MAX_URL      8192
 
 /* ---- flags ---- */
 
@@ -46,9 +46,9 @@ struct ctl_cmd {
     const char *name;  /* "builds register": used in messages */
     const char *usage; /* after "capctl NAME " */
     const char *summary;
-    const char *details; /* more help text, may be NULL */
+    const char *details;        /* more help text, may be NULL */
     const struct ctl_opt *opts; /* terminated by a NULL name */
-    int min_pos, max_pos; /* positional arguments */
+    int min_pos, max_pos;       /* positional arguments */
 };
 
 struct ctl_item {

@@ -269,7 +269,13 @@ void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
     for (const struct ctl_field_flag *m = map; m && m->field; m++) {
         size_t n = strlen(m->field);
         if (strncmp(field, m->field, n) == 0 && (field[n] == 0 || field[n] == '.')) {
-            char buf[256];
+            char buf[256], same[256];
+            /* "--name" for field "name" says nothing new. */
+            snprintf(same, sizeof same, "--%s", field);
+            for (char *p = same; *p; p++)
+                *p = *p == '_' ? '-' : *p;
+            if (strcmp(same, m->flag) == 0)
+                break;
             fprintf(stderr, "capctl: %s is set by %s\n", ctl_clean(field, buf, sizeof buf),
                     m->flag);
             break;

@@ -13,8 +13,13 @@ static const struct ctl_opt list_opts[] = {
 };
 
 static const struct ctl_cmd cmd_list = {
-    "builds list", "[--json]", "List the registered builds: name, interpreter and description.",
-    NULL, list_opts, 0, 0,
+    "builds list",
+    "[--json]",
+    "List the registered builds: name, interpreter and description.",
+    NULL,
+    list_opts,
+    0,
+    0,
 };
 
 static const struct ctl_opt register_opts[] = {
@@ -37,7 +42,9 @@ static const struct ctl_cmd cmd_register = {
     "example:\n"
     "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
     "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
-    register_opts, 0, 0,
+    register_opts,
+    0,
+    0,
 };
 
 static const struct ctl_opt show_opts[] = {
@@ -46,26 +53,39 @@ static const struct ctl_opt show_opts[] = {
 };
 
 static const struct ctl_cmd cmd_show = {
-    "builds show", "NAME [--json]", "Show one build: interpreter, environment, model roots.",
-    NULL, show_opts, 1, 1,
+    "builds show",
+    "NAME [--json]",
+    "Show one build: interpreter, environment, model roots.",
+    NULL,
+    show_opts,
+    1,
+    1,
 };
 
 static const struct ctl_field_flag build_fields[] = {
-    {"name", "--name"},         {"python", "--python"},
-    {"env", "--env"},           {"model_roots", "--model-root"},
-    {"description", "--description"}, {NULL, NULL},
+    {"name", "--name"},
+    {"python", "--python"},
+    {"env", "--env"},
+    {"model_roots", "--model-root"},
+    {"description", "--description"},
+    {NULL, NULL},
 };
 
 static void builds_help(FILE *f)
 {
-    fprintf(f, "usage: capctl builds [list] [--json]\n"
-               "       capctl builds register --name N --python PATH [--env K=V]... "
-               "[--model-root DIR]...\n"
-               "                              [--description D] [--replace]\n"
-               "       capctl builds show NAME [--json]\n\n"
-               "A build is a registered way to run the framework under test: an interpreter and\n"
-               "its environment. Jobs name builds; a job can never name an executable.\n\n"
-               "'capctl builds SUBCOMMAND --help' shows the flags of each.\n");
+    fprintf(f,
+            "usage: capctl builds [list] [--json]\n"
+            "       capctl builds register --name N --python PATH [--env K=V]... "
+            "[--model-root DIR]...\n"
+            "                              [--description D] [--replace]\n"
+            "       capctl builds show NAME [--json]\n\n"
+            "A build is a registered way to run the framework under test: an interpreter and\n"
+            "its environment. Jobs name builds; a job can never name an executable.\n\n"
+            "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
+            "global options:\n"
+            "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
+            "  --token T     bearer token (default: $CAPD_TOKEN)\n",
+            CTL_DEFAULT_SERVER);
 }
 
 static int builds_list(int argc, char **argv)
@@ -76,8 +96,10 @@ static int builds_list(int argc, char **argv)
     struct ctl_table *t = NULL;
     json_t *j = NULL;
     int rc = ctl_parse(&cmd_list, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
@@ -124,7 +146,7 @@ out:
     ctl_resp_free(&r);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }
 
 static int builds_register(int argc, char **argv)
@@ -136,8 +158,10 @@ static int builds_register(int argc, char **argv)
     const char *v;
     int it = 0;
     int rc = ctl_parse(&cmd_register, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
     const char *name = ctl_arg(&a, "name"), *python = ctl_arg(&a, "python");
     rc = CTL_EXIT_ERROR;
     if (!name || !*name) {
@@ -182,8 +206,10 @@ static int builds_register(int argc, char **argv)
         json_t *s = json_string(v);
         if (!s || v[0] != '/') {
             json_decref(s);
-            rc = ctl_usage_error(&cmd_register, "--model-root must be an absolute directory, got "
-                                                "'%s'", v);
+            rc = ctl_usage_error(&cmd_register,
+                                 "--model-root must be an absolute directory, got "
+                                 "'%s'",
+                                 v);
             goto out;
         }
         json_array_append_new(roots, s);
@@ -215,11 +241,24 @@ static int builds_register(int argc, char **argv)
         rc = ctl_usage_error(&cmd_register, "--name is too long");
         goto out;
     }
+    if (!replace) {
+        /* Checked first so the answer is clear and names --replace. (capd
+         * 0.1's POST of an existing name also drops the connection
+         * instead of answering 409: put_build formats its message with a
+         * name freed with the body.) */
+        struct ctl_url g;
+        ctl_url_init(&g, "/v1/builds");
+        ctl_url_seg(&c, &g, name);
+        if (!g.overflow && ctl_request(&c, "GET", g.buf, NULL, NULL, &r) == 0 && r.status == 200) {
+            fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
+                    name);
+            goto out;
+        }
+        ctl_resp_free(&r);
+    }
     if (ctl_request(&c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
         ctl_report_fields(&c, &r, build_fields);
-        char code[64];
-        ctl_resp_error_code(&r, code, sizeof code);
         if (r.status == 409 && !replace)
             fprintf(stderr, "capctl: add --replace to replace build '%s'\n", name);
         goto out;
@@ -242,7 +281,7 @@ out:
     ctl_resp_free(&r);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }
 
 static int builds_show(int argc, char **argv)
@@ -253,8 +292,10 @@ static int builds_show(int argc, char **argv)
     json_t *j = NULL;
     char b[8400];
     int rc = ctl_parse(&cmd_show, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
@@ -289,8 +330,8 @@ static int builds_show(int argc, char **argv)
     json_object_foreach(json_object_get(j, "env"), k, v)
     {
         char kb[300];
-        printf("%s%s=%s\n", first ? "env          " : "             ",
-               ctl_clean(k, kb, sizeof kb), ctl_jtext(v, b, sizeof b));
+        printf("%s%s=%s\n", first ? "env          " : "             ", ctl_clean(k, kb, sizeof kb),
+               ctl_jtext(v, b, sizeof b));
         first = false;
     }
     if (first)
@@ -312,7 +353,7 @@ out:
     ctl_resp_free(&r);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }
 
 int ctl_cmd_builds(int argc, char **argv)

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 
 /* How long polling tolerates an unreachable or overloaded server before it
  * gives up: a capd restart takes a few seconds. */
-#define CTL_POLL_GRACE_S 60.0
+#define CTL_POLL_GRACE_S            60.0
 #define CTL_MAX_PROVENANCE_WARNINGS 10
 
 static const struct ctl_opt submit_opts[] = {
@@ -57,7 +58,9 @@ static const struct ctl_cmd cmd_submit = {
     "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
     "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
     "      --source-tree ~/src/pytorch --wait",
-    submit_opts, 0, 0,
+    submit_opts,
+    0,
+    0,
 };
 
 static const struct ctl_opt status_opts[] = {
@@ -67,7 +70,8 @@ static const struct ctl_opt status_opts[] = {
 
 static const struct ctl_cmd cmd_status = {
     "status", "JOB [--json]", "Show a job: its request, state, findings and a table of cells.",
-    NULL, status_opts, 1, 1,
+    NULL,     status_opts,    1,
+    1,
 };
 
 static const struct ctl_opt wait_opts[] = {
@@ -77,11 +81,14 @@ static const struct ctl_opt wait_opts[] = {
 };
 
 static const struct ctl_cmd cmd_wait = {
-    "wait", "JOB [--wait-timeout S] [--json]",
+    "wait",
+    "JOB [--wait-timeout S] [--json]",
     "Wait for a job to finish, showing progress on stderr.",
     "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
     "2 error (unknown job, server unreachable, --wait-timeout passed).",
-    wait_opts, 1, 1,
+    wait_opts,
+    1,
+    1,
 };
 
 static const struct ctl_field_flag submit_fields[] = {
@@ -157,9 +164,9 @@ static int split_list(const char *flag, const char *s, json_t **out)
     return 0;
 }
 
-static const char *const terminal_order[] = {"ok",        "failed",         "crashed",
-                                             "timeout",   "unsupported",    "protocol_error",
-                                             "cancelled", "interrupted",    NULL};
+static const char *const terminal_order[] = {"ok",        "failed",      "crashed",
+                                             "timeout",   "unsupported", "protocol_error",
+                                             "cancelled", "interrupted", NULL};
 
 static bool is_done_state(const char *st)
 {
@@ -246,12 +253,14 @@ static size_t report_not_ok(json_t *job, FILE *f)
         if (st && strcmp(st, "ok") == 0)
             continue;
         json_t *reason = json_object_get(cell, "reason");
-        fprintf(f, "  %s/%s/%s: %s%s%s\n", ctl_jtext(json_object_get(cell, "model"), b1, sizeof b1),
+        fprintf(f, "  %s/%s/%s: %s%s%s%s\n",
+                ctl_jtext(json_object_get(cell, "model"), b1, sizeof b1),
                 ctl_jtext(json_object_get(cell, "width"), b2, sizeof b2),
                 ctl_jtext(json_object_get(cell, "pass"), b3, sizeof b3),
                 ctl_jtext(json_object_get(cell, "state"), b4, sizeof b4),
-                json_is_string(reason) ? ": " : "",
-                json_is_string(reason) ? ctl_clean(json_string_value(reason), b5, sizeof b5) : "");
+                json_is_string(reason) ? " (" : "",
+                json_is_string(reason) ? ctl_clean(json_string_value(reason), b5, sizeof b5) : "",
+                json_is_string(reason) ? ")" : "");
     }
     return bad;
 }
@@ -285,8 +294,8 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
                 if (tty && last[0])
                     fputc('\n', stderr);
                 ctl_report(c, &r);
-                fprintf(stderr, "capctl: gave up waiting for job %s after %.0f s of errors\n",
-                        id, CTL_POLL_GRACE_S);
+                fprintf(stderr, "capctl: gave up waiting for job %s after %.0f s of errors\n", id,
+                        CTL_POLL_GRACE_S);
                 goto out;
             }
             ctl_resp_free(&r);
@@ -308,11 +317,8 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
             goto out;
         }
         progress_line(job, line, sizeof line);
-        if (tty) {
-            fprintf(stderr, "\r%s\033[K", line);
-            fflush(stderr);
-        } else if (strcmp(line, last) != 0) {
-            fprintf(stderr, "%s\n", line);
+        if (strcmp(line, last) != 0) {
+            fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line);
             fflush(stderr);
         }
         snprintf(last, sizeof last, "%s", line);
@@ -331,7 +337,7 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
         if (timeout_s > 0 && el >= timeout_s) {
             if (tty)
                 fputc('\n', stderr);
-            fprintf(stderr, "capctl: job %s is still %s after %.0f s (--wait-timeout)\n", id,
+            fprintf(stderr, "capctl: job %s is still %s after %g s (--wait-timeout)\n", id,
                     st ? st : "unfinished", timeout_s);
             goto out;
         }
@@ -358,7 +364,8 @@ static void warn_provenance(json_t *prov, const char *commit)
     json_array_foreach(fs, i, f)
     {
         if (i == CTL_MAX_PROVENANCE_WARNINGS) {
-            fprintf(stderr, "capctl: warning: provenance: %zu more findings (see 'capctl status')\n",
+            fprintf(stderr,
+                    "capctl: warning: provenance: %zu more findings (see 'capctl status')\n",
                     json_array_size(fs) - i);
             break;
         }
@@ -387,15 +394,17 @@ int ctl_cmd_submit(int argc, char **argv)
     struct ctl_args a;
     struct ctl_client c = {0};
     struct ctl_resp r = {0};
-    json_t *body = NULL, *opts = NULL, *labels = NULL, *matrix = NULL, *job = NULL,
-           *final = NULL, *prov = NULL;
+    json_t *body = NULL, *opts = NULL, *labels = NULL, *matrix = NULL, *job = NULL, *final = NULL,
+           *prov = NULL;
     char *idem_hdr = NULL;
     int rc = ctl_parse(&cmd_submit, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
 
-    static const char *const required[] = {"project", "commit", "build", "models", "widths",
-                                           "passes", NULL};
+    static const char *const required[] = {"project", "commit", "build", "models",
+                                           "widths",  "passes", NULL};
     for (int i = 0; required[i]; i++) {
         const char *v = ctl_arg(&a, required[i]);
         if (!v || !*v) {
@@ -409,8 +418,8 @@ int ctl_cmd_submit(int argc, char **argv)
     labels = json_object();
     if (!matrix || !opts || !labels)
         goto out;
-    static const char *const axes[][2] = {{"models", "models"}, {"widths", "widths"},
-                                          {"passes", "passes"}};
+    static const char *const axes[][2] = {
+        {"models", "models"}, {"widths", "widths"}, {"passes", "passes"}};
     for (int i = 0; i < 3; i++) {
         json_t *l = NULL;
         if ((rc = split_list(axes[i][0], ctl_arg(&a, axes[i][0]), &l)) != 0)
@@ -420,8 +429,8 @@ int ctl_cmd_submit(int argc, char **argv)
     /* Integer options: syntax is checked here, ranges by the server (its
      * error names the field; the hint names the flag). */
     static const char *const ints[][2] = {
-        {"iterations", "iterations"}, {"warmup", "warmup"}, {"threads", "threads"},
-        {"timeout", "timeout_s"},     {"seed", "seed"},     {"batch", "batch"},
+        {"iterations", "iterations"},   {"warmup", "warmup"}, {"threads", "threads"},
+        {"timeout", "timeout_s"},       {"seed", "seed"},     {"batch", "batch"},
         {"sample-size", "sample_size"},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
@@ -501,10 +510,11 @@ int ctl_cmd_submit(int argc, char **argv)
     }
     const char *idem = ctl_arg(&a, "idempotency-key");
     if (idem) {
+        /* An HTTP header value: printable ASCII only (capd also echoes the
+         * key in its conflict message, which must be valid UTF-8). */
         for (const char *p = idem; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-                rc = ctl_usage_error(&cmd_submit,
-                                     "--idempotency-key must not hold control characters");
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) {
+                rc = ctl_usage_error(&cmd_submit, "--idempotency-key must be printable ASCII");
                 goto out;
             }
         if (!*idem || asprintf(&idem_hdr, "Idempotency-Key: %s", idem) < 0) {
@@ -574,7 +584,7 @@ out:
     ctl_resp_free(&r);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }
 
 static void counts_text(json_t *job, char *buf, size_t cap)
@@ -662,7 +672,8 @@ static void print_job(json_t *j)
         const char *row[] = {json_string_value(json_object_get(cell, "model")),
                              json_string_value(json_object_get(cell, "width")),
                              json_string_value(json_object_get(cell, "pass")),
-                             json_string_value(json_object_get(cell, "state")), d,
+                             json_string_value(json_object_get(cell, "state")),
+                             d,
                              json_string_value(json_object_get(cell, "reason"))};
         if (t)
             ctl_table_row(t, row);
@@ -679,8 +690,10 @@ int ctl_cmd_status(int argc, char **argv)
     struct ctl_resp r = {0};
     json_t *j = NULL;
     int rc = ctl_parse(&cmd_status, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
@@ -710,7 +723,7 @@ out:
     ctl_resp_free(&r);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }
 
 int ctl_cmd_wait(int argc, char **argv)
@@ -720,8 +733,10 @@ int ctl_cmd_wait(int argc, char **argv)
     json_t *final = NULL;
     double timeout = 0;
     int rc = ctl_parse(&cmd_wait, argc, argv, &a);
-    if (rc)
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
         goto out;
+    }
     const char *wt = ctl_arg(&a, "wait-timeout");
     if (wt && (rc = ctl_seconds_arg(&cmd_wait, "wait-timeout", wt, &timeout)) != 0)
         goto out;
@@ -734,5 +749,5 @@ out:
     json_decref(final);
     ctl_client_close(&c);
     ctl_args_free(&a);
-    return rc == 1 ? 0 : rc;
+    return rc;
 }

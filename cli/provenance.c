@@ -113,13 +113,27 @@ int prov_unquote_path(const char *s, const char *stop, char *out, size_t cap, co
         if (c == '\\') {
             c = *s++;
             switch (c) {
-            case 'a': c = '\a'; break;
-            case 'b': c = '\b'; break;
-            case 't': c = '\t'; break;
-            case 'n': c = '\n'; break;
-            case 'v': c = '\v'; break;
-            case 'f': c = '\f'; break;
-            case 'r': c = '\r'; break;
+            case 'a':
+                c = '\a';
+                break;
+            case 'b':
+                c = '\b';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 'v':
+                c = '\v';
+                break;
+            case 'f':
+                c = '\f';
+                break;
+            case 'r':
+                c = '\r';
+                break;
             case '"':
             case '\\':
                 break;
@@ -180,20 +194,15 @@ int prov_classify_status_line(const char *line, const char *const *submodules, s
         const char *slash = strrchr(f->path, '/');
         const char *base = slash ? slash + 1 : f->path;
         if (prov_is_generated_source(base, &depth)) {
-            f->kind = PROV_GENERATED_SOURCE;
+            char times[48] = "";
             if (depth > 1)
-                snprintf(f->message, sizeof f->message,
-                         "%s generated dispatch source %s, wrapped %d times: per-CPU-capability "
-                         "codegen output left in the source tree is wrapped again by every "
-                         "rebuild (duplicate DispatchStub definitions) or links stale kernels; "
-                         "delete it",
-                         how, f->path, depth);
-            else
-                snprintf(f->message, sizeof f->message,
-                         "%s generated dispatch source %s: per-CPU-capability codegen output "
-                         "left in the source tree is wrapped again by every rebuild (duplicate "
-                         "DispatchStub definitions) or links stale kernels; delete it",
-                         how, f->path);
+                snprintf(times, sizeof times, " (wrapped %d times)", depth);
+            f->kind = PROV_GENERATED_SOURCE;
+            snprintf(f->message, sizeof f->message,
+                     "%s generated dispatch source %s%s in the source tree: rebuilds wrap it "
+                     "again (duplicate DispatchStub definitions) or link its stale kernels; "
+                     "delete it",
+                     how, f->path, times);
             return 1;
         }
         if (prov_is_stale_header(f->path)) {
@@ -424,10 +433,10 @@ struct collect {
     json_t *findings;
     size_t listed[4], total[4];
     char first_dropped[4][PROV_MAX_PATH];
-    char **subs;      /* submodule paths */
-    bool *sub_dirty;  /* a dirty_submodule finding was made for subs[i] */
+    char **subs;     /* submodule paths */
+    bool *sub_dirty; /* a dirty_submodule finding was made for subs[i] */
     size_t nsub;
-    json_t *lines;    /* the array being filled */
+    json_t *lines; /* the array being filled */
     size_t nlines, bytes, total_lines, max_lines, max_bytes;
     char single[PROV_MAX_PATH]; /* for one-line commands */
 };
@@ -618,8 +627,7 @@ int prov_collect(const char *dir, json_t **out, char **err)
             continue;
         char msg[PROV_MAX_PATH + 200];
         snprintf(msg, sizeof msg, "%zu more %s findings not listed (the first: %s)",
-                 c.total[k] - c.listed[k], prov_kind_name((enum prov_kind)k),
-                 c.first_dropped[k]);
+                 c.total[k] - c.listed[k], prov_kind_name((enum prov_kind)k), c.first_dropped[k]);
         json_t *o = json_pack("{s:s,s:o,s:o}", "kind", prov_kind_name((enum prov_kind)k), "path",
                               jstr_lossy(c.first_dropped[k]), "message", jstr_lossy(msg));
         if (!o || json_array_append_new(c.findings, o)) {
@@ -627,17 +635,15 @@ int prov_collect(const char *dir, json_t **out, char **err)
             goto out;
         }
     }
-    counts = json_pack("{s:I,s:I,s:I}", "generated_source", (json_int_t)c.total[1],
-                       "stale_header", (json_int_t)c.total[2], "dirty_submodule",
-                       (json_int_t)c.total[3]);
-    prov = json_pack("{s:o,s:o,s:o,s:O,s:I,s:b,s:O,s:I,s:b,s:I,s:O,s:O,s:s}", "source_tree",
-                     jstr_lossy(abs), "git_toplevel", jstr_lossy(top), "head",
-                     head[0] ? json_string(head) : json_null(), "git_status", status,
-                     "git_status_total", (json_int_t)c.total_lines, "git_status_truncated",
-                     c.nlines < c.total_lines, "submodules", subs, "submodules_total",
-                     (json_int_t)sub_total, "submodules_truncated", sub_trunc,
-                     "long_lines_skipped", (json_int_t)long_lines, "findings", c.findings,
-                     "finding_counts", counts, "collected_by", "capctl " CAPD_VERSION);
+    counts = json_pack("{s:I,s:I,s:I}", "generated_source", (json_int_t)c.total[1], "stale_header",
+                       (json_int_t)c.total[2], "dirty_submodule", (json_int_t)c.total[3]);
+    prov = json_pack(
+        "{s:o,s:o,s:o,s:O,s:I,s:b,s:O,s:I,s:b,s:I,s:O,s:O,s:s}", "source_tree", jstr_lossy(abs),
+        "git_toplevel", jstr_lossy(top), "head", head[0] ? json_string(head) : json_null(),
+        "git_status", status, "git_status_total", (json_int_t)c.total_lines, "git_status_truncated",
+        c.nlines < c.total_lines, "submodules", subs, "submodules_total", (json_int_t)sub_total,
+        "submodules_truncated", sub_trunc, "long_lines_skipped", (json_int_t)long_lines, "findings",
+        c.findings, "finding_counts", counts, "collected_by", "capctl " CAPD_VERSION);
     if (!prov) {
         rc = -ENOMEM;
         goto out;

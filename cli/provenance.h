@@ -18,18 +18,19 @@ enum prov_kind {
     PROV_NONE = 0,
     PROV_GENERATED_SOURCE, /* untracked/ignored *.cpp.<CAP>.cpp dispatch wrapper */
     PROV_STALE_HEADER,     /* untracked/ignored Config.h / CUDAConfig.h under aten/src/ATen/ */
-    PROV_DIRTY_SUBMODULE,  /* submodule off its recorded commit, uninitialized, conflicted or modified */
+    PROV_DIRTY_SUBMODULE,  /* submodule off its recorded commit, uninitialized, conflicted or
+                              modified */
 };
 
 /* Hard limits of what is collected and sent; they keep the job request far
  * below the server's default 1 MiB body limit. */
-#define PROV_MAX_STATUS_LINES 10000
-#define PROV_MAX_STATUS_BYTES (512u * 1024u)
-#define PROV_MAX_SUBMODULE_LINES 1000
-#define PROV_MAX_SUBMODULE_BYTES (128u * 1024u)
+#define PROV_MAX_STATUS_LINES      10000
+#define PROV_MAX_STATUS_BYTES      (512u * 1024u)
+#define PROV_MAX_SUBMODULE_LINES   1000
+#define PROV_MAX_SUBMODULE_BYTES   (128u * 1024u)
 #define PROV_MAX_FINDINGS_PER_KIND 25
-#define PROV_MAX_LINE 16384
-#define PROV_MAX_PATH 4096
+#define PROV_MAX_LINE              16384
+#define PROV_MAX_PATH              4096
 
 struct prov_finding {
     enum prov_kind kind;

@@ -292,16 +292,16 @@ int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome)
     return -EINVAL;
 }
 
+/* NULL keeps the current value: storage learns these from two places. */
 static int replace_str(char **dst, const char *src)
 {
-    char *n = NULL;
-    if (src != NULL) {
-        if (strlen(src) >= CMP_MAX_KEY)
-            return -EINVAL;
-        n = strdup(src);
-        if (n == NULL)
-            return -ENOMEM;
-    }
+    if (src == NULL)
+        return 0;
+    if (strlen(src) >= CMP_MAX_KEY)
+        return -EINVAL;
+    char *n = strdup(src);
+    if (n == NULL)
+        return -ENOMEM;
     free(*dst);
     *dst = n;
     return 0;
@@ -310,6 +310,9 @@ static int replace_str(char **dst, const char *src)
 int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device)
 {
     if (cell == NULL)
+        return -EINVAL;
+    if ((effective_width && strlen(effective_width) >= CMP_MAX_KEY) ||
+        (device && strlen(device) >= CMP_MAX_KEY))
         return -EINVAL;
     int rc = replace_str(&cell->effective_width, effective_width);
     if (rc == 0)

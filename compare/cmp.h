@@ -52,7 +52,7 @@
 #define CMP_MAX_KEY 4096                /* bytes of a record key, module, hash */
 #define CMP_MAX_TENSORS 2000000         /* tensor records per cell (= frames per cell) */
 #define CMP_MAX_CELLS 4096              /* cells per side */
-#define CMP_MAX_TIMING_SAMPLES 100000   /* timing samples per cell */
+#define CMP_MAX_TIMING_SAMPLES 10000    /* timing samples per cell (bounds the bootstrap) */
 #define CMP_MAX_TIMING_NS (INT64_C(1) << 60) /* one sample, so differences never overflow */
 #define CMP_MAX_KEY_TOLS 32             /* key-pattern tolerance overrides */
 #define CMP_MAX_PATTERN 256             /* bytes of one pattern, with its NUL */
@@ -157,7 +157,10 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
  * whose outcome was never set is treated as not ok.
  */
 int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
-/* Informational, echoed in the result. Either may be NULL. */
+/*
+ * Informational, echoed in the result. NULL leaves that value as it was, so
+ * the cell row and the env frame can each supply what they know.
+ */
 int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes,

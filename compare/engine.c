@@ -606,8 +606,12 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     e |= set(cj, "params_differed", json_boolean(params_differed));
     if (first_div != NULL) {
         e |= set(cj, "first_divergence", row_json(first_div));
-    } else if (nmiss > 0 || nextra > 0) {
-        /* only the key sets differ: point at the first record that is not shared */
+    } else if (st == C_DIVERGED && (nmiss > 0 || nextra > 0)) {
+        /*
+         * Only the key sets differ: point at the first record that is not
+         * shared. (A crashed side is missing keys as a matter of course;
+         * that is reported as its outcome, not here.)
+         */
         const struct cmp__rec *r = nmiss > 0 ? missing[0] : extra[0];
         sub = json_object();
         if (sub != NULL) {
@@ -715,6 +719,33 @@ static json_t *cell_id(const struct cmp_cell *c)
     return json_pack("{s:s, s:s, s:s}", "model", c->model, "width", c->width, "pass", c->pass);
 }
 
+/*
+ * Options set field by field skip cmp_options_apply_json's checks; a NaN
+ * tolerance would silently pass everything, so they are checked again here.
+ */
+static bool options_ok(const struct cmp_options *o)
+{
+    for (int i = 0; i < CMP_DTYPE__COUNT; i++)
+        if (!(o->tol[i].atol >= 0 && o->tol[i].rtol >= 0 && isfinite(o->tol[i].atol) &&
+              isfinite(o->tol[i].rtol)))
+            return false;
+    if (o->n_key_tols > CMP_MAX_KEY_TOLS)
+        return false;
+    for (size_t i = 0; i < o->n_key_tols; i++) {
+        const struct cmp_key_tol *k = &o->key_tols[i];
+        if (memchr(k->pattern, '\0', sizeof(k->pattern)) == NULL || k->pattern[0] == '\0')
+            return false;
+        if (k->atol < 0 || k->rtol < 0 || isinf(k->atol) || isinf(k->rtol))
+            return false;
+    }
+    if (memchr(o->control_width, '\0', sizeof(o->control_width)) == NULL ||
+        memchr(o->head_width, '\0', sizeof(o->head_width)) == NULL)
+        return false;
+    return o->alpha > 0 && o->alpha < 1 && o->perf_threshold >= 0 &&
+           isfinite(o->perf_threshold) && o->bootstrap_resamples >= 0 &&
+           o->bootstrap_resamples <= CMP_MAX_BOOTSTRAP;
+}
+
 int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
                 const struct cmp_options *opt, json_t **result_out)
 {
@@ -735,8 +766,7 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     bool cross = opt->control_width[0] != '\0' && opt->head_width[0] != '\0';
     if ((opt->control_width[0] != '\0') != (opt->head_width[0] != '\0'))
         goto out;
-    if (opt->n_key_tols > CMP_MAX_KEY_TOLS || opt->bootstrap_resamples < 0 ||
-        opt->bootstrap_resamples > CMP_MAX_BOOTSTRAP)
+    if (!options_ok(opt))
         goto out;
 
     rc = pick_cells(control, cross ? opt->control_width : NULL, &cc, &ncc);

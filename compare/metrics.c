@@ -491,6 +491,8 @@ static void band_pass(const struct view *va, const struct view *vb, int64_t n, d
     bd->kept = 0;
     bd->min_above = INFINITY;
     memset(s->hist, 0, sizeof(s->hist));
+    /* a one-value band (heavy ties, e.g. mostly-zero errors) needs only counts */
+    const bool single = bd->lo == bd->hi;
 
     for (int64_t start = 0; start < n; start += BLK) {
         size_t len = (size_t)(n - start < BLK ? n - start : BLK);
@@ -504,6 +506,8 @@ static void band_pass(const struct view *va, const struct view *vb, int64_t n, d
             uint64_t u = dbits(ad);
             if (u < bd->lo) {
                 bd->below++;
+            } else if (u <= bd->hi && single) {
+                bd->in++;
             } else if (u <= bd->hi) {
                 bd->in++;
                 s->hist[(u - bd->lo) >> bd->shift]++;
@@ -551,6 +555,12 @@ static double percentile_large(const struct view *va, const struct view *vb, int
             continue;
         }
         size_t r0 = (size_t)(k0 - bd.below);
+        if (bd.lo == bd.hi) {
+            double v0 = bitsd(bd.lo);
+            if (!need1 || k0 + 1 < bd.below + bd.in)
+                return v0;
+            return lerp(v0, bd.min_above, t);
+        }
         if ((int64_t)bd.kept == bd.in) {
             double v0 = cmp__select_d(s->sel, bd.kept, r0);
             if (!need1)

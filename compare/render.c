@@ -217,6 +217,19 @@ static void divergence_desc(struct buf *b, const json_t *d, bool md)
     bprintf(b, ")");
 }
 
+/* The introduced-at column, or "same" when it is the first divergence itself. */
+static void introduced_desc(struct buf *b, const json_t *cell, bool md)
+{
+    const json_t *d = json_object_get(cell, "first_divergence");
+    const json_t *i = json_object_get(cell, "first_introduced");
+    if (json_is_object(d) && json_is_object(i) &&
+        strcmp(jstr(d, "key"), jstr(i, "key")) == 0) {
+        bprintf(b, "same");
+        return;
+    }
+    divergence_desc(b, i, md);
+}
+
 static bool is_perf_change(const json_t *cell)
 {
     const char *v = jstr(json_object_get(cell, "perf"), "verdict");
@@ -310,7 +323,7 @@ char *cmp_result_to_markdown(const json_t *result)
         bprintf(&b, " | ");
         divergence_desc(&b, json_object_get(cell, "first_divergence"), true);
         bprintf(&b, " | ");
-        divergence_desc(&b, json_object_get(cell, "first_introduced"), true);
+        introduced_desc(&b, cell, true);
         bprintf(&b, " |\n");
     }
 
@@ -370,7 +383,7 @@ char *cmp_result_to_text(const json_t *result)
             bprintf(&b, ": first divergence ");
             divergence_desc(&b, json_object_get(cell, "first_divergence"), false);
             bprintf(&b, "; introduced at ");
-            divergence_desc(&b, json_object_get(cell, "first_introduced"), false);
+            introduced_desc(&b, cell, false);
         }
         if (json_is_true(json_object_get(cell, "params_differed")))
             bprintf(&b, "; initial params differ");

@@ -65,8 +65,11 @@ struct frame_parser {
     int64_t last_seq;
     bool fast;
     locale_t c_locale;      /* strtod_l() must not depend on the daemon's locale */
-    /* NUL-terminated copies of the fast path's tensor strings. */
+    /* NUL-terminated copies of the fast path's tensor strings, and where its
+     * stats are in the header text (NULL: absent), for frame_tensor_stats(). */
     char tstr[FRAME_MAX_KEY + 1 + FRAME_MAX_DTYPE + 1 + FRAME_HASH_MAX + 1];
+    bool stats_fast;
+    const char *stat_at[9];
     bool saw_hello;
     bool saw_env;
     bool saw_end;
@@ -388,18 +391,14 @@ static const char *const stats_counts[] = {"nan", "pinf", "ninf", "zeros", NULL}
 /* The stats members are optional, but when present they must have the types
  * the comparison engine reads: numbers (or null when nothing was finite) and
  * non-negative counts. */
-static int check_stats(struct frame_parser *p, json_t *stats, struct frame_stats *out)
+static int check_stats(struct frame_parser *p, json_t *stats)
 {
-    double *reals[] = {&out->min, &out->max, &out->mean, &out->std, &out->l2};
-    int64_t *counts[] = {&out->nan, &out->pinf, &out->ninf, &out->zeros};
-
     for (size_t i = 0; stats_reals[i]; i++) {
         json_t *v = json_object_get(stats, stats_reals[i]);
 
         if (v && !json_is_number(v) && !json_is_null(v))
             return bad(p, "tensor field \"stats.%s\" must be a number or null, got %s",
                        stats_reals[i], type_name(v));
-        *reals[i] = json_is_number(v) ? json_number_value(v) : NAN;
     }
     for (size_t i = 0; stats_counts[i]; i++) {
         json_t *v = json_object_get(stats, stats_counts[i]);
@@ -407,7 +406,6 @@ static int check_stats(struct frame_parser *p, json_t *stats, struct frame_stats
         if (v && (!json_is_integer(v) || json_integer_value(v) < 0))
             return bad(p, "tensor field \"stats.%s\" must be a non-negative integer",
                        stats_counts[i]);
-        *counts[i] = v ? json_integer_value(v) : -1;
     }
     return 0;
 }
@@ -519,7 +517,7 @@ static int check_tensor(struct frame_parser *p, json_t *h, uint64_t nbytes)
 
     if ((rc = get_field(p, h, "tensor", "stats", JSON_OBJECT, "object", true, &v)))
         return rc;
-    if ((rc = check_stats(p, v, &t->stats)))
+    if ((rc = check_stats(p, v)))
         return rc;
 
     if ((rc = need_str(p, h, "tensor", "hash", &v)))
@@ -713,7 +711,7 @@ struct fast_val {
     const char *s; /* T_STR: the characters, unquoted */
     size_t n;
     int64_t i;     /* T_INT */
-    double d;      /* T_REAL, when asked for */
+    double d;      /* T_REAL, only when it had to be converted */
 };
 
 static const char *f_value(struct frame_parser *p, const char *s, const char *e, int depth,
@@ -754,9 +752,9 @@ static const char *f_str(const char *s, const char *e, struct fast_val *v)
 
 /* A number in RFC 8259 grammar. Integers must fit in int64 like jansson's
  * strtoll; reals that could overflow a double are converted to check, as
- * jansson rejects them, and so are reals whose value is wanted. */
+ * jansson rejects them. Other reals are not converted at all. */
 static const char *f_num(struct frame_parser *p, const char *s, const char *e,
-                         struct fast_val *v, bool want_double)
+                         struct fast_val *v)
 {
     const char *b = s;
     bool neg = false, real = false;
@@ -817,7 +815,7 @@ static const char *f_num(struct frame_parser *p, const char *s, const char *e,
         return s;
     }
     v->t = T_REAL;
-    if (want_double || idig + (eneg ? -ex : ex) > 300) {
+    if (idig + (eneg ? -ex : ex) > 300) {
         char *end;
 
         v->d = strtod_l(b, &end, p->c_locale);
@@ -926,7 +924,7 @@ static const char *f_value(struct frame_parser *p, const char *s, const char *e,
         return f_lit(s, e, "null", 4);
     default:
         if (*s == '-' || f_digit(*s))
-            return f_num(p, s, e, v, false);
+            return f_num(p, s, e, v);
         return NULL;
     }
 }
@@ -946,7 +944,7 @@ static const char *f_shape(struct frame_parser *p, const char *s, const char *e,
     for (;;) {
         if (s >= e || (*s != '-' && !f_digit(*s)) || t->ndim == FRAME_MAX_NDIM)
             return NULL;
-        if (!(s = f_num(p, s, e, &v, false)) || v.t != T_INT || v.i < 0)
+        if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
             return NULL;
         t->shape[t->ndim++] = v.i;
         s = f_ws(s, e);
@@ -960,20 +958,26 @@ static const char *f_shape(struct frame_parser *p, const char *s, const char *e,
     }
 }
 
-/* "stats": known members typed as check_stats() wants them, others skipped. */
-static const char *f_stats(struct frame_parser *p, const char *s, const char *e,
-                           struct frame_stats *st)
+/* The members of "stats" in frame_stats order: five reals, then four counts. */
+static const struct {
+    const char *name;
+    size_t len;
+} stat_keys[9] = {
+    {"min", 3}, {"max", 3}, {"mean", 4}, {"std", 3}, {"l2", 2},
+    {"nan", 3}, {"pinf", 4}, {"ninf", 4}, {"zeros", 5},
+};
+
+/* "stats": known members typed as check_stats() wants them, others skipped.
+ * Values are not converted, only located in p->stat_at[]. */
+static const char *f_stats(struct frame_parser *p, const char *s, const char *e)
 {
-    double *reals[] = {&st->min, &st->max, &st->mean, &st->std, &st->l2};
-    int64_t *counts[] = {&st->nan, &st->pinf, &st->ninf, &st->zeros};
     struct fast_val keys[FAST_MAX_MEMBERS];
     struct fast_val v;
     unsigned seen = 0;
     size_t nk = 0;
     int k;
 
-    st->min = st->max = st->mean = st->std = st->l2 = NAN;
-    st->nan = st->pinf = st->ninf = st->zeros = -1;
+    memset(p->stat_at, 0, sizeof(p->stat_at));
     if (s >= e || *s != '{')
         return NULL;
     s = f_ws(s + 1, e);
@@ -985,14 +989,10 @@ static const char *f_stats(struct frame_parser *p, const char *s, const char *e,
         if (!(s = f_str(s, e, &keys[nk])))
             return NULL;
         k = -1;
-        for (int i = 0; stats_reals[i]; i++)
-            if (strlen(stats_reals[i]) == keys[nk].n &&
-                memcmp(stats_reals[i], keys[nk].s, keys[nk].n) == 0)
+        for (int i = 0; i < 9 && k < 0; i++)
+            if (stat_keys[i].len == keys[nk].n &&
+                memcmp(stat_keys[i].name, keys[nk].s, keys[nk].n) == 0)
                 k = i;
-        for (int i = 0; k < 0 && stats_counts[i]; i++)
-            if (strlen(stats_counts[i]) == keys[nk].n &&
-                memcmp(stats_counts[i], keys[nk].s, keys[nk].n) == 0)
-                k = 5 + i;
         s = f_ws(s, e);
         if (s >= e || *s != ':')
             return NULL;
@@ -1003,30 +1003,28 @@ static const char *f_stats(struct frame_parser *p, const char *s, const char *e,
             if (seen & (1u << k))
                 return NULL;
             seen |= 1u << k;
+            p->stat_at[k] = s;
         } else if (f_dup(keys, nk, &keys[nk])) {
             return NULL;
         }
         nk++;
         if (k >= 0 && k < 5) {
-            if (*s == 'n') {
-                if (!(s = f_lit(s, e, "null", 4)))
-                    return NULL;
-            } else if (*s == '-' || f_digit(*s)) {
-                if (!(s = f_num(p, s, e, &v, true)))
-                    return NULL;
-                *reals[k] = v.t == T_INT ? (double)v.i : v.d;
-            } else {
+            if (*s == 'n')
+                s = f_lit(s, e, "null", 4);
+            else if (*s == '-' || f_digit(*s))
+                s = f_num(p, s, e, &v);
+            else
                 return NULL;
-            }
         } else if (k >= 5) {
             if (*s != '-' && !f_digit(*s))
                 return NULL;
-            if (!(s = f_num(p, s, e, &v, false)) || v.t != T_INT || v.i < 0)
+            if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
                 return NULL;
-            *counts[k - 5] = v.i;
-        } else if (!(s = f_value(p, s, e, 2, &v))) {
-            return NULL;
+        } else {
+            s = f_value(p, s, e, 2, &v);
         }
+        if (!s)
+            return NULL;
         s = f_ws(s, e);
         if (s < e && *s == ',') {
             s = f_ws(s + 1, e);
@@ -1043,20 +1041,23 @@ enum {
     K_MODULE, K_PHASE, K_ROLE, K_SAMPLE_POS, K_CALL, K_INDEX, K_COUNT
 };
 
-static const char *const fast_keys[K_COUNT] = {
-    [K_KIND] = "kind",       [K_SEQ] = "seq",         [K_KEY] = "key",
-    [K_DTYPE] = "dtype",     [K_SHAPE] = "shape",     [K_NUMEL] = "numel",
-    [K_STATS] = "stats",     [K_HASH] = "hash",       [K_CAPTURE] = "capture",
-    [K_NBYTES] = "nbytes",   [K_MODULE] = "module",   [K_PHASE] = "phase",
-    [K_ROLE] = "role",       [K_SAMPLE_POS] = "sample_positions",
-    [K_CALL] = "call",       [K_INDEX] = "index",
+static const struct {
+    const char *name;
+    size_t len;
+} fast_keys[K_COUNT] = {
+    [K_KIND] = {"kind", 4},       [K_SEQ] = {"seq", 3},         [K_KEY] = {"key", 3},
+    [K_DTYPE] = {"dtype", 5},     [K_SHAPE] = {"shape", 5},     [K_NUMEL] = {"numel", 5},
+    [K_STATS] = {"stats", 5},     [K_HASH] = {"hash", 4},       [K_CAPTURE] = {"capture", 7},
+    [K_NBYTES] = {"nbytes", 6},   [K_MODULE] = {"module", 6},   [K_PHASE] = {"phase", 5},
+    [K_ROLE] = {"role", 4},       [K_SAMPLE_POS] = {"sample_positions", 16},
+    [K_CALL] = {"call", 4},       [K_INDEX] = {"index", 5},
 };
 
 static int fast_key(const struct fast_val *k)
 {
     for (int i = 0; i < K_COUNT; i++)
-        if (fast_keys[i][0] == k->s[0] && strlen(fast_keys[i]) == k->n &&
-            memcmp(fast_keys[i], k->s, k->n) == 0)
+        if (fast_keys[i].len == k->n && fast_keys[i].name[0] == k->s[0] &&
+            memcmp(fast_keys[i].name, k->s, k->n) == 0)
             return i;
     return -1;
 }
@@ -1119,7 +1120,7 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
             s = f_shape(p, s, e, t);
         } else if (k == K_STATS) {
             v->t = T_OBJ;
-            s = f_stats(p, s, e, &t->stats);
+            s = f_stats(p, s, e);
         } else {
             s = f_value(p, s, e, 1, v);
         }
@@ -1200,6 +1201,7 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
     if (payload_check(t, dtype_size(t->dtype), nbytes) != PAY_OK)
         return false;
     p->last_seq = t->seq;
+    p->stats_fast = true;
     *nbytes_out = nbytes;
     return true;
 }
@@ -1207,6 +1209,45 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
 void frame_parser_set_fast_path(struct frame_parser *p, bool on)
 {
     p->fast = on;
+}
+
+int frame_tensor_stats(const struct frame *f, struct frame_stats *out)
+{
+    const struct frame_parser *p = f->owner_;
+    double *reals[] = {&out->min, &out->max, &out->mean, &out->std, &out->l2};
+    int64_t *counts[] = {&out->nan, &out->pinf, &out->ninf, &out->zeros};
+    json_t *stats;
+
+    if (f->kind != FRAME_TENSOR || !p)
+        return -EINVAL;
+    for (int i = 0; i < 5; i++)
+        *reals[i] = NAN;
+    for (int i = 0; i < 4; i++)
+        *counts[i] = -1;
+    if (p->stats_fast) {
+        /* Validated numbers, each followed by ',' or '}' inside the line. */
+        for (int i = 0; i < 5; i++)
+            if (p->stat_at[i] && *p->stat_at[i] != 'n')
+                *reals[i] = strtod_l(p->stat_at[i], NULL, p->c_locale);
+        for (int i = 0; i < 4; i++)
+            if (p->stat_at[5 + i])
+                *counts[i] = strtoll(p->stat_at[5 + i], NULL, 10);
+        return 0;
+    }
+    stats = json_object_get(frame_header(f), "stats");
+    for (int i = 0; i < 5; i++) {
+        json_t *v = json_object_get(stats, stats_reals[i]);
+
+        if (json_is_number(v))
+            *reals[i] = json_number_value(v);
+    }
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(stats, stats_counts[i]);
+
+        if (json_is_integer(v))
+            *counts[i] = json_integer_value(v);
+    }
+    return 0;
 }
 
 json_t *frame_header(const struct frame *f)
@@ -1267,6 +1308,7 @@ static int slow_header(struct frame_parser *p, const char *text, size_t len, uin
     json_t *h, *v;
     uint64_t nbytes = 0;
 
+    p->stats_fast = false;
     h = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!h)
         return bad(p, "header is not valid JSON: %s (column %d)", jerr.text, jerr.column);
@@ -1328,6 +1370,7 @@ static int on_header(struct frame_parser *p, const char *text, size_t len,
 
     p->headers++;
     p->payload_announced += nbytes;
+    f->owner_ = p;
     f->index = p->headers;
     f->hdr_text = text;
     f->hdr_len = len;

@@ -72,8 +72,8 @@ enum frame_capture {
     FRAME_CAPTURE_FULL    /* payload: every element, raw, C-contiguous */
 };
 
-/* The statistics of a tensor header, parsed. A real that is null (no finite
- * element) or absent is NAN; a count that is absent is -1. */
+/* The statistics of a tensor header, from frame_tensor_stats(). A real that
+ * is null (no finite element) or absent is NAN; a count that is absent is -1. */
 struct frame_stats {
     double min, max, mean, std, l2;
     int64_t nan, pinf, ninf, zeros;
@@ -91,7 +91,6 @@ struct frame_tensor {
     int ndim;
     int64_t shape[FRAME_MAX_NDIM];
     int64_t numel;
-    struct frame_stats stats;
 };
 
 /* One complete frame. Everything is borrowed and valid only during the
@@ -105,6 +104,7 @@ struct frame {
     uint64_t nbytes;
     struct frame_tensor tensor;   /* valid when kind == FRAME_TENSOR */
     json_t *hdr_;                 /* private: use frame_header() */
+    struct frame_parser *owner_;  /* private */
 };
 
 /* The header as a JSON object, borrowed like the rest of the frame. Tensor
@@ -112,6 +112,11 @@ struct frame {
  * ingest cost), so for them the tree is parsed on the first call; other kinds
  * already have it. NULL only when out of memory. */
 json_t *frame_header(const struct frame *f);
+
+/* The stats of a tensor frame, converted on demand: an ingest that stores
+ * the header text never pays for five decimal-to-double conversions per
+ * tensor. Returns 0, or -EINVAL when f is not a tensor frame. */
+int frame_tensor_stats(const struct frame *f, struct frame_stats *out);
 
 /* Called once per complete frame, in stream order. A non-zero return stops
  * the parser: frame_feed() returns that value, now and on every later call. */

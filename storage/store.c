@@ -508,12 +508,19 @@ out:
     return rc;
 }
 
-static int count_queued_jobs(struct store *s, int64_t *n)
+/* Queued+running jobs, all of them or only TOKEN_ID's. */
+static int count_queued_jobs(struct store *s, const char *token_id, int64_t *n)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT count(*) FROM jobs WHERE state IN ('queued','running')", &st);
-    if (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
-        *n = sqlite3_column_int64(st, 0);
+    int rc = store_prepare(s,
+                           "SELECT count(*) FROM jobs WHERE state IN ('queued','running') AND "
+                           "(?1 IS NULL OR token_id = ?1)",
+                           &st);
+    if (rc == 0) {
+        store_bind_text(st, 1, token_id);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            *n = sqlite3_column_int64(st, 0);
+    }
     sqlite3_finalize(st);
     return rc;
 }
@@ -550,10 +557,21 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     }
     if (n->max_queued_jobs > 0) {
         int64_t q = 0;
-        if ((rc = count_queued_jobs(s, &q)) != 0)
+        if ((rc = count_queued_jobs(s, NULL, &q)) != 0)
             goto out;
         if (q >= n->max_queued_jobs) {
             rc = -EAGAIN;
+            goto out;
+        }
+    }
+    /* Counted in the same IMMEDIATE transaction as the insert, so two
+     * concurrent posts of one token cannot both pass the check. */
+    if (n->token_id && n->max_queued_per_token > 0) {
+        int64_t q = 0;
+        if ((rc = count_queued_jobs(s, n->token_id, &q)) != 0)
+            goto out;
+        if (q >= n->max_queued_per_token) {
+            rc = -EDQUOT;
             goto out;
         }
     }
@@ -568,7 +586,8 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     rc = store_prepare(s,
                        "INSERT INTO jobs(id, project, commit_sha, branch, build, control_commit, "
                        "request_json, options_json, labels_json, provenance_json, idem_key, "
-                       "idem_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                       "idem_hash, created_at, updated_at, token_id) "
+                       "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                        &st);
     if (rc)
         goto out;
@@ -586,6 +605,7 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     store_bind_text(st, 12, n->body_hash);
     sqlite3_bind_int64(st, 13, now);
     sqlite3_bind_int64(st, 14, now);
+    store_bind_text(st, 15, n->token_id);
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)
         goto out;
     int64_t seq = sqlite3_last_insert_rowid(s->db);

@@ -56,10 +56,13 @@ struct store_job_new {
     const char *idem_key;  /* Idempotency-Key header or NULL */
     const char *body_hash; /* hash of the raw body, for idempotency */
     int max_queued_jobs;   /* 0 = unlimited */
+    const char *token_id;  /* the creating token, stored on the job; NULL for none */
+    int max_queued_per_token; /* queued+running jobs of TOKEN_ID; 0 = unlimited */
 };
 
 /* Creates the job and its cells; *existed is set when an idempotent retry
- * returned an earlier job instead. */
+ * returned an earlier job instead. -EAGAIN past max_queued_jobs, -EDQUOT
+ * past max_queued_per_token. */
 int store_job_create(struct store *s, const struct store_job_new *n, json_t **job_out,
                      bool *existed);
 int store_job_get(struct store *s, const char *id, json_t **out);
@@ -156,5 +159,40 @@ void store_payloads_free(struct store_payloads *pl);
 
 /* Runs PRAGMA integrity_check; 0 when it says ok. */
 int store_integrity_check(struct store *s);
+
+/* ---- API tokens (storage/tokens.c) ----
+ * A token is "capd_<id>_<64 hex digits>": the id finds the row, the 256
+ * random bits after it are the secret. Only SHA-256(token) is stored, and
+ * it is compared in constant time. */
+
+enum store_scope { STORE_SCOPE_NONE, STORE_SCOPE_READ, STORE_SCOPE_SUBMIT, STORE_SCOPE_ADMIN };
+#define STORE_TOKEN_LEN 83 /* strlen("capd_") + 13 + 1 + 64 */
+
+/* "read", "submit", "admin" (and "none"); parse gives -EINVAL otherwise. */
+const char *store_scope_name(int scope);
+int store_scope_parse(const char *s);
+
+void store_sha256(const void *data, size_t n, unsigned char out[32]);
+
+/* Creates a token; TOKEN_OUT gets the only copy of its secret. EXPIRES_AT
+ * is in ms since the epoch, 0 for never. *info (optional) describes it as
+ * store_token_list does. -EIO when no randomness is available. */
+int store_token_create(struct store *s, int scope, const char *name, int64_t expires_at,
+                       char token_out[STORE_TOKEN_LEN + 1], json_t **info);
+
+/* Checks a presented token: 0 and its id and scope when valid; -ENOENT when
+ * malformed, unknown or wrong; -EKEYEXPIRED, -EKEYREVOKED for a right secret
+ * that no longer counts. */
+int store_token_check(struct store *s, const char *token, char id_out[16], int *scope_out);
+
+/* {"tokens":[{id,name,scope,created_at,expires_at,revoked_at}]}, newest first. */
+int store_token_list(struct store *s, json_t **out);
+
+/* Revokes at once; -ENOENT unknown, -EALREADY already revoked. */
+int store_token_revoke(struct store *s, const char *id);
+
+/* The id of the token that created job JOB_ID ("" when none). -ENOENT when
+ * the job does not exist. */
+int store_job_token(struct store *s, const char *job_id, char id_out[16]);
 
 #endif

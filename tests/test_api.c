@@ -270,8 +270,8 @@ static void add_build(const char *name, const char *python, bool roots)
 {
     long st;
     json_t *j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                         "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":%s%s%s}", name,
-                         python, roots ? "[\"" : "[", roots ? g_dir : "", roots ? "\"]" : "]");
+                         "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":%s%s%s}", name, python,
+                         roots ? "[\"" : "[", roots ? g_dir : "", roots ? "\"]" : "]");
     char *s = dump(j);
     cr_assert_eq(st, 201, "build %s: %ld %s", name, st, s);
     free(s);
@@ -463,8 +463,16 @@ Test(api_meta, unknown_routes_404)
 {
     start(NULL);
     static const char *const paths[] = {
-        "/",  "/v1", "/v1/nope", "/v1/jobs/j1/nope", "/v1/jobs/j1/cells", "/healthz/x",
-        "//v1/jobs", "/v2/jobs", "/v1/jobs/j1/cells/c1/records/x", "/a/b/c/d/e/f/g/h/i/j",
+        "/",
+        "/v1",
+        "/v1/nope",
+        "/v1/jobs/j1/nope",
+        "/v1/jobs/j1/cells",
+        "/healthz/x",
+        "//v1/jobs",
+        "/v2/jobs",
+        "/v1/jobs/j1/cells/c1/records/x",
+        "/a/b/c/d/e/f/g/h/i/j",
         "/v1/jobs//cancel",
     };
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
@@ -593,7 +601,11 @@ Test(api_builds, duplicate_name_409_changes_nothing)
     json_t *a = callq("POST", "/v1/builds", "{'name':'b','python':'/bin/true'}", &st);
     cr_assert_eq(st, 201);
     json_t *d = callq("POST", "/v1/builds", "{'name':'b','python':'/bin/false'}", &st);
-    expect_error(d, st, 409, "conflict", "name");
+    /* No reply at all is a known bug (see
+     * api_known_bugs::duplicate_build_message_names_it); any reply must be
+     * this one. */
+    if (st != 0)
+        expect_error(d, st, 409, "conflict", "name");
     json_t *g = get("/v1/builds/b", &st);
     cr_assert_str_eq(jstr(g, "python"), "/bin/true", "the 409 must not replace the build");
     cr_assert(json_equal(a, g));
@@ -644,11 +656,9 @@ Test(api_builds, invalid_bodies_400_store_nothing)
         {"{'name':'x','python':'/bin/true','env':{'':'x'}}", "invalid_field", "env"},
         {"{'name':'x','python':'/bin/true','env':{'A':1}}", "invalid_field", "env"},
         {"{'name':'x','python':'/bin/true','env':{'A':null}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}", "invalid_field",
-         "env"},
+        {"{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}", "invalid_field", "env"},
         {"{'name':'x','python':'/bin/true','model_roots':'/a'}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['rel']}", "invalid_field",
-         "model_roots"},
+        {"{'name':'x','python':'/bin/true','model_roots':['rel']}", "invalid_field", "model_roots"},
         {"{'name':'x','python':'/bin/true','model_roots':['/a/../b']}", "invalid_field",
          "model_roots"},
         {"{'name':'x','python':'/bin/true','model_roots':['/a/./b']}", "invalid_field",
@@ -825,8 +835,8 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
     start(NULL);
     hang_build("roots");
     add_build("plain", "/bin/true", false);
-#define P "'project':'p','commit':'abcdef1','build':'roots'"
-#define M "'matrix':{'models':['mlp'],'widths':['default'],'passes':['forward']}"
+#define P           "'project':'p','commit':'abcdef1','build':'roots'"
+#define M           "'matrix':{'models':['mlp'],'widths':['default'],'passes':['forward']}"
 #define MX(m, w, p) "'matrix':{'models':" m ",'widths':" w ",'passes':" p "}"
     static const struct {
         const char *body, *code, *field;
@@ -875,14 +885,13 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         {"{" P "," MX("['1a:f']", "['default']", "['forward']") "}", "invalid_field",
          "matrix.models"},
         {"{'project':'p','commit':'abcdef1','build':'plain'," MX("['pkg.mod:make']", "['default']",
-                                                                  "['forward']") "}",
+                                                                 "['forward']") "}",
          "invalid_field", "matrix.models"},
         {"{" P "," MX("[]", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
         {"{" P "," MX("['mlp']", "[]", "['forward']") "}", "invalid_field", "matrix.widths"},
         {"{" P "," MX("['mlp']", "['default']", "[]") "}", "invalid_field", "matrix.passes"},
         {"{" P "," MX("[1]", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
-        {"{" P "," MX("'mlp'", "['default']", "['forward']") "}", "invalid_field",
-         "matrix.models"},
+        {"{" P "," MX("'mlp'", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
         {"{" P ",'matrix':{'models':['mlp'],'widths':['default']}}", "invalid_field",
          "matrix.passes"},
         {"{" P ",'matrix':{'models':['mlp'],'widths':['default'],'passes':['forward'],'x':[]}}",
@@ -890,8 +899,7 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         {"{" P "}", "invalid_field", "matrix"},
         {"{" P ",'matrix':[]}", "invalid_field", "matrix"},
         {"{'commit':'abcdef1','build':'roots'," M "}", "invalid_field", "project"},
-        {"{'project':'a b','commit':'abcdef1','build':'roots'," M "}", "invalid_field",
-         "project"},
+        {"{'project':'a b','commit':'abcdef1','build':'roots'," M "}", "invalid_field", "project"},
         {"{'project':'p','build':'roots'," M "}", "invalid_field", "commit"},
         {"{'project':'p','commit':'xyz1234','build':'roots'," M "}", "invalid_field", "commit"},
         {"{'project':'p','commit':'abcdef','build':'roots'," M "}", "invalid_field", "commit"},
@@ -966,8 +974,7 @@ Test(api_jobs, too_many_cells_default_limit)
             snprintf(models + strlen(models), sizeof models - strlen(models), "%s'%s'",
                      i ? "," : "", zoo[i]);
         else
-            snprintf(models + strlen(models), sizeof models - strlen(models), ",'pkg.m%d:make'",
-                     i);
+            snprintf(models + strlen(models), sizeof models - strlen(models), ",'pkg.m%d:make'", i);
     }
     strcat(models, "]");
     /* 64 x 2 x 2 = 256: at the limit. */
@@ -1295,7 +1302,7 @@ Test(api_cancel, cancel_running_and_queued)
     char *id2 = submit1("b", "abcdef2");
     char *id3 = submit1("b", "abcdef3");
     json_decref(wait_cell(id1, 0, "running", 20));
-    cr_assert_eq(running_cells(), 1);
+    wait_running_cells(1);
 
     /* Cancel the running job: queued cells are cancelled at once. */
     char path[128];
@@ -1312,8 +1319,7 @@ Test(api_cancel, cancel_running_and_queued)
     /* The running cell's process is stopped and the cell cancelled. */
     json_t *j = wait_cell(id1, 0, "cancelled", 20);
     cr_assert_str_eq(jstr(j, "state"), "cancelled");
-    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "counts"), "cancelled")),
-                 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "counts"), "cancelled")), 2);
     cr_assert_eq(json_object_size(json_object_get(j, "counts")), 1);
     json_t *c0 = json_array_get(json_object_get(j, "cells"), 0);
     cr_assert_eq(json_integer_value(json_object_get(c0, "attempts")), 1);
@@ -1323,7 +1329,7 @@ Test(api_cancel, cancel_running_and_queued)
 
     /* The scheduler moves on to the next job. */
     json_decref(wait_cell(id2, 0, "running", 20));
-    cr_assert_eq(running_cells(), 1);
+    wait_running_cells(1);
 
     /* A second cancel is a conflict. */
     c = call("POST", path, NULL, &st);
@@ -1336,10 +1342,13 @@ Test(api_cancel, cancel_running_and_queued)
     cr_assert_eq(st, 202);
     cr_assert_str_eq(jstr(c, "state"), "cancelled");
     cr_assert_str_eq(cell_state(c, 0), "cancelled");
-    cr_assert_eq(json_integer_value(json_object_get(json_object_get(c, "counts"), "cancelled")),
-                 1);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(c, "counts"), "cancelled")), 1);
     json_decref(c);
-    cr_assert_eq(running_cells(), 1, "cancelling a queued job must not touch the running one");
+    json_t *j2 = get_job(id2);
+    cr_assert_str_eq(cell_state(j2, 0), "running",
+                     "cancelling a queued job must not touch the running one");
+    json_decref(j2);
+    cr_assert_eq(running_cells(), 1);
 
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id2);
     c = call("POST", path, NULL, &st);
@@ -1415,9 +1424,8 @@ Test(api_cells, cell_records_and_log)
     cr_assert_eq(json_integer_value(json_object_get(t, "n")), 3);
     cr_assert_float_eq(json_real_value(json_object_get(t, "median_ns")), 200.0, 1e-9);
     cr_assert_float_eq(json_real_value(json_object_get(t, "min_ns")), 100.0, 1e-9);
-    cr_assert_eq(json_integer_value(json_object_get(json_object_get(c, "memory"),
-                                                    "peak_rss_bytes")),
-                 12345);
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(c, "memory"), "peak_rss_bytes")), 12345);
     cr_assert_str_eq(jstr(json_object_get(c, "fingerprint"), "torch"), "none");
     json_decref(c);
 
@@ -1459,8 +1467,8 @@ Test(api_cells, cell_records_and_log)
 
     static const struct {
         const char *query, *field;
-    } bad[] = {{"kind=bogus", "kind"},   {"limit=0", "limit"},    {"limit=1001", "limit"},
-               {"cursor=s1", "cursor"},  {"cursor=r", "cursor"},  {"cursor=r-2", "cursor"},
+    } bad[] = {{"kind=bogus", "kind"},  {"limit=0", "limit"},   {"limit=1001", "limit"},
+               {"cursor=s1", "cursor"}, {"cursor=r", "cursor"}, {"cursor=r-2", "cursor"},
                {"cursor=rx", "cursor"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(path, sizeof path, "%s?%s", base, bad[i].query);
@@ -1538,8 +1546,9 @@ Test(api_branches, put_get_branch)
     cr_assert(json_equal(g, j));
     json_decref(g);
     json_decref(j);
-    j = callq("PUT", "/v1/branches/main", "{'control_commit':'"
-                                          "0123456789abcdef0123456789abcdef01234567'}",
+    j = callq("PUT", "/v1/branches/main",
+              "{'control_commit':'"
+              "0123456789abcdef0123456789abcdef01234567'}",
               &st);
     cr_assert_eq(st, 200, "PUT replaces the control");
     json_decref(j);
@@ -1647,8 +1656,8 @@ Test(api_compare, compare_and_diff)
 
     /* Markdown by format=md or by Accept. */
     struct tu_resp m;
-    json_decref(raw("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1&format=md", NULL, 0, NULL,
-                    &st, &m));
+    json_decref(
+        raw("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1&format=md", NULL, 0, NULL, &st, &m));
     cr_assert_eq(st, 200);
     cr_assert(strncmp(header(m.headers, "Content-Type"), "text/markdown", 13) == 0);
     cr_assert(strstr(m.body, "pass"), "markdown: %s", m.body);
@@ -1759,8 +1768,8 @@ static void send_bad_bodies(const struct bad_body *cases, size_t n)
                 j = raw(eps[e].method, eps[e].path, cases[i].body, len, hdrs, &st, NULL);
             }
             char *s = dump(j);
-            cr_assert_eq(st, cases[i].status, "%s to %s %s: %ld %s", cases[i].name,
-                         eps[e].method, eps[e].path, st, s);
+            cr_assert_eq(st, cases[i].status, "%s to %s %s: %ld %s", cases[i].name, eps[e].method,
+                         eps[e].path, st, s);
             free(s);
             expect_error(j, st, cases[i].status, cases[i].code, NULL);
             json_decref(j);
@@ -1801,8 +1810,7 @@ Test(api_input, malformed_json_and_wrong_shapes)
         {"single quotes", "{'a':1}", 0, "application/json", 400, "invalid_json"},
         {"duplicate key", "{\"control_commit\":\"abcdef0\",\"control_commit\":\"abcdef1\"}", 0,
          "application/json", 400, "invalid_json"},
-        {"array", "[{\"control_commit\":\"abcdef0\"}]", 0, "application/json", 400,
-         "invalid_json"},
+        {"array", "[{\"control_commit\":\"abcdef0\"}]", 0, "application/json", 400, "invalid_json"},
         {"string", "\"x\"", 0, "application/json", 400, "invalid_json"},
         {"number", "5", 0, "application/json", 400, "invalid_json"},
         {"null", "null", 0, "application/json", 400, "invalid_json"},
@@ -1885,8 +1893,8 @@ Test(api_input, body_over_limit_413)
     json_decref(j);
     cr_assert_eq(count_jobs(), 2);
     free(body);
-    /* The daemon survived it all. */
-    cr_assert_eq(running_cells(), 1);
+    /* The daemon survived it all and runs the first job. */
+    wait_running_cells(1);
 }
 
 /* =============================================================== config */
@@ -2047,7 +2055,8 @@ Test(api_config, sigterm_exits_0_and_restart_keeps_state)
 Test(api_config, newer_database_refused)
 {
     start(NULL);
-    cr_assert_eq(tu_capd_stop(&g_capd), 0);
+    cr_assert_eq(count_jobs(), 0);
+    tu_capd_stop(&g_capd); /* its status: see sigterm_right_after_start_exits_0 */
     char db[512];
     snprintf(db, sizeof db, "%s/data/capd.db", g_dir);
     cr_assert_eq(tu_sh("sqlite3 '%s' 'PRAGMA user_version=999'", db), 0);
@@ -2079,11 +2088,13 @@ Test(api_known_bugs, duplicate_build_message_names_it, KNOWN_BUG)
     start(NULL);
     long st;
     json_decref(callq("POST", "/v1/builds", "{'name':'dupname','python':'/bin/true'}", &st));
-    json_t *j = callq("POST", "/v1/builds", "{'name':'dupname','python':'/bin/true'}", &st);
-    expect_error(j, st, 409, "conflict", "name");
-    cr_assert(strstr(jstr(json_object_get(j, "error"), "message"), "'dupname'"), "%s",
-              jstr(json_object_get(j, "error"), "message"));
-    json_decref(j);
+    for (int i = 0; i < 20; i++) {
+        json_t *j = callq("POST", "/v1/builds", "{'name':'dupname','python':'/bin/true'}", &st);
+        expect_error(j, st, 409, "conflict", "name");
+        cr_assert(strstr(jstr(json_object_get(j, "error"), "message"), "'dupname'"), "%s",
+                  jstr(json_object_get(j, "error"), "message"));
+        json_decref(j);
+    }
 }
 
 /* storage/store.c store_job_cancel(): a job cancelled with no cell running
@@ -2197,4 +2208,15 @@ Test(api_known_bugs, long_non_ascii_field_name_gets_a_reply, KNOWN_BUG)
     cr_assert_eq(st, 400, "no reply (status %ld)", st);
     cr_assert_str_eq(jstr(json_object_get(j, "error"), "code"), "unknown_field");
     json_decref(j);
+}
+
+/* daemon/main.c prints "capd listening on ..." before capd_run() starts the
+ * SIGTERM/SIGINT watchers, so a SIGTERM sent as soon as the line is read
+ * kills capd with the default action (status 143) about half the time. */
+Test(api_known_bugs, sigterm_right_after_start_exits_0, KNOWN_BUG)
+{
+    for (int i = 0; i < 10; i++) {
+        start(NULL);
+        cr_assert_eq(tu_capd_stop(&g_capd), 0, "round %d", i);
+    }
 }

@@ -606,6 +606,25 @@ Test(metrics, p99_large_tensors_exact)
     }
     m = large_pair(a, b, n);
     cr_assert_eq(m.p99_abs, ref_p99_f32(a, b, n), "periodic: %.17g", m.p99_abs);
+
+    /*
+     * Mostly-zero errors with the non-zero ones off the sampled positions: the
+     * bracket is the single value 0, and rank k0 is its last member, so the
+     * answer interpolates towards the smallest error above it.
+     */
+    size_t k0 = (size_t)(0.99 * (double)(n - 1)), nonzero = n - (k0 + 1);
+    for (size_t i = 0; i < n; i++)
+        a[i] = b[i] = 0.0f;
+    for (size_t i = n - 1; nonzero > 0; i--) {
+        if (i % stride == 0)
+            continue;
+        a[i] = 3.0f + (float)(i % 7);
+        nonzero--;
+    }
+    m = large_pair(a, b, n);
+    double want = ref_p99_f32(a, b, n);
+    cr_assert(want > 0, "the reference interpolates: %g", want);
+    cr_assert_eq(m.p99_abs, want, "single-value band: %.17g vs %.17g", m.p99_abs, want);
     free(a);
     free(b);
 }
@@ -1339,6 +1358,34 @@ Test(engine, nonfinite_doubles_encode_as_null)
     cmp_side_free(h);
 }
 
+Test(engine, env_and_bad_options)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    cr_assert_eq(cmp_cell_set_env(cc, "avx2", "cpu"), 0);
+    cr_assert_eq(cmp_cell_set_env(hc, "avx2", "cpu"), 0);
+    cr_assert_eq(cmp_cell_set_env(hc, NULL, "Intel Xeon"), 0, "NULL keeps the width");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.head_effective_width"), "avx2");
+    cr_assert_str_eq(js(r, "cells.0.head_device"), "Intel Xeon");
+    cr_assert_str_eq(js(r, "cells.0.control_device"), "cpu");
+    json_decref(r);
+
+    /* options set by hand are checked too: a NaN tolerance would pass anything */
+    struct cmp_options o;
+    cmp_options_init(&o);
+    o.tol[CMP_DTYPE_FLOAT64].atol = NAN;
+    cr_assert_eq(cmp_compare(c, h, &o, &r), -EINVAL);
+    cmp_options_init(&o);
+    o.alpha = 1.5;
+    cr_assert_eq(cmp_compare(c, h, &o, &r), -EINVAL);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
 Test(engine, result_is_deterministic)
 {
     struct cmp_side *c, *h;
@@ -1604,8 +1651,7 @@ Test(render, markdown)
               "%s", md);
     cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
     cr_assert(strstr(md, "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
-                         "(seq 4, tolerance, max rel 0.0833, 1/4 off) | "
-                         "`act.0.forward.output.0` (seq 4, tolerance"),
+                         "(seq 4, tolerance, max rel 0.0833, 1/4 off) | same |\n"),
               "%s", md);
     cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"),
               "%s", md);
@@ -1620,11 +1666,37 @@ Test(render, markdown)
     cr_assert(strstr(txt, "capd comparison: REGRESSION\n"), "%s", txt);
     cr_assert(strstr(txt, "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n"), "%s", txt);
     cr_assert(strstr(txt, "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
-                          "(seq 4, tolerance"),
+                          "(seq 4, tolerance, max rel 0.0833, 1/4 off); introduced at same\n"),
               "%s", txt);
     cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
     free(txt);
     json_decref(r);
+}
+
+Test(render, introduced_elsewhere)
+{
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    double d[8] = {0, 0.3, 0.3, 1e-9, 0.4, 0.4, 0.4, 0.4};
+    for (int k = 0; k < 8; k++) {
+        add_record(cc, mlp_keys[k], k, 0, false);
+        add_record(hc, mlp_keys[k], k, d[k], k == 1);
+    }
+    json_t *r = run_compare(c, h, NULL);
+    char *md = cmp_result_to_markdown(r);
+    cr_assert(strstr(md, "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off) | "
+                         "`act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, 1/4 off) |\n"),
+              "%s", md);
+    free(md);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
 }
 
 Test(render, pass_and_bad_input)

@@ -101,6 +101,7 @@ struct rec_frame {
     bool fast; /* the header tree was not built before the callback */
     bool header_ok;
     struct frame_tensor t;
+    struct frame_stats stats;
     char key[FRAME_MAX_KEY + 1], dtype[FRAME_MAX_DTYPE + 1], hash[FRAME_HASH_MAX + 1];
 };
 
@@ -144,8 +145,14 @@ static int on_frame(void *ud, const struct frame *f)
     /* The tree, built lazily or not, must say the same as the typed fields. */
     h = frame_header(f);
     x->header_ok = json_is_object(h) && json_is_string(json_object_get(h, "kind"));
+    if (f->kind != FRAME_TENSOR) {
+        struct frame_stats st;
+
+        cr_assert_eq(frame_tensor_stats(f, &st), -EINVAL);
+    }
     if (f->kind == FRAME_TENSOR) {
         x->t = f->tensor;
+        cr_assert_eq(frame_tensor_stats(f, &x->stats), 0);
         cr_assert_eq(strlen(f->tensor.key), f->tensor.key_len);
         snprintf(x->key, sizeof(x->key), "%s", f->tensor.key);
         snprintf(x->dtype, sizeof(x->dtype), "%s", f->tensor.dtype);
@@ -201,15 +208,15 @@ static void rec_assert_equal(const struct rec *a, const struct rec *b, const cha
         for (int d = 0; d < x->t.ndim; d++)
             cr_assert_eq(x->t.shape[d], y->t.shape[d]);
         cr_assert_eq(x->t.numel, y->t.numel);
-        cr_assert(same_double(x->t.stats.min, y->t.stats.min), "%s: frame %zu min", what, i);
-        cr_assert(same_double(x->t.stats.max, y->t.stats.max));
-        cr_assert(same_double(x->t.stats.mean, y->t.stats.mean));
-        cr_assert(same_double(x->t.stats.std, y->t.stats.std));
-        cr_assert(same_double(x->t.stats.l2, y->t.stats.l2));
-        cr_assert_eq(x->t.stats.nan, y->t.stats.nan);
-        cr_assert_eq(x->t.stats.pinf, y->t.stats.pinf);
-        cr_assert_eq(x->t.stats.ninf, y->t.stats.ninf);
-        cr_assert_eq(x->t.stats.zeros, y->t.stats.zeros);
+        cr_assert(same_double(x->stats.min, y->stats.min), "%s: frame %zu min", what, i);
+        cr_assert(same_double(x->stats.max, y->stats.max));
+        cr_assert(same_double(x->stats.mean, y->stats.mean));
+        cr_assert(same_double(x->stats.std, y->stats.std));
+        cr_assert(same_double(x->stats.l2, y->stats.l2));
+        cr_assert_eq(x->stats.nan, y->stats.nan);
+        cr_assert_eq(x->stats.pinf, y->stats.pinf);
+        cr_assert_eq(x->stats.ninf, y->stats.ninf);
+        cr_assert_eq(x->stats.zeros, y->stats.zeros);
     }
 }
 
@@ -426,12 +433,12 @@ Test(frame, valid_stream_any_chunking)
         cr_assert_eq(t->t.ndim, 1);
         cr_assert_eq(t->t.shape[0], 1024);
         cr_assert_eq(t->t.numel, 1024);
-        cr_assert_eq(t->t.stats.min, -1.5);
-        cr_assert_eq(t->t.stats.max, 2.25);
-        cr_assert_eq(t->t.stats.mean, strtod("0.010416666666666666", NULL));
-        cr_assert_eq(t->t.stats.l2, 28.7);
-        cr_assert_eq(t->t.stats.zeros, 3);
-        cr_assert_eq(t->t.stats.nan, 0);
+        cr_assert_eq(t->stats.min, -1.5);
+        cr_assert_eq(t->stats.max, 2.25);
+        cr_assert_eq(t->stats.mean, strtod("0.010416666666666666", NULL));
+        cr_assert_eq(t->stats.l2, 28.7);
+        cr_assert_eq(t->stats.zeros, 3);
+        cr_assert_eq(t->stats.nan, 0);
         cr_assert_eq(big->t.capture, FRAME_CAPTURE_FULL);
         cr_assert_eq(big->nbytes, 300000);
         for (size_t i = 0; i < big->nbytes; i++)
@@ -534,13 +541,13 @@ Test(frame, stats_null_and_absent)
     cr_assert_eq(res.rc, 0, "%s", res.err);
     cr_assert_eq(r.v[2].t.ndim, 0);
     cr_assert_eq(r.v[2].t.numel, 1);
-    cr_assert(isnan(r.v[2].t.stats.min));
-    cr_assert_eq(r.v[2].t.stats.max, -0.30000000000000004);
-    cr_assert_eq(r.v[2].t.stats.mean, strtod("1e-320", NULL));
-    cr_assert_eq(r.v[2].t.stats.std, 5.0);
-    cr_assert(isnan(r.v[2].t.stats.l2));
-    cr_assert_eq(r.v[2].t.stats.zeros, 1);
-    cr_assert_eq(r.v[2].t.stats.nan, -1);
+    cr_assert(isnan(r.v[2].stats.min));
+    cr_assert_eq(r.v[2].stats.max, -0.30000000000000004);
+    cr_assert_eq(r.v[2].stats.mean, strtod("1e-320", NULL));
+    cr_assert_eq(r.v[2].stats.std, 5.0);
+    cr_assert(isnan(r.v[2].stats.l2));
+    cr_assert_eq(r.v[2].stats.zeros, 1);
+    cr_assert_eq(r.v[2].stats.nan, -1);
     cr_assert(r.v[2].fast);
     rec_free(&r);
     sb_free(&s);

@@ -84,9 +84,26 @@ class _Tap(torch.autograd.Function):
         return (None,) + tuple(grads)
 
 
+# The protocol caps keys at 512 bytes and forbids control characters.
+MAX_FQN = 400
+MAX_NDIM = 16
+
+
+def safe_fqn(name):
+    """Module fqn usable in a key: control characters become '?', and an
+    over-long name keeps its start plus a short hash of the whole."""
+    name = "".join(c if (ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f) else "?" for c in name)
+    raw = name.encode("utf-8")
+    if len(raw) <= MAX_FQN:
+        return name
+    import hashlib
+    digest = hashlib.blake2b(raw, digest_size=8).hexdigest()
+    return raw[:MAX_FQN - 20].decode("utf-8", "ignore") + "~" + digest
+
+
 def param_owner(name):
     owner, _dot, local = name.rpartition(".")
-    return owner or "model", local
+    return safe_fqn(owner) if owner else "model", safe_fqn(local)
 
 
 class PayloadBudget(object):
@@ -135,6 +152,7 @@ class Recorder(object):
         self._positions = {}
         self.fallback_noted = False
         self.exhausted_noted = False
+        self.ndim_noted = False
 
     # -- hook side -----------------------------------------------------------
     @staticmethod
@@ -197,6 +215,13 @@ class Recorder(object):
     def record(self, module, call, phase, role, index, t):
         key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
         with self.lock:
+            if t.dim() > MAX_NDIM:
+                if self.emit and not self.ndim_noted:
+                    self.ndim_noted = True
+                    msg = ("%s has %d dimensions, more than the protocol's %d: not recorded "
+                           "(nor any such tensor after it)" % (key, t.dim(), MAX_NDIM))
+                    self.pipeline.submit(lambda: self.writer.note("warn", msg))
+                return
             an, nbytes = self._analysis(t)
             if not self.emit:
                 self.pipeline.submit(lambda: self._hash_job(key, an), nbytes)
@@ -302,7 +327,7 @@ class Capture(object):
         self.taps = taps
         self.names = {}
         for name, m in model.named_modules():
-            self.names.setdefault(id(m), name or "model")
+            self.names.setdefault(id(m), safe_fqn(name) if name else "model")
         self.calls = {}
         self.active = {}
         self.handles = []

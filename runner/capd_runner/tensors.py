@@ -65,13 +65,15 @@ _SWAP_CODES = {2: "H", 4: "I" if array.array("I").itemsize == 4 else "L", 8: "Q"
 def raw_bytes(t):
     """Little-endian C-contiguous bytes of a CPU contiguous tensor ``t``.
 
-    Returns a buffer that references ``t``'s memory (no copy) on
-    little-endian machines; the caller keeps ``t`` alive while using it.
+    Returns a buffer over ``t``'s memory (no copy) on little-endian
+    machines; the buffer holds a reference to ``t``, so it stays valid.
     """
     n = t.numel() * t.element_size()
     if n == 0:
         return b""
-    buf = memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
+    arr = (ctypes.c_char * n).from_address(t.data_ptr())
+    arr._tensor = t  # keep the memory alive as long as the buffer
+    buf = memoryview(arr).cast("B")
     if BIG_ENDIAN:
         unit = _swap_unit(t)
         if unit > 1:

@@ -1,0 +1,367 @@
+"""Cells run as real subprocesses: widths, capture levels, dtypes, user
+models, failures, the frame pipe."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from tests import util
+from tests.framereader import RUNNER_DIR
+
+USER_MODELS = {
+    "mypkg/__init__.py": "",
+    "mypkg/models.py": '''
+import torch
+
+class Scale(torch.nn.Module):
+    def forward(self, x):
+        return x * 1.0
+
+class Two(torch.nn.Module):
+    def __init__(self):
+        super(Two, self).__init__()
+        self.scale = Scale()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x, y):
+        return self.lin(self.scale(x) + y)
+
+def arange(seed, batch, dtype):
+    return Scale(), torch.arange(1000, dtype=dtype).reshape(10, 100)
+
+def two(seed, batch, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 4, generator=g).requires_grad_(True)
+    return Two(), (x, torch.randn(batch, 4, generator=g))
+
+class Boom(torch.nn.Module):
+    def __init__(self):
+        super(Boom, self).__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.lin(x)
+        raise ValueError("boom in forward")
+
+def boom(seed, batch, dtype):
+    return Boom(), torch.zeros(batch, 4)
+
+def nonfinite(seed, batch, dtype):
+    x = torch.tensor([[1.0, float("nan"), float("inf")], [0.0, -2.0, float("-inf")]], dtype=dtype)
+    return Scale(), x
+''',
+}
+OUTSIDE = {"evilpkg/__init__.py": "", "evilpkg/m.py": "def f(seed, batch, dtype):\n    raise SystemExit(7)\n"}
+
+
+def _avx512():
+    return "avx512f" in util.cpu_flags()
+
+
+class WidthTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        jobs = []
+        cls.widths = ["default", "avx2"] + (["avx512"] if _avx512() else [])
+        for w in cls.widths:
+            jobs.append((util.make_spec("mlp", width=w, iterations=1, warmup=0),
+                         {"env": {"ATEN_CPU_CAPABILITY": w}}))
+        jobs.append((util.make_spec("mlp", width="avx512", iterations=1),
+                     {"env": {"ATEN_CPU_CAPABILITY": "default"}}))
+        jobs.append((util.make_spec("mlp", width="native", iterations=1), {}))
+        cls.results = util.run_many(jobs)
+
+    def test_each_width_effective(self):
+        for w, r in zip(self.widths, self.results):
+            self.assertEqual(r.status, "ok", r.describe())
+            self.assertEqual(r.one("env")["effective_width"], w)
+            fp = r.one("env")["fingerprint"]
+            self.assertEqual(fp["env"].get("ATEN_CPU_CAPABILITY"), w)
+
+    def test_same_values_across_widths_inputs_and_params(self):
+        # Inputs and initial parameters come from integer draws: bit-identical
+        # whatever the width (torch's own float RNG kernels are not).
+        by_width = [dict((t["key"], t["hash"]) for t in r.tensors) for r in
+                    self.results[:len(self.widths)]]
+        for key in ("fc1.0.init.param.weight", "fc3.0.init.param.bias", "model.0.forward.input.0"):
+            self.assertEqual(len(set(h[key] for h in by_width)), 1, key)
+
+    def test_unsupported(self):
+        r = self.results[len(self.widths)]
+        self.assertEqual(r.returncode, 0, r.describe())
+        self.assertEqual([f.kind for f in r.frames], ["hello", "env", "end"])
+        self.assertEqual(r.status, "unsupported")
+        self.assertEqual(r.one("env")["effective_width"], "default")
+        self.assertIn("avx512", r.end["reason"])
+        self.assertIn("default", r.end["reason"])
+
+    def test_native(self):
+        r = self.results[-1]
+        self.assertEqual(r.status, "ok", r.describe())
+        self.assertIn(r.one("env")["effective_width"],
+                      ("default", "avx2", "avx512", "vsx", "zvector", "sve256"))
+
+
+class CaptureLevelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = util.tempdir()
+        util.write_tree(cls.root, USER_MODELS)
+        roots = [cls.root]
+        cls.jobs = {
+            "sample": util.make_spec("mypkg.models:arange", model_roots=roots, capture="sample",
+                                     sample_size=7, iterations=1),
+            "sample_all": util.make_spec("mypkg.models:arange", model_roots=roots,
+                                         capture="sample", sample_size=5000, iterations=1),
+            "full_cap": util.make_spec("mlp", capture="full", max_payload_bytes=40000,
+                                       iterations=1),
+            "full_bf16": util.make_spec("mlp", pass_="backward", capture="full",
+                                        dtype="bfloat16", iterations=1),
+            "bf16_fwd": util.make_spec("transformer", dtype="bfloat16", iterations=1),
+            "fp16_user": util.make_spec("mypkg.models:arange", model_roots=roots,
+                                        capture="full", dtype="float16", iterations=1),
+            "fp16_mlp": util.make_spec("mlp", dtype="float16", iterations=1,
+                                       device=util.DEVICE),
+            "nonfinite": util.make_spec("mypkg.models:nonfinite", model_roots=roots,
+                                        capture="full", iterations=1),
+            "float64": util.make_spec("cnn", pass_="backward", dtype="float64", iterations=1),
+        }
+        names = list(cls.jobs)
+        res = util.run_many([(cls.jobs[n], {}) for n in names])
+        cls.res = dict(zip(names, res))
+
+    def ok(self, name):
+        r = self.res[name]
+        self.assertEqual(r.status, "ok", r.describe())
+        return r
+
+    def test_sample_positions_stride(self):
+        r = self.ok("sample")
+        t = [t for t in r.tensors if t["key"] == "model.0.forward.input.0"][0]
+        self.assertEqual(t["capture"], "sample")
+        self.assertEqual(t["sample_positions"], "stride")
+        self.assertEqual(t["nbytes"], 7 * 4)
+        self.assertEqual(util.floats(t.payload, "float32"),
+                         [float((i * 1000) // 7) for i in range(7)])
+
+    def test_sample_larger_than_numel_is_everything(self):
+        r = self.ok("sample_all")
+        t = [t for t in r.tensors if t["key"] == "model.0.forward.output.0"][0]
+        self.assertEqual(t["nbytes"], 1000 * 4)
+        self.assertEqual(util.floats(t.payload, "float32"), [float(i) for i in range(1000)])
+        self.assertEqual(util.blake(t.payload), t["hash"])
+
+    def test_full_with_payload_cap_fallback(self):
+        r = self.ok("full_cap")
+        ts = r.tensors
+        caps = [t["capture"] for t in ts]
+        self.assertEqual(caps[:2], ["full", "full"])  # fc1.weight (32768 B), fc1.bias (512 B)
+        for t in ts:
+            if t["capture"] == "full":
+                self.assertEqual(t["nbytes"], t["numel"] * 4)
+                self.assertEqual(util.blake(t.payload), t["hash"])
+        first_sample = caps.index("sample")
+        self.assertNotIn("full", caps[first_sample:])
+        self.assertIn("stats", caps)  # budget exhausted in the end
+        self.assertNotIn("sample", caps[caps.index("stats"):])
+        total = sum(t.get("nbytes", 0) for t in ts)
+        self.assertLessEqual(total, 40000)
+        warns = r.notes("warn")
+        self.assertTrue(any("falling back to sample" in m for m in warns), warns)
+        self.assertTrue(any("stats only" in m for m in warns), warns)
+        # The fallback note comes before the first sample frame.
+        kinds = [(f.kind, f.get("capture")) for f in r.frames]
+        self.assertLess(kinds.index(("note", None)), kinds.index(("tensor", "sample")))
+
+    def test_bfloat16_full_backward(self):
+        r = self.ok("full_bf16")
+        floats = [t for t in r.tensors if t["dtype"] == "bfloat16"]
+        self.assertTrue(floats)
+        for t in floats:
+            self.assertEqual(t["nbytes"], t["numel"] * 2)
+            self.assertEqual(util.blake(t.payload), t["hash"])
+        w = [t for t in r.tensors if t["key"] == "fc1.0.init.param.weight"][0]
+        vals = util.floats(w.payload, "bfloat16")
+        self.assertAlmostEqual(min(vals), w["stats"]["min"])
+        self.assertAlmostEqual(max(vals), w["stats"]["max"])
+        self.assertTrue(any(t["role"] == "param_grad" and t["dtype"] == "bfloat16" for t in r.tensors))
+
+    def test_bfloat16_transformer(self):
+        r = self.ok("bf16_fwd")
+        self.assertEqual(r.one("nondeterministic")["keys"], [])
+        self.assertTrue(all(t["dtype"] == "bfloat16" for t in r.tensors))
+
+    def test_float16(self):
+        r = self.ok("fp16_user")
+        t = [t for t in r.tensors if t["key"] == "model.0.forward.output.0"][0]
+        self.assertEqual(t["dtype"], "float16")
+        self.assertEqual(util.floats(t.payload, "float16"), [float(i) for i in range(1000)])
+        self.assertEqual(util.blake(t.payload), t["hash"])
+        # The zoo in float16: fine on GPU and recent CPU builds; older CPU builds
+        # lack half matmul, which must end failed with the reason, not crash.
+        r = self.res["fp16_mlp"]
+        if r.status != "ok":
+            self.assertEqual(r.status, "failed", r.describe())
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("Half", r.end["reason"])
+            self.assertTrue(r.tensors, "the records reached before the failure are kept")
+            self.assertTrue(any("Traceback" in m for m in r.notes("error")))
+        else:
+            self.assertTrue(all(t["dtype"] in ("float16", "int64") for t in r.tensors))
+
+    def test_nonfinite_stats(self):
+        r = self.ok("nonfinite")
+        t = [t for t in r.tensors if t["key"] == "model.0.forward.input.0"][0]
+        s = t["stats"]
+        self.assertEqual((s["nan"], s["pinf"], s["ninf"], s["zeros"]), (1, 1, 1, 1))
+        self.assertEqual((s["min"], s["max"]), (-2.0, 1.0))
+        self.assertAlmostEqual(s["mean"], -1.0 / 3)
+        self.assertAlmostEqual(s["std"], (((1 + 1 / 3.0) ** 2 + (1 / 3.0) ** 2 + (-2 + 1 / 3.0) ** 2) / 3) ** 0.5)
+        self.assertAlmostEqual(s["l2"], 5 ** 0.5)
+        self.assertEqual(util.blake(t.payload), t["hash"])
+
+    def test_float64(self):
+        r = self.ok("float64")
+        self.assertTrue(all(t["dtype"] in ("float64",) for t in r.tensors))
+
+
+class UserModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = util.tempdir()
+        util.write_tree(cls.root, USER_MODELS)
+        cls.outside = util.tempdir()
+        util.write_tree(cls.outside, OUTSIDE)
+        r = [cls.root]
+        cases = {
+            "ok_fwd": util.make_spec("mypkg.models:two", model_roots=r, iterations=1),
+            "ok_bwd": util.make_spec("mypkg.models:two", pass_="backward", model_roots=r,
+                                     iterations=1),
+            "outside": util.make_spec("evilpkg.m:f", model_roots=r),
+            "stdlib": util.make_spec("json:loads", model_roots=r),
+            "torch": util.make_spec("torch.nn:Linear", model_roots=r),
+            "dotdot": util.make_spec("..mypkg.models:two", model_roots=r),
+            "dotdot2": util.make_spec("mypkg..models:two", model_roots=r),
+            "path": util.make_spec("/tmp/mypkg/models.py:two", model_roots=r),
+            "root_dotdot": util.make_spec("mypkg.models:two",
+                                          model_roots=[os.path.join(cls.outside, "..",
+                                                                    os.path.basename(cls.root))]),
+            "relative_root": util.make_spec("mypkg.models:two", model_roots=["relative/dir"]),
+            "no_roots": util.make_spec("mypkg.models:two"),
+            "missing_attr": util.make_spec("mypkg.models:nope", model_roots=r),
+            "boom": util.make_spec("mypkg.models:boom", model_roots=r),
+            "unknown_zoo": util.make_spec("alexnet"),
+        }
+        names = list(cases)
+        # Also put the outside directory on the child's PYTHONPATH: still refused.
+        env = {"PYTHONPATH": RUNNER_DIR + os.pathsep + cls.outside}
+        res = util.run_many([(cases[n], {"env": env}) for n in names])
+        cls.res = dict(zip(names, res))
+
+    def test_user_model_forward_and_backward(self):
+        for name in ("ok_fwd", "ok_bwd"):
+            r = self.res[name]
+            self.assertEqual(r.status, "ok", r.describe())
+            keys = [t["key"] for t in r.tensors]
+            self.assertIn("model.0.forward.input.1", keys)
+            self.assertIn("scale.0.forward.output.0", keys)
+        keys = [t["key"] for t in self.res["ok_bwd"].tensors]
+        bw = [k for k in keys if ".backward." in k]
+        # x requires grad, y does not: grad_input only where x flows.
+        self.assertEqual(bw, ["model.0.backward.grad_output.0", "lin.0.backward.grad_output.0",
+                              "lin.0.backward.grad_input.0", "scale.0.backward.grad_output.0",
+                              "scale.0.backward.grad_input.0", "model.0.backward.grad_input.0",
+                              "lin.0.backward.param_grad.weight",
+                              "lin.0.backward.param_grad.bias"])
+
+    def refused(self, name, *words):
+        r = self.res[name]
+        self.assertEqual(r.status, "failed", r.describe())
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.tensors, [])
+        for w in words:
+            self.assertIn(w, r.end["reason"])
+        return r
+
+    def test_outside_roots_refused(self):
+        self.refused("outside", "refused")
+        self.refused("stdlib", "refused")
+        self.refused("torch", "refused", "outside the model roots")
+
+    def test_dotdot_and_paths_refused(self):
+        self.refused("dotdot", "refused")
+        self.refused("dotdot2", "refused")
+        self.refused("path", "refused")
+        self.refused("root_dotdot", "refused", "..")
+        self.refused("relative_root", "refused", "absolute")
+        self.refused("no_roots", "refused", "model_roots")
+
+    def test_missing_factory(self):
+        self.refused("missing_attr", "nope")
+
+    def test_unknown_zoo_model(self):
+        self.refused("unknown_zoo", "unknown model", "mlp")
+
+    def test_exception_in_model_code(self):
+        r = self.res["boom"]
+        self.assertEqual(r.status, "failed", r.describe())
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ValueError: boom in forward", r.end["reason"])
+        errs = r.notes("error")
+        self.assertTrue(errs and "Traceback" in errs[0] and "boom in forward" in errs[0], errs)
+        keys = [t["key"] for t in r.tensors]
+        self.assertIn("lin.0.forward.output.0", keys)  # layers reached are kept
+        self.assertEqual(r.frames[-2].kind, "note")
+
+
+class MiscTest(unittest.TestCase):
+    def test_list_models(self):
+        out = subprocess.check_output([util.PYTHON, "-m", "capd_runner", "--list-models"],
+                                      env={"PYTHONPATH": RUNNER_DIR, "PATH": "/usr/bin:/bin"})
+        models = json.loads(out.decode("utf-8"))
+        self.assertEqual([m["name"] for m in models], util.ZOO)
+        for m in models:
+            self.assertEqual(sorted(m), ["description", "name", "needs"])
+            self.assertIn(m["needs"], (None, "torchvision"))
+            self.assertTrue(m["description"])
+
+    def test_spec_problems(self):
+        r = util.run(None, spec_text="{not json")
+        self.assertEqual([f.kind for f in r.frames], ["hello", "end"])
+        self.assertEqual(r.status, "failed")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not valid JSON", r.end["reason"])
+        r = util.run(None, spec_text=json.dumps(dict(util.make_spec(), protocol=2)))
+        self.assertIn("protocol", r.end["reason"])
+        r = util.run(None, spec_text="{}", env={"CAPD_CELL_SPEC": "/nonexistent/spec.json"})
+        self.assertEqual(r.status, "failed")
+        self.assertIn("cannot read cell spec", r.end["reason"])
+
+    def test_gpu_unavailable(self):
+        r = util.run(util.make_spec("mlp", device="gpu"))
+        if r.status == "ok":
+            self.assertEqual(r.one("env")["fingerprint"]["device"]["type"], "cuda")
+            self.skipTest("a GPU is available")
+        self.assertEqual(r.status, "failed")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cuda", r.end["reason"])
+        self.assertEqual([f.kind for f in r.frames], ["hello", "env", "end"])
+
+    def test_broken_pipe_exits_quietly(self):
+        r = util.run(util.make_spec("cnn", capture="full", iterations=1), close_after=1)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertGreater(r.returncode, 0, "killed by a signal instead of exiting")
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_no_frame_fd(self):
+        spec = util.make_spec("mlp")
+        spec["frame_fd"] = 97
+        r = util.run(spec, expect_frames=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot write frames to fd 97", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

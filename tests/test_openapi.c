@@ -1,0 +1,342 @@
+/*
+ * tests/test_openapi.c - schema/openapi.yaml is the API's contract: it must
+ * parse, document every route of api/server.c's routes[] table (so adding a
+ * route without documenting it fails here), and describe the replies a real
+ * capd sends. The checks live in tests/check_openapi.py (PyYAML); this file
+ * runs it against the source tree, against deliberately broken inputs (so
+ * the checker is known to fail when it should), and against replies
+ * recorded from a running capd.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/testutil.h"
+
+static struct tu_capd g_capd;
+static char *g_dir;
+
+static void teardown(void)
+{
+    if (g_capd.pid > 0)
+        tu_capd_stop(&g_capd);
+    if (g_dir && strstr(g_dir, "capd-test-"))
+        tu_sh("rm -rf '%s'", g_dir);
+    free(g_dir);
+    g_dir = NULL;
+}
+
+TestSuite(openapi, .fini = teardown, .timeout = 120);
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t r = fread(b, 1, (size_t)n, f);
+    b[r] = 0;
+    fclose(f);
+    return b;
+}
+
+static const char *src(const char *rel)
+{
+    static char p[4][1024];
+    static int slot;
+    char *s = p[slot++ % 4];
+    snprintf(s, 1024, "%s/%s", tu_bin("CAPD_SOURCE_DIR"), rel);
+    return s;
+}
+
+/* Runs the checker; returns its exit status and its output (owned). */
+static int checker(const char *mode, const char *a, const char *b, char **out)
+{
+    if (!g_dir)
+        g_dir = tu_tmpdir();
+    cr_assert_not_null(g_dir);
+    cr_assert_eq(tu_sh("/usr/bin/python3 -c 'import yaml' 2>/dev/null"), 0,
+                 "/usr/bin/python3 with PyYAML is required (apt-get install python3-yaml; "
+                 "scripts/install-deps.sh should list it)");
+    char o[512];
+    snprintf(o, sizeof o, "%s/checker.out", g_dir);
+    int rc = tu_sh("/usr/bin/python3 '%s' %s '%s' '%s' >'%s' 2>&1", src("tests/check_openapi.py"),
+                   mode, a, b, o);
+    *out = slurp(o);
+    return rc;
+}
+
+Test(openapi, spec_parses_and_documents_every_route)
+{
+    char *out;
+    int rc = checker("routes", src("schema/openapi.yaml"), src("api/server.c"), &out);
+    cr_assert_eq(rc, 0, "schema/openapi.yaml does not match api/server.c:\n%s", out);
+    free(out);
+}
+
+/* A route added to the table without documentation, and a route whose
+ * method changed, must both be reported. */
+Test(openapi, checker_catches_undocumented_routes)
+{
+    g_dir = tu_tmpdir();
+    char *server = slurp(src("api/server.c"));
+    const char *anchor = "{\"GET\", \"/v1/widths\", api_widths},";
+    char *at = strstr(server, anchor);
+    cr_assert_not_null(at, "the routes table changed shape; update this test");
+    char path[512];
+    snprintf(path, sizeof path, "%s/server.c", g_dir);
+    FILE *f = fopen(path, "w");
+    fwrite(server, 1, (size_t)(at - server), f);
+    fputs("{\"POST\", \"/v1/widths\", api_widths},\n"
+          "    {\"GET\", \"/v1/undocumented/:thing\", api_widths},",
+          f);
+    fputs(at + strlen(anchor), f);
+    fclose(f);
+    free(server);
+    char *out;
+    int rc = checker("routes", src("schema/openapi.yaml"), path, &out);
+    cr_assert_eq(rc, 1, "the checker missed the change (rc %d):\n%s", rc, out);
+    cr_assert(strstr(out, "GET /v1/undocumented/{thing} is not in openapi"), "%s", out);
+    cr_assert(strstr(out, "route POST /v1/widths: method missing"), "%s", out);
+    cr_assert(strstr(out, "documents GET /v1/widths, which api/server.c does not route"), "%s",
+              out);
+    free(out);
+}
+
+/* ---- real replies against the spec ---- */
+
+static int g_nsample;
+
+/* Sends one request and records the reply as a sample for TEMPLATE. */
+static long sample(const char *method, const char *path, const char *tmpl, const char *body,
+                   const char *const *extra_hdrs, json_t **reply)
+{
+    const char *hdrs[8] = {NULL};
+    int h = 0;
+    if (body)
+        hdrs[h++] = "Content-Type: application/json";
+    for (int i = 0; extra_hdrs && extra_hdrs[i] && h < 7; i++)
+        hdrs[h++] = extra_hdrs[i];
+    struct tu_resp r;
+    tu_http(&g_capd, method, path, body, body ? strlen(body) : 0, hdrs, &r);
+    char ctype[128] = "application/json";
+    const char *ct = strcasestr(r.headers, "\r\ncontent-type:");
+    if (ct) {
+        ct += 15;
+        while (*ct == ' ')
+            ct++;
+        size_t n = strcspn(ct, ";\r\n");
+        snprintf(ctype, sizeof ctype, "%.*s", (int)n, ct);
+    }
+    json_t *j = strcmp(ctype, "application/json") == 0 ? json_loadb(r.body, r.len, 0, NULL)
+                                                       : json_string(r.body);
+    cr_assert_not_null(j, "%s %s: reply is not JSON: %s", method, path, r.body);
+    json_t *s = json_pack("{s:s,s:s,s:i,s:s,s:O}", "method", method, "path", tmpl, "status",
+                          (int)r.status, "content_type", ctype, "body", j);
+    char file[600];
+    snprintf(file, sizeof file, "%s/samples/%03d.json", g_dir, g_nsample++);
+    cr_assert_eq(json_dump_file(s, file, JSON_INDENT(1)), 0);
+    json_decref(s);
+    long status = r.status;
+    tu_resp_free(&r);
+    if (reply)
+        *reply = j;
+    else
+        json_decref(j);
+    return status;
+}
+
+static const char *jstr(json_t *j, const char *k)
+{
+    return json_string_value(json_object_get(j, k));
+}
+
+static json_t *wait_state(const char *id, const char *want)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%s", id);
+    for (int i = 0; i < 1000; i++) {
+        json_t *j = tu_json(&g_capd, "GET", p, NULL, NULL);
+        const char *st = jstr(j, "state");
+        if (st && strcmp(st, want) == 0)
+            return j;
+        json_decref(j);
+        usleep(20 * 1000);
+    }
+    cr_assert_fail("job %s never became %s", id, want);
+    return NULL;
+}
+
+static const char OK_SH[] =
+    "#!/bin/sh\n"
+    "echo hi\n"
+    "printf '%s\\n' '{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"sh\"}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"env\",\"fingerprint\":{},\"effective_width\":\"avx2\"}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"tensor\",\"seq\":0,\"key\":\"model.0.forward.output.0\","
+    "\"dtype\":\"float32\",\"shape\":[2],\"numel\":2,\"stats\":{\"min\":0,\"max\":1,"
+    "\"mean\":0.5,\"std\":0.5,\"l2\":1,\"nan\":0,\"pinf\":0,\"ninf\":0,\"zeros\":1},"
+    "\"hash\":\"00112233445566778899aabbccddeeff\",\"capture\":\"stats\"}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[1,2,3],"
+    "\"warmup\":1,\"iterations\":3,\"threads\":1}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"memory\",\"peak_rss_bytes\":1}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"end\",\"status\":\"ok\"}' >&3\n";
+
+static void write_exec(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, 0755);
+}
+
+Test(openapi, real_replies_match_the_spec)
+{
+    g_dir = tu_tmpdir();
+    cr_assert_eq(tu_capd_start(&g_capd, g_dir, NULL), 0);
+    char p[1024], q[2048], body[2048];
+    snprintf(p, sizeof p, "%s/samples", g_dir);
+    mkdir(p, 0755);
+    char ok[512], hang[512];
+    snprintf(ok, sizeof ok, "%s/ok.sh", g_dir);
+    snprintf(hang, sizeof hang, "%s/hang.sh", g_dir);
+    write_exec(ok, OK_SH);
+    write_exec(hang, "#!/bin/sh\nexec sleep 1000\n");
+
+    sample("GET", "/healthz", "/healthz", NULL, NULL, NULL);
+    sample("GET", "/v1/models", "/v1/models", NULL, NULL, NULL);
+    sample("GET", "/v1/widths", "/v1/widths", NULL, NULL, NULL);
+    snprintf(body, sizeof body,
+             "{\"name\":\"ok\",\"python\":\"%s\",\"env\":{\"A\":\"1\"},\"model_roots\":[\"%s\"],"
+             "\"description\":\"d\"}",
+             ok, g_dir);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", body, NULL, NULL), 201);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", body, NULL, NULL), 409);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", "{\"name\":1}", NULL, NULL), 400);
+    snprintf(body, sizeof body, "{\"python\":\"%s\"}", hang);
+    cr_assert_eq(sample("PUT", "/v1/builds/hang", "/v1/builds/{name}", body, NULL, NULL), 200);
+    sample("GET", "/v1/builds", "/v1/builds", NULL, NULL, NULL);
+    cr_assert_eq(sample("GET", "/v1/builds/ok", "/v1/builds/{name}", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("GET", "/v1/builds/no", "/v1/builds/{name}", NULL, NULL, NULL), 404);
+
+    const char *job_ok = "{\"project\":\"p\",\"commit\":\"1b0e7d2\",\"build\":\"ok\","
+                         "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},\"labels\":{\"k\":\"v\"},"
+                         "\"provenance\":{\"findings\":[]}}";
+    const char *idem[] = {"Idempotency-Key: k1", NULL};
+    json_t *j1;
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, &j1), 201);
+    char *ctl = strdup(jstr(j1, "id"));
+    json_decref(j1);
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, NULL), 200);
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{\"project\":\"p\"}", idem, NULL), 400);
+    const char *job_head = "{\"project\":\"p\",\"commit\":\"3f2a9c1\",\"branch\":\"main\","
+                           "\"build\":\"ok\",\"matrix\":{\"models\":[\"mlp\"],"
+                           "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]}}";
+    json_t *j2;
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_head, NULL, &j2), 201);
+    char *head = strdup(jstr(j2, "id"));
+    json_decref(j2);
+    json_decref(wait_state(ctl, "done"));
+    json_t *done = wait_state(head, "done");
+    const char *cell = jstr(json_array_get(json_object_get(done, "cells"), 0), "id");
+
+    snprintf(p, sizeof p, "/v1/jobs/%s", head);
+    cr_assert_eq(sample("GET", p, "/v1/jobs/{id}", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("GET", "/v1/jobs/jnope", "/v1/jobs/{id}", NULL, NULL, NULL), 404);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s", head, cell);
+    cr_assert_eq(sample("GET", p, "/v1/jobs/{id}/cells/{cell}", NULL, NULL, NULL), 200);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/records?limit=2", head, cell);
+    cr_assert_eq(sample("GET", p, "/v1/jobs/{id}/cells/{cell}/records", NULL, NULL, NULL), 200);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/records?kind=x", head, cell);
+    cr_assert_eq(sample("GET", p, "/v1/jobs/{id}/cells/{cell}/records", NULL, NULL, NULL), 400);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/log", head, cell);
+    cr_assert_eq(sample("GET", p, "/v1/jobs/{id}/cells/{cell}/log", NULL, NULL, NULL), 200);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cancel", head);
+    cr_assert_eq(sample("POST", p, "/v1/jobs/{id}/cancel", NULL, NULL, NULL), 409);
+
+    cr_assert_eq(
+        sample("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1", "/v1/compare", NULL, NULL, NULL),
+        200);
+    cr_assert_eq(sample("GET", "/v1/compare?head=3f2a9c1", "/v1/compare", NULL, NULL, NULL), 400);
+    cr_assert_eq(sample("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1&format=md", "/v1/compare",
+                        NULL, NULL, NULL),
+                 200);
+    cr_assert_eq(
+        sample("GET", "/v1/commits/3f2a9c1/diff", "/v1/commits/{sha}/diff", NULL, NULL, NULL), 404);
+    cr_assert_eq(sample("PUT", "/v1/branches/main", "/v1/branches/{name}",
+                        "{\"control_commit\":\"1b0e7d2\"}", NULL, NULL),
+                 200);
+    cr_assert_eq(sample("GET", "/v1/branches/main", "/v1/branches/{name}", NULL, NULL, NULL), 200);
+    cr_assert_eq(
+        sample("GET", "/v1/commits/3f2a9c1/diff", "/v1/commits/{sha}/diff", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("GET", "/v1/commits/3f2a9c1", "/v1/commits/{sha}", NULL, NULL, NULL), 200);
+
+    /* A running job: list it, compare against it (pending), cancel it. */
+    const char *job_hang = "{\"project\":\"p\",\"commit\":\"aaaaaaa\",\"build\":\"hang\","
+                           "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"default\"],"
+                           "\"passes\":[\"forward\",\"backward\"]}}";
+    json_t *j3;
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_hang, NULL, &j3), 201);
+    char *run = strdup(jstr(j3, "id"));
+    json_decref(j3);
+    json_decref(wait_state(run, "running"));
+    cr_assert_eq(sample("GET", "/v1/jobs?limit=2", "/v1/jobs", NULL, NULL, NULL), 200);
+    snprintf(q, sizeof q, "/v1/compare?control=%s&head=%s", ctl, run);
+    cr_assert_eq(sample("GET", q, "/v1/compare", NULL, NULL, NULL), 409);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cancel", run);
+    cr_assert_eq(sample("POST", p, "/v1/jobs/{id}/cancel", NULL, NULL, NULL), 202);
+
+    /* Errors from the server itself. */
+    cr_assert_eq(sample("DELETE", "/v1/jobs", "/v1/jobs", NULL, NULL, NULL), 405);
+    const char *tp[] = {"Content-Type: text/plain", NULL};
+    struct tu_resp r;
+    tu_http(&g_capd, "POST", "/v1/jobs", "{}", 2, tp, &r);
+    cr_assert_eq(r.status, 415);
+    tu_resp_free(&r);
+
+    char *out;
+    snprintf(p, sizeof p, "%s/samples", g_dir);
+    cr_assert(g_nsample >= 30, "only %d samples recorded", g_nsample);
+    /* A 405 is documented on the operations of its path; check it there. */
+    snprintf(q, sizeof q,
+             "cd '%s' && for f in *.json; do sed -i 's/\"method\": \"DELETE\"/\"method\": "
+             "\"GET\"/' \"$f\"; done",
+             p);
+    cr_assert_eq(tu_sh("%s", q), 0);
+    int rc = checker("validate", src("schema/openapi.yaml"), p, &out);
+    cr_assert_eq(rc, 0, "replies that do not match schema/openapi.yaml:\n%s", out);
+    free(out);
+
+    /* The validator does fail: a job reply with a bad state and no id. */
+    snprintf(q, sizeof q, "%s/bad", g_dir);
+    mkdir(q, 0755);
+    json_t *bad = json_deep_copy(done);
+    json_object_set_new(bad, "state", json_string("exploded"));
+    json_object_del(bad, "id");
+    json_object_set_new(json_array_get(json_object_get(bad, "cells"), 0), "state",
+                        json_string("weird"));
+    json_t *s = json_pack("{s:s,s:s,s:i,s:o}", "method", "GET", "path", "/v1/jobs/{id}", "status",
+                          200, "body", bad);
+    snprintf(p, sizeof p, "%s/bad/000.json", g_dir);
+    json_dump_file(s, p, 0);
+    json_decref(s);
+    rc = checker("validate", src("schema/openapi.yaml"), q, &out);
+    cr_assert_eq(rc, 1, "the validator accepted a broken job (rc %d):\n%s", rc, out);
+    cr_assert(strstr(out, "missing required id"), "%s", out);
+    cr_assert(strstr(out, "'exploded'"), "%s", out);
+    cr_assert(strstr(out, "'weird'"), "%s", out);
+    free(out);
+
+    json_decref(done);
+    free(ctl);
+    free(head);
+    free(run);
+}
