@@ -23,6 +23,15 @@ struct api_req {
     bool too_large;
     bool counted;
     int pass; /* access-handler calls so far */
+    /* Who is asking (api/auth.c): set on the first access-handler call. */
+    int scope;        /* enum store_scope granted to this request */
+    int auth_rc;      /* 0, or why the presented token was refused */
+    bool has_token;   /* an Authorization header was presented */
+    bool replied;     /* a reply was queued before the body was read */
+    char token_id[16]; /* "" when no token (or auth disabled) */
+    /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
+    int nxhdr;
+    char xhdr[2][2][96];
 };
 
 typedef enum MHD_Result (*api_handler)(struct api_req *r);
@@ -41,6 +50,9 @@ enum MHD_Result api_error(struct api_req *r, unsigned status, const char *code,
     __attribute__((format(printf, 5, 6)));
 enum MHD_Result api_text(struct api_req *r, unsigned status, const char *ctype, char *body,
                          size_t len /* body is malloc'd and stolen */);
+/* Adds a header to the next reply of R (at most two; names and values of
+ * at most 95 bytes). */
+void api_reply_header(struct api_req *r, const char *name, const char *value);
 /* Maps a store error to a reply (404 for -ENOENT with WHAT named, ...). */
 enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what);
 
@@ -54,6 +66,31 @@ const char *api_header(struct api_req *r, const char *key);
 bool api_valid_name(const char *s, size_t max);          /* ^[A-Za-z0-9._-]{1,max}$ */
 bool api_valid_hex(const char *s, size_t min, size_t max); /* hex digits only */
 bool api_valid_text(const char *s, size_t max);           /* UTF-8 checked by jansson; no controls */
+
+/* Authentication and scopes (api/auth.c). api_auth_begin runs on the first
+ * access-handler call: it identifies the caller, and refuses at once (401,
+ * before any body is read) a write without a valid token. api_authorize
+ * runs once the route is known and checks its scope. Both reply and return
+ * false when the request may not proceed. */
+bool api_auth_begin(struct api_req *r, enum MHD_Result *ret);
+bool api_authorize(struct api_req *r, const char *method, const char *pattern,
+                   enum MHD_Result *ret);
+/* For POST /v1/jobs/{id}/cancel: a submit token may cancel only the jobs it
+ * created; admin may cancel any. */
+bool api_may_cancel(struct api_req *r, const char *job_id, enum MHD_Result *ret);
+
+/* The job-request validator, without HTTP (api/api_jobs.c): checks BODY
+ * completely against BUILD (the registered build named by body.build, or
+ * NULL when there is none) and CFG. On success *normalized gets the request
+ * to store (defaults filled) and 0 is returned; on failure -EINVAL and ERR
+ * says what (every such error is a 400). */
+struct api_verr {
+    const char *code; /* stable machine-readable code: invalid_field, ... */
+    char field[160];
+    char message[1024];
+};
+int api_validate_job_request(json_t *body, json_t *build, const struct capd_config *cfg,
+                             json_t **normalized, struct api_verr *err);
 
 /* Endpoints, one file each group. */
 enum MHD_Result api_healthz(struct api_req *r);
@@ -75,5 +112,8 @@ enum MHD_Result api_branch_put(struct api_req *r);
 enum MHD_Result api_branch_get(struct api_req *r);
 enum MHD_Result api_commit_get(struct api_req *r);
 enum MHD_Result api_commit_diff(struct api_req *r);
+enum MHD_Result api_tokens_list(struct api_req *r);
+enum MHD_Result api_tokens_create(struct api_req *r);
+enum MHD_Result api_tokens_revoke(struct api_req *r);
 
 #endif

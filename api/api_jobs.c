@@ -68,16 +68,28 @@ static bool valid_user_model(const char *s)
     return colon > s && colon[1] && colon[-1] != '.' && strlen(s) <= 128;
 }
 
+/* Records a validation error (always a 400) and returns false. */
+static bool __attribute__((format(printf, 4, 5)))
+verr(struct api_verr *e, const char *code, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    e->code = code;
+    snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
 /* Checks one matrix axis: a non-empty array of unique strings, each
- * accepted by CHECK. Replies and returns false on bad input. */
-static bool check_axis(struct api_req *r, json_t *m, const char *axis, json_t *build,
-                       enum MHD_Result *ret)
+ * accepted by CHECK. Fills E and returns false on bad input. */
+static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *build)
 {
     char field[64];
     snprintf(field, sizeof field, "matrix.%s", axis);
     json_t *a = json_object_get(m, axis);
     if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > JOB_MAX_AXIS) {
-        *ret = api_error(r, 400, "invalid_field", field,
+        verr(e, "invalid_field", field,
                          "%s must be a non-empty array of at most %d strings", field,
                          JOB_MAX_AXIS);
         return false;
@@ -88,36 +100,36 @@ static bool check_axis(struct api_req *r, json_t *m, const char *axis, json_t *b
     {
         const char *s = json_string_value(v);
         if (!s) {
-            *ret = api_error(r, 400, "invalid_field", field, "%s[%zu] must be a string", field, i);
+            verr(e, "invalid_field", field, "%s[%zu] must be a string", field, i);
             return false;
         }
         for (j = 0; j < i; j++) {
             w = json_array_get(a, j);
             if (strcmp(json_string_value(w), s) == 0) {
-                *ret = api_error(r, 400, "duplicate", field, "%s lists '%s' twice", field, s);
+                verr(e, "duplicate", field, "%s lists '%s' twice", field, s);
                 return false;
             }
         }
         if (strcmp(axis, "widths") == 0 && !width_env(s)) {
-            *ret = api_error(r, 400, "invalid_field", field,
+            verr(e, "invalid_field", field,
                              "unknown width '%s' (see GET /v1/widths)", s);
             return false;
         }
         if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
-            *ret = api_error(r, 400, "invalid_field", field,
+            verr(e, "invalid_field", field,
                              "unknown pass '%s' (forward or backward)", s);
             return false;
         }
         if (strcmp(axis, "models") == 0 && !model_in_zoo(s)) {
             if (!valid_user_model(s)) {
-                *ret = api_error(r, 400, "invalid_field", field,
+                verr(e, "invalid_field", field,
                                  "unknown model '%s': not in the zoo (GET /v1/models) and not a "
                                  "user model package.module:factory",
                                  s);
                 return false;
             }
             if (json_array_size(json_object_get(build, "model_roots")) == 0) {
-                *ret = api_error(r, 400, "invalid_field", field,
+                verr(e, "invalid_field", field,
                                  "user model '%s' needs a build with model_roots; build '%s' "
                                  "has none",
                                  s, json_string_value(json_object_get(build, "name")));
@@ -128,13 +140,13 @@ static bool check_axis(struct api_req *r, json_t *m, const char *axis, json_t *b
     return true;
 }
 
-static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *ret)
+static json_t *validate_options(struct api_verr *err, json_t *o)
 {
     const char *k;
     json_t *v;
     json_t *out = json_object();
     if (o && !json_is_object(o)) {
-        *ret = api_error(r, 400, "invalid_field", "options", "options must be an object");
+        verr(err, "invalid_field", "options", "options must be an object");
         goto bad;
     }
     json_object_foreach(o, k, v)
@@ -146,7 +158,7 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
         if (!known) {
             char f[160];
             snprintf(f, sizeof f, "options.%s", k);
-            *ret = api_error(r, 400, "unknown_field", f, "unknown option '%s'", k);
+            verr(err, "unknown_field", f, "unknown option '%s'", k);
             goto bad;
         }
     }
@@ -157,7 +169,7 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
         snprintf(f, sizeof f, "options.%s", oi->name);
         if (x && (!json_is_integer(x) || json_integer_value(x) < oi->min ||
                   json_integer_value(x) > oi->max)) {
-            *ret = api_error(r, 400, "invalid_field", f, "%s must be an integer in [%lld, %lld]",
+            verr(err, "invalid_field", f, "%s must be an integer in [%lld, %lld]",
                              f, (long long)oi->min, (long long)oi->max);
             goto bad;
         }
@@ -177,7 +189,7 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
             for (const char *const *e = enums[i].set; *e; e++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
                          e == enums[i].set ? "" : ", ", *e);
-            *ret = api_error(r, 400, "invalid_field", f, "%s must be one of: %s", f, list);
+            verr(err, "invalid_field", f, "%s must be one of: %s", f, list);
             goto bad;
         }
         json_object_set_new(out, enums[i].name,
@@ -193,14 +205,14 @@ static json_t *validate_options(struct api_req *r, json_t *o, enum MHD_Result *r
         if (!json_is_object(cmpo) || cmp_options_apply_json(&co, cmpo, &e) != 0) {
             char f[200];
             snprintf(f, sizeof f, "options.compare%s%s", e.field[0] ? "." : "", e.field);
-            *ret = api_error(r, 400, "invalid_field", f, "options.compare: %s",
+            verr(err, "invalid_field", f, "options.compare: %s",
                              e.message[0] ? e.message : "must be an object");
             goto bad;
         }
         json_object_set(out, "compare", cmpo);
     }
     if (strcmp(json_string_value(json_object_get(out, "device")), "gpu") == 0) {
-        *ret = api_error(r, 400, "no_gpu", "options.device",
+        verr(err, "no_gpu", "options.device",
                          "this capd has no GPU devices to run GPU cells on");
         goto bad;
     }

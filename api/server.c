@@ -82,10 +82,21 @@ static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
+    for (int i = 0; i < r->nxhdr; i++)
+        MHD_add_response_header(resp, r->xhdr[i][0], r->xhdr[i][1]);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     log_debug("http_reply", "method=%s url=%s status=%u", r->method, log_q(r->url), status);
     return ret;
+}
+
+void api_reply_header(struct api_req *r, const char *name, const char *value)
+{
+    if (r->nxhdr >= 2)
+        return;
+    snprintf(r->xhdr[r->nxhdr][0], sizeof r->xhdr[0][0], "%s", name);
+    snprintf(r->xhdr[r->nxhdr][1], sizeof r->xhdr[0][1], "%s", value);
+    r->nxhdr++;
 }
 
 enum MHD_Result api_json(struct api_req *r, unsigned status, json_t *body)
@@ -261,6 +272,9 @@ static const struct route routes[] = {
     {"PUT", "/v1/branches/:name", api_branch_put},
     {"GET", "/v1/commits/:sha", api_commit_get},
     {"GET", "/v1/commits/:sha/diff", api_commit_diff},
+    {"GET", "/v1/tokens", api_tokens_list},
+    {"POST", "/v1/tokens", api_tokens_create},
+    {"DELETE", "/v1/tokens/:id", api_tokens_revoke},
 };
 
 static int hexval(char c)
@@ -338,8 +352,12 @@ static enum MHD_Result dispatch(struct api_req *r)
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!route_match(&routes[i], r))
             continue;
-        if (strcmp(routes[i].method, r->method) == 0)
+        if (strcmp(routes[i].method, r->method) == 0) {
+            enum MHD_Result ret;
+            if (!api_authorize(r, routes[i].method, routes[i].pattern, &ret))
+                return ret;
             return routes[i].h(r);
+        }
         size_t l = strlen(allow);
         snprintf(allow + l, sizeof allow - l, "%s%s", l ? ", " : "", routes[i].method);
     }
@@ -379,6 +397,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->counted = true;
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
+        enum MHD_Result ret;
+        if (!api_auth_begin(r, &ret))
+            return ret;
         /* A declared length over the limit is refused before any of the
          * body is read; MHD closes the connection after the reply. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -388,6 +409,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                              "request body of %s bytes exceeds the limit of %zu bytes", cl,
                              capd_cfg(a->d)->max_body_bytes);
         }
+        return MHD_YES;
+    }
+    if (r->replied) {
+        /* Refused before its body: whatever still arrives is dropped. */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size > 0) {
@@ -475,10 +501,10 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)256, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_END);
+        on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->request_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->connection_memory_bytes, MHD_OPTION_END);
     if (!a->mhd) {
         if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
                      cfg->listen_addr, cfg->listen_port) < 0)

@@ -382,10 +382,17 @@ int cmp_perf_compare(const int64_t *control, size_t nc, const int64_t *head, siz
         }
     }
     if (nc >= MIN_PERF_SAMPLES && nh >= MIN_PERF_SAMPLES) {
+        /* Significance and size are both required; when a bootstrap
+         * interval exists it must also exclude "no change" (1.0), so a
+         * shift that the interval cannot tell from noise between two
+         * processes is not reported as a regression. */
+        bool ci = !isnan(out->ci_lo) && !isnan(out->ci_hi);
         out->verdict = CMP_PERF_NO_CHANGE;
-        if (out->p_value < opt->alpha && out->ratio > 1.0 + opt->perf_threshold)
+        if (out->p_value < opt->alpha && out->ratio > 1.0 + opt->perf_threshold &&
+            (!ci || out->ci_lo > 1.0))
             out->verdict = CMP_PERF_REGRESSION;
-        else if (out->p_value < opt->alpha && out->ratio < 1.0 - opt->perf_threshold)
+        else if (out->p_value < opt->alpha && out->ratio < 1.0 - opt->perf_threshold &&
+                 (!ci || out->ci_hi < 1.0))
             out->verdict = CMP_PERF_IMPROVEMENT;
     }
     rc = 0;

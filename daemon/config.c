@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
+#include "daemon/runas.h"
 
 #ifndef CAPD_SOURCE_DIR
 #define CAPD_SOURCE_DIR ""
@@ -57,6 +58,15 @@ static const struct ckey keys[] = {
     {"runner_dir", T_STR, F(runner_dir), S(runner_dir), 0, 0},
     {"exec_bin", T_STR, F(exec_bin), S(exec_bin), 0, 0},
     {"env_allow", T_LIST, 0, 0, 0, 0},
+    {"auth_required", T_BOOL, F(auth_required), 0, 0, 0},
+    {"public_reads", T_BOOL, F(public_reads), 0, 0, 0},
+    {"metrics_public", T_BOOL, F(metrics_public), 0, 0, 0},
+    {"max_connections", T_INT, F(max_connections), 0, 1, 65536},
+    {"max_connections_per_ip", T_INT, F(max_connections_per_ip), 0, 1, 65536},
+    {"request_timeout_s", T_INT, F(request_timeout_s), 0, 1, 86400},
+    {"connection_memory_bytes", T_SIZE, F(connection_memory_bytes), 0, 8192, 64 << 20},
+    {"max_queued_jobs_per_token", T_INT, F(max_queued_jobs_per_token), 0, 0, 1000000},
+    {"run_as_user", T_STR, F(run_as_user), S(run_as_user), 0, 0},
 };
 #undef F
 #undef S
@@ -85,6 +95,13 @@ void config_defaults(struct capd_config *c)
     c->frame_max_payload = 256u << 20;
     c->frame_max_frames = 2000000;
     c->frame_max_total_payload = UINT64_C(8) << 30;
+    c->max_connections = 1024;
+    c->max_connections_per_ip = 256;
+    c->request_timeout_s = 30;
+    c->connection_memory_bytes = 64 * 1024;
+    c->max_queued_jobs_per_token = 100;
+    snprintf(c->run_as_user, sizeof c->run_as_user, "nobody");
+    c->run_uid = c->run_gid = -1;
     static const char *allow[] = {"PATH", "LANG", "LC_*", "TZ", "HOME", "OPENBLAS_*"};
     for (size_t i = 0; i < sizeof allow / sizeof allow[0]; i++)
         snprintf(c->env_allow[c->env_allow_n++], 64, "%s", allow[i]);
@@ -339,5 +356,11 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
             *err = NULL;
         return -EINVAL;
     }
-    return 0;
+    if (c->max_connections_per_ip > c->max_connections) {
+        if (asprintf(err, "max_connections_per_ip (%d) must not exceed max_connections (%d)",
+                     c->max_connections_per_ip, c->max_connections) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    return runas_resolve(c, err);
 }

@@ -3,12 +3,16 @@
  * cell. It applies what uv_spawn cannot, then runs the runner:
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
- *             [--unshare-net] [--rusage-fd FD] -- PROGRAM ARGS...
+ *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]
+ *             -- PROGRAM ARGS...
  *
  * capd has already put it in a new session (its own process group) with a
  * clean environment and the frame pipe on fd 3. The shim forks once: the
- * child sets a parent-death signal, the rlimits, closes every fd above 3
- * and execs PROGRAM; the shim itself stays behind to collect the child's
+ * child sets a parent-death signal, the rlimits, closes every fd above 3,
+ * switches to UID/GID when asked (capd runs as root and run_as_user is
+ * set: supplementary groups dropped, then gid, then uid), sets
+ * PR_SET_NO_NEW_PRIVS (always: no setuid binary can raise a cell's
+ * privileges) and execs PROGRAM; the shim itself stays behind to collect the child's
  * resource usage with wait4() (libuv reaps without rusage), writes it to
  * --rusage-fd as "maxrss_kb utime_us stime_us\n", and then leaves exactly
  * as the child did: same exit code, or the same signal raised on itself,
@@ -28,13 +32,14 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static void usage(void)
 {
     fprintf(stderr, "usage: capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N] "
-                    "[--unshare-net] [--rusage-fd FD] -- PROGRAM ARGS...\n");
+                    "[--unshare-net] [--rusage-fd FD] [--uid UID --gid GID] -- PROGRAM ARGS...\n");
     exit(125);
 }
 
@@ -84,10 +89,36 @@ static void close_stray_fds(void)
     closedir(d);
 }
 
+/*
+ * Becomes UID/GID for good: no supplementary groups, then the gid (while
+ * still allowed to), then the uid. Any failure ends the cell rather than
+ * run it as root. Changing credentials clears the parent-death signal, so
+ * it is set again, and the parent is checked again in case the shim died
+ * in between.
+ */
+static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
+{
+    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(uid, uid, uid) != 0) {
+        fprintf(stderr, "capd-exec: cannot switch to uid %u gid %u: %s\n", (unsigned)uid,
+                (unsigned)gid, strerror(errno));
+        _exit(126);
+    }
+    if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
+        setuid(0) == 0) {
+        fprintf(stderr, "capd-exec: uid %u gid %u did not stick\n", (unsigned)uid,
+                (unsigned)gid);
+        _exit(126);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != shim)
+        _exit(126);
+}
+
 int main(int argc, char **argv)
 {
-    unsigned long long as = 0, cpu = 0, nofile = 0, nproc = 0, rfd = 0;
-    int unshare_net = 0, have_rfd = 0, i;
+    unsigned long long as = 0, cpu = 0, nofile = 0, nproc = 0, rfd = 0, uid = 0, gid = 0;
+    int unshare_net = 0, have_rfd = 0, have_uid = 0, have_gid = 0, i;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long *dst = NULL;
@@ -108,13 +139,19 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--rusage-fd") == 0) {
             dst = &rfd;
             have_rfd = 1;
+        } else if (strcmp(a, "--uid") == 0) {
+            dst = &uid;
+            have_uid = 1;
+        } else if (strcmp(a, "--gid") == 0) {
+            dst = &gid;
+            have_gid = 1;
         } else {
             usage();
         }
         if (i + 1 >= argc || parse_u64(argv[++i], dst) != 0)
             usage();
     }
-    if (i >= argc)
+    if (i >= argc || have_uid != have_gid || (have_uid && (uid == 0 || gid == 0)))
         usage();
 
     /* The shim dies with capd, and takes its child with it below. */
@@ -147,6 +184,12 @@ int main(int argc, char **argv)
         if (nproc)
             set_limit(RLIMIT_NPROC, nproc, "nproc");
         close_stray_fds();
+        if (have_uid)
+            drop_privileges((uid_t)uid, (gid_t)gid, shim);
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+            fprintf(stderr, "capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
+            _exit(126);
+        }
         execvp(argv[i], &argv[i]);
         fprintf(stderr, "capd-exec: cannot execute %s: %s\n", argv[i], strerror(errno));
         _exit(127);

@@ -27,12 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FRAME_ERROR_MAX     320
-#define LINE_BUF_MIN        4096
-#define PAYLOAD_BUF_MIN     65536
+#define FRAME_ERROR_MAX 320
+#define LINE_BUF_MIN    4096
+#define PAYLOAD_BUF_MIN 65536
 /* A payload buffer larger than this is released after its frame, so one big
  * tensor does not pin its memory for the rest of the cell. */
-#define PAYLOAD_BUF_KEEP    (4u << 20)
+#define PAYLOAD_BUF_KEEP (4u << 20)
 
 enum parser_state { ST_HEADER, ST_PAYLOAD, ST_DONE, ST_ERROR };
 
@@ -58,13 +58,13 @@ struct frame_parser {
     uint64_t pay_len;
     size_t pay_cap;
 
-    uint64_t headers;          /* header lines accepted so far */
-    uint64_t delivered;        /* frames the callback accepted */
+    uint64_t headers;   /* header lines accepted so far */
+    uint64_t delivered; /* frames the callback accepted */
     uint64_t payload_announced;
     uint64_t payload_delivered;
     int64_t last_seq;
     bool fast;
-    locale_t c_locale;      /* strtod_l() must not depend on the daemon's locale */
+    locale_t c_locale; /* strtod_l() must not depend on the daemon's locale */
     /* NUL-terminated copies of the fast path's tensor strings, and where its
      * stats are in the header text (NULL: absent), for frame_tensor_stats(). */
     char tstr[FRAME_MAX_KEY + 1 + FRAME_MAX_DTYPE + 1 + FRAME_HASH_MAX + 1];
@@ -78,9 +78,10 @@ struct frame_parser {
 };
 
 static const char *const kind_names[] = {
-    [FRAME_HELLO] = "hello",   [FRAME_ENV] = "env",       [FRAME_TENSOR] = "tensor",
-    [FRAME_NONDET] = "nondeterministic", [FRAME_TIMING] = "timing",
-    [FRAME_MEMORY] = "memory", [FRAME_NOTE] = "note",     [FRAME_END] = "end",
+    [FRAME_HELLO] = "hello",     [FRAME_ENV] = "env",
+    [FRAME_TENSOR] = "tensor",   [FRAME_NONDET] = "nondeterministic",
+    [FRAME_TIMING] = "timing",   [FRAME_MEMORY] = "memory",
+    [FRAME_NOTE] = "note",       [FRAME_END] = "end",
     [FRAME_UNKNOWN] = "unknown",
 };
 
@@ -129,14 +130,22 @@ static enum frame_kind kind_of(const char *s)
 static const char *type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "real";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+        return "integer";
+    case JSON_REAL:
+        return "real";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    case JSON_NULL:
+        return "null";
     }
     return "?";
 }
@@ -171,8 +180,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct frame_parser *p, in
 }
 
 /* A protocol violation in the frame whose header is being checked. */
-__attribute__((format(printf, 2, 3))) static int bad(struct frame_parser *p, const char *fmt,
-                                                     ...)
+__attribute__((format(printf, 2, 3))) static int bad(struct frame_parser *p, const char *fmt, ...)
 {
     va_list ap;
 
@@ -190,8 +198,7 @@ void frame_limits_default(struct frame_limits *l)
     l->max_total_payload = FRAME_DEFAULT_MAX_TOTAL_PAYLOAD;
 }
 
-int frame_parser_new(const struct frame_limits *l, frame_cb cb, void *ud,
-                     struct frame_parser **out)
+int frame_parser_new(const struct frame_limits *l, frame_cb cb, void *ud, struct frame_parser **out)
 {
     struct frame_parser *p;
 
@@ -371,12 +378,29 @@ static unsigned dtype_size(const char *d)
         const char *name;
         unsigned size;
     } sizes[] = {
-        {"float32", 4},    {"float64", 8},       {"float16", 2},        {"bfloat16", 2},
-        {"int8", 1},       {"uint8", 1},         {"int16", 2},          {"int32", 4},
-        {"int64", 8},      {"bool", 1},          {"complex64", 8},      {"complex128", 16},
-        {"complex32", 4},  {"uint16", 2},        {"uint32", 4},         {"uint64", 8},
-        {"qint8", 1},      {"quint8", 1},        {"qint32", 4},         {"float8_e4m3fn", 1},
-        {"float8_e5m2", 1}, {"float8_e4m3fnuz", 1}, {"float8_e5m2fnuz", 1},
+        {"float32", 4},
+        {"float64", 8},
+        {"float16", 2},
+        {"bfloat16", 2},
+        {"int8", 1},
+        {"uint8", 1},
+        {"int16", 2},
+        {"int32", 4},
+        {"int64", 8},
+        {"bool", 1},
+        {"complex64", 8},
+        {"complex128", 16},
+        {"complex32", 4},
+        {"uint16", 2},
+        {"uint32", 4},
+        {"uint64", 8},
+        {"qint8", 1},
+        {"quint8", 1},
+        {"qint32", 4},
+        {"float8_e4m3fn", 1},
+        {"float8_e5m2", 1},
+        {"float8_e4m3fnuz", 1},
+        {"float8_e5m2fnuz", 1},
     };
 
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
@@ -466,8 +490,9 @@ static int check_tensor(struct frame_parser *p, json_t *h, uint64_t nbytes)
     if ((rc = check_int(p, h, "tensor", "seq", true, &seq)))
         return rc;
     if (seq <= p->last_seq)
-        return bad(p, "tensor seq %" JSON_INTEGER_FORMAT
-                      " is not strictly increasing (previous %" PRId64 ")",
+        return bad(p,
+                   "tensor seq %" JSON_INTEGER_FORMAT
+                   " is not strictly increasing (previous %" PRId64 ")",
                    seq, p->last_seq);
     t->seq = seq;
 
@@ -551,15 +576,17 @@ static int check_tensor(struct frame_parser *p, json_t *h, uint64_t nbytes)
     case PAY_OK:
         break;
     case PAY_STATS_WITH_PAYLOAD:
-        return bad(p, "tensor with capture \"stats\" must not carry a payload (nbytes %" PRIu64
-                      ")", nbytes);
+        return bad(p, "tensor with capture \"stats\" must not carry a payload (nbytes %" PRIu64 ")",
+                   nbytes);
     case PAY_FULL_SIZE:
-        return bad(p, "tensor with capture \"full\" needs nbytes %" PRIu64 " (%" PRId64
-                      " x %s), got %" PRIu64,
+        return bad(p,
+                   "tensor with capture \"full\" needs nbytes %" PRIu64 " (%" PRId64
+                   " x %s), got %" PRIu64,
                    all, t->numel, t->dtype, nbytes);
     case PAY_SAMPLE_SIZE:
-        return bad(p, "tensor with capture \"sample\" has nbytes %" PRIu64
-                      ", not a multiple of %u up to %" PRIu64,
+        return bad(p,
+                   "tensor with capture \"sample\" has nbytes %" PRIu64
+                   ", not a multiple of %u up to %" PRIu64,
                    nbytes, isz, all);
     }
 
@@ -630,8 +657,7 @@ static int check_nondet(struct frame_parser *p, json_t *h)
  * then the fields of its kind. Required fields are those protocol.md lists
  * without "optional"; fields we know are type-checked when present; fields we
  * do not know are ignored. */
-static int check_header(struct frame_parser *p, json_t *h, enum frame_kind kind,
-                        uint64_t nbytes)
+static int check_header(struct frame_parser *p, json_t *h, enum frame_kind kind, uint64_t nbytes)
 {
     json_t *v;
     json_int_t proto;
@@ -710,8 +736,8 @@ struct fast_val {
     enum fast_tok t;
     const char *s; /* T_STR: the characters, unquoted */
     size_t n;
-    int64_t i;     /* T_INT */
-    double d;      /* T_REAL, only when it had to be converted */
+    int64_t i; /* T_INT */
+    double d;  /* T_REAL, only when it had to be converted */
 };
 
 static const char *f_value(struct frame_parser *p, const char *s, const char *e, int depth,
@@ -753,8 +779,7 @@ static const char *f_str(const char *s, const char *e, struct fast_val *v)
 /* A number in RFC 8259 grammar. Integers must fit in int64 like jansson's
  * strtoll; reals that could overflow a double are converted to check, as
  * jansson rejects them. Other reals are not converted at all. */
-static const char *f_num(struct frame_parser *p, const char *s, const char *e,
-                         struct fast_val *v)
+static const char *f_num(struct frame_parser *p, const char *s, const char *e, struct fast_val *v)
 {
     const char *b = s;
     bool neg = false, real = false;
@@ -963,7 +988,7 @@ static const struct {
     const char *name;
     size_t len;
 } stat_keys[9] = {
-    {"min", 3}, {"max", 3}, {"mean", 4}, {"std", 3}, {"l2", 2},
+    {"min", 3}, {"max", 3},  {"mean", 4}, {"std", 3},   {"l2", 2},
     {"nan", 3}, {"pinf", 4}, {"ninf", 4}, {"zeros", 5},
 };
 
@@ -1037,18 +1062,35 @@ static const char *f_stats(struct frame_parser *p, const char *s, const char *e)
 }
 
 enum {
-    K_KIND, K_SEQ, K_KEY, K_DTYPE, K_SHAPE, K_NUMEL, K_STATS, K_HASH, K_CAPTURE, K_NBYTES,
-    K_MODULE, K_PHASE, K_ROLE, K_SAMPLE_POS, K_CALL, K_INDEX, K_COUNT
+    K_KIND,
+    K_SEQ,
+    K_KEY,
+    K_DTYPE,
+    K_SHAPE,
+    K_NUMEL,
+    K_STATS,
+    K_HASH,
+    K_CAPTURE,
+    K_NBYTES,
+    K_MODULE,
+    K_PHASE,
+    K_ROLE,
+    K_SAMPLE_POS,
+    K_CALL,
+    K_INDEX,
+    K_COUNT
 };
 
 static const struct {
     const char *name;
     size_t len;
 } fast_keys[K_COUNT] = {
-    [K_KIND] = {"kind", 4},       [K_SEQ] = {"seq", 3},         [K_KEY] = {"key", 3},
-    [K_DTYPE] = {"dtype", 5},     [K_SHAPE] = {"shape", 5},     [K_NUMEL] = {"numel", 5},
-    [K_STATS] = {"stats", 5},     [K_HASH] = {"hash", 4},       [K_CAPTURE] = {"capture", 7},
-    [K_NBYTES] = {"nbytes", 6},   [K_MODULE] = {"module", 6},   [K_PHASE] = {"phase", 5},
+    [K_KIND] = {"kind", 4},       [K_SEQ] = {"seq", 3},
+    [K_KEY] = {"key", 3},         [K_DTYPE] = {"dtype", 5},
+    [K_SHAPE] = {"shape", 5},     [K_NUMEL] = {"numel", 5},
+    [K_STATS] = {"stats", 5},     [K_HASH] = {"hash", 4},
+    [K_CAPTURE] = {"capture", 7}, [K_NBYTES] = {"nbytes", 6},
+    [K_MODULE] = {"module", 6},   [K_PHASE] = {"phase", 5},
     [K_ROLE] = {"role", 4},       [K_SAMPLE_POS] = {"sample_positions", 16},
     [K_CALL] = {"call", 4},       [K_INDEX] = {"index", 5},
 };
@@ -1072,8 +1114,7 @@ static bool f_is(const struct fast_val *v, const char *lit)
 /* Returns true when the line is a valid tensor header, with p->cur.tensor
  * and *nbytes_out filled; false to let the jansson path decide. Parser state
  * other than p->cur.tensor and p->tstr is only touched on success. */
-static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
-                        uint64_t *nbytes_out)
+static bool fast_tensor(struct frame_parser *p, const char *text, size_t len, uint64_t *nbytes_out)
 {
     const char *s = text, *e = text + len;
     struct fast_val vals[K_COUNT];
@@ -1147,8 +1188,7 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
         if (vals[K_NBYTES].t != T_INT || vals[K_NBYTES].i < 0)
             return false;
         nbytes = (uint64_t)vals[K_NBYTES].i;
-        if (nbytes > p->lim.max_payload ||
-            nbytes > p->lim.max_total_payload - p->payload_announced)
+        if (nbytes > p->lim.max_payload || nbytes > p->lim.max_total_payload - p->payload_announced)
             return false;
     }
     if (vals[K_SEQ].t != T_INT || vals[K_SEQ].i < 0 || vals[K_SEQ].i <= p->last_seq)
@@ -1156,8 +1196,8 @@ static bool fast_tensor(struct frame_parser *p, const char *text, size_t len,
     if (vals[K_KEY].t != T_STR || vals[K_KEY].n == 0 || vals[K_KEY].n > FRAME_MAX_KEY ||
         memchr(vals[K_KEY].s, 0x7f, vals[K_KEY].n))
         return false;
-    if (vals[K_DTYPE].t != T_STR || vals[K_DTYPE].n == 0 ||
-        vals[K_DTYPE].n > FRAME_MAX_DTYPE || memchr(vals[K_DTYPE].s, 0x7f, vals[K_DTYPE].n))
+    if (vals[K_DTYPE].t != T_STR || vals[K_DTYPE].n == 0 || vals[K_DTYPE].n > FRAME_MAX_DTYPE ||
+        memchr(vals[K_DTYPE].s, 0x7f, vals[K_DTYPE].n))
         return false;
     for (int i = 0; i < t->ndim; i++)
         if (__builtin_mul_overflow(prod, t->shape[i], &prod))
@@ -1331,15 +1371,14 @@ static int slow_header(struct frame_parser *p, const char *text, size_t len, uin
             return bad(p, "nbytes %" PRIu64 " exceeds the payload limit of %" PRIu64 " bytes",
                        nbytes, p->lim.max_payload);
         if (nbytes > p->lim.max_total_payload - p->payload_announced)
-            return bad(p, "total payload limit exceeded: %" PRIu64 " + %" PRIu64
-                          " bytes > %" PRIu64,
+            return bad(p,
+                       "total payload limit exceeded: %" PRIu64 " + %" PRIu64 " bytes > %" PRIu64,
                        p->payload_announced, nbytes, p->lim.max_total_payload);
     }
 
     *nbytes_out = nbytes;
     return check_header(p, h, f->kind, nbytes);
 }
-
 
 /* Parses and checks one complete header line (without '\n'), then delivers
  * the frame at once if its payload is empty or already in [*inp, end), or
@@ -1402,8 +1441,7 @@ static int on_header(struct frame_parser *p, const char *text, size_t len,
     return 0;
 }
 
-static int feed_header(struct frame_parser *p, const unsigned char **inp,
-                       const unsigned char *end)
+static int feed_header(struct frame_parser *p, const unsigned char **inp, const unsigned char *end)
 {
     const unsigned char *in = *inp;
     size_t avail = (size_t)(end - in);
@@ -1435,8 +1473,7 @@ static int feed_header(struct frame_parser *p, const unsigned char **inp,
     return on_header(p, p->line, p->line_len, inp, end);
 }
 
-static int feed_payload(struct frame_parser *p, const unsigned char **inp,
-                        const unsigned char *end)
+static int feed_payload(struct frame_parser *p, const unsigned char **inp, const unsigned char *end)
 {
     uint64_t need = p->cur.nbytes - p->pay_len;
     size_t avail = (size_t)(end - *inp);
@@ -1473,8 +1510,7 @@ int frame_feed(struct frame_parser *p, const void *buf, size_t len)
             rc = feed_payload(p, &in, end);
             break;
         case ST_DONE:
-            return fail(p, -EPROTO, "unexpected data after the end frame (first byte 0x%02x)",
-                        *in);
+            return fail(p, -EPROTO, "unexpected data after the end frame (first byte 0x%02x)", *in);
         case ST_ERROR:
             return p->err;
         }

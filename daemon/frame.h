@@ -33,17 +33,17 @@
 #define FRAME_PROTOCOL_VERSION 1
 
 /* Defaults of the configurable limits (docs/protocol.md, "Limits"). */
-#define FRAME_DEFAULT_MAX_HEADER        65536u          /* bytes, including '\n' */
-#define FRAME_DEFAULT_MAX_PAYLOAD       (1ull << 30)    /* one payload: 1 GiB */
-#define FRAME_DEFAULT_MAX_FRAMES        2000000ull      /* frames per stream */
-#define FRAME_DEFAULT_MAX_TOTAL_PAYLOAD (8ull << 30)    /* payload bytes per stream */
+#define FRAME_DEFAULT_MAX_HEADER        65536u       /* bytes, including '\n' */
+#define FRAME_DEFAULT_MAX_PAYLOAD       (1ull << 30) /* one payload: 1 GiB */
+#define FRAME_DEFAULT_MAX_FRAMES        2000000ull   /* frames per stream */
+#define FRAME_DEFAULT_MAX_TOTAL_PAYLOAD (8ull << 30) /* payload bytes per stream */
 
 /* Fixed limits of the protocol itself. */
 #define FRAME_HARD_MAX_HEADER    (16u << 20) /* frame_parser_new() refuses more */
 #define FRAME_MAX_KEY            512         /* tensor key, bytes */
 #define FRAME_MAX_DTYPE          32          /* dtype name, bytes */
 #define FRAME_MAX_NDIM           16
-#define FRAME_HASH_MIN           8           /* hex digits */
+#define FRAME_HASH_MIN           8 /* hex digits */
 #define FRAME_HASH_MAX           128
 #define FRAME_MAX_TIMING_SAMPLES 1000000
 
@@ -102,9 +102,9 @@ struct frame {
     size_t hdr_len;
     const unsigned char *payload; /* NULL when nbytes == 0 */
     uint64_t nbytes;
-    struct frame_tensor tensor;   /* valid when kind == FRAME_TENSOR */
-    json_t *hdr_;                 /* private: use frame_header() */
-    struct frame_parser *owner_;  /* private */
+    struct frame_tensor tensor;  /* valid when kind == FRAME_TENSOR */
+    json_t *hdr_;                /* private: use frame_header() */
+    struct frame_parser *owner_; /* private */
 };
 
 /* The header as a JSON object, borrowed like the rest of the frame. Tensor

@@ -10,7 +10,9 @@
 
 #include "api/api.h"
 #include "daemon/capd.h"
+#include "daemon/cmd_token.h"
 #include "daemon/log.h"
+#include "daemon/runas.h"
 
 static void hook_quiesce(void *ud)
 {
@@ -44,6 +46,11 @@ int main(int argc, char **argv)
     struct api *a = NULL;
     int port = 0, rc;
 
+    /* Nothing capd creates (database, logs) is for other users: cells may
+     * run as one of them (run_as_user). */
+    umask(027);
+    if (argc > 1 && strcmp(argv[1], "token") == 0)
+        return cmd_token(argc - 1, argv + 1);
     /* Flags win over the file, so find --config first, load it, then apply
      * the flags over it. */
     config_defaults(&scratch);
@@ -68,6 +75,8 @@ int main(int argc, char **argv)
             m = NULL;
         return fail("data_dir", m);
     }
+    if (runas_check(&cfg, &err) != 0)
+        return fail("run_as_user", err);
     if (capd_new(&cfg, &d, &err) != 0)
         return fail("storage", err);
     if (api_start(d, &a, &port, &err) != 0) {

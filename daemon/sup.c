@@ -27,6 +27,7 @@
 
 #include "daemon/frame.h"
 #include "daemon/log.h"
+#include "daemon/runas.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 
@@ -506,6 +507,10 @@ static char **build_env(struct sup *s, const char *spec_path)
         snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
         json_object_set_new(env, key, json_string(eq + 1));
     }
+    /* A cell running as run_as_user cannot use capd's HOME (caches, config
+     * files); its scratch dir is its home unless the build says otherwise. */
+    if (s->cfg->run_uid >= 0)
+        json_object_set_new(env, "HOME", json_string(s->scratch));
     json_object_foreach(json_object_get(s->run.build, "env"), k, v)
     {
         json_object_set(env, k, v);
@@ -584,7 +589,7 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     int fpipe[2] = {-1, -1}, lpipe[2] = {-1, -1}, rpipe[2] = {-1, -1};
     char **env = NULL;
     char *spec_path = NULL, *logdir = NULL, reason[1200] = "";
-    char as[32], cpu[32], nofile[32], nproc[32], rfd[8];
+    char as[32], cpu[32], nofile[32], nproc[32], rfd[8], uid[24], gid[24];
     struct sup *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
@@ -633,6 +638,8 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
         snprintf(reason, sizeof reason, "cannot write the cell spec %s", spec_path);
         goto fail;
     }
+    if ((rc = runas_prepare_cell(cfg, s->scratch, spec_path, reason, sizeof reason)) != 0)
+        goto fail;
     char part[1100];
     snprintf(part, sizeof part, "%s.part", s->log_path);
     s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -675,6 +682,14 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     }
     if (cfg->unshare_net)
         args[a++] = "--unshare-net";
+    if (cfg->run_uid >= 0) {
+        snprintf(uid, sizeof uid, "%ld", cfg->run_uid);
+        snprintf(gid, sizeof gid, "%ld", cfg->run_gid);
+        args[a++] = "--uid";
+        args[a++] = uid;
+        args[a++] = "--gid";
+        args[a++] = gid;
+    }
     args[a++] = "--rusage-fd";
     args[a++] = rfd;
     args[a++] = "--";

@@ -60,12 +60,13 @@ static void sb_free(struct sb *s)
     memset(s, 0, sizeof(*s));
 }
 
-#define HELLO  "{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"test/1\"}\n"
-#define ENV    "{\"kind\":\"env\",\"fingerprint\":{\"torch\":\"2.4.0\"},\"effective_width\":\"avx2\"}\n"
+#define HELLO "{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"test/1\"}\n"
+#define ENV                                                                                        \
+    "{\"kind\":\"env\",\"fingerprint\":{\"torch\":\"2.4.0\"},\"effective_width\":\"avx2\"}\n"
 #define END_OK "{\"kind\":\"end\",\"status\":\"ok\"}\n"
 #define HASH   "9f86d081884c7d659a2feaa0c55ad015"
-#define STATS                                                                                  \
-    "{\"min\":-1.5,\"max\":2.25,\"mean\":0.010416666666666666,\"std\":0.9,\"l2\":28.7,"         \
+#define STATS                                                                                      \
+    "{\"min\":-1.5,\"max\":2.25,\"mean\":0.010416666666666666,\"std\":0.9,\"l2\":28.7,"            \
     "\"nan\":0,\"pinf\":0,\"ninf\":0,\"zeros\":3}"
 
 /* A tensor header of a 1-D uint8 tensor of `numel` elements, plus its payload
@@ -193,8 +194,8 @@ static void rec_assert_equal(const struct rec *a, const struct rec *b, const cha
         cr_assert_str_eq(x->hdr, y->hdr, "%s: frame %zu header", what, i);
         cr_assert_eq(x->nbytes, y->nbytes, "%s: frame %zu nbytes", what, i);
         if (x->nbytes)
-            cr_assert(memcmp(x->payload, y->payload, x->nbytes) == 0, "%s: frame %zu payload",
-                      what, i);
+            cr_assert(memcmp(x->payload, y->payload, x->nbytes) == 0, "%s: frame %zu payload", what,
+                      i);
         cr_assert_eq(x->header_ok, y->header_ok);
         if (x->kind != FRAME_TENSOR)
             continue;
@@ -257,7 +258,7 @@ static size_t rnd_chunk(void)
 }
 
 struct result {
-    int rc;     /* first non-zero of frame_feed() / frame_finish() */
+    int rc; /* first non-zero of frame_feed() / frame_finish() */
     bool at_finish;
     char err[512];
     uint64_t count, payload_bytes;
@@ -329,8 +330,8 @@ static void run_all(const void *buf, size_t len, const struct frame_limits *l, s
                 continue;
             seed(m * 7 + (uint64_t)fast);
             run(buf, len, l, modes[m], 4093, fast, &r, &x);
-            cr_assert_eq(x.rc, first.rc, "mode %zu fast %d: rc %d vs %d (%s / %s)", m, fast,
-                         x.rc, first.rc, x.err, first.err);
+            cr_assert_eq(x.rc, first.rc, "mode %zu fast %d: rc %d vs %d (%s / %s)", m, fast, x.rc,
+                         first.rc, x.err, first.err);
             cr_assert_str_eq(x.err, first.err, "mode %zu fast %d", m, fast);
             cr_assert_eq(x.count, first.count);
             cr_assert_eq(x.payload_bytes, first.payload_bytes);
@@ -357,7 +358,8 @@ static void build_full_stream(struct sb *s, uint64_t *payload_total)
     long long seq = 0;
 
     sb_str(s, HELLO);
-    sb_str(s, "{\"kind\":\"note\",\"level\":\"info\",\"message\":\"starting \\\"x\\\" \\u00e9\"}\n");
+    sb_str(s,
+           "{\"kind\":\"note\",\"level\":\"info\",\"message\":\"starting \\\"x\\\" \\u00e9\"}\n");
     sb_str(s, ENV);
     for (int i = 0; i < 40; i++)
         sb_tensor(s, seq++, "stats", 1024, 0, 0);
@@ -488,8 +490,7 @@ Test(frame, every_two_chunk_split)
 
         cr_assert_eq(frame_parser_new(NULL, on_frame, &r, &p), 0);
         cr_assert_eq(frame_feed(p, s.b, cut), 0, "cut %zu: %s", cut, frame_error(p));
-        cr_assert_eq(frame_feed(p, s.b + cut, s.n - cut), 0, "cut %zu: %s", cut,
-                     frame_error(p));
+        cr_assert_eq(frame_feed(p, s.b + cut, s.n - cut), 0, "cut %zu: %s", cut, frame_error(p));
         cr_assert_eq(frame_finish(p), 0);
         rec_assert_equal(&ref, &r, "split");
         frame_parser_free(p);
@@ -578,8 +579,7 @@ static void expect_violation(const char *name, const void *buf, size_t len,
 
     run_all(buf, len, l, NULL, &res);
     cr_assert_eq(res.rc, want_rc, "%s: rc %d, error \"%s\"", name, res.rc, res.err);
-    cr_assert_not_null(strstr(res.err, want), "%s: error \"%s\" lacks \"%s\"", name, res.err,
-                       want);
+    cr_assert_not_null(strstr(res.err, want), "%s: error \"%s\" lacks \"%s\"", name, res.err, want);
 }
 
 struct raw_case {
@@ -688,7 +688,8 @@ static const struct raw_case raw_cases[] = {
      "nondeterministic header missing array field \"keys\""},
     {"nondet key type", 2, "{\"kind\":\"nondeterministic\",\"keys\":[\"a\",1]}\n",
      "nondeterministic keys[1] must be a key string"},
-    {"nbytes negative", 2, "{\"kind\":\"note\",\"level\":\"info\",\"message\":\"m\",\"nbytes\":-1}\n",
+    {"nbytes negative", 2,
+     "{\"kind\":\"note\",\"level\":\"info\",\"message\":\"m\",\"nbytes\":-1}\n",
      "frame 3: field \"nbytes\" must be a non-negative integer"},
     {"nbytes string", 2, "{\"kind\":\"zzz\",\"nbytes\":\"16\"}\n",
      "field \"nbytes\" must be a non-negative integer"},
@@ -747,7 +748,8 @@ static const struct tensor_case tensor_cases[] = {
     {"shape", "\"4\"", "tensor field \"shape\" must be an array, got string"},
     {"shape", "[-1]", "tensor shape[0] must be a non-negative integer"},
     {"shape", "[2,1.5]", "tensor shape[1] must be a non-negative integer"},
-    {"shape", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4]", "tensor shape has 17 dimensions, more than 16"},
+    {"shape", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4]",
+     "tensor shape has 17 dimensions, more than 16"},
     {"shape", "[4294967296,4294967296]", "tensor shape product overflows 64 bits"},
     {"numel", NULL, "tensor header missing integer field \"numel\""},
     {"numel", "5", "tensor numel 5 does not match shape product 4"},
@@ -779,9 +781,8 @@ static json_t *base_tensor(void)
     json_t *t = json_pack(
         "{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:i, s:s, s:[i], s:i, s:{s:f, s:f, s:i}, s:s, s:s}",
         "kind", "tensor", "seq", 0, "key", "m.0.forward.output.0", "module", "m", "call", 0,
-        "phase", "forward", "role", "output", "index", 0, "dtype", "float32", "shape", 4,
-        "numel", 4, "stats", "min", -1.0, "max", 1.0, "zeros", 0, "hash", HASH, "capture",
-        "stats");
+        "phase", "forward", "role", "output", "index", 0, "dtype", "float32", "shape", 4, "numel",
+        4, "stats", "min", -1.0, "max", 1.0, "zeros", 0, "hash", HASH, "capture", "stats");
 
     cr_assert_not_null(t);
     return t;
@@ -895,14 +896,16 @@ Test(frame, payload_size_must_match_capture)
         const char *want; /* NULL: valid */
     } cases[] = {
         {"full", "float32", 4, 16, NULL},
-        {"full", "float32", 4, 15, "tensor with capture \"full\" needs nbytes 16 (4 x float32), got 15"},
+        {"full", "float32", 4, 15,
+         "tensor with capture \"full\" needs nbytes 16 (4 x float32), got 15"},
         {"full", "float32", 4, 0, "needs nbytes 16"},
         {"full", "float64", 4, 32, NULL},
         {"full", "bfloat16", 4, 8, NULL},
         {"full", "complex64", 2, 16, NULL},
         {"full", "float32", 0, 0, NULL},
         {"sample", "float32", 4, 8, NULL},
-        {"sample", "float32", 4, 6, "tensor with capture \"sample\" has nbytes 6, not a multiple of 4 up to 16"},
+        {"sample", "float32", 4, 6,
+         "tensor with capture \"sample\" has nbytes 6, not a multiple of 4 up to 16"},
         {"sample", "float32", 4, 20, "has nbytes 20, not a multiple of 4 up to 16"},
         {"full", "weird_future_dtype", 4, 3, NULL},
     };
@@ -1227,16 +1230,72 @@ Test(frame, violation_sticks_without_more_callbacks)
 /* ---- the fast path accepts exactly what jansson accepts ------------------- */
 
 static const char *const fuzz_tokens[] = {
-    "0", "-0", "1", "-1", "1.5", "1e400", "-1e400", "1e-400", "9223372036854775807",
-    "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "01", "1.",
-    ".5", "-", "1E2", "0.1e+2", "1e", "123456789012345678901234567890", "true", "false",
-    "null", "nul", "\"\"", "\"x\"", "\"\\u0041\"", "\"\\n\"", "\"\xc3\xa9\"", "\"\xff\"",
-    "[]", "[1,]", "{}", "{\"a\":1,\"a\":2}", "{\"a\":[[[[[[[[[[1]]]]]]]]]]}", " ", "\t",
-    "\r", ",", ":", "{", "}", "[", "]", "\"", "\\", "\x7f", "\x01",
-    "\"tensor\"", "\"stats\"", "\"full\"", "\"sample\"", "[4]", "[2,2]", "4",
-    "\"" HASH "\"", "\"seq\":9,", "\"seq\":1,", "\"kind\":\"tensor\",", "\"zz\":{},",
-    "\"nbytes\":0,", "\"nbytes\":16,", "\"index\":\"w\",", "\"stats\":{},",
-    "\"min\":null,", "\"nan\":2,",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "1.5",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "01",
+    "1.",
+    ".5",
+    "-",
+    "1E2",
+    "0.1e+2",
+    "1e",
+    "123456789012345678901234567890",
+    "true",
+    "false",
+    "null",
+    "nul",
+    "\"\"",
+    "\"x\"",
+    "\"\\u0041\"",
+    "\"\\n\"",
+    "\"\xc3\xa9\"",
+    "\"\xff\"",
+    "[]",
+    "[1,]",
+    "{}",
+    "{\"a\":1,\"a\":2}",
+    "{\"a\":[[[[[[[[[[1]]]]]]]]]]}",
+    " ",
+    "\t",
+    "\r",
+    ",",
+    ":",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    "\\",
+    "\x7f",
+    "\x01",
+    "\"tensor\"",
+    "\"stats\"",
+    "\"full\"",
+    "\"sample\"",
+    "[4]",
+    "[2,2]",
+    "4",
+    "\"" HASH "\"",
+    "\"seq\":9,",
+    "\"seq\":1,",
+    "\"kind\":\"tensor\",",
+    "\"zz\":{},",
+    "\"nbytes\":0,",
+    "\"nbytes\":16,",
+    "\"index\":\"w\",",
+    "\"stats\":{},",
+    "\"min\":null,",
+    "\"nan\":2,",
 };
 
 static void mutate(struct sb *out, const char *base)

@@ -241,16 +241,10 @@ class UserModelTest(unittest.TestCase):
                                      iterations=1),
             "outside": util.make_spec("evilpkg.m:f", model_roots=r),
             "stdlib": util.make_spec("json:loads", model_roots=r),
-            "torch": util.make_spec("torch.nn:Linear", model_roots=r),
             "dotdot": util.make_spec("..mypkg.models:two", model_roots=r),
-            "dotdot2": util.make_spec("mypkg..models:two", model_roots=r),
-            "path": util.make_spec("/tmp/mypkg/models.py:two", model_roots=r),
             "root_dotdot": util.make_spec("mypkg.models:two",
                                           model_roots=[os.path.join(cls.outside, "..",
                                                                     os.path.basename(cls.root))]),
-            "relative_root": util.make_spec("mypkg.models:two", model_roots=["relative/dir"]),
-            "no_roots": util.make_spec("mypkg.models:two"),
-            "missing_attr": util.make_spec("mypkg.models:nope", model_roots=r),
             "boom": util.make_spec("mypkg.models:boom", model_roots=r),
             "unknown_zoo": util.make_spec("alexnet"),
         }
@@ -286,20 +280,13 @@ class UserModelTest(unittest.TestCase):
         return r
 
     def test_outside_roots_refused(self):
-        self.refused("outside", "refused")
+        r = self.refused("outside", "refused")
+        self.assertNotIn("SystemExit", r.stderr)  # its code never ran
         self.refused("stdlib", "refused")
-        self.refused("torch", "refused", "outside the model roots")
 
-    def test_dotdot_and_paths_refused(self):
+    def test_dotdot_refused(self):
         self.refused("dotdot", "refused")
-        self.refused("dotdot2", "refused")
-        self.refused("path", "refused")
         self.refused("root_dotdot", "refused", "..")
-        self.refused("relative_root", "refused", "absolute")
-        self.refused("no_roots", "refused", "model_roots")
-
-    def test_missing_factory(self):
-        self.refused("missing_attr", "nope")
 
     def test_unknown_zoo_model(self):
         self.refused("unknown_zoo", "unknown model", "mlp")

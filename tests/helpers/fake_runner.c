@@ -3,7 +3,9 @@
  * capd execs it exactly like a Python interpreter (argv is ignored). It reads
  * the cell spec named by $CAPD_CELL_SPEC (docs/protocol.md), writes frames on
  * the spec's `frame_fd`, and behaves as the spec's `model` says:
- * `fake:<behavior>` or `fake:<behavior>:<arg>`.
+ * `fake:<behavior>`, `fake:<behavior>:<arg>` or `fake:<behavior>__<arg>`
+ * (for model-name rules that allow only one ':'). Below, `:N` stands for
+ * either form.
  *
  *   ok[:N]          hello, env (effective_width = width, "avx2" for "native"),
  *                   N tensors (default 3) `layer<i>.0.forward.output.0`,
@@ -121,16 +123,16 @@ static inline uint64_t rotr64(uint64_t x, unsigned n)
     return (x >> n) | (x << (64 - n));
 }
 
-#define B2B_G(a, b, c, d, x, y)                                                                \
-    do {                                                                                       \
-        v[a] = v[a] + v[b] + (x);                                                              \
-        v[d] = rotr64(v[d] ^ v[a], 32);                                                        \
-        v[c] = v[c] + v[d];                                                                    \
-        v[b] = rotr64(v[b] ^ v[c], 24);                                                        \
-        v[a] = v[a] + v[b] + (y);                                                              \
-        v[d] = rotr64(v[d] ^ v[a], 16);                                                        \
-        v[c] = v[c] + v[d];                                                                    \
-        v[b] = rotr64(v[b] ^ v[c], 63);                                                        \
+#define B2B_G(a, b, c, d, x, y)                                                                    \
+    do {                                                                                           \
+        v[a] = v[a] + v[b] + (x);                                                                  \
+        v[d] = rotr64(v[d] ^ v[a], 32);                                                            \
+        v[c] = v[c] + v[d];                                                                        \
+        v[b] = rotr64(v[b] ^ v[c], 24);                                                            \
+        v[a] = v[a] + v[b] + (y);                                                                  \
+        v[d] = rotr64(v[d] ^ v[a], 16);                                                            \
+        v[c] = v[c] + v[d];                                                                        \
+        v[b] = rotr64(v[b] ^ v[c], 63);                                                            \
     } while (0)
 
 static void b2b_compress(struct b2b *ctx, const uint8_t *blk, bool last)
@@ -335,10 +337,10 @@ static void hello(void)
 
 static void env_frame(const struct cell *c, const char *width)
 {
-    emit(json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:s,s:I},s:s}", "kind", "env", "fingerprint",
-                   "runner", "fake_runner", "torch", "0.0.0+fake", "model", c->model, "pass",
-                   c->pass, "device", c->device, "threads", (json_int_t)c->threads,
-                   "effective_width", width),
+    emit(json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:s,s:I},s:s}", "kind", "env", "fingerprint", "runner",
+                   "fake_runner", "torch", "0.0.0+fake", "model", c->model, "pass", c->pass,
+                   "device", c->device, "threads", (json_int_t)c->threads, "effective_width",
+                   width),
          NULL, 0, false);
 }
 
@@ -427,8 +429,8 @@ static json_t *stats_of(const float *v, size_t n)
         sq += x * x;
     }
     if (!fin)
-        return json_pack("{s:n,s:n,s:n,s:n,s:n,s:I,s:I,s:I,s:I}", "min", "max", "mean", "std",
-                         "l2", "nan", nan, "pinf", pinf, "ninf", ninf, "zeros", zeros);
+        return json_pack("{s:n,s:n,s:n,s:n,s:n,s:I,s:I,s:I,s:I}", "min", "max", "mean", "std", "l2",
+                         "nan", nan, "pinf", pinf, "ninf", ninf, "zeros", zeros);
     mean = sum / (double)fin;
     for (size_t i = 0; i < n; i++)
         if (isfinite(v[i]))
@@ -459,10 +461,10 @@ static void tensor(const struct cell *c, long i, bool batch)
     if (perturb && strcmp(perturb, key) == 0)
         v[0] += 1.0f / 1024.0f;
     b2b_hex16(v, sizeof(v), hash);
-    h = json_pack("{s:s,s:I,s:s,s:s,s:i,s:s,s:s,s:i,s:s,s:[i],s:i,s:o,s:s,s:s}", "kind",
-                  "tensor", "seq", (json_int_t)i, "key", key, "module", module, "call", 0, "phase",
-                  "forward", "role", "output", "index", 0, "dtype", "float32", "shape", 4,
-                  "numel", 4, "stats", stats_of(v, 4), "hash", hash, "capture", c->capture);
+    h = json_pack("{s:s,s:I,s:s,s:s,s:i,s:s,s:s,s:i,s:s,s:[i],s:i,s:o,s:s,s:s}", "kind", "tensor",
+                  "seq", (json_int_t)i, "key", key, "module", module, "call", 0, "phase", "forward",
+                  "role", "output", "index", 0, "dtype", "float32", "shape", 4, "numel", 4, "stats",
+                  stats_of(v, 4), "hash", hash, "capture", c->capture);
     if (strcmp(c->capture, "full") == 0) {
         memcpy(payload, v, sizeof(v));
         nbytes = sizeof(v);
@@ -490,9 +492,8 @@ static void timing(const struct cell *c)
         json_array_append_new(samples, json_integer((json_int_t)ns));
     }
     emit(json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "kind", "timing", "phase",
-                   strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns",
-                   samples, "warmup", c->warmup, "iterations", c->iterations, "threads",
-                   c->threads),
+                   strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns", samples,
+                   "warmup", c->warmup, "iterations", c->iterations, "threads", c->threads),
          NULL, 0, false);
 }
 
@@ -501,8 +502,9 @@ static void memory(void)
     struct rusage ru;
 
     getrusage(RUSAGE_SELF, &ru);
-    emit(json_pack("{s:s,s:I}", "kind", "memory", "peak_rss_bytes", (json_int_t)ru.ru_maxrss * 1024),
-         NULL, 0, false);
+    emit(
+        json_pack("{s:s,s:I}", "kind", "memory", "peak_rss_bytes", (json_int_t)ru.ru_maxrss * 1024),
+        NULL, 0, false);
 }
 
 static long arg_long(const struct cell *c, long dflt)
@@ -711,8 +713,8 @@ static json_t *isolation_report(void)
                      (json_int_t)getpid(), "ppid", (json_int_t)getppid(), "pgid",
                      (json_int_t)getpgrp(), "sid", (json_int_t)getsid(0), "pdeathsig", pdeath,
                      "rlimits", "as", soft_limit(RLIMIT_AS), "cpu", soft_limit(RLIMIT_CPU),
-                     "nofile", soft_limit(RLIMIT_NOFILE), "nproc", soft_limit(RLIMIT_NPROC),
-                     "core", soft_limit(RLIMIT_CORE));
+                     "nofile", soft_limit(RLIMIT_NOFILE), "nproc", soft_limit(RLIMIT_NPROC), "core",
+                     soft_limit(RLIMIT_CORE));
 }
 
 static unsigned max_seconds(void)
@@ -820,7 +822,7 @@ static json_t *load_spec(struct cell *c)
     json_error_t jerr;
     json_t *spec, *o;
     char why[400];
-    const char *model, *rest, *colon;
+    const char *model, *rest, *sep;
     size_t blen;
 
     if (!path)
@@ -845,9 +847,9 @@ static json_t *load_spec(struct cell *c)
     o = json_object_get(spec, "options");
     c->capture = json_string_value(json_object_get(o, "capture"));
     c->capture = c->capture ? c->capture : "stats";
-#define OPT_INT(field, dflt)                                                                   \
-    c->field = json_is_integer(json_object_get(o, #field))                                     \
-                   ? json_integer_value(json_object_get(o, #field))                            \
+#define OPT_INT(field, dflt)                                                                       \
+    c->field = json_is_integer(json_object_get(o, #field))                                         \
+                   ? json_integer_value(json_object_get(o, #field))                                \
                    : (dflt)
     OPT_INT(seed, 0);
     OPT_INT(iterations, 20);
@@ -858,18 +860,20 @@ static json_t *load_spec(struct cell *c)
     if (c->iterations < 0 || c->iterations > 100000)
         c->iterations = 20;
 
-    /* "fake:<behavior>[:<arg>]" */
+    /* "fake:<behavior>[:<arg>]" or "fake:<behavior>[__<arg>]" */
     c->behavior[0] = '\0';
     c->arg = NULL;
     if (strncmp(c->model, "fake:", 5) == 0) {
         rest = c->model + 5;
-        colon = strchr(rest, ':');
-        blen = colon ? (size_t)(colon - rest) : strlen(rest);
+        sep = rest + strcspn(rest, ":_");
+        while (*sep == '_' && sep[1] != '_')
+            sep = sep + 1 + strcspn(sep + 1, ":_"); /* a lone '_' is part of the name */
+        blen = (size_t)(sep - rest);
         if (blen < sizeof(c->behavior)) {
             memcpy(c->behavior, rest, blen);
             c->behavior[blen] = '\0';
         }
-        c->arg = colon ? colon + 1 : NULL;
+        c->arg = *sep == ':' ? sep + 1 : *sep == '_' ? sep + 2 : NULL;
     }
     return spec;
 }

@@ -1,0 +1,250 @@
+/*
+ * daemon/cmd_token.c - `capd token ...`, the bootstrap path for API tokens:
+ *
+ *   capd token create --data-dir DIR --scope read|submit|admin
+ *                     [--name NAME] [--expires 30d|12h|90m|3600s|never]
+ *   capd token list   --data-dir DIR [--json]
+ *   capd token revoke --data-dir DIR ID
+ *
+ * It opens the database directly (running migrations, like capd does at
+ * start-up), so it works before capd ever ran and while it runs. The new
+ * token is printed once, alone on stdout, so `TOKEN=$(capd token create
+ * ...)` captures it; everything else goes to stderr.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "daemon/cmd_token.h"
+#include "storage/store.h"
+
+#define TOKEN_MAX_NAME 64
+#define TOKEN_MAX_EXPIRY_S (10LL * 366 * 86400)
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: capd token create --data-dir DIR --scope read|submit|admin [--name NAME]\n"
+               "                         [--expires DURATION|never]\n"
+               "       capd token list --data-dir DIR [--json]\n"
+               "       capd token revoke --data-dir DIR ID\n"
+               "\n"
+               "DURATION is a number with a unit: s, m, h, d or w (30d). The token is printed\n"
+               "once on stdout and only its SHA-256 is stored; list shows ids, never secrets.\n"
+               "Scopes: read (GETs), submit (read + post jobs, cancel its own), admin\n"
+               "(everything: builds, branches, tokens, any job).\n");
+}
+
+/* "30d" -> seconds; -1 when malformed or past ten years; 0 for "never". */
+static long long parse_duration(const char *s)
+{
+    char *end;
+    if (strcmp(s, "never") == 0)
+        return 0;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (errno || end == s || n <= 0 || strlen(end) != 1)
+        return -1;
+    static const struct {
+        char unit;
+        long long secs;
+    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 7 * 86400}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (*end == units[i].unit)
+            return n > TOKEN_MAX_EXPIRY_S / units[i].secs ? -1 : n * units[i].secs;
+    return -1;
+}
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    return n <= TOKEN_MAX_NAME;
+}
+
+static int open_store(const char *dir, struct store **s)
+{
+    char *err = NULL;
+    if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+        fprintf(stderr, "capd token: cannot create data dir %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    if (store_open(dir, true, s, &err) != 0) {
+        fprintf(stderr, "capd token: %s\n", err ? err : "cannot open the database");
+        free(err);
+        return 1;
+    }
+    return 0;
+}
+
+static const char *str(json_t *o, const char *k, const char *def)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : def;
+}
+
+static int do_list(struct store *s, bool as_json)
+{
+    json_t *out = NULL;
+    int rc = store_token_list(s, &out);
+    if (rc) {
+        fprintf(stderr, "capd token list: %s\n", store_errmsg(s));
+        return 1;
+    }
+    if (as_json) {
+        json_dumpf(out, stdout, JSON_INDENT(2));
+        putchar('\n');
+    } else {
+        size_t i;
+        json_t *t;
+        int64_t now = store_now_ms();
+        printf("%-14s %-7s %-8s %-24s %-24s %s\n", "ID", "SCOPE", "STATE", "CREATED", "EXPIRES",
+               "NAME");
+        json_array_foreach(json_object_get(out, "tokens"), i, t)
+        {
+            /* The state is recomputed here the way store_token_check sees
+             * it, from the RFC 3339 strings only to print them. */
+            const char *exp = str(t, "expires_at", NULL);
+            const char *state = !json_is_null(json_object_get(t, "revoked_at")) ? "revoked"
+                                                                                 : "active";
+            if (exp && strcmp(state, "active") == 0) {
+                struct tm tm = {0};
+                int ms = 0;
+                if (sscanf(exp, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                           &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) == 7) {
+                    tm.tm_year -= 1900;
+                    tm.tm_mon -= 1;
+                    if ((int64_t)timegm(&tm) * 1000 + ms <= now)
+                        state = "expired";
+                }
+            }
+            printf("%-14s %-7s %-8s %-24s %-24s %s\n", str(t, "id", ""), str(t, "scope", ""),
+                   state, str(t, "created_at", ""), exp ? exp : "never", str(t, "name", ""));
+        }
+    }
+    json_decref(out);
+    return 0;
+}
+
+int cmd_token(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data-dir", required_argument, NULL, 'd'}, {"scope", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},     {"expires", required_argument, NULL, 'e'},
+        {"json", no_argument, NULL, 'j'},           {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *dir = "/var/lib/capd", *scope_s = NULL, *name = "", *expires = "never";
+    bool as_json = false;
+    struct store *s = NULL;
+    int o, rc = 1;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *verb = argv[1];
+    if (strcmp(verb, "--help") == 0 || strcmp(verb, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    optind = 2;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'd':
+            dir = optarg;
+            break;
+        case 's':
+            scope_s = optarg;
+            break;
+        case 'n':
+            name = optarg;
+            break;
+        case 'e':
+            expires = optarg;
+            break;
+        case 'j':
+            as_json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "capd token: unknown or incomplete option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (strcmp(verb, "create") == 0) {
+        int scope = store_scope_parse(scope_s);
+        long long secs = parse_duration(expires);
+        if (optind != argc || scope < 0 || secs < 0 || !valid_name(name)) {
+            fprintf(stderr, "capd token create: %s\n",
+                    optind != argc ? "unexpected argument"
+                    : scope < 0    ? "--scope must be read, submit or admin"
+                    : secs < 0     ? "--expires must be like 30d, 12h, 90m, 3600s (at most ten "
+                                     "years) or never"
+                                   : "--name must be at most 64 printable characters");
+            return 2;
+        }
+        if (open_store(dir, &s))
+            return 1;
+        char token[STORE_TOKEN_LEN + 1];
+        json_t *info = NULL;
+        int64_t exp_at = secs ? store_now_ms() + secs * 1000 : 0;
+        if (store_token_create(s, scope, name, exp_at, token, &info) != 0) {
+            fprintf(stderr, "capd token create: cannot create the token: %s\n", store_errmsg(s));
+            goto out;
+        }
+        printf("%s\n", token);
+        fflush(stdout);
+        memset(token, 0, sizeof token);
+        fprintf(stderr,
+                "capd: created token %s (scope %s, name '%s', expires %s). It is shown only "
+                "this once; capd keeps only its hash.\n",
+                str(info, "id", "?"), str(info, "scope", "?"), str(info, "name", ""),
+                str(info, "expires_at", "never"));
+        json_decref(info);
+        rc = 0;
+    } else if (strcmp(verb, "list") == 0) {
+        if (optind != argc) {
+            fprintf(stderr, "capd token list: unexpected argument '%s'\n", argv[optind]);
+            return 2;
+        }
+        if (open_store(dir, &s))
+            return 1;
+        rc = do_list(s, as_json);
+    } else if (strcmp(verb, "revoke") == 0) {
+        if (optind != argc - 1) {
+            fprintf(stderr, "capd token revoke: give exactly one token id (see capd token list)\n");
+            return 2;
+        }
+        const char *id = argv[optind];
+        if (open_store(dir, &s))
+            return 1;
+        int r = store_token_revoke(s, id);
+        if (r == 0) {
+            fprintf(stderr, "capd: revoked token %s\n", id);
+            rc = 0;
+        } else if (r == -EALREADY) {
+            fprintf(stderr, "capd: token %s was already revoked\n", id);
+            rc = 0;
+        } else if (r == -ENOENT) {
+            fprintf(stderr, "capd token revoke: no token with id '%s'\n", id);
+        } else {
+            fprintf(stderr, "capd token revoke: %s\n", store_errmsg(s));
+        }
+    } else {
+        fprintf(stderr, "capd token: unknown command '%s'\n", verb);
+        usage(stderr);
+        return 2;
+    }
+out:
+    store_close(s);
+    return rc;
+}

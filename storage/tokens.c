@@ -1,0 +1,255 @@
+/*
+ * storage/tokens.c - API bearer tokens: creation, checking, listing,
+ * revocation, and which token created a job.
+ *
+ * A token reads "capd_<id>_<secret>": <id> is a public identifier
+ * ('t' + 12 hex digits) that finds the row, <secret> is 32 bytes from
+ * getrandom(2) in hex. The database keeps SHA-256 of the whole string and
+ * nothing else, so a copy of capd.db grants nothing. Checking hashes the
+ * presented token and compares the two digests in constant time; a
+ * revoked or expired token is only reported as such once its secret has
+ * matched, so guessing ids tells an attacker nothing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "storage/store_int.h"
+
+#define TOKEN_PREFIX "capd_"
+#define TOKEN_ID_LEN 13 /* 't' + 12 hex */
+#define TOKEN_SECRET_BYTES 32
+
+static const char *const scope_names[] = {"none", "read", "submit", "admin"};
+
+const char *store_scope_name(int scope)
+{
+    return scope >= STORE_SCOPE_NONE && scope <= STORE_SCOPE_ADMIN ? scope_names[scope] : "none";
+}
+
+int store_scope_parse(const char *s)
+{
+    for (int i = STORE_SCOPE_READ; s && i <= STORE_SCOPE_ADMIN; i++)
+        if (strcmp(s, scope_names[i]) == 0)
+            return i;
+    return -EINVAL;
+}
+
+static void to_hex(const unsigned char *p, size_t n, char *out)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[p[i] >> 4];
+        out[2 * i + 1] = hx[p[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+static bool is_lower_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* Compares two equal-length strings without an early exit, so the time
+ * taken does not depend on where they first differ. */
+static bool ct_equal(const char *a, const char *b, size_t n)
+{
+    volatile unsigned char acc = 0;
+    for (size_t i = 0; i < n; i++)
+        acc |= (unsigned char)(a[i] ^ b[i]);
+    return acc == 0;
+}
+
+static json_t *token_row(sqlite3_stmt *st)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "id", store_col_str(st, 0), "name",
+                     store_col_str(st, 1), "scope", store_col_str(st, 2), "created_at",
+                     store_col_time(st, 3), "expires_at", store_col_time(st, 4), "revoked_at",
+                     store_col_time(st, 5));
+}
+
+#define TOKEN_COLS "id, name, scope, created_at, expires_at, revoked_at"
+
+static int token_get(struct store *s, const char *id, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens WHERE id = ?", &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *out = token_row(st);
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_token_create(struct store *s, int scope, const char *name, int64_t expires_at,
+                       char token_out[STORE_TOKEN_LEN + 1], json_t **info)
+{
+    unsigned char secret[TOKEN_SECRET_BYTES], digest[32];
+    char hex[2 * TOKEN_SECRET_BYTES + 1], dhex[65], id[16];
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+    if (scope < STORE_SCOPE_READ || scope > STORE_SCOPE_ADMIN)
+        return -EINVAL;
+    /* A secret must never fall back to anything weaker: no randomness, no
+     * token. GRND_NONBLOCK is not used, so this waits for the pool. */
+    if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret)
+        return -EIO;
+    to_hex(secret, sizeof secret, hex);
+    /* An id collision (48 random bits) is a constraint error; try again. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        store_new_id('t', id);
+        snprintf(token_out, STORE_TOKEN_LEN + 1, TOKEN_PREFIX "%s_%s", id, hex);
+        store_sha256(token_out, strlen(token_out), digest);
+        to_hex(digest, sizeof digest, dhex);
+        sqlite3_finalize(st);
+        st = NULL;
+        if ((rc = store_prepare(s,
+                                "INSERT INTO tokens(id, name, scope, hash, created_at, expires_at) "
+                                "VALUES (?,?,?,?,?,?)",
+                                &st)) != 0)
+            goto out;
+        store_bind_text(st, 1, id);
+        store_bind_text(st, 2, name ? name : "");
+        store_bind_text(st, 3, store_scope_name(scope));
+        store_bind_text(st, 4, dhex);
+        sqlite3_bind_int64(st, 5, store_now_ms());
+        if (expires_at > 0)
+            sqlite3_bind_int64(st, 6, expires_at);
+        else
+            sqlite3_bind_null(st, 6);
+        rc = store_rc(s, sqlite3_step(st));
+        if (rc != -EEXIST)
+            break;
+    }
+    if (rc)
+        goto out;
+    rc = info ? token_get(s, id, info) : 0;
+out:
+    if (rc)
+        memset(token_out, 0, STORE_TOKEN_LEN + 1);
+    memset(secret, 0, sizeof secret);
+    memset(hex, 0, sizeof hex);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_token_check(struct store *s, const char *token, char id_out[16], int *scope_out)
+{
+    static const size_t plen = sizeof TOKEN_PREFIX - 1;
+    unsigned char digest[32];
+    char dhex[65], id[16];
+    sqlite3_stmt *st = NULL;
+    /* The shape is checked before anything is looked up, so junk never
+     * reaches the database. */
+    if (!token || strlen(token) != STORE_TOKEN_LEN || strncmp(token, TOKEN_PREFIX, plen) != 0 ||
+        token[plen] != 't' || !is_lower_hex(token + plen + 1, TOKEN_ID_LEN - 1) ||
+        token[plen + TOKEN_ID_LEN] != '_' ||
+        !is_lower_hex(token + plen + TOKEN_ID_LEN + 1, 2 * TOKEN_SECRET_BYTES))
+        return -ENOENT;
+    memcpy(id, token + plen, TOKEN_ID_LEN);
+    id[TOKEN_ID_LEN] = 0;
+    store_sha256(token, STORE_TOKEN_LEN, digest);
+    to_hex(digest, sizeof digest, dhex);
+    int rc = store_prepare(s, "SELECT hash, scope, expires_at, revoked_at FROM tokens WHERE id = ?",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, id);
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+        goto out;
+    }
+    const char *hash = (const char *)sqlite3_column_text(st, 0);
+    if (!hash || strlen(hash) != 64 || !ct_equal(hash, dhex, 64)) {
+        rc = -ENOENT;
+        goto out;
+    }
+    if (sqlite3_column_type(st, 3) != SQLITE_NULL) {
+        rc = -EKEYREVOKED;
+        goto out;
+    }
+    if (sqlite3_column_type(st, 2) != SQLITE_NULL &&
+        sqlite3_column_int64(st, 2) <= store_now_ms()) {
+        rc = -EKEYEXPIRED;
+        goto out;
+    }
+    int scope = store_scope_parse((const char *)sqlite3_column_text(st, 1));
+    if (scope < 0) {
+        rc = -EIO;
+        goto out;
+    }
+    snprintf(id_out, 16, "%s", id);
+    *scope_out = scope;
+    rc = 0;
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_token_list(struct store *s, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *arr = json_array();
+    int rc = store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at DESC, id",
+                           &st);
+    if (rc)
+        goto out;
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(arr, token_row(st));
+    if ((rc = store_rc(s, src)) != 0)
+        goto out;
+    *out = json_pack("{s:O}", "tokens", arr);
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_token_revoke(struct store *s, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, id);
+    sqlite3_bind_int64(st, 2, store_now_ms());
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_finalize(st);
+    if (rc == 0 && sqlite3_changes(s->db) == 0) {
+        json_t *t = NULL;
+        rc = token_get(s, id, &t);
+        json_decref(t);
+        rc = rc == 0 ? -EALREADY : rc;
+    }
+    return rc;
+}
+
+int store_job_token(struct store *s, const char *job_id, char id_out[16])
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT token_id FROM jobs WHERE id = ?", &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, job_id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        snprintf(id_out, 16, "%s", t ? t : "");
+    }
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
