@@ -86,6 +86,7 @@ bool api_may_cancel(struct api_req *r, const char *job_id, enum MHD_Result *ret)
  * says what (every such error is a 400). */
 struct api_verr {
     const char *code; /* stable machine-readable code: invalid_field, ... */
+    bool has_field;   /* field is meaningful (it may be "": a key named "") */
     char field[160];
     char message[1024];
 };

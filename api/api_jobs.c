@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 
 #define JOB_MAX_LABELS 32
 #define JOB_MAX_AXIS 64
+#define JOB_RETRY_AFTER_S "30"
 
 struct opt_int {
     const char *name;
@@ -74,6 +76,7 @@ verr(struct api_verr *e, const char *code, const char *field, const char *fmt, .
 {
     va_list ap;
     e->code = code;
+    e->has_field = field != NULL;
     snprintf(e->field, sizeof e->field, "%s", field ? field : "");
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -232,67 +235,70 @@ static uint64_t fnv1a(const char *p, size_t n)
     return h;
 }
 
-enum MHD_Result api_jobs_create(struct api_req *r)
+/*
+ * Everything about a job request that needs no HTTP and no database: the
+ * caller looked the build up (BUILD is NULL when it is not registered).
+ * Kept apart from the handler so the fuzzer (tests/fuzz/fuzz_job_request.c)
+ * drives exactly the code that guards POST /v1/jobs.
+ */
+int api_validate_job_request(json_t *body, json_t *build, const struct capd_config *cfg,
+                             json_t **normalized, struct api_verr *err)
 {
-    enum MHD_Result ret;
-    json_t *body = api_body_object(r, &ret), *build = NULL, *opts = NULL, *norm = NULL;
-    if (!body)
-        return ret;
-    struct store *s = api_store(r);
+    int rc = -EINVAL;
+    json_t *opts = NULL;
     const char *k;
     json_t *v;
     static const char *const fields[] = {"project", "commit",  "branch", "build",
                                          "control_commit", "matrix", "options", "labels",
                                          "provenance", NULL};
+    *normalized = NULL;
+    if (!json_is_object(body)) {
+        verr(err, "invalid_json", NULL, "the body must be a JSON object");
+        goto out;
+    }
     json_object_foreach(body, k, v)
     {
         if (!one_of(k, fields)) {
-            ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
+            verr(err, "unknown_field", k, "unknown field '%s'", k);
             goto out;
         }
     }
     const char *project = json_string_value(json_object_get(body, "project"));
     if (!api_valid_name(project, 128)) {
-        ret = api_error(r, 400, "invalid_field", "project",
-                        "project must match ^[A-Za-z0-9._-]{1,128}$");
+        verr(err, "invalid_field", "project", "project must match ^[A-Za-z0-9._-]{1,128}$");
         goto out;
     }
     const char *commit = json_string_value(json_object_get(body, "commit"));
     if (!api_valid_hex(commit, 7, 64)) {
-        ret = api_error(r, 400, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
+        verr(err, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
         goto out;
     }
     json_t *cc = json_object_get(body, "control_commit");
     if (cc && !json_is_null(cc) && !api_valid_hex(json_string_value(cc), 7, 64)) {
-        ret = api_error(r, 400, "invalid_field", "control_commit",
-                        "control_commit must be 7 to 64 hex digits");
+        verr(err, "invalid_field", "control_commit", "control_commit must be 7 to 64 hex digits");
         goto out;
     }
     json_t *br = json_object_get(body, "branch");
     if (br && !json_is_null(br) &&
         (!api_valid_text(json_string_value(br), 255) || strstr(json_string_value(br), ".."))) {
-        ret = api_error(r, 400, "invalid_field", "branch",
-                        "branch must be a string of 1 to 255 printable characters without '..'");
+        verr(err, "invalid_field", "branch",
+             "branch must be a string of 1 to 255 printable characters without '..'");
         goto out;
     }
     const char *bname = json_string_value(json_object_get(body, "build"));
     if (!api_valid_name(bname, 64)) {
-        ret = api_error(r, 400, "invalid_field", "build", "build must name a registered build");
+        verr(err, "invalid_field", "build", "build must name a registered build");
         goto out;
     }
-    int rc = s ? store_build_get(s, bname, &build) : -EIO;
-    if (rc == -ENOENT) {
-        ret = api_error(r, 400, "unknown_build", "build",
-                        "build '%s' is not registered (POST /v1/builds)", bname);
-        goto out;
-    } else if (rc) {
-        ret = api_store_error(r, rc, "build");
+    if (!build) {
+        verr(err, "unknown_build", "build", "build '%s' is not registered (POST /v1/builds)",
+             bname);
         goto out;
     }
     json_t *m = json_object_get(body, "matrix");
     if (!json_is_object(m)) {
-        ret = api_error(r, 400, "invalid_field", "matrix",
-                        "matrix must be an object with models, widths and passes");
+        verr(err, "invalid_field", "matrix",
+             "matrix must be an object with models, widths and passes");
         goto out;
     }
     json_object_foreach(m, k, v)
@@ -300,53 +306,85 @@ enum MHD_Result api_jobs_create(struct api_req *r)
         if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes")) {
             char f[160];
             snprintf(f, sizeof f, "matrix.%s", k);
-            ret = api_error(r, 400, "unknown_field", f, "unknown field '%s'", f);
+            verr(err, "unknown_field", f, "unknown field '%s'", f);
             goto out;
         }
     }
-    if (!check_axis(r, m, "models", build, &ret) || !check_axis(r, m, "widths", build, &ret) ||
-        !check_axis(r, m, "passes", build, &ret))
+    if (!check_axis(err, m, "models", build) || !check_axis(err, m, "widths", build) ||
+        !check_axis(err, m, "passes", build))
         goto out;
     size_t ncells = json_array_size(json_object_get(m, "models")) *
                     json_array_size(json_object_get(m, "widths")) *
                     json_array_size(json_object_get(m, "passes"));
-    if (ncells > (size_t)api_cfg(r)->max_cells_per_job) {
-        ret = api_error(r, 400, "too_many_cells", "matrix",
-                        "the matrix expands to %zu cells; the limit is %d", ncells,
-                        api_cfg(r)->max_cells_per_job);
+    if (ncells > (size_t)cfg->max_cells_per_job) {
+        verr(err, "too_many_cells", "matrix", "the matrix expands to %zu cells; the limit is %d",
+             ncells, cfg->max_cells_per_job);
         goto out;
     }
-    if (!(opts = validate_options(r, json_object_get(body, "options"), &ret)))
+    if (!(opts = validate_options(err, json_object_get(body, "options"))))
         goto out;
     json_t *labels = json_object_get(body, "labels");
     if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS)) {
-        ret = api_error(r, 400, "invalid_field", "labels",
-                        "labels must be an object of at most %d strings", JOB_MAX_LABELS);
+        verr(err, "invalid_field", "labels", "labels must be an object of at most %d strings",
+             JOB_MAX_LABELS);
         goto out;
     }
     json_object_foreach(labels, k, v)
     {
         if (!api_valid_name(k, 64) || !json_is_string(v) || json_string_length(v) > 256) {
-            ret = api_error(r, 400, "invalid_field", "labels",
-                            "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a "
-                            "string value of at most 256 bytes",
-                            k);
+            verr(err, "invalid_field", "labels",
+                 "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a string value of "
+                 "at most 256 bytes",
+                 k);
             goto out;
         }
     }
     json_t *prov = json_object_get(body, "provenance");
     if (prov && !json_is_object(prov)) {
-        ret = api_error(r, 400, "invalid_field", "provenance", "provenance must be an object");
+        verr(err, "invalid_field", "provenance", "provenance must be an object");
         goto out;
     }
-    norm = json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project", project,
-                     "commit", commit, "branch", br ? br : json_null(), "build", bname,
-                     "control_commit", cc ? cc : json_null(), "matrix", "models",
-                     json_object_get(m, "models"), "widths", json_object_get(m, "widths"),
-                     "passes", json_object_get(m, "passes"), "options", opts, "labels",
-                     labels ? json_incref(labels) : json_object());
+    json_t *norm = json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project",
+                             project, "commit", commit, "branch", br ? br : json_null(), "build",
+                             bname, "control_commit", cc ? cc : json_null(), "matrix", "models",
+                             json_object_get(m, "models"), "widths", json_object_get(m, "widths"),
+                             "passes", json_object_get(m, "passes"), "options", opts, "labels",
+                             labels ? json_incref(labels) : json_object());
+    if (!norm) {
+        verr(err, "invalid_json", NULL, "the request could not be normalized");
+        goto out;
+    }
     if (prov)
         json_object_set(norm, "provenance", prov);
+    *normalized = norm;
+    rc = 0;
+out:
+    json_decref(opts);
+    return rc;
+}
+
+enum MHD_Result api_jobs_create(struct api_req *r)
+{
+    enum MHD_Result ret;
+    struct api_verr verror = {0};
+    json_t *body = api_body_object(r, &ret), *build = NULL, *norm = NULL;
+    if (!body)
+        return ret;
+    struct store *s = api_store(r);
+    const char *bname = json_string_value(json_object_get(body, "build"));
+    int rc = 0;
+    if (api_valid_name(bname, 64)) {
+        rc = s ? store_build_get(s, bname, &build) : -EIO;
+        if (rc && rc != -ENOENT) {
+            ret = api_store_error(r, rc, "build");
+            goto out;
+        }
+    }
+    if (api_validate_job_request(body, build, api_cfg(r), &norm, &verror) != 0) {
+        ret = api_error(r, 400, verror.code, verror.has_field ? verror.field : NULL, "%s",
+                        verror.message);
+        goto out;
+    }
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx",
              (unsigned long long)fnv1a(r->body, r->body_len));
@@ -357,7 +395,9 @@ enum MHD_Result api_jobs_create(struct api_req *r)
         goto out;
     }
     struct store_job_new n = {.request = norm, .idem_key = idem, .body_hash = hash,
-                              .max_queued_jobs = api_cfg(r)->max_queued_jobs};
+                              .max_queued_jobs = api_cfg(r)->max_queued_jobs,
+                              .token_id = r->token_id[0] ? r->token_id : NULL,
+                              .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
     json_t *job = NULL;
     bool existed = false;
     rc = store_job_create(s, &n, &job, &existed);
@@ -366,10 +406,21 @@ enum MHD_Result api_jobs_create(struct api_req *r)
                         "Idempotency-Key '%s' was used for a different request", idem);
         goto out;
     }
+    /* Both queue limits clear as jobs finish; Retry-After is a hint, not a
+     * promise (a cell may run for minutes). */
     if (rc == -EAGAIN) {
+        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
         ret = api_error(r, 429, "too_many_jobs", NULL,
                         "%d jobs are already queued or running; retry later",
                         api_cfg(r)->max_queued_jobs);
+        goto out;
+    }
+    if (rc == -EDQUOT) {
+        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
+        ret = api_error(r, 429, "too_many_jobs_for_token", NULL,
+                        "token %s already has %d jobs queued or running "
+                        "(max_queued_jobs_per_token); retry when one has finished",
+                        r->token_id, api_cfg(r)->max_queued_jobs_per_token);
         goto out;
     }
     if (rc) {
@@ -453,6 +504,9 @@ enum MHD_Result api_jobs_get(struct api_req *r)
 
 enum MHD_Result api_jobs_cancel(struct api_req *r)
 {
+    enum MHD_Result ret;
+    if (!api_may_cancel(r, r->seg[2], &ret))
+        return ret;
     struct store *s = api_store(r);
     int rc = s ? store_job_cancel(s, r->seg[2]) : -EIO;
     if (rc == -EALREADY)

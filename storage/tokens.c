@@ -107,7 +107,7 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
     /* An id collision (48 random bits) is a constraint error; try again. */
     for (int attempt = 0; attempt < 4; attempt++) {
         store_new_id('t', id);
-        snprintf(token_out, STORE_TOKEN_LEN + 1, TOKEN_PREFIX "%s_%s", id, hex);
+        snprintf(token_out, STORE_TOKEN_LEN + 1, TOKEN_PREFIX "%.13s_%.64s", id, hex);
         store_sha256(token_out, strlen(token_out), digest);
         to_hex(digest, sizeof digest, dhex);
         sqlite3_finalize(st);

@@ -56,6 +56,9 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
         snprintf(c->dir, sizeof c->dir, "%s", d);
         free(d);
     }
+    /* capd running as root runs cells as run_as_user (nobody), which must
+     * be able to search down to DIR/data/scratch; mkdtemp made DIR 0700. */
+    chmod(c->dir, 0711);
     snprintf(c->errlog, sizeof c->errlog, "%s/capd.stderr", c->dir);
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0)
