@@ -3,6 +3,7 @@
 import hashlib
 import os
 import platform
+import re
 import sys
 
 from capd_runner import RUNNER_NAME
@@ -64,13 +65,36 @@ def _safe(fn, default=None):
         return default
 
 
-def collect(torch, config_text, effective_width, device_info):
-    tv = None
+def torchvision_version():
+    """torchvision's version without importing it (the import costs about half
+    a second per cell) when its version.py can be read; else import it."""
+    mod = sys.modules.get("torchvision")
+    if mod is not None:
+        return getattr(mod, "__version__", "unknown")
     try:
-        import torchvision  # noqa: F401
-        tv = getattr(torchvision, "__version__", "unknown")
+        import importlib.util
+        spec = importlib.util.find_spec("torchvision")
     except Exception:
-        tv = None
+        spec = None
+    if spec is None:
+        return None
+    try:
+        path = os.path.join(os.path.dirname(spec.origin), "version.py")
+        with open(path, "r") as f:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+        if m:
+            return m.group(1)
+    except Exception:
+        pass
+    try:
+        import torchvision
+        return getattr(torchvision, "__version__", "unknown")
+    except Exception:
+        return None
+
+
+def collect(torch, config_text, effective_width, device_info):
+    tv = torchvision_version()
     version = getattr(torch, "version", None)
     fp = {
         "runner": RUNNER_NAME,
