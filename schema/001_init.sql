@@ -74,23 +74,28 @@ CREATE TABLE attempts (
     UNIQUE (cell_seq, n)
 );
 
+-- Payloads are content-addressed files under DATA/blobs/<2 hex>/<hash>
+-- (written once, renamed into place); this table says which exist and how
+-- they are encoded. Keeping megabyte payloads out of the WAL is what lets
+-- ingest run near pipe speed.
 CREATE TABLE blobs (
-    hash      TEXT PRIMARY KEY,
-    codec     TEXT NOT NULL,
-    raw_size  INTEGER NOT NULL,
-    data      BLOB NOT NULL
+    hash        TEXT PRIMARY KEY,
+    codec       TEXT NOT NULL CHECK (codec IN ('raw','zstd')),
+    raw_size    INTEGER NOT NULL,
+    stored_size INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- One row per frame of an attempt, keyed by (attempt, frame order): the
+-- primary key is the only index the hot ingest path maintains.
 CREATE TABLE records (
-    id          INTEGER PRIMARY KEY,
     attempt_id  INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
     seq         INTEGER NOT NULL,
     kind        TEXT NOT NULL,
     key         TEXT,
     header      TEXT NOT NULL,
-    blob_hash   TEXT REFERENCES blobs(hash),
-    UNIQUE (attempt_id, seq)
-);
+    blob_hash   TEXT,
+    PRIMARY KEY (attempt_id, seq)
+) WITHOUT ROWID;
 CREATE INDEX records_blob ON records(blob_hash) WHERE blob_hash IS NOT NULL;
 
 CREATE TABLE branches (

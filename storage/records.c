@@ -3,9 +3,12 @@
  * readers behind the records API.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
@@ -47,11 +50,34 @@ int store_flush(struct store *s)
     return rc;
 }
 
+/* DATA/blobs/<first two hex digits>/<hash>. */
+void store_blob_path(const struct store *s, const char *hash, char *out, size_t n)
+{
+    snprintf(out, n, "%s/blobs/%.2s/%s", s->data_dir, hash + 1, hash);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -errno ? -errno : -EIO;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 /*
  * Payloads are content-addressed by XXH3-128 of the raw bytes (computed
- * here, never trusted from the child) and stored once, zstd-compressed at a
- * fast level when that saves at least 1/16 of the size, raw otherwise
- * (float activations often do not compress).
+ * here, never trusted from the child) and stored once, as a file renamed
+ * into place, so a blob exists whole or not at all. Before paying for
+ * compression the first 64 KiB are tried: float activations rarely
+ * compress, and zstd over incompressible bytes would be the slowest step
+ * of ingest. A blob that saves at least 1/8 there is compressed whole.
  */
 static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
 {
@@ -71,6 +97,7 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
         return store_rc(s, src);
     if (!s->zctx && !(s->zctx = ZSTD_createCCtx()))
         return -ENOMEM;
+    size_t probe = n < 65536 ? n : 65536;
     size_t bound = ZSTD_compressBound(n);
     if (bound > s->zcap) {
         void *nb = realloc(s->zbuf, bound);
@@ -79,16 +106,41 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
         s->zbuf = nb;
         s->zcap = bound;
     }
-    size_t zn = ZSTD_compressCCtx(s->zctx, s->zbuf, s->zcap, data, n, 1);
-    bool use_z = !ZSTD_isError(zn) && zn < n - n / 16;
+    bool use_z = false;
+    size_t zn = ZSTD_compressCCtx(s->zctx, s->zbuf, s->zcap, data, probe, 1);
+    if (!ZSTD_isError(zn) && zn < probe - probe / 8) {
+        zn = probe == n ? zn : ZSTD_compressCCtx(s->zctx, s->zbuf, s->zcap, data, n, 1);
+        use_z = !ZSTD_isError(zn) && zn < n - n / 16;
+    }
+    char path[1200], tmp[1300];
+    store_blob_path(s, hash, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    char *slash = strrchr(path, '/');
+    *slash = 0;
+    if (mkdir(path, 0750) != 0 && errno != EEXIST)
+        return -errno;
+    *slash = '/';
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return -errno;
+    rc = write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
     if ((rc = cached(s, SC_BLOB_INSERT,
-                     "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, data) VALUES (?,?,?,?)",
+                     "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, stored_size) "
+                     "VALUES (?,?,?,?)",
                      &st)) != 0)
         return rc;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, use_z ? "zstd" : "raw", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)n);
-    sqlite3_bind_blob64(st, 4, use_z ? s->zbuf : data, use_z ? zn : n, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)(use_z ? zn : n));
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     return rc;
@@ -133,8 +185,9 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
 int store_blob_get(struct store *s, const char *hash, void **data, size_t *len)
 {
     sqlite3_stmt *st = NULL;
-    void *buf = NULL;
-    int rc = store_prepare(s, "SELECT codec, raw_size, data FROM blobs WHERE hash = ?", &st);
+    void *buf = NULL, *raw = NULL;
+    int fd = -1;
+    int rc = store_prepare(s, "SELECT codec, raw_size, stored_size FROM blobs WHERE hash = ?", &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, hash);
@@ -143,32 +196,55 @@ int store_blob_get(struct store *s, const char *hash, void **data, size_t *len)
         rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
         goto out;
     }
-    size_t raw = (size_t)sqlite3_column_int64(st, 1);
-    const void *b = sqlite3_column_blob(st, 2);
-    size_t bn = (size_t)sqlite3_column_bytes(st, 2);
-    if (!(buf = malloc(raw ? raw : 1))) {
+    bool z = strcmp((const char *)sqlite3_column_text(st, 0), "zstd") == 0;
+    size_t rawn = (size_t)sqlite3_column_int64(st, 1);
+    size_t stored = (size_t)sqlite3_column_int64(st, 2);
+    char path[1200];
+    store_blob_path(s, hash, path, sizeof path);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = -EIO;
+        goto out;
+    }
+    if (!(buf = malloc(stored ? stored : 1))) {
         rc = -ENOMEM;
         goto out;
     }
-    if (strcmp((const char *)sqlite3_column_text(st, 0), "zstd") == 0) {
-        size_t got = ZSTD_decompress(buf, raw, b, bn);
-        if (ZSTD_isError(got) || got != raw) {
-            rc = -EIO;
-            goto out;
-        }
-    } else {
-        if (bn != raw) {
-            rc = -EIO;
-            goto out;
-        }
-        memcpy(buf, b, raw);
+    size_t got = 0;
+    while (got < stored) {
+        ssize_t r = read(fd, (char *)buf + got, stored - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
     }
-    *data = buf;
-    *len = raw;
-    buf = NULL;
+    if (got != stored) {
+        rc = -EIO;
+        goto out;
+    }
+    if (z) {
+        if (!(raw = malloc(rawn ? rawn : 1))) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        size_t dn = ZSTD_decompress(raw, rawn, buf, stored);
+        if (ZSTD_isError(dn) || dn != rawn) {
+            rc = -EIO;
+            goto out;
+        }
+        *data = raw;
+        raw = NULL;
+    } else {
+        *data = buf;
+        buf = NULL;
+    }
+    *len = rawn;
     rc = 0;
 out:
+    if (fd >= 0)
+        close(fd);
     free(buf);
+    free(raw);
     sqlite3_finalize(st);
     return rc;
 }

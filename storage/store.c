@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "storage/embedded.h"
@@ -165,6 +166,7 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
         path = NULL;
         goto out;
     }
+    snprintf(s->data_dir, sizeof s->data_dir, "%s", data_dir);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         rc = -EIO;
@@ -176,14 +178,27 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
     sqlite3_extended_result_codes(s->db, 1);
     /* WAL lets HTTP readers run while the loop thread ingests; NORMAL sync
      * is durable across application crashes, which is what kill -9 tests. */
-    rc = store_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                       "PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;");
+    /* 8 KiB pages (only effective on a new database) halve the page
+     * writes of ingest; a 64 MiB cache keeps a batch's pages in memory;
+     * checkpoints every ~32 MiB of WAL keep the loop from paying for one
+     * every few batches. */
+    rc = store_exec(s, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                       "PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;"
+                       "PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=4096;");
     if (rc) {
         if (err && asprintf(err, "cannot configure %s: %s", path, sqlite3_errmsg(s->db)) < 0)
             *err = NULL;
         goto out;
     }
     if (do_migrate) {
+        char blobs[600];
+        snprintf(blobs, sizeof blobs, "%s/blobs", data_dir);
+        if (mkdir(blobs, 0750) != 0 && errno != EEXIST) {
+            rc = -errno;
+            if (err && asprintf(err, "cannot create %s: %s", blobs, strerror(errno)) < 0)
+                *err = NULL;
+            goto out;
+        }
         rc = migrate(s, err);
         if (rc)
             goto out;

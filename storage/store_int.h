@@ -10,6 +10,7 @@ enum { SC_RECORD_INSERT, SC_BLOB_EXISTS, SC_BLOB_INSERT, SC_COUNT };
 
 struct store {
     sqlite3 *db;
+    char data_dir[512];
     bool batch_open;       /* an ingest transaction is open */
     unsigned batch_rows;   /* rows written in it */
     sqlite3_stmt *cache[SC_COUNT];
@@ -25,6 +26,7 @@ int store_begin(struct store *s);
 int store_commit(struct store *s);
 void store_rollback(struct store *s);
 void store_zfree(struct store *s);
+void store_blob_path(const struct store *s, const char *hash, char *out, size_t n);
 int store_job_refresh_state(struct store *s, int64_t job_seq);
 
 json_t *store_col_json(sqlite3_stmt *st, int col);

@@ -47,6 +47,17 @@ static char *slurp(const char *path)
     return b;
 }
 
+/* Starts capd in the test's temp dir; on failure shows its stderr. */
+static void start(const char *const *extra)
+{
+    if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
+        char *err = slurp(p);
+        cr_assert_fail("capd did not start; its stderr:\n%s", err);
+    }
+}
+
 static const char *src(const char *rel)
 {
     static char p[4][1024];
@@ -200,7 +211,7 @@ static void write_exec(const char *path, const char *text)
 Test(openapi, real_replies_match_the_spec)
 {
     g_dir = tu_tmpdir();
-    cr_assert_eq(tu_capd_start(&g_capd, g_dir, NULL), 0);
+    start(NULL);
     char p[1024], q[2048], body[2048];
     snprintf(p, sizeof p, "%s/samples", g_dir);
     mkdir(p, 0755);
@@ -294,6 +305,19 @@ Test(openapi, real_replies_match_the_spec)
     snprintf(p, sizeof p, "/v1/jobs/%s/cancel", run);
     cr_assert_eq(sample("POST", p, "/v1/jobs/{id}/cancel", NULL, NULL, NULL), 202);
 
+    /* API tokens (auth_required is off: every request is admin). */
+    json_t *tk;
+    cr_assert_eq(sample("POST", "/v1/tokens", "/v1/tokens",
+                        "{\"scope\":\"submit\",\"name\":\"ci\",\"expires_in_s\":3600}", NULL, &tk),
+                 201);
+    snprintf(p, sizeof p, "/v1/tokens/%s", jstr(tk, "id"));
+    json_decref(tk);
+    cr_assert_eq(sample("POST", "/v1/tokens", "/v1/tokens", "{\"scope\":\"root\"}", NULL, NULL),
+                 400);
+    cr_assert_eq(sample("GET", "/v1/tokens", "/v1/tokens", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("DELETE", p, "/v1/tokens/{id}", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("DELETE", "/v1/tokens/tnope", "/v1/tokens/{id}", NULL, NULL, NULL), 404);
+
     /* Errors from the server itself. */
     cr_assert_eq(sample("DELETE", "/v1/jobs", "/v1/jobs", NULL, NULL, NULL), 405);
     const char *tp[] = {"Content-Type: text/plain", NULL};
@@ -307,8 +331,8 @@ Test(openapi, real_replies_match_the_spec)
     cr_assert(g_nsample >= 30, "only %d samples recorded", g_nsample);
     /* A 405 is documented on the operations of its path; check it there. */
     snprintf(q, sizeof q,
-             "cd '%s' && for f in *.json; do sed -i 's/\"method\": \"DELETE\"/\"method\": "
-             "\"GET\"/' \"$f\"; done",
+             "cd '%s' && for f in $(grep -l '\"status\": 405' *.json); do sed -i "
+             "'s/\"method\": \"DELETE\"/\"method\": \"GET\"/' \"$f\"; done",
              p);
     cr_assert_eq(tu_sh("%s", q), 0);
     int rc = checker("validate", src("schema/openapi.yaml"), p, &out);
@@ -339,4 +363,48 @@ Test(openapi, real_replies_match_the_spec)
     free(ctl);
     free(head);
     free(run);
+}
+
+/* With auth_required on: the 401 and 403 replies, and what a read token
+ * may do, match the spec. */
+Test(openapi, auth_replies_match_the_spec)
+{
+    g_dir = tu_tmpdir();
+    char cfg[512], p[1024], tokf[600];
+    snprintf(cfg, sizeof cfg, "%s/auth.json", g_dir);
+    FILE *f = fopen(cfg, "w");
+    cr_assert_not_null(f);
+    fputs("{\"auth_required\":true}", f);
+    fclose(f);
+    const char *extra[] = {"--config", cfg, NULL};
+    start(extra);
+    snprintf(p, sizeof p, "%s/samples", g_dir);
+    mkdir(p, 0755);
+    snprintf(tokf, sizeof tokf, "%s/token", g_dir);
+    cr_assert_eq(tu_sh("'%s' token create --data-dir '%s/data' --scope read --name t >'%s' "
+                       "2>/dev/null",
+                       tu_bin("CAPD_BIN"), g_dir, tokf),
+                 0);
+    char *tok = slurp(tokf);
+    tok[strcspn(tok, "\n")] = 0;
+    cr_assert(strncmp(tok, "capd_", 5) == 0, "token '%s'", tok);
+    char auth[256];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tok);
+    const char *rd[] = {auth, NULL};
+    const char *bad[] = {"Authorization: Bearer capd_nope", NULL};
+
+    cr_assert_eq(sample("GET", "/healthz", "/healthz", NULL, NULL, NULL), 200);
+    cr_assert_eq(sample("GET", "/v1/jobs", "/v1/jobs", NULL, NULL, NULL), 401);
+    cr_assert_eq(sample("GET", "/v1/jobs", "/v1/jobs", NULL, bad, NULL), 401);
+    cr_assert_eq(sample("GET", "/v1/jobs", "/v1/jobs", NULL, rd, NULL), 200);
+    cr_assert_eq(sample("GET", "/v1/builds", "/v1/builds", NULL, rd, NULL), 200);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", "{}", NULL, NULL), 401);
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{}", rd, NULL), 403);
+    cr_assert_eq(sample("GET", "/v1/tokens", "/v1/tokens", NULL, rd, NULL), 403);
+    cr_assert_eq(sample("DELETE", "/v1/tokens/tx", "/v1/tokens/{id}", NULL, rd, NULL), 403);
+    free(tok);
+    char *out;
+    int rc = checker("validate", src("schema/openapi.yaml"), p, &out);
+    cr_assert_eq(rc, 0, "replies that do not match schema/openapi.yaml:\n%s", out);
+    free(out);
 }

@@ -57,7 +57,8 @@ OUTSIDE = {"evilpkg/__init__.py": "", "evilpkg/m.py": "def f(seed, batch, dtype)
 
 
 def _avx512():
-    return "avx512f" in util.cpu_flags()
+    # What PyTorch requires for its AVX512 kernels.
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= util.cpu_flags()
 
 
 class WidthTest(unittest.TestCase):
