@@ -5,12 +5,28 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/api_int.h"
 
 #define BUILD_MAX_ENV 128
 #define BUILD_MAX_ROOTS 32
+
+/* True when a path has a component that is exactly "." or "..". */
+static bool has_dot_component(const char *p)
+{
+    while (*p) {
+        while (*p == '/')
+            p++;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return true;
+        p += n;
+    }
+    return false;
+}
 
 /* Validates a build body; replies and returns NULL on bad input. The
  * result is normalized (env and model_roots always present). */
@@ -39,7 +55,8 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
                          "python must be an absolute path to an interpreter");
         return NULL;
     }
-    if (access(pys, X_OK) != 0) {
+    struct stat sb;
+    if (stat(pys, &sb) != 0 || !S_ISREG(sb.st_mode) || access(pys, X_OK) != 0) {
         *ret = api_error(r, 400, "invalid_field", "python",
                          "interpreter %s does not exist or is not executable", pys);
         return NULL;
@@ -89,8 +106,7 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
     json_array_foreach(roots, i, v)
     {
         const char *p = json_string_value(v);
-        if (!p || p[0] != '/' || !api_valid_text(p, 4096) || strstr(p, "/..") ||
-            strstr(p, "/./")) {
+        if (!p || p[0] != '/' || !api_valid_text(p, 4096) || has_dot_component(p)) {
             *ret = api_error(r, 400, "invalid_field", "model_roots",
                              "model_roots[%zu] must be an absolute path without . or ..", i);
             return NULL;

@@ -19,8 +19,10 @@ enum MHD_Result api_branch_put(struct api_req *r)
     json_object_foreach(body, k, v)
     {
         if (strcmp(k, "control_commit") != 0) {
+            /* K lives in BODY: reply before freeing it. */
+            ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
             json_decref(body);
-            return api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
+            return ret;
         }
     }
     json_t *cc = json_object_get(body, "control_commit");

@@ -21,13 +21,15 @@ struct api_req {
     char *body;
     size_t body_len, body_cap;
     bool too_large;
+    int nq;
+    char *qcache[16]; /* decoded query values handed out by api_query */
     bool counted;
     int pass; /* access-handler calls so far */
     /* Who is asking (api/auth.c): set on the first access-handler call. */
-    int scope;        /* enum store_scope granted to this request */
-    int auth_rc;      /* 0, or why the presented token was refused */
-    bool has_token;   /* an Authorization header was presented */
-    bool replied;     /* a reply was queued before the body was read */
+    int scope;         /* enum store_scope granted to this request */
+    int auth_rc;       /* 0, or why the presented token was refused */
+    bool has_token;    /* an Authorization header was presented */
+    bool replied;      /* a reply was queued before the body was read */
     char token_id[16]; /* "" when no token (or auth disabled) */
     /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
     int nxhdr;

@@ -92,9 +92,8 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
     snprintf(field, sizeof field, "matrix.%s", axis);
     json_t *a = json_object_get(m, axis);
     if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > JOB_MAX_AXIS) {
-        verr(e, "invalid_field", field,
-                         "%s must be a non-empty array of at most %d strings", field,
-                         JOB_MAX_AXIS);
+        verr(e, "invalid_field", field, "%s must be a non-empty array of at most %d strings", field,
+             JOB_MAX_AXIS);
         return false;
     }
     size_t i, j;
@@ -114,28 +113,26 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
             }
         }
         if (strcmp(axis, "widths") == 0 && !width_env(s)) {
-            verr(e, "invalid_field", field,
-                             "unknown width '%s' (see GET /v1/widths)", s);
+            verr(e, "invalid_field", field, "unknown width '%s' (see GET /v1/widths)", s);
             return false;
         }
         if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
-            verr(e, "invalid_field", field,
-                             "unknown pass '%s' (forward or backward)", s);
+            verr(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
             return false;
         }
         if (strcmp(axis, "models") == 0 && !model_in_zoo(s)) {
             if (!valid_user_model(s)) {
                 verr(e, "invalid_field", field,
-                                 "unknown model '%s': not in the zoo (GET /v1/models) and not a "
-                                 "user model package.module:factory",
-                                 s);
+                     "unknown model '%s': not in the zoo (GET /v1/models) and not a "
+                     "user model package.module:factory",
+                     s);
                 return false;
             }
             if (json_array_size(json_object_get(build, "model_roots")) == 0) {
                 verr(e, "invalid_field", field,
-                                 "user model '%s' needs a build with model_roots; build '%s' "
-                                 "has none",
-                                 s, json_string_value(json_object_get(build, "name")));
+                     "user model '%s' needs a build with model_roots; build '%s' "
+                     "has none",
+                     s, json_string_value(json_object_get(build, "name")));
                 return false;
             }
         }
@@ -172,8 +169,8 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
         snprintf(f, sizeof f, "options.%s", oi->name);
         if (x && (!json_is_integer(x) || json_integer_value(x) < oi->min ||
                   json_integer_value(x) > oi->max)) {
-            verr(err, "invalid_field", f, "%s must be an integer in [%lld, %lld]",
-                             f, (long long)oi->min, (long long)oi->max);
+            verr(err, "invalid_field", f, "%s must be an integer in [%lld, %lld]", f,
+                 (long long)oi->min, (long long)oi->max);
             goto bad;
         }
         json_object_set_new(out, oi->name, json_integer(x ? json_integer_value(x) : oi->def));
@@ -181,8 +178,8 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
     static const struct {
         const char *name, *def;
         const char *const *set;
-    } enums[] = {{"capture", "stats", captures}, {"dtype", "float32", dtypes},
-                 {"device", "cpu", devices}};
+    } enums[] = {
+        {"capture", "stats", captures}, {"dtype", "float32", dtypes}, {"device", "cpu", devices}};
     for (size_t i = 0; i < 3; i++) {
         json_t *x = json_object_get(o, enums[i].name);
         char f[64];
@@ -209,14 +206,13 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
             char f[200];
             snprintf(f, sizeof f, "options.compare%s%s", e.field[0] ? "." : "", e.field);
             verr(err, "invalid_field", f, "options.compare: %s",
-                             e.message[0] ? e.message : "must be an object");
+                 e.message[0] ? e.message : "must be an object");
             goto bad;
         }
         json_object_set(out, "compare", cmpo);
     }
     if (strcmp(json_string_value(json_object_get(out, "device")), "gpu") == 0) {
-        verr(err, "no_gpu", "options.device",
-                         "this capd has no GPU devices to run GPU cells on");
+        verr(err, "no_gpu", "options.device", "this capd has no GPU devices to run GPU cells on");
         goto bad;
     }
     return out;
@@ -248,9 +244,9 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
     json_t *opts = NULL;
     const char *k;
     json_t *v;
-    static const char *const fields[] = {"project", "commit",  "branch", "build",
+    static const char *const fields[] = {"project",        "commit", "branch",  "build",
                                          "control_commit", "matrix", "options", "labels",
-                                         "provenance", NULL};
+                                         "provenance",     NULL};
     *normalized = NULL;
     if (!json_is_object(body)) {
         verr(err, "invalid_json", NULL, "the body must be a JSON object");
@@ -344,12 +340,12 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
         verr(err, "invalid_field", "provenance", "provenance must be an object");
         goto out;
     }
-    json_t *norm = json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project",
-                             project, "commit", commit, "branch", br ? br : json_null(), "build",
-                             bname, "control_commit", cc ? cc : json_null(), "matrix", "models",
-                             json_object_get(m, "models"), "widths", json_object_get(m, "widths"),
-                             "passes", json_object_get(m, "passes"), "options", opts, "labels",
-                             labels ? json_incref(labels) : json_object());
+    json_t *norm =
+        json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project", project, "commit",
+                  commit, "branch", br ? br : json_null(), "build", bname, "control_commit",
+                  cc ? cc : json_null(), "matrix", "models", json_object_get(m, "models"), "widths",
+                  json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "options",
+                  opts, "labels", labels ? json_incref(labels) : json_object());
     if (!norm) {
         verr(err, "invalid_json", NULL, "the request could not be normalized");
         goto out;
@@ -386,15 +382,16 @@ enum MHD_Result api_jobs_create(struct api_req *r)
         goto out;
     }
     char hash[24];
-    snprintf(hash, sizeof hash, "%016llx",
-             (unsigned long long)fnv1a(r->body, r->body_len));
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(r->body, r->body_len));
     const char *idem = api_header(r, "Idempotency-Key");
     if (idem && !api_valid_text(idem, 200)) {
         ret = api_error(r, 400, "invalid_header", "Idempotency-Key",
                         "Idempotency-Key must be 1 to 200 printable characters");
         goto out;
     }
-    struct store_job_new n = {.request = norm, .idem_key = idem, .body_hash = hash,
+    struct store_job_new n = {.request = norm,
+                              .idem_key = idem,
+                              .body_hash = hash,
                               .max_queued_jobs = api_cfg(r)->max_queued_jobs,
                               .token_id = r->token_id[0] ? r->token_id : NULL,
                               .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};

@@ -27,7 +27,7 @@
 #include "api/api_int.h"
 #include "daemon/log.h"
 
-#define AUTH_MAX_NAME 64
+#define AUTH_MAX_NAME     64
 #define AUTH_MAX_EXPIRY_S (10LL * 366 * 86400)
 
 static bool is_read_method(const char *m)
@@ -149,8 +149,7 @@ bool api_auth_begin(struct api_req *r, enum MHD_Result *ret)
     return false;
 }
 
-bool api_authorize(struct api_req *r, const char *method, const char *pattern,
-                   enum MHD_Result *ret)
+bool api_authorize(struct api_req *r, const char *method, const char *pattern, enum MHD_Result *ret)
 {
     int need = required_scope(api_cfg(r), method, pattern);
     if (need == STORE_SCOPE_NONE || r->scope >= need)
@@ -165,9 +164,9 @@ bool api_authorize(struct api_req *r, const char *method, const char *pattern,
     log_info("auth_forbidden", "method=%s url=%s client=%s token_id=%s scope=%s needs=%s",
              r->method, log_q(r->url), client_addr(r, addr, sizeof addr), r->token_id,
              store_scope_name(r->scope), store_scope_name(need));
-    *ret = api_error(r, 403, "forbidden", NULL, "token %s has scope %s; %s %s needs scope %s",
-                     r->token_id, store_scope_name(r->scope), method, pattern,
-                     store_scope_name(need));
+    *ret =
+        api_error(r, 403, "forbidden", NULL, "token %s has scope %s; %s %s needs scope %s",
+                  r->token_id, store_scope_name(r->scope), method, pattern, store_scope_name(need));
     return false;
 }
 
@@ -232,8 +231,7 @@ enum MHD_Result api_tokens_create(struct api_req *r)
                  (json_string_length(name) > 0 &&
                   !api_valid_text(json_string_value(name), AUTH_MAX_NAME)))) {
         ret = api_error(r, 400, "invalid_field", "name",
-                        "name must be a string of at most %d printable characters",
-                        AUTH_MAX_NAME);
+                        "name must be a string of at most %d printable characters", AUTH_MAX_NAME);
         goto out;
     }
     json_t *exp = json_object_get(body, "expires_in_s");

@@ -170,9 +170,27 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
     }
 }
 
+/* MHD is told not to decode anything (see no_unescape), so the path can be
+ * split before its segments are decoded once; query values are decoded
+ * here, into copies that live as long as the request. */
 const char *api_query(struct api_req *r, const char *key)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+    if (!v || !strchr(v, '%') || r->nq == (int)(sizeof r->qcache / sizeof r->qcache[0]))
+        return v;
+    char *d = strdup(v);
+    if (!d)
+        return v;
+    MHD_http_unescape(d);
+    r->qcache[r->nq++] = d;
+    return d;
+}
+
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s);
 }
 
 const char *api_header(struct api_req *r, const char *key)
@@ -241,7 +259,12 @@ bool api_valid_text(const char *s, size_t max)
     for (; s[n]; n++)
         if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f)
             return false;
-    return n >= 1 && n <= max;
+    if (n < 1 || n > max)
+        return false;
+    /* Everything stored is echoed in JSON later: it must be UTF-8. */
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
 }
 
 /* ---- routing ---- */
@@ -400,15 +423,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         enum MHD_Result ret;
         if (!api_auth_begin(r, &ret))
             return ret;
-        /* A declared length over the limit is refused before any of the
-         * body is read; MHD closes the connection after the reply. */
+        /* A declared length over the limit is noted now, and the body is
+         * discarded as it arrives: replying before the upload is read
+         * makes some clients see a reset instead of the 413. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > capd_cfg(a->d)->max_body_bytes) {
+        if (cl && strtoull(cl, NULL, 10) > capd_cfg(a->d)->max_body_bytes)
             r->too_large = true;
-            return api_error(r, 413, "body_too_large", NULL,
-                             "request body of %s bytes exceeds the limit of %zu bytes", cl,
-                             capd_cfg(a->d)->max_body_bytes);
-        }
         return MHD_YES;
     }
     if (r->replied) {
@@ -462,6 +482,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         __atomic_sub_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < r->nseg; i++)
         free(r->seg[i]);
+    for (int i = 0; i < r->nq; i++)
+        free(r->qcache[i]);
     free(r->body);
     free(r);
     *con_cls = NULL;
@@ -499,6 +521,7 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
                      MHD_USE_ERROR_LOG;
     a->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->request_timeout_s,

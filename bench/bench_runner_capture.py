@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from capd_runner import zoo  # noqa: E402
 from capd_runner.capture import Capture, PayloadBudget, Recorder  # noqa: E402
 from capd_runner.frames import FrameWriter  # noqa: E402
-from capd_runner.pipeline import Pipeline  # noqa: E402
+from capd_runner.pipeline import Pipeline, default_workers  # noqa: E402
 
 
 def main():
@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="analysis worker threads (default: the runner's, one per spare core, <= 4)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
@@ -54,7 +56,10 @@ def main():
     model.eval()
     devnull = os.open(os.devnull, os.O_WRONLY)
     writer = FrameWriter(devnull)
-    pipelines = {"async": Pipeline(writer, sync=False), "sync": Pipeline(writer, sync=True)}
+    pipelines = {"async": Pipeline(writer, sync=False,
+                                   workers=args.workers or default_workers(args.threads)),
+                 "sync": Pipeline(writer, sync=True)}
+    workers = len(pipelines["async"]._threads)
 
     def plain():
         with torch.no_grad():
@@ -88,7 +93,8 @@ def main():
     med = dict((k, statistics.median(v)) for k, v in times.items())
     result = {
         "model": name, "batch": args.batch, "threads": args.threads, "iters": args.iters,
-        "torch": torch.__version__, "records_per_capture": variants[1][1].records,
+        "torch": torch.__version__, "workers": workers,
+        "records_per_capture": variants[1][1].records,
         "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
         "ratio_to_plain": dict((k, round(med[k] / med["plain"], 3)) for k in med if k != "plain"),
     }
@@ -97,9 +103,10 @@ def main():
     if args.json:
         print(json.dumps(result))
     else:
-        print("model %s  batch %d  threads %d  torch %s  (%d records per capture, %d iterations)"
-              % (name, args.batch, args.threads, torch.__version__, result["records_per_capture"],
-                 args.iters))
+        print("model %s  batch %d  threads %d  analysis workers %d  torch %s  (%d records per "
+              "capture, %d iterations)" % (name, args.batch, args.threads, workers,
+                                           torch.__version__, result["records_per_capture"],
+                                           args.iters))
         for k in med:
             extra = "" if k == "plain" else "   ratio %.2fx" % result["ratio_to_plain"][k]
             print("  %-10s median %8.2f ms%s" % (k, med[k] * 1e3, extra))

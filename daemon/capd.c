@@ -235,6 +235,10 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     uv_async_init(&d->loop, &d->wake, on_wake);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);
+    /* Watch the signals before the port is announced: a SIGTERM that
+     * arrives right after start-up is held by libuv until uv_run. */
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
     uv_timer_init(&d->loop, &d->shutdown_timer);
     uv_check_init(&d->loop, &d->flush);
     d->wake.data = d->sigterm.data = d->sigint.data = d->shutdown_timer.data = d->flush.data = d;
@@ -254,8 +258,6 @@ void capd_set_http_hooks(struct capd *d, const struct capd_http_hooks *h)
 
 int capd_run(struct capd *d)
 {
-    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d->sigint, on_signal, SIGINT);
     uv_check_start(&d->flush, on_flush);
     /* A broken pipe from a client must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);

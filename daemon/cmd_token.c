@@ -22,7 +22,7 @@
 #include "daemon/cmd_token.h"
 #include "storage/store.h"
 
-#define TOKEN_MAX_NAME 64
+#define TOKEN_MAX_NAME     64
 #define TOKEN_MAX_EXPIRY_S (10LL * 366 * 86400)
 
 static void usage(FILE *f)
@@ -110,8 +110,8 @@ static int do_list(struct store *s, bool as_json)
             /* The state is recomputed here the way store_token_check sees
              * it, from the RFC 3339 strings only to print them. */
             const char *exp = str(t, "expires_at", NULL);
-            const char *state = !json_is_null(json_object_get(t, "revoked_at")) ? "revoked"
-                                                                                 : "active";
+            const char *state =
+                !json_is_null(json_object_get(t, "revoked_at")) ? "revoked" : "active";
             if (exp && strcmp(state, "active") == 0) {
                 struct tm tm = {0};
                 int ms = 0;
@@ -123,8 +123,8 @@ static int do_list(struct store *s, bool as_json)
                         state = "expired";
                 }
             }
-            printf("%-14s %-7s %-8s %-24s %-24s %s\n", str(t, "id", ""), str(t, "scope", ""),
-                   state, str(t, "created_at", ""), exp ? exp : "never", str(t, "name", ""));
+            printf("%-14s %-7s %-8s %-24s %-24s %s\n", str(t, "id", ""), str(t, "scope", ""), state,
+                   str(t, "created_at", ""), exp ? exp : "never", str(t, "name", ""));
         }
     }
     json_decref(out);
@@ -134,9 +134,12 @@ static int do_list(struct store *s, bool as_json)
 int cmd_token(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data-dir", required_argument, NULL, 'd'}, {"scope", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},     {"expires", required_argument, NULL, 'e'},
-        {"json", no_argument, NULL, 'j'},           {"help", no_argument, NULL, 'h'},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"scope", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {"expires", required_argument, NULL, 'e'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *dir = "/var/lib/capd", *scope_s = NULL, *name = "", *expires = "never";

@@ -66,7 +66,11 @@ static const struct ckey keys[] = {
     {"request_timeout_s", T_INT, F(request_timeout_s), 0, 1, 86400},
     {"connection_memory_bytes", T_SIZE, F(connection_memory_bytes), 0, 8192, 64 << 20},
     {"max_queued_jobs_per_token", T_INT, F(max_queued_jobs_per_token), 0, 0, 1000000},
+    {"max_event_streams", T_INT, F(max_event_streams), 0, 0, 1000000},
+    {"event_heartbeat_s", T_INT, F(event_heartbeat_s), 0, 1, 3600},
     {"run_as_user", T_STR, F(run_as_user), S(run_as_user), 0, 0},
+    {"retention_keep_heads_per_branch", T_INT, F(retention_keep_heads_per_branch), 0, 0, 1000000},
+    {"retention_interval_s", T_INT, F(retention_interval_s), 0, 0, 30 * 86400},
 };
 #undef F
 #undef S
@@ -100,6 +104,8 @@ void config_defaults(struct capd_config *c)
     c->request_timeout_s = 30;
     c->connection_memory_bytes = 64 * 1024;
     c->max_queued_jobs_per_token = 100;
+    c->max_event_streams = 256;
+    c->event_heartbeat_s = 15;
     snprintf(c->run_as_user, sizeof c->run_as_user, "nobody");
     c->run_uid = c->run_gid = -1;
     static const char *allow[] = {"PATH", "LANG", "LC_*", "TZ", "HOME", "OPENBLAS_*"};
@@ -233,6 +239,7 @@ void config_usage(FILE *f)
     fprintf(f,
             "usage: capd --listen ADDR:PORT --data-dir DIR [--config FILE] [options]\n"
             "       capd --help | --version\n"
+            "       capd db backup|vacuum|prune ...   (database care; capd db --help)\n"
             "\n"
             "capd runs model x width x pass capture jobs for ML framework builds, each cell in\n"
             "its own child process, stores what every layer computed in SQLite and compares a\n"
@@ -325,9 +332,10 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
     return 0;
 }
 
-/* An installed capd finds its runner and exec shim next to itself
- * (PREFIX/bin/capd -> PREFIX/share/capd/runner, PREFIX/bin/capd-exec); a
- * capd run from the build tree falls back to the source tree's runner/. */
+/* An installed capd finds its runner and exec shim from its own location
+ * (PREFIX/bin/capd -> PREFIX/share/capd/runner, PREFIX/libexec/capd/capd-exec);
+ * a capd run from the build tree finds capd-exec next to itself and falls
+ * back to the source tree's runner/. */
 int config_finish(struct capd_config *c, const char *argv0, char **err)
 {
     char exe[PATH_MAX];
@@ -341,8 +349,15 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
     } else {
         snprintf(exe, sizeof exe, ".");
     }
-    if (!c->exec_bin[0])
-        snprintf(c->exec_bin, sizeof c->exec_bin, "%.480s/capd-exec", exe);
+    if (!c->exec_bin[0]) {
+        /* Installed, the shim is a helper no user runs (FHS: libexec). */
+        char cand[PATH_MAX + 64];
+        snprintf(cand, sizeof cand, "%s/../libexec/capd/capd-exec", exe);
+        if (access(cand, X_OK) == 0)
+            snprintf(c->exec_bin, sizeof c->exec_bin, "%.460s/../libexec/capd/capd-exec", exe);
+        else
+            snprintf(c->exec_bin, sizeof c->exec_bin, "%.480s/capd-exec", exe);
+    }
     if (!c->runner_dir[0]) {
         char cand[PATH_MAX + 64];
         snprintf(cand, sizeof cand, "%s/../share/capd/runner/capd_runner", exe);

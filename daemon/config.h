@@ -43,16 +43,22 @@ struct capd_config {
     char env_allow[CAPD_MAX_ENV_ALLOW][64];
 
     /* Trust (docs/security.md). */
-    bool auth_required;       /* bearer tokens needed; false: every request is admin */
-    bool public_reads;        /* GETs need no token even when auth_required */
-    bool metrics_public;      /* /metrics needs no token */
-    int max_connections;      /* MHD_OPTION_CONNECTION_LIMIT */
-    int max_connections_per_ip; /* MHD_OPTION_PER_IP_CONNECTION_LIMIT */
-    int request_timeout_s;    /* MHD_OPTION_CONNECTION_TIMEOUT (idle seconds) */
+    bool auth_required;             /* bearer tokens needed; false: every request is admin */
+    bool public_reads;              /* GETs need no token even when auth_required */
+    bool metrics_public;            /* /metrics needs no token */
+    int max_connections;            /* MHD_OPTION_CONNECTION_LIMIT */
+    int max_connections_per_ip;     /* MHD_OPTION_PER_IP_CONNECTION_LIMIT */
+    int request_timeout_s;          /* MHD_OPTION_CONNECTION_TIMEOUT (idle seconds) */
     size_t connection_memory_bytes; /* MHD_OPTION_CONNECTION_MEMORY_LIMIT: caps headers */
     int max_queued_jobs_per_token;  /* queued+running jobs of one token; 0 = unlimited */
-    char run_as_user[64];     /* children's user when capd runs as root; "" = keep root */
-    long run_uid, run_gid;    /* resolved by config_finish; -1 = do not switch */
+    int max_event_streams;          /* concurrent GET /v1/events streams; past it 503 */
+    int event_heartbeat_s;          /* comment line on idle event streams every N s */
+    char run_as_user[64];           /* children's user when capd runs as root; "" = keep root */
+    long run_uid, run_gid;          /* resolved by config_finish; -1 = do not switch */
+
+    /* Retention (docs/operations.md): 0 = keep everything / no timer. */
+    int retention_keep_heads_per_branch;
+    int retention_interval_s;
 };
 
 void config_defaults(struct capd_config *c);

@@ -98,16 +98,14 @@ static void close_stray_fds(void)
  */
 static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
 {
-    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 ||
-        setresuid(uid, uid, uid) != 0) {
+    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
         fprintf(stderr, "capd-exec: cannot switch to uid %u gid %u: %s\n", (unsigned)uid,
                 (unsigned)gid, strerror(errno));
         _exit(126);
     }
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
         setuid(0) == 0) {
-        fprintf(stderr, "capd-exec: uid %u gid %u did not stick\n", (unsigned)uid,
-                (unsigned)gid);
+        fprintf(stderr, "capd-exec: uid %u gid %u did not stick\n", (unsigned)uid, (unsigned)gid);
         _exit(126);
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);

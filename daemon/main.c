@@ -10,6 +10,7 @@
 
 #include "api/api.h"
 #include "daemon/capd.h"
+#include "daemon/cmd_db.h"
 #include "daemon/cmd_token.h"
 #include "daemon/log.h"
 #include "daemon/runas.h"
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
     umask(027);
     if (argc > 1 && strcmp(argv[1], "token") == 0)
         return cmd_token(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "db") == 0)
+        return cmd_db(argc - 1, argv + 1);
     /* Flags win over the file, so find --config first, load it, then apply
      * the flags over it. */
     config_defaults(&scratch);

@@ -27,6 +27,7 @@
 
 #include "daemon/frame.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/runas.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
@@ -294,6 +295,7 @@ static void finish(struct sup *s)
         o.peak_rss_bytes = s->peak_rss;
         o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
         int rc = store_cell_finish(s->st, &s->run, &o);
+        metrics_cell_finished(o.state, o.duration_ms);
         if (rc)
             log_error("cell_store_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id,
                       s->run.cell_id, rc, log_q(store_errmsg(s->st)));
@@ -424,6 +426,7 @@ static int on_frame(void *ud, const struct frame *f)
         set_fail(s, "failed", msg);
         return -EIO;
     }
+    metrics_ingest(1, f->hdr_len + (uint64_t)f->nbytes);
     s->rec_seq++;
     return 0;
 }

@@ -3,9 +3,10 @@
 # Debian (bookworm) machine. Idempotent: packages already present are skipped
 # by apt itself, and apt-get update runs only when something is missing.
 set -eu
-PKGS="build-essential cmake pkg-config clang-format
+# clang + libclang-rt-14-dev: the libFuzzer targets (scripts/fuzz).
+PKGS="build-essential cmake pkg-config clang-format clang libclang-rt-14-dev
 libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
-libcurl4-openssl-dev libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl"
+libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

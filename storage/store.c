@@ -40,6 +40,7 @@ const char *store_errmsg(const struct store *s)
 int store_rc(struct store *s, int src)
 {
     (void)s;
+    store_note_error(src);
     switch (src & 0xff) {
     case SQLITE_OK:
     case SQLITE_DONE:
@@ -76,11 +77,15 @@ void store_rollback(struct store *s)
 {
     if (!sqlite3_get_autocommit(s->db))
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    store_events_rolled_back();
 }
 
 int store_commit(struct store *s)
 {
-    return store_exec(s, "COMMIT");
+    int rc = store_exec(s, "COMMIT");
+    if (rc == 0)
+        store_events_committed(); /* wakes event streams and long-polls */
+    return rc;
 }
 
 /* Migrations are embedded files named NNN_*.sql, numbered from 1 without
@@ -190,6 +195,7 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
             *err = NULL;
         goto out;
     }
+    store_events_attach(s);
     if (do_migrate) {
         char blobs[600];
         snprintf(blobs, sizeof blobs, "%s/blobs", data_dir);
@@ -752,6 +758,9 @@ int store_job_cancel(struct store *s, const char *id)
              "UPDATE jobs SET state='cancelled', updated_at=%lld WHERE seq=%lld;",
              (long long)now, (long long)seq, (long long)now, (long long)seq);
     if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    /* Sets finished_at when no cell of the job is left running. */
+    if ((rc = store_job_refresh_state(s, seq)) != 0)
         goto out;
     rc = store_commit(s);
 out:

@@ -56,8 +56,10 @@ struct store_job_new {
     const char *idem_key;  /* Idempotency-Key header or NULL */
     const char *body_hash; /* hash of the raw body, for idempotency */
     int max_queued_jobs;   /* 0 = unlimited */
-    const char *token_id;  /* the creating token, stored on the job; NULL for none */
-    int max_queued_per_token; /* queued+running jobs of TOKEN_ID; 0 = unlimited */
+    /* The creating token, stored on the job (NULL for none), and how many
+     * queued+running jobs it may have (0 = unlimited). */
+    const char *token_id;
+    int max_queued_per_token;
 };
 
 /* Creates the job and its cells; *existed is set when an idempotent retry
@@ -160,6 +162,61 @@ void store_payloads_free(struct store_payloads *pl);
 /* Runs PRAGMA integrity_check; 0 when it says ok. */
 int store_integrity_check(struct store *s);
 
+/* ---- database care (storage/maint.c, docs/operations.md) ---- */
+
+struct store_backup_info {
+    int64_t pages, bytes;
+    int schema_version;
+    char path[4096]; /* where the copy is, resolved */
+};
+
+/*
+ * Copies DATA_DIR/capd.db to DEST with SQLite's online backup API: one
+ * consistent snapshot, taken while capd keeps writing. DEST becomes a
+ * self-contained rollback-journal database (checked with quick_check,
+ * fsync'd, renamed into place). Opens its own connection and never
+ * migrates, so it works on a database of any schema version. Refuses a
+ * DEST that is the live database.
+ */
+int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
+                 char **err);
+
+struct store_size {
+    int64_t page_size, pages, free_pages; /* free: reusable, returned by vacuum */
+    int64_t file_bytes, wal_bytes;        /* capd.db and capd.db-wal on disk */
+};
+int store_size(struct store *s, struct store_size *out);
+
+/* Cells in state running (a capd is probably working on the database). */
+int store_running_cells(struct store *s, int64_t *n);
+
+/* VACUUM, then a truncating WAL checkpoint so the file really shrinks;
+ * *checkpoint_busy when a reader kept the checkpoint from completing. */
+int store_vacuum(struct store *s, bool *checkpoint_busy);
+
+/*
+ * Retention. Kept whole: every job of a commit that is a control (some
+ * job's control_commit or a branch's), of the newest KEEP_HEADS_PER_BRANCH
+ * commits of each (project, branch), or that has a job not finished. Every
+ * other job keeps its records (statistics, hashes, timings) but loses its
+ * payload references; a payload blob is deleted when no record references
+ * it any more (blobs are shared between jobs). Works in short write
+ * transactions, safe while capd runs; STOP (optional) is checked between
+ * them (-ECANCELED). A dry run writes nothing and reports what would go.
+ */
+struct store_prune_opts {
+    int keep_heads_per_branch; /* >= 1; 0 means retention is off: -EINVAL */
+    bool dry_run;
+    const int *stop;
+};
+struct store_prune_report {
+    int64_t jobs, jobs_kept;       /* all jobs; jobs of kept commits */
+    int64_t jobs_pruned;           /* jobs whose payload references were dropped */
+    int64_t records_detached;      /* records that lost their payload reference */
+    int64_t blobs_deleted, bytes_freed; /* bytes: stored (compressed) size */
+};
+int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);
+
 /* ---- API tokens (storage/tokens.c) ----
  * A token is "capd_<id>_<64 hex digits>": the id finds the row, the 256
  * random bits after it are the secret. Only SHA-256(token) is stored, and
@@ -194,5 +251,49 @@ int store_token_revoke(struct store *s, const char *id);
 /* The id of the token that created job JOB_ID ("" when none). -ENOENT when
  * the job does not exist. */
 int store_job_token(struct store *s, const char *job_id, char id_out[16]);
+
+/* ---- change feed, versions, counts (storage/events.c) ----
+ * Triggers (schema/003_events.sql) write one event per job creation, job
+ * state change and cell state change, in the transaction that makes the
+ * change, and keep the last STORE_EVENTS_WINDOW of them. Event ids are
+ * monotonic and never reused. */
+
+#define STORE_EVENTS_WINDOW 10000
+
+/* FN runs on whichever thread committed a transaction that wrote events,
+ * right after the commit; it must be quick and must not block. One
+ * listener per process (the HTTP notifier); NULL removes it. */
+void store_events_listen(void (*fn)(void *ud), void *ud);
+
+struct store_event_filter {
+    const char *job, *project, *branch; /* exact matches; NULL = any */
+};
+/* Called per event; a non-zero return stops the read and is returned. */
+typedef int (*store_event_cb)(void *ud, int64_t id, const char *type, const char *job_id,
+                              const char *project, const char *branch, const char *data);
+/* Events with AFTER < id <= UPTO (UPTO 0: no bound) matching F (NULL: all),
+ * in id order, at most LIMIT; *n_out gets how many were passed to FN. */
+int store_events_read(struct store *s, int64_t after, int64_t upto,
+                      const struct store_event_filter *f, int limit, store_event_cb fn, void *ud,
+                      int *n_out);
+/* The oldest id still in the window and the newest id ever written (0 when
+ * there is none). */
+int store_events_bounds(struct store *s, int64_t *oldest, int64_t *newest);
+
+/* A number that grows with every change to the job or any of its cells
+ * (-ENOENT for no such job); *finished when it is done or cancelled. */
+int store_job_version(struct store *s, const char *job_id, int64_t *version, bool *finished);
+/* Collection versions: "jobs" (any job or cell change, insert or delete),
+ * "builds", "payloads" (payload references dropped by retention). */
+int store_counter(struct store *s, const char *name, int64_t *value);
+
+/* {"jobs":{state:n,...},"cells":{state:n,...}} for /metrics. */
+int store_state_counts(struct store *s, json_t **out);
+
+/* SQLite failures seen by any connection of this process, by class. */
+struct store_errors {
+    uint64_t busy, constraint, nomem, io, other;
+};
+void store_errors_get(struct store_errors *out);
 
 #endif

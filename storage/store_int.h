@@ -6,7 +6,8 @@
 
 #include "storage/store.h"
 
-enum { SC_RECORD_INSERT, SC_BLOB_EXISTS, SC_BLOB_INSERT, SC_COUNT };
+enum { SC_RECORD_INSERT, SC_BLOB_EXISTS, SC_BLOB_INSERT, SC_JOB_VERSION, SC_COUNTER,
+       SC_EVENTS_BOUNDS, SC_EVENTS_READ, SC_COUNT };
 
 struct store {
     sqlite3 *db;
@@ -28,6 +29,14 @@ void store_rollback(struct store *s);
 void store_zfree(struct store *s);
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n);
 int store_job_refresh_state(struct store *s, int64_t job_seq);
+
+/* The change feed's hooks (storage/events.c): attach registers the update
+ * hook on a new connection; committed/rolled_back run at the end of every
+ * explicit transaction; note_error counts SQLite failures for /metrics. */
+void store_events_attach(struct store *s);
+void store_events_committed(void);
+void store_events_rolled_back(void);
+void store_note_error(int sqlite_rc);
 
 json_t *store_col_json(sqlite3_stmt *st, int col);
 json_t *store_col_str(sqlite3_stmt *st, int col);

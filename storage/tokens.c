@@ -18,8 +18,8 @@
 
 #include "storage/store_int.h"
 
-#define TOKEN_PREFIX "capd_"
-#define TOKEN_ID_LEN 13 /* 't' + 12 hex */
+#define TOKEN_PREFIX       "capd_"
+#define TOKEN_ID_LEN       13 /* 't' + 12 hex */
 #define TOKEN_SECRET_BYTES 32
 
 static const char *const scope_names[] = {"none", "read", "submit", "admin"};
@@ -200,8 +200,8 @@ int store_token_list(struct store *s, json_t **out)
 {
     sqlite3_stmt *st = NULL;
     json_t *arr = json_array();
-    int rc = store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at DESC, id",
-                           &st);
+    int rc =
+        store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at DESC, id", &st);
     if (rc)
         goto out;
     int src;
@@ -219,9 +219,8 @@ out:
 int store_token_revoke(struct store *s, const char *id)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                           &st);
+    int rc = store_prepare(
+        s, "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, id);

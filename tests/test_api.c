@@ -12,9 +12,8 @@
  *            tensors, timing, memory, end ok (cells, records, compare);
  *   /bin/true exits 0 without a frame: the cell ends `failed`.
  *
- * Tests under the "api_known_bugs" suite describe bugs found while writing
- * these tests. They are disabled unless CAPD_TEST_KNOWN_BUGS is defined; each
- * one is meant to be enabled by the fix it describes.
+ * The "api_regressions" suite pins bugs found while writing these tests
+ * (each failed before its fix).
  */
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -28,12 +27,6 @@
 #include <unistd.h>
 
 #include "tests/helpers/common/testutil.h"
-
-#ifdef CAPD_TEST_KNOWN_BUGS
-#define KNOWN_BUG .disabled = false
-#else
-#define KNOWN_BUG .disabled = true
-#endif
 
 static struct tu_capd g_capd;
 static char *g_dir;
@@ -2156,7 +2149,7 @@ Test(api_input, long_non_ascii_field_name_gets_a_reply)
 
 /* storage/store.c store_job_cancel(): a job cancelled with no cell running
  * has ended, but finished_at stays null forever. */
-Test(api_known_bugs, cancelled_queued_job_has_finished_at, KNOWN_BUG)
+Test(api_regressions, cancelled_queued_job_has_finished_at)
 {
     start(NULL);
     hang_build("b");
@@ -2177,7 +2170,7 @@ Test(api_known_bugs, cancelled_queued_job_has_finished_at, KNOWN_BUG)
 
 /* api/api_builds.c validate_build(): access(X_OK) is true for a
  * directory, so "python":"/tmp" is registered. */
-Test(api_known_bugs, python_directory_refused, KNOWN_BUG)
+Test(api_regressions, python_directory_refused)
 {
     start(NULL);
     long st;
@@ -2189,7 +2182,7 @@ Test(api_known_bugs, python_directory_refused, KNOWN_BUG)
 
 /* api/api_builds.c validate_build(): "/a/." (a trailing "/.") passes the
  * strstr checks although the message promises no "." components. */
-Test(api_known_bugs, model_root_trailing_dot_refused, KNOWN_BUG)
+Test(api_regressions, model_root_trailing_dot_refused)
 {
     start(NULL);
     long st;
@@ -2207,7 +2200,7 @@ Test(api_known_bugs, model_root_trailing_dot_refused, KNOWN_BUG)
  * decodes it again. So %2F in a branch name becomes a path separator
  * (branches like feature/x cannot be read or set) and %25 is decoded
  * twice. */
-Test(api_known_bugs, branch_names_with_slash_and_percent, KNOWN_BUG)
+Test(api_regressions, branch_names_with_slash_and_percent)
 {
     start(NULL);
     long st;
@@ -2228,7 +2221,7 @@ Test(api_known_bugs, branch_names_with_slash_and_percent, KNOWN_BUG)
  * api_valid_text(), which does not check UTF-8: PUT /v1/branches/x%FFy
  * stores a name that no reply can carry (the PUT answers 500 and the
  * branch exists). api_valid_text() should refuse invalid UTF-8. */
-Test(api_known_bugs, branch_name_with_invalid_utf8_refused, KNOWN_BUG)
+Test(api_regressions, branch_name_with_invalid_utf8_refused)
 {
     start(NULL);
     long st;
@@ -2240,7 +2233,7 @@ Test(api_known_bugs, branch_name_with_invalid_utf8_refused, KNOWN_BUG)
 /* daemon/main.c prints "capd listening on ..." before capd_run() starts the
  * SIGTERM/SIGINT watchers, so a SIGTERM sent as soon as the line is read
  * kills capd with the default action (status 143) about half the time. */
-Test(api_known_bugs, sigterm_right_after_start_exits_0, KNOWN_BUG)
+Test(api_regressions, sigterm_right_after_start_exits_0)
 {
     for (int i = 0; i < 10; i++) {
         start(NULL);

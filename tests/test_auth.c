@@ -137,10 +137,9 @@ static long call(const struct env *e, const char *method, const char *path, cons
     long st = req(e, method, path, token, body, &r);
     if (want_code) {
         json_t *j = json_loadb(r.body, r.len, 0, NULL);
-        const char *code =
-            json_string_value(json_object_get(json_object_get(j, "error"), "code"));
-        cr_assert(code && strcmp(code, want_code) == 0, "%s %s: want error %s, got %ld %s",
-                  method, path, want_code, st, r.body);
+        const char *code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+        cr_assert(code && strcmp(code, want_code) == 0, "%s %s: want error %s, got %ld %s", method,
+                  path, want_code, st, r.body);
         json_decref(j);
     }
     tu_resp_free(&r);
@@ -321,9 +320,9 @@ Test(tokens, capd_token_cli)
     struct env e;
     env_init(&e);
     const char *capd = tu_bin("CAPD_BIN");
-    cr_assert_eq(tu_sh("'%s' token create --data-dir '%s' --scope root >/dev/null 2>&1", capd,
-                       e.data),
-                 2, "unknown scope is a usage error");
+    cr_assert_eq(
+        tu_sh("'%s' token create --data-dir '%s' --scope root >/dev/null 2>&1", capd, e.data), 2,
+        "unknown scope is a usage error");
     cr_assert_eq(tu_sh("'%s' token create --data-dir '%s' --scope read --expires 5x "
                        ">/dev/null 2>&1",
                        capd, e.data),
@@ -341,8 +340,7 @@ Test(tokens, capd_token_cli)
     cr_assert(strstr(list, "admin") && strstr(list, "active"), "%s", list);
     cr_assert_null(strstr(list, t + 19), "list must never show a secret");
     free(list);
-    cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' t000000000000 2>/dev/null", capd,
-                       e.data),
+    cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' t000000000000 2>/dev/null", capd, e.data),
                  1, "unknown id");
     cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' %s 2>/dev/null", capd, e.data, id), 0);
     cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' --json >'%s'", capd, e.data, out), 0);
@@ -454,9 +452,8 @@ Test(auth, tokens_api_create_use_revoke)
     cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"expires_in_s\":0}",
                       "invalid_field"),
                  400);
-    cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"x\":1}",
-                      "unknown_field"),
-                 400);
+    cr_assert_eq(
+        call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"x\":1}", "unknown_field"), 400);
     cr_assert_eq(req(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"name\":\"dash\"}", &r),
                  201);
     cr_assert(strstr(r.headers, "no-store"), "the secret must not be cached: %s", r.headers);

@@ -392,8 +392,7 @@ Test(limits, cells_per_job)
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char body[2048];
     long st;
-    json_t *j = tu_json(&e.c, "POST", "/v1/jobs", job_body(body, sizeof body, 5, "fake:hang"),
-                        &st);
+    json_t *j = tu_json(&e.c, "POST", "/v1/jobs", job_body(body, sizeof body, 5, "fake:hang"), &st);
     cr_assert_eq(st, 400, "%s", body);
     cr_assert_str_eq(err_code(j), "too_many_cells");
     cr_assert(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
@@ -477,8 +476,8 @@ Test(limits, queued_jobs_per_token_429_with_retry_after, .timeout = 60)
     char *ad = make_token(&e, "admin"), *a = make_token(&e, "submit"),
          *b = make_token(&e, "submit");
     char *fake = tu_helper("fake_runner"), bb[1024], body[1024];
-    snprintf(bb, sizeof bb, "{\"name\":\"fake\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
-             fake, e.c.dir);
+    snprintf(bb, sizeof bb, "{\"name\":\"fake\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}", fake,
+             e.c.dir);
     free(fake);
     struct tu_resp r;
     cr_assert_eq(post_as(&e, ad, "/v1/builds", bb, &r), 201);
@@ -563,8 +562,8 @@ Test(limits, frames_per_cell, .timeout = 120)
     const char *k;
     json_t *v;
     json_int_t total = 0;
-    json_object_foreach(json_object_get(cell, "record_counts"), k, v)
-        total += json_integer_value(v);
+    json_object_foreach(json_object_get(cell, "record_counts"), k, v) total +=
+        json_integer_value(v);
     cr_assert_leq(total, 50, "%lld records stored past the limit", (long long)total);
     cr_assert_gt(total, 0, "the records before the limit are kept");
     json_decref(cell);

@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from capd_runner import tensors as T
+from capd_runner.pipeline import Job
 
 
 def flatten(obj):
@@ -113,8 +114,8 @@ class PayloadBudget(object):
 
 
 class _Analysis(object):
-    """What is known of one tensor (object, version): filled by the worker."""
-    __slots__ = ("snapshot", "stats", "hash", "sample", "keep")
+    """What is known of one tensor (object, version): filled by a worker."""
+    __slots__ = ("snapshot", "stats", "hash", "sample", "keep", "want_sample", "lock")
 
     def __init__(self):
         self.snapshot = None
@@ -122,6 +123,21 @@ class _Analysis(object):
         self.hash = None
         self.sample = None
         self.keep = False
+        self.want_sample = False
+        self.lock = threading.Lock()
+
+
+class _RecordJob(Job):
+    __slots__ = ("rec", "key", "header", "an", "kind")
+
+    def __init__(self, rec, key, header, an, kind):
+        self.rec, self.key, self.header, self.an, self.kind = rec, key, header, an, kind
+
+    def compute(self):
+        self.rec._complete(self.an)
+
+    def emit(self):
+        self.rec._emit(self)
 
 
 class Recorder(object):
@@ -178,6 +194,7 @@ class Recorder(object):
         p = T.prepare(t)
         an = _Analysis()
         an.keep = self.level == "full"
+        an.want_sample = self.level in ("sample", "full")
         n = p.numel()
         if self.emit and (p.device.type != "cpu" or self.pipeline.stats_in_hook):
             an.stats = self.engine.stats(p)
@@ -220,11 +237,11 @@ class Recorder(object):
                     self.ndim_noted = True
                     msg = ("%s has %d dimensions, more than the protocol's %d: not recorded "
                            "(nor any such tensor after it)" % (key, t.dim(), MAX_NDIM))
-                    self.pipeline.submit(lambda: self.writer.note("warn", msg))
+                    self.pipeline.note(lambda: self.writer.note("warn", msg))
                 return
             an, nbytes = self._analysis(t)
             if not self.emit:
-                self.pipeline.submit(lambda: self._hash_job(key, an), nbytes)
+                self.pipeline.submit(_RecordJob(self, key, None, an, None), nbytes)
                 return
             header = {
                 "kind": "tensor", "seq": self.seq, "key": key, "module": module, "call": call,
@@ -233,7 +250,7 @@ class Recorder(object):
             }
             self.seq += 1
             kind = self._decide(key, t)
-            self.pipeline.submit(lambda: self._frame_job(key, header, an, kind), nbytes)
+            self.pipeline.submit(_RecordJob(self, key, header, an, kind), nbytes)
 
     def _decide(self, key, t):
         """Payload kind of this record: stats, sample or full (budgeted)."""
@@ -252,7 +269,7 @@ class Recorder(object):
                 msg = ("capture full: max_payload_bytes (%d) would be exceeded at %s (%d bytes used, "
                        "%d more needed); falling back to sample for the rest of the cell"
                        % (self.budget.limit, key, self.budget.used, need))
-                self.pipeline.submit(lambda: self.writer.note("warn", msg))
+                self.pipeline.note(lambda: self.writer.note("warn", msg))
             self.level = "sample"
         need = min(self.sample_size, numel) * itemsize
         if self.budget.used + need > self.budget.limit:
@@ -260,7 +277,7 @@ class Recorder(object):
                 self.exhausted_noted = True
                 msg = ("max_payload_bytes (%d) reached at %s: stats only for the rest of the cell"
                        % (self.budget.limit, key))
-                self.pipeline.submit(lambda: self.writer.note("warn", msg))
+                self.pipeline.note(lambda: self.writer.note("warn", msg))
             self.level = "stats"  # sticky: later records of a tensor agree on its payload
             return "stats"
         self.budget.used += need
@@ -272,13 +289,6 @@ class Recorder(object):
             if an.snapshot.numel():
                 self.pipeline.pool.give(an.snapshot)
             an.snapshot = None
-
-    def _hash_job(self, key, an):
-        if an.hash is None:
-            an.hash = T.content_hash(an.snapshot)
-        self._release(an)
-        self.hashes[key] = an.hash
-        self.order.append(key)
 
     def _sample_of(self, snap):
         flat = snap.reshape(-1)
@@ -292,29 +302,40 @@ class Recorder(object):
             self._positions[(numel, k)] = pos
         return bytes(T.raw_bytes(flat.index_select(0, pos)))
 
-    def _frame_job(self, key, header, an, kind):
-        snap = an.snapshot
-        if an.hash is None:
-            an.hash = T.content_hash(snap)
-        if an.stats is None:
-            an.stats = self.pipeline.engine.stats(snap)
+    def _complete(self, an):
+        """Everything any record of this analysis will need (any worker)."""
+        with an.lock:
+            snap = an.snapshot
+            if an.hash is None:
+                an.hash = T.content_hash(snap)
+            if self.emit:
+                if an.stats is None:
+                    an.stats = self.pipeline.engine.stats(snap)
+                if an.want_sample and an.sample is None:
+                    an.sample = self._sample_of(snap)
+            self._release(an)  # kept (full) snapshots stay for later records
+
+    def _emit(self, job):
+        """Write the record (in record order)."""
+        an = job.an
+        self.hashes[job.key] = an.hash
+        self.order.append(job.key)
+        if job.header is None:
+            return
+        kind = job.kind
         payload = None
         if kind == "sample":
-            if an.sample is None and snap is not None:
-                an.sample = self._sample_of(snap)
             payload = an.sample
-            if payload is None:  # cannot happen: the level only goes down
+            if payload is None:  # cannot happen: the capture level only goes down
                 kind = "stats"
         elif kind == "full":
-            payload = T.raw_bytes(snap)
-        self._release(an)  # kept (full) snapshots stay for later records of the tensor
+            payload = T.raw_bytes(an.snapshot)
+        header = job.header
         header["stats"] = an.stats
         header["hash"] = an.hash
         header["capture"] = kind
         if kind == "sample":
             header["sample_positions"] = "stride"
-        self.hashes[key] = an.hash
-        self.order.append(key)
         self.writer.frame(header, payload)
 
 

@@ -277,8 +277,8 @@ def run(spec, writer):
         writer.end("failed", device_error)
         return EXIT_FAILED
 
-    from capd_runner.pipeline import Pipeline, WorkerError
-    pipeline = Pipeline(writer)
+    from capd_runner.pipeline import Pipeline, WorkerError, default_workers
+    pipeline = Pipeline(writer, workers=default_workers(torch.get_num_threads()))
     try:
         _run_model(torch, spec, writer, device, pipeline)
     except CellFailed as e:

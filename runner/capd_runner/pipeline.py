@@ -2,20 +2,19 @@
 thread.
 
 A capture hook only snapshots the tensor (one copy into a reused CPU buffer)
-and queues a job; one worker thread computes the stats and the BLAKE2b hash
-of the snapshot (both release the GIL while they run, so they overlap with
-the model's own kernels), encodes the frame and writes it. Jobs are handled
-in order, so frames keep the order of ``seq``. The number of queued jobs and
-snapshot bytes is bounded (the hook waits when the worker is behind), which
-also bounds how many finished records a crash can lose; the worker flushes
-the frame pipe whenever it catches up.
-
-CUDA tensors: their stats are computed on the device in the hook (one
-synchronisation), and only the hash of the host copy goes to the worker.
+and queues a job. Worker threads (one per core the model's threads leave
+free, 1 to 4) compute the
+stats and the BLAKE2b hash of snapshots; both release the GIL while they run,
+so they overlap with the model's own kernels and with each other. Each job
+then *emits* (encodes its frame and writes it) strictly in submission order,
+so frames keep the order of ``seq`` whatever the worker that computed them.
+The number of queued jobs and snapshot bytes is bounded (the hook waits when
+the workers are behind), which also bounds how many finished records a crash
+can lose; the frame pipe is flushed whenever the workers catch up.
 
 With CAPD_RUNNER_SYNC=1 in the environment (or sync=True) every job runs
 inline in the hook and frames are flushed at each hook: slower, but a crash
-loses nothing already recorded.
+loses nothing already recorded. Both modes write the same frames.
 """
 
 import os
@@ -31,6 +30,7 @@ from capd_runner import tensors as T
 MAX_JOBS = 128
 MAX_BYTES = 128 << 20
 POOL_BYTES = 256 << 20
+MAX_WORKERS = 4
 
 
 class WorkerError(Exception):
@@ -70,49 +70,96 @@ class BufferPool(object):
             self.bytes = 0
 
 
+class Job(object):
+    """A unit of work: compute() runs on any worker, in any order; emit()
+    runs in submission order, one at a time."""
+
+    def compute(self):
+        pass
+
+    def emit(self):
+        pass
+
+
+class CallJob(Job):
+    def __init__(self, fn):
+        self.fn = fn
+
+    def emit(self):
+        self.fn()
+
+
+def default_workers(model_threads=1):
+    """One worker per core left over by the model's own threads, 1..4."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, n - max(1, model_threads)))
+
+
 class Pipeline(object):
-    def __init__(self, writer, sync=None):
+    def __init__(self, writer, sync=None, workers=None):
         if sync is None:
             sync = os.environ.get("CAPD_RUNNER_SYNC", "") not in ("", "0")
         self.writer = writer
         self.sync = sync
-        # Compute CPU stats in the hook instead of the worker (experiments).
-        self.stats_in_hook = False
         self.pool = BufferPool()
-        self.engine = T.StatsEngine()  # used by the worker (or inline) only
+        self._local = threading.local()
         self._cv = threading.Condition()
+        self._emit_lock = threading.Lock()
         self._jobs = deque()
+        self._done = {}
+        self._next_ticket = 0
+        self._next_emit = 0
         self._pending_bytes = 0
-        self._busy = False
         self._error = None
         self._stop = False
-        self._thread = None
+        self._threads = []
+        # Compute CPU stats in the hook instead of the workers (experiments).
+        self.stats_in_hook = False
         if not sync:
-            self._thread = threading.Thread(target=self._run, name="capd-analysis")
-            self._thread.daemon = True
-            self._thread.start()
+            for i in range(workers or default_workers()):
+                t = threading.Thread(target=self._run, name="capd-analysis-%d" % i)
+                t.daemon = True
+                t.start()
+                self._threads.append(t)
+
+    @property
+    def engine(self):
+        """This thread's StatsEngine (its scratch buffers are not shared)."""
+        e = getattr(self._local, "engine", None)
+        if e is None:
+            e = self._local.engine = T.StatsEngine()
+        return e
 
     # -- producer side (hooks) ----------------------------------------------
     def submit(self, job, nbytes=0):
         if self.sync:
-            job()
+            job.compute()
+            job.emit()
             return
         with self._cv:
             self._raise_if_error()
-            while (len(self._jobs) >= MAX_JOBS or
-                   (self._pending_bytes + nbytes > MAX_BYTES and self._jobs)):
+            while (self._next_ticket - self._next_emit >= MAX_JOBS or
+                   (self._pending_bytes + nbytes > MAX_BYTES and
+                    self._next_ticket > self._next_emit)):
                 self._cv.wait()
                 self._raise_if_error()
-            self._jobs.append((job, nbytes))
+            self._jobs.append((self._next_ticket, job, nbytes))
+            self._next_ticket += 1
             self._pending_bytes += nbytes
-            self._cv.notify_all()
+            self._cv.notify()
+
+    def note(self, fn):
+        self.submit(CallJob(fn))
 
     def drain(self):
-        """Wait until every queued job is done; raise the worker's error."""
+        """Wait until every queued job is emitted; raise a worker's error."""
         if self.sync:
             return
         with self._cv:
-            while (self._jobs or self._busy) and self._error is None:
+            while self._next_emit < self._next_ticket and self._error is None:
                 self._cv.wait()
             self._raise_if_error()
 
@@ -121,13 +168,14 @@ class Pipeline(object):
             self.writer.flush()
 
     def stop(self):
-        if self._thread is None:
+        if not self._threads:
             return
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        self._thread.join()
-        self._thread = None
+        for t in self._threads:
+            t.join()
+        self._threads = []
 
     def abandon(self):
         """After a failure: let queued jobs finish (best effort), then stop."""
@@ -141,7 +189,13 @@ class Pipeline(object):
         if self._error is not None:
             raise WorkerError("capture analysis failed:\n" + self._error)
 
-    # -- worker ----------------------------------------------------------------
+    def _fail(self):
+        with self._cv:
+            if self._error is None:
+                self._error = "".join(traceback.format_exception(*sys.exc_info()))
+            self._cv.notify_all()
+
+    # -- workers ---------------------------------------------------------------
     def _run(self):
         while True:
             with self._cv:
@@ -149,20 +203,50 @@ class Pipeline(object):
                     self._cv.wait()
                 if not self._jobs:
                     return
-                job, nbytes = self._jobs.popleft()
-                self._busy = True
+                ticket, job, nbytes = self._jobs.popleft()
             try:
                 if self._error is None:
-                    job()
+                    job.compute()
             except BaseException:
-                self._error = "".join(traceback.format_exception(*sys.exc_info()))
+                self._fail()
             with self._cv:
+                self._done[ticket] = (job, nbytes)
+            self._emit_ready()
+
+    def _emit_ready(self):
+        # Whoever holds the emit lock writes every consecutive finished job;
+        # a job finished while the lock was being released is picked up by
+        # the re-check at the end.
+        while True:
+            if not self._emit_lock.acquire(False):
+                return
+            try:
+                self._emit_locked()
+            finally:
+                self._emit_lock.release()
+            with self._cv:
+                if self._next_emit not in self._done:
+                    return
+
+    def _emit_locked(self):
+        while True:
+            with self._cv:
+                item = self._done.pop(self._next_emit, None)
+            if item is None:
+                return
+            job, nbytes = item
+            try:
+                if self._error is None:
+                    job.emit()
+            except BaseException:
+                self._fail()
+            with self._cv:
+                self._next_emit += 1
                 self._pending_bytes -= nbytes
-                self._busy = False
-                empty = not self._jobs
+                idle = self._next_emit == self._next_ticket
                 self._cv.notify_all()
-            if empty and self._error is None:
+            if idle and self._error is None:
                 try:
                     self.writer.flush()
                 except BaseException:
-                    self._error = "".join(traceback.format_exception(*sys.exc_info()))
+                    self._fail()

@@ -20,7 +20,7 @@
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
         if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_frame: check failed: %s\n", #c);                              \
+            fprintf(stderr, "fuzz_frame: check failed: %s\n", #c);                                 \
             abort();                                                                               \
         }                                                                                          \
     } while (0)

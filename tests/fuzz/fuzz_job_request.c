@@ -22,7 +22,7 @@
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
         if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_job_request: check failed: %s\n", #c);                        \
+            fprintf(stderr, "fuzz_job_request: check failed: %s\n", #c);                           \
             abort();                                                                               \
         }                                                                                          \
     } while (0)

@@ -24,7 +24,7 @@
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
         if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_record: check failed: %s\n", #c);                             \
+            fprintf(stderr, "fuzz_record: check failed: %s\n", #c);                                \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -117,9 +117,9 @@ static int on_frame(void *ud, const struct frame *f)
     ct.stats.ninf = st.ninf;
     ct.stats.zeros = st.zeros;
     ct.hash = t->hash;
-    ct.capture = !copy                                   ? CMP_CAPTURE_NONE
+    ct.capture = !copy                              ? CMP_CAPTURE_NONE
                  : t->capture == FRAME_CAPTURE_FULL ? CMP_CAPTURE_FULL
-                                                         : CMP_CAPTURE_SAMPLE;
+                                                    : CMP_CAPTURE_SAMPLE;
     ct.payload = copy;
     ct.payload_len = copy ? (size_t)f->nbytes : 0;
     int rc = cmp_cell_add_tensor(r->ctl, &ct);
