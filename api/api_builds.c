@@ -173,6 +173,9 @@ enum MHD_Result api_builds_get(struct api_req *r)
 
 enum MHD_Result api_builds_list(struct api_req *r)
 {
+    enum MHD_Result ret;
+    if (api_etag_counter(r, "builds", &ret))
+        return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = s ? store_build_list(s, &out) : -EIO;

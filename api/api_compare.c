@@ -58,6 +58,9 @@ enum MHD_Result api_commit_get(struct api_req *r)
 {
     if (!api_valid_hex(r->seg[2], 7, 64))
         return api_error(r, 400, "invalid_field", "sha", "a commit is 7 to 64 hex digits");
+    enum MHD_Result ret;
+    if (api_etag_counter(r, "jobs", &ret))
+        return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = s ? store_commit_jobs(s, r->seg[2], &out) : -EIO;
@@ -203,6 +206,9 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     struct store_cell_filter f = {api_query(r, "model"), api_query(r, "width"),
                                   api_query(r, "pass")};
     cmp_options_init(&o);
+    /* 304 before anything is loaded or computed (api/etag.c). */
+    if (api_etag_compare(r, ctl, head, extra, &ret))
+        return ret;
     json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
     if (jo && cmp_options_apply_json(&o, jo, &e) != 0) {
         ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);

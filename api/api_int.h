@@ -34,6 +34,14 @@ struct api_req {
     /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
     int nxhdr;
     char xhdr[2][2][96];
+    /* ETags, live updates and metrics (api/etag.c, api/api_events.c). */
+    int route;                     /* index in server.c's routes[]; -1: none matched */
+    const char *route_method, *route_pattern;
+    unsigned status;               /* status of the reply queued; 0: none yet */
+    uint64_t t0_ns;                /* arrival (CLOCK_MONOTONIC), for the latency */
+    char etag[64];                 /* quoted; sent with a 2xx reply when set */
+    bool etag_body;                /* derive the ETag from the reply body */
+    struct live_waiter *poll;      /* a long-poll in progress (api/api_events.c) */
 };
 
 typedef enum MHD_Result (*api_handler)(struct api_req *r);
@@ -43,6 +51,9 @@ const struct capd_config *api_cfg(struct api_req *r);
 
 /* The calling worker thread's own connection (opened on first use). */
 struct store *api_store(struct api_req *r);
+/* The same, for code that runs on a worker thread without a request at
+ * hand (an event stream's content reader). */
+struct store *api_thread_store(const struct capd_config *cfg);
 
 /* Replies. Every error reaching a client goes through api_error:
  * {"error":{"code","message","field"}} with the right status. */
@@ -118,5 +129,45 @@ enum MHD_Result api_commit_diff(struct api_req *r);
 enum MHD_Result api_tokens_list(struct api_req *r);
 enum MHD_Result api_tokens_create(struct api_req *r);
 enum MHD_Result api_tokens_revoke(struct api_req *r);
+enum MHD_Result api_devices_list(struct api_req *r);    /* api/api_devices.c */
+enum MHD_Result api_devices_refresh(struct api_req *r);
+enum MHD_Result api_events(struct api_req *r);
+enum MHD_Result api_metrics(struct api_req *r);
+enum MHD_Result api_static_index(struct api_req *r);
+enum MHD_Result api_static_file(struct api_req *r);
+
+/* ETags (api/etag.c). api_set_etag formats the opaque part (quotes are
+ * added); api_if_none_match tells whether the request's If-None-Match
+ * matches r->etag; api_not_modified replies 304 with it. The api_etag_*
+ * hooks sit at the top of GET handlers: they set r->etag from a version
+ * that is cheap to read and return true, having replied 304, when the
+ * client's copy is current; false means "build the body" (or, when they
+ * could not read a version, "answer as usual", without an ETag). */
+void api_set_etag(struct api_req *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool api_if_none_match(struct api_req *r);
+enum MHD_Result api_not_modified(struct api_req *r);
+/* COUNTER: "jobs" for job lists, "builds" for the build list. */
+bool api_etag_counter(struct api_req *r, const char *counter, enum MHD_Result *ret);
+/* GET /v1/jobs/{id}/cells/{cell}: the job's version. */
+bool api_etag_cell(struct api_req *r, enum MHD_Result *ret);
+/* A comparison of CTL and HEAD (job objects); EXTRA is what the endpoint
+ * adds to the result (may be NULL). */
+bool api_etag_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extra,
+                      enum MHD_Result *ret);
+/* No cheap version: the ETag is a hash of the 200 body (send_buf). */
+void api_etag_by_body(struct api_req *r);
+bool api_etag_body_match(struct api_req *r, const char *body, size_t len);
+
+/* Live updates (api/api_events.c): the notifier thread, GET /v1/events and
+ * the long-poll. api_jobs_get_live is the front half of GET /v1/jobs/{id}
+ * (ETag, 304, ?wait=N, the rendered-body cache): true when it has replied
+ * or suspended the request, false when the handler should answer. */
+struct live_waiter;
+int api_live_start(const struct capd_config *cfg);
+void api_live_close(void); /* ends streams, answers long-polls, refuses new ones */
+void api_live_stop(void);  /* close, then stop the notifier thread */
+void api_live_free(void);  /* after MHD has stopped */
+void api_live_request_done(struct api_req *r);
+bool api_jobs_get_live(struct api_req *r, enum MHD_Result *ret);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "api/api_int.h"
 #include "compare/cmp.h"
+#include "daemon/devices.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 
@@ -211,10 +212,6 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
         }
         json_object_set(out, "compare", cmpo);
     }
-    if (strcmp(json_string_value(json_object_get(out, "device")), "gpu") == 0) {
-        verr(err, "no_gpu", "options.device", "this capd has no GPU devices to run GPU cells on");
-        goto bad;
-    }
     return out;
 bad:
     json_decref(out);
@@ -381,6 +378,22 @@ enum MHD_Result api_jobs_create(struct api_req *r)
                         verror.message);
         goto out;
     }
+    /* A GPU job on a host without a GPU fails now, not cell by cell later.
+     * (This is the one check that needs the daemon, so it is not in the
+     * validator.) */
+    const char *device = json_string_value(
+        json_object_get(json_object_get(norm, "options"), "device"));
+    struct devices *dv = capd_devices(api_daemon(r));
+    if (device && strcmp(device, "gpu") == 0 && devices_count(dv) == 0) {
+        json_t *dj = devices_json(dv);
+        const char *why = json_string_value(json_object_get(dj, "reason"));
+        ret = api_error(r, 400, "no_gpu", "options.device",
+                        "options.device is gpu but this capd has no GPU device (%s); see GET "
+                        "/v1/devices, and POST /v1/devices/refresh after adding one",
+                        why ? why : "no device found");
+        json_decref(dj);
+        goto out;
+    }
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(r->body, r->body_len));
     const char *idem = api_header(r, "Idempotency-Key");
@@ -481,6 +494,8 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 's', &f.before_seq))
         return api_error(r, 400, "invalid_query", "cursor", "cursor is not one this server gave");
+    if (api_etag_counter(r, "jobs", &ret))
+        return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = s ? store_job_list(s, &f, &out) : -EIO;
@@ -491,6 +506,9 @@ enum MHD_Result api_jobs_list(struct api_req *r)
 
 enum MHD_Result api_jobs_get(struct api_req *r)
 {
+    enum MHD_Result ret;
+    if (api_jobs_get_live(r, &ret)) /* ETag, 304, ?wait=N long-poll */
+        return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = s ? store_job_get(s, r->seg[2], &out) : -EIO;
@@ -520,6 +538,9 @@ enum MHD_Result api_jobs_cancel(struct api_req *r)
 
 enum MHD_Result api_cell_get(struct api_req *r)
 {
+    enum MHD_Result ret;
+    if (api_etag_cell(r, &ret))
+        return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = s ? store_cell_get(s, r->seg[2], r->seg[4], &out) : -EIO;
@@ -548,6 +569,7 @@ enum MHD_Result api_cell_records(struct api_req *r)
     int rc = s ? store_records_list(s, r->seg[2], r->seg[4], kind, after, limit, &out) : -EIO;
     if (rc)
         return api_store_error(r, rc, "cell");
+    api_etag_by_body(r);
     return api_json(r, 200, out);
 }
 
@@ -578,6 +600,7 @@ enum MHD_Result api_cell_log(struct api_req *r)
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+    r->status = 200;
     enum MHD_Result ret2 = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     return ret2;

@@ -40,6 +40,9 @@ static int required_scope(const struct capd_config *cfg, const char *method, con
 {
     if (strcmp(pattern, "/healthz") == 0)
         return STORE_SCOPE_NONE;
+    /* The dashboard's files hold no data; the page sends the token. */
+    if (strcmp(pattern, "/") == 0 || strcmp(pattern, "/static/:file") == 0)
+        return STORE_SCOPE_NONE;
     if (strcmp(pattern, "/metrics") == 0)
         return cfg->metrics_public ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
     if (strncmp(pattern, "/v1/tokens", 10) == 0)

@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/api_int.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 
 struct api {
     struct capd *d;
@@ -56,10 +58,15 @@ const struct capd_config *api_cfg(struct api_req *r)
 
 struct store *api_store(struct api_req *r)
 {
+    return api_thread_store(api_cfg(r));
+}
+
+struct store *api_thread_store(const struct capd_config *cfg)
+{
     struct store *s = pthread_getspecific(store_key);
     if (!s) {
         char *err = NULL;
-        if (store_open(api_cfg(r)->data_dir, false, &s, &err) != 0) {
+        if (store_open(cfg->data_dir, false, &s, &err) != 0) {
             log_error("http_store_open_failed", "err=%s", log_q(err));
             free(err);
             return NULL;
@@ -74,6 +81,12 @@ struct store *api_store(struct api_req *r)
 static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *ctype, char *buf,
                                 size_t len)
 {
+    /* A body-hash ETag (api_etag_by_body) that the client has: 304. */
+    if (r->etag_body && status == 200 && api_etag_body_match(r, buf, len)) {
+        free(buf);
+        return api_not_modified(r);
+    }
+    r->status = status;
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -81,7 +94,11 @@ static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    /* A reply with an ETag may be kept but must be revalidated. */
+    bool tagged = r->etag[0] && status >= 200 && status < 300;
+    if (tagged)
+        MHD_add_response_header(resp, "ETag", r->etag);
+    MHD_add_response_header(resp, "Cache-Control", tagged ? "no-cache" : "no-store");
     for (int i = 0; i < r->nxhdr; i++)
         MHD_add_response_header(resp, r->xhdr[i][0], r->xhdr[i][1]);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -298,6 +315,12 @@ static const struct route routes[] = {
     {"GET", "/v1/tokens", api_tokens_list},
     {"POST", "/v1/tokens", api_tokens_create},
     {"DELETE", "/v1/tokens/:id", api_tokens_revoke},
+    {"GET", "/v1/devices", api_devices_list},
+    {"POST", "/v1/devices/refresh", api_devices_refresh},
+    {"GET", "/v1/events", api_events},
+    {"GET", "/metrics", api_metrics},
+    {"GET", "/", api_static_index},
+    {"GET", "/static/:file", api_static_file},
 };
 
 static int hexval(char c)
@@ -370,13 +393,17 @@ static bool route_match(const struct route *rt, struct api_req *r)
 static enum MHD_Result dispatch(struct api_req *r)
 {
     char allow[64] = "";
-    if (split_path(r) != 0)
+    /* A resumed long-poll comes back here with its path already split. */
+    if (r->nseg == 0 && split_path(r) != 0)
         return api_error(r, 404, "not_found", NULL, "no such resource");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!route_match(&routes[i], r))
             continue;
         if (strcmp(routes[i].method, r->method) == 0) {
             enum MHD_Result ret;
+            r->route = (int)i;
+            r->route_method = routes[i].method;
+            r->route_pattern = routes[i].pattern;
             if (!api_authorize(r, routes[i].method, routes[i].pattern, &ret))
                 return ret;
             return routes[i].h(r);
@@ -393,6 +420,7 @@ static enum MHD_Result dispatch(struct api_req *r)
             MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
         MHD_add_response_header(resp, "Content-Type", "application/json");
         MHD_add_response_header(resp, "Allow", allow);
+        r->status = 405;
         enum MHD_Result ret = MHD_queue_response(r->conn, 405, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -418,6 +446,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->method = method;
         r->url = url;
         r->counted = true;
+        r->route = -1;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r->t0_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
         enum MHD_Result ret;
@@ -478,6 +510,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    metrics_http(r->route, r->route_method, r->route_pattern, r->status,
+                 (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - r->t0_ns);
+    api_live_request_done(r);
     if (r->counted)
         __atomic_sub_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < r->nseg; i++)
@@ -517,8 +554,17 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     if (!a)
         return -ENOMEM;
     a->d = d;
+    /* Suspend/resume lets event streams and long-polls wait without a
+     * thread (api/api_events.c). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+                     MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    int lrc = api_live_start(cfg);
+    if (lrc) {
+        if (asprintf(err, "cannot start the event notifier (%d)", lrc) < 0)
+            *err = NULL;
+        free(a);
+        return lrc;
+    }
     a->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
@@ -532,6 +578,8 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
                      cfg->listen_addr, cfg->listen_port) < 0)
             *err = NULL;
+        api_live_stop();
+        api_live_free();
         free(a);
         return -EADDRINUSE;
     }
@@ -549,6 +597,9 @@ void api_quiesce(struct api *a)
     MHD_socket fd = MHD_quiesce_daemon(a->mhd);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    /* Streams and long-polls never end on their own: end them now so the
+     * in-flight count can drain. */
+    api_live_close();
 }
 
 unsigned api_inflight(struct api *a)
@@ -560,6 +611,10 @@ void api_stop(struct api *a)
 {
     if (!a)
         return;
+    /* MHD must not stop with suspended connections: resume them all and
+     * stop the notifier first. */
+    api_live_stop();
     MHD_stop_daemon(a->mhd);
+    api_live_free();
     free(a);
 }

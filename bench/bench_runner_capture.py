@@ -40,7 +40,11 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workers", type=int, default=None,
-                    help="analysis worker threads (default: the runner's, one per spare core, <= 4)")
+                    help="analysis worker threads (default: the runner's, one per spare core, <= 2)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval() value in seconds (experiments)")
+    ap.add_argument("--stats-in-hook", action="store_true",
+                    help="compute CPU stats in the hooks, only hashes in the workers (experiments)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
@@ -60,6 +64,9 @@ def main():
                                    workers=args.workers or default_workers(args.threads)),
                  "sync": Pipeline(writer, sync=True)}
     workers = len(pipelines["async"]._threads)
+    pipelines["async"].stats_in_hook = args.stats_in_hook
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
 
     def plain():
         with torch.no_grad():

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "daemon/capd.h"
+#include "daemon/devices.h"
 #include "daemon/log.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
@@ -24,6 +25,7 @@
 
 struct sup_node {
     struct sup *sup;
+    int device; /* the GPU the cell holds; -1 for none */
     struct sup_node *next;
 };
 
@@ -41,11 +43,13 @@ struct capd {
      * because uv_async_send coalesces. */
     pthread_mutex_t mu;
     bool work_pending;
+    bool devices_refresh_pending;
     int ncancel;
     char cancels[CAPD_MAX_CANCELS][16];
 
     struct sup_node *running;
     unsigned nrunning;
+    struct devices *dev; /* the GPUs (daemon/devices.h) */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
 };
@@ -78,6 +82,19 @@ void capd_notify_cancel(struct capd *d, const char *job_id)
     uv_async_send(&d->wake);
 }
 
+struct devices *capd_devices(struct capd *d)
+{
+    return d->dev;
+}
+
+void capd_notify_devices_refresh(struct capd *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->devices_refresh_pending = true;
+    pthread_mutex_unlock(&d->mu);
+    uv_async_send(&d->wake);
+}
+
 static void schedule(struct capd *d);
 
 static void on_cell_done(void *ud, struct sup *s)
@@ -87,6 +104,7 @@ static void on_cell_done(void *ud, struct sup *s)
         if ((*pp)->sup == s) {
             struct sup_node *n = *pp;
             *pp = n->next;
+            devices_release(d->dev, n->device);
             free(n);
             __atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
             break;
@@ -97,12 +115,15 @@ static void on_cell_done(void *ud, struct sup *s)
 }
 
 /* Claims and starts queued cells until max_parallel children run. A cell
- * whose set-up fails is already stored as failed; the next one is tried. */
+ * whose set-up fails is already stored as failed; the next one is tried.
+ * A GPU cell needs a whole device: while none is free, GPU cells stay
+ * queued and CPU cells behind them are started instead. */
 static void schedule(struct capd *d)
 {
     while (!d->stopping && d->nrunning < (unsigned)d->cfg.max_parallel) {
         struct store_cell_run run;
-        int rc = store_cell_claim(d->st, &run);
+        int device = -1;
+        int rc = store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run);
         if (rc == -ENOENT)
             return;
         if (rc) {
@@ -115,16 +136,30 @@ static void schedule(struct capd *d)
             store_cell_run_clear(&run);
             return;
         }
+        if (devices_acquire(d->dev, d->st, &run, &device) != 0) {
+            free(n); /* stored as failed: no GPU */
+            continue;
+        }
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
+            devices_release(d->dev, device);
             free(n);
             continue;
         }
         n->sup = s;
+        n->device = device;
         n->next = d->running;
         d->running = n;
         __atomic_add_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
     }
+}
+
+/* A new device list may let queued GPU cells start. */
+static void on_devices_changed(void *ud)
+{
+    struct capd *d = ud;
+    if (!d->stopping)
+        schedule(d);
 }
 
 static void on_wake(uv_async_t *a)
@@ -132,12 +167,17 @@ static void on_wake(uv_async_t *a)
     struct capd *d = a->data;
     char cancels[CAPD_MAX_CANCELS][16];
     int nc;
+    bool refresh;
     pthread_mutex_lock(&d->mu);
     nc = d->ncancel;
     memcpy(cancels, d->cancels, sizeof cancels[0] * (size_t)nc);
     d->ncancel = 0;
     d->work_pending = false;
+    refresh = d->devices_refresh_pending;
+    d->devices_refresh_pending = false;
     pthread_mutex_unlock(&d->mu);
+    if (refresh && !d->stopping)
+        devices_refresh(d->dev, &d->loop, on_devices_changed, d);
     for (int i = 0; i < nc; i++)
         for (struct sup_node *n = d->running; n; n = n->next)
             if (strcmp(sup_job_id(n->sup), cancels[i]) == 0) {
@@ -231,6 +271,13 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     }
     if (requeued || interrupted)
         log_warn("recovered", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
+    /* The device list must be known before the first job is validated or
+     * scheduled: the probe runs to completion here. */
+    if ((rc = devices_new(&d->cfg, &d->dev)) != 0 || (rc = devices_probe_now(d->dev)) != 0) {
+        if (asprintf(err, "GPU discovery could not start (%d)", rc) < 0)
+            *err = NULL;
+        goto fail;
+    }
     uv_loop_init(&d->loop);
     uv_async_init(&d->loop, &d->wake, on_wake);
     uv_signal_init(&d->loop, &d->sigterm);
@@ -245,6 +292,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     *out = d;
     return 0;
 fail:
+    devices_free(d->dev);
     store_close(d->st);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -263,6 +311,7 @@ int capd_run(struct capd *d)
     signal(SIGPIPE, SIG_IGN);
     schedule(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
+    devices_stop(d->dev);
     uv_close((uv_handle_t *)&d->wake, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigint, close_cb_noop);
@@ -279,6 +328,7 @@ void capd_free(struct capd *d)
     if (d->hooks.stop && !d->http_stopped)
         d->hooks.stop(d->hooks.ud);
     uv_loop_close(&d->loop);
+    devices_free(d->dev);
     store_close(d->st);
     pthread_mutex_destroy(&d->mu);
     free(d);

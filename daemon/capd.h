@@ -34,6 +34,11 @@ const struct capd_config *capd_cfg(const struct capd *d);
 void capd_notify_work(struct capd *d);
 void capd_notify_cancel(struct capd *d, const char *job_id);
 
+/* The GPUs (daemon/devices.h: its readers are thread-safe), and a
+ * thread-safe request to run the GPU probe again. */
+struct devices *capd_devices(struct capd *d);
+void capd_notify_devices_refresh(struct capd *d);
+
 /* Number of cells with a live child right now (for /healthz and metrics);
  * read without a lock, so only approximately current. */
 unsigned capd_running_cells(const struct capd *d);

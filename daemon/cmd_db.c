@@ -1,7 +1,7 @@
 /*
  * daemon/cmd_db.c - `capd db ...`, database care from the command line:
  *
- *   capd db backup DEST [--data-dir DIR] [--config FILE] [--force] [--json]
+ *   capd db backup DEST [--data-dir DIR] [--config FILE] [--json]
  *   capd db vacuum      [--data-dir DIR] [--config FILE] [--force] [--json]
  *   capd db prune       [--data-dir DIR] [--config FILE] [--keep-heads N]
  *                       [--dry-run] [--json]
@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "daemon/cmd_db.h"
 #include "daemon/config.h"
@@ -36,15 +35,16 @@ struct db_args {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: capd db backup DEST [--data-dir DIR] [--config FILE] [--force] [--json]\n"
+            "usage: capd db backup DEST [--data-dir DIR] [--config FILE] [--json]\n"
             "       capd db vacuum [--data-dir DIR] [--config FILE] [--force] [--json]\n"
             "       capd db prune [--data-dir DIR] [--config FILE] [--keep-heads N] [--dry-run]\n"
             "                     [--json]\n"
             "\n"
-            "backup  copies DIR/capd.db to DEST with SQLite's online backup API: a consistent\n"
-            "        snapshot, safe while capd runs. DEST may be a directory (the copy is named\n"
-            "        capd-YYYYMMDDTHHMMSSZ.db there); an existing file needs --force. The copy's\n"
-            "        path is printed on stdout.\n"
+            "backup  copies the data dir's database (SQLite's online backup API: one consistent\n"
+            "        snapshot, safe while capd runs) and the payload files it names into the\n"
+            "        directory DEST, which capd can then use as a data dir. DEST must be new,\n"
+            "        empty, or an earlier backup (then only new payloads are copied). Its path\n"
+            "        is printed on stdout. Cell logs are not included.\n"
             "vacuum  rebuilds the database file to give free pages back to the file system.\n"
             "        It blocks capd's writers while it runs, so it refuses while cells run\n"
             "        unless --force.\n"
@@ -105,7 +105,7 @@ static int parse(struct db_args *a, int argc, char **argv)
     if (is_backup && optind == argc - 1) {
         a->dest = argv[optind++];
     } else if (is_backup) {
-        fprintf(stderr, "capd db backup: give exactly one DEST (a file or a directory)\n");
+        fprintf(stderr, "capd db backup: give exactly one DEST directory\n");
         return 2;
     }
     if (optind != argc) {
@@ -116,8 +116,8 @@ static int parse(struct db_args *a, int argc, char **argv)
         fprintf(stderr, "capd db %s: --keep-heads and --dry-run are for prune\n", a->verb);
         return 2;
     }
-    if (a->force && strcmp(a->verb, "prune") == 0) {
-        fprintf(stderr, "capd db prune: --force is for backup and vacuum\n");
+    if (a->force && strcmp(a->verb, "vacuum") != 0) {
+        fprintf(stderr, "capd db %s: --force is for vacuum\n", a->verb);
         return 2;
     }
     if (keep) {
@@ -172,36 +172,35 @@ static void emit_json(json_t *j)
 
 static int do_backup(const struct db_args *a)
 {
-    char dest[4200], *err = NULL;
-    struct stat sb;
+    char *err = NULL;
     struct store_backup_info info;
-    if (stat(a->dest, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char stamp[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-        snprintf(dest, sizeof dest, "%s/capd-%s.db", a->dest, stamp);
-    } else {
-        snprintf(dest, sizeof dest, "%s", a->dest);
-    }
-    if (!a->force && stat(dest, &sb) == 0) {
-        fprintf(stderr, "capd db backup: %s exists (add --force to replace it)\n", dest);
-        return 1;
-    }
-    if (store_backup(a->cfg.data_dir, dest, &info, &err) != 0) {
+    if (store_backup(a->cfg.data_dir, a->dest, &info, &err) != 0) {
         fprintf(stderr, "capd db backup: %s\n", err ? err : "failed");
         free(err);
         return 1;
     }
     if (a->as_json)
-        emit_json(json_pack("{s:s,s:s,s:i,s:I,s:I}", "path", info.path, "data_dir",
-                            a->cfg.data_dir, "schema_version", info.schema_version, "pages",
-                            (json_int_t)info.pages, "bytes", (json_int_t)info.bytes));
+        emit_json(json_pack("{s:s,s:s,s:i,s:I,s:I,s:I,s:I,s:I}", "path", info.path, "data_dir",
+                            a->cfg.data_dir, "schema_version", info.schema_version, "db_bytes",
+                            (json_int_t)info.db_bytes, "blobs", (json_int_t)info.blobs,
+                            "blobs_copied", (json_int_t)info.blobs_copied, "blob_bytes_copied",
+                            (json_int_t)info.blob_bytes_copied, "blobs_missing",
+                            (json_int_t)info.blobs_missing));
     else
         printf("%s\n", info.path);
-    fprintf(stderr, "capd: backed up %s/capd.db (schema version %d, %lld bytes) to %s\n",
-            a->cfg.data_dir, info.schema_version, (long long)info.bytes, info.path);
+    fprintf(stderr,
+            "capd: backed up %s (schema version %d, database %lld bytes, %lld payload files, "
+            "%lld new: %lld bytes) to %s\n",
+            a->cfg.data_dir, info.schema_version, (long long)info.db_bytes,
+            (long long)info.blobs, (long long)info.blobs_copied,
+            (long long)info.blob_bytes_copied, info.path);
+    if (info.blobs_missing > 0) {
+        fprintf(stderr,
+                "capd db backup: %lld payload files the database names are missing from "
+                "%s/blobs; the backup has the same gaps\n",
+                (long long)info.blobs_missing, a->cfg.data_dir);
+        return 1;
+    }
     return 0;
 }
 
@@ -268,23 +267,22 @@ static int do_prune(const struct db_args *a)
     }
     store_close(s);
     if (a->as_json)
-        emit_json(json_pack("{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
+        emit_json(json_pack("{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
                             "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs,
                             "jobs_kept", (json_int_t)r.jobs_kept, "jobs_pruned",
                             (json_int_t)r.jobs_pruned, "records_detached",
                             (json_int_t)r.records_detached, "blobs_deleted",
-                            (json_int_t)r.blobs_deleted, "bytes_freed",
+                            (json_int_t)r.blobs_deleted, "orphans_deleted",
+                            (json_int_t)r.orphans_deleted, "bytes_freed",
                             (json_int_t)r.bytes_freed));
     fprintf(stderr,
             "capd: %s %lld of %lld jobs kept whole (controls and the newest %d commits per "
-            "branch); payloads of %lld jobs %s: %lld record references, %lld blobs, %lld "
-            "bytes%s\n",
+            "branch); payloads of %lld jobs %s: %lld record references, %lld payload files and "
+            "%lld orphaned files, %lld bytes\n",
             a->dry_run ? "dry run:" : "pruned:", (long long)r.jobs_kept, (long long)r.jobs,
             a->keep_heads, (long long)r.jobs_pruned, a->dry_run ? "would go" : "dropped",
-            (long long)r.records_detached, (long long)r.blobs_deleted, (long long)r.bytes_freed,
-            a->dry_run || r.bytes_freed == 0 ? ""
-                                             : " (free pages now; `capd db vacuum` gives them "
-                                               "back to the file system)");
+            (long long)r.records_detached, (long long)r.blobs_deleted,
+            (long long)r.orphans_deleted, (long long)r.bytes_freed);
     return 0;
 }
 

@@ -57,6 +57,8 @@ static const struct ckey keys[] = {
     {"frame_max_total_payload", T_U64, F(frame_max_total_payload), 0, 0, INT64_MAX},
     {"runner_dir", T_STR, F(runner_dir), S(runner_dir), 0, 0},
     {"exec_bin", T_STR, F(exec_bin), S(exec_bin), 0, 0},
+    {"gpuinfo_bin", T_STR, F(gpuinfo_bin), S(gpuinfo_bin), 0, 0},
+    {"gpuinfo_timeout_ms", T_INT, F(gpuinfo_timeout_ms), 0, 100, 600000},
     {"env_allow", T_LIST, 0, 0, 0, 0},
     {"auth_required", T_BOOL, F(auth_required), 0, 0, 0},
     {"public_reads", T_BOOL, F(public_reads), 0, 0, 0},
@@ -99,6 +101,7 @@ void config_defaults(struct capd_config *c)
     c->frame_max_payload = 256u << 20;
     c->frame_max_frames = 2000000;
     c->frame_max_total_payload = UINT64_C(8) << 30;
+    c->gpuinfo_timeout_ms = 30000;
     c->max_connections = 1024;
     c->max_connections_per_ip = 256;
     c->request_timeout_s = 30;
@@ -357,6 +360,13 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
             snprintf(c->exec_bin, sizeof c->exec_bin, "%.460s/../libexec/capd/capd-exec", exe);
         else
             snprintf(c->exec_bin, sizeof c->exec_bin, "%.480s/capd-exec", exe);
+    }
+    /* The GPU probe sits next to the exec shim, installed or not. */
+    if (!c->gpuinfo_bin[0]) {
+        const char *slash = strrchr(c->exec_bin, '/');
+        int dir = slash ? (int)(slash - c->exec_bin) : 1;
+        snprintf(c->gpuinfo_bin, sizeof c->gpuinfo_bin, "%.*s/capd-gpuinfo", dir,
+                 slash ? c->exec_bin : ".");
     }
     if (!c->runner_dir[0]) {
         char cand[PATH_MAX + 64];

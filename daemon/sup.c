@@ -495,7 +495,8 @@ static bool env_allowed(const struct capd_config *cfg, const char *kv)
 /*
  * The child's environment, in order of precedence from low to high: the
  * allow-listed part of capd's own, the build's variables, the width's
- * variables, then what capd itself must set (spec path, runner on the path).
+ * variables, then what capd itself must set (the GPU cell's device, spec
+ * path, runner on the path).
  */
 static char **build_env(struct sup *s, const char *spec_path)
 {
@@ -534,6 +535,12 @@ static char **build_env(struct sup *s, const char *spec_path)
         char t[32];
         snprintf(t, sizeof t, "%lld", (long long)threads);
         json_object_set_new(env, "OMP_NUM_THREADS", json_string(t));
+    }
+    /* A GPU cell's device (daemon/devices.c): set last, so no build
+     * variable can point the cell at a device another cell holds. */
+    json_object_foreach(json_object_get(s->run.spec, "device_env"), k, v)
+    {
+        json_object_set(env, k, v);
     }
     json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));
     json_object_set_new(env, "PYTHONUNBUFFERED", json_string("1"));

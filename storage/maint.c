@@ -7,13 +7,14 @@
  * vacuum holds the write lock for its whole run, which is why `capd db
  * vacuum` refuses while cells run unless forced.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,32 +37,10 @@ static void set_err(char **err, const char *fmt, const char *a, const char *b)
         *err = NULL;
 }
 
-/* realpath() of a path whose last component may not exist yet. */
-static int resolve_dest(const char *dest, char out[PATH_MAX])
-{
-    char *d1 = strdup(dest), *d2 = strdup(dest);
-    char dir[PATH_MAX];
-    int rc = -ENOMEM;
-    if (!d1 || !d2)
-        goto out;
-    rc = -errno;
-    if (!realpath(dirname(d1), dir))
-        goto out;
-    const char *base = basename(d2);
-    rc = -ENAMETOOLONG;
-    if ((size_t)snprintf(out, PATH_MAX, "%s/%s", dir, base) >= PATH_MAX)
-        goto out;
-    rc = 0;
-out:
-    free(d1);
-    free(d2);
-    return rc;
-}
-
 static void unlink_db(const char *path)
 {
     static const char *const sfx[] = {"", "-journal", "-wal", "-shm"};
-    char p[PATH_MAX + 16];
+    char p[PATH_MAX + 64];
     for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
         snprintf(p, sizeof p, "%s%s", path, sfx[i]);
         unlink(p);
@@ -78,67 +57,140 @@ static int fsync_path(const char *path, int flags)
     return rc;
 }
 
-/*
- * The copy is taken with sqlite3_backup_step(-1): every page in one call,
- * inside one read transaction on the source. Stepping in chunks would let
- * the ingest writer's commits restart the copy over and over; one step
- * reads a single snapshot while writers carry on (WAL), so the copy is
- * exactly the database as of one commit. The copy is then turned into a
- * plain rollback-journal file (no -wal beside it to lose), checked,
- * fsync'd, and renamed over DEST, so DEST is either the old file or a
- * complete new copy.
- */
-int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
-                 char **err)
+/* The payload file of HASH under DATA_DIR; store_blob_path (records.c)
+ * owns the layout and needs only the data dir. */
+static void blob_path_in(const char *data_dir, const char *hash, char *out, size_t n)
 {
-    char src_path[PATH_MAX], src_real[PATH_MAX], dest_real[PATH_MAX], tmp[PATH_MAX + 16];
+    struct store tmp;
+    memset(&tmp, 0, sizeof tmp);
+    snprintf(tmp.data_dir, sizeof tmp.data_dir, "%.*s", (int)sizeof tmp.data_dir - 1, data_dir);
+    store_blob_path(&tmp, hash, out, n);
+}
+
+/* A blob file name: 'x' and 32 hex digits (XXH3-128, records.c). */
+static bool is_blob_name(const char *n)
+{
+    if (n[0] != 'x' || strlen(n) != 33)
+        return false;
+    for (int i = 1; i < 33; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/*
+ * Blob files are deleted only under an exclusive flock(2) on DATA/blobs,
+ * taken without waiting; a backup holds it shared from before its
+ * database snapshot until every file that snapshot names is copied. A
+ * deletion that finds it held is left for a later run (the file is then
+ * an orphan, which the next sweep removes).
+ */
+static int blob_lock(const char *data_dir, int how)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/blobs", data_dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    while (flock(fd, how) != 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK ? -EAGAIN : -e;
+    }
+    return fd;
+}
+
+static void blob_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* releases the flock */
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = 0;
+        if (mkdir(p, mode) != 0 && errno != EEXIST)
+            return -errno;
+        *c = '/';
+    }
+    if (mkdir(p, mode) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* Copies SRC to DST through a temporary name, so DST is whole or absent. */
+static int copy_file(const char *src, const char *dst, int64_t *bytes)
+{
+    char tmp[PATH_MAX + 16], buf[1 << 16];
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = 0;
+    if (in < 0)
+        return -errno;
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", dst, (int)getpid());
+    if ((out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640)) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = -errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(out, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                rc = w < 0 ? -errno : -EIO;
+                goto out;
+            }
+            off += w;
+            *bytes += w;
+        }
+    }
+out:
+    close(in);
+    if (out >= 0 && close(out) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, dst) != 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+/* Step 1 of a backup: the database, as of one commit, to TMP. The copy is
+ * taken with sqlite3_backup_step(-1): every page in one call, inside one
+ * read transaction on the source. Stepping in chunks would let the ingest
+ * writer's commits restart the copy over and over; one step reads a single
+ * snapshot while writers carry on (WAL). The copy is then made a plain
+ * rollback-journal file (no -wal beside it to lose) and checked. */
+static int backup_db(const char *src_path, const char *tmp, struct store_backup_info *info,
+                     char **err)
+{
     sqlite3 *src = NULL, *dst = NULL;
     sqlite3_backup *b = NULL;
     sqlite3_stmt *st = NULL;
-    bool tmp_made = false;
-    int rc = -EIO, src_rc;
-    if (err)
-        *err = NULL;
-    memset(info, 0, sizeof *info);
-    if ((size_t)snprintf(src_path, sizeof src_path, "%s/capd.db", data_dir) >= sizeof src_path)
-        return -ENAMETOOLONG;
-    if (!realpath(src_path, src_real)) {
-        rc = -errno;
-        set_err(err, "no database at %s: %s", src_path, strerror(-rc));
-        return rc;
-    }
-    if ((rc = resolve_dest(dest, dest_real)) != 0) {
-        set_err(err, "cannot write a backup to %s: %s", dest, strerror(-rc));
-        return rc;
-    }
-    /* Renaming the copy over the live database (or its WAL) would destroy
-     * it; the same path after resolving links is refused. */
-    size_t sl = strlen(src_real);
-    if (strncmp(dest_real, src_real, sl) == 0 &&
-        (dest_real[sl] == 0 || strcmp(dest_real + sl, "-wal") == 0 ||
-         strcmp(dest_real + sl, "-shm") == 0 || strcmp(dest_real + sl, "-journal") == 0)) {
-        set_err(err, "the backup destination %s is the live database %s", dest, src_real);
-        return -EINVAL;
-    }
-    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", dest_real);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        set_err(err, "cannot create a file next to %s: %s", dest, strerror(-rc));
-        return rc;
-    }
-    close(fd);
-    tmp_made = true;
-
-    rc = -EIO;
+    int rc = -EIO, src_rc = SQLITE_OK;
     if (sqlite3_open_v2(src_path, &src, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         set_err(err, "cannot open %s: %s", src_path, src ? sqlite3_errmsg(src) : "out of memory");
         goto out;
     }
     sqlite3_busy_timeout(src, 10000);
-    if (sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
         set_err(err, "cannot open %s: %s", tmp, dst ? sqlite3_errmsg(dst) : "out of memory");
         goto out;
     }
@@ -161,8 +213,6 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
         set_err(err, "backup failed: %s%s", sqlite3_errstr(src_rc), "");
         goto out;
     }
-    /* The copy carries the source's WAL flag in its header; a backup is
-     * one self-contained file. */
     char *msg = NULL;
     if (sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, &msg) != SQLITE_OK) {
         set_err(err, "cannot finish the copy: %s%s", msg ? msg : sqlite3_errmsg(dst), "");
@@ -187,31 +237,215 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
                            -1, &st, NULL) == SQLITE_OK &&
         sqlite3_step(st) == SQLITE_ROW) {
         info->schema_version = sqlite3_column_int(st, 0);
-        info->bytes = sqlite3_column_int64(st, 1) * sqlite3_column_int64(st, 2);
-        info->pages = sqlite3_column_int64(st, 2);
+        info->db_bytes = sqlite3_column_int64(st, 1) * sqlite3_column_int64(st, 2);
     }
-    sqlite3_finalize(st);
-    st = NULL;
-    if (sqlite3_close(dst) != SQLITE_OK)
-        goto out;
-    dst = NULL;
-    if ((rc = fsync_path(tmp, O_RDONLY)) != 0 || rename(tmp, dest_real) != 0) {
-        rc = rc ? rc : -errno;
-        set_err(err, "cannot put the copy in place at %s: %s", dest, strerror(-rc));
-        goto out;
-    }
-    tmp_made = false;
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", dest_real);
-    fsync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
-    snprintf(info->path, sizeof info->path, "%s", dest_real);
     rc = 0;
 out:
     sqlite3_finalize(st);
     if (b)
         sqlite3_backup_finish(b);
-    sqlite3_close(dst);
+    if (dst && sqlite3_close(dst) != SQLITE_OK && rc == 0) {
+        set_err(err, "cannot close the copy %s%s", tmp, "");
+        rc = -EIO;
+    }
     sqlite3_close(src);
+    return rc;
+}
+
+/* Step 2: every blob the copy names, from DATA_DIR/blobs to DEST/blobs.
+ * Blobs are immutable and content-addressed, so one already in DEST with
+ * the right size is the same blob: backing up into the previous backup
+ * copies only what is new. */
+static int backup_blobs(const char *copy, const char *data_dir, const char *dest,
+                        struct store_backup_info *info, char **err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO, src;
+    if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL) !=
+            SQLITE_OK) {
+        set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
+        goto out;
+    }
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *hash = (const char *)sqlite3_column_text(st, 0);
+        int64_t size = sqlite3_column_int64(st, 1);
+        char from[PATH_MAX], to[PATH_MAX];
+        struct stat sb;
+        if (!hash || !is_blob_name(hash))
+            continue;
+        info->blobs++;
+        blob_path_in(data_dir, hash, from, sizeof from);
+        blob_path_in(dest, hash, to, sizeof to);
+        if (stat(to, &sb) == 0 && sb.st_size == size)
+            continue;
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", to);
+        *strrchr(dir, '/') = 0;
+        if ((rc = mkdir_p(dir, 0750)) != 0) {
+            set_err(err, "cannot create %s: %s", dir, strerror(-rc));
+            goto out;
+        }
+        rc = copy_file(from, to, &info->blob_bytes_copied);
+        if (rc == -ENOENT) {
+            info->blobs_missing++;
+            continue;
+        }
+        if (rc) {
+            set_err(err, "cannot copy %s: %s", from, strerror(-rc));
+            goto out;
+        }
+        info->blobs_copied++;
+    }
+    rc = src == SQLITE_DONE ? 0 : -EIO;
+    if (rc)
+        set_err(err, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rc;
+}
+
+/* Step 4: blobs left in DEST by an earlier backup that the new copy no
+ * longer names (retention dropped them) go, so DEST mirrors one snapshot. */
+static void backup_trim(const char *dest)
+{
+    char path[PATH_MAX + 16], blobs[PATH_MAX + 16];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    snprintf(path, sizeof path, "%s/capd.db", dest);
+    snprintf(blobs, sizeof blobs, "%s/blobs", dest);
+    DIR *top = opendir(blobs);
+    if (!top)
+        return;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT 1 FROM blobs WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
+        goto out;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        char sub[PATH_MAX + 300];
+        if (d->d_name[0] == '.' || strlen(d->d_name) != 2)
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", blobs, d->d_name);
+        DIR *in = opendir(sub);
+        struct dirent *f;
+        while (in && (f = readdir(in)) != NULL) {
+            if (f->d_name[0] == '.')
+                continue;
+            bool gone = !is_blob_name(f->d_name); /* a temporary left by a crash */
+            if (!gone) {
+                sqlite3_reset(st);
+                sqlite3_bind_text(st, 1, f->d_name, -1, SQLITE_STATIC);
+                gone = sqlite3_step(st) == SQLITE_DONE;
+            }
+            if (gone) {
+                char file[PATH_MAX + 600];
+                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+                unlink(file);
+            }
+        }
+        if (in)
+            closedir(in);
+    }
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    closedir(top);
+}
+
+/*
+ * A backup is a data dir: DEST/capd.db and DEST/blobs/. The blob lock is
+ * held shared from before the database snapshot until every blob it names
+ * is copied, so retention cannot delete one in between. The new capd.db is
+ * renamed into place only after its blobs are on disk (syncfs), so at
+ * every moment DEST's database names only blobs DEST has.
+ */
+int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
+                 char **err)
+{
+    char src_path[PATH_MAX], data_real[PATH_MAX], dest_real[PATH_MAX];
+    char tmp[PATH_MAX + 32], final[PATH_MAX + 16];
+    bool tmp_made = false;
+    int lock = -1, rc;
+    struct stat sb;
+    if (err)
+        *err = NULL;
+    memset(info, 0, sizeof *info);
+    if ((size_t)snprintf(src_path, sizeof src_path, "%s/capd.db", data_dir) >= sizeof src_path)
+        return -ENAMETOOLONG;
+    if (stat(src_path, &sb) != 0 || !realpath(data_dir, data_real)) {
+        rc = -errno;
+        set_err(err, "no database at %s: %s", src_path, strerror(-rc));
+        return rc;
+    }
+    if ((rc = mkdir_p(dest, 0750)) != 0 || !realpath(dest, dest_real)) {
+        rc = rc ? rc : -errno;
+        set_err(err, "cannot use %s as the backup directory: %s", dest, strerror(-rc));
+        return rc;
+    }
+    /* Copying the data dir into itself (or over itself) is refused. */
+    size_t dl = strlen(data_real);
+    if (strcmp(dest_real, data_real) == 0 ||
+        (strncmp(dest_real, data_real, dl) == 0 && dest_real[dl] == '/')) {
+        set_err(err, "the backup directory %s is inside the data dir %s", dest, data_real);
+        return -EINVAL;
+    }
+    snprintf(final, sizeof final, "%s/capd.db", dest_real);
+    if (stat(final, &sb) != 0) {
+        DIR *d = opendir(dest_real);
+        struct dirent *e;
+        bool empty = true;
+        while (d && (e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                empty = false;
+        if (d)
+            closedir(d);
+        if (!empty) {
+            set_err(err, "%s is neither empty nor a capd backup (no capd.db)%s", dest, "");
+            return -ENOTEMPTY;
+        }
+    }
+    lock = blob_lock(data_dir, LOCK_SH);
+    if (lock < 0 && lock != -ENOENT) {
+        rc = lock;
+        set_err(err, "cannot lock %s/blobs: %s", data_dir, strerror(-rc));
+        return rc;
+    }
+    snprintf(tmp, sizeof tmp, "%s/capd.db.tmp-XXXXXX", dest_real);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        set_err(err, "cannot create a file in %s: %s", dest, strerror(-rc));
+        goto out;
+    }
+    close(fd);
+    tmp_made = true;
+    if ((rc = backup_db(src_path, tmp, info, err)) != 0 ||
+        (rc = backup_blobs(tmp, data_dir, dest_real, info, err)) != 0)
+        goto out;
+    blob_unlock(lock);
+    lock = -1;
+    /* Every copied blob and the database reach the disk before the
+     * rename makes the new database the backup's. */
+    if ((fd = open(dest_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+    if (rename(tmp, final) != 0) {
+        rc = -errno;
+        set_err(err, "cannot put the copy in place at %s: %s", final, strerror(-rc));
+        goto out;
+    }
+    tmp_made = false;
+    fsync_path(dest_real, O_RDONLY | O_DIRECTORY);
+    backup_trim(dest_real);
+    snprintf(info->path, sizeof info->path, "%s", dest_real);
+    rc = 0;
+out:
+    blob_unlock(lock);
     if (tmp_made)
         unlink_db(tmp);
     return rc;
@@ -320,7 +554,7 @@ static const char keep_sql[] =
     "FROM main.blobs b WHERE b.hash IN (SELECT hash FROM temp.prune_blobs) AND NOT EXISTS "        \
     "(SELECT 1 FROM main.records r WHERE r.blob_hash = b.hash)"
 
-#define JOB_RECORDS                                                                                \
+#define JOB_ATTEMPTS                                                                               \
     "SELECT a.id FROM main.attempts a JOIN main.cells c ON c.seq = a.cell_seq WHERE c.job_seq = ?1"
 
 static int temp_tables(struct store *s)
@@ -330,8 +564,10 @@ static int temp_tables(struct store *s)
                          "CREATE TEMP TABLE IF NOT EXISTS prune_jobs(seq INTEGER PRIMARY KEY);"
                          "CREATE TEMP TABLE IF NOT EXISTS prune_blobs(hash TEXT PRIMARY KEY) "
                          "WITHOUT ROWID;"
+                         "CREATE TEMP TABLE IF NOT EXISTS prune_gone(hash TEXT PRIMARY KEY) "
+                         "WITHOUT ROWID;"
                          "DELETE FROM temp.prune_keep; DELETE FROM temp.prune_jobs;"
-                         "DELETE FROM temp.prune_blobs;");
+                         "DELETE FROM temp.prune_blobs; DELETE FROM temp.prune_gone;");
 }
 
 static int fill_keep(struct store *s, int keep, struct store_prune_report *r)
@@ -387,6 +623,83 @@ static int one_row(struct store *s, const char *sql, int64_t bind, int64_t *a, i
 }
 
 /*
+ * Blob files nothing names: the files of blobs whose rows a prune deleted
+ * while a backup held the lock, and the leftovers of an ingest transaction
+ * that never committed (the file is written before its row). Ingest writes
+ * blob files only inside its write transaction, so under the write lock
+ * every file without a row is such an orphan. One subdirectory per
+ * transaction keeps the lock short. Counts only when DRY.
+ */
+static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r)
+{
+    char top[PATH_MAX];
+    sqlite3_stmt *st = NULL;
+    int lock = -1, rc = 0;
+    snprintf(top, sizeof top, "%s/blobs", s->data_dir);
+    DIR *d = opendir(top);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    if (!dry && (lock = blob_lock(s->data_dir, LOCK_EX | LOCK_NB)) < 0) {
+        closedir(d);
+        return lock == -EAGAIN ? 0 : lock; /* a backup runs: next time */
+    }
+    if ((rc = store_prepare(s, "SELECT 1 FROM main.blobs WHERE hash = ?", &st)) != 0)
+        goto out;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        char sub[PATH_MAX + 300];
+        if (e->d_name[0] == '.' || strlen(e->d_name) != 2)
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", top, e->d_name);
+        DIR *in = opendir(sub);
+        if (!in)
+            continue;
+        if ((rc = store_begin(s)) != 0) {
+            closedir(in);
+            break;
+        }
+        struct dirent *f;
+        while ((f = readdir(in)) != NULL) {
+            if (f->d_name[0] == '.')
+                continue;
+            bool orphan = !is_blob_name(f->d_name);
+            if (!orphan) {
+                sqlite3_reset(st);
+                sqlite3_bind_text(st, 1, f->d_name, -1, SQLITE_STATIC);
+                int src = sqlite3_step(st);
+                if (src != SQLITE_ROW && src != SQLITE_DONE) {
+                    rc = store_rc(s, src);
+                    break;
+                }
+                orphan = src == SQLITE_DONE;
+            }
+            if (!orphan)
+                continue;
+            char file[PATH_MAX + 600];
+            struct stat sb;
+            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+            if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
+                continue;
+            if (!dry && unlink(file) != 0)
+                continue;
+            r->orphans_deleted++;
+            r->bytes_freed += (int64_t)sb.st_size;
+        }
+        closedir(in);
+        sqlite3_reset(st);
+        if (rc)
+            store_rollback(s);
+        else
+            rc = store_commit(s);
+    }
+out:
+    sqlite3_finalize(st);
+    blob_unlock(lock);
+    closedir(d);
+    return rc;
+}
+
+/*
  * A dry run computes the same answer without writing to the database:
  * every candidate job at once, then the blobs only they reference. It
  * writes temp tables only, which takes no lock on the database file.
@@ -423,7 +736,7 @@ static int prune_dry(struct store *s, int keep, struct store_prune_report *r)
         goto out;
     /* A blob goes only when no record outside the pruned jobs names it. */
     rc = one_row(s,
-                 "SELECT count(*), coalesce(sum(length(b.data)), 0) FROM main.blobs b WHERE "
+                 "SELECT count(*), coalesce(sum(b.stored_size), 0) FROM main.blobs b WHERE "
                  "b.hash IN (SELECT hash FROM temp.prune_blobs) AND NOT EXISTS (SELECT 1 FROM "
                  "main.records r JOIN main.attempts a ON a.id = r.attempt_id JOIN main.cells c "
                  "ON c.seq = a.cell_seq WHERE r.blob_hash = b.hash AND c.job_seq NOT IN "
@@ -432,11 +745,12 @@ static int prune_dry(struct store *s, int keep, struct store_prune_report *r)
 out:
     store_exec(s, "COMMIT");
     store_rollback(s);
-    return rc;
+    return rc ? rc : sweep_orphans(s, true, r);
 }
 
-/* Drops the payload references of job SEQ's records and deletes the blobs
- * nothing references any more. Runs inside the caller's transaction. */
+/* Drops the payload references of job SEQ's records and the rows of the
+ * blobs nothing references any more, remembering their hashes in
+ * temp.prune_gone for unlink_gone. Runs inside the caller's transaction. */
 static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r, int64_t *detached)
 {
     sqlite3_stmt *st = NULL;
@@ -446,7 +760,7 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
         return rc;
     if ((rc = store_prepare(s,
                             "INSERT OR IGNORE INTO temp.prune_blobs(hash) SELECT r.blob_hash FROM "
-                            "main.records r WHERE r.attempt_id IN (" JOB_RECORDS
+                            "main.records r WHERE r.attempt_id IN (" JOB_ATTEMPTS
                             ") AND r.blob_hash IS NOT NULL",
                             &st)) != 0)
         return rc;
@@ -458,7 +772,7 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
         return rc;
     if ((rc = store_prepare(s,
                             "UPDATE main.records SET blob_hash = NULL WHERE blob_hash IS NOT NULL "
-                            "AND attempt_id IN (" JOB_RECORDS ")",
+                            "AND attempt_id IN (" JOB_ATTEMPTS ")",
                             &st)) != 0)
         return rc;
     sqlite3_bind_int64(st, 1, seq);
@@ -469,10 +783,11 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
         return rc;
     *detached = sqlite3_changes(s->db);
     /* Blobs are content-addressed and shared between jobs: after the
-     * update, any record still naming one belongs to a job that keeps it
-     * (the foreign key would refuse the delete otherwise). */
-    if ((rc = one_row(s, "SELECT count(*), coalesce(sum(length(b.data)), 0) " UNREFERENCED, 0,
+     * update, any record still naming one belongs to a job that keeps it. */
+    if ((rc = one_row(s, "SELECT count(*), coalesce(sum(b.stored_size), 0) " UNREFERENCED, 0,
                       &nblobs, &nbytes)) != 0 ||
+        (rc = store_exec(s, "INSERT OR IGNORE INTO temp.prune_gone(hash) SELECT b.hash "
+                            UNREFERENCED)) != 0 ||
         (rc = store_exec(s, "DELETE " UNREFERENCED)) != 0)
         return rc;
     r->jobs_pruned++;
@@ -480,6 +795,46 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
     r->blobs_deleted += nblobs;
     r->bytes_freed += nbytes;
     return 0;
+}
+
+/*
+ * The files of the blob rows a committed batch deleted. Unlinking them
+ * inside that batch would lose them if its commit then failed; after it,
+ * under a new write lock, a file whose row is still absent cannot be in
+ * use: ingest writes (or rewrites) a blob's file only inside its own write
+ * transaction, and a row that came back names a file with the same
+ * content. Under a backup's shared blob lock the files stay, as orphans
+ * for the next sweep.
+ */
+static int unlink_gone(struct store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int lock = blob_lock(s->data_dir, LOCK_EX | LOCK_NB);
+    int rc = store_begin(s);
+    if (rc)
+        goto out;
+    if (lock >= 0) {
+        if ((rc = store_prepare(s,
+                                "SELECT g.hash FROM temp.prune_gone g WHERE NOT EXISTS "
+                                "(SELECT 1 FROM main.blobs b WHERE b.hash = g.hash)",
+                                &st)) != 0)
+            goto out;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            char path[PATH_MAX];
+            store_blob_path(s, (const char *)sqlite3_column_text(st, 0), path, sizeof path);
+            unlink(path);
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if ((rc = store_exec(s, "DELETE FROM temp.prune_gone")) == 0)
+        rc = store_commit(s);
+out:
+    sqlite3_finalize(st);
+    if (rc)
+        store_rollback(s);
+    blob_unlock(lock);
+    return rc;
 }
 
 /* One transaction of a real run: recomputes the kept set under the write
@@ -490,6 +845,7 @@ static int prune_batch(struct store *s, int keep, int64_t *last, bool *more,
 {
     sqlite3_stmt *st = NULL;
     int64_t records = 0, jobs = 0;
+    struct store_prune_report before = *r;
     int rc = store_begin(s);
     if (rc)
         return rc;
@@ -521,16 +877,23 @@ static int prune_batch(struct store *s, int keep, int64_t *last, bool *more,
     }
     rc = store_commit(s);
 out:
-    if (rc)
+    if (rc) {
         store_rollback(s);
-    return rc;
+        /* Nothing of this batch happened. */
+        before.jobs = r->jobs;
+        before.jobs_kept = r->jobs_kept;
+        *r = before;
+        store_exec(s, "DELETE FROM temp.prune_gone");
+        return rc;
+    }
+    return unlink_gone(s);
 }
 
 /*
  * The real run goes in short IMMEDIATE transactions. The kept set is
  * recomputed at the start of every one, under the write lock, so a job
  * posted meanwhile that names an old commit as its control saves that
- * commit before anything of it is touched.
+ * commit before anything of it is touched. Orphan files are swept last.
  */
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r)
 {
@@ -552,6 +915,8 @@ int store_prune(struct store *s, const struct store_prune_opts *o, struct store_
         else
             rc = prune_batch(s, o->keep_heads_per_branch, &last, &more, r);
     }
+    if (rc == 0)
+        rc = sweep_orphans(s, false, r);
     store_exec(s, "DELETE FROM temp.prune_keep; DELETE FROM temp.prune_blobs");
     return rc;
 }

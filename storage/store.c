@@ -815,6 +815,11 @@ void store_cell_run_clear(struct store_cell_run *r)
 
 int store_cell_claim(struct store *s, struct store_cell_run *r)
 {
+    return store_cell_claim_filtered(s, false, r);
+}
+
+int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
+{
     sqlite3_stmt *st = NULL;
     memset(r, 0, sizeof *r);
     int rc = store_flush(s);
@@ -828,10 +833,13 @@ int store_cell_claim(struct store *s, struct store_cell_run *r)
                        "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                        "LEFT JOIN builds b ON b.name = j.build "
                        "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                       "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
+                       "'cpu') <> 'gpu') "
                        "ORDER BY c.job_seq, c.ord LIMIT 1",
                        &st);
     if (rc)
         goto out;
+    sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
     int src = sqlite3_step(st);
     if (src != SQLITE_ROW) {
         rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);

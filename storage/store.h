@@ -94,6 +94,9 @@ void store_cell_run_clear(struct store_cell_run *r);
 /* Takes the first queued cell in job order, marks it running and opens a
  * new attempt. -ENOENT when nothing is queued. */
 int store_cell_claim(struct store *s, struct store_cell_run *r);
+/* The same, passing over cells of GPU jobs (options.device "gpu") when
+ * SKIP_GPU is set: no device is free, and CPU cells may run meanwhile. */
+int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r);
 
 /* Ingest: records of an open attempt. Writes are batched in one transaction
  * that store_flush() (or a finishing cell) commits. */
@@ -165,18 +168,25 @@ int store_integrity_check(struct store *s);
 /* ---- database care (storage/maint.c, docs/operations.md) ---- */
 
 struct store_backup_info {
-    int64_t pages, bytes;
     int schema_version;
-    char path[4096]; /* where the copy is, resolved */
+    int64_t db_bytes;                    /* size of the copied database */
+    int64_t blobs, blobs_copied;         /* payload files named; copied this time */
+    int64_t blob_bytes_copied, blobs_missing; /* missing: named but not in DATA/blobs */
+    char path[4096];                     /* the backup directory, resolved */
 };
 
 /*
- * Copies DATA_DIR/capd.db to DEST with SQLite's online backup API: one
- * consistent snapshot, taken while capd keeps writing. DEST becomes a
- * self-contained rollback-journal database (checked with quick_check,
- * fsync'd, renamed into place). Opens its own connection and never
- * migrates, so it works on a database of any schema version. Refuses a
- * DEST that is the live database.
+ * Backs DATA_DIR up into the directory DEST (created when needed), which
+ * becomes a data dir capd can start on: DEST/capd.db and DEST/blobs/.
+ * The database is copied with SQLite's online backup API (one consistent
+ * snapshot, taken while capd keeps writing, made a self-contained
+ * rollback-journal file and quick_check'ed), then every payload file it
+ * names; retention cannot delete one meanwhile (a shared lock on
+ * DATA/blobs). DEST/capd.db is renamed into place last. Backing up into
+ * an earlier backup copies only new payloads and drops those no longer
+ * named. Opens its own connection and never migrates, so it works on a
+ * database of any schema version. Refuses a DEST inside DATA_DIR, and a
+ * non-empty DEST without a capd.db.
  */
 int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
                  char **err);
@@ -200,7 +210,8 @@ int store_vacuum(struct store *s, bool *checkpoint_busy);
  * commits of each (project, branch), or that has a job not finished. Every
  * other job keeps its records (statistics, hashes, timings) but loses its
  * payload references; a payload blob is deleted when no record references
- * it any more (blobs are shared between jobs). Works in short write
+ * it any more (blobs are shared between jobs). Then payload files that no
+ * blob row names (left by a crash) are swept. Works in short write
  * transactions, safe while capd runs; STOP (optional) is checked between
  * them (-ECANCELED). A dry run writes nothing and reports what would go.
  */
@@ -213,7 +224,9 @@ struct store_prune_report {
     int64_t jobs, jobs_kept;       /* all jobs; jobs of kept commits */
     int64_t jobs_pruned;           /* jobs whose payload references were dropped */
     int64_t records_detached;      /* records that lost their payload reference */
-    int64_t blobs_deleted, bytes_freed; /* bytes: stored (compressed) size */
+    int64_t blobs_deleted;         /* payload files (and rows) deleted */
+    int64_t orphans_deleted;       /* payload files no row named (crash leftovers) */
+    int64_t bytes_freed;           /* stored (compressed) bytes of both */
 };
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);
 

@@ -6,7 +6,9 @@
  *
  * Each test sets the limit low in a config file, stays at it once (it must
  * still work) and then goes past it: the error must be clear, and nothing
- * may have been stored by the refused request. Connection-level limits are
+ * may have been stored by the refused request. Tests that run cells turn
+ * the address-space rlimit off: an ASan-built fake runner (the sanitizer
+ * suite) cannot reserve its shadow memory under one. Connection-level limits are
  * tested over raw sockets, since curl would retry or pool connections.
  */
 #include <arpa/inet.h>
@@ -550,7 +552,7 @@ static json_t *run_cell(struct env *e, const char *model, char **job_out)
 Test(limits, frames_per_cell, .timeout = 120)
 {
     struct env e;
-    start(&e, "{\"frame_max_frames\": 50}");
+    start(&e, "{\"frame_max_frames\": 50, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
     json_t *cell = run_cell(&e, "fake:stream", &job);
@@ -581,7 +583,7 @@ Test(limits, frames_per_cell, .timeout = 120)
 Test(limits, cell_log_cap, .timeout = 120)
 {
     struct env e;
-    start(&e, "{\"cell_log_max_bytes\": 4096}");
+    start(&e, "{\"cell_log_max_bytes\": 4096, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
     json_t *cell = run_cell(&e, "fake:flood__1", &job);

@@ -3,7 +3,7 @@ thread.
 
 A capture hook only snapshots the tensor (one copy into a reused CPU buffer)
 and queues a job. Worker threads (one per core the model's threads leave
-free, 1 to 4) compute the
+free, 1 or 2) compute the
 stats and the BLAKE2b hash of snapshots; both release the GIL while they run,
 so they overlap with the model's own kernels and with each other. Each job
 then *emits* (encodes its frame and writes it) strictly in submission order,
@@ -30,7 +30,7 @@ from capd_runner import tensors as T
 MAX_JOBS = 128
 MAX_BYTES = 128 << 20
 POOL_BYTES = 256 << 20
-MAX_WORKERS = 4
+MAX_WORKERS = 2
 
 
 class WorkerError(Exception):
@@ -90,7 +90,7 @@ class CallJob(Job):
 
 
 def default_workers(model_threads=1):
-    """One worker per core left over by the model's own threads, 1..4."""
+    """One worker per core left over by the model's own threads, 1 or 2."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

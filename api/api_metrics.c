@@ -1,0 +1,83 @@
+/*
+ * api/api_metrics.c - GET /metrics in the Prometheus text format 0.0.4.
+ *
+ * Two sources: what lives in SQLite (jobs and cells by state, the queue) is
+ * counted at scrape time with two GROUP BYs over the state indexes, and
+ * what the process counts as it goes (cells finished and their durations,
+ * ingest, HTTP requests and latencies, SQLite errors, live connections)
+ * comes from daemon/metrics.c and storage's error counters. Every state is
+ * always listed, zero or not, so a series never disappears.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api/api_int.h"
+#include "daemon/metrics.h"
+
+static const char *const job_states[] = {"queued", "running", "done", "cancelled", NULL};
+static const char *const cell_states[] = {"queued",    "running",     "ok",
+                                          "failed",    "crashed",     "timeout",
+                                          "cancelled", "unsupported", "protocol_error",
+                                          "interrupted", NULL};
+
+static void by_state(FILE *f, const char *name, const char *help, json_t *counts,
+                     const char *const *states)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (const char *const *s = states; *s; s++)
+        fprintf(f, "%s{state=\"%s\"} %lld\n", name, *s,
+                (long long)json_integer_value(json_object_get(counts, *s)));
+}
+
+enum MHD_Result api_metrics(struct api_req *r)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    json_t *counts = NULL;
+    struct store *s = api_store(r);
+    int rc = s ? store_state_counts(s, &counts) : -EIO;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        json_decref(counts);
+        return api_error(r, 500, "internal", NULL, "out of memory");
+    }
+    fprintf(f,
+            "# HELP capd_build_info The running capd.\n# TYPE capd_build_info gauge\n"
+            "capd_build_info{version=\"%s\"} 1\n"
+            "# HELP capd_store_up Whether the database answered this scrape.\n"
+            "# TYPE capd_store_up gauge\ncapd_store_up %d\n",
+            CAPD_VERSION, rc == 0);
+    if (rc == 0) {
+        json_t *cells = json_object_get(counts, "cells");
+        by_state(f, "capd_jobs", "Jobs by state.", json_object_get(counts, "jobs"), job_states);
+        by_state(f, "capd_cells", "Cells by state.", cells, cell_states);
+        fprintf(f,
+                "# HELP capd_queue_depth Cells waiting for a child.\n"
+                "# TYPE capd_queue_depth gauge\ncapd_queue_depth %lld\n",
+                (long long)json_integer_value(json_object_get(cells, "queued")));
+    }
+    fprintf(f,
+            "# HELP capd_running_children Cells with a live child process.\n"
+            "# TYPE capd_running_children gauge\ncapd_running_children %u\n",
+            capd_running_cells(api_daemon(r)));
+    struct store_errors e;
+    store_errors_get(&e);
+    fprintf(f,
+            "# HELP capd_sqlite_errors_total SQLite calls that failed, by class.\n"
+            "# TYPE capd_sqlite_errors_total counter\n"
+            "capd_sqlite_errors_total{kind=\"busy\"} %llu\n"
+            "capd_sqlite_errors_total{kind=\"constraint\"} %llu\n"
+            "capd_sqlite_errors_total{kind=\"nomem\"} %llu\n"
+            "capd_sqlite_errors_total{kind=\"io\"} %llu\n"
+            "capd_sqlite_errors_total{kind=\"other\"} %llu\n",
+            (unsigned long long)e.busy, (unsigned long long)e.constraint,
+            (unsigned long long)e.nomem, (unsigned long long)e.io, (unsigned long long)e.other);
+    metrics_write(f);
+    json_decref(counts);
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return api_error(r, 500, "internal", NULL, "the metrics could not be rendered");
+    }
+    return api_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
+}

@@ -1,0 +1,630 @@
+/*
+ * tests/test_db.c - database care: `capd db backup|vacuum|prune` run as the
+ * real binary next to a real capd, and the retention timer (daemon/
+ * retention.c) on a libuv loop of its own.
+ *
+ * Jobs run the fake runner (tests/helpers/fake_runner) with capture
+ * "sample": every tensor record names a payload blob whose content depends
+ * only on the job's seed and the record key, so jobs with the same seed
+ * share blobs. The copies and the data dirs are inspected with SQLite
+ * directly.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "daemon/retention.h"
+#include "tests/helpers/common/testutil.h"
+
+struct env {
+    struct tu_capd c;
+    char data[300];
+};
+
+static void start_in(struct env *e, const char *dir, const char *const *extra)
+{
+    cr_assert_eq(tu_capd_start(&e->c, dir, extra), 0, "capd starts (see %s)", e->c.errlog);
+    snprintf(e->data, sizeof e->data, "%s/data", e->c.dir);
+}
+
+static void start(struct env *e, const char *const *extra)
+{
+    start_in(e, NULL, extra);
+    cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
+}
+
+/* Posts a one-cell job of MODEL on the fake build and returns its id. */
+static char *submit(struct env *e, const char *commit, const char *branch, const char *control,
+                    const char *model, int seed)
+{
+    long st = 0;
+    char br[300] = "", cc[300] = "";
+    if (branch)
+        snprintf(br, sizeof br, "\"branch\":\"%s\",", branch);
+    if (control)
+        snprintf(cc, sizeof cc, "\"control_commit\":\"%s\",", control);
+    json_t *j = tu_jsonf(&e->c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"p\",\"commit\":\"%s\",%s%s\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},\"options\":{\"capture\":\"sample\","
+                         "\"seed\":%d}}",
+                         commit, br, cc, model, seed);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    cr_assert_eq(st, 201, "job of %s posted", commit);
+    char *r = strdup(id);
+    json_decref(j);
+    return r;
+}
+
+static void wait_ok(struct env *e, const char *job)
+{
+    json_t *j = tu_wait_job(&e->c, job, 120);
+    cr_assert_not_null(j, "job %s finished", job);
+    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "cell of %s: %s",
+                     job, json_string_value(json_object_get(cell, "reason")));
+    json_decref(j);
+}
+
+static char *submit_ok(struct env *e, const char *commit, const char *branch,
+                       const char *control, int seed)
+{
+    char *id = submit(e, commit, branch, control, "fake:ok", seed);
+    wait_ok(e, id);
+    return id;
+}
+
+static const char *job_state(struct env *e, const char *job)
+{
+    static char state[32];
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    json_t *j = tu_json(&e->c, "GET", path, NULL, NULL);
+    const char *v = json_string_value(json_object_get(j, "state"));
+    snprintf(state, sizeof state, "%s", v ? v : "?");
+    json_decref(j);
+    return state;
+}
+
+/* Runs `capd db ARGS`; returns its exit status, *out its stdout parsed as
+ * JSON when asked (NULL otherwise), and keeps stderr in *err_text. */
+static int capd_db(json_t **out, char **err_text, const char *fmt, ...)
+{
+    char *args = NULL, *dir = tu_tmpdir();
+    va_list ap;
+    va_start(ap, fmt);
+    cr_assert_geq(vasprintf(&args, fmt, ap), 0);
+    va_end(ap);
+    int rc = tu_sh("'%s' db %s >'%s/out' 2>'%s/err'", tu_bin("CAPD_BIN"), args, dir, dir);
+    char p[400];
+    if (out) {
+        snprintf(p, sizeof p, "%s/out", dir);
+        *out = json_load_file(p, 0, NULL);
+    }
+    if (err_text) {
+        snprintf(p, sizeof p, "%s/err", dir);
+        FILE *f = fopen(p, "r");
+        char buf[8192] = "";
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        buf[n] = 0;
+        if (f)
+            fclose(f);
+        *err_text = strdup(buf);
+    }
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
+    free(args);
+    return rc;
+}
+
+static json_int_t jint(json_t *o, const char *k)
+{
+    cr_assert(json_is_integer(json_object_get(o, k)), "report has %s", k);
+    return json_integer_value(json_object_get(o, k));
+}
+
+static sqlite3 *db_open(const char *data_dir)
+{
+    char p[400];
+    sqlite3 *db = NULL;
+    snprintf(p, sizeof p, "%s/capd.db", data_dir);
+    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK, "open %s", p);
+    sqlite3_busy_timeout(db, 10000);
+    return db;
+}
+
+static int64_t q1(sqlite3 *db, const char *fmt, ...)
+{
+    char *sql = NULL;
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    cr_assert_geq(vasprintf(&sql, fmt, ap), 0);
+    va_end(ap);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    free(sql);
+    return v;
+}
+
+static void q_text(sqlite3 *db, const char *sql, char *out, size_t n)
+{
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    snprintf(out, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+}
+
+/* Regular files under DATA/blobs (two levels). */
+static int blob_files(const char *data_dir)
+{
+    char top[400];
+    snprintf(top, sizeof top, "%s/blobs", data_dir);
+    DIR *d = opendir(top);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char sub[800];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", top, e->d_name);
+        DIR *in = opendir(sub);
+        struct dirent *f;
+        while (in && (f = readdir(in)) != NULL)
+            n += f->d_name[0] != '.';
+        if (in)
+            closedir(in);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Every blob row has its file, of its stored size; every payload reference
+ * names a blob row; committed cells name committed attempts. */
+static void check_data_dir(const char *data_dir)
+{
+    sqlite3 *db = db_open(data_dir);
+    char ok[64];
+    q_text(db, "PRAGMA integrity_check", ok, sizeof ok);
+    cr_assert_str_eq(ok, "ok", "integrity_check of %s", data_dir);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records r WHERE blob_hash IS NOT NULL AND NOT "
+                        "EXISTS (SELECT 1 FROM blobs b WHERE b.hash = r.blob_hash)"),
+                 0, "every payload reference names a blob");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM cells WHERE committed_attempt IS NOT NULL AND "
+                        "committed_attempt NOT IN (SELECT id FROM attempts WHERE "
+                        "state = 'committed')"),
+                 0, "visible attempts are committed");
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL),
+                 SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *h = (const char *)sqlite3_column_text(st, 0);
+        char p[600];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/blobs/%.2s/%s", data_dir, h + 1, h);
+        cr_assert_eq(stat(p, &sb), 0, "blob file %s exists", p);
+        cr_assert_eq((int64_t)sb.st_size, sqlite3_column_int64(st, 1), "size of %s", p);
+        n++;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_eq(blob_files(data_dir), n, "no blob file without its row in %s", data_dir);
+}
+
+Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 600)
+{
+    struct env e;
+    start(&e, NULL);
+    char *top = tu_tmpdir();
+    /* Payloads on disk first: eight 1 MiB full payloads. */
+    char *pay = submit(&e, "a0000001", "main", NULL, "fake:payload__8", 1);
+    wait_ok(&e, pay);
+    /* Then a cell that streams records for a while; backups are taken over
+     * and over until it ends, and at least one must land mid-ingest. */
+    char *stream = submit(&e, "a0000002", "main", NULL, "fake:stream__1500000", 2);
+    int during = 0, taken = 0;
+    char dest[64][400];
+    for (int i = 0; i < 200 && taken < 64; i++) {
+        const char *st = job_state(&e, stream);
+        if (strcmp(st, "done") == 0)
+            break;
+        if (strcmp(st, "running") != 0) {
+            usleep(20 * 1000);
+            continue;
+        }
+        snprintf(dest[taken], sizeof dest[taken], "%s/b%d/data", top, taken);
+        json_t *rep = NULL;
+        char *err = NULL;
+        int rc = capd_db(&rep, &err, "backup '%s' --data-dir '%s' --json", dest[taken], e.data);
+        cr_assert_eq(rc, 0, "backup %d: %s", taken, err);
+        cr_assert_geq(jint(rep, "blobs"), 8, "the payload job's blobs are in the backup");
+        cr_assert_eq(jint(rep, "blobs_copied"), jint(rep, "blobs"), "a new backup copies all");
+        cr_assert_eq(jint(rep, "blobs_missing"), 0);
+        json_decref(rep);
+        free(err);
+        if (strcmp(job_state(&e, stream), "running") == 0)
+            during++;
+        taken++;
+    }
+    wait_ok(&e, stream);
+    cr_assert_geq(during, 1, "a backup was taken while the cell was ingesting (%d backups)",
+                  taken);
+    for (int i = 0; i < taken; i++)
+        check_data_dir(dest[i]);
+
+    /* Backing up into the previous backup copies nothing new (the stream
+     * job has no payloads), and the result is complete again. */
+    json_t *rep = NULL;
+    cr_assert_eq(capd_db(&rep, NULL, "backup '%s' --data-dir '%s' --json", dest[0], e.data), 0);
+    cr_assert_eq(jint(rep, "blobs_copied"), 0, "incremental backup copies no known blob");
+    json_decref(rep);
+    check_data_dir(dest[0]);
+    sqlite3 *db = db_open(dest[0]);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM jobs WHERE state = 'done'"), 2,
+                 "the refreshed backup has both finished jobs");
+    sqlite3_close(db);
+
+    /* Refused: a destination inside the data dir, a directory that is not
+     * a backup. Neither writes anything. */
+    char *err = NULL;
+    cr_assert_eq(capd_db(NULL, &err, "backup '%s/bk' --data-dir '%s'", e.data, e.data), 1);
+    cr_assert(strstr(err, "inside the data dir"), "%s", err);
+    free(err);
+    char other[400];
+    snprintf(other, sizeof other, "%s/other", top);
+    cr_assert_eq(tu_sh("mkdir -p '%s' && echo x > '%s/notes.txt'", other, other), 0);
+    cr_assert_eq(capd_db(NULL, &err, "backup '%s' --data-dir '%s'", other, e.data), 1);
+    cr_assert(strstr(err, "neither empty nor a capd backup"), "%s", err);
+    free(err);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+
+    /* A backup is a data dir: capd starts on it and compares the payload
+     * job with itself, reading every payload file from the copy. */
+    struct env r;
+    char restored[400];
+    snprintf(restored, sizeof restored, "%s/b0", top);
+    start_in(&r, restored, NULL);
+    char path[200];
+    long status = 0;
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", pay, pay);
+    json_t *cmp = tu_json(&r.c, "GET", path, NULL, &status);
+    cr_assert_eq(status, 200, "comparison on the restored data: %s",
+                 json_dumps(cmp, JSON_COMPACT));
+    cr_assert_str_eq(json_string_value(json_object_get(cmp, "verdict")), "pass");
+    json_decref(cmp);
+    cr_assert_eq(tu_capd_stop(&r.c), 0);
+    tu_sh("rm -rf '%s'", top);
+    free(top);
+    free(pay);
+    free(stream);
+}
+
+/*
+ * The policy, with keep = 1 (one head per branch):
+ *   main: m1 (seed 1), m2 (seed 2), m3 (seed 3)      m3 newest of main
+ *   feat: f1 (seed 4), f2 (seed 3), f3 (seed 5)      f3 newest; all name m1 as control
+ *   rel:  no job; its branch control is m2
+ *   wip:  w1 (seed 8, still running), w2 (seed 9)    w2 newest; w1 not finished
+ * Kept: m1 (a job's control), m2 (a branch's control), m3, f3, w2 (newest),
+ * w1 (running). Pruned: f1, whose 3 blobs only it has, and f2, whose blobs
+ * m3 shares (seed 3): its references go, its blobs stay.
+ */
+Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
+{
+    struct env e;
+    const char *extra[] = {"--max-parallel", "2", NULL};
+    start(&e, extra);
+    char *m1 = submit_ok(&e, "a0000001", "main", NULL, 1);
+    char *m2 = submit_ok(&e, "a0000002", "main", NULL, 2);
+    char *m3 = submit_ok(&e, "a0000003", "main", NULL, 3);
+    char *f1 = submit_ok(&e, "b0000001", "feat", "a0000001", 4);
+    char *f2 = submit_ok(&e, "b0000002", "feat", "a0000001", 3);
+    char *f3 = submit_ok(&e, "b0000003", "feat", "a0000001", 5);
+    long st = 0;
+    json_decref(tu_jsonf(&e.c, "PUT", "/v1/branches/rel", &st, "{\"control_commit\":\"a0000002\"}"));
+    cr_assert(st == 200 || st == 201, "branch rel: %ld", st);
+    char *w1 = submit(&e, "c0000001", "wip", NULL, "fake:slow__60000", 8);
+    char *w2 = submit_ok(&e, "c0000002", "wip", NULL, 9);
+    cr_assert_str_eq(job_state(&e, w1), "running");
+
+    sqlite3 *db = db_open(e.data);
+    /* The fixture is what the comment says: 3 distinct blobs per seed,
+     * seven seeds, eight jobs of 3 tensor records each. */
+    cr_assert_eq(q1(db, "SELECT count(*) FROM blobs"), 7 * 3, "blobs of seeds 1-5, 8, 9");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records WHERE blob_hash IS NOT NULL"), 8 * 3);
+    int64_t files = blob_files(e.data);
+    cr_assert_eq(files, 7 * 3);
+    int64_t bytes4 = q1(db, "SELECT sum(b.stored_size) FROM blobs b JOIN records r ON "
+                            "r.blob_hash = b.hash JOIN attempts a ON a.id = r.attempt_id JOIN "
+                            "cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
+                            "WHERE j.id = '%s'",
+                        f1);
+
+    /* A dry run says what a real run does, and changes nothing. */
+    json_t *dry = NULL, *real = NULL;
+    char *err = NULL;
+    cr_assert_eq(capd_db(&dry, &err, "prune --data-dir '%s' --keep-heads 1 --dry-run --json",
+                         e.data),
+                 0, "%s", err);
+    free(err);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM blobs"), 7 * 3, "a dry run deletes nothing");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records WHERE blob_hash IS NOT NULL"), 8 * 3,
+                 "a dry run detaches nothing");
+    cr_assert_eq(blob_files(e.data), files);
+
+    /* The real run, while capd runs (w1 is still ingesting). */
+    cr_assert_eq(capd_db(&real, &err, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0,
+                 "%s", err);
+    free(err);
+    cr_assert_eq(jint(real, "jobs"), 8);
+    cr_assert_eq(jint(real, "jobs_kept"), 6, "m1 m2 m3 f3 w1 w2");
+    cr_assert_eq(jint(real, "jobs_pruned"), 2, "f1 and f2");
+    cr_assert_eq(jint(real, "records_detached"), 6, "3 tensors each");
+    cr_assert_eq(jint(real, "blobs_deleted"), 3, "only f1's own blobs; f2 shares m3's");
+    cr_assert_eq(jint(real, "orphans_deleted"), 0);
+    cr_assert_eq(jint(real, "bytes_freed"), bytes4);
+    static const char *const same[] = {"jobs", "jobs_kept", "jobs_pruned", "records_detached",
+                                       "blobs_deleted", "bytes_freed"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        cr_assert_eq(jint(dry, same[i]), jint(real, same[i]), "dry run's %s", same[i]);
+
+    /* Kept jobs keep every reference; pruned ones have none left. */
+    const char *kept[] = {m1, m2, m3, f3, w2};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        cr_assert_eq(q1(db, "SELECT count(*) FROM records r JOIN attempts a ON a.id = "
+                            "r.attempt_id JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON "
+                            "j.seq = c.job_seq WHERE j.id = '%s' AND r.kind = 'tensor' AND "
+                            "r.blob_hash IS NOT NULL",
+                        kept[i]),
+                     3, "kept job %s keeps its payloads", kept[i]);
+    const char *pruned[] = {f1, f2};
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(q1(db, "SELECT count(*) FROM records r JOIN attempts a ON a.id = "
+                            "r.attempt_id JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON "
+                            "j.seq = c.job_seq WHERE j.id = '%s' AND r.blob_hash IS NOT NULL",
+                        pruned[i]),
+                     0, "pruned job %s has no payload reference", pruned[i]);
+    /* The running job's records (an open attempt) were not touched. */
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records r JOIN attempts a ON a.id = "
+                        "r.attempt_id JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON "
+                        "j.seq = c.job_seq WHERE j.id = '%s' AND r.blob_hash IS NOT NULL",
+                    w1),
+                 3, "the running job keeps its payloads");
+    cr_assert_eq(blob_files(e.data), files - 3, "f1's three files are gone");
+    check_data_dir(e.data);
+
+    /* Comparisons still work: a pruned head against its control (on
+     * statistics now), and a kept head on payloads. */
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", m1, f1);
+    json_t *cmp = tu_json(&e.c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200, "pruned head still compares");
+    json_decref(cmp);
+    cmp = tu_json(&e.c, "GET", "/v1/commits/b0000003/diff", NULL, &st);
+    cr_assert_eq(st, 200, "kept head's diff");
+    json_decref(cmp);
+
+    /* Again: nothing left to do. */
+    json_decref(real);
+    cr_assert_eq(capd_db(&real, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
+    cr_assert_eq(jint(real, "jobs_pruned"), 0);
+    cr_assert_eq(jint(real, "blobs_deleted"), 0);
+    json_decref(real);
+    json_decref(dry);
+    sqlite3_close(db);
+
+    char cancel[128];
+    snprintf(cancel, sizeof cancel, "/v1/jobs/%s/cancel", w1);
+    json_decref(tu_json(&e.c, "POST", cancel, "{}", NULL));
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    free(m1), free(m2), free(m3), free(f1), free(f2), free(f3), free(w1), free(w2);
+}
+
+/* While a backup holds DATA/blobs shared, retention drops rows but leaves
+ * the files; the next run (or sweep) removes them, with crash leftovers. */
+Test(db, prune_defers_file_deletes_during_a_backup_then_sweeps, .timeout = 300)
+{
+    struct env e;
+    start(&e, NULL);
+    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
+    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    int files = blob_files(e.data);
+    cr_assert_eq(files, 6);
+
+    char blobs[400];
+    snprintf(blobs, sizeof blobs, "%s/blobs", e.data);
+    int lock = open(blobs, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(lock, 0);
+    cr_assert_eq(flock(lock, LOCK_SH), 0);
+    json_t *rep = NULL;
+    cr_assert_eq(capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
+    cr_assert_eq(jint(rep, "blobs_deleted"), 3, "a's rows go");
+    json_decref(rep);
+    cr_assert_eq(blob_files(e.data), 6, "but not its files while the lock is held");
+    close(lock);
+
+    /* Leftovers of a crash: a temporary and a blob file without a row. */
+    cr_assert_eq(tu_sh("mkdir -p '%s/ab' && echo t > '%s/ab/xab000000000000000000000000000000.tmp42'"
+                       " && echo o > '%s/ab/xab000000000000000000000000000001'",
+                       blobs, blobs, blobs),
+                 0);
+    cr_assert_eq(capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --dry-run --json",
+                         e.data),
+                 0);
+    cr_assert_eq(jint(rep, "orphans_deleted"), 5, "dry run counts 3 deferred + 2 leftovers");
+    json_decref(rep);
+    cr_assert_eq(blob_files(e.data), 8);
+    cr_assert_eq(capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
+    cr_assert_eq(jint(rep, "orphans_deleted"), 5);
+    json_decref(rep);
+    cr_assert_eq(blob_files(e.data), 3, "only b's blobs remain");
+    check_data_dir(e.data);
+    free(a);
+    free(b);
+}
+
+Test(db, vacuum_gives_free_pages_back_and_keeps_data, .timeout = 300)
+{
+    struct env e;
+    start(&e, NULL);
+    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
+    char *slow = submit(&e, "a0000002", "main", NULL, "fake:slow__60000", 2);
+    for (int i = 0; i < 200 && strcmp(job_state(&e, slow), "running") != 0; i++)
+        usleep(20 * 1000);
+    char *err = NULL;
+    cr_assert_eq(capd_db(NULL, &err, "vacuum --data-dir '%s'", e.data), 1,
+                 "vacuum refuses while a cell runs");
+    cr_assert(strstr(err, "cells are running"), "%s", err);
+    free(err);
+    char cancel[128];
+    snprintf(cancel, sizeof cancel, "/v1/jobs/%s/cancel", slow);
+    json_decref(tu_json(&e.c, "POST", cancel, "{}", NULL));
+    json_decref(tu_wait_job(&e.c, slow, 60));
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+
+    /* Free pages: 8 MiB in a scratch table, dropped. */
+    sqlite3 *db = db_open(e.data);
+    cr_assert_eq(sqlite3_exec(db,
+                              "CREATE TABLE filler(b BLOB); WITH RECURSIVE n(i) AS (SELECT 1 "
+                              "UNION ALL SELECT i + 1 FROM n WHERE i < 2048) INSERT INTO filler "
+                              "SELECT randomblob(4096) FROM n; DROP TABLE filler; "
+                              "PRAGMA wal_checkpoint(TRUNCATE);",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    int64_t free_before = q1(db, "PRAGMA freelist_count");
+    sqlite3_close(db);
+    cr_assert_gt(free_before, 500, "the drop left free pages");
+
+    json_t *rep = NULL;
+    cr_assert_eq(capd_db(&rep, &err, "vacuum --data-dir '%s' --json", e.data), 0, "%s", err);
+    free(err);
+    cr_assert_eq(jint(rep, "free_pages_before"), free_before);
+    cr_assert_eq(jint(rep, "free_pages_after"), 0);
+    cr_assert_lt(jint(rep, "bytes_after") + 4 * 1024 * 1024, jint(rep, "bytes_before"),
+                 "the file shrank by the dropped 8 MiB (%lld -> %lld)",
+                 (long long)jint(rep, "bytes_before"), (long long)jint(rep, "bytes_after"));
+    json_decref(rep);
+    check_data_dir(e.data);
+
+    /* capd starts on it and still has the job and its payloads. */
+    struct env r;
+    start_in(&r, e.c.dir, NULL);
+    char path[200];
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", a, a);
+    json_decref(tu_json(&r.c, "GET", path, NULL, &st));
+    cr_assert_eq(st, 200);
+    cr_assert_eq(tu_capd_stop(&r.c), 0);
+    free(a);
+    free(slow);
+}
+
+Test(db, usage_errors_and_no_database)
+{
+    char *dir = tu_tmpdir(), *err = NULL;
+    cr_assert_eq(capd_db(NULL, NULL, ""), 2, "no command");
+    cr_assert_eq(capd_db(NULL, NULL, "frobnicate"), 2, "unknown command");
+    cr_assert_eq(capd_db(NULL, NULL, "backup"), 2, "backup needs DEST");
+    cr_assert_eq(capd_db(NULL, NULL, "vacuum --keep-heads 2 --data-dir '%s'", dir), 2);
+    cr_assert_eq(capd_db(NULL, NULL, "prune --keep-heads -1 --data-dir '%s'", dir), 2);
+    cr_assert_eq(capd_db(NULL, &err, "prune --data-dir '%s'", dir), 2, "retention off");
+    cr_assert(strstr(err, "retention is off"), "%s", err);
+    free(err);
+    cr_assert_eq(capd_db(NULL, &err, "vacuum --data-dir '%s'", dir), 1);
+    cr_assert(strstr(err, "no database"), "%s", err);
+    free(err);
+    cr_assert_eq(capd_db(NULL, NULL, "prune --keep-heads 1 --data-dir '%s'", dir), 1);
+    cr_assert_eq(capd_db(NULL, NULL, "backup '%s/b' --data-dir '%s'", dir, dir), 1);
+    char p[400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/capd.db", dir);
+    cr_assert_neq(stat(p, &sb), 0, "no database was created by a failed command");
+    /* The keep count comes from --config when no flag gives it. */
+    snprintf(p, sizeof p, "%s/c.json", dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"data_dir\":\"%s\",\"retention_keep_heads_per_branch\":3}", dir);
+    fclose(f);
+    cr_assert_eq(capd_db(NULL, &err, "prune --config '%s'", p), 1);
+    cr_assert(strstr(err, "no database"), "config's data_dir and keep count used: %s", err);
+    free(err);
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
+}
+
+/* ---- the retention timer, on a loop of this test's own ---- */
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+Test(db, retention_timer_prunes_and_stops_on_sigterm, .timeout = 300)
+{
+    struct env e;
+    start(&e, NULL);
+    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
+    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+
+    struct capd_config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", e.data);
+    uv_loop_t loop;
+    struct retention *r = NULL;
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    /* Off unless both settings are set. */
+    cr_assert_eq(retention_start(&loop, &cfg, &r), 0);
+    cr_assert_null(r, "interval 0: no timer");
+    cfg.retention_interval_s = 1;
+    cr_assert_eq(retention_start(&loop, &cfg, &r), 0);
+    cr_assert_null(r, "keep 0: no timer");
+    cfg.retention_keep_heads_per_branch = 1;
+    cr_assert_eq(retention_start(&loop, &cfg, &r), 0);
+    cr_assert_not_null(r);
+
+    /* Retention's handles do not keep the loop alive; this ticker does. */
+    uv_timer_t tick;
+    uv_timer_init(&loop, &tick);
+    uv_timer_start(&tick, on_tick, 20, 20);
+    struct store_prune_report rep;
+    for (int i = 0; i < 1000 && retention_runs(r, &rep) == 0; i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    cr_assert_geq(retention_runs(r, &rep), 1, "a run completed within its first interval");
+    cr_assert_eq(rep.jobs, 2);
+    cr_assert_eq(rep.jobs_pruned, 1, "a0000001 is not the newest head of main");
+    cr_assert_eq(rep.blobs_deleted, 3);
+
+    /* SIGTERM (as capd gets it) closes retention's handles by itself. */
+    uv_timer_stop(&tick);
+    uv_close((uv_handle_t *)&tick, NULL);
+    raise(SIGTERM);
+    for (int i = 0; i < 100; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&loop), 0, "every handle of retention was closed");
+    check_data_dir(e.data);
+    sqlite3 *db = db_open(e.data);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM blobs"), 3);
+    sqlite3_close(db);
+    free(a);
+    free(b);
+}

@@ -1,0 +1,837 @@
+/*
+ * capd dashboard: plain JavaScript, no dependencies, served by capd itself.
+ *
+ * Pages (hash routes): #/ the job list, #/jobs/<id> a job's grid,
+ * #/compare?control=<job|commit>&head=<job|commit> and #/diff/<commit> a
+ * comparison. Everything comes from the REST API; live changes arrive on
+ * one GET /v1/events stream, read with fetch() rather than EventSource so
+ * the bearer token can be sent, and resumed with Last-Event-ID after a
+ * reconnect. Data is only ever put in the page as text (textContent,
+ * attributes), never as HTML.
+ */
+"use strict";
+
+const TOKEN_KEY = "capd.token";
+const SVGNS = "http://www.w3.org/2000/svg";
+
+/* ---- DOM helpers ---- */
+
+function h(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  setAttrs(e, attrs);
+  append(e, kids);
+  return e;
+}
+
+function s(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVGNS, tag);
+  setAttrs(e, attrs);
+  append(e, kids);
+  return e;
+}
+
+function setAttrs(e, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.setAttribute("class", v);
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+}
+
+function append(e, kids) {
+  for (const k of kids.flat()) {
+    if (k === null || k === undefined || k === false) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+}
+
+function clear(e) {
+  while (e.firstChild) e.removeChild(e.firstChild);
+  return e;
+}
+
+const main = () => document.getElementById("main");
+
+function banner(msg, isError) {
+  const b = document.getElementById("banner");
+  clear(b);
+  if (!msg) {
+    b.hidden = true;
+    return;
+  }
+  b.className = "banner" + (isError ? " error" : "");
+  append(b, [msg]);
+  b.hidden = false;
+}
+
+/* ---- formatting ---- */
+
+function ago(iso) {
+  if (!iso) return "";
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return iso;
+  const d = (Date.now() - t) / 1000;
+  if (d < 60) return Math.max(0, Math.round(d)) + "s ago";
+  if (d < 3600) return Math.round(d / 60) + "m ago";
+  if (d < 86400) return Math.round(d / 3600) + "h ago";
+  return Math.round(d / 86400) + "d ago";
+}
+
+function fmtNs(ns) {
+  if (ns === null || ns === undefined) return "–";
+  if (ns >= 1e9) return (ns / 1e9).toFixed(3) + " s";
+  if (ns >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
+  if (ns >= 1e3) return (ns / 1e3).toFixed(2) + " µs";
+  return ns.toFixed(0) + " ns";
+}
+
+function fmtNum(x, digits) {
+  if (x === null || x === undefined) return "–";
+  if (typeof x !== "number") return String(x);
+  if (x !== 0 && (Math.abs(x) < 1e-3 || Math.abs(x) >= 1e5)) return x.toExponential(digits || 2);
+  return x.toPrecision(digits || 4).replace(/\.?0+$/, "");
+}
+
+function short(sha) {
+  return sha ? sha.slice(0, 10) : "";
+}
+
+/* ---- API ---- */
+
+function token() {
+  try {
+    return localStorage.getItem(TOKEN_KEY) || "";
+  } catch (e) {
+    return "";
+  }
+}
+
+function authHeaders(extra) {
+  const hd = Object.assign({}, extra || {});
+  const t = token();
+  if (t) hd.Authorization = "Bearer " + t;
+  return hd;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || "HTTP " + status);
+    this.status = status;
+    this.body = body;
+    this.code = body && body.error ? body.error.code : null;
+  }
+}
+
+/* GET or POST a JSON resource. The browser's HTTP cache revalidates with
+ * the ETag capd sends (Cache-Control: no-cache), so repeated GETs of an
+ * unchanged resource are answered 304 without capd building the body. */
+async function api(path, opts) {
+  opts = opts || {};
+  const init = { method: opts.method || "GET", headers: authHeaders(opts.headers) };
+  if (opts.body !== undefined) {
+    init.body = JSON.stringify(opts.body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const res = await fetch(path, init);
+  const text = await res.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch (e) {
+    body = text;
+  }
+  if (res.status === 401) {
+    banner(h("span", null, "This capd needs an API token for reads. ",
+      h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openToken(); } }, "Enter a token"),
+      "."), true);
+  }
+  if (!res.ok) throw new ApiError(res.status, body);
+  return body;
+}
+
+async function apiText(path) {
+  const res = await fetch(path, { headers: authHeaders() });
+  if (!res.ok) throw new ApiError(res.status, null);
+  return res.text();
+}
+
+/* ---- token dialog ---- */
+
+function openToken() {
+  const d = document.getElementById("token-dialog");
+  document.getElementById("token-input").value = token();
+  if (d.showModal) d.showModal();
+  else d.setAttribute("open", "");
+}
+
+function setupToken() {
+  const d = document.getElementById("token-dialog");
+  const close = () => (d.close ? d.close() : d.removeAttribute("open"));
+  document.getElementById("token-button").addEventListener("click", openToken);
+  document.getElementById("token-cancel").addEventListener("click", close);
+  document.getElementById("token-clear").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    close();
+    live.restart();
+    route();
+  });
+  document.getElementById("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const v = document.getElementById("token-input").value.trim();
+    if (v) localStorage.setItem(TOKEN_KEY, v);
+    else localStorage.removeItem(TOKEN_KEY);
+    close();
+    banner(null);
+    live.restart();
+    route();
+  });
+}
+
+/* ---- live updates (GET /v1/events) ---- */
+
+class Live {
+  constructor() {
+    this.lastId = null;
+    this.handlers = new Set();
+    this.ctrl = null;
+    this.retryMs = 3000;
+    this.timer = null;
+  }
+
+  on(fn) {
+    this.handlers.add(fn);
+    return () => this.handlers.delete(fn);
+  }
+
+  setState(on) {
+    const el = document.getElementById("live");
+    el.className = "live " + (on ? "on" : "off");
+    el.title = "live updates: " + (on ? "connected" : "disconnected");
+    el.dataset.state = on ? "on" : "off";
+  }
+
+  restart() {
+    if (this.ctrl) this.ctrl.abort();
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.connect(), 0);
+  }
+
+  async connect() {
+    this.ctrl = new AbortController();
+    const ctrl = this.ctrl;
+    const hd = authHeaders({ Accept: "text/event-stream" });
+    if (this.lastId !== null) hd["Last-Event-ID"] = this.lastId;
+    try {
+      const res = await fetch("/v1/events", { headers: hd, signal: ctrl.signal, cache: "no-store" });
+      if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
+      this.setState(true);
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          this.dispatch(block);
+        }
+      }
+    } catch (e) {
+      if (ctrl.signal.aborted) return;
+    }
+    this.setState(false);
+    if (ctrl === this.ctrl) this.timer = setTimeout(() => this.connect(), this.retryMs);
+  }
+
+  /* One SSE block: id, event, data (possibly several data lines), retry;
+   * lines starting with ':' are comments (heartbeats). */
+  dispatch(block) {
+    let id = null, type = "message", data = [];
+    for (const line of block.split("\n")) {
+      if (!line || line[0] === ":") continue;
+      const c = line.indexOf(":");
+      const field = c < 0 ? line : line.slice(0, c);
+      let val = c < 0 ? "" : line.slice(c + 1);
+      if (val[0] === " ") val = val.slice(1);
+      if (field === "id") id = val;
+      else if (field === "event") type = val;
+      else if (field === "data") data.push(val);
+      else if (field === "retry" && /^\d+$/.test(val)) this.retryMs = Number(val);
+    }
+    if (id !== null) this.lastId = id;
+    if (!data.length) return;
+    let payload;
+    try {
+      payload = JSON.parse(data.join("\n"));
+    } catch (e) {
+      return;
+    }
+    for (const fn of this.handlers) {
+      try {
+        fn(type, payload, id);
+      } catch (e) {
+        console.error(e);
+      }
+    }
+  }
+}
+
+const live = new Live();
+
+/* ---- shared pieces ---- */
+
+const OUTCOMES = ["queued", "running", "ok", "failed", "crashed", "timeout", "cancelled",
+  "unsupported", "protocol_error", "interrupted"];
+const STATUSES = ["identical", "within_tolerance", "nondeterministic", "diverged",
+  "incomparable", "missing", "extra"];
+
+function legend(items, prefix) {
+  return h("div", { class: "legend" },
+    items.map((k) => h("span", null, h("span", { class: "sw " + prefix + k }), k.replace("_", " "))));
+}
+
+function stateBadge(state) {
+  return h("span", { class: "badge " + state, "data-state": state }, state);
+}
+
+function countsBar(counts) {
+  const total = Object.values(counts || {}).reduce((a, b) => a + b, 0) || 1;
+  const bar = h("span", { class: "bar", title: Object.entries(counts || {}).map(([k, v]) => k + " " + v).join(", ") });
+  for (const k of OUTCOMES) {
+    const n = (counts || {})[k];
+    if (!n) continue;
+    const seg = h("span", { class: "st-" + k });
+    seg.style.width = (100 * n / total) + "%";
+    bar.append(seg);
+  }
+  return bar;
+}
+
+function countsText(counts) {
+  const total = Object.values(counts || {}).reduce((a, b) => a + b, 0);
+  const done = total - ((counts || {}).queued || 0) - ((counts || {}).running || 0);
+  return done + "/" + total;
+}
+
+/* Builds the model × width × pass grid: one row per model, one column per
+ * (width, pass). CELLS are objects with model, width, pass; CLASSOF and
+ * LABELOF give each cell's colour class and text. */
+function grid(cells, classOf, labelOf, onPick) {
+  const models = [], widths = [], passes = [];
+  const add = (arr, v) => { if (!arr.includes(v)) arr.push(v); };
+  for (const c of cells) {
+    add(models, c.model);
+    add(widths, c.width);
+    add(passes, c.pass);
+  }
+  const byKey = new Map(cells.map((c) => [c.model + "\u0000" + c.width + "\u0000" + c.pass, c]));
+  const t = h("table", { class: "grid" });
+  const head1 = h("tr", null, h("th"));
+  const head2 = h("tr", null, h("th"));
+  for (const w of widths) {
+    const th = h("th", { colspan: passes.length }, w);
+    head1.append(th);
+    for (const p of passes) head2.append(h("th", null, p));
+  }
+  t.append(h("thead", null, head1, head2));
+  const body = h("tbody");
+  for (const m of models) {
+    const tr = h("tr", null, h("th", { class: "model", text: m }));
+    for (const w of widths) {
+      for (const p of passes) {
+        const c = byKey.get(m + "\u0000" + w + "\u0000" + p);
+        if (!c) {
+          tr.append(h("td", { class: "empty" }));
+          continue;
+        }
+        const td = h("td", {
+          class: "gcell " + classOf(c),
+          "data-model": m, "data-width": w, "data-pass": p,
+          title: m + " · " + w + " · " + p,
+        }, labelOf(c));
+        td.addEventListener("click", () => {
+          for (const x of t.querySelectorAll("td.selected")) x.classList.remove("selected");
+          td.classList.add("selected");
+          onPick(c, td);
+        });
+        c.td = td;
+        tr.append(td);
+      }
+    }
+    body.append(tr);
+  }
+  t.append(body);
+  return t;
+}
+
+function errorPanel(e) {
+  return h("div", { class: "panel" },
+    h("h2", null, "Could not load"),
+    h("p", null, e.message || String(e)),
+    e.code ? h("p", { class: "muted" }, "code: " + e.code) : null);
+}
+
+/* ---- page: job list ---- */
+
+function parseQuery(q) {
+  const out = {};
+  for (const [k, v] of new URLSearchParams(q || "")) out[k] = v;
+  return out;
+}
+
+async function pageJobs(query) {
+  const q = parseQuery(query);
+  const m = clear(main());
+  const project = h("input", { name: "project", placeholder: "project", value: q.project || "" });
+  const branch = h("input", { name: "branch", placeholder: "branch", value: q.branch || "" });
+  const form = h("form", { class: "filters" }, project, branch, h("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (project.value.trim()) p.set("project", project.value.trim());
+    if (branch.value.trim()) p.set("branch", branch.value.trim());
+    location.hash = "#/" + (p.toString() ? "?" + p.toString() : "");
+  });
+  m.append(h("h1", null, "Jobs"), form);
+  const params = new URLSearchParams({ limit: "100" });
+  if (q.project) params.set("project", q.project);
+  if (q.branch) params.set("branch", q.branch);
+  let data;
+  try {
+    data = await api("/v1/jobs?" + params.toString());
+  } catch (e) {
+    m.append(errorPanel(e));
+    return null;
+  }
+  const tbody = h("tbody", { id: "jobs-body" });
+  const table = h("table", { class: "list", id: "jobs" },
+    h("thead", null, h("tr", null, ["job", "project", "commit", "branch", "build", "state", "cells", "", "created"].map((x) => h("th", null, x)))),
+    tbody);
+  const rows = new Map();
+  const render = (j) => {
+    const tr = h("tr", { "data-job-id": j.id, "data-state": j.state },
+      h("td", null, h("a", { href: "#/jobs/" + j.id, class: "mono" }, j.id)),
+      h("td", null, j.project),
+      h("td", { class: "mono" }, short(j.commit)),
+      h("td", null, j.branch || ""),
+      h("td", null, j.build),
+      h("td", null, stateBadge(j.state)),
+      h("td", null, countsBar(j.counts), " ", h("span", { class: "muted" }, countsText(j.counts))),
+      h("td", null, j.control_commit ? h("a", { href: "#/diff/" + j.commit, title: "compare with control " + j.control_commit }, "diff") : ""),
+      h("td", { title: j.created_at || "" }, ago(j.created_at)));
+    return tr;
+  };
+  for (const j of data.jobs) {
+    const tr = render(j);
+    rows.set(j.id, { job: j, tr });
+    tbody.append(tr);
+  }
+  const empty = h("p", { class: "muted", id: "jobs-empty" }, "No jobs yet.");
+  append(m, [data.jobs.length ? null : empty, table]);
+  const matches = (j) => (!q.project || j.project === q.project) && (!q.branch || j.branch === q.branch);
+  const update = (id, patch, isNew) => {
+    let r = rows.get(id);
+    if (!r) {
+      if (!isNew || !matches(patch)) return;
+      r = { job: patch, tr: null };
+      rows.set(id, r);
+      const tr = render(patch);
+      tr.classList.add("flash");
+      tbody.prepend(tr);
+      r.tr = tr;
+      empty.remove();
+      return;
+    }
+    Object.assign(r.job, patch);
+    const tr = render(r.job);
+    r.tr.replaceWith(tr);
+    r.tr = tr;
+  };
+  return live.on((type, ev) => {
+    if (type === "job" && ev.job) update(ev.job.id, ev.job, ev.change === "created");
+    else if (type === "cell" && ev.job) update(ev.job.id, { state: ev.job.state, counts: ev.job.counts }, false);
+  });
+}
+
+/* ---- page: one job ---- */
+
+async function pageJob(id) {
+  const m = clear(main());
+  let job;
+  try {
+    job = await api("/v1/jobs/" + encodeURIComponent(id));
+  } catch (e) {
+    m.append(errorPanel(e));
+    return null;
+  }
+  const stateEl = h("span", { id: "job-state" }, stateBadge(job.state));
+  const countsEl = h("span", { id: "job-counts" }, countsBar(job.counts), " ", countsText(job.counts));
+  m.append(
+    h("h1", null, "Job ", h("span", { class: "mono" }, job.id), " ", stateEl),
+    h("div", { class: "panel" },
+      h("dl", { class: "kv" },
+        h("dt", null, "project"), h("dd", null, job.project),
+        h("dt", null, "commit"), h("dd", { class: "mono" }, job.commit),
+        h("dt", null, "branch"), h("dd", null, job.branch || "–"),
+        h("dt", null, "build"), h("dd", null, job.build),
+        h("dt", null, "control"), h("dd", null, job.control_commit
+          ? h("span", null, h("span", { class: "mono" }, short(job.control_commit)), " · ",
+            h("a", { href: "#/diff/" + job.commit, id: "diff-link" }, "comparison"))
+          : "–"),
+        h("dt", null, "cells"), h("dd", null, countsEl),
+        h("dt", null, "created"), h("dd", { title: job.created_at }, ago(job.created_at)),
+        h("dt", null, "finished"), h("dd", null, job.finished_at ? ago(job.finished_at) : "–"))));
+  const detail = h("div", { class: "panel", id: "cell-detail" }, h("p", { class: "muted" }, "Pick a cell for its outcome and log."));
+  const g = grid(job.cells, (c) => "st-" + c.state, (c) => c.state.replace("_", " "), (c) => showCell(job, c, detail));
+  g.id = "job-grid";
+  m.append(h("h2", null, "Cells"), legend(OUTCOMES, "st-"), g, detail);
+  const byId = new Map(job.cells.map((c) => [c.id, c]));
+  return live.on((type, ev) => {
+    if (!ev.job || ev.job.id !== job.id) return;
+    if (ev.job.counts) {
+      clear(countsEl).append(countsBar(ev.job.counts), " ", countsText(ev.job.counts));
+    }
+    if (ev.job.state) clear(stateEl).append(stateBadge(ev.job.state));
+    if (type === "cell" && ev.cell) {
+      const c = byId.get(ev.cell.id);
+      if (!c) return;
+      Object.assign(c, ev.cell);
+      c.td.className = "gcell st-" + c.state + (c.td.classList.contains("selected") ? " selected" : "");
+      c.td.textContent = c.state.replace("_", " ");
+    }
+  });
+}
+
+async function showCell(job, c, panel) {
+  clear(panel).append(
+    h("h3", null, c.model + " · " + c.width + " · " + c.pass + " ", stateBadge(c.state)),
+    h("dl", { class: "kv" },
+      h("dt", null, "cell"), h("dd", { class: "mono" }, c.id),
+      h("dt", null, "attempts"), h("dd", null, c.attempts),
+      h("dt", null, "exit code"), h("dd", null, c.exit_code === null ? "–" : c.exit_code),
+      h("dt", null, "signal"), h("dd", null, c.signal || "–"),
+      h("dt", null, "reason"), h("dd", null, c.reason || "–"),
+      h("dt", null, "effective width"), h("dd", null, c.effective_width || "–"),
+      h("dt", null, "duration"), h("dd", null, c.duration_ms === null ? "–" : c.duration_ms + " ms"),
+      h("dt", null, "peak RSS"), h("dd", null, c.peak_rss_bytes ? (c.peak_rss_bytes / 1048576).toFixed(1) + " MiB" : "–")));
+  const pre = h("pre", { class: "log" }, "loading log…");
+  panel.append(h("h3", null, "Log"), pre);
+  try {
+    const text = await apiText("/v1/jobs/" + job.id + "/cells/" + c.id + "/log");
+    pre.textContent = text || "(empty)";
+  } catch (e) {
+    pre.textContent = "log unavailable: " + e.message;
+  }
+}
+
+/* ---- page: comparison ---- */
+
+async function pageCompareForm() {
+  const m = clear(main());
+  const ctl = h("input", { placeholder: "control: job id or commit", size: 30 });
+  const hd = h("input", { placeholder: "head: job id or commit", size: 30 });
+  const sha = h("input", { placeholder: "commit", size: 30 });
+  const f1 = h("form", { class: "filters" }, ctl, hd, h("button", { type: "submit" }, "Compare"));
+  f1.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams({ control: ctl.value.trim(), head: hd.value.trim() });
+    location.hash = "#/compare?" + p.toString();
+  });
+  const f2 = h("form", { class: "filters" }, sha, h("button", { type: "submit" }, "Diff against its control"));
+  f2.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    location.hash = "#/diff/" + encodeURIComponent(sha.value.trim());
+  });
+  m.append(h("h1", null, "Compare"),
+    h("div", { class: "panel" }, h("h3", null, "Two jobs"), f1, h("h3", null, "A commit's diff"), f2));
+  return null;
+}
+
+async function pageCompare(query, sha) {
+  const m = clear(main());
+  let url, title;
+  if (sha) {
+    url = "/v1/commits/" + encodeURIComponent(sha) + "/diff?tensors=1";
+    title = "Diff of " + short(sha);
+  } else {
+    const q = parseQuery(query);
+    if (!q.control || !q.head) return pageCompareForm();
+    url = "/v1/compare?" + new URLSearchParams({ control: q.control, head: q.head, tensors: "1" }).toString();
+    title = "Comparison";
+  }
+  m.append(h("h1", null, title));
+  let r;
+  try {
+    r = await api(url);
+  } catch (e) {
+    if (e.status === 409 && e.body && e.body.verdict === "pending") {
+      const ids = [e.body.control && e.body.control.job, e.body.head && e.body.head.job];
+      m.append(h("div", { class: "panel", id: "pending" },
+        h("span", { class: "badge big pending" }, "pending"), " ",
+        "A job of this comparison has not finished. This page reloads when it does."));
+      return live.on((type, ev) => {
+        if (type === "job" && ev.job && ids.includes(ev.job.id) &&
+            (ev.job.state === "done" || ev.job.state === "cancelled")) route();
+      });
+    }
+    m.append(errorPanel(e));
+    return null;
+  }
+  renderComparison(m, r);
+  return null;
+}
+
+function renderComparison(m, r) {
+  const c = r.counts || {};
+  const side = (name, x) => h("div", null,
+    h("h3", null, name),
+    h("dl", { class: "kv" },
+      h("dt", null, "job"), h("dd", null, h("a", { href: "#/jobs/" + x.job, class: "mono" }, x.job)),
+      h("dt", null, "commit"), h("dd", { class: "mono" }, x.commit),
+      h("dt", null, "branch"), h("dd", null, x.branch || "–"),
+      h("dt", null, "build"), h("dd", null, x.build)));
+  const counts = h("div", { class: "counts" },
+    ["cells", "identical", "within_tolerance", "nondeterministic", "diverged", "incomparable",
+      "missing_cells", "extra_cells", "outcome_regressions", "perf_regressions", "perf_improvements"]
+      .map((k) => h("div", null, h("b", null, c[k] === undefined ? 0 : c[k]), k.replace(/_/g, " "))));
+  m.append(
+    h("div", { class: "panel" },
+      h("span", { class: "badge big " + r.verdict, id: "verdict", "data-verdict": r.verdict }, r.verdict),
+      r.mode === "cross_width" ? h("span", { class: "muted" }, "  cross-width: " + r.control_width + " → " + r.head_width) : null,
+      counts,
+      h("div", { class: "two" }, side("control", r.control), side("head", r.head))));
+  for (const w of r.warnings || []) m.append(h("div", { class: "banner" }, "Warning: " + (w.message || JSON.stringify(w))));
+
+  const cells = (r.cells || []).map((x) => Object.assign({ kind: "cell" }, x));
+  for (const x of r.missing_cells || []) cells.push(Object.assign({ kind: "missing", status: "missing" }, x));
+  for (const x of r.extra_cells || []) cells.push(Object.assign({ kind: "extra", status: "extra" }, x));
+  const detail = h("div", { class: "panel", id: "cmp-detail" });
+  const g = grid(cells, (x) => "cs-" + x.status,
+    (x) => x.status.replace("_", " ") + (x.perf && x.perf.verdict === "regression" ? " ⏱" : ""),
+    (x) => showCmpCell(r, x, detail));
+  g.id = "cmp-grid";
+  m.append(h("h2", null, "Cells"), legend(STATUSES, "cs-"), g, detail);
+  const first = cells.find((x) => x.status === "diverged") || cells.find((x) => x.kind === "cell");
+  if (first && first.td) first.td.click();
+}
+
+async function showCmpCell(r, x, panel) {
+  clear(panel).append(h("h3", null, x.model + " · " + x.width + " · " + x.pass + " ",
+    h("span", { class: "badge cs-" + x.status }, x.status)));
+  if (x.kind !== "cell") {
+    panel.append(h("p", null, x.kind === "missing" ? "The head has no such cell." : "The control has no such cell."));
+    return;
+  }
+  const fd = x.first_divergence, fi = x.first_introduced;
+  panel.append(h("dl", { class: "kv" },
+    h("dt", null, "outcomes"), h("dd", null, (x.control_outcome || "–") + " → " + (x.head_outcome || "–"),
+      x.outcome_change && x.outcome_change !== "none" ? " (" + x.outcome_change + ")" : ""),
+    x.incomparable_reason ? [h("dt", null, "incomparable"), h("dd", null, x.incomparable_reason)] : null,
+    h("dt", null, "tensors"), h("dd", null, x.tensors_compared + " compared: " + x.tensors_identical + " identical, " +
+      x.tensors_within_tolerance + " within tolerance, " + x.tensors_diverged + " diverged, " +
+      x.tensors_nondeterministic + " nondeterministic; " + x.missing_keys + " missing, " + x.extra_keys + " extra"),
+    h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")" : "") : "none"),
+    h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none")));
+
+  panel.append(h("h3", null, "Relative error per layer, in execution order"));
+  panel.append(divergencePlot(x));
+
+  panel.append(h("h3", null, "Timing: control vs head"));
+  const perf = x.perf;
+  if (perf) {
+    panel.append(h("p", null,
+      h("span", { class: "badge " + (perf.verdict === "regression" ? "regression" : perf.verdict === "improvement" ? "pass" : "pending") }, perf.verdict),
+      "  median " + fmtNs(perf.control_median_ns) + " → " + fmtNs(perf.head_median_ns) +
+      ", ratio " + fmtNum(perf.ratio, 4) +
+      (perf.ci99 ? ", 99% CI [" + fmtNum(perf.ci99[0], 4) + ", " + fmtNum(perf.ci99[1], 4) + "]" : "") +
+      (perf.p_value !== null && perf.p_value !== undefined ? ", p = " + fmtNum(perf.p_value, 3) : "") +
+      ", n = " + perf.n_control + " / " + perf.n_head));
+  }
+  const holder = h("div", { id: "timing" }, h("p", { class: "muted" }, "loading samples…"));
+  panel.append(holder);
+  try {
+    const [cs, hs] = await Promise.all([
+      timingSamples(r.control.job, x.model, x.control_width || x.width, x.pass),
+      timingSamples(r.head.job, x.model, x.width, x.pass)]);
+    clear(holder).append(timingPlot(cs, hs, perf));
+  } catch (e) {
+    clear(holder).append(h("p", { class: "muted" }, "timing samples unavailable: " + e.message));
+  }
+}
+
+/* Every row of the comparison's per-tensor table, in head execution order,
+ * on a log scale of max relative error. Identical rows have no error by
+ * definition and sit on the bottom line, as do exact zeros; rows without
+ * element metrics (statistics basis) are left out of the scale. */
+function divergencePlot(x) {
+  const rows = (x.tensors || []).slice().sort((a, b) => a.seq - b.seq);
+  const W = 760, H = 260, L = 64, R = 14, T = 14, B = 40;
+  const svg = s("svg", { class: "plot", id: "divergence-plot", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
+  if (!rows.length) {
+    svg.append(s("text", { x: L, y: H / 2 }, x.tensors === undefined ? "no per-tensor rows" : "no tensors were compared"));
+    return svg;
+  }
+  const vals = rows.map((t) => (typeof t.max_rel === "number" && t.max_rel > 0 ? t.max_rel : null)).filter((v) => v !== null);
+  let lo = vals.length ? Math.floor(Math.log10(Math.min(...vals))) - 1 : -9;
+  let hi = vals.length ? Math.ceil(Math.log10(Math.max(...vals))) : -6;
+  const tol = rows.find((t) => typeof t.rtol === "number");
+  if (tol && tol.rtol > 0) {
+    lo = Math.min(lo, Math.floor(Math.log10(tol.rtol)) - 1);
+    hi = Math.max(hi, Math.ceil(Math.log10(tol.rtol)));
+  }
+  lo = Math.max(lo, -18);
+  if (hi <= lo) hi = lo + 1;
+  const floorY = H - B + 10;
+  const xOf = (i) => L + (rows.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (rows.length - 1));
+  const yOf = (v) => T + ((hi - Math.log10(v)) * (H - B - T)) / (hi - lo);
+  for (let e = lo; e <= hi; e++) {
+    const y = yOf(Math.pow(10, e));
+    svg.append(s("line", { class: "gridline", x1: L, x2: W - R, y1: y, y2: y }),
+      s("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, "1e" + e));
+  }
+  svg.append(s("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }),
+    s("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+    s("text", { x: L - 6, y: floorY + 4, "text-anchor": "end" }, "0"),
+    s("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" }, "record in execution order (" + rows.length + ")"));
+  if (tol && tol.rtol > 0) {
+    const y = yOf(tol.rtol);
+    svg.append(s("line", { class: "tol", x1: L, x2: W - R, y1: y, y2: y }),
+      s("text", { x: W - R - 4, y: y - 4, "text-anchor": "end" }, "rtol " + fmtNum(tol.rtol)));
+  }
+  const path = [];
+  const fdKey = x.first_divergence ? x.first_divergence.key : null;
+  const fiKey = x.first_introduced ? x.first_introduced.key : null;
+  const marks = [];
+  rows.forEach((t, i) => {
+    const v = typeof t.max_rel === "number" ? t.max_rel : null;
+    const nonfinite = t.nonfinite && t.nonfinite.max_rel;
+    let y;
+    if (nonfinite) y = T;
+    else if (v === null || v <= 0) y = floorY;
+    else y = Math.max(T, Math.min(H - B, yOf(v)));
+    const px = xOf(i);
+    path.push((i ? "L" : "M") + px.toFixed(1) + " " + y.toFixed(1));
+    const isFd = t.key === fdKey;
+    const c = s("circle", {
+      class: "pt " + t.status + (isFd ? " first-divergence" : ""),
+      cx: px.toFixed(1), cy: y.toFixed(1), r: isFd ? 5 : 3.2,
+      "data-key": t.key, "data-seq": t.seq, "data-status": t.status,
+    }, s("title", null, t.key + "\n" + t.status + (v !== null ? "\nmax rel " + fmtNum(v) : "") + (t.reason ? "\nreason " + t.reason : "")));
+    marks.push(c);
+    if (isFd || (t.key === fiKey && fiKey !== fdKey)) {
+      svg.append(s("line", { class: "marker" + (isFd ? "" : " introduced"), x1: px, x2: px, y1: T, y2: H - B }),
+        s("text", { x: Math.min(px + 4, W - R - 160), y: T + 10 + (isFd ? 0 : 14), class: isFd ? "fd-label" : "fi-label" },
+          (isFd ? "first divergence: " : "first introduced: ") + t.key));
+    }
+  });
+  svg.append(s("path", { class: "line", d: path.join(" ") }));
+  for (const c of marks) svg.append(c);
+  return svg;
+}
+
+/* The raw timing samples of one cell (records of kind timing), by phase. */
+async function timingSamples(jobId, model, width, pass) {
+  const job = await api("/v1/jobs/" + encodeURIComponent(jobId));
+  const cell = (job.cells || []).find((c) => c.model === model && c.width === width && c.pass === pass);
+  if (!cell) return {};
+  const rec = await api("/v1/jobs/" + jobId + "/cells/" + cell.id + "/records?kind=timing&limit=100");
+  const out = {};
+  for (const t of rec.records || []) {
+    const ph = t.phase || "run";
+    out[ph] = (out[ph] || []).concat(t.samples_ns || []);
+  }
+  return out;
+}
+
+function quantile(sorted, q) {
+  if (!sorted.length) return null;
+  const pos = (sorted.length - 1) * q, i = Math.floor(pos), f = pos - i;
+  return i + 1 < sorted.length ? sorted[i] + f * (sorted[i + 1] - sorted[i]) : sorted[i];
+}
+
+/* A strip of every sample with its box (quartiles, median) for control
+ * and head, one pair per phase, on a shared axis. */
+function timingPlot(ctl, head, perf) {
+  const phases = [...new Set([...Object.keys(ctl), ...Object.keys(head)])];
+  const W = 760, L = 90, R = 14, rowH = 34;
+  if (!phases.length) return h("p", { class: "muted" }, "no timing samples recorded");
+  const all = [];
+  for (const p of phases) all.push(...(ctl[p] || []), ...(head[p] || []));
+  let lo = Math.min(...all), hi = Math.max(...all);
+  if (hi === lo) { lo *= 0.95; hi *= 1.05; }
+  const pad = (hi - lo) * 0.05;
+  lo -= pad; hi += pad;
+  const H = 30 + phases.length * rowH * 2 + 10;
+  const svg = s("svg", { class: "plot", id: "timing-plot", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
+  const xOf = (v) => L + ((v - lo) * (W - L - R)) / (hi - lo);
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + ((hi - lo) * i) / 4, x = xOf(v);
+    svg.append(s("line", { class: "gridline", x1: x, x2: x, y1: 8, y2: H - 22 }),
+      s("text", { x, y: H - 8, "text-anchor": "middle" }, fmtNs(v)));
+  }
+  let y = 16;
+  let seed = 7;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  for (const p of phases) {
+    for (const [name, cls, src] of [["control", "ctl", ctl], ["head", "hd", head]]) {
+      const v = (src[p] || []).slice().sort((a, b) => a - b);
+      const mid = y + rowH / 2;
+      svg.append(s("text", { x: L - 8, y: mid + 4, "text-anchor": "end" }, name + (phases.length > 1 ? " " + p : "")));
+      if (v.length) {
+        const q1 = quantile(v, 0.25), q2 = quantile(v, 0.5), q3 = quantile(v, 0.75);
+        svg.append(s("rect", { class: "box", x: xOf(q1), y: mid - 9, width: Math.max(1, xOf(q3) - xOf(q1)), height: 18 }),
+          s("line", { class: "median", x1: xOf(q2), x2: xOf(q2), y1: mid - 11, y2: mid + 11 }));
+        for (const t of v) {
+          svg.append(s("circle", { class: cls, cx: xOf(t).toFixed(1), cy: (mid + (rand() - 0.5) * 14).toFixed(1), r: 2.2, "fill-opacity": 0.6 },
+            s("title", null, fmtNs(t))));
+        }
+      }
+      y += rowH;
+    }
+  }
+  const wrap = h("div", null, svg);
+  if (perf && perf.hl_shift_ns !== undefined && perf.hl_shift_ns !== null) {
+    wrap.append(h("p", { class: "muted" }, "Hodges-Lehmann shift " + fmtNs(perf.hl_shift_ns) + " (head − control)"));
+  }
+  return wrap;
+}
+
+/* ---- router ---- */
+
+let unsubscribe = null;
+
+async function route() {
+  if (unsubscribe) {
+    unsubscribe();
+    unsubscribe = null;
+  }
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = hash.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let un = null;
+  if (parts.length === 0) un = await pageJobs(query);
+  else if (parts[0] === "jobs" && parts[1]) un = await pageJob(parts[1]);
+  else if (parts[0] === "compare") un = await pageCompare(query, null);
+  else if (parts[0] === "diff" && parts[1]) un = await pageCompare(null, parts[1]);
+  else {
+    clear(main()).append(h("p", null, "No such page. ", h("a", { href: "#/" }, "Jobs")));
+  }
+  unsubscribe = un;
+  document.body.dataset.page = parts[0] || "jobs";
+  document.body.dataset.ready = "1";
+}
+
+window.addEventListener("hashchange", () => {
+  document.body.dataset.ready = "0";
+  route();
+});
+window.addEventListener("DOMContentLoaded", () => {
+  setupToken();
+  live.connect();
+  route();
+});
