@@ -38,7 +38,7 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
     json_object_foreach(b, k, v)
     {
         if (strcmp(k, "name") && strcmp(k, "python") && strcmp(k, "env") &&
-            strcmp(k, "description") && strcmp(k, "model_roots")) {
+            strcmp(k, "description") && strcmp(k, "model_roots") && strcmp(k, "prefork")) {
             *ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
             return NULL;
         }
@@ -112,10 +112,16 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
             return NULL;
         }
     }
-    return json_pack("{s:s,s:O,s:o,s:o,s:s}", "name", name, "python", py, "env",
+    /* Opt-in to prefork runners (docs/prefork.md). */
+    json_t *prefork = json_object_get(b, "prefork");
+    if (prefork && !json_is_boolean(prefork)) {
+        *ret = api_error(r, 400, "invalid_field", "prefork", "prefork must be true or false");
+        return NULL;
+    }
+    return json_pack("{s:s,s:O,s:o,s:o,s:s,s:b}", "name", name, "python", py, "env",
                      env ? json_incref(env) : json_object(), "model_roots",
                      roots ? json_incref(roots) : json_array(), "description",
-                     desc ? json_string_value(desc) : "");
+                     desc ? json_string_value(desc) : "", "prefork", json_is_true(prefork));
 }
 
 static enum MHD_Result put_build(struct api_req *r, const char *name, bool replace)

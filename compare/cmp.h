@@ -158,8 +158,10 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
  */
 int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
 /*
- * Informational, echoed in the result. NULL leaves that value as it was, so
- * the cell row and the env frame can each supply what they know.
+ * Echoed in the result. NULL leaves that value as it was, so the cell row
+ * and the env frame can each supply what they know. The device is "cpu"
+ * or the GPU's model name; cells on different devices are not compared
+ * unless cmp_options.allow_device_mismatch is set.
  */
 int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
@@ -215,6 +217,14 @@ struct cmp_options {
     int bootstrap_resamples;                /* 2000; 0 disables the interval */
     bool include_tensors;                   /* add per-tensor rows to every cell */
     /*
+     * Cells whose devices differ (cmp_cell_set_env: a GPU against "cpu", or
+     * two GPU models) run different kernels, so their differences say
+     * nothing about the change under review: such a pair is incomparable
+     * ("device_mismatch") unless this is set. A device nobody set is not
+     * a mismatch.
+     */
+    bool allow_device_mismatch;
+    /*
      * Cross-width mode when both are non-empty: control cells of width
      * control_width are matched with head cells of width head_width on
      * (model, pass). Both sides may be the same struct cmp_side (one job).
@@ -239,7 +249,8 @@ void cmp_options_init(struct cmp_options *opt);
  *    "perf_threshold": 0.05, "alpha": 0.01,
  *    "bootstrap": {"seed": 7, "resamples": 2000},
  *    "include_tensors": true,
- *    "cross_width": {"control": "default", "head": "avx512"}}
+ *    "cross_width": {"control": "default", "head": "avx512"},
+ *    "allow_device_mismatch": false}
  *
  * Every field is optional; unknown fields are errors (a typo must not silently
  * keep a default). New key_tolerances go before the existing ones so that the

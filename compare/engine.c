@@ -39,6 +39,7 @@ struct counts {
     int64_t cells, missing_cells, extra_cells;
     int64_t outcome_regressions, outcome_fixes;
     int64_t perf_regressions, perf_improvements;
+    int64_t device_mismatches; /* pairs refused for running on different devices */
 };
 
 /* ------------------------------------------------------------- JSON bits */
@@ -495,6 +496,25 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     qsort(missing, nmiss, sizeof(*missing), rec_by_seq);
     qsort(extra, nextra, sizeof(*extra), rec_by_seq);
 
+    /*
+     * Different devices (a GPU against the CPU, two GPU models) run
+     * different kernels: their records and timings are not compared at
+     * all unless asked, so a device change never reads as a regression.
+     */
+    const char *dev_check = "unknown";
+    bool dev_refused = false;
+    if (c->device != NULL && h->device != NULL) {
+        if (strcmp(c->device, h->device) == 0) {
+            dev_check = "same";
+        } else if (o->allow_device_mismatch) {
+            dev_check = "mismatch_allowed";
+        } else {
+            dev_check = "mismatch_refused";
+            dev_refused = true;
+            nrows = nmiss = nextra = 0;
+        }
+    }
+
     /* judge every pair */
     int64_t ncls[4] = {0};
     bool params_differed = false;
@@ -546,6 +566,9 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     } else if (h->outcome != CMP__OUT_OK) {
         st = C_INCOMPARABLE;
         why = "head_outcome";
+    } else if (dev_refused) {
+        st = C_INCOMPARABLE;
+        why = "device_mismatch";
     } else if (c->n_recs == 0 || h->n_recs == 0) {
         st = C_INCOMPARABLE;
         why = "no_records";
@@ -559,12 +582,14 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         st = C_IDENTICAL;
     }
 
-    rc = cmp_perf_compare(c->timing, c->n_timing, h->timing, h->n_timing, o, &perf);
+    rc = cmp_perf_compare(c->timing, dev_refused ? 0 : c->n_timing, h->timing,
+                          dev_refused ? 0 : h->n_timing, o, &perf);
     if (rc < 0)
         goto out;
 
     const char *oc = outcome_change(c->outcome, h->outcome);
     cnt->cells++;
+    cnt->device_mismatches += dev_refused;
     cnt->status[st]++;
     if (strcmp(oc, "regression") == 0)
         cnt->outcome_regressions++;
@@ -594,6 +619,7 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     e |= set(cj, "head_effective_width", str_or_null(h->effective_width));
     e |= set(cj, "control_device", str_or_null(c->device));
     e |= set(cj, "head_device", str_or_null(h->device));
+    e |= set(cj, "device_check", json_string(dev_check));
     e |= set(cj, "tensors_compared", json_integer((json_int_t)nrows));
     e |= set(cj, "tensors_identical", json_integer(ncls[T_IDENTICAL]));
     e |= set(cj, "tensors_within_tolerance", json_integer(ncls[T_WITHIN]));
@@ -825,6 +851,7 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
         e |= set(counts, "outcome_fixes", json_integer(cnt.outcome_fixes));
         e |= set(counts, "perf_regressions", json_integer(cnt.perf_regressions));
         e |= set(counts, "perf_improvements", json_integer(cnt.perf_improvements));
+        e |= set(counts, "device_mismatches", json_integer(cnt.device_mismatches));
     }
     e |= set(res, "counts", counts);
     counts = NULL;
@@ -832,6 +859,8 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
                            "alpha", opt->alpha, "bootstrap_resamples",
                            opt->bootstrap_resamples, "bootstrap_seed",
                            (json_int_t)opt->bootstrap_seed);
+    if (th != NULL)
+        e |= set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
     e |= set(res, "thresholds", th);
     e |= set(res, "cells", cells);
     cells = NULL;

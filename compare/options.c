@@ -254,6 +254,11 @@ int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_
                 o.include_tensors = json_is_true(v);
         } else if (strcmp(k, "cross_width") == 0) {
             rc = apply_cross_width(&o, v, err);
+        } else if (strcmp(k, "allow_device_mismatch") == 0) {
+            if (!json_is_boolean(v))
+                rc = fail(err, k, "must be true or false");
+            else
+                o.allow_device_mismatch = json_is_true(v);
         } else {
             rc = fail(err, k, "unknown field");
         }

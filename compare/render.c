@@ -230,6 +230,25 @@ static void introduced_desc(struct buf *b, const json_t *cell, bool md)
     divergence_desc(b, i, md);
 }
 
+/* Why a pair on two devices was not compared: " (device mismatch: cpu vs
+ * NVIDIA H200)". Nothing for any other cell. */
+static void device_note(struct buf *b, const json_t *cell, bool md)
+{
+    if (strcmp(jstr(cell, "incomparable_reason"), "device_mismatch") != 0)
+        return;
+    bprintf(b, " (device mismatch: ");
+    if (md)
+        md_cell(b, jstr(cell, "control_device"));
+    else
+        bprintf(b, "%s", jstr(cell, "control_device"));
+    bprintf(b, " vs ");
+    if (md)
+        md_cell(b, jstr(cell, "head_device"));
+    else
+        bprintf(b, "%s", jstr(cell, "head_device"));
+    bprintf(b, ")");
+}
+
 static bool is_perf_change(const json_t *cell)
 {
     const char *v = jstr(json_object_get(cell, "perf"), "verdict");
@@ -315,6 +334,7 @@ char *cmp_result_to_markdown(const json_t *result)
         md_cell(&b, jstr(cell, "model"));
         bprintf(&b, " | %s | %s | %s", jstr(cell, "width"), jstr(cell, "pass"),
                 jstr(cell, "status"));
+        device_note(&b, cell, true);
         if (json_is_true(json_object_get(cell, "params_differed")))
             bprintf(&b, " (initial params differ)");
         bprintf(&b, " | %s", jstr(cell, "control_outcome"));
@@ -379,6 +399,7 @@ char *cmp_result_to_text(const json_t *result)
             continue;
         bprintf(&b, "%s %s/%s/%s", st, jstr(cell, "model"), jstr(cell, "width"),
                 jstr(cell, "pass"));
+        device_note(&b, cell, false);
         if (json_is_object(json_object_get(cell, "first_divergence"))) {
             bprintf(&b, ": first divergence ");
             divergence_desc(&b, json_object_get(cell, "first_divergence"), false);

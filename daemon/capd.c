@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "daemon/capd.h"
@@ -19,6 +20,7 @@
 #include "daemon/log.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
+#include "daemon/zygote.h"
 #include "storage/store.h"
 
 #define CAPD_MAX_CANCELS 1024
@@ -26,6 +28,7 @@
 struct sup_node {
     struct sup *sup;
     int device; /* the GPU the cell holds; -1 for none */
+    bool numerics; /* options.iterations 0 on the CPU: no timing to disturb */
     struct sup_node *next;
 };
 
@@ -49,6 +52,7 @@ struct capd {
 
     struct sup_node *running;
     unsigned nrunning;
+    unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
     struct devices *dev; /* the GPUs (daemon/devices.h) */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
@@ -105,6 +109,7 @@ static void on_cell_done(void *ud, struct sup *s)
             struct sup_node *n = *pp;
             *pp = n->next;
             devices_release(d->dev, n->device);
+            d->nnumerics -= n->numerics;
             free(n);
             __atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
             break;
@@ -114,13 +119,27 @@ static void on_cell_done(void *ud, struct sup *s)
         schedule(d);
 }
 
+/*
+ * Numerics-only cells (options.iterations 0: nothing is timed, so nothing
+ * is disturbed by sharing the CPU) may run beside each other past
+ * max_parallel, up to the number of online CPUs, while every running cell
+ * is numerics-only and so is the next one in the queue. A timing cell at
+ * the head of the queue waits for them to finish as it would for any cell.
+ */
+static bool numerics_room(struct capd *d)
+{
+    bool next = false;
+    return d->nnumerics == d->nrunning && d->nrunning < d->ncores &&
+           store_next_cell_numerics(d->st, &next) == 0 && next;
+}
+
 /* Claims and starts queued cells until max_parallel children run. A cell
  * whose set-up fails is already stored as failed; the next one is tried.
  * A GPU cell needs a whole device: while none is free, GPU cells stay
  * queued and CPU cells behind them are started instead. */
 static void schedule(struct capd *d)
 {
-    while (!d->stopping && d->nrunning < (unsigned)d->cfg.max_parallel) {
+    while (!d->stopping && (d->nrunning < (unsigned)d->cfg.max_parallel || numerics_room(d))) {
         struct store_cell_run run;
         int device = -1;
         int rc = store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run);
@@ -136,6 +155,11 @@ static void schedule(struct capd *d)
             store_cell_run_clear(&run);
             return;
         }
+        json_t *o = json_object_get(run.spec, "options");
+        const char *dev = json_string_value(json_object_get(o, "device"));
+        n->numerics = json_is_integer(json_object_get(o, "iterations")) &&
+                      json_integer_value(json_object_get(o, "iterations")) == 0 &&
+                      !(dev && strcmp(dev, "gpu") == 0);
         if (devices_acquire(d->dev, d->st, &run, &device) != 0) {
             free(n); /* stored as failed: no GPU */
             continue;
@@ -148,6 +172,7 @@ static void schedule(struct capd *d)
         }
         n->sup = s;
         n->device = device;
+        d->nnumerics += n->numerics;
         n->next = d->running;
         d->running = n;
         __atomic_add_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
@@ -208,6 +233,7 @@ static void final_stop(struct capd *d)
     store_flush(d->st);
     store_recover(d->st, d->cfg.max_attempts, &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
+    zyg_shutdown();
     uv_stop(&d->loop);
 }
 
@@ -279,6 +305,9 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
         goto fail;
     }
     uv_loop_init(&d->loop);
+    zyg_init(&d->loop, &d->cfg, d->st);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    d->ncores = ncpu > 0 ? (unsigned)ncpu : 1;
     uv_async_init(&d->loop, &d->wake, on_wake);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);

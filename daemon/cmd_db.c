@@ -260,8 +260,8 @@ static int do_prune(const struct db_args *a)
         return 1;
     int rc = store_prune(s, &o, &r);
     if (rc) {
-        fprintf(stderr, "capd db prune: %s\n",
-                rc == -EBUSY ? "the database stayed locked; try again" : store_errmsg(s));
+        fprintf(stderr, "capd db prune: %s%s\n", r.error[0] ? r.error : store_errmsg(s),
+                rc == -EBUSY ? " (the database stayed locked; try again)" : "");
         store_close(s);
         return 1;
     }

@@ -4,7 +4,11 @@
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
  *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]
- *             -- PROGRAM ARGS...
+ *             [--zygote SOCKET] -- PROGRAM ARGS...
+ *
+ * With --zygote the build's prefork zygote forks the cell instead (see
+ * exec_zygote.h); the shim falls back to the fork+exec below when the
+ * zygote cannot serve it.
  *
  * capd has already put it in a new session (its own process group) with a
  * clean environment and the frame pipe on fd 3. The shim forks once: the
@@ -36,10 +40,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/exec_zygote.h"
+
 static void usage(void)
 {
     fprintf(stderr, "usage: capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N] "
-                    "[--unshare-net] [--rusage-fd FD] [--uid UID --gid GID] -- PROGRAM ARGS...\n");
+                    "[--unshare-net] [--rusage-fd FD] [--uid UID --gid GID] [--zygote SOCKET] "
+                    "-- PROGRAM ARGS...\n");
     exit(125);
 }
 
@@ -117,6 +124,7 @@ int main(int argc, char **argv)
 {
     unsigned long long as = 0, cpu = 0, nofile = 0, nproc = 0, rfd = 0, uid = 0, gid = 0;
     int unshare_net = 0, have_rfd = 0, have_uid = 0, have_gid = 0, i;
+    const char *zygote = NULL;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long *dst = NULL;
@@ -125,6 +133,11 @@ int main(int argc, char **argv)
             break;
         } else if (strcmp(a, "--unshare-net") == 0) {
             unshare_net = 1;
+            continue;
+        } else if (strcmp(a, "--zygote") == 0) {
+            if (i + 1 >= argc)
+                usage();
+            zygote = argv[++i];
             continue;
         } else if (strcmp(a, "--as") == 0) {
             dst = &as;
@@ -160,6 +173,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
                         "host network\n",
                 strerror(errno));
+
+    /* Prefork (docs/prefork.md): the build's zygote forks the cell and this
+     * process stands in for it; it only comes back here to fall back to a
+     * fresh exec, before anything was written to the frame pipe. */
+    if (zygote) {
+        struct zc_limits zl = {as, cpu, nofile, nproc, have_uid ? (long)uid : -1};
+        zygote_client_run(zygote, &argv[i], &zl, have_rfd ? (int)rfd : -1);
+    }
 
     pid_t shim = getpid();
     pid_t pid = fork();

@@ -65,7 +65,8 @@ static void work_cb(uv_work_t *w)
     if (r->run_rc == 0) {
         r->run_rc = store_prune(s, &o, &r->cur);
         if (r->run_rc)
-            snprintf(r->run_err, sizeof r->run_err, "%s", store_errmsg(s));
+            snprintf(r->run_err, sizeof r->run_err, "%s",
+                     r->cur.error[0] ? r->cur.error : store_errmsg(s));
     } else {
         snprintf(r->run_err, sizeof r->run_err, "%s", err ? err : "cannot open the database");
     }

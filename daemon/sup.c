@@ -31,6 +31,7 @@
 #include "daemon/runas.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
+#include "daemon/zygote.h"
 
 #define SUP_READ_BUF (1u << 20)
 #define SUP_DRAIN_MS 2000
@@ -665,13 +666,17 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     fcntl(rpipe[0], F_SETFL, O_NONBLOCK);
     if (!(env = build_env(s, spec_path)))
         goto fail;
+    /* Prefork builds: capd-exec hands the cell to the build's zygote
+     * (daemon/zygote.h); everything below is the same either way. */
+    char zsock[128];
+    bool prefork = zyg_for_cell(s->run.build, s->run.spec, env, zsock, sizeof zsock) == 0;
 
     snprintf(as, sizeof as, "%llu", (unsigned long long)cfg->rlimit_as_bytes);
     snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)cfg->rlimit_cpu_s);
     snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)cfg->rlimit_nofile);
     snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)cfg->rlimit_nproc);
     snprintf(rfd, sizeof rfd, "4");
-    char *args[24];
+    char *args[32];
     int a = 0;
     args[a++] = (char *)cfg->exec_bin;
     if (cfg->rlimit_as_bytes) {
@@ -702,6 +707,10 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     }
     args[a++] = "--rusage-fd";
     args[a++] = rfd;
+    if (prefork) {
+        args[a++] = "--zygote";
+        args[a++] = zsock;
+    }
     args[a++] = "--";
     args[a++] = (char *)python;
     args[a++] = "-m";

@@ -106,6 +106,26 @@ static int add_tensor(struct store *s, struct cmp_cell *cell, json_t *h, const c
     return rc == -EINVAL ? 0 : rc;
 }
 
+/*
+ * The device a cell ran on, as the engine compares it: "cpu", or the GPU's
+ * model name from the runner's fingerprint (device.type, device.name;
+ * docs/runner.md). A runner that reports the device as a plain string is
+ * taken at its word. NULL when nothing says (never a mismatch).
+ */
+static const char *fingerprint_device(json_t *fp)
+{
+    json_t *d = json_object_get(fp, "device");
+    if (json_is_string(d))
+        return json_string_value(d);
+    const char *type = json_string_value(json_object_get(d, "type"));
+    if (type && strcmp(type, "cpu") == 0)
+        return "cpu";
+    const char *name = json_string_value(json_object_get(d, "name"));
+    if (name)
+        return name;
+    return type ? type : json_string_value(json_object_get(fp, "device_name"));
+}
+
 static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
                         struct store_payloads *pl)
 {
@@ -153,7 +173,7 @@ static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
         } else if (strcmp(kind, "env") == 0) {
             json_t *fp = json_object_get(h, "fingerprint");
             cmp_cell_set_env(cell, json_string_value(json_object_get(h, "effective_width")),
-                             json_string_value(json_object_get(fp, "device_name")));
+                             fingerprint_device(fp));
         }
         json_decref(h);
     }

@@ -551,7 +551,7 @@ static const char keep_sql[] =
 
 /* Candidate blobs (of the job being pruned) that no record names. */
 #define UNREFERENCED                                                                               \
-    "FROM main.blobs b WHERE b.hash IN (SELECT hash FROM temp.prune_blobs) AND NOT EXISTS "        \
+    "FROM main.blobs AS b WHERE b.hash IN (SELECT hash FROM temp.prune_blobs) AND NOT EXISTS "     \
     "(SELECT 1 FROM main.records r WHERE r.blob_hash = b.hash)"
 
 #define JOB_ATTEMPTS                                                                               \
@@ -622,6 +622,17 @@ static int one_row(struct store *s, const char *sql, int64_t bind, int64_t *a, i
     return rc;
 }
 
+/* Keeps SQLite's message for the report before a rollback replaces it. */
+static void note_error(struct store *s, int rc, struct store_prune_report *r)
+{
+    if (r->error[0])
+        return;
+    if (rc == -EIO || rc == -EBUSY || rc == -EEXIST || rc == -ENOMEM)
+        snprintf(r->error, sizeof r->error, "%s", sqlite3_errmsg(s->db));
+    else
+        snprintf(r->error, sizeof r->error, "%s", strerror(-rc));
+}
+
 /*
  * Blob files nothing names: the files of blobs whose rows a prune deleted
  * while a backup held the lock, and the leftovers of an ingest transaction
@@ -687,12 +698,16 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
         }
         closedir(in);
         sqlite3_reset(st);
-        if (rc)
-            store_rollback(s);
-        else
+        if (rc == 0)
             rc = store_commit(s);
+        if (rc) {
+            note_error(s, rc, r);
+            store_rollback(s);
+        }
     }
 out:
+    if (rc)
+        note_error(s, rc, r);
     sqlite3_finalize(st);
     blob_unlock(lock);
     closedir(d);
@@ -743,6 +758,8 @@ static int prune_dry(struct store *s, int keep, struct store_prune_report *r)
                  "(SELECT seq FROM temp.prune_jobs))",
                  0, &r->blobs_deleted, &r->bytes_freed);
 out:
+    if (rc)
+        note_error(s, rc, r);
     store_exec(s, "COMMIT");
     store_rollback(s);
     return rc ? rc : sweep_orphans(s, true, r);
@@ -806,7 +823,7 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
  * content. Under a backup's shared blob lock the files stay, as orphans
  * for the next sweep.
  */
-static int unlink_gone(struct store *s)
+static int unlink_gone(struct store *s, struct store_prune_report *r)
 {
     sqlite3_stmt *st = NULL;
     int lock = blob_lock(s->data_dir, LOCK_EX | LOCK_NB);
@@ -831,8 +848,10 @@ static int unlink_gone(struct store *s)
         rc = store_commit(s);
 out:
     sqlite3_finalize(st);
-    if (rc)
+    if (rc) {
+        note_error(s, rc, r);
         store_rollback(s);
+    }
     blob_unlock(lock);
     return rc;
 }
@@ -878,15 +897,17 @@ static int prune_batch(struct store *s, int keep, int64_t *last, bool *more,
     rc = store_commit(s);
 out:
     if (rc) {
+        note_error(s, rc, r);
         store_rollback(s);
-        /* Nothing of this batch happened. */
+        /* Nothing of this batch happened (prune_gone is emptied by the
+         * next run's temp_tables). */
+        memcpy(before.error, r->error, sizeof before.error);
         before.jobs = r->jobs;
         before.jobs_kept = r->jobs_kept;
         *r = before;
-        store_exec(s, "DELETE FROM temp.prune_gone");
         return rc;
     }
-    return unlink_gone(s);
+    return unlink_gone(s, r);
 }
 
 /*
@@ -917,6 +938,9 @@ int store_prune(struct store *s, const struct store_prune_opts *o, struct store_
     }
     if (rc == 0)
         rc = sweep_orphans(s, false, r);
-    store_exec(s, "DELETE FROM temp.prune_keep; DELETE FROM temp.prune_blobs");
+    /* On failure the temp tables stay as they are: clearing them would
+     * replace the error store_errmsg() reports. */
+    if (rc == 0)
+        store_exec(s, "DELETE FROM temp.prune_keep; DELETE FROM temp.prune_blobs");
     return rc;
 }

@@ -306,13 +306,23 @@ void store_bind_text(sqlite3_stmt *st, int i, const char *v)
 
 static json_t *build_row(sqlite3_stmt *st)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "name", store_col_str(st, 0), "python",
-                     store_col_str(st, 1), "env", store_col_json(st, 2), "model_roots",
-                     store_col_json(st, 3), "description", store_col_str(st, 4), "created_at",
-                     store_col_time(st, 5), "updated_at", store_col_time(st, 6));
+    json_t *b = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b}", "name", store_col_str(st, 0),
+                          "python", store_col_str(st, 1), "env", store_col_json(st, 2),
+                          "model_roots", store_col_json(st, 3), "description",
+                          store_col_str(st, 4), "created_at", store_col_time(st, 5), "updated_at",
+                          store_col_time(st, 6), "prefork", sqlite3_column_int(st, 7) != 0);
+    /* Prefork's verification outcome (docs/prefork.md), for builds that opted in. */
+    if (b && sqlite3_column_int(st, 7)) {
+        json_object_set_new(b, "prefork_state", store_col_str(st, 8));
+        json_object_set_new(b, "prefork_reason", store_col_str(st, 9));
+        json_object_set_new(b, "prefork_checked_at", store_col_time(st, 10));
+    }
+    return b;
 }
 
-#define BUILD_COLS "name, python, env_json, model_roots, description, created_at, updated_at"
+#define BUILD_COLS                                                                                 \
+    "name, python, env_json, model_roots, description, created_at, updated_at, prefork, "          \
+    "prefork_state, prefork_reason, prefork_checked_at"
 
 int store_build_get(struct store *s, const char *name, json_t **out)
 {
@@ -360,14 +370,18 @@ int store_build_put(struct store *s, const char *name, json_t *b, bool replace, 
     int64_t now = store_now_ms();
     int rc = replace ? store_prepare(s,
                                      "INSERT INTO builds(name, python, env_json, model_roots, "
-                                     "description, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "
+                                     "description, created_at, updated_at, prefork) "
+                                     "VALUES (?,?,?,?,?,?,?,?) "
                                      "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
                                      "env_json=excluded.env_json, model_roots=excluded.model_roots, "
-                                     "description=excluded.description, updated_at=excluded.updated_at",
+                                     "description=excluded.description, updated_at=excluded.updated_at, "
+                                     "prefork=excluded.prefork, prefork_state='unverified', "
+                                     "prefork_reason=NULL, prefork_checked_at=NULL",
                                      &st)
                      : store_prepare(s,
                                      "INSERT INTO builds(name, python, env_json, model_roots, "
-                                     "description, created_at, updated_at) VALUES (?,?,?,?,?,?,?)",
+                                     "description, created_at, updated_at, prefork) "
+                                     "VALUES (?,?,?,?,?,?,?,?)",
                                      &st);
     if (rc)
         goto out;
@@ -378,6 +392,7 @@ int store_build_put(struct store *s, const char *name, json_t *b, bool replace, 
     store_bind_text(st, 5, json_string_value(json_object_get(b, "description")));
     sqlite3_bind_int64(st, 6, now);
     sqlite3_bind_int64(st, 7, now);
+    sqlite3_bind_int(st, 8, json_is_true(json_object_get(b, "prefork")));
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)
         goto out;
     rc = store_build_get(s, name, out);
@@ -829,7 +844,8 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
         return rc;
     rc = store_prepare(s,
                        "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
-                       "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name "
+                       "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+                       "b.prefork, b.prefork_state, b.updated_at "
                        "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                        "LEFT JOIN builds b ON b.name = j.build "
                        "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
@@ -853,9 +869,11 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
     r->spec = json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width",
                         store_col_str(st, 5), "pass", store_col_str(st, 6), "options",
                         store_col_json(st, 7));
-    r->build = json_pack("{s:o,s:o,s:o,s:o}", "name", store_col_str(st, 12), "python",
-                         store_col_str(st, 8), "env", store_col_json(st, 9), "model_roots",
-                         store_col_json(st, 10));
+    r->build = json_pack("{s:o,s:o,s:o,s:o,s:b,s:o,s:I}", "name", store_col_str(st, 12),
+                         "python", store_col_str(st, 8), "env", store_col_json(st, 9),
+                         "model_roots", store_col_json(st, 10), "prefork",
+                         sqlite3_column_int(st, 13) != 0, "prefork_state", store_col_str(st, 14),
+                         "rev", (json_int_t)sqlite3_column_int64(st, 15));
     sqlite3_finalize(st);
     st = NULL;
     int64_t now = store_now_ms();

@@ -48,6 +48,11 @@ int store_build_put(struct store *s, const char *name, json_t *build, bool repla
                     json_t **out);
 int store_build_get(struct store *s, const char *name, json_t **out);
 int store_build_list(struct store *s, json_t **out);
+/* Stores a prefork verification outcome (STATE 'verified' or 'refused' with
+ * REASON) for revision REV (updated_at, ms) of build NAME; a newer revision
+ * is left alone (storage/prefork.c, docs/prefork.md). */
+int store_build_prefork_set(struct store *s, const char *name, int64_t rev, const char *state,
+                            const char *reason);
 
 /* ---- jobs ---- */
 
@@ -87,7 +92,7 @@ struct store_cell_run {
     int attempt;
     char job_id[16], cell_id[16];
     json_t *spec;  /* model, width, pass, options, device... */
-    json_t *build; /* python, env, model_roots */
+    json_t *build; /* name, python, env, model_roots, prefork, prefork_state, rev */
 };
 void store_cell_run_clear(struct store_cell_run *r);
 
@@ -97,6 +102,9 @@ int store_cell_claim(struct store *s, struct store_cell_run *r);
 /* The same, passing over cells of GPU jobs (options.device "gpu") when
  * SKIP_GPU is set: no device is free, and CPU cells may run meanwhile. */
 int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r);
+/* Whether the first queued cell (in claim order) is numerics-only: a CPU
+ * cell of a job with options.iterations 0, which may run beside others. */
+int store_next_cell_numerics(struct store *s, bool *numerics);
 
 /* Ingest: records of an open attempt. Writes are batched in one transaction
  * that store_flush() (or a finishing cell) commits. */
@@ -227,6 +235,7 @@ struct store_prune_report {
     int64_t blobs_deleted;         /* payload files (and rows) deleted */
     int64_t orphans_deleted;       /* payload files no row named (crash leftovers) */
     int64_t bytes_freed;           /* stored (compressed) bytes of both */
+    char error[256];               /* what failed, when store_prune does not return 0 */
 };
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);
 

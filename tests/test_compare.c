@@ -1717,3 +1717,154 @@ Test(render, pass_and_bad_input)
     cr_assert_null(cmp_result_to_text(NULL));
     json_decref(junk);
 }
+
+/* ---- devices: a GPU cell is never silently compared with a CPU cell ---- */
+
+/* An mlp cell on DEVICE (NULL: never set) with DELTA and timings around BASE. */
+static struct cmp_cell *device_cell(struct cmp_side *s, const char *device, const double *delta,
+                                    double base, uint64_t seed)
+{
+    int64_t t[20];
+    struct cmp_cell *c = mlp_cell(s, "native", delta, "ok");
+    if (device)
+        cr_assert_eq(cmp_cell_set_env(c, "avx2", device), 0);
+    timings(t, 20, base, seed);
+    cr_assert_eq(cmp_cell_add_timing(c, t, 20), 0);
+    return c;
+}
+
+Test(engine, device_mismatch_is_refused)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    /* A GPU head three times faster and numerically different. */
+    device_cell(c, "cpu", NULL, 3e6, 1);
+    device_cell(h, "NVIDIA H200", d, 1e6, 2);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
+    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "device_mismatch");
+    cr_assert_str_eq(js(r, "cells.0.device_check"), "mismatch_refused");
+    cr_assert_str_eq(js(r, "cells.0.control_device"), "cpu");
+    cr_assert_str_eq(js(r, "cells.0.head_device"), "NVIDIA H200");
+    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 0, "no record was compared");
+    cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 0);
+    cr_assert_eq(ji(r, "cells.0.missing_keys"), 0);
+    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "insufficient_data",
+                     "timings of two devices are not a perf change");
+    cr_assert_eq(ji(r, "counts.device_mismatches"), 1);
+    cr_assert_eq(ji(r, "counts.incomparable"), 1);
+    cr_assert_eq(ji(r, "counts.perf_improvements"), 0);
+    cr_assert_str_eq(js(r, "verdict"), "pass", "a refusal is not a regression");
+    cr_assert(json_is_false(jp(r, "thresholds.allow_device_mismatch")));
+    char *md = cmp_result_to_markdown(r);
+    cr_assert(strstr(md, "| incomparable (device mismatch: cpu vs NVIDIA H200) |"), "%s", md);
+    free(md);
+    char *txt = cmp_result_to_text(r);
+    cr_assert(strstr(txt, "incomparable mlp/native/forward (device mismatch: cpu vs NVIDIA "
+                          "H200)\n"),
+              "%s", txt);
+    free(txt);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, two_gpu_models_are_a_mismatch_too)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    device_cell(c, "NVIDIA H100 80GB HBM3", NULL, 1e6, 1);
+    device_cell(h, "NVIDIA H200", NULL, 1e6, 2);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
+    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "device_mismatch");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, device_mismatch_compared_when_asked)
+{
+    struct cmp_side *c, *h;
+    double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    device_cell(c, "cpu", NULL, 3e6, 1);
+    device_cell(h, "NVIDIA H200", d, 1e6, 2);
+    struct cmp_options o;
+    struct cmp_err err;
+    cmp_options_init(&o);
+    json_t *j = json_loads("{\"allow_device_mismatch\":true}", 0, NULL);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "%s", err.message);
+    json_decref(j);
+    cr_assert(o.allow_device_mismatch);
+    json_t *r = run_compare(c, h, &o);
+    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
+    cr_assert(json_is_null(jp(r, "cells.0.incomparable_reason")));
+    cr_assert_str_eq(js(r, "cells.0.device_check"), "mismatch_allowed");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "improvement");
+    cr_assert_eq(ji(r, "counts.device_mismatches"), 0);
+    cr_assert(json_is_true(jp(r, "thresholds.allow_device_mismatch")));
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(engine, same_or_unknown_device_is_compared)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    device_cell(c, "NVIDIA H200", NULL, 1e6, 1);
+    device_cell(h, "NVIDIA H200", NULL, 1e6, 1);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(js(r, "cells.0.device_check"), "same");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+
+    /* a side that never said its device (older records) is not refused */
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    device_cell(c, NULL, NULL, 1e6, 1);
+    device_cell(h, "NVIDIA H200", NULL, 1e6, 1);
+    r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(js(r, "cells.0.device_check"), "unknown");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* A failed head outcome is still reported as such, not hidden behind the
+ * device check. */
+Test(engine, outcome_comes_before_device_mismatch)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    device_cell(c, "cpu", NULL, 1e6, 1);
+    struct cmp_cell *hc = device_cell(h, "NVIDIA H200", NULL, 1e6, 2);
+    cr_assert_eq(cmp_cell_set_outcome(hc, "crashed"), 0);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "head_outcome");
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(options, allow_device_mismatch_json)
+{
+    expect_bad("{\"allow_device_mismatch\":1}", "allow_device_mismatch");
+    expect_bad("{\"allow_device_mismatch\":\"yes\"}", "allow_device_mismatch");
+    struct cmp_options o;
+    cmp_options_init(&o);
+    cr_assert(!o.allow_device_mismatch, "refused by default");
+}

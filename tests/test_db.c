@@ -234,6 +234,7 @@ Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 600)
     struct env e;
     start(&e, NULL);
     char *top = tu_tmpdir();
+    chmod(top, 0711); /* the restored capd's cells run as nobody under root */
     /* Payloads on disk first: eight 1 MiB full payloads. */
     char *pay = submit(&e, "a0000001", "main", NULL, "fake:payload__8", 1);
     wait_ok(&e, pay);

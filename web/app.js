@@ -666,8 +666,9 @@ async function showCmpCell(r, x, panel) {
 
 /* Every row of the comparison's per-tensor table, in head execution order,
  * on a log scale of max relative error. Identical rows have no error by
- * definition and sit on the bottom line, as do exact zeros; rows without
- * element metrics (statistics basis) are left out of the scale. */
+ * definition and sit on the bottom line, as do exact zeros. Rows compared
+ * on statistics only (capture "stats") have no element error: a diverged
+ * one is drawn on the top line, the others on the bottom one. */
 function divergencePlot(x) {
   const rows = (x.tensors || []).slice().sort((a, b) => a.seq - b.seq);
   const W = 760, H = 260, L = 64, R = 14, T = 14, B = 40;
@@ -712,6 +713,7 @@ function divergencePlot(x) {
     const nonfinite = t.nonfinite && t.nonfinite.max_rel;
     let y;
     if (nonfinite) y = T;
+    else if (v === null && t.status === "diverged") y = T; /* statistics only: no element error */
     else if (v === null || v <= 0) y = floorY;
     else y = Math.max(T, Math.min(H - B, yOf(v)));
     const px = xOf(i);

@@ -1,0 +1,312 @@
+/*
+ * daemon/exec_zygote.c - capd-exec's side of a prefork cell: one request to
+ * the zygote, then a stand-in for the forked child (see exec_zygote.h and
+ * docs/prefork.md for the wire format).
+ *
+ * capd-exec links no JSON library, and the zygote's replies are compact
+ * JSON objects it writes itself, so replies are read with a few exact
+ * field lookups; the request is written with a small string escaper.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/exec_zygote.h"
+
+#define ZC_MAX_REQUEST (4u << 20) /* the zygote's own limit */
+#define ZC_MAX_REPLY 65536
+
+extern char **environ;
+
+static volatile sig_atomic_t zc_child = 0;   /* the cell's pid (its group) */
+static volatile sig_atomic_t zc_pending = 0; /* a signal that came before it */
+
+static void zc_forward(int sig)
+{
+    if (zc_child > 0)
+        kill(-(pid_t)zc_child, sig);
+    else
+        zc_pending = sig;
+}
+
+struct zc_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+};
+
+static void zc_put(struct zc_buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = cap > ZC_MAX_REQUEST + 8 ? NULL : realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void zc_printf(struct zc_buf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        zc_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string. Bytes that are not valid UTF-8 would make the zygote's
+ * decoder fail, which only costs the fallback to fresh exec. */
+static void zc_str(struct zc_buf *b, const char *s, size_t n)
+{
+    zc_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            zc_put(b, e, 2);
+        } else if (c < 0x20) {
+            zc_printf(b, "\\u%04x", c);
+        } else {
+            zc_put(b, (const char *)&c, 1);
+        }
+    }
+    zc_put(b, "\"", 1);
+}
+
+static int zc_write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The request, with fds 0-3 riding on its first byte. */
+static int zc_send_request(int sock, char *const argv[], const struct zc_limits *lim)
+{
+    struct zc_buf b = {0};
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd))
+        return -1;
+    static const char head[] = "\0\0\0\0{\"v\":1,\"argv\":[";
+    zc_put(&b, head, sizeof head - 1);
+    for (int i = 0; argv[i]; i++) {
+        if (i)
+            zc_put(&b, ",", 1);
+        zc_str(&b, argv[i], strlen(argv[i]));
+    }
+    zc_put(&b, "],\"env\":{", 9);
+    int first = 1;
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq)
+            continue;
+        if (!first)
+            zc_put(&b, ",", 1);
+        first = 0;
+        zc_str(&b, *e, (size_t)(eq - *e));
+        zc_put(&b, ":", 1);
+        zc_str(&b, eq + 1, strlen(eq + 1));
+    }
+    zc_put(&b, "},\"cwd\":", 8);
+    zc_str(&b, cwd, strlen(cwd));
+    zc_printf(&b, ",\"rlimits\":{\"as\":%llu,\"cpu\":%llu,", lim->as, lim->cpu);
+    zc_printf(&b, "\"nofile\":%llu,\"nproc\":%llu},", lim->nofile, lim->nproc);
+    zc_printf(&b, "\"uid\":%ld}", lim->uid);
+    if (b.oom || b.n - 4 > ZC_MAX_REQUEST) {
+        free(b.p);
+        return -1;
+    }
+    uint32_t len = (uint32_t)(b.n - 4);
+    b.p[0] = (char)(len >> 24);
+    b.p[1] = (char)(len >> 16);
+    b.p[2] = (char)(len >> 8);
+    b.p[3] = (char)len;
+
+    int fds[4] = {0, 1, 2, 3};
+    union {
+        char buf[CMSG_SPACE(sizeof fds)];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct iovec iov = {.iov_base = b.p, .iov_len = 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(c), fds, sizeof fds);
+    ssize_t w;
+    while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    int rc = w == 1 ? zc_write_all(sock, b.p + 1, b.n - 1) : -1;
+    free(b.p);
+    return rc;
+}
+
+/* One reply: 4-byte big-endian length, then that much JSON. 0 on EOF
+ * before it, -1 on error, else 1. */
+static int zc_read_reply(int sock, char *out, size_t cap)
+{
+    unsigned char hdr[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t r = read(sock, hdr + got, 4 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return got == 0 && r == 0 ? 0 : -1;
+        got += (size_t)r;
+    }
+    size_t n = (size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 | (size_t)hdr[2] << 8 | hdr[3];
+    if (n >= cap)
+        return -1;
+    got = 0;
+    while (got < n) {
+        ssize_t r = read(sock, out + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    out[n] = 0;
+    return 1;
+}
+
+/* The integer after "KEY": in a compact JSON object the zygote wrote. */
+static int zc_field(const char *json, const char *key, long long *v)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return -1;
+    char *end;
+    errno = 0;
+    *v = strtoll(p + strlen(pat), &end, 10);
+    return errno || end == p + strlen(pat) ? -1 : 0;
+}
+
+void zygote_client_run(const char *path, char *const argv[], const struct zc_limits *lim,
+                       int rusage_fd)
+{
+    char reply[ZC_MAX_REPLY];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "capd-exec: prefork socket path too long; fresh exec\n");
+        return;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+
+    /* Signals from capd (SIGTERM to this group on timeout or cancel) go on
+     * to the cell's own group once it exists; before that they are kept. */
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = zc_forward;
+    sigemptyset(&act.sa_mask);
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGINT, &act, NULL);
+
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        fprintf(stderr, "capd-exec: prefork zygote not reachable (%s); fresh exec\n",
+                strerror(errno));
+        goto fallback;
+    }
+    if (zc_send_request(sock, argv, lim) != 0) {
+        fprintf(stderr, "capd-exec: cannot send the cell to the prefork zygote; fresh exec\n");
+        goto fallback;
+    }
+    int r = zc_read_reply(sock, reply, sizeof reply);
+    long long pid = 0;
+    if (r <= 0) {
+        /* The zygote went away first (it refused the build, or died). */
+        fprintf(stderr, "capd-exec: the prefork zygote closed the connection; fresh exec\n");
+        goto fallback;
+    }
+    if (strstr(reply, "\"refused\":")) {
+        fprintf(stderr, "capd-exec: prefork refused this cell: %s; fresh exec\n", reply);
+        goto fallback;
+    }
+    if (zc_field(reply, "pid", &pid) != 0 || pid <= 1) {
+        fprintf(stderr, "capd-exec: bad reply from the prefork zygote: %s; fresh exec\n", reply);
+        goto fallback;
+    }
+    zc_child = (sig_atomic_t)pid;
+    if (zc_pending)
+        kill(-(pid_t)pid, zc_pending);
+
+    r = zc_read_reply(sock, reply, sizeof reply);
+    long long status = 0, maxrss = 0, ut = 0, st = 0;
+    if (r <= 0 || zc_field(reply, "status", &status) != 0) {
+        /* The zygote died; its parent-death signal took the cell along. */
+        fprintf(stderr, "capd-exec: the prefork zygote died while the cell ran; the cell was "
+                        "killed with it\n");
+        signal(SIGKILL, SIG_DFL);
+        raise(SIGKILL);
+        _exit(126);
+    }
+    zc_field(reply, "maxrss_kb", &maxrss);
+    zc_field(reply, "utime_us", &ut);
+    zc_field(reply, "stime_us", &st);
+    close(sock);
+    if (rusage_fd >= 0) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "%lld %lld %lld\n", maxrss, ut, st);
+        ssize_t w = write(rusage_fd, line, (size_t)n);
+        (void)w;
+        close(rusage_fd);
+    }
+    int ws = (int)status;
+    if (WIFSIGNALED(ws)) {
+        int sig = WTERMSIG(ws);
+        struct rlimit zero = {0, 0};
+        setrlimit(RLIMIT_CORE, &zero);
+        signal(sig, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        raise(sig);
+        _exit(128 + sig);
+    }
+    _exit(WIFEXITED(ws) ? WEXITSTATUS(ws) : 126);
+
+fallback:
+    if (sock >= 0)
+        close(sock);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    if (zc_pending)
+        raise(zc_pending);
+}

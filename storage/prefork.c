@@ -1,0 +1,66 @@
+/*
+ * storage/prefork.c - what the scheduler and the prefork zygotes keep and
+ * ask (docs/prefork.md): a build's prefork verification outcome, and
+ * whether the next queued cell is numerics-only.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "storage/store_int.h"
+
+/* Only the revision that was verified is updated: a build replaced in the
+ * meantime starts over as 'unverified'. */
+int store_build_prefork_set(struct store *s, const char *name, int64_t rev, const char *state,
+                            const char *reason)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    rc = store_prepare(s,
+                       "UPDATE builds SET prefork_state=?1, prefork_reason=?2, "
+                       "prefork_checked_at=?3 WHERE name=?4 AND updated_at=?5 AND prefork=1",
+                       &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, state);
+    store_bind_text(st, 2, reason);
+    sqlite3_bind_int64(st, 3, store_now_ms());
+    store_bind_text(st, 4, name);
+    sqlite3_bind_int64(st, 5, rev);
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    sqlite3_finalize(st);
+    if (rc)
+        store_rollback(s);
+    return rc;
+}
+
+/* The first queued cell in the scheduler's order (store_cell_claim's),
+ * whatever its device: numerics-only when its job's options.iterations is
+ * 0 and it is not a GPU cell. */
+int store_next_cell_numerics(struct store *s, bool *numerics)
+{
+    sqlite3_stmt *st = NULL;
+    *numerics = false;
+    int rc = store_prepare(s,
+                           "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0 "
+                           "AND coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
+                           "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                           "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                           "ORDER BY c.job_seq, c.ord LIMIT 1",
+                           &st);
+    if (rc)
+        return rc;
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *numerics = sqlite3_column_int(st, 0) != 0;
+    else if (src != SQLITE_DONE)
+        rc = store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,281 @@
+// tests/browser/dashboard.test.mjs - the web dashboard in a real browser.
+//
+// Starts a real capd (CAPD_BIN) on an ephemeral port with its own data dir,
+// seeds it with a real control/head comparison run by the fake runner
+// (CAPD_HELPER_DIR/fake_runner; the head build sets FAKE_PERTURB_KEY so one
+// layer diverges), and drives Debian's Chromium headless through
+// playwright-core: the job grid's colours, the comparison's verdict, grid
+// and divergence plot, a job submitted during the test appearing without a
+// reload (via the event stream), and the token being sent. Screenshots of
+// every page go to CAPD_BROWSER_ARTIFACTS (ctest: build/tests/browser-artifacts).
+//
+// Run by ctest (tests/CMakeLists.txt); needs `npm ci` in tests/browser
+// (scripts/test does it) and /usr/bin/chromium (scripts/install-deps.sh).
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+
+let chromium;
+try {
+  ({ chromium } = await import("playwright-core"));
+} catch (e) {
+  console.error("playwright-core is not installed: run `npm ci` in tests/browser (scripts/test does)");
+  process.exit(1);
+}
+
+const CAPD = process.env.CAPD_BIN;
+const HELPERS = process.env.CAPD_HELPER_DIR;
+const CHROMIUM = process.env.CAPD_CHROMIUM || "/usr/bin/chromium";
+const ART = process.env.CAPD_BROWSER_ARTIFACTS;
+const PERTURBED = "layer2.0.forward.output.0";
+
+// The colours web/style.css gives outcomes and comparison statuses.
+const RGB = {
+  ok: "rgb(46, 125, 50)",
+  failed: "rgb(198, 40, 40)",
+  crashed: "rgb(106, 27, 26)",
+  identical: "rgb(46, 125, 50)",
+  diverged: "rgb(198, 40, 40)",
+  incomparable: "rgb(158, 158, 158)",
+};
+
+const MODELS = ["fake:ok__5", "fake:ok__2", "fake:failed", "fake:segv"];
+const WIDTHS = ["avx2", "default"];
+
+let dir, capd, base, browser, artifacts;
+let ctlJob, headJob;
+
+function startCapd() {
+  return new Promise((resolve, reject) => {
+    const p = spawn(CAPD, ["--listen", "127.0.0.1:0", "--data-dir", path.join(dir, "data")], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "", err = "";
+    const timer = setTimeout(() => reject(new Error("capd did not start: " + err)), 15000);
+    p.stderr.on("data", (d) => { err += d; });
+    p.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/capd listening on [\d.]+:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ proc: p, port: Number(m[1]), log: () => err });
+      }
+    });
+    p.on("exit", (code) => reject(new Error("capd exited " + code + ": " + err)));
+  });
+}
+
+async function api(method, p, body) {
+  const res = await fetch(base + p, {
+    method,
+    headers: body ? { "Content-Type": "application/json" } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (e) { /* not JSON */ }
+  if (!res.ok) throw new Error(method + " " + p + " -> " + res.status + " " + text);
+  return json;
+}
+
+async function waitJob(id, timeoutMs = 60000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const j = await api("GET", "/v1/jobs/" + id);
+    if (j.state === "done" || j.state === "cancelled") return j;
+    if (Date.now() > end) throw new Error("job " + id + " did not finish: " + JSON.stringify(j.counts));
+    // The long-poll: wakes as soon as the job changes.
+    await fetch(base + "/v1/jobs/" + id + "?wait=5");
+  }
+}
+
+async function submit(build, commit, models, extra) {
+  const j = await api("POST", "/v1/jobs", Object.assign({
+    project: "demo",
+    commit,
+    branch: "feature/x",
+    build,
+    matrix: { models, widths: WIDTHS, passes: ["forward"] },
+    options: { iterations: 12, warmup: 1, capture: "sample" },
+  }, extra || {}));
+  return j.id;
+}
+
+async function newPage() {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(artifacts, name), fullPage: true });
+}
+
+async function gotoReady(page, hash) {
+  await page.goto(base + "/" + hash);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 15000 });
+}
+
+before(async () => {
+  assert.ok(CAPD && existsSync(CAPD), "CAPD_BIN must name the built capd");
+  assert.ok(HELPERS && existsSync(path.join(HELPERS, "fake_runner")), "CAPD_HELPER_DIR must hold fake_runner");
+  assert.ok(existsSync(CHROMIUM), CHROMIUM + " is missing (apt-get install chromium)");
+  dir = mkdtempSync(path.join(tmpdir(), "capd-browser-"));
+  // capd running as root runs cells as run_as_user (nobody), which must be
+  // able to reach the data dir's scratch.
+  chmodSync(dir, 0o711);
+  artifacts = ART || path.join(dir, "artifacts");
+  mkdirSync(artifacts, { recursive: true });
+  const c = await startCapd();
+  capd = c;
+  base = "http://127.0.0.1:" + c.port;
+  const fake = path.join(HELPERS, "fake_runner");
+  await api("POST", "/v1/builds", { name: "ctl", python: fake, env: {}, model_roots: [dir] });
+  await api("POST", "/v1/builds", {
+    name: "head", python: fake, env: { FAKE_PERTURB_KEY: PERTURBED }, model_roots: [dir],
+  });
+  ctlJob = await submit("ctl", "c0ffee1", MODELS);
+  headJob = await submit("head", "abcdef1", MODELS, { control_commit: "c0ffee1" });
+  await waitJob(ctlJob);
+  await waitJob(headJob);
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+      "--disable-default-apps", "--disable-extensions"],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (capd) {
+    const exited = new Promise((r) => capd.proc.once("exit", r));
+    capd.proc.kill("SIGTERM");
+    await exited;
+  }
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+test("the job page colours the model × width × pass grid by outcome", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/jobs/" + headJob);
+  const want = { "fake:ok__5": "ok", "fake:ok__2": "ok", "fake:failed": "failed", "fake:segv": "crashed" };
+  for (const m of MODELS) {
+    for (const w of WIDTHS) {
+      const td = page.locator(`#job-grid td.gcell[data-model="${m}"][data-width="${w}"][data-pass="forward"]`);
+      await td.waitFor();
+      const cls = await td.getAttribute("class");
+      assert.ok(cls.includes("st-" + want[m]), `${m}/${w}: class ${cls}, want st-${want[m]}`);
+      const bg = await td.evaluate((e) => getComputedStyle(e).backgroundColor);
+      assert.equal(bg, RGB[want[m]], `${m}/${w} is coloured ${bg}`);
+    }
+  }
+  // A cell's details and log.
+  await page.locator(`#job-grid td.gcell[data-model="fake:segv"][data-width="avx2"]`).click();
+  await page.waitForSelector("#cell-detail pre.log");
+  const detail = await page.locator("#cell-detail").innerText();
+  assert.match(detail, /crashed/);
+  assert.match(detail, /SIGSEGV/);
+  await shot(page, "job.png");
+  await page.context().close();
+});
+
+test("the comparison page shows the verdict, the status grid and marks the first divergent layer", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/diff/abcdef1");
+  const verdict = await page.locator("#verdict").getAttribute("data-verdict");
+  assert.equal(verdict, "regression");
+  const want = { "fake:ok__5": "diverged", "fake:ok__2": "identical", "fake:failed": "incomparable", "fake:segv": "incomparable" };
+  for (const m of MODELS) {
+    for (const w of WIDTHS) {
+      const td = page.locator(`#cmp-grid td.gcell[data-model="${m}"][data-width="${w}"][data-pass="forward"]`);
+      const cls = await td.getAttribute("class");
+      assert.ok(cls.includes("cs-" + want[m]), `${m}/${w}: class ${cls}, want cs-${want[m]}`);
+      const bg = await td.evaluate((e) => getComputedStyle(e).backgroundColor);
+      assert.equal(bg, RGB[want[m]], `${m}/${w} is coloured ${bg}`);
+    }
+  }
+  // The first diverged cell is selected; its plot marks the perturbed layer
+  // and no other, above every identical layer.
+  for (const w of WIDTHS) {
+    await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__5"][data-width="${w}"]`).click();
+    await page.waitForSelector("#divergence-plot circle.first-divergence");
+    await page.waitForSelector("#timing-plot");
+    await shot(page, `compare-${w}.png`);
+    const marked = await page.locator("#divergence-plot circle.first-divergence").evaluateAll(
+      (cs) => cs.map((c) => ({ key: c.dataset.key, cy: Number(c.getAttribute("cy")) })));
+    assert.equal(marked.length, 1, "exactly one point is marked");
+    assert.equal(marked[0].key, PERTURBED);
+    const pts = await page.locator("#divergence-plot circle.pt").evaluateAll(
+      (cs) => cs.map((c) => ({ key: c.dataset.key, status: c.dataset.status, cy: Number(c.getAttribute("cy")) })));
+    assert.equal(pts.length, 5, "one point per layer");
+    assert.deepEqual(pts.map((p) => p.key), [0, 1, 2, 3, 4].map((i) => `layer${i}.0.forward.output.0`),
+      "points are in execution order");
+    for (const p of pts) {
+      if (p.key === PERTURBED) assert.equal(p.status, "diverged");
+      else {
+        assert.equal(p.status, "identical");
+        assert.ok(p.cy > marked[0].cy, `the divergent layer sits above the identical ones (log scale): ${JSON.stringify(pts)}`);
+      }
+    }
+    const label = await page.locator("#divergence-plot text.fd-label").textContent();
+    assert.ok(label.includes(PERTURBED), "the marker is labelled with the layer: " + label);
+    assert.match(await page.locator("#first-divergence").innerText(), /layer2\.0\.forward\.output\.0/);
+    // Control and head timing distributions, every sample drawn.
+    await page.waitForSelector("#timing-plot");
+    assert.equal(await page.locator("#timing-plot circle.ctl").count(), 12);
+    assert.equal(await page.locator("#timing-plot circle.hd").count(), 12);
+  }
+  // An identical cell has nothing marked.
+  await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__2"][data-width="avx2"]`).click();
+  await page.waitForSelector("#divergence-plot");
+  assert.equal(await page.locator("#divergence-plot circle.first-divergence").count(), 0);
+  // The same comparison by job ids.
+  await gotoReady(page, `#/compare?control=${ctlJob}&head=${headJob}`);
+  assert.equal(await page.locator("#verdict").getAttribute("data-verdict"), "regression");
+  await page.context().close();
+});
+
+test("a job submitted while the list is open appears and updates without a reload", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/");
+  await page.waitForSelector("#live[data-state='on']", { timeout: 15000 });
+  assert.equal(await page.locator(`tr[data-job-id="${headJob}"]`).count(), 1);
+  await page.evaluate(() => { window.__noReload = 42; });
+  const id = await submit("ctl", "fee1dead", ["fake:slow__300"]);
+  const row = page.locator(`tr[data-job-id="${id}"]`);
+  await row.waitFor({ timeout: 15000 });
+  // Live state: the row follows the job to done.
+  await page.waitForSelector(`tr[data-job-id="${id}"][data-state="done"]`, { timeout: 30000 });
+  assert.equal(await page.evaluate(() => window.__noReload), 42, "the page was not reloaded");
+  assert.match(await row.innerText(), /2\/2/);
+  // Newest first: the new job is the first row.
+  assert.equal(await page.locator("#jobs-body tr").first().getAttribute("data-job-id"), id);
+  await shot(page, "jobs.png");
+  // And the job page follows a running job cell by cell.
+  const id2 = await submit("ctl", "fee1deaf", ["fake:slow__400"]);
+  await gotoReady(page, "#/jobs/" + id2);
+  await page.waitForSelector(`#job-grid td.gcell.st-ok[data-width="default"]`, { timeout: 30000 });
+  assert.equal(await page.evaluate(() => window.__noReload), 42);
+  await shot(page, "job-live.png");
+  await page.context().close();
+});
+
+test("a token entered in the dialog is sent as a bearer token", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/");
+  await page.click("#token-button");
+  await page.fill("#token-input", "capd_testtoken");
+  const seen = page.waitForRequest((r) => r.url().includes("/v1/jobs") &&
+    r.headers().authorization === "Bearer capd_testtoken", { timeout: 10000 });
+  await page.click("#token-save");
+  await seen;
+  assert.equal(await page.evaluate(() => localStorage.getItem("capd.token")), "capd_testtoken");
+  await page.context().close();
+});

@@ -1,0 +1,639 @@
+/*
+ * tests/test_devices.c - GPU discovery and GPU scheduling without a GPU.
+ *
+ * The probe itself: capd-gpuinfo built against a fake CUDA runtime
+ * (capd-gpuinfo-fakecuda, tests/helpers/fakecuda) checks the mapping
+ * header and the JSON with no device, no driver, devices and a half-
+ * described device; the real HIP build (when this host has the headers)
+ * must answer "no device" with exit 0.
+ *
+ * The daemon: a real capd whose gpuinfo_bin is tests/helpers/fake_gpuinfo,
+ * which prints whatever device list the test wrote to $FAKE_GPUINFO_FILE.
+ * Cells run the fake runner: GPU cells must get their device's visibility
+ * variables, hold a device exclusively, and leave CPU cells free to run.
+ */
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/testutil.h"
+
+TestSuite(devices, .timeout = 120);
+
+/* ---- the probe ---- */
+
+/* Runs PROBE with the shell variables VARS in front; returns its JSON. */
+static json_t *run_probe(const char *vars, const char *probe, int *exit_out)
+{
+    char *dir = tu_tmpdir();
+    cr_assert_not_null(dir);
+    char out[512];
+    snprintf(out, sizeof out, "%s/probe.json", dir);
+    int rc = tu_sh("%s '%s' >'%s'", vars, probe, out);
+    if (exit_out)
+        *exit_out = rc;
+    json_error_t je;
+    json_t *j = json_load_file(out, JSON_REJECT_DUPLICATES, &je);
+    cr_assert_not_null(j, "%s printed valid JSON: %s", probe, je.text);
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
+    return j;
+}
+
+static const char *s_(json_t *o, const char *k)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "";
+}
+
+Test(devices, fakecuda_probe_without_device)
+{
+    char *probe = tu_helper("capd-gpuinfo-fakecuda");
+    int rc = -1;
+    json_t *j = run_probe("", probe, &rc);
+    cr_assert_eq(rc, 0, "no device is not an error");
+    cr_assert_str_eq(s_(j, "probe"), "capd-gpuinfo");
+    cr_assert_str_eq(s_(j, "runtime"), "cuda");
+    cr_assert_str_eq(s_(j, "platform"), "nvidia");
+    cr_assert_str_eq(s_(j, "runtime_version"), "13.0");
+    cr_assert_eq(json_integer_value(json_object_get(j, "runtime_version_raw")), 13000);
+    cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
+    cr_assert_str_eq(s_(j, "reason"), "cudaErrorNoDevice: no CUDA-capable device is detected");
+    json_decref(j);
+    free(probe);
+}
+
+Test(devices, fakecuda_probe_without_driver)
+{
+    char *probe = tu_helper("capd-gpuinfo-fakecuda");
+    int rc = -1;
+    json_t *j = run_probe("FAKE_CUDA_NO_DRIVER=1", probe, &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert(json_is_null(json_object_get(j, "driver_version")));
+    cr_assert(json_is_null(json_object_get(j, "driver_version_raw")));
+    cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
+    cr_assert(strstr(s_(j, "reason"), "cudaErrorInsufficientDriver") != NULL, "%s",
+              s_(j, "reason"));
+    json_decref(j);
+    free(probe);
+}
+
+Test(devices, fakecuda_probe_lists_devices)
+{
+    char *probe = tu_helper("capd-gpuinfo-fakecuda");
+    int rc = -1;
+    /* A name with a quote, a backslash and a tab must still give JSON. */
+    setenv("FAKE_CUDA_NAME", "Fake \"H\\200\t", 1);
+    json_t *j = run_probe("FAKE_CUDA_DEVICES=2", probe, &rc);
+    cr_assert_eq(rc, 0);
+    json_t *devs = json_object_get(j, "devices");
+    cr_assert_eq(json_array_size(devs), 2);
+    cr_assert(json_is_null(json_object_get(j, "reason")));
+    for (int i = 0; i < 2; i++) {
+        json_t *d = json_array_get(devs, (size_t)i);
+        cr_assert_eq(json_integer_value(json_object_get(d, "index")), i);
+        cr_assert_str_eq(s_(d, "name"), "Fake \"H\\200\t");
+        cr_assert_str_eq(s_(d, "arch"), "sm_90");
+        cr_assert_str_eq(s_(d, "compute_capability"), "9.0");
+        cr_assert_eq(json_integer_value(json_object_get(d, "multiprocessors")), 132);
+        json_int_t total = json_integer_value(json_object_get(d, "total_memory_bytes"));
+        json_int_t freeb = json_integer_value(json_object_get(d, "free_memory_bytes"));
+        cr_assert_eq(total, (json_int_t)(i + 1) << 30, "total of device %d", i);
+        cr_assert_eq(freeb, total - ((json_int_t)(i + 1) << 20), "free of device %d", i);
+        char bus[32];
+        snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x10 + i);
+        cr_assert_str_eq(s_(d, "pci_bus_id"), bus);
+        cr_assert_eq(strlen(s_(d, "uuid")), 40, "GPU-8-4-4-4-12: %s", s_(d, "uuid"));
+        cr_assert(strncmp(s_(d, "uuid"), "GPU-", 4) == 0);
+        cr_assert(json_is_null(json_object_get(d, "error")));
+    }
+    cr_assert_str_eq(s_(json_array_get(devs, 1), "uuid"),
+                     "GPU-01020304-0506-0708-090a-0b0c0d0e0f10");
+    json_decref(j);
+    free(probe);
+}
+
+Test(devices, fakecuda_probe_half_described_device)
+{
+    char *probe = tu_helper("capd-gpuinfo-fakecuda");
+    int rc = -1;
+    json_t *j = run_probe("FAKE_CUDA_DEVICES=1 FAKE_CUDA_MEMINFO_FAILS=1", probe, &rc);
+    cr_assert_eq(rc, 0);
+    json_t *d = json_array_get(json_object_get(j, "devices"), 0);
+    cr_assert_not_null(d, "the device is still listed");
+    cr_assert(json_is_null(json_object_get(d, "free_memory_bytes")));
+    cr_assert_eq(json_integer_value(json_object_get(d, "total_memory_bytes")), 1 << 30,
+                 "total falls back to the properties");
+    cr_assert(strstr(s_(d, "error"), "cudaErrorInvalidValue") != NULL, "%s", s_(d, "error"));
+    json_decref(j);
+    free(probe);
+}
+
+/* The HIP build, when this host could build it (libamdhip64-dev). CI has
+ * no AMD GPU: the runtime must say so, with exit 0. */
+Test(devices, hip_probe_answers_without_gpu)
+{
+    char probe[1024];
+    snprintf(probe, sizeof probe, "%s", tu_bin("CAPD_BIN"));
+    char *slash = strrchr(probe, '/');
+    cr_assert_not_null(slash);
+    snprintf(slash, sizeof probe - (size_t)(slash - probe), "/capd-gpuinfo");
+    if (access(probe, X_OK) != 0)
+        cr_skip_test("capd-gpuinfo was not built (no HIP runtime found)");
+    int rc = -1;
+    json_t *j = run_probe("", probe, &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert(json_is_array(json_object_get(j, "devices")));
+    cr_assert(json_is_string(json_object_get(j, "runtime")));
+    if (json_array_size(json_object_get(j, "devices")) == 0)
+        cr_assert(s_(j, "reason")[0], "an empty list says why");
+    json_decref(j);
+}
+
+/* ---- the daemon with the fake probe ---- */
+
+struct env {
+    struct tu_capd c;
+    char devfile[512];
+};
+
+static void write_file(const char *path, const char *text)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(rename(tmp, path), 0);
+}
+
+/* N fake NVIDIA (or AMD) devices as the probe would list them. */
+static void write_devices(struct env *e, int n, const char *platform)
+{
+    char buf[8192];
+    int o = snprintf(buf, sizeof buf,
+                     "{\"probe\":\"capd-gpuinfo\",\"runtime\":\"fake\",\"platform\":\"%s\","
+                     "\"devices\":[",
+                     platform);
+    for (int i = 0; i < n; i++)
+        o += snprintf(buf + o, sizeof buf - (size_t)o,
+                      "%s{\"index\":%d,\"name\":\"Fake GPU\",\"arch\":\"sm_90\","
+                      "\"total_memory_bytes\":1073741824,\"pci_bus_id\":\"0000:%02x:00.0\"}",
+                      i ? "," : "", i, 0x10 + i);
+    snprintf(buf + o, sizeof buf - (size_t)o, "],\"reason\":%s}\n",
+             n ? "null" : "\"fake: no device\"");
+    write_file(e->devfile, buf);
+}
+
+/* Starts capd with the fake probe reading E->devfile, which holds DEVICES
+ * devices (-1: no file; -2: garbage), and EXTRA_CONFIG (JSON members, may
+ * be ""). */
+static void start(struct env *e, int devices, const char *platform, const char *extra_config)
+{
+    char *dir = tu_tmpdir();
+    cr_assert_not_null(dir);
+    snprintf(e->devfile, sizeof e->devfile, "%s/devices.json", dir);
+    if (devices >= 0)
+        write_devices(e, devices, platform);
+    else if (devices == -2)
+        write_file(e->devfile, "GARBAGE");
+    setenv("FAKE_GPUINFO_FILE", e->devfile, 1);
+    char *probe = tu_helper("fake_gpuinfo");
+    char cfg[600], text[2048];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
+    snprintf(text, sizeof text, "{\"gpuinfo_bin\":\"%s\",\"gpuinfo_timeout_ms\":500%s%s}", probe,
+             extra_config[0] ? "," : "", extra_config);
+    write_file(cfg, text);
+    const char *extra[] = {"--config", cfg, NULL};
+    cr_assert_eq(tu_capd_start(&e->c, dir, extra), 0, "capd starts");
+    cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
+    free(probe);
+    free(dir);
+}
+
+static void stop(struct env *e)
+{
+    cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+}
+
+static json_t *get_devices(struct env *e)
+{
+    long st = 0;
+    json_t *j = tu_json(&e->c, "GET", "/v1/devices", NULL, &st);
+    cr_assert_eq(st, 200);
+    return j;
+}
+
+static json_int_t jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* POST /v1/devices/refresh, then waits for the list that probe gave. */
+static json_t *refresh(struct env *e)
+{
+    long st = 0;
+    json_t *r = tu_json(&e->c, "POST", "/v1/devices/refresh", NULL, &st);
+    cr_assert_eq(st, 202);
+    cr_assert(json_is_true(json_object_get(r, "refreshing")));
+    json_int_t g = jint(r, "generation");
+    json_decref(r);
+    for (int i = 0; i < 200; i++) {
+        json_t *d = get_devices(e);
+        if (jint(d, "generation") > g && !json_is_true(json_object_get(d, "refreshing")))
+            return d;
+        json_decref(d);
+        usleep(25 * 1000);
+    }
+    cr_assert_fail("the refresh never finished");
+    return NULL;
+}
+
+/* POSTs a job of MODELS (a JSON array text) x avx2 x PASSES; returns its
+ * id or NULL, and the status. */
+static char *submit(struct env *e, const char *models, const char *passes, const char *device,
+                    long *status, json_t **reply)
+{
+    json_t *j = tu_jsonf(&e->c, "POST", "/v1/jobs", status,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":%s,\"widths\":[\"avx2\"],\"passes\":%s},"
+                         "\"options\":{\"device\":\"%s\"}}",
+                         models, passes, device);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    char *r = *status == 201 && id ? strdup(id) : NULL;
+    if (reply)
+        *reply = j;
+    else
+        json_decref(j);
+    return r;
+}
+
+static int64_t iso_ms(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    cr_assert_not_null(rest, "timestamp %s", s ? s : "(null)");
+    int ms = 0;
+    sscanf(rest, ".%3dZ", &ms);
+    return (int64_t)timegm(&tm) * 1000 + ms;
+}
+
+/* The environment the fake runner saw in cell CELL (echo_env's note). */
+static json_t *cell_environ(struct env *e, const char *job, const char *cell)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, cell);
+    json_t *notes = tu_json(&e->c, "GET", path, NULL, NULL);
+    const char *msg = s_(json_array_get(json_object_get(notes, "records"), 0), "message");
+    json_t *m = json_loads(msg, 0, NULL);
+    cr_assert_not_null(m, "echo_env note: %s", msg);
+    json_t *env = json_incref(json_object_get(m, "environ"));
+    json_decref(m);
+    json_decref(notes);
+    return env;
+}
+
+Test(devices, no_probe_means_no_gpu_not_an_error)
+{
+    struct env e;
+    char *dir = tu_tmpdir();
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
+    write_file(cfg, "{\"gpuinfo_bin\":\"/nonexistent/capd-gpuinfo\"}");
+    const char *extra[] = {"--config", cfg, NULL};
+    cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0, "capd starts without a probe");
+    free(dir);
+    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
+    json_t *d = get_devices(&e);
+    cr_assert_eq(json_array_size(json_object_get(d, "devices")), 0);
+    cr_assert_eq(jint(d, "count"), 0);
+    cr_assert(strstr(s_(d, "reason"), "cannot run the GPU probe /nonexistent/capd-gpuinfo"),
+              "%s", s_(d, "reason"));
+    cr_assert_eq(jint(d, "generation"), 1);
+    json_decref(d);
+
+    long st = 0;
+    json_t *r = NULL;
+    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, &r);
+    cr_assert_null(job);
+    cr_assert_eq(st, 400);
+    json_t *err = json_object_get(r, "error");
+    cr_assert_str_eq(s_(err, "code"), "no_gpu");
+    cr_assert_str_eq(s_(err, "field"), "options.device");
+    cr_assert(strstr(s_(err, "message"), "cannot run the GPU probe"), "the reason is given: %s",
+              s_(err, "message"));
+    json_decref(r);
+    job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
+    cr_assert_eq(st, 201, "CPU jobs are unaffected");
+    free(job);
+    stop(&e);
+}
+
+Test(devices, lists_what_the_probe_found)
+{
+    struct env e;
+    start(&e, 2, "nvidia", "");
+    json_t *d = get_devices(&e);
+    cr_assert_eq(jint(d, "count"), 2);
+    cr_assert_eq(jint(d, "free"), 2);
+    cr_assert(json_is_null(json_object_get(d, "reason")));
+    cr_assert(json_is_null(json_object_get(d, "probe_error")));
+    cr_assert_str_eq(s_(d, "platform"), "nvidia");
+    cr_assert(s_(d, "probed_at")[0]);
+    json_t *d1 = json_array_get(json_object_get(d, "devices"), 1);
+    cr_assert_eq(jint(d1, "index"), 1);
+    cr_assert_str_eq(s_(d1, "pci_bus_id"), "0000:11:00.0");
+    cr_assert(json_is_false(json_object_get(d1, "in_use")));
+    cr_assert(json_is_null(json_object_get(d1, "cell")));
+    json_decref(d);
+    /* The probe ran once, with the device order pinned to PCI bus order. */
+    char runs[600], line[256];
+    snprintf(runs, sizeof runs, "%s.runs", e.devfile);
+    FILE *f = fopen(runs, "r");
+    cr_assert_not_null(f);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        n++;
+        cr_assert_str_eq(line, "run CUDA_DEVICE_ORDER=PCI_BUS_ID\n");
+    }
+    fclose(f);
+    cr_assert_eq(n, 1, "one probe at start-up");
+    stop(&e);
+}
+
+Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
+{
+    struct env e;
+    start(&e, 0, "nvidia", "");
+    json_t *d = get_devices(&e);
+    cr_assert_eq(jint(d, "count"), 0);
+    cr_assert_str_eq(s_(d, "reason"), "fake: no device");
+    json_decref(d);
+    long st = 0;
+    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 400, "no GPU yet");
+
+    write_devices(&e, 1, "nvidia");
+    d = refresh(&e);
+    cr_assert_eq(jint(d, "count"), 1);
+    cr_assert(json_is_null(json_object_get(d, "reason")));
+    json_decref(d);
+    job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    json_t *j = tu_wait_job(&e.c, job, 60);
+    cr_assert_not_null(j);
+    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
+    json_decref(j);
+    free(job);
+    d = get_devices(&e);
+    cr_assert_eq(jint(d, "free"), 1, "the device was given back");
+    json_decref(d);
+    stop(&e);
+}
+
+Test(devices, a_failed_refresh_keeps_the_list)
+{
+    struct env e;
+    start(&e, 1, "nvidia", "");
+    static const struct {
+        const char *file, *want;
+    } cases[] = {
+        {"GARBAGE", "probe output is not JSON"},
+        {"EXIT3", "exited with code 3"},
+        {"HANG", "ran past gpuinfo_timeout_ms=500"},
+        {"FLOOD", "wrote more than 262144 bytes"},
+        {"CRASH", "killed by signal 6"},
+        {"{\"devices\":[{\"index\":0},{\"index\":0}]}", "unique integer index"},
+        {"{\"devices\":[{\"index\":64}]}", "unique integer index"},
+        {"{\"devices\":{}}", "devices array"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(e.devfile, cases[i].file);
+        json_t *d = refresh(&e);
+        cr_assert(strstr(s_(d, "probe_error"), cases[i].want), "%s: probe_error is %s",
+                  cases[i].file, s_(d, "probe_error"));
+        cr_assert_eq(jint(d, "count"), 1, "%s: the last good list stays", cases[i].file);
+        json_decref(d);
+    }
+    /* A good answer clears the error, and an empty one is an answer. */
+    write_devices(&e, 0, "nvidia");
+    json_t *d = refresh(&e);
+    cr_assert(json_is_null(json_object_get(d, "probe_error")));
+    cr_assert_eq(jint(d, "count"), 0);
+    cr_assert_str_eq(s_(d, "reason"), "fake: no device");
+    json_decref(d);
+    stop(&e);
+}
+
+Test(devices, a_broken_probe_at_start_up_is_the_reason)
+{
+    struct env e;
+    start(&e, -2, "nvidia", "");
+    json_t *d = get_devices(&e);
+    cr_assert_eq(jint(d, "count"), 0);
+    cr_assert(strstr(s_(d, "reason"), "probe output is not JSON"), "%s", s_(d, "reason"));
+    cr_assert(strstr(s_(d, "probe_error"), "probe output is not JSON"));
+    json_decref(d);
+    write_devices(&e, 1, "nvidia");
+    d = refresh(&e);
+    cr_assert_eq(jint(d, "count"), 1);
+    cr_assert(json_is_null(json_object_get(d, "reason")));
+    cr_assert(json_is_null(json_object_get(d, "probe_error")));
+    json_decref(d);
+    stop(&e);
+}
+
+Test(devices, gpu_cell_sees_only_its_device)
+{
+    struct env e;
+    start(&e, 1, "nvidia", "");
+    /* A build variable must not move the cell to another device. */
+    cr_assert_eq(tu_fake_build(&e.c, "fake2", "{\"CUDA_VISIBLE_DEVICES\":\"7\"}"), 201);
+    long st = 0;
+    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake2\","
+                         "\"matrix\":{\"models\":[\"fake:echo_env\"],\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},\"options\":{\"device\":\"gpu\"}}");
+    cr_assert_eq(st, 201);
+    char *job = strdup(s_(j, "id"));
+    json_decref(j);
+    j = tu_wait_job(&e.c, job, 60);
+    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
+    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
+    cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
+    cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "0");
+    cr_assert_str_eq(s_(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    json_decref(env);
+    json_decref(j);
+    free(job);
+
+    /* A CPU cell gets none of them from capd. */
+    job = submit(&e, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
+    j = tu_wait_job(&e.c, job, 60);
+    cell = json_array_get(json_object_get(j, "cells"), 0);
+    env = cell_environ(&e, job, s_(cell, "id"));
+    cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
+    cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
+    json_decref(env);
+    json_decref(j);
+    free(job);
+    stop(&e);
+}
+
+/* On AMD the visibility layers stack: ROCr picks the device, and HIP and
+ * CUDA then see it as device 0. */
+Test(devices, amd_visibility_stacks)
+{
+    struct env e;
+    start(&e, 2, "amd", "\"max_parallel\":2");
+    long st = 0;
+    char *job = submit(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu",
+                       &st, NULL);
+    cr_assert_eq(st, 201);
+    json_t *j = tu_wait_job(&e.c, job, 60);
+    json_t *cell = NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        cr_assert_str_eq(s_(c, "state"), "ok", "%s", s_(c, "reason"));
+        if (strcmp(s_(c, "model"), "fake:echo_env") == 0)
+            cell = c;
+    }
+    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    /* The slow cell took device 0 first, so echo_env ran on device 1. */
+    cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "1");
+    cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
+    cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
+    json_decref(env);
+    json_decref(j);
+    free(job);
+    stop(&e);
+}
+
+/*
+ * One device, three slots: the two GPU cells of job A must run one after
+ * the other, and job B's CPU cell, queued behind them, must not wait for
+ * the device.
+ */
+Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
+{
+    struct env e;
+    start(&e, 1, "nvidia", "\"max_parallel\":3");
+    long st = 0;
+    char *a = submit(&e, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    char *b = submit(&e, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu", &st, NULL);
+    cr_assert_eq(st, 201);
+
+    /* While A runs, the device is in use by one of its cells. */
+    bool seen_busy = false;
+    for (int i = 0; i < 100 && !seen_busy; i++) {
+        json_t *d = get_devices(&e);
+        json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
+        if (json_is_true(json_object_get(d0, "in_use"))) {
+            seen_busy = true;
+            cr_assert_str_eq(s_(d0, "job"), a);
+            cr_assert_eq(jint(d, "free"), 0);
+        }
+        json_decref(d);
+        usleep(20 * 1000);
+    }
+    cr_assert(seen_busy, "the device was seen in use");
+
+    json_t *ja = tu_wait_job(&e.c, a, 60), *jb = tu_wait_job(&e.c, b, 60);
+    cr_assert_not_null(ja);
+    cr_assert_not_null(jb);
+    json_t *c0 = json_array_get(json_object_get(ja, "cells"), 0);
+    json_t *c1 = json_array_get(json_object_get(ja, "cells"), 1);
+    json_t *cb = json_array_get(json_object_get(jb, "cells"), 0);
+    cr_assert_str_eq(s_(c0, "state"), "ok");
+    cr_assert_str_eq(s_(c1, "state"), "ok");
+    cr_assert_str_eq(s_(cb, "state"), "ok");
+    int64_t s0 = iso_ms(s_(c0, "started_at")), f0 = iso_ms(s_(c0, "finished_at"));
+    int64_t s1 = iso_ms(s_(c1, "started_at")), f1 = iso_ms(s_(c1, "finished_at"));
+    int64_t sb = iso_ms(s_(cb, "started_at"));
+    cr_assert(f0 <= s1 || f1 <= s0, "GPU cells never overlap: [%lld,%lld] [%lld,%lld]",
+              (long long)s0, (long long)f0, (long long)s1, (long long)f1);
+    int64_t second_end = f0 > f1 ? f0 : f1;
+    int64_t first_end = f0 < f1 ? f0 : f1;
+    cr_assert_lt(sb, first_end, "the CPU cell started while the first GPU cell held the device");
+    cr_assert_lt(sb, second_end);
+    json_decref(ja);
+    json_decref(jb);
+    json_t *d = get_devices(&e);
+    cr_assert_eq(jint(d, "free"), 1, "given back");
+    json_decref(d);
+    free(a);
+    free(b);
+    stop(&e);
+}
+
+/* Two devices: two GPU cells run at once, each on its own device. */
+Test(devices, two_devices_two_cells_at_once)
+{
+    struct env e;
+    start(&e, 2, "nvidia", "\"max_parallel\":2");
+    long st = 0;
+    char *a = submit(&e, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    bool both = false;
+    for (int i = 0; i < 100 && !both; i++) {
+        json_t *d = get_devices(&e);
+        both = jint(d, "free") == 0;
+        if (both) {
+            json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
+            json_t *d1 = json_array_get(json_object_get(d, "devices"), 1);
+            cr_assert_str_neq(s_(d0, "cell"), s_(d1, "cell"), "one cell per device");
+        }
+        json_decref(d);
+        usleep(20 * 1000);
+    }
+    cr_assert(both, "both devices were in use at once");
+    json_t *j = tu_wait_job(&e.c, a, 60);
+    cr_assert_not_null(j);
+    json_decref(j);
+    free(a);
+    stop(&e);
+}
+
+/* A GPU job accepted while a device existed, whose device is gone when its
+ * cell's turn comes: the cell fails with the reason instead of waiting
+ * forever. */
+Test(devices, gpu_cell_fails_when_the_devices_went_away)
+{
+    struct env e;
+    start(&e, 1, "nvidia", "");
+    long st = 0;
+    char *cpu = submit(&e, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    char *gpu = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    write_devices(&e, 0, "nvidia");
+    json_t *d = refresh(&e);
+    cr_assert_eq(jint(d, "count"), 0);
+    json_decref(d);
+    json_t *j = tu_wait_job(&e.c, gpu, 60);
+    cr_assert_not_null(j);
+    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    cr_assert_str_eq(s_(cell, "state"), "failed");
+    cr_assert(strstr(s_(cell, "reason"), "no GPU device (fake: no device)"), "%s",
+              s_(cell, "reason"));
+    json_decref(j);
+    j = tu_wait_job(&e.c, cpu, 60);
+    cr_assert_str_eq(s_(json_array_get(json_object_get(j, "cells"), 0), "state"), "ok");
+    json_decref(j);
+    free(cpu);
+    free(gpu);
+    stop(&e);
+}
