@@ -50,12 +50,12 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 
-#define LIVE_MAX_BUF (256u << 10) /* queued bytes per stream before it catches up from SQLite */
-#define LIVE_PAGE 200             /* events per SQLite read */
-#define LIVE_POLL_MS 2000         /* re-read the events table even without a signal */
-#define LIVE_MAX_WAIT_S 120       /* longest ?wait= */
-#define LIVE_BLOCK 16384          /* MHD block size of a stream */
-#define JOB_CACHE_SLOTS 32
+#define LIVE_MAX_BUF       (64u << 10) /* queued bytes per stream before it catches up from SQLite */
+#define LIVE_PAGE          200         /* events per SQLite read */
+#define LIVE_POLL_MS       2000        /* re-read the events table even without a signal */
+#define LIVE_MAX_WAIT_S    120         /* longest ?wait= */
+#define LIVE_BLOCK         16384       /* MHD block size of a stream */
+#define JOB_CACHE_SLOTS    32
 #define JOB_CACHE_MAX_BODY (256u << 10)
 
 struct live_stream {
@@ -68,7 +68,8 @@ struct live_stream {
     bool replaying;      /* reading from SQLite until it has caught up */
     bool checked_window; /* Last-Event-ID compared with the replay window */
     bool suspended, hb_due;
-    bool failed;         /* SQLite could not be read: end, the client resumes */
+    int64_t next_hb; /* CLOCK_MONOTONIC ms; pushed back whenever data goes out */
+    bool failed;     /* SQLite could not be read: end, the client resumes */
     char *buf;
     size_t len, off, cap;
 };
@@ -91,8 +92,9 @@ struct live_hub {
     pthread_t thread;
     bool started, ready, dirty, stop, closing;
     int start_rc;
-    int64_t last_id; /* newest event fanned out */
-    int64_t next_hb, next_poll;
+    int64_t last_id;            /* newest event fanned out */
+    int64_t next_hb, next_poll; /* next heartbeat scan, next safety re-read */
+    unsigned stream_seq;        /* spreads the streams' first heartbeats */
     struct live_stream *streams;
     struct live_waiter *waiters;
     unsigned nstreams, nwaiters;
@@ -346,7 +348,12 @@ static void *hub_main(void *arg)
         return NULL;
     }
     int64_t now = mono_ms();
-    h->next_hb = now + (int64_t)h->cfg->event_heartbeat_s * 1000;
+    /* Heartbeats are due per stream (an interval after it last sent
+     * anything) and looked for ten times per interval, so a thousand
+     * streams opened together do not all wake in the same instant. */
+    int64_t hb_ms = (int64_t)h->cfg->event_heartbeat_s * 1000;
+    int64_t hb_tick = hb_ms / 10 > 20 ? hb_ms / 10 : 20;
+    h->next_hb = now + hb_tick;
     h->next_poll = now + LIVE_POLL_MS;
     while (!h->stop) {
         now = mono_ms();
@@ -358,7 +365,7 @@ static void *hub_main(void *arg)
             pthread_mutex_lock(&h->mu);
             continue;
         }
-        int64_t wake = h->next_hb < h->next_poll ? h->next_hb : h->next_poll;
+        int64_t wake = h->streams && h->next_hb < h->next_poll ? h->next_hb : h->next_poll;
         for (struct live_waiter *w = h->waiters, *nx; w; w = nx) {
             nx = w->next;
             if (w->deadline <= now) {
@@ -371,11 +378,14 @@ static void *hub_main(void *arg)
         }
         if (now >= h->next_hb) {
             for (struct live_stream *st = h->streams; st; st = st->next) {
+                if (now < st->next_hb)
+                    continue;
                 st->hb_due = true;
+                st->next_hb = now + hb_ms;
                 wake_stream(st, &l);
             }
-            h->next_hb = now + (int64_t)h->cfg->event_heartbeat_s * 1000;
-            if (h->next_hb < wake)
+            h->next_hb = now + hb_tick;
+            if (h->streams && h->next_hb < wake)
                 wake = h->next_hb;
         }
         if (l.n) {
@@ -580,6 +590,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
             st->off += n;
             if (st->off == st->len)
                 st->off = st->len = 0;
+            st->next_hb = mono_ms() + (int64_t)st->cfg->event_heartbeat_s * 1000;
             pthread_mutex_unlock(&h->mu);
             return (ssize_t)n;
         }
@@ -699,12 +710,16 @@ enum MHD_Result api_events(struct api_req *r)
         st->cursor = last >= 0 ? last : h->last_id;
         st->replaying = last >= 0;
         st->checked_window = last < 0;
+        /* The first heartbeat comes after half to one interval. */
+        int64_t hb_ms = (int64_t)api_cfg(r)->event_heartbeat_s * 1000;
+        st->next_hb = mono_ms() + hb_ms / 2 + (int64_t)(h->stream_seq++ * 7919u) % (hb_ms / 2 + 1);
         st->next = h->streams;
         if (h->streams)
             h->streams->prev = st;
         h->streams = st;
         h->nstreams++;
         publish_gauges(h);
+        pthread_cond_signal(&h->cv); /* the hub schedules its heartbeat */
     }
     pthread_mutex_unlock(&h->mu);
     if (closing || full) {
@@ -718,9 +733,8 @@ enum MHD_Result api_events(struct api_req *r)
                          api_cfg(r)->max_event_streams);
     }
     /* From here the stream belongs to the response: stream_free unlists it. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, LIVE_BLOCK, stream_read, st,
-                                          stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, LIVE_BLOCK,
+                                                                  stream_read, st, stream_free);
     if (!resp) {
         stream_free(st);
         return MHD_NO;
@@ -890,8 +904,7 @@ bool api_jobs_get_live(struct api_req *r, enum MHD_Result *ret)
             w->deadline = mono_ms() + (int64_t)wait_s * 1000;
             r->poll = w;
         }
-        bool unchanged =
-            w->has_inm ? api_if_none_match(r) : strcmp(w->baseline, r->etag) == 0;
+        bool unchanged = w->has_inm ? api_if_none_match(r) : strcmp(w->baseline, r->etag) == 0;
         if (!unchanged) {
             *ret = reply_job(r, s, id, version);
             return true;

@@ -22,7 +22,7 @@
 #include "api/api_int.h"
 
 #define FNV_OFFSET 1469598103934665603ULL
-#define FNV_PRIME 1099511628211ULL
+#define FNV_PRIME  1099511628211ULL
 
 static uint64_t fnv(uint64_t h, const char *p, size_t n)
 {

@@ -60,10 +60,14 @@ static void usage(FILE *f)
 static int parse(struct db_args *a, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"data-dir", required_argument, NULL, 'd'}, {"config", required_argument, NULL, 'c'},
-        {"keep-heads", required_argument, NULL, 'k'}, {"force", no_argument, NULL, 'f'},
-        {"dry-run", no_argument, NULL, 'n'},        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"config", required_argument, NULL, 'c'},
+        {"keep-heads", required_argument, NULL, 'k'},
+        {"force", no_argument, NULL, 'f'},
+        {"dry-run", no_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *data_dir = NULL, *config = NULL, *keep = NULL;
     char *err = NULL, *end;
@@ -191,9 +195,8 @@ static int do_backup(const struct db_args *a)
     fprintf(stderr,
             "capd: backed up %s (schema version %d, database %lld bytes, %lld payload files, "
             "%lld new: %lld bytes) to %s\n",
-            a->cfg.data_dir, info.schema_version, (long long)info.db_bytes,
-            (long long)info.blobs, (long long)info.blobs_copied,
-            (long long)info.blob_bytes_copied, info.path);
+            a->cfg.data_dir, info.schema_version, (long long)info.db_bytes, (long long)info.blobs,
+            (long long)info.blobs_copied, (long long)info.blob_bytes_copied, info.path);
     if (info.blobs_missing > 0) {
         fprintf(stderr,
                 "capd db backup: %lld payload files the database names are missing from "
@@ -267,22 +270,21 @@ static int do_prune(const struct db_args *a)
     }
     store_close(s);
     if (a->as_json)
-        emit_json(json_pack("{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
-                            "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs,
-                            "jobs_kept", (json_int_t)r.jobs_kept, "jobs_pruned",
-                            (json_int_t)r.jobs_pruned, "records_detached",
-                            (json_int_t)r.records_detached, "blobs_deleted",
-                            (json_int_t)r.blobs_deleted, "orphans_deleted",
-                            (json_int_t)r.orphans_deleted, "bytes_freed",
-                            (json_int_t)r.bytes_freed));
+        emit_json(
+            json_pack("{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
+                      "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs,
+                      "jobs_kept", (json_int_t)r.jobs_kept, "jobs_pruned",
+                      (json_int_t)r.jobs_pruned, "records_detached", (json_int_t)r.records_detached,
+                      "blobs_deleted", (json_int_t)r.blobs_deleted, "orphans_deleted",
+                      (json_int_t)r.orphans_deleted, "bytes_freed", (json_int_t)r.bytes_freed));
     fprintf(stderr,
             "capd: %s %lld of %lld jobs kept whole (controls and the newest %d commits per "
             "branch); payloads of %lld jobs %s: %lld record references, %lld payload files and "
             "%lld orphaned files, %lld bytes\n",
             a->dry_run ? "dry run:" : "pruned:", (long long)r.jobs_kept, (long long)r.jobs,
             a->keep_heads, (long long)r.jobs_pruned, a->dry_run ? "would go" : "dropped",
-            (long long)r.records_detached, (long long)r.blobs_deleted,
-            (long long)r.orphans_deleted, (long long)r.bytes_freed);
+            (long long)r.records_detached, (long long)r.blobs_deleted, (long long)r.orphans_deleted,
+            (long long)r.bytes_freed);
     return 0;
 }
 

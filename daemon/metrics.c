@@ -11,9 +11,9 @@
 
 /* ---- cells ---- */
 
-static const char *const cell_states[] = {"ok",        "failed",      "crashed",
-                                          "timeout",   "cancelled",   "unsupported",
-                                          "protocol_error", "interrupted", "other"};
+static const char *const cell_states[] = {
+    "ok",          "failed",         "crashed",     "timeout", "cancelled",
+    "unsupported", "protocol_error", "interrupted", "other"};
 #define N_CELL_STATES (sizeof cell_states / sizeof cell_states[0])
 
 /* Upper bounds in seconds; a cell runs from well under a second (the fake
@@ -31,14 +31,13 @@ static uint64_t ingest_records, ingest_bytes;
 
 /* ---- HTTP ---- */
 
-static const unsigned http_codes[] = {200, 201, 202, 204, 206, 301, 302, 304, 400, 401,
-                                      403, 404, 405, 409, 413, 415, 416, 422, 429, 431,
-                                      500, 501, 503, 0};
-#define N_HTTP_CODES (sizeof http_codes / sizeof http_codes[0])
+static const unsigned http_codes[] = {200, 201, 202, 204, 206, 301, 302, 304, 400, 401, 403, 404,
+                                      405, 409, 413, 415, 416, 422, 429, 431, 500, 501, 503, 0};
+#define N_HTTP_CODES    (sizeof http_codes / sizeof http_codes[0])
 #define HTTP_CODE_OTHER N_HTTP_CODES
 
 static const double http_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                      0.25,   0.5,   1,      2.5,   5,    10,    30,    60};
+                                      0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
 #define N_HTTP_BUCKETS (sizeof http_buckets / sizeof http_buckets[0])
 
 struct route_stats {
@@ -84,12 +83,12 @@ void metrics_ingest(uint64_t records, uint64_t bytes)
     add(&ingest_bytes, bytes);
 }
 
-void metrics_http(int route, const char *method, const char *pattern, unsigned status,
-                  uint64_t ns)
+void metrics_http(int route, const char *method, const char *pattern, unsigned status, uint64_t ns)
 {
     struct route_stats *r =
         &routes[route >= 0 && route < METRICS_MAX_ROUTES ? route : METRICS_MAX_ROUTES];
-    if (route >= 0 && route < METRICS_MAX_ROUTES && !__atomic_load_n(&r->pattern, __ATOMIC_RELAXED)) {
+    if (route >= 0 && route < METRICS_MAX_ROUTES &&
+        !__atomic_load_n(&r->pattern, __ATOMIC_RELAXED)) {
         __atomic_store_n(&r->method, method, __ATOMIC_RELAXED);
         __atomic_store_n(&r->pattern, pattern, __ATOMIC_RELEASE);
     }

@@ -28,8 +28,7 @@ void metrics_ingest(uint64_t records, uint64_t bytes);
  * STATUS 0 means the connection ended without a reply. NS is the time from
  * the request's first byte to its last reply byte.
  */
-void metrics_http(int route, const char *method, const char *pattern, unsigned status,
-                  uint64_t ns);
+void metrics_http(int route, const char *method, const char *pattern, unsigned status, uint64_t ns);
 
 /* Event streams and long-polls held open right now. */
 void metrics_live_set(unsigned streams, unsigned waiters);

@@ -679,7 +679,11 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     char *args[32];
     int a = 0;
     args[a++] = (char *)cfg->exec_bin;
-    if (cfg->rlimit_as_bytes) {
+    /* No address-space cap on a GPU cell: the CUDA and HIP runtimes
+     * reserve virtual address space for all host and device memory at
+     * initialization (hundreds of GiB on a large GPU), far past any cap
+     * that would mean something for a CPU cell (docs/gpu.md). */
+    if (cfg->rlimit_as_bytes && !json_object_get(s->run.spec, "device_env")) {
         args[a++] = "--as";
         args[a++] = as;
     }

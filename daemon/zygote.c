@@ -288,7 +288,7 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
 {
     const struct capd_config *cfg = Z.cfg;
     int rc = -EIO, lfd = -1, logfd = -1, sp[2] = {-1, -1};
-    char dir[600], logp[700], vpath[800], reason[512] = "";
+    char dir[600], logp[700], vpath[800], reason[2048] = "";
     const char *python = json_string_value(json_object_get(build, "python"));
     snprintf(dir, sizeof dir, "%s/zygote", cfg->data_dir);
     if ((rc = mkdir_mode(dir, 0700)) != 0)

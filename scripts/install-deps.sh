@@ -9,7 +9,12 @@ set -eu
 PKGS="build-essential cmake pkg-config clang-format clang libclang-rt-14-dev
 libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
 libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl
-libamdhip64-dev"
+libamdhip64-dev
+chromium"
+# chromium: the dashboard's browser tests (tests/browser, with playwright-core
+# from npm, which needs Node.js 20 or newer; Debian's own nodejs is older, so
+# it is only installed when there is no node at all).
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

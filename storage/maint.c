@@ -24,7 +24,7 @@
  * ingest batch size) or this many jobs, so the ingest writer, which waits
  * at most its busy timeout for the write lock, never waits on a long one. */
 #define PRUNE_TXN_RECORDS 20000
-#define PRUNE_TXN_JOBS 64
+#define PRUNE_TXN_JOBS    64
 
 /* How long a backup retries while the source is locked (only possible
  * during a checkpoint or a WAL reset, never for long). */
@@ -262,10 +262,8 @@ static int backup_blobs(const char *copy, const char *data_dir, const char *dest
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = -EIO, src;
-    if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
-            SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL) !=
-            SQLITE_OK) {
+    if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL) != SQLITE_OK) {
         set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
         goto out;
     }
@@ -320,8 +318,7 @@ static void backup_trim(const char *dest)
     DIR *top = opendir(blobs);
     if (!top)
         return;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
-            SQLITE_OK ||
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "SELECT 1 FROM blobs WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
         goto out;
     struct dirent *d;
@@ -363,8 +360,7 @@ out:
  * renamed into place only after its blobs are on disk (syncfs), so at
  * every moment DEST's database names only blobs DEST has.
  */
-int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
-                 char **err)
+int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info, char **err)
 {
     char src_path[PATH_MAX], data_real[PATH_MAX], dest_real[PATH_MAX];
     char tmp[PATH_MAX + 32], final[PATH_MAX + 16];
@@ -555,7 +551,8 @@ static const char keep_sql[] =
     "(SELECT 1 FROM main.records r WHERE r.blob_hash = b.hash)"
 
 #define JOB_ATTEMPTS                                                                               \
-    "SELECT a.id FROM main.attempts a JOIN main.cells c ON c.seq = a.cell_seq WHERE c.job_seq = ?1"
+    "SELECT a.id FROM main.attempts a JOIN main.cells c ON c.seq = a.cell_seq WHERE c.job_seq = "  \
+    "?1"
 
 static int temp_tables(struct store *s)
 {
@@ -803,8 +800,8 @@ static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r,
      * update, any record still naming one belongs to a job that keeps it. */
     if ((rc = one_row(s, "SELECT count(*), coalesce(sum(b.stored_size), 0) " UNREFERENCED, 0,
                       &nblobs, &nbytes)) != 0 ||
-        (rc = store_exec(s, "INSERT OR IGNORE INTO temp.prune_gone(hash) SELECT b.hash "
-                            UNREFERENCED)) != 0 ||
+        (rc = store_exec(
+             s, "INSERT OR IGNORE INTO temp.prune_gone(hash) SELECT b.hash " UNREFERENCED)) != 0 ||
         (rc = store_exec(s, "DELETE " UNREFERENCED)) != 0)
         return rc;
     r->jobs_pruned++;

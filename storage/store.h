@@ -177,10 +177,10 @@ int store_integrity_check(struct store *s);
 
 struct store_backup_info {
     int schema_version;
-    int64_t db_bytes;                    /* size of the copied database */
-    int64_t blobs, blobs_copied;         /* payload files named; copied this time */
+    int64_t db_bytes;                         /* size of the copied database */
+    int64_t blobs, blobs_copied;              /* payload files named; copied this time */
     int64_t blob_bytes_copied, blobs_missing; /* missing: named but not in DATA/blobs */
-    char path[4096];                     /* the backup directory, resolved */
+    char path[4096];                          /* the backup directory, resolved */
 };
 
 /*
@@ -229,13 +229,13 @@ struct store_prune_opts {
     const int *stop;
 };
 struct store_prune_report {
-    int64_t jobs, jobs_kept;       /* all jobs; jobs of kept commits */
-    int64_t jobs_pruned;           /* jobs whose payload references were dropped */
-    int64_t records_detached;      /* records that lost their payload reference */
-    int64_t blobs_deleted;         /* payload files (and rows) deleted */
-    int64_t orphans_deleted;       /* payload files no row named (crash leftovers) */
-    int64_t bytes_freed;           /* stored (compressed) bytes of both */
-    char error[256];               /* what failed, when store_prune does not return 0 */
+    int64_t jobs, jobs_kept;  /* all jobs; jobs of kept commits */
+    int64_t jobs_pruned;      /* jobs whose payload references were dropped */
+    int64_t records_detached; /* records that lost their payload reference */
+    int64_t blobs_deleted;    /* payload files (and rows) deleted */
+    int64_t orphans_deleted;  /* payload files no row named (crash leftovers) */
+    int64_t bytes_freed;      /* stored (compressed) bytes of both */
+    char error[256];          /* what failed, when store_prune does not return 0 */
 };
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);
 

@@ -288,7 +288,7 @@ Test(cells, log_flood_is_capped, .timeout = 300)
     struct env e;
     start(&e, "{\"cell_log_max_bytes\": 1048576}");
     char *job;
-    json_t *cell = run_cell(&e, "fake:flood__256", NULL, &job);
+    json_t *cell = run_cell(&e, "fake:flood__1024", NULL, &job); /* 1 GiB */
     cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
     char path[160];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, str(cell, "id"));

@@ -285,8 +285,9 @@ static int64_t iso_ms(const char *s)
     return (int64_t)timegm(&tm) * 1000 + ms;
 }
 
-/* The environment the fake runner saw in cell CELL (echo_env's note). */
-static json_t *cell_environ(struct env *e, const char *job, const char *cell)
+/* What the fake runner saw in cell CELL (echo_env's note): environ,
+ * rlimits... */
+static json_t *cell_echo(struct env *e, const char *job, const char *cell)
 {
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, cell);
@@ -294,9 +295,16 @@ static json_t *cell_environ(struct env *e, const char *job, const char *cell)
     const char *msg = s_(json_array_get(json_object_get(notes, "records"), 0), "message");
     json_t *m = json_loads(msg, 0, NULL);
     cr_assert_not_null(m, "echo_env note: %s", msg);
+    json_decref(notes);
+    return m;
+}
+
+/* The environment the fake runner saw in cell CELL. */
+static json_t *cell_environ(struct env *e, const char *job, const char *cell)
+{
+    json_t *m = cell_echo(e, job, cell);
     json_t *env = json_incref(json_object_get(m, "environ"));
     json_decref(m);
-    json_decref(notes);
     return env;
 }
 
@@ -474,6 +482,11 @@ Test(devices, gpu_cell_sees_only_its_device)
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
     json_decref(env);
+    /* GPU runtimes reserve address space for all memory: no RLIMIT_AS. */
+    json_t *echo = cell_echo(&e, job, s_(cell, "id"));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
+                 "a GPU cell has no address-space cap");
+    json_decref(echo);
     json_decref(j);
     free(job);
 
@@ -485,6 +498,10 @@ Test(devices, gpu_cell_sees_only_its_device)
     cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
     json_decref(env);
+    echo = cell_echo(&e, job, s_(cell, "id"));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")),
+                 (json_int_t)16 << 30, "a CPU cell keeps the default 16 GiB cap");
+    json_decref(echo);
     json_decref(j);
     free(job);
     stop(&e);
@@ -635,5 +652,64 @@ Test(devices, gpu_cell_fails_when_the_devices_went_away)
     json_decref(j);
     free(cpu);
     free(gpu);
+    stop(&e);
+}
+
+/* Writes one reply as a sample for tests/check_openapi.py validate. */
+static void sample(const char *dir, int n, const char *method, const char *route, long status,
+                   json_t *body)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/sample%d.json", dir, n);
+    json_t *s = json_pack("{s:s,s:s,s:I,s:O}", "method", method, "path", route, "status",
+                          (json_int_t)status, "body", body);
+    cr_assert_eq(json_dump_file(s, p, 0), 0);
+    json_decref(s);
+}
+
+/* The replies of /v1/devices (empty, listed, busy, refresh) match
+ * schema/openapi.yaml. */
+Test(devices, replies_match_the_openapi_spec)
+{
+    struct env e;
+    start(&e, 0, "nvidia", "");
+    char *dir = tu_tmpdir();
+    int n = 0;
+    json_t *d = get_devices(&e);
+    sample(dir, n++, "GET", "/v1/devices", 200, d);
+    json_decref(d);
+    write_devices(&e, 1, "amd");
+    long st = 0;
+    json_t *r = tu_json(&e.c, "POST", "/v1/devices/refresh", NULL, &st);
+    cr_assert_eq(st, 202);
+    sample(dir, n++, "POST", "/v1/devices/refresh", st, r);
+    json_decref(r);
+    d = refresh(&e);
+    sample(dir, n++, "GET", "/v1/devices", 200, d);
+    json_decref(d);
+    char *job = submit(&e, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu", &st, NULL);
+    cr_assert_eq(st, 201);
+    bool busy = false;
+    for (int i = 0; i < 100 && !busy; i++) {
+        d = get_devices(&e);
+        busy = jint(d, "free") == 0;
+        if (busy)
+            sample(dir, n++, "GET", "/v1/devices", 200, d);
+        json_decref(d);
+        usleep(20 * 1000);
+    }
+    cr_assert(busy);
+    json_decref(tu_wait_job(&e.c, job, 60));
+    free(job);
+    char out[700];
+    snprintf(out, sizeof out, "%s/checker.out", dir);
+    int rc = tu_sh("/usr/bin/python3 '%s/tests/check_openapi.py' validate "
+                   "'%s/schema/openapi.yaml' '%s' >'%s' 2>&1",
+                   tu_bin("CAPD_SOURCE_DIR"), tu_bin("CAPD_SOURCE_DIR"), dir, out);
+    if (rc != 0)
+        tu_sh("cat '%s' >&2", out);
+    cr_assert_eq(rc, 0, "replies of /v1/devices that do not match schema/openapi.yaml");
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
     stop(&e);
 }

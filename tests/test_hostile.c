@@ -522,7 +522,10 @@ static void *run_worker(void *arg)
     for (int i = 0; i < w->count; i++) {
         generate(&s, &g);
         w->incomplete += g.incomplete;
+        double T0 = now_s();
         int st = exchange(g.req.p, g.req.n);
+        if (now_s() - T0 > 0.5)
+            fprintf(stderr, "SLOW %.2f st=%d %s\n", now_s() - T0, st, g.desc);
         if (st == -1 || st == -2) {
             w->timeouts++;
             if (!w->failure[0])

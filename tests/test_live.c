@@ -252,7 +252,8 @@ Test(etag, list_cell_records_compare)
     cr_assert_eq(get_tagged("/v1/builds", e, NULL, NULL), 200, "a new build changes the list");
     /* A cell, and its records (ETag from the body). */
     json_t *job = tu_wait_job(&g_capd, id, 10);
-    const char *cell = json_string_value(json_object_get(json_array_get(json_object_get(job, "cells"), 0), "id"));
+    const char *cell =
+        json_string_value(json_object_get(json_array_get(json_object_get(job, "cells"), 0), "id"));
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", id, cell);
     cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
@@ -619,6 +620,43 @@ Test(events, live_filtered_and_resumed)
     free(id);
 }
 
+/* A replay longer than a page of SQLite reads and than a stream's buffer
+ * (both limits of api/api_events.c) arrives whole, in order, once. */
+Test(events, long_replay_is_complete_and_ordered)
+{
+    start(NULL);
+    char models[2048] = "\"fake:ok\"";
+    for (int i = 1; i <= 30; i++)
+        snprintf(models + strlen(models), sizeof models - strlen(models), ",\"fake:ok__%d\"", i);
+    long st;
+    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"big\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[%s],\"widths\":[\"avx2\",\"default\"],"
+                         "\"passes\":[\"forward\",\"backward\"]}}",
+                         models);
+    cr_assert_eq(st, 201);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    json_t *done = tu_wait_job(&g_capd, id, 120);
+    cr_assert_not_null(done);
+    json_decref(done);
+    /* 124 cells: created, queued -> running, 2 changes per cell, -> done. */
+    const int want = 1 + 124 * 2 + 2;
+    struct sse r = {.timeout_ms = 20000, .until = "\"state\":\"done\",\"created_at\""};
+    snprintf(r.path, sizeof r.path, "/v1/events?project=big");
+    snprintf(r.last_id, sizeof r.last_id, "0");
+    sse_run(&r);
+    static long long ids[1024];
+    int n = event_ids(r.text, ids, 1024);
+    cr_assert_eq(n, want, "replayed %d events, want %d", n, want);
+    for (int i = 1; i < n; i++)
+        cr_assert(ids[i] > ids[i - 1], "event %d out of order", i);
+    cr_assert(strstr(r.text, "\"change\":\"created\""));
+    cr_assert_eq(count_of(r.text, "event: cell\n"), 248);
+    free(r.text);
+    free(id);
+}
+
 Test(events, job_filter_and_bad_input)
 {
     start(NULL);
@@ -732,11 +770,12 @@ Test(metrics, text_format_and_values)
     /* Every sample line is NAME{LABELS} VALUE, and every family it belongs
      * to has HELP and TYPE lines. */
     regex_t re;
-    cr_assert_eq(regcomp(&re,
-                         "^([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\""
-                         ",?)*\\})? -?[0-9.eE+-]+$",
-                         REG_EXTENDED),
-                 0);
+    cr_assert_eq(
+        regcomp(&re,
+                "^([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\""
+                ",?)*\\})? -?[0-9.eE+-]+$",
+                REG_EXTENDED),
+        0);
     int samples = 0;
     for (char *l = r.body; *l;) {
         char *nl = strchr(l, '\n');
@@ -753,9 +792,9 @@ Test(metrics, text_format_and_values)
             if (!strstr(r.body, typeline)) {
                 /* A histogram's series are NAME_bucket, NAME_sum, NAME_count. */
                 char *us = strrchr(fam, '_');
-                cr_assert(us && (!strcmp(us, "_bucket") || !strcmp(us, "_sum") ||
-                                 !strcmp(us, "_count")),
-                          "no TYPE line for %s", fam);
+                cr_assert(
+                    us && (!strcmp(us, "_bucket") || !strcmp(us, "_sum") || !strcmp(us, "_count")),
+                    "no TYPE line for %s", fam);
                 *us = 0;
                 snprintf(typeline, sizeof typeline, "# TYPE %s histogram\n", fam);
                 cr_assert(strstr(r.body, typeline), "no histogram TYPE line for %s", fam);
@@ -781,21 +820,30 @@ Test(metrics, text_format_and_values)
     cr_assert_eq(metric("capd_cell_duration_seconds_bucket{le=\"+Inf\"}"), 4);
     cr_assert(metric("capd_ingest_records_total") >= 10);
     cr_assert(metric("capd_ingest_bytes_total") > 1000);
-    cr_assert(metric("capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"304\"}") >= 1);
-    cr_assert_eq(metric("capd_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"201\"}"), 1);
+    cr_assert(
+        metric("capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"304\"}") >=
+        1);
+    cr_assert_eq(
+        metric("capd_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"201\"}"), 1);
     cr_assert_eq(metric("capd_sqlite_errors_total{kind=\"io\"}"), 0);
     /* Histogram buckets are cumulative and end at the count. */
-    double c = metric("capd_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"}");
-    double inf = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/jobs\",le=\"+Inf\"}");
-    double fast = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/jobs\",le=\"0.001\"}");
+    double c =
+        metric("capd_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"}");
+    double inf = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
+                        "jobs\",le=\"+Inf\"}");
+    double fast = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
+                         "jobs\",le=\"0.001\"}");
     cr_assert_eq(c, 1);
     cr_assert_eq(inf, c);
     cr_assert(fast >= 0 && fast <= inf);
     /* A 404 is counted under its route, an unknown path as unmatched. */
     get_tagged("/v1/jobs/j000000000000", NULL, NULL, NULL);
     get_tagged("/nope", NULL, NULL, NULL);
-    cr_assert_eq(metric("capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"404\"}"), 1);
-    cr_assert_eq(metric("capd_http_requests_total{method=\"\",route=\"(unmatched)\",status=\"404\"}"), 1);
+    cr_assert_eq(
+        metric("capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"404\"}"),
+        1);
+    cr_assert_eq(
+        metric("capd_http_requests_total{method=\"\",route=\"(unmatched)\",status=\"404\"}"), 1);
     free(id);
 }
 

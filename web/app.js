@@ -509,7 +509,7 @@ async function pageJob(id) {
 
 async function showCell(job, c, panel) {
   clear(panel).append(
-    h("h3", null, c.model + " · " + c.width + " · " + c.pass + " ", stateBadge(c.state)),
+    h("h3", null, c.model + " · " + c.width + " · " + c.pass + " ", h("span", { class: "badge st-" + c.state }, c.state)),
     h("dl", { class: "kv" },
       h("dt", null, "cell"), h("dd", { class: "mono" }, c.id),
       h("dt", null, "attempts"), h("dd", null, c.attempts),
@@ -760,7 +760,7 @@ function quantile(sorted, q) {
  * and head, one pair per phase, on a shared axis. */
 function timingPlot(ctl, head, perf) {
   const phases = [...new Set([...Object.keys(ctl), ...Object.keys(head)])];
-  const W = 760, L = 90, R = 14, rowH = 34;
+  const W = 760, L = 90, R = 44, rowH = 34;
   if (!phases.length) return h("p", { class: "muted" }, "no timing samples recorded");
   const all = [];
   for (const p of phases) all.push(...(ctl[p] || []), ...(head[p] || []));

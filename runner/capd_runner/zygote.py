@@ -252,8 +252,8 @@ def _run_cell(req, fds, zygote_pid, force_exec=False, note_fd=-1):
         if note_fd >= 0:
             os.write(note_fd, b"P")
             os.close(note_fd)
-        sys.stderr.write(LOG_PREFIX + "cell forked from zygote pid %d (framework imported "
-                         "once, before any operator)\n" % zygote_pid)
+        sys.stderr.write(LOG_PREFIX + "cell pid %d forked from zygote pid %d (framework "
+                         "imported once, before any operator)\n" % (os.getpid(), zygote_pid))
         sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
         from capd_runner import main as mainmod
         code = mainmod.main([])

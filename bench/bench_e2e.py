@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""End-to-end matrix time: capd against a shell loop, in the same run.
+
+The job is mlp,cnn,transformer,lstm x default,avx2,avx512 x forward,backward
+(24 cells) under the cells' interpreter (Debian's torch by default). Measured
+side by side, interleaved:
+
+  loop          a /bin/sh loop running the same 24 runner invocations one
+                after another: the same environment per width as
+                schema/widths.json, the same cell spec files, fd 3 to
+                /dev/null. The floor for running the cells at all.
+  capd          POST /v1/jobs (max_parallel=1, fresh exec) to a finished
+                comparison against the control (GET /v1/commits/{sha}/diff
+                polled every 50 ms until it answers 200).
+  prefork       the same on a build registered with "prefork": true: first
+                use (zygote start, import, verification) and warm (zygote
+                running).
+  numerics      options.iterations 0 (no timing): capd runs cells in
+                parallel up to the core count; against the same loop with
+                iterations 0 (full mode only, or --numerics).
+
+Equivalence: every prefork cell's tensor records are compared with the
+fresh-exec head's, key for key and hash for hash, and both comparisons
+against the control must say every cell is identical.
+
+Prints one JSON object (also written to --out). Standard library only.
+    bench_e2e.py --capd build/capd [--python /usr/bin/python3] [--repeats N]
+                 [--quick] [--out FILE]
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODELS = ["mlp", "cnn", "transformer", "lstm"]
+WIDTHS = ["default", "avx2", "avx512"]
+PASSES = ["forward", "backward"]
+
+
+class Capd(object):
+    def __init__(self, binary, data_dir, runner_dir, max_parallel=1):
+        self.log = open(os.path.join(os.path.dirname(data_dir), "capd-%d.log" % time.time_ns()),
+                        "w")
+        self.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--runner-dir",
+             runner_dir, "--max-parallel", str(max_parallel), "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=self.log)
+        line = self.proc.stdout.readline().decode()
+        if "listening on" not in line:
+            raise SystemExit("bench_e2e: capd did not start: %r" % line)
+        self.base = "http://127.0.0.1:%s" % line.strip().rsplit(":", 1)[1]
+
+    def req(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.base + path, data=data, method=method,
+                                   headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(r, timeout=120) as resp:
+                return resp.status, json.loads(resp.read().decode() or "null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read().decode() or "null")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        self.log.close()
+
+
+def submit(capd, build, commit, options, control=None):
+    body = {"project": "bench", "commit": commit, "build": build,
+            "matrix": {"models": MODELS, "widths": WIDTHS, "passes": PASSES},
+            "options": options}
+    if control:
+        body["control_commit"] = control
+    st, j = capd.req("POST", "/v1/jobs", body)
+    if st != 201:
+        raise SystemExit("bench_e2e: POST /v1/jobs: %d %s" % (st, j))
+    return j["id"]
+
+
+def wait_job(capd, job_id):
+    while True:
+        st, j = capd.req("GET", "/v1/jobs/" + job_id)
+        if st == 200 and j["state"] in ("done", "cancelled"):
+            return j
+        time.sleep(0.05)
+
+
+def check_cells(job):
+    bad = [(c["model"], c["width"], c["pass"], c["state"], c.get("reason"))
+           for c in job["cells"] if c["state"] != "ok"]
+    if bad:
+        raise SystemExit("bench_e2e: cells did not end ok: %s" % bad)
+
+
+def timed_job(capd, build, commit, options, control=None):
+    """Seconds from POST to the finished comparison (or to the job's end
+    when there is no control), the job, and the comparison."""
+    t0 = time.monotonic()
+    job_id = submit(capd, build, commit, options, control)
+    diff = None
+    if control:
+        while True:
+            st, diff = capd.req("GET", "/v1/commits/%s/diff" % commit)
+            if st == 200:
+                break
+            if st != 409:
+                raise SystemExit("bench_e2e: diff: %d %s" % (st, diff))
+            time.sleep(0.05)
+    job = wait_job(capd, job_id)
+    t = time.monotonic() - t0
+    check_cells(job)
+    return t, job, diff
+
+
+def tensor_hashes(capd, job):
+    out = {}
+    for c in job["cells"]:
+        recs, cursor = [], None
+        while True:
+            path = "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000" % (job["id"], c["id"])
+            if cursor:
+                path += "&cursor=" + cursor
+            st, page = capd.req("GET", path)
+            if st != 200:
+                raise SystemExit("bench_e2e: records: %d %s" % (st, page))
+            for r in page["records"]:
+                h = r.get("header") or r
+                recs.append((h.get("key"), h.get("hash")))
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        out[(c["model"], c["width"], c["pass"])] = recs
+    return out
+
+
+def identical_cells(diff):
+    """(identical, compared) from a comparison result."""
+    cells = diff.get("cells") or []
+    same = sum(1 for c in cells if c.get("status") == "identical")
+    return same, len(cells)
+
+
+def width_env():
+    with open(os.path.join(ROOT, "schema", "widths.json")) as f:
+        table = json.load(f)
+    return dict((w["name"], w["env"]) for w in table["widths"])
+
+
+def make_loop(work, python, runner_dir, options, job):
+    """The shell loop and its 24 cell specs, in the job's cell order."""
+    wenv = width_env()
+    specs = os.path.join(work, "loop")
+    os.makedirs(specs, exist_ok=True)
+    lines = []
+    opts = dict(options)
+    opts.setdefault("sample_size", 256)
+    opts.setdefault("max_payload_bytes", 8 << 30)
+    for i, c in enumerate(job["cells"]):
+        scratch = os.path.join(specs, "c%02d" % i)
+        os.makedirs(scratch, exist_ok=True)
+        spec = {"protocol": 1, "job": job["id"], "cell": c["id"], "attempt": 1,
+                "model": c["model"], "width": c["width"], "pass": c["pass"], "device": "cpu",
+                "frame_fd": 3, "scratch": scratch, "model_roots": [], "options": opts}
+        path = os.path.join(scratch, "cell.json")
+        with open(path, "w") as f:
+            json.dump(spec, f, indent=2)
+        env = wenv[c["width"]]
+        lines.append("%s %s %s %s" % (env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"],
+                                      env["DNNL_MAX_CPU_ISA"], path))
+    cells = os.path.join(specs, "cells.txt")
+    with open(cells, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    script = os.path.join(specs, "loop.sh")
+    threads = str(options.get("threads", 1))
+    with open(script, "w") as f:
+        f.write("""#!/bin/sh
+# The reference: the same runner invocations capd makes, one after another.
+fail=0
+while read -r aten onednn dnnl spec; do
+    env -i PATH="$PATH" PYTHONPATH="%s" OMP_NUM_THREADS=%s PYTHONDONTWRITEBYTECODE=1 \\
+        PYTHONUNBUFFERED=1 ATEN_CPU_CAPABILITY="$aten" ONEDNN_MAX_CPU_ISA="$onednn" \\
+        DNNL_MAX_CPU_ISA="$dnnl" CAPD_CELL_SPEC="$spec" \\
+        "%s" -m capd_runner 3>/dev/null >/dev/null 2>&1 || fail=1
+done < "%s"
+exit $fail
+""" % (runner_dir, threads, python, cells))
+    os.chmod(script, 0o755)
+    return script
+
+
+def run_loop(script):
+    t0 = time.monotonic()
+    rc = subprocess.call(["/bin/sh", script])
+    t = time.monotonic() - t0
+    if rc != 0:
+        raise SystemExit("bench_e2e: the shell loop had a failing cell (%s)" % script)
+    return t
+
+
+def machine():
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+            "loadavg": list(os.getloadavg())}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--capd", required=True)
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--runner-dir", default=os.path.join(ROOT, "runner"))
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--numerics", action="store_true", help="also the numerics-only figure")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    repeats = args.repeats or (1 if args.quick else 3)
+    numerics = args.numerics or not args.quick
+    options = {"iterations": 20, "warmup": 3, "threads": 1}
+
+    work = tempfile.mkdtemp(prefix="capd-bench-e2e-")
+    os.chmod(work, 0o755)
+    capd = Capd(args.capd, os.path.join(work, "data"), args.runner_dir)
+    res = {"machine_before": machine(), "repeats": repeats, "options": options,
+           "matrix": {"models": MODELS, "widths": WIDTHS, "passes": PASSES}, "cells": 24}
+    try:
+        for name, pf in (("fresh", False), ("prefork", True)):
+            st, j = capd.req("POST", "/v1/builds", {"name": name, "python": args.python,
+                                                    "prefork": pf})
+            if st != 201:
+                raise SystemExit("bench_e2e: register build %s: %d %s" % (name, st, j))
+        # The control; it also warms the page cache for both sides.
+        t_control, control_job, _ = timed_job(capd, "fresh", "c0" * 20, options)
+        res["control_s"] = t_control
+        script = make_loop(work, args.python, args.runner_dir, options, control_job)
+
+        loops, capds, warm = [], [], []
+        fresh_job = prefork_job = None
+        diffs = {}
+        for i in range(repeats):
+            loops.append(run_loop(script))
+            t, fresh_job, diffs["fresh"] = timed_job(capd, "fresh", "%040x" % (0xa0 + i),
+                                                     options, "c0" * 20)
+            capds.append(t)
+            if i == 0:
+                t, first_job, diffs["prefork_first"] = timed_job(
+                    capd, "prefork", "%040x" % 0xb0, options, "c0" * 20)
+                res["prefork_first_use_s"] = t
+            t, prefork_job, diffs["prefork"] = timed_job(capd, "prefork", "%040x" % (0xc0 + i),
+                                                         options, "c0" * 20)
+            warm.append(t)
+        st, build = capd.req("GET", "/v1/builds/prefork")
+        res["prefork_build"] = dict((k, build.get(k)) for k in
+                                    ("prefork", "prefork_state", "prefork_reason"))
+        res["loop_s"] = loops
+        res["capd_s"] = capds
+        res["prefork_warm_s"] = warm
+        loop_m = statistics.median(loops)
+        res["capd_over_loop"] = statistics.median(capds) / loop_m
+        res["capd_over_loop_pairs"] = [c / l for c, l in zip(capds, loops)]
+        res["loop_over_prefork_warm"] = loop_m / statistics.median(warm)
+        res["loop_over_prefork_first_use"] = loop_m / res["prefork_first_use_s"]
+
+        # Equivalence, hash for hash, prefork against fresh exec.
+        a = tensor_hashes(capd, fresh_job)
+        b = tensor_hashes(capd, prefork_job)
+        c = tensor_hashes(capd, first_job)
+        records = sum(len(v) for v in a.values())
+        same = sum(1 for k in a for x, y in zip(a[k], b.get(k, [])) if x == y)
+        same_first = sum(1 for k in a for x, y in zip(a[k], c.get(k, [])) if x == y)
+        res["equivalence"] = {
+            "records": records,
+            "identical_prefork_warm": same if all(len(a[k]) == len(b.get(k, [])) for k in a)
+            else -1,
+            "identical_prefork_first_use": same_first
+            if all(len(a[k]) == len(c.get(k, [])) for k in a) else -1,
+            "cells_identical_to_control": dict((k, identical_cells(v)) for k, v in diffs.items()),
+            "verdicts": dict((k, v.get("verdict")) for k, v in diffs.items()),
+        }
+
+        if numerics:
+            nopt = dict(options, iterations=0, warmup=0)
+            nscript = make_loop(os.path.join(work, "n"), args.python, args.runner_dir, nopt,
+                                control_job)
+            nl = run_loop(nscript)
+            t_fresh, _, _ = timed_job(capd, "fresh", "%040x" % 0xd0, nopt)
+            t_pf, _, _ = timed_job(capd, "prefork", "%040x" % 0xd1, nopt)
+            res["numerics"] = {"loop_s": nl, "capd_s": t_fresh, "capd_prefork_s": t_pf,
+                               "loop_over_capd": nl / t_fresh,
+                               "loop_over_capd_prefork": nl / t_pf}
+    finally:
+        capd.stop()
+        res["machine_after"] = machine()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(res, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+/*
+ * tests/test_prefork.c - prefork runners (docs/prefork.md) with the real
+ * capd, the real runner and Debian's torch.
+ *
+ * The promises: a prefork build captures, cell for cell, hash for hash,
+ * what a fresh-exec build captures over the whole model x width x pass
+ * matrix; each cell is still its own process (a crash kills only that
+ * child, a timeout kills it, a dead zygote is replaced); and a build for
+ * which prefork cannot be shown equivalent is refused, its cells running
+ * by fresh exec.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/testutil.h"
+
+#define FORKED "capd prefork: cell pid "
+
+static const char *python(void)
+{
+    const char *p = getenv("CAPD_PYTHON");
+    return p && *p ? p : "/usr/bin/python3";
+}
+
+static void register_build(struct tu_capd *c, const char *name, bool prefork, const char *extra)
+{
+    long st = 0;
+    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"%s\",\"python\":\"%s\",\"prefork\":%s%s%s}", name, python(),
+                         prefork ? "true" : "false", extra ? "," : "", extra ? extra : "");
+    cr_assert_eq(st, 201, "register %s: %ld", name, st);
+    json_decref(j);
+}
+
+static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
+                    const char *models, const char *widths, const char *passes,
+                    const char *options)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
+                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
+                         "\"options\":%s}",
+                         commit, build, cc, models, widths, passes, options);
+    cr_assert_eq(st, 201, "submit: %ld", st);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    return id;
+}
+
+static json_t *wait_done(struct tu_capd *c, const char *id)
+{
+    json_t *job = tu_wait_job(c, id, 1200);
+    cr_assert_not_null(job, "job %s did not finish", id);
+    return job;
+}
+
+static const char *sget(json_t *o, const char *k)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "";
+}
+
+/* "key hash" lines of every tensor record of a cell, in order. */
+static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell, size_t *n)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    *n = 0;
+    char path[256], cursor[64] = "";
+    for (;;) {
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s",
+                 job, cell, cursor[0] ? "&cursor=" : "", cursor);
+        long st = 0;
+        json_t *page = tu_json(c, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200);
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(page, "records"), i, r)
+        {
+            const char *k = sget(r, "key"), *h = sget(r, "hash");
+            size_t need = strlen(k) + strlen(h) + 3;
+            if (len + need >= cap) {
+                cap = cap * 2 + need;
+                out = realloc(out, cap);
+            }
+            len += (size_t)snprintf(out + len, cap - len, "%s %s\n", k, h);
+            (*n)++;
+        }
+        const char *next = json_string_value(json_object_get(page, "next_cursor"));
+        if (!next) {
+            json_decref(page);
+            return out;
+        }
+        snprintf(cursor, sizeof cursor, "%s", next);
+        json_decref(page);
+    }
+}
+
+static char *cell_log(struct tu_capd *c, const char *job, const char *cell)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, cell);
+    struct tu_resp r;
+    cr_assert_eq(tu_http(c, "GET", path, NULL, 0, NULL, &r), 0);
+    cr_assert_eq(r.status, 200, "GET %s: %ld", path, r.status);
+    char *body = strdup(r.body ? r.body : "");
+    tu_resp_free(&r);
+    return body;
+}
+
+/* The pids in a prefork cell's log line, or false when it was not forked. */
+static bool forked_pids(const char *log, long *cell_pid, long *zygote_pid)
+{
+    const char *p = strstr(log, FORKED);
+    if (!p)
+        return false;
+    return sscanf(p, FORKED "%ld forked from zygote pid %ld", cell_pid, zygote_pid) == 2;
+}
+
+static json_t *get_build(struct tu_capd *c, const char *name)
+{
+    char path[128];
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/builds/%s", name);
+    json_t *b = tu_json(c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    return b;
+}
+
+static json_t *only_cell(json_t *job, size_t i)
+{
+    json_t *cell = json_array_get(json_object_get(job, "cells"), i);
+    cr_assert_not_null(cell);
+    return cell;
+}
+
+static bool alive(long pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* The build field: a boolean, shown with its verification state. */
+Test(prefork, build_field)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    long st = 0;
+    json_t *j = tu_jsonf(&c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"x\",\"python\":\"%s\",\"prefork\":\"yes\"}", python());
+    cr_assert_eq(st, 400);
+    cr_assert_str_eq(sget(json_object_get(j, "error"), "field"), "prefork");
+    json_decref(j);
+    register_build(&c, "plain", false, NULL);
+    json_t *b = get_build(&c, "plain");
+    cr_assert(json_is_false(json_object_get(b, "prefork")));
+    cr_assert_null(json_object_get(b, "prefork_state"));
+    json_decref(b);
+    register_build(&c, "pf", true, NULL);
+    b = get_build(&c, "pf");
+    cr_assert(json_is_true(json_object_get(b, "prefork")));
+    cr_assert_str_eq(sget(b, "prefork_state"), "unverified");
+    json_decref(b);
+    /* Replacing a build drops the flag unless it is given again. */
+    j = tu_jsonf(&c, "PUT", "/v1/builds/pf", &st, "{\"python\":\"%s\"}", python());
+    cr_assert_eq(st, 200);
+    cr_assert(json_is_false(json_object_get(j, "prefork")));
+    json_decref(j);
+    tu_capd_stop(&c);
+}
+
+/*
+ * The headline promise, on the end-to-end job: mlp,cnn,transformer,lstm x
+ * default,avx2,avx512 x forward,backward through a fresh-exec build and a
+ * prefork build of the same interpreter. Every prefork cell was forked
+ * (its log says so) and its tensor records equal the fresh cell's, key for
+ * key and hash for hash; the comparison of the prefork head against the
+ * fresh control finds all 24 cells identical; the build is now verified.
+ */
+Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    register_build(&c, "fresh", false, NULL);
+    register_build(&c, "pf", true, NULL);
+    const char *models = "\"mlp\",\"cnn\",\"transformer\",\"lstm\"";
+    const char *widths = "\"default\",\"avx2\",\"avx512\"";
+    const char *passes = "\"forward\",\"backward\"";
+    const char *opts = "{\"iterations\":2,\"warmup\":0}";
+    char *jf = submit(&c, "fresh", "f000000", NULL, models, widths, passes, opts);
+    char *jp = submit(&c, "pf", "e000000", "f000000", models, widths, passes, opts);
+    json_t *fresh = wait_done(&c, jf);
+    json_t *pf = wait_done(&c, jp);
+    cr_assert_eq(json_array_size(json_object_get(fresh, "cells")), 24);
+    cr_assert_eq(json_array_size(json_object_get(pf, "cells")), 24);
+    size_t total = 0;
+    long zygote = 0;
+    for (size_t i = 0; i < 24; i++) {
+        json_t *a = only_cell(fresh, i), *b = only_cell(pf, i);
+        char name[96];
+        snprintf(name, sizeof name, "%s/%s/%s", sget(b, "model"), sget(b, "width"),
+                 sget(b, "pass"));
+        cr_assert_str_eq(sget(a, "model"), sget(b, "model"));
+        cr_assert_str_eq(sget(a, "width"), sget(b, "width"));
+        cr_assert_str_eq(sget(a, "pass"), sget(b, "pass"));
+        cr_assert_str_eq(sget(a, "state"), "ok", "fresh %s: %s", name, sget(a, "reason"));
+        cr_assert_str_eq(sget(b, "state"), "ok", "prefork %s: %s", name, sget(b, "reason"));
+        cr_assert_str_eq(sget(b, "effective_width"), sget(b, "width"), "%s", name);
+
+        char *la = cell_log(&c, jf, sget(a, "id"));
+        char *lb = cell_log(&c, jp, sget(b, "id"));
+        long cp = 0, zp = 0;
+        cr_assert(!forked_pids(la, &cp, &zp), "fresh %s was not forked", name);
+        cr_assert(forked_pids(lb, &cp, &zp), "prefork %s was forked from the zygote; log:\n%s",
+                  name, lb);
+        if (!zygote)
+            zygote = zp;
+        cr_assert_eq(zp, zygote, "%s: one zygote serves the whole job", name);
+        free(la);
+        free(lb);
+
+        size_t na = 0, nb = 0;
+        char *ha = tensor_hashes(&c, jf, sget(a, "id"), &na);
+        char *hb = tensor_hashes(&c, jp, sget(b, "id"), &nb);
+        cr_assert_gt(na, 5, "%s has records", name);
+        cr_assert_eq(na, nb, "%s: %zu records fresh, %zu prefork", name, na, nb);
+        cr_assert_str_eq(ha, hb, "%s: prefork records differ from fresh exec", name);
+        total += na;
+        free(ha);
+        free(hb);
+    }
+    cr_log_info("prefork: %zu tensor records bit-identical over 24 cells", total);
+
+    long st = 0;
+    json_t *diff = tu_json(&c, "GET", "/v1/commits/e000000/diff", NULL, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(diff, "counts"), "identical")),
+                 24, "the prefork head is identical to the fresh control in all 24 cells");
+    json_decref(diff);
+    json_t *b = get_build(&c, "pf");
+    cr_assert_str_eq(sget(b, "prefork_state"), "verified", "reason: %s",
+                     sget(b, "prefork_reason"));
+    json_decref(b);
+    json_decref(fresh);
+    json_decref(pf);
+    free(jf);
+    free(jp);
+    tu_capd_stop(&c);
+}
+
+/*
+ * Isolation: a prefork cell that crashes is reported crashed (SIGSEGV) and
+ * takes nothing else down: the next cell is forked from the same zygote. A
+ * cell past its timeout is killed (its process is gone afterwards). A
+ * zygote that dies is replaced by the next prefork cell.
+ */
+Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char roots[512];
+    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
+             tu_bin("CAPD_SOURCE_DIR"));
+    register_build(&c, "pf", true, roots);
+
+    char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"",
+                      "\"avx2\"", "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
+    json_t *job = wait_done(&c, j1);
+    json_t *crash = only_cell(job, 0), *ok = only_cell(job, 1);
+    cr_assert_str_eq(sget(crash, "state"), "crashed", "%s", sget(crash, "reason"));
+    cr_assert_str_eq(sget(crash, "signal"), "SIGSEGV");
+    cr_assert_str_eq(sget(ok, "state"), "ok", "%s", sget(ok, "reason"));
+    char *l1 = cell_log(&c, j1, sget(crash, "id"));
+    char *l2 = cell_log(&c, j1, sget(ok, "id"));
+    long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
+    cr_assert(forked_pids(l1, &p1, &z1), "the crashing cell was forked; log:\n%s", l1);
+    cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
+    cr_assert_eq(z1, z2, "the crash did not take the zygote down");
+    cr_assert(alive(z1), "zygote %ld alive after a cell crashed", z1);
+    cr_assert_neq(p1, p2);
+    free(l1);
+    free(l2);
+    json_decref(job);
+
+    /* A timeout: SIGTERM to the cell's group (through capd-exec), and the
+     * child is gone once the cell has ended. */
+    char *j2 = submit(&c, "pf", "a200000", NULL, "\"pfmodels:hang\"", "\"avx2\"", "\"forward\"",
+                      "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}");
+    job = wait_done(&c, j2);
+    json_t *hang = only_cell(job, 0);
+    cr_assert_str_eq(sget(hang, "state"), "timeout", "%s", sget(hang, "reason"));
+    char *l3 = cell_log(&c, j2, sget(hang, "id"));
+    long p3 = 0, z3 = 0;
+    cr_assert(forked_pids(l3, &p3, &z3), "the hanging cell was forked; log:\n%s", l3);
+    cr_assert_eq(z3, z1);
+    for (int i = 0; i < 50 && alive(p3); i++)
+        usleep(100000);
+    cr_assert(!alive(p3), "the timed-out child %ld is gone", p3);
+    free(l3);
+    json_decref(job);
+
+    /* The zygote dies: the next prefork cell gets a new one. */
+    cr_assert_eq(kill((pid_t)z1, SIGKILL), 0);
+    for (int i = 0; i < 50 && alive(z1); i++)
+        usleep(100000);
+    char *j3 = submit(&c, "pf", "a300000", NULL, "\"pfmodels:ok\"", "\"avx2\"", "\"forward\"",
+                      "{\"iterations\":1,\"warmup\":0}");
+    job = wait_done(&c, j3);
+    json_t *again = only_cell(job, 0);
+    cr_assert_str_eq(sget(again, "state"), "ok", "%s", sget(again, "reason"));
+    char *l4 = cell_log(&c, j3, sget(again, "id"));
+    long p4 = 0, z4 = 0;
+    cr_assert(forked_pids(l4, &p4, &z4), "forked again after the zygote died; log:\n%s", l4);
+    cr_assert_neq(z4, z1, "a new zygote");
+    free(l4);
+    json_decref(job);
+    free(j1);
+    free(j2);
+    free(j3);
+    tu_capd_stop(&c);
+    cr_assert(!alive(z4), "the zygote goes with capd");
+}
+
+/*
+ * Refusal. The perturbed example build decides at import time, from the
+ * width variable, whether to patch F.linear: a zygote imports it with no
+ * width set, so its avx512 children would not be perturbed while a fresh
+ * exec is. A build that runs an operator while it is imported fixes the
+ * CPU capability in the zygote, so its children cannot take their width.
+ * Both are refused at their first prefork cell, and their cells still run,
+ * correctly, by fresh exec.
+ */
+Test(prefork, refused_when_not_equivalent, .timeout = 1200)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char env[512];
+    snprintf(env, sizeof env, "\"env\":{\"PYTHONPATH\":\"%s/examples/perturbed-build\"}",
+             tu_bin("CAPD_SOURCE_DIR"));
+    register_build(&c, "perturbed", true, env);
+    snprintf(env, sizeof env, "\"env\":{\"PYTHONPATH\":\"%s/tests/helpers/prefork/import_op\"}",
+             tu_bin("CAPD_SOURCE_DIR"));
+    register_build(&c, "importop", true, env);
+    const char *opts = "{\"iterations\":1,\"warmup\":0}";
+    char *j1 = submit(&c, "perturbed", "b100000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"",
+                      opts);
+    char *j2 = submit(&c, "importop", "b200000", NULL, "\"mlp\"", "\"default\"", "\"forward\"",
+                      opts);
+    json_t *job1 = wait_done(&c, j1), *job2 = wait_done(&c, j2);
+
+    json_t *b = get_build(&c, "perturbed");
+    cr_assert_str_eq(sget(b, "prefork_state"), "refused");
+    cr_assert(strstr(sget(b, "prefork_reason"), "differs"), "reason: %s",
+              sget(b, "prefork_reason"));
+    json_decref(b);
+    b = get_build(&c, "importop");
+    cr_assert_str_eq(sget(b, "prefork_state"), "refused");
+    cr_assert(strstr(sget(b, "prefork_reason"), "import time"), "reason: %s",
+              sget(b, "prefork_reason"));
+    json_decref(b);
+
+    for (int k = 0; k < 2; k++) {
+        json_t *job = k ? job2 : job1;
+        json_t *cell = only_cell(job, 0);
+        cr_assert_str_eq(sget(cell, "state"), "ok", "%s", sget(cell, "reason"));
+        cr_assert_str_eq(sget(cell, "effective_width"), sget(cell, "width"));
+        char *log = cell_log(&c, k ? j2 : j1, sget(cell, "id"));
+        long cp, zp;
+        cr_assert(!forked_pids(log, &cp, &zp), "a refused build's cell is not forked:\n%s", log);
+        cr_assert(strstr(log, "fresh exec"), "the log says it ran by fresh exec:\n%s", log);
+        free(log);
+    }
+
+    /* Afterwards no zygote is started for them: the next cell's log has
+     * no prefork line at all. */
+    char *j3 = submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"",
+                      opts);
+    json_t *job3 = wait_done(&c, j3);
+    char *log = cell_log(&c, j3, sget(only_cell(job3, 0), "id"));
+    cr_assert_null(strstr(log, "prefork"), "no prefork attempt once refused:\n%s", log);
+    free(log);
+    json_decref(job1);
+    json_decref(job2);
+    json_decref(job3);
+    free(j1);
+    free(j2);
+    free(j3);
+    tu_capd_stop(&c);
+}
