@@ -12,9 +12,9 @@ side by side, interleaved:
   capd          POST /v1/jobs (max_parallel=1, fresh exec) to a finished
                 comparison against the control (GET /v1/commits/{sha}/diff
                 polled every 50 ms until it answers 200).
-  prefork       the same on a build registered with "prefork": true: first
-                use (zygote start, import, verification) and warm (zygote
-                running).
+  prefork       the same on a build registered with "prefork": true, zygote
+                running. The control job is that build's first use (zygote
+                start, import, equivalence check), timed too (no comparison).
   numerics      options.iterations 0 (no timing): capd runs cells in
                 parallel up to the core count; against the same loop with
                 iterations 0 (full mode only, or --numerics).
@@ -104,9 +104,37 @@ def check_cells(job):
         raise SystemExit("bench_e2e: cells did not end ok: %s" % bad)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_tree(root):
+    """CPU seconds of ROOT and its live descendants, the reaped ones
+    included (utime+stime+cutime+cstime from /proc)."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as fh:
+                st = fh.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        procs[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            total += procs[pid][1]
+            todo.extend(p for p, (pp, _) in procs.items() if pp == pid)
+    return total / float(TICK)
+
+
 def timed_job(capd, build, commit, options, control=None):
     """Seconds from POST to the finished comparison (or to the job's end
-    when there is no control), the job, and the comparison."""
+    when there is no control), the job, the comparison, and the CPU seconds
+    capd and its children (cells, zygotes) used meanwhile."""
+    c0 = cpu_tree(capd.proc.pid)
     t0 = time.monotonic()
     job_id = submit(capd, build, commit, options, control)
     diff = None
@@ -121,6 +149,7 @@ def timed_job(capd, build, commit, options, control=None):
     job = wait_job(capd, job_id)
     t = time.monotonic() - t0
     check_cells(job)
+    capd.cpu = cpu_tree(capd.proc.pid) - c0
     return t, job, diff
 
 
@@ -150,6 +179,25 @@ def identical_cells(diff):
     cells = diff.get("cells") or []
     same = sum(1 for c in cells if c.get("status") == "identical")
     return same, len(cells)
+
+
+def stored_bytes(data_dir):
+    """The database's size (pages in use, WAL included: what a checkpoint
+    would leave) plus the payload blobs' bytes on disk."""
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(data_dir, "capd.db"), uri=True)
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    free = db.execute("PRAGMA freelist_count").fetchone()[0]
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    total = (pages - free) * size
+    for base, _dirs, files in os.walk(os.path.join(data_dir, "blobs")):
+        for fn in files:
+            try:
+                total += os.stat(os.path.join(base, fn)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def width_env():
@@ -184,28 +232,43 @@ def make_loop(work, python, runner_dir, options, job):
         f.write("\n".join(lines) + "\n")
     script = os.path.join(specs, "loop.sh")
     threads = str(options.get("threads", 1))
+    # What capd passes through from its own environment (its default
+    # env_allow list), so both sides run the cells under the same variables.
+    keep = " ".join("%s=%s" % (k, shquote(v)) for k, v in sorted(os.environ.items())
+                    if k in ("PATH", "LANG", "TZ") or k.startswith("LC_")
+                    or k.startswith("OPENBLAS_"))
     with open(script, "w") as f:
         f.write("""#!/bin/sh
-# The reference: the same runner invocations capd makes, one after another.
+# The reference: the same runner invocations capd makes, one after another,
+# under the same environment (capd's allow-list, the width's variables, the
+# spec, HOME = the cell's scratch dir as for capd's run_as_user).
 fail=0
 while read -r aten onednn dnnl spec; do
-    env -i PATH="$PATH" PYTHONPATH="%s" OMP_NUM_THREADS=%s PYTHONDONTWRITEBYTECODE=1 \\
-        PYTHONUNBUFFERED=1 ATEN_CPU_CAPABILITY="$aten" ONEDNN_MAX_CPU_ISA="$onednn" \\
-        DNNL_MAX_CPU_ISA="$dnnl" CAPD_CELL_SPEC="$spec" \\
+    env -i %s HOME="${spec%%/cell.json}" PYTHONPATH="%s" OMP_NUM_THREADS=%s \\
+        PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 ATEN_CPU_CAPABILITY="$aten" \\
+        ONEDNN_MAX_CPU_ISA="$onednn" DNNL_MAX_CPU_ISA="$dnnl" CAPD_CELL_SPEC="$spec" \\
         "%s" -m capd_runner 3>/dev/null >/dev/null 2>&1 || fail=1
 done < "%s"
 exit $fail
-""" % (runner_dir, threads, python, cells))
+""" % (keep, runner_dir, threads, python, cells))
     os.chmod(script, 0o755)
     return script
 
 
+def shquote(v):
+    return "'" + v.replace("'", "'\\''") + "'"
+
+
 def run_loop(script):
+    """Wall seconds and CPU seconds (the shell and every cell it waited for)."""
     t0 = time.monotonic()
-    rc = subprocess.call(["/bin/sh", script])
+    p = subprocess.Popen(["/bin/sh", script])
+    _pid, status, ru = os.wait4(p.pid, 0)
+    p.returncode = 0
     t = time.monotonic() - t0
-    if rc != 0:
+    if status != 0:
         raise SystemExit("bench_e2e: the shell loop had a failing cell (%s)" % script)
+    run_loop.cpu = ru.ru_utime + ru.ru_stime
     return t
 
 
@@ -249,26 +312,28 @@ def main():
                                                     "prefork": pf})
             if st != 201:
                 raise SystemExit("bench_e2e: register build %s: %d %s" % (name, st, j))
-        # The control; it also warms the page cache for both sides.
-        t_control, control_job, _ = timed_job(capd, "fresh", "c0" * 20, options)
-        res["control_s"] = t_control
+        # The control, on the prefork build: its first use (zygote start,
+        # import, equivalence check), which also warms the page cache.
+        t_control, control_job, _ = timed_job(capd, "prefork", "c0" * 20, options)
+        res["prefork_first_use_s"] = t_control
+        res["cpu_prefork_first_use_s"] = capd.cpu
         script = make_loop(work, args.python, args.runner_dir, options, control_job)
 
         loops, capds, warm = [], [], []
+        cpu = {"loop": [], "capd": [], "prefork": []}
         fresh_job = prefork_job = None
         diffs = {}
         for i in range(repeats):
             loops.append(run_loop(script))
+            cpu["loop"].append(run_loop.cpu)
             t, fresh_job, diffs["fresh"] = timed_job(capd, "fresh", "%040x" % (0xa0 + i),
                                                      options, "c0" * 20)
             capds.append(t)
-            if i == 0:
-                t, first_job, diffs["prefork_first"] = timed_job(
-                    capd, "prefork", "%040x" % 0xb0, options, "c0" * 20)
-                res["prefork_first_use_s"] = t
+            cpu["capd"].append(capd.cpu)
             t, prefork_job, diffs["prefork"] = timed_job(capd, "prefork", "%040x" % (0xc0 + i),
                                                          options, "c0" * 20)
             warm.append(t)
+            cpu["prefork"].append(capd.cpu)
         st, build = capd.req("GET", "/v1/builds/prefork")
         res["prefork_build"] = dict((k, build.get(k)) for k in
                                     ("prefork", "prefork_state", "prefork_reason"))
@@ -280,11 +345,18 @@ def main():
         res["capd_over_loop_pairs"] = [c / l for c, l in zip(capds, loops)]
         res["loop_over_prefork_warm"] = loop_m / statistics.median(warm)
         res["loop_over_prefork_first_use"] = loop_m / res["prefork_first_use_s"]
+        # CPU seconds: what each side costs the machine, which contention
+        # from other work stretches far less than wall time.
+        res["cpu_s"] = cpu
+        res["cpu_capd_over_loop"] = statistics.median(cpu["capd"]) / statistics.median(
+            cpu["loop"])
+        res["cpu_loop_over_prefork"] = statistics.median(cpu["loop"]) / statistics.median(
+            cpu["prefork"])
 
         # Equivalence, hash for hash, prefork against fresh exec.
         a = tensor_hashes(capd, fresh_job)
         b = tensor_hashes(capd, prefork_job)
-        c = tensor_hashes(capd, first_job)
+        c = tensor_hashes(capd, control_job)
         records = sum(len(v) for v in a.values())
         same = sum(1 for k in a for x, y in zip(a[k], b.get(k, [])) if x == y)
         same_first = sum(1 for k in a for x, y in zip(a[k], c.get(k, [])) if x == y)
@@ -295,8 +367,43 @@ def main():
             "identical_prefork_first_use": same_first
             if all(len(a[k]) == len(c.get(k, [])) for k in a) else -1,
             "cells_identical_to_control": dict((k, identical_cells(v)) for k, v in diffs.items()),
+            "control": "the prefork build's first job (prefork first use)",
             "verdicts": dict((k, v.get("verdict")) for k, v in diffs.items()),
         }
+
+        # Storage growth: a stats-level job's bytes per record, and what a
+        # full-capture head identical to its full-capture control adds
+        # (payloads are content-addressed, so it should be the rows only).
+        data = os.path.join(work, "data")
+        fopt = dict(options, iterations=1, warmup=0, capture="full")
+        b0 = stored_bytes(data)
+        _, full_ctl, _ = timed_job(capd, "prefork", "f0" * 20, fopt)
+        b1 = stored_bytes(data)
+        _, full_head, fdiff = timed_job(capd, "prefork", "f1" * 20, fopt, "f0" * 20)
+        b2 = stored_bytes(data)
+        st, jobs = capd.req("GET", "/v1/jobs?limit=100")
+        stats_jobs = [j for j in (jobs.get("jobs") or []) if j.get("commit") not in
+                      ("f0" * 20, "f1" * 20)]
+        res["storage"] = {
+            "stats_jobs": len(stats_jobs),
+            "bytes_before_full": b0,
+            "full_control_bytes": b1 - b0,
+            "full_identical_head_bytes": b2 - b1,
+            "full_identical_cells": identical_cells(fdiff),
+        }
+        try:
+            import sqlite3
+            db = sqlite3.connect("file:%s?mode=ro" % os.path.join(data, "capd.db"), uri=True)
+            n = db.execute("SELECT count(*) FROM records r JOIN attempts a ON a.id = r.attempt_id "
+                           "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
+                           "WHERE j.commit_sha NOT IN (?, ?)", ("f0" * 20, "f1" * 20)).fetchone()[0]
+            nt = db.execute("SELECT count(*) FROM records").fetchone()[0]
+            db.close()
+            res["storage"]["stats_records"] = n
+            res["storage"]["all_records"] = nt
+            res["storage"]["bytes_per_stats_record"] = b0 / float(n) if n else None
+        except Exception as e:  # the schema is storage's business; say so
+            res["storage"]["error"] = "%s: %s" % (type(e).__name__, e)
 
         if numerics:
             nopt = dict(options, iterations=0, warmup=0)

@@ -554,7 +554,8 @@ Test(api_builds, create_get_list)
     cr_assert_str_eq(jstr(b, "description"), "main branch");
     cr_assert(is_rfc3339(json_object_get(b, "created_at")));
     cr_assert(is_rfc3339(json_object_get(b, "updated_at")));
-    cr_assert_eq(json_object_size(b), 7, "unexpected members in a build");
+    cr_assert(json_is_false(json_object_get(b, "prefork")), "prefork is off by default");
+    cr_assert_eq(json_object_size(b), 8, "unexpected members in a build");
 
     json_t *g = get("/v1/builds/torch-main.v2_x", &st);
     cr_assert_eq(st, 200);

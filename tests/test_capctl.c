@@ -566,7 +566,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     run_free(&r);
     ctl(&r, &c, "builds", "show", "nope", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "capctl: build not found (not_found)"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: build not found (/v1/builds/nope) (not_found)"), SHOW(r));
     run_free(&r);
     ctl(&r, &c, "builds", "remove", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
@@ -826,12 +826,12 @@ Test(capctl, unknown_job_prints_the_server_message, .timeout = 60)
     struct run r;
     ctl(&r, &c, "status", "jdoesnotexist", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "capctl: job not found (not_found)"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: job not found (/v1/jobs/jdoesnotexist) (not_found)"), SHOW(r));
     cr_assert_str_eq(r.out, "");
     run_free(&r);
     ctl(&r, &c, "wait", "jdoesnotexist", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "capctl: job not found (not_found)"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: job not found (/v1/jobs/jdoesnotexist) (not_found)"), SHOW(r));
     run_free(&r);
     /* A path-like id stays one path segment. */
     ctl(&r, &c, "status", "../builds", NULL);

@@ -115,9 +115,17 @@ static bool gone(int pid)
  * connection before fds are counted. */
 static int warm_fds(struct env *e)
 {
-    for (int i = 0; i < 48; i++)
+    for (int i = 0; i < 200; i++)
         json_decref(tu_json(&e->c, "GET", "/v1/builds", NULL, NULL));
-    return tu_count_fds(e->c.pid);
+    /* Server-side sockets of the requests just made close a moment after
+     * the client's: take the lowest of a few counts. */
+    int best = -1;
+    for (int i = 0; i < 6; i++) {
+        usleep(100 * 1000);
+        int n = tu_count_fds(e->c.pid);
+        best = best < 0 || n < best ? n : best;
+    }
+    return best;
 }
 
 static void stop(struct env *e)

@@ -66,7 +66,7 @@ fi
 
 if [[ " $STAGES " == *" 2 "* ]]; then
     echo "## stage 2: the runner's GPU path (runner_check.py)"
-    PYTHONUNBUFFERED=1 timeout 400 "$PY" gpu/verify/runner_check.py "$RES/runner" 2>&1 | tee "$RES/runner.log"
+    PYTHONUNBUFFERED=1 timeout 240 "$PY" gpu/verify/runner_check.py "$RES/runner" 2>&1 | tee "$RES/runner.log"
 fi
 
 if [[ " $STAGES " == *" 3 "* ]]; then
@@ -74,7 +74,9 @@ if [[ " $STAGES " == *" 3 "* ]]; then
     D=/tmp/deps
     mkdir -p "$D/pc"
     if ls .debs/*.deb >/dev/null 2>&1; then
-        for f in .debs/*.deb; do dpkg -x "$f" "$D"; done
+        for f in .debs/*.deb; do
+            dpkg -x "$f" "$D" 2>/dev/null || "$PY" gpu/verify/undeb.py "$f" "$D"
+        done
         LIB="$D/usr/lib/x86_64-linux-gnu"
         # pkg-config files of our own: the unpacked ones name /usr.
         pc() { printf 'Name: %s\nDescription: %s\nVersion: %s\nCflags: -I%s/usr/include\nLibs: -L%s -l%s\n' \
@@ -106,7 +108,7 @@ if [[ " $STAGES " == *" 3 "* ]]; then
         CAPD=$!
         for _ in $(seq 100); do grep -q listening "$RES/capd.out" && break; sleep 0.1; done
         cat "$RES/capd.out"
-        LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout 420 \
+        LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout 240 \
             "$PY" gpu/verify/capd_job.py --python "$PY" "$RES/capd" 2>&1 | tee "$RES/capd_job.log"
         kill -TERM "$CAPD"; sleep 1
         grep -E 'gpu_probe|cell_device|cell_finished|error' "$RES/capd.log" | head -40

@@ -251,9 +251,24 @@ def run(spec, writer):
                 "total_memory": int(props.total_memory),
                 "count": torch.cuda.device_count(),
             })
+            # gcnArchName is the GPU's ISA on ROCm; CUDA builds answer with
+            # the device name there, so NVIDIA gets sm_<major><minor>.
             arch = getattr(props, "gcnArchName", None)
-            if arch:
+            if getattr(torch.version, "hip", None) and arch:
                 device_info["arch"] = arch
+            elif not getattr(torch.version, "hip", None):
+                device_info["arch"] = "sm_%d%d" % tuple(torch.cuda.get_device_capability(0))
+            # Whether float32 matrix products may use TF32 (the
+            # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE variable turns it on too).
+            try:
+                device_info["allow_tf32"] = {
+                    "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+                    "cudnn": bool(torch.backends.cudnn.allow_tf32)}
+                prec = getattr(torch, "get_float32_matmul_precision", None)
+                if prec is not None:
+                    device_info["float32_matmul_precision"] = prec()
+            except Exception:  # informational only; never fail a cell here
+                pass
         elif device_error is None:
             device_error = ("device gpu requested but torch.cuda.is_available() is False "
                             "(torch %s, built with CUDA %s / HIP %s)"
