@@ -10,8 +10,9 @@ side by side, interleaved:
                 schema/widths.json, the same cell spec files, fd 3 to
                 /dev/null. The floor for running the cells at all.
   capd          POST /v1/jobs (max_parallel=1, fresh exec) to a finished
-                comparison against the control (GET /v1/commits/{sha}/diff
-                polled every 50 ms until it answers 200).
+                comparison against the control: the job is waited for with
+                the long-poll GET /v1/jobs/{id}?wait=60, then GET
+                /v1/commits/{sha}/diff answers 200 with the comparison.
   prefork       the same on a build registered with "prefork": true, zygote
                 running. The control job is that build's first use (zygote
                 start, import, equivalence check), timed too (no comparison).
@@ -61,15 +62,19 @@ class Capd(object):
             raise SystemExit("bench_e2e: capd did not start: %r" % line)
         self.base = "http://127.0.0.1:%s" % line.strip().rsplit(":", 1)[1]
 
-    def req(self, method, path, body=None):
+    def req(self, method, path, body=None, headers=None):
         data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.base + path, data=data, method=method,
-                                   headers={"Content-Type": "application/json"})
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        r = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
         try:
-            with urllib.request.urlopen(r, timeout=120) as resp:
+            with urllib.request.urlopen(r, timeout=180) as resp:
+                self.headers = resp.headers
                 return resp.status, json.loads(resp.read().decode() or "null")
         except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read().decode() or "null")
+            self.headers = e.headers
+            body = e.read().decode()
+            return e.code, json.loads(body) if body.strip() else None
 
     def stop(self):
         self.proc.terminate()
@@ -90,11 +95,18 @@ def submit(capd, build, commit, options, control=None):
 
 
 def wait_job(capd, job_id):
+    """Waits with the long-poll (GET /v1/jobs/{id}?wait=N, answered at each
+    change of the job), as a CI client would: no polling load on capd."""
+    etag = None
     while True:
-        st, j = capd.req("GET", "/v1/jobs/" + job_id)
-        if st == 200 and j["state"] in ("done", "cancelled"):
-            return j
-        time.sleep(0.05)
+        st, j = capd.req("GET", "/v1/jobs/%s?wait=60" % job_id,
+                         headers={"If-None-Match": etag} if etag else None)
+        if st == 200:
+            etag = capd.headers.get("ETag")
+            if j["state"] in ("done", "cancelled"):
+                return j
+        elif st != 304:
+            raise SystemExit("bench_e2e: GET job: %d %s" % (st, j))
 
 
 def check_cells(job):
@@ -137,16 +149,12 @@ def timed_job(capd, build, commit, options, control=None):
     c0 = cpu_tree(capd.proc.pid)
     t0 = time.monotonic()
     job_id = submit(capd, build, commit, options, control)
+    job = wait_job(capd, job_id)
     diff = None
     if control:
-        while True:
-            st, diff = capd.req("GET", "/v1/commits/%s/diff" % commit)
-            if st == 200:
-                break
-            if st != 409:
-                raise SystemExit("bench_e2e: diff: %d %s" % (st, diff))
-            time.sleep(0.05)
-    job = wait_job(capd, job_id)
+        st, diff = capd.req("GET", "/v1/commits/%s/diff" % commit)
+        if st != 200:
+            raise SystemExit("bench_e2e: diff: %d %s" % (st, diff))
     t = time.monotonic() - t0
     check_cells(job)
     capd.cpu = cpu_tree(capd.proc.pid) - c0

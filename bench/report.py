@@ -131,8 +131,9 @@ def main():
         w("| figure | what it measures | value | reference (same run) | ratio | target |")
         w("| --- | --- | --- | --- | --- | --- |")
         if capd and loop:
-            w("| **capd, fresh exec** | POST `/v1/jobs` (max_parallel 1) to `GET "
-              "/v1/commits/{sha}/diff` answering 200 against the control | %s s | shell loop "
+            w("| **capd, fresh exec** | POST `/v1/jobs` (max_parallel 1), the job waited for "
+              "with the long-poll `GET /v1/jobs/{id}?wait=60`, then `GET /v1/commits/{sha}/diff` "
+              "answering 200 with the comparison against the control | %s s | shell loop "
               "%s s | **%s** capd/loop | ≤ 1.05 (%s) |" % (
                   f(sorted(capd)[len(capd) // 2], "%.1f"), f(sorted(loop)[len(loop) // 2], "%.1f"),
                   f(r1, "%.3f"), verdict(r1 <= 1.05 if r1 else None)))

@@ -27,7 +27,7 @@
 
 struct sup_node {
     struct sup *sup;
-    int device; /* the GPU the cell holds; -1 for none */
+    int device;    /* the GPU the cell holds; -1 for none */
     bool numerics; /* options.iterations 0 on the CPU: no timing to disturb */
     struct sup_node *next;
 };
@@ -53,7 +53,7 @@ struct capd {
     struct sup_node *running;
     unsigned nrunning;
     unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
-    struct devices *dev; /* the GPUs (daemon/devices.h) */
+    struct devices *dev;        /* the GPUs (daemon/devices.h) */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
 };

@@ -23,7 +23,7 @@
 #include "daemon/exec_zygote.h"
 
 #define ZC_MAX_REQUEST (4u << 20) /* the zygote's own limit */
-#define ZC_MAX_REPLY 65536
+#define ZC_MAX_REPLY   65536
 
 extern char **environ;
 
@@ -158,8 +158,8 @@ static int zc_send_request(int sock, char *const argv[], const struct zc_limits 
     } u;
     memset(&u, 0, sizeof u);
     struct iovec iov = {.iov_base = b.p, .iov_len = 1};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;

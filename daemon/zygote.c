@@ -28,9 +28,9 @@
 #include "daemon/zygote.h"
 
 #define ZYG_IDLE_EXIT_S 600
-#define ZYG_LINE_MAX 8192
-#define ZYG_LOG_MAX (4u << 20)
-#define ZYG_MAX_KEYS 64
+#define ZYG_LINE_MAX    8192
+#define ZYG_LOG_MAX     (4u << 20)
+#define ZYG_MAX_KEYS    64
 
 struct zyg {
     struct zyg *next;
@@ -171,7 +171,8 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
         log_info("zygote_exited", "build=%s pid=%d status=%lld", log_q(z->build), p->pid,
                  (long long)status);
     else
-        log_warn("zygote_died", "build=%s pid=%d status=%lld signal=%d (the next prefork cell "
+        log_warn("zygote_died",
+                 "build=%s pid=%d status=%lld signal=%d (the next prefork cell "
                  "starts a new one)",
                  log_q(z->build), p->pid, (long long)status, sig);
     uv_close((uv_handle_t *)p, on_closed);
@@ -188,9 +189,8 @@ static void on_line(struct zyg *z, const char *line)
         z->ready = true;
         bool verified = json_is_true(json_object_get(j, "verified"));
         log_info("zygote_ready", "build=%s pid=%d import_s=%.2f verified=%s verify_s=%.2f",
-                 log_q(z->build), z->proc.pid,
-                 json_number_value(json_object_get(j, "import_s")), verified ? "yes" : "no",
-                 json_number_value(json_object_get(j, "verify_s")));
+                 log_q(z->build), z->proc.pid, json_number_value(json_object_get(j, "import_s")),
+                 verified ? "yes" : "no", json_number_value(json_object_get(j, "verify_s")));
         if (verified && store_build_prefork_set(Z.st, z->build, z->rev, "verified", NULL) != 0)
             log_error("zygote_store_failed", "build=%s err=%s", log_q(z->build),
                       log_q(store_errmsg(Z.st)));
@@ -274,11 +274,11 @@ static int write_verify(const char *path, const char *scratch, char *const *zenv
     char vdir[800];
     snprintf(vdir, sizeof vdir, "%s/verify", scratch);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    json_t *o = json_pack("{s:o,s:[s],s:[s,s],s:s,s:{s:i,s:i,s:I,s:s,s:i,s:i,s:s},s:I}",
-                          "widths", widths, "models", "mlp", "passes", "forward", "backward",
-                          "scratch", vdir, "options", "iterations", 0, "warmup", 0, "threads",
-                          (json_int_t)threads, "capture", "stats", "seed", 0, "batch", 2, "dtype",
-                          "float32", "parallel", (json_int_t)(ncpu > 0 ? ncpu : 1));
+    json_t *o = json_pack("{s:o,s:[s],s:[s,s],s:s,s:{s:i,s:i,s:I,s:s,s:i,s:i,s:s},s:I}", "widths",
+                          widths, "models", "mlp", "passes", "forward", "backward", "scratch", vdir,
+                          "options", "iterations", 0, "warmup", 0, "threads", (json_int_t)threads,
+                          "capture", "stats", "seed", 0, "batch", 2, "dtype", "float32", "parallel",
+                          (json_int_t)(ncpu > 0 ? ncpu : 1));
     int rc = o && json_dump_file(o, path, JSON_COMPACT) == 0 ? 0 : -EIO;
     json_decref(o);
     return rc;
@@ -297,8 +297,7 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
     Z.gen++;
     if ((size_t)snprintf(z->sock, sizeof z->sock, "%s/%u-%d.sock", dir, Z.gen, (int)getpid()) >=
         sizeof z->sock) {
-        snprintf(reason, sizeof reason, "socket path under %s is too long for a unix socket",
-                 dir);
+        snprintf(reason, sizeof reason, "socket path under %s is too long for a unix socket", dir);
         rc = -ENAMETOOLONG;
         goto out;
     }
@@ -447,8 +446,7 @@ out:
     return rc;
 }
 
-int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path,
-                 size_t len)
+int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len)
 {
     const char *name = json_string_value(json_object_get(build, "name"));
     const char *state = json_string_value(json_object_get(build, "prefork_state"));

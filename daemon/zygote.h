@@ -42,8 +42,7 @@ void zyg_init(uv_loop_t *loop, const struct capd_config *cfg, struct store *st);
  * -ENOENT when the cell runs by fresh exec (no prefork, refused, no room,
  * or the zygote could not be set up: logged).
  */
-int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path,
-                 size_t len);
+int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len);
 
 /* Live zygotes (for tests and /metrics). */
 int zyg_count(void);

@@ -147,16 +147,21 @@ int store_events_read(struct store *s, int64_t after, int64_t upto,
 int store_job_version(struct store *s, const char *job_id, int64_t *version, bool *finished)
 {
     sqlite3_stmt *st = NULL;
-    int rc = cached(s, SC_JOB_VERSION, "SELECT version, state FROM jobs WHERE id = ?", &st);
+    /* A cancelled job still changes while its running cells are being
+     * stopped; it has ended when none is left. */
+    int rc = cached(s, SC_JOB_VERSION,
+                    "SELECT j.version, j.state = 'done' OR (j.state = 'cancelled' AND NOT EXISTS "
+                    "(SELECT 1 FROM cells c WHERE c.job_seq = j.seq AND c.state IN "
+                    "('queued','running'))) FROM jobs j WHERE j.id = ?",
+                    &st);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
     int src = sqlite3_step(st);
     if (src == SQLITE_ROW) {
-        const char *state = (const char *)sqlite3_column_text(st, 1);
         *version = sqlite3_column_int64(st, 0);
         if (finished)
-            *finished = state && (strcmp(state, "done") == 0 || strcmp(state, "cancelled") == 0);
+            *finished = sqlite3_column_int(st, 1) != 0;
         rc = 0;
     } else {
         rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);

@@ -308,9 +308,9 @@ static json_t *build_row(sqlite3_stmt *st)
 {
     json_t *b = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b}", "name", store_col_str(st, 0),
                           "python", store_col_str(st, 1), "env", store_col_json(st, 2),
-                          "model_roots", store_col_json(st, 3), "description",
-                          store_col_str(st, 4), "created_at", store_col_time(st, 5), "updated_at",
-                          store_col_time(st, 6), "prefork", sqlite3_column_int(st, 7) != 0);
+                          "model_roots", store_col_json(st, 3), "description", store_col_str(st, 4),
+                          "created_at", store_col_time(st, 5), "updated_at", store_col_time(st, 6),
+                          "prefork", sqlite3_column_int(st, 7) != 0);
     /* Prefork's verification outcome (docs/prefork.md), for builds that opted in. */
     if (b && sqlite3_column_int(st, 7)) {
         json_object_set_new(b, "prefork_state", store_col_str(st, 8));
@@ -368,21 +368,22 @@ int store_build_put(struct store *s, const char *name, json_t *b, bool replace, 
     char *env = json_dumps(json_object_get(b, "env"), JSON_COMPACT | JSON_SORT_KEYS);
     char *roots = json_dumps(json_object_get(b, "model_roots"), JSON_COMPACT);
     int64_t now = store_now_ms();
-    int rc = replace ? store_prepare(s,
-                                     "INSERT INTO builds(name, python, env_json, model_roots, "
-                                     "description, created_at, updated_at, prefork) "
-                                     "VALUES (?,?,?,?,?,?,?,?) "
-                                     "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
-                                     "env_json=excluded.env_json, model_roots=excluded.model_roots, "
-                                     "description=excluded.description, updated_at=excluded.updated_at, "
-                                     "prefork=excluded.prefork, prefork_state='unverified', "
-                                     "prefork_reason=NULL, prefork_checked_at=NULL",
-                                     &st)
-                     : store_prepare(s,
-                                     "INSERT INTO builds(name, python, env_json, model_roots, "
-                                     "description, created_at, updated_at, prefork) "
-                                     "VALUES (?,?,?,?,?,?,?,?)",
-                                     &st);
+    int rc =
+        replace ? store_prepare(s,
+                                "INSERT INTO builds(name, python, env_json, model_roots, "
+                                "description, created_at, updated_at, prefork) "
+                                "VALUES (?,?,?,?,?,?,?,?) "
+                                "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
+                                "env_json=excluded.env_json, model_roots=excluded.model_roots, "
+                                "description=excluded.description, updated_at=excluded.updated_at, "
+                                "prefork=excluded.prefork, prefork_state='unverified', "
+                                "prefork_reason=NULL, prefork_checked_at=NULL",
+                                &st)
+                : store_prepare(s,
+                                "INSERT INTO builds(name, python, env_json, model_roots, "
+                                "description, created_at, updated_at, prefork) "
+                                "VALUES (?,?,?,?,?,?,?,?)",
+                                &st);
     if (rc)
         goto out;
     store_bind_text(st, 1, name);
@@ -866,14 +867,14 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
     snprintf(r->cell_id, sizeof r->cell_id, "%s", (const char *)sqlite3_column_text(st, 2));
     snprintf(r->job_id, sizeof r->job_id, "%s", (const char *)sqlite3_column_text(st, 3));
     r->attempt = sqlite3_column_int(st, 11) + 1;
-    r->spec = json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width",
-                        store_col_str(st, 5), "pass", store_col_str(st, 6), "options",
-                        store_col_json(st, 7));
-    r->build = json_pack("{s:o,s:o,s:o,s:o,s:b,s:o,s:I}", "name", store_col_str(st, 12),
-                         "python", store_col_str(st, 8), "env", store_col_json(st, 9),
-                         "model_roots", store_col_json(st, 10), "prefork",
-                         sqlite3_column_int(st, 13) != 0, "prefork_state", store_col_str(st, 14),
-                         "rev", (json_int_t)sqlite3_column_int64(st, 15));
+    r->spec =
+        json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width", store_col_str(st, 5),
+                  "pass", store_col_str(st, 6), "options", store_col_json(st, 7));
+    r->build = json_pack("{s:o,s:o,s:o,s:o,s:b,s:o,s:I}", "name", store_col_str(st, 12), "python",
+                         store_col_str(st, 8), "env", store_col_json(st, 9), "model_roots",
+                         store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
+                         "prefork_state", store_col_str(st, 14), "rev",
+                         (json_int_t)sqlite3_column_int64(st, 15));
     sqlite3_finalize(st);
     st = NULL;
     int64_t now = store_now_ms();

@@ -303,7 +303,8 @@ int store_events_read(struct store *s, int64_t after, int64_t upto,
 int store_events_bounds(struct store *s, int64_t *oldest, int64_t *newest);
 
 /* A number that grows with every change to the job or any of its cells
- * (-ENOENT for no such job); *finished when it is done or cancelled. */
+ * (-ENOENT for no such job); *finished when it can change no more: done,
+ * or cancelled with no cell left queued or running. */
 int store_job_version(struct store *s, const char *job_id, int64_t *version, bool *finished);
 /* Collection versions: "jobs" (any job or cell change, insert or delete),
  * "builds", "payloads" (payload references dropped by retention). */

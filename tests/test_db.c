@@ -229,7 +229,7 @@ static void check_data_dir(const char *data_dir)
     cr_assert_eq(blob_files(data_dir), n, "no blob file without its row in %s", data_dir);
 }
 
-Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 600)
+Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 300)
 {
     struct env e;
     start(&e, NULL);

@@ -364,7 +364,9 @@ static void generate(uint64_t *s, struct gen *g)
             "GET /healthz HTTP/1.1\nHost: x\n\n",
         };
         unsigned i = pick(s, sizeof lines / sizeof lines[0]);
-        put(b, lines[i], i == 4 ? 23 : strlen(lines[i]));
+        /* Line 4 starts with a NUL byte: its length is not strlen's. */
+        static const char nul_line[] = "\x00\x01\x02 / HTTP/1.1\r\n\r\n";
+        put(b, lines[i], i == 4 ? sizeof nul_line - 1 : strlen(lines[i]));
         snprintf(g->desc, sizeof g->desc, "garbage request line %u", i);
         return;
     }

@@ -15,7 +15,8 @@
 
 #include "tests/helpers/common/testutil.h"
 
-#define SLOW_MODELS "\"fake:slow__1500\",\"fake:slow__1501\",\"fake:slow__1502\",\"fake:slow__1503\""
+#define SLOW_MODELS                                                                                \
+    "\"fake:slow__1500\",\"fake:slow__1501\",\"fake:slow__1502\",\"fake:slow__1503\""
 
 /* ms since midnight from "YYYY-MM-DDTHH:MM:SS.mmmZ" (tests run for minutes). */
 static long ms_of(json_t *cell, const char *k)

@@ -38,8 +38,7 @@ static void register_build(struct tu_capd *c, const char *name, bool prefork, co
 }
 
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
-                    const char *models, const char *widths, const char *passes,
-                    const char *options)
+                    const char *models, const char *widths, const char *passes, const char *options)
 {
     long st = 0;
     char cc[96] = "";
@@ -78,8 +77,8 @@ static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell,
     *n = 0;
     char path[256], cursor[64] = "";
     for (;;) {
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s",
-                 job, cell, cursor[0] ? "&cursor=" : "", cursor);
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s", job,
+                 cell, cursor[0] ? "&cursor=" : "", cursor);
         long st = 0;
         json_t *page = tu_json(c, "GET", path, NULL, &st);
         cr_assert_eq(st, 200);
@@ -257,8 +256,7 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
                  24, "the prefork head is identical to the fresh control in all 24 cells");
     json_decref(diff);
     json_t *b = get_build(&c, "pf");
-    cr_assert_str_eq(sget(b, "prefork_state"), "verified", "reason: %s",
-                     sget(b, "prefork_reason"));
+    cr_assert_str_eq(sget(b, "prefork_state"), "verified", "reason: %s", sget(b, "prefork_reason"));
     json_decref(b);
     json_decref(fresh);
     json_decref(pf);
@@ -282,8 +280,8 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
              tu_bin("CAPD_SOURCE_DIR"));
     register_build(&c, "pf", true, roots);
 
-    char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"",
-                      "\"avx2\"", "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
+    char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"", "\"avx2\"",
+                      "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
     json_t *job = wait_done(&c, j1);
     json_t *crash = only_cell(job, 0), *ok = only_cell(job, 1);
     cr_assert_str_eq(sget(crash, "state"), "crashed", "%s", sget(crash, "reason"));
@@ -363,10 +361,10 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
              tu_bin("CAPD_SOURCE_DIR"));
     register_build(&c, "importop", true, env);
     const char *opts = "{\"iterations\":1,\"warmup\":0}";
-    char *j1 = submit(&c, "perturbed", "b100000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"",
-                      opts);
-    char *j2 = submit(&c, "importop", "b200000", NULL, "\"mlp\"", "\"default\"", "\"forward\"",
-                      opts);
+    char *j1 =
+        submit(&c, "perturbed", "b100000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"", opts);
+    char *j2 =
+        submit(&c, "importop", "b200000", NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
     json_t *job1 = wait_done(&c, j1), *job2 = wait_done(&c, j2);
 
     json_t *b = get_build(&c, "perturbed");
@@ -394,8 +392,8 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
 
     /* Afterwards no zygote is started for them: the next cell's log has
      * no prefork line at all. */
-    char *j3 = submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"",
-                      opts);
+    char *j3 =
+        submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", "\"avx512\"", "\"forward\"", opts);
     json_t *job3 = wait_done(&c, j3);
     char *log = cell_log(&c, j3, sget(only_cell(job3, 0), "id"));
     cr_assert_null(strstr(log, "prefork"), "no prefork attempt once refused:\n%s", log);
@@ -406,5 +404,89 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     free(j1);
     free(j2);
     free(j3);
+    tu_capd_stop(&c);
+}
+
+/* The "CAPD-FACTS {...}" line a pfmodels:facts cell prints. */
+static json_t *facts_of(struct tu_capd *c, const char *job)
+{
+    json_t *j = wait_done(c, job);
+    json_t *cell = only_cell(j, 0);
+    cr_assert_str_eq(sget(cell, "state"), "ok", "%s", sget(cell, "reason"));
+    char *log = cell_log(c, job, sget(cell, "id"));
+    const char *p = strstr(log, "CAPD-FACTS ");
+    cr_assert_not_null(p, "facts in the log:\n%s", log);
+    json_t *f = json_loads(p + strlen("CAPD-FACTS "), JSON_DISABLE_EOF_CHECK, NULL);
+    cr_assert_not_null(f);
+    long cp, zp;
+    json_object_set_new(f, "forked", json_boolean(forked_pids(log, &cp, &zp)));
+    json_object_set_new(f, "zygote", json_integer(zp));
+    free(log);
+    json_decref(j);
+    return f;
+}
+
+static json_int_t iget(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/*
+ * Isolation, seen from inside the cell: a prefork child has what a fresh
+ * exec has (user, no-new-privs, parent-death signal, rlimits, only fds 0-3
+ * of the cell's own kinds and no socket of the zygote's, its scratch dir as
+ * cwd, its width variable) and its own session and process group, which is
+ * neither capd's nor the zygote's.
+ */
+Test(prefork, child_isolation_equals_fresh_exec, .timeout = 1200)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char roots[512];
+    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
+             tu_bin("CAPD_SOURCE_DIR"));
+    register_build(&c, "fresh", false, roots);
+    register_build(&c, "pf", true, roots);
+    const char *opts = "{\"iterations\":1,\"warmup\":0}";
+    char *jf = submit(&c, "fresh", "d100000", NULL, "\"pfmodels:facts\"", "\"default\"",
+                      "\"forward\"", opts);
+    char *jp =
+        submit(&c, "pf", "d200000", NULL, "\"pfmodels:facts\"", "\"default\"", "\"forward\"", opts);
+    json_t *ff = facts_of(&c, jf), *fp = facts_of(&c, jp);
+    cr_assert(json_is_false(json_object_get(ff, "forked")));
+    cr_assert(json_is_true(json_object_get(fp, "forked")), "the prefork cell was forked");
+
+    /* Fresh: the runner is capd-exec's child, in capd-exec's session. */
+    cr_assert_eq(iget(ff, "sid"), iget(ff, "ppid"));
+    cr_assert_eq(iget(ff, "pgid"), iget(ff, "ppid"));
+    /* Prefork: its own session and group, the zygote's child, not in the
+     * zygote's session, and not in capd's. */
+    cr_assert_eq(iget(fp, "sid"), iget(fp, "pid"));
+    cr_assert_eq(iget(fp, "pgid"), iget(fp, "pid"));
+    cr_assert_eq(iget(fp, "ppid"), iget(fp, "zygote"));
+    cr_assert_neq(iget(fp, "sid"), iget(fp, "zygote"));
+    cr_assert_neq(iget(fp, "sid"), (json_int_t)getsid(c.pid));
+
+    static const char *const same[] = {"uid",      "gid",     "no_new_privs",   "pdeathsig",
+                                       "rlimits",  "sockets", "cwd_is_scratch", "fds_0_3",
+                                       "env_width"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        size_t fl = JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY;
+        char *a = json_dumps(json_object_get(ff, same[i]), fl);
+        char *b = json_dumps(json_object_get(fp, same[i]), fl);
+        cr_assert_str_eq(a, b, "%s: fresh %s, prefork %s", same[i], a, b);
+        free(a);
+        free(b);
+    }
+    cr_assert_str_eq(sget(fp, "no_new_privs"), "1");
+    cr_assert_eq(iget(fp, "pdeathsig"), SIGKILL);
+    cr_assert_eq(json_array_size(json_object_get(fp, "sockets")), 0, "no zygote socket leaked");
+    cr_assert(json_is_true(json_object_get(fp, "cwd_is_scratch")));
+    cr_assert_str_eq(sget(fp, "env_width"), "default");
+    cr_assert_eq(iget(json_object_get(fp, "rlimits"), "CORE"), 0);
+    json_decref(ff);
+    json_decref(fp);
+    free(jf);
+    free(jp);
     tu_capd_stop(&c);
 }
