@@ -327,13 +327,20 @@ def main():
         res["cpu_prefork_first_use_s"] = capd.cpu
         script = make_loop(work, args.python, args.runner_dir, options, control_job)
 
+        # Loops sandwich the capd runs (L C P L C P L ...), and each capd
+        # run is compared with the mean of the loops on either side, so a
+        # load that drifts during the run cancels to first order.
         loops, capds, warm = [], [], []
         cpu = {"loop": [], "capd": [], "prefork": []}
         fresh_job = prefork_job = None
         diffs = {}
-        for i in range(repeats):
+
+        def one_loop():
             loops.append(run_loop(script))
             cpu["loop"].append(run_loop.cpu)
+
+        one_loop()
+        for i in range(repeats):
             t, fresh_job, diffs["fresh"] = timed_job(capd, "fresh", "%040x" % (0xa0 + i),
                                                      options, "c0" * 20)
             capds.append(t)
@@ -342,16 +349,19 @@ def main():
                                                          options, "c0" * 20)
             warm.append(t)
             cpu["prefork"].append(capd.cpu)
+            one_loop()
         st, build = capd.req("GET", "/v1/builds/prefork")
         res["prefork_build"] = dict((k, build.get(k)) for k in
                                     ("prefork", "prefork_state", "prefork_reason"))
         res["loop_s"] = loops
         res["capd_s"] = capds
         res["prefork_warm_s"] = warm
+        around = [(loops[i] + loops[i + 1]) / 2.0 for i in range(repeats)]
+        res["capd_over_loop_pairs"] = [c / l for c, l in zip(capds, around)]
+        res["capd_over_loop"] = statistics.median(res["capd_over_loop_pairs"])
+        res["loop_over_prefork_pairs"] = [l / p for p, l in zip(warm, around)]
+        res["loop_over_prefork_warm"] = statistics.median(res["loop_over_prefork_pairs"])
         loop_m = statistics.median(loops)
-        res["capd_over_loop"] = statistics.median(capds) / loop_m
-        res["capd_over_loop_pairs"] = [c / l for c, l in zip(capds, loops)]
-        res["loop_over_prefork_warm"] = loop_m / statistics.median(warm)
         res["loop_over_prefork_first_use"] = loop_m / res["prefork_first_use_s"]
         # CPU seconds: what each side costs the machine, which contention
         # from other work stretches far less than wall time.

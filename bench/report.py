@@ -125,8 +125,12 @@ def main():
           "(24 cells), options `%s`, Debian's torch. **Reference**: a `/bin/sh` loop "
           "running the same 24 `python3 -m capd_runner` invocations one after another "
           "(the same width variables as `schema/widths.json`, the same cell spec files, "
-          "fd 3 to `/dev/null`), interleaved with the capd runs, %d repetition%s "
-          "(medians)." % (json.dumps(e2e.get("options")), n, "" if n == 1 else "s"))
+          "fd 3 to `/dev/null`, capd's allow-listed variables). The loops sandwich the capd "
+          "runs (loop, capd, prefork, loop, ...); each capd run is compared with the mean of "
+          "the two loops around it, which cancels a load that drifts during the run; %d "
+          "repetition%s, medians of the ratios. Waiting is done as a CI client would, with "
+          "the job long-poll, so the client puts no polling load on capd."
+          % (json.dumps(e2e.get("options")), n, "" if n == 1 else "s"))
         w("")
         w("| figure | what it measures | value | reference (same run) | ratio | target |")
         w("| --- | --- | --- | --- | --- | --- |")

@@ -18,6 +18,7 @@
 #include "daemon/capd.h"
 #include "daemon/devices.h"
 #include "daemon/log.h"
+#include "daemon/retention.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 #include "daemon/zygote.h"
@@ -336,6 +337,8 @@ void capd_set_http_hooks(struct capd *d, const struct capd_http_hooks *h)
 int capd_run(struct capd *d)
 {
     uv_check_start(&d->flush, on_flush);
+    /* Prunes old heads' payloads on a timer when retention is configured. */
+    retention_start(&d->loop, &d->cfg, NULL);
     /* A broken pipe from a client must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     schedule(d);

@@ -145,6 +145,14 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
     free(unit);
     free(unit_path);
     free(exec_line);
+    /* The sysusers entry makes the user the sample config runs cells as. */
+    if (access("/usr/bin/systemd-sysusers", X_OK) == 0) {
+        cr_assert_eq(tu_sh("mkdir -p '%s/sysroot/etc' && systemd-sysusers --root='%s/sysroot' "
+                           "'%s/lib/sysusers.d/capd.conf' >/dev/null 2>&1 && "
+                           "grep -q '^capd-runner:' '%s/sysroot/etc/passwd'",
+                           top, top, prefix, top),
+                     0, "systemd-sysusers creates capd-runner");
+    }
 
     /* The installed capd, started with no runner or shim paths, finds both
      * in the prefix and runs a real cell through the installed capctl. */
