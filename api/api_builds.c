@@ -10,7 +10,7 @@
 
 #include "api/api_int.h"
 
-#define BUILD_MAX_ENV 128
+#define BUILD_MAX_ENV   128
 #define BUILD_MAX_ROOTS 32
 
 /* True when a path has a component that is exactly "." or "..". */
@@ -30,8 +30,7 @@ static bool has_dot_component(const char *p)
 
 /* Validates a build body; replies and returns NULL on bad input. The
  * result is normalized (env and model_roots always present). */
-static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
-                              enum MHD_Result *ret)
+static json_t *validate_build(struct api_req *r, json_t *b, const char *name, enum MHD_Result *ret)
 {
     const char *k;
     json_t *v;
@@ -44,8 +43,7 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
         }
     }
     if (!api_valid_name(name, 64)) {
-        *ret = api_error(r, 400, "invalid_field", "name",
-                         "name must match ^[A-Za-z0-9._-]{1,64}$");
+        *ret = api_error(r, 400, "invalid_field", "name", "name must match ^[A-Za-z0-9._-]{1,64}$");
         return NULL;
     }
     json_t *py = json_object_get(b, "python");
@@ -67,18 +65,18 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name,
         return NULL;
     }
     if (json_object_size(env) > BUILD_MAX_ENV) {
-        *ret = api_error(r, 400, "too_many", "env", "env has more than %d variables",
-                         BUILD_MAX_ENV);
+        *ret =
+            api_error(r, 400, "too_many", "env", "env has more than %d variables", BUILD_MAX_ENV);
         return NULL;
     }
     json_object_foreach(env, k, v)
     {
         bool ok = k[0] && strlen(k) <= 128 && !strchr(k, '=') && json_is_string(v) &&
-                  json_string_length(v) <= 8192 && !memchr(json_string_value(v), 0,
-                                                           json_string_length(v));
+                  json_string_length(v) <= 8192 &&
+                  !memchr(json_string_value(v), 0, json_string_length(v));
         for (const char *c = k; ok && *c; c++)
-            ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
-                 (*c >= '0' && *c <= '9') || *c == '_';
+            ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+                 *c == '_';
         if (ok && strcmp(k, "CAPD_CELL_SPEC") == 0)
             ok = false;
         if (!ok) {

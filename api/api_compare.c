@@ -74,7 +74,6 @@ enum MHD_Result api_commit_get(struct api_req *r)
     return api_json(r, 200, out);
 }
 
-
 /* Resolves a job id or a commit (its newest finished job) to a job; replies
  * and returns false when it cannot. */
 static bool resolve_job(struct api_req *r, struct store *s, const char *ref, const char *field,
@@ -122,9 +121,8 @@ static json_t *side_summary(json_t *job)
 {
     return json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "job", json_object_get(job, "id"), "commit",
                      json_object_get(job, "commit"), "branch", json_object_get(job, "branch"),
-                     "build", json_object_get(job, "build"), "state",
-                     json_object_get(job, "state"), "finished_at",
-                     json_object_get(job, "finished_at"));
+                     "build", json_object_get(job, "build"), "state", json_object_get(job, "state"),
+                     "finished_at", json_object_get(job, "finished_at"));
 }
 
 /* Provenance findings of a job (stored at submit) become warnings on every
@@ -152,8 +150,8 @@ static enum MHD_Result reply_result(struct api_req *r, json_t *result)
 {
     const char *fmt = api_query(r, "format");
     const char *accept = api_header(r, "Accept");
-    bool md = (fmt && strcmp(fmt, "md") == 0) ||
-              (!fmt && accept && strstr(accept, "text/markdown"));
+    bool md =
+        (fmt && strcmp(fmt, "md") == 0) || (!fmt && accept && strstr(accept, "text/markdown"));
     bool text = fmt && strcmp(fmt, "text") == 0;
     if (fmt && !md && !text && strcmp(fmt, "json") != 0) {
         json_decref(result);
@@ -270,10 +268,10 @@ out:
 
 static enum MHD_Result pending(struct api_req *r, json_t *ctl, json_t *head)
 {
-    json_t *b = json_pack("{s:{s:s,s:s,s:n},s:s,s:o,s:o}", "error", "code", "pending", "message",
-                          "a job of this comparison has not finished; retry when it has",
-                          "field", "verdict", "pending", "control", side_summary(ctl), "head",
-                          side_summary(head));
+    json_t *b =
+        json_pack("{s:{s:s,s:s,s:n},s:s,s:o,s:o}", "error", "code", "pending", "message",
+                  "a job of this comparison has not finished; retry when it has", "field",
+                  "verdict", "pending", "control", side_summary(ctl), "head", side_summary(head));
     return api_json(r, 409, b);
 }
 
@@ -289,8 +287,10 @@ enum MHD_Result api_compare(struct api_req *r)
     if (job || cw || hw) {
         /* Cross-width: two widths of one job. */
         if (!job || !cw || !hw)
-            return api_error(r, 400, "missing_query", !job ? "job" : !cw ? "control_width"
-                                                                       : "head_width",
+            return api_error(r, 400, "missing_query",
+                             !job  ? "job"
+                             : !cw ? "control_width"
+                                   : "head_width",
                              "cross-width comparison needs job, control_width and head_width");
         if (!resolve_job(r, s, job, "job", &ctl, &ret))
             return ret;

@@ -22,8 +22,8 @@
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 
-#define JOB_MAX_LABELS 32
-#define JOB_MAX_AXIS 64
+#define JOB_MAX_LABELS    32
+#define JOB_MAX_AXIS      64
 #define JOB_RETRY_AFTER_S "30"
 
 struct opt_int {
@@ -32,8 +32,8 @@ struct opt_int {
 };
 
 static const struct opt_int int_opts[] = {
-    {"iterations", 0, 100000, 20},  {"warmup", 0, 10000, 3},       {"threads", 1, 1024, 1},
-    {"timeout_s", 1, 86400, 600},   {"seed", 0, INT64_MAX, 0},     {"batch", 1, 4096, 2},
+    {"iterations", 0, 100000, 20},  {"warmup", 0, 10000, 3},   {"threads", 1, 1024, 1},
+    {"timeout_s", 1, 86400, 600},   {"seed", 0, INT64_MAX, 0}, {"batch", 1, 4096, 2},
     {"sample_size", 1, 65536, 256},
 };
 
@@ -381,8 +381,8 @@ enum MHD_Result api_jobs_create(struct api_req *r)
     /* A GPU job on a host without a GPU fails now, not cell by cell later.
      * (This is the one check that needs the daemon, so it is not in the
      * validator.) */
-    const char *device = json_string_value(
-        json_object_get(json_object_get(norm, "options"), "device"));
+    const char *device =
+        json_string_value(json_object_get(json_object_get(norm, "options"), "device"));
     struct devices *dv = capd_devices(api_daemon(r));
     if (device && strcmp(device, "gpu") == 0 && devices_count(dv) == 0) {
         json_t *dj = devices_json(dv);
@@ -468,8 +468,8 @@ static bool parse_limit(struct api_req *r, int def, int max, int *out, enum MHD_
         return true;
     long v = strtol(l, &end, 10);
     if (*end || end == l || v < 1 || v > max) {
-        *ret = api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]",
-                         max);
+        *ret =
+            api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]", max);
         return false;
     }
     *out = (int)v;
@@ -551,8 +551,8 @@ enum MHD_Result api_cell_get(struct api_req *r)
 
 enum MHD_Result api_cell_records(struct api_req *r)
 {
-    static const char *const kinds[] = {"hello",  "env",  "tensor", "nondeterministic", "timing",
-                                        "memory", "note", "end",    NULL};
+    static const char *const kinds[] = {
+        "hello", "env", "tensor", "nondeterministic", "timing", "memory", "note", "end", NULL};
     enum MHD_Result ret;
     int limit;
     int64_t after = -1;

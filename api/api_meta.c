@@ -19,5 +19,6 @@ enum MHD_Result api_models(struct api_req *r)
 
 enum MHD_Result api_widths(struct api_req *r)
 {
-    return api_json(r, 200, json_pack("{s:O}", "widths", json_object_get(widths_table(), "widths")));
+    return api_json(r, 200,
+                    json_pack("{s:O}", "widths", json_object_get(widths_table(), "widths")));
 }

@@ -45,8 +45,10 @@ static const char *const outcome_names[] = {
 };
 
 static const char *const phase_names[] = {
-    [CMP__PH_FORWARD] = "forward", [CMP__PH_BACKWARD] = "backward",
-    [CMP__PH_INIT] = "init",       [CMP__PH_OTHER] = "other",
+    [CMP__PH_FORWARD] = "forward",
+    [CMP__PH_BACKWARD] = "backward",
+    [CMP__PH_INIT] = "init",
+    [CMP__PH_OTHER] = "other",
 };
 
 static const char *const role_names[] = {
@@ -235,8 +237,8 @@ static bool name_ok(const char *s)
     return s != NULL && s[0] != '\0' && strlen(s) < CMP_MAX_KEY;
 }
 
-int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width,
-                      const char *pass, struct cmp_cell **cell_out)
+int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width, const char *pass,
+                      struct cmp_cell **cell_out)
 {
     int rc = -EINVAL;
     struct cmp_cell *c = NULL;
@@ -253,8 +255,8 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
             goto out;
         }
     }
-    rc = grow((void **)&side->cells, &side->cap_cells, side->n_cells + 1,
-              sizeof(*side->cells), CMP_MAX_CELLS);
+    rc = grow((void **)&side->cells, &side->cap_cells, side->n_cells + 1, sizeof(*side->cells),
+              CMP_MAX_CELLS);
     if (rc < 0)
         goto out;
     rc = -ENOMEM;
@@ -365,8 +367,8 @@ static bool all_digits(const char *s, size_t len)
  * followed by a known phase and a known role is taken as the boundary.
  * Returns false when no such place exists.
  */
-static bool parse_key(const char *key, size_t *module_len, int64_t *call,
-                      enum cmp__phase *phase, enum cmp__role *role)
+static bool parse_key(const char *key, size_t *module_len, int64_t *call, enum cmp__phase *phase,
+                      enum cmp__role *role)
 {
     for (const char *p = strchr(key, '.'); p != NULL; p = strchr(p + 1, '.')) {
         const char *c = p + 1, *ce = strchr(c, '.');
@@ -399,11 +401,10 @@ static bool parse_key(const char *key, size_t *module_len, int64_t *call,
  * Validates a public record and translates it. Shared by cmp_cell_add_tensor
  * and cmp_tensor_compare so both reject the same malformed input.
  */
-int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r,
-                         const char **module_out, size_t *module_len_out)
+int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const char **module_out,
+                         size_t *module_len_out)
 {
-    if (t == NULL || !name_ok(t->key) || t->ndim < 0 || t->ndim > CMP_MAX_NDIM ||
-        t->numel < 0)
+    if (t == NULL || !name_ok(t->key) || t->ndim < 0 || t->ndim > CMP_MAX_NDIM || t->numel < 0)
         return -EINVAL;
     if (t->hash != NULL && strlen(t->hash) >= CMP_MAX_KEY)
         return -EINVAL;

@@ -48,18 +48,18 @@
 
 /* ---------------------------------------------------------------- limits */
 
-#define CMP_MAX_NDIM 8                  /* dimensions of one tensor */
-#define CMP_MAX_KEY 4096                /* bytes of a record key, module, hash */
-#define CMP_MAX_TENSORS 2000000         /* tensor records per cell (= frames per cell) */
-#define CMP_MAX_CELLS 4096              /* cells per side */
-#define CMP_MAX_TIMING_SAMPLES 10000    /* timing samples per cell (bounds the bootstrap) */
-#define CMP_MAX_TIMING_NS (INT64_C(1) << 60) /* one sample, so differences never overflow */
-#define CMP_MAX_KEY_TOLS 32             /* key-pattern tolerance overrides */
-#define CMP_MAX_PATTERN 256             /* bytes of one pattern, with its NUL */
-#define CMP_MAX_WIDTH_NAME 32           /* bytes of a width name, with its NUL */
-#define CMP_MAX_BOOTSTRAP 100000        /* bootstrap resamples */
-#define CMP_MAX_RENDER (1u << 20)       /* bytes of a rendered markdown/text report */
-#define CMP_SCRATCH_MAX_ELEMS (1 << 20) /* doubles held for the p99 selection */
+#define CMP_MAX_NDIM           8       /* dimensions of one tensor */
+#define CMP_MAX_KEY            4096    /* bytes of a record key, module, hash */
+#define CMP_MAX_TENSORS        2000000 /* tensor records per cell (= frames per cell) */
+#define CMP_MAX_CELLS          4096    /* cells per side */
+#define CMP_MAX_TIMING_SAMPLES 10000   /* timing samples per cell (bounds the bootstrap) */
+#define CMP_MAX_TIMING_NS      (INT64_C(1) << 60) /* one sample, so differences never overflow */
+#define CMP_MAX_KEY_TOLS       32                 /* key-pattern tolerance overrides */
+#define CMP_MAX_PATTERN        256                /* bytes of one pattern, with its NUL */
+#define CMP_MAX_WIDTH_NAME     32                 /* bytes of a width name, with its NUL */
+#define CMP_MAX_BOOTSTRAP      100000             /* bootstrap resamples */
+#define CMP_MAX_RENDER         (1u << 20)         /* bytes of a rendered markdown/text report */
+#define CMP_SCRATCH_MAX_ELEMS  (1 << 20)          /* doubles held for the p99 selection */
 
 /* ------------------------------------------------------------- the input */
 
@@ -148,8 +148,8 @@ void cmp_side_free(struct cmp_side *side);
  * side is freed. -EEXIST when the side already has that (model, width, pass),
  * -E2BIG past CMP_MAX_CELLS, -EINVAL on NULL or over-long names.
  */
-int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width,
-                      const char *pass, struct cmp_cell **cell_out);
+int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width, const char *pass,
+                      struct cmp_cell **cell_out);
 
 /*
  * The cell's outcome: ok, failed, crashed, timeout, cancelled, unsupported,
@@ -165,8 +165,7 @@ int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
  */
 int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
-void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes,
-                         int64_t device_peak_bytes);
+void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes);
 /*
  * Appends timing samples in nanoseconds (copied). -EINVAL on a negative value
  * or one past CMP_MAX_TIMING_NS, -E2BIG past CMP_MAX_TIMING_SAMPLES; on error
@@ -208,14 +207,14 @@ struct cmp_key_tol {
  * with cmp_options_init() and then either set fields or apply a JSON object.
  */
 struct cmp_options {
-    struct cmp_tol tol[CMP_DTYPE__COUNT];   /* per dtype; torch.testing defaults */
+    struct cmp_tol tol[CMP_DTYPE__COUNT]; /* per dtype; torch.testing defaults */
     struct cmp_key_tol key_tols[CMP_MAX_KEY_TOLS];
     size_t n_key_tols;
-    double perf_threshold;                  /* 0.05: median ratio must pass 1 +- this */
-    double alpha;                           /* 0.01: Mann-Whitney significance level */
-    uint64_t bootstrap_seed;                /* 0x6361706463617064 ("capdcapd") */
-    int bootstrap_resamples;                /* 2000; 0 disables the interval */
-    bool include_tensors;                   /* add per-tensor rows to every cell */
+    double perf_threshold;   /* 0.05: median ratio must pass 1 +- this */
+    double alpha;            /* 0.01: Mann-Whitney significance level */
+    uint64_t bootstrap_seed; /* 0x6361706463617064 ("capdcapd") */
+    int bootstrap_resamples; /* 2000; 0 disables the interval */
+    bool include_tensors;    /* add per-tensor rows to every cell */
     /*
      * Cells whose devices differ (cmp_cell_set_env: a GPU against "cpu", or
      * two GPU models) run different kernels, so their differences say
@@ -235,7 +234,7 @@ struct cmp_options {
 
 /* Where a rejected option is and why, for the API's error body. */
 struct cmp_err {
-    char field[128];   /* e.g. "key_tolerances[2].atol" */
+    char field[128]; /* e.g. "key_tolerances[2].atol" */
     char message[192];
 };
 
@@ -257,8 +256,7 @@ void cmp_options_init(struct cmp_options *opt);
  * most recently applied override wins. Returns 0, or -EINVAL with err filled
  * (err may be NULL) and opt left exactly as it was.
  */
-int cmp_options_apply_json(struct cmp_options *opt, const json_t *overrides,
-                           struct cmp_err *err);
+int cmp_options_apply_json(struct cmp_options *opt, const json_t *overrides, struct cmp_err *err);
 
 /* ---------------------------------------------------------- the engine */
 
@@ -281,11 +279,7 @@ enum cmp_basis {
     CMP_BASIS_STATS   /* statistics only */
 };
 
-enum cmp_mismatch {
-    CMP_MISMATCH_NONE,
-    CMP_MISMATCH_DTYPE,
-    CMP_MISMATCH_SHAPE
-};
+enum cmp_mismatch { CMP_MISMATCH_NONE, CMP_MISMATCH_DTYPE, CMP_MISMATCH_SHAPE };
 
 /*
  * The metrics of one tensor pair, a = head, b = control, d = a - b, in double.
@@ -297,9 +291,9 @@ enum cmp_mismatch {
 struct cmp_metrics {
     enum cmp_basis basis;
     enum cmp_mismatch mismatch;
-    bool within_tol;          /* identical, or no violation and nothing one-sided */
-    double atol, rtol;        /* the tolerance that was applied */
-    int64_t n;                /* positions compared */
+    bool within_tol;   /* identical, or no violation and nothing one-sided */
+    double atol, rtol; /* the tolerance that was applied */
+    int64_t n;         /* positions compared */
     int64_t n_finite;
     double max_abs, mean_abs, p99_abs;
     double max_rel, mean_rel;
@@ -339,18 +333,18 @@ enum cmp_perf_verdict {
 struct cmp_perf {
     size_t n_control, n_head;
     double control_median_ns, head_median_ns;
-    double ratio;           /* head median / control median */
-    double ci_lo, ci_hi;    /* bootstrap 99% interval of the ratio; NaN if none */
-    double u;               /* Mann-Whitney U of the head sample */
-    double p_value;         /* two-sided */
-    bool p_exact;           /* exact distribution (else normal approximation) */
-    double hl_shift_ns;     /* Hodges-Lehmann: median of head_i - control_j */
+    double ratio;        /* head median / control median */
+    double ci_lo, ci_hi; /* bootstrap 99% interval of the ratio; NaN if none */
+    double u;            /* Mann-Whitney U of the head sample */
+    double p_value;      /* two-sided */
+    bool p_exact;        /* exact distribution (else normal approximation) */
+    double hl_shift_ns;  /* Hodges-Lehmann: median of head_i - control_j */
     enum cmp_perf_verdict verdict;
 };
 
 /* Fills out from two samples; opt NULL means defaults. -ENOMEM, -EINVAL. */
-int cmp_perf_compare(const int64_t *control, size_t n_control, const int64_t *head,
-                     size_t n_head, const struct cmp_options *opt, struct cmp_perf *out);
+int cmp_perf_compare(const int64_t *control, size_t n_control, const int64_t *head, size_t n_head,
+                     const struct cmp_options *opt, struct cmp_perf *out);
 
 /*
  * Mann-Whitney U test of x against y, two-sided. u_out is U of x (pairs with
@@ -358,12 +352,11 @@ int cmp_perf_compare(const int64_t *control, size_t n_control, const int64_t *he
  * and there is no tie, else the normal approximation with tie and continuity
  * correction. -EINVAL when either sample is empty.
  */
-int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
-                     double *u_out, double *p_out, bool *exact_out);
+int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *u_out,
+                     double *p_out, bool *exact_out);
 
 /* Median of the nx*ny differences x_i - y_j, exactly, in O((nx+ny) log). */
-int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
-                       double *shift_out);
+int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *shift_out);
 
 /* ------------------------------------------------------------ renderers */
 

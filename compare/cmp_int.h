@@ -35,8 +35,8 @@ enum cmp__outcome {
 /* One stored record. Strings live in the cell's arena. */
 struct cmp__rec {
     const char *key;
-    const char *module;   /* NULL when neither given nor parseable */
-    const char *hash;     /* NULL when unknown */
+    const char *module; /* NULL when neither given nor parseable */
+    const char *hash;   /* NULL when unknown */
     const char *dtype_name;
     int64_t seq, call, numel;
     int64_t shape[CMP_MAX_NDIM];
@@ -46,7 +46,7 @@ struct cmp__rec {
     enum cmp__role role;
     struct cmp_stats stats;
     enum cmp_capture capture;
-    const void *payload;  /* borrowed */
+    const void *payload; /* borrowed */
     size_t payload_len;
     bool nondet;
 };
@@ -81,8 +81,8 @@ const char *cmp__phase_name(enum cmp__phase p);
 const char *cmp__role_name(enum cmp__role r);
 size_t cmp__dtype_size(enum cmp_dtype dt);
 /* Fills rec (strings pointing at t's, not copied) from a public tensor. */
-int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *rec,
-                         const char **module_out, size_t *module_len_out);
+int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *rec, const char **module_out,
+                         size_t *module_len_out);
 
 /* metrics.c */
 int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control,
@@ -91,8 +91,7 @@ int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control
 bool cmp__recs_identical(const struct cmp__rec *a, const struct cmp__rec *b);
 
 /* options.c */
-struct cmp_tol cmp__tol_for(const struct cmp_options *opt, const char *key,
-                            enum cmp_dtype dt);
+struct cmp_tol cmp__tol_for(const struct cmp_options *opt, const char *key, enum cmp_dtype dt);
 
 /* perf.c: median of a copy of v (v untouched); NaN when n == 0 */
 double cmp__median_i64(const int64_t *v, size_t n, int64_t *tmp);

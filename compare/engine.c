@@ -300,8 +300,8 @@ static bool close_enough(enum tclass k)
  * the origin when nothing diverged before it; otherwise it introduced error
  * exactly when all of its inputs were identical or within tolerance.
  */
-static bool introduces(const struct row *rows, const struct gidx *grp, size_t ngrp,
-                       size_t ri, bool first_divergent)
+static bool introduces(const struct row *rows, const struct gidx *grp, size_t ngrp, size_t ri,
+                       bool first_divergent)
 {
     const struct cmp__rec *r = rows[ri].h;
     enum cmp__role want;
@@ -367,8 +367,7 @@ static int memory_json(const struct cmp_cell *c, const struct cmp_cell *h, json_
     rc |= set(o, "control_device_peak", peak_json(c->device_peak));
     rc |= set(o, "head_device_peak", peak_json(h->device_peak));
     if (c->device_peak > 0 && h->device_peak >= 0)
-        rc |= cmp__set_real(o, "device_ratio",
-                            (double)h->device_peak / (double)c->device_peak);
+        rc |= cmp__set_real(o, "device_ratio", (double)h->device_peak / (double)c->device_peak);
     else
         rc |= set(o, "device_ratio", json_null());
     if (rc) {
@@ -414,9 +413,9 @@ static int perf_json(const struct cmp_perf *p, json_t **out)
         rc |= set(o, "ci99", json_null());
     }
     rc |= cmp__set_real(o, "p_value", p->p_value);
-    rc |= set(o, "p_method", p->n_control && p->n_head
-                                 ? json_string(p->p_exact ? "exact" : "normal")
-                                 : json_null());
+    rc |=
+        set(o, "p_method",
+            p->n_control && p->n_head ? json_string(p->p_exact ? "exact" : "normal") : json_null());
     rc |= cmp__set_real(o, "u", p->u);
     rc |= cmp__set_real(o, "hl_shift_ns", p->hl_shift_ns);
     rc |= set(o, "verdict", json_string(perf_verdict_name(p->verdict)));
@@ -644,8 +643,7 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
             e |= set(sub, "key", json_string(r->key));
             e |= set(sub, "seq", json_integer(r->seq));
             e |= set(sub, "status", json_string("diverged"));
-            e |= set(sub, "reason", json_string(nmiss > 0 ? "missing_in_head"
-                                                           : "extra_in_head"));
+            e |= set(sub, "reason", json_string(nmiss > 0 ? "missing_in_head" : "extra_in_head"));
         }
         e |= set(cj, "first_divergence", sub);
         sub = NULL;
@@ -719,13 +717,12 @@ static int cell_cmp_same(const void *a, const void *b)
 
 static int cell_cmp_cross(const void *a, const void *b)
 {
-    return cell_order(*(const struct cmp_cell *const *)a, *(const struct cmp_cell *const *)b,
-                      true);
+    return cell_order(*(const struct cmp_cell *const *)a, *(const struct cmp_cell *const *)b, true);
 }
 
 /* A side's cells (of one width in cross mode), in result order. */
-static int pick_cells(const struct cmp_side *s, const char *width,
-                      const struct cmp_cell ***out, size_t *n_out)
+static int pick_cells(const struct cmp_side *s, const char *width, const struct cmp_cell ***out,
+                      size_t *n_out)
 {
     const struct cmp_cell **v = malloc((s->n_cells + 1) * sizeof(*v));
     size_t n = 0;
@@ -767,9 +764,8 @@ static bool options_ok(const struct cmp_options *o)
     if (memchr(o->control_width, '\0', sizeof(o->control_width)) == NULL ||
         memchr(o->head_width, '\0', sizeof(o->head_width)) == NULL)
         return false;
-    return o->alpha > 0 && o->alpha < 1 && o->perf_threshold >= 0 &&
-           isfinite(o->perf_threshold) && o->bootstrap_resamples >= 0 &&
-           o->bootstrap_resamples <= CMP_MAX_BOOTSTRAP;
+    return o->alpha > 0 && o->alpha < 1 && o->perf_threshold >= 0 && isfinite(o->perf_threshold) &&
+           o->bootstrap_resamples >= 0 && o->bootstrap_resamples <= CMP_MAX_BOOTSTRAP;
 }
 
 int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
@@ -855,10 +851,9 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     }
     e |= set(res, "counts", counts);
     counts = NULL;
-    json_t *th = json_pack("{s:f, s:f, s:i, s:I}", "perf_threshold", opt->perf_threshold,
-                           "alpha", opt->alpha, "bootstrap_resamples",
-                           opt->bootstrap_resamples, "bootstrap_seed",
-                           (json_int_t)opt->bootstrap_seed);
+    json_t *th = json_pack("{s:f, s:f, s:i, s:I}", "perf_threshold", opt->perf_threshold, "alpha",
+                           opt->alpha, "bootstrap_resamples", opt->bootstrap_resamples,
+                           "bootstrap_seed", (json_int_t)opt->bootstrap_seed);
     if (th != NULL)
         e |= set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
     e |= set(res, "thresholds", th);

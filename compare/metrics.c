@@ -32,21 +32,21 @@
 
 #include "compare/cmp_int.h"
 
-#define BLK 1024            /* elements decoded per block */
-#define LANES 4             /* independent accumulators per statistic */
-#define NSAMPLE 16384       /* |d| sample that brackets the percentile */
-#define NBUCKET 4096        /* histogram buckets when narrowing the bracket */
+#define BLK               1024  /* elements decoded per block */
+#define LANES             4     /* independent accumulators per statistic */
+#define NSAMPLE           16384 /* |d| sample that brackets the percentile */
+#define NBUCKET           4096  /* histogram buckets when narrowing the bracket */
 #define MAX_SELECT_PASSES 12
-#define REL_EPS 2.220446049250313e-16 /* the denominator floor of relative error */
-#define INF_BITS UINT64_C(0x7ff0000000000000)
+#define REL_EPS           2.220446049250313e-16 /* the denominator floor of relative error */
+#define INF_BITS          UINT64_C(0x7ff0000000000000)
 
 /*
  * An AVX2 clone of the hot loops where the toolchain can dispatch at run time
  * (glibc ifunc). Results do not depend on the clone: the lanes fix the
  * summation order and ISO C mode keeps the compiler from contracting a*b+c.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(CMP_NO_CLONES) && defined(__linux__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CMP_NO_CLONES) &&  \
+    defined(__linux__)
 #define CMP_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CMP_CLONES
@@ -63,7 +63,7 @@
 #endif
 
 struct cmp_scratch {
-    double *sel;          /* up to CMP_SCRATCH_MAX_ELEMS |d| values */
+    double *sel; /* up to CMP_SCRATCH_MAX_ELEMS |d| values */
     size_t sel_cap;
     double sample[NSAMPLE + 1];
     int64_t hist[NBUCKET];
@@ -254,13 +254,13 @@ static void decode_block(const struct view *v, int64_t start, size_t n, double *
      * Fixed groups of 8 let the compiler vectorize at -O2 too, where its
      * cost model refuses loops that would need a scalar epilogue.
      */
-#define DECODE_LOOP(EXPR)                                                              \
-    for (; i + 8 <= n; i += 8)                                                         \
-        for (size_t j = i; j < i + 8; j++)                                             \
-            out[j] = (EXPR);                                                           \
-    for (; i < n; i++) {                                                               \
-        size_t j = i;                                                                  \
-        out[j] = (EXPR);                                                               \
+#define DECODE_LOOP(EXPR)                                                                          \
+    for (; i + 8 <= n; i += 8)                                                                     \
+        for (size_t j = i; j < i + 8; j++)                                                         \
+            out[j] = (EXPR);                                                                       \
+    for (; i < n; i++) {                                                                           \
+        size_t j = i;                                                                              \
+        out[j] = (EXPR);                                                                           \
     }
     switch (v->dt) {
     case CMP_DTYPE_FLOAT32:
@@ -298,8 +298,8 @@ struct acc {
  * ad_out is non-NULL every |d| is stored there for the percentile.
  */
 static inline __attribute__((always_inline)) bool
-kernel_body(const double *restrict a, const double *restrict b, size_t n, double atol,
-            double rtol, struct acc *acc, double *restrict ad_out, const bool store)
+kernel_body(const double *restrict a, const double *restrict b, size_t n, double atol, double rtol,
+            struct acc *acc, double *restrict ad_out, const bool store)
 {
     double sad[LANES] = {0}, mad[LANES] = {0}, srel[LANES] = {0}, mrel[LANES] = {0};
     double sab[LANES] = {0}, saa[LANES] = {0}, sbb[LANES] = {0}, sdd[LANES] = {0};
@@ -366,8 +366,8 @@ kernel_body(const double *restrict a, const double *restrict b, size_t n, double
 }
 
 CMP_CLONES
-static bool kernel_store(const double *restrict a, const double *restrict b, size_t n,
-                         double atol, double rtol, struct acc *acc, double *restrict ad_out)
+static bool kernel_store(const double *restrict a, const double *restrict b, size_t n, double atol,
+                         double rtol, struct acc *acc, double *restrict ad_out)
 {
     return kernel_body(a, b, n, atol, rtol, acc, ad_out, true);
 }
@@ -469,11 +469,11 @@ static double percentile_in(double *sel, size_t n, double q)
 }
 
 struct band {
-    uint64_t lo, hi;     /* bit patterns of |d|, inclusive */
-    int shift;           /* histogram bucket = (bits - lo) >> shift */
-    int64_t below, in;   /* counts of |d| below lo and inside [lo, hi] */
-    size_t kept;         /* how many of those are in sel (all, unless overflowed) */
-    double min_above;    /* smallest |d| above hi */
+    uint64_t lo, hi;   /* bit patterns of |d|, inclusive */
+    int shift;         /* histogram bucket = (bits - lo) >> shift */
+    int64_t below, in; /* counts of |d| below lo and inside [lo, hi] */
+    size_t kept;       /* how many of those are in sel (all, unless overflowed) */
+    double min_above;  /* smallest |d| above hi */
 };
 
 /*
@@ -481,8 +481,8 @@ struct band {
  * keeps what falls inside (histogramming it too, in case it does not fit),
  * and remembers the smallest value above it.
  */
-static void band_pass(const struct view *va, const struct view *vb, int64_t n, double *A,
-                      double *B, struct cmp_scratch *s, struct band *bd)
+static void band_pass(const struct view *va, const struct view *vb, int64_t n, double *A, double *B,
+                      struct cmp_scratch *s, struct band *bd)
 {
     bd->shift = 0;
     while (bd->shift < 64 && ((bd->hi - bd->lo) >> bd->shift) >= NBUCKET)
@@ -565,8 +565,7 @@ static double percentile_large(const struct view *va, const struct view *vb, int
             double v0 = cmp__select_d(s->sel, bd.kept, r0);
             if (!need1)
                 return v0;
-            double v1 = r0 + 1 < bd.kept ? min_of(s->sel + r0 + 1, bd.kept - r0 - 1)
-                                         : bd.min_above;
+            double v1 = r0 + 1 < bd.kept ? min_of(s->sel + r0 + 1, bd.kept - r0 - 1) : bd.min_above;
             return lerp(v0, v1, t);
         }
         /* overflowed: find the bucket holding rank r0 */
@@ -687,9 +686,8 @@ static void clear_elements(struct cmp_metrics *m)
  * The element metrics of the pair over n compared positions of the two views.
  * Fills m's element fields and returns the number of finite pairs.
  */
-static int element_metrics(const struct view *va, const struct view *vb, int64_t n,
-                           double atol, double rtol, struct cmp_scratch *s,
-                           struct cmp_metrics *m)
+static int element_metrics(const struct view *va, const struct view *vb, int64_t n, double atol,
+                           double rtol, struct cmp_scratch *s, struct cmp_metrics *m)
 {
     double A[BLK], B[BLK];
     struct acc acc = {0};
@@ -699,8 +697,7 @@ static int element_metrics(const struct view *va, const struct view *vb, int64_t
         return rc;
 
     /* int64 beyond 2^53 can differ yet decode to the same double */
-    bool raw64 = va->dt == CMP_DTYPE_INT64 && vb->dt == CMP_DTYPE_INT64 && atol == 0 &&
-                 rtol == 0;
+    bool raw64 = va->dt == CMP_DTYPE_INT64 && vb->dt == CMP_DTYPE_INT64 && atol == 0 && rtol == 0;
     int64_t stride = n / NSAMPLE + 1, next_sample = 0;
     size_t ns = 0, kept = 0;
 
@@ -812,8 +809,8 @@ static enum cmp_basis choose_basis(const struct cmp__rec *h, const struct cmp__r
     return CMP_BASIS_SAMPLE;
 }
 
-int cmp__rec_compare(const struct cmp__rec *h, const struct cmp__rec *c,
-                     const struct cmp_tol *tol, struct cmp_scratch *s, struct cmp_metrics *m)
+int cmp__rec_compare(const struct cmp__rec *h, const struct cmp__rec *c, const struct cmp_tol *tol,
+                     struct cmp_scratch *s, struct cmp_metrics *m)
 {
     memset(m, 0, sizeof(*m));
     m->atol = tol->atol;

@@ -85,7 +85,8 @@ static int apply_tolerances(struct cmp_options *o, const json_t *tols, struct cm
 
     if (!json_is_object(tols))
         return fail(err, "tolerances", "must be an object of dtype names");
-    json_object_foreach((json_t *)tols, name, v) {
+    json_object_foreach((json_t *)tols, name, v)
+    {
         enum cmp_dtype dt = cmp_dtype_from_name(name);
         snprintf(field, sizeof(field), "tolerances.%s", name);
         if (dt == CMP_DTYPE_OTHER && strcmp(name, "other") != 0)
@@ -94,7 +95,8 @@ static int apply_tolerances(struct cmp_options *o, const json_t *tols, struct cm
             return fail(err, field, "must be an object with atol and/or rtol");
         const char *k;
         const json_t *x;
-        json_object_foreach((json_t *)v, k, x) {
+        json_object_foreach((json_t *)v, k, x)
+        {
             snprintf(field, sizeof(field), "tolerances.%s.%s", name, k);
             int rc;
             if (strcmp(k, "atol") == 0)
@@ -130,7 +132,8 @@ static int apply_key_tolerances(struct cmp_options *o, const json_t *arr, struct
             return fail(err, field, "must be an object with pattern, atol, rtol");
         const char *k;
         const json_t *x;
-        json_object_foreach((json_t *)e, k, x) {
+        json_object_foreach((json_t *)e, k, x)
+        {
             int rc = 0;
             snprintf(field, sizeof(field), "key_tolerances[%zu].%s", i, k);
             if (strcmp(k, "pattern") == 0) {
@@ -170,7 +173,8 @@ static int apply_bootstrap(struct cmp_options *o, const json_t *b, struct cmp_er
     const json_t *x;
     if (!json_is_object(b))
         return fail(err, "bootstrap", "must be an object with seed and/or resamples");
-    json_object_foreach((json_t *)b, k, x) {
+    json_object_foreach((json_t *)b, k, x)
+    {
         if (strcmp(k, "seed") == 0) {
             if (!json_is_integer(x) || json_integer_value(x) < 0)
                 return fail(err, "bootstrap.seed", "must be an integer >= 0");
@@ -200,7 +204,8 @@ static int apply_cross_width(struct cmp_options *o, const json_t *cw, struct cmp
         return fail(err, "cross_width", "must be an object with control and head, or null");
     const char *k;
     const json_t *x;
-    json_object_foreach((json_t *)cw, k, x) {
+    json_object_foreach((json_t *)cw, k, x)
+    {
         if (strcmp(k, "control") != 0 && strcmp(k, "head") != 0) {
             char field[128];
             snprintf(field, sizeof(field), "cross_width.%s", k);
@@ -228,20 +233,19 @@ int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_
 
     if (!json_is_object(j))
         return fail(err, "", "options must be a JSON object");
-    json_object_foreach((json_t *)j, k, v) {
+    json_object_foreach((json_t *)j, k, v)
+    {
         if (strcmp(k, "tolerances") == 0) {
             rc = apply_tolerances(&o, v, err);
         } else if (strcmp(k, "key_tolerances") == 0) {
             rc = apply_key_tolerances(&o, v, err);
         } else if (strcmp(k, "perf_threshold") == 0) {
-            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
-                !(json_number_value(v) <= 10))
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) || !(json_number_value(v) <= 10))
                 rc = fail(err, k, "must be a number in [0, 10]");
             else
                 o.perf_threshold = json_number_value(v);
         } else if (strcmp(k, "alpha") == 0) {
-            if (!json_is_number(v) || !(json_number_value(v) > 0) ||
-                !(json_number_value(v) < 1))
+            if (!json_is_number(v) || !(json_number_value(v) > 0) || !(json_number_value(v) < 1))
                 rc = fail(err, k, "must be a number in (0, 1)");
             else
                 o.alpha = json_number_value(v);

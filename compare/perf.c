@@ -17,7 +17,7 @@
 
 #include "compare/cmp_int.h"
 
-#define MW_EXACT_MAX 20 /* exact U distribution when both samples are this small */
+#define MW_EXACT_MAX     20 /* exact U distribution when both samples are this small */
 #define MIN_PERF_SAMPLES 5
 
 /* ------------------------------------------------------------------ PRNG */
@@ -163,8 +163,8 @@ static double mw_exact_p(size_t m, size_t n, double u)
     return p > 1.0 ? 1.0 : p;
 }
 
-int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
-                     double *u_out, double *p_out, bool *exact_out)
+int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *u_out,
+                     double *p_out, bool *exact_out)
 {
     int rc = -EINVAL;
     struct tagged {
@@ -260,8 +260,7 @@ static int64_t kth_diff(const int64_t *x, size_t nx, const int64_t *y, size_t ny
  * k-th difference is found by bisecting on its value, counting with two
  * pointers over the sorted samples, in at most 62 rounds.
  */
-int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
-                       double *shift_out)
+int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *shift_out)
 {
     int rc = -EINVAL;
     int64_t *sx = NULL, *sy = NULL;
@@ -345,8 +344,8 @@ int cmp_perf_compare(const int64_t *control, size_t nc, const int64_t *head, siz
     struct cmp_options defaults;
 
     if (out == NULL || (control == NULL && nc > 0) || (head == NULL && nh > 0) ||
-        nc > CMP_MAX_TIMING_SAMPLES || nh > CMP_MAX_TIMING_SAMPLES ||
-        !values_ok(control, nc) || !values_ok(head, nh))
+        nc > CMP_MAX_TIMING_SAMPLES || nh > CMP_MAX_TIMING_SAMPLES || !values_ok(control, nc) ||
+        !values_ok(head, nh))
         goto out;
     if (opt == NULL) {
         cmp_options_init(&defaults);
@@ -375,8 +374,8 @@ int cmp_perf_compare(const int64_t *control, size_t nc, const int64_t *head, siz
         if (rc < 0)
             goto out;
         if (opt->bootstrap_resamples > 0) {
-            rc = bootstrap_ci(control, nc, head, nh, opt->bootstrap_resamples,
-                              opt->bootstrap_seed, &out->ci_lo, &out->ci_hi);
+            rc = bootstrap_ci(control, nc, head, nh, opt->bootstrap_resamples, opt->bootstrap_seed,
+                              &out->ci_lo, &out->ci_hi);
             if (rc < 0)
                 goto out;
         }

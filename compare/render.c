@@ -176,8 +176,8 @@ static bool valid_result(const json_t *r)
 /* "3 identical, 1 diverged, ..." (zero counts left out, except cells) */
 static void counts_line(struct buf *b, const json_t *counts)
 {
-    static const char *const names[] = {"identical", "within_tolerance", "diverged",
-                                        "nondeterministic", "incomparable", "missing_cells",
+    static const char *const names[] = {"identical",        "within_tolerance", "diverged",
+                                        "nondeterministic", "incomparable",     "missing_cells",
                                         "extra_cells"};
     bprintf(b, "%lld cells compared", (long long)jint(counts, "cells"));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -222,8 +222,7 @@ static void introduced_desc(struct buf *b, const json_t *cell, bool md)
 {
     const json_t *d = json_object_get(cell, "first_divergence");
     const json_t *i = json_object_get(cell, "first_introduced");
-    if (json_is_object(d) && json_is_object(i) &&
-        strcmp(jstr(d, "key"), jstr(i, "key")) == 0) {
+    if (json_is_object(d) && json_is_object(i) && strcmp(jstr(d, "key"), jstr(i, "key")) == 0) {
         bprintf(b, "same");
         return;
     }
@@ -298,7 +297,8 @@ char *cmp_result_to_markdown(const json_t *result)
     bprintf(&b, ".\n");
 
     any = false;
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(cells, i, cell)
+    {
         if (strcmp(jstr(cell, "outcome_change"), "regression") != 0)
             continue;
         if (!any)
@@ -313,7 +313,8 @@ char *cmp_result_to_markdown(const json_t *result)
     const json_t *miss = json_object_get(result, "missing_cells");
     if (json_array_size(miss) > 0) {
         bprintf(&b, "\n### Missing in head\n\n");
-        json_array_foreach(miss, i, cell) {
+        json_array_foreach(miss, i, cell)
+        {
             bprintf(&b, "- `");
             md_cell(&b, jstr(cell, "model"));
             bprintf(&b, "` / %s / %s\n", jstr(cell, "width"), jstr(cell, "pass"));
@@ -321,7 +322,8 @@ char *cmp_result_to_markdown(const json_t *result)
     }
 
     any = false;
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(cells, i, cell)
+    {
         if (strcmp(jstr(cell, "status"), "identical") == 0)
             continue;
         if (!any) {
@@ -348,7 +350,8 @@ char *cmp_result_to_markdown(const json_t *result)
     }
 
     any = false;
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(cells, i, cell)
+    {
         if (!is_perf_change(cell))
             continue;
         if (!any)
@@ -384,16 +387,17 @@ char *cmp_result_to_text(const json_t *result)
     counts_line(&b, json_object_get(result, "counts"));
     bprintf(&b, "\n");
 
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(cells, i, cell)
+    {
         if (strcmp(jstr(cell, "outcome_change"), "regression") == 0)
             bprintf(&b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n", jstr(cell, "model"),
                     jstr(cell, "width"), jstr(cell, "pass"), jstr(cell, "control_outcome"),
                     jstr(cell, "head_outcome"));
     }
-    json_array_foreach(json_object_get(result, "missing_cells"), i, cell)
-        bprintf(&b, "MISSING %s/%s/%s\n", jstr(cell, "model"), jstr(cell, "width"),
-                jstr(cell, "pass"));
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(json_object_get(result, "missing_cells"), i, cell) bprintf(
+        &b, "MISSING %s/%s/%s\n", jstr(cell, "model"), jstr(cell, "width"), jstr(cell, "pass"));
+    json_array_foreach(cells, i, cell)
+    {
         const char *st = jstr(cell, "status");
         if (strcmp(st, "identical") == 0)
             continue;
@@ -410,7 +414,8 @@ char *cmp_result_to_text(const json_t *result)
             bprintf(&b, "; initial params differ");
         bprintf(&b, "\n");
     }
-    json_array_foreach(cells, i, cell) {
+    json_array_foreach(cells, i, cell)
+    {
         if (!is_perf_change(cell))
             continue;
         const json_t *p = json_object_get(cell, "perf");

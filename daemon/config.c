@@ -123,7 +123,8 @@ static int set_listen(struct capd_config *c, const char *v, char **err)
     long port = colon ? strtol(colon + 1, &end, 10) : -1;
     if (!colon || colon == v || colon[1] == 0 || *end || port < 0 || port > 65535 ||
         (size_t)(colon - v) >= sizeof c->listen_addr) {
-        if (asprintf(err, "listen: expected ADDR:PORT (port 0..65535, 0 picks a free one), got '%s'",
+        if (asprintf(err,
+                     "listen: expected ADDR:PORT (port 0..65535, 0 picks a free one), got '%s'",
                      v) < 0)
             *err = NULL;
         return -EINVAL;

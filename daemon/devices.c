@@ -30,14 +30,14 @@ struct devices {
     pthread_mutex_t mu;
 
     /* The list, guarded by mu (HTTP threads read it). */
-    json_t *answer;          /* the last good probe output; NULL before one */
-    int ndev;                /* devices in answer */
-    int index[DEVICES_MAX];  /* their indices, in list order */
-    bool amd;                /* answer's platform is "amd" */
-    char reason[1024];       /* why there is no device ("" when there are) */
-    char probe_error[1024];  /* why the last attempt failed ("" when it did not) */
-    int64_t generation;      /* attempts finished */
-    int64_t probed_at_ms;    /* when the last attempt finished */
+    json_t *answer;         /* the last good probe output; NULL before one */
+    int ndev;               /* devices in answer */
+    int index[DEVICES_MAX]; /* their indices, in list order */
+    bool amd;               /* answer's platform is "amd" */
+    char reason[1024];      /* why there is no device ("" when there are) */
+    char probe_error[1024]; /* why the last attempt failed ("" when it did not) */
+    int64_t generation;     /* attempts finished */
+    int64_t probed_at_ms;   /* when the last attempt finished */
     bool probing;
 
     /* Which cell holds which device index (mu held while writing, so
@@ -109,7 +109,8 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
         snprintf(why, wn, "probe output is not JSON: %s (byte %d)", je.text, je.position);
         return false;
     }
-    if (!json_is_object(j) || !json_is_array(devs) || (r && !json_is_null(r) && !json_is_string(r))) {
+    if (!json_is_object(j) || !json_is_array(devs) ||
+        (r && !json_is_null(r) && !json_is_string(r))) {
         snprintf(why, wn, "probe output is not an object with a devices array");
         goto bad;
     }
@@ -125,8 +126,10 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
         json_t *name = json_object_get(d, "name");
         if (!json_is_object(d) || !json_is_integer(x) || v < 0 || v >= DEVICES_MAX || seen[v] ||
             (name && !json_is_null(name) && !json_is_string(name))) {
-            snprintf(why, wn, "probe output: devices[%zu] needs a unique integer index in "
-                              "[0, %d) and a string name", i, DEVICES_MAX);
+            snprintf(why, wn,
+                     "probe output: devices[%zu] needs a unique integer index in "
+                     "[0, %d) and a string name",
+                     i, DEVICES_MAX);
             goto bad;
         }
         seen[v] = true;
@@ -365,7 +368,8 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
     p->handles++; /* the process handle must be closed even when spawn failed */
     if (rc != 0) {
         char why[1024];
-        snprintf(why, sizeof why, "cannot run the GPU probe %.400s: %s (capd-gpuinfo is built "
+        snprintf(why, sizeof why,
+                 "cannot run the GPU probe %.400s: %s (capd-gpuinfo is built "
                  "when the HIP or CUDA runtime is found: docs/gpu.md)",
                  dv->cfg->gpuinfo_bin, uv_strerror(rc));
         pthread_mutex_lock(&dv->mu);
@@ -376,8 +380,7 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
         dv->probed_at_ms = now_ms();
         dv->probing = false;
         pthread_mutex_unlock(&dv->mu);
-        log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin),
-                 log_q(why));
+        log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));
         p->done = true;
         probe_close(p);
         return NULL;
@@ -500,16 +503,14 @@ json_t *devices_json(struct devices *dv)
     }
     json_t *a = dv->answer;
     json_t *out = json_pack(
-        "{s:o,s:i,s:i,s:o,s:O,s:O,s:O,s:O,s:s,s:o,s:I,s:b,s:o}", "devices", list, "count",
-        dv->ndev, "free", nfree, "reason", str_or_null(dv->reason), "runtime",
+        "{s:o,s:i,s:i,s:o,s:O,s:O,s:O,s:O,s:s,s:o,s:I,s:b,s:o}", "devices", list, "count", dv->ndev,
+        "free", nfree, "reason", str_or_null(dv->reason), "runtime",
         json_object_get(a, "runtime") ? json_object_get(a, "runtime") : json_null(), "platform",
         json_object_get(a, "platform") ? json_object_get(a, "platform") : json_null(),
         "runtime_version",
-        json_object_get(a, "runtime_version") ? json_object_get(a, "runtime_version")
-                                              : json_null(),
+        json_object_get(a, "runtime_version") ? json_object_get(a, "runtime_version") : json_null(),
         "driver_version",
-        json_object_get(a, "driver_version") ? json_object_get(a, "driver_version")
-                                             : json_null(),
+        json_object_get(a, "driver_version") ? json_object_get(a, "driver_version") : json_null(),
         "probe", dv->cfg->gpuinfo_bin, "probed_at", time_json(dv->probed_at_ms), "generation",
         (json_int_t)dv->generation, "refreshing", dv->probing, "probe_error",
         str_or_null(dv->probe_error));
@@ -555,8 +556,8 @@ static json_t *visibility_env(bool amd, int index)
     char i[16];
     snprintf(i, sizeof i, "%d", index);
     if (amd)
-        return json_pack("{s:s,s:s,s:s,s:s}", "ROCR_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES",
-                         "0", "CUDA_VISIBLE_DEVICES", "0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+        return json_pack("{s:s,s:s,s:s,s:s}", "ROCR_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", "0",
+                         "CUDA_VISIBLE_DEVICES", "0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     return json_pack("{s:s,s:s,s:s,s:s}", "CUDA_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", i,
                      "ROCR_VISIBLE_DEVICES", i, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 }
@@ -565,8 +566,7 @@ static json_t *visibility_env(bool amd, int index)
 static int fail_cell(struct store *st, struct store_cell_run *run, const char *reason)
 {
     struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = reason};
-    log_error("cell_no_gpu", "job=%s cell=%s reason=%s", run->job_id, run->cell_id,
-              log_q(reason));
+    log_error("cell_no_gpu", "job=%s cell=%s reason=%s", run->job_id, run->cell_id, log_q(reason));
     store_cell_finish(st, run, &o);
     store_cell_run_clear(run);
     return -ENODEV;

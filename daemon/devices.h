@@ -27,7 +27,7 @@
 #include "daemon/config.h"
 #include "storage/store.h"
 
-#define DEVICES_MAX 64                  /* devices kept from one probe */
+#define DEVICES_MAX        64           /* devices kept from one probe */
 #define DEVICES_MAX_OUTPUT (256 * 1024) /* bytes of probe output read */
 
 struct devices;

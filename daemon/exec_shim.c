@@ -170,8 +170,9 @@ int main(int argc, char **argv)
     if (getppid() == 1)
         _exit(126);
     if (unshare_net && unshare(CLONE_NEWNET) != 0)
-        fprintf(stderr, "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
-                        "host network\n",
+        fprintf(stderr,
+                "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
+                "host network\n",
                 strerror(errno));
 
     /* Prefork (docs/prefork.md): the build's zygote forks the cell and this

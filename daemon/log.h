@@ -22,8 +22,8 @@ void log_event(enum log_level l, const char *event, const char *fmt, ...)
 const char *log_q(const char *v);
 
 #define log_debug(ev, ...) log_event(LOG_DEBUG, ev, __VA_ARGS__)
-#define log_info(ev, ...) log_event(LOG_INFO, ev, __VA_ARGS__)
-#define log_warn(ev, ...) log_event(LOG_WARN, ev, __VA_ARGS__)
+#define log_info(ev, ...)  log_event(LOG_INFO, ev, __VA_ARGS__)
+#define log_warn(ev, ...)  log_event(LOG_WARN, ev, __VA_ARGS__)
 #define log_error(ev, ...) log_event(LOG_ERROR, ev, __VA_ARGS__)
 
 #endif

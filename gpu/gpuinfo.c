@@ -42,7 +42,7 @@
 #endif
 
 #define GPUINFO_PROBE_VERSION 1
-#define GPUINFO_MAX_DEVICES 64 /* the daemon's limit too (daemon/devices.h) */
+#define GPUINFO_MAX_DEVICES   64 /* the daemon's limit too (daemon/devices.h) */
 
 /* Writes S as a JSON string: quotes, backslashes and control bytes escaped;
  * bytes >= 0x80 pass through (device names are ASCII in practice, and the

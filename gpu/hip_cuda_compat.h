@@ -22,7 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #define CAPD_GPU_PLATFORM_NVIDIA 1
-#define CAPD_GPU_RUNTIME_NAME "cuda"
+#define CAPD_GPU_RUNTIME_NAME    "cuda"
 
 typedef cudaError_t hipError_t;
 typedef struct cudaDeviceProp hipDeviceProp_t;
@@ -31,7 +31,7 @@ typedef struct {
     char bytes[16];
 } hipUUID;
 
-#define hipSuccess cudaSuccess
+#define hipSuccess       cudaSuccess
 #define hipErrorNoDevice cudaErrorNoDevice
 
 static inline hipError_t hipGetDeviceCount(int *count)

@@ -340,8 +340,8 @@ int store_cell_get(struct store *s, const char *job_id, const char *cell_id, jso
             json_object_set_new(cell, "timing",
                                 json_pack("{s:O,s:I,s:f,s:f,s:f,s:f}", "phase",
                                           json_object_get(h, "phase"), "n", (json_int_t)n,
-                                          "median_ns", med, "mean_ns", n ? sum / n : 0.0,
-                                          "min_ns", mn, "max_ns", mx));
+                                          "median_ns", med, "mean_ns", n ? sum / n : 0.0, "min_ns",
+                                          mn, "max_ns", mx));
             free(v);
         } else if (k && strcmp(k, "memory") == 0) {
             json_object_del(h, "kind");
@@ -362,8 +362,8 @@ out:
     return rc;
 }
 
-int store_records_list(struct store *s, const char *job_id, const char *cell_id,
-                       const char *kind, int64_t after, int limit, json_t **out)
+int store_records_list(struct store *s, const char *job_id, const char *cell_id, const char *kind,
+                       int64_t after, int limit, json_t **out)
 {
     sqlite3_stmt *st = NULL;
     int64_t cell_seq, attempt;

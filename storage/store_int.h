@@ -6,16 +6,24 @@
 
 #include "storage/store.h"
 
-enum { SC_RECORD_INSERT, SC_BLOB_EXISTS, SC_BLOB_INSERT, SC_JOB_VERSION, SC_COUNTER,
-       SC_EVENTS_BOUNDS, SC_EVENTS_READ, SC_COUNT };
+enum {
+    SC_RECORD_INSERT,
+    SC_BLOB_EXISTS,
+    SC_BLOB_INSERT,
+    SC_JOB_VERSION,
+    SC_COUNTER,
+    SC_EVENTS_BOUNDS,
+    SC_EVENTS_READ,
+    SC_COUNT
+};
 
 struct store {
     sqlite3 *db;
     char data_dir[512];
-    bool batch_open;       /* an ingest transaction is open */
-    unsigned batch_rows;   /* rows written in it */
+    bool batch_open;     /* an ingest transaction is open */
+    unsigned batch_rows; /* rows written in it */
     sqlite3_stmt *cache[SC_COUNT];
-    void *zctx;            /* ZSTD_CCtx, created on first payload */
+    void *zctx; /* ZSTD_CCtx, created on first payload */
     void *zbuf;
     size_t zcap;
 };

@@ -670,9 +670,8 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
     run_free(&r);
 
     /* The same key with another request is a conflict, named by flag. */
-    ctl(&r, &c, "submit", "--project", "proj", "--commit", "abcdef9999", "--build", "t",
-        "--models", "mlp", "--widths", "default", "--passes", "forward", "--idempotency-key",
-        "key-1", NULL);
+    ctl(&r, &c, "submit", "--project", "proj", "--commit", "abcdef9999", "--build", "t", "--models",
+        "mlp", "--widths", "default", "--passes", "forward", "--idempotency-key", "key-1", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "(idempotency_conflict, field Idempotency-Key)"), SHOW(r));
     cr_assert(strstr(r.err, "set by --idempotency-key"), SHOW(r));

@@ -86,8 +86,7 @@ static void check_clean(struct env *e, int fds_before)
     cr_assert_eq(tu_count_zombies(e->c.pid), 0, "no zombie children");
     if (fds_before >= 0) {
         int now = warm_fds(e);
-        cr_assert_leq(now, fds_before + 2, "no leaked fds: %d before, %d after", fds_before,
-                      now);
+        cr_assert_leq(now, fds_before + 2, "no leaked fds: %d before, %d after", fds_before, now);
     }
 }
 
@@ -227,8 +226,8 @@ Test(cells, protocol_violations)
         json_t *cell = run_cell(&e, cases[i][0], NULL, NULL);
         cr_assert_str_eq(str(cell, "state"), "protocol_error", "%s: %s", cases[i][0],
                          str(cell, "reason"));
-        cr_assert(strstr(str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s",
-                  cases[i][0], str(cell, "reason"));
+        cr_assert(strstr(str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s", cases[i][0],
+                  str(cell, "reason"));
         json_decref(cell);
     }
     json_t *cell = run_cell(&e, "fake:close_fd3", NULL, NULL);
@@ -321,7 +320,8 @@ Test(cells, address_space_limit_holds)
     const char *state = str(cell, "state");
     cr_assert(strcmp(state, "failed") == 0 || strcmp(state, "crashed") == 0, "oom: %s (%s)", state,
               str(cell, "reason"));
-    cr_assert_lt(json_integer_value(json_object_get(cell, "peak_rss_bytes")), 268435456 + (1 << 24));
+    cr_assert_lt(json_integer_value(json_object_get(cell, "peak_rss_bytes")),
+                 268435456 + (1 << 24));
     json_decref(cell);
     stop(&e);
 }
@@ -366,8 +366,8 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     for (int i = 0; i < 100; i++) {
         j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
-                              "running") == 0;
+        bool running =
+            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;
@@ -424,8 +424,8 @@ Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
     snprintf(path, sizeof path, "/v1/jobs/%s", job);
     for (int i = 0; i < 100; i++) {
         json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
-                              "running") == 0;
+        bool running =
+            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;
@@ -449,8 +449,7 @@ Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
     json_decref(cell);
     json_decref(j);
     cr_assert_eq(tu_capd_stop(&e.c), 0);
-    cr_assert_eq(tu_sh("test \"$(sqlite3 '%s/data/capd.db' 'PRAGMA integrity_check')\" = ok",
-                       dir),
+    cr_assert_eq(tu_sh("test \"$(sqlite3 '%s/data/capd.db' 'PRAGMA integrity_check')\" = ok", dir),
                  0, "integrity_check ok");
     free(job);
 }
@@ -465,8 +464,8 @@ Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
     snprintf(path, sizeof path, "/v1/jobs/%s", job);
     for (int i = 0; i < 100; i++) {
         json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running = strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"),
-                              "running") == 0;
+        bool running =
+            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;

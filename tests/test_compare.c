@@ -691,7 +691,7 @@ Test(perf, mann_whitney_exact_separated)
 Test(perf, mann_whitney_normal_ties_nag_example)
 {
     int64_t g1[16] = {13, 6, 12, 7, 12, 7, 10, 7, 10, 7, 16, 7, 10, 8, 9, 8};
-    int64_t g2[23] = {17, 6, 10, 8, 15, 8, 15, 10, 15, 10, 14, 10,
+    int64_t g2[23] = {17, 6,  10, 8,  15, 8,  15, 10, 15, 10, 14, 10,
                       14, 11, 14, 11, 13, 12, 13, 12, 13, 12, 12};
     double u, p;
     bool exact;
@@ -766,8 +766,8 @@ static void timings(int64_t *v, size_t n, double base, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        v[i] = (int64_t)(base * (1.0 + 0.01 * ((double)(seed >> 40) / 16777216.0 - 0.5))) +
-               (int64_t)i;
+        v[i] =
+            (int64_t)(base * (1.0 + 0.01 * ((double)(seed >> 40) / 16777216.0 - 0.5))) + (int64_t)i;
     }
 }
 
@@ -851,8 +851,8 @@ Test(perf, bootstrap_is_deterministic)
  * four float64 values; a head can add deltas to element 1 of any record.
  */
 static const char *const mlp_keys[8] = {
-    "model.0.forward.input.0", "fc1.0.forward.input.0", "fc1.0.forward.output.0",
-    "act.0.forward.input.0",   "act.0.forward.output.0", "fc2.0.forward.input.0",
+    "model.0.forward.input.0", "fc1.0.forward.input.0",    "fc1.0.forward.output.0",
+    "act.0.forward.input.0",   "act.0.forward.output.0",   "fc2.0.forward.input.0",
     "fc2.0.forward.output.0",  "model.0.forward.output.0",
 };
 
@@ -1497,8 +1497,9 @@ Test(options, apply_bad_json)
     expect_bad("{\"key_tolerances\":{}}", "key_tolerances");
     expect_bad("{\"key_tolerances\":[{\"atol\":1}]}", "key_tolerances[0]");
     expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\"}]}", "key_tolerances[0]");
-    expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\",\"atol\":1},{\"pattern\":\"\",\"atol\":1}]}",
-               "key_tolerances[1].pattern");
+    expect_bad(
+        "{\"key_tolerances\":[{\"pattern\":\"a\",\"atol\":1},{\"pattern\":\"\",\"atol\":1}]}",
+        "key_tolerances[1].pattern");
     expect_bad("{\"key_tolerances\":[{\"pattern\":\"a\",\"atol\":1,\"x\":1}]}",
                "key_tolerances[0].x");
     expect_bad("{\"perf_threshold\":-0.1}", "perf_threshold");
@@ -1647,14 +1648,15 @@ Test(render, markdown)
     cr_assert_not_null(md);
     cr_assert(strstr(md, "## capd comparison: **regression**\n"), "%s", md);
     cr_assert(strstr(md, "3 cells compared, 1 identical, 1 diverged, 1 incomparable"), "%s", md);
-    cr_assert(strstr(md, "### Outcome regressions\n\n- `mlp` / avx2 / backward: ok -> **crashed**\n"),
-              "%s", md);
+    cr_assert(
+        strstr(md, "### Outcome regressions\n\n- `mlp` / avx2 / backward: ok -> **crashed**\n"),
+        "%s", md);
     cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
     cr_assert(strstr(md, "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
                          "(seq 4, tolerance, max rel 0.0833, 1/4 off) | same |\n"),
               "%s", md);
-    cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"),
-              "%s", md);
+    cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"), "%s",
+              md);
     cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
     cr_assert(strstr(md, "| mlp | default | forward | "), "%s", md);
     cr_assert(strstr(md, "| regression |\n"), "%s", md);
@@ -1690,8 +1692,9 @@ Test(render, introduced_elsewhere)
     }
     json_t *r = run_compare(c, h, NULL);
     char *md = cmp_result_to_markdown(r);
-    cr_assert(strstr(md, "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off) | "
-                         "`act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, 1/4 off) |\n"),
+    cr_assert(strstr(md,
+                     "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off) | "
+                     "`act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, 1/4 off) |\n"),
               "%s", md);
     free(md);
     json_decref(r);

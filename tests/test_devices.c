@@ -322,8 +322,8 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
     json_t *d = get_devices(&e);
     cr_assert_eq(json_array_size(json_object_get(d, "devices")), 0);
     cr_assert_eq(jint(d, "count"), 0);
-    cr_assert(strstr(s_(d, "reason"), "cannot run the GPU probe /nonexistent/capd-gpuinfo"),
-              "%s", s_(d, "reason"));
+    cr_assert(strstr(s_(d, "reason"), "cannot run the GPU probe /nonexistent/capd-gpuinfo"), "%s",
+              s_(d, "reason"));
     cr_assert_eq(jint(d, "generation"), 1);
     json_decref(d);
 
@@ -514,8 +514,8 @@ Test(devices, amd_visibility_stacks)
     struct env e;
     start(&e, 2, "amd", "\"max_parallel\":2");
     long st = 0;
-    char *job = submit(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu",
-                       &st, NULL);
+    char *job =
+        submit(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu", &st, NULL);
     cr_assert_eq(st, 201);
     json_t *j = tu_wait_job(&e.c, job, 60);
     json_t *cell = NULL;

@@ -25,8 +25,8 @@ static const char *python(void)
 static void register_builds(struct tu_capd *c)
 {
     long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st,
-                         "{\"name\":\"control\",\"python\":\"%s\"}", python());
+    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st, "{\"name\":\"control\",\"python\":\"%s\"}",
+                         python());
     cr_assert_eq(st, 201, "register control build: %ld", st);
     json_decref(j);
     j = tu_jsonf(c, "POST", "/v1/builds", &st,
@@ -68,8 +68,8 @@ static json_t *all_tensors(struct tu_capd *c, const char *job, const char *cell)
     json_t *out = json_array();
     char path[256], cursor[64] = "";
     for (;;) {
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s",
-                 job, cell, cursor[0] ? "&cursor=" : "", cursor);
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s", job,
+                 cell, cursor[0] ? "&cursor=" : "", cursor);
         long st = 0;
         json_t *page = tu_json(c, "GET", path, NULL, &st);
         cr_assert_eq(st, 200);
@@ -124,9 +124,8 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     {
         const char *cid = json_string_value(json_object_get(cell, "id"));
         const char *width = json_string_value(json_object_get(cell, "width"));
-        cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok",
-                         "cell %s: %s", cid,
-                         json_string_value(json_object_get(cell, "reason")));
+        cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "cell %s: %s",
+                         cid, json_string_value(json_object_get(cell, "reason")));
         char path[128];
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", j1, cid);
         json_t *full = tu_json(&c, "GET", path, NULL, NULL);
@@ -225,14 +224,13 @@ Test(e2e, foreign_width_unsupported, .timeout = 600)
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
     register_builds(&c);
-    char *j = submit(&c, "control", "4444444", NULL, "\"mlp\"", "\"vsx\",\"native\"",
-                     "\"forward\"");
+    char *j =
+        submit(&c, "control", "4444444", NULL, "\"mlp\"", "\"vsx\",\"native\"", "\"forward\"");
     json_t *job = wait_done(&c, j);
     json_t *cells = json_object_get(job, "cells");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")),
                      "unsupported");
-    const char *reason =
-        json_string_value(json_object_get(json_array_get(cells, 0), "reason"));
+    const char *reason = json_string_value(json_object_get(json_array_get(cells, 0), "reason"));
     cr_assert(reason && strstr(reason, "vsx"), "reason names the width: %s", reason);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")), "ok");
     /* native records what the framework picked. */
@@ -277,8 +275,8 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
                          python(), roots, outside);
     cr_assert_eq(st, 201);
     json_decref(b);
-    char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"",
-                     "\"avx2\"", "\"forward\"");
+    char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"", "\"avx2\"",
+                     "\"forward\"");
     json_t *job = wait_done(&c, j);
     json_t *cells = json_object_get(job, "cells");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")), "ok",
@@ -286,8 +284,7 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
                      json_string_value(json_object_get(json_array_get(cells, 0), "reason")));
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")),
                      "failed");
-    const char *reason =
-        json_string_value(json_object_get(json_array_get(cells, 1), "reason"));
+    const char *reason = json_string_value(json_object_get(json_array_get(cells, 1), "reason"));
     cr_assert(reason && strstr(reason, "root"), "refusal names the roots: %s", reason);
     json_decref(job);
     free(j);

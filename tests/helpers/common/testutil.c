@@ -260,8 +260,7 @@ long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_js
     return status;
 }
 
-char *tu_submit(const struct tu_capd *c, const char *build, const char *model,
-                const char *options)
+char *tu_submit(const struct tu_capd *c, const char *build, const char *model, const char *options)
 {
     long status = 0;
     json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &status,

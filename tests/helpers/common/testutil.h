@@ -61,8 +61,7 @@ long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_js
 
 /* Submits a one-cell job of MODEL on the fake build; returns the job id
  * (malloc'd) or NULL. OPTIONS is a JSON object text or NULL. */
-char *tu_submit(const struct tu_capd *c, const char *build, const char *model,
-                const char *options);
+char *tu_submit(const struct tu_capd *c, const char *build, const char *model, const char *options);
 
 /* Counts of /proc/PID/fd entries, and of zombie children of PID. */
 int tu_count_fds(pid_t pid);
