@@ -47,7 +47,7 @@ static char *submit(struct tu_capd *c, const char *build, const char *commit, co
     json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
                          "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
                          "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
-                         "\"options\":{\"iterations\":8,\"warmup\":2}}",
+                         "\"options\":{\"iterations\":30,\"warmup\":5}}",
                          commit, build, cc, models, widths, passes);
     cr_assert_eq(st, 201, "submit: %ld", st);
     char *id = strdup(json_string_value(json_object_get(j, "id")));
@@ -158,7 +158,8 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     cr_assert_eq(st, 200);
     json_t *counts = json_object_get(same, "counts");
     char *dump = json_dumps(counts, JSON_COMPACT);
-    if (json_integer_value(json_object_get(counts, "identical")) != 12) {
+    if (json_integer_value(json_object_get(counts, "identical")) != 12 ||
+        strcmp(json_string_value(json_object_get(same, "verdict")), "pass") != 0) {
         struct tu_resp txt;
         snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&format=text", j1, j2);
         tu_http(&c, "GET", path, NULL, 0, NULL, &txt);
