@@ -35,13 +35,13 @@ struct api_req {
     int nxhdr;
     char xhdr[2][2][96];
     /* ETags, live updates and metrics (api/etag.c, api/api_events.c). */
-    int route;                     /* index in server.c's routes[]; -1: none matched */
+    int route; /* index in server.c's routes[]; -1: none matched */
     const char *route_method, *route_pattern;
-    unsigned status;               /* status of the reply queued; 0: none yet */
-    uint64_t t0_ns;                /* arrival (CLOCK_MONOTONIC), for the latency */
-    char etag[64];                 /* quoted; sent with a 2xx reply when set */
-    bool etag_body;                /* derive the ETag from the reply body */
-    struct live_waiter *poll;      /* a long-poll in progress (api/api_events.c) */
+    unsigned status;          /* status of the reply queued; 0: none yet */
+    uint64_t t0_ns;           /* arrival (CLOCK_MONOTONIC), for the latency */
+    char etag[64];            /* quoted; sent with a 2xx reply when set */
+    bool etag_body;           /* derive the ETag from the reply body */
+    struct live_waiter *poll; /* a long-poll in progress (api/api_events.c) */
 };
 
 typedef enum MHD_Result (*api_handler)(struct api_req *r);
@@ -58,9 +58,8 @@ struct store *api_thread_store(const struct capd_config *cfg);
 /* Replies. Every error reaching a client goes through api_error:
  * {"error":{"code","message","field"}} with the right status. */
 enum MHD_Result api_json(struct api_req *r, unsigned status, json_t *body /* stolen */);
-enum MHD_Result api_error(struct api_req *r, unsigned status, const char *code,
-                          const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+enum MHD_Result api_error(struct api_req *r, unsigned status, const char *code, const char *field,
+                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 enum MHD_Result api_text(struct api_req *r, unsigned status, const char *ctype, char *body,
                          size_t len /* body is malloc'd and stolen */);
 /* Adds a header to the next reply of R (at most two; names and values of
@@ -76,9 +75,9 @@ const char *api_query(struct api_req *r, const char *key);
 const char *api_header(struct api_req *r, const char *key);
 
 /* Validation helpers shared by endpoints. */
-bool api_valid_name(const char *s, size_t max);          /* ^[A-Za-z0-9._-]{1,max}$ */
+bool api_valid_name(const char *s, size_t max);            /* ^[A-Za-z0-9._-]{1,max}$ */
 bool api_valid_hex(const char *s, size_t min, size_t max); /* hex digits only */
-bool api_valid_text(const char *s, size_t max);           /* UTF-8 checked by jansson; no controls */
+bool api_valid_text(const char *s, size_t max); /* UTF-8 checked by jansson; no controls */
 
 /* Authentication and scopes (api/auth.c). api_auth_begin runs on the first
  * access-handler call: it identifies the caller, and refuses at once (401,
@@ -129,7 +128,7 @@ enum MHD_Result api_commit_diff(struct api_req *r);
 enum MHD_Result api_tokens_list(struct api_req *r);
 enum MHD_Result api_tokens_create(struct api_req *r);
 enum MHD_Result api_tokens_revoke(struct api_req *r);
-enum MHD_Result api_devices_list(struct api_req *r);    /* api/api_devices.c */
+enum MHD_Result api_devices_list(struct api_req *r); /* api/api_devices.c */
 enum MHD_Result api_devices_refresh(struct api_req *r);
 enum MHD_Result api_events(struct api_req *r);
 enum MHD_Result api_metrics(struct api_req *r);

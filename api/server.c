@@ -87,8 +87,7 @@ static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *
         return api_not_modified(r);
     }
     r->status = status;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(buf);
         return MHD_NO;
@@ -182,8 +181,7 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
     case -EBUSY:
         return api_error(r, 503, "busy", NULL, "the database is busy; retry");
     default:
-        return api_error(r, 500, "internal", NULL, "storage error %d while handling %s", rc,
-                         what);
+        return api_error(r, 500, "internal", NULL, "storage error %d while handling %s", rc, what);
     }
 }
 
@@ -230,8 +228,8 @@ json_t *api_body_object(struct api_req *r, enum MHD_Result *ret)
     }
     json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        *ret = api_error(r, 400, "invalid_json", NULL, "malformed JSON at byte %d: %s",
-                         je.position, je.text);
+        *ret = api_error(r, 400, "invalid_json", NULL, "malformed JSON at byte %d: %s", je.position,
+                         je.text);
         return NULL;
     }
     if (!json_is_object(j)) {
@@ -325,9 +323,10 @@ static const struct route routes[] = {
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                                               : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* Splits the path into percent-decoded segments; -1 for a path that is
@@ -412,8 +411,8 @@ static enum MHD_Result dispatch(struct api_req *r)
         snprintf(allow + l, sizeof allow - l, "%s%s", l ? ", " : "", routes[i].method);
     }
     if (allow[0]) {
-        json_t *e = json_pack("{s:{s:s,s:s,s:n}}", "error", "code", "method_not_allowed",
-                              "message", "method not allowed here", "field");
+        json_t *e = json_pack("{s:{s:s,s:s,s:n}}", "error", "code", "method_not_allowed", "message",
+                              "method not allowed here", "field");
         char *s = json_dumps(e, JSON_COMPACT);
         json_decref(e);
         struct MHD_Response *resp =
@@ -431,8 +430,8 @@ static enum MHD_Result dispatch(struct api_req *r)
 /* ---- MHD callbacks ---- */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     struct api *a = cls;
     struct api_req *r = *con_cls;
@@ -567,13 +566,13 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     }
     a->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sin,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->request_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->connection_memory_bytes, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sin, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->request_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        cfg->connection_memory_bytes, MHD_OPTION_END);
     if (!a->mhd) {
         if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
                      cfg->listen_addr, cfg->listen_port) < 0)

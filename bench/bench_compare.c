@@ -94,9 +94,14 @@ int main(int argc, char **argv)
     }
     make_data(head, control, n);
 
-    struct cmp_tensor h = {.key = "bench.0.forward.output.0", .dtype = "float32", .ndim = 1,
-                           .numel = (int64_t)n, .hash = "head", .capture = CMP_CAPTURE_FULL,
-                           .payload = head, .payload_len = n * sizeof(float)};
+    struct cmp_tensor h = {.key = "bench.0.forward.output.0",
+                           .dtype = "float32",
+                           .ndim = 1,
+                           .numel = (int64_t)n,
+                           .hash = "head",
+                           .capture = CMP_CAPTURE_FULL,
+                           .payload = head,
+                           .payload_len = n * sizeof(float)};
     h.shape[0] = (int64_t)n;
     struct cmp_tensor c = h;
     c.hash = "control";
@@ -192,23 +197,20 @@ int main(int argc, char **argv)
         return 1;
     }
     double np_best = json_number_value(json_object_get(np, "seconds"));
-    printf("numpy: best of %d: %.4f s = %.3g elements/s (numpy %s, single thread)\n", reps,
-           np_best, (double)n / np_best, json_string_value(json_object_get(np, "numpy")));
+    printf("numpy: best of %d: %.4f s = %.3g elements/s (numpy %s, single thread)\n", reps, np_best,
+           (double)n / np_best, json_string_value(json_object_get(np, "numpy")));
     printf("speed-up C/numpy: %.2fx\n", np_best / best);
 
     int bad = 0;
     bad += check("max_abs", m.max_abs, json_number_value(json_object_get(np, "max_abs")), 0);
-    bad += check("mean_abs", m.mean_abs, json_number_value(json_object_get(np, "mean_abs")),
-                 1e-9);
+    bad += check("mean_abs", m.mean_abs, json_number_value(json_object_get(np, "mean_abs")), 1e-9);
     bad += check("p99_abs", m.p99_abs, json_number_value(json_object_get(np, "p99_abs")), 0);
     bad += check("max_rel", m.max_rel, json_number_value(json_object_get(np, "max_rel")), 0);
-    bad += check("mean_rel", m.mean_rel, json_number_value(json_object_get(np, "mean_rel")),
-                 1e-9);
+    bad += check("mean_rel", m.mean_rel, json_number_value(json_object_get(np, "mean_rel")), 1e-9);
     bad += check("allclose_violations", (double)m.allclose_violations,
                  json_number_value(json_object_get(np, "allclose_violations")), 0);
     bad += check("cosine", m.cosine, json_number_value(json_object_get(np, "cosine")), 1e-12);
-    bad += check("sqnr_db", m.sqnr_db, json_number_value(json_object_get(np, "sqnr_db")),
-                 1e-9);
+    bad += check("sqnr_db", m.sqnr_db, json_number_value(json_object_get(np, "sqnr_db")), 1e-9);
     bad += check("nl2", m.nl2, json_number_value(json_object_get(np, "nl2")), 1e-9);
     bad += check("nan_one_sided", (double)m.nan_one_sided,
                  json_number_value(json_object_get(np, "nan_one_sided")), 0);

@@ -577,9 +577,9 @@ static int write_spec(struct sup *s, const char *path)
         "{s:i,s:s,s:s,s:i,s:O,s:O,s:O,s:s,s:i,s:s,s:O,s:o}", "protocol", FRAME_PROTOCOL_VERSION,
         "job", s->run.job_id, "cell", s->run.cell_id, "attempt", s->run.attempt, "model",
         json_object_get(s->run.spec, "model"), "width", json_object_get(s->run.spec, "width"),
-        "pass", json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
-        "frame_fd", 3, "scratch", s->scratch, "model_roots",
-        json_object_get(s->run.build, "model_roots"), "options", o);
+        "pass", json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu", "frame_fd",
+        3, "scratch", s->scratch, "model_roots", json_object_get(s->run.build, "model_roots"),
+        "options", o);
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;

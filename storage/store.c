@@ -275,8 +275,9 @@ json_t *store_col_str(sqlite3_stmt *st, int col)
 
 json_t *store_col_int(sqlite3_stmt *st, int col)
 {
-    return sqlite3_column_type(st, col) == SQLITE_NULL ? json_null()
-                                                       : json_integer(sqlite3_column_int64(st, col));
+    return sqlite3_column_type(st, col) == SQLITE_NULL
+               ? json_null()
+               : json_integer(sqlite3_column_int64(st, col));
 }
 
 /* Timestamps go out as RFC 3339 UTC strings with milliseconds. */
@@ -411,7 +412,6 @@ out:
     "j.request_json, j.options_json, j.labels_json, j.created_at, j.updated_at, j.finished_at, "   \
     "j.provenance_json"
 
-
 static json_t *job_row(sqlite3_stmt *st)
 {
     json_t *req = store_col_json(st, 8);
@@ -449,8 +449,8 @@ static int job_add_cells(struct store *s, int64_t job_seq, json_t *job)
 {
     sqlite3_stmt *st = NULL;
     json_t *cells = json_array(), *counts = json_object();
-    int rc = store_prepare(s, "SELECT " CELL_COLS " FROM cells c WHERE c.job_seq = ? ORDER BY c.ord",
-                           &st);
+    int rc = store_prepare(
+        s, "SELECT " CELL_COLS " FROM cells c WHERE c.job_seq = ? ORDER BY c.ord", &st);
     if (rc)
         goto out;
     sqlite3_bind_int64(st, 1, job_seq);
@@ -1048,8 +1048,8 @@ int store_branch_put(struct store *s, const char *name, const char *control, jso
 int store_branch_get(struct store *s, const char *name, json_t **out)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT name, control_commit, updated_at FROM branches WHERE name=?",
-                           &st);
+    int rc =
+        store_prepare(s, "SELECT name, control_commit, updated_at FROM branches WHERE name=?", &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, name);
@@ -1062,16 +1062,15 @@ int store_branch_get(struct store *s, const char *name, json_t **out)
     return rc;
 }
 
-int store_job_for_commit(struct store *s, const char *commit, bool finished_only,
-                         char id_out[16])
+int store_job_for_commit(struct store *s, const char *commit, bool finished_only, char id_out[16])
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           finished_only
-                               ? "SELECT id FROM jobs WHERE commit_sha = ? AND state = 'done' "
-                                 "ORDER BY seq DESC LIMIT 1"
-                               : "SELECT id FROM jobs WHERE commit_sha = ? ORDER BY seq DESC LIMIT 1",
-                           &st);
+    int rc = store_prepare(
+        s,
+        finished_only ? "SELECT id FROM jobs WHERE commit_sha = ? AND state = 'done' "
+                        "ORDER BY seq DESC LIMIT 1"
+                      : "SELECT id FROM jobs WHERE commit_sha = ? ORDER BY seq DESC LIMIT 1",
+        &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, commit);

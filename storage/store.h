@@ -44,8 +44,7 @@ void store_new_id(char prefix, char out[16]);
 /* ---- builds ---- */
 
 /* BUILD is the validated request body; replace selects PUT semantics. */
-int store_build_put(struct store *s, const char *name, json_t *build, bool replace,
-                    json_t **out);
+int store_build_put(struct store *s, const char *name, json_t *build, bool replace, json_t **out);
 int store_build_get(struct store *s, const char *name, json_t **out);
 int store_build_list(struct store *s, json_t **out);
 /* Stores a prefork verification outcome (STATE 'verified' or 'refused' with
@@ -109,8 +108,8 @@ int store_next_cell_numerics(struct store *s, bool *numerics);
 /* Ingest: records of an open attempt. Writes are batched in one transaction
  * that store_flush() (or a finishing cell) commits. */
 int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const char *kind,
-                     const char *key, const char *header, size_t header_len,
-                     const void *payload, size_t nbytes);
+                     const char *key, const char *header, size_t header_len, const void *payload,
+                     size_t nbytes);
 int store_flush(struct store *s);
 
 struct store_outcome {
@@ -141,18 +140,16 @@ int store_recover(struct store *s, int max_attempts, int *requeued, int *interru
 
 /* ---- reads for the API ---- */
 int store_cell_get(struct store *s, const char *job_id, const char *cell_id, json_t **out);
-int store_records_list(struct store *s, const char *job_id, const char *cell_id,
-                       const char *kind, int64_t after, int limit, json_t **out);
+int store_records_list(struct store *s, const char *job_id, const char *cell_id, const char *kind,
+                       int64_t after, int limit, json_t **out);
 /* Fetches and decompresses a payload blob; *data is malloc'd. */
 int store_blob_get(struct store *s, const char *hash, void **data, size_t *len);
 
 /* ---- branches and commits ---- */
-int store_branch_put(struct store *s, const char *name, const char *control_commit,
-                     json_t **out);
+int store_branch_put(struct store *s, const char *name, const char *control_commit, json_t **out);
 int store_branch_get(struct store *s, const char *name, json_t **out);
 /* The newest job of COMMIT (any state unless finished_only). */
-int store_job_for_commit(struct store *s, const char *commit, bool finished_only,
-                         char id_out[16]);
+int store_job_for_commit(struct store *s, const char *commit, bool finished_only, char id_out[16]);
 int store_commit_jobs(struct store *s, const char *commit, json_t **out);
 
 /* ---- comparisons ---- */
