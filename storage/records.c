@@ -398,13 +398,7 @@ int store_records_list(struct store *s, const char *job_id, const char *cell_id,
     }
     if (!more && (rc = store_rc(s, src)) != 0)
         goto out;
-    json_t *cursor = json_null();
-    if (more) {
-        char c[32];
-        snprintf(c, sizeof c, "r%lld", (long long)last);
-        cursor = json_string(c);
-    }
-    *out = json_pack("{s:O,s:o}", "records", arr, "next_cursor", cursor);
+    *out = store_page("records", arr, more, 'r', last);
     rc = 0;
 out:
     json_decref(arr);

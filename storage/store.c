@@ -303,6 +303,20 @@ void store_bind_text(sqlite3_stmt *st, int i, const char *v)
         sqlite3_bind_null(st, i);
 }
 
+/* A page of a keyset-paginated list: {NAME: ARR, "next_cursor": PREFIX<last>
+ * or null}. The cursor is opaque to clients; the prefix tells the lists'
+ * cursors apart. */
+json_t *store_page(const char *name, json_t *arr, bool more, char prefix, int64_t last)
+{
+    json_t *cursor = json_null();
+    if (more) {
+        char c[32];
+        snprintf(c, sizeof c, "%c%lld", prefix, (long long)last);
+        cursor = json_string(c);
+    }
+    return json_pack("{s:O,s:o}", name, arr, "next_cursor", cursor);
+}
+
 /* ---- builds ---- */
 
 static json_t *build_row(sqlite3_stmt *st)
@@ -704,13 +718,7 @@ int store_job_list(struct store *s, const struct store_job_filter *f, json_t **o
     }
     if (!more && (rc = store_rc(s, src)) != 0)
         goto out;
-    json_t *cursor = json_null();
-    if (more) {
-        char c[32];
-        snprintf(c, sizeof c, "s%lld", (long long)last);
-        cursor = json_string(c);
-    }
-    *out = json_pack("{s:O,s:o}", "jobs", arr, "next_cursor", cursor);
+    *out = store_page("jobs", arr, more, 's', last);
     rc = 0;
 out:
     json_decref(arr);

@@ -51,6 +51,7 @@ json_t *store_col_str(sqlite3_stmt *st, int col);
 json_t *store_col_int(sqlite3_stmt *st, int col);
 json_t *store_col_time(sqlite3_stmt *st, int col);
 json_t *store_cell_row(sqlite3_stmt *st, int c0);
+json_t *store_page(const char *name, json_t *arr, bool more, char prefix, int64_t last);
 void store_bind_text(sqlite3_stmt *st, int i, const char *v);
 
 #define CELL_COLS                                                                                  \
