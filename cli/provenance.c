@@ -578,7 +578,7 @@ int prov_collect(const char *dir, json_t **out, char **err)
     static const char *const a_head[] = {"rev-parse", "--verify", "-q", "HEAD", NULL};
     c.single[0] = 0;
     rc = run_git(top, a_head, on_single, &c, NULL, NULL, 0);
-    snprintf(head, sizeof head, "%s", rc == 0 ? c.single : "");
+    snprintf(head, sizeof head, "%.*s", (int)sizeof head - 1, rc == 0 ? c.single : ""); /* a hash */
 
     rc = -ENOMEM;
     c.findings = json_array();
