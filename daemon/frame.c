@@ -1266,9 +1266,17 @@ int frame_tensor_stats(const struct frame *f, struct frame_stats *out)
         *counts[i] = -1;
     if (p->stats_fast) {
         /* Validated numbers, each followed by ',' or '}' inside the line. */
-        for (int i = 0; i < 5; i++)
-            if (p->stat_at[i] && *p->stat_at[i] != 'n')
-                *reals[i] = strtod_l(p->stat_at[i], NULL, p->c_locale);
+        for (int i = 0; i < 5; i++) {
+            const char *q = p->stat_at[i];
+            if (!q || *q == 'n')
+                continue;
+            *reals[i] = strtod_l(q, NULL, p->c_locale);
+            /* jansson reads integer syntax as an integer, so "-0" is +0
+             * there; keep both paths bit-identical (found by fuzz_record). */
+            size_t n = strcspn(q, ",}");
+            if (*reals[i] == 0.0 && !memchr(q, '.', n) && !memchr(q, 'e', n) && !memchr(q, 'E', n))
+                *reals[i] = 0.0;
+        }
         for (int i = 0; i < 4; i++)
             if (p->stat_at[5 + i])
                 *counts[i] = strtoll(p->stat_at[5 + i], NULL, 10);
