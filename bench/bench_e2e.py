@@ -190,22 +190,24 @@ def identical_cells(diff):
 
 
 def stored_bytes(data_dir):
-    """The database's size (pages in use, WAL included: what a checkpoint
-    would leave) plus the payload blobs' bytes on disk."""
+    """(database bytes, blob bytes): the database's pages in use (WAL
+    included: what a checkpoint would leave) and the payload blobs' bytes on
+    disk."""
     import sqlite3
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(data_dir, "capd.db"), uri=True)
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     free = db.execute("PRAGMA freelist_count").fetchone()[0]
     size = db.execute("PRAGMA page_size").fetchone()[0]
     db.close()
-    total = (pages - free) * size
+    db_bytes = (pages - free) * size
+    total = 0
     for base, _dirs, files in os.walk(os.path.join(data_dir, "blobs")):
         for fn in files:
             try:
                 total += os.stat(os.path.join(base, fn)).st_blocks * 512
             except OSError:
                 pass
-    return total
+    return db_bytes, total
 
 
 def width_env():
@@ -226,6 +228,8 @@ def make_loop(work, python, runner_dir, options, job):
     for i, c in enumerate(job["cells"]):
         scratch = os.path.join(specs, "c%02d" % i)
         os.makedirs(scratch, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(scratch, 65534, 65534)  # the cells' user, as capd does
         spec = {"protocol": 1, "job": job["id"], "cell": c["id"], "attempt": 1,
                 "model": c["model"], "width": c["width"], "pass": c["pass"], "device": "cpu",
                 "frame_fd": 3, "scratch": scratch, "model_roots": [], "options": opts}
@@ -245,20 +249,27 @@ def make_loop(work, python, runner_dir, options, job):
     keep = " ".join("%s=%s" % (k, shquote(v)) for k, v in sorted(os.environ.items())
                     if k in ("PATH", "LANG", "TZ") or k.startswith("LC_")
                     or k.startswith("OPENBLAS_"))
+    # capd running as root runs cells as run_as_user (nobody): so does the
+    # loop then.
+    user = ""
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        user = "setpriv --reuid=65534 --regid=65534 --clear-groups"
     with open(script, "w") as f:
         f.write("""#!/bin/sh
 # The reference: the same runner invocations capd makes, one after another,
 # under the same environment (capd's allow-list, the width's variables, the
-# spec, HOME = the cell's scratch dir as for capd's run_as_user).
+# spec, HOME = the cell's scratch dir as for capd's run_as_user), in the
+# cell's scratch dir, as the same user.
 fail=0
 while read -r aten onednn dnnl spec; do
-    env -i %s HOME="${spec%%/cell.json}" PYTHONPATH="%s" OMP_NUM_THREADS=%s \\
+    cd "${spec%%/cell.json}" || fail=1
+    %s env -i %s HOME="${spec%%/cell.json}" PYTHONPATH="%s" OMP_NUM_THREADS=%s \\
         PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 ATEN_CPU_CAPABILITY="$aten" \\
         ONEDNN_MAX_CPU_ISA="$onednn" DNNL_MAX_CPU_ISA="$dnnl" CAPD_CELL_SPEC="$spec" \\
         "%s" -m capd_runner 3>/dev/null >/dev/null 2>&1 || fail=1
 done < "%s"
 exit $fail
-""" % (keep, runner_dir, threads, python, cells))
+""" % (user, keep, runner_dir, threads, python, cells))
     os.chmod(script, 0o755)
     return script
 
@@ -404,9 +415,11 @@ def main():
                       ("f0" * 20, "f1" * 20)]
         res["storage"] = {
             "stats_jobs": len(stats_jobs),
-            "bytes_before_full": b0,
-            "full_control_bytes": b1 - b0,
-            "full_identical_head_bytes": b2 - b1,
+            "bytes_before_full": sum(b0),
+            "full_control_bytes": sum(b1) - sum(b0),
+            "full_control_blob_bytes": b1[1] - b0[1],
+            "full_identical_head_bytes": sum(b2) - sum(b1),
+            "full_identical_head_blob_bytes": b2[1] - b1[1],
             "full_identical_cells": identical_cells(fdiff),
         }
         try:
@@ -419,7 +432,7 @@ def main():
             db.close()
             res["storage"]["stats_records"] = n
             res["storage"]["all_records"] = nt
-            res["storage"]["bytes_per_stats_record"] = b0 / float(n) if n else None
+            res["storage"]["bytes_per_stats_record"] = b0[0] / float(n) if n else None
         except Exception as e:  # the schema is storage's business; say so
             res["storage"]["error"] = "%s: %s" % (type(e).__name__, e)
 

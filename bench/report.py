@@ -230,10 +230,15 @@ def main():
           "above, divided by their %s records (every kind: tensor, env, timing...; jobs, cells, "
           "events and indexes included) | %s bytes | — | — | — |" % (
               stg.get("stats_jobs"), stg.get("stats_records"), f(bpr, "%.0f")))
+        hb = stg.get("full_identical_head_blob_bytes")
+        cb = stg.get("full_control_blob_bytes")
         w("| full capture, identical head | what a full-capture (`capture: full`) head whose "
-          "records are identical to its control adds to the database and blobs | %s bytes | "
-          "the control's full capture: %s bytes | %s%% | near zero (payloads are "
-          "content-addressed) |" % (head, ctl, f(100.0 * head / ctl if ctl else None, "%.1f")))
+          "records are identical to its control adds to the database and blobs | %s bytes (%s "
+          "of them payload blobs) | the control's full capture: %s bytes (%s of them blobs) | "
+          "%s%% (blobs: %s%%) | payloads near zero (content-addressed); the rest is one row "
+          "per record |" % (head, "n/a" if hb is None else hb, ctl, "n/a" if cb is None else cb,
+                            f(100.0 * head / ctl if ctl else None, "%.1f"),
+                            f(100.0 * hb / cb if cb and hb is not None else None, "%.1f")))
         w("")
         w("The comparison latency with 10 against 10,000 jobs in the database (the issue's "
           "third storage figure) is not measured yet.")
