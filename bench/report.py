@@ -201,9 +201,12 @@ def main():
               ", ".join("%.1f" % x for x in (e2e.get("cpu_s") or {}).get("capd", [])),
               ", ".join("%.1f" % x for x in (e2e.get("cpu_s") or {}).get("prefork", []))))
         w("")
-        w("Verdicts of the comparisons are about numerics *and* timing: on a loaded machine "
-          "the timing samples of two runs differ, and a `regression` verdict then comes from "
-          "perf alone; the identical-cell counts are the numeric result.")
+        w("Verdicts of the comparisons are about numerics *and* timing. Both heads are "
+          "compared with the timing samples of one control run; on this shared 2-core machine "
+          "run-to-run timing differences (other tenants, frequency, caches) exceed the default "
+          "5%% threshold for some cells, so a verdict can be `regression` from timing alone. "
+          "The numeric result is the identical-cell count, and it is the same for the "
+          "fresh-exec and the prefork head.")
         pb = e2e.get("prefork_build") or {}
         w("")
         w("The prefork build's state after the run: `%s`%s." % (
@@ -353,8 +356,10 @@ def main():
 
     w("## Reproduce everything")
     w("")
-    w("    bench/run            # everything, 3 end-to-end repetitions (about 15 minutes idle)")
-    w("    bench/run --quick    # one repetition, smaller ingest runs (about 5 minutes idle)")
+    w("    bench/run            # everything, 3 end-to-end repetitions (7.5 minutes on this")
+    w("                         # machine at load 1)")
+    w("    bench/run --quick    # one repetition, smaller ingest runs, no numerics-only figure")
+    w("                         # (4 minutes on this machine at load 2)")
     w("")
     w("Raw outputs land in `build-bench/bench-results/`.")
     w("")

@@ -10,7 +10,6 @@
  * by fresh exec.
  */
 #include <criterion/criterion.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
