@@ -141,6 +141,10 @@ struct ctl_url {
     bool has_query;
 };
 void ctl_url_init(struct ctl_url *u, const char *path);
+/* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
+ * code after saying why (a too-long ID is a usage error of CMD). */
+int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
+                   const char *id, const char *what, struct ctl_resp *r, json_t **out);
 void ctl_url_seg(struct ctl_client *c, struct ctl_url *u, const char *segment);
 void ctl_url_lit(struct ctl_url *u, const char *text);
 void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, const char *val);

@@ -335,3 +335,23 @@ void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, con
     ctl_url_lit(u, e);
     free(e);
 }
+
+int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
+                   const char *id, const char *what, struct ctl_resp *r, json_t **out)
+{
+    struct ctl_url u;
+    ctl_url_init(&u, base);
+    ctl_url_seg(c, &u, id);
+    if (u.overflow)
+        return ctl_usage_error(cmd, "the %s is too long", what);
+    if (ctl_request(c, "GET", u.buf, NULL, NULL, r) != 0 || r->status != 200) {
+        ctl_report(c, r);
+        return CTL_EXIT_ERROR;
+    }
+    *out = ctl_resp_json(r);
+    if (!json_is_object(*out)) {
+        fprintf(stderr, "capctl: unexpected reply from GET %s\n", u.buf);
+        return CTL_EXIT_ERROR;
+    }
+    return 0;
+}

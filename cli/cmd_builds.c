@@ -241,26 +241,12 @@ static int builds_register(int argc, char **argv)
         rc = ctl_usage_error(&cmd_register, "--name is too long");
         goto out;
     }
-    if (!replace) {
-        /* Checked first so the answer is clear and names --replace. (capd
-         * 0.1's POST of an existing name also drops the connection
-         * instead of answering 409: put_build formats its message with a
-         * name freed with the body.) */
-        struct ctl_url g;
-        ctl_url_init(&g, "/v1/builds");
-        ctl_url_seg(&c, &g, name);
-        if (!g.overflow && ctl_request(&c, "GET", g.buf, NULL, NULL, &r) == 0 && r.status == 200) {
-            fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
-                    name);
-            goto out;
-        }
-        ctl_resp_free(&r);
-    }
     if (ctl_request(&c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
         ctl_report_fields(&c, &r, build_fields);
         if (r.status == 409 && !replace)
-            fprintf(stderr, "capctl: add --replace to replace build '%s'\n", name);
+            fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
+                    name);
         goto out;
     }
     j = ctl_resp_json(&r);
@@ -299,22 +285,9 @@ static int builds_show(int argc, char **argv)
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
-    struct ctl_url u;
-    ctl_url_init(&u, "/v1/builds");
-    ctl_url_seg(&c, &u, a.pos[0]);
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_show, "the build name is too long");
+    if ((rc = ctl_get_object(&c, &cmd_show, "/v1/builds", a.pos[0], "build name", &r, &j)) != 0)
         goto out;
-    }
-    if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(&c, &r);
-        goto out;
-    }
-    j = ctl_resp_json(&r);
-    if (!json_is_object(j)) {
-        fprintf(stderr, "capctl: unexpected reply from GET /v1/builds/NAME\n");
-        goto out;
-    }
+    rc = CTL_EXIT_ERROR;
     if (ctl_has(&a, "json")) {
         ctl_print_json(stdout, j);
         rc = 0;

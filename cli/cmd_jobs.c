@@ -697,22 +697,9 @@ int ctl_cmd_status(int argc, char **argv)
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
-    struct ctl_url u;
-    ctl_url_init(&u, "/v1/jobs");
-    ctl_url_seg(&c, &u, a.pos[0]);
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_status, "the job id is too long");
+    if ((rc = ctl_get_object(&c, &cmd_status, "/v1/jobs", a.pos[0], "job id", &r, &j)) != 0)
         goto out;
-    }
-    if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(&c, &r);
-        goto out;
-    }
-    j = ctl_resp_json(&r);
-    if (!json_is_object(j)) {
-        fprintf(stderr, "capctl: unexpected reply from GET /v1/jobs/JOB\n");
-        goto out;
-    }
+    rc = CTL_EXIT_ERROR;
     if (ctl_has(&a, "json"))
         ctl_print_json(stdout, j);
     else
