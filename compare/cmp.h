@@ -224,6 +224,12 @@ struct cmp_options {
      */
     bool allow_device_mismatch;
     /*
+     * Whether a perf regression fails the overall verdict (default true).
+     * Perf is still computed and counted when false; a CI machine that is
+     * shared with other work gates on numerics and outcomes only.
+     */
+    bool perf_gate;
+    /*
      * Cross-width mode when both are non-empty: control cells of width
      * control_width are matched with head cells of width head_width on
      * (model, pass). Both sides may be the same struct cmp_side (one job).
@@ -249,7 +255,7 @@ void cmp_options_init(struct cmp_options *opt);
  *    "bootstrap": {"seed": 7, "resamples": 2000},
  *    "include_tensors": true,
  *    "cross_width": {"control": "default", "head": "avx512"},
- *    "allow_device_mismatch": false}
+ *    "allow_device_mismatch": false, "perf_gate": true}
  *
  * Every field is optional; unknown fields are errors (a typo must not silently
  * keep a default). New key_tolerances go before the existing ones so that the

@@ -828,7 +828,7 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     }
 
     bool regression = cnt.outcome_regressions > 0 || cnt.status[C_DIVERGED] > 0 ||
-                      cnt.missing_cells > 0 || cnt.perf_regressions > 0;
+                      cnt.missing_cells > 0 || (opt->perf_gate && cnt.perf_regressions > 0);
     int e = 0;
     e |= set(res, "verdict", json_string(regression ? "regression" : "pass"));
     e |= set(res, "mode", json_string(cross ? "cross_width" : "same_width"));
@@ -854,8 +854,10 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     json_t *th = json_pack("{s:f, s:f, s:i, s:I}", "perf_threshold", opt->perf_threshold, "alpha",
                            opt->alpha, "bootstrap_resamples", opt->bootstrap_resamples,
                            "bootstrap_seed", (json_int_t)opt->bootstrap_seed);
-    if (th != NULL)
+    if (th != NULL) {
         e |= set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
+        e |= set(th, "perf_gate", json_boolean(opt->perf_gate));
+    }
     e |= set(res, "thresholds", th);
     e |= set(res, "cells", cells);
     cells = NULL;

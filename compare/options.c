@@ -30,6 +30,7 @@ void cmp_options_init(struct cmp_options *o)
     o->alpha = 0.01;
     o->bootstrap_seed = UINT64_C(0x6361706463617064);
     o->bootstrap_resamples = 2000;
+    o->perf_gate = true;
 }
 
 /*
@@ -263,6 +264,11 @@ int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_
                 rc = fail(err, k, "must be true or false");
             else
                 o.allow_device_mismatch = json_is_true(v);
+        } else if (strcmp(k, "perf_gate") == 0) {
+            if (!json_is_boolean(v))
+                rc = fail(err, k, "must be true or false");
+            else
+                o.perf_gate = json_is_true(v);
         } else {
             rc = fail(err, k, "unknown field");
         }

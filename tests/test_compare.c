@@ -1255,6 +1255,21 @@ Test(engine, perf_and_memory)
     cr_assert(json_is_null(jp(r, "cells.0.memory.device_ratio")));
     json_decref(r);
 
+    /* perf_gate false: still computed and counted, but the verdict passes */
+    struct cmp_options o;
+    struct cmp_err err;
+    cmp_options_init(&o);
+    cr_assert(o.perf_gate, "perf gates by default");
+    json_t *j = json_loads("{\"perf_gate\":false}", 0, NULL);
+    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "%s", err.message);
+    json_decref(j);
+    r = run_compare(c, h, &o);
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
+    cr_assert_eq(ji(r, "counts.perf_regressions"), 1);
+    cr_assert(json_is_false(jp(r, "thresholds.perf_gate")));
+    cr_assert_str_eq(js(r, "verdict"), "pass", "perf does not gate");
+    json_decref(r);
+
     /* the same samples on both sides: no change */
     r = run_compare(c, c, NULL);
     cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "no_change");
@@ -1762,6 +1777,7 @@ Test(engine, device_mismatch_is_refused)
     cr_assert_eq(ji(r, "counts.perf_improvements"), 0);
     cr_assert_str_eq(js(r, "verdict"), "pass", "a refusal is not a regression");
     cr_assert(json_is_false(jp(r, "thresholds.allow_device_mismatch")));
+    cr_assert(json_is_true(jp(r, "thresholds.perf_gate")), "perf gates by default");
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "| incomparable (device mismatch: cpu vs NVIDIA H200) |"), "%s", md);
     free(md);
@@ -1866,6 +1882,8 @@ Test(engine, outcome_comes_before_device_mismatch)
 Test(options, allow_device_mismatch_json)
 {
     expect_bad("{\"allow_device_mismatch\":1}", "allow_device_mismatch");
+    expect_bad("{\"perf_gate\":0}", "perf_gate");
+    expect_bad("{\"perf_gate\":\"no\"}", "perf_gate");
     expect_bad("{\"allow_device_mismatch\":\"yes\"}", "allow_device_mismatch");
     struct cmp_options o;
     cmp_options_init(&o);
