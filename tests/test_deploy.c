@@ -687,9 +687,12 @@ Test(deploy, documented_commands_use_only_flags_the_programs_take, .timeout = 60
                 line[strlen(line) - 1] = ' ';
                 continue;
             }
-            char *words[128];
+            /* The words point into CMD, so LINE can start the next one. */
+            char cmd[sizeof line], *words[128];
             int nw = 0;
-            for (char *s2 = NULL, *w = strtok_r(line, " \t", &s2); w && nw < 128;
+            snprintf(cmd, sizeof cmd, "%s", line);
+            line[0] = 0;
+            for (char *s2 = NULL, *w = strtok_r(cmd, " \t", &s2); w && nw < 128;
                  w = strtok_r(NULL, " \t", &s2)) {
                 if (*w == '#' || *w == '|' || *w == '>' || *w == '<' || *w == '&' || *w == ';' ||
                     strcmp(w, "2>&1") == 0)
@@ -699,7 +702,6 @@ Test(deploy, documented_commands_use_only_flags_the_programs_take, .timeout = 60
                     continue;
                 words[nw++] = w;
             }
-            line[0] = 0;
             if (nw == 0)
                 continue;
             const char *prog = strrchr(words[0], '/') ? strrchr(words[0], '/') + 1 : words[0];
