@@ -41,17 +41,18 @@ static void usage(FILE *f)
             "                     [--json]\n"
             "\n"
             "backup  copies the data dir's database (SQLite's online backup API: one consistent\n"
-            "        snapshot, safe while capd runs) and the payload files it names into the\n"
-            "        directory DEST, which capd can then use as a data dir. DEST must be new,\n"
-            "        empty, or an earlier backup (then only new payloads are copied). Its path\n"
-            "        is printed on stdout. Cell logs are not included.\n"
+            "        snapshot, safe while capd runs), the payload files and the cell logs it\n"
+            "        names into the directory DEST, which capd can then use as a data dir. DEST\n"
+            "        must be new, empty, or an earlier backup (then only new payloads and\n"
+            "        changed logs are copied). Its path is printed on stdout.\n"
             "vacuum  rebuilds the database file to give free pages back to the file system.\n"
             "        It blocks capd's writers while it runs, so it refuses while cells run\n"
             "        unless --force.\n"
             "prune   applies the retention policy: keeps every job of a control commit and of\n"
             "        the newest N commits of each branch (N: --keep-heads, else the config's\n"
-            "        retention_keep_heads_per_branch) and drops the payloads of the others\n"
-            "        (their statistics, hashes and timings stay). --dry-run only reports.\n"
+            "        retention_keep_heads_per_branch) and drops the payloads and the cell logs\n"
+            "        of the others (their statistics, hashes and timings stay). --dry-run\n"
+            "        only reports.\n"
             "\n"
             "DIR defaults to the config's data_dir, else /var/lib/capd. Run these as the user\n"
             "capd runs as, so files it creates stay readable by capd.\n");
@@ -184,19 +185,22 @@ static int do_backup(const struct db_args *a)
         return 1;
     }
     if (a->as_json)
-        emit_json(json_pack("{s:s,s:s,s:i,s:I,s:I,s:I,s:I,s:I}", "path", info.path, "data_dir",
-                            a->cfg.data_dir, "schema_version", info.schema_version, "db_bytes",
-                            (json_int_t)info.db_bytes, "blobs", (json_int_t)info.blobs,
+        emit_json(json_pack("{s:s,s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "path", info.path,
+                            "data_dir", a->cfg.data_dir, "schema_version", info.schema_version,
+                            "db_bytes", (json_int_t)info.db_bytes, "blobs", (json_int_t)info.blobs,
                             "blobs_copied", (json_int_t)info.blobs_copied, "blob_bytes_copied",
                             (json_int_t)info.blob_bytes_copied, "blobs_missing",
-                            (json_int_t)info.blobs_missing));
+                            (json_int_t)info.blobs_missing, "logs", (json_int_t)info.logs,
+                            "logs_copied", (json_int_t)info.logs_copied, "log_bytes_copied",
+                            (json_int_t)info.log_bytes_copied));
     else
         printf("%s\n", info.path);
     fprintf(stderr,
             "capd: backed up %s (schema version %d, database %lld bytes, %lld payload files, "
-            "%lld new: %lld bytes) to %s\n",
+            "%lld new: %lld bytes; %lld cell logs, %lld new or changed: %lld bytes) to %s\n",
             a->cfg.data_dir, info.schema_version, (long long)info.db_bytes, (long long)info.blobs,
-            (long long)info.blobs_copied, (long long)info.blob_bytes_copied, info.path);
+            (long long)info.blobs_copied, (long long)info.blob_bytes_copied, (long long)info.logs,
+            (long long)info.logs_copied, (long long)info.log_bytes_copied, info.path);
     if (info.blobs_missing > 0) {
         fprintf(stderr,
                 "capd db backup: %lld payload files the database names are missing from "
@@ -270,21 +274,22 @@ static int do_prune(const struct db_args *a)
     }
     store_close(s);
     if (a->as_json)
-        emit_json(
-            json_pack("{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
-                      "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs,
-                      "jobs_kept", (json_int_t)r.jobs_kept, "jobs_pruned",
-                      (json_int_t)r.jobs_pruned, "records_detached", (json_int_t)r.records_detached,
-                      "blobs_deleted", (json_int_t)r.blobs_deleted, "orphans_deleted",
-                      (json_int_t)r.orphans_deleted, "bytes_freed", (json_int_t)r.bytes_freed));
+        emit_json(json_pack(
+            "{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
+            "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs, "jobs_kept",
+            (json_int_t)r.jobs_kept, "jobs_pruned", (json_int_t)r.jobs_pruned, "records_detached",
+            (json_int_t)r.records_detached, "blobs_deleted", (json_int_t)r.blobs_deleted,
+            "orphans_deleted", (json_int_t)r.orphans_deleted, "bytes_freed",
+            (json_int_t)r.bytes_freed, "logs_deleted", (json_int_t)r.logs_deleted,
+            "log_bytes_freed", (json_int_t)r.log_bytes_freed));
     fprintf(stderr,
             "capd: %s %lld of %lld jobs kept whole (controls and the newest %d commits per "
             "branch); payloads of %lld jobs %s: %lld record references, %lld payload files and "
-            "%lld orphaned files, %lld bytes\n",
+            "%lld orphaned files, %lld bytes; %lld cell logs, %lld bytes\n",
             a->dry_run ? "dry run:" : "pruned:", (long long)r.jobs_kept, (long long)r.jobs,
             a->keep_heads, (long long)r.jobs_pruned, a->dry_run ? "would go" : "dropped",
             (long long)r.records_detached, (long long)r.blobs_deleted, (long long)r.orphans_deleted,
-            (long long)r.bytes_freed);
+            (long long)r.bytes_freed, (long long)r.logs_deleted, (long long)r.log_bytes_freed);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /*
  * storage/maint.c - database care: online backup, vacuum and retention.
  *
- * All three are safe while capd runs. A backup reads one consistent
+ * All three are safe while capd runs. Backup and retention also cover the
+ * per-cell logs under DATA/logs. A backup reads one consistent
  * snapshot (a WAL reader never blocks the ingest writer); retention works
  * in short write transactions so the ingest writer never waits long; a
  * vacuum holds the write lock for its whole run, which is why `capd db
@@ -83,12 +84,13 @@ static bool is_blob_name(const char *n)
  * taken without waiting; a backup holds it shared from before its
  * database snapshot until every file that snapshot names is copied. A
  * deletion that finds it held is left for a later run (the file is then
- * an orphan, which the next sweep removes).
+ * an orphan, which the next sweep removes). Cell logs under DATA/logs
+ * follow the same rule with a lock on that directory.
  */
-static int blob_lock(const char *data_dir, int how)
+static int dir_lock(const char *data_dir, const char *sub, int how)
 {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/blobs", data_dir);
+    snprintf(dir, sizeof dir, "%s/%s", data_dir, sub);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -100,6 +102,11 @@ static int blob_lock(const char *data_dir, int how)
         return e == EWOULDBLOCK ? -EAGAIN : -e;
     }
     return fd;
+}
+
+static int blob_lock(const char *data_dir, int how)
+{
+    return dir_lock(data_dir, "blobs", how);
 }
 
 static void blob_unlock(int fd)
@@ -306,6 +313,145 @@ out:
     return rc;
 }
 
+/* A job or cell id as it may appear in a path under DATA/logs: capd's ids
+ * are letters and digits; anything else (a dot, a slash) is not ours. */
+static bool is_id_name(const char *n)
+{
+    if (!*n || strlen(n) > 64)
+        return false;
+    for (; *n; n++)
+        if (!((*n >= '0' && *n <= '9') || (*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') ||
+              *n == '-' || *n == '_'))
+            return false;
+    return true;
+}
+
+static bool same_file_version(const struct stat *a, const struct stat *b)
+{
+    return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Step 3: the finished log of every cell the copy names, DATA/logs/<job>/
+ * <cell>.log to DEST/logs/. A cell still running has no finished log yet
+ * (its output is in <cell>.log.part; it runs again after a restore), and
+ * a job retention pruned has none any more: either way DEST keeps no
+ * stale copy. Unlike blobs, a log can change (a cell run again after an
+ * interruption rewrites it), so one is copied again when its size or
+ * modification time differs; the copy gets the source's times. */
+static int backup_logs(const char *copy, const char *data_dir, const char *dest,
+                       struct store_backup_info *info, char **err)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO, src;
+    if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT j.id, c.id FROM cells c JOIN jobs j ON j.seq = c.job_seq",
+                           -1, &st, NULL) != SQLITE_OK) {
+        set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
+        goto out;
+    }
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(st, 0);
+        const char *cell = (const char *)sqlite3_column_text(st, 1);
+        char from[PATH_MAX + 160], to[PATH_MAX + 240], dir[PATH_MAX + 80];
+        struct stat a, b;
+        if (!job || !cell || !is_id_name(job) || !is_id_name(cell))
+            continue;
+        snprintf(from, sizeof from, "%s/logs/%s/%s.log", data_dir, job, cell);
+        snprintf(dir, sizeof dir, "%s/logs/%s", dest, job);
+        snprintf(to, sizeof to, "%s/%s.log", dir, cell);
+        if (stat(from, &a) != 0 || !S_ISREG(a.st_mode)) {
+            unlink(to);
+            continue;
+        }
+        if (stat(to, &b) == 0 && same_file_version(&a, &b)) {
+            info->logs++;
+            continue;
+        }
+        if ((rc = mkdir_p(dir, 0750)) != 0) {
+            set_err(err, "cannot create %s: %s", dir, strerror(-rc));
+            goto out;
+        }
+        rc = copy_file(from, to, &info->log_bytes_copied);
+        if (rc == -ENOENT) {
+            unlink(to);
+            continue;
+        }
+        if (rc) {
+            set_err(err, "cannot copy %s: %s", from, strerror(-rc));
+            goto out;
+        }
+        struct timespec times[2] = {a.st_atim, a.st_mtim};
+        utimensat(AT_FDCWD, to, times, 0);
+        info->logs++;
+        info->logs_copied++;
+    }
+    rc = src == SQLITE_DONE ? 0 : -EIO;
+    if (rc)
+        set_err(err, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rc;
+}
+
+/* Step 5: files under DEST/logs that are not the log of a cell the new
+ * copy names (an earlier backup's, or a temporary left by a crash) go,
+ * and so do the directories that leaves empty. */
+static void backup_trim_logs(const char *dest)
+{
+    char path[PATH_MAX + 16], logs[PATH_MAX + 16];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    snprintf(path, sizeof path, "%s/capd.db", dest);
+    snprintf(logs, sizeof logs, "%s/logs", dest);
+    DIR *top = opendir(logs);
+    if (!top)
+        return;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "SELECT 1 FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                           "WHERE j.id = ?1 AND c.id = ?2",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto out;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        char sub[PATH_MAX + 300];
+        if (d->d_name[0] == '.' || !is_id_name(d->d_name))
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", logs, d->d_name);
+        DIR *in = opendir(sub);
+        struct dirent *f;
+        while (in && (f = readdir(in)) != NULL) {
+            char cell[300];
+            size_t n = strlen(f->d_name);
+            if (strcmp(f->d_name, ".") == 0 || strcmp(f->d_name, "..") == 0)
+                continue;
+            bool keep = n > 4 && n - 4 < sizeof cell && strcmp(f->d_name + n - 4, ".log") == 0;
+            if (keep) {
+                snprintf(cell, sizeof cell, "%.*s", (int)(n - 4), f->d_name);
+                sqlite3_reset(st);
+                sqlite3_bind_text(st, 1, d->d_name, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 2, cell, -1, SQLITE_STATIC);
+                keep = sqlite3_step(st) == SQLITE_ROW;
+            }
+            if (!keep) {
+                char file[PATH_MAX + 600];
+                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+                unlink(file);
+            }
+        }
+        if (in)
+            closedir(in);
+        rmdir(sub); /* only when empty */
+    }
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    closedir(top);
+}
+
 /* Step 4: blobs left in DEST by an earlier backup that the new copy no
  * longer names (retention dropped them) go, so DEST mirrors one snapshot. */
 static void backup_trim(const char *dest)
@@ -354,9 +500,10 @@ out:
 }
 
 /*
- * A backup is a data dir: DEST/capd.db and DEST/blobs/. The blob lock is
- * held shared from before the database snapshot until every blob it names
- * is copied, so retention cannot delete one in between. The new capd.db is
+ * A backup is a data dir: DEST/capd.db, DEST/blobs/ and DEST/logs/. The
+ * blob and log locks are held shared from before the database snapshot
+ * until every blob and log it names is copied, so retention cannot delete
+ * one in between. The new capd.db is
  * renamed into place only after its blobs are on disk (syncfs), so at
  * every moment DEST's database names only blobs DEST has.
  */
@@ -365,7 +512,7 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     char src_path[PATH_MAX], data_real[PATH_MAX], dest_real[PATH_MAX];
     char tmp[PATH_MAX + 32], final[PATH_MAX + 16];
     bool tmp_made = false;
-    int lock = -1, rc;
+    int lock = -1, log_lock = -1, rc;
     struct stat sb;
     if (err)
         *err = NULL;
@@ -410,6 +557,12 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
         set_err(err, "cannot lock %s/blobs: %s", data_dir, strerror(-rc));
         return rc;
     }
+    log_lock = dir_lock(data_dir, "logs", LOCK_SH);
+    if (log_lock < 0 && log_lock != -ENOENT) {
+        rc = log_lock;
+        set_err(err, "cannot lock %s/logs: %s", data_dir, strerror(-rc));
+        goto out;
+    }
     snprintf(tmp, sizeof tmp, "%s/capd.db.tmp-XXXXXX", dest_real);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
@@ -420,11 +573,13 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     close(fd);
     tmp_made = true;
     if ((rc = backup_db(src_path, tmp, info, err)) != 0 ||
-        (rc = backup_blobs(tmp, data_dir, dest_real, info, err)) != 0)
+        (rc = backup_blobs(tmp, data_dir, dest_real, info, err)) != 0 ||
+        (rc = backup_logs(tmp, data_dir, dest_real, info, err)) != 0)
         goto out;
     blob_unlock(lock);
-    lock = -1;
-    /* Every copied blob and the database reach the disk before the
+    blob_unlock(log_lock);
+    lock = log_lock = -1;
+    /* Every copied file and the database reach the disk before the
      * rename makes the new database the backup's. */
     if ((fd = open(dest_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
         syncfs(fd);
@@ -438,10 +593,12 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     tmp_made = false;
     fsync_path(dest_real, O_RDONLY | O_DIRECTORY);
     backup_trim(dest_real);
+    backup_trim_logs(dest_real);
     snprintf(info->path, sizeof info->path, "%s", dest_real);
     rc = 0;
 out:
     blob_unlock(lock);
+    blob_unlock(log_lock);
     if (tmp_made)
         unlink_db(tmp);
     return rc;
@@ -711,6 +868,108 @@ out:
     return rc;
 }
 
+/* Removes DATA/logs/NAME/ (DIR is DATA/logs) and counts its cell logs
+ * and bytes; only counts when DRY. */
+static void remove_log_dir(const char *dir, const char *name, bool dry,
+                           struct store_prune_report *r)
+{
+    char sub[PATH_MAX + 300];
+    snprintf(sub, sizeof sub, "%s/%s", dir, name);
+    DIR *in = opendir(sub);
+    struct dirent *f;
+    while (in && (f = readdir(in)) != NULL) {
+        char file[PATH_MAX + 600];
+        struct stat sb;
+        size_t n = strlen(f->d_name);
+        snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+        if (f->d_name[0] == '.' && (n == 1 || (n == 2 && f->d_name[1] == '.')))
+            continue;
+        if (lstat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        if (!dry && unlink(file) != 0)
+            continue;
+        if (n > 4 && strcmp(f->d_name + n - 4, ".log") == 0)
+            r->logs_deleted++;
+        r->log_bytes_freed += (int64_t)sb.st_size;
+    }
+    if (in)
+        closedir(in);
+    if (!dry)
+        rmdir(sub);
+}
+
+/*
+ * Cell logs of the jobs not kept whole: DATA/logs/<job>/ goes as a whole.
+ * No row names a log, so the database does not change; but the kept set
+ * is recomputed under the write lock of each batch and the files are
+ * removed while it is held, so a job posted meanwhile that names an old
+ * commit as its control saves that commit's logs, exactly as it saves its
+ * payloads. A job not kept has no cell queued or running, so none of its
+ * logs is being written. A backup holds DATA/logs shared while it copies;
+ * then nothing is deleted and the next run does it. Counts only when DRY.
+ */
+static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
+                      struct store_prune_report *r)
+{
+    char top[PATH_MAX];
+    sqlite3_stmt *st = NULL;
+    int lock = -1, rc = 0;
+    bool more = true;
+    snprintf(top, sizeof top, "%s/logs", s->data_dir);
+    DIR *d = opendir(top);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    if (!dry && (lock = dir_lock(s->data_dir, "logs", LOCK_EX | LOCK_NB)) < 0) {
+        closedir(d);
+        return lock == -EAGAIN ? 0 : lock; /* a backup runs: next time */
+    }
+    while (rc == 0 && more) {
+        int jobs = 0;
+        if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
+            rc = -ECANCELED;
+            break;
+        }
+        if ((rc = dry ? store_exec(s, "BEGIN") : store_begin(s)) != 0)
+            break;
+        more = false;
+        if ((rc = fill_keep(s, keep, r)) == 0)
+            rc = store_prepare(s,
+                               "SELECT 1 FROM main.jobs WHERE id = ?1 AND commit_sha NOT IN "
+                               "(SELECT commit_sha FROM temp.prune_keep)",
+                               &st);
+        struct dirent *e;
+        while (rc == 0 && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' || !is_id_name(e->d_name))
+                continue;
+            sqlite3_reset(st);
+            sqlite3_bind_text(st, 1, e->d_name, -1, SQLITE_STATIC);
+            int src = sqlite3_step(st);
+            if (src == SQLITE_DONE)
+                continue; /* kept, or not a job's directory */
+            if (src != SQLITE_ROW) {
+                rc = store_rc(s, src);
+                break;
+            }
+            remove_log_dir(top, e->d_name, dry, r);
+            if (++jobs >= PRUNE_TXN_JOBS) {
+                more = true;
+                break;
+            }
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+        if (rc == 0)
+            rc = dry ? store_exec(s, "COMMIT") : store_commit(s);
+        if (rc) {
+            note_error(s, rc, r);
+            store_rollback(s);
+        }
+    }
+    blob_unlock(lock);
+    closedir(d);
+    return rc;
+}
+
 /*
  * A dry run computes the same answer without writing to the database:
  * every candidate job at once, then the blobs only they reference. It
@@ -759,6 +1018,8 @@ out:
         note_error(s, rc, r);
     store_exec(s, "COMMIT");
     store_rollback(s);
+    if (rc == 0)
+        rc = prune_logs(s, keep, true, NULL, r);
     return rc ? rc : sweep_orphans(s, true, r);
 }
 
@@ -911,7 +1172,8 @@ out:
  * The real run goes in short IMMEDIATE transactions. The kept set is
  * recomputed at the start of every one, under the write lock, so a job
  * posted meanwhile that names an old commit as its control saves that
- * commit before anything of it is touched. Orphan files are swept last.
+ * commit before anything of it is touched. Then the cell logs of the jobs
+ * not kept go (prune_logs), and orphan payload files are swept last.
  */
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r)
 {
@@ -933,6 +1195,8 @@ int store_prune(struct store *s, const struct store_prune_opts *o, struct store_
         else
             rc = prune_batch(s, o->keep_heads_per_branch, &last, &more, r);
     }
+    if (rc == 0)
+        rc = prune_logs(s, o->keep_heads_per_branch, false, o->stop, r);
     if (rc == 0)
         rc = sweep_orphans(s, false, r);
     /* On failure the temp tables stay as they are: clearing them would

@@ -177,21 +177,24 @@ struct store_backup_info {
     int64_t db_bytes;                         /* size of the copied database */
     int64_t blobs, blobs_copied;              /* payload files named; copied this time */
     int64_t blob_bytes_copied, blobs_missing; /* missing: named but not in DATA/blobs */
-    char path[4096];                          /* the backup directory, resolved */
+    int64_t logs, logs_copied;                /* cell logs in the backup; copied this time */
+    int64_t log_bytes_copied;
+    char path[4096]; /* the backup directory, resolved */
 };
 
 /*
  * Backs DATA_DIR up into the directory DEST (created when needed), which
- * becomes a data dir capd can start on: DEST/capd.db and DEST/blobs/.
+ * becomes a data dir capd can start on: DEST/capd.db, DEST/blobs/ and
+ * DEST/logs/<job>/<cell>.log (the finished log of every cell the copy names).
  * The database is copied with SQLite's online backup API (one consistent
  * snapshot, taken while capd keeps writing, made a self-contained
  * rollback-journal file and quick_check'ed), then every payload file it
- * names; retention cannot delete one meanwhile (a shared lock on
- * DATA/blobs). DEST/capd.db is renamed into place last. Backing up into
- * an earlier backup copies only new payloads and drops those no longer
- * named. Opens its own connection and never migrates, so it works on a
- * database of any schema version. Refuses a DEST inside DATA_DIR, and a
- * non-empty DEST without a capd.db.
+ * names and every cell log; retention cannot delete one meanwhile (shared
+ * locks on DATA/blobs and DATA/logs). DEST/capd.db is renamed into place
+ * last. Backing up into an earlier backup copies only new payloads and
+ * changed logs, and drops those no longer named. Opens its own connection and never migrates, so it
+ * works on a database of any schema version. Refuses a DEST inside DATA_DIR, and a non-empty DEST
+ * without a capd.db.
  */
 int store_backup(const char *data_dir, const char *dest, struct store_backup_info *info,
                  char **err);
@@ -215,8 +218,9 @@ int store_vacuum(struct store *s, bool *checkpoint_busy);
  * commits of each (project, branch), or that has a job not finished. Every
  * other job keeps its records (statistics, hashes, timings) but loses its
  * payload references; a payload blob is deleted when no record references
- * it any more (blobs are shared between jobs). Then payload files that no
- * blob row names (left by a crash) are swept. Works in short write
+ * it any more (blobs are shared between jobs), and its cell logs
+ * (DATA/logs/<job>/) are deleted. Then payload files that no blob row
+ * names (left by a crash) are swept. Works in short write
  * transactions, safe while capd runs; STOP (optional) is checked between
  * them (-ECANCELED). A dry run writes nothing and reports what would go.
  */
@@ -232,6 +236,8 @@ struct store_prune_report {
     int64_t blobs_deleted;    /* payload files (and rows) deleted */
     int64_t orphans_deleted;  /* payload files no row named (crash leftovers) */
     int64_t bytes_freed;      /* stored (compressed) bytes of both */
+    int64_t logs_deleted;     /* cell log files of jobs not kept */
+    int64_t log_bytes_freed;  /* their bytes */
     char error[256];          /* what failed, when store_prune does not return 0 */
 };
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);

@@ -233,6 +233,27 @@ static void check_data_dir(const char *data_dir)
     cr_assert_eq(blob_files(data_dir), n, "no blob file without its row in %s", data_dir);
 }
 
+/* The path of the log of job JOB's (only) cell under DATA_DIR. */
+static void cell_log(struct env *e, const char *data_dir, const char *job, char *out, size_t n)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    json_t *j = tu_json(&e->c, "GET", path, NULL, NULL);
+    const char *cell =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "cells"), 0), "id"));
+    cr_assert_not_null(cell, "job %s has a cell", job);
+    snprintf(out, n, "%s/logs/%s/%s.log", data_dir, job, cell);
+    json_decref(j);
+}
+
+static bool exists(const char *fmt, const char *a, const char *b)
+{
+    char p[800];
+    struct stat sb;
+    snprintf(p, sizeof p, fmt, a, b);
+    return stat(p, &sb) == 0;
+}
+
 Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 300)
 {
     struct env e;
@@ -321,6 +342,65 @@ Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 300)
     free(stream);
 }
 
+/* A backup holds every finished cell log, copies a log again only when it
+ * changed, and mirrors the data dir: a log gone there (pruned) or a file
+ * that is not a cell's log goes from the backup too. */
+Test(db, backup_copies_cell_logs_and_mirrors_them, .timeout = 300)
+{
+    struct env e;
+    start(&e, NULL);
+    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
+    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    char la[400], lb[400], ba[600], bb[600], dest[400];
+    cell_log(&e, e.data, a, la, sizeof la);
+    cell_log(&e, e.data, b, lb, sizeof lb);
+    cr_assert(exists("%s%s", la, ""), "cell log %s written", la);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    char *top = tu_tmpdir();
+    snprintf(dest, sizeof dest, "%s/bk", top);
+    snprintf(ba, sizeof ba, "%s%s", dest, la + strlen(e.data));
+    snprintf(bb, sizeof bb, "%s%s", dest, lb + strlen(e.data));
+
+    json_t *rep = NULL;
+    char *err = NULL;
+    cr_assert_eq(capd_db(&rep, &err, "backup '%s' --data-dir '%s' --json", dest, e.data), 0, "%s",
+                 err);
+    free(err);
+    cr_assert_eq(jint(rep, "logs"), 2);
+    cr_assert_eq(jint(rep, "logs_copied"), 2);
+    json_decref(rep);
+    cr_assert_eq(tu_sh("cmp -s '%s' '%s' && cmp -s '%s' '%s'", la, ba, lb, bb), 0,
+                 "the backup's logs are the data dir's");
+
+    /* Again: nothing changed, nothing copied. */
+    cr_assert_eq(capd_db(&rep, NULL, "backup '%s' --data-dir '%s' --json", dest, e.data), 0);
+    cr_assert_eq(jint(rep, "logs"), 2);
+    cr_assert_eq(jint(rep, "logs_copied"), 0, "an unchanged log is not copied again");
+    json_decref(rep);
+
+    /* a's log changes (a cell run again rewrites it), b's goes (retention),
+     * and the backup gets a file that is no cell's log. */
+    cr_assert_eq(tu_sh("sleep 0.05; echo rerun >> '%s'", la), 0);
+    cr_assert_eq(unlink(lb), 0);
+    cr_assert_eq(tu_sh("mkdir -p '%s/logs/jzzz' && echo x > '%s/logs/jzzz/c1.log' && echo t > "
+                       "'%s.tmp42'",
+                       dest, dest, ba),
+                 0);
+    cr_assert_eq(capd_db(&rep, NULL, "backup '%s' --data-dir '%s' --json", dest, e.data), 0);
+    cr_assert_eq(jint(rep, "logs"), 1);
+    cr_assert_eq(jint(rep, "logs_copied"), 1, "the changed log is copied");
+    json_decref(rep);
+    cr_assert_eq(tu_sh("cmp -s '%s' '%s'", la, ba), 0, "the backup has a's new log");
+    cr_assert(!exists("%s%s", bb, ""), "b's log left the backup with the data dir's");
+    cr_assert(!exists("%s/logs/jzzz%s", dest, ""), "no stray log directory");
+    cr_assert(!exists("%s.tmp42%s", ba, ""), "no stray file");
+    check_data_dir(dest);
+    tu_sh("rm -rf '%s'", top);
+    free(top);
+    free(a);
+    free(b);
+}
+
 /*
  * The policy, with keep = 1 (one head per branch):
  *   main: m1 (seed 1), m2 (seed 2), m3 (seed 3)      m3 newest of main
@@ -364,6 +444,11 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
                         "WHERE j.id = '%s'",
                         f1);
 
+    /* Every job has its log directory (w1's holds its running log). */
+    const char *all[] = {m1, m2, m3, f1, f2, f3, w1, w2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        cr_assert(exists("%s/logs/%s", e.data, all[i]), "log directory of %s", all[i]);
+
     /* A dry run says what a real run does, and changes nothing. */
     json_t *dry = NULL, *real = NULL;
     char *err = NULL;
@@ -375,6 +460,8 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
     cr_assert_eq(q1(db, "SELECT count(*) FROM records WHERE blob_hash IS NOT NULL"), 8 * 3,
                  "a dry run detaches nothing");
     cr_assert_eq(blob_files(e.data), files);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        cr_assert(exists("%s/logs/%s", e.data, all[i]), "a dry run keeps %s's logs", all[i]);
 
     /* The real run, while capd runs (w1 is still ingesting). */
     cr_assert_eq(capd_db(&real, &err, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0,
@@ -387,8 +474,10 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
     cr_assert_eq(jint(real, "blobs_deleted"), 3, "only f1's own blobs; f2 shares m3's");
     cr_assert_eq(jint(real, "orphans_deleted"), 0);
     cr_assert_eq(jint(real, "bytes_freed"), bytes4);
+    cr_assert_eq(jint(real, "logs_deleted"), 2, "the cell logs of f1 and f2");
     static const char *const same[] = {
-        "jobs", "jobs_kept", "jobs_pruned", "records_detached", "blobs_deleted", "bytes_freed"};
+        "jobs",          "jobs_kept",   "jobs_pruned",  "records_detached",
+        "blobs_deleted", "bytes_freed", "logs_deleted", "log_bytes_freed"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         cr_assert_eq(jint(dry, same[i]), jint(real, same[i]), "dry run's %s", same[i]);
 
@@ -410,6 +499,12 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
                         "j.seq = c.job_seq WHERE j.id = '%s' AND r.blob_hash IS NOT NULL",
                         pruned[i]),
                      0, "pruned job %s has no payload reference", pruned[i]);
+    for (size_t i = 0; i < 2; i++)
+        cr_assert(!exists("%s/logs/%s", e.data, pruned[i]), "pruned job %s has no log", pruned[i]);
+    const char *kept_logs[] = {m1, m2, m3, f3, w1, w2};
+    for (size_t i = 0; i < sizeof kept_logs / sizeof kept_logs[0]; i++)
+        cr_assert(exists("%s/logs/%s", e.data, kept_logs[i]), "kept job %s keeps its logs",
+                  kept_logs[i]);
     /* The running job's records (an open attempt) were not touched. */
     cr_assert_eq(q1(db,
                     "SELECT count(*) FROM records r JOIN attempts a ON a.id = "
@@ -436,6 +531,7 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
     cr_assert_eq(capd_db(&real, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
     cr_assert_eq(jint(real, "jobs_pruned"), 0);
     cr_assert_eq(jint(real, "blobs_deleted"), 0);
+    cr_assert_eq(jint(real, "logs_deleted"), 0);
     json_decref(real);
     json_decref(dry);
     sqlite3_close(db);
@@ -459,17 +555,23 @@ Test(db, prune_defers_file_deletes_during_a_backup_then_sweeps, .timeout = 300)
     int files = blob_files(e.data);
     cr_assert_eq(files, 6);
 
-    char blobs[400];
+    char blobs[400], logs[400];
     snprintf(blobs, sizeof blobs, "%s/blobs", e.data);
-    int lock = open(blobs, O_RDONLY | O_DIRECTORY);
+    snprintf(logs, sizeof logs, "%s/logs", e.data);
+    int lock = open(blobs, O_RDONLY | O_DIRECTORY), log_lock = open(logs, O_RDONLY | O_DIRECTORY);
     cr_assert_geq(lock, 0);
+    cr_assert_geq(log_lock, 0);
     cr_assert_eq(flock(lock, LOCK_SH), 0);
+    cr_assert_eq(flock(log_lock, LOCK_SH), 0);
     json_t *rep = NULL;
     cr_assert_eq(capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
     cr_assert_eq(jint(rep, "blobs_deleted"), 3, "a's rows go");
+    cr_assert_eq(jint(rep, "logs_deleted"), 0, "a's logs wait for the backup");
     json_decref(rep);
     cr_assert_eq(blob_files(e.data), 6, "but not its files while the lock is held");
+    cr_assert(exists("%s/logs/%s", e.data, a), "a's logs stay while the lock is held");
     close(lock);
+    close(log_lock);
 
     /* Leftovers of a crash: a temporary and a blob file without a row. */
     cr_assert_eq(
@@ -480,12 +582,17 @@ Test(db, prune_defers_file_deletes_during_a_backup_then_sweeps, .timeout = 300)
     cr_assert_eq(
         capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --dry-run --json", e.data), 0);
     cr_assert_eq(jint(rep, "orphans_deleted"), 5, "dry run counts 3 deferred + 2 leftovers");
+    cr_assert_eq(jint(rep, "logs_deleted"), 1, "and a's deferred log");
     json_decref(rep);
+    cr_assert(exists("%s/logs/%s", e.data, a), "which a dry run keeps");
     cr_assert_eq(blob_files(e.data), 8);
     cr_assert_eq(capd_db(&rep, NULL, "prune --data-dir '%s' --keep-heads 1 --json", e.data), 0);
     cr_assert_eq(jint(rep, "orphans_deleted"), 5);
+    cr_assert_eq(jint(rep, "logs_deleted"), 1, "a's log goes once the lock is free");
     json_decref(rep);
     cr_assert_eq(blob_files(e.data), 3, "only b's blobs remain");
+    cr_assert(!exists("%s/logs/%s", e.data, a), "a's log directory is gone");
+    cr_assert(exists("%s/logs/%s", e.data, b), "b's stays");
     check_data_dir(e.data);
     free(a);
     free(b);

@@ -111,6 +111,8 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
         {"lib/systemd/system/capd.service", false},
         {"lib/sysusers.d/capd.conf", false},
         {"etc/capd/capd.json", false},
+        {"share/man/man8/capd.8", false},
+        {"share/man/man1/capctl.1", false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char *p = pathf("%s/%s", prefix, want[i].rel);
@@ -131,6 +133,19 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
         free(p);
     }
     free(probe);
+    /* The installed man pages render without a single groff warning, both
+     * through groff directly and through man(1) as a user would read them. */
+    static const char *const pages[] = {"share/man/man8/capd.8", "share/man/man1/capctl.1"};
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(tu_sh("groff -man -Tutf8 -ww -z '%s/%s' 2>'%s/groff.err' && test ! -s "
+                           "'%s/groff.err'",
+                           prefix, pages[i], top, top),
+                     0, "groff renders %s without warnings (see %s/groff.err)", pages[i], top);
+        cr_assert_eq(tu_sh("MANWIDTH=80 man --warnings -l '%s/%s' >'%s/man.out' 2>'%s/man.err' "
+                           "&& test ! -s '%s/man.err' && grep -q 'SYNOPSIS' '%s/man.out'",
+                           prefix, pages[i], top, top, top, top),
+                     0, "man -l renders %s without warnings (see %s/man.err)", pages[i], top);
+    }
 
     /* The unit was rewritten for this prefix and is valid. */
     char *unit_path = pathf("%s/lib/systemd/system/capd.service", prefix);
@@ -206,10 +221,11 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
                  0, "uninstall (see %s/uninstall.log)", top);
     cr_assert_eq(tu_sh("test \"$(cd '%s' && find . -type f)\" = ./etc/capd/capd.json", prefix), 0,
                  "only etc/capd/capd.json is left");
-    static const char *const gone[] = {"share/capd", "libexec/capd", "share/doc/capd"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const gone[] = {"share/capd", "libexec/capd", "share/doc/capd",
+                                       "share/man/man8/capd.8"};
+    for (size_t i = 0; i < 4; i++) {
         char *p = pathf("%s/%s", prefix, gone[i]);
-        cr_assert_not(exists(p, S_IFDIR, false), "%s removed", p);
+        cr_assert_not(exists(p, S_IFDIR, false) || exists(p, S_IFREG, false), "%s removed", p);
         free(p);
     }
     tu_sh("rm -rf '%s'", top);
@@ -465,4 +481,246 @@ Test(deploy, ci_script_compares_posts_and_fails_on_regression, .timeout = 600)
     cr_assert_eq(tu_capd_stop(&c), 0);
     tu_sh("rm -rf '%s'", top);
     free(logp), free(log), free(gh), free(port), free(srv), free(portf), free(top);
+}
+
+/* ---- man pages and documented commands against the --help texts ---- */
+
+/* The stdout of a shell command, run with the built binaries' directory
+ * first in PATH (NULL when it fails). */
+static char *output_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *output_of(const char *fmt, ...)
+{
+    char *cmd = NULL, *dir = tu_tmpdir(), *build = build_dir();
+    va_list ap;
+    va_start(ap, fmt);
+    cr_assert_geq(vasprintf(&cmd, fmt, ap), 0);
+    va_end(ap);
+    int rc = tu_sh("PATH='%s':\"$PATH\" %s >'%s/out' 2>/dev/null", build, cmd, dir);
+    char *p = pathf("%s/out", dir), *out = rc == 0 ? slurp(p) : NULL;
+    tu_sh("rm -rf '%s'", dir);
+    free(p), free(dir), free(build), free(cmd);
+    return out;
+}
+
+static bool flag_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+}
+
+/* Whether TEXT names the long flag FLAG ("--name") as a whole word. */
+static bool has_flag(const char *text, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (const char *p = text; (p = strstr(p, flag)) != NULL; p++)
+        if ((p == text || !flag_char(p[-1]) || p[-1] == ' ') && !flag_char(p[n]))
+            return true;
+    return false;
+}
+
+/* Calls FN for every long flag ("--word") TEXT names. */
+static void each_flag(const char *text, void (*fn)(const char *flag, void *ud), void *ud)
+{
+    for (const char *p = text; (p = strstr(p, "--")) != NULL;) {
+        size_t n = 2;
+        while (flag_char(p[n]))
+            n++;
+        bool word_start = p == text || !flag_char(p[-1]) || p[-1] == ' ';
+        if (word_start && n > 2 && p[2] >= 'a' && p[2] <= 'z' && n < 64) {
+            char flag[64];
+            snprintf(flag, sizeof flag, "%.*s", (int)n, p);
+            fn(flag, ud);
+        }
+        p += n;
+    }
+}
+
+/* A man page's source with roff's "\-" read as "-". */
+static char *man_text(const char *name)
+{
+    char *p = pathf("%s/docs/man/%s", tu_bin("CAPD_SOURCE_DIR"), name), *t = slurp(p);
+    cr_assert_not_null(t, "%s exists", p);
+    char *w = t;
+    for (const char *r = t; *r; r++) {
+        if (r[0] == '\\' && r[1] == '-')
+            r++;
+        *w++ = *r;
+    }
+    *w = 0;
+    free(p);
+    return t;
+}
+
+struct drift {
+    const char *page, *page_text, *help_text;
+    int checked;
+};
+
+static void flag_in_page(const char *flag, void *ud)
+{
+    struct drift *d = ud;
+    cr_assert(has_flag(d->page_text, flag), "%s documents %s, which --help prints", d->page, flag);
+    d->checked++;
+}
+
+static void flag_in_help(const char *flag, void *ud)
+{
+    struct drift *d = ud;
+    cr_assert(has_flag(d->help_text, flag), "%s names %s, which no --help prints", d->page, flag);
+}
+
+/* Every long flag that a --help text prints is in the man page, and every
+ * flag the man page names is one some --help prints: the two cannot drift
+ * apart silently. The commands' --help texts are what their parsers take
+ * (each command's option table prints them). */
+Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
+{
+    static const char *const capd_helps[] = {"capd --help", "capd db --help", "capd token --help"};
+    static const char *const capctl_helps[] = {"capctl --help",
+                                               "capctl builds --help",
+                                               "capctl builds list --help",
+                                               "capctl builds register --help",
+                                               "capctl builds show --help",
+                                               "capctl submit --help",
+                                               "capctl status --help",
+                                               "capctl wait --help",
+                                               "capctl diff --help"};
+    static const struct {
+        const char *page;
+        const char *const *helps;
+        size_t n;
+        int min_flags;
+    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 9, 40}};
+    for (size_t i = 0; i < 2; i++) {
+        char *all = strdup("");
+        for (size_t k = 0; k < pages[i].n; k++) {
+            char *h = output_of("%s", pages[i].helps[k]), *both = NULL;
+            cr_assert_not_null(h, "`%s` exits 0", pages[i].helps[k]);
+            cr_assert_geq(asprintf(&both, "%s\n%s", all, h), 0);
+            free(all), free(h);
+            all = both;
+        }
+        struct drift d = {pages[i].page, man_text(pages[i].page), all, 0};
+        each_flag(all, flag_in_page, &d);
+        cr_assert_geq(d.checked, pages[i].min_flags, "the help texts of %s were read",
+                      pages[i].page);
+        each_flag(d.page_text, flag_in_help, &d);
+        /* Every command of capctl's list has a section of its own. */
+        if (strcmp(pages[i].page, "capctl.1") == 0) {
+            static const char *const cmds[] = {"builds", "submit", "status", "wait", "diff"};
+            for (size_t k = 0; k < 5; k++) {
+                char *sec = pathf("\n.SS \"%s ", cmds[k]);
+                cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);
+                free(sec);
+            }
+        } else {
+            static const char *const cmds[] = {"db backup",    "db vacuum",  "db prune",
+                                               "token create", "token list", "token revoke"};
+            for (size_t k = 0; k < 6; k++) {
+                char *sec = pathf("\n.SS \"capd %s", cmds[k]);
+                cr_assert(strstr(d.page_text, sec), "capd.8 has a section for %s", cmds[k]);
+                free(sec);
+            }
+        }
+        free((char *)d.page_text);
+        free(all);
+    }
+}
+
+/* The help text that lists the flags of a documented command line: the
+ * command and subcommand words after the program name pick it. */
+static char *help_for(char **words, int n)
+{
+    int i = 1;
+    bool capctl = strcmp(words[0], "capctl") == 0;
+    /* capctl's global options may come first. */
+    while (capctl && i < n && strncmp(words[i], "--", 2) == 0)
+        i += strcmp(words[i], "--server") == 0 || strcmp(words[i], "--token") == 0 ? 2 : 1;
+    const char *cmd = i < n && words[i][0] != '-' ? words[i] : NULL;
+    const char *sub = cmd && i + 1 < n && words[i + 1][0] != '-' && strcmp(cmd, "builds") == 0
+                          ? words[i + 1]
+                          : NULL;
+    if (!capctl)
+        sub = NULL;
+    if (!capctl && cmd && strcmp(cmd, "db") != 0 && strcmp(cmd, "token") != 0)
+        cmd = NULL; /* capd's only words are db and token */
+    char *h = output_of("%s %s %s --help", words[0], cmd ? cmd : "", sub ? sub : "");
+    cr_assert_not_null(h, "`%s %s %s --help` exits 0: a documented command exists", words[0],
+                       cmd ? cmd : "", sub ? sub : "");
+    if (capctl) { /* the global options apply to every command */
+        char *g = output_of("capctl --help"), *both = NULL;
+        cr_assert_geq(asprintf(&both, "%s\n%s", h, g), 0);
+        free(h), free(g);
+        h = both;
+    }
+    return h;
+}
+
+/*
+ * The command lines of the user documentation's ```sh blocks that run capd
+ * or capctl use only commands and flags those programs take. Lines are
+ * joined at a trailing backslash; a leading `sudo`, `$ ` or VAR=value and
+ * a build directory before the program name are skipped; the command ends
+ * at a pipe, redirection, `&&`, `;`, `&` or comment.
+ */
+Test(deploy, documented_commands_use_only_flags_the_programs_take, .timeout = 600)
+{
+    static const char *const docs[] = {"README.md", "docs/getting-started.md",
+                                       "docs/troubleshooting.md", "docs/operations.md",
+                                       "docs/concepts.md"};
+    int checked = 0;
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        char *p = pathf("%s/%s", tu_bin("CAPD_SOURCE_DIR"), docs[i]), *t = slurp(p);
+        cr_assert_not_null(t, "%s exists", p);
+        bool in_sh = false;
+        char line[8192] = "";
+        for (char *save = NULL, *l = strtok_r(t, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+            if (strncmp(l, "```", 3) == 0) {
+                in_sh = !in_sh && strcmp(l, "```sh") == 0;
+                line[0] = 0;
+                continue;
+            }
+            if (!in_sh)
+                continue;
+            size_t n = strlen(line), ln = strlen(l);
+            snprintf(line + n, sizeof line - n, "%s", l);
+            if (ln > 0 && l[ln - 1] == '\\') {
+                line[strlen(line) - 1] = ' ';
+                continue;
+            }
+            /* The words point into CMD, so LINE can start the next one. */
+            char cmd[sizeof line], *words[128];
+            int nw = 0;
+            snprintf(cmd, sizeof cmd, "%s", line);
+            line[0] = 0;
+            for (char *s2 = NULL, *w = strtok_r(cmd, " \t", &s2); w && nw < 128;
+                 w = strtok_r(NULL, " \t", &s2)) {
+                if (*w == '#' || *w == '|' || *w == '>' || *w == '<' || *w == '&' || *w == ';' ||
+                    strcmp(w, "2>&1") == 0)
+                    break;
+                if (nw == 0 && (strcmp(w, "sudo") == 0 || strcmp(w, "$") == 0 ||
+                                (strchr(w, '=') && w[0] != '-')))
+                    continue;
+                words[nw++] = w;
+            }
+            if (nw == 0)
+                continue;
+            const char *prog = strrchr(words[0], '/') ? strrchr(words[0], '/') + 1 : words[0];
+            if (strcmp(prog, "capd") != 0 && strcmp(prog, "capctl") != 0)
+                continue;
+            words[0] = (char *)prog;
+            char *help = help_for(words, nw);
+            for (int k = 1; k < nw; k++) {
+                char flag[64];
+                if (strncmp(words[k], "--", 2) != 0)
+                    continue;
+                snprintf(flag, sizeof flag, "%.*s", (int)strcspn(words[k], "="), words[k]);
+                cr_assert(has_flag(help, flag), "%s: `%s ... %s`: no such flag in its --help",
+                          docs[i], prog, flag);
+            }
+            free(help);
+            checked++;
+        }
+        free(t), free(p);
+    }
+    cr_assert_geq(checked, 20, "documented command lines were found (%d)", checked);
 }
