@@ -184,6 +184,14 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
         return api_error(r, 409, "conflict", NULL, "%s conflicts with an existing one", what);
     case -EBUSY:
         return api_error(r, 503, "busy", NULL, "the database is busy; retry");
+    case -ENOSPC:
+        /* Disk full or data dir read-only: the write was rolled back whole
+         * and will work once the operator makes room, without a restart. */
+        api_reply_header(r, "Retry-After", API_STORAGE_RETRY_AFTER_S);
+        return api_error(r, 503, "storage_unavailable", NULL,
+                         "capd cannot write its data dir (disk full, read-only or an I/O "
+                         "error); nothing was stored for this %s, retry later",
+                         what);
     default:
         return api_error(r, 500, "internal", NULL, "storage error %d while handling %s", rc, what);
     }

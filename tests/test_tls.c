@@ -149,9 +149,9 @@ Test(tls, https_verified_and_plain_http_refused, .timeout = 120)
     cr_assert_eq(tu_sh("CAPD_CACERT='%s' '%s' --server '%s' builds show fake >/dev/null 2>&1",
                        p.cert, capctl, c.base),
                  0, "CAPD_CACERT");
-    cr_assert_eq(tu_sh("CAPD_CACERT= '%s' --server '%s' builds list >/dev/null 2>&1", capctl,
-                       c.base),
-                 2, "no CA: refused");
+    cr_assert_eq(
+        tu_sh("CAPD_CACERT= '%s' --server '%s' builds list >/dev/null 2>&1", capctl, c.base), 2,
+        "no CA: refused");
     cr_assert_eq(tu_sh("'%s' --server '%s' --cacert /nonexistent/ca.pem builds list "
                        ">'%s/ctl.err' 2>&1",
                        capctl, c.base, p.dir),
