@@ -19,9 +19,9 @@
 
 #include "tests/helpers/common/testutil.h"
 
-#define ROUNDS       20
-#define MAX_JOBS     64
-#define TRICKLE_N    1200
+#define ROUNDS        20
+#define MAX_JOBS      64
+#define TRICKLE_N     1200
 #define CELLS_PER_JOB 2
 
 /* The client that posts jobs while capd is being killed: every id it got a
@@ -115,8 +115,9 @@ static void check_db(const char *dir, struct poster *p, int round)
     sqlite3_finalize(st);
 
     pthread_mutex_lock(&p->mu);
-    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM cells c JOIN jobs j ON "
-                                        "c.job_seq = j.seq WHERE j.id = ?",
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT count(*) FROM cells c JOIN jobs j ON "
+                                    "c.job_seq = j.seq WHERE j.id = ?",
                                     -1, &st, NULL),
                  SQLITE_OK);
     for (int i = 0; i < p->njobs; i++) {
