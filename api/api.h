@@ -9,12 +9,19 @@
 #ifndef CAPD_API_H
 #define CAPD_API_H
 
+#include <stdbool.h>
+
 #include "daemon/capd.h"
 
 struct api;
 
-/* Binds and starts serving; *port gets the bound port (useful with 0). */
+/* Binds and starts serving; *port gets the bound port (useful with 0).
+ * With tls_cert/tls_key configured it serves HTTPS only (GnuTLS through
+ * libmicrohttpd); a missing TLS feature, an unreadable or non-PEM file, or
+ * a pair GnuTLS refuses is an error with a message naming the file. */
 int api_start(struct capd *d, struct api **out, int *port, char **err);
+/* Whether A serves HTTPS. */
+bool api_tls(const struct api *a);
 /* Stops accepting new connections; in-flight requests continue. */
 void api_quiesce(struct api *a);
 /* Requests currently being served. */

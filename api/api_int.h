@@ -65,8 +65,11 @@ enum MHD_Result api_text(struct api_req *r, unsigned status, const char *ctype, 
 /* Adds a header to the next reply of R (at most two; names and values of
  * at most 95 bytes). */
 void api_reply_header(struct api_req *r, const char *name, const char *value);
-/* Maps a store error to a reply (404 for -ENOENT with WHAT named, ...). */
+/* Maps a store error to a reply (404 for -ENOENT with WHAT named, ...;
+ * -ENOSPC, storage unavailable, is 503 storage_unavailable with
+ * Retry-After: API_STORAGE_RETRY_AFTER_S). */
 enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what);
+#define API_STORAGE_RETRY_AFTER_S "10"
 
 /* Parses the body as a JSON object; on failure it has already replied and
  * returns NULL with *ret set. */

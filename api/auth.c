@@ -78,6 +78,8 @@ static enum MHD_Result unauthorized(struct api_req *r)
     switch (r->auth_rc) {
     case -EIO:
         return api_error(r, 500, "internal", NULL, "the token store could not be read");
+    case -ENOSPC:
+        return api_store_error(r, r->auth_rc, "token check");
     case -EBUSY:
         return api_error(r, 503, "busy", NULL, "the database is busy; retry");
     case -EINVAL:

@@ -31,7 +31,11 @@ struct api {
     struct MHD_Daemon *mhd;
     unsigned inflight;
     bool quiesced;
+    char *tls_cert, *tls_key; /* PEM text; MHD keeps pointers to them while it runs */
 };
+
+/* A certificate or key file larger than this is not PEM meant for us. */
+#define API_TLS_FILE_MAX (1 << 20)
 
 static pthread_key_t store_key;
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
@@ -180,6 +184,14 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
         return api_error(r, 409, "conflict", NULL, "%s conflicts with an existing one", what);
     case -EBUSY:
         return api_error(r, 503, "busy", NULL, "the database is busy; retry");
+    case -ENOSPC:
+        /* Disk full or data dir read-only: the write was rolled back whole
+         * and will work once the operator makes room, without a restart. */
+        api_reply_header(r, "Retry-After", API_STORAGE_RETRY_AFTER_S);
+        return api_error(r, 503, "storage_unavailable", NULL,
+                         "capd cannot write its data dir (disk full, read-only or an I/O "
+                         "error); nothing was stored for this %s, retry later",
+                         what);
     default:
         return api_error(r, 500, "internal", NULL, "storage error %d while handling %s", rc, what);
     }
@@ -536,6 +548,70 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http_server", "message=%s", log_q(msg));
 }
 
+/* Reads a whole PEM file into a NUL-terminated buffer and checks that it
+ * holds what its name says (MARK), so a swapped or wrong file is named at
+ * start-up instead of surfacing as GnuTLS's generic refusal. */
+static int read_pem(const char *key, const char *path, const char *mark, char **out, char **err)
+{
+    int rc = -EINVAL;
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        rc = -errno;
+        if (asprintf(err, "%s '%s' cannot be read: %s", key, path, strerror(errno)) < 0)
+            *err = NULL;
+        goto out;
+    }
+    buf = malloc(API_TLS_FILE_MAX + 1);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    n = fread(buf, 1, API_TLS_FILE_MAX + 1, f);
+    if (ferror(f) || n > API_TLS_FILE_MAX) {
+        if (asprintf(err, "%s '%s' cannot be read or is larger than %d bytes", key, path,
+                     API_TLS_FILE_MAX) < 0)
+            *err = NULL;
+        goto out;
+    }
+    buf[n] = 0;
+    if (!strstr(buf, mark)) {
+        if (asprintf(err, "%s '%s' is not a PEM file holding a '%s' block", key, path, mark) < 0)
+            *err = NULL;
+        goto out;
+    }
+    *out = buf;
+    buf = NULL;
+    rc = 0;
+out:
+    if (f)
+        fclose(f);
+    free(buf);
+    return rc;
+}
+
+/* The key's bytes are not left behind in freed memory. */
+static void free_secret(char *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, strlen(p));
+    free(p);
+}
+
+static void api_free(struct api *a)
+{
+    free(a->tls_cert);
+    free_secret(a->tls_key);
+    free(a);
+}
+
+bool api_tls(const struct api *a)
+{
+    return a && a->tls_cert;
+}
+
 int api_start(struct capd *d, struct api **out, int *port, char **err)
 {
     const struct capd_config *cfg = capd_cfg(d);
@@ -553,17 +629,39 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     if (!a)
         return -ENOMEM;
     a->d = d;
+    /* HTTPS through libmicrohttpd's GnuTLS backend: the cert and key are
+     * handed over as PEM text read here, so capd needs them readable only
+     * at start-up. */
+    bool tls = cfg->tls_cert[0] != 0;
+    if (tls) {
+        int rc;
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            if (asprintf(err, "tls_cert is set but this libmicrohttpd was built without TLS "
+                              "support (GnuTLS); use a TLS-terminating proxy instead") < 0)
+                *err = NULL;
+            api_free(a);
+            return -ENOTSUP;
+        }
+        if ((rc = read_pem("tls_cert", cfg->tls_cert, "-----BEGIN CERTIFICATE-----", &a->tls_cert,
+                           err)) != 0 ||
+            (rc = read_pem("tls_key", cfg->tls_key, "PRIVATE KEY-----", &a->tls_key, err)) != 0) {
+            api_free(a);
+            return rc;
+        }
+    }
     /* Suspend/resume lets event streams and long-polls wait without a
      * thread (api/api_events.c). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+                     MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | (tls ? MHD_USE_TLS : 0);
     int lrc = api_live_start(cfg);
     if (lrc) {
         if (asprintf(err, "cannot start the event notifier (%d)", lrc) < 0)
             *err = NULL;
-        free(a);
+        api_free(a);
         return lrc;
     }
+    /* MHD reads options up to MHD_OPTION_END: without TLS the list ends
+     * before the certificate options. */
     a->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL, MHD_OPTION_SOCK_ADDR,
@@ -572,15 +670,24 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         (unsigned)cfg->request_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->max_connections_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        cfg->connection_memory_bytes, MHD_OPTION_END);
+        cfg->connection_memory_bytes, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, a->tls_cert,
+        MHD_OPTION_HTTPS_MEM_KEY, a->tls_key, MHD_OPTION_END);
     if (!a->mhd) {
-        if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
-                     cfg->listen_addr, cfg->listen_port) < 0)
+        if (tls) {
+            if (asprintf(err,
+                         "cannot serve HTTPS on %s:%d: the address is in use or not "
+                         "permitted, or GnuTLS refused tls_cert '%s' / tls_key '%s' (a key "
+                         "that does not match the certificate, or an encrypted key)",
+                         cfg->listen_addr, cfg->listen_port, cfg->tls_cert, cfg->tls_key) < 0)
+                *err = NULL;
+        } else if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
+                            cfg->listen_addr, cfg->listen_port) < 0) {
             *err = NULL;
+        }
         api_live_stop();
         api_live_free();
-        free(a);
-        return -EADDRINUSE;
+        api_free(a);
+        return tls ? -EINVAL : -EADDRINUSE;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
     *port = info ? info->port : cfg->listen_port;
@@ -615,5 +722,5 @@ void api_stop(struct api *a)
     api_live_stop();
     MHD_stop_daemon(a->mhd);
     api_live_free();
-    free(a);
+    api_free(a);
 }

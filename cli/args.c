@@ -14,6 +14,9 @@ const struct ctl_opt ctl_global_opts[] = {
     {"server", CTL_VALUE, "URL",
      "capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")"},
     {"token", CTL_VALUE, "T", "bearer token (default: $CAPD_TOKEN, which keeps it out of ps)"},
+    {"cacert", CTL_VALUE, "FILE",
+     "PEM CA certificate(s) to verify an https:// server against, e.g. a self-signed capd "
+     "certificate (default: $CAPD_CACERT, else the system's CAs)"},
     {"help", CTL_FLAG, NULL, "show this help"},
     {NULL, CTL_FLAG, NULL, NULL},
 };

@@ -23,7 +23,7 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: capctl [--server URL] [--token T] COMMAND [ARGS...]\n"
+    fprintf(f, "usage: capctl [--server URL] [--token T] [--cacert FILE] COMMAND [ARGS...]\n"
                "       capctl --help | --version | help COMMAND\n\n"
                "capctl talks to a capd daemon: it registers builds, submits model x width x pass\n"
                "capture jobs, waits for them, and compares a control against a branch head.\n\n"
@@ -35,6 +35,8 @@ static void usage(FILE *f)
             "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
             "  --token T     bearer token (default: $CAPD_TOKEN; the variable keeps it out of "
             "ps)\n"
+            "  --cacert FILE PEM CA certificate(s) to verify an https:// server against\n"
+            "                (default: $CAPD_CACERT, else the system's CAs)\n"
             "  --help        this text; 'capctl COMMAND --help' for a command\n"
             "  --version     print capctl's version\n\n"
             "exit codes: 0 ok, 1 regression (diff), 2 error, 3 a cell was not ok (wait)\n",
@@ -67,6 +69,9 @@ static int globals(int argc, char **argv, int *exit_code)
         } else if (strncmp(w, "--token", 7) == 0 && (w[7] == 0 || w[7] == '=')) {
             dst = &ctl_global_token;
             name = "--token";
+        } else if (strncmp(w, "--cacert", 8) == 0 && (w[8] == 0 || w[8] == '=')) {
+            dst = &ctl_global_cacert;
+            name = "--cacert";
         }
         if (!dst) {
             fprintf(stderr, "capctl: unknown flag '%s' before the command (see 'capctl --help')\n",

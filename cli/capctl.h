@@ -91,6 +91,7 @@ int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, 
 struct ctl_client {
     char server[1024]; /* without a trailing slash */
     char *auth;        /* "Authorization: Bearer T" or NULL; never printed */
+    char cacert[1024]; /* PEM CA bundle to verify an https server against; "" = system's */
     CURL *h;
 };
 
@@ -102,8 +103,9 @@ struct ctl_resp {
     char err[CURL_ERROR_SIZE + 64]; /* transport error text */
 };
 
-/* Server and token from the flags, else CAPD_SERVER / CAPD_TOKEN, else the
- * default; a usage error (2) for a URL that is not http(s). */
+/* Server, token and CA file from the flags, else CAPD_SERVER / CAPD_TOKEN /
+ * CAPD_CACERT, else the default; a usage error (2) for a URL that is not
+ * http(s) or a CA file that cannot be read. */
 int ctl_client_open(struct ctl_client *c, const struct ctl_args *a);
 void ctl_client_close(struct ctl_client *c);
 /* One request. PATH starts with "/" and may carry a query. BODY (may be
@@ -184,5 +186,6 @@ int ctl_cmd_diff(int argc, char **argv);
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;
 extern const char *ctl_global_token;
+extern const char *ctl_global_cacert;
 
 #endif

@@ -3,14 +3,17 @@
  * polling reuses its keep-alive connection. Redirects are not followed
  * (they would carry the token elsewhere) and the token is never printed.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cli/capctl.h"
 
 const char *ctl_global_server;
 const char *ctl_global_token;
+const char *ctl_global_cacert;
 
 int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
 {
@@ -31,6 +34,22 @@ int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
         token = ctl_global_token;
     if (!token)
         token = getenv("CAPD_TOKEN");
+    const char *cacert = ctl_arg(a, "cacert");
+    const char *cafrom = "--cacert";
+    if (!cacert)
+        cacert = ctl_global_cacert;
+    if (!cacert && (cacert = getenv("CAPD_CACERT")) != NULL)
+        cafrom = "CAPD_CACERT";
+    /* A CA file is how a self-signed capd certificate is trusted; it is
+     * checked here so a typo is a usage error, not a TLS failure. */
+    if (cacert && *cacert) {
+        if (strlen(cacert) >= sizeof c->cacert)
+            return ctl_usage_error(a->cmd, "%s is too long", cafrom);
+        if (access(cacert, R_OK) != 0)
+            return ctl_usage_error(a->cmd, "%s '%s' cannot be read: %s", cafrom, cacert,
+                                   strerror(errno));
+        snprintf(c->cacert, sizeof c->cacert, "%s", cacert);
+    }
     if (strncasecmp(server, "http://", 7) != 0 && strncasecmp(server, "https://", 8) != 0)
         return ctl_usage_error(a->cmd, "%s must be an http:// or https:// URL, got '%s'", from,
                                server);
@@ -129,6 +148,8 @@ int ctl_request(struct ctl_client *c, const char *method, const char *path, cons
     curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c->h, CURLOPT_USERAGENT, "capctl/" CAPD_VERSION);
     curl_easy_setopt(c->h, CURLOPT_ACCEPT_ENCODING, "");
+    if (c->cacert[0])
+        curl_easy_setopt(c->h, CURLOPT_CAINFO, c->cacert);
     hl = curl_slist_append(hl, "Expect:");
     hl = curl_slist_append(hl, "Accept: application/json");
     if (c->auth)

@@ -84,7 +84,8 @@ static void builds_help(FILE *f)
             "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
             "global options:\n"
             "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
-            "  --token T     bearer token (default: $CAPD_TOKEN)\n",
+            "  --token T     bearer token (default: $CAPD_TOKEN)\n"
+            "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
             CTL_DEFAULT_SERVER);
 }
 

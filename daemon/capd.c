@@ -40,6 +40,7 @@ struct capd {
     uv_async_t wake;
     uv_signal_t sigterm, sigint;
     uv_timer_t shutdown_timer;
+    uv_timer_t schedule_retry; /* after a claim failed (disk full): try again */
     uv_check_t flush;
     struct capd_http_hooks hooks;
 
@@ -102,6 +103,14 @@ void capd_notify_devices_refresh(struct capd *d)
 
 static void schedule(struct capd *d);
 
+/* How soon the scheduler tries again after the database refused a claim. */
+#define CAPD_SCHEDULE_RETRY_MS 1000
+
+static void on_schedule_retry(uv_timer_t *t)
+{
+    schedule(t->data);
+}
+
 static void on_cell_done(void *ud, struct sup *s)
 {
     struct capd *d = ud;
@@ -147,7 +156,12 @@ static void schedule(struct capd *d)
         if (rc == -ENOENT)
             return;
         if (rc) {
-            log_error("schedule_failed", "rc=%d err=%s", rc, log_q(store_errmsg(d->st)));
+            /* Storage unavailable (disk full) or busy: queued cells must
+             * not wait for the next job or cell end to be looked at again,
+             * so the scheduler retries on its own once room is made. */
+            log_error("schedule_failed", "rc=%d err=%s retry_ms=%d", rc, log_q(store_errmsg(d->st)),
+                      CAPD_SCHEDULE_RETRY_MS);
+            uv_timer_start(&d->schedule_retry, on_schedule_retry, CAPD_SCHEDULE_RETRY_MS, 0);
             return;
         }
         struct sup *s = NULL;
@@ -317,6 +331,8 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
     uv_signal_start(&d->sigint, on_signal, SIGINT);
     uv_timer_init(&d->loop, &d->shutdown_timer);
+    uv_timer_init(&d->loop, &d->schedule_retry);
+    d->schedule_retry.data = d;
     uv_check_init(&d->loop, &d->flush);
     d->wake.data = d->sigterm.data = d->sigint.data = d->shutdown_timer.data = d->flush.data = d;
     *out = d;
@@ -348,6 +364,7 @@ int capd_run(struct capd *d)
     uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigint, close_cb_noop);
     uv_close((uv_handle_t *)&d->shutdown_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&d->schedule_retry, close_cb_noop);
     uv_close((uv_handle_t *)&d->flush, close_cb_noop);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     return 0;

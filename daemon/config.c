@@ -70,6 +70,8 @@ static const struct ckey keys[] = {
     {"max_queued_jobs_per_token", T_INT, F(max_queued_jobs_per_token), 0, 0, 1000000},
     {"max_event_streams", T_INT, F(max_event_streams), 0, 0, 1000000},
     {"event_heartbeat_s", T_INT, F(event_heartbeat_s), 0, 1, 3600},
+    {"tls_cert", T_STR, F(tls_cert), S(tls_cert), 0, 0},
+    {"tls_key", T_STR, F(tls_key), S(tls_key), 0, 0},
     {"run_as_user", T_STR, F(run_as_user), S(run_as_user), 0, 0},
     {"retention_keep_heads_per_branch", T_INT, F(retention_keep_heads_per_branch), 0, 0, 1000000},
     {"retention_interval_s", T_INT, F(retention_interval_s), 0, 0, 30 * 86400},
@@ -258,6 +260,9 @@ void config_usage(FILE *f)
             "  --max-attempts N          runs of an interrupted cell before it gives up (3)\n"
             "  --runner-dir DIR          directory holding the capd_runner package\n"
             "  --log-level LEVEL         debug, info, warn or error (default info)\n"
+            "  --tls-cert FILE           serve HTTPS with this PEM certificate (chain); needs\n"
+            "                            --tls-key (default: plain HTTP, docs/security.md)\n"
+            "  --tls-key FILE            the PEM private key of --tls-cert (unencrypted)\n"
             "  --help                    this text\n"
             "  --version                 print the version\n");
 }
@@ -273,6 +278,8 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
         {"max-attempts", required_argument, NULL, 'a'},
         {"runner-dir", required_argument, NULL, 'r'},
         {"log-level", required_argument, NULL, 'L'},
+        {"tls-cert", required_argument, NULL, 't'},
+        {"tls-key", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -307,6 +314,11 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
             break;
         case 'L':
             key = "log_level";
+            v = json_string(optarg);
+            break;
+        case 't':
+        case 'k':
+            key = o == 't' ? "tls_cert" : "tls_key";
             v = json_string(optarg);
             break;
         case 'p':
@@ -387,6 +399,22 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
                      c->max_connections_per_ip, c->max_connections) < 0)
             *err = NULL;
         return -EINVAL;
+    }
+    if (!c->tls_cert[0] != !c->tls_key[0]) {
+        if (asprintf(err,
+                     "TLS needs both tls_cert and tls_key (--tls-cert, --tls-key); got only %s",
+                     c->tls_cert[0] ? "tls_cert" : "tls_key") < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    for (int i = 0; i < 2 && c->tls_cert[0]; i++) {
+        const char *path = i ? c->tls_key : c->tls_cert;
+        if (access(path, R_OK) != 0) {
+            if (asprintf(err, "%s '%s' is not readable: %s", i ? "tls_key" : "tls_cert", path,
+                         strerror(errno)) < 0)
+                *err = NULL;
+            return -EINVAL;
+        }
     }
     return runas_resolve(c, err);
 }

@@ -55,6 +55,8 @@ struct capd_config {
     int max_queued_jobs_per_token;  /* queued+running jobs of one token; 0 = unlimited */
     int max_event_streams;          /* concurrent GET /v1/events streams; past it 503 */
     int event_heartbeat_s;          /* comment line on idle event streams every N s */
+    char tls_cert[512];             /* PEM certificate chain; with tls_key, serve HTTPS */
+    char tls_key[512];              /* PEM private key (unencrypted) */
     char run_as_user[64];           /* children's user when capd runs as root; "" = keep root */
     long run_uid, run_gid;          /* resolved by config_finish; -1 = do not switch */
 

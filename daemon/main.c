@@ -88,12 +88,16 @@ int main(int argc, char **argv)
     }
     struct capd_http_hooks hooks = {a, hook_quiesce, hook_inflight, hook_stop};
     capd_set_http_hooks(d, &hooks);
-    /* Tests and scripts read the bound port from this line. */
-    printf("capd listening on %s:%d\n", cfg.listen_addr, port);
+    /* Tests and scripts read the bound port from this line (the text after
+     * the last ':'); with TLS the address is a URL, so nobody mistakes the
+     * port for a plain-HTTP one. */
+    bool tls = api_tls(a);
+    printf("capd listening on %s%s:%d\n", tls ? "https://" : "", cfg.listen_addr, port);
     fflush(stdout);
-    log_info("listening", "addr=%s port=%d data_dir=%s version=%s max_parallel=%d runner_dir=%s",
-             cfg.listen_addr, port, log_q(cfg.data_dir), CAPD_VERSION, cfg.max_parallel,
-             log_q(cfg.runner_dir));
+    log_info("listening",
+             "addr=%s port=%d scheme=%s data_dir=%s version=%s max_parallel=%d runner_dir=%s",
+             cfg.listen_addr, port, tls ? "https" : "http", log_q(cfg.data_dir), CAPD_VERSION,
+             cfg.max_parallel, log_q(cfg.runner_dir));
     capd_run(d);
     capd_free(d);
     return 0;

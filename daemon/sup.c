@@ -35,6 +35,8 @@
 
 #define SUP_READ_BUF (1u << 20)
 #define SUP_DRAIN_MS 2000
+/* How often an outcome that could not be stored (disk full) is retried. */
+#define SUP_STORE_RETRY_MS 1000
 
 extern char **environ;
 
@@ -64,6 +66,7 @@ struct sup {
     char *fail_state; /* protocol_error or failed, set when capd ended it */
     char *fail_reason;
     int64_t rec_seq;
+    uint64_t losses0; /* store_batch_losses() when the attempt started */
     char effective_width[32];
 
     int log_fd;
@@ -280,6 +283,72 @@ static void classify(struct sup *s, struct store_outcome *o, char *reason, size_
     }
 }
 
+/* Whether an ingest batch holding records of this attempt was lost (a
+ * failed write or commit rolled it back): the attempt then has a hole. */
+static bool records_lost(const struct sup *s)
+{
+    return store_batch_losses(s->st) != s->losses0;
+}
+
+/*
+ * Stores the attempt's outcome. An attempt that lost records to a failed
+ * write ends "failed" with a reason that says so, whatever the runner did:
+ * committing it as ok would make a comparison read a stream with a hole.
+ * Returns what store_cell_finish returned.
+ */
+static int store_outcome(struct sup *s)
+{
+    char reason[1024];
+    struct store_outcome o = {0};
+    classify(s, &o, reason, sizeof reason);
+    if (records_lost(s) && !s->cancelled) {
+        o.state = "failed";
+        o.reason = reason;
+        if (!s->fail_state)
+            snprintf(reason, sizeof reason,
+                     "capd could not store this cell's records: storage unavailable (disk "
+                     "full, read-only data dir or an I/O error); the records committed before "
+                     "the failure are kept");
+    }
+    o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
+    o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
+    o.peak_rss_bytes = s->peak_rss;
+    o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
+    int rc = store_cell_finish(s->st, &s->run, &o);
+    if (rc) {
+        log_error("cell_store_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id, s->run.cell_id,
+                  rc, log_q(store_errmsg(s->st)));
+        return rc;
+    }
+    metrics_cell_finished(o.state, o.duration_ms);
+    log_info("cell_finished",
+             "job=%s cell=%s model=%s width=%s pass=%s outcome=%s duration_ms=%lld "
+             "records=%lld reason=%s",
+             s->run.job_id, s->run.cell_id,
+             log_q(json_string_value(json_object_get(s->run.spec, "model"))),
+             json_string_value(json_object_get(s->run.spec, "width")),
+             json_string_value(json_object_get(s->run.spec, "pass")), o.state,
+             (long long)o.duration_ms, (long long)s->rec_seq, log_q(o.reason));
+    return 0;
+}
+
+static void finish_tail(struct sup *s);
+
+/* The outcome could not be stored because storage is unavailable: the
+ * cell stays running (it holds its place under max_parallel) and the
+ * outcome is stored once room is made, without a restart. A shutdown
+ * meanwhile (abandoned) leaves it to start-up recovery. */
+static void on_store_retry(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    int rc = s->abandoned ? 0 : store_outcome(s);
+    if (rc == -ENOSPC || rc == -EBUSY) {
+        uv_timer_start(&s->timer, on_store_retry, SUP_STORE_RETRY_MS, 0);
+        return;
+    }
+    finish_tail(s);
+}
+
 static void finish(struct sup *s)
 {
     if (s->finished || !s->exited || !s->frames_eof || !s->log_eof)
@@ -288,27 +357,19 @@ static void finish(struct sup *s)
     uv_timer_stop(&s->timer);
     log_finish(s);
     if (!s->abandoned) {
-        char reason[1024];
-        struct store_outcome o = {0};
-        classify(s, &o, reason, sizeof reason);
-        o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
-        o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
-        o.peak_rss_bytes = s->peak_rss;
-        o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
-        int rc = store_cell_finish(s->st, &s->run, &o);
-        metrics_cell_finished(o.state, o.duration_ms);
-        if (rc)
-            log_error("cell_store_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id,
-                      s->run.cell_id, rc, log_q(store_errmsg(s->st)));
-        log_info("cell_finished",
-                 "job=%s cell=%s model=%s width=%s pass=%s outcome=%s duration_ms=%lld "
-                 "records=%lld reason=%s",
-                 s->run.job_id, s->run.cell_id,
-                 log_q(json_string_value(json_object_get(s->run.spec, "model"))),
-                 json_string_value(json_object_get(s->run.spec, "width")),
-                 json_string_value(json_object_get(s->run.spec, "pass")), o.state,
-                 (long long)o.duration_ms, (long long)s->rec_seq, log_q(o.reason));
+        int rc = store_outcome(s);
+        if (rc == -ENOSPC || rc == -EBUSY) {
+            log_warn("cell_store_retry", "job=%s cell=%s retry_ms=%d", s->run.job_id,
+                     s->run.cell_id, SUP_STORE_RETRY_MS);
+            uv_timer_start(&s->timer, on_store_retry, SUP_STORE_RETRY_MS, 0);
+            return;
+        }
     }
+    finish_tail(s);
+}
+
+static void finish_tail(struct sup *s)
+{
     if (!s->cfg->keep_scratch && s->scratch[0])
         rm_tree(s->scratch);
     if (s->done)
@@ -418,13 +479,25 @@ static int on_frame(void *ud, const struct frame *f)
             snprintf(s->effective_width, sizeof s->effective_width, "%s", w);
     }
     const char *key = f->kind == FRAME_TENSOR ? f->tensor.key : NULL;
-    int rc = store_record_add(s->st, s->run.attempt_id, s->rec_seq, frame_kind_name(f->kind), key,
-                              f->hdr_text, f->hdr_len, f->payload, (size_t)f->nbytes);
+    /* Records after a lost batch would follow a hole: stop at the loss. */
+    int rc = records_lost(s)
+                 ? -ENOSPC
+                 : store_record_add(s->st, s->run.attempt_id, s->rec_seq, frame_kind_name(f->kind),
+                                    key, f->hdr_text, f->hdr_len, f->payload, (size_t)f->nbytes);
     if (rc) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "capd could not store record %lld: %s", (long long)s->rec_seq,
-                 store_errmsg(s->st));
+        char msg[512];
+        if (rc == -ENOSPC)
+            snprintf(msg, sizeof msg,
+                     "capd could not store record %lld: storage unavailable (disk full, "
+                     "read-only data dir or an I/O error); the records committed before it "
+                     "are kept",
+                     (long long)s->rec_seq);
+        else
+            snprintf(msg, sizeof msg, "capd could not store record %lld: %s", (long long)s->rec_seq,
+                     store_errmsg(s->st));
         set_fail(s, "failed", msg);
+        log_warn("cell_store_failed", "job=%s cell=%s rc=%d reason=%s", s->run.job_id,
+                 s->run.cell_id, rc, log_q(msg));
         return -EIO;
     }
     metrics_ingest(1, f->hdr_len + (uint64_t)f->nbytes);
@@ -614,6 +687,7 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     s->log_fd = -1;
     s->rusage_fd = -1;
     s->t0 = uv_hrtime();
+    s->losses0 = store_batch_losses(st);
     s->buf = malloc(SUP_READ_BUF);
     struct frame_limits lim = {
         .max_header = (size_t)cfg->frame_max_header,

@@ -12,7 +12,10 @@ libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
 libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl
 groff-base man-db
 libamdhip64-dev
+openssl
 chromium"
+# openssl: tests/test_tls.c makes a self-signed certificate with it at run
+# time (libmicrohttpd's TLS itself is GnuTLS, part of libmicrohttpd-dev).
 # chromium: the dashboard's browser tests (tests/browser, with playwright-core
 # from npm, which needs Node.js 20 or newer; Debian's own nodejs is older, so
 # it is only installed when there is no node at all).

@@ -45,8 +45,24 @@ int store_flush(struct store *s)
     s->batch_open = false;
     s->batch_rows = 0;
     int rc = store_commit(s);
-    if (rc)
+    if (rc) {
         store_rollback(s);
+        s->batch_losses++;
+    }
+    return rc;
+}
+
+/* A failed write inside the batch: SQLite may already have rolled the
+ * transaction back by itself (SQLITE_FULL, SQLITE_IOERR), so the batch is
+ * dropped on purpose and counted, never committed with a hole in it. */
+static int batch_fail(struct store *s, int rc)
+{
+    if (s->batch_open) {
+        store_rollback(s);
+        s->batch_open = false;
+        s->batch_rows = 0;
+        s->batch_losses++;
+    }
     return rc;
 }
 
@@ -118,19 +134,21 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
     char *slash = strrchr(path, '/');
     *slash = 0;
     if (mkdir(path, 0750) != 0 && errno != EEXIST)
-        return -errno;
+        return store_errno(errno);
     *slash = '/';
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
-        return -errno;
+        return store_errno(errno);
     rc = write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
     if (close(fd) != 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = -errno;
     if (rc) {
+        /* A half-written file is removed at once: on a full disk it is
+         * exactly the room the next write needs. */
         unlink(tmp);
-        return rc;
+        return store_errno(-rc);
     }
     if ((rc = cached(s, SC_BLOB_INSERT,
                      "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, stored_size) "
@@ -158,13 +176,13 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
     }
     char hash[40] = "";
     if (nbytes > 0 && (rc = put_blob(s, payload, nbytes, hash)) != 0)
-        return rc;
+        return batch_fail(s, rc);
     sqlite3_stmt *st;
     if ((rc = cached(s, SC_RECORD_INSERT,
                      "INSERT INTO records(attempt_id, seq, kind, key, header, blob_hash) "
                      "VALUES (?,?,?,?,?,?)",
                      &st)) != 0)
-        return rc;
+        return batch_fail(s, rc);
     sqlite3_bind_int64(st, 1, attempt_id);
     sqlite3_bind_int64(st, 2, seq);
     sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
@@ -176,7 +194,7 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     if (rc)
-        return rc;
+        return batch_fail(s, rc);
     if (++s->batch_rows >= STORE_BATCH_ROWS)
         return store_flush(s);
     return 0;

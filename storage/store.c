@@ -53,9 +53,35 @@ int store_rc(struct store *s, int src)
         return -EEXIST;
     case SQLITE_NOMEM:
         return -ENOMEM;
+    /* The disk is full, the data dir became read-only, or the device
+     * failed: nothing wrong with the request, and it clears when the
+     * operator makes room (docs/operations.md, "Disk full"). */
+    case SQLITE_FULL:
+    case SQLITE_READONLY:
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+        return -ENOSPC;
     default:
         return -EIO;
     }
+}
+
+int store_errno(int e)
+{
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT:
+    case EROFS:
+    case EIO:
+        return -ENOSPC;
+    default:
+        return e > 0 ? -e : -EIO;
+    }
+}
+
+uint64_t store_batch_losses(const struct store *s)
+{
+    return s->batch_losses;
 }
 
 int store_exec(struct store *s, const char *sql)

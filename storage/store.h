@@ -11,6 +11,11 @@
  *   -EEXIST  a conflicting thing exists (duplicate name, idempotency clash)
  *   -EBUSY   the database stayed locked past the busy timeout
  *   -EPROTO  the database is newer than this binary
+ *   -ENOSPC  storage refused a write: disk full (SQLITE_FULL, ENOSPC,
+ *            EDQUOT), read-only (SQLITE_READONLY, EROFS) or an I/O error
+ *            (SQLITE_IOERR, EIO); the transaction was rolled back and the
+ *            same call may succeed once room is made (HTTP 503
+ *            storage_unavailable)
  *   -EIO     anything else SQLite reported (store_errmsg() says what)
  * Results meant for HTTP replies come back as jansson objects the caller
  * owns (json_decref when done).
@@ -111,6 +116,14 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
                      const char *key, const char *header, size_t header_len, const void *payload,
                      size_t nbytes);
 int store_flush(struct store *s);
+/*
+ * How many ingest transactions were lost so far: a record or a commit that
+ * failed (typically -ENOSPC) rolls the whole batch back, and the records of
+ * every attempt written since the last commit go with it. An attempt that
+ * was running when this count moved has a hole and must not be committed
+ * as complete (daemon/sup.c fails it).
+ */
+uint64_t store_batch_losses(const struct store *s);
 
 struct store_outcome {
     const char *state; /* ok, failed, crashed, ... */

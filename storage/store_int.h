@@ -20,8 +20,9 @@ enum {
 struct store {
     sqlite3 *db;
     char data_dir[512];
-    bool batch_open;     /* an ingest transaction is open */
-    unsigned batch_rows; /* rows written in it */
+    bool batch_open;       /* an ingest transaction is open */
+    unsigned batch_rows;   /* rows written in it */
+    uint64_t batch_losses; /* ingest transactions rolled back (store_batch_losses) */
     sqlite3_stmt *cache[SC_COUNT];
     void *zctx; /* ZSTD_CCtx, created on first payload */
     void *zbuf;
@@ -29,6 +30,9 @@ struct store {
 };
 
 int store_rc(struct store *s, int sqlite_rc);
+/* An errno of a failed file write as a store error: -ENOSPC when it means
+ * storage is unavailable (full, read-only, I/O error). */
+int store_errno(int e);
 int store_exec(struct store *s, const char *sql);
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st);
 int store_begin(struct store *s);

@@ -22,6 +22,10 @@
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
  *                   size, many per write(2), then end ok.
+ *   trickle[:N]     like stream (default N 2000), but flushes and sleeps 1 ms
+ *                   after every 4 frames, so records keep arriving for about
+ *                   half a second per 2000 frames: ingest is always mid-write
+ *                   when a crash test kills capd.
  *   payload[:MB]    MB (default 64) tensors with 1 MiB full payloads, end ok.
  *   segv / abort    hello, env, 2 tensors, then SIGSEGV (null write) / abort().
  *   exit3           hello, then exit(3) without end.
@@ -561,7 +565,7 @@ static char *u64dec(char *p, uint64_t v)
 
 /* Headers of the size and shape the real runner writes, built by memcpy so
  * that the runner is never what a throughput benchmark measures. */
-static void stream(const struct cell *c, long n)
+static void stream(const struct cell *c, long n, long pause_every)
 {
     static const char hx[] = "0123456789abcdef";
     char line[1024];
@@ -591,6 +595,10 @@ static void stream(const struct cell *c, long n)
         PUT("\",\"capture\":\"stats\"}\n");
 #undef PUT
         out_raw(line, (size_t)(p - line));
+        if (pause_every > 0 && (i + 1) % pause_every == 0) {
+            out_flush();
+            sleep_ms(1);
+        }
     }
     end_frame("ok", NULL);
     out_flush();
@@ -902,7 +910,9 @@ int main(void)
                          effective_width(&c));
         write_all(out.fd, buf, (size_t)n);
     } else if (strcmp(b, "stream") == 0) {
-        stream(&c, arg_long(&c, 100000));
+        stream(&c, arg_long(&c, 100000), 0);
+    } else if (strcmp(b, "trickle") == 0) {
+        stream(&c, arg_long(&c, 2000), 4);
     } else if (strcmp(b, "payload") == 0) {
         payload(&c, arg_long(&c, 64));
     } else if (strcmp(b, "segv") == 0 || strcmp(b, "abort") == 0) {

@@ -107,7 +107,8 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
         return -1;
     }
     c->port = atoi(colon + 1);
-    snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->port);
+    snprintf(c->base, sizeof c->base, "%s://127.0.0.1:%d",
+             strstr(line, "https://") ? "https" : "http", c->port);
     return 0;
 }
 
@@ -183,6 +184,8 @@ int tu_http(const struct tu_capd *c, const char *method, const char *path, const
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &hb);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (c->cacert[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
     if (body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);

@@ -17,6 +17,9 @@ struct tu_capd {
     char dir[256];
     char base[64];
     char errlog[300];
+    /* Set by the caller after tu_capd_start for a capd serving HTTPS: the
+     * PEM file tu_http verifies the server's certificate against. */
+    char cacert[300];
 };
 
 /* A fresh directory under $TMPDIR; the caller frees. */
@@ -26,7 +29,8 @@ const char *tu_bin(const char *env);
 char *tu_helper(const char *name);
 
 /* Starts capd on 127.0.0.1:0 with data dir DIR (created when NULL), plus
- * EXTRA flags (NULL-terminated). Returns 0 and fills C once it listens. */
+ * EXTRA flags (NULL-terminated). Returns 0 and fills C once it listens;
+ * C->base is https://... when capd says it serves HTTPS. */
 int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra);
 /* SIGTERM and wait; returns the exit status (or 128+signal). */
 int tu_capd_stop(struct tu_capd *c);
