@@ -259,51 +259,29 @@ out:
     return rc;
 }
 
-/* Step 2: every blob the copy names, from DATA_DIR/blobs to DEST/blobs.
- * Blobs are immutable and content-addressed, so one already in DEST with
- * the right size is the same blob: backing up into the previous backup
- * copies only what is new. */
-static int backup_blobs(const char *copy, const char *data_dir, const char *dest,
-                        struct store_backup_info *info, char **err)
+/* What the backup steps over the rows of the copy share. */
+struct backup_ctx {
+    const char *data_dir, *dest;
+    struct store_backup_info *info;
+};
+
+/* Runs fn on every row of sql over the database copy (read-only); fn
+ * returns 0 to go on, or a negative errno with *err set. */
+static int for_each_row_of_copy(const char *copy, const char *sql,
+                                int (*fn)(sqlite3_stmt *, const struct backup_ctx *, char **),
+                                const struct backup_ctx *ctx, char **err)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = -EIO, src;
     if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL) != SQLITE_OK) {
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
         goto out;
     }
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *hash = (const char *)sqlite3_column_text(st, 0);
-        int64_t size = sqlite3_column_int64(st, 1);
-        char from[PATH_MAX], to[PATH_MAX];
-        struct stat sb;
-        if (!hash || !is_blob_name(hash))
-            continue;
-        info->blobs++;
-        blob_path_in(data_dir, hash, from, sizeof from);
-        blob_path_in(dest, hash, to, sizeof to);
-        if (stat(to, &sb) == 0 && sb.st_size == size)
-            continue;
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", to);
-        *strrchr(dir, '/') = 0;
-        if ((rc = mkdir_p(dir, 0750)) != 0) {
-            set_err(err, "cannot create %s: %s", dir, strerror(-rc));
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        if ((rc = fn(st, ctx, err)) != 0)
             goto out;
-        }
-        rc = copy_file(from, to, &info->blob_bytes_copied);
-        if (rc == -ENOENT) {
-            info->blobs_missing++;
-            continue;
-        }
-        if (rc) {
-            set_err(err, "cannot copy %s: %s", from, strerror(-rc));
-            goto out;
-        }
-        info->blobs_copied++;
-    }
     rc = src == SQLITE_DONE ? 0 : -EIO;
     if (rc)
         set_err(err, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
@@ -311,6 +289,43 @@ out:
     sqlite3_finalize(st);
     sqlite3_close(db);
     return rc;
+}
+
+/* Step 2: every blob the copy names, from DATA_DIR/blobs to DEST/blobs.
+ * Blobs are immutable and content-addressed, so one already in DEST with
+ * the right size is the same blob: backing up into the previous backup
+ * copies only what is new. */
+static int backup_blob_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char **err)
+{
+    const char *hash = (const char *)sqlite3_column_text(st, 0);
+    int64_t size = sqlite3_column_int64(st, 1);
+    char from[PATH_MAX], to[PATH_MAX], dir[PATH_MAX];
+    struct stat sb;
+    int rc;
+    if (!hash || !is_blob_name(hash))
+        return 0;
+    ctx->info->blobs++;
+    blob_path_in(ctx->data_dir, hash, from, sizeof from);
+    blob_path_in(ctx->dest, hash, to, sizeof to);
+    if (stat(to, &sb) == 0 && sb.st_size == size)
+        return 0;
+    snprintf(dir, sizeof dir, "%s", to);
+    *strrchr(dir, '/') = 0;
+    if ((rc = mkdir_p(dir, 0750)) != 0) {
+        set_err(err, "cannot create %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    rc = copy_file(from, to, &ctx->info->blob_bytes_copied);
+    if (rc == -ENOENT) {
+        ctx->info->blobs_missing++;
+        return 0;
+    }
+    if (rc) {
+        set_err(err, "cannot copy %s: %s", from, strerror(-rc));
+        return rc;
+    }
+    ctx->info->blobs_copied++;
+    return 0;
 }
 
 /* A job or cell id as it may appear in a path under DATA/logs: capd's ids
@@ -339,61 +354,44 @@ static bool same_file_version(const struct stat *a, const struct stat *b)
  * stale copy. Unlike blobs, a log can change (a cell run again after an
  * interruption rewrites it), so one is copied again when its size or
  * modification time differs; the copy gets the source's times. */
-static int backup_logs(const char *copy, const char *data_dir, const char *dest,
-                       struct store_backup_info *info, char **err)
+static int backup_log_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char **err)
 {
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int rc = -EIO, src;
-    if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT j.id, c.id FROM cells c JOIN jobs j ON j.seq = c.job_seq",
-                           -1, &st, NULL) != SQLITE_OK) {
-        set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
-        goto out;
+    const char *job = (const char *)sqlite3_column_text(st, 0);
+    const char *cell = (const char *)sqlite3_column_text(st, 1);
+    char from[PATH_MAX + 160], to[PATH_MAX + 240], dir[PATH_MAX + 80];
+    struct stat a, b;
+    int rc;
+    if (!job || !cell || !is_id_name(job) || !is_id_name(cell))
+        return 0;
+    snprintf(from, sizeof from, "%s/logs/%s/%s.log", ctx->data_dir, job, cell);
+    snprintf(dir, sizeof dir, "%s/logs/%s", ctx->dest, job);
+    snprintf(to, sizeof to, "%s/%s.log", dir, cell);
+    if (stat(from, &a) != 0 || !S_ISREG(a.st_mode)) {
+        unlink(to);
+        return 0;
     }
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *job = (const char *)sqlite3_column_text(st, 0);
-        const char *cell = (const char *)sqlite3_column_text(st, 1);
-        char from[PATH_MAX + 160], to[PATH_MAX + 240], dir[PATH_MAX + 80];
-        struct stat a, b;
-        if (!job || !cell || !is_id_name(job) || !is_id_name(cell))
-            continue;
-        snprintf(from, sizeof from, "%s/logs/%s/%s.log", data_dir, job, cell);
-        snprintf(dir, sizeof dir, "%s/logs/%s", dest, job);
-        snprintf(to, sizeof to, "%s/%s.log", dir, cell);
-        if (stat(from, &a) != 0 || !S_ISREG(a.st_mode)) {
-            unlink(to);
-            continue;
-        }
-        if (stat(to, &b) == 0 && same_file_version(&a, &b)) {
-            info->logs++;
-            continue;
-        }
-        if ((rc = mkdir_p(dir, 0750)) != 0) {
-            set_err(err, "cannot create %s: %s", dir, strerror(-rc));
-            goto out;
-        }
-        rc = copy_file(from, to, &info->log_bytes_copied);
-        if (rc == -ENOENT) {
-            unlink(to);
-            continue;
-        }
-        if (rc) {
-            set_err(err, "cannot copy %s: %s", from, strerror(-rc));
-            goto out;
-        }
-        struct timespec times[2] = {a.st_atim, a.st_mtim};
-        utimensat(AT_FDCWD, to, times, 0);
-        info->logs++;
-        info->logs_copied++;
+    if (stat(to, &b) == 0 && same_file_version(&a, &b)) {
+        ctx->info->logs++;
+        return 0;
     }
-    rc = src == SQLITE_DONE ? 0 : -EIO;
-    if (rc)
-        set_err(err, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
-out:
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return rc;
+    if ((rc = mkdir_p(dir, 0750)) != 0) {
+        set_err(err, "cannot create %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    rc = copy_file(from, to, &ctx->info->log_bytes_copied);
+    if (rc == -ENOENT) {
+        unlink(to);
+        return 0;
+    }
+    if (rc) {
+        set_err(err, "cannot copy %s: %s", from, strerror(-rc));
+        return rc;
+    }
+    struct timespec times[2] = {a.st_atim, a.st_mtim};
+    utimensat(AT_FDCWD, to, times, 0);
+    ctx->info->logs++;
+    ctx->info->logs_copied++;
+    return 0;
 }
 
 /* Step 5: files under DEST/logs that are not the log of a cell the new
@@ -572,9 +570,13 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     }
     close(fd);
     tmp_made = true;
+    const struct backup_ctx ctx = {data_dir, dest_real, info};
     if ((rc = backup_db(src_path, tmp, info, err)) != 0 ||
-        (rc = backup_blobs(tmp, data_dir, dest_real, info, err)) != 0 ||
-        (rc = backup_logs(tmp, data_dir, dest_real, info, err)) != 0)
+        (rc = for_each_row_of_copy(tmp, "SELECT hash, stored_size FROM blobs", backup_blob_row,
+                                   &ctx, err)) != 0 ||
+        (rc = for_each_row_of_copy(
+             tmp, "SELECT j.id, c.id FROM cells c JOIN jobs j ON j.seq = c.job_seq", backup_log_row,
+             &ctx, err)) != 0)
         goto out;
     blob_unlock(lock);
     blob_unlock(log_lock);
