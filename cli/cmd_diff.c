@@ -27,7 +27,9 @@ static const struct ctl_opt diff_opts[] = {
     {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
     {"pass", CTL_VALUE, "P", "only cells of this pass"},
     {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
-    {"fail-on", CTL_VALUE, "regression|never", "exit 1 on a regression (default) or never"},
+    {"fail-on", CTL_VALUE, "regression|numerics|never",
+     "exit 1 on a regression (default); numerics: only on outcome or numeric ones, perf "
+     "reported but not gating; never"},
     {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
     {NULL, CTL_FLAG, NULL, NULL},
 };
@@ -36,11 +38,12 @@ static const struct ctl_cmd cmd_diff = {
     "diff",
     "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
     "                   [--model M] [--width W] [--pass P] [--format md|json|text]\n"
-    "                   [--fail-on regression|never] [--wait-timeout S]",
+    "                   [--fail-on regression|numerics|never] [--wait-timeout S]",
     "Compare a control and a head and exit with the verdict.",
     "--commit SHA compares the newest job of SHA with the control its job names\n"
     "(submit --control-commit), else the control set for its branch.\n\n"
-    "exit codes: 0 pass, 1 regression (with --fail-on regression, the default),\n"
+    "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
+    "numerics: perf regressions do not fail, for CI machines shared with other work),\n"
     "2 error (bad flags, network, a server error, still pending).\n\n"
     "examples:\n"
     "  capctl diff --commit $SHA --format md > report.md\n"
@@ -85,6 +88,10 @@ static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ct
         if (v)
             ctl_url_query(c, u, keys[i], v);
     }
+    /* --fail-on numerics: the server's verdict leaves perf out of the gate */
+    const char *f = ctl_arg(a, "fail-on");
+    if (f && strcmp(f, "numerics") == 0)
+        ctl_url_query(c, u, "overrides", "{\"perf_gate\":false}");
 }
 
 /* "control job j.. (running), head job j.. (queued)" from a pending body. */
@@ -174,8 +181,9 @@ int ctl_cmd_diff(int argc, char **argv)
     const char *fail_on = ctl_arg(&a, "fail-on");
     if (!fail_on)
         fail_on = "regression";
-    if (strcmp(fail_on, "regression") && strcmp(fail_on, "never")) {
-        rc = ctl_usage_error(&cmd_diff, "--fail-on must be regression or never, got '%s'", fail_on);
+    if (strcmp(fail_on, "regression") && strcmp(fail_on, "numerics") && strcmp(fail_on, "never")) {
+        rc = ctl_usage_error(&cmd_diff, "--fail-on must be regression, numerics or never, got '%s'",
+                             fail_on);
         goto out;
     }
     const char *wt = ctl_arg(&a, "wait-timeout");
@@ -283,9 +291,8 @@ int ctl_cmd_diff(int argc, char **argv)
         print_report(r.body, r.len);
     }
     fflush(stdout);
-    rc = strcmp(verdict, "regression") == 0 && strcmp(fail_on, "regression") == 0
-             ? CTL_EXIT_REGRESSION
-             : CTL_EXIT_OK;
+    rc = strcmp(verdict, "regression") == 0 && strcmp(fail_on, "never") != 0 ? CTL_EXIT_REGRESSION
+                                                                             : CTL_EXIT_OK;
 out:
     json_decref(result);
     ctl_resp_free(&r);

@@ -173,6 +173,12 @@ static bool valid_result(const json_t *r)
            json_is_object(json_object_get(r, "counts"));
 }
 
+/* thresholds.perf_gate, true when absent (a result from before the option) */
+static bool perf_gates(const json_t *result)
+{
+    return !json_is_false(json_object_get(json_object_get(result, "thresholds"), "perf_gate"));
+}
+
 /* "3 identical, 1 diverged, ..." (zero counts left out, except cells) */
 static void counts_line(struct buf *b, const json_t *counts)
 {
@@ -290,6 +296,8 @@ char *cmp_result_to_markdown(const json_t *result)
 
     bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
     bprintf(&b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
+    if (!perf_gates(result))
+        bprintf(&b, "Perf is reported but does not decide the verdict (`perf_gate` false).\n\n");
     if (strcmp(jstr(result, "mode"), "cross_width") == 0)
         bprintf(&b, "Cross-width: head width `%s` against control width `%s`.\n\n",
                 jstr(result, "head_width"), jstr(result, "control_width"));
@@ -380,7 +388,8 @@ char *cmp_result_to_text(const json_t *result)
         return NULL;
     cells = json_object_get(result, "cells");
     bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
-    bprintf(&b, "capd comparison: %s\n", reg ? "REGRESSION" : "pass");
+    bprintf(&b, "capd comparison: %s%s\n", reg ? "REGRESSION" : "pass",
+            perf_gates(result) ? "" : " (perf not gating)");
     if (strcmp(jstr(result, "mode"), "cross_width") == 0)
         bprintf(&b, "cross-width: head %s vs control %s\n", jstr(result, "head_width"),
                 jstr(result, "control_width"));

@@ -802,7 +802,7 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
 
     ctl(&r, &c, "diff", "--commit", "abcdef1", "--fail-on", "sometimes", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--fail-on must be regression or never"), SHOW(r));
+    cr_assert(strstr(r.err, "--fail-on must be regression, numerics or never"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, "wait", NULL);
@@ -1269,6 +1269,66 @@ Test(capctl, diff_fake_runner_divergence_is_a_regression, .timeout = 180)
     ctl(&r, &c, "diff", "--commit", "bbbbbbb2", "--format", "text", NULL);
     cr_assert_eq(r.code, 1, SHOW(r));
     cr_assert(strstr(r.out, "layer1.0.forward.output.0"), SHOW(r));
+    run_free(&r);
+    tu_capd_stop(&c);
+}
+
+/* A head whose timings are 1.6x the control's (the fake runner scales its
+ * samples) and whose numerics are identical: --fail-on regression fails on
+ * perf, --fail-on numerics passes and says perf did not gate. */
+Test(capctl, diff_fail_on_numerics_leaves_perf_out_of_the_gate, .timeout = 180)
+{
+    struct tu_capd c;
+    start(&c);
+    char *fake = tu_helper("fake_runner");
+    struct run r;
+    ctl(&r, &c, "builds", "register", "--name", "fast", "--python", fake, "--model-root", c.dir,
+        NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "builds", "register", "--name", "slow", "--python", fake, "--model-root", c.dir,
+        "--env", "FAKE_TIMING_SCALE=1.6", NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
+    free(fake);
+    const char *commits[] = {"aaaaaaa1", "bbbbbbb2"}, *builds[] = {"fast", "slow"};
+    for (int i = 0; i < 2; i++) {
+        ctl(&r, &c, "submit", "--project", "p", "--commit", commits[i], "--build", builds[i],
+            "--models", "fake:ok", "--widths", "default", "--passes", "forward", "--iterations",
+            "20", "--wait", NULL);
+        cr_assert_eq(r.code, 0, SHOW(r));
+        run_free(&r);
+    }
+
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", NULL);
+    cr_assert_eq(r.code, 1, "perf gates by default: " SHOW(r));
+    cr_assert(strstr(r.out, "capd comparison: REGRESSION\n"), SHOW(r));
+    cr_assert(strstr(r.out, "PERF REGRESSION fake:ok/default/forward"), SHOW(r));
+    run_free(&r);
+
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on", "numerics",
+        NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    cr_assert(strstr(r.out, "capd comparison: pass (perf not gating)\n"), SHOW(r));
+    cr_assert(strstr(r.out, "PERF REGRESSION fake:ok/default/forward"), "still reported: " SHOW(r));
+    run_free(&r);
+
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on", "numerics",
+        "--format", "json", NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, SHOW(r));
+    cr_assert_str_eq(jget(j, "verdict"), "pass");
+    cr_assert(json_is_false(json_object_get(json_object_get(j, "thresholds"), "perf_gate")));
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(j, "counts"), "perf_regressions")), 1);
+    json_decref(j);
+    run_free(&r);
+
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on", "perf", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--fail-on must be regression, numerics or never, got 'perf'"),
+              SHOW(r));
     run_free(&r);
     tu_capd_stop(&c);
 }
