@@ -104,29 +104,54 @@ _EMPTY_STATS = {"min": None, "max": None, "mean": None, "std": None, "l2": None,
                 "nan": 0, "pinf": 0, "ninf": 0, "zeros": 0}
 
 
+def _probe_float_compare_out():
+    """Whether a comparison can write its 0/1 result straight into a float64
+    tensor (out= of another dtype; checked rather than assumed per version)."""
+    try:
+        out = torch.empty(3, dtype=torch.float64)
+        torch.ne(torch.tensor([0.0, -0.0, 2.0]), 0, out=out)
+        return out.tolist() == [0.0, 0.0, 1.0]
+    except Exception:
+        return False
+
+
+_NE_FLOAT_OUT = _probe_float_compare_out()
+# Dtypes whose min/max/non-zero count are taken on the tensor itself; the
+# others (half, bfloat16, integers, bool: reductions missing or slow on the
+# CPU of older builds) use the exact float64 copy.
+_NATIVE = frozenset([torch.float32, torch.float64])
+
+
 class StatsEngine(object):
     """Stats in float64 over finite values, with reusable scratch buffers.
 
-    Fresh large allocations cost page faults on every call, so the float64
-    copies go to two scratch buffers per device, at most CHUNK elements each;
-    bigger tensors are processed chunk by chunk.
+    One pass per chunk of at most CHUNK elements is a handful of torch ops
+    whatever the size: the float64 copy ``x``, ``x*x`` and ``x != 0`` (as
+    0.0/1.0) go to the three rows of one scratch matrix, and one row-wise
+    sum gives the sum, the sum of squares and the non-zero count together;
+    min and max come from one aminmax (exact in the tensor's own dtype). The
+    row sums are the same reductions as summing each row alone, so the values
+    are those of separate sums. Fresh large allocations cost page faults on
+    every call, hence the reused scratch (per device); bigger tensors are
+    processed chunk by chunk. Any non-finite value (seen in the sums or the
+    min/max) sends the tensor to a slower exact path.
     """
 
     def __init__(self):
         self._ws = {}
 
     def _scratch(self, device, n):
+        """A 3 x n float64 view of this device's scratch matrix."""
         key = str(device)
         ws = self._ws.get(key)
-        if ws is None or ws[0].numel() < n:
+        if ws is None or ws.shape[1] < n:
             size = 4096
             while size < n:
                 size *= 2
             size = min(size, CHUNK)
-            ws = (torch.empty(size, dtype=torch.float64, device=device),
-                  torch.empty(size, dtype=torch.float64, device=device))
+            ws = torch.empty((3, size), dtype=torch.float64, device=device)
             self._ws[key] = ws
-        return ws[0][:n], ws[1][:n]
+        return ws[:, :n]
 
     def stats(self, t):
         """``t``: prepared tensor (see prepare); any device, any real dtype."""
@@ -136,34 +161,20 @@ class StatsEngine(object):
         n = flat.numel()
         if n == 0:
             return dict(_EMPTY_STATS)
-        # One pass per chunk: sum, sum of squares (float64), min, max (exact
-        # in the tensor's own dtype), non-zeros.
-        total = 0.0
-        sumsq = 0.0
-        nonzero = 0
-        lo = _INF
-        hi = -_INF
-        # float32/float64 reductions work on the tensor itself everywhere; other
-        # dtypes (half on the CPU of older builds...) use the float64 copy.
-        native = flat.dtype in (torch.float32, torch.float64)
-        for s in range(0, n, CHUNK):
-            e = min(n, s + CHUNK)
-            part = flat[s:e]
-            a, b = self._scratch(flat.device, e - s)
-            a.copy_(part)
-            src = part if native else a
-            if _HAS_AMINMAX:
-                mn, mx = torch.aminmax(src)
-            else:
-                mn, mx = src.min(), src.max()
-            vals = torch.stack([a.sum(), torch.mul(a, a, out=b).sum(), mn.to(torch.float64),
-                                mx.to(torch.float64),
-                                torch.count_nonzero(src).to(torch.float64)]).tolist()
-            total += vals[0]
-            sumsq += vals[1]
-            lo = min(lo, vals[2])
-            hi = max(hi, vals[3])
-            nonzero += int(vals[4])
+        native = flat.dtype in _NATIVE
+        if n <= CHUNK:
+            total, sumsq, nonzero, lo, hi = self._pass(flat, native)
+        else:
+            total = sumsq = 0.0
+            nonzero = 0
+            lo, hi = _INF, -_INF
+            for s in range(0, n, CHUNK):
+                c_total, c_sumsq, c_nonzero, c_lo, c_hi = self._pass(flat[s:s + CHUNK], native)
+                total += c_total
+                sumsq += c_sumsq
+                nonzero += c_nonzero
+                lo = min(lo, c_lo)
+                hi = max(hi, c_hi)
         if not (math.isfinite(total) and math.isfinite(sumsq) and math.isfinite(lo)
                 and math.isfinite(hi)):
             return self._stats_nonfinite(flat)
@@ -175,7 +186,8 @@ class StatsEngine(object):
             css = 0.0
             for s in range(0, n, CHUNK):
                 e = min(n, s + CHUNK)
-                a, b = self._scratch(flat.device, e - s)
+                w = self._scratch(flat.device, e - s)
+                a, b = w[0], w[1]
                 a.copy_(flat[s:e])
                 torch.sub(a, mean, out=b)
                 css += float(torch.mul(b, b, out=a).sum())
@@ -186,6 +198,30 @@ class StatsEngine(object):
             "l2": _finite_or_none(math.sqrt(sumsq)),
             "nan": 0, "pinf": 0, "ninf": 0, "zeros": n - nonzero,
         }
+
+    def _pass(self, part, native):
+        """(sum, sum of squares, non-zero count, min, max) of one chunk."""
+        w = self._scratch(part.device, part.numel())
+        a = w[0]
+        a.copy_(part)
+        src = part if native else a
+        torch.mul(a, a, out=w[1])
+        if _NE_FLOAT_OUT:
+            torch.ne(src, 0, out=w[2])
+        else:
+            w[2].copy_(src != 0)
+        sums = w.sum(1)
+        if _HAS_AMINMAX:
+            mn, mx = torch.aminmax(src)
+        else:
+            mn, mx = src.min(), src.max()
+        if part.device.type != "cpu":
+            # One device-to-host transfer (one synchronisation) for all five.
+            v = torch.cat([sums, mn.to(torch.float64).reshape(1),
+                           mx.to(torch.float64).reshape(1)]).tolist()
+            return v[0], v[1], int(v[2]), v[3], v[4]
+        sums = sums.tolist()
+        return sums[0], sums[1], int(sums[2]), float(mn.item()), float(mx.item())
 
     def _stats_nonfinite(self, flat):
         x = flat.to(torch.float64)
