@@ -137,12 +137,16 @@ class StatsEngine(object):
     min/max) sends the tensor to a slower exact path.
     """
 
+    # Cached scratch views per element count (shapes repeat run after run).
+    MAX_VIEWS = 512
+
     def __init__(self):
         self._ws = {}
+        self._view_cache = {}
 
     def _scratch(self, device, n):
         """A 3 x n float64 view of this device's scratch matrix."""
-        key = str(device)
+        key = (device.type, device.index)
         ws = self._ws.get(key)
         if ws is None or ws.shape[1] < n:
             size = 4096
@@ -151,13 +155,28 @@ class StatsEngine(object):
             size = min(size, CHUNK)
             ws = torch.empty((3, size), dtype=torch.float64, device=device)
             self._ws[key] = ws
+            self._view_cache.clear()  # views of the old matrix would keep it alive
         return ws[:, :n]
+
+    def _views(self, device, n):
+        """(w, w[0], w[1], w[2], sums) for n elements on ``device``: every
+        view a pass needs, made once (each torch call is a GIL release and
+        re-acquisition, which costs most when another thread wants it)."""
+        key = (device.type, device.index, n)
+        views = self._view_cache.get(key)
+        if views is None:
+            if len(self._view_cache) >= self.MAX_VIEWS:
+                self._view_cache.clear()
+            w = self._scratch(device, n)
+            views = (w, w[0], w[1], w[2], torch.empty(3, dtype=torch.float64, device=device))
+            self._view_cache[key] = views
+        return views
 
     def stats(self, t):
         """``t``: prepared tensor (see prepare); any device, any real dtype."""
         if t.is_complex():
             t = torch.view_as_real(t)
-        flat = t.reshape(-1)
+        flat = t if t.dim() == 1 else t.reshape(-1)
         n = flat.numel()
         if n == 0:
             return dict(_EMPTY_STATS)
@@ -201,16 +220,15 @@ class StatsEngine(object):
 
     def _pass(self, part, native):
         """(sum, sum of squares, non-zero count, min, max) of one chunk."""
-        w = self._scratch(part.device, part.numel())
-        a = w[0]
+        w, a, sq, nz, sums = self._views(part.device, part.numel())
         a.copy_(part)
         src = part if native else a
-        torch.mul(a, a, out=w[1])
+        torch.mul(a, a, out=sq)
         if _NE_FLOAT_OUT:
-            torch.ne(src, 0, out=w[2])
+            torch.ne(src, 0, out=nz)
         else:
-            w[2].copy_(src != 0)
-        sums = w.sum(1)
+            nz.copy_(src != 0)
+        torch.sum(w, 1, out=sums)
         if _HAS_AMINMAX:
             mn, mx = torch.aminmax(src)
         else:
@@ -220,8 +238,8 @@ class StatsEngine(object):
             v = torch.cat([sums, mn.to(torch.float64).reshape(1),
                            mx.to(torch.float64).reshape(1)]).tolist()
             return v[0], v[1], int(v[2]), v[3], v[4]
-        sums = sums.tolist()
-        return sums[0], sums[1], int(sums[2]), float(mn.item()), float(mx.item())
+        v = sums.tolist()
+        return v[0], v[1], int(v[2]), float(mn.item()), float(mx.item())
 
     def _stats_nonfinite(self, flat):
         x = flat.to(torch.float64)
