@@ -38,8 +38,9 @@ class WorkerError(Exception):
 
 
 class BufferPool(object):
-    """Free CPU buffers by (dtype, numel): fresh large allocations cost page
-    faults every time, reused ones do not."""
+    """Free CPU buffers by (dtype, shape): fresh large allocations cost page
+    faults every time, reused ones do not; by shape, so that a snapshot is a
+    single copy_ (shapes repeat from one run to the next)."""
 
     def __init__(self, limit=POOL_BYTES):
         self.free = {}
@@ -47,21 +48,26 @@ class BufferPool(object):
         self.limit = limit
         self.lock = threading.Lock()
 
-    def take(self, dtype, numel):
+    def take(self, dtype, shape):
+        """(flat, shaped): a contiguous buffer of ``shape`` (a torch.Size) and
+        its 1-D view, made once (every torch call counts on the hot path)."""
+        key = (dtype, shape)
         with self.lock:
-            lst = self.free.get((dtype, numel))
+            lst = self.free.get(key)
             if lst:
-                buf = lst.pop()
-                self.bytes -= buf.numel() * buf.element_size()
-                return buf
-        return torch.empty(numel, dtype=dtype)
+                pair = lst.pop()
+                self.bytes -= pair[0].numel() * pair[0].element_size()
+                return pair
+        shaped = torch.empty(shape, dtype=dtype)
+        return shaped.view(-1), shaped
 
-    def give(self, buf):
-        n = buf.numel() * buf.element_size()
+    def give(self, pair):
+        flat, shaped = pair
+        n = flat.numel() * flat.element_size()
         with self.lock:
             if self.bytes + n > self.limit:
                 return
-            self.free.setdefault((buf.dtype, buf.numel()), []).append(buf)
+            self.free.setdefault((flat.dtype, shaped.shape), []).append(pair)
             self.bytes += n
 
     def clear(self):

@@ -26,7 +26,7 @@ def dtype_name(dtype):
     return s[6:] if s.startswith("torch.") else s
 
 
-_PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+PLAIN_DTYPES = _PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                     torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
 
 
