@@ -120,7 +120,7 @@ class _Analysis(object):
 
     def __init__(self):
         self.snapshot = None  # 1-D, C-contiguous copy
-        self.buf = None  # the pool's (flat, shaped) pair holding it
+        self.buf = None  # the pool's (flat, shaped, raw bytes) entry holding it
         self.stats = None
         self.hash = None
         self.sample = None
@@ -211,10 +211,10 @@ class Recorder(object):
         if self.emit and (p.device.type != "cpu" or self.pipeline.stats_in_hook):
             an.stats = self.engine.stats(p)
         if n:
-            pair = self.pipeline.pool.take(p.dtype, p.shape)
-            pair[1].copy_(p)
-            an.snapshot = pair[0]
-            an.buf = pair
+            entry = self.pipeline.pool.take(p.dtype, p.shape)
+            entry[1].copy_(p)
+            an.snapshot = entry[0]
+            an.buf = entry
         else:
             an.snapshot = torch.empty(0, dtype=p.dtype)
         if sig is not None:
@@ -319,7 +319,8 @@ class Recorder(object):
         with an.lock:
             snap = an.snapshot
             if an.hash is None:
-                an.hash = T.content_hash(snap)
+                raw = an.buf[2] if an.buf is not None else None
+                an.hash = T.content_hash(snap) if raw is None else T.hash_bytes(raw)
             if self.emit:
                 if an.stats is None:
                     an.stats = self.pipeline.engine.stats(snap)

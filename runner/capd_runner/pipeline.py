@@ -31,6 +31,10 @@ MAX_JOBS = 128
 MAX_BYTES = 128 << 20
 POOL_BYTES = 256 << 20
 MAX_WORKERS = 2
+# Queued jobs that wake a worker even when none of them has new work.
+WAKE_AT = 8
+# Jobs a worker takes at once (fewer lock and GIL round trips).
+BATCH = 32
 
 
 class WorkerError(Exception):
@@ -49,25 +53,28 @@ class BufferPool(object):
         self.lock = threading.Lock()
 
     def take(self, dtype, shape):
-        """(flat, shaped): a contiguous buffer of ``shape`` (a torch.Size) and
-        its 1-D view, made once (every torch call counts on the hot path)."""
+        """(flat, shaped, raw): a contiguous buffer of ``shape`` (a
+        torch.Size), its 1-D view and a memoryview of its bytes (None on a
+        big-endian host, where hashing needs a byte-swapped copy), made once
+        per buffer: every call counts on the hot path."""
         key = (dtype, shape)
         with self.lock:
             lst = self.free.get(key)
             if lst:
-                pair = lst.pop()
-                self.bytes -= pair[0].numel() * pair[0].element_size()
-                return pair
+                entry = lst.pop()
+                self.bytes -= entry[0].numel() * entry[0].element_size()
+                return entry
         shaped = torch.empty(shape, dtype=dtype)
-        return shaped.view(-1), shaped
+        flat = shaped.view(-1)
+        return flat, shaped, (None if T.BIG_ENDIAN else T.raw_bytes(flat))
 
-    def give(self, pair):
-        flat, shaped = pair
+    def give(self, entry):
+        flat = entry[0]
         n = flat.numel() * flat.element_size()
         with self.lock:
             if self.bytes + n > self.limit:
                 return
-            self.free.setdefault((flat.dtype, shaped.shape), []).append(pair)
+            self.free.setdefault((flat.dtype, entry[1].shape), []).append(entry)
             self.bytes += n
 
     def clear(self):
@@ -124,8 +131,9 @@ class Pipeline(object):
         self._threads = []
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
+        self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
-            for i in range(workers or default_workers()):
+            for i in range(self._nworkers):
                 t = threading.Thread(target=self._run, name="capd-analysis-%d" % i)
                 t.daemon = True
                 t.start()
@@ -150,12 +158,17 @@ class Pipeline(object):
             while (self._next_ticket - self._next_emit >= MAX_JOBS or
                    (self._pending_bytes + nbytes > MAX_BYTES and
                     self._next_ticket > self._next_emit)):
+                self._cv.notify_all()
                 self._cv.wait()
                 self._raise_if_error()
             self._jobs.append((self._next_ticket, job, nbytes))
             self._next_ticket += 1
             self._pending_bytes += nbytes
-            self._cv.notify()
+            # A waking worker takes the GIL from the hooks: wake one only for
+            # new work (a fresh snapshot), not for a record of a tensor
+            # already analysed (its frame goes out with the next batch).
+            if nbytes or len(self._jobs) >= WAKE_AT:
+                self._cv.notify()
 
     def note(self, fn):
         self.submit(CallJob(fn))
@@ -165,6 +178,7 @@ class Pipeline(object):
         if self.sync:
             return
         with self._cv:
+            self._cv.notify_all()
             while self._next_emit < self._next_ticket and self._error is None:
                 self._cv.wait()
             self._raise_if_error()
@@ -203,20 +217,25 @@ class Pipeline(object):
 
     # -- workers ---------------------------------------------------------------
     def _run(self):
+        nworkers = max(1, self._nworkers)
         while True:
             with self._cv:
                 while not self._jobs and not self._stop:
                     self._cv.wait()
                 if not self._jobs:
                     return
-                ticket, job, nbytes = self._jobs.popleft()
-            try:
-                if self._error is None:
-                    job.compute()
-            except BaseException:
-                self._fail()
+                # A share of what is queued (all of it with one worker).
+                take = min(BATCH, max(1, -(-len(self._jobs) // nworkers)))
+                batch = [self._jobs.popleft() for _ in range(take)]
+            for ticket, job, nbytes in batch:
+                try:
+                    if self._error is None:
+                        job.compute()
+                except BaseException:
+                    self._fail()
             with self._cv:
-                self._done[ticket] = (job, nbytes)
+                for ticket, job, nbytes in batch:
+                    self._done[ticket] = (job, nbytes)
             self._emit_ready()
 
     def _emit_ready(self):
@@ -237,18 +256,24 @@ class Pipeline(object):
     def _emit_locked(self):
         while True:
             with self._cv:
-                item = self._done.pop(self._next_emit, None)
-            if item is None:
+                items = []
+                i = self._next_emit
+                while i in self._done:
+                    items.append(self._done.pop(i))
+                    i += 1
+            if not items:
                 return
-            job, nbytes = item
-            try:
-                if self._error is None:
-                    job.emit()
-            except BaseException:
-                self._fail()
+            freed = 0
+            for job, nbytes in items:
+                freed += nbytes
+                try:
+                    if self._error is None:
+                        job.emit()
+                except BaseException:
+                    self._fail()
             with self._cv:
-                self._next_emit += 1
-                self._pending_bytes -= nbytes
+                self._next_emit += len(items)
+                self._pending_bytes -= freed
                 idle = self._next_emit == self._next_ticket
                 self._cv.notify_all()
             if idle and self._error is None:

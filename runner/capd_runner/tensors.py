@@ -84,10 +84,13 @@ def raw_bytes(t):
     return buf
 
 
+def hash_bytes(buf):
+    """The content hash (BLAKE2b-128, hex) of little-endian raw bytes."""
+    return hashlib.blake2b(buf, digest_size=16).hexdigest()
+
+
 def content_hash(t_cpu):
-    h = hashlib.blake2b(digest_size=16)
-    h.update(raw_bytes(t_cpu))
-    return h.hexdigest()
+    return hash_bytes(raw_bytes(t_cpu))
 
 
 def sample_positions(numel, sample_size):
@@ -116,6 +119,19 @@ def _probe_float_compare_out():
 
 
 _NE_FLOAT_OUT = _probe_float_compare_out()
+
+
+def _probe_aminmax_out():
+    """Whether aminmax can write into two 0-d views of one 2-element buffer."""
+    try:
+        buf = torch.empty(2, dtype=torch.float32)
+        torch.aminmax(torch.tensor([1.5, -2.0, 3.0]), out=(buf[0], buf[1]))
+        return buf.tolist() == [-2.0, 3.0]
+    except Exception:
+        return False
+
+
+_AMINMAX_OUT = _HAS_AMINMAX and _probe_aminmax_out()
 # Dtypes whose min/max/non-zero count are taken on the tensor itself; the
 # others (half, bfloat16, integers, bool: reductions missing or slow on the
 # CPU of older builds) use the exact float64 copy.
@@ -143,6 +159,7 @@ class StatsEngine(object):
     def __init__(self):
         self._ws = {}
         self._view_cache = {}
+        self._mm = {}  # CPU min/max out buffers by dtype
 
     def _scratch(self, device, n):
         """A 3 x n float64 view of this device's scratch matrix."""
@@ -171,6 +188,13 @@ class StatsEngine(object):
             views = (w, w[0], w[1], w[2], torch.empty(3, dtype=torch.float64, device=device))
             self._view_cache[key] = views
         return views
+
+    def _minmax_buf(self, dtype):
+        ent = self._mm.get(dtype)
+        if ent is None:
+            mm = torch.empty(2, dtype=dtype)
+            ent = self._mm[dtype] = (mm, mm[0], mm[1])
+        return ent
 
     def stats(self, t):
         """``t``: prepared tensor (see prepare); any device, any real dtype."""
@@ -229,6 +253,13 @@ class StatsEngine(object):
         else:
             nz.copy_(src != 0)
         torch.sum(w, 1, out=sums)
+        if part.device.type == "cpu" and _AMINMAX_OUT:
+            # Both into one small buffer: one tolist() instead of two item().
+            mm, mn, mx = self._minmax_buf(src.dtype)
+            torch.aminmax(src, out=(mn, mx))
+            v = sums.tolist()
+            lo, hi = mm.tolist()
+            return v[0], v[1], int(v[2]), float(lo), float(hi)
         if _HAS_AMINMAX:
             mn, mx = torch.aminmax(src)
         else:
