@@ -43,7 +43,6 @@ except ImportError:  # pragma: no cover (always there in CPython)
     def _json_str(s):
         return json.dumps(s)
 
-_STAT_KEYS = ("min", "max", "mean", "std", "l2", "nan", "pinf", "ninf", "zeros")
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 
@@ -80,9 +79,10 @@ def tensor_header_line(prefix, stats, hash_hex, capture, nbytes):
     if stats is None:
         st = "null"
     else:
-        st = "{" + ",".join(['"%s":%s' % (k, _json_scalar(stats[k])) for k in _STAT_KEYS]) + "}"
-        if len(stats) != len(_STAT_KEYS):
-            raise ValueError("unexpected stats keys")
+        # In the dict's own order, like json.dumps (the non-finite path
+        # builds its dict in another order than the common one).
+        st = "{" + ",".join([_json_str(k) + ":" + _json_scalar(v)
+                             for k, v in stats.items()]) + "}"
     tail = ',"stats":%s,"hash":%s,"capture":"%s"' % (st, _json_str(hash_hex), capture)
     if capture == "sample":
         tail += ',"sample_positions":"stride"'

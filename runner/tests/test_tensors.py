@@ -190,17 +190,21 @@ class FusedStatsTest(unittest.TestCase):
             x = T.det_normalish((n,), g, torch.float32)
             self.assertSame(eng.stats(x), ref.stats(x), "n=%d" % n)
 
-    def test_without_float_compare_out(self):
-        # The fallback for builds where a comparison cannot write a float64 out.
-        old = T._NE_FLOAT_OUT
+    def test_fallbacks(self):
+        # The paths for builds where a comparison cannot write a float64 out,
+        # aminmax has no out= (or no aminmax at all: torch 1.10).
+        saved = (T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX)
+        from tests.refstats import ReferenceStats
+        ref = ReferenceStats()
         try:
-            T._NE_FLOAT_OUT = False
-            from tests.refstats import ReferenceStats
-            ref, eng = ReferenceStats(), T.StatsEngine()
-            for what, x in self.cases():
-                self.assertSame(eng.stats(x), ref.stats(x), "fallback " + what)
+            for flags in ((False, False, True), (True, False, True), (False, True, True),
+                          (True, False, False)):
+                T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = flags
+                eng = T.StatsEngine()
+                for what, x in self.cases():
+                    self.assertSame(eng.stats(x), ref.stats(x), "%s %s" % (flags, what))
         finally:
-            T._NE_FLOAT_OUT = old
+            T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = saved
 
 
 class BytesHashTest(unittest.TestCase):
