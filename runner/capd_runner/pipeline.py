@@ -1,16 +1,21 @@
 """Analysis pipeline: stats, hash, payload and frame writing off the model's
 thread.
 
-A capture hook only snapshots the tensor (one copy into a reused CPU buffer)
-and queues a job. Worker threads (one per core the model's threads leave
-free, 1 or 2) compute the
-stats and the BLAKE2b hash of snapshots; both release the GIL while they run,
-so they overlap with the model's own kernels and with each other. Each job
-then *emits* (encodes its frame and writes it) strictly in submission order,
-so frames keep the order of ``seq`` whatever the worker that computed them.
-The number of queued jobs and snapshot bytes is bounded (the hook waits when
-the workers are behind), which also bounds how many finished records a crash
-can lose; the frame pipe is flushed whenever the workers catch up.
+A capture hook only snapshots the tensor (one copy into a reused CPU buffer
+of the same shape) and queues a job. Worker threads (one per core the
+model's threads leave free, 1 or 2) compute the stats and the BLAKE2b hash
+of snapshots; hashing and torch's kernels release the GIL, so they overlap
+with the model's own kernels. Every Python step of a worker holds the GIL
+the model's thread needs between its kernels, so the workers are kept
+GIL-light: a worker is woken only for new work (a fresh snapshot), takes
+queued jobs in batches, and writes every run of finished jobs at once. Each
+job *emits* (encodes its frame and writes it) strictly in submission order,
+so frames keep the order of ``seq`` whatever the thread that computed them.
+The number of queued jobs and snapshot bytes is bounded (a hook that finds
+the queue full computes queued jobs itself until there is room), which also
+bounds how many finished records a crash can lose; the frame pipe is flushed
+whenever the workers catch up. drain() also computes queued jobs rather
+than wait idle.
 
 With CAPD_RUNNER_SYNC=1 in the environment (or sync=True) every job runs
 inline in the hook and frames are flushed at each hook: slower, but a crash
@@ -153,35 +158,52 @@ class Pipeline(object):
             job.compute()
             job.emit()
             return
-        with self._cv:
-            self._raise_if_error()
-            while (self._next_ticket - self._next_emit >= MAX_JOBS or
-                   (self._pending_bytes + nbytes > MAX_BYTES and
-                    self._next_ticket > self._next_emit)):
-                self._cv.notify_all()
-                self._cv.wait()
+        while True:
+            with self._cv:
                 self._raise_if_error()
-            self._jobs.append((self._next_ticket, job, nbytes))
-            self._next_ticket += 1
-            self._pending_bytes += nbytes
-            # A waking worker takes the GIL from the hooks: wake one only for
-            # new work (a fresh snapshot), not for a record of a tensor
-            # already analysed (its frame goes out with the next batch).
-            if nbytes or len(self._jobs) >= WAKE_AT:
-                self._cv.notify()
+                if not (self._next_ticket - self._next_emit >= MAX_JOBS or
+                        (self._pending_bytes + nbytes > MAX_BYTES and
+                         self._next_ticket > self._next_emit)):
+                    self._jobs.append((self._next_ticket, job, nbytes))
+                    self._next_ticket += 1
+                    self._pending_bytes += nbytes
+                    # A waking worker takes the GIL from the hooks: wake one
+                    # only for new work (a fresh snapshot), not for a record
+                    # of a tensor already analysed (its frame goes out with
+                    # the next batch).
+                    if nbytes or len(self._jobs) >= WAKE_AT:
+                        self._cv.notify()
+                    return
+                # Full: help the workers rather than wait for them.
+                if not self._jobs:
+                    self._cv.notify_all()
+                    self._cv.wait()
+                    continue
+                batch = [self._jobs.popleft()]
+            self._compute(batch)
 
     def note(self, fn):
         self.submit(CallJob(fn))
 
     def drain(self):
-        """Wait until every queued job is emitted; raise a worker's error."""
+        """Wait until every queued job is emitted; raise a worker's error.
+
+        The caller helps: instead of waiting idle it computes queued jobs
+        itself (the tail of a capture is then shared between the model's
+        thread and the workers)."""
         if self.sync:
             return
-        with self._cv:
-            self._cv.notify_all()
-            while self._next_emit < self._next_ticket and self._error is None:
-                self._cv.wait()
-            self._raise_if_error()
+        while True:
+            with self._cv:
+                self._cv.notify_all()
+                self._raise_if_error()
+                if self._next_emit >= self._next_ticket:
+                    return
+                if not self._jobs:
+                    self._cv.wait()
+                    continue
+                batch = [self._jobs.popleft()]
+            self._compute(batch)
 
     def hook_done(self):
         if self.sync:
@@ -224,19 +246,22 @@ class Pipeline(object):
                     self._cv.wait()
                 if not self._jobs:
                     return
-                # A share of what is queued (all of it with one worker).
-                take = min(BATCH, max(1, -(-len(self._jobs) // nworkers)))
+                # A share of what is queued (the draining thread may help).
+                take = min(BATCH, max(1, -(-len(self._jobs) // (nworkers + 1))))
                 batch = [self._jobs.popleft() for _ in range(take)]
+            self._compute(batch)
+
+    def _compute(self, batch):
+        for ticket, job, nbytes in batch:
+            try:
+                if self._error is None:
+                    job.compute()
+            except BaseException:
+                self._fail()
+        with self._cv:
             for ticket, job, nbytes in batch:
-                try:
-                    if self._error is None:
-                        job.compute()
-                except BaseException:
-                    self._fail()
-            with self._cv:
-                for ticket, job, nbytes in batch:
-                    self._done[ticket] = (job, nbytes)
-            self._emit_ready()
+                self._done[ticket] = (job, nbytes)
+        self._emit_ready()
 
     def _emit_ready(self):
         # Whoever holds the emit lock writes every consecutive finished job;
