@@ -156,6 +156,18 @@ class PipelineTest(unittest.TestCase):
             pipe.stop()
 
 
+class _T(torch.nn.Module):
+    """Returns a non-contiguous view (and an int tensor, a 0-d one)."""
+
+    def forward(self, x):
+        return x.t(), (x > 0).to(torch.int64).sum(1), x.sum()
+
+
+class _Second(torch.nn.Module):
+    def forward(self, xs):
+        return xs[0]
+
+
 class RecorderModesTest(unittest.TestCase):
     """The same module run through the async pipeline (1 and 2 workers) and
     inline gives the same frames, byte for byte, at every capture level."""
@@ -193,7 +205,8 @@ class RecorderModesTest(unittest.TestCase):
     def test_modes_agree(self):
         g = T.generator(9)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(inplace=True),
-                                    torch.nn.Linear(16, 4), torch.nn.Softmax(dim=1))
+                                    torch.nn.Linear(16, 4), torch.nn.Softmax(dim=1), _T(),
+                                    _Second())
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(T.det_uniform(p.shape, g, 0.5))
@@ -205,6 +218,10 @@ class RecorderModesTest(unittest.TestCase):
                 got, hashes = self.frames_of(model, x, level, sync=False, workers=workers)
                 self.assertEqual(got, ref, (level, workers))
                 self.assertEqual(hashes, ref_hashes)
+            # The non-contiguous output is hashed as its C-contiguous bytes.
+            want = T.content_hash(model[:4](x).t().contiguous())
+            self.assertEqual(ref_hashes["4.0.forward.output.0"], want)
+            self.assertEqual(ref_hashes["5.0.forward.output.0"], want)
             # The hash-only run agrees on every key's hash.
             _none, only = self.frames_of(model, x, level, sync=False, emit=False)
             self.assertEqual(only, ref_hashes)
