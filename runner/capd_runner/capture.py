@@ -86,9 +86,6 @@ class _Tap(torch.autograd.Function):
         return (None,) + tuple(grads)
 
 
-# Snapshot copies by indexed assignment (holds the GIL) rather than copy_().
-_SNAPSHOT_HOLDS_GIL = True
-
 # The protocol caps keys at 512 bytes and forbids control characters.
 MAX_FQN = 400
 MAX_NDIM = 16
@@ -216,14 +213,7 @@ class Recorder(object):
             an.stats = self.engine.stats(p)
         if n:
             entry = self.pipeline.pool.take(p.dtype, p.shape)
-            # Not copy_() on the CPU: copy_ releases the GIL, and a worker
-            # that takes it then makes this thread wait for its next release
-            # (where most of the hooks' waiting was measured). Indexed
-            # assignment copies the same bytes holding the GIL.
-            if _SNAPSHOT_HOLDS_GIL and on_cpu:
-                entry[1][...] = p
-            else:
-                entry[1].copy_(p)
+            entry[1].copy_(p)
             an.snapshot = entry[0]
             an.buf = entry
         else:
