@@ -31,6 +31,7 @@ import weakref
 
 import torch
 
+from capd_runner import frames as F
 from capd_runner import tensors as T
 from capd_runner.pipeline import Job
 
@@ -115,10 +116,11 @@ class PayloadBudget(object):
 
 class _Analysis(object):
     """What is known of one tensor (object, version): filled by a worker."""
-    __slots__ = ("snapshot", "stats", "hash", "sample", "keep", "want_sample", "lock")
+    __slots__ = ("snapshot", "buf", "stats", "hash", "sample", "keep", "want_sample", "lock")
 
     def __init__(self):
-        self.snapshot = None
+        self.snapshot = None  # 1-D, C-contiguous copy
+        self.buf = None  # the pool's (flat, shaped, raw bytes) entry holding it
         self.stats = None
         self.hash = None
         self.sample = None
@@ -173,8 +175,8 @@ class Recorder(object):
     # -- hook side -----------------------------------------------------------
     @staticmethod
     def _sig(t):
-        return (t._version, t.data_ptr(), tuple(t.shape), tuple(t.stride()),
-                t.storage_offset(), t.dtype, t.device)
+        return (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
+                t.device)
 
     def _drop(self, key, ref):
         ent = self._cache.get(key)
@@ -182,26 +184,38 @@ class Recorder(object):
             self._cache.pop(key, None)
 
     def _analysis(self, t):
-        """(analysis, bytes newly snapshotted)."""
+        """(analysis, bytes newly snapshotted).
+
+        The hot path of every hook: each torch call here releases and
+        re-takes the GIL, a hand-off to the analysis workers when they
+        want it, so there are as few as possible (no detach unless the
+        tensor requires grad, snapshot buffers pooled by shape so the copy is
+        one call)."""
         try:
-            sig = self._sig(t)
+            sig = (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
+                   t.device)
         except Exception:
             sig = None
         key = id(t)
         ent = self._cache.get(key)
-        if ent is not None and sig is not None and ent[0]() is t and ent[1] == sig:
+        if ent is not None and sig is not None and ent[1] == sig and ent[0]() is t:
             return ent[2], 0
-        p = T.prepare(t)
+        if t.requires_grad or t.dtype not in T.PLAIN_DTYPES or t.layout != torch.strided:
+            p = T.prepare(t)
+        else:
+            p = t
         an = _Analysis()
         an.keep = self.level == "full"
         an.want_sample = self.level in ("sample", "full")
         n = p.numel()
-        if self.emit and (p.device.type != "cpu" or self.pipeline.stats_in_hook):
+        on_cpu = p.device.type == "cpu"
+        if self.emit and (not on_cpu or self.pipeline.stats_in_hook):
             an.stats = self.engine.stats(p)
         if n:
-            buf = self.pipeline.pool.take(p.dtype, n)
-            buf.view(p.shape).copy_(p)
-            an.snapshot = buf
+            entry = self.pipeline.pool.take(p.dtype, p.shape)
+            entry[1].copy_(p)
+            an.snapshot = entry[0]
+            an.buf = entry
         else:
             an.snapshot = torch.empty(0, dtype=p.dtype)
         if sig is not None:
@@ -243,11 +257,9 @@ class Recorder(object):
             if not self.emit:
                 self.pipeline.submit(_RecordJob(self, key, None, an, None), nbytes)
                 return
-            header = {
-                "kind": "tensor", "seq": self.seq, "key": key, "module": module, "call": call,
-                "phase": phase, "role": role, "index": index,
-                "dtype": T.dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel(),
-            }
+            # The header's parts; the worker encodes it (frames.tensor_header_prefix).
+            header = (self.seq, key, module, call, phase, role, index, t.dtype, t.shape,
+                      t.numel())
             self.seq += 1
             kind = self._decide(key, t)
             self.pipeline.submit(_RecordJob(self, key, header, an, kind), nbytes)
@@ -286,12 +298,13 @@ class Recorder(object):
     # -- worker side -----------------------------------------------------------
     def _release(self, an):
         if not an.keep and an.snapshot is not None:
-            if an.snapshot.numel():
-                self.pipeline.pool.give(an.snapshot)
+            if an.buf is not None:
+                self.pipeline.pool.give(an.buf)
+                an.buf = None
             an.snapshot = None
 
     def _sample_of(self, snap):
-        flat = snap.reshape(-1)
+        flat = snap if snap.dim() == 1 else snap.reshape(-1)
         numel = flat.numel()
         k = min(self.sample_size, numel)
         if k == numel:
@@ -307,7 +320,8 @@ class Recorder(object):
         with an.lock:
             snap = an.snapshot
             if an.hash is None:
-                an.hash = T.content_hash(snap)
+                raw = an.buf[2] if an.buf is not None else None
+                an.hash = T.content_hash(snap) if raw is None else T.hash_bytes(raw)
             if self.emit:
                 if an.stats is None:
                     an.stats = self.pipeline.engine.stats(snap)
@@ -330,13 +344,27 @@ class Recorder(object):
                 kind = "stats"
         elif kind == "full":
             payload = T.raw_bytes(an.snapshot)
-        header = job.header
-        header["stats"] = an.stats
-        header["hash"] = an.hash
-        header["capture"] = kind
-        if kind == "sample":
-            header["sample_positions"] = "stride"
-        self.writer.frame(header, payload)
+        seq, key, module, call, phase, role, index, dtype, shape, numel = job.header
+        n = len(payload) if payload is not None else 0
+        try:
+            line = F.tensor_header_line(
+                F.tensor_header_prefix(seq, key, module, call, phase, role, index,
+                                       T.dtype_name(dtype), shape, numel),
+                an.stats, an.hash, kind, n)
+        except ValueError:
+            # Not a value the fast encoder writes (cannot happen with the
+            # engine's stats): the dict through json, which says what is wrong.
+            header = {
+                "kind": "tensor", "seq": seq, "key": key, "module": module, "call": call,
+                "phase": phase, "role": role, "index": index, "dtype": T.dtype_name(dtype),
+                "shape": list(shape), "numel": numel, "stats": an.stats, "hash": an.hash,
+                "capture": kind,
+            }
+            if kind == "sample":
+                header["sample_positions"] = "stride"
+            self.writer.frame(header, payload)
+            return
+        self.writer.frame_line(line, payload)
 
 
 class Capture(object):

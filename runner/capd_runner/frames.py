@@ -12,6 +12,7 @@ runner leaves at once, quietly, with EXIT_PIPE.
 
 import errno
 import json
+import math
 import os
 import sys
 
@@ -33,6 +34,64 @@ def encode_header(header):
     if len(line) > MAX_HEADER:
         raise HeaderTooLarge("frame header of kind %r is %d bytes (limit %d)"
                              % (header.get("kind"), len(line), MAX_HEADER))
+    return line
+
+
+try:
+    from json.encoder import encode_basestring_ascii as _json_str
+except ImportError:  # pragma: no cover (always there in CPython)
+    def _json_str(s):
+        return json.dumps(s)
+
+_float_repr = float.__repr__
+_int_repr = int.__repr__
+
+
+def _json_scalar(v):
+    """A stats value exactly as json.dumps writes it (ints, finite floats,
+    None); anything else raises ValueError and the caller falls back."""
+    if v is None:
+        return "null"
+    tv = type(v)
+    if tv is float:
+        if not math.isfinite(v):
+            raise ValueError(v)
+        return _float_repr(v)
+    if tv is int:
+        return _int_repr(v)
+    raise ValueError(v)
+
+
+def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shape, numel):
+    """The start of a ``tensor`` header, exactly as encode_header writes the
+    same dict (compact separators, ASCII escapes), up to before ``stats``."""
+    return ('{"kind":"tensor","seq":%d,"key":%s,"module":%s,"call":%d,"phase":%s,"role":%s,'
+            '"index":%s,"dtype":%s,"shape":[%s],"numel":%d'
+            % (seq, _json_str(key), _json_str(module), call, _json_str(phase), _json_str(role),
+               _int_repr(index) if type(index) is int else _json_str(index), _json_str(dtype),
+               ",".join([_int_repr(int(d)) for d in shape]), numel))
+
+
+def tensor_header_line(prefix, stats, hash_hex, capture, nbytes):
+    """The whole ``tensor`` header line (bytes): ``prefix`` (see
+    tensor_header_prefix) then stats, hash, capture, sample_positions (for
+    samples) and nbytes (when > 0), the key order of the runner's dict."""
+    if stats is None:
+        st = "null"
+    else:
+        # In the dict's own order, like json.dumps (the non-finite path
+        # builds its dict in another order than the common one).
+        st = "{" + ",".join([_json_str(k) + ":" + _json_scalar(v)
+                             for k, v in stats.items()]) + "}"
+    tail = ',"stats":%s,"hash":%s,"capture":"%s"' % (st, _json_str(hash_hex), capture)
+    if capture == "sample":
+        tail += ',"sample_positions":"stride"'
+    if nbytes:
+        tail += ',"nbytes":%d' % nbytes
+    line = (prefix + tail + "}\n").encode("ascii")
+    if len(line) > MAX_HEADER:
+        raise HeaderTooLarge("frame header of kind 'tensor' is %d bytes (limit %d)"
+                             % (len(line), MAX_HEADER))
     return line
 
 
@@ -89,6 +148,28 @@ class FrameWriter(object):
         if n:
             header["nbytes"] = n
         line = encode_header(header)
+        self.frames += 1
+        self.payload_bytes += n
+        if n >= DIRECT_PAYLOAD:
+            parts, self._parts, self._pending = self._parts, [], 0
+            parts.append(line)
+            parts.append(payload)
+            self._write_all(parts)
+            return
+        self._parts.append(line)
+        self._pending += len(line)
+        if n:
+            self._parts.append(bytes(payload))
+            self._pending += n
+        if self._pending >= FLUSH_AT:
+            self.flush()
+
+    def frame_line(self, line, payload=None):
+        """Queue one frame whose header is already encoded (``line``: bytes
+        ending in a newline, with ``nbytes`` matching ``payload``)."""
+        if self.ended:
+            raise RuntimeError("frame after end")
+        n = len(payload) if payload is not None else 0
         self.frames += 1
         self.payload_bytes += n
         if n >= DIRECT_PAYLOAD:

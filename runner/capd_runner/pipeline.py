@@ -1,16 +1,21 @@
 """Analysis pipeline: stats, hash, payload and frame writing off the model's
 thread.
 
-A capture hook only snapshots the tensor (one copy into a reused CPU buffer)
-and queues a job. Worker threads (one per core the model's threads leave
-free, 1 or 2) compute the
-stats and the BLAKE2b hash of snapshots; both release the GIL while they run,
-so they overlap with the model's own kernels and with each other. Each job
-then *emits* (encodes its frame and writes it) strictly in submission order,
-so frames keep the order of ``seq`` whatever the worker that computed them.
-The number of queued jobs and snapshot bytes is bounded (the hook waits when
-the workers are behind), which also bounds how many finished records a crash
-can lose; the frame pipe is flushed whenever the workers catch up.
+A capture hook only snapshots the tensor (one copy into a reused CPU buffer
+of the same shape) and queues a job. Worker threads (one per core the
+model's threads leave free, 1 or 2) compute the stats and the BLAKE2b hash
+of snapshots; hashing and torch's kernels release the GIL, so they overlap
+with the model's own kernels. Every Python step of a worker holds the GIL
+the model's thread needs between its kernels, so the workers are kept
+GIL-light: a worker is woken only for new work (a fresh snapshot), takes
+queued jobs in batches, and writes every run of finished jobs at once. Each
+job *emits* (encodes its frame and writes it) strictly in submission order,
+so frames keep the order of ``seq`` whatever the thread that computed them.
+The number of queued jobs and snapshot bytes is bounded (a hook that finds
+the queue full computes queued jobs itself until there is room), which also
+bounds how many finished records a crash can lose; the frame pipe is flushed
+whenever the workers catch up. drain() also computes queued jobs rather
+than wait idle.
 
 With CAPD_RUNNER_SYNC=1 in the environment (or sync=True) every job runs
 inline in the hook and frames are flushed at each hook: slower, but a crash
@@ -31,6 +36,10 @@ MAX_JOBS = 128
 MAX_BYTES = 128 << 20
 POOL_BYTES = 256 << 20
 MAX_WORKERS = 2
+# Queued jobs that wake a worker even when none of them has new work.
+WAKE_AT = 8
+# Jobs a worker takes at once (fewer lock and GIL round trips).
+BATCH = 32
 
 
 class WorkerError(Exception):
@@ -38,8 +47,9 @@ class WorkerError(Exception):
 
 
 class BufferPool(object):
-    """Free CPU buffers by (dtype, numel): fresh large allocations cost page
-    faults every time, reused ones do not."""
+    """Free CPU buffers by (dtype, shape): fresh large allocations cost page
+    faults every time, reused ones do not; by shape, so that a snapshot is a
+    single copy_ (shapes repeat from one run to the next)."""
 
     def __init__(self, limit=POOL_BYTES):
         self.free = {}
@@ -47,21 +57,29 @@ class BufferPool(object):
         self.limit = limit
         self.lock = threading.Lock()
 
-    def take(self, dtype, numel):
+    def take(self, dtype, shape):
+        """(flat, shaped, raw): a contiguous buffer of ``shape`` (a
+        torch.Size), its 1-D view and a memoryview of its bytes (None on a
+        big-endian host, where hashing needs a byte-swapped copy), made once
+        per buffer: every call counts on the hot path."""
+        key = (dtype, shape)
         with self.lock:
-            lst = self.free.get((dtype, numel))
+            lst = self.free.get(key)
             if lst:
-                buf = lst.pop()
-                self.bytes -= buf.numel() * buf.element_size()
-                return buf
-        return torch.empty(numel, dtype=dtype)
+                entry = lst.pop()
+                self.bytes -= entry[0].numel() * entry[0].element_size()
+                return entry
+        shaped = torch.empty(shape, dtype=dtype)
+        flat = shaped.view(-1)
+        return flat, shaped, (None if T.BIG_ENDIAN else T.raw_bytes(flat))
 
-    def give(self, buf):
-        n = buf.numel() * buf.element_size()
+    def give(self, entry):
+        flat = entry[0]
+        n = flat.numel() * flat.element_size()
         with self.lock:
             if self.bytes + n > self.limit:
                 return
-            self.free.setdefault((buf.dtype, buf.numel()), []).append(buf)
+            self.free.setdefault((flat.dtype, entry[1].shape), []).append(entry)
             self.bytes += n
 
     def clear(self):
@@ -118,8 +136,9 @@ class Pipeline(object):
         self._threads = []
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
+        self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
-            for i in range(workers or default_workers()):
+            for i in range(self._nworkers):
                 t = threading.Thread(target=self._run, name="capd-analysis-%d" % i)
                 t.daemon = True
                 t.start()
@@ -139,29 +158,52 @@ class Pipeline(object):
             job.compute()
             job.emit()
             return
-        with self._cv:
-            self._raise_if_error()
-            while (self._next_ticket - self._next_emit >= MAX_JOBS or
-                   (self._pending_bytes + nbytes > MAX_BYTES and
-                    self._next_ticket > self._next_emit)):
-                self._cv.wait()
+        while True:
+            with self._cv:
                 self._raise_if_error()
-            self._jobs.append((self._next_ticket, job, nbytes))
-            self._next_ticket += 1
-            self._pending_bytes += nbytes
-            self._cv.notify()
+                if not (self._next_ticket - self._next_emit >= MAX_JOBS or
+                        (self._pending_bytes + nbytes > MAX_BYTES and
+                         self._next_ticket > self._next_emit)):
+                    self._jobs.append((self._next_ticket, job, nbytes))
+                    self._next_ticket += 1
+                    self._pending_bytes += nbytes
+                    # A waking worker takes the GIL from the hooks: wake one
+                    # only for new work (a fresh snapshot), not for a record
+                    # of a tensor already analysed (its frame goes out with
+                    # the next batch).
+                    if nbytes or len(self._jobs) >= WAKE_AT:
+                        self._cv.notify()
+                    return
+                # Full: help the workers rather than wait for them.
+                if not self._jobs:
+                    self._cv.notify_all()
+                    self._cv.wait()
+                    continue
+                batch = [self._jobs.popleft()]
+            self._compute(batch)
 
     def note(self, fn):
         self.submit(CallJob(fn))
 
     def drain(self):
-        """Wait until every queued job is emitted; raise a worker's error."""
+        """Wait until every queued job is emitted; raise a worker's error.
+
+        The caller helps: instead of waiting idle it computes queued jobs
+        itself (the tail of a capture is then shared between the model's
+        thread and the workers)."""
         if self.sync:
             return
-        with self._cv:
-            while self._next_emit < self._next_ticket and self._error is None:
-                self._cv.wait()
-            self._raise_if_error()
+        while True:
+            with self._cv:
+                self._cv.notify_all()
+                self._raise_if_error()
+                if self._next_emit >= self._next_ticket:
+                    return
+                if not self._jobs:
+                    self._cv.wait()
+                    continue
+                batch = [self._jobs.popleft()]
+            self._compute(batch)
 
     def hook_done(self):
         if self.sync:
@@ -197,21 +239,29 @@ class Pipeline(object):
 
     # -- workers ---------------------------------------------------------------
     def _run(self):
+        nworkers = max(1, self._nworkers)
         while True:
             with self._cv:
                 while not self._jobs and not self._stop:
                     self._cv.wait()
                 if not self._jobs:
                     return
-                ticket, job, nbytes = self._jobs.popleft()
+                # A share of what is queued (the draining thread may help).
+                take = min(BATCH, max(1, -(-len(self._jobs) // (nworkers + 1))))
+                batch = [self._jobs.popleft() for _ in range(take)]
+            self._compute(batch)
+
+    def _compute(self, batch):
+        for ticket, job, nbytes in batch:
             try:
                 if self._error is None:
                     job.compute()
             except BaseException:
                 self._fail()
-            with self._cv:
+        with self._cv:
+            for ticket, job, nbytes in batch:
                 self._done[ticket] = (job, nbytes)
-            self._emit_ready()
+        self._emit_ready()
 
     def _emit_ready(self):
         # Whoever holds the emit lock writes every consecutive finished job;
@@ -231,18 +281,24 @@ class Pipeline(object):
     def _emit_locked(self):
         while True:
             with self._cv:
-                item = self._done.pop(self._next_emit, None)
-            if item is None:
+                items = []
+                i = self._next_emit
+                while i in self._done:
+                    items.append(self._done.pop(i))
+                    i += 1
+            if not items:
                 return
-            job, nbytes = item
-            try:
-                if self._error is None:
-                    job.emit()
-            except BaseException:
-                self._fail()
+            freed = 0
+            for job, nbytes in items:
+                freed += nbytes
+                try:
+                    if self._error is None:
+                        job.emit()
+                except BaseException:
+                    self._fail()
             with self._cv:
-                self._next_emit += 1
-                self._pending_bytes -= nbytes
+                self._next_emit += len(items)
+                self._pending_bytes -= freed
                 idle = self._next_emit == self._next_ticket
                 self._cv.notify_all()
             if idle and self._error is None:

@@ -26,7 +26,7 @@ def dtype_name(dtype):
     return s[6:] if s.startswith("torch.") else s
 
 
-_PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+PLAIN_DTYPES = _PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                     torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
 
 
@@ -84,10 +84,13 @@ def raw_bytes(t):
     return buf
 
 
+def hash_bytes(buf):
+    """The content hash (BLAKE2b-128, hex) of little-endian raw bytes."""
+    return hashlib.blake2b(buf, digest_size=16).hexdigest()
+
+
 def content_hash(t_cpu):
-    h = hashlib.blake2b(digest_size=16)
-    h.update(raw_bytes(t_cpu))
-    return h.hexdigest()
+    return hash_bytes(raw_bytes(t_cpu))
 
 
 def sample_positions(numel, sample_size):
@@ -104,66 +107,117 @@ _EMPTY_STATS = {"min": None, "max": None, "mean": None, "std": None, "l2": None,
                 "nan": 0, "pinf": 0, "ninf": 0, "zeros": 0}
 
 
+def _probe_float_compare_out():
+    """Whether a comparison can write its 0/1 result straight into a float64
+    tensor (out= of another dtype; checked rather than assumed per version)."""
+    try:
+        out = torch.empty(3, dtype=torch.float64)
+        torch.ne(torch.tensor([0.0, -0.0, 2.0]), 0, out=out)
+        return out.tolist() == [0.0, 0.0, 1.0]
+    except Exception:
+        return False
+
+
+_NE_FLOAT_OUT = _probe_float_compare_out()
+
+
+def _probe_aminmax_out():
+    """Whether aminmax can write into two 0-d views of one 2-element buffer."""
+    try:
+        buf = torch.empty(2, dtype=torch.float32)
+        torch.aminmax(torch.tensor([1.5, -2.0, 3.0]), out=(buf[0], buf[1]))
+        return buf.tolist() == [-2.0, 3.0]
+    except Exception:
+        return False
+
+
+_AMINMAX_OUT = _HAS_AMINMAX and _probe_aminmax_out()
+# Dtypes whose min/max/non-zero count are taken on the tensor itself; the
+# others (half, bfloat16, integers, bool: reductions missing or slow on the
+# CPU of older builds) use the exact float64 copy.
+_NATIVE = frozenset([torch.float32, torch.float64])
+
+
 class StatsEngine(object):
     """Stats in float64 over finite values, with reusable scratch buffers.
 
-    Fresh large allocations cost page faults on every call, so the float64
-    copies go to two scratch buffers per device, at most CHUNK elements each;
-    bigger tensors are processed chunk by chunk.
+    One pass per chunk of at most CHUNK elements is a handful of torch ops
+    whatever the size: the float64 copy ``x``, ``x*x`` and ``x != 0`` (as
+    0.0/1.0) go to the three rows of one scratch matrix, and one row-wise
+    sum gives the sum, the sum of squares and the non-zero count together;
+    min and max come from one aminmax (exact in the tensor's own dtype). The
+    row sums are the same reductions as summing each row alone, so the values
+    are those of separate sums. Fresh large allocations cost page faults on
+    every call, hence the reused scratch (per device); bigger tensors are
+    processed chunk by chunk. Any non-finite value (seen in the sums or the
+    min/max) sends the tensor to a slower exact path.
     """
+
+    # Cached scratch views per element count (shapes repeat run after run).
+    MAX_VIEWS = 512
 
     def __init__(self):
         self._ws = {}
+        self._view_cache = {}
+        self._mm = {}  # CPU min/max out buffers by dtype
 
     def _scratch(self, device, n):
-        key = str(device)
+        """A 3 x n float64 view of this device's scratch matrix."""
+        key = (device.type, device.index)
         ws = self._ws.get(key)
-        if ws is None or ws[0].numel() < n:
+        if ws is None or ws.shape[1] < n:
             size = 4096
             while size < n:
                 size *= 2
             size = min(size, CHUNK)
-            ws = (torch.empty(size, dtype=torch.float64, device=device),
-                  torch.empty(size, dtype=torch.float64, device=device))
+            ws = torch.empty((3, size), dtype=torch.float64, device=device)
             self._ws[key] = ws
-        return ws[0][:n], ws[1][:n]
+            self._view_cache.clear()  # views of the old matrix would keep it alive
+        return ws[:, :n]
+
+    def _views(self, device, n):
+        """(w, w[0], w[1], w[2], sums) for n elements on ``device``: every
+        view a pass needs, made once (each torch call is a GIL release and
+        re-acquisition, which costs most when another thread wants it)."""
+        key = (device.type, device.index, n)
+        views = self._view_cache.get(key)
+        if views is None:
+            if len(self._view_cache) >= self.MAX_VIEWS:
+                self._view_cache.clear()
+            w = self._scratch(device, n)
+            views = (w, w[0], w[1], w[2], torch.empty(3, dtype=torch.float64, device=device))
+            self._view_cache[key] = views
+        return views
+
+    def _minmax_buf(self, dtype):
+        ent = self._mm.get(dtype)
+        if ent is None:
+            mm = torch.empty(2, dtype=dtype)
+            ent = self._mm[dtype] = (mm, mm[0], mm[1])
+        return ent
 
     def stats(self, t):
         """``t``: prepared tensor (see prepare); any device, any real dtype."""
         if t.is_complex():
             t = torch.view_as_real(t)
-        flat = t.reshape(-1)
+        flat = t if t.dim() == 1 else t.reshape(-1)
         n = flat.numel()
         if n == 0:
             return dict(_EMPTY_STATS)
-        # One pass per chunk: sum, sum of squares (float64), min, max (exact
-        # in the tensor's own dtype), non-zeros.
-        total = 0.0
-        sumsq = 0.0
-        nonzero = 0
-        lo = _INF
-        hi = -_INF
-        # float32/float64 reductions work on the tensor itself everywhere; other
-        # dtypes (half on the CPU of older builds...) use the float64 copy.
-        native = flat.dtype in (torch.float32, torch.float64)
-        for s in range(0, n, CHUNK):
-            e = min(n, s + CHUNK)
-            part = flat[s:e]
-            a, b = self._scratch(flat.device, e - s)
-            a.copy_(part)
-            src = part if native else a
-            if _HAS_AMINMAX:
-                mn, mx = torch.aminmax(src)
-            else:
-                mn, mx = src.min(), src.max()
-            vals = torch.stack([a.sum(), torch.mul(a, a, out=b).sum(), mn.to(torch.float64),
-                                mx.to(torch.float64),
-                                torch.count_nonzero(src).to(torch.float64)]).tolist()
-            total += vals[0]
-            sumsq += vals[1]
-            lo = min(lo, vals[2])
-            hi = max(hi, vals[3])
-            nonzero += int(vals[4])
+        native = flat.dtype in _NATIVE
+        if n <= CHUNK:
+            total, sumsq, nonzero, lo, hi = self._pass(flat, native)
+        else:
+            total = sumsq = 0.0
+            nonzero = 0
+            lo, hi = _INF, -_INF
+            for s in range(0, n, CHUNK):
+                c_total, c_sumsq, c_nonzero, c_lo, c_hi = self._pass(flat[s:s + CHUNK], native)
+                total += c_total
+                sumsq += c_sumsq
+                nonzero += c_nonzero
+                lo = min(lo, c_lo)
+                hi = max(hi, c_hi)
         if not (math.isfinite(total) and math.isfinite(sumsq) and math.isfinite(lo)
                 and math.isfinite(hi)):
             return self._stats_nonfinite(flat)
@@ -175,7 +229,8 @@ class StatsEngine(object):
             css = 0.0
             for s in range(0, n, CHUNK):
                 e = min(n, s + CHUNK)
-                a, b = self._scratch(flat.device, e - s)
+                w = self._scratch(flat.device, e - s)
+                a, b = w[0], w[1]
                 a.copy_(flat[s:e])
                 torch.sub(a, mean, out=b)
                 css += float(torch.mul(b, b, out=a).sum())
@@ -186,6 +241,36 @@ class StatsEngine(object):
             "l2": _finite_or_none(math.sqrt(sumsq)),
             "nan": 0, "pinf": 0, "ninf": 0, "zeros": n - nonzero,
         }
+
+    def _pass(self, part, native):
+        """(sum, sum of squares, non-zero count, min, max) of one chunk."""
+        w, a, sq, nz, sums = self._views(part.device, part.numel())
+        a.copy_(part)
+        src = part if native else a
+        torch.mul(a, a, out=sq)
+        if _NE_FLOAT_OUT:
+            torch.ne(src, 0, out=nz)
+        else:
+            nz.copy_(src != 0)
+        torch.sum(w, 1, out=sums)
+        if part.device.type == "cpu" and _AMINMAX_OUT:
+            # Both into one small buffer: one tolist() instead of two item().
+            mm, mn, mx = self._minmax_buf(src.dtype)
+            torch.aminmax(src, out=(mn, mx))
+            v = sums.tolist()
+            lo, hi = mm.tolist()
+            return v[0], v[1], int(v[2]), float(lo), float(hi)
+        if _HAS_AMINMAX:
+            mn, mx = torch.aminmax(src)
+        else:
+            mn, mx = src.min(), src.max()
+        if part.device.type != "cpu":
+            # One device-to-host transfer (one synchronisation) for all five.
+            v = torch.cat([sums, mn.to(torch.float64).reshape(1),
+                           mx.to(torch.float64).reshape(1)]).tolist()
+            return v[0], v[1], int(v[2]), v[3], v[4]
+        v = sums.tolist()
+        return v[0], v[1], int(v[2]), float(mn.item()), float(mx.item())
 
     def _stats_nonfinite(self, flat):
         x = flat.to(torch.float64)

@@ -110,6 +110,103 @@ class StatsTest(unittest.TestCase):
         self.assertStats(self.engine.stats(c), hand_stats([1.0, 2.0, -3.0, 0.0]))
 
 
+class FusedStatsTest(unittest.TestCase):
+    """The fused StatsEngine against the straightforward implementation it
+    replaced (tests/refstats.py): counts, min and max exactly, the rest to
+    float64 precision (on torch 1.13 they are bit-identical)."""
+
+    def assertSame(self, got, want, what):
+        self.assertEqual(sorted(got), sorted(want), what)
+        for k in ("nan", "pinf", "ninf", "zeros"):
+            self.assertEqual(got[k], want[k], "%s %s" % (what, k))
+            self.assertIs(type(got[k]), int, "%s %s" % (what, k))
+        for k in ("min", "max"):
+            self.assertEqual(got[k], want[k], "%s %s" % (what, k))
+            if want[k] is not None:
+                self.assertIs(type(got[k]), float, "%s %s" % (what, k))
+        for k in ("mean", "std", "l2"):
+            if want[k] is None:
+                self.assertIsNone(got[k], "%s %s" % (what, k))
+            else:
+                self.assertTrue(math.isclose(got[k], want[k], rel_tol=1e-11, abs_tol=1e-300),
+                                "%s %s: %r != %r" % (what, k, got[k], want[k]))
+
+    def cases(self):
+        g = T.generator(11)
+        for n in (1, 2, 7, 1000, 4096, 40000):
+            base = T.det_normalish((n,), g, torch.float64) * 3.0
+            relu = base.clamp(min=0)
+            withbad = base.clone()
+            if n >= 7:
+                withbad[1] = float("nan")
+                withbad[3] = float("inf")
+                withbad[5] = float("-inf")
+                withbad[6] = 0.0
+            for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                yield "randn %d %s" % (n, dt), base.to(dt)
+                yield "relu %d %s" % (n, dt), relu.to(dt)
+                yield "nonfinite %d %s" % (n, dt), withbad.to(dt)
+                yield "negzero %d %s" % (n, dt), (-relu).to(dt)
+            for dt in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+                yield "int %d %s" % (n, dt), (base * 20).clamp(-100, 100).to(dt).abs()
+                yield "sint %d %s" % (n, dt), (base * 20).clamp(-100, 100).to(dt)
+            yield "bool %d" % n, base > 0
+        yield "empty", torch.zeros(0, 3)
+        yield "empty bf16", torch.zeros(0, dtype=torch.bfloat16)
+        yield "constant", torch.full((5000,), 1e6, dtype=torch.float32)
+        yield "all zero", torch.zeros(300, dtype=torch.float16)
+        yield "all nan", torch.full((9,), float("nan"))
+        yield "big", T.det_normalish((4, 1000), g, torch.float32) * 1e30
+        yield "tiny", T.det_normalish((1000,), g, torch.float32) * 1e-40  # subnormal float32
+        x = T.det_normalish((6, 50, 7), g, torch.float32)
+        yield "transposed", x.transpose(0, 2)
+        yield "strided", x[:, ::3, 1:]
+        yield "expanded", torch.ones(1, 30).expand(40, 30)
+        yield "complex", torch.complex(x, -x)
+
+    def test_against_reference(self):
+        from tests.refstats import ReferenceStats
+        ref, eng = ReferenceStats(), T.StatsEngine()
+        for what, x in self.cases():
+            self.assertSame(eng.stats(x), ref.stats(x), what)
+
+    def test_chunked_against_reference(self):
+        from tests import refstats
+        old, old_ref = T.CHUNK, refstats.CHUNK
+        try:
+            T.CHUNK = refstats.CHUNK = 1000
+            ref, eng = refstats.ReferenceStats(), T.StatsEngine()
+            for what, x in self.cases():
+                self.assertSame(eng.stats(x), ref.stats(x), "chunked " + what)
+        finally:
+            T.CHUNK, refstats.CHUNK = old, old_ref
+
+    def test_scratch_reuse_across_sizes(self):
+        eng = T.StatsEngine()
+        from tests.refstats import ReferenceStats
+        ref = ReferenceStats()
+        g = T.generator(2)
+        for n in (10, 5000, 3, 70000, 17, 5000):
+            x = T.det_normalish((n,), g, torch.float32)
+            self.assertSame(eng.stats(x), ref.stats(x), "n=%d" % n)
+
+    def test_fallbacks(self):
+        # The paths for builds where a comparison cannot write a float64 out,
+        # aminmax has no out= (or no aminmax at all: torch 1.10).
+        saved = (T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX)
+        from tests.refstats import ReferenceStats
+        ref = ReferenceStats()
+        try:
+            for flags in ((False, False, True), (True, False, True), (False, True, True),
+                          (True, False, False)):
+                T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = flags
+                eng = T.StatsEngine()
+                for what, x in self.cases():
+                    self.assertSame(eng.stats(x), ref.stats(x), "%s %s" % (flags, what))
+        finally:
+            T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = saved
+
+
 class BytesHashTest(unittest.TestCase):
     def test_raw_bytes_match_struct(self):
         x = torch.tensor([1.0, -2.5, 3.25], dtype=torch.float32)
