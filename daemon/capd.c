@@ -370,12 +370,23 @@ int capd_run(struct capd *d)
     return 0;
 }
 
+static void close_any(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
 void capd_free(struct capd *d)
 {
     if (!d)
         return;
     if (d->hooks.stop && !d->http_stopped)
         d->hooks.stop(d->hooks.ud);
+    /* Freed without capd_run (a start-up error after capd_new): its handles
+     * are still open, and the loop frees nothing until they are closed. */
+    uv_walk(&d->loop, close_any, NULL);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
     uv_loop_close(&d->loop);
     devices_free(d->dev);
     store_close(d->st);
