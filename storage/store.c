@@ -68,6 +68,19 @@ int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st)
     return store_rc(s, sqlite3_prepare_v2(s->db, sql, -1, st, NULL));
 }
 
+int store_cached(struct store *s, int which, const char *sql, sqlite3_stmt **out)
+{
+    if (!s->cache[which]) {
+        int rc = store_prepare(s, sql, &s->cache[which]);
+        if (rc)
+            return rc;
+    }
+    sqlite3_reset(s->cache[which]);
+    sqlite3_clear_bindings(s->cache[which]);
+    *out = s->cache[which];
+    return 0;
+}
+
 int store_begin(struct store *s)
 {
     return store_exec(s, "BEGIN IMMEDIATE");
@@ -748,13 +761,13 @@ int store_job_refresh_state(struct store *s, int64_t job_seq)
         "   job_seq = ?1 AND state IN ('queued','running')) THEN ?2 ELSE finished_at END"
         " WHERE seq = ?1";
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, sql, &st);
+    int rc = store_cached(s, SC_JOB_REFRESH, sql, &st);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, job_seq);
     sqlite3_bind_int64(st, 2, store_now_ms());
     rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return rc;
 }
 
@@ -856,17 +869,17 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
         return rc;
     if ((rc = store_begin(s)) != 0)
         return rc;
-    rc = store_prepare(s,
-                       "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
-                       "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                       "b.prefork, b.prefork_state, b.updated_at "
-                       "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                       "LEFT JOIN builds b ON b.name = j.build "
-                       "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                       "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
-                       "'cpu') <> 'gpu') "
-                       "ORDER BY c.job_seq, c.ord LIMIT 1",
-                       &st);
+    rc = store_cached(s, SC_CELL_NEXT,
+                      "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+                      "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+                      "b.prefork, b.prefork_state, b.updated_at "
+                      "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                      "LEFT JOIN builds b ON b.name = j.build "
+                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                      "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
+                      "'cpu') <> 'gpu') "
+                      "ORDER BY c.job_seq, c.ord LIMIT 1",
+                      &st);
     if (rc)
         goto out;
     sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
@@ -888,24 +901,23 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
                          store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
                          "prefork_state", store_col_str(st, 14), "rev",
                          (json_int_t)sqlite3_column_int64(st, 15));
-    sqlite3_finalize(st);
-    st = NULL;
+    sqlite3_reset(st);
     int64_t now = store_now_ms();
-    if ((rc = store_prepare(s,
-                            "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
-                            "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
-                            "WHERE seq=?1",
-                            &st)) != 0)
+    if ((rc = store_cached(s, SC_CELL_START,
+                           "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
+                           "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
+                           "WHERE seq=?1",
+                           &st)) != 0)
         goto out;
     sqlite3_bind_int64(st, 1, r->cell_seq);
     sqlite3_bind_int(st, 2, r->attempt);
     sqlite3_bind_int64(st, 3, now);
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)
         goto out;
-    sqlite3_finalize(st);
-    st = NULL;
-    if ((rc = store_prepare(s, "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)",
-                            &st)) != 0)
+    sqlite3_reset(st);
+    if ((rc = store_cached(s, SC_ATTEMPT_INSERT,
+                           "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)", &st)) !=
+        0)
         goto out;
     sqlite3_bind_int64(st, 1, r->cell_seq);
     sqlite3_bind_int(st, 2, r->attempt);
@@ -913,11 +925,14 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)
         goto out;
     r->attempt_id = sqlite3_last_insert_rowid(s->db);
+    sqlite3_reset(st);
+    st = NULL;
     if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
         goto out;
     rc = store_commit(s);
 out:
-    sqlite3_finalize(st);
+    if (st)
+        sqlite3_reset(st);
     if (rc) {
         store_rollback(s);
         store_cell_run_clear(r);
@@ -945,23 +960,23 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
         if ((rc = store_exec(s, sql)) != 0)
             goto out;
     } else {
-        if ((rc = store_prepare(s, "UPDATE attempts SET state='committed', partial=? WHERE id=?",
-                                &st)) != 0)
+        if ((rc = store_cached(s, SC_ATTEMPT_COMMIT,
+                               "UPDATE attempts SET state='committed', partial=? WHERE id=?",
+                               &st)) != 0)
             goto out;
         sqlite3_bind_int(st, 1, o->partial);
         sqlite3_bind_int64(st, 2, r->attempt_id);
         if ((rc = store_rc(s, sqlite3_step(st))) != 0)
             goto out;
-        sqlite3_finalize(st);
-        st = NULL;
+        sqlite3_reset(st);
     }
-    rc = store_prepare(s,
-                       "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
-                       "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
-                       "peak_rss_bytes=?8, finished_at=?9, "
-                       "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END "
-                       "WHERE seq=?1",
-                       &st);
+    rc = store_cached(s, SC_CELL_FINISH,
+                      "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
+                      "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
+                      "peak_rss_bytes=?8, finished_at=?9, "
+                      "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END "
+                      "WHERE seq=?1",
+                      &st);
     if (rc)
         goto out;
     sqlite3_bind_int64(st, 1, r->cell_seq);
@@ -983,13 +998,16 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
     sqlite3_bind_int64(st, 11, r->attempt_id);
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)
         goto out;
+    sqlite3_reset(st);
+    st = NULL;
     if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
         goto out;
     rc = store_commit(s);
 out:
+    if (st)
+        sqlite3_reset(st);
     if (rc)
         store_rollback(s);
-    sqlite3_finalize(st);
     return rc;
 }
 
