@@ -122,8 +122,15 @@ static void rm_tree(const char *dir)
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Creates PATH and any missing parents. The common case, a new directory
+ * in an existing one, is a single mkdir; the walk from the root is only
+ * taken when a parent is missing. */
 static int mkdir_p(const char *path, mode_t mode)
 {
+    if (mkdir(path, mode) == 0 || errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
     for (char *p = tmp + 1; *p; p++) {
@@ -328,10 +335,12 @@ static void finish(struct sup *s)
                  json_string_value(json_object_get(s->run.spec, "pass")), o.state,
                  (long long)o.duration_ms, (long long)s->rec_seq, log_q(o.reason));
     }
-    if (!s->cfg->keep_scratch && s->scratch[0])
-        rm_tree(s->scratch);
+    /* The next cell is started first: removing a directory can take
+     * milliseconds on a busy file system, and nothing waits for it. */
     if (s->done)
         s->done(s->ud, s);
+    if (!s->cfg->keep_scratch && s->scratch[0])
+        rm_tree(s->scratch);
     close_handle(s, (uv_handle_t *)&s->timer);
     close_handle(s, (uv_handle_t *)&s->frames);
     close_handle(s, (uv_handle_t *)&s->logp);
