@@ -1,6 +1,6 @@
 /*
  * daemon/exec_shim.c - capd-exec, the small program capd spawns for every
- * cell. It applies what uv_spawn cannot, then runs the runner:
+ * cell. It applies what posix_spawn cannot, then runs the runner:
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
  *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]
