@@ -87,7 +87,7 @@ struct sup {
     uint64_t log_part_bytes, log_dropped;
     char *log_path;
     char scratch[1024];
-    char *buf;
+    char *buf; /* read_buffer(): shared by every cell, not owned */
 };
 
 const char *sup_job_id(const struct sup *s)
@@ -251,7 +251,6 @@ static void on_close(uv_handle_t *h)
     free(s->fail_state);
     free(s->fail_reason);
     free(s->log_path);
-    free(s->buf);
     free(s);
 }
 
@@ -659,6 +658,21 @@ static int finish_setup_failure(struct store *st, struct store_cell_run *run, co
     return store_cell_finish(st, run, &o);
 }
 
+/*
+ * The read buffer of every cell: all reads happen on the loop thread and
+ * each is consumed (parsed, or written to the log) before the callback
+ * returns, so one buffer serves them all. Allocated once: a 1 MiB malloc
+ * per cell is an mmap and a munmap, and the munmap of a multi-threaded
+ * process interrupts every CPU that runs one of its threads.
+ */
+static char *read_buffer(void)
+{
+    static char *buf;
+    if (!buf)
+        buf = malloc(SUP_READ_BUF);
+    return buf;
+}
+
 /* Whether this kernel has pidfd_open (5.3+), asked once. */
 static bool have_pidfd(void)
 {
@@ -753,7 +767,7 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     s->rusage_fd = -1;
     s->pidfd = -1;
     s->t0 = uv_hrtime();
-    s->buf = malloc(SUP_READ_BUF);
+    s->buf = read_buffer();
     struct frame_limits lim = {
         .max_header = (size_t)cfg->frame_max_header,
         .max_payload = cfg->frame_max_payload,
@@ -959,7 +973,6 @@ fail:
     store_cell_run_clear(&s->run);
     frame_parser_free(s->fp);
     free(s->log_path);
-    free(s->buf);
     free(s);
     free_strv(env);
     free(spec_path);
