@@ -258,12 +258,121 @@ out:
     return rc;
 }
 
+/* ---- checkpoints off the writer's thread ---- */
+
+/* WAL pages after a commit that start a checkpoint (8 KiB pages: 32 MiB),
+ * SQLite's inline autocheckpoint setting before this moved. */
+#define STORE_CHECKPOINT_PAGES 4096
+/* WAL pages past which the writer finishes a checkpoint itself (64 MiB). */
+#define STORE_CHECKPOINT_INLINE_PAGES (2 * STORE_CHECKPOINT_PAGES)
+
+struct store_ckpt {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool want, stop;
+    sqlite3 *db; /* the checkpointer's own connection, used by its thread only */
+};
+
+static void *ckpt_main(void *arg)
+{
+    struct store_ckpt *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->want && !c->stop)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stop)
+            break;
+        c->want = false;
+        pthread_mutex_unlock(&c->mu);
+        /* Passive: copies what no reader still needs and never waits;
+         * the writer restarts the WAL once all of it was copied. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/*
+ * sqlite3_wal_hook: runs on the committing thread after each commit. A
+ * checkpoint running beside a stream of commits never copies the newest
+ * ones, so the WAL could not restart and would grow as long as ingest
+ * lasts; past STORE_CHECKPOINT_INLINE_PAGES the writer copies the rest
+ * itself, between two of its commits (little is left by then), which lets
+ * its next transaction restart the WAL. A passive checkpoint never waits:
+ * when the thread is busy copying, the next commit tries again.
+ */
+static int ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    struct store_ckpt *c = arg;
+    if (pages >= STORE_CHECKPOINT_INLINE_PAGES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+    }
+    if (pages >= STORE_CHECKPOINT_PAGES) {
+        pthread_mutex_lock(&c->mu);
+        c->want = true;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return SQLITE_OK;
+}
+
+int store_checkpoint_in_background(struct store *s)
+{
+    char path[600];
+    struct store_ckpt *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    snprintf(path, sizeof path, "%s/capd.db", s->data_dir);
+    if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        sqlite3_close(c->db);
+        free(c);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(c->db, 10000);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&c->thread, NULL, ckpt_main, c) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        sqlite3_close(c->db);
+        free(c);
+        return -EAGAIN;
+    }
+    /* Replaces the inline autocheckpoint (itself a WAL hook). */
+    sqlite3_wal_hook(s->db, ckpt_hook, c);
+    s->ckpt = c;
+    return 0;
+}
+
+static void ckpt_stop(struct store *s)
+{
+    struct store_ckpt *c = s->ckpt;
+    if (!c)
+        return;
+    sqlite3_wal_hook(s->db, NULL, NULL);
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    sqlite3_close(c->db);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    s->ckpt = NULL;
+}
+
 void store_close(struct store *s)
 {
     if (!s)
         return;
     if (s->batch_open)
         store_flush(s);
+    ckpt_stop(s);
     for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
         sqlite3_finalize(s->cache[i]);
     sqlite3_close_v2(s->db);

@@ -30,7 +30,8 @@ struct store {
     bool batch_open;     /* an ingest transaction is open */
     unsigned batch_rows; /* rows written in it */
     sqlite3_stmt *cache[SC_COUNT];
-    void *zctx; /* ZSTD_CCtx, created on first payload */
+    struct store_ckpt *ckpt; /* store_checkpoint_in_background */
+    void *zctx;              /* ZSTD_CCtx, created on first payload */
     void *zbuf;
     size_t zcap;
 };
