@@ -312,6 +312,11 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     }
     if (requeued || interrupted)
         log_warn("recovered", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
+    /* The loop commits every ingest batch; copying the WAL back into the
+     * database is left to a thread of storage's own. */
+    if ((rc = store_checkpoint_in_background(d->st)) != 0)
+        log_warn("checkpoint_thread_failed", "rc=%d (checkpoints stay on the loop)", rc);
+    rc = 0;
     /* The device list must be known before the first job is validated or
      * scheduled: the probe runs to completion here. */
     if ((rc = devices_new(&d->cfg, &d->dev)) != 0 || (rc = devices_probe_now(d->dev)) != 0) {

@@ -1,6 +1,6 @@
 /*
  * daemon/exec_shim.c - capd-exec, the small program capd spawns for every
- * cell. It applies what uv_spawn cannot, then runs the runner:
+ * cell. It applies what posix_spawn cannot, then runs the runner:
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
  *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]
@@ -11,13 +11,15 @@
  * zygote cannot serve it.
  *
  * capd has already put it in a new session (its own process group) with a
- * clean environment and the frame pipe on fd 3. The shim forks once: the
- * child sets a parent-death signal, the rlimits, closes every fd above 3,
- * switches to UID/GID when asked (capd runs as root and run_as_user is
- * set: supplementary groups dropped, then gid, then uid), sets
- * PR_SET_NO_NEW_PRIVS (always: no setuid binary can raise a cell's
- * privileges) and execs PROGRAM; the shim itself stays behind to collect the child's
- * resource usage with wait4() (libuv reaps without rusage), writes it to
+ * clean environment and the frame pipe on fd 3. The shim vforks once (the
+ * child borrows the shim's memory until its exec, so no address space is
+ * copied: on a paravirtualized host each page-table copy is the most
+ * expensive step of starting a cell; the child therefore only makes system
+ * calls and reports errors with say()): the child sets a parent-death signal, the rlimits, closes
+ * every fd above 3, switches to UID/GID when asked (capd runs as root and run_as_user is set:
+ * supplementary groups dropped, then gid, then uid), sets PR_SET_NO_NEW_PRIVS (always: no setuid
+ * binary can raise a cell's privileges) and execs PROGRAM; the shim itself stays behind to collect
+ * the child's resource usage with wait4() (libuv reaps without rusage), writes it to
  * --rusage-fd as "maxrss_kb utime_us stime_us\n", and then leaves exactly
  * as the child did: same exit code, or the same signal raised on itself,
  * so capd classifies the cell from the shim's own status.
@@ -25,11 +27,11 @@
  * Exit codes of its own: 125 bad usage, 126 setup failed, 127 exec failed
  * (the child prints why on stderr, which lands in the cell log).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,21 @@
 #include <unistd.h>
 
 #include "daemon/exec_zygote.h"
+
+/* An error message on stderr without stdio, whose buffers the vfork child
+ * shares with the shim. */
+static void say(const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof line - 1)
+        n = (int)sizeof line - 1;
+    if (n > 0 && write(2, line, (size_t)n) < 0)
+        return;
+}
 
 static void usage(void)
 {
@@ -67,33 +84,26 @@ static void set_limit(int res, unsigned long long v, const char *what)
         struct rlimit cur;
         if (getrlimit(res, &cur) == 0 && cur.rlim_max < v)
             return;
-        fprintf(stderr, "capd-exec: setrlimit(%s, %llu): %s\n", what, v, strerror(errno));
+        say("capd-exec: setrlimit(%s, %llu): %s\n", what, v, strerror(errno));
         _exit(126);
     }
 }
 
 /* Closes every descriptor above 3 (close_range where the kernel has it,
- * else by listing /proc/self/fd), so nothing capd had open leaks in. */
+ * else one by one up to the descriptor limit: opendir would allocate, which
+ * the vfork child must not), so nothing capd had open leaks in. */
 static void close_stray_fds(void)
 {
 #ifdef SYS_close_range
     if (syscall(SYS_close_range, 4U, ~0U, 0U) == 0)
         return;
 #endif
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) {
-        for (int fd = 4; fd < 65536; fd++)
-            close(fd);
-        return;
-    }
-    int dfd = dirfd(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name);
-        if (fd > 3 && fd != dfd)
-            close(fd);
-    }
-    closedir(d);
+    struct rlimit rl;
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                   ? (long)rl.rlim_cur
+                   : 65536;
+    for (long fd = 4; fd < max; fd++)
+        close((int)fd);
 }
 
 /*
@@ -106,13 +116,13 @@ static void close_stray_fds(void)
 static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
 {
     if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
-        fprintf(stderr, "capd-exec: cannot switch to uid %u gid %u: %s\n", (unsigned)uid,
-                (unsigned)gid, strerror(errno));
+        say("capd-exec: cannot switch to uid %u gid %u: %s\n", (unsigned)uid, (unsigned)gid,
+            strerror(errno));
         _exit(126);
     }
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
         setuid(0) == 0) {
-        fprintf(stderr, "capd-exec: uid %u gid %u did not stick\n", (unsigned)uid, (unsigned)gid);
+        say("capd-exec: uid %u gid %u did not stick\n", (unsigned)uid, (unsigned)gid);
         _exit(126);
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -122,8 +132,10 @@ static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
 
 int main(int argc, char **argv)
 {
-    unsigned long long as = 0, cpu = 0, nofile = 0, nproc = 0, rfd = 0, uid = 0, gid = 0;
-    int unshare_net = 0, have_rfd = 0, have_uid = 0, have_gid = 0, i;
+    /* Static: the vfork child runs on this frame, so nothing the shim reads
+     * after it may live in a register the child could clobber. */
+    static unsigned long long as, cpu, nofile, nproc, rfd, uid, gid;
+    static int unshare_net, have_rfd, have_uid, have_gid, i;
     const char *zygote = NULL;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -183,10 +195,16 @@ int main(int argc, char **argv)
         zygote_client_run(zygote, &argv[i], &zl, have_rfd ? (int)rfd : -1);
     }
 
+    /* capd signals the whole group; the shim only waits, so the child's own
+     * reaction to SIGTERM decides the outcome. Ignored before the vfork, as
+     * the shim is suspended until the child's exec; the child restores the
+     * defaults (an ignored signal would stay ignored across exec). */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     pid_t shim = getpid();
-    pid_t pid = fork();
+    pid_t pid = vfork();
     if (pid < 0) {
-        fprintf(stderr, "capd-exec: fork: %s\n", strerror(errno));
+        fprintf(stderr, "capd-exec: vfork: %s\n", strerror(errno));
         return 126;
     }
     if (pid == 0) {
@@ -194,6 +212,7 @@ int main(int argc, char **argv)
         if (getppid() != shim)
             _exit(126);
         signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
         set_limit(RLIMIT_CORE, 0, "core");
         if (as)
             set_limit(RLIMIT_AS, as, "as");
@@ -207,18 +226,14 @@ int main(int argc, char **argv)
         if (have_uid)
             drop_privileges((uid_t)uid, (gid_t)gid, shim);
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-            fprintf(stderr, "capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
+            say("capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
             _exit(126);
         }
         execvp(argv[i], &argv[i]);
-        fprintf(stderr, "capd-exec: cannot execute %s: %s\n", argv[i], strerror(errno));
+        say("capd-exec: cannot execute %s: %s\n", argv[i], strerror(errno));
         _exit(127);
     }
 
-    /* capd signals the whole group; the shim only waits, so the child's own
-     * reaction to SIGTERM decides the outcome. */
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);

@@ -7,8 +7,17 @@
  *   fd 1,2  one pipe, read here into the capped cell log
  *   fd 3  the frame pipe, parsed here and written to storage as it streams
  *   fd 4  (shim only) its child's rusage, read after exit
- * UV_PROCESS_DETACHED puts it in a new session, so its pid is its process
- * group and a signal to -pid reaches every descendant that did not leave.
+ * It is started with posix_spawn (POSIX_SPAWN_SETSID: a new session, so its
+ * pid is its process group and a signal to -pid reaches every descendant
+ * that did not leave), not uv_spawn: libuv forks, and fork of this
+ * multi-threaded daemon copies its page tables and then pays a
+ * copy-on-write fault plus a TLB shoot-down on every CPU for each page the
+ * loop touches until the child has exec'd; glibc's posix_spawn shares the
+ * address space (CLONE_VM | CLONE_VFORK) and only blocks the loop until
+ * the exec. Its exit is watched through a pidfd (uv_poll), or a SIGCHLD
+ * uv_signal where the kernel has no pidfd_open, and reaped with a waitpid
+ * on its own pid only, so libuv's children (zygotes, GPU probe) stay
+ * libuv's.
  *
  * The attempt ends when the process has exited and both pipes reached EOF
  * (or a short drain timer ran out because some grandchild still holds them
@@ -21,8 +30,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/frame.h"
@@ -48,7 +60,12 @@ struct sup {
     sup_done_cb done;
     void *ud;
 
-    uv_process_t proc;
+    /* Exit watch: a pidfd made readable by the exit, or SIGCHLD. */
+    union {
+        uv_poll_t poll;
+        uv_signal_t sig;
+    } exitw;
+    int pidfd;
     uv_pipe_t frames, logp;
     uv_timer_t timer;
     int handles_open;
@@ -73,7 +90,7 @@ struct sup {
     uint64_t log_part_bytes, log_dropped;
     char *log_path;
     char scratch[1024];
-    char *buf;
+    char *buf; /* read_buffer(): shared by every cell, not owned */
 };
 
 const char *sup_job_id(const struct sup *s)
@@ -108,8 +125,15 @@ static void rm_tree(const char *dir)
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Creates PATH and any missing parents. The common case, a new directory
+ * in an existing one, is a single mkdir; the walk from the root is only
+ * taken when a parent is missing. */
 static int mkdir_p(const char *path, mode_t mode)
 {
+    if (mkdir(path, mode) == 0 || errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
     for (char *p = tmp + 1; *p; p++) {
@@ -223,12 +247,13 @@ static void on_close(uv_handle_t *h)
     struct sup *s = h->data;
     if (--s->handles_open > 0)
         return;
+    if (s->pidfd >= 0)
+        close(s->pidfd);
     store_cell_run_clear(&s->run);
     frame_parser_free(s->fp);
     free(s->fail_state);
     free(s->fail_reason);
     free(s->log_path);
-    free(s->buf);
     free(s);
 }
 
@@ -370,10 +395,12 @@ static void finish(struct sup *s)
 
 static void finish_tail(struct sup *s)
 {
-    if (!s->cfg->keep_scratch && s->scratch[0])
-        rm_tree(s->scratch);
+    /* The next cell is started first: removing a directory can take
+     * milliseconds on a busy file system, and nothing waits for it. */
     if (s->done)
         s->done(s->ud, s);
+    if (!s->cfg->keep_scratch && s->scratch[0])
+        rm_tree(s->scratch);
     close_handle(s, (uv_handle_t *)&s->timer);
     close_handle(s, (uv_handle_t *)&s->frames);
     close_handle(s, (uv_handle_t *)&s->logp);
@@ -396,9 +423,8 @@ static void on_drain_timeout(uv_timer_t *t)
     finish(s);
 }
 
-static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal)
 {
-    struct sup *s = p->data;
     s->exited = true;
     s->exit_status = exit_status;
     s->term_signal = term_signal;
@@ -415,10 +441,49 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     close(s->rusage_fd);
     s->rusage_fd = -1;
     s->pid = 0;
-    close_handle(s, (uv_handle_t *)p);
+    close_handle(s, (uv_handle_t *)&s->exitw);
     uv_timer_stop(&s->timer);
     uv_timer_start(&s->timer, on_drain_timeout, SUP_DRAIN_MS, 0);
     finish(s);
+}
+
+/* Reaps the child if it has exited; anything else (still running, or a
+ * SIGCHLD meant for another child) leaves it alone. */
+static void reap(struct sup *s)
+{
+    int status = 0;
+    siginfo_t si;
+    if (s->exited || s->pid <= 0)
+        return;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != s->pid)
+        return;
+    /* The group first, while the unreaped leader keeps its id from being
+     * reused: whatever the runner left behind goes with it. */
+    kill_group(s, SIGKILL);
+    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (s->pidfd >= 0)
+        uv_poll_stop(&s->exitw.poll);
+    else
+        uv_signal_stop(&s->exitw.sig);
+    if (WIFSIGNALED(status))
+        on_exit_cb(s, 0, WTERMSIG(status));
+    else
+        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0);
+}
+
+static void on_pidfd(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    reap(h->data);
+}
+
+static void on_sigchld(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    reap(h->data);
 }
 
 static void on_kill_timer(uv_timer_t *t)
@@ -666,6 +731,93 @@ static int finish_setup_failure(struct store *st, struct store_cell_run *run, co
     return store_cell_finish(st, run, &o);
 }
 
+/*
+ * The read buffer of every cell: all reads happen on the loop thread and
+ * each is consumed (parsed, or written to the log) before the callback
+ * returns, so one buffer serves them all. Allocated once: a 1 MiB malloc
+ * per cell is an mmap and a munmap, and the munmap of a multi-threaded
+ * process interrupts every CPU that runs one of its threads.
+ */
+static char *read_buffer(void)
+{
+    static char *buf;
+    if (!buf)
+        buf = malloc(SUP_READ_BUF);
+    return buf;
+}
+
+/* Whether this kernel has pidfd_open (5.3+), asked once. */
+static bool have_pidfd(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        have = fd >= 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    return have;
+}
+
+/*
+ * Starts capd-exec in a new session, in the scratch dir, with fds 0..4 as
+ * sup.c's header says and every signal back at its default disposition and
+ * unblocked (capd ignores SIGPIPE; an ignored disposition survives exec).
+ * Every other fd of capd is O_CLOEXEC. Returns 0 or -errno (exec failures
+ * included: glibc's posix_spawn reports them).
+ */
+static int spawn_child(struct sup *s, char **args, char **env, int logw, int framew, int rusew,
+                       pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t all, none;
+    int src[3] = {logw, framew, rusew}, tmp[3] = {-1, -1, -1}, rc;
+    /* A source fd below 5 could be overwritten by an earlier dup2 of the
+     * list; move such ones out of the way first. */
+    for (int i = 0; i < 3; i++) {
+        if (src[i] <= 4) {
+            if ((tmp[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 5)) < 0) {
+                rc = -errno;
+                goto out_fds;
+            }
+            src[i] = tmp[i];
+        }
+    }
+    sigfillset(&all);
+    sigemptyset(&none);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                           POSIX_SPAWN_SETSIGMASK);
+    if (!rc)
+        rc = posix_spawnattr_setsigdefault(&at, &all);
+    if (!rc)
+        rc = posix_spawnattr_setsigmask(&at, &none);
+    if (!rc)
+        rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, src[0], 1);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, src[0], 2);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, src[1], 3);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, src[2], 4);
+    if (!rc)
+        rc = posix_spawn_file_actions_addchdir_np(&fa, s->scratch);
+    if (!rc)
+        rc = posix_spawn(pid, s->cfg->exec_bin, &fa, &at, args, env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    rc = -rc;
+out_fds:
+    for (int i = 0; i < 3; i++)
+        if (tmp[i] >= 0)
+            close(tmp[i]);
+    return rc;
+}
+
 int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
               struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out)
 {
@@ -686,9 +838,10 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     s->ud = ud;
     s->log_fd = -1;
     s->rusage_fd = -1;
+    s->pidfd = -1;
     s->t0 = uv_hrtime();
     s->losses0 = store_batch_losses(st);
-    s->buf = malloc(SUP_READ_BUF);
+    s->buf = read_buffer();
     struct frame_limits lim = {
         .max_header = (size_t)cfg->frame_max_header,
         .max_payload = cfg->frame_max_payload,
@@ -795,57 +948,66 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     args[a++] = "capd_runner";
     args[a] = NULL;
 
-    uv_stdio_container_t stdio[5];
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = lpipe[1];
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = lpipe[1];
-    stdio[3].flags = UV_INHERIT_FD;
-    stdio[3].data.fd = fpipe[1];
-    stdio[4].flags = UV_INHERIT_FD;
-    stdio[4].data.fd = rpipe[1];
-    uv_process_options_t po = {
-        .exit_cb = on_exit_cb,
-        .file = cfg->exec_bin,
-        .args = args,
-        .env = env,
-        .cwd = s->scratch,
-        .flags = UV_PROCESS_DETACHED,
-        .stdio_count = 5,
-        .stdio = stdio,
-    };
     uv_timer_init(loop, &s->timer);
     uv_pipe_init(loop, &s->frames, 0);
     uv_pipe_init(loop, &s->logp, 0);
-    s->timer.data = s->frames.data = s->logp.data = s->proc.data = s;
+    s->timer.data = s->frames.data = s->logp.data = s->exitw.poll.data = s;
     s->handles_open = 3;
     uv_pipe_open(&s->frames, fpipe[0]);
     uv_pipe_open(&s->logp, lpipe[0]);
     fpipe[0] = lpipe[0] = -1;
-    int urc = uv_spawn(loop, &s->proc, &po);
+    /* Without pidfds the SIGCHLD watch must be in place before the child
+     * can exit, or its only signal could be missed. */
+    bool by_pidfd = have_pidfd();
+    if (!by_pidfd) {
+        uv_signal_init(loop, &s->exitw.sig);
+        s->exitw.sig.data = s;
+        uv_signal_start(&s->exitw.sig, on_sigchld, SIGCHLD);
+        s->handles_open++;
+    }
+    pid_t pid = 0;
+    int src = spawn_child(s, args, env, lpipe[1], fpipe[1], rpipe[1], &pid);
     close(fpipe[1]);
     close(lpipe[1]);
     close(rpipe[1]);
     fpipe[1] = lpipe[1] = rpipe[1] = -1;
-    if (urc != 0) {
-        snprintf(reason, sizeof reason, "cannot spawn %s: %s", cfg->exec_bin, uv_strerror(urc));
+    if (src == 0 && by_pidfd) {
+        s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (s->pidfd < 0)
+            src = -errno;
+        else if (fcntl(s->pidfd, F_SETFD, FD_CLOEXEC) != 0 ||
+                 (src = uv_poll_init(loop, &s->exitw.poll, s->pidfd)) != 0) {
+            src = src ? src : -errno;
+            close(s->pidfd);
+            s->pidfd = -1;
+        } else {
+            s->exitw.poll.data = s;
+            uv_poll_start(&s->exitw.poll, UV_READABLE, on_pidfd);
+            s->handles_open++;
+        }
+        if (src) {
+            /* Cannot watch it: it must not run unsupervised. */
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+    }
+    if (src != 0) {
+        snprintf(reason, sizeof reason, "cannot spawn %s: %s", cfg->exec_bin, strerror(-src));
         finish_setup_failure(st, &s->run, reason);
-        /* uv_spawn failing still requires closing the process handle. */
-        s->handles_open++;
         s->finished = true;
-        close_handle(s, (uv_handle_t *)&s->proc);
+        if (!by_pidfd)
+            close_handle(s, (uv_handle_t *)&s->exitw.sig);
         close_handle(s, (uv_handle_t *)&s->timer);
         close_handle(s, (uv_handle_t *)&s->frames);
         close_handle(s, (uv_handle_t *)&s->logp);
         close(rpipe[0]);
         close(s->log_fd);
         s->log_fd = -1;
-        rc = urc;
+        rc = src;
         goto out_started;
     }
-    s->handles_open++;
-    s->pid = s->proc.pid;
+    s->pid = pid;
     s->rusage_fd = rpipe[0];
     rpipe[0] = -1;
     uv_read_start((uv_stream_t *)&s->frames, on_alloc, on_frames_read);
@@ -885,7 +1047,6 @@ fail:
     store_cell_run_clear(&s->run);
     frame_parser_free(s->fp);
     free(s->log_path);
-    free(s->buf);
     free(s);
     free_strv(env);
     free(spec_path);

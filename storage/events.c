@@ -67,18 +67,7 @@ void store_events_rolled_back(void)
 
 /* The cached statements of this file share struct store's cache (finalized
  * by store_close). */
-static int cached(struct store *s, int which, const char *sql, sqlite3_stmt **out)
-{
-    if (!s->cache[which]) {
-        int rc = store_prepare(s, sql, &s->cache[which]);
-        if (rc)
-            return rc;
-    }
-    sqlite3_reset(s->cache[which]);
-    sqlite3_clear_bindings(s->cache[which]);
-    *out = s->cache[which];
-    return 0;
-}
+#define cached store_cached
 
 int store_events_bounds(struct store *s, int64_t *oldest, int64_t *newest)
 {

@@ -47,13 +47,13 @@ int store_next_cell_numerics(struct store *s, bool *numerics)
 {
     sqlite3_stmt *st = NULL;
     *numerics = false;
-    int rc = store_prepare(s,
-                           "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0 "
-                           "AND coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
-                           "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                           "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                           "ORDER BY c.job_seq, c.ord LIMIT 1",
-                           &st);
+    int rc = store_cached(s, SC_CELL_NEXT_NUMERICS,
+                          "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0 "
+                          "AND coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
+                          "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                          "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                          "ORDER BY c.job_seq, c.ord LIMIT 1",
+                          &st);
     if (rc)
         return rc;
     int src = sqlite3_step(st);
@@ -61,6 +61,6 @@ int store_next_cell_numerics(struct store *s, bool *numerics)
         *numerics = sqlite3_column_int(st, 0) != 0;
     else if (src != SQLITE_DONE)
         rc = store_rc(s, src);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return rc;
 }

@@ -19,18 +19,7 @@
  * giant transaction. */
 #define STORE_BATCH_ROWS 20000
 
-static int cached(struct store *s, int which, const char *sql, sqlite3_stmt **out)
-{
-    if (!s->cache[which]) {
-        int rc = store_prepare(s, sql, &s->cache[which]);
-        if (rc)
-            return rc;
-    }
-    sqlite3_reset(s->cache[which]);
-    sqlite3_clear_bindings(s->cache[which]);
-    *out = s->cache[which];
-    return 0;
-}
+#define cached store_cached
 
 void store_zfree(struct store *s)
 {

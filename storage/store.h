@@ -40,6 +40,16 @@ int store_schema_version(void);
  */
 int store_open(const char *data_dir, bool migrate, struct store **out, char **err_out);
 void store_close(struct store *s);
+
+/*
+ * Moves WAL checkpoints of this connection's commits to a thread of their
+ * own (with its own connection), so the thread that commits ingest
+ * batches never copies the WAL into the database itself. Once the WAL
+ * holds STORE_CHECKPOINT_PAGES pages after a commit, that thread runs a
+ * passive checkpoint; the writer goes on meanwhile. Stopped by
+ * store_close. On failure the connection keeps checkpointing inline.
+ */
+int store_checkpoint_in_background(struct store *s);
 const char *store_errmsg(const struct store *s);
 int64_t store_now_ms(void);
 

@@ -14,6 +14,13 @@ enum {
     SC_COUNTER,
     SC_EVENTS_BOUNDS,
     SC_EVENTS_READ,
+    SC_JOB_REFRESH,
+    SC_CELL_NEXT,
+    SC_CELL_NEXT_NUMERICS,
+    SC_CELL_START,
+    SC_ATTEMPT_INSERT,
+    SC_ATTEMPT_COMMIT,
+    SC_CELL_FINISH,
     SC_COUNT
 };
 
@@ -24,7 +31,8 @@ struct store {
     unsigned batch_rows;   /* rows written in it */
     uint64_t batch_losses; /* ingest transactions rolled back (store_batch_losses) */
     sqlite3_stmt *cache[SC_COUNT];
-    void *zctx; /* ZSTD_CCtx, created on first payload */
+    struct store_ckpt *ckpt; /* store_checkpoint_in_background */
+    void *zctx;              /* ZSTD_CCtx, created on first payload */
     void *zbuf;
     size_t zcap;
 };
@@ -35,6 +43,10 @@ int store_rc(struct store *s, int sqlite_rc);
 int store_errno(int e);
 int store_exec(struct store *s, const char *sql);
 int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st);
+/* The connection's prepared statement number WHICH (SC_*), prepared from SQL
+ * on first use, reset and unbound. Not finalized by the caller: reset it
+ * once done so it holds no read snapshot. */
+int store_cached(struct store *s, int which, const char *sql, sqlite3_stmt **out);
 int store_begin(struct store *s);
 int store_commit(struct store *s);
 void store_rollback(struct store *s);

@@ -126,7 +126,7 @@ static const char *header(const char *headers, const char *name)
  * (copied into ETAG_OUT when non-NULL) and the body length. */
 static long get_tagged(const char *path, const char *inm, char etag_out[128], size_t *len)
 {
-    char h[256];
+    char h[400];
     const char *hdrs[] = {h, NULL};
     snprintf(h, sizeof h, "If-None-Match: %s", inm ? inm : "");
     struct tu_resp r;

@@ -285,13 +285,13 @@ static void out_flush(void)
 
 static void out_raw(const void *p, size_t n)
 {
-    if (out.len + n > sizeof(out.buf)) {
+    if (n > sizeof(out.buf)) {
         out_flush();
-        if (n > sizeof(out.buf)) {
-            write_all(out.fd, p, n);
-            return;
-        }
+        write_all(out.fd, p, n);
+        return;
     }
+    if (out.len + n > sizeof(out.buf))
+        out_flush();
     memcpy(out.buf + out.len, p, n);
     out.len += n;
 }
