@@ -118,7 +118,11 @@ def _probe_float_compare_out():
         return False
 
 
-_NE_FLOAT_OUT = _probe_float_compare_out()
+# Probed on first use (StatsEngine()), never at import: an operator run
+# while the module is imported would fix the CPU capability in a prefork
+# zygote before the forked cell can choose its width (docs/prefork.md).
+# Tests set them to True/False to force a path.
+_NE_FLOAT_OUT = None
 
 
 def _probe_aminmax_out():
@@ -131,7 +135,17 @@ def _probe_aminmax_out():
         return False
 
 
-_AMINMAX_OUT = _HAS_AMINMAX and _probe_aminmax_out()
+_AMINMAX_OUT = None
+
+
+def _probe_features():
+    global _NE_FLOAT_OUT, _AMINMAX_OUT
+    if _NE_FLOAT_OUT is None:
+        _NE_FLOAT_OUT = _probe_float_compare_out()
+    if _AMINMAX_OUT is None:
+        _AMINMAX_OUT = _HAS_AMINMAX and _probe_aminmax_out()
+
+
 # Dtypes whose min/max/non-zero count are taken on the tensor itself; the
 # others (half, bfloat16, integers, bool: reductions missing or slow on the
 # CPU of older builds) use the exact float64 copy.
@@ -157,6 +171,7 @@ class StatsEngine(object):
     MAX_VIEWS = 512
 
     def __init__(self):
+        _probe_features()
         self._ws = {}
         self._view_cache = {}
         self._mm = {}  # CPU min/max out buffers by dtype

@@ -353,3 +353,30 @@ class MiscTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ImportDispatchesNothingTest(unittest.TestCase):
+    """A prefork zygote imports the runner and torch, then forks; the child
+    sets its width and only then runs its first operator. An operator run by
+    importing the runner would fix the capability in the zygote already."""
+
+    def test_width_chosen_after_import_still_applies(self):
+        code = (
+            "import importlib, os, pkgutil, sys\n"
+            "os.environ.pop('ATEN_CPU_CAPABILITY', None)\n"
+            "import torch, capd_runner\n"
+            "for m in pkgutil.iter_modules(capd_runner.__path__):\n"
+            "    if m.name != '__main__':\n"
+            "        importlib.import_module('capd_runner.' + m.name)\n"
+            "os.environ['ATEN_CPU_CAPABILITY'] = 'default'\n"
+            "from capd_runner import width\n"
+            "torch.ones(4).sum()\n"
+            "print(width.effective(torch))\n")
+        env = dict(os.environ)
+        env.pop("ATEN_CPU_CAPABILITY", None)
+        env["PYTHONPATH"] = RUNNER_DIR
+        out = subprocess.run([util.PYTHON, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "default",
+                         "an operator ran while the runner was imported: " + out.stderr)
