@@ -30,6 +30,7 @@
 
 #include "daemon/config.h"
 #include "daemon/retention.h"
+#include "storage/store.h"
 #include "tests/helpers/common/testutil.h"
 
 struct env {
@@ -743,4 +744,32 @@ Test(db, retention_timer_prunes_and_stops_on_sigterm, .timeout = 300)
     sqlite3_close(db);
     free(a);
     free(b);
+}
+
+/* The newest finished job of a commit is looked up by the commit's index,
+ * not by walking every finished job (a scan that grows with the table:
+ * 12.6 ms per lookup at 10,000 jobs). The plan is read off the real
+ * schema of a database capd created; without the "+" SQLite picks the
+ * state index. */
+Test(db, newest_done_job_of_a_commit_uses_the_commit_index, .timeout = 120)
+{
+    struct env e;
+    start(&e, NULL);
+    tu_capd_stop(&e.c);
+    sqlite3 *db = db_open(e.data);
+    char *sql = NULL;
+    cr_assert_geq(asprintf(&sql, "EXPLAIN QUERY PLAN %s", store_sql_job_for_commit_done), 0);
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    char plan[1024] = "";
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *d = (const char *)sqlite3_column_text(st, 3);
+        size_t n = strlen(plan);
+        snprintf(plan + n, sizeof plan - n, "%s; ", d ? d : "");
+    }
+    sqlite3_finalize(st);
+    free(sql);
+    sqlite3_close(db);
+    cr_assert(strstr(plan, "jobs_commit") != NULL, "plan: %s", plan);
+    cr_assert(strstr(plan, "jobs_state") == NULL, "plan: %s", plan);
 }
