@@ -101,19 +101,42 @@ void capd_notify_devices_refresh(struct capd *d)
     uv_async_send(&d->wake);
 }
 
-static void schedule(struct capd *d);
+static void schedule(struct capd *d, struct store_cell_run *claimed);
 
 /* How soon the scheduler tries again after the database refused a claim. */
 #define CAPD_SCHEDULE_RETRY_MS 1000
 
 static void on_schedule_retry(uv_timer_t *t)
 {
-    schedule(t->data);
+    schedule(t->data, NULL);
+}
+
+/*
+ * Whether schedule() will claim a cell once S is gone: it then claims in
+ * the transaction that stores S's outcome. Only while S holds no GPU (its
+ * release would change which cells may be claimed) and the claim does not
+ * depend on the numerics-only rule (which reads the queue itself).
+ */
+static bool on_cell_next(void *ud, struct sup *s, bool *skip_gpu)
+{
+    struct capd *d = ud;
+    if (d->stopping || d->nrunning - 1 >= (unsigned)d->cfg.max_parallel)
+        return false;
+    for (struct sup_node *n = d->running; n; n = n->next)
+        if (n->sup == s) {
+            if (n->device >= 0)
+                return false;
+            *skip_gpu = !devices_may_claim_gpu(d->dev);
+            return true;
+        }
+    return false;
 }
 
 static void on_cell_done(void *ud, struct sup *s)
 {
     struct capd *d = ud;
+    struct store_cell_run next;
+    bool have_next = sup_take_next(s, &next);
     for (struct sup_node **pp = &d->running; *pp; pp = &(*pp)->next) {
         if ((*pp)->sup == s) {
             struct sup_node *n = *pp;
@@ -125,8 +148,13 @@ static void on_cell_done(void *ud, struct sup *s)
             break;
         }
     }
-    if (!d->stopping)
-        schedule(d);
+    if (d->stopping) {
+        /* Claimed just before the stop: start-up recovery's re-queue at the
+         * end of shutdown puts it back, as for a cell that was running. */
+        store_cell_run_clear(&next);
+        return;
+    }
+    schedule(d, have_next ? &next : NULL);
 }
 
 /*
@@ -146,13 +174,24 @@ static bool numerics_room(struct capd *d)
 /* Claims and starts queued cells until max_parallel children run. A cell
  * whose set-up fails is already stored as failed; the next one is tried.
  * A GPU cell needs a whole device: while none is free, GPU cells stay
- * queued and CPU cells behind them are started instead. */
-static void schedule(struct capd *d)
+ * queued and CPU cells behind them are started instead. CLAIMED, when not
+ * NULL, is a cell already claimed (with the outcome of the cell that just
+ * ended, on_cell_next): it is started first. */
+static void schedule(struct capd *d, struct store_cell_run *claimed)
 {
-    while (!d->stopping && (d->nrunning < (unsigned)d->cfg.max_parallel || numerics_room(d))) {
+    while (claimed ||
+           (!d->stopping && (d->nrunning < (unsigned)d->cfg.max_parallel || numerics_room(d)))) {
         struct store_cell_run run;
         int device = -1;
-        int rc = store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run);
+        int rc;
+        if (claimed) {
+            run = *claimed;
+            memset(claimed, 0, sizeof *claimed);
+            claimed = NULL;
+            rc = 0;
+        } else {
+            rc = store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run);
+        }
         if (rc == -ENOENT)
             return;
         if (rc) {
@@ -185,6 +224,7 @@ static void schedule(struct capd *d)
             free(n);
             continue;
         }
+        sup_set_next_cb(s, on_cell_next);
         n->sup = s;
         n->device = device;
         d->nnumerics += n->numerics;
@@ -199,7 +239,7 @@ static void on_devices_changed(void *ud)
 {
     struct capd *d = ud;
     if (!d->stopping)
-        schedule(d);
+        schedule(d, NULL);
 }
 
 static void on_wake(uv_async_t *a)
@@ -224,7 +264,7 @@ static void on_wake(uv_async_t *a)
                 log_info("cell_cancel", "job=%s cell=%s", cancels[i], sup_cell_id(n->sup));
                 sup_cancel(n->sup);
             }
-    schedule(d);
+    schedule(d, NULL);
 }
 
 static void on_flush(uv_check_t *c)
@@ -362,7 +402,7 @@ int capd_run(struct capd *d)
     retention_start(&d->loop, &d->cfg, NULL);
     /* A broken pipe from a client must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    schedule(d);
+    schedule(d, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     devices_stop(d->dev);
     uv_close((uv_handle_t *)&d->wake, close_cb_noop);

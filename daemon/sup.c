@@ -58,7 +58,9 @@ struct sup {
     struct store *st;
     struct store_cell_run run;
     sup_done_cb done;
+    sup_next_cb next_cb;
     void *ud;
+    struct store_cell_run next; /* claimed with the outcome, for DONE */
 
     /* Exit watch: a pidfd made readable by the exit, or SIGCHLD. */
     union {
@@ -92,6 +94,18 @@ struct sup {
     char scratch[1024];
     char *buf; /* read_buffer(): shared by every cell, not owned */
 };
+
+void sup_set_next_cb(struct sup *s, sup_next_cb cb)
+{
+    s->next_cb = cb;
+}
+
+bool sup_take_next(struct sup *s, struct store_cell_run *next)
+{
+    *next = s->next;
+    memset(&s->next, 0, sizeof s->next);
+    return next->cell_seq != 0;
+}
 
 const char *sup_job_id(const struct sup *s)
 {
@@ -250,6 +264,7 @@ static void on_close(uv_handle_t *h)
     if (s->pidfd >= 0)
         close(s->pidfd);
     store_cell_run_clear(&s->run);
+    store_cell_run_clear(&s->next);
     frame_parser_free(s->fp);
     free(s->fail_state);
     free(s->fail_reason);
@@ -339,7 +354,15 @@ static int store_outcome(struct sup *s)
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
-    int rc = store_cell_finish(s->st, &s->run, &o);
+    /* The scheduler's next claim rides in the same transaction when it
+     * will make one once this cell is gone. Should that fail, the outcome
+     * is stored alone and the scheduler claims as it did before. */
+    bool skip_gpu = false;
+    int rc = -EAGAIN;
+    if (s->next_cb && s->next_cb(s->ud, s, &skip_gpu))
+        rc = store_cell_finish_claim(s->st, &s->run, &o, skip_gpu, &s->next);
+    if (rc)
+        rc = store_cell_finish(s->st, &s->run, &o);
     if (rc) {
         log_error("cell_store_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id, s->run.cell_id,
                   rc, log_q(store_errmsg(s->st)));

@@ -27,6 +27,19 @@ typedef void (*sup_done_cb)(void *ud, struct sup *s);
 int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
               struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out);
 
+/*
+ * Asked when the outcome is about to be stored: whether the scheduler will
+ * claim another cell once this one is gone, and whether that claim passes
+ * over GPU cells (SKIP_GPU). If it will, the claim is made in the
+ * transaction that stores the outcome (store_cell_finish_claim) and DONE
+ * takes the claimed cell with sup_take_next.
+ */
+typedef bool (*sup_next_cb)(void *ud, struct sup *s, bool *skip_gpu);
+void sup_set_next_cb(struct sup *s, sup_next_cb cb);
+/* The cell claimed with the outcome, if any (ownership moves to NEXT);
+ * false, with NEXT zeroed, when none was. */
+bool sup_take_next(struct sup *s, struct store_cell_run *next);
+
 /* Stops the cell: SIGTERM to its group, SIGKILL after the grace period.
  * The outcome becomes cancelled. */
 void sup_cancel(struct sup *s);

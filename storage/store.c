@@ -1006,33 +1006,32 @@ int store_cell_claim(struct store *s, struct store_cell_run *r)
     return store_cell_claim_filtered(s, false, r);
 }
 
-int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
+/* The first queued cell in claim order, read into R (spec and build
+ * included); -ENOENT when there is none. Runs inside the caller's
+ * transaction. */
+static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r)
 {
     sqlite3_stmt *st = NULL;
-    memset(r, 0, sizeof *r);
-    int rc = store_flush(s);
+    int rc =
+        store_cached(s, SC_CELL_NEXT,
+                     "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+                     "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+                     "b.prefork, b.prefork_state, b.updated_at "
+                     "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                     "LEFT JOIN builds b ON b.name = j.build "
+                     "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                     "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
+                     "'cpu') <> 'gpu') "
+                     "ORDER BY c.job_seq, c.ord LIMIT 1",
+                     &st);
     if (rc)
         return rc;
-    if ((rc = store_begin(s)) != 0)
-        return rc;
-    rc = store_cached(s, SC_CELL_NEXT,
-                      "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
-                      "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                      "b.prefork, b.prefork_state, b.updated_at "
-                      "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                      "LEFT JOIN builds b ON b.name = j.build "
-                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                      "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
-                      "'cpu') <> 'gpu') "
-                      "ORDER BY c.job_seq, c.ord LIMIT 1",
-                      &st);
-    if (rc)
-        goto out;
     sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
     int src = sqlite3_step(st);
     if (src != SQLITE_ROW) {
         rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-        goto out;
+        sqlite3_reset(st);
+        return rc;
     }
     r->cell_seq = sqlite3_column_int64(st, 0);
     r->job_seq = sqlite3_column_int64(st, 1);
@@ -1048,37 +1047,56 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
                          "prefork_state", store_col_str(st, 14), "rev",
                          (json_int_t)sqlite3_column_int64(st, 15));
     sqlite3_reset(st);
+    return 0;
+}
+
+/* Marks the cell claim_select found running, opens its attempt and
+ * recomputes its job's state. Runs inside the caller's transaction. */
+static int claim_start(struct store *s, struct store_cell_run *r)
+{
+    sqlite3_stmt *st = NULL;
     int64_t now = store_now_ms();
-    if ((rc = store_cached(s, SC_CELL_START,
-                           "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
-                           "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
-                           "WHERE seq=?1",
-                           &st)) != 0)
-        goto out;
+    int rc = store_cached(s, SC_CELL_START,
+                          "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
+                          "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
+                          "WHERE seq=?1",
+                          &st);
+    if (rc)
+        return rc;
     sqlite3_bind_int64(st, 1, r->cell_seq);
     sqlite3_bind_int(st, 2, r->attempt);
     sqlite3_bind_int64(st, 3, now);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
+    rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
+    if (rc)
+        return rc;
     if ((rc = store_cached(s, SC_ATTEMPT_INSERT,
                            "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)", &st)) !=
         0)
-        goto out;
+        return rc;
     sqlite3_bind_int64(st, 1, r->cell_seq);
     sqlite3_bind_int(st, 2, r->attempt);
     sqlite3_bind_int64(st, 3, now);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
-    r->attempt_id = sqlite3_last_insert_rowid(s->db);
+    rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
-    st = NULL;
-    if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+    if (rc)
+        return rc;
+    r->attempt_id = sqlite3_last_insert_rowid(s->db);
+    return store_job_refresh_state(s, r->job_seq);
+}
+
+int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
+{
+    memset(r, 0, sizeof *r);
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = claim_select(s, skip_gpu, r)) != 0 || (rc = claim_start(s, r)) != 0)
         goto out;
     rc = store_commit(s);
 out:
-    if (st)
-        sqlite3_reset(st);
     if (rc) {
         store_rollback(s);
         store_cell_run_clear(r);
@@ -1086,15 +1104,13 @@ out:
     return rc;
 }
 
-int store_cell_finish(struct store *s, const struct store_cell_run *r,
-                      const struct store_outcome *o)
+/* Stores an attempt's outcome (store_cell_finish) without the job's state:
+ * runs inside the caller's transaction. */
+static int finish_cell(struct store *s, const struct store_cell_run *r,
+                       const struct store_outcome *o)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_flush(s);
-    if (rc)
-        return rc;
-    if ((rc = store_begin(s)) != 0)
-        return rc;
+    int rc;
     /* A requeued (interrupted) attempt is discarded, never made visible:
      * the next attempt will produce the records again. */
     if (o->requeue) {
@@ -1104,17 +1120,18 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
                  "UPDATE attempts SET state='discarded' WHERE id=%lld;",
                  (long long)r->attempt_id, (long long)r->attempt_id);
         if ((rc = store_exec(s, sql)) != 0)
-            goto out;
+            return rc;
     } else {
         if ((rc = store_cached(s, SC_ATTEMPT_COMMIT,
                                "UPDATE attempts SET state='committed', partial=? WHERE id=?",
                                &st)) != 0)
-            goto out;
+            return rc;
         sqlite3_bind_int(st, 1, o->partial);
         sqlite3_bind_int64(st, 2, r->attempt_id);
-        if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-            goto out;
+        rc = store_rc(s, sqlite3_step(st));
         sqlite3_reset(st);
+        if (rc)
+            return rc;
     }
     rc = store_cached(s, SC_CELL_FINISH,
                       "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
@@ -1124,7 +1141,7 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
                       "WHERE seq=?1",
                       &st);
     if (rc)
-        goto out;
+        return rc;
     sqlite3_bind_int64(st, 1, r->cell_seq);
     store_bind_text(st, 2, o->requeue ? "queued" : o->state);
     if (o->exit_code >= 0)
@@ -1142,18 +1159,63 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
         sqlite3_bind_int64(st, 9, store_now_ms());
     sqlite3_bind_int(st, 10, o->requeue);
     sqlite3_bind_int64(st, 11, r->attempt_id);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
+    rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
-    st = NULL;
-    if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+    return rc;
+}
+
+int store_cell_finish(struct store *s, const struct store_cell_run *r,
+                      const struct store_outcome *o)
+{
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = finish_cell(s, r, o)) != 0 || (rc = store_job_refresh_state(s, r->job_seq)) != 0)
         goto out;
     rc = store_commit(s);
 out:
-    if (st)
-        sqlite3_reset(st);
     if (rc)
         store_rollback(s);
+    return rc;
+}
+
+/*
+ * One transaction where the scheduler used to commit two per cell: the
+ * statements, triggers and events are those of store_cell_finish followed
+ * by store_cell_claim_filtered, in that order. The one refresh left out is
+ * the finished cell's job when the next cell is of the same job: that job
+ * still has a queued cell, so its state stays running either way and the
+ * claim's refresh sets updated_at again.
+ */
+int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
+                            const struct store_outcome *o, bool skip_gpu,
+                            struct store_cell_run *next)
+{
+    memset(next, 0, sizeof *next);
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = finish_cell(s, r, o)) != 0)
+        goto out;
+    rc = claim_select(s, skip_gpu, next);
+    if (rc && rc != -ENOENT)
+        goto out;
+    bool claimed = rc == 0;
+    if (!claimed || next->job_seq != r->job_seq)
+        if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+            goto out;
+    if (claimed && (rc = claim_start(s, next)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc) {
+        store_rollback(s);
+        store_cell_run_clear(next);
+    }
     return rc;
 }
 

@@ -150,6 +150,16 @@ struct store_outcome {
  * moves the job to done when no cell is left to run. */
 int store_cell_finish(struct store *s, const struct store_cell_run *r,
                       const struct store_outcome *o);
+/*
+ * store_cell_finish and then, in the same transaction, the claim
+ * store_cell_claim_filtered(SKIP_GPU) would make: one commit per cell where
+ * there were two, with the same rows and events in the same order. NEXT gets
+ * the claimed cell, or a zeroed NEXT (cell_seq 0) when nothing is queued. A
+ * failure rolls both back.
+ */
+int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
+                            const struct store_outcome *o, bool skip_gpu,
+                            struct store_cell_run *next);
 
 /* Cells of a job that are still queued or running, for cancellation. */
 int store_job_running_cells(struct store *s, const char *job_id, int64_t **seqs, size_t *n);
