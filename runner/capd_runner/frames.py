@@ -144,25 +144,9 @@ class FrameWriter(object):
         it must stay valid until this call returns."""
         if self.ended:
             raise RuntimeError("frame after end")
-        n = len(payload) if payload is not None else 0
-        if n:
-            header["nbytes"] = n
-        line = encode_header(header)
-        self.frames += 1
-        self.payload_bytes += n
-        if n >= DIRECT_PAYLOAD:
-            parts, self._parts, self._pending = self._parts, [], 0
-            parts.append(line)
-            parts.append(payload)
-            self._write_all(parts)
-            return
-        self._parts.append(line)
-        self._pending += len(line)
-        if n:
-            self._parts.append(bytes(payload))
-            self._pending += n
-        if self._pending >= FLUSH_AT:
-            self.flush()
+        if payload is not None and len(payload):
+            header["nbytes"] = len(payload)
+        self.frame_line(encode_header(header), payload)
 
     def frame_line(self, line, payload=None):
         """Queue one frame whose header is already encoded (``line``: bytes
