@@ -6,7 +6,10 @@ times, interleaved in the same process, a hook-free eval forward and capture
 forwards (hooks computing stats + BLAKE2b hash for every module's inputs and
 outputs, frames encoded and written to /dev/null) at capture levels ``stats``
 and ``sample``, plus the hash-only run used for the determinism check, and
-``stats`` with the analysis done inline in the hooks (CAPD_RUNNER_SYNC=1).
+``stats`` through the Python analysis workers (the path without the native
+library), and ``stats`` with the analysis done inline in the hooks
+(CAPD_RUNNER_SYNC=1). The capture levels use the native capture pipe when
+CAPD_RUNNER_NATIVE names the library (bench/run sets it), as a CPU cell does.
 Prints the median of each and its ratio to the plain forward. Target:
 stats capture <= 1.5x a plain forward.
 
@@ -26,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "runner"))
 
 import torch  # noqa: E402
 
-from capd_runner import zoo  # noqa: E402
+from capd_runner import native, zoo  # noqa: E402
 from capd_runner.capture import Capture, PayloadBudget, Recorder  # noqa: E402
 from capd_runner.frames import FrameWriter  # noqa: E402
 from capd_runner.pipeline import Pipeline, default_workers  # noqa: E402
@@ -60,8 +63,12 @@ def main():
     model.eval()
     devnull = os.open(os.devnull, os.O_WRONLY)
     writer = FrameWriter(devnull)
-    pipelines = {"async": Pipeline(writer, sync=False,
-                                   workers=args.workers or default_workers(args.threads)),
+    nworkers = args.workers or default_workers(args.threads)
+    # "async" is what a CPU cell runs: the native pipe when the library is
+    # there (CAPD_RUNNER_NATIVE), else the Python workers; "python" is the
+    # Python workers alone, for reference.
+    pipelines = {"async": Pipeline(writer, sync=False, workers=nworkers, native=True),
+                 "python": Pipeline(writer, sync=False, workers=nworkers),
                  "sync": Pipeline(writer, sync=True)}
     workers = len(pipelines["async"]._threads)
     pipelines["async"].stats_in_hook = args.stats_in_hook
@@ -80,7 +87,7 @@ def main():
             with torch.no_grad():
                 with Capture(model, rec):
                     model(*inputs)
-            pipeline.drain()
+            rec.sync()
             writer.flush()
             rec.clear_cache()
             run.records = len(rec.order)
@@ -88,6 +95,7 @@ def main():
 
     variants = [("plain", plain), ("stats", capture("stats")), ("sample", capture("sample")),
                 ("hash_only", capture("stats", emit=False)),
+                ("stats_python", capture("stats", mode="python")),
                 ("stats_sync", capture("stats", mode="sync"))]
     times = dict((k, []) for k, _ in variants)
     for i in range(args.warmup + args.iters):
@@ -101,6 +109,8 @@ def main():
     result = {
         "model": name, "batch": args.batch, "threads": args.threads, "iters": args.iters,
         "torch": torch.__version__, "workers": workers,
+        "stats_engine": native.describe(),
+        "native_pipe": pipelines["async"]._pipe is not None,
         "records_per_capture": variants[1][1].records,
         "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
         "ratio_to_plain": dict((k, round(med[k] / med["plain"], 3)) for k in med if k != "plain"),

@@ -368,11 +368,15 @@ def main():
         med = runner.get("median_ms") or {}
         rat = runner.get("ratio_to_plain") or {}
         w("Model `%s`, batch %s, %s thread(s), %s analysis worker(s), torch %s, %s records per "
-          "capture, %s interleaved iterations (medians). **Reference**: the same model's "
-          "hook-free eval forward, in the same process." % (
+          "capture, %s interleaved iterations (medians), analysis by %s. **Reference**: the "
+          "same model's hook-free eval forward, in the same process." % (
               runner.get("model"), runner.get("batch"), runner.get("threads"),
               runner.get("workers"), runner.get("torch"), runner.get("records_per_capture"),
-              runner.get("iters")))
+              runner.get("iters"),
+              "the native capture pipe (`libcapd_analysis.so`, what a CPU cell uses)"
+              if runner.get("native_pipe") else
+              "the Python workers (native library not in use: %s)"
+              % (runner.get("stats_engine") or {}).get("reason", "unknown")))
         w("")
         w("| figure | what it measures | value | reference (same run) | ratio | target |")
         w("| --- | --- | --- | --- | --- | --- |")
@@ -380,9 +384,11 @@ def main():
                          "frames encoded and written",
                 "sample": "capture at level `sample` (256 elements per tensor)",
                 "hash_only": "the determinism run (hashes only, no frames)",
+                "stats_python": "`stats` through the Python analysis workers (the path without "
+                                "the native library, and of GPU cells)",
                 "stats_sync": "`stats` with the analysis inline in the hooks "
                               "(CAPD_RUNNER_SYNC=1)"}
-        for k in ("stats", "sample", "hash_only", "stats_sync"):
+        for k in ("stats", "sample", "hash_only", "stats_python", "stats_sync"):
             if k in med:
                 target = "≤ 1.5× (%s)" % verdict(rat.get(k, 99) <= 1.5) if k == "stats" else "—"
                 w("| %s | %s | %s ms | plain forward %s ms | %s× | %s |" % (

@@ -58,6 +58,7 @@ static const struct ckey keys[] = {
     {"runner_dir", T_STR, F(runner_dir), S(runner_dir), 0, 0},
     {"exec_bin", T_STR, F(exec_bin), S(exec_bin), 0, 0},
     {"gpuinfo_bin", T_STR, F(gpuinfo_bin), S(gpuinfo_bin), 0, 0},
+    {"analysis_lib", T_STR, F(analysis_lib), S(analysis_lib), 0, 0},
     {"gpuinfo_timeout_ms", T_INT, F(gpuinfo_timeout_ms), 0, 100, 600000},
     {"env_allow", T_LIST, 0, 0, 0, 0},
     {"auth_required", T_BOOL, F(auth_required), 0, 0, 0},
@@ -379,6 +380,13 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
         const char *slash = strrchr(c->exec_bin, '/');
         int dir = slash ? (int)(slash - c->exec_bin) : 1;
         snprintf(c->gpuinfo_bin, sizeof c->gpuinfo_bin, "%.*s/capd-gpuinfo", dir,
+                 slash ? c->exec_bin : ".");
+    }
+    /* The runner's native statistics library, also beside the shim. */
+    if (!c->analysis_lib[0]) {
+        const char *slash = strrchr(c->exec_bin, '/');
+        int dir = slash ? (int)(slash - c->exec_bin) : 1;
+        snprintf(c->analysis_lib, sizeof c->analysis_lib, "%.*s/libcapd_analysis.so", dir,
                  slash ? c->exec_bin : ".");
     }
     if (!c->runner_dir[0]) {

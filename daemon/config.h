@@ -40,6 +40,7 @@ struct capd_config {
     char runner_dir[512];
     char exec_bin[512];
     char gpuinfo_bin[512];  /* the GPU probe (docs/gpu.md); default: next to capd-exec */
+    char analysis_lib[512]; /* the runner's native stats (docs/runner.md); next to capd-exec */
     int gpuinfo_timeout_ms; /* the probe is killed past this */
     int env_allow_n;
     char env_allow[CAPD_MAX_ENV_ALLOW][64];

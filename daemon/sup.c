@@ -677,6 +677,10 @@ static char **build_env(struct sup *s, const char *spec_path)
      * files); its scratch dir is its home unless the build says otherwise. */
     if (s->cfg->run_uid >= 0)
         json_object_set_new(env, "HOME", json_string(s->scratch));
+    /* The runner's native statistics, when built: below the build's
+     * variables, so a build can turn it off (CAPD_RUNNER_NATIVE=""). */
+    if (s->cfg->analysis_lib[0] && access(s->cfg->analysis_lib, R_OK) == 0)
+        json_object_set_new(env, "CAPD_RUNNER_NATIVE", json_string(s->cfg->analysis_lib));
     json_object_foreach(json_object_get(s->run.build, "env"), k, v)
     {
         json_object_set(env, k, v);

@@ -132,6 +132,11 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
         cr_assert_str_eq(json_string_value(json_object_get(full, "effective_width")), width);
         json_t *fp = json_object_get(full, "fingerprint");
         cr_assert(json_is_object(fp), "cell %s has a fingerprint", cid);
+        /* capd names its native stats library to every cell (docs/runner.md) */
+        cr_assert_str_eq(
+            json_string_value(json_object_get(json_object_get(fp, "stats_engine"), "name")),
+            "native", "cell %s: stats engine %s", cid,
+            json_dumps(json_object_get(fp, "stats_engine"), JSON_COMPACT));
         json_decref(full);
         json_t *tensors = all_tensors(&c, j1, cid);
         cr_assert_gt(json_array_size(tensors), 5);

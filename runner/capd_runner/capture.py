@@ -171,6 +171,14 @@ class Recorder(object):
         self.fallback_noted = False
         self.exhausted_noted = False
         self.ndim_noted = False
+        # The native pipe does the analysis and the frames when there is
+        # one (CPU cells, capd_runner/native.py), except at level full
+        # (payloads of whole snapshots stay on the Python pipeline).
+        pipe = pipeline.native_pipe if level != "full" else None
+        self.native = pipe
+        self._pending = []  # (key, analysis id or hash) until sync()
+        if pipe is not None:
+            pipeline.native_reset()
 
     # -- hook side -----------------------------------------------------------
     @staticmethod
@@ -239,9 +247,68 @@ class Recorder(object):
             except Exception:
                 pass
 
+    def _native_analysis(self, t):
+        """The native pipe's analysis id for ``t`` (a snapshot queued once per
+        tensor version), or the cached _Analysis of a tensor that took the
+        Python path, or None when ``t`` must take it (a dtype or device the
+        library does not read)."""
+        try:
+            sig = (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
+                   t.device)
+        except Exception:
+            sig = None
+        key = id(t)
+        ent = self._cache.get(key)
+        if ent is not None and sig is not None and ent[1] == sig and ent[0]() is t:
+            return ent[2]
+        if t.requires_grad or t.dtype not in T.PLAIN_DTYPES or t.layout != torch.strided:
+            p = T.prepare(t)
+        else:
+            p = t
+        code = self.native.code(p.dtype)
+        if code is None or p.device.type != "cpu":
+            return None
+        n = p.numel()
+        entry, ptr, nbytes = None, 0, 0
+        if n:
+            entry = self.pipeline.pool.take(p.dtype, p.shape)
+            entry[1].copy_(p)
+            ptr = entry[0].data_ptr()
+            nbytes = n * p.element_size()
+        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
+        aid = self.pipeline.native_analyze(entry, ptr, n, code, self.emit, sample_k, nbytes)
+        if sig is not None:
+            try:
+                ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
+                self._cache[key] = (ref, sig, aid)
+            except TypeError:
+                pass
+        return aid
+
     def clear_cache(self):
         with self.lock:
             self._cache.clear()
+
+    def sync(self):
+        """Wait until every record so far is written; then ``hashes`` and
+        ``order`` hold them all."""
+        self.pipeline.drain()
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        ids = [v for _k, v in pending if type(v) is int]
+        lo = min(ids) if ids else 0
+        got = self.native.hashes(lo, max(ids) - lo + 1) if ids else []
+        for key, v in pending:
+            self.hashes[key] = got[v - lo] if type(v) is int else v
+            self.order.append(key)
+
+    def _remember(self, key, hash_hex):
+        if self.native is not None:
+            self._pending.append((key, hash_hex))
+        else:
+            self.hashes[key] = hash_hex
+            self.order.append(key)
 
     def record(self, module, call, phase, role, index, t):
         key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
@@ -253,16 +320,39 @@ class Recorder(object):
                            "(nor any such tensor after it)" % (key, t.dim(), MAX_NDIM))
                     self.pipeline.note(lambda: self.writer.note("warn", msg))
                 return
+            inline = False
+            if self.native is not None:
+                aid = self._native_analysis(t)
+                if type(aid) is int:
+                    self._pending.append((key, aid))
+                    if self.emit:
+                        prefix = F.tensor_header_prefix(self.seq, key, module, call, phase, role,
+                                                        index, T.dtype_name(t.dtype), t.shape,
+                                                        t.numel()).encode("ascii")
+                        self.seq += 1
+                        kind = self._decide(key, t)
+                        self.pipeline.native_emit(aid, prefix, 1 if kind == "sample" else 0)
+                    return
+                # A tensor the library cannot read: the Python path, inline,
+                # after everything the pipe has queued.
+                self.pipeline.drain()
+                inline = True
             an, nbytes = self._analysis(t)
             if not self.emit:
-                self.pipeline.submit(_RecordJob(self, key, None, an, None), nbytes)
+                job = _RecordJob(self, key, None, an, None)
+            else:
+                # The header's parts; the worker encodes it (frames.tensor_header_prefix).
+                header = (self.seq, key, module, call, phase, role, index, t.dtype, t.shape,
+                          t.numel())
+                self.seq += 1
+                kind = self._decide(key, t)
+                job = _RecordJob(self, key, header, an, kind)
+            if inline:
+                job.compute()
+                job.emit()
+                self.writer.flush()
                 return
-            # The header's parts; the worker encodes it (frames.tensor_header_prefix).
-            header = (self.seq, key, module, call, phase, role, index, t.dtype, t.shape,
-                      t.numel())
-            self.seq += 1
-            kind = self._decide(key, t)
-            self.pipeline.submit(_RecordJob(self, key, header, an, kind), nbytes)
+            self.pipeline.submit(job, nbytes)
 
     def _decide(self, key, t):
         """Payload kind of this record: stats, sample or full (budgeted)."""
@@ -332,8 +422,7 @@ class Recorder(object):
     def _emit(self, job):
         """Write the record (in record order)."""
         an = job.an
-        self.hashes[job.key] = an.hash
-        self.order.append(job.key)
+        self._remember(job.key, an.hash)
         if job.header is None:
             return
         kind = job.kind

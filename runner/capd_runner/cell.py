@@ -166,7 +166,7 @@ def capture_run(torch, model, call, spec, recorder, projection):
                 owner, local = param_owner(name)
                 recorder.record(owner, 0, "backward", "param_grad", local, p.grad)
         model.zero_grad(set_to_none=True)
-    recorder.pipeline.drain()
+    recorder.sync()
     recorder.clear_cache()
     if recorder.emit:
         recorder.writer.flush()
@@ -293,7 +293,9 @@ def run(spec, writer):
         return EXIT_FAILED
 
     from capd_runner.pipeline import Pipeline, WorkerError, default_workers
-    pipeline = Pipeline(writer, workers=default_workers(torch.get_num_threads()))
+    # The native capture pipe for CPU cells (capd_runner/native.py).
+    pipeline = Pipeline(writer, workers=default_workers(torch.get_num_threads()),
+                        native=device.type == "cpu")
     try:
         _run_model(torch, spec, writer, device, pipeline)
     except CellFailed as e:
@@ -333,7 +335,7 @@ def _run_model(torch, spec, writer, device, pipeline):
     for name, p in model.named_parameters():
         owner, local = param_owner(name)
         first.record(owner, 0, "init", "param", local, p)
-    pipeline.drain()
+    first.sync()
     writer.flush()
     first.clear_cache()
     first.hashes, first.order = {}, []  # the determinism check covers the runs only

@@ -7,6 +7,7 @@ import re
 import sys
 
 from capd_runner import RUNNER_NAME
+from capd_runner import native
 from capd_runner import width as widthmod
 
 ENV_NAMES = (
@@ -129,5 +130,6 @@ def collect(torch, config_text, effective_width, device_info):
         "byteorder": sys.byteorder,
         "env": relevant_env(),
         "device": device_info,
+        "stats_engine": native.describe(),
     }
     return fp

@@ -117,12 +117,20 @@ def default_workers(model_threads=1):
 
 
 class Pipeline(object):
-    def __init__(self, writer, sync=None, workers=None):
+    def __init__(self, writer, sync=None, workers=None, native=False):
         if sync is None:
             sync = os.environ.get("CAPD_RUNNER_SYNC", "") not in ("", "0")
         self.writer = writer
         self.sync = sync
         self.pool = BufferPool()
+        # The native capture pipe (capd_runner/native.py), made on first use
+        # by a recorder that can use it; None when not asked for, inline
+        # (sync) or the library is not there.
+        self._native_wanted = native and not sync
+        self._pipe = None
+        self.native_error = None
+        self._inflight = deque()  # (analysis id, pool entry, bytes) the pipe may still read
+        self._inflight_bytes = 0
         self._local = threading.local()
         self._cv = threading.Condition()
         self._emit_lock = threading.Lock()
@@ -183,7 +191,81 @@ class Pipeline(object):
             self._compute(batch)
 
     def note(self, fn):
+        if self._pipe is not None:
+            # In order with the pipe's frames: after them, written now.
+            self.drain()
+            fn()
+            self.writer.flush()
+            return
         self.submit(CallJob(fn))
+
+    # -- the native pipe ---------------------------------------------------------
+    @property
+    def native_pipe(self):
+        if self._pipe is None and self._native_wanted:
+            from capd_runner import native
+            try:
+                self._pipe = native.Pipe(self.writer.fd, max(1, self._nworkers))
+            except Exception as e:
+                self._native_wanted = False
+                self.native_error = str(e)
+        return self._pipe
+
+    def _pipe_failed(self, e):
+        import errno
+        if getattr(e, "errno", None) == errno.EPIPE:
+            self.writer._pipe_closed()
+        raise WorkerError("capture pipe failed: %s" % e)
+
+    def native_analyze(self, entry, ptr, numel, code, want_stats, sample_k, nbytes):
+        """Queue the analysis of a snapshot (``entry``: the pool's, or None
+        for an empty tensor); returns its id. The entry goes back to the pool
+        once the pipe is done reading it."""
+        if self.writer._parts:
+            self.writer.flush()  # frames written before stay before
+        try:
+            aid = self._pipe.analyze(ptr, numel, code, want_stats, sample_k)
+            if entry is not None:
+                self._inflight.append((aid, entry, nbytes))
+                self._inflight_bytes += nbytes
+                if self._inflight_bytes > MAX_BYTES:
+                    # Bounded memory: wait for the oldest half to be read.
+                    target = self._inflight[len(self._inflight) // 2][0] + 1
+                    self._pipe.wait_analyzed(target)
+                self._release_analyzed(self._pipe.analyzed())
+        except OSError as e:
+            self._pipe_failed(e)
+        return aid
+
+    def native_emit(self, aid, prefix, capture):
+        try:
+            self._pipe.emit(aid, prefix, capture)
+        except OSError as e:
+            self._pipe_failed(e)
+
+    def _release_analyzed(self, done):
+        inflight = self._inflight
+        while inflight and inflight[0][0] < done:
+            _aid, entry, nbytes = inflight.popleft()
+            self._inflight_bytes -= nbytes
+            self.pool.give(entry)
+
+    def _native_drain(self, reset=False):
+        try:
+            if reset:
+                self._pipe.reset()
+            else:
+                self._pipe.drain()
+        except OSError as e:
+            self._pipe_failed(e)
+        self._release_analyzed(1 << 62)
+        frames, payload = self._pipe.take_counts()
+        self.writer.frames += frames
+        self.writer.payload_bytes += payload
+
+    def native_reset(self):
+        """Drain the pipe and start its analysis numbering again."""
+        self._native_drain(reset=True)
 
     def drain(self):
         """Wait until every queued job is emitted; raise a worker's error.
@@ -191,6 +273,8 @@ class Pipeline(object):
         The caller helps: instead of waiting idle it computes queued jobs
         itself (the tail of a capture is then shared between the model's
         thread and the workers)."""
+        if self._pipe is not None:
+            self._native_drain()
         if self.sync:
             return
         while True:
@@ -210,6 +294,14 @@ class Pipeline(object):
             self.writer.flush()
 
     def stop(self):
+        if self._pipe is not None:
+            pipe, self._pipe = self._pipe, None
+            self._native_wanted = False
+            try:
+                pipe.drain()
+            finally:
+                self._release_analyzed(1 << 62)
+                pipe.close()
         if not self._threads:
             return
         with self._cv:
@@ -225,7 +317,10 @@ class Pipeline(object):
             self.drain()
         except Exception:
             pass
-        self.stop()
+        try:
+            self.stop()
+        except Exception:
+            pass
 
     def _raise_if_error(self):
         if self._error is not None:

@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from capd_runner import native as nativelib
+
 BIG_ENDIAN = sys.byteorder == "big"
 # Elements per float64 pass of the stats; bounds the scratch memory (2 x 8 MiB).
 CHUNK = 1 << 20
@@ -170,8 +172,9 @@ class StatsEngine(object):
     # Cached scratch views per element count (shapes repeat run after run).
     MAX_VIEWS = 512
 
-    def __init__(self):
+    def __init__(self, use_native=True):
         _probe_features()
+        self.native = use_native and nativelib.available()
         self._ws = {}
         self._view_cache = {}
         self._mm = {}  # CPU min/max out buffers by dtype
@@ -216,6 +219,8 @@ class StatsEngine(object):
         if t.is_complex():
             t = torch.view_as_real(t)
         flat = t if t.dim() == 1 else t.reshape(-1)
+        if self.native and nativelib.supports(flat):
+            return nativelib.stats(flat)  # one GIL-free call (capd_runner/native.py)
         n = flat.numel()
         if n == 0:
             return dict(_EMPTY_STATS)

@@ -33,9 +33,20 @@ def hand_stats(values):
     return out
 
 
-class StatsTest(unittest.TestCase):
+class EngineChoice(object):
+    """Runs a test class's cases on the torch engine (NATIVE False) or on
+    the native library (capd_runner/native.py; its subclasses)."""
+    NATIVE = False
+
+    def make(self):
+        if self.NATIVE:
+            util.require_native(self)
+        return T.StatsEngine(use_native=self.NATIVE)
+
+
+class StatsTest(EngineChoice, unittest.TestCase):
     def setUp(self):
-        self.engine = T.StatsEngine()
+        self.engine = self.make()
 
     def assertStats(self, got, want, rel=1e-12):
         for k in ("nan", "pinf", "ninf", "zeros"):
@@ -96,10 +107,10 @@ class StatsTest(unittest.TestCase):
             x = T.det_normalish((4321,), g, torch.float64)
             x[17] = float("nan")
             x[3000] = 0.0
-            got = T.StatsEngine().stats(x)
+            got = self.make().stats(x)
             self.assertStats(got, hand_stats(x.tolist()), rel=1e-10)
             y = T.det_normalish((4321,), g, torch.float64) + 5
-            self.assertStats(T.StatsEngine().stats(y), hand_stats(y.tolist()), rel=1e-10)
+            self.assertStats(self.make().stats(y), hand_stats(y.tolist()), rel=1e-10)
         finally:
             T.CHUNK = old
 
@@ -110,7 +121,7 @@ class StatsTest(unittest.TestCase):
         self.assertStats(self.engine.stats(c), hand_stats([1.0, 2.0, -3.0, 0.0]))
 
 
-class FusedStatsTest(unittest.TestCase):
+class FusedStatsTest(EngineChoice, unittest.TestCase):
     """The fused StatsEngine against the straightforward implementation it
     replaced (tests/refstats.py): counts, min and max exactly, the rest to
     float64 precision (on torch 1.13 they are bit-identical)."""
@@ -166,7 +177,7 @@ class FusedStatsTest(unittest.TestCase):
 
     def test_against_reference(self):
         from tests.refstats import ReferenceStats
-        ref, eng = ReferenceStats(), T.StatsEngine()
+        ref, eng = ReferenceStats(), self.make()
         for what, x in self.cases():
             self.assertSame(eng.stats(x), ref.stats(x), what)
 
@@ -175,14 +186,14 @@ class FusedStatsTest(unittest.TestCase):
         old, old_ref = T.CHUNK, refstats.CHUNK
         try:
             T.CHUNK = refstats.CHUNK = 1000
-            ref, eng = refstats.ReferenceStats(), T.StatsEngine()
+            ref, eng = refstats.ReferenceStats(), self.make()
             for what, x in self.cases():
                 self.assertSame(eng.stats(x), ref.stats(x), "chunked " + what)
         finally:
             T.CHUNK, refstats.CHUNK = old, old_ref
 
     def test_scratch_reuse_across_sizes(self):
-        eng = T.StatsEngine()
+        eng = self.make()
         from tests.refstats import ReferenceStats
         ref = ReferenceStats()
         g = T.generator(2)
@@ -200,11 +211,33 @@ class FusedStatsTest(unittest.TestCase):
             for flags in ((False, False, True), (True, False, True), (False, True, True),
                           (True, False, False)):
                 T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = flags
-                eng = T.StatsEngine()
+                eng = self.make()
                 for what, x in self.cases():
                     self.assertSame(eng.stats(x), ref.stats(x), "%s %s" % (flags, what))
         finally:
             T._NE_FLOAT_OUT, T._AMINMAX_OUT, T._HAS_AMINMAX = saved
+
+
+class NativeStatsTest(StatsTest):
+    NATIVE = True
+
+
+class NativeFusedStatsTest(FusedStatsTest):
+    """The native library against the same reference: counts, min and max
+    exactly, mean/std/l2 to float64 precision."""
+    NATIVE = True
+    test_fallbacks = None  # torch-engine paths only
+
+    def test_native_is_used_and_independent_of_chunking(self):
+        from capd_runner import native
+        eng = self.make()
+        self.assertTrue(eng.native)
+        x = T.det_normalish((3 * T.CHUNK + 5,), T.generator(4), torch.float32)
+        self.assertTrue(native.supports(x))
+        whole = eng.stats(x)
+        # The same bytes give the same bits, whatever the call.
+        self.assertEqual(native.stats(x.clone()), whole)
+        self.assertFalse(native.supports(x[::2]), "a strided view goes through torch")
 
 
 class BytesHashTest(unittest.TestCase):

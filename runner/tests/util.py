@@ -14,6 +14,18 @@ DEVICE = os.environ.get("CAPD_TEST_DEVICE", "cpu")
 ZOO = ["mlp", "cnn", "resnet18", "mobilenet_v3_small", "transformer", "lstm", "embedding_bag"]
 
 
+def require_native(test):
+    """Skip ``test`` when the native stats library is not loadable, or fail
+    when CAPD_TEST_REQUIRE_NATIVE=1 (ctest sets it with the built path)."""
+    from capd_runner import native
+    ok, why = native.status()
+    if ok:
+        return
+    if os.environ.get("CAPD_TEST_REQUIRE_NATIVE") == "1":
+        test.fail("native stats library required but not loaded: %s" % why)
+    test.skipTest("native stats library: %s" % why)
+
+
 def has_torchvision():
     try:
         import torchvision  # noqa: F401

@@ -1,0 +1,270 @@
+"""The native capture pipe (capd_runner/native.py, runner/native/capd_analysis.c)
+against the Python pipeline it stands in for: the same frames, the same
+hashes, in the same order, and every failure said clearly."""
+
+import errno
+import hashlib
+import json
+import os
+import tempfile
+import unittest
+
+import torch
+
+from capd_runner import capture, native, pipeline as P, tensors as T, zoo
+from capd_runner.frames import FrameWriter
+from tests import util
+from tests.framereader import make_spec, parse
+
+
+class _Base(unittest.TestCase):
+    def setUp(self):
+        util.require_native(self)
+
+
+def _read_frames(path):
+    with open(path, "rb") as f:
+        return parse(f.read(), sequence=False)
+
+
+class PipeTest(_Base):
+    def pipe_to_file(self, threads=1):
+        fd, path = tempfile.mkstemp(prefix="capd-pipe-")
+        self.addCleanup(os.unlink, path)
+        pipe = native.Pipe(fd, threads)
+        self.addCleanup(os.close, fd)
+        return pipe, path
+
+    def test_hash_is_blake2b_128_of_the_bytes(self):
+        pipe, _path = self.pipe_to_file(threads=2)
+        try:
+            datas = []
+            for n in (0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 1 << 18):
+                x = torch.arange(n, dtype=torch.uint8) * 7 + 3
+                datas.append(x)
+                pipe.analyze(x.data_ptr() if n else 0, n, native.Pipe.code(torch.uint8), 0, 0)
+            pipe.drain()
+            got = pipe.hashes(0, len(datas))
+        finally:
+            pipe.close()
+        want = [hashlib.blake2b(bytes(x.tolist()), digest_size=16).hexdigest() for x in datas]
+        self.assertEqual(got, want)
+
+    def test_frames_and_sample_positions(self):
+        pipe, path = self.pipe_to_file()
+        x = T.det_normalish((1000,), T.generator(1), torch.float64)
+        x[5] = float("nan")
+        aid = pipe.analyze(x.data_ptr(), 1000, native.Pipe.code(torch.float64), 1, 7)
+        pipe.emit(aid, b'{"kind":"tensor","seq":0,"key":"m.0.forward.output.0","module":"m",'
+                       b'"call":0,"phase":"forward","role":"output","index":0,'
+                       b'"dtype":"float64","shape":[1000],"numel":1000', 1)
+        pipe.emit(aid, b'{"kind":"tensor","seq":1,"key":"n.0.forward.input.0","module":"n",'
+                       b'"call":0,"phase":"forward","role":"input","index":0,'
+                       b'"dtype":"float64","shape":[1000],"numel":1000', 0)
+        pipe.drain()
+        self.assertEqual(pipe.take_counts(), (2, 56))
+        pipe.close()
+        frames = _read_frames(path)
+        self.assertEqual([f["seq"] for f in frames], [0, 1])
+        ref = T.StatsEngine(use_native=False).stats(x)
+        for f in frames:
+            self.assertEqual(f["hash"], util.blake(T.raw_bytes(x)))
+            for k in ("nan", "pinf", "ninf", "zeros", "min", "max"):
+                self.assertEqual(f["stats"][k], ref[k], k)
+            for k in ("mean", "std", "l2"):
+                self.assertAlmostEqual(f["stats"][k], ref[k], delta=1e-12 * abs(ref[k]))
+        self.assertEqual(frames[0]["capture"], "sample")
+        self.assertEqual(frames[0]["sample_positions"], "stride")
+        pos = T.sample_positions(1000, 7)
+        self.assertEqual(util.floats(frames[0].payload, "float64")[:5],
+                         [x[p].item() for p in pos][:5])
+        self.assertEqual(len(frames[0].payload), 7 * 8)
+        self.assertEqual(frames[1]["capture"], "stats")
+        self.assertEqual(frames[1].payload, b"")
+
+    def test_bad_calls_are_refused(self):
+        pipe, _path = self.pipe_to_file()
+        try:
+            with self.assertRaises(native.PipeError) as e:
+                pipe.analyze(0, 4, 99, 1, 0)
+            self.assertEqual(e.exception.errno, errno.EINVAL)
+            with self.assertRaises(native.PipeError):
+                pipe.analyze(0, 4, 0, 1, 0)  # data missing
+            with self.assertRaises(native.PipeError):
+                pipe.emit(0, b"{}", 0)  # no such analysis
+            with self.assertRaises(native.PipeError):
+                pipe.hashes(0, 1)
+        finally:
+            pipe.close()
+
+    def test_write_error_is_reported(self):
+        r, w = os.pipe()
+        os.close(r)
+        pipe = native.Pipe(w)
+        x = torch.ones(10)
+        aid = pipe.analyze(x.data_ptr(), 10, 0, 1, 0)
+        pipe.emit(aid, b'{"kind":"tensor"', 0)
+        with self.assertRaises(native.PipeError) as e:
+            pipe.drain()
+        self.assertEqual(e.exception.errno, errno.EPIPE)
+        self.assertIn("Broken pipe", str(e.exception))
+        pipe.close()
+        os.close(w)
+
+    def test_header_over_the_limit(self):
+        pipe, path = self.pipe_to_file()
+        x = torch.ones(3)
+        aid = pipe.analyze(x.data_ptr(), 3, 0, 1, 0)
+        pipe.emit(aid, b"{" + b"x" * 65500, 0)
+        with self.assertRaises(native.PipeError) as e:
+            pipe.drain()
+        self.assertEqual(e.exception.errno, errno.EMSGSIZE)
+        pipe.close()
+
+
+class RecorderTest(_Base):
+    """A whole capture through the pipe and through the Python pipeline."""
+
+    def capture(self, model_name, level, use_native, pass_="forward", extra=None,
+                max_bytes=None):
+        torch.manual_seed(0)
+        model, inputs = zoo.build(model_name, 0, 2)
+        fd, path = tempfile.mkstemp(prefix="capd-rec-")
+        self.addCleanup(os.unlink, path)
+        writer = FrameWriter(fd)
+        pipe = P.Pipeline(writer, sync=False, workers=1, native=use_native)
+        old = P.MAX_BYTES
+        if max_bytes is not None:
+            P.MAX_BYTES = max_bytes
+        try:
+            rec = capture.Recorder(writer, pipe, level, 16, capture.PayloadBudget(1 << 40))
+            self.assertEqual(rec.native is not None, use_native)
+            if pass_ == "forward":
+                model.eval()
+                with torch.no_grad(), capture.Capture(model, rec):
+                    out = model(*inputs)
+                    if extra is not None:
+                        extra(rec)
+            else:
+                model.train()
+                with capture.Capture(model, rec, taps=True):
+                    out = model(*inputs)
+                    (out.float() * 0.5).sum().backward()
+            rec.sync()
+            hashes = dict(rec.hashes)
+            second = capture.Recorder(writer, pipe, "stats", 16, capture.PayloadBudget(0),
+                                      emit=False)
+            model.eval()
+            with torch.no_grad(), capture.Capture(model, second):
+                model(*inputs)
+            second.sync()
+            pool_free = sum(len(v) for v in pipe.pool.free.values())
+            pipe.stop()
+        finally:
+            P.MAX_BYTES = old
+        os.close(fd)
+        return _read_frames(path), hashes, rec.order, second.hashes, writer.frames, pool_free
+
+    def assertSameCapture(self, a, b):
+        fa, fb = a[0], b[0]
+        self.assertEqual(len(fa), len(fb))
+        for x, y in zip(fa, fb):
+            hx, hy = dict(x.header), dict(y.header)
+            sx, sy = hx.pop("stats"), hy.pop("stats")
+            self.assertEqual(hx, hy)
+            self.assertEqual(x.payload, y.payload, hx["key"])
+            for k in ("nan", "pinf", "ninf", "zeros", "min", "max"):
+                self.assertEqual(sx[k], sy[k], "%s %s" % (hx["key"], k))
+            for k in ("mean", "std", "l2"):
+                if sy[k] is None:
+                    self.assertIsNone(sx[k])
+                else:
+                    self.assertLessEqual(abs(sx[k] - sy[k]), 1e-11 * abs(sy[k]) + 1e-300,
+                                         "%s %s" % (hx["key"], k))
+        self.assertEqual(a[1], b[1])  # hashes of the emitted run
+        self.assertEqual(a[2], b[2])  # record order
+        self.assertEqual(a[3], b[3])  # hash-only run
+        self.assertEqual(a[4], b[4])  # frames counted by the writer
+
+    def test_forward_models_both_levels(self):
+        for name in ("mlp", "cnn", "transformer", "lstm", "embedding_bag"):
+            for level in ("stats", "sample"):
+                a = self.capture(name, level, True)
+                b = self.capture(name, level, False)
+                self.assertGreater(len(a[0]), 5, name)
+                self.assertSameCapture(a, b)
+
+    def test_backward_with_taps(self):
+        a = self.capture("cnn", "sample", True, pass_="backward")
+        b = self.capture("cnn", "sample", False, pass_="backward")
+        self.assertTrue(any(f["role"] == "grad_output" for f in a[0]))
+        self.assertSameCapture(a, b)
+
+    def test_tensor_the_library_cannot_read_keeps_its_place(self):
+        # A complex tensor takes the Python path inline, between pipe records.
+        def extra(rec):
+            rec.record("extra", 0, "forward", "output", 0,
+                       torch.complex(torch.ones(3), -torch.ones(3)))
+            rec.record("extra", 1, "forward", "output", 0, torch.arange(4.0))
+        a = self.capture("mlp", "sample", True, extra=extra)
+        b = self.capture("mlp", "sample", False, extra=extra)
+        self.assertSameCapture(a, b)
+        keys = [f["key"] for f in a[0]]
+        self.assertEqual(keys[-2:], ["extra.0.forward.output.0", "extra.1.forward.output.0"])
+        self.assertEqual([f["seq"] for f in a[0]], list(range(len(a[0]))))
+
+    def test_bounded_snapshot_memory(self):
+        # With room for almost nothing in flight, the hooks wait for the pipe
+        # and every snapshot still comes back to the pool.
+        a = self.capture("cnn", "stats", True, max_bytes=1)
+        b = self.capture("cnn", "stats", False)
+        self.assertSameCapture(a, b)
+        self.assertGreater(a[5], 0)
+
+    def test_level_full_stays_on_the_python_pipeline(self):
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        os.unlink(path)
+        pipe = P.Pipeline(FrameWriter(os.open(os.devnull, os.O_WRONLY)), sync=False, workers=1,
+                          native=True)
+        rec = capture.Recorder(pipe.writer, pipe, "full", 16, capture.PayloadBudget(1 << 30))
+        self.assertIsNone(rec.native)
+        pipe.stop()
+
+
+class CellTest(_Base):
+    """A real runner process: the same cell with and without the library."""
+
+    def test_cell_frames_match(self):
+        results = []
+        for env in ({}, {"CAPD_RUNNER_NATIVE": ""}):
+            r = util.run(make_spec(model="cnn", pass_="backward", capture="sample",
+                                   iterations=1), env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            results.append(r.frames)
+        fp = [f for f in results[0] if f.kind == "env"][0]["fingerprint"]["stats_engine"]
+        self.assertEqual(fp["name"], "native")
+        fp = [f for f in results[1] if f.kind == "env"][0]["fingerprint"]["stats_engine"]
+        self.assertEqual(fp, {"name": "torch", "reason": "CAPD_RUNNER_NATIVE not set"})
+        ta = [f for f in results[0] if f.kind == "tensor"]
+        tb = [f for f in results[1] if f.kind == "tensor"]
+        self.assertEqual([(f["key"], f["hash"], f.payload) for f in ta],
+                         [(f["key"], f["hash"], f.payload) for f in tb])
+        nd = [[f["keys"] for f in fr if f.kind == "nondeterministic"] for fr in results]
+        self.assertEqual(nd[0], nd[1])
+
+    def test_bad_library_falls_back_and_says_why(self):
+        d = util.tempdir()
+        bad = os.path.join(d, "libcapd_analysis.so")
+        with open(bad, "w") as f:
+            f.write("not a library")
+        r = util.run(make_spec(model="mlp", iterations=1), env={"CAPD_RUNNER_NATIVE": bad})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        fp = [f for f in r.frames if f.kind == "env"][0]["fingerprint"]["stats_engine"]
+        self.assertEqual(fp["name"], "torch")
+        self.assertIn("cannot load " + bad, fp["reason"])
+        self.assertTrue(any(f.kind == "tensor" for f in r.frames))
+
+
+if __name__ == "__main__":
+    unittest.main()
