@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from capd_runner import native, zoo  # noqa: E402
 from capd_runner.capture import Capture, PayloadBudget, Recorder  # noqa: E402
 from capd_runner.frames import FrameWriter  # noqa: E402
-from capd_runner.pipeline import Pipeline, default_workers  # noqa: E402
+from capd_runner.pipeline import Pipeline, default_native_threads, default_workers  # noqa: E402
 
 
 def main():
@@ -67,7 +67,8 @@ def main():
     # "async" is what a CPU cell runs: the native pipe when the library is
     # there (CAPD_RUNNER_NATIVE), else the Python workers; "python" is the
     # Python workers alone, for reference.
-    pipelines = {"async": Pipeline(writer, sync=False, workers=nworkers, native=True),
+    pipelines = {"async": Pipeline(writer, sync=False, workers=nworkers, native=True,
+                                   native_threads=default_native_threads(args.threads)),
                  "python": Pipeline(writer, sync=False, workers=nworkers),
                  "sync": Pipeline(writer, sync=True)}
     workers = len(pipelines["async"]._threads)
@@ -111,6 +112,7 @@ def main():
         "torch": torch.__version__, "workers": workers,
         "stats_engine": native.describe(),
         "native_pipe": pipelines["async"]._pipe is not None,
+        "native_threads": default_native_threads(args.threads),
         "records_per_capture": variants[1][1].records,
         "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
         "ratio_to_plain": dict((k, round(med[k] / med["plain"], 3)) for k in med if k != "plain"),
@@ -124,6 +126,9 @@ def main():
               "capture, %d iterations)" % (name, args.batch, args.threads, workers,
                                            torch.__version__, result["records_per_capture"],
                                            args.iters))
+        print("  stats/sample/hash_only: %s" % (
+            "native capture pipe, %d analysis threads" % result["native_threads"]
+            if result["native_pipe"] else "Python workers (%s)" % result["stats_engine"]))
         for k in med:
             extra = "" if k == "plain" else "   ratio %.2fx" % result["ratio_to_plain"][k]
             print("  %-10s median %8.2f ms%s" % (k, med[k] * 1e3, extra))

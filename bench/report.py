@@ -373,7 +373,8 @@ def main():
               runner.get("model"), runner.get("batch"), runner.get("threads"),
               runner.get("workers"), runner.get("torch"), runner.get("records_per_capture"),
               runner.get("iters"),
-              "the native capture pipe (`libcapd_analysis.so`, what a CPU cell uses)"
+              "the native capture pipe (`libcapd_analysis.so`, what a CPU cell uses; %s "
+              "analysis threads)" % runner.get("native_threads")
               if runner.get("native_pipe") else
               "the Python workers (native library not in use: %s)"
               % (runner.get("stats_engine") or {}).get("reason", "unknown")))

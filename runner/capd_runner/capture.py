@@ -94,6 +94,9 @@ MAX_NDIM = 16
 def safe_fqn(name):
     """Module fqn usable in a key: control characters become '?', and an
     over-long name keeps its start plus a short hash of the whole."""
+    if name.isprintable() and (len(name) <= MAX_FQN // 4
+                               or len(name.encode("utf-8")) <= MAX_FQN):
+        return name  # the common case: no C0/C1/DEL (not printable) and short
     name = "".join(c if (ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f) else "?" for c in name)
     raw = name.encode("utf-8")
     if len(raw) <= MAX_FQN:
@@ -464,14 +467,16 @@ class Capture(object):
         self.rec = recorder
         self.taps = taps
         self.names = {}
+        self.modules = []
         for name, m in model.named_modules():
             self.names.setdefault(id(m), safe_fqn(name) if name else "model")
+            self.modules.append(m)
         self.calls = {}
         self.active = {}
         self.handles = []
 
     def __enter__(self):
-        for _name, m in self.model.named_modules():
+        for m in self.modules:
             self.handles.append(m.register_forward_pre_hook(self._pre))
             self.handles.append(m.register_forward_hook(self._post))
         return self

@@ -292,10 +292,12 @@ def run(spec, writer):
         writer.end("failed", device_error)
         return EXIT_FAILED
 
-    from capd_runner.pipeline import Pipeline, WorkerError, default_workers
+    from capd_runner.pipeline import (Pipeline, WorkerError, default_native_threads,
+                                      default_workers)
     # The native capture pipe for CPU cells (capd_runner/native.py).
     pipeline = Pipeline(writer, workers=default_workers(torch.get_num_threads()),
-                        native=device.type == "cpu")
+                        native=device.type == "cpu",
+                        native_threads=default_native_threads(torch.get_num_threads()))
     try:
         _run_model(torch, spec, writer, device, pipeline)
     except CellFailed as e:

@@ -107,17 +107,29 @@ class CallJob(Job):
         self.fn()
 
 
+MAX_NATIVE_THREADS = 8
+
+
+def _cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_native_threads(model_threads=1):
+    """Analysis threads of the native pipe: every core the model's threads
+    leave free, 1..8 (they take no GIL, so more of them do help)."""
+    return max(1, min(MAX_NATIVE_THREADS, _cpus() - max(1, model_threads)))
+
+
 def default_workers(model_threads=1):
     """One worker per core left over by the model's own threads, 1 or 2."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, n - max(1, model_threads)))
+    return max(1, min(MAX_WORKERS, _cpus() - max(1, model_threads)))
 
 
 class Pipeline(object):
-    def __init__(self, writer, sync=None, workers=None, native=False):
+    def __init__(self, writer, sync=None, workers=None, native=False, native_threads=None):
         if sync is None:
             sync = os.environ.get("CAPD_RUNNER_SYNC", "") not in ("", "0")
         self.writer = writer
@@ -127,6 +139,7 @@ class Pipeline(object):
         # by a recorder that can use it; None when not asked for, inline
         # (sync) or the library is not there.
         self._native_wanted = native and not sync
+        self._native_threads = native_threads
         self._pipe = None
         self.native_error = None
         self._inflight = deque()  # (analysis id, pool entry, bytes) the pipe may still read
@@ -205,7 +218,8 @@ class Pipeline(object):
         if self._pipe is None and self._native_wanted:
             from capd_runner import native
             try:
-                self._pipe = native.Pipe(self.writer.fd, max(1, self._nworkers))
+                self._pipe = native.Pipe(self.writer.fd,
+                                         self._native_threads or max(1, self._nworkers))
             except Exception as e:
                 self._native_wanted = False
                 self.native_error = str(e)

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/native/blake2b.h"
@@ -382,7 +383,8 @@ struct capd_pipe {
     pthread_t writer, threads[MAX_THREADS];
     int nthreads;
     pthread_mutex_t mu;
-    pthread_cond_t awork, ework, done;
+    pthread_cond_t work, done;
+    int sleepers, waiters;    /* threads in work / callers in done */
     struct fifo aq, eq;       /* analyses to run; records to write */
     struct analysis **blocks; /* AN_BLOCKS pointers, blocks made on demand */
     int64_t next_aid, analyzed;
@@ -574,15 +576,56 @@ static void run_emit(struct capd_pipe *p, const struct job *j, const struct anal
         flush_out(p);
 }
 
+/*
+ * The pipe's threads wait for work without being woken per job: a wake-up
+ * is a futex call for the hook that submits and, in a VM, an interrupt to
+ * another CPU, which cost the model's thread more (measured: about 20 us a
+ * job) than the analysis itself. An idle thread polls every POLL_US for up
+ * to IDLE_MS, then sleeps on the condition variable, and only then does a
+ * submission wake it. Likewise `done` is signalled only when someone waits.
+ * Called with the lock held; returns with it held.
+ */
+#define POLL_US 50
+#define IDLE_MS 20
+
+static void idle_wait(struct capd_pipe *p, int *polls)
+{
+    if (*polls < IDLE_MS * 1000 / POLL_US) {
+        (*polls)++;
+        pthread_mutex_unlock(&p->mu);
+        struct timespec ts = {0, POLL_US * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&p->mu);
+        return;
+    }
+    p->sleepers++;
+    pthread_cond_wait(&p->work, &p->mu);
+    p->sleepers--;
+}
+
+static void wake(struct capd_pipe *p)
+{
+    if (p->sleepers)
+        pthread_cond_broadcast(&p->work);
+}
+
+static void finished(struct capd_pipe *p)
+{
+    if (p->waiters)
+        pthread_cond_broadcast(&p->done);
+}
+
 static void *analysis_thread(void *arg)
 {
     struct capd_pipe *p = arg;
+    int polls = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->aq.len == 0 && !p->stop)
-            pthread_cond_wait(&p->awork, &p->mu);
+            idle_wait(p, &polls);
         if (p->aq.len == 0)
             break;
+        polls = 0;
         struct job j = fifo_pop(&p->aq);
         struct analysis *a = entry(p, j.aid);
         pthread_mutex_unlock(&p->mu);
@@ -591,8 +634,8 @@ static void *analysis_thread(void *arg)
         a->done = 1;
         while (p->analyzed < p->next_aid && entry(p, p->analyzed)->done)
             p->analyzed++;
-        pthread_cond_signal(&p->ework);
-        pthread_cond_broadcast(&p->done);
+        wake(p); /* the writer, if it sleeps */
+        finished(p);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -601,6 +644,7 @@ static void *analysis_thread(void *arg)
 static void *writer_thread(void *arg)
 {
     struct capd_pipe *p = arg;
+    int polls = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         /* Idle: write what is buffered, then wait for a record whose
@@ -614,12 +658,13 @@ static void *writer_thread(void *arg)
             }
             if (p->eq.len == 0 && !p->flushed) {
                 p->flushed = 1;
-                pthread_cond_broadcast(&p->done);
+                finished(p);
             }
-            pthread_cond_wait(&p->ework, &p->mu);
+            idle_wait(p, &polls);
         }
         if (p->stop)
             break;
+        polls = 0;
         struct job j = fifo_pop(&p->eq);
         const struct analysis *a = entry(p, j.aid);
         p->writing = 1;
@@ -638,8 +683,7 @@ static void pipe_stop(struct capd_pipe *p, int analysers)
 {
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
-    pthread_cond_broadcast(&p->awork);
-    pthread_cond_broadcast(&p->ework);
+    pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < analysers; i++)
         pthread_join(p->threads[i], NULL);
@@ -659,8 +703,7 @@ void *capd_pipe_new(int fd, int threads)
         free(p);
         return NULL;
     }
-    pthread_cond_init(&p->awork, NULL);
-    pthread_cond_init(&p->ework, NULL);
+    pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
     int started = 0;
     if (pthread_create(&p->writer, NULL, writer_thread, p) == 0) {
@@ -672,8 +715,7 @@ void *capd_pipe_new(int fd, int threads)
         pipe_stop(p, started);
         pthread_join(p->writer, NULL);
     }
-    pthread_cond_destroy(&p->awork);
-    pthread_cond_destroy(&p->ework);
+    pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
     free(p->blocks);
@@ -704,7 +746,7 @@ int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, in
         j.aid = aid;
         if (!(rc = fifo_push(&p->aq, &j))) {
             p->next_aid++;
-            pthread_cond_signal(&p->awork);
+            wake(p);
         }
     }
     pthread_mutex_unlock(&p->mu);
@@ -724,7 +766,7 @@ int capd_pipe_emit(void *pipe, int64_t aid, const char *prefix, int64_t len, int
     int rc = aid >= 0 && aid < p->next_aid ? fifo_push(&p->eq, &j) : -EINVAL;
     if (!rc) {
         p->flushed = 0;
-        pthread_cond_signal(&p->ework);
+        wake(p);
     }
     pthread_mutex_unlock(&p->mu);
     if (rc)
@@ -745,8 +787,10 @@ int capd_pipe_wait_analyzed(void *pipe, int64_t count)
 {
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
+    p->waiters++;
     while (p->analyzed < count && p->analyzed < p->next_aid)
         pthread_cond_wait(&p->done, &p->mu);
+    p->waiters--;
     int err = p->err;
     pthread_mutex_unlock(&p->mu);
     return -err;
@@ -756,8 +800,11 @@ int capd_pipe_drain(void *pipe)
 {
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
+    p->waiters++;
+    wake(p); /* a sleeping thread must finish the work first */
     while (p->analyzed < p->next_aid || p->eq.len || p->writing || !p->flushed)
         pthread_cond_wait(&p->done, &p->mu);
+    p->waiters--;
     int err = p->err;
     pthread_mutex_unlock(&p->mu);
     return -err;
@@ -809,8 +856,7 @@ void capd_pipe_free(void *pipe)
     capd_pipe_reset(p);
     pipe_stop(p, p->nthreads);
     pthread_join(p->writer, NULL);
-    pthread_cond_destroy(&p->awork);
-    pthread_cond_destroy(&p->ework);
+    pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
     free(p->blocks);
