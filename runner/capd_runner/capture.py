@@ -194,8 +194,8 @@ class Recorder(object):
         if ent is not None and ent[0] is ref:
             self._cache.pop(key, None)
 
-    def _analysis(self, t):
-        """(analysis, bytes newly snapshotted).
+    def _cached(self, t):
+        """(signature of ``t``'s current version, its cached analysis or None).
 
         The hot path of every hook: each torch call here releases and
         re-takes the GIL, a hand-off to the analysis workers when they
@@ -203,18 +203,36 @@ class Recorder(object):
         tensor requires grad, snapshot buffers pooled by shape so the copy is
         one call)."""
         try:
-            sig = (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
-                   t.device)
+            sig = self._sig(t)
         except Exception:
-            sig = None
+            return None, None
+        ent = self._cache.get(id(t))
+        if ent is not None and ent[1] == sig and ent[0]() is t:
+            return sig, ent[2]
+        return sig, None
+
+    def _cache_put(self, t, sig, value):
+        if sig is None:
+            return
         key = id(t)
-        ent = self._cache.get(key)
-        if ent is not None and sig is not None and ent[1] == sig and ent[0]() is t:
-            return ent[2], 0
+        try:
+            ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
+            self._cache[key] = (ref, sig, value)
+        except TypeError:
+            pass
+
+    @staticmethod
+    def _plain(t):
         if t.requires_grad or t.dtype not in T.PLAIN_DTYPES or t.layout != torch.strided:
-            p = T.prepare(t)
-        else:
-            p = t
+            return T.prepare(t)
+        return t
+
+    def _analysis(self, t):
+        """(analysis, bytes newly snapshotted): the Python pipeline's."""
+        sig, an = self._cached(t)
+        if an is not None:
+            return an, 0
+        p = self._plain(t)
         an = _Analysis()
         an.keep = self.level == "full"
         an.want_sample = self.level in ("sample", "full")
@@ -229,12 +247,7 @@ class Recorder(object):
             an.buf = entry
         else:
             an.snapshot = torch.empty(0, dtype=p.dtype)
-        if sig is not None:
-            try:
-                ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
-                self._cache[key] = (ref, sig, an)
-            except TypeError:
-                pass
+        self._cache_put(t, sig, an)
         return an, n * p.element_size()
 
     def alias(self, src, dst):
@@ -244,9 +257,7 @@ class Recorder(object):
             if ent is None or ent[0]() is not src:
                 return
             try:
-                key = id(dst)
-                ref = weakref.ref(dst, lambda r, k=key: self._drop(k, r))
-                self._cache[key] = (ref, self._sig(dst), ent[2])
+                self._cache_put(dst, self._sig(dst), ent[2])
             except Exception:
                 pass
 
@@ -255,19 +266,10 @@ class Recorder(object):
         tensor version), or the cached _Analysis of a tensor that took the
         Python path, or None when ``t`` must take it (a dtype or device the
         library does not read)."""
-        try:
-            sig = (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
-                   t.device)
-        except Exception:
-            sig = None
-        key = id(t)
-        ent = self._cache.get(key)
-        if ent is not None and sig is not None and ent[1] == sig and ent[0]() is t:
-            return ent[2]
-        if t.requires_grad or t.dtype not in T.PLAIN_DTYPES or t.layout != torch.strided:
-            p = T.prepare(t)
-        else:
-            p = t
+        sig, cached = self._cached(t)
+        if cached is not None:
+            return cached
+        p = self._plain(t)
         code = self.native.code(p.dtype)
         if code is None or p.device.type != "cpu":
             return None
@@ -280,12 +282,7 @@ class Recorder(object):
             nbytes = n * p.element_size()
         sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
         aid = self.pipeline.native_analyze(entry, ptr, n, code, self.emit, sample_k, nbytes)
-        if sig is not None:
-            try:
-                ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
-                self._cache[key] = (ref, sig, aid)
-            except TypeError:
-                pass
+        self._cache_put(t, sig, aid)
         return aid
 
     def clear_cache(self):

@@ -19,6 +19,9 @@
  * then the lanes in order) so a result depends only on the bytes, never on
  * the CPU: the same tensor gives the same bits at every dispatch width.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nanosleep under -std=c11 when built by hand */
+#endif
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -93,45 +96,33 @@ static inline double bf16_to_double(uint16_t b)
     return (double)f;
 }
 
+/* Element i of type T at p, unaligned (a snapshot is aligned, a caller's
+ * buffer need not be). */
+#define ELEM(T, p, i)                                                                              \
+    ({                                                                                             \
+        T v_;                                                                                      \
+        memcpy(&v_, (p) + sizeof(T) * (size_t)(i), sizeof v_);                                     \
+        v_;                                                                                        \
+    })
+
 /* The value of element i as a double, whatever the dtype. */
 static inline double load(const unsigned char *p, int64_t i, int dt)
 {
     switch (dt) {
-    case CAPD_DT_F32: {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    case CAPD_DT_F64: {
-        double d;
-        memcpy(&d, p + 8 * i, 8);
-        return d;
-    }
-    case CAPD_DT_F16: {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return f16_to_double(h);
-    }
-    case CAPD_DT_BF16: {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return bf16_to_double(h);
-    }
-    case CAPD_DT_I64: {
-        int64_t v;
-        memcpy(&v, p + 8 * i, 8);
-        return (double)v;
-    }
-    case CAPD_DT_I32: {
-        int32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
-    }
-    case CAPD_DT_I16: {
-        int16_t v;
-        memcpy(&v, p + 2 * i, 2);
-        return v;
-    }
+    case CAPD_DT_F32:
+        return ELEM(float, p, i);
+    case CAPD_DT_F64:
+        return ELEM(double, p, i);
+    case CAPD_DT_F16:
+        return f16_to_double(ELEM(uint16_t, p, i));
+    case CAPD_DT_BF16:
+        return bf16_to_double(ELEM(uint16_t, p, i));
+    case CAPD_DT_I64:
+        return (double)ELEM(int64_t, p, i);
+    case CAPD_DT_I32:
+        return ELEM(int32_t, p, i);
+    case CAPD_DT_I16:
+        return ELEM(int16_t, p, i);
     case CAPD_DT_I8:
         return (int8_t)p[i];
     case CAPD_DT_U8:
@@ -156,9 +147,18 @@ static void acc_init(struct acc *a)
     }
 }
 
-/* Lane j takes elements i with i % LANES == j; a NaN leaves min/max alone
- * (the comparisons are false) and shows in the sums, which send the tensor
- * to the exact path. */
+/* One value into lane j. A NaN leaves min/max alone (the comparisons are
+ * false) and shows in the sums, which send the tensor to the exact path. */
+#define ACC_ONE(a, j, v)                                                                           \
+    do {                                                                                           \
+        (a)->s[j] += (v);                                                                          \
+        (a)->q[j] += (v) * (v);                                                                    \
+        (a)->lo[j] = (v) < (a)->lo[j] ? (v) : (a)->lo[j];                                          \
+        (a)->hi[j] = (v) > (a)->hi[j] ? (v) : (a)->hi[j];                                          \
+        (a)->nz[j] += (v) != 0.0;                                                                  \
+    } while (0)
+
+/* Lane j takes elements i with i % LANES == j. */
 #define ACC_LOOP(T, CONV)                                                                          \
     do {                                                                                           \
         const T *x = (const T *)(const void *)p;                                                   \
@@ -166,21 +166,12 @@ static void acc_init(struct acc *a)
         for (int64_t i = 0; i < full; i += LANES) {                                                \
             for (int j = 0; j < LANES; j++) {                                                      \
                 double v = CONV(x[i + j]);                                                         \
-                a->s[j] += v;                                                                      \
-                a->q[j] += v * v;                                                                  \
-                a->lo[j] = v < a->lo[j] ? v : a->lo[j];                                            \
-                a->hi[j] = v > a->hi[j] ? v : a->hi[j];                                            \
-                a->nz[j] += v != 0.0;                                                              \
+                ACC_ONE(a, j, v);                                                                  \
             }                                                                                      \
         }                                                                                          \
         for (int64_t i = full; i < n; i++) {                                                       \
             double v = CONV(x[i]);                                                                 \
-            int j = (int)(i - full);                                                               \
-            a->s[j] += v;                                                                          \
-            a->q[j] += v * v;                                                                      \
-            a->lo[j] = v < a->lo[j] ? v : a->lo[j];                                                \
-            a->hi[j] = v > a->hi[j] ? v : a->hi[j];                                                \
-            a->nz[j] += v != 0.0;                                                                  \
+            ACC_ONE(a, i - full, v);                                                               \
         }                                                                                          \
     } while (0)
 
@@ -208,12 +199,7 @@ accumulate(const unsigned char *p, int64_t n, int dt, struct acc *a)
     }
     for (int64_t i = 0; i < n; i++) {
         double v = load(p, i, dt);
-        int j = (int)(i % LANES);
-        a->s[j] += v;
-        a->q[j] += v * v;
-        a->lo[j] = v < a->lo[j] ? v : a->lo[j];
-        a->hi[j] = v > a->hi[j] ? v : a->hi[j];
-        a->nz[j] += v != 0.0;
+        ACC_ONE(a, i % LANES, v);
     }
 }
 
