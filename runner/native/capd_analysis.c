@@ -369,10 +369,12 @@ struct capd_pipe {
     pthread_t writer, threads[MAX_THREADS];
     int nthreads;
     pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    int sleepers, waiters;    /* threads in work / callers in done */
-    struct fifo aq, eq;       /* analyses to run; records to write */
-    struct analysis **blocks; /* AN_BLOCKS pointers, blocks made on demand */
+    pthread_cond_t awork, ework, done;
+    int asleep, wasleep, waiters; /* analysers in awork, the writer in ework, callers in done */
+    size_t unwoken_bytes;         /* queued for analysis since the analysers were last woken */
+    int unwoken_jobs, unwritten;  /* the same in jobs; analyses done since the writer was */
+    struct fifo aq, eq;           /* analyses to run; records to write */
+    struct analysis **blocks;     /* AN_BLOCKS pointers, blocks made on demand */
     int64_t next_aid, analyzed;
     int writing, flushed, stop, err;
     unsigned char *ob; /* the writer's own */
@@ -563,36 +565,37 @@ static void run_emit(struct capd_pipe *p, const struct job *j, const struct anal
 }
 
 /*
- * The pipe's threads wait for work without being woken per job: a wake-up
- * is a futex call for the hook that submits and, in a VM, an interrupt to
- * another CPU, which cost the model's thread more (measured: about 20 us a
- * job) than the analysis itself. An idle thread polls every POLL_US for up
- * to IDLE_MS, then sleeps on the condition variable, and only then does a
- * submission wake it. Likewise `done` is signalled only when someone waits.
- * Called with the lock held; returns with it held.
+ * Waking a thread is a futex call for the one that wakes it and, in a VM, an
+ * interrupt to another CPU: done for every job it cost the model's thread
+ * about 20 us a job, more than the analysis itself; polling instead costs
+ * the model its CPU whenever the machine has no core to spare (each wake-up
+ * of a poller preempts it). So the threads sleep on condition variables and
+ * are woken in batches: the analysers once WAKE_BYTES or WAKE_JOBS have been
+ * queued since their last wake-up, the writer every WRITER_BATCH finished
+ * analyses; a drain (or a wait) wakes everyone. A batch bounds both the
+ * work left for the drain at the end of a capture and the frames a crash can
+ * lose. `done` is signalled only when someone waits.
  */
-#define POLL_US 50
-#define IDLE_MS 20
+#define WAKE_BYTES   (256u << 10)
+#define WAKE_JOBS    16
+#define WRITER_BATCH 32
+#define EMIT_BACKLOG 512
 
-static void idle_wait(struct capd_pipe *p, int *polls)
+static void sleep_on(struct capd_pipe *p, pthread_cond_t *cond, int *count)
 {
-    if (*polls < IDLE_MS * 1000 / POLL_US) {
-        (*polls)++;
-        pthread_mutex_unlock(&p->mu);
-        struct timespec ts = {0, POLL_US * 1000};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&p->mu);
-        return;
-    }
-    p->sleepers++;
-    pthread_cond_wait(&p->work, &p->mu);
-    p->sleepers--;
+    (*count)++;
+    pthread_cond_wait(cond, &p->mu);
+    (*count)--;
 }
 
-static void wake(struct capd_pipe *p)
+static void wake_all(struct capd_pipe *p)
 {
-    if (p->sleepers)
-        pthread_cond_broadcast(&p->work);
+    p->unwoken_bytes = 0;
+    p->unwoken_jobs = p->unwritten = 0;
+    if (p->asleep)
+        pthread_cond_broadcast(&p->awork);
+    if (p->wasleep)
+        pthread_cond_signal(&p->ework);
 }
 
 static void finished(struct capd_pipe *p)
@@ -604,14 +607,12 @@ static void finished(struct capd_pipe *p)
 static void *analysis_thread(void *arg)
 {
     struct capd_pipe *p = arg;
-    int polls = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->aq.len == 0 && !p->stop)
-            idle_wait(p, &polls);
+            sleep_on(p, &p->awork, &p->asleep);
         if (p->aq.len == 0)
             break;
-        polls = 0;
         struct job j = fifo_pop(&p->aq);
         struct analysis *a = entry(p, j.aid);
         pthread_mutex_unlock(&p->mu);
@@ -620,7 +621,10 @@ static void *analysis_thread(void *arg)
         a->done = 1;
         while (p->analyzed < p->next_aid && entry(p, p->analyzed)->done)
             p->analyzed++;
-        wake(p); /* the writer, if it sleeps */
+        if ((++p->unwritten >= WRITER_BATCH || p->waiters) && p->wasleep) {
+            p->unwritten = 0;
+            pthread_cond_signal(&p->ework);
+        }
         finished(p);
     }
     pthread_mutex_unlock(&p->mu);
@@ -630,7 +634,6 @@ static void *analysis_thread(void *arg)
 static void *writer_thread(void *arg)
 {
     struct capd_pipe *p = arg;
-    int polls = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         /* Idle: write what is buffered, then wait for a record whose
@@ -646,11 +649,10 @@ static void *writer_thread(void *arg)
                 p->flushed = 1;
                 finished(p);
             }
-            idle_wait(p, &polls);
+            sleep_on(p, &p->ework, &p->wasleep);
         }
         if (p->stop)
             break;
-        polls = 0;
         struct job j = fifo_pop(&p->eq);
         const struct analysis *a = entry(p, j.aid);
         p->writing = 1;
@@ -669,7 +671,8 @@ static void pipe_stop(struct capd_pipe *p, int analysers)
 {
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
-    pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->awork);
+    pthread_cond_broadcast(&p->ework);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < analysers; i++)
         pthread_join(p->threads[i], NULL);
@@ -689,7 +692,8 @@ void *capd_pipe_new(int fd, int threads)
         free(p);
         return NULL;
     }
-    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->awork, NULL);
+    pthread_cond_init(&p->ework, NULL);
     pthread_cond_init(&p->done, NULL);
     int started = 0;
     if (pthread_create(&p->writer, NULL, writer_thread, p) == 0) {
@@ -701,7 +705,8 @@ void *capd_pipe_new(int fd, int threads)
         pipe_stop(p, started);
         pthread_join(p->writer, NULL);
     }
-    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->awork);
+    pthread_cond_destroy(&p->ework);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
     free(p->blocks);
@@ -732,7 +737,13 @@ int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, in
         j.aid = aid;
         if (!(rc = fifo_push(&p->aq, &j))) {
             p->next_aid++;
-            wake(p);
+            p->unwoken_bytes += (size_t)n * (size_t)elsize_of[dtype];
+            if (++p->unwoken_jobs >= WAKE_JOBS || p->unwoken_bytes >= WAKE_BYTES) {
+                p->unwoken_bytes = 0;
+                p->unwoken_jobs = 0;
+                if (p->asleep)
+                    pthread_cond_broadcast(&p->awork);
+            }
         }
     }
     pthread_mutex_unlock(&p->mu);
@@ -752,7 +763,8 @@ int capd_pipe_emit(void *pipe, int64_t aid, const char *prefix, int64_t len, int
     int rc = aid >= 0 && aid < p->next_aid ? fifo_push(&p->eq, &j) : -EINVAL;
     if (!rc) {
         p->flushed = 0;
-        wake(p);
+        if (p->eq.len >= EMIT_BACKLOG && p->wasleep)
+            pthread_cond_signal(&p->ework);
     }
     pthread_mutex_unlock(&p->mu);
     if (rc)
@@ -774,6 +786,7 @@ int capd_pipe_wait_analyzed(void *pipe, int64_t count)
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
     p->waiters++;
+    wake_all(p); /* what it waits for may be queued below a batch */
     while (p->analyzed < count && p->analyzed < p->next_aid)
         pthread_cond_wait(&p->done, &p->mu);
     p->waiters--;
@@ -787,7 +800,7 @@ int capd_pipe_drain(void *pipe)
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
     p->waiters++;
-    wake(p); /* a sleeping thread must finish the work first */
+    wake_all(p); /* the sleeping threads must finish the work first */
     while (p->analyzed < p->next_aid || p->eq.len || p->writing || !p->flushed)
         pthread_cond_wait(&p->done, &p->mu);
     p->waiters--;
@@ -842,7 +855,8 @@ void capd_pipe_free(void *pipe)
     capd_pipe_reset(p);
     pipe_stop(p, p->nthreads);
     pthread_join(p->writer, NULL);
-    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->awork);
+    pthread_cond_destroy(&p->ework);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
     free(p->blocks);
