@@ -158,7 +158,7 @@ def main():
         if cpu.get("loop") and cpu.get("capd"):
             med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
             rc = e2e.get("cpu_capd_over_loop")
-            w("| CPU time, capd | CPU seconds of capd and everything under it (capd-exec, cells) "
+            w("| CPU time, capd | CPU seconds of capd and everything under it (its cells) "
               "for the fresh job, comparison included: what capd adds, little affected by "
               "other load | %s s | the loop's cells: %s s | %s capd/loop | ≤ 1.05 (%s) |" % (
                   f(med(cpu["capd"]), "%.1f"), f(med(cpu["loop"]), "%.1f"), f(rc, "%.3f"),

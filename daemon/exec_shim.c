@@ -1,6 +1,8 @@
 /*
  * daemon/exec_shim.c - capd-exec, the small program capd spawns for every
- * cell. It applies what posix_spawn cannot, then runs the runner:
+ * cell of a prefork build and for each zygote (a fresh-exec cell gets the
+ * same treatment from daemon/spawn.c, without a second process). It
+ * applies what posix_spawn cannot, then runs the runner:
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
  *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]

@@ -1,8 +1,9 @@
 /*
  * daemon/runas.h - the unprivileged user cells run as when capd itself runs
  * as root (config run_as_user, default "nobody"; ignored when capd is not
- * root). capd-exec switches to it (setgroups/setgid/setuid, then
- * PR_SET_NO_NEW_PRIVS) right before exec; these helpers resolve the user and
+ * root). The cell's clone child (daemon/spawn.c), or capd-exec for a prefork
+ * cell, switches to it (setgroups/setgid/setuid, then PR_SET_NO_NEW_PRIVS)
+ * right before exec; these helpers resolve the user and
  * make each cell's scratch directory, and only that, reachable and
  * writable by it. See docs/security.md.
  */

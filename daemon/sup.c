@@ -1,23 +1,25 @@
 /*
  * daemon/sup.c - one cell attempt, from spawn to stored outcome.
  *
- * The child is capd-exec (rlimits, parent-death signal, stray fds closed)
- * wrapping the build's interpreter running the runner. It gets:
+ * The child is the build's interpreter running the runner, started by
+ * spawn_cell (daemon/spawn.h: rlimits, parent-death signal, stray fds
+ * closed, run_as_user, between the clone and the exec) or, for a prefork
+ * build, capd-exec --zygote standing in for the zygote's child. It gets:
  *   fd 0  /dev/null
  *   fd 1,2  one pipe, read here into the capped cell log
  *   fd 3  the frame pipe, parsed here and written to storage as it streams
- *   fd 4  (shim only) its child's rusage, read after exit
- * It is started with posix_spawn (POSIX_SPAWN_SETSID: a new session, so its
- * pid is its process group and a signal to -pid reaches every descendant
- * that did not leave), not uv_spawn: libuv forks, and fork of this
- * multi-threaded daemon copies its page tables and then pays a
- * copy-on-write fault plus a TLB shoot-down on every CPU for each page the
- * loop touches until the child has exec'd; glibc's posix_spawn shares the
- * address space (CLONE_VM | CLONE_VFORK) and only blocks the loop until
+ *   fd 4  (capd-exec only) the zygote child's rusage, read after exit
+ * Either way it is a new session (its pid is its process group, and a
+ * signal to -pid reaches every descendant that did not leave), and it is
+ * not started with uv_spawn: libuv forks, and fork of this multi-threaded
+ * daemon copies its page tables and then pays a copy-on-write fault plus a
+ * TLB shoot-down on every CPU for each page the loop touches until the
+ * child has exec'd; spawn_cell and glibc's posix_spawn (capd-exec) share
+ * the address space (CLONE_VM | CLONE_VFORK) and only block the loop until
  * the exec. Its exit is watched through a pidfd (uv_poll), or a SIGCHLD
- * uv_signal where the kernel has no pidfd_open, and reaped with a waitpid
- * on its own pid only, so libuv's children (zygotes, GPU probe) stay
- * libuv's.
+ * uv_signal where the kernel has no pidfd_open, and reaped with wait4 on
+ * its own pid only (which also gives its peak RSS), so libuv's children
+ * (zygotes, GPU probe) stay libuv's.
  *
  * The attempt ends when the process has exited and both pipes reached EOF
  * (or a short drain timer ran out because some grandchild still holds them
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -41,6 +44,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/runas.h"
+#include "daemon/spawn.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 #include "daemon/zygote.h"
@@ -446,23 +450,28 @@ static void on_drain_timeout(uv_timer_t *t)
     finish(s);
 }
 
-static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal)
+/* MAXRSS_KB is the reaped child's own peak RSS; capd-exec (prefork) reports
+ * the zygote child's, which is no child of capd, on its rusage pipe. */
+static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long maxrss_kb)
 {
     s->exited = true;
     s->exit_status = exit_status;
     s->term_signal = term_signal;
     /* Whatever the runner left behind in its group goes with it. */
     kill_group(s, SIGKILL);
-    char line[128];
-    ssize_t n = read(s->rusage_fd, line, sizeof line - 1);
-    if (n > 0) {
-        line[n] = 0;
-        long long kb = 0;
-        if (sscanf(line, "%lld", &kb) == 1)
-            s->peak_rss = kb * 1024;
+    s->peak_rss = (int64_t)maxrss_kb * 1024;
+    if (s->rusage_fd >= 0) {
+        char line[128];
+        ssize_t n = read(s->rusage_fd, line, sizeof line - 1);
+        if (n > 0) {
+            line[n] = 0;
+            long long kb = 0;
+            if (sscanf(line, "%lld", &kb) == 1)
+                s->peak_rss = kb * 1024;
+        }
+        close(s->rusage_fd);
+        s->rusage_fd = -1;
     }
-    close(s->rusage_fd);
-    s->rusage_fd = -1;
     s->pid = 0;
     close_handle(s, (uv_handle_t *)&s->exitw);
     uv_timer_stop(&s->timer);
@@ -484,16 +493,18 @@ static void reap(struct sup *s)
     /* The group first, while the unreaped leader keeps its id from being
      * reused: whatever the runner left behind goes with it. */
     kill_group(s, SIGKILL);
-    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(s->pid, &status, 0, &ru) < 0 && errno == EINTR)
         ;
     if (s->pidfd >= 0)
         uv_poll_stop(&s->exitw.poll);
     else
         uv_signal_stop(&s->exitw.sig);
     if (WIFSIGNALED(status))
-        on_exit_cb(s, 0, WTERMSIG(status));
+        on_exit_cb(s, 0, WTERMSIG(status), ru.ru_maxrss);
     else
-        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0);
+        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0, ru.ru_maxrss);
 }
 
 static void on_pidfd(uv_poll_t *h, int status, int events)
@@ -908,8 +919,7 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     char part[1100];
     snprintf(part, sizeof part, "%s.part", s->log_path);
     s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (s->log_fd < 0 || pipe2(fpipe, O_CLOEXEC) != 0 || pipe2(lpipe, O_CLOEXEC) != 0 ||
-        pipe2(rpipe, O_CLOEXEC) != 0) {
+    if (s->log_fd < 0 || pipe2(fpipe, O_CLOEXEC) != 0 || pipe2(lpipe, O_CLOEXEC) != 0) {
         rc = -errno;
         snprintf(reason, sizeof reason, "cannot set up the cell's pipes/log: %s", strerror(errno));
         goto fail;
@@ -917,13 +927,22 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     /* A bigger pipe lets a runner stream payloads without a context switch
      * per 64 KiB; failure only costs speed. */
     fcntl(fpipe[0], F_SETPIPE_SZ, 1 << 20);
-    fcntl(rpipe[0], F_SETFL, O_NONBLOCK);
     if (!(env = build_env(s, spec_path)))
         goto fail;
     /* Prefork builds: capd-exec hands the cell to the build's zygote
-     * (daemon/zygote.h); everything below is the same either way. */
+     * (daemon/zygote.h) and reports the zygote child's rusage on a pipe;
+     * everything below is the same either way. */
     char zsock[128];
     bool prefork = zyg_for_cell(s->run.build, s->run.spec, env, zsock, sizeof zsock) == 0;
+    if (prefork) {
+        if (pipe2(rpipe, O_CLOEXEC) != 0) {
+            rc = -errno;
+            snprintf(reason, sizeof reason, "cannot set up the cell's pipes/log: %s",
+                     strerror(errno));
+            goto fail;
+        }
+        fcntl(rpipe[0], F_SETFL, O_NONBLOCK);
+    }
 
     snprintf(as, sizeof as, "%llu", (unsigned long long)cfg->rlimit_as_bytes);
     snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)cfg->rlimit_cpu_s);
@@ -993,10 +1012,33 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
         s->handles_open++;
     }
     pid_t pid = 0;
-    int src = spawn_child(s, args, env, lpipe[1], fpipe[1], rpipe[1], &pid);
+    int src;
+    if (prefork) {
+        src = spawn_child(s, args, env, lpipe[1], fpipe[1], rpipe[1], &pid);
+    } else {
+        struct spawn_cell sc = {
+            .path = python,
+            .argv = &args[a - 3],
+            .envp = env,
+            .cwd = s->scratch,
+            .out_fd = lpipe[1],
+            .frame_fd = fpipe[1],
+            .as = cfg->rlimit_as_bytes && !json_object_get(s->run.spec, "device_env")
+                      ? cfg->rlimit_as_bytes
+                      : 0,
+            .cpu = cfg->rlimit_cpu_s,
+            .nofile = cfg->rlimit_nofile,
+            .nproc = cfg->rlimit_nproc,
+            .unshare_net = cfg->unshare_net,
+            .uid = cfg->run_uid,
+            .gid = cfg->run_gid,
+        };
+        src = spawn_cell(&sc, &pid);
+    }
     close(fpipe[1]);
     close(lpipe[1]);
-    close(rpipe[1]);
+    if (rpipe[1] >= 0)
+        close(rpipe[1]);
     fpipe[1] = lpipe[1] = rpipe[1] = -1;
     if (src == 0 && by_pidfd) {
         s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -1028,7 +1070,8 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
         close_handle(s, (uv_handle_t *)&s->timer);
         close_handle(s, (uv_handle_t *)&s->frames);
         close_handle(s, (uv_handle_t *)&s->logp);
-        close(rpipe[0]);
+        if (rpipe[0] >= 0)
+            close(rpipe[0]);
         close(s->log_fd);
         s->log_fd = -1;
         rc = src;

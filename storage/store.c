@@ -200,6 +200,8 @@ static int migrate(struct store *s, char **err)
     return 0;
 }
 
+static int conn_hook(void *arg, sqlite3 *db, const char *name, int pages);
+
 /* Process-wide SQLite settings, before its first use. No memory
  * statistics: nothing reads them, and keeping them takes a global mutex
  * on every allocation (two per inserted record on the ingest path). */
@@ -239,17 +241,18 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
      * which SQLite spills to the WAL early, which is still correct). A
      * bigger cache was slower, not faster: during a long ingest every page
      * it has not filled yet is fresh heap (malloc, page fault, zeroing),
-     * while a full small cache recycles warm pages (1.5x records/s);
-     * checkpoints every ~32 MiB of WAL keep the loop from paying for one
-     * every few batches. */
+     * while a full small cache recycles warm pages (1.5x records/s).
+     * Checkpoints are not run inline by whichever connection commits
+     * (conn_hook, store_checkpoint_in_background). */
     rc = store_exec(s, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                        "PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;"
-                       "PRAGMA cache_size=-8192; PRAGMA wal_autocheckpoint=4096;");
+                       "PRAGMA cache_size=-8192;");
     if (rc) {
         if (err && asprintf(err, "cannot configure %s: %s", path, sqlite3_errmsg(s->db)) < 0)
             *err = NULL;
         goto out;
     }
+    sqlite3_wal_hook(s->db, conn_hook, NULL);
     store_events_attach(s);
     if (do_migrate) {
         char blobs[600];
@@ -286,11 +289,16 @@ out:
 
 /* ---- checkpoints off the writer's thread ---- */
 
-/* WAL pages after a commit that start a checkpoint (8 KiB pages: 32 MiB),
- * SQLite's inline autocheckpoint setting before this moved. */
-#define STORE_CHECKPOINT_PAGES 4096
-/* WAL pages past which the writer finishes a checkpoint itself (64 MiB). */
-#define STORE_CHECKPOINT_INLINE_PAGES (2 * STORE_CHECKPOINT_PAGES)
+/* WAL pages after a commit that start a background checkpoint (8 KiB
+ * pages: 8 MiB). Early, so that the WAL is copied while the loop does
+ * other work and restarts between two bursts of ingest: a burst that
+ * starts on a WAL already near a threshold is the one that pays for it. */
+#define STORE_CHECKPOINT_PAGES 1024
+/* WAL pages past which the writer finishes a checkpoint itself (256 MiB):
+ * the bound on the WAL during one unbroken stream of commits. Only a
+ * stream longer than that pays for a checkpoint on the loop thread
+ * (copying, and two fsyncs that stall every cell's ingest meanwhile). */
+#define STORE_CHECKPOINT_INLINE_PAGES 32768
 
 struct store_ckpt {
     pthread_t thread;
@@ -299,6 +307,42 @@ struct store_ckpt {
     bool want, stop;
     sqlite3 *db; /* the checkpointer's own connection, used by its thread only */
 };
+
+/* The process's background checkpointer, when the daemon runs one: every
+ * other connection of the process (HTTP threads, the event hub) hands its
+ * checkpoints to it rather than running them inside a request. */
+static pthread_mutex_t g_ckpt_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct store_ckpt *g_ckpt;
+
+static void ckpt_wake(struct store_ckpt *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->want = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * sqlite3_wal_hook of every connection but the writer's (which has
+ * ckpt_hook): wakes the background checkpointer. A POST that happens to
+ * follow a large ingest used to copy the whole WAL, fsyncs included,
+ * before it could answer. Without a checkpointer (capd db, capd token),
+ * the connection checkpoints itself as SQLite's autocheckpoint would.
+ */
+static int conn_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)arg;
+    if (pages < STORE_CHECKPOINT_PAGES)
+        return SQLITE_OK;
+    pthread_mutex_lock(&g_ckpt_mu);
+    struct store_ckpt *c = g_ckpt;
+    if (c)
+        ckpt_wake(c);
+    pthread_mutex_unlock(&g_ckpt_mu);
+    if (!c)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
 
 static void *ckpt_main(void *arg)
 {
@@ -336,12 +380,8 @@ static int ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
         sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         return SQLITE_OK;
     }
-    if (pages >= STORE_CHECKPOINT_PAGES) {
-        pthread_mutex_lock(&c->mu);
-        c->want = true;
-        pthread_cond_signal(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-    }
+    if (pages >= STORE_CHECKPOINT_PAGES)
+        ckpt_wake(c);
     return SQLITE_OK;
 }
 
@@ -371,6 +411,9 @@ int store_checkpoint_in_background(struct store *s)
     /* Replaces the inline autocheckpoint (itself a WAL hook). */
     sqlite3_wal_hook(s->db, ckpt_hook, c);
     s->ckpt = c;
+    pthread_mutex_lock(&g_ckpt_mu);
+    g_ckpt = c;
+    pthread_mutex_unlock(&g_ckpt_mu);
     return 0;
 }
 
@@ -379,6 +422,10 @@ static void ckpt_stop(struct store *s)
     struct store_ckpt *c = s->ckpt;
     if (!c)
         return;
+    pthread_mutex_lock(&g_ckpt_mu);
+    if (g_ckpt == c)
+        g_ckpt = NULL;
+    pthread_mutex_unlock(&g_ckpt_mu);
     sqlite3_wal_hook(s->db, NULL, NULL);
     pthread_mutex_lock(&c->mu);
     c->stop = true;

@@ -638,7 +638,8 @@ Test(auth, secrets_never_logged_or_echoed)
 
 /* ===================================================== what a job runs as */
 
-/* The pid of the runner: the child of capd-exec, itself capd's child. */
+/* The pid of the runner: a fresh-exec cell is capd's own child; one that
+ * has exec'd the fake runner, not the GPU probe or any other child. */
 static pid_t find_runner(pid_t capd)
 {
     DIR *d = opendir("/proc");
@@ -658,22 +659,14 @@ static pid_t find_runner(pid_t capd)
                 sscanf(rp + 2, "%c %d", &st, &pp);
         }
         fclose(f);
-        if (pp <= 1)
+        if (pp != capd)
             continue;
-        snprintf(p, sizeof p, "/proc/%d/stat", pp);
+        snprintf(p, sizeof p, "/proc/%s/comm", de->d_name);
         f = fopen(p, "r");
-        if (!f)
-            continue;
-        int gp = 0;
-        if (fgets(buf, sizeof buf, f)) {
-            char *rp = strrchr(buf, ')');
-            char st;
-            if (rp)
-                sscanf(rp + 2, "%c %d", &st, &gp);
-        }
-        fclose(f);
-        if (gp == capd)
+        if (f && fgets(buf, sizeof buf, f) && strncmp(buf, "fake_runner", 11) == 0)
             found = (pid_t)atoi(de->d_name);
+        if (f)
+            fclose(f);
     }
     if (d)
         closedir(d);
@@ -718,7 +711,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
         runner = find_runner(e.c.pid);
     }
     cr_assert_gt(runner, 0, "the runner process appears");
-    /* Wait until the shim's child has exec'd the runner (final credentials). */
+    /* Wait until the child has exec'd the runner (final credentials). */
     for (int i = 0; i < 100; i++) {
         char p[64];
         snprintf(p, sizeof p, "/proc/%d/comm", (int)runner);

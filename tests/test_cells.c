@@ -349,6 +349,49 @@ Test(cells, clean_environment_and_fds)
     stop(&e);
 }
 
+/* What a fresh-exec cell starts with (daemon/spawn.c, between its clone and
+ * its exec): its own session and group as capd's direct child, the
+ * parent-death signal, the configured rlimits and no core files, only fds
+ * 0-3, and its scratch dir as working directory. */
+Test(cells, fresh_exec_child_isolation)
+{
+    struct env e;
+    start(&e, "{\"rlimit_cpu_s\": 1234, \"rlimit_nofile\": 321, \"rlimit_nproc\": 2345}");
+    char *job;
+    json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
+    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, str(cell, "id"));
+    json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
+    json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
+    json_t *echo = json_loads(str(rec, "message"), 0, NULL);
+    cr_assert_not_null(echo);
+    json_int_t pid = json_integer_value(json_object_get(echo, "pid"));
+    cr_assert_eq(json_integer_value(json_object_get(echo, "ppid")), (json_int_t)e.c.pid,
+                 "capd's own child");
+    cr_assert_eq(json_integer_value(json_object_get(echo, "sid")), pid, "its own session");
+    cr_assert_eq(json_integer_value(json_object_get(echo, "pgid")), pid, "its own group");
+    cr_assert_eq(json_integer_value(json_object_get(echo, "pdeathsig")), SIGKILL);
+    json_t *rl = json_object_get(echo, "rlimits");
+    cr_assert_eq(json_integer_value(json_object_get(rl, "as")), (json_int_t)16 << 30);
+    cr_assert_eq(json_integer_value(json_object_get(rl, "cpu")), 1234);
+    cr_assert_eq(json_integer_value(json_object_get(rl, "nofile")), 321);
+    cr_assert_eq(json_integer_value(json_object_get(rl, "nproc")), 2345);
+    cr_assert_eq(json_integer_value(json_object_get(rl, "core")), 0);
+    json_t *fds = json_object_get(echo, "fds");
+    cr_assert_eq(json_array_size(fds), 4, "fds 0-3 only: %s", json_dumps(fds, 0));
+    for (size_t i = 0; i < json_array_size(fds); i++)
+        cr_assert_leq(json_integer_value(json_array_get(fds, i)), 3);
+    const char *cwd = json_string_value(json_object_get(echo, "cwd"));
+    cr_assert(cwd && strstr(cwd, "/scratch/") && strstr(cwd, str(cell, "id")),
+              "runs in its scratch dir: %s", cwd);
+    json_decref(echo);
+    json_decref(notes);
+    json_decref(cell);
+    free(job);
+    stop(&e);
+}
+
 Test(cells, cancel_stops_running_and_queued, .timeout = 60)
 {
     struct env e;

@@ -455,9 +455,10 @@ Test(prefork, child_isolation_equals_fresh_exec, .timeout = 1200)
     cr_assert(json_is_false(json_object_get(ff, "forked")));
     cr_assert(json_is_true(json_object_get(fp, "forked")), "the prefork cell was forked");
 
-    /* Fresh: the runner is capd-exec's child, in capd-exec's session. */
-    cr_assert_eq(iget(ff, "sid"), iget(ff, "ppid"));
-    cr_assert_eq(iget(ff, "pgid"), iget(ff, "ppid"));
+    /* Fresh: the runner is capd's own child, leading its own session. */
+    cr_assert_eq(iget(ff, "sid"), iget(ff, "pid"));
+    cr_assert_eq(iget(ff, "pgid"), iget(ff, "pid"));
+    cr_assert_eq(iget(ff, "ppid"), (json_int_t)c.pid);
     /* Prefork: its own session and group, the zygote's child, not in the
      * zygote's session, and not in capd's. */
     cr_assert_eq(iget(fp, "sid"), iget(fp, "pid"));
