@@ -401,6 +401,7 @@ TestSuite(api_compare, ALL_SUITES_FINI);
 TestSuite(api_input, ALL_SUITES_FINI);
 TestSuite(api_config, ALL_SUITES_FINI);
 TestSuite(api_known_bugs, ALL_SUITES_FINI);
+TestSuite(api_regressions, ALL_SUITES_FINI);
 
 /* ================================================================ meta */
 
