@@ -399,6 +399,14 @@ int store_checkpoint_in_background(struct store *s)
         return -EIO;
     }
     sqlite3_busy_timeout(c->db, 10000);
+    /* A connection learns that the database is in WAL mode when it first
+     * reads it; until then sqlite3_wal_checkpoint_v2() succeeds and does
+     * nothing at all (log and checkpointed frames -1). */
+    if (sqlite3_exec(c->db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_close(c->db);
+        free(c);
+        return -EIO;
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->thread, NULL, ckpt_main, c) != 0) {

@@ -31,6 +31,7 @@
 #include "daemon/config.h"
 #include "daemon/retention.h"
 #include "storage/store.h"
+#include "storage/store_int.h"
 #include "tests/helpers/common/testutil.h"
 
 struct env {
@@ -772,4 +773,71 @@ Test(db, newest_done_job_of_a_commit_uses_the_commit_index, .timeout = 120)
     sqlite3_close(db);
     cr_assert(strstr(plan, "jobs_commit") != NULL, "plan: %s", plan);
     cr_assert(strstr(plan, "jobs_state") == NULL, "plan: %s", plan);
+}
+
+/* The checkpoint sequence number in the WAL header (big-endian, offset 12):
+ * SQLite increments it each time the WAL restarts from its beginning. */
+static long wal_restarts(const char *data_dir)
+{
+    char path[600];
+    unsigned char h[16];
+    snprintf(path, sizeof path, "%s/capd.db-wal", data_dir);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = pread(fd, h, sizeof h, 0);
+    close(fd);
+    if (n != (ssize_t)sizeof h)
+        return -1;
+    return (long)(((unsigned long)h[12] << 24) | ((unsigned long)h[13] << 16) |
+                  ((unsigned long)h[14] << 8) | h[15]);
+}
+
+static off_t wal_size(const char *data_dir)
+{
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/capd.db-wal", data_dir);
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/*
+ * The writer never checkpoints a WAL below 256 MiB itself (storage/store.c):
+ * past 8 MiB the background checkpointer copies it, and the writer's next
+ * commit starts the WAL again from its beginning. So bursts of 12 MiB with
+ * a pause between them leave the WAL at about one burst, and it restarts
+ * after each, although no commit ever reached the inline threshold.
+ */
+Test(db, background_checkpoint_restarts_the_wal_between_bursts, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *err = NULL;
+    struct store *s = NULL;
+    cr_assert_eq(store_open(dir, true, &s, &err), 0, "%s", err ? err : "");
+    cr_assert_eq(store_checkpoint_in_background(s), 0);
+    cr_assert_eq(store_exec(s, "CREATE TABLE ckpt_test(x BLOB)"), 0);
+    long before = wal_restarts(dir);
+    off_t biggest = 0;
+    for (int burst = 0; burst < 3; burst++) {
+        for (int i = 0; i < 12; i++)
+            cr_assert_eq(store_exec(s, "INSERT INTO ckpt_test VALUES (randomblob(1048576))"), 0);
+        off_t size = wal_size(dir);
+        if (size > biggest)
+            biggest = size;
+        /* The checkpointer copies the burst; a later commit restarts. */
+        long seen = wal_restarts(dir), now = seen;
+        for (int tries = 0; tries < 1000 && now == seen; tries++) {
+            usleep(10 * 1000);
+            cr_assert_eq(store_exec(s, "DELETE FROM ckpt_test WHERE rowid < 0"), 0);
+            cr_assert_eq(store_exec(s, "INSERT INTO ckpt_test VALUES (1)"), 0);
+            now = wal_restarts(dir);
+        }
+        cr_assert_gt(now, seen, "burst %d: the WAL never restarted (still %ld)", burst, now);
+    }
+    cr_assert_geq(wal_restarts(dir) - before, 3);
+    cr_assert_lt(biggest, 20 << 20, "the WAL grew to %lld bytes over three 12 MiB bursts",
+                 (long long)biggest);
+    cr_assert_gt(biggest, 8 << 20, "a burst went through the WAL (%lld bytes)", (long long)biggest);
+    store_close(s);
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
 }
