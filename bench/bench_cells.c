@@ -12,7 +12,10 @@
  *             validate, store), against a reader that only drains the same
  *             runner's pipe. Reports records/s, MB/s and the ratio.
  *
- * usage: bench_cells [--cells N] [--records N] [--payload-mb MB] [--quick]
+ * Each figure is the median of --reps runs (default 3; --quick: 1), each
+ * on a fresh capd, sandwiched between runs of its reference (see sandwich).
+ *
+ * usage: bench_cells [--cells N] [--records N] [--payload-mb MB] [--reps N] [--quick]
  * The paths of capd and the fake runner come from CAPD_BIN and
  * CAPD_HELPER_DIR (bench/run sets them).
  */
@@ -161,14 +164,76 @@ static int restart_capd(struct tu_capd *c)
     return fresh_capd(c);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct sandwich {
+    double capd, ref, ratio, diff; /* medians over the repetitions */
+    char list[128];                /* the per-run ratios, in run order */
+};
+
+#define MAX_REPS 9
+
+/*
+ * REPS runs of MODEL through capd, each on a fresh capd and data dir (a WAL
+ * left by the run before would be checkpointed in the background during the
+ * next one: the previous run's cost, not this one's), sandwiched between
+ * runs of the bare reference (bare, capd, bare, ..., capd, bare): each capd
+ * run is compared with the mean of the two reference runs around it, which
+ * cancels a load that drifts, and the medians of the per-run figures are
+ * kept. NMODELS > 1: the cells are MODEL__0.. (x NPASSES), BARE_N spawns.
+ */
+static struct sandwich sandwich(struct tu_capd *c, int reps, const char *model, int bare_n,
+                                int nmodels, int npasses, unsigned long long *bytes)
+{
+    double capd[MAX_REPS], ref[MAX_REPS], ratio[MAX_REPS], diff[MAX_REPS];
+    struct sandwich out;
+    size_t o = 0;
+    double before = bare_loop(c->dir, model, bare_n, bytes);
+    for (int i = 0; i < reps; i++) {
+        if (restart_capd(c) != 0)
+            exit(1);
+        char commit[16];
+        snprintf(commit, sizeof commit, "%07d", 1000 + i);
+        capd[i] = through_capd(c, model, nmodels, npasses, commit);
+        double after = bare_loop(c->dir, model, bare_n, bytes);
+        ref[i] = (before + after) / 2;
+        ratio[i] = capd[i] / ref[i];
+        diff[i] = capd[i] - ref[i];
+        before = after;
+        o += (size_t)snprintf(out.list + o, sizeof out.list - o, "%s%.2f", i ? "/" : "", ratio[i]);
+    }
+    out.capd = median(capd, reps);
+    out.ref = median(ref, reps);
+    out.ratio = median(ratio, reps);
+    out.diff = median(diff, reps);
+    return out;
+}
+
 int main(int argc, char **argv)
 {
-    int cells = 200, records = 100000, payload_mb = 2048;
+    int cells = 200, records = 100000, payload_mb = 2048, reps = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             cells = 50;
             records = 100000;
             payload_mb = 512;
+            reps = 1;
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+            if (reps < 1 || reps > MAX_REPS) {
+                fprintf(stderr, "bench: --reps must be 1..%d\n", MAX_REPS);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--cells") && i + 1 < argc) {
             cells = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--records") && i + 1 < argc) {
@@ -177,7 +242,7 @@ int main(int argc, char **argv)
             payload_mb = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench_cells [--cells N] [--records N] [--payload-mb MB] "
-                            "[--quick]\n");
+                            "[--reps N] [--quick]\n");
             return 2;
         }
     }
@@ -191,41 +256,32 @@ int main(int argc, char **argv)
      * page cache alone. */
     bare_loop(c.dir, "fake:hello_end", 5, &bytes);
     through_capd(&c, "fake:hello_end", 1, 1, "0000000");
-    double bare = bare_loop(c.dir, "fake:hello_end", cells, &bytes);
-    double capd = through_capd(&c, "fake:hello_end", cells / 4, 2, "1111111");
-    printf("overhead: %d cells: capd %.3f s, bare fork/exec/wait loop %.3f s\n", cells, capd, bare);
+    struct sandwich o = sandwich(&c, reps, "fake:hello_end", cells, cells / 4, 2, &bytes);
+    printf("overhead: %d cells: capd %.3f s, bare fork/exec/wait loop %.3f s\n", cells, o.capd,
+           o.ref);
     printf("overhead: capd adds %.2f ms per cell (target <= 5 ms); ratio capd/bare %.2f\n",
-           (capd - bare) * 1000.0 / cells, capd / bare);
-
-    /* Each measurement starts on a fresh capd and data dir: a WAL left by
-     * the one before would be checkpointed in the background during the
-     * next (copy and fsync beside its ingest), which is the one before's
-     * cost, not the next one's. */
-    if (restart_capd(&c) != 0)
-        return 1;
+           o.diff * 1000.0 / cells, o.ratio);
 
     /* Ingest of small records. */
     char model[64];
     snprintf(model, sizeof model, "fake:stream__%d", records);
-    double rb = bare_loop(c.dir, model, 1, &bytes);
-    double rc = through_capd(&c, model, 1, 1, "2222222");
+    struct sandwich r = sandwich(&c, reps, model, 1, 1, 1, &bytes);
     printf("ingest records: %d stats-only tensor frames (%.1f MB of headers): capd %.3f s = "
            "%.0f records/s (target >= 200000); drain-only reader %.3f s = %.0f records/s; "
            "ratio %.2f\n",
-           records, bytes / 1e6, rc, records / rc, rb, records / rb, rb / rc);
-
-    if (restart_capd(&c) != 0)
-        return 1;
+           records, bytes / 1e6, r.capd, records / r.capd, r.ref, records / r.ref, 1.0 / r.ratio);
 
     /* Ingest of payload bytes. */
     snprintf(model, sizeof model, "fake:payload__%d", payload_mb);
-    double pb = bare_loop(c.dir, model, 1, &bytes);
-    double pc = through_capd(&c, model, 1, 1, "3333333");
+    struct sandwich pl = sandwich(&c, reps, model, 1, 1, 1, &bytes);
     double mb = bytes / 1e6;
     printf("ingest payload: %.0f MB of 1 MiB full payloads: capd %.3f s = %.0f MB/s; "
            "drain-only reader %.3f s = %.0f MB/s; capd at %.0f%% of the raw pipe rate "
            "(target >= 25%%)\n",
-           mb, pc, mb / pc, pb, mb / pb, 100.0 * pb / pc);
+           mb, pl.capd, mb / pl.capd, pl.ref, mb / pl.ref, 100.0 / pl.ratio);
+    printf("repetitions: %d of each (reference, capd, reference, ...), medians; per-run "
+           "ratios capd/reference: overhead %s, records %s, payload %s\n",
+           reps, o.list, r.list, pl.list);
     tu_capd_stop(&c);
     tu_sh("rm -rf '%s'", c.dir);
     return 0;

@@ -325,6 +325,14 @@ def main():
           % (mb, f(pc, "%.3f"), f(pmbs, "%.0f"), f(pb, "%.3f"), f(pct, "%.0f"),
              verdict(pct >= 25 if pct else None)))
         w("")
+        reps = re.search(r"repetitions: (\d+) of each.*?overhead (\S+), records (\S+), "
+                         r"payload (\S+)", cells)
+        if reps:
+            w("Each figure is the median of %s runs, each on a fresh capd and data dir, "
+              "sandwiched between runs of its reference (reference, capd, reference, ...; each "
+              "capd run against the mean of the two around it). Per-run ratios capd/reference, "
+              "in run order: overhead %s, records %s, payload %s." % reps.groups())
+            w("")
         w("Reproduce: `CAPD_BIN=build-bench/capd CAPD_HELPER_DIR=build-bench/tests "
           "build-bench/bench/bench_cells%s`." % (" --quick" if quick else ""))
     else:
