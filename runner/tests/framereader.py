@@ -4,6 +4,7 @@ real subprocess with fd 3 a pipe (the way capd starts it)."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -258,6 +259,7 @@ def run_runner(spec=None, env=None, args=(), spec_text=None, timeout=300, python
     stderr = err_f.read().decode("utf-8", "replace")
     out_f.close()
     err_f.close()
+    shutil.rmtree(tmpdir, ignore_errors=True)
     data = b"".join(chunks)
     frames = parse(data) if close_after is None and (expect_frames or data) else None
     return Result(frames, rc, stdout, stderr)

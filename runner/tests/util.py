@@ -1,7 +1,9 @@
 """Shared helpers of the runner tests."""
 
+import atexit
 import hashlib
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -87,4 +89,7 @@ def write_tree(root, files):
 
 
 def tempdir():
-    return tempfile.mkdtemp(prefix="capd-runner-test-")
+    """A temporary directory, removed when the test process exits."""
+    d = tempfile.mkdtemp(prefix="capd-runner-test-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
