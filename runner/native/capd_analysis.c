@@ -678,6 +678,20 @@ static void pipe_stop(struct capd_pipe *p, int analysers)
         pthread_join(p->threads[i], NULL);
 }
 
+/* Frees the pipe and its synchronisation, every thread of it joined. */
+static void pipe_release(struct capd_pipe *p)
+{
+    pthread_cond_destroy(&p->awork);
+    pthread_cond_destroy(&p->ework);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+    free(p->blocks);
+    free(p->aq.q);
+    free(p->eq.q);
+    free(p->ob);
+    free(p);
+}
+
 /* threads: analysis threads, 1..MAX_THREADS. */
 void *capd_pipe_new(int fd, int threads)
 {
@@ -705,12 +719,7 @@ void *capd_pipe_new(int fd, int threads)
         pipe_stop(p, started);
         pthread_join(p->writer, NULL);
     }
-    pthread_cond_destroy(&p->awork);
-    pthread_cond_destroy(&p->ework);
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->mu);
-    free(p->blocks);
-    free(p);
+    pipe_release(p);
     return NULL;
 }
 
@@ -855,13 +864,5 @@ void capd_pipe_free(void *pipe)
     capd_pipe_reset(p);
     pipe_stop(p, p->nthreads);
     pthread_join(p->writer, NULL);
-    pthread_cond_destroy(&p->awork);
-    pthread_cond_destroy(&p->ework);
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->mu);
-    free(p->blocks);
-    free(p->aq.q);
-    free(p->eq.q);
-    free(p->ob);
-    free(p);
+    pipe_release(p);
 }
