@@ -112,6 +112,7 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
 enum MHD_Result api_healthz(struct api_req *r);
 enum MHD_Result api_models(struct api_req *r);
 enum MHD_Result api_widths(struct api_req *r);
+enum MHD_Result api_host(struct api_req *r);
 enum MHD_Result api_builds_list(struct api_req *r);
 enum MHD_Result api_builds_create(struct api_req *r);
 enum MHD_Result api_builds_get(struct api_req *r);

@@ -1,5 +1,6 @@
-/* api/api_meta.c - GET /healthz, /v1/models, /v1/widths. */
+/* api/api_meta.c - GET /healthz, /v1/models, /v1/widths, /v1/host. */
 #include "api/api_int.h"
+#include "daemon/hostcpu.h"
 #include "daemon/widths.h"
 
 enum MHD_Result api_healthz(struct api_req *r)
@@ -19,6 +20,13 @@ enum MHD_Result api_models(struct api_req *r)
 
 enum MHD_Result api_widths(struct api_req *r)
 {
-    return api_json(r, 200,
-                    json_pack("{s:O}", "widths", json_object_get(widths_table(), "widths")));
+    return api_json(
+        r, 200, json_pack("{s:o,s:s}", "widths", widths_table_here(), "host_arch", hostcpu_arch()));
+}
+
+/* The host CPU capd read at start (daemon/hostcpu.h): what decides which
+ * widths run here. */
+enum MHD_Result api_host(struct api_req *r)
+{
+    return api_json(r, 200, hostcpu_json());
 }

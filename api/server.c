@@ -306,6 +306,7 @@ static const struct route routes[] = {
     {"GET", "/healthz", api_healthz},
     {"GET", "/v1/models", api_models},
     {"GET", "/v1/widths", api_widths},
+    {"GET", "/v1/host", api_host},
     {"GET", "/v1/builds", api_builds_list},
     {"POST", "/v1/builds", api_builds_create},
     {"GET", "/v1/builds/:name", api_builds_get},

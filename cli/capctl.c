@@ -19,6 +19,7 @@ static const struct {
     {"status", ctl_cmd_status, "show a job and the state of its cells"},
     {"wait", ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
     {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
+    {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
 };
 
 static void usage(FILE *f)

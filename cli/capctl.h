@@ -182,6 +182,7 @@ int ctl_cmd_submit(int argc, char **argv);
 int ctl_cmd_status(int argc, char **argv);
 int ctl_cmd_wait(int argc, char **argv);
 int ctl_cmd_diff(int argc, char **argv);
+int ctl_cmd_widths(int argc, char **argv);
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

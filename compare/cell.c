@@ -215,6 +215,7 @@ static void cell_free(struct cmp_cell *c)
     free(c->pass);
     free(c->effective_width);
     free(c->device);
+    free(c->host_missing);
     free(c->timing);
     free(c->recs);
     free(c->nondet_keys);
@@ -320,6 +321,18 @@ int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const c
     if (rc == 0)
         rc = replace_str(&cell->device, device);
     return rc;
+}
+
+int cmp_cell_set_host_missing(struct cmp_cell *cell, const char *missing)
+{
+    if (cell == NULL || (missing && strlen(missing) >= CMP_MAX_KEY))
+        return -EINVAL;
+    if (missing == NULL || *missing == 0) {
+        free(cell->host_missing);
+        cell->host_missing = NULL;
+        return 0;
+    }
+    return replace_str(&cell->host_missing, missing);
 }
 
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes)

@@ -164,6 +164,14 @@ int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
  * unless cmp_options.allow_device_mismatch is set.
  */
 int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const char *device);
+/*
+ * The cell was not run because its host's CPU lacks the width (capd ended it
+ * unsupported before starting it): MISSING names what the host lacked
+ * ("avx512f, avx512bw", "arch:ppc64le"). Such a pair is `not_run`: counted
+ * and listed, never a regression and never incomparable (docs/compare.md).
+ * NULL or "" clears it. -EINVAL past CMP_MAX_KEY.
+ */
+int cmp_cell_set_host_missing(struct cmp_cell *cell, const char *missing);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes);
 /*

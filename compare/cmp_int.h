@@ -60,6 +60,7 @@ struct cmp_cell {
     char *model, *width, *pass;
     enum cmp__outcome outcome;
     char *effective_width, *device;
+    char *host_missing; /* unsupported by its host's CPU: what it lacked */
     int64_t peak_rss, device_peak;
     int64_t *timing;
     size_t n_timing, cap_timing;

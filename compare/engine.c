@@ -22,10 +22,10 @@ enum tclass { T_IDENTICAL, T_WITHIN, T_DIVERGED, T_NONDET };
 static const char *const tclass_names[] = {"identical", "within_tolerance", "diverged",
                                            "nondeterministic"};
 
-enum cstatus { C_IDENTICAL, C_WITHIN, C_DIVERGED, C_NONDET, C_INCOMPARABLE, C__COUNT };
+enum cstatus { C_IDENTICAL, C_WITHIN, C_DIVERGED, C_NONDET, C_INCOMPARABLE, C_NOT_RUN, C__COUNT };
 
-static const char *const cstatus_names[] = {"identical", "within_tolerance", "diverged",
-                                            "nondeterministic", "incomparable"};
+static const char *const cstatus_names[] = {"identical",        "within_tolerance", "diverged",
+                                            "nondeterministic", "incomparable",     "not_run"};
 
 /* One matched record pair. */
 struct row {
@@ -40,6 +40,7 @@ struct counts {
     int64_t outcome_regressions, outcome_fixes;
     int64_t perf_regressions, perf_improvements;
     int64_t device_mismatches; /* pairs refused for running on different devices */
+    int64_t lost_coverage;     /* control ran, the head's host lacks the width */
 };
 
 /* ------------------------------------------------------------- JSON bits */
@@ -556,10 +557,14 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
             first_intro = &rows[r];
     }
 
-    /* status, in order of precedence */
+    /* status, in order of precedence: a side that its host could not run
+     * says nothing about the change, whatever the other side did */
     enum cstatus st;
     const char *why = NULL;
-    if (c->outcome != CMP__OUT_OK) {
+    if (c->host_missing || h->host_missing) {
+        st = C_NOT_RUN;
+        why = !h->host_missing ? "control_host" : !c->host_missing ? "head_host" : "both_hosts";
+    } else if (c->outcome != CMP__OUT_OK) {
         st = C_INCOMPARABLE;
         why = "control_outcome";
     } else if (h->outcome != CMP__OUT_OK) {
@@ -586,8 +591,10 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     if (rc < 0)
         goto out;
 
-    const char *oc = outcome_change(c->outcome, h->outcome);
+    const char *oc = st == C_NOT_RUN ? "not_run" : outcome_change(c->outcome, h->outcome);
     cnt->cells++;
+    /* Coverage the control had and the head's host lost. */
+    cnt->lost_coverage += st == C_NOT_RUN && !c->host_missing && c->outcome == CMP__OUT_OK;
     cnt->device_mismatches += dev_refused;
     cnt->status[st]++;
     if (strcmp(oc, "regression") == 0)
@@ -610,7 +617,10 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     if (cross)
         e |= set(cj, "control_width", json_string(c->width));
     e |= set(cj, "status", json_string(cstatus_names[st]));
-    e |= set(cj, "incomparable_reason", str_or_null(why));
+    e |= set(cj, "incomparable_reason", str_or_null(st == C_INCOMPARABLE ? why : NULL));
+    e |= set(cj, "not_run_reason", str_or_null(st == C_NOT_RUN ? why : NULL));
+    e |= set(cj, "control_host_missing", str_or_null(c->host_missing));
+    e |= set(cj, "head_host_missing", str_or_null(h->host_missing));
     e |= set(cj, "control_outcome", str_or_null(cmp__outcome_name(c->outcome)));
     e |= set(cj, "head_outcome", str_or_null(cmp__outcome_name(h->outcome)));
     e |= set(cj, "outcome_change", json_string(oc));
@@ -848,6 +858,7 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
         e |= set(counts, "perf_regressions", json_integer(cnt.perf_regressions));
         e |= set(counts, "perf_improvements", json_integer(cnt.perf_improvements));
         e |= set(counts, "device_mismatches", json_integer(cnt.device_mismatches));
+        e |= set(counts, "lost_coverage", json_integer(cnt.lost_coverage));
     }
     e |= set(res, "counts", counts);
     counts = NULL;

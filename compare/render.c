@@ -183,8 +183,8 @@ static bool perf_gates(const json_t *result)
 static void counts_line(struct buf *b, const json_t *counts)
 {
     static const char *const names[] = {"identical",        "within_tolerance", "diverged",
-                                        "nondeterministic", "incomparable",     "missing_cells",
-                                        "extra_cells"};
+                                        "nondeterministic", "incomparable",     "not_run",
+                                        "missing_cells",    "extra_cells"};
     bprintf(b, "%lld cells compared", (long long)jint(counts, "cells"));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         int64_t v = jint(counts, names[i]);
@@ -254,6 +254,56 @@ static void device_note(struct buf *b, const json_t *cell, bool md)
     bprintf(b, ")");
 }
 
+static bool same_not_run(const json_t *a, const json_t *b)
+{
+    static const char *const k[] = {"width", "not_run_reason", "control_host_missing",
+                                    "head_host_missing"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(jstr(a, k[i]), jstr(b, k[i])) != 0)
+            return false;
+    return true;
+}
+
+/*
+ * "Not run on this host" lines: one per width and reason, with the cell
+ * count. A head whose host lost a width the control ran is a warning (the
+ * coverage is gone), never a regression.
+ */
+static void not_run_lines(struct buf *b, const json_t *cells, bool md)
+{
+    size_t i, j;
+    const json_t *cell, *other;
+    json_array_foreach(cells, i, cell)
+    {
+        if (strcmp(jstr(cell, "status"), "not_run") != 0)
+            continue;
+        bool seen = false;
+        long n = 0;
+        json_array_foreach(cells, j, other)
+        {
+            bool match = strcmp(jstr(other, "status"), "not_run") == 0 && same_not_run(cell, other);
+            seen |= match && j < i;
+            n += match;
+        }
+        if (seen)
+            continue;
+        const char *why = jstr(cell, "not_run_reason");
+        bool lost =
+            strcmp(why, "head_host") == 0 && strcmp(jstr(cell, "control_outcome"), "ok") == 0;
+        const char *missing = jstr(cell, strcmp(why, "control_host") == 0 ? "control_host_missing"
+                                                                          : "head_host_missing");
+        bprintf(b,
+                md ? "%s width `%s` (%ld cells): %s %s%s\n" : "%s width %s (%ld cells): %s %s%s\n",
+                lost ? (md ? "- **Warning: coverage lost:**" : "WARNING coverage lost:")
+                     : (md ? "- Not run on this host:" : "NOT RUN on this host:"),
+                jstr(cell, "width"), n,
+                strcmp(why, "both_hosts") == 0  ? "both sides' hosts lack"
+                : strcmp(why, "head_host") == 0 ? "the head's host lacks"
+                                                : "the control's host lacks",
+                missing, lost ? " (the control ran them)" : "");
+    }
+}
+
 static bool is_perf_change(const json_t *cell)
 {
     const char *v = jstr(json_object_get(cell, "perf"), "verdict");
@@ -303,6 +353,10 @@ char *cmp_result_to_markdown(const json_t *result)
                 jstr(result, "head_width"), jstr(result, "control_width"));
     counts_line(&b, counts);
     bprintf(&b, ".\n");
+    if (jint(counts, "not_run") > 0) {
+        bprintf(&b, "\n");
+        not_run_lines(&b, cells, true);
+    }
 
     any = false;
     json_array_foreach(cells, i, cell)
@@ -332,7 +386,8 @@ char *cmp_result_to_markdown(const json_t *result)
     any = false;
     json_array_foreach(cells, i, cell)
     {
-        if (strcmp(jstr(cell, "status"), "identical") == 0)
+        if (strcmp(jstr(cell, "status"), "identical") == 0 ||
+            strcmp(jstr(cell, "status"), "not_run") == 0)
             continue;
         if (!any) {
             bprintf(&b, "\n### Cells that differ\n\n"
@@ -395,6 +450,7 @@ char *cmp_result_to_text(const json_t *result)
                 jstr(result, "control_width"));
     counts_line(&b, json_object_get(result, "counts"));
     bprintf(&b, "\n");
+    not_run_lines(&b, cells, false);
 
     json_array_foreach(cells, i, cell)
     {
@@ -408,7 +464,7 @@ char *cmp_result_to_text(const json_t *result)
     json_array_foreach(cells, i, cell)
     {
         const char *st = jstr(cell, "status");
-        if (strcmp(st, "identical") == 0)
+        if (strcmp(st, "identical") == 0 || strcmp(st, "not_run") == 0)
             continue;
         bprintf(&b, "%s %s/%s/%s", st, jstr(cell, "model"), jstr(cell, "width"),
                 jstr(cell, "pass"));

@@ -171,6 +171,30 @@ static bool numerics_room(struct capd *d)
            store_next_cell_numerics(d->st, &next) == 0 && next;
 }
 
+/*
+ * A cell at a width this host's CPU cannot run (daemon/widths.h) ends
+ * unsupported here, before any child exists: started anyway, the framework
+ * would trust ATEN_CPU_CAPABILITY, execute instructions the CPU lacks and
+ * die of SIGILL. Returns true when the cell was ended (RUN is consumed).
+ */
+static bool host_refuses(struct capd *d, struct store_cell_run *run)
+{
+    char why[300], missing[256];
+    const char *width = json_string_value(json_object_get(run->spec, "width"));
+    if (width_runnable(width, why, sizeof why, missing, sizeof missing))
+        return false;
+    struct store_outcome o = {
+        .state = "unsupported", .exit_code = -1, .reason = why, .host_missing = missing};
+    log_info("cell_not_run", "job=%s cell=%s width=%s reason=%s", run->job_id, run->cell_id,
+             log_q(width), log_q(why));
+    int rc = store_cell_finish(d->st, run, &o);
+    if (rc)
+        log_error("cell_finish_failed", "job=%s cell=%s rc=%d err=%s", run->job_id, run->cell_id,
+                  rc, log_q(store_errmsg(d->st)));
+    store_cell_run_clear(run);
+    return true;
+}
+
 /* Claims and starts queued cells until max_parallel children run. A cell
  * whose set-up fails is already stored as failed; the next one is tried.
  * A GPU cell needs a whole device: while none is free, GPU cells stay
@@ -214,6 +238,10 @@ static void schedule(struct capd *d, struct store_cell_run *claimed)
         n->numerics = json_is_integer(json_object_get(o, "iterations")) &&
                       json_integer_value(json_object_get(o, "iterations")) == 0 &&
                       !(dev && strcmp(dev, "gpu") == 0);
+        if (host_refuses(d, &run)) {
+            free(n); /* stored as unsupported: no child */
+            continue;
+        }
         if (devices_acquire(d->dev, d->st, &run, &device) != 0) {
             free(n); /* stored as failed: no GPU */
             continue;

@@ -61,6 +61,7 @@ static const struct ckey keys[] = {
     {"analysis_lib", T_STR, F(analysis_lib), S(analysis_lib), 0, 0},
     {"gpuinfo_timeout_ms", T_INT, F(gpuinfo_timeout_ms), 0, 100, 600000},
     {"env_allow", T_LIST, 0, 0, 0, 0},
+    {"cpu_features_hide", T_STR, F(cpu_features_hide), S(cpu_features_hide), 0, 0},
     {"auth_required", T_BOOL, F(auth_required), 0, 0, 0},
     {"public_reads", T_BOOL, F(public_reads), 0, 0, 0},
     {"metrics_public", T_BOOL, F(metrics_public), 0, 0, 0},
@@ -260,6 +261,8 @@ void config_usage(FILE *f)
             "  --max-parallel N          cells running at once (default 1: timings need the CPU)\n"
             "  --max-attempts N          runs of an interrupted cell before it gives up (3)\n"
             "  --runner-dir DIR          directory holding the capd_runner package\n"
+            "  --cpu-features-hide LIST  CPU features capd treats as absent, comma-separated\n"
+            "                            (e.g. avx512f: widths needing them end unsupported)\n"
             "  --log-level LEVEL         debug, info, warn or error (default info)\n"
             "  --tls-cert FILE           serve HTTPS with this PEM certificate (chain); needs\n"
             "                            --tls-key (default: plain HTTP, docs/security.md)\n"
@@ -278,6 +281,7 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
         {"max-parallel", required_argument, NULL, 'p'},
         {"max-attempts", required_argument, NULL, 'a'},
         {"runner-dir", required_argument, NULL, 'r'},
+        {"cpu-features-hide", required_argument, NULL, 'H'},
         {"log-level", required_argument, NULL, 'L'},
         {"tls-cert", required_argument, NULL, 't'},
         {"tls-key", required_argument, NULL, 'k'},
@@ -311,6 +315,10 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
             break;
         case 'r':
             key = "runner_dir";
+            v = json_string(optarg);
+            break;
+        case 'H':
+            key = "cpu_features_hide";
             v = json_string(optarg);
             break;
         case 'L':

@@ -42,6 +42,9 @@ struct capd_config {
     char gpuinfo_bin[512];  /* the GPU probe (docs/gpu.md); default: next to capd-exec */
     char analysis_lib[512]; /* the runner's native stats (docs/runner.md); next to capd-exec */
     int gpuinfo_timeout_ms; /* the probe is killed past this */
+    /* Features removed from capd's view of the host CPU, comma-separated
+     * (daemon/hostcpu.h): caps what the host offers; tests use it. */
+    char cpu_features_hide[256];
     int env_allow_n;
     char env_allow[CAPD_MAX_ENV_ALLOW][64];
 

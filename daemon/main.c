@@ -12,6 +12,7 @@
 #include "daemon/capd.h"
 #include "daemon/cmd_db.h"
 #include "daemon/cmd_token.h"
+#include "daemon/hostcpu.h"
 #include "daemon/log.h"
 #include "daemon/runas.h"
 
@@ -72,6 +73,9 @@ int main(int argc, char **argv)
     if (log_parse_level(cfg.log_level, &lvl) != 0)
         return fail("config", strdup("log_level must be debug, info, warn or error")) + 1;
     log_set_level(lvl);
+    /* Which widths this host can run is known before any job is taken. */
+    if (hostcpu_init(cfg.cpu_features_hide, &err) != 0)
+        return fail("config", err) + 1;
     if (mkdir(cfg.data_dir, 0750) != 0 && errno != EEXIST) {
         char *m = NULL;
         if (asprintf(&m, "cannot create data dir %s: %s", cfg.data_dir, strerror(errno)) < 0)

@@ -749,13 +749,15 @@ static int write_spec(struct sup *s, const char *path)
         json_object_set_new(o, "max_payload_bytes",
                             json_integer((json_int_t)s->cfg->frame_max_total_payload));
     const char *device = json_string_value(json_object_get(o, "device"));
-    json_t *spec = json_pack(
-        "{s:i,s:s,s:s,s:i,s:O,s:O,s:O,s:s,s:i,s:s,s:O,s:o}", "protocol", FRAME_PROTOCOL_VERSION,
-        "job", s->run.job_id, "cell", s->run.cell_id, "attempt", s->run.attempt, "model",
-        json_object_get(s->run.spec, "model"), "width", json_object_get(s->run.spec, "width"),
-        "pass", json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu", "frame_fd",
-        3, "scratch", s->scratch, "model_roots", json_object_get(s->run.build, "model_roots"),
-        "options", o);
+    json_t *spec =
+        json_pack("{s:i,s:s,s:s,s:i,s:O,s:O,s:O*,s:O,s:s,s:i,s:s,s:O,s:o}", "protocol",
+                  FRAME_PROTOCOL_VERSION, "job", s->run.job_id, "cell", s->run.cell_id, "attempt",
+                  s->run.attempt, "model", json_object_get(s->run.spec, "model"), "width",
+                  json_object_get(s->run.spec, "width"), "width_requires",
+                  width_requires(json_string_value(json_object_get(s->run.spec, "width"))), "pass",
+                  json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
+                  "frame_fd", 3, "scratch", s->scratch, "model_roots",
+                  json_object_get(s->run.build, "model_roots"), "options", o);
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;

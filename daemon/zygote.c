@@ -19,7 +19,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
@@ -247,25 +246,24 @@ static int mkdir_mode(const char *p, mode_t m)
 
 /*
  * What the zygote checks before serving: the build's cells at every width
- * this machine's architecture has, forward and backward, on the smallest
- * zoo model, each forked and by fresh exec. The full matrix is proven by
- * tests/test_prefork.c and bench/run; this is the per-build guard.
+ * this host can run (its arch and CPU features, daemon/widths.h), forward
+ * and backward, on the smallest zoo model, each forked and by fresh exec.
+ * The full matrix is proven by tests/test_prefork.c and bench/run; this is
+ * the per-build guard.
  */
 static int write_verify(const char *path, const char *scratch, char *const *zenv)
 {
-    struct utsname u;
-    uname(&u);
     json_t *widths = json_object();
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(widths_table(), "widths"), i, w)
     {
-        const char *arch = json_string_value(json_object_get(w, "arch"));
-        if (json_is_null(json_object_get(w, "effective")) || !arch ||
-            (strcmp(arch, "any") != 0 && strcmp(arch, u.machine) != 0))
+        const char *name = json_string_value(json_object_get(w, "name"));
+        char why[300], missing[256];
+        if (json_is_null(json_object_get(w, "effective")) ||
+            !width_runnable(name, why, sizeof why, missing, sizeof missing))
             continue;
-        json_object_set(widths, json_string_value(json_object_get(w, "name")),
-                        json_object_get(w, "env"));
+        json_object_set(widths, name, json_object_get(w, "env"));
     }
     long threads = 1;
     for (char *const *e = zenv; *e; e++)

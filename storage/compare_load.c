@@ -192,11 +192,12 @@ int store_load_side(struct store *s, const char *job_id, const struct store_cell
     sqlite3_stmt *st = NULL;
     if (!*pl_io && !(*pl_io = calloc(1, sizeof **pl_io)))
         return -ENOMEM;
-    int rc = store_prepare(s,
-                           "SELECT c.model, c.width, c.pass, c.state, c.effective_width, "
-                           "coalesce(c.committed_attempt, 0) FROM cells c JOIN jobs j "
-                           "ON j.seq = c.job_seq WHERE j.id = ? ORDER BY c.ord",
-                           &st);
+    int rc =
+        store_prepare(s,
+                      "SELECT c.model, c.width, c.pass, c.state, c.effective_width, "
+                      "coalesce(c.committed_attempt, 0), c.host_missing FROM cells c JOIN jobs j "
+                      "ON j.seq = c.job_seq WHERE j.id = ? ORDER BY c.ord",
+                      &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, job_id);
@@ -213,6 +214,7 @@ int store_load_side(struct store *s, const char *job_id, const struct store_cell
             break;
         cmp_cell_set_outcome(cell, (const char *)sqlite3_column_text(st, 3));
         cmp_cell_set_env(cell, (const char *)sqlite3_column_text(st, 4), NULL);
+        cmp_cell_set_host_missing(cell, (const char *)sqlite3_column_text(st, 6));
         int64_t attempt = sqlite3_column_int64(st, 5);
         if (attempt > 0)
             rc = load_records(s, attempt, cell, *pl_io);

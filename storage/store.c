@@ -666,7 +666,7 @@ static json_t *job_row(sqlite3_stmt *st)
 
 json_t *store_cell_row(sqlite3_stmt *st, int c0)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
                      store_col_str(st, c0 + 0), "model", store_col_str(st, c0 + 1), "width",
                      store_col_str(st, c0 + 2), "pass", store_col_str(st, c0 + 3), "state",
                      store_col_str(st, c0 + 4), "attempts", store_col_int(st, c0 + 5), "exit_code",
@@ -674,7 +674,8 @@ json_t *store_cell_row(sqlite3_stmt *st, int c0)
                      store_col_str(st, c0 + 8), "effective_width", store_col_str(st, c0 + 9),
                      "duration_ms", store_col_int(st, c0 + 10), "peak_rss_bytes",
                      store_col_int(st, c0 + 11), "started_at", store_col_time(st, c0 + 12),
-                     "finished_at", store_col_time(st, c0 + 13));
+                     "finished_at", store_col_time(st, c0 + 13), "host_missing",
+                     store_col_str(st, c0 + 15));
 }
 
 /* Adds "cells" and "counts" (cells per state) to a job object. */
@@ -1192,8 +1193,8 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
                       "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
                       "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
                       "peak_rss_bytes=?8, finished_at=?9, "
-                      "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END "
-                      "WHERE seq=?1",
+                      "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
+                      "host_missing=?12 WHERE seq=?1",
                       &st);
     if (rc)
         return rc;
@@ -1214,6 +1215,7 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         sqlite3_bind_int64(st, 9, store_now_ms());
     sqlite3_bind_int(st, 10, o->requeue);
     sqlite3_bind_int64(st, 11, r->attempt_id);
+    store_bind_text(st, 12, o->host_missing);
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     return rc;

@@ -141,6 +141,7 @@ struct store_outcome {
     const char *signal;
     const char *reason;
     const char *effective_width;
+    const char *host_missing; /* unsupported by this host's CPU: what it lacks */
     int64_t duration_ms, peak_rss_bytes;
     bool partial;
     bool requeue; /* interrupted: put the cell back in the queue */

@@ -22,6 +22,24 @@ static const char *python(void)
     return p && *p ? p : "/usr/bin/python3";
 }
 
+/* Whether capd says this host runs WIDTH (GET /v1/widths). */
+static bool runnable(struct tu_capd *c, const char *width)
+{
+    json_t *w = tu_json(c, "GET", "/v1/widths", NULL, NULL);
+    bool ok = false;
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(w, "widths"), i, row)
+    {
+        if (!strcmp(json_string_value(json_object_get(row, "name")), width))
+            ok = json_is_true(json_object_get(row, "runnable_here"));
+    }
+    json_decref(w);
+    return ok;
+}
+
+/* The control build (Debian's torch) and the head, perturbed at the widest
+ * width this host runs (examples/perturbed-build, CAPD_PERTURB_WIDTH). */
 static void register_builds(struct tu_capd *c)
 {
     long st = 0;
@@ -31,8 +49,8 @@ static void register_builds(struct tu_capd *c)
     json_decref(j);
     j = tu_jsonf(c, "POST", "/v1/builds", &st,
                  "{\"name\":\"perturbed\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":"
-                 "\"%s/examples/perturbed-build\"}}",
-                 python(), tu_bin("CAPD_SOURCE_DIR"));
+                 "\"%s/examples/perturbed-build\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
+                 python(), tu_bin("CAPD_SOURCE_DIR"), tu_widest_width(c));
     cr_assert_eq(st, 201);
     json_decref(j);
 }
@@ -98,37 +116,33 @@ static json_t *find_cell(json_t *result, const char *model, const char *width, c
     return NULL;
 }
 
-/*
- * The main loop, in one test because each job costs minutes: a control job,
- * the same build again, and the perturbed build.
- */
-Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
-{
-    struct tu_capd c;
-    const char *extra[] = {NULL};
-    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
-    register_builds(&c);
-    const char *models = "\"mlp\",\"transformer\"";
-    const char *widths = "\"default\",\"avx2\",\"avx512\"";
-    const char *passes = "\"forward\",\"backward\"";
-    char *j1 = submit(&c, "control", "1111111", NULL, models, widths, passes);
-    char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
-    char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
-    json_t *job1 = wait_done(&c, j1);
+static const char *const all_widths[] = {"default", "avx2", "avx512"};
 
-    /* Every cell ok, at the width it asked for, records in order. */
+/* Checks job 1 of the main test: every cell at a width this host runs is
+ * ok at that width with records in order; every other one is unsupported
+ * before it started, naming what the host lacks. */
+static void check_control_job(struct tu_capd *c, const char *id, json_t *job)
+{
     size_t i;
     json_t *cell;
-    cr_assert_eq(json_array_size(json_object_get(job1, "cells")), 12);
-    json_array_foreach(json_object_get(job1, "cells"), i, cell)
+    cr_assert_eq(json_array_size(json_object_get(job, "cells")), 12);
+    json_array_foreach(json_object_get(job, "cells"), i, cell)
     {
         const char *cid = json_string_value(json_object_get(cell, "id"));
         const char *width = json_string_value(json_object_get(cell, "width"));
-        cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "cell %s: %s",
-                         cid, json_string_value(json_object_get(cell, "reason")));
+        const char *state = json_string_value(json_object_get(cell, "state"));
+        const char *reason = json_string_value(json_object_get(cell, "reason"));
+        if (!runnable(c, width)) {
+            cr_assert_str_eq(state, "unsupported", "cell %s at %s", cid, width);
+            cr_assert(reason && strstr(reason, "lacks") && strstr(reason, width), "reason: %s",
+                      reason);
+            cr_assert(json_is_string(json_object_get(cell, "host_missing")));
+            continue;
+        }
+        cr_assert_str_eq(state, "ok", "cell %s: %s", cid, reason);
         char path[128];
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", j1, cid);
-        json_t *full = tu_json(&c, "GET", path, NULL, NULL);
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", id, cid);
+        json_t *full = tu_json(c, "GET", path, NULL, NULL);
         cr_assert_str_eq(json_string_value(json_object_get(full, "effective_width")), width);
         json_t *fp = json_object_get(full, "fingerprint");
         cr_assert(json_is_object(fp), "cell %s has a fingerprint", cid);
@@ -138,7 +152,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
             "native", "cell %s: stats engine %s", cid,
             json_dumps(json_object_get(fp, "stats_engine"), JSON_COMPACT));
         json_decref(full);
-        json_t *tensors = all_tensors(&c, j1, cid);
+        json_t *tensors = all_tensors(c, id, cid);
         cr_assert_gt(json_array_size(tensors), 5);
         json_int_t prev = -1;
         size_t k;
@@ -151,32 +165,36 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
         }
         json_decref(tensors);
     }
-    json_decref(job1);
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+}
 
-    /*
-     * The same build twice: identical, hash for hash. Whether its timings
-     * differ depends on what else this shared machine runs between the two
-     * jobs, so perf is checked for consistency, not for a fixed outcome (a
-     * timed test would be flaky); the verdict without the perf gate is a pass.
-     */
+/*
+ * The same build twice: identical, hash for hash, in every cell this host
+ * runs; the others are not_run, never incomparable. Whether its timings
+ * differ depends on what else this shared machine runs between the two
+ * jobs, so perf is checked for consistency, not for a fixed outcome (a
+ * timed test would be flaky); the verdict without the perf gate is a pass.
+ */
+static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, int nrun)
+{
     long st = 0;
     char path[256];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j1, j2);
-    json_t *same = tu_json(&c, "GET", path, NULL, &st);
+    json_t *same = tu_json(c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
     json_t *counts = json_object_get(same, "counts");
     char *dump = json_dumps(counts, JSON_COMPACT);
-    if (json_integer_value(json_object_get(counts, "identical")) != 12) {
+    if (json_integer_value(json_object_get(counts, "identical")) != nrun) {
         struct tu_resp txt;
         snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&format=text", j1, j2);
-        tu_http(&c, "GET", path, NULL, 0, NULL, &txt);
+        tu_http(c, "GET", path, NULL, 0, NULL, &txt);
         fprintf(stderr, "%s\n", txt.body);
         tu_resp_free(&txt);
     }
-    cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), 12,
-                 "a build compared with itself is identical in all 12 cells: %s", dump);
+    cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), nrun,
+                 "a build compared with itself is identical in all %d cells it ran: %s", nrun,
+                 dump);
+    cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 12 - nrun, "%s", dump);
+    cr_assert_eq(json_integer_value(json_object_get(counts, "incomparable")), 0, "%s", dump);
     cr_assert_eq(json_integer_value(json_object_get(counts, "outcome_regressions")), 0, "%s", dump);
     cr_assert_eq(json_integer_value(json_object_get(counts, "missing_cells")), 0, "%s", dump);
     json_int_t perf_reg = json_integer_value(json_object_get(counts, "perf_regressions"));
@@ -192,6 +210,8 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
         json_t *perf = json_object_get(cc, "perf");
         const char *pv = json_string_value(json_object_get(perf, "verdict"));
         cr_assert_not_null(pv, "every cell has a perf verdict");
+        if (!strcmp(json_string_value(json_object_get(cc, "status")), "not_run"))
+            continue;
         cr_assert_geq(json_integer_value(json_object_get(perf, "n_control")), 30);
         cr_assert_geq(json_integer_value(json_object_get(perf, "n_head")), 30);
         if (strcmp(pv, "regression") != 0)
@@ -206,23 +226,29 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     json_decref(same);
     snprintf(path, sizeof path,
              "/v1/compare?control=%s&head=%s&overrides=%%7B%%22perf_gate%%22%%3Afalse%%7D", j1, j2);
-    same = tu_json(&c, "GET", path, NULL, &st);
+    same = tu_json(c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")), "pass",
                      "same build, perf not gating: a pass");
     cr_assert(json_is_false(json_object_get(json_object_get(same, "thresholds"), "perf_gate")));
     json_decref(same);
+}
 
-    /* The perturbed head, through the commit diff (control_commit). */
-    snprintf(path, sizeof path, "/v1/commits/3333333/diff");
-    json_t *diff = tu_json(&c, "GET", path, NULL, &st);
+/* The perturbed head, through the commit diff (control_commit): the
+ * perturbed width diverges at the first Linear layer, the other widths it
+ * ran are identical, the ones this host cannot run are not_run. */
+static void check_perturbed(struct tu_capd *c, const char *commit, const char *perturbed)
+{
+    long st = 0;
+    char path[256];
+    snprintf(path, sizeof path, "/v1/commits/%s/diff", commit);
+    json_t *diff = tu_json(c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(json_string_value(json_object_get(diff, "verdict")), "regression");
     cr_assert_str_eq(json_string_value(json_object_get(diff, "control_source")), "job");
     static const char *const all_models[] = {"mlp", "transformer"};
     static const char *const expect_first[] = {"fc1.0.forward.output.0",
                                                "encoder.layers.0.self_attn.0.forward.output.0"};
-    static const char *const all_widths[] = {"default", "avx2", "avx512"};
     static const char *const all_passes[] = {"forward", "backward"};
     for (int m = 0; m < 2; m++)
         for (int w = 0; w < 3; w++)
@@ -230,27 +256,62 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
                 json_t *cr = find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
                 cr_assert_not_null(cr);
                 const char *status = json_string_value(json_object_get(cr, "status"));
-                if (w < 2) {
-                    cr_assert_str_eq(status, "identical", "%s/%s/%s untouched", all_models[m],
-                                     all_widths[w], all_passes[p]);
-                    continue;
-                }
-                cr_assert_str_eq(status, "diverged", "%s/avx512/%s diverged", all_models[m],
+                const char *want = !runnable(c, all_widths[w])             ? "not_run"
+                                   : strcmp(all_widths[w], perturbed) != 0 ? "identical"
+                                                                           : "diverged";
+                cr_assert_str_eq(status, want, "%s/%s/%s", all_models[m], all_widths[w],
                                  all_passes[p]);
+                if (strcmp(want, "diverged") != 0)
+                    continue;
                 const char *key = json_string_value(
                     json_object_get(json_object_get(cr, "first_divergence"), "key"));
-                cr_assert_str_eq(key, expect_first[m], "%s/avx512/%s first divergence",
-                                 all_models[m], all_passes[p]);
+                cr_assert_str_eq(key, expect_first[m], "%s/%s/%s first divergence", all_models[m],
+                                 perturbed, all_passes[p]);
                 cr_assert_eq(json_is_true(json_object_get(cr, "params_differed")), 0);
             }
     json_decref(diff);
 
     /* Markdown for the PR comment names the layer too. */
     struct tu_resp md;
-    tu_http(&c, "GET", "/v1/commits/3333333/diff?format=md", NULL, 0, NULL, &md);
+    snprintf(path, sizeof path, "/v1/commits/%s/diff?format=md", commit);
+    tu_http(c, "GET", path, NULL, 0, NULL, &md);
     cr_assert_eq(md.status, 200);
     cr_assert(strstr(md.body, "fc1.0.forward.output.0") != NULL, "markdown: %s", md.body);
     tu_resp_free(&md);
+}
+
+/*
+ * The main loop, in one test because each job costs minutes: a control job,
+ * the same build again, and the build perturbed at the widest width this
+ * host runs. On a host without AVX-512 the avx512 cells are not run.
+ */
+Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
+{
+    struct tu_capd c;
+    const char *extra[] = {NULL};
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
+    const char *perturbed = tu_widest_width(&c);
+    if (!strcmp(perturbed, "default")) {
+        tu_capd_stop(&c);
+        cr_skip_test("this host runs neither avx2 nor avx512: no vector width to perturb");
+    }
+    register_builds(&c);
+    int nrun = 0;
+    for (int w = 0; w < 3; w++)
+        nrun += runnable(&c, all_widths[w]) ? 4 : 0;
+    const char *models = "\"mlp\",\"transformer\"";
+    const char *widths = "\"default\",\"avx2\",\"avx512\"";
+    const char *passes = "\"forward\",\"backward\"";
+    char *j1 = submit(&c, "control", "1111111", NULL, models, widths, passes);
+    char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
+    char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
+    json_t *job1 = wait_done(&c, j1);
+    check_control_job(&c, j1, job1);
+    json_decref(job1);
+    json_decref(wait_done(&c, j2));
+    json_decref(wait_done(&c, j3));
+    check_same_build(&c, j1, j2, nrun);
+    check_perturbed(&c, "3333333", perturbed);
     free(j1);
     free(j2);
     free(j3);

@@ -1,16 +1,18 @@
 """A deliberately broken "build" for demos and end-to-end tests.
 
 Put this directory on a build's PYTHONPATH and Python imports this file at
-start-up. When the process runs at the avx512 width (capd sets
-ATEN_CPU_CAPABILITY per width), torch.nn.functional.linear is wrapped to
+start-up. When the process runs at the perturbed width (capd sets
+ATEN_CPU_CAPABILITY per width; the width is CAPD_PERTURB_WIDTH from the
+build's env, avx512 when unset), torch.nn.functional.linear is wrapped to
 scale its output by (1 + 2e-4): the kind of small, width-specific numeric
 drift a stale generated AVX-512 kernel produces. Every other width is left
-alone, so a comparison must name the first Linear layer at avx512 as the
-first divergence and find nothing at the others.
+alone, so a comparison must name the first Linear layer at that width as
+the first divergence and find nothing at the others. The demo and the
+tests perturb the widest width the host runs (avx512, else avx2).
 """
 import os
 
-if os.environ.get("ATEN_CPU_CAPABILITY") == "avx512":
+if os.environ.get("ATEN_CPU_CAPABILITY") == os.environ.get("CAPD_PERTURB_WIDTH", "avx512"):
     import torch
     import torch.nn.functional as F
 

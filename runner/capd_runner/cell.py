@@ -218,6 +218,13 @@ def peak_rss_bytes():
 
 def run(spec, writer):
     """Runs the cell; returns the exit code. ``hello`` is already written."""
+    from capd_runner import width as widthmod
+
+    missing = widthmod.host_missing(spec.width_requires)
+    if missing:
+        writer.end("unsupported", "this host's CPU lacks %s (needed by width %s)"
+                   % (", ".join(missing), spec.width))
+        return EXIT_OK
     try:
         import torch
     except Exception:
@@ -226,7 +233,6 @@ def run(spec, writer):
         return EXIT_FAILED
 
     from capd_runner import fingerprint
-    from capd_runner import width as widthmod
 
     if spec.threads > 0:
         torch.set_num_threads(spec.threads)

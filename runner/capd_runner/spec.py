@@ -59,6 +59,7 @@ class CellSpec(object):
         self.frame_fd = raw.get("frame_fd", 3)
         self.scratch = raw.get("scratch")
         self.model_roots = raw.get("model_roots", [])
+        self.width_requires = raw.get("width_requires") or []
         opts = dict(DEFAULT_OPTIONS)
         opts.update(raw.get("options") or {})
         self.options = opts
@@ -96,6 +97,9 @@ def check(raw):
         roots = spec.model_roots = []
     if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
         raise SpecError("cell spec: 'model_roots' must be an array of strings")
+    req = spec.width_requires
+    if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
+        raise SpecError("cell spec: 'width_requires' must be an array of strings")
     opts = raw.get("options", {})
     if opts is not None and not isinstance(opts, dict):
         raise SpecError("cell spec: 'options' must be an object")

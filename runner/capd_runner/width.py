@@ -9,6 +9,7 @@ effective level back instead of trusting the environment:
 """
 
 import importlib
+import platform
 import re
 
 _NAMES = {
@@ -56,3 +57,24 @@ def raw_capability(torch, config_text=None):
 def effective(torch, config_text=None):
     raw, _source = raw_capability(torch, config_text)
     return normalize(raw)
+
+
+def host_missing(requires, cpu=None):
+    """The features of ``requires`` (capd's width table, sent in the cell
+    spec as ``width_requires``) that this host's /proc/cpuinfo flags lack.
+
+    capd decides this before it starts a cell; the runner asks again before
+    the first operator, because a framework that trusts ATEN_CPU_CAPABILITY
+    executes instructions the CPU does not have and dies of SIGILL. Only on
+    x86, whose width features are the kernel's flag names; elsewhere capd's
+    own check (the auxiliary vector) is the one that counts.
+    """
+    if not requires:
+        return []
+    if cpu is None:
+        from capd_runner import fingerprint
+        cpu = fingerprint.cpu_info()
+    if cpu.get("machine") not in ("x86_64", "i686", "i386") or not cpu.get("flags"):
+        return []
+    flags = set(cpu["flags"])
+    return [f for f in requires if f not in flags]

@@ -67,6 +67,11 @@ long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_js
  * (malloc'd) or NULL. OPTIONS is a JSON object text or NULL. */
 char *tu_submit(const struct tu_capd *c, const char *build, const char *model, const char *options);
 
+/* The widest x86 width capd says this host runs (GET /v1/widths, after its
+ * cpu_features_hide): "avx512", else "avx2", else "default" (no vector
+ * width: a host where the width tests cannot run). */
+const char *tu_widest_width(const struct tu_capd *c);
+
 /* Counts of /proc/PID/fd entries, and of zombie children of PID. */
 int tu_count_fds(pid_t pid);
 int tu_count_zombies(pid_t ppid);

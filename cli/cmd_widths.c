@@ -1,0 +1,134 @@
+/*
+ * cli/cmd_widths.c - capctl widths: the width table and what this capd's
+ * host can run (GET /v1/widths, GET /v1/host).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/capctl.h"
+
+static const struct ctl_opt widths_opts[] = {
+    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
+    {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_widths = {
+    "widths",
+    "[--json | --runnable]",
+    "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
+    "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
+    "The host line names the CPU capd read at start and the features hidden by its\n"
+    "cpu_features_hide setting (docs/widths.md).",
+    widths_opts,
+    0,
+    0,
+};
+
+/* "avx512f,avx512bw" from a JSON array of names; "-" when empty. */
+static void join(json_t *arr, char *buf, size_t cap)
+{
+    size_t i, used = 0;
+    json_t *v;
+    buf[0] = 0;
+    json_array_foreach(arr, i, v)
+    {
+        int n = snprintf(buf + used, cap - used, "%s%s", i ? "," : "", json_string_value(v));
+        if (n < 0 || (size_t)n >= cap - used)
+            break;
+        used += (size_t)n;
+    }
+    if (!buf[0])
+        snprintf(buf, cap, "-");
+}
+
+static int print_host(struct ctl_client *c)
+{
+    struct ctl_resp r = {0};
+    if (ctl_request(c, "GET", "/v1/host", NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(c, &r);
+        ctl_resp_free(&r);
+        return CTL_EXIT_ERROR;
+    }
+    json_t *h = ctl_resp_json(&r);
+    char hidden[256], model[128];
+    join(json_object_get(h, "hidden"), hidden, sizeof hidden);
+    printf("host: %s, %s, %lld cores usable; hidden features: %s\n\n",
+           json_string_value(json_object_get(h, "arch")),
+           ctl_clean(json_string_value(json_object_get(h, "model")), model, sizeof model),
+           (long long)json_integer_value(json_object_get(h, "cores_usable")), hidden);
+    json_decref(h);
+    ctl_resp_free(&r);
+    return 0;
+}
+
+static int print_table(json_t *arr)
+{
+    static const char *const hdr[] = {"WIDTH", "ARCH", "REQUIRES", "HERE", "MISSING"};
+    struct ctl_table *t = ctl_table_new(5, hdr);
+    size_t i;
+    json_t *w;
+    json_array_foreach(arr, i, w)
+    {
+        char req[256];
+        const char *missing = json_string_value(json_object_get(w, "missing"));
+        join(json_object_get(w, "requires"), req, sizeof req);
+        const char *row[] = {json_string_value(json_object_get(w, "name")),
+                             json_string_value(json_object_get(w, "arch")), req,
+                             json_is_true(json_object_get(w, "runnable_here")) ? "yes" : "no",
+                             missing ? missing : "-"};
+        if (!t || ctl_table_row(t, row) != 0) {
+            fprintf(stderr, "capctl: out of memory\n");
+            ctl_table_free(t);
+            return CTL_EXIT_ERROR;
+        }
+    }
+    ctl_table_print(t, stdout);
+    ctl_table_free(t);
+    return 0;
+}
+
+int ctl_cmd_widths(int argc, char **argv)
+{
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    struct ctl_resp r = {0};
+    json_t *j = NULL;
+    int rc = ctl_parse(&cmd_widths, argc, argv, &a);
+    if (rc)
+        return rc == 1 ? 0 : rc; /* 1: --help was printed */
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    rc = CTL_EXIT_ERROR;
+    if (ctl_request(&c, "GET", "/v1/widths", NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(&c, &r);
+        goto out;
+    }
+    j = ctl_resp_json(&r);
+    json_t *arr = json_object_get(j, "widths");
+    if (!json_is_array(arr)) {
+        fprintf(stderr, "capctl: unexpected reply from GET /v1/widths\n");
+        goto out;
+    }
+    if (ctl_has(&a, "json")) {
+        ctl_print_json(stdout, j);
+        rc = 0;
+    } else if (ctl_has(&a, "runnable")) {
+        size_t i;
+        json_t *w;
+        json_array_foreach(arr, i, w)
+        {
+            if (json_is_true(json_object_get(w, "runnable_here")))
+                printf("%s\n", json_string_value(json_object_get(w, "name")));
+        }
+        rc = 0;
+    } else if ((rc = print_host(&c)) == 0) {
+        rc = print_table(arr);
+    }
+out:
+    json_decref(j);
+    ctl_resp_free(&r);
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc;
+}
