@@ -26,12 +26,12 @@ static const struct feature {
     const char *name;
     const char *arch;
 } features[] = {
-    {"sse4_1", "x86_64"},   {"sse4_2", "x86_64"},      {"avx", "x86_64"},
-    {"fma", "x86_64"},      {"f16c", "x86_64"},        {"avx2", "x86_64"},
-    {"avx512f", "x86_64"},  {"avx512dq", "x86_64"},    {"avx512cd", "x86_64"},
-    {"avx512bw", "x86_64"}, {"avx512vl", "x86_64"},    {"avx512_vnni", "x86_64"},
+    {"sse4_1", "x86_64"},      {"sse4_2", "x86_64"},   {"avx", "x86_64"},
+    {"fma", "x86_64"},         {"f16c", "x86_64"},     {"avx2", "x86_64"},
+    {"avx512f", "x86_64"},     {"avx512dq", "x86_64"}, {"avx512cd", "x86_64"},
+    {"avx512bw", "x86_64"},    {"avx512vl", "x86_64"}, {"avx512_vnni", "x86_64"},
     {"avx512_bf16", "x86_64"}, {"vsx", "ppc64le"},     {"vxe", "s390x"},
-    {"sve", "aarch64"},     {"sve256", "aarch64"},
+    {"sve", "aarch64"},        {"sve256", "aarch64"},
 };
 #define NFEAT (sizeof features / sizeof features[0])
 
@@ -181,8 +181,8 @@ static int apply_hide(const char *hide, char **err)
         if (i < 0) {
             char known[512] = "";
             for (size_t k = 0; k < NFEAT; k++)
-                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
-                         k ? ", " : "", features[k].name);
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
+                         features[k].name);
             if (asprintf(err, "cpu_features_hide: unknown CPU feature '%.*s' (known: %s)", (int)len,
                          p, known) < 0)
                 *err = NULL;

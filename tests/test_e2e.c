@@ -22,22 +22,6 @@ static const char *python(void)
     return p && *p ? p : "/usr/bin/python3";
 }
 
-/* Whether capd says this host runs WIDTH (GET /v1/widths). */
-static bool runnable(struct tu_capd *c, const char *width)
-{
-    json_t *w = tu_json(c, "GET", "/v1/widths", NULL, NULL);
-    bool ok = false;
-    size_t i;
-    json_t *row;
-    json_array_foreach(json_object_get(w, "widths"), i, row)
-    {
-        if (!strcmp(json_string_value(json_object_get(row, "name")), width))
-            ok = json_is_true(json_object_get(row, "runnable_here"));
-    }
-    json_decref(w);
-    return ok;
-}
-
 /* The control build (Debian's torch) and the head, perturbed at the widest
  * width this host runs (examples/perturbed-build, CAPD_PERTURB_WIDTH). */
 static void register_builds(struct tu_capd *c)
@@ -132,7 +116,7 @@ static void check_control_job(struct tu_capd *c, const char *id, json_t *job)
         const char *width = json_string_value(json_object_get(cell, "width"));
         const char *state = json_string_value(json_object_get(cell, "state"));
         const char *reason = json_string_value(json_object_get(cell, "reason"));
-        if (!runnable(c, width)) {
+        if (!tu_width_runnable(c, width)) {
             cr_assert_str_eq(state, "unsupported", "cell %s at %s", cid, width);
             cr_assert(reason && strstr(reason, "lacks") && strstr(reason, width), "reason: %s",
                       reason);
@@ -256,7 +240,7 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
                 json_t *cr = find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
                 cr_assert_not_null(cr);
                 const char *status = json_string_value(json_object_get(cr, "status"));
-                const char *want = !runnable(c, all_widths[w])             ? "not_run"
+                const char *want = !tu_width_runnable(c, all_widths[w])    ? "not_run"
                                    : strcmp(all_widths[w], perturbed) != 0 ? "identical"
                                                                            : "diverged";
                 cr_assert_str_eq(status, want, "%s/%s/%s", all_models[m], all_widths[w],
@@ -298,7 +282,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     register_builds(&c);
     int nrun = 0;
     for (int w = 0; w < 3; w++)
-        nrun += runnable(&c, all_widths[w]) ? 4 : 0;
+        nrun += tu_width_runnable(&c, all_widths[w]) ? 4 : 0;
     const char *models = "\"mlp\",\"transformer\"";
     const char *widths = "\"default\",\"avx2\",\"avx512\"";
     const char *passes = "\"forward\",\"backward\"";
@@ -312,6 +296,61 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     json_decref(wait_done(&c, j3));
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed);
+    free(j1);
+    free(j2);
+    free(j3);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/*
+ * A host without AVX-512, on any host: with avx512f hidden from capd, the
+ * avx512 cells end unsupported before they start (no SIGILL), the head is
+ * perturbed at avx2, the comparison finds it there and calls avx512 not
+ * run, and the same build compared with itself passes.
+ */
+Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
+{
+    struct tu_capd c;
+    const char *extra[] = {"--cpu-features-hide", "avx512f", NULL};
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
+    if (strcmp(tu_widest_width(&c), "avx2") != 0) {
+        tu_capd_stop(&c);
+        cr_skip_test("this host has no AVX2: nothing to run once AVX-512 is hidden");
+    }
+    register_builds(&c);
+    const char *w = "\"avx2\",\"avx512\"";
+    char *j1 = submit(&c, "control", "5555555", NULL, "\"mlp\"", w, "\"forward\"");
+    char *j2 = submit(&c, "control", "6666666", "5555555", "\"mlp\"", w, "\"forward\"");
+    char *j3 = submit(&c, "perturbed", "7777777", "5555555", "\"mlp\"", w, "\"forward\"");
+    json_t *job = wait_done(&c, j1);
+    json_t *cell = json_array_get(json_object_get(job, "cells"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(cell, "width")), "avx512");
+    cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "unsupported");
+    const char *reason = json_string_value(json_object_get(cell, "reason"));
+    cr_assert(reason && strstr(reason, "lacks avx512f (needed by width avx512)"), "%s", reason);
+    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 50);
+    json_decref(job);
+    json_decref(wait_done(&c, j2));
+    json_decref(wait_done(&c, j3));
+
+    char path[256];
+    snprintf(path, sizeof path,
+             "/v1/compare?control=%s&head=%s&overrides=%%7B%%22perf_gate%%22%%3Afalse%%7D", j1, j2);
+    json_t *same = tu_json(&c, "GET", path, NULL, NULL);
+    json_t *counts = json_object_get(same, "counts");
+    cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")), "pass");
+    cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 1);
+    json_decref(same);
+    json_t *diff = tu_json(&c, "GET", "/v1/commits/7777777/diff", NULL, NULL);
+    json_t *a2 = find_cell(diff, "mlp", "avx2", "forward");
+    json_t *a5 = find_cell(diff, "mlp", "avx512", "forward");
+    cr_assert_str_eq(json_string_value(json_object_get(a2, "status")), "diverged");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(a2, "first_divergence"), "key")),
+        "fc1.0.forward.output.0");
+    cr_assert_str_eq(json_string_value(json_object_get(a5, "status")), "not_run");
+    json_decref(diff);
     free(j1);
     free(j2);
     free(j3);

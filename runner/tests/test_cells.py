@@ -3,6 +3,7 @@ models, failures, the frame pipe."""
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import unittest
@@ -72,6 +73,11 @@ class WidthTest(unittest.TestCase):
         jobs.append((util.make_spec("mlp", width="avx512", iterations=1),
                      {"env": {"ATEN_CPU_CAPABILITY": "default"}}))
         jobs.append((util.make_spec("mlp", width="native", iterations=1), {}))
+        # A width whose features this host lacks (capd's width table sends
+        # them as width_requires): refused before torch runs anything.
+        lacking = dict(util.make_spec("mlp", width="avx512", iterations=1),
+                       width_requires=["avx2", "capd_no_such_flag"])
+        jobs.append((lacking, {"env": {"ATEN_CPU_CAPABILITY": "avx512"}}))
         cls.results = util.run_many(jobs)
 
     def test_each_width_effective(self):
@@ -98,8 +104,18 @@ class WidthTest(unittest.TestCase):
         self.assertIn("avx512", r.end["reason"])
         self.assertIn("default", r.end["reason"])
 
-    def test_native(self):
+    def test_host_lacks_width(self):
         r = self.results[-1]
+        if platform.machine() not in ("x86_64", "i686", "i386"):
+            self.skipTest("the runner's own check reads x86 flags only")
+        self.assertEqual(r.returncode, 0, r.describe())
+        self.assertEqual([f.kind for f in r.frames], ["hello", "end"])
+        self.assertEqual(r.status, "unsupported")
+        self.assertIn("capd_no_such_flag", r.end["reason"])
+        self.assertNotIn("avx2,", r.end["reason"])
+
+    def test_native(self):
+        r = self.results[-2]
         self.assertEqual(r.status, "ok", r.describe())
         self.assertIn(r.one("env")["effective_width"],
                       ("default", "avx2", "avx512", "vsx", "zvector", "sve256"))

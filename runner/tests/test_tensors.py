@@ -329,8 +329,29 @@ class WidthTest(unittest.TestCase):
             self.assertEqual(raw, "NO AVX")
         self.assertEqual(width.normalize(width._LINE.search(text).group(1)), "default")
 
+    def test_host_missing(self):
+        avx2_host = {"machine": "x86_64", "flags": ["avx", "avx2", "fma", "sse4_1"]}
+        need = ["avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"]
+        self.assertEqual(width.host_missing(need, avx2_host),
+                         ["avx512f", "avx512bw", "avx512vl", "avx512dq"])
+        self.assertEqual(width.host_missing(["avx2", "fma"], avx2_host), [])
+        self.assertEqual(width.host_missing([], avx2_host), [])
+        # Off x86 the kernel's flag names are not the width's: capd decides.
+        self.assertEqual(width.host_missing(["sve", "sve256"],
+                                            {"machine": "aarch64", "flags": ["fp", "asimd"]}), [])
+        # No flags line read: nothing to say.
+        self.assertEqual(width.host_missing(need, {"machine": "x86_64", "flags": []}), [])
+
 
 class SpecTest(unittest.TestCase):
+    def test_width_requires(self):
+        base = {"protocol": 1, "model": "mlp", "width": "avx2", "pass": "forward"}
+        self.assertEqual(specmod.check(base).width_requires, [])
+        s = specmod.check(dict(base, width_requires=["avx2", "fma"]))
+        self.assertEqual(s.width_requires, ["avx2", "fma"])
+        with self.assertRaises(specmod.SpecError):
+            specmod.check(dict(base, width_requires="avx2"))
+
     def test_defaults_and_errors(self):
         s = specmod.check({"protocol": 1, "model": "mlp", "width": "avx2", "pass": "forward"})
         self.assertEqual((s.iterations, s.capture, s.frame_fd, s.device), (20, "stats", 3, "cpu"))

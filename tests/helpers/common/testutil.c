@@ -250,23 +250,26 @@ json_t *tu_wait_job(const struct tu_capd *c, const char *job_id, int timeout_s)
     }
 }
 
-const char *tu_widest_width(const struct tu_capd *c)
+bool tu_width_runnable(const struct tu_capd *c, const char *width)
 {
-    static const char *const order[] = {"avx512", "avx2"};
     json_t *w = tu_json(c, "GET", "/v1/widths", NULL, NULL);
-    const char *best = "default";
-    for (size_t k = 0; k < sizeof order / sizeof order[0] && !strcmp(best, "default"); k++) {
-        size_t i;
-        json_t *row;
-        json_array_foreach(json_object_get(w, "widths"), i, row)
-        {
-            if (!strcmp(json_string_value(json_object_get(row, "name")), order[k]) &&
-                json_is_true(json_object_get(row, "runnable_here")))
-                best = order[k];
-        }
+    bool ok = false;
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(w, "widths"), i, row)
+    {
+        if (!strcmp(json_string_value(json_object_get(row, "name")), width))
+            ok = json_is_true(json_object_get(row, "runnable_here"));
     }
     json_decref(w);
-    return best;
+    return ok;
+}
+
+const char *tu_widest_width(const struct tu_capd *c)
+{
+    return tu_width_runnable(c, "avx512") ? "avx512"
+           : tu_width_runnable(c, "avx2") ? "avx2"
+                                          : "default";
 }
 
 long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_json)

@@ -67,6 +67,8 @@ long tu_fake_build(const struct tu_capd *c, const char *name, const char *env_js
  * (malloc'd) or NULL. OPTIONS is a JSON object text or NULL. */
 char *tu_submit(const struct tu_capd *c, const char *build, const char *model, const char *options);
 
+/* Whether capd says this host runs WIDTH (GET /v1/widths runnable_here). */
+bool tu_width_runnable(const struct tu_capd *c, const char *width);
 /* The widest x86 width capd says this host runs (GET /v1/widths, after its
  * cpu_features_hide): "avx512", else "avx2", else "default" (no vector
  * width: a host where the width tests cannot run). */
