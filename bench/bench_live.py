@@ -73,7 +73,7 @@ def seed_job(base, fake, tmp):
     http(base, "POST", "/v1/builds", {"name": "fake", "python": fake, "model_roots": [tmp]})
     st, body = http(base, "POST", "/v1/jobs", {
         "project": "bench", "commit": "abcdef1", "branch": "main", "build": "fake",
-        "matrix": {"models": ["fake:ok", "fake:ok__5"], "widths": ["avx2", "default", "avx512"],
+        "matrix": {"models": ["fake:ok", "fake:ok__5"], "widths": ["avx2", "default", "native"],
                    "passes": ["forward", "backward"]}})
     job = json.loads(body)["id"]
     for _ in range(600):
