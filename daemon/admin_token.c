@@ -76,8 +76,8 @@ int admin_token_bootstrap(const struct capd_config *c, char **err)
         goto out;
     }
     log_info("admin_token_created", "id=%s path=%s", id, log_q(path));
-    fprintf(stderr, "capd: created the first admin token %s; its secret is in %s (mode 0600)\n",
-            id, path);
+    fprintf(stderr, "capd: created the first admin token %s; its secret is in %s (mode 0600)\n", id,
+            path);
 out:
     memset(token, 0, sizeof token);
     json_decref(info);
