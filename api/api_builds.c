@@ -182,11 +182,12 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
         *ret = api_error(r, 400, "invalid_field", "prefork", "prefork must be true or false");
         return NULL;
     }
-    return json_pack("{s:s,s:O,s:o,s:o,s:s,s:b,s:o}", "name", name, "python", py, "env",
+    /* allow_env is a check of this request, not part of the build: a
+     * replacement names the hooks it keeps again. */
+    return json_pack("{s:s,s:O,s:o,s:o,s:s,s:b}", "name", name, "python", py, "env",
                      env ? json_incref(env) : json_object(), "model_roots",
                      roots ? json_incref(roots) : json_array(), "description",
-                     desc ? json_string_value(desc) : "", "prefork", json_is_true(prefork),
-                     "allow_env", allow ? json_incref(allow) : json_array());
+                     desc ? json_string_value(desc) : "", "prefork", json_is_true(prefork));
 }
 
 static enum MHD_Result put_build(struct api_req *r, const char *name, bool replace)
