@@ -537,6 +537,21 @@ Test(capctl, token_from_flag_env_then_the_data_dirs_file, .timeout = 60)
     cr_assert_null(strstr(r.out, c.token + 19), "the token was printed: " SHOW(r));
     cr_assert_null(strstr(r.err, c.token + 19), "the token was printed: " SHOW(r));
     run_free(&r);
+
+    /* A loader hook in a build's env needs --allow-env. */
+    const char *const hook[] = {"--server", c.base,     "builds",    "register", "--name",
+                                "h",        "--python", "/bin/true", "--env",    "LD_PRELOAD=/x.so",
+                                NULL};
+    run_capctl(&r, c.dir, NULL, hook);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "forbidden_env") && strstr(r.err, "LD_PRELOAD"), SHOW(r));
+    run_free(&r);
+    const char *const allowed[] = {
+        "--server",  c.base,  "builds",           "register",    "--name",     "h", "--python",
+        "/bin/true", "--env", "LD_PRELOAD=/x.so", "--allow-env", "LD_PRELOAD", NULL};
+    run_capctl(&r, c.dir, NULL, allowed);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
     tu_capd_stop(&c);
 }
 
