@@ -28,6 +28,95 @@ static bool has_dot_component(const char *p)
     return false;
 }
 
+/*
+ * Variables that make the dynamic loader, the Python interpreter or a shell
+ * run code of the value's choosing in the runner's own process, before the
+ * runner (and so any check of capd's) gets control. A build may set one
+ * only when the admin also names it in allow_env, so a value pasted from
+ * elsewhere cannot do it by accident. PYTHONPATH and LD_LIBRARY_PATH stay
+ * allowed: builds need them, and they only say where code is looked for.
+ * docs/security.md lists the reasons one by one.
+ */
+static const char *const env_hooks[] = {
+    "LD_PRELOAD", "LD_AUDIT",         "GCONV_PATH",     "PYTHONSTARTUP",    "PYTHONINSPECT",
+    "PYTHONHOME", "PYTHONPLATLIBDIR", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "BASH_ENV",
+    "ENV",
+};
+
+static bool env_name_ok(const char *k)
+{
+    if (!k[0] || strlen(k) > 128)
+        return false;
+    for (const char *c = k; *c; c++)
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+              *c == '_'))
+            return false;
+    return true;
+}
+
+static bool in_list(json_t *list, const char *name)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        if (strcmp(json_string_value(v), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The build's env (names, values, limits, the hooks above) and allow_env:
+ * replies and returns false on bad input. */
+static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD_Result *ret)
+{
+    const char *k;
+    json_t *v;
+    size_t i;
+    if (env && !json_is_object(env)) {
+        *ret = api_error(r, 400, "invalid_field", "env", "env must be an object of strings");
+        return false;
+    }
+    if (json_object_size(env) > BUILD_MAX_ENV) {
+        *ret =
+            api_error(r, 400, "too_many", "env", "env has more than %d variables", BUILD_MAX_ENV);
+        return false;
+    }
+    bool allow_ok = !allow || (json_is_array(allow) && json_array_size(allow) <= BUILD_MAX_ENV);
+    json_array_foreach(allow, i, v)
+    {
+        allow_ok = allow_ok && json_is_string(v) && env_name_ok(json_string_value(v));
+    }
+    if (!allow_ok) {
+        *ret = api_error(r, 400, "invalid_field", "allow_env",
+                         "allow_env must be an array of at most %d variable names", BUILD_MAX_ENV);
+        return false;
+    }
+    json_object_foreach(env, k, v)
+    {
+        if (!env_name_ok(k) || !json_is_string(v) || json_string_length(v) > 8192 ||
+            memchr(json_string_value(v), 0, json_string_length(v)) ||
+            strcmp(k, "CAPD_CELL_SPEC") == 0) {
+            *ret = api_error(r, 400, "invalid_field", "env",
+                             "env entry '%s' must be NAME=[A-Za-z0-9_]+ with a string value "
+                             "(CAPD_CELL_SPEC is reserved)",
+                             k);
+            return false;
+        }
+        for (size_t h = 0; h < sizeof env_hooks / sizeof env_hooks[0]; h++) {
+            if (strcmp(k, env_hooks[h]) == 0 && !in_list(allow, k)) {
+                *ret = api_error(r, 400, "forbidden_env", "env",
+                                 "env sets %s, which makes the loader or interpreter run code "
+                                 "before the runner starts; list it in allow_env to set it on "
+                                 "purpose (docs/security.md)",
+                                 k);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* Validates a build body; replies and returns NULL on bad input. The
  * result is normalized (env and model_roots always present). */
 static json_t *validate_build(struct api_req *r, json_t *b, const char *name, enum MHD_Result *ret)
@@ -37,7 +126,8 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
     json_object_foreach(b, k, v)
     {
         if (strcmp(k, "name") && strcmp(k, "python") && strcmp(k, "env") &&
-            strcmp(k, "description") && strcmp(k, "model_roots") && strcmp(k, "prefork")) {
+            strcmp(k, "description") && strcmp(k, "model_roots") && strcmp(k, "prefork") &&
+            strcmp(k, "allow_env")) {
             *ret = api_error(r, 400, "unknown_field", k, "unknown field '%s'", k);
             return NULL;
         }
@@ -60,33 +150,9 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
         return NULL;
     }
     json_t *env = json_object_get(b, "env");
-    if (env && !json_is_object(env)) {
-        *ret = api_error(r, 400, "invalid_field", "env", "env must be an object of strings");
+    json_t *allow = json_object_get(b, "allow_env");
+    if (!validate_env(r, env, allow, ret))
         return NULL;
-    }
-    if (json_object_size(env) > BUILD_MAX_ENV) {
-        *ret =
-            api_error(r, 400, "too_many", "env", "env has more than %d variables", BUILD_MAX_ENV);
-        return NULL;
-    }
-    json_object_foreach(env, k, v)
-    {
-        bool ok = k[0] && strlen(k) <= 128 && !strchr(k, '=') && json_is_string(v) &&
-                  json_string_length(v) <= 8192 &&
-                  !memchr(json_string_value(v), 0, json_string_length(v));
-        for (const char *c = k; ok && *c; c++)
-            ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-                 *c == '_';
-        if (ok && strcmp(k, "CAPD_CELL_SPEC") == 0)
-            ok = false;
-        if (!ok) {
-            *ret = api_error(r, 400, "invalid_field", "env",
-                             "env entry '%s' must be NAME=[A-Za-z0-9_]+ with a string value "
-                             "(CAPD_CELL_SPEC is reserved)",
-                             k);
-            return NULL;
-        }
-    }
     json_t *desc = json_object_get(b, "description");
     if (desc && (!json_is_string(desc) || json_string_length(desc) > 1024)) {
         *ret = api_error(r, 400, "invalid_field", "description",
@@ -116,6 +182,8 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
         *ret = api_error(r, 400, "invalid_field", "prefork", "prefork must be true or false");
         return NULL;
     }
+    /* allow_env is a check of this request, not part of the build: a
+     * replacement names the hooks it keeps again. */
     return json_pack("{s:s,s:O,s:o,s:o,s:s,s:b}", "name", name, "python", py, "env",
                      env ? json_incref(env) : json_object(), "model_roots",
                      roots ? json_incref(roots) : json_array(), "description",

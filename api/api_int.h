@@ -47,6 +47,7 @@ struct api_req {
 typedef enum MHD_Result (*api_handler)(struct api_req *r);
 
 struct capd *api_daemon(struct api_req *r);
+int api_bound_port(struct api_req *r);
 const struct capd_config *api_cfg(struct api_req *r);
 
 /* The calling worker thread's own connection (opened on first use). */
@@ -88,6 +89,9 @@ bool api_valid_text(const char *s, size_t max); /* UTF-8 checked by jansson; no 
  * runs once the route is known and checks its scope. Both reply and return
  * false when the request may not proceed. */
 bool api_auth_begin(struct api_req *r, enum MHD_Result *ret);
+/* The Host and Origin checks (api/host.c), before anything else: a Host
+ * capd was not told it has is 421, a write from a foreign Origin 403. */
+bool api_host_check(struct api_req *r, enum MHD_Result *ret);
 bool api_authorize(struct api_req *r, const char *method, const char *pattern,
                    enum MHD_Result *ret);
 /* For POST /v1/jobs/{id}/cancel: a submit token may cancel only the jobs it

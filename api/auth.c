@@ -10,9 +10,10 @@
  * A route this file does not know is admin-only for writes and read for
  * GETs, so a new endpoint is never open by accident.
  *
- * With auth_required off (the default, for local use and the test suite)
- * every request is admin and the Authorization header is ignored.
- * Production configs (deploy/capd.json) turn it on.
+ * auth_required is on by default (the first admin token is made at the
+ * first start, daemon/admin_token.h). Off, which capd allows only on a
+ * loopback address and warns about at every start, every request is admin
+ * and the Authorization header is ignored.
  *
  * Nothing here ever logs or echoes the token: refusals log the reason, the
  * method, the path and the client address only.
@@ -46,6 +47,10 @@ static int required_scope(const struct capd_config *cfg, const char *method, con
     if (strcmp(pattern, "/metrics") == 0)
         return cfg->metrics_public ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
     if (strncmp(pattern, "/v1/tokens", 10) == 0)
+        return STORE_SCOPE_ADMIN;
+    /* A build names what the host executes: changing one is admin's alone,
+     * whatever else the config opens up. */
+    if (strncmp(pattern, "/v1/builds", 10) == 0 && !is_read_method(method))
         return STORE_SCOPE_ADMIN;
     if (is_read_method(method))
         return cfg->public_reads ? STORE_SCOPE_NONE : STORE_SCOPE_READ;

@@ -30,6 +30,7 @@ struct api {
     struct capd *d;
     struct MHD_Daemon *mhd;
     unsigned inflight;
+    int port; /* the bound port, for the Host check (api/host.c) */
     bool quiesced;
     char *tls_cert, *tls_key; /* PEM text; MHD keeps pointers to them while it runs */
 };
@@ -53,6 +54,11 @@ static void store_key_init(void)
 struct capd *api_daemon(struct api_req *r)
 {
     return r->api->d;
+}
+
+int api_bound_port(struct api_req *r)
+{
+    return r->api->port;
 }
 
 const struct capd_config *api_cfg(struct api_req *r)
@@ -465,7 +471,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
         enum MHD_Result ret;
-        if (!api_auth_begin(r, &ret))
+        if (!api_host_check(r, &ret) || !api_auth_begin(r, &ret))
             return ret;
         /* A declared length over the limit is noted now, and the body is
          * discarded as it arrives: replying before the upload is read
@@ -692,6 +698,7 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
     *port = info ? info->port : cfg->listen_port;
+    a->port = *port;
     *out = a;
     return 0;
 }

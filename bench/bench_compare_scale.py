@@ -70,13 +70,17 @@ class Capd(object):
             self.proc.wait()
             raise SystemExit("bench_compare_scale: capd did not start: %r" % line)
         self.port = int(line.strip().rsplit(":", 1)[1])
+        # Tokens are on by default: the admin token capd wrote at its first start.
+        with open(os.path.join(data_dir, "admin.token")) as f:
+            self.token = f.read().strip()
         self.conn = None
         self.headers = None
 
     def req(self, method, path, body=None, headers=None):
         """(status, parsed JSON body) over a kept-alive connection."""
         data = json.dumps(body).encode() if body is not None else None
-        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        h = {"Content-Type": "application/json", "Accept": "application/json",
+             "Authorization": "Bearer " + self.token}
         h.update(headers or {})
         for attempt in (1, 2):
             if self.conn is None:

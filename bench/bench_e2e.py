@@ -63,10 +63,13 @@ class Capd(object):
         if "listening on" not in line:
             raise SystemExit("bench_e2e: capd did not start: %r" % line)
         self.base = "http://127.0.0.1:%s" % line.strip().rsplit(":", 1)[1]
+        # Tokens are on by default: the admin token capd wrote at its first start.
+        with open(os.path.join(data_dir, "admin.token")) as f:
+            self.token = f.read().strip()
 
     def req(self, method, path, body=None, headers=None):
         data = json.dumps(body).encode() if body is not None else None
-        h = {"Content-Type": "application/json"}
+        h = {"Content-Type": "application/json", "Authorization": "Bearer " + self.token}
         h.update(headers or {})
         r = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
         try:

@@ -44,10 +44,18 @@ def free_port():
     return p
 
 
+def token():
+    """The admin token capd wrote at its first start (start_capd puts it in
+    the environment, so the streams child process has it too)."""
+    return os.environ.get("CAPD_TOKEN", "")
+
+
 def http(base, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Authorization": "Bearer " + token()}
+    if data:
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, r.read()
 
@@ -58,7 +66,7 @@ def start_capd(capd, tmp, streams, heartbeat_s):
     with open(cfg, "w") as f:
         json.dump({"max_connections": streams + 1024, "max_connections_per_ip": streams + 1024,
                    "max_event_streams": streams + 16, "event_heartbeat_s": heartbeat_s,
-                   "log_level": "warn"}, f)
+                   "log_level": "warn", "allowed_hosts": ["bench"]}, f)
     os.chmod(tmp, 0o711)
     p = subprocess.Popen([capd, "--listen", "127.0.0.1:0", "--data-dir", data, "--config", cfg],
                          stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "capd.stderr"), "w"))
@@ -66,6 +74,8 @@ def start_capd(capd, tmp, streams, heartbeat_s):
     m = re.search(r"listening on [\d.]+:(\d+)", line)
     if not m:
         raise SystemExit("capd did not start: " + open(os.path.join(tmp, "capd.stderr")).read())
+    with open(os.path.join(data, "admin.token")) as f:
+        os.environ["CAPD_TOKEN"] = f.read().strip()
     return p, "http://127.0.0.1:%s" % m.group(1)
 
 
@@ -130,7 +140,8 @@ UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def wrk(url, seconds):
-    out = subprocess.run(["wrk", "-t2", "-c64", "-d%ds" % seconds, "--latency", url],
+    out = subprocess.run(["wrk", "-t2", "-c64", "-d%ds" % seconds, "--latency",
+                          "-H", "Authorization: Bearer " + token(), url],
                          capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     m = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -150,7 +161,8 @@ async def hold_streams(port, n, seconds, ready):
     async def one(i):
         nonlocal opened
         r, w = await asyncio.open_connection("127.0.0.1", port)
-        w.write(b"GET /v1/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+        w.write(b"GET /v1/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n"
+                b"Authorization: Bearer " + token().encode() + b"\r\n\r\n")
         await w.drain()
         head = await r.readuntil(b"\r\n\r\n")
         if b" 200 " not in head.split(b"\r\n")[0]:

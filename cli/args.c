@@ -13,7 +13,12 @@
 const struct ctl_opt ctl_global_opts[] = {
     {"server", CTL_VALUE, "URL",
      "capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")"},
-    {"token", CTL_VALUE, "T", "bearer token (default: $CAPD_TOKEN, which keeps it out of ps)"},
+    {"token", CTL_VALUE, "T",
+     "bearer token (default: $CAPD_TOKEN, which keeps it out of ps, else DIR/admin.token of "
+     "--data-dir)"},
+    {"data-dir", CTL_VALUE, "DIR",
+     "capd's data dir, whose admin.token is used when no token is given (default: "
+     "$CAPD_DATA_DIR, else " CTL_DEFAULT_DATA_DIR " for a server on this machine)"},
     {"cacert", CTL_VALUE, "FILE",
      "PEM CA certificate(s) to verify an https:// server against, e.g. a self-signed capd "
      "certificate (default: $CAPD_CACERT, else the system's CAs)"},

@@ -24,7 +24,8 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: capctl [--server URL] [--token T] [--cacert FILE] COMMAND [ARGS...]\n"
+    fprintf(f, "usage: capctl [--server URL] [--token T] [--data-dir DIR] [--cacert FILE] COMMAND "
+               "[ARGS...]\n"
                "       capctl --help | --version | help COMMAND\n\n"
                "capctl talks to a capd daemon: it registers builds, submits model x width x pass\n"
                "capture jobs, waits for them, and compares a control against a branch head.\n\n"
@@ -36,12 +37,15 @@ static void usage(FILE *f)
             "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
             "  --token T     bearer token (default: $CAPD_TOKEN; the variable keeps it out of "
             "ps)\n"
+            "  --data-dir DIR  without a token, use DIR/admin.token, the admin token capd\n"
+            "                made at its first start (default: $CAPD_DATA_DIR, else %s\n"
+            "                for a server on this machine)\n"
             "  --cacert FILE PEM CA certificate(s) to verify an https:// server against\n"
             "                (default: $CAPD_CACERT, else the system's CAs)\n"
             "  --help        this text; 'capctl COMMAND --help' for a command\n"
             "  --version     print capctl's version\n\n"
             "exit codes: 0 ok, 1 regression (diff), 2 error, 3 a cell was not ok (wait)\n",
-            CTL_DEFAULT_SERVER);
+            CTL_DEFAULT_SERVER, CTL_DEFAULT_DATA_DIR);
 }
 
 /* Takes --server/--token given before the command name; returns the index
@@ -70,6 +74,9 @@ static int globals(int argc, char **argv, int *exit_code)
         } else if (strncmp(w, "--token", 7) == 0 && (w[7] == 0 || w[7] == '=')) {
             dst = &ctl_global_token;
             name = "--token";
+        } else if (strncmp(w, "--data-dir", 10) == 0 && (w[10] == 0 || w[10] == '=')) {
+            dst = &ctl_global_data_dir;
+            name = "--data-dir";
         } else if (strncmp(w, "--cacert", 8) == 0 && (w[8] == 0 || w[8] == '=')) {
             dst = &ctl_global_cacert;
             name = "--cacert";

@@ -22,6 +22,9 @@
 #define CTL_EXIT_NOT_OK     3 /* wait: the job finished with some cell not ok */
 
 #define CTL_DEFAULT_SERVER "http://127.0.0.1:8470"
+/* Where capctl looks for capd's admin.token without --data-dir or
+ * CAPD_DATA_DIR (capd's own default data dir). */
+#define CTL_DEFAULT_DATA_DIR "/var/lib/capd"
 
 /* Responses past this size are refused rather than buffered. */
 #define CTL_MAX_RESPONSE (256u * 1024u * 1024u)
@@ -104,7 +107,9 @@ struct ctl_resp {
 };
 
 /* Server, token and CA file from the flags, else CAPD_SERVER / CAPD_TOKEN /
- * CAPD_CACERT, else the default; a usage error (2) for a URL that is not
+ * CAPD_CACERT, else the default; without a token, DATA/admin.token when it
+ * can be read (DATA: --data-dir, CAPD_DATA_DIR, or for a loopback server
+ * CTL_DEFAULT_DATA_DIR); a usage error (2) for a URL that is not
  * http(s) or a CA file that cannot be read. */
 int ctl_client_open(struct ctl_client *c, const struct ctl_args *a);
 void ctl_client_close(struct ctl_client *c);
@@ -187,6 +192,7 @@ int ctl_cmd_widths(int argc, char **argv);
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;
 extern const char *ctl_global_token;
+extern const char *ctl_global_data_dir;
 extern const char *ctl_global_cacert;
 
 #endif

@@ -14,6 +14,50 @@
 const char *ctl_global_server;
 const char *ctl_global_token;
 const char *ctl_global_cacert;
+const char *ctl_global_data_dir;
+
+/* Whether URL (http[s]://HOST[:PORT]...) names this machine's loopback. */
+static bool server_is_local(const char *url)
+{
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    static const char *const local[] = {"127.", "localhost:", "localhost/", "[::1]"};
+    if (strcasecmp(h, "localhost") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strncasecmp(h, local[i], strlen(local[i])) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The first admin token capd wrote to DATA/admin.token (daemon/admin_token.h),
+ * for a local capd used without --token or CAPD_TOKEN. DATA is --data-dir,
+ * else CAPD_DATA_DIR, else CTL_DEFAULT_DATA_DIR; the default is used only
+ * for a loopback server, so a token of this machine's capd is never sent
+ * to another host unless asked for. A file that cannot be read is no
+ * token (the server then says 401). Fills BUF (a line of at most N-1
+ * bytes) and returns true when one was read.
+ */
+static bool token_from_file(const struct ctl_args *a, const char *server, char *buf, size_t n)
+{
+    char path[1100];
+    const char *dir = ctl_arg(a, "data-dir");
+    if (!dir)
+        dir = ctl_global_data_dir;
+    if (!dir && (dir = getenv("CAPD_DATA_DIR")) != NULL && !*dir)
+        dir = NULL;
+    if (!dir && !server_is_local(server))
+        return false;
+    snprintf(path, sizeof path, "%s/admin.token", dir ? dir : CTL_DEFAULT_DATA_DIR);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    buf[ok ? strcspn(buf, "\r\n") : 0] = 0;
+    return ok && buf[0];
+}
 
 int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
 {
@@ -34,6 +78,9 @@ int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
         token = ctl_global_token;
     if (!token)
         token = getenv("CAPD_TOKEN");
+    char file_token[256];
+    if ((!token || !*token) && token_from_file(a, server, file_token, sizeof file_token))
+        token = file_token;
     const char *cacert = ctl_arg(a, "cacert");
     const char *cafrom = "--cacert";
     if (!cacert)
@@ -65,7 +112,9 @@ int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
             if ((unsigned char)*p < 0x21 || *p == 0x7f)
                 return ctl_usage_error(a->cmd,
                                        "the token must not hold spaces or control characters");
-        if (asprintf(&c->auth, "Authorization: Bearer %s", token) < 0) {
+        int arc = asprintf(&c->auth, "Authorization: Bearer %s", token);
+        memset(file_token, 0, sizeof file_token);
+        if (arc < 0) {
             c->auth = NULL;
             fprintf(stderr, "capctl: out of memory\n");
             return CTL_EXIT_ERROR;

@@ -27,6 +27,8 @@ static const struct ctl_opt register_opts[] = {
     {"python", CTL_VALUE, "PATH", "absolute path of the interpreter (required)"},
     {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
     {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
+    {"allow-env", CTL_MULTI, "NAME",
+     "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
     {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
     {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
     {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
@@ -67,6 +69,7 @@ static const struct ctl_field_flag build_fields[] = {
     {"python", "--python"},
     {"env", "--env"},
     {"model_roots", "--model-root"},
+    {"allow_env", "--allow-env"},
     {"description", "--description"},
     {NULL, NULL},
 };
@@ -220,6 +223,14 @@ static int builds_register(int argc, char **argv)
     if (!body) {
         rc = ctl_usage_error(&cmd_register, "--name and --python must be valid UTF-8");
         goto out;
+    }
+    /* The server checks the names; capctl only passes them on. */
+    it = 0;
+    while ((v = ctl_arg_next(&a, "allow-env", &it)) != NULL) {
+        json_t *arr = json_object_get(body, "allow_env");
+        if (!arr)
+            json_object_set_new(body, "allow_env", arr = json_array());
+        json_array_append_new(arr, json_string(v));
     }
     const char *desc = ctl_arg(&a, "description");
     if (desc) {

@@ -75,6 +75,8 @@ static const struct ckey keys[] = {
     {"tls_cert", T_STR, F(tls_cert), S(tls_cert), 0, 0},
     {"tls_key", T_STR, F(tls_key), S(tls_key), 0, 0},
     {"run_as_user", T_STR, F(run_as_user), S(run_as_user), 0, 0},
+    {"allow_root_cells", T_BOOL, F(allow_root_cells), 0, 0, 0},
+    {"allowed_hosts", T_LIST, 0, 0, 0, 0},
     {"retention_keep_heads_per_branch", T_INT, F(retention_keep_heads_per_branch), 0, 0, 1000000},
     {"retention_interval_s", T_INT, F(retention_interval_s), 0, 0, 30 * 86400},
 };
@@ -113,6 +115,9 @@ void config_defaults(struct capd_config *c)
     c->max_queued_jobs_per_token = 100;
     c->max_event_streams = 256;
     c->event_heartbeat_s = 15;
+    /* Secure by default (docs/security.md): tokens are needed unless the
+     * operator turns them off on purpose, on loopback only. */
+    c->auth_required = true;
     snprintf(c->run_as_user, sizeof c->run_as_user, "nobody");
     c->run_uid = c->run_gid = -1;
     static const char *allow[] = {"PATH", "LANG", "LC_*", "TZ", "HOME", "OPENBLAS_*"};
@@ -138,6 +143,27 @@ static int set_listen(struct capd_config *c, const char *v, char **err)
     return 0;
 }
 
+/* A list key: an array of at most MAX strings of 1..WIDTH-1 bytes, copied
+ * into the WIDTH-wide rows at DST. Returns NULL, or what the value must be. */
+static const char *set_list(json_t *v, int max, size_t width, char *dst, int *n, const char *what)
+{
+    size_t i;
+    json_t *e;
+    if (!json_is_array(v) || json_array_size(v) > (size_t)max)
+        return what;
+    json_array_foreach(v, i, e)
+    {
+        if (!json_is_string(e) || json_string_length(e) == 0 || json_string_length(e) >= width)
+            return what;
+    }
+    *n = 0;
+    json_array_foreach(v, i, e)
+    {
+        snprintf(dst + (size_t)(*n)++ * width, width, "%s", json_string_value(e));
+    }
+    return NULL;
+}
+
 static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char **err)
 {
     char *base = (char *)c;
@@ -148,22 +174,13 @@ static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char 
         else
             return set_listen(c, json_string_value(v), err);
     } else if (strcmp(k->name, "env_allow") == 0) {
-        size_t i;
-        json_t *e;
-        if (!json_is_array(v) || json_array_size(v) > CAPD_MAX_ENV_ALLOW) {
-            what = "an array of at most 64 variable names (a trailing * matches a prefix)";
-        } else {
-            c->env_allow_n = 0;
-            json_array_foreach(v, i, e)
-            {
-                if (!json_is_string(e) || json_string_length(e) == 0 ||
-                    json_string_length(e) >= 64) {
-                    what = "an array of variable names (1..63 characters)";
-                    break;
-                }
-                snprintf(c->env_allow[c->env_allow_n++], 64, "%s", json_string_value(e));
-            }
-        }
+        what = set_list(v, CAPD_MAX_ENV_ALLOW, 64, &c->env_allow[0][0], &c->env_allow_n,
+                        "an array of at most 64 variable names of 1..63 characters (a "
+                        "trailing * matches a prefix)");
+    } else if (strcmp(k->name, "allowed_hosts") == 0) {
+        what = set_list(v, CAPD_MAX_ALLOWED_HOST, 256, &c->allowed_hosts[0][0], &c->allowed_hosts_n,
+                        "an array of at most 32 host names (NAME or NAME:PORT, 1..255 "
+                        "characters; \"*\" accepts any Host)");
     } else if (k->type == T_STR) {
         if (!json_is_string(v) || json_string_length(v) >= k->size)
             what = "a string";
@@ -432,5 +449,20 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
             return -EINVAL;
         }
     }
+    if (!c->auth_required && !config_listen_is_loopback(c)) {
+        if (asprintf(err,
+                     "auth_required is false but capd would listen on %s, which is not a "
+                     "loopback address: anybody who reaches it could run code; keep "
+                     "auth_required true (docs/security.md) or listen on 127.0.0.1",
+                     c->listen_addr) < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
     return runas_resolve(c, err);
+}
+
+bool config_listen_is_loopback(const struct capd_config *c)
+{
+    /* capd listens on IPv4 only (api_start): loopback is 127.0.0.0/8. */
+    return strncmp(c->listen_addr, "127.", 4) == 0;
 }

@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CAPD_MAX_ENV_ALLOW 64
+#define CAPD_MAX_ENV_ALLOW    64
+#define CAPD_MAX_ALLOWED_HOST 32 /* allowed_hosts entries */
 
 struct capd_config {
     char listen_addr[64];
@@ -49,7 +50,7 @@ struct capd_config {
     char env_allow[CAPD_MAX_ENV_ALLOW][64];
 
     /* Trust (docs/security.md). */
-    bool auth_required;             /* bearer tokens needed; false: every request is admin */
+    bool auth_required;             /* bearer tokens needed (default); false: all are admin */
     bool public_reads;              /* GETs need no token even when auth_required */
     bool metrics_public;            /* /metrics needs no token */
     int max_connections;            /* MHD_OPTION_CONNECTION_LIMIT */
@@ -62,7 +63,10 @@ struct capd_config {
     char tls_cert[512];             /* PEM certificate chain; with tls_key, serve HTTPS */
     char tls_key[512];              /* PEM private key (unencrypted) */
     char run_as_user[64];           /* children's user when capd runs as root; "" = keep root */
-    long run_uid, run_gid;          /* resolved by config_finish; -1 = do not switch */
+    bool allow_root_cells;          /* run_as_user "" while root is refused unless set */
+    int allowed_hosts_n;            /* Host names accepted besides the defaults (api/host.c) */
+    char allowed_hosts[CAPD_MAX_ALLOWED_HOST][256];
+    long run_uid, run_gid; /* resolved by config_finish; -1 = do not switch */
 
     /* Retention (docs/operations.md): 0 = keep everything / no timer. */
     int retention_keep_heads_per_branch;
@@ -82,6 +86,9 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
 
 /* Checks cross-field rules and fills paths that default from others. */
 int config_finish(struct capd_config *c, const char *argv0, char **err);
+
+/* Whether listen_addr is a loopback address (127.0.0.0/8). */
+bool config_listen_is_loopback(const struct capd_config *c);
 
 void config_usage(FILE *f);
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "api/api.h"
+#include "daemon/admin_token.h"
 #include "daemon/capd.h"
 #include "daemon/cmd_db.h"
 #include "daemon/cmd_token.h"
@@ -86,6 +87,14 @@ int main(int argc, char **argv)
         return fail("run_as_user", err);
     if (capd_new(&cfg, &d, &err) != 0)
         return fail("storage", err);
+    if (admin_token_bootstrap(&cfg, &err) != 0) {
+        capd_free(d);
+        return fail("admin_token", err);
+    }
+    if (!cfg.auth_required)
+        log_warn("auth_disabled", "reason=%s",
+                 log_q("auth_required is false: every request that reaches the port may do "
+                       "everything, registering builds included (docs/security.md)"));
     if (api_start(d, &a, &port, &err) != 0) {
         capd_free(d);
         return fail("listen", err);

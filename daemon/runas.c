@@ -19,7 +19,19 @@
 int runas_resolve(struct capd_config *c, char **err)
 {
     c->run_uid = c->run_gid = -1;
-    if (geteuid() != 0 || c->run_as_user[0] == 0)
+    if (geteuid() != 0)
+        return 0;
+    /* Cells as root is never what an empty string should mean by
+     * accident: it takes a second, explicit setting. */
+    if (c->run_as_user[0] == 0 && !c->allow_root_cells) {
+        if (asprintf(err, "run_as_user is \"\" while capd runs as root, so cells would run as "
+                          "root; name an unprivileged user (the default is \"nobody\"), or set "
+                          "\"allow_root_cells\": true as well to run them as root on purpose "
+                          "(docs/security.md)") < 0)
+            *err = NULL;
+        return -EINVAL;
+    }
+    if (c->run_as_user[0] == 0)
         return 0;
     struct passwd *pw = getpwnam(c->run_as_user);
     if (!pw) {
@@ -60,9 +72,14 @@ int runas_check(const struct capd_config *c, char **err)
     char path[PATH_MAX];
     struct stat sb;
     if (c->run_uid < 0) {
-        if (geteuid() == 0)
+        if (geteuid() == 0) {
+            /* Said on stderr too: whoever starts capd by hand sees it. */
+            fprintf(stderr, "capd: WARNING: allow_root_cells is set and run_as_user is \"\": "
+                            "every cell runs as root\n");
             log_warn("cells_run_as_root", "reason=%s",
-                     log_q("run_as_user is empty: cells run as root"));
+                     log_q("allow_root_cells is true and run_as_user is empty: every cell, and "
+                           "so every registered build, runs as root"));
+        }
         return 0;
     }
     if (!realpath(c->data_dir, path)) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli/provenance.c"
+#include "storage/store.h"
 #include "tests/helpers/common/testutil.h"
 
 /* ======================================================================
@@ -288,8 +289,10 @@ static char *slurp(const char *path)
 }
 
 /* Runs capctl ARGV (NULL-terminated, after the program name) with the
- * environment minus CAPD_SERVER/CAPD_TOKEN plus ENV (may be NULL); output
- * goes to files in DIR. */
+ * environment minus CAPD_SERVER/CAPD_TOKEN/CAPD_DATA_DIR, plus
+ * CAPD_DATA_DIR=DIR/data (so capctl finds the admin token capd wrote
+ * there, as a local user's would) and ENV (may be NULL; a later entry
+ * wins); output goes to files in DIR. */
 static void run_capctl(struct run *r, const char *dir, const char *const *env,
                        const char *const *args)
 {
@@ -307,9 +310,17 @@ static void run_capctl(struct run *r, const char *dir, const char *const *env,
     for (int i = 0; args[i] && a < 63; i++)
         argv[a++] = args[i];
     argv[a] = NULL;
+    char data_dir[600];
+    snprintf(data_dir, sizeof data_dir, "CAPD_DATA_DIR=%s/data", dir);
     for (int i = 0; environ[i] && e < 500; i++)
-        if (strncmp(environ[i], "CAPD_SERVER=", 12) && strncmp(environ[i], "CAPD_TOKEN=", 11))
+        if (strncmp(environ[i], "CAPD_SERVER=", 12) && strncmp(environ[i], "CAPD_TOKEN=", 11) &&
+            strncmp(environ[i], "CAPD_DATA_DIR=", 14))
             envp[e++] = environ[i];
+    bool own_dir = false;
+    for (int i = 0; env && env[i]; i++)
+        own_dir = own_dir || strncmp(env[i], "CAPD_DATA_DIR=", 14) == 0;
+    if (!own_dir)
+        envp[e++] = data_dir;
     for (int i = 0; env && env[i] && e < 510; i++)
         envp[e++] = env[i];
     envp[e] = NULL;
@@ -462,9 +473,10 @@ Test(capctl, server_from_env_flag_after_command_and_unreachable, .timeout = 60)
     struct tu_capd c;
     start(&c);
     struct run r;
-    char env[300];
+    char env[300], tok[200];
     snprintf(env, sizeof env, "CAPD_SERVER=%s", c.base);
-    const char *const envs[] = {env, "CAPD_TOKEN=s3cr3t-token", NULL};
+    snprintf(tok, sizeof tok, "CAPD_TOKEN=%s", c.token);
+    const char *const envs[] = {env, tok, "CAPD_DATA_DIR=/nonexistent", NULL};
     const char *const list[] = {"builds", NULL};
     run_capctl(&r, c.dir, envs, list);
     cr_assert_eq(r.code, 0, SHOW(r));
@@ -484,6 +496,61 @@ Test(capctl, server_from_env_flag_after_command_and_unreachable, .timeout = 60)
     run_capctl(&r, c.dir, NULL, badurl);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--server must be an http:// or https:// URL"), SHOW(r));
+    run_free(&r);
+    tu_capd_stop(&c);
+}
+
+/* Where capctl finds its token: --token, then CAPD_TOKEN, then
+ * DATA/admin.token (--data-dir, CAPD_DATA_DIR); a wrong earlier one is not
+ * replaced by a later one, and without any the server's 401 is shown. */
+Test(capctl, token_from_flag_env_then_the_data_dirs_file, .timeout = 60)
+{
+    struct tu_capd c;
+    start(&c);
+    struct run r;
+    char data[400], dd[420], tok[200];
+    snprintf(data, sizeof data, "%s/data", c.dir);
+    snprintf(dd, sizeof dd, "--data-dir=%s", data);
+    snprintf(tok, sizeof tok, "CAPD_TOKEN=%s", c.token);
+    cr_assert_eq(strlen(c.token), STORE_TOKEN_LEN, "capd wrote DATA/admin.token");
+    const char *const nodir[] = {"CAPD_DATA_DIR=/nonexistent", NULL};
+    const char *const list[] = {"--server", c.base, "builds", NULL};
+    run_capctl(&r, c.dir, NULL, list); /* CAPD_DATA_DIR=DATA */
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
+    run_capctl(&r, c.dir, nodir, list);
+    cr_assert_eq(r.code, 2, "no token anywhere: " SHOW(r));
+    cr_assert(strstr(r.err, "unauthorized"), SHOW(r));
+    run_free(&r);
+    const char *const flag_dir[] = {"--server", c.base, dd, "builds", NULL};
+    run_capctl(&r, c.dir, nodir, flag_dir);
+    cr_assert_eq(r.code, 0, "--data-dir wins over CAPD_DATA_DIR: " SHOW(r));
+    run_free(&r);
+    const char *const wrong[] = {"--server", c.base, "--token", "capd_t000000000000_00",
+                                 "builds",   NULL};
+    run_capctl(&r, c.dir, NULL, wrong);
+    cr_assert_eq(r.code, 2, "--token wins over the file: " SHOW(r));
+    run_free(&r);
+    const char *const env_tok[] = {tok, "CAPD_DATA_DIR=/nonexistent", NULL};
+    run_capctl(&r, c.dir, env_tok, list);
+    cr_assert_eq(r.code, 0, "CAPD_TOKEN: " SHOW(r));
+    cr_assert_null(strstr(r.out, c.token + 19), "the token was printed: " SHOW(r));
+    cr_assert_null(strstr(r.err, c.token + 19), "the token was printed: " SHOW(r));
+    run_free(&r);
+
+    /* A loader hook in a build's env needs --allow-env. */
+    const char *const hook[] = {"--server", c.base,     "builds",    "register", "--name",
+                                "h",        "--python", "/bin/true", "--env",    "LD_PRELOAD=/x.so",
+                                NULL};
+    run_capctl(&r, c.dir, NULL, hook);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "forbidden_env") && strstr(r.err, "LD_PRELOAD"), SHOW(r));
+    run_free(&r);
+    const char *const allowed[] = {
+        "--server",  c.base,  "builds",           "register",    "--name",     "h", "--python",
+        "/bin/true", "--env", "LD_PRELOAD=/x.so", "--allow-env", "LD_PRELOAD", NULL};
+    run_capctl(&r, c.dir, NULL, allowed);
+    cr_assert_eq(r.code, 0, SHOW(r));
     run_free(&r);
     tu_capd_stop(&c);
 }

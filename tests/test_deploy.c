@@ -192,14 +192,16 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
     free(log);
     free(runner);
     const char *py = getenv("CAPD_PYTHON") ? getenv("CAPD_PYTHON") : "/usr/bin/python3";
-    cr_assert_eq(tu_sh("CAPD_SERVER=%s '%s' builds register --name debian-torch --python %s "
-                       ">'%s/register.out' 2>&1",
-                       c.base, capctl, py, top),
+    /* capctl finds the admin token capd wrote in its data dir. */
+    cr_assert_eq(tu_sh("CAPD_SERVER=%s CAPD_DATA_DIR='%s/data' '%s' builds register --name "
+                       "debian-torch --python %s >'%s/register.out' 2>&1",
+                       c.base, c.dir, capctl, py, top),
                  0, "capctl builds register");
-    cr_assert_eq(tu_sh("CAPD_SERVER=%s '%s' submit --project pytorch --commit 1111111 "
+    cr_assert_eq(tu_sh("CAPD_SERVER=%s CAPD_DATA_DIR='%s/data' '%s' submit --project pytorch "
+                       "--commit 1111111 "
                        "--build debian-torch --models mlp --widths native --passes forward "
                        "--wait --wait-timeout 600 >'%s/job' 2>'%s/submit.err'",
-                       c.base, capctl, top, top),
+                       c.base, c.dir, capctl, top, top),
                  0, "capctl submit --wait: every cell ok (see %s/submit.err)", top);
     char *jobf = pathf("%s/job", top), *job = slurp(jobf);
     job[strcspn(job, "\n")] = 0;
@@ -324,7 +326,8 @@ Test(deploy, capd_starts_with_the_sample_config, .timeout = 600)
     json_t *h = tu_json(&c, "GET", "/healthz", NULL, &st);
     cr_assert_eq(st, 200);
     json_decref(h);
-    /* The sample turns authentication on. */
+    /* The sample keeps authentication on. */
+    tu_anonymous(&c);
     json_decref(tu_json(&c, "GET", "/v1/builds", NULL, &st));
     cr_assert_eq(st, 401, "auth_required from the sample is in force");
     cr_assert_eq(tu_capd_stop(&c), 0);
@@ -423,11 +426,13 @@ static int ci_run(const struct tu_capd *c, const char *top, const char *env,
                   const char *register_args, const char *tag)
 {
     char *build = build_dir(), *fake = tu_helper("fake_runner");
-    int rc = tu_sh("cd '%s/src' && env CAPD_SERVER=%s CAPCTL='%s/capctl' PROJECT=p "
+    /* CI is given its tokens; here the first admin token does both jobs. */
+    int rc = tu_sh("cd '%s/src' && env CAPD_SERVER=%s CAPD_ADMIN_TOKEN=%s CAPD_TOKEN=%s "
+                   "CAPCTL='%s/capctl' PROJECT=p "
                    "BUILD_PYTHON='%s' REGISTER_ARGS='--model-root %s %s' MODELS=fake:ok "
                    "WIDTHS=avx2 PASSES=forward SUBMIT_ARGS='--capture sample' "
                    "REPORT='%s/%s.md' %s '%s/deploy/ci/capd-ci.sh' >'%s/%s.out' 2>&1",
-                   top, c->base, build, fake, top, register_args, top, tag, env,
+                   top, c->base, c->token, c->token, build, fake, top, register_args, top, tag, env,
                    tu_bin("CAPD_SOURCE_DIR"), top, tag);
     free(build);
     free(fake);
@@ -596,13 +601,14 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl submit --help",
                                                "capctl status --help",
                                                "capctl wait --help",
-                                               "capctl diff --help"};
+                                               "capctl diff --help",
+                                               "capctl widths --help"};
     static const struct {
         const char *page;
         const char *const *helps;
         size_t n;
         int min_flags;
-    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 9, 40}};
+    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 10, 40}};
     for (size_t i = 0; i < 2; i++) {
         char *all = strdup("");
         for (size_t k = 0; k < pages[i].n; k++) {
@@ -619,8 +625,9 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         each_flag(d.page_text, flag_in_help, &d);
         /* Every command of capctl's list has a section of its own. */
         if (strcmp(pages[i].page, "capctl.1") == 0) {
-            static const char *const cmds[] = {"builds", "submit", "status", "wait", "diff"};
-            for (size_t k = 0; k < 5; k++) {
+            static const char *const cmds[] = {"builds", "submit", "status",
+                                               "wait",   "diff",   "widths"};
+            for (size_t k = 0; k < 6; k++) {
                 char *sec = pathf("\n.SS \"%s ", cmds[k]);
                 cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);
                 free(sec);

@@ -196,8 +196,7 @@ Test(hostcpu, hidden_widths_not_run_and_aa_passes)
         cr_assert(strstr(str(cell, "host_missing"), lost[i][1]));
         json_int_t ms = json_integer_value(json_object_get(cell, "duration_ms"));
         cr_assert_lt(ms, 50, "%s ended in %lld ms", lost[i][0], (long long)ms);
-        cr_assert_not(log_has(&c, "cell_started", str(cell, "id")), "no child for %s",
-                      lost[i][0]);
+        cr_assert_not(log_has(&c, "cell_started", str(cell, "id")), "no child for %s", lost[i][0]);
         cr_assert(log_has(&c, "cell_not_run", str(cell, "id")));
     }
     cr_assert(log_has(&c, "cell_started", str(job_cell(ja, "default"), "id")));
@@ -227,8 +226,8 @@ Test(hostcpu, hidden_widths_not_run_and_aa_passes)
     char *bin = strdup(tu_bin("CAPD_BIN"));
     char err[600];
     snprintf(err, sizeof err, "%s/wait.err", c.dir);
-    int rc = tu_sh("CAPD_SERVER='%s' '%s/capctl' wait %s >/dev/null 2>'%s'", c.base, dirname(bin),
-                   a, err);
+    int rc = tu_sh("CAPD_SERVER='%s' CAPD_TOKEN='%s' '%s/capctl' wait %s >/dev/null 2>'%s'", c.base,
+                   c.token, dirname(bin), a, err);
     free(bin);
     cr_assert_eq(rc, 0, "capctl wait exits 0 when cells were only not run");
     cr_assert_eq(tu_sh("grep -q '2 of 3 cells not run' '%s'", err), 0);
@@ -258,9 +257,9 @@ Test(hostcpu, lost_coverage_is_a_warning_not_a_regression)
     /* The first feature the width requires. */
     json_t *widths = tu_json(&c, "GET", "/v1/widths", NULL, NULL);
     char hide[64], list[64];
-    snprintf(hide, sizeof hide, "%s",
-             json_string_value(json_array_get(
-                 json_object_get(width_row(widths, wide), "requires"), 0)));
+    snprintf(
+        hide, sizeof hide, "%s",
+        json_string_value(json_array_get(json_object_get(width_row(widths, wide), "requires"), 0)));
     json_decref(widths);
     snprintf(list, sizeof list, "\"default\",\"%s\"", wide);
     cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);

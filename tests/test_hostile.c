@@ -620,7 +620,9 @@ Test(hostile, ten_thousand_bad_requests, .timeout = 600)
     cr_assert(f && fgets(g_token, sizeof g_token, f));
     fclose(f);
     f = fopen(cfg, "w");
-    fputs("{\"auth_required\": true, \"request_timeout_s\": 1, \"max_body_bytes\": 32768, "
+    /* The generated requests name capd "capd" or "x". */
+    fputs("{\"auth_required\": true, \"allowed_hosts\": [\"capd\", \"x\"], \"request_timeout_s\": "
+          "1, \"max_body_bytes\": 32768, "
           "\"connection_memory_bytes\": 32768, \"max_queued_jobs\": 0}",
           f);
     fclose(f);

@@ -62,10 +62,12 @@ static void start(struct env *e, const char *config_json)
     free(d);
     char cfg[400];
     snprintf(cfg, sizeof cfg, "%s/capd.json", e->dir);
-    FILE *f = fopen(cfg, "w");
-    cr_assert_not_null(f);
-    fputs(config_json, f);
-    fclose(f);
+    /* The raw requests here say "Host: capd". */
+    json_t *conf = json_loads(config_json, 0, NULL);
+    cr_assert_not_null(conf, "config: %s", config_json);
+    json_object_set_new(conf, "allowed_hosts", json_pack("[s]", "capd"));
+    cr_assert_eq(json_dump_file(conf, cfg, 0), 0);
+    json_decref(conf);
     const char *extra[] = {"--config", cfg, NULL};
     if (tu_capd_start(&e->c, e->dir, extra) != 0) {
         char p[400];
@@ -225,8 +227,9 @@ static void big_header(const struct env *e, size_t hbytes, bool want_refused)
     char *req = malloc(cap);
     int hn = snprintf(req, cap,
                       "POST /v1/builds HTTP/1.1\r\nHost: capd\r\nContent-Type: application/json\r\n"
-                      "Content-Length: %d\r\nConnection: close\r\nX-Pad: ",
-                      jn);
+                      "Authorization: Bearer %s\r\nContent-Length: %d\r\nConnection: close\r\n"
+                      "X-Pad: ",
+                      e->c.token, jn);
     memset(req + hn, 'a', hbytes);
     size_t len = (size_t)hn + hbytes;
     len += (size_t)snprintf(req + len, cap - len, "\r\n\r\n%s", json);

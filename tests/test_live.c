@@ -94,7 +94,10 @@ static void start(const char *config)
         snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
         cr_assert_fail("capd did not start:\n%s", slurp(p));
     }
-    if (!config || !strstr(config, "auth_required"))
+    /* A test that configures auth itself sends its own tokens. */
+    if (config && strstr(config, "auth_required"))
+        tu_anonymous(&g_capd);
+    else
         cr_assert_eq(tu_fake_build(&g_capd, "fake", NULL), 201);
 }
 
@@ -453,14 +456,15 @@ Test(longpoll, many_waiters_hold_no_thread)
     start("{\"http_threads\": 2}");
     char *id = submit("abcdef1", "\"fake:hang\"", NULL);
     wait_running(id);
-    char path[128], e[128], req[512];
+    char path[128], e[128], req[768];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
     enum { N = 64 };
     int fds[N];
     snprintf(req, sizeof req,
-             "GET /v1/jobs/%s?wait=60 HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: %s\r\n\r\n", id,
-             e);
+             "GET /v1/jobs/%s?wait=60 HTTP/1.1\r\nHost: localhost:%d\r\nAuthorization: Bearer "
+             "%s\r\nIf-None-Match: %s\r\n\r\n",
+             id, g_capd.port, g_capd.token, e);
     for (int i = 0; i < N; i++) {
         fds[i] = connect_port(g_capd.port);
         cr_assert(fds[i] >= 0);
@@ -527,9 +531,13 @@ static void *sse_run(void *arg)
 {
     struct sse *s = arg;
     CURL *h = curl_easy_init();
-    char url[512], hdr[64];
+    char url[512], hdr[64], auth[200];
     struct curl_slist *hl = NULL;
     snprintf(url, sizeof url, "%s%s", g_capd.base, s->path);
+    if (g_capd.token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", g_capd.token);
+        hl = curl_slist_append(hl, auth);
+    }
     if (s->last_id[0]) {
         snprintf(hdr, sizeof hdr, "Last-Event-ID: %s", s->last_id);
         hl = curl_slist_append(hl, hdr);

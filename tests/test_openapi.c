@@ -378,6 +378,7 @@ Test(openapi, auth_replies_match_the_spec)
     fclose(f);
     const char *extra[] = {"--config", cfg, NULL};
     start(extra);
+    tu_anonymous(&g_capd); /* every request below names its own token */
     snprintf(p, sizeof p, "%s/samples", g_dir);
     mkdir(p, 0755);
     snprintf(tokf, sizeof tokf, "%s/token", g_dir);
@@ -402,6 +403,14 @@ Test(openapi, auth_replies_match_the_spec)
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{}", rd, NULL), 403);
     cr_assert_eq(sample("GET", "/v1/tokens", "/v1/tokens", NULL, rd, NULL), 403);
     cr_assert_eq(sample("DELETE", "/v1/tokens/tx", "/v1/tokens/{id}", NULL, rd, NULL), 403);
+    char evil[128];
+    snprintf(evil, sizeof evil, "Host: evil.example:%d", g_capd.port);
+    const char *rebind[] = {evil, auth, NULL};
+    cr_assert_eq(sample("GET", "/v1/jobs", "/v1/jobs", NULL, rebind, NULL), 421);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", "{}", rebind, NULL), 421);
+    cr_assert_eq(sample("GET", "/healthz", "/healthz", NULL, rebind, NULL), 421);
+    const char *origin[] = {"Origin: http://evil.example", auth, NULL};
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{}", origin, NULL), 403);
     free(tok);
     char *out;
     int rc = checker("validate", src("schema/openapi.yaml"), p, &out);

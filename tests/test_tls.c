@@ -140,6 +140,10 @@ Test(tls, https_verified_and_plain_http_refused, .timeout = 120)
     char capctl[512];
     snprintf(capctl, sizeof capctl, "%s/capctl", dirname(bin));
     free(bin);
+    /* capctl finds its token in capd's data dir (CAPD_DATA_DIR). */
+    char data_dir[300];
+    snprintf(data_dir, sizeof data_dir, "%s/data", c.dir);
+    setenv("CAPD_DATA_DIR", data_dir, 1);
     cr_assert_eq(tu_sh("'%s' --server '%s' --cacert '%s' builds list >'%s/ctl.out' 2>&1", capctl,
                        c.base, p.cert, p.dir),
                  0, "capctl --cacert over https (see %s/ctl.out)", p.dir);

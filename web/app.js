@@ -102,7 +102,7 @@ function short(sha) {
 
 function token() {
   try {
-    return localStorage.getItem(TOKEN_KEY) || "";
+    return sessionStorage.getItem(TOKEN_KEY) || "";
   } catch (e) {
     return "";
   }
@@ -172,7 +172,7 @@ function setupToken() {
   document.getElementById("token-button").addEventListener("click", openToken);
   document.getElementById("token-cancel").addEventListener("click", close);
   document.getElementById("token-clear").addEventListener("click", () => {
-    localStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(TOKEN_KEY);
     close();
     live.restart();
     route();
@@ -180,8 +180,8 @@ function setupToken() {
   document.getElementById("token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const v = document.getElementById("token-input").value.trim();
-    if (v) localStorage.setItem(TOKEN_KEY, v);
-    else localStorage.removeItem(TOKEN_KEY);
+    if (v) sessionStorage.setItem(TOKEN_KEY, v);
+    else sessionStorage.removeItem(TOKEN_KEY);
     close();
     banner(null);
     live.restart();

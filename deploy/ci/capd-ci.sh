@@ -13,8 +13,11 @@
 # Environment:
 #   CAPD_SERVER          capd's URL (default http://127.0.0.1:8470)
 #   CAPD_ADMIN_TOKEN     token with scope admin: registering a build chooses
-#                        what the host executes (unset: auth is off)
+#                        what the host executes (unset: CAPD_TOKEN, else
+#                        capctl's own discovery, DATA/admin.token)
 #   CAPD_TOKEN           token with scope submit, for submitting and reading
+#   CAPD_DATA_DIR        capd's data dir, whose admin.token capctl reads when
+#                        no token is given (a CI job on the capd host)
 #   CAPCTL               the client (default: capctl on PATH)
 #   PROJECT              project name (default pytorch)
 #   COMMIT               the commit that was built (required)

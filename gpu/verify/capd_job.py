@@ -6,7 +6,11 @@ Registers two builds on the same interpreter, "gpu-control" and "gpu-tf32"
 runs MODELS x native x forward,backward with options.device "gpu" on each,
 and fetches the comparison (JSON and markdown). Standard library only.
 
-    python3 gpu/verify/capd_job.py --url http://127.0.0.1:8470 --python PY OUTDIR
+    python3 gpu/verify/capd_job.py --url http://127.0.0.1:8470 --python PY \
+        [--data-dir DATA] OUTDIR
+
+The token is $CAPD_TOKEN, else DATA/admin.token (the admin token capd writes
+at its first start; DATA defaults to $CAPD_DATA_DIR, else /var/lib/capd).
 
 Exit status 0 when both jobs ran every cell ok and the comparison flags the
 TF32 side as diverged.
@@ -20,10 +24,25 @@ import urllib.error
 import urllib.request
 
 
+TOKEN = ""
+
+
+def find_token(data_dir):
+    if os.environ.get("CAPD_TOKEN"):
+        return os.environ["CAPD_TOKEN"]
+    try:
+        with open(os.path.join(data_dir, "admin.token")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def call(base, method, path, body=None, accept="application/json"):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json", "Accept": accept})
+    headers = {"Content-Type": "application/json", "Accept": accept}
+    if TOKEN:
+        headers["Authorization"] = "Bearer " + TOKEN
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             raw = r.read()
@@ -50,7 +69,11 @@ def main():
     ap.add_argument("--python", required=True, help="the interpreter that has torch")
     ap.add_argument("--models", default="mlp,transformer")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--data-dir", default=os.environ.get("CAPD_DATA_DIR", "/var/lib/capd"),
+                    help="capd's data dir, whose admin.token is used without $CAPD_TOKEN")
     args = ap.parse_args()
+    global TOKEN
+    TOKEN = find_token(args.data_dir)
     os.makedirs(args.outdir, exist_ok=True)
     base = args.url
 

@@ -100,7 +100,9 @@ if [[ " $STAGES " == *" 3 "* ]]; then
     rc=$?
     echo "capd build: rc=$rc"; grep -E 'error|capd-gpuinfo:' "$RES/capd-cmake.log" | head -20
     if [ $rc -eq 0 ]; then
-        printf '{"run_as_user": "", "max_parallel": 2, "gpuinfo_timeout_ms": 60000}\n' >/tmp/capd.json
+        # Cells as root on this throw-away GPU host, on purpose: capd refuses
+        # run_as_user "" as root without allow_root_cells.
+        printf '{"run_as_user": "", "allow_root_cells": true, "max_parallel": 2, "gpuinfo_timeout_ms": 60000}\n' >/tmp/capd.json
         rm -rf /tmp/capd-data
         LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" /tmp/capd-build/capd \
             --config /tmp/capd.json --data-dir /tmp/capd-data --listen 127.0.0.1:8470 \
@@ -109,7 +111,7 @@ if [[ " $STAGES " == *" 3 "* ]]; then
         for _ in $(seq 100); do grep -q listening "$RES/capd.out" && break; sleep 0.1; done
         cat "$RES/capd.out"
         LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout 240 \
-            "$PY" gpu/verify/capd_job.py --python "$PY" "$RES/capd" 2>&1 | tee "$RES/capd_job.log"
+            "$PY" gpu/verify/capd_job.py --python "$PY" --data-dir /tmp/capd-data "$RES/capd" 2>&1 | tee "$RES/capd_job.log"
         kill -TERM "$CAPD"; sleep 1
         grep -E 'gpu_probe|cell_device|cell_finished|error' "$RES/capd.log" | head -40
     fi

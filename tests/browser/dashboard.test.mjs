@@ -15,7 +15,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
@@ -46,7 +46,7 @@ const RGB = {
 const MODELS = ["fake:ok__5", "fake:ok__2", "fake:failed", "fake:segv"];
 const WIDTHS = ["avx2", "default"];
 
-let dir, capd, base, browser, artifacts;
+let dir, capd, base, browser, artifacts, adminToken;
 let ctlJob, headJob;
 
 function startCapd() {
@@ -69,10 +69,15 @@ function startCapd() {
   });
 }
 
+// capd needs a token by default: the one it wrote at its first start.
+function authed(extra) {
+  return Object.assign({ Authorization: "Bearer " + adminToken }, extra || {});
+}
+
 async function api(method, p, body) {
   const res = await fetch(base + p, {
     method,
-    headers: body ? { "Content-Type": "application/json" } : {},
+    headers: authed(body ? { "Content-Type": "application/json" } : {}),
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await res.text();
@@ -89,7 +94,7 @@ async function waitJob(id, timeoutMs = 60000) {
     if (j.state === "done" || j.state === "cancelled") return j;
     if (Date.now() > end) throw new Error("job " + id + " did not finish: " + JSON.stringify(j.counts));
     // The long-poll: wakes as soon as the job changes.
-    await fetch(base + "/v1/jobs/" + id + "?wait=5");
+    await fetch(base + "/v1/jobs/" + id + "?wait=5", { headers: authed() });
   }
 }
 
@@ -105,8 +110,12 @@ async function submit(build, commit, models, extra) {
   return j.id;
 }
 
-async function newPage() {
+// A page whose tab already holds the admin token (what the Token dialog
+// stores, per tab, in sessionStorage); ANONYMOUS leaves it out.
+async function newPage(anonymous) {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  if (!anonymous)
+    await ctx.addInitScript((t) => { sessionStorage.setItem("capd.token", t); }, adminToken);
   const page = await ctx.newPage();
   page.on("pageerror", (e) => console.error("page error:", e.message));
   return page;
@@ -133,6 +142,7 @@ before(async () => {
   mkdirSync(artifacts, { recursive: true });
   const c = await startCapd();
   capd = c;
+  adminToken = readFileSync(path.join(dir, "data", "admin.token"), "utf8").trim();
   base = "http://127.0.0.1:" + c.port;
   const fake = path.join(HELPERS, "fake_runner");
   await api("POST", "/v1/builds", { name: "ctl", python: fake, env: {}, model_roots: [dir] });
@@ -268,14 +278,18 @@ test("a job submitted while the list is open appears and updates without a reloa
 });
 
 test("a token entered in the dialog is sent as a bearer token", async () => {
-  const page = await newPage();
-  await gotoReady(page, "#/");
+  const page = await newPage(true);
+  // Without a token the page's API calls are 401: it offers the dialog.
+  await page.goto(base + "/#/");
+  await page.waitForSelector("#token-button", { timeout: 15000 });
   await page.click("#token-button");
   await page.fill("#token-input", "capd_testtoken");
   const seen = page.waitForRequest((r) => r.url().includes("/v1/jobs") &&
     r.headers().authorization === "Bearer capd_testtoken", { timeout: 10000 });
   await page.click("#token-save");
   await seen;
-  assert.equal(await page.evaluate(() => localStorage.getItem("capd.token")), "capd_testtoken");
+  assert.equal(await page.evaluate(() => sessionStorage.getItem("capd.token")), "capd_testtoken");
+  assert.equal(await page.evaluate(() => localStorage.getItem("capd.token")), null,
+    "the token stays in this tab (sessionStorage), not in localStorage");
   await page.context().close();
 });

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +43,27 @@ char *tu_helper(const char *name)
     if (asprintf(&p, "%s/%s", tu_bin("CAPD_HELPER_DIR"), name) < 0)
         return NULL;
     return p;
+}
+
+/* capd writes its first admin token before it prints the listening line,
+ * so the file, when there is one, is complete by now. */
+static void read_admin_token(struct tu_capd *c)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/data/admin.token", c->dir);
+    c->token[0] = 0;
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return;
+    if (!fgets(c->token, sizeof c->token, f))
+        c->token[0] = 0;
+    fclose(f);
+    c->token[strcspn(c->token, "\n")] = 0;
+}
+
+void tu_anonymous(struct tu_capd *c)
+{
+    c->token[0] = 0;
 }
 
 int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
@@ -107,6 +129,7 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
         return -1;
     }
     c->port = atoi(colon + 1);
+    read_admin_token(c);
     snprintf(c->base, sizeof c->base, "%s://127.0.0.1:%d",
              strstr(line, "https://") ? "https" : "http", c->port);
     return 0;
@@ -191,8 +214,16 @@ int tu_http(const struct tu_capd *c, const char *method, const char *path, const
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }
     hl = curl_slist_append(hl, "Expect:");
-    for (int i = 0; headers && headers[i]; i++)
+    bool has_auth = false;
+    for (int i = 0; headers && headers[i]; i++) {
         hl = curl_slist_append(hl, headers[i]);
+        has_auth = has_auth || strncasecmp(headers[i], "Authorization:", 14) == 0;
+    }
+    char auth[200];
+    if (c->token[0] && !has_auth) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hl = curl_slist_append(hl, auth);
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     CURLcode cc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);

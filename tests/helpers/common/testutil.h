@@ -20,7 +20,16 @@ struct tu_capd {
     /* Set by the caller after tu_capd_start for a capd serving HTTPS: the
      * PEM file tu_http verifies the server's certificate against. */
     char cacert[300];
+    /* The first admin token capd wrote to DIR/data/admin.token (auth is on
+     * by default), read by tu_capd_start; "" when there is none. tu_http
+     * sends it as a bearer token unless the request names its own
+     * Authorization header. A test of anonymous requests clears it
+     * (tu_anonymous). */
+    char token[128];
 };
+
+/* Clears C's token: tu_http then sends no Authorization header. */
+void tu_anonymous(struct tu_capd *c);
 
 /* A fresh directory under $TMPDIR; the caller frees. */
 char *tu_tmpdir(void);
@@ -45,7 +54,9 @@ struct tu_resp {
 };
 void tu_resp_free(struct tu_resp *r);
 
-/* One HTTP request. HEADERS is a NULL-terminated list of "Name: value". */
+/* One HTTP request. HEADERS is a NULL-terminated list of "Name: value";
+ * C's token is added unless HEADERS has an Authorization header ("Host:"
+ * and "Authorization:" with no value make curl send none). */
 int tu_http(const struct tu_capd *c, const char *method, const char *path, const char *body,
             size_t body_len, const char *const *headers, struct tu_resp *out);
 /* JSON convenience: sends BODY (may be NULL) as application/json, returns
