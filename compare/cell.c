@@ -230,6 +230,7 @@ void cmp_side_free(struct cmp_side *side)
     for (size_t i = 0; i < side->n_cells; i++)
         cell_free(side->cells[i]);
     free(side->cells);
+    cmp__side_free_fingerprints(side);
     free(side);
 }
 
@@ -271,6 +272,7 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
         goto out;
     c->peak_rss = -1;
     c->device_peak = -1;
+    c->side = side;
     side->cells[side->n_cells++] = c;
     *cell_out = c;
     c = NULL;

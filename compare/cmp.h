@@ -7,7 +7,9 @@
  * (the cells of the control job and of the head job) with the records the
  * runners emitted, cmp_compare() matches them and returns one jansson object
  * whose fields are documented in docs/compare.md, and the renderers turn that
- * object into a PR comment.
+ * object into a PR comment. Besides the numbers, the result says what else
+ * differs between the two sides' builds and machines ("environment", from the
+ * runners' fingerprints), so a divergence can be read against its cause.
  *
  * Conventions (as everywhere in capd): functions return 0 or a negative errno
  * and fill an out-parameter; strings handed in are copied unless a comment
@@ -29,6 +31,7 @@
  *     cmp_cell_mark_nondeterministic(c, key);   // from the nondeterministic frame
  *     cmp_cell_add_timing(c, samples, n);
  *     cmp_cell_set_memory(c, peak_rss, -1);
+ *     cmp_cell_set_fingerprint(c, fp);          // the env frame's fingerprint
  *     ... same for head ...
  *     struct cmp_options o;
  *     cmp_options_init(&o);
@@ -60,6 +63,11 @@
 #define CMP_MAX_BOOTSTRAP      100000             /* bootstrap resamples */
 #define CMP_MAX_RENDER         (1u << 20)         /* bytes of a rendered markdown/text report */
 #define CMP_SCRATCH_MAX_ELEMS  (1 << 20)          /* doubles held for the p99 selection */
+#define CMP_MAX_FINGERPRINT    (1u << 20)         /* bytes of one fingerprint, as compact JSON */
+#define CMP_MAX_ENV_FIELDS     2048               /* fields of one flattened fingerprint */
+#define CMP_MAX_ENV_NAME       256                /* bytes of a field name, with its NUL */
+#define CMP_MAX_ENV_VALUE      8192               /* bytes of a field value kept (longer: cut) */
+#define CMP_MAX_ENV_DIFFS      256                /* differences listed in the result */
 
 /* ------------------------------------------------------------- the input */
 
@@ -172,6 +180,18 @@ int cmp_cell_set_env(struct cmp_cell *cell, const char *effective_width, const c
  * NULL or "" clears it. -EINVAL past CMP_MAX_KEY.
  */
 int cmp_cell_set_host_missing(struct cmp_cell *cell, const char *missing);
+/*
+ * The runner's fingerprint of the cell (the env frame's "fingerprint" object,
+ * docs/runner.md), for the result's "environment" section (docs/compare.md,
+ * "Environment"). It is flattened into named fields at once and not kept;
+ * cells of a side with equal fingerprints share one flattened copy, so a
+ * job of a thousand cells costs a handful. Environment variables outside
+ * the allow-list are dropped here, and the values of credential-like ones
+ * are kept only as a digest. Setting it again replaces it. -EINVAL when fp
+ * is not an object, -E2BIG past CMP_MAX_FINGERPRINT bytes or
+ * CMP_MAX_ENV_FIELDS fields (the cell then keeps none), -ENOMEM.
+ */
+int cmp_cell_set_fingerprint(struct cmp_cell *cell, const json_t *fp);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes);
 /*

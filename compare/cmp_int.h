@@ -69,11 +69,34 @@ struct cmp_cell {
     const char **nondet_keys;
     size_t n_nondet, cap_nondet;
     struct cmp__arena arena;
+    struct cmp_side *side;    /* the side that owns the cell */
+    const struct cmp__fp *fp; /* its fingerprint, shared within the side; NULL if none */
+};
+
+/* The groups of the environment section, in the order they are listed. */
+enum cmp__envgroup { G_BUILD, G_LIBS, G_THREADS, G_CPU, G_ENV, G_PYTHON, G_RUNNER, G_OTHER };
+
+/* One field of a flattened fingerprint (environment.c). */
+struct cmp__envf {
+    char *name;  /* "torch.version", "build.GCC", "env.PYTHONPATH" */
+    char *value; /* JSON text for a non-string; a secret's digest */
+    unsigned group, order;
+    bool secret;
+};
+
+/* A distinct fingerprint of a side, flattened into fields sorted by name. */
+struct cmp__fp {
+    char *canon; /* compact sorted JSON: the identity of the fingerprint */
+    struct cmp__envf *f;
+    size_t n, cap;
+    size_t id; /* index in its side's table */
 };
 
 struct cmp_side {
     struct cmp_cell **cells;
     size_t n_cells, cap_cells;
+    struct cmp__fp **fps; /* distinct fingerprints of its cells */
+    size_t n_fps, cap_fps;
 };
 
 /* arena / names (cell.c) */
@@ -100,6 +123,30 @@ double cmp__median_i64(const int64_t *v, size_t n, int64_t *tmp);
 /* select.c: the k-th smallest (0-based) of v[0..n), reordering v */
 double cmp__select_d(double *v, size_t n, size_t k);
 int64_t cmp__select_i64(int64_t *v, size_t n, size_t k);
+
+/* environment.c: the premise fields and group names */
+extern const char *const cmp__env_group_names[];
+extern const char *const cmp__env_premise_fields[];
+extern const size_t cmp__env_n_premise_fields;
+/* A field of fp by name, or NULL. */
+const struct cmp__envf *cmp__fp_field(const struct cmp__fp *fp, const char *name);
+
+/*
+ * envdiff.c: the "environment" section. The engine opens one per
+ * comparison, names every matched cell pair, and asks for the section with
+ * the cells of each side that took part (for the within-side check).
+ * cmp__env_block() renders a result's section for the reports: NULL when
+ * there is nothing to say (or no memory).
+ */
+struct cmp__env;
+int cmp__env_new(struct cmp__env **out);
+void cmp__env_free(struct cmp__env *env);
+int cmp__env_pair(struct cmp__env *env, const struct cmp_cell *control,
+                  const struct cmp_cell *head);
+int cmp__env_result(const struct cmp__env *env, const struct cmp_cell *const *cc, size_t ncc,
+                    const struct cmp_cell *const *hc, size_t nhc, json_t **out);
+char *cmp__env_block(const json_t *environment, bool md);
+void cmp__side_free_fingerprints(struct cmp_side *side);
 
 /* json helpers (engine.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);

@@ -786,7 +786,8 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     const struct cmp_cell **cc = NULL, **hc = NULL;
     size_t ncc = 0, nhc = 0;
     struct cmp_scratch *s = NULL;
-    json_t *res = NULL, *cells = NULL, *miss = NULL, *extra = NULL, *counts = NULL;
+    struct cmp__env *env = NULL;
+    json_t *res = NULL, *cells = NULL, *miss = NULL, *extra = NULL, *counts = NULL, *envj = NULL;
     struct counts cnt = {0};
 
     if (control == NULL || head == NULL || result_out == NULL)
@@ -810,6 +811,9 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     rc = cmp_scratch_new(&s);
     if (rc < 0)
         goto out;
+    rc = cmp__env_new(&env);
+    if (rc < 0)
+        goto out;
     rc = -ENOMEM;
     res = json_object();
     cells = json_array();
@@ -830,12 +834,19 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
                 goto out;
             cnt.extra_cells++;
         } else {
-            rc = compare_cell(cc[i++], hc[j++], opt, cross, s, cells, &cnt);
+            rc = cmp__env_pair(env, cc[i], hc[j]);
+            if (rc == 0)
+                rc = compare_cell(cc[i++], hc[j++], opt, cross, s, cells, &cnt);
             if (rc < 0)
                 goto out;
             rc = -ENOMEM;
         }
     }
+    /* What else differs between the two builds (envdiff.c). */
+    rc = cmp__env_result(env, cc, ncc, hc, nhc, &envj);
+    if (rc < 0)
+        goto out;
+    rc = -ENOMEM;
 
     bool regression = cnt.outcome_regressions > 0 || cnt.status[C_DIVERGED] > 0 ||
                       cnt.missing_cells > 0 || (opt->perf_gate && cnt.perf_regressions > 0);
@@ -876,6 +887,8 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     miss = NULL;
     e |= set(res, "extra_cells", extra);
     extra = NULL;
+    e |= set(res, "environment", envj);
+    envj = NULL;
     if (e)
         goto out;
     *result_out = res;
@@ -887,6 +900,8 @@ out:
     json_decref(miss);
     json_decref(extra);
     json_decref(counts);
+    json_decref(envj);
+    cmp__env_free(env);
     cmp_scratch_free(s);
     free(cc);
     free(hc);

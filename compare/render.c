@@ -330,6 +330,15 @@ static void perf_desc(struct buf *b, const json_t *p, bool md)
         bprintf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, p %s)", c, h, r, lo, hi, pv);
 }
 
+/* "What else differs", right under the verdict (envdiff.c writes it). */
+static void env_block(struct buf *b, const json_t *result, bool md)
+{
+    char *s = cmp__env_block(json_object_get(result, "environment"), md);
+    if (s != NULL)
+        bprintf(b, "%s", s);
+    free(s);
+}
+
 /* ---------------------------------------------------------------- markdown */
 
 char *cmp_result_to_markdown(const json_t *result)
@@ -353,6 +362,7 @@ char *cmp_result_to_markdown(const json_t *result)
                 jstr(result, "head_width"), jstr(result, "control_width"));
     counts_line(&b, counts);
     bprintf(&b, ".\n");
+    env_block(&b, result, true);
     if (jint(counts, "not_run") > 0) {
         bprintf(&b, "\n");
         not_run_lines(&b, cells, true);
@@ -450,6 +460,7 @@ char *cmp_result_to_text(const json_t *result)
                 jstr(result, "control_width"));
     counts_line(&b, json_object_get(result, "counts"));
     bprintf(&b, "\n");
+    env_block(&b, result, false);
     not_run_lines(&b, cells, false);
 
     json_array_foreach(cells, i, cell)

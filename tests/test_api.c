@@ -1734,6 +1734,126 @@ Test(api_compare, compare_and_diff)
     free(run);
 }
 
+/*
+ * What else differs: two builds of the fake runner (which records the
+ * environment it runs in, like the real one), the head with an extra
+ * PYTHONPATH entry, another thread count and a credential-like variable.
+ * The comparison lists exactly those, the credential without its values;
+ * a build compared with itself lists nothing.
+ */
+static void env_build(const char *name, const char *env)
+{
+    long st;
+    char *fake = tu_helper("fake_runner");
+    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
+                         "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":%s}",
+                         name, fake, g_dir, env);
+    char *s = dump(j);
+    cr_assert_eq(st, 201, "build %s: %ld %s", name, st, s);
+    free(s);
+    free(fake);
+    json_decref(j);
+}
+
+static char *submit_fake(const char *build, const char *commit)
+{
+    json_t *j = post_job(201,
+                         "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['fake:ok'],"
+                         "'widths':['default','avx2'],'passes':['forward']}}",
+                         commit, build);
+    char *id = strdup(jstr(j, "id"));
+    json_decref(j);
+    return id;
+}
+
+static json_t *env_entry(json_t *r, const char *field)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(json_object_get(r, "environment"), "differences"), i, d)
+    {
+        if (strcmp(jstr(d, "field"), field) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+Test(api_compare, what_else_differs_between_two_builds)
+{
+    start(NULL);
+    char pp[600];
+    snprintf(pp, sizeof pp, "%s/perturbed-build", g_dir);
+    env_build("ctl", "{\"MKL_FAKE_TOKEN\":\"old-token-value\"}");
+    char env[1024];
+    snprintf(env, sizeof env,
+             "{\"PYTHONPATH\":\"%s\",\"OMP_NUM_THREADS\":\"3\",\"MKL_FAKE_TOKEN\":"
+             "\"new-token-value\"}",
+             pp);
+    env_build("head", env);
+    char *c1 = submit_fake("ctl", "c0ffee1"), *c2 = submit_fake("ctl", "c0ffee2"),
+         *hd = submit_fake("head", "abcdef1");
+    json_decref(wait_done(c1));
+    json_decref(wait_done(c2));
+    json_decref(wait_done(hd));
+
+    long st;
+    char p[256];
+    snprintf(p, sizeof p, "/v1/compare?control=%s&head=%s", c1, c2);
+    json_t *r = get(p, &st);
+    cr_assert_eq(st, 200);
+    json_t *e = json_object_get(r, "environment");
+    char *s = dump(e);
+    cr_assert(json_is_object(e), "every comparison has the section");
+    cr_assert_eq(json_array_size(json_object_get(e, "differences")), 0, "same build: %s", s);
+    cr_assert_eq(json_integer_value(json_object_get(e, "pairs_compared")), 2, "%s", s);
+    cr_assert_gt(json_integer_value(json_object_get(e, "fields_compared")), 5, "%s", s);
+    free(s);
+    json_decref(r);
+    struct tu_resp m;
+    snprintf(p, sizeof p, "/v1/compare?control=%s&head=%s&format=md", c1, c2);
+    json_decref(raw("GET", p, NULL, 0, NULL, &st, &m));
+    cr_assert_eq(st, 200);
+    cr_assert_null(strstr(m.body, "What else differs"), "%s", m.body);
+    tu_resp_free(&m);
+
+    snprintf(p, sizeof p, "/v1/compare?control=%s&head=%s", c1, hd);
+    r = get(p, &st);
+    cr_assert_eq(st, 200);
+    s = dump(json_object_get(r, "environment"));
+    json_t *d = env_entry(r, "env.PYTHONPATH");
+    cr_assert_not_null(d, "%s", s);
+    cr_assert_str_eq(jstr(d, "group"), "environment");
+    cr_assert_eq(json_integer_value(json_object_get(d, "cells")), 2);
+    cr_assert(strncmp(jstr(d, "head"), pp, strlen(pp)) == 0, "head's PYTHONPATH first: %s", s);
+    cr_assert_null(strstr(jstr(d, "control"), "perturbed-build"), "%s", s);
+    cr_assert_str_eq(jstr(env_entry(r, "env.OMP_NUM_THREADS"), "head"), "3", "%s", s);
+    /* capd sets the job's thread count unless the build does */
+    cr_assert_str_eq(jstr(env_entry(r, "env.OMP_NUM_THREADS"), "control"), "1", "%s", s);
+    d = env_entry(r, "env.MKL_FAKE_TOKEN");
+    cr_assert_not_null(d, "%s", s);
+    cr_assert(json_is_true(json_object_get(d, "redacted")), "%s", s);
+    cr_assert_eq(json_array_size(json_object_get(json_object_get(r, "environment"), "differences")),
+                 3, "nothing else differs: %s", s);
+    cr_assert_null(strstr(s, "token-value"), "a credential leaked: %s", s);
+    free(s);
+    json_decref(r);
+    const char *fmts[] = {"md", "text"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "/v1/compare?control=%s&head=%s&format=%s", c1, hd, fmts[i]);
+        json_decref(raw("GET", p, NULL, 0, NULL, &st, &m));
+        cr_assert_eq(st, 200);
+        cr_assert(strstr(m.body, "What else differs"), "%s", m.body);
+        cr_assert(strstr(m.body, "env.PYTHONPATH"), "%s", m.body);
+        cr_assert(strstr(m.body, pp), "%s", m.body);
+        cr_assert(strstr(m.body, "changed (value not shown)"), "%s", m.body);
+        cr_assert_null(strstr(m.body, "token-value"), "%s", m.body);
+        tu_resp_free(&m);
+    }
+    free(c1);
+    free(c2);
+    free(hd);
+}
+
 /* ========================================================== bad input */
 
 struct bad_body {

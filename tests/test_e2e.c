@@ -207,6 +207,13 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
         cr_assert_gt(json_number_value(json_array_get(json_object_get(perf, "ci99"), 0)), 1.0);
     }
     cr_assert_eq(seen_reg, perf_reg, "counts.perf_regressions counts the cells");
+    /* The same build: nothing else differs either. */
+    json_t *env = json_object_get(same, "environment");
+    char *envs = json_dumps(env, JSON_COMPACT);
+    cr_assert_eq(json_array_size(json_object_get(env, "differences")), 0, "%s", envs);
+    cr_assert_eq(json_integer_value(json_object_get(env, "pairs_compared")), 12, "%s", envs);
+    cr_assert_str_eq(json_string_value(json_object_get(env, "premise")), "ok", "%s", envs);
+    free(envs);
     json_decref(same);
     snprintf(path, sizeof path,
              "/v1/compare?control=%s&head=%s&overrides=%%7B%%22perf_gate%%22%%3Afalse%%7D", j1, j2);
@@ -221,7 +228,7 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
 /* The perturbed head, through the commit diff (control_commit): the
  * perturbed width diverges at the first Linear layer, the other widths it
  * ran are identical, the ones this host cannot run are not_run. */
-static void check_perturbed(struct tu_capd *c, const char *commit, const char *perturbed)
+static void check_perturbed(struct tu_capd *c, const char *commit, const char *perturbed, int nrun)
 {
     long st = 0;
     char path[256];
@@ -253,6 +260,18 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
                                  perturbed, all_passes[p]);
                 cr_assert_eq(json_is_true(json_object_get(cr, "params_differed")), 0);
             }
+    /* What else differs: the head build's extra PYTHONPATH entry, and only that. */
+    json_t *env = json_object_get(diff, "environment");
+    char *envs = json_dumps(env, JSON_COMPACT);
+    json_t *d0 = json_array_get(json_object_get(env, "differences"), 0);
+    cr_assert_eq(json_array_size(json_object_get(env, "differences")), 1, "%s", envs);
+    cr_assert_str_eq(json_string_value(json_object_get(d0, "field")), "env.PYTHONPATH", "%s", envs);
+    cr_assert(strstr(json_string_value(json_object_get(d0, "head")), "examples/perturbed-build"),
+              "%s", envs);
+    cr_assert_null(strstr(json_string_value(json_object_get(d0, "control")), "perturbed-build"),
+                   "%s", envs);
+    cr_assert_eq(json_integer_value(json_object_get(d0, "cells")), nrun, "%s", envs);
+    free(envs);
     json_decref(diff);
 
     /* Markdown for the PR comment names the layer too. */
@@ -261,6 +280,8 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
     tu_http(c, "GET", path, NULL, 0, NULL, &md);
     cr_assert_eq(md.status, 200);
     cr_assert(strstr(md.body, "fc1.0.forward.output.0") != NULL, "markdown: %s", md.body);
+    cr_assert(strstr(md.body, "### What else differs") != NULL, "markdown: %s", md.body);
+    cr_assert(strstr(md.body, "- environment `env.PYTHONPATH`: ") != NULL, "markdown: %s", md.body);
     tu_resp_free(&md);
 }
 
@@ -295,7 +316,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     json_decref(wait_done(&c, j2));
     json_decref(wait_done(&c, j3));
     check_same_build(&c, j1, j2, nrun);
-    check_perturbed(&c, "3333333", perturbed);
+    check_perturbed(&c, "3333333", perturbed, nrun);
     free(j1);
     free(j2);
     free(j3);

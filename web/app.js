@@ -606,6 +606,8 @@ function renderComparison(m, r) {
       counts,
       h("div", { class: "two" }, side("control", r.control), side("head", r.head))));
   for (const w of r.warnings || []) m.append(h("div", { class: "banner" }, "Warning: " + (w.message || JSON.stringify(w))));
+  const env = envPanel(r.environment);
+  if (env) m.append(env);
 
   const cells = (r.cells || []).map((x) => Object.assign({ kind: "cell" }, x));
   for (const x of r.missing_cells || []) cells.push(Object.assign({ kind: "missing", status: "missing" }, x));
@@ -618,6 +620,36 @@ function renderComparison(m, r) {
   m.append(h("h2", null, "Cells"), legend(STATUSES, "cs-"), g, detail);
   const first = cells.find((x) => x.status === "diverged") || cells.find((x) => x.kind === "cell");
   if (first && first.td) first.td.click();
+}
+
+/*
+ * "What else differs": the build and environment fields that differ between
+ * the two sides, in the order the engine ranks them (build and libraries
+ * first), and any broken premise. Nothing when the fingerprints agree.
+ */
+function envPanel(env) {
+  if (!env) return null;
+  const diffs = env.differences || [], inc = env.inconsistent || [];
+  if (!diffs.length && !inc.length) return null;
+  const val = (v) => (v === null || v === undefined ? h("span", { class: "muted" }, "not set") : v);
+  const rows = diffs.map((d) => h("tr", { "data-field": d.field, "data-group": d.group },
+    h("td", null, d.group),
+    h("td", { class: "mono" }, d.field),
+    d.redacted ? h("td", { colspan: "2", class: "muted" }, "changed (value not shown)")
+      : [h("td", { class: "mono env-val" }, val(d.control)), h("td", { class: "mono env-val" }, val(d.head))],
+    h("td", null, String(d.cells))));
+  const more = (env.differences_omitted || 0) > 0
+    ? h("p", { class: "muted" }, env.differences_omitted + " more differences are not listed.") : null;
+  return h("div", { class: "panel", id: "environment" },
+    h("h2", null, "What else differs"),
+    inc.map((x) => h("div", { class: "banner error" }, "Broken premise: " + x.side + " cells disagree on " + x.field + ": " +
+      x.values.map((v) => (v.value === null ? "not set" : v.value) + " (" + v.cells + ")").join(", "))),
+    h("p", { class: "muted" }, diffs.length + (env.differences_omitted || 0) + " difference(s) among " +
+      env.fields_compared + " fields compared, control → head"),
+    diffs.length ? h("table", { class: "list", id: "env-diffs" },
+      h("thead", null, h("tr", null, ["group", "field", "control", "head", "cells"].map((x) => h("th", null, x)))),
+      h("tbody", null, rows)) : null,
+    more);
 }
 
 async function showCmpCell(r, x, panel) {

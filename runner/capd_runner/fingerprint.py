@@ -18,6 +18,9 @@ ENV_NAMES = (
     "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF",
     # let float32 matrix products run in TF32 whatever the program asks
     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE",
+    # what the interpreter imports and the loader links: a build that puts a
+    # patched module or library first runs different code with the same torch
+    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "LD_PRELOAD", "LD_LIBRARY_PATH",
 )
 ENV_PREFIXES = ("MKL_", "OPENBLAS_")
 

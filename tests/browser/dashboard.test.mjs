@@ -147,7 +147,8 @@ before(async () => {
   const fake = path.join(HELPERS, "fake_runner");
   await api("POST", "/v1/builds", { name: "ctl", python: fake, env: {}, model_roots: [dir] });
   await api("POST", "/v1/builds", {
-    name: "head", python: fake, env: { FAKE_PERTURB_KEY: PERTURBED }, model_roots: [dir],
+    name: "head", python: fake, env: { FAKE_PERTURB_KEY: PERTURBED, PYTHONPATH: path.join(dir, "perturbed-build") },
+    model_roots: [dir],
   });
   ctlJob = await submit("ctl", "c0ffee1", MODELS);
   headJob = await submit("head", "abcdef1", MODELS, { control_commit: "c0ffee1" });
@@ -201,6 +202,11 @@ test("the comparison page shows the verdict, the status grid and marks the first
   await gotoReady(page, "#/diff/abcdef1");
   const verdict = await page.locator("#verdict").getAttribute("data-verdict");
   assert.equal(verdict, "regression");
+  // What else differs: the head build's extra PYTHONPATH, and nothing else.
+  const envRows = page.locator("#env-diffs tbody tr");
+  assert.equal(await envRows.count(), 1);
+  assert.equal(await envRows.first().getAttribute("data-field"), "env.PYTHONPATH");
+  assert.match(await envRows.first().innerText(), /perturbed-build/);
   const want = { "fake:ok__5": "diverged", "fake:ok__2": "identical", "fake:failed": "incomparable", "fake:segv": "incomparable" };
   for (const m of MODELS) {
     for (const w of WIDTHS) {

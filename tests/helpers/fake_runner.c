@@ -192,12 +192,24 @@ static void hello(void)
          NULL, 0, false);
 }
 
+/*
+ * The fingerprint names the cell, and like the real runner records the
+ * variables that change what runs (a few of capd_runner's ENV_NAMES, as
+ * this process sees them), so comparisons of builds that differ there
+ * show it under "environment".
+ */
 static void env_frame(const struct cell *c, const char *width)
 {
-    emit(json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:s,s:I},s:s}", "kind", "env", "fingerprint", "runner",
-                   "fake_runner", "torch", "0.0.0+fake", "model", c->model, "pass", c->pass,
-                   "device", c->device, "threads", (json_int_t)c->threads, "effective_width",
-                   width),
+    static const char *const names[] = {"PYTHONPATH", "OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY",
+                                        "MKL_FAKE_TOKEN"};
+    json_t *env = json_object();
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i]))
+            json_object_set_new(env, names[i], json_string(getenv(names[i])));
+    emit(json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:s,s:I,s:o},s:s}", "kind", "env", "fingerprint",
+                   "runner", "fake_runner", "torch", "0.0.0+fake", "model", c->model, "pass",
+                   c->pass, "device", c->device, "threads", (json_int_t)c->threads, "env", env,
+                   "effective_width", width),
          NULL, 0, false);
 }
 
