@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,6 +67,50 @@ void tu_anonymous(struct tu_capd *c)
     c->token[0] = 0;
 }
 
+/*
+ * Every capd a test started and has not stopped yet. Criterion ends a test
+ * at its first failed assertion, before the test's own tu_capd_stop; the
+ * test's process then exits, and this kills what is left so that a failed
+ * run leaves no daemon behind (capd's cells die with it: parent-death
+ * signal).
+ */
+#define TU_MAX_LIVE 64
+static pid_t live[TU_MAX_LIVE];
+
+static void live_reap(void)
+{
+    for (int i = 0; i < TU_MAX_LIVE; i++) {
+        if (live[i] > 0) {
+            kill(live[i], SIGKILL);
+            waitpid(live[i], NULL, 0);
+            live[i] = 0;
+        }
+    }
+}
+
+static int live_add(pid_t pid)
+{
+    static bool hooked;
+    if (!hooked && atexit(live_reap) == 0)
+        hooked = true;
+    for (int i = 0; i < TU_MAX_LIVE; i++) {
+        if (live[i] <= 0) {
+            live[i] = pid;
+            return 0;
+        }
+    }
+    fprintf(stderr, "testutil: more than %d capd processes at once; refusing another\n",
+            TU_MAX_LIVE);
+    return -1;
+}
+
+static void live_del(pid_t pid)
+{
+    for (int i = 0; i < TU_MAX_LIVE; i++)
+        if (live[i] == pid)
+            live[i] = 0;
+}
+
 int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
 {
     memset(c, 0, sizeof *c);
@@ -108,6 +153,13 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
         close(out[0]);
         return -1;
     }
+    if (live_add(c->pid) != 0) {
+        close(out[0]);
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        c->pid = 0;
+        return -1;
+    }
     /* Read the "capd listening on ADDR:PORT" line. */
     char line[256];
     size_t n = 0;
@@ -125,6 +177,7 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
     if (!colon || strncmp(line, "capd listening on", 17) != 0) {
         int st;
         waitpid(c->pid, &st, 0);
+        live_del(c->pid);
         c->pid = 0;
         return -1;
     }
@@ -149,6 +202,7 @@ int tu_capd_stop(struct tu_capd *c)
         return -1;
     kill(c->pid, SIGTERM);
     int rc = wait_status(c->pid);
+    live_del(c->pid);
     c->pid = 0;
     return rc;
 }
@@ -159,6 +213,7 @@ void tu_capd_kill9(struct tu_capd *c)
         return;
     kill(c->pid, SIGKILL);
     wait_status(c->pid);
+    live_del(c->pid);
     c->pid = 0;
 }
 
