@@ -150,6 +150,10 @@ struct ctl_url {
 void ctl_url_init(struct ctl_url *u, const char *path);
 /* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
  * code after saying why (a too-long ID is a usage error of CMD). */
+/* GET PATH and the array KEY of its reply (*DOC owns it); CTL_EXIT_ERROR,
+ * reported, on an error reply or a reply without that array. */
+int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
+                 json_t **doc, json_t **list);
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
                    const char *id, const char *what, struct ctl_resp *r, json_t **out);
 void ctl_url_seg(struct ctl_client *c, struct ctl_url *u, const char *segment);

@@ -406,6 +406,23 @@ void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, con
     free(e);
 }
 
+int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
+                 json_t **doc, json_t **list)
+{
+    *doc = *list = NULL;
+    if (ctl_request(c, "GET", path, NULL, NULL, r) != 0 || r->status != 200) {
+        ctl_report(c, r);
+        return CTL_EXIT_ERROR;
+    }
+    *doc = ctl_resp_json(r);
+    *list = json_object_get(*doc, key);
+    if (!json_is_array(*list)) {
+        fprintf(stderr, "capctl: unexpected reply from GET %s\n", path);
+        return CTL_EXIT_ERROR;
+    }
+    return 0;
+}
+
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
                    const char *id, const char *what, struct ctl_resp *r, json_t **out)
 {

@@ -106,17 +106,10 @@ static int builds_list(int argc, char **argv)
     }
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
+    json_t *arr;
+    if ((rc = ctl_get_list(&c, "/v1/builds", "builds", &r, &j, &arr)) != 0)
+        goto out;
     rc = CTL_EXIT_ERROR;
-    if (ctl_request(&c, "GET", "/v1/builds", NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(&c, &r);
-        goto out;
-    }
-    j = ctl_resp_json(&r);
-    json_t *arr = json_object_get(j, "builds");
-    if (!json_is_array(arr)) {
-        fprintf(stderr, "capctl: unexpected reply from GET /v1/builds\n");
-        goto out;
-    }
     if (ctl_has(&a, "json")) {
         ctl_print_json(stdout, j);
         rc = 0;

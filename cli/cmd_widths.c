@@ -99,17 +99,9 @@ int ctl_cmd_widths(int argc, char **argv)
         return rc == 1 ? 0 : rc; /* 1: --help was printed */
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
-    rc = CTL_EXIT_ERROR;
-    if (ctl_request(&c, "GET", "/v1/widths", NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(&c, &r);
+    json_t *arr;
+    if ((rc = ctl_get_list(&c, "/v1/widths", "widths", &r, &j, &arr)) != 0)
         goto out;
-    }
-    j = ctl_resp_json(&r);
-    json_t *arr = json_object_get(j, "widths");
-    if (!json_is_array(arr)) {
-        fprintf(stderr, "capctl: unexpected reply from GET /v1/widths\n");
-        goto out;
-    }
     if (ctl_has(&a, "json")) {
         ctl_print_json(stdout, j);
         rc = 0;

@@ -231,6 +231,28 @@ Test(hostcpu, hidden_widths_not_run_and_aa_passes)
     free(bin);
     cr_assert_eq(rc, 0, "capctl wait exits 0 when cells were only not run");
     cr_assert_eq(tu_sh("grep -q '2 of 3 cells not run' '%s'", err), 0);
+
+    /* capctl widths: the host line names what is hidden, the table and
+     * --runnable what runs here. */
+    char out[600];
+    snprintf(out, sizeof out, "%s/widths.out", c.dir);
+    bin = strdup(tu_bin("CAPD_BIN"));
+    const char *capctl_dir = dirname(bin);
+    cr_assert_eq(tu_sh("CAPD_SERVER='%s' CAPD_TOKEN='%s' '%s/capctl' widths >'%s'", c.base, c.token,
+                       capctl_dir, out),
+                 0);
+    cr_assert_eq(tu_sh("grep -q 'hidden features: avx2,avx512f' '%s'", out), 0);
+    cr_assert_eq(tu_sh("grep -Eq '^avx512 +x86_64 +avx512f,avx512bw,avx512vl,avx512dq,fma +no "
+                       "+avx512f' '%s'",
+                       out),
+                 0, "the avx512 row says no and what is missing");
+    cr_assert_eq(tu_sh("CAPD_SERVER='%s' CAPD_TOKEN='%s' '%s/capctl' widths --runnable >'%s'",
+                       c.base, c.token, capctl_dir, out),
+                 0);
+    cr_assert_eq(tu_sh("grep -qx default '%s' && ! grep -qx avx512 '%s' && ! grep -qx avx2 '%s'",
+                       out, out, out),
+                 0, "--runnable lists default, not the hidden widths");
+    free(bin);
     json_decref(ja);
     json_decref(jb);
     free(a);
