@@ -157,8 +157,10 @@ static int collect(const struct cmp__env *env, struct diffs *d)
     int rc = 0;
     if (p == NULL)
         return -ENOMEM;
-    memcpy(p, env->p, env->n * sizeof(*p));
-    qsort(p, env->n, sizeof(*p), pair_cmp);
+    if (env->n > 0) { /* env->p is NULL while no pair was added */
+        memcpy(p, env->p, env->n * sizeof(*p));
+        qsort(p, env->n, sizeof(*p), pair_cmp);
+    }
     for (size_t i = 0; i < env->n && rc == 0;) {
         size_t j = i;
         while (j < env->n && pair_cmp(&p[i], &p[j]) == 0)
@@ -169,7 +171,8 @@ static int collect(const struct cmp__env *env, struct diffs *d)
     free(p);
     if (rc < 0)
         return rc;
-    qsort(d->v, d->n, sizeof(*d->v), diff_cmp);
+    if (d->n > 0)
+        qsort(d->v, d->n, sizeof(*d->v), diff_cmp);
     size_t w = 0;
     for (size_t r = 0; r < d->n; r++) {
         if (w > 0 && diff_cmp(&d->v[w - 1], &d->v[r]) == 0)

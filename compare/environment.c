@@ -535,7 +535,8 @@ static int fp_build(const json_t *json, char *canon, struct cmp__fp **out)
         fp_free(fp);
         return rc;
     }
-    qsort(fp->f, fp->n, sizeof(*fp->f), field_by_name);
+    if (fp->n > 0) /* fp->f is NULL while no field was added */
+        qsort(fp->f, fp->n, sizeof(*fp->f), field_by_name);
     size_t w = 0;
     for (size_t r = 0; r < fp->n; r++) {
         if (w > 0 && strcmp(fp->f[w - 1].name, fp->f[r].name) == 0) {
