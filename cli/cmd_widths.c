@@ -95,8 +95,10 @@ int ctl_cmd_widths(int argc, char **argv)
     struct ctl_resp r = {0};
     json_t *j = NULL;
     int rc = ctl_parse(&cmd_widths, argc, argv, &a);
-    if (rc)
-        return rc == 1 ? 0 : rc; /* 1: --help was printed */
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
+        goto out;
+    }
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
     json_t *arr;
