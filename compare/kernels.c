@@ -105,7 +105,8 @@ static int kernel_for(const char *op, const json_t *table, const json_t *provena
         return -ENOMEM;
     rc |= json_object_set_new(k, "op", json_string(op)) ? -ENOMEM : 0;
     const char *file = json_string_value(json_object_get(k, "file"));
-    if (file != NULL && provenance != NULL && json_is_array(json_object_get(provenance, "findings")))
+    if (file != NULL && provenance != NULL &&
+        json_is_array(json_object_get(provenance, "findings")))
         rc |= stale_of(provenance, file, k);
     if (rc) {
         json_decref(k);
@@ -138,9 +139,9 @@ int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *pro
                 return rc;
         }
     }
-    json_t *about = json_pack("{s:O?, s:b}", "torch_versions",
-                              json_object_get(table, "torch_versions"), "provenance",
-                              provenance != NULL);
+    json_t *about =
+        json_pack("{s:O?, s:b}", "torch_versions", json_object_get(table, "torch_versions"),
+                  "provenance", provenance != NULL);
     if (about == NULL || json_object_set_new(result, "kernel_table", about))
         return -ENOMEM;
     return 0;

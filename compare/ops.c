@@ -156,12 +156,12 @@ static bool inputs_finite(const struct cmp__rec *const *grp, size_t ng, const st
 
 static json_t *origin_json(const struct cmp__rec *r, const char *inputs)
 {
-    json_t *o = json_pack("{s:s, s:I, s:s?, s:I, s:s, s:s, s:s?, s:I, s:I, s:I, s:s}", "key",
-                          r->key, "seq", (json_int_t)r->seq, "module", r->module, "call",
-                          (json_int_t)r->call, "phase", cmp__phase_name(r->phase), "role",
-                          cmp__role_name(r->role), "op", r->op, "nan", (json_int_t)r->stats.nan,
-                          "pinf", (json_int_t)r->stats.pinf, "ninf", (json_int_t)r->stats.ninf,
-                          "inputs", inputs);
+    json_t *o =
+        json_pack("{s:s, s:I, s:s?, s:I, s:s, s:s, s:s?, s:I, s:I, s:I, s:s}", "key", r->key, "seq",
+                  (json_int_t)r->seq, "module", r->module, "call", (json_int_t)r->call, "phase",
+                  cmp__phase_name(r->phase), "role", cmp__role_name(r->role), "op", r->op, "nan",
+                  (json_int_t)r->stats.nan, "pinf", (json_int_t)r->stats.pinf, "ninf",
+                  (json_int_t)r->stats.ninf, "inputs", inputs);
     if (o != NULL && r->op != NULL &&
         json_object_set_new(o, "op_index", json_integer((json_int_t)r->op_index))) {
         json_decref(o);

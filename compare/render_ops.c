@@ -54,9 +54,10 @@ static void kernel_line(FILE *f, const json_t *d, bool md)
     else if (strcmp(kind, "unknown") == 0)
         fprintf(f, "kernel not in capd's table");
     else
-        fprintf(f, "%s kernel, %s", strcmp(kind, "blas") == 0     ? "BLAS"
-                                    : strcmp(kind, "onednn") == 0 ? "oneDNN"
-                                                                  : "native (no DispatchStub)",
+        fprintf(f, "%s kernel, %s",
+                strcmp(kind, "blas") == 0     ? "BLAS"
+                : strcmp(kind, "onednn") == 0 ? "oneDNN"
+                                              : "native (no DispatchStub)",
                 js(k, "file"));
     json_int_t n = json_integer_value(json_object_get(k, "stale_wrappers"));
     if (n > 0)

@@ -254,7 +254,8 @@ static const char *const table_text =
     "{\"torch_versions\": [\"1.13\"], \"ops\": {"
     " \"aten::gelu\": {\"kind\": \"stub\", \"stub\": \"GeluKernel\","
     "   \"file\": \"aten/src/ATen/native/cpu/Activation.cpp\"},"
-    " \"aten::addmm\": {\"kind\": \"blas\", \"file\": \"aten/src/ATen/native/LinearAlgebra.cpp\"}}}";
+    " \"aten::addmm\": {\"kind\": \"blas\", \"file\": "
+    "\"aten/src/ATen/native/LinearAlgebra.cpp\"}}}";
 
 static json_t *provenance(void)
 {
@@ -296,8 +297,9 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
                      "aten/src/ATen/native/cpu/Activation.cpp");
     /* two wrappers of Activation.cpp; not BinaryOps, not MyActivation, not the summary */
     cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2);
-    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(k, "stale_wrapper_paths"), 1)),
-                     "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp");
+    cr_assert_str_eq(
+        json_string_value(json_array_get(json_object_get(k, "stale_wrapper_paths"), 1)),
+        "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp");
     cr_assert_str_eq(js(r, "kernel_table.torch_versions.0"), "1.13");
 
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
