@@ -7,6 +7,7 @@
 
 #include "api/api_int.h"
 #include "compare/cmp.h"
+#include "storage/embedded.h"
 
 enum MHD_Result api_branch_put(struct api_req *r)
 {
@@ -146,6 +147,19 @@ static void add_warnings(json_t *result, json_t *job, const char *side)
     }
 }
 
+/* The first divergent op's CPU kernel, from the table compiled into capd
+ * (schema/kernels.json) and the head job's provenance (compare/kernels.c).
+ * A table that does not parse leaves the result as it was. */
+static void attribute_kernels(json_t *result, json_t *head)
+{
+    const struct embedded_file *kf = embedded_find("kernels.json");
+    json_t *table = kf ? json_loadb(kf->data, kf->size, 0, NULL) : NULL;
+    json_t *prov = json_object_get(head, "provenance");
+    if (table)
+        cmp_attribute_kernels(result, table, json_is_object(prov) ? prov : NULL);
+    json_decref(table);
+}
+
 static enum MHD_Result reply_result(struct api_req *r, json_t *result)
 {
     const char *fmt = api_query(r, "format");
@@ -253,6 +267,7 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     add_warnings(result, ctl, ctl == head ? "job" : "control");
     if (ctl != head)
         add_warnings(result, head, "head");
+    attribute_kernels(result, head);
     if (extra)
         json_object_update(result, extra);
     ret = reply_result(r, result);

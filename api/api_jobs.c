@@ -41,6 +41,7 @@ static const char *const captures[] = {"stats", "sample", "full", NULL};
 static const char *const dtypes[] = {"float32", "float64", "float16", "bfloat16", NULL};
 static const char *const devices[] = {"cpu", "gpu", NULL};
 static const char *const passes[] = {"forward", "backward", NULL};
+static const char *const granularities[] = {"module", "op", NULL};
 
 static bool one_of(const char *s, const char *const *set)
 {
@@ -153,7 +154,7 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
     json_object_foreach(o, k, v)
     {
         bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device") ||
-                     !strcmp(k, "compare");
+                     !strcmp(k, "compare") || !strcmp(k, "granularity");
         for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
             known |= strcmp(k, int_opts[i].name) == 0;
         if (!known) {
@@ -179,9 +180,11 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
     static const struct {
         const char *name, *def;
         const char *const *set;
-    } enums[] = {
-        {"capture", "stats", captures}, {"dtype", "float32", dtypes}, {"device", "cpu", devices}};
-    for (size_t i = 0; i < 3; i++) {
+    } enums[] = {{"capture", "stats", captures},
+                 {"dtype", "float32", dtypes},
+                 {"device", "cpu", devices},
+                 {"granularity", "module", granularities}};
+    for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++) {
         json_t *x = json_object_get(o, enums[i].name);
         char f[64];
         snprintf(f, sizeof f, "options.%s", enums[i].name);

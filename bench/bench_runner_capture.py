@@ -8,7 +8,8 @@ outputs, frames encoded and written to /dev/null) at capture levels ``stats``
 and ``sample``, plus the hash-only run used for the determinism check, and
 ``stats`` through the Python analysis workers (the path without the native
 library), and ``stats`` with the analysis done inline in the hooks
-(CAPD_RUNNER_SYNC=1). The capture levels use the native capture pipe when
+(CAPD_RUNNER_SYNC=1), and ``op_stats``: stats at granularity op (one record
+per ATen op inside each module call too, capd_runner/opcapture.py). The capture levels use the native capture pipe when
 CAPD_RUNNER_NATIVE names the library (bench/run sets it), as a CPU cell does.
 Prints the median of each and its ratio to the plain forward. Target:
 stats capture <= 1.5x a plain forward.
@@ -80,13 +81,13 @@ def main():
         with torch.no_grad():
             model(*inputs)
 
-    def capture(level, emit=True, mode="async"):
+    def capture(level, emit=True, mode="async", granularity="module"):
         pipeline = pipelines[mode]
 
         def run():
             rec = Recorder(writer, pipeline, level, 256, PayloadBudget(1 << 62), emit=emit)
             with torch.no_grad():
-                with Capture(model, rec):
+                with Capture(model, rec, granularity=granularity):
                     model(*inputs)
             rec.sync()
             writer.flush()
@@ -97,7 +98,8 @@ def main():
     variants = [("plain", plain), ("stats", capture("stats")), ("sample", capture("sample")),
                 ("hash_only", capture("stats", emit=False)),
                 ("stats_python", capture("stats", mode="python")),
-                ("stats_sync", capture("stats", mode="sync"))]
+                ("stats_sync", capture("stats", mode="sync")),
+                ("op_stats", capture("stats", granularity="op"))]
     times = dict((k, []) for k, _ in variants)
     for i in range(args.warmup + args.iters):
         for k, fn in variants:

@@ -129,6 +129,16 @@ static enum cmp__role role_from(const char *s, size_t len)
     return CMP__ROLE_OTHER;
 }
 
+enum cmp__phase cmp__phase_from(const char *s, size_t n)
+{
+    return phase_from(s, n);
+}
+
+enum cmp__role cmp__role_from(const char *s, size_t n)
+{
+    return role_from(s, n);
+}
+
 /* ------------------------------------------------------------------ arena */
 
 static void arena_free(struct cmp__arena *a)
@@ -455,7 +465,16 @@ int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const c
     int64_t call = 0;
     enum cmp__phase ph = CMP__PH_OTHER;
     enum cmp__role ro = CMP__ROLE_OTHER;
-    bool parsed = parse_key(t->key, &mlen, &call, &ph, &ro);
+    struct cmp__opkey ok;
+    bool parsed = cmp__op_key(t->key, &ok);
+    if (parsed) {
+        mlen = ok.module_len;
+        call = ok.call;
+        ph = phase_from(ok.phase, ok.phase_len);
+        ro = role_from(ok.role, ok.role_len);
+    } else {
+        parsed = parse_key(t->key, &mlen, &call, &ph, &ro);
+    }
     if (t->module != NULL) {
         *module_out = t->module;
         *module_len_out = strlen(t->module);
@@ -523,6 +542,12 @@ int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t)
     }
     if (r.hash != NULL && (r.hash = arena_strndup(&cell->arena, r.hash, strlen(r.hash))) == NULL)
         return -ENOMEM;
+    struct cmp__opkey ok;
+    if (cmp__op_key(r.key, &ok)) {
+        r.op_index = ok.op_index;
+        if ((r.op = arena_strndup(&cell->arena, ok.op, ok.op_len)) == NULL)
+            return -ENOMEM;
+    }
     r.dtype_name = r.dtype != CMP_DTYPE_OTHER
                        ? cmp_dtype_name(r.dtype)
                        : arena_strndup(&cell->arena, r.dtype_name, strlen(r.dtype_name));

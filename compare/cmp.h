@@ -392,6 +392,21 @@ int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, d
 /* Median of the nx*ny differences x_i - y_j, exactly, in O((nx+ny) log). */
 int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *shift_out);
 
+/* ------------------------------------------------- kernel attribution */
+
+/*
+ * Names the CPU kernel of every op that a cell's first_divergence,
+ * first_introduced, first_nonfinite or control_first_nonfinite points at
+ * (records of granularity op): a "kernel" object {op, kind (stub, blas,
+ * onednn, native, unknown), stub, file, note, stale_wrappers,
+ * stale_wrapper_paths} from TABLE (schema/kernels.json, borrowed), with the
+ * generated wrappers of that file that PROVENANCE (the head job's
+ * provenance object, borrowed, NULL when it has none) found in the source
+ * tree. Adds "kernel_table" to the result. docs/compare.md, "Kernel
+ * attribution". 0, -EINVAL (not a result or no table), -ENOMEM.
+ */
+int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *provenance);
+
 /* ------------------------------------------------------------ renderers */
 
 /*

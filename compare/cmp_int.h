@@ -49,6 +49,8 @@ struct cmp__rec {
     const void *payload; /* borrowed */
     size_t payload_len;
     bool nondet;
+    const char *op;   /* ATen name of a per-op record (ops.c), else NULL */
+    int64_t op_index; /* its occurrence within the module call */
 };
 
 /* A bump allocator for strings: chunks are never moved, so pointers stay valid. */
@@ -107,6 +109,32 @@ size_t cmp__dtype_size(enum cmp_dtype dt);
 /* Fills rec (strings pointing at t's, not copied) from a public tensor. */
 int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *rec, const char **module_out,
                          size_t *module_len_out);
+
+/*
+ * ops.c: per-op records (granularity op). A per-op key is
+ * <module>.<call>.<phase>/op.<aten name>.<n>.<role>.<index>; the aten name
+ * may hold dots (an overload), so the tail is read from the right.
+ */
+struct cmp__opkey {
+    size_t module_len;
+    int64_t call;
+    const char *phase, *op, *role; /* pointers into the key */
+    size_t phase_len, op_len, role_len;
+    int64_t op_index;
+};
+bool cmp__op_key(const char *key, struct cmp__opkey *out);
+enum cmp__phase cmp__phase_from(const char *s, size_t n);
+enum cmp__role cmp__role_from(const char *s, size_t n);
+/*
+ * The first record of a cell, in execution order, whose output holds a NaN
+ * or an Inf while every input of its module call (forward: role input;
+ * backward: grad_output) was finite (docs/compare.md, "First non-finite").
+ * *out is a new object, or NULL when every record is finite.
+ */
+int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out);
+
+/* render_ops.c: the per-op report lines (kernel, first non-finite); NULL when none. */
+char *cmp__ops_block(const json_t *result, bool md);
 
 /* metrics.c */
 int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control,

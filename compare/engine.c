@@ -135,6 +135,10 @@ static json_t *row_json(const struct row *r)
     rc |= set(o, "call", json_integer(h->call));
     rc |= set(o, "phase", json_string(cmp__phase_name(h->phase)));
     rc |= set(o, "role", json_string(cmp__role_name(h->role)));
+    if (h->op != NULL) { /* a per-op record (ops.c) */
+        rc |= set(o, "op", json_string(h->op));
+        rc |= set(o, "op_index", json_integer(h->op_index));
+    }
     rc |= set(o, "dtype", json_string(c->dtype_name));
     rc |= set(o, "status", json_string(tclass_names[r->cls]));
     if (r->cls == T_DIVERGED)
@@ -661,6 +665,12 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         e |= set(cj, "first_divergence", json_null());
     }
     e |= set(cj, "first_introduced", first_intro ? row_json(first_intro) : json_null());
+    /* Where NaN/Inf first appeared on each side, from its own records (ops.c). */
+    for (int side = 0; side < 2 && !e; side++) {
+        json_t *nf = NULL;
+        e |= cmp__first_nonfinite(side ? c : h, &nf);
+        e |= set(cj, side ? "control_first_nonfinite" : "first_nonfinite", nf ? nf : json_null());
+    }
 
     e |= perf_json(&perf, &sub);
     e |= set(cj, "perf", sub);

@@ -339,6 +339,15 @@ static void env_block(struct buf *b, const json_t *result, bool md)
     free(s);
 }
 
+/* The first divergent op's kernel and non-finite origins (render_ops.c). */
+static void ops_block(struct buf *b, const json_t *result, bool md)
+{
+    char *s = cmp__ops_block(result, md);
+    if (s != NULL)
+        bprintf(b, "%s", s);
+    free(s);
+}
+
 /* ---------------------------------------------------------------- markdown */
 
 char *cmp_result_to_markdown(const json_t *result)
@@ -421,6 +430,7 @@ char *cmp_result_to_markdown(const json_t *result)
         introduced_desc(&b, cell, true);
         bprintf(&b, " |\n");
     }
+    ops_block(&b, result, true);
 
     any = false;
     json_array_foreach(cells, i, cell)
@@ -490,6 +500,7 @@ char *cmp_result_to_text(const json_t *result)
             bprintf(&b, "; initial params differ");
         bprintf(&b, "\n");
     }
+    ops_block(&b, result, false);
     json_array_foreach(cells, i, cell)
     {
         if (!is_perf_change(cell))

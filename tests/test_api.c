@@ -780,7 +780,7 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
 
     json_t *want_opts = json_loads(q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
                                      "'seed':0,'batch':2,'sample_size':256,'capture':'sample',"
-                                     "'dtype':'float32','device':'cpu'}"),
+                                     "'dtype':'float32','device':'cpu','granularity':'module'}"),
                                    0, NULL);
     char *os = dump(json_object_get(j, "options"));
     cr_assert(json_equal(json_object_get(j, "options"), want_opts), "options %s", os);
@@ -866,6 +866,9 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         {"{" P "," M ",'options':{'capture':1}}", "invalid_field", "options.capture"},
         {"{" P "," M ",'options':{'dtype':'int8'}}", "invalid_field", "options.dtype"},
         {"{" P "," M ",'options':{'device':'tpu'}}", "invalid_field", "options.device"},
+        {"{" P "," M ",'options':{'granularity':'kernel'}}", "invalid_field",
+         "options.granularity"},
+        {"{" P "," M ",'options':{'granularity':null}}", "invalid_field", "options.granularity"},
         {"{" P "," M ",'options':{'device':'gpu'}}", "no_gpu", "options.device"},
         {"{" P "," M ",'options':[]}", "invalid_field", "options"},
         {"{" P "," M ",'options':null}", "invalid_field", "options"},
@@ -954,8 +957,10 @@ Test(api_jobs, options_at_bounds_accepted)
                               "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
                               "'iterations':100000,'warmup':0,'threads':1024,'timeout_s':86400,"
                               "'seed':9223372036854775807,'batch':4096,'sample_size':65536,"
-                              "'capture':'full','dtype':'bfloat16','device':'cpu'}}");
+                              "'capture':'full','dtype':'bfloat16','device':'cpu',"
+                              "'granularity':'op'}}");
     json_t *o = json_object_get(j, "options");
+    cr_assert_str_eq(jstr(o, "granularity"), "op");
     cr_assert_eq(json_integer_value(json_object_get(o, "seed")), INT64_MAX);
     cr_assert_eq(json_integer_value(json_object_get(o, "threads")), 1024);
     cr_assert_str_eq(jstr(o, "dtype"), "bfloat16");

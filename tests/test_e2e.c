@@ -451,3 +451,111 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     free(j);
     cr_assert_eq(tu_capd_stop(&c), 0);
 }
+
+/* A job of one user model at one width, forward, at granularity op. */
+static char *submit_op(struct tu_capd *c, const char *build, const char *commit,
+                       const char *control, const char *width, const char *provenance)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
+                         "\"matrix\":{\"models\":[\"gelumlp:factory\"],\"widths\":[\"%s\"],"
+                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":2,\"warmup\":0,"
+                         "\"granularity\":\"op\"}%s%s}",
+                         commit, build, cc, width, provenance ? ",\"provenance\":" : "",
+                         provenance ? provenance : "");
+    cr_assert_eq(st, 201, "submit: %ld", st);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    return id;
+}
+
+/*
+ * Down to the kernel: a head whose aten::gelu CPU kernel is wrong at the
+ * widest width (examples/perturbed-gelu) is named at the op, with its
+ * kernel file and the stale wrappers of that file its provenance scan
+ * found; the same build at granularity op compared with itself is
+ * identical.
+ */
+Test(e2e, per_op_names_the_kernel, .timeout = 900)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    const char *width = tu_widest_width(&c);
+    char roots[512], path[700];
+    snprintf(roots, sizeof roots, "%s/roots", c.dir);
+    mkdir(roots, 0755);
+    snprintf(path, sizeof path, "%s/gelumlp.py", roots);
+    write_file(path, "import collections, torch\n"
+                     "def factory(seed, batch, dtype):\n"
+                     "    torch.manual_seed(seed)\n"
+                     "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
+                     "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
+                     "    return m, (torch.randn(batch, 8),)\n");
+    long st = 0;
+    json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
+                         python(), roots);
+    cr_assert_eq(st, 201);
+    json_decref(b);
+    b = tu_jsonf(&c, "POST", "/v1/builds", &st,
+                 "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
+                 "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
+                 python(), roots, tu_bin("CAPD_SOURCE_DIR"), width);
+    cr_assert_eq(st, 201);
+    json_decref(b);
+    /* what capctl submit --source-tree sends for a tree holding two wrappers */
+    static const char prov[] =
+        "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
+        "Activation.cpp.DEFAULT.cpp\",\"message\":\"untracked generated dispatch source\"},"
+        "{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
+        "Activation.cpp.AVX2.cpp\",\"message\":\"untracked generated dispatch source\"}]}";
+    char *j1 = submit_op(&c, "control", "7777771", NULL, width, NULL);
+    char *j2 = submit_op(&c, "control", "7777772", "7777771", width, NULL);
+    char *j3 = submit_op(&c, "gelu", "7777773", "7777771", width, prov);
+    json_decref(wait_done(&c, j1));
+    json_decref(wait_done(&c, j2));
+    json_decref(wait_done(&c, j3));
+
+    json_t *aa = tu_json(&c, "GET", "/v1/commits/7777772/diff", NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *cell = find_cell(aa, "gelumlp:factory", width, "forward");
+    cr_assert_not_null(cell);
+    cr_assert_str_eq(json_string_value(json_object_get(cell, "status")), "identical");
+    cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
+    json_decref(aa);
+
+    json_t *diff = tu_json(&c, "GET", "/v1/commits/7777773/diff", NULL, &st);
+    cr_assert_eq(st, 200);
+    cell = find_cell(diff, "gelumlp:factory", width, "forward");
+    cr_assert_not_null(cell);
+    cr_assert_str_eq(json_string_value(json_object_get(cell, "status")), "diverged");
+    json_t *fd = json_object_get(cell, "first_divergence");
+    char *fds = json_dumps(fd, JSON_COMPACT);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "key")),
+                     "act.0.forward/op.aten::gelu.0.output.0", "%s", fds);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::gelu", "%s", fds);
+    json_t *k = json_object_get(fd, "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel", "%s", fds);
+    cr_assert_str_eq(json_string_value(json_object_get(k, "file")),
+                     "aten/src/ATen/native/cpu/Activation.cpp", "%s", fds);
+    cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2, "%s", fds);
+    free(fds);
+    json_decref(diff);
+
+    struct tu_resp md;
+    tu_http(&c, "GET", "/v1/commits/7777773/diff?format=md", NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
+                              "Activation.cpp — 2 stale generated wrappers of this file in the "
+                              "source tree") != NULL,
+              "markdown: %s", md.body);
+    tu_resp_free(&md);
+    free(j1);
+    free(j2);
+    free(j3);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}

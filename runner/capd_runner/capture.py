@@ -310,8 +310,13 @@ class Recorder(object):
             self.hashes[key] = hash_hex
             self.order.append(key)
 
-    def record(self, module, call, phase, role, index, t):
-        key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
+    def record(self, module, call, phase, role, index, t, op=None):
+        """One record. ``op`` is (ATen name, occurrence) for a per-op record
+        (opcapture.py), whose key puts ``/op.<name>.<n>`` after the phase."""
+        if op is None:
+            key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
+        else:
+            key = "%s.%d.%s/op.%s.%d.%s.%s" % (module, call, phase, op[0], op[1], role, index)
         with self.lock:
             if t.dim() > MAX_NDIM:
                 if self.emit and not self.ndim_noted:
@@ -328,7 +333,7 @@ class Recorder(object):
                     if self.emit:
                         prefix = F.tensor_header_prefix(self.seq, key, module, call, phase, role,
                                                         index, T.dtype_name(t.dtype), t.shape,
-                                                        t.numel()).encode("ascii")
+                                                        t.numel(), op).encode("ascii")
                         self.seq += 1
                         kind = self._decide(key, t)
                         self.pipeline.native_emit(aid, prefix, 1 if kind == "sample" else 0)
@@ -343,7 +348,7 @@ class Recorder(object):
             else:
                 # The header's parts; the worker encodes it (frames.tensor_header_prefix).
                 header = (self.seq, key, module, call, phase, role, index, t.dtype, t.shape,
-                          t.numel())
+                          t.numel(), op)
                 self.seq += 1
                 kind = self._decide(key, t)
                 job = _RecordJob(self, key, header, an, kind)
@@ -433,12 +438,12 @@ class Recorder(object):
                 kind = "stats"
         elif kind == "full":
             payload = T.raw_bytes(an.snapshot)
-        seq, key, module, call, phase, role, index, dtype, shape, numel = job.header
+        seq, key, module, call, phase, role, index, dtype, shape, numel, op = job.header
         n = len(payload) if payload is not None else 0
         try:
             line = F.tensor_header_line(
                 F.tensor_header_prefix(seq, key, module, call, phase, role, index,
-                                       T.dtype_name(dtype), shape, numel),
+                                       T.dtype_name(dtype), shape, numel, op),
                 an.stats, an.hash, kind, n)
         except ValueError:
             # Not a value the fast encoder writes (cannot happen with the
@@ -446,9 +451,11 @@ class Recorder(object):
             header = {
                 "kind": "tensor", "seq": seq, "key": key, "module": module, "call": call,
                 "phase": phase, "role": role, "index": index, "dtype": T.dtype_name(dtype),
-                "shape": list(shape), "numel": numel, "stats": an.stats, "hash": an.hash,
-                "capture": kind,
+                "shape": list(shape), "numel": numel,
             }
+            if op is not None:
+                header["op"], header["op_index"] = op
+            header.update({"stats": an.stats, "hash": an.hash, "capture": kind})
             if kind == "sample":
                 header["sample_positions"] = "stride"
             self.writer.frame(header, payload)
@@ -459,10 +466,13 @@ class Recorder(object):
 class Capture(object):
     """Hooks on every module of ``model`` for one capture run."""
 
-    def __init__(self, model, recorder, taps=False):
+    def __init__(self, model, recorder, taps=False, granularity="module"):
         self.model = model
         self.rec = recorder
         self.taps = taps
+        self.granularity = granularity
+        self.ops = None  # the per-op recorder (opcapture.OpRecorder) at granularity op
+        self.quiet = 0  # > 0 while a hook runs: its own torch calls are no model ops
         self.names = {}
         self.modules = []
         for name, m in model.named_modules():
@@ -476,6 +486,10 @@ class Capture(object):
         for m in self.modules:
             self.handles.append(m.register_forward_pre_hook(self._pre))
             self.handles.append(m.register_forward_hook(self._post))
+        if self.granularity == "op":
+            from capd_runner import opcapture
+            self.ops = opcapture.OpRecorder(self)
+            self.ops.start()
         return self
 
     def __exit__(self, *exc):
@@ -483,6 +497,8 @@ class Capture(object):
         return False
 
     def remove(self):
+        if self.ops is not None:
+            self.ops.stop()
         for h in self.handles:
             h.remove()
         self.handles = []
@@ -492,6 +508,20 @@ class Capture(object):
 
     # -- hooks -------------------------------------------------------------
     def _pre(self, module, inputs):
+        self.quiet += 1
+        try:
+            return self._pre_hook(module, inputs)
+        finally:
+            self.quiet -= 1
+
+    def _post(self, module, inputs, output):
+        self.quiet += 1
+        try:
+            return self._post_hook(module, inputs, output)
+        finally:
+            self.quiet -= 1
+
+    def _pre_hook(self, module, inputs):
         mid = id(module)
         fqn = self.names.get(mid, "model")
         call = self.calls.get(mid, 0)
@@ -501,17 +531,20 @@ class Capture(object):
         for i, t in enumerate(flat):
             self.rec.record(fqn, call, "forward", "input", i, t)
         self.flush()
-        if self.taps:
-            new = self._tap(flat, fqn, call, "grad_input")
-            if new is not None:
-                return rebuild(inputs, iter(new))
+        new = self._tap(flat, fqn, call, "grad_input") if self.taps else None
+        if self.ops is not None:
+            self.ops.enter(fqn, call)
+        if new is not None:
+            return rebuild(inputs, iter(new))
         return None
 
-    def _post(self, module, inputs, output):
+    def _post_hook(self, module, inputs, output):
         mid = id(module)
         fqn = self.names.get(mid, "model")
         stack = self.active.get(mid)
         call = stack.pop() if stack else self.calls.get(mid, 1) - 1
+        if self.ops is not None:
+            self.ops.leave(fqn, call)
         flat = flatten(output)
         for i, t in enumerate(flat):
             self.rec.record(fqn, call, "forward", "output", i, t)
@@ -537,11 +570,19 @@ class Capture(object):
         rec = self.rec
         flush = self.flush
 
+        ops = self.ops
+
         def on_grads(grads):
-            for pos, g in zip(positions, grads):
-                if g is not None:
-                    rec.record(fqn, call, "backward", role, pos, g)
-            flush()
+            self.quiet += 1
+            try:
+                for pos, g in zip(positions, grads):
+                    if g is not None:
+                        rec.record(fqn, call, "backward", role, pos, g)
+                flush()
+            finally:
+                self.quiet -= 1
+            if ops is not None:
+                ops.backward_reached(fqn, call, role)
 
         clones = _Tap.apply(on_grads, *tapped)
         if isinstance(clones, torch.Tensor):

@@ -146,16 +146,17 @@ def capture_run(torch, model, call, spec, recorder, projection):
     """One capture run of the cell's pass; records via ``recorder``."""
     from capd_runner.capture import Capture, param_owner
     torch.manual_seed(spec.seed)
+    gran = spec.granularity
     if spec.pass_ == "forward":
         model.eval()
         with torch.no_grad():
-            with Capture(model, recorder, taps=False):
+            with Capture(model, recorder, taps=False, granularity=gran):
                 call(model)
     else:
         model.train()
         model.zero_grad(set_to_none=True)
         with torch.enable_grad():
-            with Capture(model, recorder, taps=True) as cap:
+            with Capture(model, recorder, taps=True, granularity=gran) as cap:
                 out = call(model)
                 loss = projection.loss(out)
                 loss.backward()
@@ -329,6 +330,11 @@ def run(spec, writer):
 def _run_model(torch, spec, writer, device, pipeline):
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
 
+    if spec.granularity == "op":
+        from capd_runner import opcapture
+        why = opcapture.unsupported_reason()
+        if why:
+            raise CellFailed(why)
     dtype = _dtype(torch, spec.dtype)
     model, inputs = _build(torch, spec, dtype)
     model = model.to(device=device, dtype=dtype)

@@ -62,14 +62,20 @@ def _json_scalar(v):
     raise ValueError(v)
 
 
-def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shape, numel):
+def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shape, numel,
+                         op=None):
     """The start of a ``tensor`` header, exactly as encode_header writes the
-    same dict (compact separators, ASCII escapes), up to before ``stats``."""
-    return ('{"kind":"tensor","seq":%d,"key":%s,"module":%s,"call":%d,"phase":%s,"role":%s,'
+    same dict (compact separators, ASCII escapes), up to before ``stats``.
+    ``op``: (ATen name, occurrence) of a per-op record, written as the
+    ``op`` and ``op_index`` fields after ``numel``."""
+    line = ('{"kind":"tensor","seq":%d,"key":%s,"module":%s,"call":%d,"phase":%s,"role":%s,'
             '"index":%s,"dtype":%s,"shape":[%s],"numel":%d'
             % (seq, _json_str(key), _json_str(module), call, _json_str(phase), _json_str(role),
                _int_repr(index) if type(index) is int else _json_str(index), _json_str(dtype),
                ",".join([_int_repr(int(d)) for d in shape]), numel))
+    if op is not None:
+        line += ',"op":%s,"op_index":%d' % (_json_str(op[0]), op[1])
+    return line
 
 
 def tensor_header_line(prefix, stats, hash_hex, capture, nbytes):

@@ -12,6 +12,7 @@ PASSES = ("forward", "backward")
 DEVICES = ("cpu", "gpu")
 CAPTURE_LEVELS = ("stats", "sample", "full")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+GRANULARITIES = ("module", "op")
 
 DEFAULT_OPTIONS = {
     "iterations": 20,
@@ -24,6 +25,7 @@ DEFAULT_OPTIONS = {
     "dtype": "float32",
     "sample_size": 256,
     "max_payload_bytes": 268435456,
+    "granularity": "module",
 }
 
 # (minimum, maximum) of the integer options.
@@ -111,6 +113,9 @@ def check(raw):
     if o["capture"] not in CAPTURE_LEVELS:
         raise SpecError("cell spec: option 'capture' must be one of %s, not %r"
                         % ("/".join(CAPTURE_LEVELS), o["capture"]))
+    if o["granularity"] not in GRANULARITIES:
+        raise SpecError("cell spec: option 'granularity' must be one of %s, not %r"
+                        % ("/".join(GRANULARITIES), o["granularity"]))
     if o["dtype"] not in DTYPES:
         raise SpecError("cell spec: option 'dtype' must be one of %s, not %r" % ("/".join(DTYPES), o["dtype"]))
     return spec

@@ -15,6 +15,10 @@ MAX_HEADER = 65536
 KEY_PARTS = re.compile(r"^(?P<module>.+)\.(?P<call>\d+)\.(?P<phase>init|forward|backward)\."
                        r"(?P<role>input|output|grad_input|grad_output|param_grad|param)\."
                        r"(?P<index>[^.]+)$")
+# A per-op record (granularity op): <fqn>.<call>.<phase>/op.<aten name>.<n>.<role>.<i>
+OP_KEY_PARTS = re.compile(r"^(?P<module>.+)\.(?P<call>\d+)\.(?P<phase>forward|backward)/op\."
+                          r"(?P<op>aten::[^.]+|[^.]+)\.(?P<n>\d+)\."
+                          r"(?P<role>output|grad_input)\.(?P<index>\d+)$")
 
 _REQUIRED = {
     "hello": {"protocol": int, "runner": str},
@@ -126,10 +130,17 @@ def check_sequence(frames):
 
 def check_tensor(f):
     h = f.header
-    m = KEY_PARTS.match(h["key"])
+    if "op" in h:
+        m = OP_KEY_PARTS.match(h["key"])
+        if not m or not isinstance(h.get("op_index"), int):
+            raise ProtocolError("bad op key %r" % h["key"])
+        want = "%s.%d.%s/op.%s.%d.%s.%s" % (h["module"], h["call"], h["phase"], h["op"],
+                                            h["op_index"], h["role"], h["index"])
+    else:
+        m = KEY_PARTS.match(h["key"])
+        want = "%s.%d.%s.%s.%s" % (h["module"], h["call"], h["phase"], h["role"], h["index"])
     if not m:
         raise ProtocolError("bad key %r" % h["key"])
-    want = "%s.%d.%s.%s.%s" % (h["module"], h["call"], h["phase"], h["role"], h["index"])
     if want != h["key"]:
         raise ProtocolError("key %r does not match its fields (%r)" % (h["key"], want))
     if h["role"] in ("param", "param_grad"):

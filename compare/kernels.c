@@ -1,0 +1,148 @@
+/*
+ * compare/kernels.c - from the first divergent op to its CPU kernel and
+ * to the polluted files of the source tree.
+ *
+ * A per-op record names an ATen operator (aten::gelu). The table shipped
+ * with capd (schema/kernels.json, docs/compare.md "Kernel attribution")
+ * maps it to the DispatchStub its CPU function calls and the file under
+ * aten/src/ATen/native/cpu/ that registers the stub, or says that the kernel
+ * is no stub at all (BLAS, oneDNN). The job's provenance scan lists the
+ * generated wrappers (Activation.cpp.DEFAULT.cpp...) left in the tree;
+ * wrappers of the kernel's own file are the likely cause of the divergence,
+ * so the attribution counts them.
+ *
+ * This runs on a finished cmp_compare() result, so it needs no engine state
+ * and a caller without a table (or without provenance) simply skips it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare/cmp_int.h"
+
+#define STALE_PATHS_SHOWN 5 /* wrapper paths listed per attribution */
+
+static bool cap_ok(const char *s, size_t n)
+{
+    if (n == 0 || !(s[0] >= 'A' && s[0] <= 'Z'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return false;
+    return true;
+}
+
+/*
+ * Length of path once every ".CAP.cpp" wrapping is peeled off
+ * (Activation.cpp.DEFAULT.cpp.AVX2.cpp -> Activation.cpp), the same rule as
+ * the provenance scan's (cli/provenance.c). 0 when path is no wrapper.
+ */
+static size_t peeled_len(const char *path)
+{
+    size_t n = strlen(path), orig = n;
+    while (n > 4 && memcmp(path + n - 4, ".cpp", 4) == 0) {
+        size_t e = n - 4, b = e;
+        while (b > 0 && path[b - 1] != '.' && path[b - 1] != '/')
+            b--;
+        if (b == 0 || path[b - 1] != '.' || !cap_ok(path + b, e - b))
+            break;
+        size_t rest = b - 1;
+        if (rest < 5 || memcmp(path + rest - 4, ".cpp", 4) != 0)
+            break;
+        n = rest;
+    }
+    return n < orig ? n : 0;
+}
+
+/* Whether wrapper path peels to file (also below a prefix: a tree holding pytorch/). */
+static bool wraps(const char *path, const char *file)
+{
+    size_t n = peeled_len(path), f = strlen(file);
+    if (n == 0 || n < f || memcmp(path + n - f, file, f) != 0)
+        return false;
+    return n == f || path[n - f - 1] == '/';
+}
+
+/* The stale wrappers of file among the provenance findings. */
+static int stale_of(const json_t *provenance, const char *file, json_t *kernel)
+{
+    const json_t *findings = json_object_get(provenance, "findings");
+    json_t *paths = json_array();
+    json_int_t n = 0;
+    size_t i;
+    const json_t *f;
+    int rc = 0;
+
+    if (paths == NULL)
+        return -ENOMEM;
+    json_array_foreach(findings, i, f)
+    {
+        const char *kind = json_string_value(json_object_get(f, "kind"));
+        const char *path = json_string_value(json_object_get(f, "path"));
+        const char *msg = json_string_value(json_object_get(f, "message"));
+        if (!kind || !path || strcmp(kind, "generated_source") != 0 || !wraps(path, file))
+            continue;
+        /* the scan's "N more findings not listed" summary is not one wrapper */
+        if (msg && strstr(msg, " more generated_source findings not listed"))
+            continue;
+        n++;
+        if (json_array_size(paths) < STALE_PATHS_SHOWN)
+            rc |= json_array_append_new(paths, json_string(path)) ? -ENOMEM : 0;
+    }
+    rc |= json_object_set_new(kernel, "stale_wrappers", json_integer(n)) ? -ENOMEM : 0;
+    rc |= json_object_set_new(kernel, "stale_wrapper_paths", paths) ? -ENOMEM : 0;
+    return rc;
+}
+
+/* The "kernel" object for op: the table's entry, plus the stale wrappers. */
+static int kernel_for(const char *op, const json_t *table, const json_t *provenance, json_t **out)
+{
+    const json_t *ent = json_object_get(json_object_get(table, "ops"), op);
+    json_t *k = json_is_object(ent) ? json_deep_copy(ent) : json_pack("{s:s}", "kind", "unknown");
+    int rc = 0;
+    if (k == NULL)
+        return -ENOMEM;
+    rc |= json_object_set_new(k, "op", json_string(op)) ? -ENOMEM : 0;
+    const char *file = json_string_value(json_object_get(k, "file"));
+    if (file != NULL && provenance != NULL &&
+        json_is_array(json_object_get(provenance, "findings")))
+        rc |= stale_of(provenance, file, k);
+    if (rc) {
+        json_decref(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
+}
+
+int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *provenance)
+{
+    static const char *const fields[] = {"first_divergence", "first_introduced", "first_nonfinite",
+                                         "control_first_nonfinite"};
+    size_t i;
+    json_t *cell;
+
+    if (!json_is_object(result) || !json_is_object(table))
+        return -EINVAL;
+    json_array_foreach(json_object_get(result, "cells"), i, cell)
+    {
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            json_t *d = json_object_get(cell, fields[f]), *k = NULL;
+            const char *op = json_string_value(json_object_get(d, "op"));
+            if (op == NULL)
+                continue;
+            int rc = kernel_for(op, table, provenance, &k);
+            if (rc == 0 && json_object_set_new(d, "kernel", k))
+                rc = -ENOMEM;
+            if (rc)
+                return rc;
+        }
+    }
+    json_t *about =
+        json_pack("{s:O?, s:b}", "torch_versions", json_object_get(table, "torch_versions"),
+                  "provenance", provenance != NULL);
+    if (about == NULL || json_object_set_new(result, "kernel_table", about))
+        return -ENOMEM;
+    return 0;
+}

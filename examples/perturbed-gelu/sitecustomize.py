@@ -1,0 +1,31 @@
+"""A build whose GELU kernel is wrong at one width, for per-op demos and tests.
+
+Put this directory on a build's PYTHONPATH. When the process runs at the
+perturbed width (ATEN_CPU_CAPABILITY equals CAPD_PERTURB_WIDTH, avx512 when
+unset), aten::gelu's CPU kernel is replaced, through torch.library, by one
+that computes GELU from erf and scales it by (1 + 2e-4): the operator keeps
+its name and its place in the dispatch, only its result changes, the way a
+stale generated Activation.cpp.AVX512.cpp would change it. Every other
+width, and every other operator, is left alone, so a comparison at
+granularity op must name aten::gelu as the first divergent op.
+"""
+import os
+
+if os.environ.get("ATEN_CPU_CAPABILITY") == os.environ.get("CAPD_PERTURB_WIDTH", "avx512"):
+    import warnings
+
+    import torch
+
+    _lib = torch.library.Library("aten", "IMPL", "CPU")
+
+    def _gelu(x, approximate="none"):
+        if approximate == "tanh":
+            inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+            y = 0.5 * x * (1.0 + torch.tanh(inner))
+        else:
+            y = 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+        return y * (1.0 + 2e-4)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        _lib.impl("gelu", _gelu)

@@ -1,0 +1,394 @@
+/*
+ * tests/test_compare_ops.c - per-op records in the comparison engine: op
+ * keys, first divergence at the op, the first non-finite origin, and the
+ * kernel attribution with the provenance scan's stale wrappers. Known
+ * vectors built for one rule each; the engine does no I/O (the shipped
+ * table is read from the source tree by the one test about it).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include "compare/cmp.h"
+
+/* Payloads are borrowed: kept here for the test's lifetime. */
+static double pool[1 << 14];
+static size_t used;
+
+/*
+ * A record of four float64 values v0..v3 = base, -base, 1, 2 (+delta on
+ * element 0), or with nan NaNs in front (stats say so, payload holds them).
+ */
+static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta, int nan)
+{
+    double base = (double)seq + 1;
+    double *v = &pool[used];
+    struct cmp_tensor t = {0};
+    char hash[96];
+    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
+    used += 4;
+    v[0] = base + delta;
+    v[1] = -base;
+    v[2] = 1;
+    v[3] = 2;
+    for (int i = 0; i < nan && i < 4; i++)
+        v[i] = NAN;
+    t.key = key;
+    t.seq = seq;
+    t.dtype = "float64";
+    t.ndim = 1;
+    t.shape[0] = 4;
+    t.numel = 4;
+    t.stats.has_finite = nan < 4;
+    t.stats.nan = nan;
+    t.stats.min = -base;
+    t.stats.max = 2;
+    snprintf(hash, sizeof hash, "%s-%g-%d", key, delta, nan);
+    t.hash = hash;
+    t.capture = CMP_CAPTURE_FULL;
+    t.payload = v;
+    t.payload_len = 4 * sizeof(double);
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+}
+
+static struct cmp_cell *cell(struct cmp_side *s, const char *pass)
+{
+    struct cmp_cell *c;
+    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
+    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
+    return c;
+}
+
+static json_t *jp(json_t *root, const char *path)
+{
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = root;
+    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save)) {
+        if (json_is_array(cur))
+            cur = json_array_get(cur, (size_t)strtoul(tok, NULL, 10));
+        else
+            cur = json_object_get(cur, tok);
+    }
+    return cur;
+}
+
+static const char *js(json_t *r, const char *path)
+{
+    const char *s = json_string_value(jp(r, path));
+    return s ? s : "(none)";
+}
+
+static long long ji(json_t *r, const char *path)
+{
+    return (long long)json_integer_value(jp(r, path));
+}
+
+/* Key paths hold dots, so the op record's fields are read through this. */
+static json_t *field(json_t *r, const char *obj)
+{
+    return json_object_get(json_array_get(json_object_get(r, "cells"), 0), obj);
+}
+
+static json_t *compare(struct cmp_side *c, struct cmp_side *h)
+{
+    json_t *r = NULL;
+    cr_assert_eq(cmp_compare(c, h, NULL, &r), 0);
+    return r;
+}
+
+/* The op records of one GELU module call: addmm in fc1, gelu in act. */
+static const char *const keys[] = {
+    "model.0.forward.input.0",
+    "fc1.0.forward.input.0",
+    "fc1.0.forward/op.aten::addmm.0.output.0",
+    "fc1.0.forward.output.0",
+    "act.0.forward.input.0",
+    "act.0.forward/op.aten::gelu.0.output.0",
+    "act.0.forward.output.0",
+    "model.0.forward.output.0",
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static void gelu_cell(struct cmp_side *s, const double *delta, const int *nan)
+{
+    struct cmp_cell *c = cell(s, "forward");
+    for (size_t k = 0; k < NKEYS; k++)
+        add(c, keys[k], (int64_t)k, delta ? delta[k] : 0, nan ? nan[k] : 0);
+}
+
+Test(ops, key_parts_and_first_divergence_at_the_op)
+{
+    struct cmp_side *c, *h;
+    double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    gelu_cell(c, NULL, NULL);
+    gelu_cell(h, d, NULL);
+    json_t *r = compare(c, h);
+    json_t *fd = field(r, "first_divergence");
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "key")), keys[5]);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "module")), "act");
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::gelu");
+    cr_assert_eq(json_integer_value(json_object_get(fd, "op_index")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "phase")), "forward");
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "role")), "output");
+    /* its module call's input was identical: the op introduced the error */
+    cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_introduced"), "key")),
+                     keys[5]);
+    /* module records carry no op */
+    cr_assert_null(json_object_get(field(r, "first_nonfinite"), "op"));
+    cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 3);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* An overload name holds dots; the parts are read from the right. */
+Test(ops, overload_names_and_backward_roles)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = cell(c, "backward"), *hc = cell(h, "backward");
+    const char *k0 = "layers.0.attn.2.backward.grad_output.0";
+    const char *k1 = "layers.0.attn.2.backward/op.aten::add.Tensor.3.grad_input.1";
+    add(cc, k0, 0, 0, 0);
+    add(cc, k1, 1, 0, 0);
+    add(hc, k0, 0, 0, 0);
+    add(hc, k1, 1, 1.0, 0);
+    json_t *r = compare(c, h);
+    json_t *fd = field(r, "first_divergence");
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "module")), "layers.0.attn");
+    cr_assert_eq(json_integer_value(json_object_get(fd, "call")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::add.Tensor");
+    cr_assert_eq(json_integer_value(json_object_get(fd, "op_index")), 3);
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "phase")), "backward");
+    cr_assert_str_eq(json_string_value(json_object_get(fd, "role")), "grad_input");
+    cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_introduced"), "key")), k1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* NaN from the gelu op: it is named, not the module outputs after it. */
+Test(ops, first_nonfinite_is_the_op)
+{
+    struct cmp_side *c, *h;
+    int nan[NKEYS] = {0, 0, 0, 0, 0, 1, 1, 1};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    gelu_cell(c, NULL, NULL);
+    gelu_cell(h, NULL, nan);
+    json_t *r = compare(c, h);
+    json_t *nf = field(r, "first_nonfinite");
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "key")), keys[5]);
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "op")), "aten::gelu");
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "inputs")), "finite");
+    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 1);
+    cr_assert(json_is_null(field(r, "control_first_nonfinite")));
+    cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_divergence"), "reason")),
+                     "nan_inf");
+    json_decref(r);
+    /* one job alone (compared with itself): the same origin */
+    r = compare(h, h);
+    cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_nonfinite"), "key")),
+                     keys[5]);
+    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* Module level: the innermost module whose inputs were finite. */
+Test(ops, first_nonfinite_module_level_and_from_the_input)
+{
+    struct cmp_side *s, *t;
+    cmp_side_new(&s);
+    struct cmp_cell *c = cell(s, "forward");
+    add(c, "outer.0.forward.input.0", 0, 0, 0);
+    add(c, "inner.0.forward.input.0", 1, 0, 0);
+    add(c, "inner.0.forward.output.0", 2, 0, 2);
+    add(c, "outer.0.forward.output.0", 3, 0, 2);
+    json_t *r = compare(s, s);
+    json_t *nf = field(r, "first_nonfinite");
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "key")), "inner.0.forward.output.0");
+    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "inputs")), "finite");
+    json_decref(r);
+
+    /* a NaN in the model's input: no call made it, the input is named */
+    cmp_side_new(&t);
+    c = cell(t, "forward");
+    add(c, "model.0.forward.input.0", 0, 0, 1);
+    add(c, "fc.0.forward.input.0", 1, 0, 1);
+    add(c, "fc.0.forward.output.0", 2, 0, 1);
+    r = compare(t, t);
+    nf = field(r, "first_nonfinite");
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "key")), "model.0.forward.input.0");
+    cr_assert_str_eq(json_string_value(json_object_get(nf, "inputs")), "nonfinite");
+    json_decref(r);
+    cmp_side_free(s);
+    cmp_side_free(t);
+}
+
+/* A clean cell has none. */
+Test(ops, first_nonfinite_none)
+{
+    struct cmp_side *s;
+    cmp_side_new(&s);
+    gelu_cell(s, NULL, NULL);
+    json_t *r = compare(s, s);
+    cr_assert(json_is_null(field(r, "first_nonfinite")));
+    cr_assert(json_is_null(field(r, "control_first_nonfinite")));
+    json_decref(r);
+    cmp_side_free(s);
+}
+
+static const char *const table_text =
+    "{\"torch_versions\": [\"1.13\"], \"ops\": {"
+    " \"aten::gelu\": {\"kind\": \"stub\", \"stub\": \"GeluKernel\","
+    "   \"file\": \"aten/src/ATen/native/cpu/Activation.cpp\"},"
+    " \"aten::addmm\": {\"kind\": \"blas\", \"file\": "
+    "\"aten/src/ATen/native/LinearAlgebra.cpp\"}}}";
+
+static json_t *provenance(void)
+{
+    json_t *p = json_loads(
+        "{\"findings\": ["
+        " {\"kind\": \"generated_source\", \"path\": "
+        "\"aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp\", \"message\": \"m\"},"
+        " {\"kind\": \"generated_source\", \"path\": "
+        "\"aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp\", \"message\": \"m\"},"
+        " {\"kind\": \"generated_source\", \"path\": "
+        "\"aten/src/ATen/native/cpu/BinaryOpsKernel.cpp.AVX2.cpp\", \"message\": \"m\"},"
+        " {\"kind\": \"generated_source\", \"path\": "
+        "\"aten/src/ATen/native/cpu/MyActivation.cpp.AVX2.cpp\", \"message\": \"m\"},"
+        " {\"kind\": \"stale_header\", \"path\": \"aten/src/ATen/Config.h\", \"message\": \"m\"},"
+        " {\"kind\": \"generated_source\", \"path\": "
+        "\"aten/src/ATen/native/cpu/Activation.cpp.AVX512.cpp\", \"message\": "
+        "\"7 more generated_source findings not listed (the first: x)\"}]}",
+        0, NULL);
+    cr_assert_not_null(p);
+    return p;
+}
+
+Test(kernels, gelu_named_with_its_stale_wrappers)
+{
+    struct cmp_side *c, *h;
+    double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    gelu_cell(c, NULL, NULL);
+    gelu_cell(h, d, NULL);
+    json_t *r = compare(c, h), *table = json_loads(table_text, 0, NULL), *prov = provenance();
+    cr_assert_not_null(table);
+    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "op")), "aten::gelu");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "stub");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "file")),
+                     "aten/src/ATen/native/cpu/Activation.cpp");
+    /* two wrappers of Activation.cpp; not BinaryOps, not MyActivation, not the summary */
+    cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2);
+    cr_assert_str_eq(
+        json_string_value(json_array_get(json_object_get(k, "stale_wrapper_paths"), 1)),
+        "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp");
+    cr_assert_str_eq(js(r, "kernel_table.torch_versions.0"), "1.13");
+
+    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
+    cr_assert_not_null(md);
+    cr_assert_not_null(txt);
+    cr_assert(strstr(md, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
+                         "Activation.cpp — 2 stale generated wrappers of this file in the "
+                         "source tree") != NULL,
+              "%s", md);
+    cr_assert(strstr(txt, "aten::gelu in act → GeluKernel, aten/src/ATen/native/cpu/"
+                          "Activation.cpp — 2 stale generated wrappers") != NULL,
+              "%s", txt);
+    free(md);
+    free(txt);
+    json_decref(r);
+
+    /* without provenance: the kernel, no stale count and no note */
+    r = compare(c, h);
+    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
+    k = json_object_get(field(r, "first_divergence"), "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
+    cr_assert_null(json_object_get(k, "stale_wrappers"));
+    md = cmp_result_to_markdown(r);
+    cr_assert(strstr(md, "GeluKernel, aten/src/ATen/native/cpu/Activation.cpp\n") != NULL, "%s",
+              md);
+    cr_assert(strstr(md, "stale") == NULL, "%s", md);
+    free(md);
+    json_decref(r);
+    json_decref(table);
+    json_decref(prov);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+Test(kernels, blas_and_unknown_ops)
+{
+    struct cmp_side *c, *h;
+    double d[NKEYS] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    gelu_cell(c, NULL, NULL);
+    gelu_cell(h, d, NULL);
+    json_t *r = compare(c, h), *table = json_loads(table_text, 0, NULL);
+    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
+    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "blas");
+    char *txt = cmp_result_to_text(r);
+    cr_assert(strstr(txt, "aten::addmm in fc1 → BLAS kernel") != NULL, "%s", txt);
+    free(txt);
+    json_decref(r);
+    json_decref(table);
+    /* an op the table lacks */
+    table = json_loads("{\"ops\": {}}", 0, NULL);
+    r = compare(c, h);
+    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
+    k = json_object_get(field(r, "first_divergence"), "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "unknown");
+    cr_assert_eq(cmp_attribute_kernels(r, NULL, NULL), -EINVAL);
+    json_decref(r);
+    json_decref(table);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* The table capd ships: the entries the docs promise. */
+Test(kernels, shipped_table)
+{
+    const char *src = getenv("CAPD_SOURCE_DIR");
+    char path[1024];
+    cr_assert_not_null(src);
+    snprintf(path, sizeof path, "%s/schema/kernels.json", src);
+    json_t *t = json_load_file(path, 0, NULL);
+    cr_assert_not_null(t, "%s", path);
+    cr_assert_str_eq(js(t, "ops.aten::gelu.stub"), "GeluKernel");
+    cr_assert_str_eq(js(t, "ops.aten::gelu.file"), "aten/src/ATen/native/cpu/Activation.cpp");
+    cr_assert_str_eq(js(t, "ops.aten::gelu_backward.stub"), "GeluBackwardKernel");
+    cr_assert_str_eq(js(t, "ops.aten::addmm.kind"), "blas");
+    cr_assert_str_eq(js(t, "ops.aten::relu.file"),
+                     "aten/src/ATen/native/cpu/TensorCompareKernel.cpp");
+    cr_assert(json_array_size(json_object_get(t, "torch_versions")) > 0);
+    const char *name;
+    json_t *e;
+    json_object_foreach(json_object_get(t, "ops"), name, e)
+    {
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        cr_assert(strncmp(name, "aten::", 6) == 0, "%s", name);
+        cr_assert(kind && json_is_string(json_object_get(e, "file")), "%s", name);
+        if (strcmp(kind, "stub") == 0)
+            cr_assert(json_is_string(json_object_get(e, "stub")), "%s", name);
+    }
+    json_decref(t);
+}
