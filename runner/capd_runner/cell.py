@@ -234,6 +234,9 @@ def run(spec, writer):
 
     from capd_runner import timing
 
+    # The CPUs the scheduler gave this cell (exclusive for a timing cell);
+    # the timing processes inherit them.
+    timing.set_affinity(spec.raw.get("cpus"))
     # Before torch dispatches anything: the timing processes fork from here.
     forker = timing.Forker(spec) if timing.wanted(spec) > 0 else None
     try:

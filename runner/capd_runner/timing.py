@@ -70,7 +70,6 @@ def _one_process(spec, index, out_fd):
     """In a timing process: build, place, time; one JSON line to out_fd."""
     from capd_runner import cell
     import torch
-    set_affinity(spec.raw.get("timing_cpus"))
     if spec.threads > 0:
         torch.set_num_threads(spec.threads)
     device = torch.device("cuda", 0) if spec.device == "gpu" else torch.device("cpu")
