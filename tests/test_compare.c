@@ -1829,6 +1829,8 @@ Test(render, markdown)
     cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"), "%s",
               md);
     cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
+    cr_assert(strstr(md, "| evidence | detects |"), "%s", md);
+    cr_assert(strstr(md, " | 6/6 processes | "), "%s", md);
     cr_assert(strstr(md, "| mlp | default | forward | "), "%s", md);
     cr_assert(strstr(md, "| regression |\n"), "%s", md);
     cr_assert_null(strstr(md, "| mlp | default | forward | identical"), "identical cells omitted");
@@ -1842,6 +1844,7 @@ Test(render, markdown)
                           "(seq 4, tolerance, max rel 0.0833, 1/4 off); introduced at same\n"),
               "%s", txt);
     cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
+    cr_assert(strstr(txt, "6/6 processes, detects >= "), "%s", txt);
     free(txt);
     json_decref(r);
 }
