@@ -27,8 +27,9 @@ static const struct ctl_opt diff_opts[] = {
     {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
     {"pass", CTL_VALUE, "P", "only cells of this pass"},
     {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
-    {"fail-on", CTL_VALUE, "regression|numerics|never",
-     "exit 1 on a regression (default); numerics: only on outcome or numeric ones, perf "
+    {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
+     "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "
+     "cell's perf is unknown or unstable; numerics: only on outcome or numeric ones, perf "
      "reported but not gating; never"},
     {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
     {NULL, CTL_FLAG, NULL, NULL},
@@ -38,12 +39,13 @@ static const struct ctl_cmd cmd_diff = {
     "diff",
     "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
     "                   [--model M] [--width W] [--pass P] [--format md|json|text]\n"
-    "                   [--fail-on regression|numerics|never] [--wait-timeout S]",
+    "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
     "Compare a control and a head and exit with the verdict.",
     "--commit SHA compares the newest job of SHA with the control its job names\n"
     "(submit --control-commit), else the control set for its branch.\n\n"
     "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
-    "numerics: perf regressions do not fail, for CI machines shared with other work),\n"
+    "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
+    "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
     "2 error (bad flags, network, a server error, still pending).\n\n"
     "examples:\n"
     "  capctl diff --commit $SHA --format md > report.md\n"
@@ -181,8 +183,10 @@ int ctl_cmd_diff(int argc, char **argv)
     const char *fail_on = ctl_arg(&a, "fail-on");
     if (!fail_on)
         fail_on = "regression";
-    if (strcmp(fail_on, "regression") && strcmp(fail_on, "numerics") && strcmp(fail_on, "never")) {
-        rc = ctl_usage_error(&cmd_diff, "--fail-on must be regression, numerics or never, got '%s'",
+    if (strcmp(fail_on, "regression") && strcmp(fail_on, "unknown") &&
+        strcmp(fail_on, "numerics") && strcmp(fail_on, "never")) {
+        rc = ctl_usage_error(&cmd_diff,
+                             "--fail-on must be regression, unknown, numerics or never, got '%s'",
                              fail_on);
         goto out;
     }
@@ -293,6 +297,13 @@ int ctl_cmd_diff(int argc, char **argv)
     fflush(stdout);
     rc = strcmp(verdict, "regression") == 0 && strcmp(fail_on, "never") != 0 ? CTL_EXIT_REGRESSION
                                                                              : CTL_EXIT_OK;
+    /* --fail-on unknown: perf the comparison could not decide fails too */
+    json_t *counts = json_object_get(result, "counts");
+    if (strcmp(fail_on, "unknown") == 0 &&
+        json_integer_value(json_object_get(counts, "perf_unknown")) +
+                json_integer_value(json_object_get(counts, "perf_unstable")) >
+            0)
+        rc = CTL_EXIT_REGRESSION;
 out:
     json_decref(result);
     ctl_resp_free(&r);

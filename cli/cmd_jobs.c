@@ -29,6 +29,7 @@ static const struct ctl_opt submit_opts[] = {
     {"passes", CTL_VALUE, "forward,backward", "passes, comma-separated (required)"},
     {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
     {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
+    {"timing-processes", CTL_VALUE, "N", "separate timing processes per cell (default 5)"},
     {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
     {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
     {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
@@ -105,6 +106,7 @@ static const struct ctl_field_flag submit_fields[] = {
     {"matrix", "--models, --widths and --passes"},
     {"options.iterations", "--iterations"},
     {"options.warmup", "--warmup"},
+    {"options.timing_processes", "--timing-processes"},
     {"options.threads", "--threads"},
     {"options.timeout_s", "--timeout"},
     {"options.capture", "--capture"},
@@ -458,9 +460,14 @@ int ctl_cmd_submit(int argc, char **argv)
     /* Integer options: syntax is checked here, ranges by the server (its
      * error names the field; the hint names the flag). */
     static const char *const ints[][2] = {
-        {"iterations", "iterations"},   {"warmup", "warmup"}, {"threads", "threads"},
-        {"timeout", "timeout_s"},       {"seed", "seed"},     {"batch", "batch"},
+        {"iterations", "iterations"},
+        {"warmup", "warmup"},
+        {"threads", "threads"},
+        {"timeout", "timeout_s"},
+        {"seed", "seed"},
+        {"batch", "batch"},
         {"sample-size", "sample_size"},
+        {"timing-processes", "timing_processes"},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = ctl_arg(&a, ints[i][0]);

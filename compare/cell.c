@@ -227,6 +227,7 @@ static void cell_free(struct cmp_cell *c)
     free(c->device);
     free(c->host_missing);
     free(c->timing);
+    free(c->procs);
     free(c->recs);
     free(c->nondet_keys);
     arena_free(&c->arena);
@@ -355,23 +356,41 @@ void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t 
     cell->device_peak = device_peak_bytes < 0 ? -1 : device_peak_bytes;
 }
 
-int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n)
+int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns, size_t n,
+                                int64_t pair, bool reference)
 {
     if (cell == NULL || (samples_ns == NULL && n > 0))
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         if (samples_ns[i] < 0 || samples_ns[i] > CMP_MAX_TIMING_NS)
             return -EINVAL;
+    if (n == 0)
+        return 0;
     if (n > CMP_MAX_TIMING_SAMPLES - cell->n_timing)
         return -E2BIG;
     int rc = grow((void **)&cell->timing, &cell->cap_timing, cell->n_timing + n,
                   sizeof(*cell->timing), CMP_MAX_TIMING_SAMPLES);
+    if (rc == 0)
+        rc = grow((void **)&cell->procs, &cell->cap_procs, cell->n_procs + 1, sizeof(*cell->procs),
+                  CMP_MAX_TIMING_PROCESSES);
     if (rc < 0)
         return rc;
-    if (n > 0)
-        memcpy(cell->timing + cell->n_timing, samples_ns, n * sizeof(*samples_ns));
+    memcpy(cell->timing + cell->n_timing, samples_ns, n * sizeof(*samples_ns));
+    /* the observation this process contributes */
+    int64_t *tmp = malloc(n * sizeof(*tmp));
+    if (tmp == NULL)
+        return -ENOMEM;
+    double med = cmp__median_i64(samples_ns, n, tmp);
+    free(tmp);
+    cell->procs[cell->n_procs++] = (struct cmp__tproc){
+        .median_ns = med, .n_samples = n, .pair = pair < 0 ? -1 : pair, .reference = reference};
     cell->n_timing += n;
     return 0;
+}
+
+int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n)
+{
+    return cmp_cell_add_timing_process(cell, samples_ns, n, -1, false);
 }
 
 static bool all_digits(const char *s, size_t len)

@@ -51,23 +51,24 @@
 
 /* ---------------------------------------------------------------- limits */
 
-#define CMP_MAX_NDIM           8       /* dimensions of one tensor */
-#define CMP_MAX_KEY            4096    /* bytes of a record key, module, hash */
-#define CMP_MAX_TENSORS        2000000 /* tensor records per cell (= frames per cell) */
-#define CMP_MAX_CELLS          4096    /* cells per side */
-#define CMP_MAX_TIMING_SAMPLES 10000   /* timing samples per cell (bounds the bootstrap) */
-#define CMP_MAX_TIMING_NS      (INT64_C(1) << 60) /* one sample, so differences never overflow */
-#define CMP_MAX_KEY_TOLS       32                 /* key-pattern tolerance overrides */
-#define CMP_MAX_PATTERN        256                /* bytes of one pattern, with its NUL */
-#define CMP_MAX_WIDTH_NAME     32                 /* bytes of a width name, with its NUL */
-#define CMP_MAX_BOOTSTRAP      100000             /* bootstrap resamples */
-#define CMP_MAX_RENDER         (1u << 20)         /* bytes of a rendered markdown/text report */
-#define CMP_SCRATCH_MAX_ELEMS  (1 << 20)          /* doubles held for the p99 selection */
-#define CMP_MAX_FINGERPRINT    (1u << 20)         /* bytes of one fingerprint, as compact JSON */
-#define CMP_MAX_ENV_FIELDS     2048               /* fields of one flattened fingerprint */
-#define CMP_MAX_ENV_NAME       256                /* bytes of a field name, with its NUL */
-#define CMP_MAX_ENV_VALUE      8192               /* bytes of a field value kept (longer: cut) */
-#define CMP_MAX_ENV_DIFFS      256                /* differences listed in the result */
+#define CMP_MAX_NDIM             8       /* dimensions of one tensor */
+#define CMP_MAX_KEY              4096    /* bytes of a record key, module, hash */
+#define CMP_MAX_TENSORS          2000000 /* tensor records per cell (= frames per cell) */
+#define CMP_MAX_CELLS            4096    /* cells per side */
+#define CMP_MAX_TIMING_SAMPLES   10000   /* timing samples per cell (bounds the bootstrap) */
+#define CMP_MAX_TIMING_NS        (INT64_C(1) << 60) /* one sample, so differences never overflow */
+#define CMP_MAX_TIMING_PROCESSES 1024               /* timing processes per cell (observations) */
+#define CMP_MAX_KEY_TOLS         32                 /* key-pattern tolerance overrides */
+#define CMP_MAX_PATTERN          256                /* bytes of one pattern, with its NUL */
+#define CMP_MAX_WIDTH_NAME       32                 /* bytes of a width name, with its NUL */
+#define CMP_MAX_BOOTSTRAP        100000             /* bootstrap resamples */
+#define CMP_MAX_RENDER           (1u << 20)         /* bytes of a rendered markdown/text report */
+#define CMP_SCRATCH_MAX_ELEMS    (1 << 20)          /* doubles held for the p99 selection */
+#define CMP_MAX_FINGERPRINT      (1u << 20)         /* bytes of one fingerprint, as compact JSON */
+#define CMP_MAX_ENV_FIELDS       2048               /* fields of one flattened fingerprint */
+#define CMP_MAX_ENV_NAME         256                /* bytes of a field name, with its NUL */
+#define CMP_MAX_ENV_VALUE        8192               /* bytes of a field value kept (longer: cut) */
+#define CMP_MAX_ENV_DIFFS        256                /* differences listed in the result */
 
 /* ------------------------------------------------------------- the input */
 
@@ -195,10 +196,20 @@ int cmp_cell_set_fingerprint(struct cmp_cell *cell, const json_t *fp);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes);
 /*
- * Appends timing samples in nanoseconds (copied). -EINVAL on a negative value
- * or one past CMP_MAX_TIMING_NS, -E2BIG past CMP_MAX_TIMING_SAMPLES; on error
- * nothing is appended.
+ * Adds the samples of one timing process in nanoseconds (copied): each call
+ * is one process, and the process contributes one observation, its median.
+ * pair >= 0 ties the process to the reference process of the same pair (a
+ * paired design); reference marks a process of the control's build timed in
+ * this cell's own job (interleaved with this cell's processes). A cell whose
+ * own processes all have a reference partner is compared on the pairs; any
+ * other cell on its own processes against the control cell's. -EINVAL on a
+ * negative value or one past CMP_MAX_TIMING_NS, -E2BIG past
+ * CMP_MAX_TIMING_SAMPLES samples or CMP_MAX_TIMING_PROCESSES processes; on
+ * error nothing is added. A process of no samples is ignored.
  */
+int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns, size_t n,
+                                int64_t pair, bool reference);
+/* One unpaired process of this cell's own build: add_timing_process(.., -1, false). */
 int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n);
 /*
  * Adds one tensor record (see struct cmp_tensor for ownership). -EINVAL on a
@@ -238,8 +249,8 @@ struct cmp_options {
     struct cmp_tol tol[CMP_DTYPE__COUNT]; /* per dtype; torch.testing defaults */
     struct cmp_key_tol key_tols[CMP_MAX_KEY_TOLS];
     size_t n_key_tols;
-    double perf_threshold;   /* 0.05: median ratio must pass 1 +- this */
-    double alpha;            /* 0.01: Mann-Whitney significance level */
+    double perf_threshold;   /* 0.05: the interval must lie past (or within) 1 +- this */
+    double alpha;            /* 0.01: significance level of the rank test */
     uint64_t bootstrap_seed; /* 0x6361706463617064 ("capdcapd") */
     int bootstrap_resamples; /* 2000; 0 disables the interval */
     bool include_tensors;    /* add per-tensor rows to every cell */
@@ -357,28 +368,71 @@ int cmp_tensor_compare(const struct cmp_tensor *head, const struct cmp_tensor *c
                        const struct cmp_tol *tol, struct cmp_scratch *scratch,
                        struct cmp_metrics *out);
 
+/*
+ * Perf verdicts (docs/compare.md, "Perf"). The unit of evidence is a timing
+ * process: iterations inside one process share its memory layout, clock and
+ * neighbours, so each process contributes one observation, the median of its
+ * samples. UNKNOWN means the evidence allows neither "changed" nor "same";
+ * INSUFFICIENT_DATA means the test cannot reach alpha with this many
+ * observations at all; UNSTABLE means the within-side spread is wider than
+ * the threshold, so no verdict about a change of that size is honest. Only
+ * REGRESSION gates.
+ */
 enum cmp_perf_verdict {
     CMP_PERF_INSUFFICIENT_DATA,
-    CMP_PERF_NO_CHANGE,
+    CMP_PERF_SAME,
+    CMP_PERF_UNKNOWN,
     CMP_PERF_REGRESSION,
-    CMP_PERF_IMPROVEMENT
+    CMP_PERF_IMPROVEMENT,
+    CMP_PERF_UNSTABLE
 };
 
+/*
+ * PAIRED: observation i of the control and of the head were taken back to
+ * back (interleaved in one job, same host and CPUs), so the test is on the
+ * per-pair log ratios (Wilcoxon signed-rank, bootstrap over pairs).
+ * UNPAIRED: two independent sets of process medians (Mann-Whitney, bootstrap
+ * of the ratio of medians).
+ */
+enum cmp_perf_design { CMP_PERF_UNPAIRED, CMP_PERF_PAIRED };
+
 struct cmp_perf {
-    size_t n_control, n_head;
-    double control_median_ns, head_median_ns;
-    double ratio;        /* head median / control median */
+    enum cmp_perf_design design;
+    size_t n_control, n_head;             /* observations: timing processes (pairs when paired) */
+    size_t samples_control, samples_head; /* iteration samples behind them (display) */
+    double control_median_ns, head_median_ns; /* medians of the process medians */
+    double ratio;        /* head / control: of medians, or exp(median log pair ratio) */
     double ci_lo, ci_hi; /* bootstrap 99% interval of the ratio; NaN if none */
-    double u;            /* Mann-Whitney U of the head sample */
-    double p_value;      /* two-sided */
+    double u;            /* Mann-Whitney U of the head (unpaired) or W+ (paired) */
+    double p_value;      /* two-sided; NaN when not tested */
     bool p_exact;        /* exact distribution (else normal approximation) */
-    double hl_shift_ns;  /* Hodges-Lehmann: median of head_i - control_j */
+    double min_p;        /* the smallest p this design and n can give */
+    size_t min_n;        /* observations a side (pairs) the test needs to reach alpha */
+    double hl_shift_ns;  /* Hodges-Lehmann shift (unpaired), median pair difference (paired) */
+    double spread;       /* within-side robust spread, a fraction (1.4826 MAD / median) */
+    double mde;          /* minimum detectable effect at this noise, a fraction; NaN if none */
     enum cmp_perf_verdict verdict;
 };
 
-/* Fills out from two samples; opt NULL means defaults. -ENOMEM, -EINVAL. */
-int cmp_perf_compare(const int64_t *control, size_t n_control, const int64_t *head, size_t n_head,
-                     const struct cmp_options *opt, struct cmp_perf *out);
+/*
+ * Fills out from two sets of observations in nanoseconds (one per timing
+ * process; for PAIRED, n_control == n_head and index i is pair i). opt NULL
+ * means defaults. -EINVAL (negative or non-finite values, a paired design of
+ * unequal sizes, past CMP_MAX_TIMING_PROCESSES), -ENOMEM.
+ */
+int cmp_perf_compare(const double *control, size_t n_control, const double *head, size_t n_head,
+                     enum cmp_perf_design design, const struct cmp_options *opt,
+                     struct cmp_perf *out);
+
+/*
+ * Wilcoxon signed-rank test of the differences d, two-sided; zeros are
+ * dropped. w_out is W+ (the rank sum of the positive differences), n_out the
+ * differences left. Exact null distribution when n <= 60 and no |d| is tied,
+ * else the normal approximation with tie and continuity correction. -EINVAL
+ * when d is NULL or n is past CMP_MAX_TIMING_PROCESSES.
+ */
+int cmp_signed_rank(const double *d, size_t n, double *w_out, size_t *n_out, double *p_out,
+                    bool *exact_out);
 
 /*
  * Mann-Whitney U test of x against y, two-sided. u_out is U of x (pairs with

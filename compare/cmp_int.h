@@ -53,6 +53,14 @@ struct cmp__rec {
     int64_t op_index; /* its occurrence within the module call */
 };
 
+/* One timing process of a cell: its observation and where it belongs. */
+struct cmp__tproc {
+    double median_ns;
+    size_t n_samples;
+    int64_t pair;   /* -1: not part of a pair */
+    bool reference; /* the control's build, timed in this cell's job */
+};
+
 /* A bump allocator for strings: chunks are never moved, so pointers stay valid. */
 struct cmp__arena {
     struct cmp__chunk *head;
@@ -64,8 +72,10 @@ struct cmp_cell {
     char *effective_width, *device;
     char *host_missing; /* unsupported by its host's CPU: what it lacked */
     int64_t peak_rss, device_peak;
-    int64_t *timing;
+    int64_t *timing; /* every iteration sample, all processes */
     size_t n_timing, cap_timing;
+    struct cmp__tproc *procs; /* one per timing process */
+    size_t n_procs, cap_procs;
     struct cmp__rec *recs;
     size_t n_recs, cap_recs;
     const char **nondet_keys;
@@ -147,6 +157,11 @@ struct cmp_tol cmp__tol_for(const struct cmp_options *opt, const char *key, enum
 
 /* perf.c: median of a copy of v (v untouched); NaN when n == 0 */
 double cmp__median_i64(const int64_t *v, size_t n, int64_t *tmp);
+
+/* perf_cell.c: a matched cell pair's perf, and its JSON object */
+int cmp__perf_cells(const struct cmp_cell *control, const struct cmp_cell *head, bool refused,
+                    const struct cmp_options *opt, struct cmp_perf *out);
+int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json_t **out);
 
 /* select.c: the k-th smallest (0-based) of v[0..n), reordering v */
 double cmp__select_d(double *v, size_t n, size_t k);

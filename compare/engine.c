@@ -38,7 +38,7 @@ struct counts {
     int64_t status[C__COUNT];
     int64_t cells, missing_cells, extra_cells;
     int64_t outcome_regressions, outcome_fixes;
-    int64_t perf_regressions, perf_improvements;
+    int64_t perf_regressions, perf_improvements, perf_unknown, perf_unstable, perf_same;
     int64_t device_mismatches; /* pairs refused for running on different devices */
     int64_t lost_coverage;     /* control ran, the head's host lacks the width */
 };
@@ -383,57 +383,6 @@ static int memory_json(const struct cmp_cell *c, const struct cmp_cell *h, json_
     return 0;
 }
 
-static const char *perf_verdict_name(enum cmp_perf_verdict v)
-{
-    switch (v) {
-    case CMP_PERF_REGRESSION:
-        return "regression";
-    case CMP_PERF_IMPROVEMENT:
-        return "improvement";
-    case CMP_PERF_NO_CHANGE:
-        return "no_change";
-    default:
-        return "insufficient_data";
-    }
-}
-
-static int perf_json(const struct cmp_perf *p, json_t **out)
-{
-    int rc = 0;
-    json_t *o = json_object(), *ci = json_array();
-    if (o == NULL || ci == NULL) {
-        json_decref(o);
-        json_decref(ci);
-        return -ENOMEM;
-    }
-    rc |= cmp__set_real(o, "control_median_ns", p->control_median_ns);
-    rc |= cmp__set_real(o, "head_median_ns", p->head_median_ns);
-    rc |= cmp__set_real(o, "ratio", p->ratio);
-    if (isfinite(p->ci_lo) && isfinite(p->ci_hi)) {
-        rc |= json_array_append_new(ci, json_real(p->ci_lo)) ? -ENOMEM : 0;
-        rc |= json_array_append_new(ci, json_real(p->ci_hi)) ? -ENOMEM : 0;
-        rc |= set(o, "ci99", ci);
-    } else {
-        json_decref(ci);
-        rc |= set(o, "ci99", json_null());
-    }
-    rc |= cmp__set_real(o, "p_value", p->p_value);
-    rc |=
-        set(o, "p_method",
-            p->n_control && p->n_head ? json_string(p->p_exact ? "exact" : "normal") : json_null());
-    rc |= cmp__set_real(o, "u", p->u);
-    rc |= cmp__set_real(o, "hl_shift_ns", p->hl_shift_ns);
-    rc |= set(o, "verdict", json_string(perf_verdict_name(p->verdict)));
-    rc |= set(o, "n_control", json_integer((json_int_t)p->n_control));
-    rc |= set(o, "n_head", json_integer((json_int_t)p->n_head));
-    if (rc) {
-        json_decref(o);
-        return -ENOMEM;
-    }
-    *out = o;
-    return 0;
-}
-
 /*
  * Compares one matched cell pair and appends its object to cells. The
  * record work: sort both sides by key, merge (keys on one side only are
@@ -590,8 +539,7 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         st = C_IDENTICAL;
     }
 
-    rc = cmp_perf_compare(c->timing, dev_refused ? 0 : c->n_timing, h->timing,
-                          dev_refused ? 0 : h->n_timing, o, &perf);
+    rc = cmp__perf_cells(c, h, dev_refused, o, &perf);
     if (rc < 0)
         goto out;
 
@@ -609,6 +557,9 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         cnt->perf_regressions++;
     else if (perf.verdict == CMP_PERF_IMPROVEMENT)
         cnt->perf_improvements++;
+    cnt->perf_unknown += perf.verdict == CMP_PERF_UNKNOWN;
+    cnt->perf_unstable += perf.verdict == CMP_PERF_UNSTABLE;
+    cnt->perf_same += perf.verdict == CMP_PERF_SAME;
 
     rc = -ENOMEM;
     cj = json_object();
@@ -672,7 +623,7 @@ static int compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         e |= set(cj, side ? "control_first_nonfinite" : "first_nonfinite", nf ? nf : json_null());
     }
 
-    e |= perf_json(&perf, &sub);
+    e |= cmp__perf_json(&perf, o, &sub);
     e |= set(cj, "perf", sub);
     sub = NULL;
     e |= memory_json(c, h, &sub);
@@ -878,6 +829,9 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
         e |= set(counts, "outcome_fixes", json_integer(cnt.outcome_fixes));
         e |= set(counts, "perf_regressions", json_integer(cnt.perf_regressions));
         e |= set(counts, "perf_improvements", json_integer(cnt.perf_improvements));
+        e |= set(counts, "perf_unknown", json_integer(cnt.perf_unknown));
+        e |= set(counts, "perf_unstable", json_integer(cnt.perf_unstable));
+        e |= set(counts, "perf_same", json_integer(cnt.perf_same));
         e |= set(counts, "device_mismatches", json_integer(cnt.device_mismatches));
         e |= set(counts, "lost_coverage", json_integer(cnt.lost_coverage));
     }

@@ -17,8 +17,7 @@
 
 #include "compare/cmp_int.h"
 
-#define MW_EXACT_MAX     20 /* exact U distribution when both samples are this small */
-#define MIN_PERF_SAMPLES 5
+#define MW_EXACT_MAX 20 /* exact U distribution when both samples are this small */
 
 /* ------------------------------------------------------------------ PRNG */
 
@@ -292,20 +291,130 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------------------ bootstrap */
+/* ---------------------------------------------------- Wilcoxon signed-rank */
+
+#define SR_EXACT_MAX 60 /* exact W+ distribution up to this many differences */
+
+struct absd {
+    double a;
+    int pos;
+};
+
+static int cmp_absd(const void *x, const void *y)
+{
+    double a = ((const struct absd *)x)->a, b = ((const struct absd *)y)->a;
+    return (a > b) - (a < b);
+}
 
 /*
- * Percentile bootstrap of median(head)/median(control): resample each side
- * with replacement, B times, and take the 0.5% and 99.5% points of the
- * ratios (numpy's linear interpolation). Resamples whose control median is 0
- * are dropped; with none left the interval is NaN.
+ * Two-sided exact p of W+ = w for n differences without ties: the number of
+ * subsets of {1..n} with rank sum k is built up one rank at a time; the
+ * counts stay below 2^60, where doubles are exact enough for a p-value.
  */
-static int bootstrap_ci(const int64_t *c, size_t nc, const int64_t *h, size_t nh, int b,
-                        uint64_t seed, double *lo, double *hi)
+static double sr_exact_p(size_t n, double w)
+{
+    size_t max = n * (n + 1) / 2;
+    double c[SR_EXACT_MAX * (SR_EXACT_MAX + 1) / 2 + 1] = {0};
+    c[0] = 1;
+    for (size_t r = 1; r <= n; r++)
+        for (size_t k = max; k >= r; k--)
+            c[k] += c[k - r];
+    double lo = 0, hi = 0, total = ldexp(1.0, (int)n);
+    for (size_t k = 0; k <= max; k++) {
+        if ((double)k <= w)
+            lo += c[k];
+        if ((double)k >= w)
+            hi += c[k];
+    }
+    double p = 2.0 * (lo < hi ? lo : hi) / total;
+    return p > 1.0 ? 1.0 : p;
+}
+
+int cmp_signed_rank(const double *d, size_t n, double *w_out, size_t *n_out, double *p_out,
+                    bool *exact_out)
+{
+    if (d == NULL || n > CMP_MAX_TIMING_PROCESSES)
+        return -EINVAL;
+    struct absd *v = malloc((n ? n : 1) * sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (d[i] != 0 && !isnan(d[i]))
+            v[m++] = (struct absd){fabs(d[i]), d[i] > 0};
+    qsort(v, m, sizeof(*v), cmp_absd);
+    double w = 0, tie = 0;
+    for (size_t i = 0; i < m;) {
+        size_t j = i;
+        while (j + 1 < m && v[j + 1].a == v[i].a)
+            j++;
+        double rank = ((double)i + (double)j) / 2.0 + 1.0, t = (double)(j - i + 1);
+        tie += t * t * t - t;
+        for (size_t k = i; k <= j; k++)
+            w += v[k].pos ? rank : 0;
+        i = j + 1;
+    }
+    free(v);
+    *w_out = w;
+    *n_out = m;
+    double mm = (double)m;
+    if (m == 0) {
+        *p_out = 1.0;
+        *exact_out = true;
+    } else if (m <= SR_EXACT_MAX && tie == 0) {
+        *p_out = sr_exact_p(m, w);
+        *exact_out = true;
+    } else {
+        double mean = mm * (mm + 1) / 4.0;
+        double var = mm * (mm + 1) * (2 * mm + 1) / 24.0 - tie / 48.0;
+        double p = 1.0;
+        if (var > 0) {
+            double z = (fabs(w - mean) - 0.5) / sqrt(var);
+            p = z > 0 ? erfc(z / sqrt(2.0)) : 1.0;
+        }
+        *p_out = p > 1.0 ? 1.0 : p;
+        *exact_out = false;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ bootstrap */
+
+static double median_d(double *tmp, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    if (n % 2 == 1)
+        return cmp__select_d(tmp, n, n / 2);
+    double lo = cmp__select_d(tmp, n, n / 2 - 1);
+    double hi = tmp[n / 2];
+    for (size_t i = n / 2 + 1; i < n; i++)
+        hi = tmp[i] < hi ? tmp[i] : hi;
+    return (lo + hi) / 2.0;
+}
+
+static double median_copy(const double *v, size_t n, double *tmp)
+{
+    if (n == 0)
+        return NAN;
+    memcpy(tmp, v, n * sizeof(*v));
+    return median_d(tmp, n);
+}
+
+/*
+ * Percentile bootstrap, B resamples, 0.5% and 99.5% points of the ratios
+ * (numpy's linear interpolation). Paired: resample the pairs' log ratios and
+ * take exp of their median. Unpaired: resample each side's observations and
+ * take the ratio of the medians; resamples whose control median is 0 are
+ * dropped. With none left the interval is NaN.
+ */
+static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, const double *logr,
+                        size_t np, int b, uint64_t seed, double *lo, double *hi)
 {
     int rc = -ENOMEM;
     size_t nmax = nc > nh ? nc : nh;
-    int64_t *tmp = malloc(nmax * sizeof(*tmp));
+    nmax = nmax > np ? nmax : np;
+    double *tmp = malloc((nmax + 1) * sizeof(*tmp));
     double *ratios = malloc((size_t)b * sizeof(*ratios));
     struct rng r;
     size_t nr = 0;
@@ -315,12 +424,18 @@ static int bootstrap_ci(const int64_t *c, size_t nc, const int64_t *h, size_t nh
         goto out;
     rng_seed(&r, seed);
     for (int i = 0; i < b; i++) {
+        if (logr != NULL) {
+            for (size_t k = 0; k < np; k++)
+                tmp[k] = logr[rng_below(&r, np)];
+            ratios[nr++] = exp(median_d(tmp, np));
+            continue;
+        }
         for (size_t k = 0; k < nh; k++)
             tmp[k] = h[rng_below(&r, nh)];
-        double mh = median_inplace(tmp, nh);
+        double mh = median_d(tmp, nh);
         for (size_t k = 0; k < nc; k++)
             tmp[k] = c[rng_below(&r, nc)];
-        double mc = median_inplace(tmp, nc);
+        double mc = median_d(tmp, nc);
         if (mc > 0)
             ratios[nr++] = mh / mc;
     }
@@ -336,66 +451,231 @@ out:
     return rc;
 }
 
-int cmp_perf_compare(const int64_t *control, size_t nc, const int64_t *head, size_t nh,
-                     const struct cmp_options *opt, struct cmp_perf *out)
+/* ---------------------------------------------------------- noise, power */
+
+/* The normal quantile by bisection on erfc: only called with a handful of alphas. */
+static double z_upper(double q)
+{
+    double lo = 0, hi = 40;
+    for (int i = 0; i < 200; i++) {
+        double mid = (lo + hi) / 2;
+        if (0.5 * erfc(mid / sqrt(2.0)) > q)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
+/* 1.4826 * MAD / median of v (a robust coefficient of variation); NaN under 3 values. */
+static double robust_cv(const double *v, size_t n, double *tmp)
+{
+    if (n < 3)
+        return NAN;
+    double med = median_copy(v, n, tmp);
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = fabs(v[i] - med);
+    double mad = median_d(tmp, n);
+    return med > 0 ? 1.4826 * mad / med : NAN;
+}
+
+/* 1.4826 * MAD of log ratios, as a fraction: the spread of the pairs. */
+static double robust_sd(const double *v, size_t n, double *tmp)
+{
+    if (n < 3)
+        return NAN;
+    double med = median_copy(v, n, tmp);
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = fabs(v[i] - med);
+    return expm1(1.4826 * median_d(tmp, n));
+}
+
+/* Sample variance of v, or of log(v) when logs; NaN under 2 values. */
+static double var_of(const double *v, size_t n, bool logs)
+{
+    double s = 0, ss = 0;
+    if (n < 2)
+        return NAN;
+    for (size_t i = 0; i < n; i++)
+        s += logs ? log(fmax(v[i], 1.0)) : v[i];
+    double mean = s / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double x = (logs ? log(fmax(v[i], 1.0)) : v[i]) - mean;
+        ss += x * x;
+    }
+    return ss / (double)(n - 1);
+}
+
+static double sample_var(const double *v, size_t n)
+{
+    return var_of(v, n, false);
+}
+
+/*
+ * The smallest p the test can give at these sizes, and the size (pairs, or
+ * processes a side for a balanced unpaired design) it needs to go below
+ * alpha: 2 / 2^n for the signed-rank test, 2 / C(m+n, m) for Mann-Whitney.
+ */
+static double min_p_of(enum cmp_perf_design d, size_t nc, size_t nh)
+{
+    if (d == CMP_PERF_PAIRED)
+        return nc >= 1 ? fmin(1.0, 2.0 / ldexp(1.0, (int)(nc < 1000 ? nc : 1000))) : 1.0;
+    if (nc == 0 || nh == 0)
+        return 1.0;
+    double lc = lgamma((double)(nc + nh) + 1) - lgamma((double)nc + 1) - lgamma((double)nh + 1);
+    return fmin(1.0, 2.0 * exp(-lc));
+}
+
+static size_t min_n_of(enum cmp_perf_design d, double alpha)
+{
+    for (size_t n = 1; n < CMP_MAX_TIMING_PROCESSES; n++)
+        if (min_p_of(d, n, n) < alpha)
+            return n;
+    return CMP_MAX_TIMING_PROCESSES;
+}
+
+/*
+ * The smallest change the test would call significant four times out of
+ * five at this noise (power 0.8, normal approximation on the log scale): for
+ * pairs, (z_{1-a/2} + z_{0.8}) s / sqrt(n); unpaired, with the pooled s and
+ * sqrt(1/m + 1/n).
+ */
+static double mde_of(const struct cmp_perf *p, double alpha, double var, double se_scale)
+{
+    if (p->min_p >= alpha || isnan(var))
+        return NAN;
+    return expm1((z_upper(alpha / 2) + z_upper(0.2)) * sqrt(var) * se_scale);
+}
+
+/* ------------------------------------------------------------- verdicts */
+
+static enum cmp_perf_verdict decide(const struct cmp_perf *p, const struct cmp_options *o)
+{
+    double t = o->perf_threshold;
+    bool ci = !isnan(p->ci_lo) && !isnan(p->ci_hi);
+    if (p->n_control == 0 || p->n_head == 0 || p->min_p >= o->alpha)
+        return CMP_PERF_INSUFFICIENT_DATA;
+    if (p->spread > t)
+        return CMP_PERF_UNSTABLE;
+    if (!ci)
+        return CMP_PERF_UNKNOWN;
+    if (p->p_value < o->alpha && p->ci_lo > 1.0 + t)
+        return CMP_PERF_REGRESSION;
+    if (p->p_value < o->alpha && p->ci_hi < 1.0 - t)
+        return CMP_PERF_IMPROVEMENT;
+    if (p->ci_lo >= 1.0 - t && p->ci_hi <= 1.0 + t)
+        return CMP_PERF_SAME;
+    return CMP_PERF_UNKNOWN;
+}
+
+static bool obs_ok(const double *v, size_t n)
+{
+    if (v == NULL && n > 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]) || v[i] < 0 || v[i] > (double)CMP_MAX_TIMING_NS)
+            return false;
+    return true;
+}
+
+/* Paired: log ratios, signed-rank, the median pair difference, the spread of the pairs. */
+static int paired(const double *c, const double *h, size_t n, double *tmp, double *logr,
+                  const struct cmp_options *o, struct cmp_perf *out)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        logr[i] = c[i] > 0 && h[i] > 0 ? log(h[i] / c[i]) : 0;
+        tmp[i] = h[i] - c[i];
+    }
+    out->hl_shift_ns = median_d(tmp, n);
+    out->ratio = exp(median_copy(logr, n, tmp));
+    int rc = cmp_signed_rank(logr, n, &out->u, &m, &out->p_value, &out->p_exact);
+    if (rc < 0)
+        return rc;
+    out->min_p = min_p_of(CMP_PERF_PAIRED, m, m);
+    out->spread = robust_sd(logr, n, tmp);
+    double var = sample_var(logr, n);
+    out->mde = mde_of(out, o->alpha, var, 1.0 / sqrt((double)n));
+    if (o->bootstrap_resamples > 0)
+        return bootstrap_ci(NULL, 0, NULL, 0, logr, n, o->bootstrap_resamples, o->bootstrap_seed,
+                            &out->ci_lo, &out->ci_hi);
+    return 0;
+}
+
+/* Unpaired: Mann-Whitney and Hodges-Lehmann on the rounded observations. */
+static int unpaired(const double *c, size_t nc, const double *h, size_t nh, double *tmp,
+                    const struct cmp_options *o, struct cmp_perf *out)
+{
+    int rc = -ENOMEM;
+    int64_t *ic = malloc(nc * sizeof(*ic)), *ih = malloc(nh * sizeof(*ih));
+    if (ic == NULL || ih == NULL)
+        goto out;
+    for (size_t i = 0; i < nc; i++)
+        ic[i] = llround(c[i]);
+    for (size_t i = 0; i < nh; i++)
+        ih[i] = llround(h[i]);
+    if ((rc = cmp_mann_whitney(ih, nh, ic, nc, &out->u, &out->p_value, &out->p_exact)) < 0 ||
+        (rc = cmp_hodges_lehmann(ih, nh, ic, nc, &out->hl_shift_ns)) < 0)
+        goto out;
+    if (out->control_median_ns > 0)
+        out->ratio = out->head_median_ns / out->control_median_ns;
+    out->min_p = min_p_of(CMP_PERF_UNPAIRED, nc, nh);
+    /* fmax takes the side that has a spread when the other has too few values */
+    out->spread = fmax(robust_cv(c, nc, tmp), robust_cv(h, nh, tmp));
+    double vc = var_of(c, nc, true), vh = var_of(h, nh, true);
+    double var = NAN;
+    if (!isnan(vc) && !isnan(vh))
+        var = (vc * (double)(nc - 1) + vh * (double)(nh - 1)) / (double)(nc + nh - 2);
+    out->mde = mde_of(out, o->alpha, var, sqrt(1.0 / (double)nc + 1.0 / (double)nh));
+    rc = 0;
+    if (o->bootstrap_resamples > 0)
+        rc = bootstrap_ci(c, nc, h, nh, NULL, 0, o->bootstrap_resamples, o->bootstrap_seed,
+                          &out->ci_lo, &out->ci_hi);
+out:
+    free(ic);
+    free(ih);
+    return rc;
+}
+
+int cmp_perf_compare(const double *control, size_t nc, const double *head, size_t nh,
+                     enum cmp_perf_design design, const struct cmp_options *opt,
+                     struct cmp_perf *out)
 {
     int rc = -EINVAL;
-    int64_t *tmp = NULL;
+    double *tmp = NULL, *logr = NULL;
     struct cmp_options defaults;
 
-    if (out == NULL || (control == NULL && nc > 0) || (head == NULL && nh > 0) ||
-        nc > CMP_MAX_TIMING_SAMPLES || nh > CMP_MAX_TIMING_SAMPLES || !values_ok(control, nc) ||
-        !values_ok(head, nh))
-        goto out;
+    if (out == NULL || nc > CMP_MAX_TIMING_PROCESSES || nh > CMP_MAX_TIMING_PROCESSES ||
+        !obs_ok(control, nc) || !obs_ok(head, nh) || (design == CMP_PERF_PAIRED && nc != nh))
+        return -EINVAL;
     if (opt == NULL) {
         cmp_options_init(&defaults);
         opt = &defaults;
     }
     memset(out, 0, sizeof(*out));
+    out->design = design;
     out->n_control = nc;
     out->n_head = nh;
     out->control_median_ns = out->head_median_ns = out->ratio = NAN;
     out->ci_lo = out->ci_hi = out->u = out->p_value = out->hl_shift_ns = NAN;
-    out->verdict = CMP_PERF_INSUFFICIENT_DATA;
+    out->spread = out->mde = NAN;
+    out->min_p = 1.0;
+    out->min_n = min_n_of(design, opt->alpha);
 
     rc = -ENOMEM;
-    tmp = malloc((nc > nh ? nc : nh) * sizeof(*tmp) + 1);
-    if (tmp == NULL)
+    tmp = malloc((nc > nh ? nc : nh) * sizeof(*tmp) + sizeof(*tmp));
+    logr = malloc(nc * sizeof(*logr) + sizeof(*logr));
+    if (tmp == NULL || logr == NULL)
         goto out;
-    out->control_median_ns = cmp__median_i64(control, nc, tmp);
-    out->head_median_ns = cmp__median_i64(head, nh, tmp);
-    if (out->control_median_ns > 0)
-        out->ratio = out->head_median_ns / out->control_median_ns;
-    if (nc > 0 && nh > 0) {
-        rc = cmp_mann_whitney(head, nh, control, nc, &out->u, &out->p_value, &out->p_exact);
-        if (rc < 0)
-            goto out;
-        rc = cmp_hodges_lehmann(head, nh, control, nc, &out->hl_shift_ns);
-        if (rc < 0)
-            goto out;
-        if (opt->bootstrap_resamples > 0) {
-            rc = bootstrap_ci(control, nc, head, nh, opt->bootstrap_resamples, opt->bootstrap_seed,
-                              &out->ci_lo, &out->ci_hi);
-            if (rc < 0)
-                goto out;
-        }
-    }
-    if (nc >= MIN_PERF_SAMPLES && nh >= MIN_PERF_SAMPLES) {
-        /* Significance and size are both required; when a bootstrap
-         * interval exists it must also exclude "no change" (1.0), so a
-         * shift that the interval cannot tell from noise between two
-         * processes is not reported as a regression. */
-        bool ci = !isnan(out->ci_lo) && !isnan(out->ci_hi);
-        out->verdict = CMP_PERF_NO_CHANGE;
-        if (out->p_value < opt->alpha && out->ratio > 1.0 + opt->perf_threshold &&
-            (!ci || out->ci_lo > 1.0))
-            out->verdict = CMP_PERF_REGRESSION;
-        else if (out->p_value < opt->alpha && out->ratio < 1.0 - opt->perf_threshold &&
-                 (!ci || out->ci_hi < 1.0))
-            out->verdict = CMP_PERF_IMPROVEMENT;
-    }
+    out->control_median_ns = median_copy(control, nc, tmp);
+    out->head_median_ns = median_copy(head, nh, tmp);
     rc = 0;
+    if (nc > 0 && nh > 0)
+        rc = design == CMP_PERF_PAIRED ? paired(control, head, nc, tmp, logr, opt, out)
+                                       : unpaired(control, nc, head, nh, tmp, opt, out);
+    out->verdict = decide(out, opt);
 out:
     free(tmp);
+    free(logr);
     return rc;
 }

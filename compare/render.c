@@ -304,15 +304,33 @@ static void not_run_lines(struct buf *b, const json_t *cells, bool md)
     }
 }
 
+/* Perf rows worth a line: changes, and what could not be decided. */
 static bool is_perf_change(const json_t *cell)
 {
     const char *v = jstr(json_object_get(cell, "perf"), "verdict");
-    return strcmp(v, "regression") == 0 || strcmp(v, "improvement") == 0;
+    return strcmp(v, "regression") == 0 || strcmp(v, "improvement") == 0 ||
+           strcmp(v, "unknown") == 0 || strcmp(v, "unstable") == 0;
+}
+
+/* "5 pairs" or "5/5 processes", and "detects >= 4.1%" (or "n/a"). */
+static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const json_t *p)
+{
+    if (strcmp(jstr(p, "design"), "paired") == 0)
+        snprintf(ev, evn, "%lld pairs", (long long)json_integer_value(json_object_get(p, "pairs")));
+    else
+        snprintf(ev, evn, "%lld/%lld processes",
+                 (long long)json_integer_value(json_object_get(p, "n_control")),
+                 (long long)json_integer_value(json_object_get(p, "n_head")));
+    double m = jreal(p, "mde");
+    if (isfinite(m))
+        snprintf(mde, mden, "%.1f%%", 100 * m);
+    else
+        snprintf(mde, mden, "n/a");
 }
 
 static void perf_desc(struct buf *b, const json_t *p, bool md)
 {
-    char c[32], h[32], r[32], lo[32], hi[32], pv[32];
+    char c[32], h[32], r[32], lo[32], hi[32], pv[32], ev[48], mde[32];
     const json_t *ci = json_object_get(p, "ci99");
     dur(c, sizeof(c), jreal(p, "control_median_ns"));
     dur(h, sizeof(h), jreal(p, "head_median_ns"));
@@ -324,10 +342,16 @@ static void perf_desc(struct buf *b, const json_t *p, bool md)
         snprintf(lo, sizeof(lo), "n/a");
         snprintf(hi, sizeof(hi), "n/a");
     }
+    perf_evidence(ev, sizeof ev, mde, sizeof mde, p);
     if (md)
-        bprintf(b, "%s | %s | %s | %s-%s | %s | %s", c, h, r, lo, hi, pv, jstr(p, "verdict"));
+        bprintf(b, "%s | %s | %s | %s-%s | %s | %s | %s | %s", c, h, r, lo, hi, ev, mde, pv,
+                jstr(p, "verdict"));
     else
-        bprintf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, p %s)", c, h, r, lo, hi, pv);
+        bprintf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, %s, detects >= %s, p %s)", c, h, r, lo, hi,
+                ev, mde, pv);
+    const char *why = jstr(p, "reason");
+    if (!md && why[0])
+        bprintf(b, ": %s", why);
 }
 
 /* "What else differs", right under the verdict (envdiff.c writes it). */
@@ -439,8 +463,8 @@ char *cmp_result_to_markdown(const json_t *result)
             continue;
         if (!any)
             bprintf(&b, "\n### Performance changes\n\n| model | width | pass | control median "
-                        "| head median | ratio | 99%% CI | p | verdict |\n"
-                        "|---|---|---|---|---|---|---|---|---|\n");
+                        "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
+                        "|---|---|---|---|---|---|---|---|---|---|---|\n");
         any = true;
         bprintf(&b, "| ");
         md_cell(&b, jstr(cell, "model"));
@@ -506,8 +530,8 @@ char *cmp_result_to_text(const json_t *result)
         if (!is_perf_change(cell))
             continue;
         const json_t *p = json_object_get(cell, "perf");
-        bprintf(&b, "PERF %s %s/%s/%s: ",
-                strcmp(jstr(p, "verdict"), "regression") == 0 ? "REGRESSION" : "improvement",
+        const char *v = jstr(p, "verdict");
+        bprintf(&b, "PERF %s %s/%s/%s: ", strcmp(v, "regression") == 0 ? "REGRESSION" : v,
                 jstr(cell, "model"), jstr(cell, "width"), jstr(cell, "pass"));
         perf_desc(&b, p, false);
         bprintf(&b, "\n");

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "daemon/capd.h"
+#include "daemon/cpus.h"
 #include "daemon/devices.h"
 #include "daemon/log.h"
 #include "daemon/retention.h"
@@ -28,8 +29,9 @@
 
 struct sup_node {
     struct sup *sup;
-    int device;    /* the GPU the cell holds; -1 for none */
-    bool numerics; /* options.iterations 0 on the CPU: no timing to disturb */
+    int device;     /* the GPU the cell holds; -1 for none */
+    bool numerics;  /* options.iterations 0 on the CPU: no timing to disturb */
+    cpu_set_t cpus; /* daemon/cpus.h: exclusive unless numerics */
     struct sup_node *next;
 };
 
@@ -56,6 +58,7 @@ struct capd {
     unsigned nrunning;
     unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
     struct devices *dev;        /* the GPUs (daemon/devices.h) */
+    struct cpus_pool cpus;      /* which CPUs each running cell holds */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
 };
@@ -120,7 +123,9 @@ static void on_schedule_retry(uv_timer_t *t)
 static bool on_cell_next(void *ud, struct sup *s, bool *skip_gpu)
 {
     struct capd *d = ud;
-    if (d->stopping || d->nrunning - 1 >= (unsigned)d->cfg.max_parallel)
+    /* With other cells running, the next one's CPU set depends on theirs
+     * (daemon/cpus.h): schedule() checks it before claiming. */
+    if (d->stopping || d->nrunning - 1 >= (unsigned)d->cfg.max_parallel || d->nrunning > 1)
         return false;
     for (struct sup_node *n = d->running; n; n = n->next)
         if (n->sup == s) {
@@ -142,6 +147,7 @@ static void on_cell_done(void *ud, struct sup *s)
             struct sup_node *n = *pp;
             *pp = n->next;
             devices_release(d->dev, n->device);
+            cpus_release(&d->cpus, !n->numerics, &n->cpus);
             d->nnumerics -= n->numerics;
             free(n);
             __atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
@@ -169,6 +175,54 @@ static bool numerics_room(struct capd *d)
     bool next = false;
     return d->nnumerics == d->nrunning && d->nrunning < d->ncores &&
            store_next_cell_numerics(d->st, &next) == 0 && next;
+}
+
+/* The CPUs capd itself may run on are the pool the cells' sets come from. */
+static void cpus_init_host(struct capd *d)
+{
+    cpu_set_t mine;
+    int host[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+        CPU_ZERO(&mine);
+        for (unsigned i = 0; i < d->ncores && i < CPU_SETSIZE; i++)
+            CPU_SET((int)i, &mine);
+    }
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &mine))
+            host[n++] = cpu;
+    if (cpus_pool_init(&d->cpus, host, n) != 0)
+        log_warn("cpus_refused", "cpus_past=%d (not used for cells)", CPU_SETSIZE);
+}
+
+/*
+ * Whether the next queued cell could get its CPU set now: a timing cell
+ * needs a CPU nobody holds, a numerics-only cell one no timing cell holds.
+ * Otherwise it waits for a cell to end (which schedules again).
+ */
+static bool cpus_room(struct capd *d)
+{
+    bool numerics = false;
+    if (d->nrunning == 0)
+        return true;
+    if (store_next_cell_numerics(d->st, &numerics) != 0)
+        return true; /* the claim reports the storage problem */
+    return cpus_can_start(&d->cpus, !numerics);
+}
+
+/* Takes N's CPU set and puts it into the spec the runner reads ("cpus"). */
+static void cpus_assign(struct capd *d, struct sup_node *n, struct store_cell_run *run)
+{
+    json_t *o = json_object_get(run->spec, "options");
+    json_int_t threads = json_integer_value(json_object_get(o, "threads"));
+    int rc = cpus_take(&d->cpus, !n->numerics, threads > 0 ? (int)threads : 1, &n->cpus);
+    if (rc < 0) {
+        /* Claimed before its CPUs were free (a claim in the transaction of
+         * an ending cell with nothing else running cannot get here). */
+        log_warn("cpus_busy", "job=%s cell=%s timing=%d", run->job_id, run->cell_id, !n->numerics);
+        CPU_ZERO(&n->cpus);
+        return;
+    }
+    json_object_set_new(run->spec, "cpus", cpus_json(&n->cpus));
 }
 
 /*
@@ -214,7 +268,9 @@ static void schedule(struct capd *d, struct store_cell_run *claimed)
             claimed = NULL;
             rc = 0;
         } else {
-            rc = store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run);
+            rc = cpus_room(d)
+                     ? store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run)
+                     : -ENOENT;
         }
         if (rc == -ENOENT)
             return;
@@ -246,9 +302,11 @@ static void schedule(struct capd *d, struct store_cell_run *claimed)
             free(n); /* stored as failed: no GPU */
             continue;
         }
+        cpus_assign(d, n, &run);
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
             devices_release(d->dev, device);
+            cpus_release(&d->cpus, !n->numerics, &n->cpus);
             free(n);
             continue;
         }
@@ -396,6 +454,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     zyg_init(&d->loop, &d->cfg, d->st);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     d->ncores = ncpu > 0 ? (unsigned)ncpu : 1;
+    cpus_init_host(d);
     uv_async_init(&d->loop, &d->wake, on_wake);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);

@@ -630,8 +630,14 @@ static int check_timing(struct frame_parser *p, json_t *h)
     }
     if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
         (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||
-        (rc = check_int(p, h, "timing", "threads", true, NULL)))
+        (rc = check_int(p, h, "timing", "threads", true, NULL)) ||
+        (rc = check_int(p, h, "timing", "process", false, NULL)) ||
+        (rc = check_int(p, h, "timing", "processes", false, NULL)))
         return rc;
+    v = json_object_get(h, "cpus");
+    if (v && (!json_is_array(v) || json_array_size(v) > FRAME_MAX_TIMING_CPUS))
+        return bad(p, "timing cpus must be an array of at most %d CPU numbers",
+                   FRAME_MAX_TIMING_CPUS);
     return 0;
 }
 

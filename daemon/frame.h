@@ -46,6 +46,7 @@
 #define FRAME_HASH_MIN           8 /* hex digits */
 #define FRAME_HASH_MAX           128
 #define FRAME_MAX_TIMING_SAMPLES 1000000
+#define FRAME_MAX_TIMING_CPUS    4096 /* CPU numbers in a timing frame's "cpus" */
 
 struct frame_limits {
     size_t max_header;          /* longest header line, '\n' included */

@@ -758,6 +758,9 @@ static int write_spec(struct sup *s, const char *path)
                   json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
                   "frame_fd", 3, "scratch", s->scratch, "model_roots",
                   json_object_get(s->run.build, "model_roots"), "options", o);
+    /* The cell's CPU set (daemon/cpus.h), when the scheduler gave one. */
+    if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
+        json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;

@@ -126,6 +126,28 @@ static const char *fingerprint_device(json_t *fp)
     return type ? type : json_string_value(json_object_get(fp, "device_name"));
 }
 
+/*
+ * One timing frame is one timing process (docs/protocol.md), so a frame is
+ * added as one process: an old cell of a single frame is one observation.
+ * A frame the head job took of the control's build (docs/compare.md,
+ * "Perf") carries "reference": true and the "pair" it belongs to.
+ */
+static int add_timing(struct cmp_cell *cell, json_t *h)
+{
+    json_t *a = json_object_get(h, "samples_ns"), *pair = json_object_get(h, "pair");
+    size_t n = json_array_size(a);
+    int64_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_integer_value(json_array_get(a, i));
+    int rc = cmp_cell_add_timing_process(cell, v, n,
+                                         json_is_integer(pair) ? json_integer_value(pair) : -1,
+                                         json_is_true(json_object_get(h, "reference")));
+    free(v);
+    return rc == -EINVAL || rc == -E2BIG ? 0 : rc;
+}
+
 static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
                         struct store_payloads *pl)
 {
@@ -154,18 +176,7 @@ static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
                     cmp_cell_mark_nondeterministic(cell, json_string_value(k));
             }
         } else if (strcmp(kind, "timing") == 0) {
-            json_t *a = json_object_get(h, "samples_ns");
-            size_t n = json_array_size(a);
-            int64_t *v = malloc((n ? n : 1) * sizeof *v);
-            if (!v) {
-                rc = -ENOMEM;
-            } else {
-                for (size_t i = 0; i < n; i++)
-                    v[i] = json_integer_value(json_array_get(a, i));
-                int trc = cmp_cell_add_timing(cell, v, n);
-                rc = trc == -EINVAL || trc == -E2BIG ? 0 : trc;
-                free(v);
-            }
+            rc = add_timing(cell, h);
         } else if (strcmp(kind, "memory") == 0) {
             json_t *dp = json_object_get(h, "device_peak_bytes");
             cmp_cell_set_memory(cell, json_integer_value(json_object_get(h, "peak_rss_bytes")),

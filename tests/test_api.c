@@ -779,8 +779,9 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
     cr_assert_str_eq(jstr(json_object_get(j, "provenance"), "tree"), "clean");
 
     json_t *want_opts = json_loads(q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
-                                     "'seed':0,'batch':2,'sample_size':256,'capture':'sample',"
-                                     "'dtype':'float32','device':'cpu','granularity':'module'}"),
+                                     "'seed':0,'batch':2,'sample_size':256,'timing_processes':5,"
+                                     "'capture':'sample','dtype':'float32','device':'cpu',"
+                                     "'granularity':'module'}"),
                                    0, NULL);
     char *os = dump(json_object_get(j, "options"));
     cr_assert(json_equal(json_object_get(j, "options"), want_opts), "options %s", os);
@@ -854,6 +855,10 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         {"{" P "," M ",'options':{'iterations':100001}}", "invalid_field", "options.iterations"},
         {"{" P "," M ",'options':{'iterations':-1}}", "invalid_field", "options.iterations"},
         {"{" P "," M ",'options':{'warmup':10001}}", "invalid_field", "options.warmup"},
+        {"{" P "," M ",'options':{'timing_processes':0}}", "invalid_field",
+         "options.timing_processes"},
+        {"{" P "," M ",'options':{'timing_processes':65}}", "invalid_field",
+         "options.timing_processes"},
         {"{" P "," M ",'options':{'threads':0}}", "invalid_field", "options.threads"},
         {"{" P "," M ",'options':{'threads':1025}}", "invalid_field", "options.threads"},
         {"{" P "," M ",'options':{'timeout_s':0}}", "invalid_field", "options.timeout_s"},
@@ -957,10 +962,11 @@ Test(api_jobs, options_at_bounds_accepted)
                               "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
                               "'iterations':100000,'warmup':0,'threads':1024,'timeout_s':86400,"
                               "'seed':9223372036854775807,'batch':4096,'sample_size':65536,"
-                              "'capture':'full','dtype':'bfloat16','device':'cpu',"
-                              "'granularity':'op'}}");
+                              "'timing_processes':64,'capture':'full','dtype':'bfloat16',"
+                              "'device':'cpu','granularity':'op'}}");
     json_t *o = json_object_get(j, "options");
     cr_assert_str_eq(jstr(o, "granularity"), "op");
+    cr_assert_eq(json_integer_value(json_object_get(o, "timing_processes")), 64);
     cr_assert_eq(json_integer_value(json_object_get(o, "seed")), INT64_MAX);
     cr_assert_eq(json_integer_value(json_object_get(o, "threads")), 1024);
     cr_assert_str_eq(jstr(o, "dtype"), "bfloat16");

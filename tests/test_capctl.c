@@ -869,7 +869,7 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
 
     ctl(&r, &c, "diff", "--commit", "abcdef1", "--fail-on", "sometimes", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--fail-on must be regression, numerics or never"), SHOW(r));
+    cr_assert(strstr(r.err, "--fail-on must be regression, unknown, numerics or never"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, "wait", NULL);
@@ -1394,8 +1394,34 @@ Test(capctl, diff_fail_on_numerics_leaves_perf_out_of_the_gate, .timeout = 180)
 
     ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on", "perf", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--fail-on must be regression, numerics or never, got 'perf'"),
+    cr_assert(strstr(r.err, "--fail-on must be regression, unknown, numerics or never, got 'perf'"),
               SHOW(r));
+    run_free(&r);
+
+    /* 5% slower, exactly at the threshold: the interval straddles 1.05, so
+     * perf is unknown; that fails only with --fail-on unknown. */
+    fake = tu_helper("fake_runner");
+    ctl(&r, &c, "builds", "register", "--name", "edge", "--python", fake, "--model-root", c.dir,
+        "--env", "FAKE_TIMING_SCALE=1.05", NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
+    free(fake);
+    ctl(&r, &c, "submit", "--project", "p", "--commit", "ccccccc3", "--build", "edge", "--models",
+        "fake:ok", "--widths", "default", "--passes", "forward", "--iterations", "20", "--wait",
+        NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "ccccccc3", "--format", "json", NULL);
+    cr_assert_eq(r.code, 0, "unknown does not gate by default: " SHOW(r));
+    j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, SHOW(r));
+    json_t *perf = json_object_get(json_array_get(json_object_get(j, "cells"), 0), "perf");
+    cr_assert_str_eq(jget(perf, "verdict"), "unknown", SHOW(r));
+    json_decref(j);
+    run_free(&r);
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "ccccccc3", "--fail-on", "unknown",
+        NULL);
+    cr_assert_eq(r.code, 1, SHOW(r));
     run_free(&r);
     tu_capd_stop(&c);
 }

@@ -773,77 +773,175 @@ static void timings(int64_t *v, size_t n, double base, uint64_t seed)
     }
 }
 
-Test(perf, verdicts)
+/* n process medians around base with a relative jitter of +-j/2, deterministic */
+static void observations(double *v, size_t n, double base, double j, uint64_t seed)
 {
-    int64_t c[30], h[30];
-    struct cmp_perf p;
-    timings(c, 30, 1e6, 1);
-
-    timings(h, 30, 1.2e6, 2);
-    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
-    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
-    cr_assert(p.p_value < 1e-9);
-    cr_assert(p.ratio > 1.18 && p.ratio < 1.22, "ratio %g", p.ratio);
-    cr_assert(p.ci_lo > 1.15 && p.ci_hi < 1.25 && p.ci_lo <= p.ratio && p.ratio <= p.ci_hi);
-    cr_assert(p.hl_shift_ns > 1.8e5 && p.hl_shift_ns < 2.2e5, "HL %g", p.hl_shift_ns);
-    cr_assert_not(p.p_exact, "n = 30 uses the normal approximation");
-
-    timings(h, 30, 0.8e6, 3);
-    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
-    cr_assert_eq(p.verdict, CMP_PERF_IMPROVEMENT);
-
-    /* significant but under the 5% threshold */
-    timings(h, 30, 1.03e6, 4);
-    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
-    cr_assert(p.p_value < 0.01);
-    cr_assert_eq(p.verdict, CMP_PERF_NO_CHANGE);
-
-    /* same distribution */
-    timings(h, 30, 1e6, 5);
-    cr_assert_eq(cmp_perf_compare(c, 30, h, 30, NULL, &p), 0);
-    cr_assert_eq(p.verdict, CMP_PERF_NO_CHANGE);
-    cr_assert(p.p_value > 0.01);
-
-    /* four samples are not enough, however large the change */
-    timings(h, 4, 3e6, 6);
-    cr_assert_eq(cmp_perf_compare(c, 30, h, 4, NULL, &p), 0);
-    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
-    cr_assert_eq(p.n_head, 4);
-    cr_assert_eq(cmp_perf_compare(c, 0, h, 0, NULL, &p), 0);
-    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
-    cr_assert(isnan(p.ratio));
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = base * (1.0 + j * ((double)(seed >> 40) / 16777216.0 - 0.5));
+    }
 }
 
-Test(perf, small_samples_use_exact_p)
+/* k timing processes of n samples each around base, one observation each */
+static void add_processes(struct cmp_cell *cell, int k, double base, uint64_t seed)
 {
-    int64_t c[5] = {100, 101, 102, 103, 104}, h[5] = {200, 201, 202, 203, 204};
+    int64_t t[10];
+    for (int i = 0; i < k; i++) {
+        timings(t, 10, base, seed * 1000 + (uint64_t)i);
+        cr_assert_eq(cmp_cell_add_timing(cell, t, 10), 0);
+    }
+}
+
+static struct cmp_perf perf_of(const double *c, size_t nc, const double *h, size_t nh,
+                               enum cmp_perf_design d)
+{
     struct cmp_perf p;
-    cr_assert_eq(cmp_perf_compare(c, 5, h, 5, NULL, &p), 0);
-    cr_assert(p.p_exact);
-    cr_assert_float_eq(p.p_value, 2.0 / 252.0, 1e-15, "2/C(10,5)");
+    cr_assert_eq(cmp_perf_compare(c, nc, h, nh, d, NULL, &p), 0);
+    return p;
+}
+
+Test(perf, unpaired_verdicts)
+{
+    double c[8], h[8];
+    observations(c, 8, 1e6, 0.01, 1);
+
+    observations(h, 8, 1.2e6, 0.01, 2);
+    struct cmp_perf p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
     cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
-    cr_assert_eq(p.u, 25.0);
-    cr_assert_eq(p.hl_shift_ns, 100.0);
+    cr_assert_eq(p.design, CMP_PERF_UNPAIRED);
+    cr_assert(p.p_exact);
+    cr_assert_float_eq(p.p_value, 2.0 / 12870.0, 1e-12, "complete separation: 2/C(16,8)");
+    cr_assert(p.ratio > 1.18 && p.ratio < 1.22, "ratio %g", p.ratio);
+    cr_assert(p.ci_lo > 1.05 && p.ci_lo <= p.ratio && p.ratio <= p.ci_hi);
+    cr_assert(p.spread < 0.02, "spread %g", p.spread);
+    cr_assert(p.mde > 0 && p.mde < 0.05, "1%% noise, 8 a side: mde %g", p.mde);
+
+    observations(h, 8, 0.8e6, 0.01, 3);
+    cr_assert_eq(perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED).verdict, CMP_PERF_IMPROVEMENT);
+
+    /* the same distribution: the interval lies within +-5% */
+    observations(h, 8, 1e6, 0.01, 4);
+    p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_SAME, "ci %g-%g", p.ci_lo, p.ci_hi);
+
+    /* significant, past 1, but the interval reaches into +-5%: unknown */
+    observations(h, 8, 1.05e6, 0.01, 5);
+    p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    cr_assert(p.p_value < 0.01);
+    cr_assert_eq(p.verdict, CMP_PERF_UNKNOWN, "ci %g-%g", p.ci_lo, p.ci_hi);
+}
+
+Test(perf, unstable_and_insufficient)
+{
+    double c[8], h[8];
+    /* +-20% between processes: a 5% threshold cannot be honoured, even for 1.5x */
+    observations(c, 8, 1e6, 0.4, 6);
+    observations(h, 8, 1.5e6, 0.4, 7);
+    struct cmp_perf p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_UNSTABLE);
+    cr_assert(p.spread > 0.05, "spread %g", p.spread);
+
+    /* one process a side (an old record): never a regression, however large */
+    observations(h, 1, 3e6, 0, 8);
+    p = perf_of(c, 1, h, 1, CMP_PERF_UNPAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert_eq(p.min_n, 5, "2/C(10,5) < 0.01 is the first balanced size that can reach alpha");
+    cr_assert(isnan(p.mde));
+    cr_assert(p.ratio > 2.5);
+    /* four a side cannot reach 0.01 (2/C(8,4) = 0.029), five can */
+    observations(c, 5, 1e6, 0.001, 9);
+    observations(h, 5, 3e6, 0.001, 10);
+    cr_assert_eq(perf_of(c, 4, h, 4, CMP_PERF_UNPAIRED).verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert_eq(perf_of(c, 5, h, 5, CMP_PERF_UNPAIRED).verdict, CMP_PERF_REGRESSION);
+    p = perf_of(c, 0, h, 0, CMP_PERF_UNPAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert(isnan(p.ratio));
+    /* bad input */
+    double bad[2] = {1, NAN};
+    cr_assert_eq(cmp_perf_compare(c, 2, bad, 2, CMP_PERF_UNPAIRED, NULL, &p), -EINVAL);
+    cr_assert_eq(cmp_perf_compare(c, 2, h, 3, CMP_PERF_PAIRED, NULL, &p), -EINVAL);
+}
+
+/* Exact signed-rank p by hand: W+ of {-1,2,3,4,5} is 14; of the 32 sign
+ * patterns, 2 have W+ >= 14 ({2,3,4,5} and all), so p = 2 * 2/32. */
+Test(perf, signed_rank_exact)
+{
+    double d[5] = {-1, 2, 3, 4, 5}, w, p;
+    size_t n;
+    bool exact;
+    cr_assert_eq(cmp_signed_rank(d, 5, &w, &n, &p, &exact), 0);
+    cr_assert_eq(w, 14.0);
+    cr_assert_eq(n, 5);
+    cr_assert(exact);
+    cr_assert_float_eq(p, 0.125, 1e-15);
+    double z[6] = {0, 1, 2, 3, 4, 5};
+    cr_assert_eq(cmp_signed_rank(z, 6, &w, &n, &p, &exact), 0);
+    cr_assert_eq(n, 5, "zeros are dropped");
+    cr_assert_float_eq(p, 2.0 / 32.0, 1e-15);
+    /* ties: normal approximation, symmetric data has p 1 */
+    double t[6] = {-1, 1, -2, 2, -3, 3};
+    cr_assert_eq(cmp_signed_rank(t, 6, &w, &n, &p, &exact), 0);
+    cr_assert_not(exact);
+    cr_assert_float_eq(p, 1.0, 1e-12);
+}
+
+Test(perf, paired_verdicts)
+{
+    double c[12], h[12], drift[12];
+    /* the machine drifts by +-15% between pairs; both members of a pair see it */
+    observations(drift, 12, 1.0, 0.3, 11);
+    observations(c, 12, 1e6, 0.01, 12);
+    observations(h, 12, 1.1e6, 0.01, 13);
+    for (int i = 0; i < 12; i++) {
+        c[i] *= drift[i];
+        h[i] *= drift[i];
+    }
+    struct cmp_perf p = perf_of(c, 12, h, 12, CMP_PERF_PAIRED);
+    cr_assert_eq(p.design, CMP_PERF_PAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION, "ci %g-%g p %g spread %g", p.ci_lo, p.ci_hi,
+                 p.p_value, p.spread);
+    cr_assert_float_eq(p.p_value, 2.0 / 4096.0, 1e-12, "every pair slower: 2/2^12");
+    cr_assert(p.ratio > 1.08 && p.ratio < 1.12, "ratio %g", p.ratio);
+    cr_assert(p.mde < 0.05, "mde %g", p.mde);
+    /* the same drift unpaired is hopeless */
+    cr_assert_eq(perf_of(c, 12, h, 12, CMP_PERF_UNPAIRED).verdict, CMP_PERF_UNSTABLE);
+
+    observations(h, 12, 1e6, 0.01, 14);
+    for (int i = 0; i < 12; i++)
+        h[i] *= drift[i];
+    cr_assert_eq(perf_of(c, 12, h, 12, CMP_PERF_PAIRED).verdict, CMP_PERF_SAME);
+    /* seven pairs cannot reach 0.01 (2/2^7 = 0.016), eight can */
+    observations(h, 12, 1.5e6, 0.01, 15);
+    for (int i = 0; i < 12; i++)
+        h[i] *= drift[i];
+    p = perf_of(c, 7, h, 7, CMP_PERF_PAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
+    cr_assert_eq(p.min_n, 8);
+    cr_assert_eq(perf_of(c, 8, h, 8, CMP_PERF_PAIRED).verdict, CMP_PERF_REGRESSION);
 }
 
 Test(perf, bootstrap_is_deterministic)
 {
-    int64_t c[20], h[20];
+    double c[10], h[10];
     struct cmp_perf p1, p2, p3;
     struct cmp_options o;
-    timings(c, 20, 1e6, 7);
-    timings(h, 20, 1.1e6, 8);
+    observations(c, 10, 1e6, 0.02, 7);
+    observations(h, 10, 1.1e6, 0.02, 8);
     cmp_options_init(&o);
-    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p1), 0);
-    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p2), 0);
-    cr_assert_eq(p1.ci_lo, p2.ci_lo);
-    cr_assert_eq(p1.ci_hi, p2.ci_hi);
-    o.bootstrap_seed = 99;
-    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p3), 0);
-    cr_assert(p3.ci_lo != p1.ci_lo || p3.ci_hi != p1.ci_hi, "the seed matters");
-    o.bootstrap_resamples = 0;
-    cr_assert_eq(cmp_perf_compare(c, 20, h, 20, &o, &p3), 0);
-    cr_assert(isnan(p3.ci_lo));
+    for (int d = CMP_PERF_UNPAIRED; d <= CMP_PERF_PAIRED; d++) {
+        cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p1), 0);
+        cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p2), 0);
+        cr_assert_eq(p1.ci_lo, p2.ci_lo);
+        cr_assert_eq(p1.ci_hi, p2.ci_hi);
+        o.bootstrap_seed = 99;
+        cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p3), 0);
+        cr_assert(p3.ci_lo != p1.ci_lo || p3.ci_hi != p1.ci_hi, "the seed matters");
+        o.bootstrap_resamples = 0;
+        cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p3), 0);
+        cr_assert(isnan(p3.ci_lo));
+        cr_assert_eq(p3.verdict, CMP_PERF_UNKNOWN, "no interval, no verdict either way");
+        cmp_options_init(&o);
+    }
 }
 
 /* ------------------------------------------------------------------ engine */
@@ -1229,27 +1327,28 @@ Test(engine, missing_and_extra_cells)
 Test(engine, perf_and_memory)
 {
     struct cmp_side *c, *h;
-    int64_t tc[20], th[20];
     cmp_side_new(&c);
     cmp_side_new(&h);
     struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
     struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
-    timings(tc, 20, 1e6, 11);
-    timings(th, 20, 1.5e6, 12);
-    cr_assert_eq(cmp_cell_add_timing(cc, tc, 20), 0);
-    cr_assert_eq(cmp_cell_add_timing(hc, th, 10), 0);
-    cr_assert_eq(cmp_cell_add_timing(hc, th + 10, 10), 0, "appends");
+    add_processes(cc, 6, 1e6, 11);
+    add_processes(hc, 6, 1.5e6, 12);
     cmp_cell_set_memory(cc, 1000, -1);
     cmp_cell_set_memory(hc, 1500, -1);
     json_t *r = run_compare(c, h, NULL);
     cr_assert_str_eq(js(r, "cells.0.status"), "identical");
     cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
-    cr_assert_eq(ji(r, "cells.0.perf.n_control"), 20);
-    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 20);
+    cr_assert_str_eq(js(r, "cells.0.perf.design"), "unpaired");
+    cr_assert_str_eq(js(r, "cells.0.perf.test"), "mann_whitney");
+    cr_assert_eq(ji(r, "cells.0.perf.n_control"), 6, "one observation per process");
+    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 6);
+    cr_assert_eq(ji(r, "cells.0.perf.samples_head"), 60);
+    cr_assert_eq(ji(r, "cells.0.perf.pairs"), 0);
     cr_assert_str_eq(js(r, "cells.0.perf.p_method"), "exact");
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
     cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
-    cr_assert(jd(r, "cells.0.perf.hl_shift_ns") > 4e5);
+    cr_assert(jd(r, "cells.0.perf.mde") > 0);
+    cr_assert(json_is_null(jp(r, "cells.0.perf.reason")));
     cr_assert_eq(ji(r, "counts.perf_regressions"), 1);
     cr_assert_str_eq(js(r, "verdict"), "regression");
     cr_assert_eq(ji(r, "cells.0.memory.control_peak"), 1000);
@@ -1272,9 +1371,70 @@ Test(engine, perf_and_memory)
     cr_assert_str_eq(js(r, "verdict"), "pass", "perf does not gate");
     json_decref(r);
 
-    /* the same samples on both sides: no change */
+    /* the same processes on both sides: the same */
     r = run_compare(c, c, NULL);
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "no_change");
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "same");
+    cr_assert_eq(ji(r, "counts.perf_same"), 1);
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* A cell stored before timing processes: one timing frame of many samples
+ * is one process, so however slow it looks it is insufficient_data. */
+Test(engine, old_cell_is_one_observation)
+{
+    struct cmp_side *c, *h;
+    int64_t tc[30], th[30];
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    timings(tc, 30, 1e6, 1);
+    timings(th, 30, 1.5e6, 2);
+    cr_assert_eq(cmp_cell_add_timing(cc, tc, 30), 0);
+    cr_assert_eq(cmp_cell_add_timing(hc, th, 30), 0);
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "insufficient_data");
+    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 1);
+    cr_assert_eq(ji(r, "cells.0.perf.samples_head"), 30);
+    cr_assert_eq(ji(r, "cells.0.perf.min_n"), 5);
+    cr_assert(strstr(js(r, "cells.0.perf.reason"), "cannot reach alpha"), "%s",
+              js(r, "cells.0.perf.reason"));
+    cr_assert_eq(ji(r, "counts.perf_regressions"), 0);
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/* A head cell with reference processes (the control's build timed in the
+ * head's job) is compared on its pairs and ignores the control cell's
+ * timing; pairs missing a partner are left out. */
+Test(engine, reference_processes_make_pairs)
+{
+    struct cmp_side *c, *h;
+    int64_t t[10];
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
+    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    add_processes(cc, 6, 3e6, 1); /* a control job on a slower day: not used */
+    for (int i = 0; i < 10; i++) {
+        double drift = 1.0 + 0.03 * (i % 4);
+        timings(t, 10, 1e6 * drift, 100 + (uint64_t)i);
+        cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, i, true), 0);
+        timings(t, 10, 1.2e6 * drift, 200 + (uint64_t)i);
+        cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, i, false), 0);
+    }
+    timings(t, 10, 5e6, 300);
+    cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, 10, false), 0, "no partner");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.perf.design"), "paired");
+    cr_assert_str_eq(js(r, "cells.0.perf.test"), "wilcoxon_signed_rank");
+    cr_assert_eq(ji(r, "cells.0.perf.pairs"), 10);
+    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
+    cr_assert(jd(r, "cells.0.perf.ratio") > 1.18 && jd(r, "cells.0.perf.ratio") < 1.22);
     json_decref(r);
     cmp_side_free(c);
     cmp_side_free(h);
@@ -1407,15 +1567,12 @@ Test(engine, result_is_deterministic)
 {
     struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    int64_t tc[12], th[12];
     cmp_side_new(&c);
     cmp_side_new(&h);
     struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
     struct cmp_cell *hc = mlp_cell(h, "avx2", d, "ok");
-    timings(tc, 12, 1e6, 1);
-    timings(th, 12, 1e6, 2);
-    cmp_cell_add_timing(cc, tc, 12);
-    cmp_cell_add_timing(hc, th, 12);
+    add_processes(cc, 5, 1e6, 1);
+    add_processes(hc, 5, 1e6, 2);
     json_t *r1 = run_compare(c, h, NULL), *r2 = run_compare(c, h, NULL);
     char *s1 = json_dumps(r1, JSON_SORT_KEYS), *s2 = json_dumps(r2, JSON_SORT_KEYS);
     cr_assert_str_eq(s1, s2);
@@ -1636,7 +1793,6 @@ static json_t *report_fixture(void)
 {
     struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    int64_t tc[20], th[20];
     cmp_side_new(&c);
     cmp_side_new(&h);
     mlp_cell(c, "avx2", NULL, "ok");
@@ -1648,10 +1804,8 @@ static json_t *report_fixture(void)
     cmp_cell_set_outcome(hc, "crashed");
     cc = mlp_cell(c, "default", NULL, "ok");
     hc = mlp_cell(h, "default", NULL, "ok");
-    timings(tc, 20, 1e6, 1);
-    timings(th, 20, 1.3e6, 2);
-    cmp_cell_add_timing(cc, tc, 20);
-    cmp_cell_add_timing(hc, th, 20);
+    add_processes(cc, 6, 1e6, 1);
+    add_processes(hc, 6, 1.3e6, 2);
     json_t *r = run_compare(c, h, NULL);
     cmp_side_free(c);
     cmp_side_free(h);
@@ -1675,6 +1829,8 @@ Test(render, markdown)
     cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"), "%s",
               md);
     cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
+    cr_assert(strstr(md, "| evidence | detects |"), "%s", md);
+    cr_assert(strstr(md, " | 6/6 processes | "), "%s", md);
     cr_assert(strstr(md, "| mlp | default | forward | "), "%s", md);
     cr_assert(strstr(md, "| regression |\n"), "%s", md);
     cr_assert_null(strstr(md, "| mlp | default | forward | identical"), "identical cells omitted");
@@ -1688,6 +1844,7 @@ Test(render, markdown)
                           "(seq 4, tolerance, max rel 0.0833, 1/4 off); introduced at same\n"),
               "%s", txt);
     cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
+    cr_assert(strstr(txt, "6/6 processes, detects >= "), "%s", txt);
     free(txt);
     json_decref(r);
 }
@@ -1744,12 +1901,14 @@ Test(render, pass_and_bad_input)
 static struct cmp_cell *device_cell(struct cmp_side *s, const char *device, const double *delta,
                                     double base, uint64_t seed)
 {
-    int64_t t[20];
+    int64_t t[5];
     struct cmp_cell *c = mlp_cell(s, "native", delta, "ok");
     if (device)
         cr_assert_eq(cmp_cell_set_env(c, "avx2", device), 0);
-    timings(t, 20, base, seed);
-    cr_assert_eq(cmp_cell_add_timing(c, t, 20), 0);
+    for (uint64_t k = 0; k < 8; k++) {
+        timings(t, 5, base, seed * 100 + k);
+        cr_assert_eq(cmp_cell_add_timing(c, t, 5), 0, "one timing process");
+    }
     return c;
 }
 

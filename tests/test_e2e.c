@@ -182,6 +182,11 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
     cr_assert_eq(json_integer_value(json_object_get(counts, "outcome_regressions")), 0, "%s", dump);
     cr_assert_eq(json_integer_value(json_object_get(counts, "missing_cells")), 0, "%s", dump);
     json_int_t perf_reg = json_integer_value(json_object_get(counts, "perf_regressions"));
+    /* Unpaired A/A across two jobs still sees the drift of a shared host
+     * between them (interleaved pairs remove it; not built yet): the
+     * verdict follows the gating perf count, and the alarms are printed. */
+    if (perf_reg > 0 || json_integer_value(json_object_get(counts, "perf_improvements")) > 0)
+        fprintf(stderr, "e2e: unpaired A/A perf alarms: %s\n", dump);
     cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")),
                      perf_reg > 0 ? "regression" : "pass",
                      "the verdict follows the perf count when perf gates: %s", dump);
@@ -196,8 +201,10 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
         cr_assert_not_null(pv, "every cell has a perf verdict");
         if (!strcmp(json_string_value(json_object_get(cc, "status")), "not_run"))
             continue;
-        cr_assert_geq(json_integer_value(json_object_get(perf, "n_control")), 30);
-        cr_assert_geq(json_integer_value(json_object_get(perf, "n_head")), 30);
+        cr_assert_eq(json_integer_value(json_object_get(perf, "n_control")), 5,
+                     "one observation per timing process");
+        cr_assert_eq(json_integer_value(json_object_get(perf, "n_head")), 5);
+        cr_assert_geq(json_integer_value(json_object_get(perf, "samples_control")), 30);
         if (strcmp(pv, "regression") != 0)
             continue;
         seen_reg++;

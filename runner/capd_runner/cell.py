@@ -233,7 +233,23 @@ def run(spec, writer):
         writer.end("failed", "cannot import torch: %s" % (sys.exc_info()[1],))
         return EXIT_FAILED
 
+    from capd_runner import timing
+
+    # The CPUs the scheduler gave this cell (exclusive for a timing cell);
+    # the timing processes inherit them.
+    timing.set_affinity(spec.raw.get("cpus"))
+    # Before torch dispatches anything: the timing processes fork from here.
+    forker = timing.Forker(spec) if timing.wanted(spec) > 0 else None
+    try:
+        return _run_cell(torch, spec, writer, forker)
+    finally:
+        if forker is not None:
+            forker.close()
+
+
+def _run_cell(torch, spec, writer, forker):
     from capd_runner import fingerprint
+    from capd_runner import width as widthmod
 
     if spec.threads > 0:
         torch.set_num_threads(spec.threads)
@@ -306,7 +322,7 @@ def run(spec, writer):
                         native=device.type == "cpu",
                         native_threads=default_native_threads(torch.get_num_threads()))
     try:
-        _run_model(torch, spec, writer, device, pipeline)
+        _run_model(torch, spec, writer, device, pipeline, forker)
     except CellFailed as e:
         pipeline.abandon()
         writer.end("failed", str(e))
@@ -327,7 +343,7 @@ def run(spec, writer):
     return EXIT_OK
 
 
-def _run_model(torch, spec, writer, device, pipeline):
+def _run_model(torch, spec, writer, device, pipeline, forker):
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
 
     if spec.granularity == "op":
@@ -385,15 +401,40 @@ def _run_model(torch, spec, writer, device, pipeline):
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    samples = timing_run(torch, model, call, spec, projection, device)
-    writer.frame({"kind": "timing", "phase": spec.pass_, "samples_ns": samples,
-                  "warmup": spec.warmup, "iterations": spec.iterations,
-                  "threads": torch.get_num_threads()})
+    _timing(torch, spec, writer, forker, lambda: timing_run(torch, model, call, spec,
+                                                          projection, device))
     mem = {"kind": "memory", "peak_rss_bytes": peak_rss_bytes()}
     if device.type == "cuda":
         mem["device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
     writer.frame(mem)
     writer.flush()
+
+
+def _timing(torch, spec, writer, forker, in_cell):
+    """The timing frames: one per timing process, one after another, while
+    this process waits (so a timing process has the cell's CPUs to itself);
+    in this process when there is no template (iterations 0, no fork)."""
+    frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
+             "iterations": spec.iterations}
+    if forker is None or forker.pid is None:
+        frame.update({"samples_ns": in_cell(), "threads": torch.get_num_threads(),
+                      "process": 0, "processes": 1})
+        writer.frame(frame)
+        writer.flush()
+        return
+    n = spec.timing_processes
+    for i in range(n):
+        res = forker.run(i)
+        if "error" in res:
+            if res.get("traceback"):
+                writer.note("error", res["traceback"])
+            raise CellFailed("timing process %d of %d failed: %s" % (i, n, res["error"]))
+        f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
+                 processes=n)
+        if "cpus" in res:
+            f["cpus"] = res["cpus"]
+        writer.frame(f)
+        writer.flush()
 
 
 def _emit_nondeterministic(writer, keys):

@@ -17,6 +17,7 @@ GRANULARITIES = ("module", "op")
 DEFAULT_OPTIONS = {
     "iterations": 20,
     "warmup": 3,
+    "timing_processes": 5,
     "threads": 1,
     "timeout_s": 600,
     "capture": "stats",
@@ -32,6 +33,7 @@ DEFAULT_OPTIONS = {
 _INT_RANGES = {
     "iterations": (0, 1000000),
     "warmup": (0, 1000000),
+    "timing_processes": (1, 1024),
     "threads": (0, 4096),  # 0: leave torch's default
     "timeout_s": (0, 10 ** 9),
     "seed": (0, 2 ** 63 - 1),

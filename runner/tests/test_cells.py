@@ -396,3 +396,54 @@ class ImportDispatchesNothingTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "default",
                          "an operator ran while the runner was imported: " + out.stderr)
+
+
+class TimingProcessesTest(unittest.TestCase):
+    """options.timing_processes: one timing frame per process, each from a
+    process of its own (a fork of the template), the capture once."""
+
+    def test_processes_and_their_frames(self):
+        spec = util.make_spec("mlp", iterations=3, warmup=1, timing_processes=4)
+        spec["cpus"] = sorted(os.sched_getaffinity(0))[-1:]
+        r = util.run_runner(spec)
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual([t["process"] for t in ts], [0, 1, 2, 3])
+        self.assertTrue(all(t["processes"] == 4 for t in ts))
+        self.assertTrue(all(len(t["samples_ns"]) == 3 for t in ts))
+        self.assertTrue(all(t["cpus"] == spec["cpus"] for t in ts),
+                        "each timing process is pinned to the CPUs it was given")
+        keys = [t["key"] for t in r.tensors]
+        self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
+        self.assertEqual(r.frames[-1].kind, "end")
+
+    def test_no_iterations_is_one_empty_frame(self):
+        r = util.run_runner(util.make_spec("mlp", iterations=0, timing_processes=3))
+        self.assertEqual(r.status, "ok", r.describe())
+        t = r.one("timing")
+        self.assertEqual((t["process"], t["processes"], t["samples_ns"]), (0, 1, []))
+
+    def test_failing_timing_process_fails_the_cell(self):
+        root = util.tempdir()
+        util.write_tree(root, {"late/__init__.py": "", "late/m.py": '''
+import os, torch
+
+class Late(torch.nn.Module):
+    def forward(self, x):
+        # the capture runs in the cell process, which holds the frame pipe;
+        # a timing process does not
+        try:
+            os.fstat(3)
+        except OSError:
+            os.kill(os.getpid(), 9)
+        return x * 2
+
+def make(seed, batch, dtype):
+    return Late(), torch.ones(2, 2, dtype=dtype)
+'''})
+        spec = util.make_spec("late.m:make", model_roots=[root], iterations=2,
+                              timing_processes=2)
+        r = util.run_runner(spec)
+        self.assertEqual(r.status, "failed", r.describe())
+        self.assertIn("timing process 0 of 2", r.end["reason"])
+        self.assertEqual(r.kinds("timing"), [])

@@ -60,10 +60,14 @@ class ZooTest(unittest.TestCase):
         self.assertEqual(rest[0]["key"], "model.0.forward.input.0")
         fw = [t for t in rest if t["phase"] == "forward"]
         self.assertEqual(fw[-1]["key"], "model.0.forward.output.0")
-        timing = r.one("timing")
-        self.assertEqual(timing["phase"], pass_)
-        self.assertEqual(len(timing["samples_ns"]), timing["iterations"])
-        self.assertTrue(all(isinstance(x, int) and x > 0 for x in timing["samples_ns"]))
+        timings = r.kinds("timing")
+        self.assertEqual([t["process"] for t in timings], list(range(len(timings))),
+                         "one timing frame per timing process, in order")
+        self.assertEqual(len(timings), timings[0]["processes"])
+        for timing in timings:
+            self.assertEqual(timing["phase"], pass_)
+            self.assertEqual(len(timing["samples_ns"]), timing["iterations"])
+            self.assertTrue(all(isinstance(x, int) and x > 0 for x in timing["samples_ns"]))
         self.assertGreater(r.one("memory")["peak_rss_bytes"], 0)
         nd = r.one("nondeterministic")["keys"]
         if util.DEVICE == "cpu":

@@ -11,7 +11,8 @@
  *                   N tensors (default 3) `layer<i>.0.forward.output.0`,
  *                   float32 shape [4], capture per options.capture (payload:
  *                   min(sample_size, 4) elements for sample, 16 bytes for
- *                   full), timing (options.iterations samples), memory,
+ *                   full), timing (options.timing_processes frames of
+ *                   options.iterations samples each), memory,
  *                   end ok; exit 0. Values depend only on options.seed and the
  *                   key; hash is BLAKE2b-128 of the 16 raw bytes as in the
  *                   real runner. If $FAKE_PERTURB_KEY equals a key, that
@@ -176,7 +177,7 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 struct cell {
     const char *model, *width, *pass, *device, *scratch;
     const char *capture;
-    json_int_t seed, iterations, warmup, threads, sample_size;
+    json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
     char behavior[64];
     const char *arg; /* after the second ':', or NULL */
 };
@@ -348,22 +349,28 @@ static void tensor(const struct cell *c, long i, bool batch)
     emit(h, payload, nbytes, batch);
 }
 
+/* One timing frame per timing process, like the real runner (docs/protocol.md);
+ * each process's samples are +-2.5% around 1 ms times $FAKE_TIMING_SCALE. */
 static void timing(const struct cell *c)
 {
-    json_t *samples = json_array();
     const char *sc = getenv("FAKE_TIMING_SCALE");
     double scale = sc ? strtod(sc, NULL) : 1.0;
     uint64_t st = (uint64_t)c->seed + 77;
+    json_int_t np = c->iterations > 0 ? c->timing_processes : 1;
 
-    for (json_int_t i = 0; i < c->iterations; i++) {
-        double ns = 1e6 * (0.95 + (double)(splitmix(&st) % 1000) / 10000.0) * scale;
+    for (json_int_t p = 0; p < np; p++) {
+        json_t *samples = json_array();
+        for (json_int_t i = 0; i < c->iterations; i++) {
+            double ns = 1e6 * (0.975 + (double)(splitmix(&st) % 1000) / 20000.0) * scale;
 
-        json_array_append_new(samples, json_integer((json_int_t)ns));
+            json_array_append_new(samples, json_integer((json_int_t)ns));
+        }
+        emit(json_pack("{s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:I}", "kind", "timing", "phase",
+                       strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns",
+                       samples, "warmup", c->warmup, "iterations", c->iterations, "threads",
+                       c->threads, "process", p, "processes", np),
+             NULL, 0, false);
     }
-    emit(json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "kind", "timing", "phase",
-                   strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns", samples,
-                   "warmup", c->warmup, "iterations", c->iterations, "threads", c->threads),
-         NULL, 0, false);
 }
 
 static void memory(void)
@@ -729,7 +736,10 @@ static json_t *load_spec(struct cell *c)
     OPT_INT(warmup, 3);
     OPT_INT(threads, 1);
     OPT_INT(sample_size, 256);
+    OPT_INT(timing_processes, 5);
 #undef OPT_INT
+    if (c->timing_processes < 1 || c->timing_processes > 64)
+        c->timing_processes = 5;
     if (c->iterations < 0 || c->iterations > 100000)
         c->iterations = 20;
 

@@ -1,0 +1,145 @@
+"""Perf verdicts a CI can gate on: A/A false alarms, power, cost.
+
+    bench_perf_verdicts.py --capd BIN [--python PY] [--aa N] [--quick] [--out FILE]
+
+- A/A: N (default 10) comparisons of a 12-cell zoo matrix (mlp, cnn,
+  transformer x the widths the host runs, narrowed to 12 cells, forward and
+  backward), each head job the same build as its control, through the API.
+  Target: 0 cells `regression` or `improvement`.
+- Power: heads whose nn.Linear forward takes 5%, 10% and 25% longer
+  (a generated sitecustomize spins for that fraction of the module's own
+  measured time); the share of cells with a Linear detected as
+  `regression`, and of the others flagged at all.
+- Cost: wall time of the head jobs (timing_processes 5) against the same
+  jobs with timing_processes 1 (the old single timing process).
+
+Writes a JSON object (stdout, or --out) with the figures and
+/proc/loadavg before and after.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_e2e  # noqa: E402  (Capd, wait_job)
+
+SLOW = '''
+import os, time
+_f = float(os.environ.get("CAPD_SLOW_FRACTION", "0"))
+if _f > 0:
+    import torch
+    _fwd = torch.nn.Linear.forward
+    def _slow(self, x):
+        t0 = time.perf_counter()
+        y = _fwd(self, x)
+        end = time.perf_counter() + (time.perf_counter() - t0) * _f
+        while time.perf_counter() < end:
+            pass
+        return y
+    torch.nn.Linear.forward = _slow
+'''
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return f.read().strip()
+
+
+def job(capd, build, commit, matrix, options, control=None):
+    body = {"project": "pv", "commit": commit, "build": build, "matrix": matrix,
+            "options": options}
+    if control:
+        body["control_commit"] = control
+    t0 = time.time()
+    st, j = capd.req("POST", "/v1/jobs", body)
+    if st != 201:
+        raise SystemExit("bench_perf_verdicts: POST /v1/jobs: %d %s" % (st, j))
+    done = bench_e2e.wait_job(capd, j["id"])
+    return time.time() - t0, done["id"]
+
+
+def verdicts(capd, control_job, head_job):
+    st, r = capd.req("GET", "/v1/compare?control=%s&head=%s" % (control_job, head_job))
+    if st != 200:
+        raise SystemExit("bench_perf_verdicts: compare: %d %s" % (st, r))
+    return [(c["model"], c["pass"], (c.get("perf") or {}).get("verdict")) for c in r["cells"]
+            if c["status"] != "not_run"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--capd", required=True)
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--runner-dir", default=os.path.join(os.path.dirname(HERE), "runner"))
+    ap.add_argument("--aa", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="2 A/A comparisons, 25%% power only")
+    ap.add_argument("--models", default="mlp,cnn,transformer")
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    n_aa = 2 if args.quick else args.aa
+    fractions = [0.25] if args.quick else [0.05, 0.10, 0.25]
+    work = tempfile.mkdtemp(prefix="capd-bench-pv-")
+    os.chmod(work, 0o755)
+    site = os.path.join(work, "slow")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SLOW)
+    os.chmod(work, 0o755)
+    capd = bench_e2e.Capd(args.capd, os.path.join(work, "data"), args.runner_dir)
+    res = {"load_before": loadavg()}
+    try:
+        st, table = capd.req("GET", "/v1/widths")
+        widths = [w["name"] for w in table["widths"] if w["runnable_here"]][:2]
+        models = args.models.split(",")
+        matrix = {"models": models, "widths": widths, "passes": ["forward", "backward"]}
+        res["matrix"] = matrix
+        res["cells"] = len(models) * len(widths) * 2
+        opts = {"iterations": args.iterations, "warmup": 3, "threads": 1, "timing_processes": 5}
+        builds = [{"name": "aa", "python": args.python, "prefork": True}]
+        for frac in fractions:
+            builds.append({"name": "slow%d" % int(frac * 100), "python": args.python,
+                           "prefork": True, "env": {"PYTHONPATH": site,
+                                                    "CAPD_SLOW_FRACTION": str(frac)}})
+        for b in builds:
+            st, j = capd.req("POST", "/v1/builds", b)
+            if st != 201:
+                raise SystemExit("bench_perf_verdicts: register %s: %d %s" % (b["name"], st, j))
+        t_ctl, ctl = job(capd, "aa", "a" * 40, matrix, opts)
+        aa, walls = [], []
+        for i in range(n_aa):
+            t, head = job(capd, "aa", "%040x" % (i + 1), matrix, opts, "a" * 40)
+            walls.append(t)
+            aa += verdicts(capd, ctl, head)
+        res["aa_comparisons"] = n_aa
+        res["aa_cell_verdicts"] = len(aa)
+        res["aa_alarms"] = sum(1 for v in aa if v[2] in ("regression", "improvement"))
+        res["aa_verdicts"] = dict((k, sum(1 for v in aa if v[2] == k)) for k in set(v[2] for v in aa))
+        res["power"] = {}
+        for frac in fractions:
+            _, head = job(capd, "slow%d" % int(frac * 100), "%040x" % (0xf00 + int(frac * 100)),
+                          matrix, opts, "a" * 40)
+            v = verdicts(capd, ctl, head)
+            res["power"]["%d%%" % int(frac * 100)] = dict(
+                (k, sum(1 for x in v if x[2] == k)) for k in set(x[2] for x in v))
+        one = dict(opts, timing_processes=1)
+        t1, _ = job(capd, "aa", "b" * 40, matrix, one)
+        res["cost"] = {"head_job_s_processes5": walls, "head_job_s_processes1": t1,
+                       "ratio": (sum(walls) / len(walls)) / t1 if walls else None}
+    finally:
+        capd.stop()
+    res["load_after"] = loadavg()
+    out = json.dumps(res, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(out + "\n")
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Timing processes: each cell's timing is taken in several processes.
+
+The iterations of one process share its memory layout, allocator state and
+clock, so they are not independent samples of the build's speed; the process
+is the unit of evidence (docs/compare.md, "Perf"). A cell therefore times
+its model in ``options.timing_processes`` separate processes, one after
+another, each doing its own warmup and iterations and reporting its samples
+as one ``timing`` frame with a ``process`` index.
+
+The processes are forks of a *template*: the cell forks it right after
+``import torch``, before any operator has been dispatched (PyTorch picks its
+CPU capability, oneDNN its ISA and OpenMP its thread pool lazily, which is
+what the prefork zygote relies on as well). The template waits while the
+cell captures; then, per request, it forks one timing process that builds
+the model afresh from the spec, times it and sends its samples back over a
+pipe. A fork is far cheaper than a fresh interpreter (importing torch takes
+a second here) and still gives each process its own heap, caches and thread
+pool. The cell process emits the frames itself, so only it writes to the
+frame pipe, and it stays idle while a timing process runs.
+
+The template dies with the cell (parent-death signal) and when its request
+pipe closes. Where fork is impossible the cell times in its own process, as
+one process.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import traceback
+
+PR_SET_PDEATHSIG = 1
+MAX_RESULT = 64 << 20
+
+
+def _pdeathsig():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    except Exception:
+        pass
+
+
+def _readline(fd):
+    buf = bytearray()
+    while len(buf) < MAX_RESULT:
+        b = os.read(fd, 65536)  # one result is outstanding at a time
+        if not b:
+            break
+        buf += b
+        if buf.endswith(b"\n"):
+            break
+    return bytes(buf)
+
+
+def set_affinity(cpus):
+    """Pins this process to ``cpus`` (a list of ints); False where refused."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        os.sched_setaffinity(0, set(cpus))
+        return True
+    except OSError:
+        return False
+
+
+def _one_process(spec, index, out_fd):
+    """In a timing process: build, place, time; one JSON line to out_fd."""
+    from capd_runner import cell
+    import torch
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    device = torch.device("cuda", 0) if spec.device == "gpu" else torch.device("cpu")
+    dtype = getattr(torch, spec.dtype)
+    model, inputs = cell._build(torch, spec, dtype)
+    model = model.to(device=device, dtype=dtype)
+    call = cell.Call(cell._place(torch, inputs, device, dtype))
+    projection = cell.Projection(torch, spec.seed)
+    samples = cell.timing_run(torch, model, call, spec, projection, device)
+    res = {"process": index, "samples_ns": samples, "threads": torch.get_num_threads()}
+    if hasattr(os, "sched_getaffinity"):
+        res["cpus"] = sorted(os.sched_getaffinity(0))
+    os.write(out_fd, (json.dumps(res) + "\n").encode())
+
+
+def wanted(spec):
+    """How many timing processes the cell takes (0: time in the cell itself)."""
+    if spec.iterations <= 0 or not hasattr(os, "fork"):
+        return 0
+    return spec.timing_processes
+
+
+class Forker(object):
+    """The template process and the pipes to it (see the module's text)."""
+
+    def __init__(self, spec):
+        self.pid = None
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (cmd_r, cmd_w, res_r, res_w):
+                os.close(fd)
+            return
+        if pid == 0:
+            os.close(cmd_w)
+            os.close(res_r)
+            code = 0
+            try:
+                _pdeathsig()
+                try:
+                    os.close(spec.frame_fd)  # only the cell writes frames
+                except OSError:
+                    pass
+                self._serve(spec, cmd_r, res_w)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        os.close(cmd_r)
+        os.close(res_w)
+        self.pid, self.cmd, self.res = pid, cmd_w, res_r
+
+    @staticmethod
+    def _serve(spec, cmd_r, res_w):
+        while True:
+            line = _readline(cmd_r)
+            if not line:
+                return
+            index = int(line)
+            child = os.fork()
+            if child == 0:
+                code = 0
+                try:
+                    _pdeathsig()
+                    _one_process(spec, index, res_w)
+                except BaseException as e:
+                    msg = {"process": index, "error": "%s: %s" % (type(e).__name__, e),
+                           "traceback": traceback.format_exc()}
+                    try:
+                        os.write(res_w, (json.dumps(msg) + "\n").encode())
+                    except OSError:
+                        pass
+                    code = 1
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            _, status = os.waitpid(child, 0)
+            if os.WIFSIGNALED(status):
+                msg = {"process": index,
+                       "error": "timing process killed by signal %d" % os.WTERMSIG(status)}
+                os.write(res_w, (json.dumps(msg) + "\n").encode())
+
+    def run(self, index):
+        """Times one process; its result dict ({"error": ...} on failure)."""
+        if self.pid is None:
+            return {"error": "no timing template"}
+        os.write(self.cmd, ("%d\n" % index).encode())
+        line = _readline(self.res)
+        if not line:
+            return {"error": "the timing template exited"}
+        try:
+            return json.loads(line.decode())
+        except ValueError:
+            return {"error": "unreadable timing result"}
+
+    def close(self):
+        if self.pid is None:
+            return
+        os.close(self.cmd)
+        os.close(self.res)
+        try:
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.pid = None
