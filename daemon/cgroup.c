@@ -348,8 +348,9 @@ int mem_init(struct capd_config *cfg, char **err)
         return rc;
     bool any = strcmp(want, "auto") == 0;
     if (!any && strcmp(want, "cgroup2") && strcmp(want, "cgroup1") && strcmp(want, "watchdog")) {
-        if (asprintf(err, "cell_memory_mechanism must be auto, cgroup2, cgroup1 or watchdog, not "
-                          "'%s'",
+        if (asprintf(err,
+                     "cell_memory_mechanism must be auto, cgroup2, cgroup1 or watchdog, not "
+                     "'%s'",
                      want) < 0)
             *err = NULL;
         return -EINVAL;
@@ -359,8 +360,8 @@ int mem_init(struct capd_config *cfg, char **err)
     } else if ((any || strcmp(want, "cgroup1") == 0) && try_cgroup1(why1, sizeof why1) == 0) {
         m.mech = MEM_CGROUP1;
     } else if (!any && strcmp(want, "watchdog") != 0) {
-        if (asprintf(err, "cell_memory_mechanism is %s, which this host cannot give capd: %s",
-                     want, why2[0] ? why2 : why1) < 0)
+        if (asprintf(err, "cell_memory_mechanism is %s, which this host cannot give capd: %s", want,
+                     why2[0] ? why2 : why1) < 0)
             *err = NULL;
         return -ENODEV;
     } else {
@@ -370,10 +371,11 @@ int mem_init(struct capd_config *cfg, char **err)
         else
             snprintf(m.reason, sizeof m.reason, "cell_memory_mechanism is watchdog");
     }
-    log_info("memory_mechanism", "mechanism=%s cell_memory_max_bytes=%llu host_memory_bytes=%llu "
-                                 "cgroup=%s reason=%s",
-             mem_mechanism_name(), (unsigned long long)m.cell_limit,
-             (unsigned long long)m.host_ram, log_q(m.parent), log_q(m.reason));
+    log_info("memory_mechanism",
+             "mechanism=%s cell_memory_max_bytes=%llu host_memory_bytes=%llu "
+             "cgroup=%s reason=%s",
+             mem_mechanism_name(), (unsigned long long)m.cell_limit, (unsigned long long)m.host_ram,
+             log_q(m.parent), log_q(m.reason));
     return 0;
 }
 
@@ -385,11 +387,11 @@ void mem_start(uv_loop_t *loop)
 
 json_t *mem_json(void)
 {
-    return json_pack("{s:s,s:s,s:s?,s:I,s:I,s:s,s:i}", "mechanism", mem_mechanism_name(),
-                     "reason", m.reason, "cgroup", m.parent[0] ? m.parent : NULL,
-                     "cell_memory_max_bytes", (json_int_t)m.cell_limit, "host_memory_bytes",
-                     (json_int_t)m.host_ram, "default", "3/4 of host_memory_bytes / max_parallel",
-                     "watchdog_sample_ms", MEM_WATCH_MS);
+    return json_pack("{s:s,s:s,s:s?,s:I,s:I,s:s,s:i}", "mechanism", mem_mechanism_name(), "reason",
+                     m.reason, "cgroup", m.parent[0] ? m.parent : NULL, "cell_memory_max_bytes",
+                     (json_int_t)m.cell_limit, "host_memory_bytes", (json_int_t)m.host_ram,
+                     "default", "3/4 of host_memory_bytes / max_parallel", "watchdog_sample_ms",
+                     MEM_WATCH_MS);
 }
 
 /* ---- one cell's group ---- */
@@ -469,8 +471,8 @@ int mem_cell_new(const char *name, uint64_t limit, struct mem_cell **out, char *
         rc = -ENAMETOOLONG;
         goto fail;
     }
-    if (mkdir(c->dir, 0755) != 0 && (errno != EEXIST || kill_and_remove(c->dir) != 0 ||
-                                     mkdir(c->dir, 0755) != 0)) {
+    if (mkdir(c->dir, 0755) != 0 &&
+        (errno != EEXIST || kill_and_remove(c->dir) != 0 || mkdir(c->dir, 0755) != 0)) {
         rc = -errno;
         snprintf(why, wlen, "cannot create the cell's cgroup %s: %s", c->dir, strerror(errno));
         c->dir[0] = 0;

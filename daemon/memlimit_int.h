@@ -11,10 +11,10 @@ struct mem_cell {
     char dir[700]; /* the group's directory; "" under the watchdog */
     int procs_fd;  /* its cgroup.procs, for the child; -1 */
     uint64_t limit;
-    pid_t pgid;    /* the watched process group; 0 when not watched */
-    int slot;      /* index in the watchdog's table; -1 */
-    bool oom;      /* killed for memory */
-    int64_t peak;  /* bytes; -1 unknown */
+    pid_t pgid;   /* the watched process group; 0 when not watched */
+    int slot;     /* index in the watchdog's table; -1 */
+    bool oom;     /* killed for memory */
+    int64_t peak; /* bytes; -1 unknown */
 };
 
 /* The watchdog (memwatch.c): every MEM_WATCH_MS the resident memory of each

@@ -733,10 +733,16 @@ static char **build_env(struct sup *s, const char *spec_path)
     }
     json_int_t threads =
         json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "threads"));
-    if (threads > 0 && !json_object_get(env, "OMP_NUM_THREADS")) {
+    /* The framework's pools follow options.threads unless the build says
+     * otherwise: OpenMP (intra-op), MKL, OpenBLAS; the runner sets torch's
+     * inter-op pool from the same number. */
+    static const char *const pools[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                        "OPENBLAS_NUM_THREADS"};
+    for (size_t i = 0; threads > 0 && i < sizeof pools / sizeof pools[0]; i++) {
         char t[32];
         snprintf(t, sizeof t, "%lld", (long long)threads);
-        json_object_set_new(env, "OMP_NUM_THREADS", json_string(t));
+        if (!json_object_get(env, pools[i]))
+            json_object_set_new(env, pools[i], json_string(t));
     }
     /* A GPU cell's device (daemon/devices.c): set last, so no build
      * variable can point the cell at a device another cell holds. */

@@ -6,13 +6,16 @@
 -- cannot alter a CHECK constraint, and rebuilding cells would cascade into
 -- its attempts and records under foreign keys, so the constraint's text is
 -- widened in place: every existing row satisfies the wider list, which is
--- the case in which SQLite documents editing the schema this way. The
--- column additions below reload the table's schema in this transaction.
+-- the case in which SQLite documents editing the schema this way.
+-- writable_schema = RESET makes this connection parse the edited schema
+-- again before the columns below are added (ALTER TABLE edits the text at
+-- offsets taken from the parsed schema).
 PRAGMA writable_schema = ON;
 UPDATE sqlite_schema
    SET sql = replace(sql, '''protocol_error'',''interrupted'')',
                           '''protocol_error'',''interrupted'',''oom'')')
  WHERE type = 'table' AND name = 'cells';
+PRAGMA writable_schema = RESET;
 PRAGMA writable_schema = OFF;
 
 -- The memory limit that applied (bytes) and the CPU time the cell's
