@@ -82,8 +82,8 @@ Test(models, examples_ok_at_every_width_and_aa_pass, .timeout = 1200)
     for (size_t w = 0; w < 3; w++) {
         if (!tu_width_runnable(&c, all[w]))
             continue;
-        snprintf(widths + strlen(widths), sizeof widths - strlen(widths), "%s\"%s\"",
-                 nw ? "," : "", all[w]);
+        snprintf(widths + strlen(widths), sizeof widths - strlen(widths), "%s\"%s\"", nw ? "," : "",
+                 all[w]);
         nw++;
     }
     cr_assert_gt(nw, 0, "the host runs some width");
