@@ -371,6 +371,10 @@ int mem_init(struct capd_config *cfg, char **err)
         else
             snprintf(m.reason, sizeof m.reason, "cell_memory_mechanism is watchdog");
     }
+    /* A start-up that fails later (port taken, storage) leaves no subtree
+     * behind either; after a normal stop this finds nothing left to do. */
+    if (m.own[0])
+        atexit(mem_shutdown);
     log_info("memory_mechanism",
              "mechanism=%s cell_memory_max_bytes=%llu host_memory_bytes=%llu "
              "cgroup=%s reason=%s",
@@ -574,7 +578,7 @@ void mem_shutdown(void)
     retry_pending();
     if (m.mech == MEM_CGROUP2 && !m.own[0])
         return; /* the delegated cgroup stays: capd itself lives in it */
-    if (m.own[0] && rmdir(m.own) != 0 && errno != ENOENT)
+    if (m.own[0] && rmdir(m.own) != 0 && errno != ENOENT && errno != EBUSY)
         log_warn("cgroup_left_behind", "dir=%s reason=%s", log_q(m.own), log_q(strerror(errno)));
 }
 
