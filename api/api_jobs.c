@@ -19,6 +19,7 @@
 #include "api/api_int.h"
 #include "compare/cmp.h"
 #include "daemon/devices.h"
+#include "daemon/memlimit.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 
@@ -142,7 +143,25 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
     return true;
 }
 
-static json_t *validate_options(struct api_verr *err, json_t *o)
+/* options.memory_max_bytes: a cell's memory limit below the daemon's
+ * cell_memory_max_bytes (daemon/memlimit.h), never above it. */
+static bool check_memory_option(struct api_verr *err, json_t *o, json_t *out, uint64_t max)
+{
+    json_t *x = json_object_get(o, "memory_max_bytes");
+    if (!x)
+        return true;
+    json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+    uint64_t top = max ? max : (uint64_t)INT64_MAX;
+    if (v < (json_int_t)MEM_MIN_LIMIT || (uint64_t)v > top)
+        return verr(err, "invalid_field", "options.memory_max_bytes",
+                    "options.memory_max_bytes must be an integer in [%llu, %llu] (this capd's "
+                    "cell_memory_max_bytes, GET /v1/host memory)",
+                    (unsigned long long)MEM_MIN_LIMIT, (unsigned long long)top);
+    json_object_set(out, "memory_max_bytes", x);
+    return true;
+}
+
+static json_t *validate_options(struct api_verr *err, json_t *o, uint64_t mem_max)
 {
     const char *k;
     json_t *v;
@@ -154,7 +173,8 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
     json_object_foreach(o, k, v)
     {
         bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device") ||
-                     !strcmp(k, "compare") || !strcmp(k, "granularity");
+                     !strcmp(k, "compare") || !strcmp(k, "granularity") ||
+                     !strcmp(k, "memory_max_bytes");
         for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
             known |= strcmp(k, int_opts[i].name) == 0;
         if (!known) {
@@ -164,6 +184,8 @@ static json_t *validate_options(struct api_verr *err, json_t *o)
             goto bad;
         }
     }
+    if (!check_memory_option(err, o, out, mem_max))
+        goto bad;
     for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
         const struct opt_int *oi = &int_opts[i];
         json_t *x = json_object_get(o, oi->name);
@@ -317,7 +339,8 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
              ncells, cfg->max_cells_per_job);
         goto out;
     }
-    if (!(opts = validate_options(err, json_object_get(body, "options"))))
+    if (!(opts =
+              validate_options(err, json_object_get(body, "options"), cfg->cell_memory_max_bytes)))
         goto out;
     json_t *labels = json_object_get(body, "labels");
     if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS)) {

@@ -3,6 +3,7 @@
 
 #include "api/api_int.h"
 #include "daemon/hostcpu.h"
+#include "daemon/memlimit.h"
 #include "daemon/widths.h"
 
 /* The health document also says how trusting this capd is configured to
@@ -34,8 +35,10 @@ enum MHD_Result api_widths(struct api_req *r)
 }
 
 /* The host CPU capd read at start (daemon/hostcpu.h): what decides which
- * widths run here. */
+ * widths run here; and how cells' memory is limited (daemon/memlimit.h). */
 enum MHD_Result api_host(struct api_req *r)
 {
-    return api_json(r, 200, hostcpu_json());
+    json_t *h = hostcpu_json();
+    json_object_set_new(h, "memory", mem_json());
+    return api_json(r, 200, h);
 }

@@ -18,7 +18,7 @@
 static const char *const job_states[] = {"queued", "running", "done", "cancelled", NULL};
 static const char *const cell_states[] = {
     "queued",      "running",        "ok",          "failed", "crashed", "timeout", "cancelled",
-    "unsupported", "protocol_error", "interrupted", NULL};
+    "unsupported", "protocol_error", "interrupted", "oom",    NULL};
 
 static void by_state(FILE *f, const char *name, const char *help, json_t *counts,
                      const char *const *states)

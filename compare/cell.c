@@ -40,6 +40,7 @@ static const char *const outcome_names[] = {
     [CMP__OUT_UNSUPPORTED] = "unsupported",
     [CMP__OUT_PROTOCOL_ERROR] = "protocol_error",
     [CMP__OUT_INTERRUPTED] = "interrupted",
+    [CMP__OUT_OOM] = "oom",
     [CMP__OUT_QUEUED] = "queued",
     [CMP__OUT_RUNNING] = "running",
 };

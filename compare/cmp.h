@@ -161,8 +161,8 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
                       struct cmp_cell **cell_out);
 
 /*
- * The cell's outcome: ok, failed, crashed, timeout, cancelled, unsupported,
- * protocol_error, interrupted, queued or running (-EINVAL otherwise). A cell
+ * The cell's outcome: ok, failed, crashed, timeout, oom, cancelled,
+ * unsupported, protocol_error, interrupted, queued or running (-EINVAL otherwise). A cell
  * whose outcome was never set is treated as not ok.
  */
 int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);

@@ -28,6 +28,7 @@ enum cmp__outcome {
     CMP__OUT_UNSUPPORTED,
     CMP__OUT_PROTOCOL_ERROR,
     CMP__OUT_INTERRUPTED,
+    CMP__OUT_OOM,
     CMP__OUT_QUEUED,
     CMP__OUT_RUNNING
 };

@@ -278,7 +278,7 @@ static int by_str(const void *a, const void *b)
 static bool outcome_bad(enum cmp__outcome o)
 {
     return o == CMP__OUT_FAILED || o == CMP__OUT_CRASHED || o == CMP__OUT_TIMEOUT ||
-           o == CMP__OUT_PROTOCOL_ERROR;
+           o == CMP__OUT_PROTOCOL_ERROR || o == CMP__OUT_OOM;
 }
 
 static const char *outcome_change(enum cmp__outcome c, enum cmp__outcome h)

@@ -19,6 +19,7 @@
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
 #include "daemon/log.h"
+#include "daemon/memlimit.h"
 #include "daemon/retention.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
@@ -375,6 +376,7 @@ static void final_stop(struct capd *d)
     store_recover(d->st, d->cfg.max_attempts, &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
     zyg_shutdown();
+    mem_shutdown();
     uv_stop(&d->loop);
 }
 
@@ -452,6 +454,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     }
     uv_loop_init(&d->loop);
     zyg_init(&d->loop, &d->cfg, d->st);
+    mem_start(&d->loop);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     d->ncores = ncpu > 0 ? (unsigned)ncpu : 1;
     cpus_init_host(d);

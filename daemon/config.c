@@ -48,6 +48,8 @@ static const struct ckey keys[] = {
     {"unshare_net", T_BOOL, F(unshare_net), 0, 0, 0},
     {"cell_log_max_bytes", T_U64, F(cell_log_max_bytes), 0, 1024, INT64_MAX},
     {"rlimit_as_bytes", T_U64, F(rlimit_as_bytes), 0, 0, INT64_MAX},
+    {"cell_memory_mechanism", T_STR, F(cell_memory_mechanism), S(cell_memory_mechanism), 0, 0},
+    {"cell_memory_max_bytes", T_U64, F(cell_memory_max_bytes), 0, 0, INT64_MAX},
     {"rlimit_cpu_s", T_U64, F(rlimit_cpu_s), 0, 0, INT64_MAX},
     {"rlimit_nofile", T_U64, F(rlimit_nofile), 0, 0, 1 << 20},
     {"rlimit_nproc", T_U64, F(rlimit_nproc), 0, 0, 1 << 22},
@@ -99,7 +101,10 @@ void config_defaults(struct capd_config *c)
     c->shutdown_deadline_ms = 10000;
     c->kill_grace_ms = 5000;
     c->cell_log_max_bytes = 4u << 20;
-    c->rlimit_as_bytes = UINT64_C(16) << 30;
+    /* Address space is not memory (docs/configuration.md): no cap unless
+     * asked for; cells' memory is limited by daemon/memlimit.h. */
+    c->rlimit_as_bytes = 0;
+    snprintf(c->cell_memory_mechanism, sizeof c->cell_memory_mechanism, "auto");
     c->rlimit_cpu_s = 3600;
     c->rlimit_nofile = 1024;
     c->rlimit_nproc = 4096;

@@ -30,7 +30,12 @@ struct capd_config {
     bool keep_scratch;
     bool unshare_net;
     uint64_t cell_log_max_bytes;
-    uint64_t rlimit_as_bytes;
+    uint64_t rlimit_as_bytes; /* 0 (default): no address-space cap; memory is limited below */
+    /* Each cell's resident memory (daemon/memlimit.h): the mechanism
+     * ("auto", "cgroup2", "cgroup1" or "watchdog") and the limit (0: 3/4 of
+     * the host's RAM / max_parallel, resolved by mem_init). */
+    char cell_memory_mechanism[16];
+    uint64_t cell_memory_max_bytes;
     uint64_t rlimit_cpu_s;
     uint64_t rlimit_nofile;
     uint64_t rlimit_nproc;

@@ -6,11 +6,13 @@
  *
  *   capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N]
  *             [--unshare-net] [--rusage-fd FD] [--uid UID --gid GID]
- *             [--zygote SOCKET] -- PROGRAM ARGS...
+ *             [--zygote SOCKET [--cgroup DIR]] -- PROGRAM ARGS...
  *
  * With --zygote the build's prefork zygote forks the cell instead (see
  * exec_zygote.h); the shim falls back to the fork+exec below when the
- * zygote cannot serve it.
+ * zygote cannot serve it. --cgroup names the cell's memory group
+ * (daemon/memlimit.h): capd has moved the shim there, and the shim moves
+ * the zygote's child, which is no descendant of it, once it knows its pid.
  *
  * capd has already put it in a new session (its own process group) with a
  * clean environment and the frame pipe on fd 3. The shim vforks once (the
@@ -64,7 +66,8 @@ static void say(const char *fmt, ...)
 static void usage(void)
 {
     fprintf(stderr, "usage: capd-exec [--as BYTES] [--cpu SECONDS] [--nofile N] [--nproc N] "
-                    "[--unshare-net] [--rusage-fd FD] [--uid UID --gid GID] [--zygote SOCKET] "
+                    "[--unshare-net] [--rusage-fd FD] [--uid UID --gid GID] [--zygote SOCKET "
+                    "[--cgroup DIR]] "
                     "-- PROGRAM ARGS...\n");
     exit(125);
 }
@@ -138,7 +141,7 @@ int main(int argc, char **argv)
      * after it may live in a register the child could clobber. */
     static unsigned long long as, cpu, nofile, nproc, rfd, uid, gid;
     static int unshare_net, have_rfd, have_uid, have_gid, i;
-    const char *zygote = NULL;
+    const char *zygote = NULL, *cgroup = NULL;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long *dst = NULL;
@@ -152,6 +155,11 @@ int main(int argc, char **argv)
             if (i + 1 >= argc)
                 usage();
             zygote = argv[++i];
+            continue;
+        } else if (strcmp(a, "--cgroup") == 0) {
+            if (i + 1 >= argc)
+                usage();
+            cgroup = argv[++i];
             continue;
         } else if (strcmp(a, "--as") == 0) {
             dst = &as;
@@ -193,7 +201,7 @@ int main(int argc, char **argv)
      * process stands in for it; it only comes back here to fall back to a
      * fresh exec, before anything was written to the frame pipe. */
     if (zygote) {
-        struct zc_limits zl = {as, cpu, nofile, nproc, have_uid ? (long)uid : -1};
+        struct zc_limits zl = {as, cpu, nofile, nproc, have_uid ? (long)uid : -1, cgroup};
         zygote_client_run(zygote, &argv[i], &zl, have_rfd ? (int)rfd : -1);
     }
 

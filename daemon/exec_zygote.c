@@ -8,6 +8,7 @@
  * field lookups; the request is written with a small string escaper.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -217,6 +218,26 @@ static int zc_field(const char *json, const char *key, long long *v)
     return errno || end == p + strlen(pat) ? -1 : 0;
 }
 
+/* Moves the zygote's child PID into the cell's memory group (capd moved
+ * this shim there; the child is the zygote's, not ours). A cell that
+ * cannot be moved runs without its limit, so it is killed instead. */
+static void zc_enter_cgroup(const char *dir, pid_t pid)
+{
+    char path[600], v[32];
+    if (!dir)
+        return;
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    snprintf(v, sizeof v, "%d", (int)pid);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? write(fd, v, strlen(v)) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n != (ssize_t)strlen(v)) {
+        fprintf(stderr, "capd-exec: cannot move the cell into %s: %s\n", dir, strerror(errno));
+        kill(-pid, SIGKILL);
+    }
+}
+
 void zygote_client_run(const char *path, char *const argv[], const struct zc_limits *lim,
                        int rusage_fd)
 {
@@ -263,6 +284,7 @@ void zygote_client_run(const char *path, char *const argv[], const struct zc_lim
         goto fallback;
     }
     zc_child = (sig_atomic_t)pid;
+    zc_enter_cgroup(lim->cgroup, (pid_t)pid);
     if (zc_pending)
         kill(-(pid_t)pid, zc_pending);
 

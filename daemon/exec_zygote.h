@@ -15,7 +15,8 @@
 
 struct zc_limits {
     unsigned long long as, cpu, nofile, nproc;
-    long uid; /* -1: the cell keeps the zygote's user */
+    long uid;           /* -1: the cell keeps the zygote's user */
+    const char *cgroup; /* the cell's cgroup directory, or NULL */
 };
 
 /*

@@ -607,7 +607,7 @@ static int check_tensor(struct frame_parser *p, json_t *h, uint64_t nbytes)
 
 static const char *const phases[] = {"forward", "backward", NULL};
 static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
-static const char *const statuses[] = {"ok", "unsupported", "failed", NULL};
+static const char *const statuses[] = {"ok", "unsupported", "failed", "oom", NULL};
 
 static int check_timing(struct frame_parser *p, json_t *h)
 {

@@ -14,6 +14,7 @@
 #include "daemon/cmd_db.h"
 #include "daemon/cmd_token.h"
 #include "daemon/hostcpu.h"
+#include "daemon/memlimit.h"
 #include "daemon/log.h"
 #include "daemon/runas.h"
 
@@ -76,6 +77,10 @@ int main(int argc, char **argv)
     log_set_level(lvl);
     /* Which widths this host can run is known before any job is taken. */
     if (hostcpu_init(cfg.cpu_features_hide, &err) != 0)
+        return fail("config", err) + 1;
+    /* How cells' memory is limited, chosen while capd is one thread: the
+     * cgroup2 path moves the whole process into a leaf of its subtree. */
+    if (mem_init(&cfg, &err) != 0)
         return fail("config", err) + 1;
     if (mkdir(cfg.data_dir, 0750) != 0 && errno != EEXIST) {
         char *m = NULL;

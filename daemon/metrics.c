@@ -13,7 +13,7 @@
 
 static const char *const cell_states[] = {
     "ok",          "failed",         "crashed",     "timeout", "cancelled",
-    "unsupported", "protocol_error", "interrupted", "other"};
+    "unsupported", "protocol_error", "interrupted", "oom",     "other"};
 #define N_CELL_STATES (sizeof cell_states / sizeof cell_states[0])
 
 /* Upper bounds in seconds; a cell runs from well under a second (the fake

@@ -121,6 +121,12 @@ SPAWN_CHILD static int child_main(void *arg)
         _exit(126);
     if (setsid() < 0)
         _exit(126);
+    /* Into the cell's memory group before it can allocate anything of its
+     * own (the exec's new address space is charged to the group). */
+    if (c->cgroup_fd > 0 && write(c->cgroup_fd, "0", 1) != 1) {
+        say("cannot enter the cell's cgroup", NULL, errno);
+        _exit(126);
+    }
     int null = open("/dev/null", O_RDONLY);
     if (null < 0 || (null != 0 && (dup2(null, 0) < 0 || close(null) != 0)) ||
         dup2(a->out_fd, 1) < 0 || dup2(a->out_fd, 2) < 0 || dup2(a->frame_fd, 3) < 0)

@@ -4,7 +4,7 @@
  * (CLONE_VM | CLONE_VFORK, like glibc's posix_spawn) and on the way applies
  * what capd-exec applies to a cell (daemon/exec_shim.c): a new session, the
  * parent-death signal, the rlimits, no core files, the optional network
- * namespace, every fd above 3 closed, run_as_user, PR_SET_NO_NEW_PRIVS,
+ * namespace, its cgroup, every fd above 3 closed, run_as_user, PR_SET_NO_NEW_PRIVS,
  * every signal at its default and unblocked. capd-exec is still what starts
  * prefork cells (daemon/exec_zygote.c); a fresh cell no longer pays for a
  * second process and exec.
@@ -26,6 +26,10 @@ struct spawn_cell {
     unsigned long long as, cpu, nofile, nproc;
     bool unshare_net;
     long uid, gid; /* -1 (both): keep capd's */
+    /* An fd of the cell's cgroup.procs (daemon/memlimit.h), written "0"
+     * before anything else so all the cell's memory is charged there; -1
+     * (or 0, never a cgroup fd) for none. */
+    int cgroup_fd;
 };
 
 /*

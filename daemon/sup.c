@@ -42,6 +42,7 @@
 
 #include "daemon/frame.h"
 #include "daemon/log.h"
+#include "daemon/memlimit.h"
 #include "daemon/metrics.h"
 #include "daemon/runas.h"
 #include "daemon/spawn.h"
@@ -83,7 +84,8 @@ struct sup {
     int64_t exit_status;
     int term_signal;
     uint64_t t0;
-    int64_t peak_rss;
+    int64_t peak_rss, cpu_us;
+    struct mem_cell *mem; /* the cell's memory group (daemon/memlimit.h) */
 
     struct frame_parser *fp;
     char *fail_state; /* protocol_error or failed, set when capd ended it */
@@ -298,6 +300,16 @@ static void classify(struct sup *s, struct store_outcome *o, char *reason, size_
         snprintf(reason, rlen, "ran past timeout_s=%lld",
                  (long long)json_integer_value(
                      json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")));
+    } else if (mem_cell_oom(s->mem) || (end_status && strcmp(end_status, "oom") == 0)) {
+        /* Killed for memory, or the runner saw the framework fail to
+         * allocate: either way an outcome of its own, not a crash. */
+        char what[256];
+        mem_cell_describe(s->mem, s->peak_rss, what, sizeof what);
+        o->state = "oom";
+        if (mem_cell_oom(s->mem))
+            snprintf(reason, rlen, "killed for memory (%s): %s", mem_mechanism_name(), what);
+        else
+            snprintf(reason, rlen, "%s (%s)", end_reason ? end_reason : "out of memory", what);
     } else if (s->fail_state) {
         o->state = s->fail_state;
         snprintf(reason, rlen, "%s", s->fail_reason);
@@ -357,6 +369,8 @@ static int store_outcome(struct sup *s)
     o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
+    o.cpu_time_ms = s->cpu_us / 1000;
+    o.memory_limit_bytes = (int64_t)mem_cell_limit(s->mem);
     o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
@@ -426,6 +440,8 @@ static void finish_tail(struct sup *s)
      * milliseconds on a busy file system, and nothing waits for it. */
     if (s->done)
         s->done(s->ud, s);
+    mem_cell_free(s->mem);
+    s->mem = NULL;
     if (!s->cfg->keep_scratch && s->scratch[0])
         rm_tree(s->scratch);
     close_handle(s, (uv_handle_t *)&s->timer);
@@ -452,7 +468,8 @@ static void on_drain_timeout(uv_timer_t *t)
 
 /* MAXRSS_KB is the reaped child's own peak RSS; capd-exec (prefork) reports
  * the zygote child's, which is no child of capd, on its rusage pipe. */
-static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long maxrss_kb)
+static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long maxrss_kb,
+                       int64_t cpu_us)
 {
     s->exited = true;
     s->exit_status = exit_status;
@@ -460,18 +477,23 @@ static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long
     /* Whatever the runner left behind in its group goes with it. */
     kill_group(s, SIGKILL);
     s->peak_rss = (int64_t)maxrss_kb * 1024;
+    s->cpu_us = cpu_us;
     if (s->rusage_fd >= 0) {
         char line[128];
         ssize_t n = read(s->rusage_fd, line, sizeof line - 1);
         if (n > 0) {
             line[n] = 0;
-            long long kb = 0;
-            if (sscanf(line, "%lld", &kb) == 1)
+            long long kb = 0, ut = 0, st = 0;
+            if (sscanf(line, "%lld %lld %lld", &kb, &ut, &st) >= 1)
                 s->peak_rss = kb * 1024;
+            s->cpu_us = ut + st;
         }
         close(s->rusage_fd);
         s->rusage_fd = -1;
     }
+    /* The group's own peak counts every process of the cell. */
+    if (mem_cell_peak(s->mem) > s->peak_rss)
+        s->peak_rss = mem_cell_peak(s->mem);
     s->pid = 0;
     close_handle(s, (uv_handle_t *)&s->exitw);
     uv_timer_stop(&s->timer);
@@ -493,6 +515,7 @@ static void reap(struct sup *s)
     /* The group first, while the unreaped leader keeps its id from being
      * reused: whatever the runner left behind goes with it. */
     kill_group(s, SIGKILL);
+    mem_cell_collect(s->mem);
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     while (wait4(s->pid, &status, 0, &ru) < 0 && errno == EINTR)
@@ -501,10 +524,12 @@ static void reap(struct sup *s)
         uv_poll_stop(&s->exitw.poll);
     else
         uv_signal_stop(&s->exitw.sig);
+    int64_t cpu = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                  ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
     if (WIFSIGNALED(status))
-        on_exit_cb(s, 0, WTERMSIG(status), ru.ru_maxrss);
+        on_exit_cb(s, 0, WTERMSIG(status), ru.ru_maxrss, cpu);
     else
-        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0, ru.ru_maxrss);
+        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0, ru.ru_maxrss, cpu);
 }
 
 static void on_pidfd(uv_poll_t *h, int status, int events)
@@ -708,10 +733,16 @@ static char **build_env(struct sup *s, const char *spec_path)
     }
     json_int_t threads =
         json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "threads"));
-    if (threads > 0 && !json_object_get(env, "OMP_NUM_THREADS")) {
+    /* The framework's pools follow options.threads unless the build says
+     * otherwise: OpenMP (intra-op), MKL, OpenBLAS; the runner sets torch's
+     * inter-op pool from the same number. */
+    static const char *const pools[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                        "OPENBLAS_NUM_THREADS"};
+    for (size_t i = 0; threads > 0 && i < sizeof pools / sizeof pools[0]; i++) {
         char t[32];
         snprintf(t, sizeof t, "%lld", (long long)threads);
-        json_object_set_new(env, "OMP_NUM_THREADS", json_string(t));
+        if (!json_object_get(env, pools[i]))
+            json_object_set_new(env, pools[i], json_string(t));
     }
     /* A GPU cell's device (daemon/devices.c): set last, so no build
      * variable can point the cell at a device another cell holds. */
@@ -764,6 +795,21 @@ static int write_spec(struct sup *s, const char *path)
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;
+}
+
+/* The cell's memory group with its limit: the job's memory_max_bytes
+ * (validated against cell_memory_max_bytes when the job was accepted), or
+ * cell_memory_max_bytes. */
+static int sup_memory_group(struct sup *s, char *reason, size_t rlen)
+{
+    json_int_t want = json_integer_value(
+        json_object_get(json_object_get(s->run.spec, "options"), "memory_max_bytes"));
+    uint64_t limit = want > 0 && (uint64_t)want < s->cfg->cell_memory_max_bytes
+                         ? (uint64_t)want
+                         : s->cfg->cell_memory_max_bytes;
+    char name[96];
+    snprintf(name, sizeof name, "%s-%d", s->run.cell_id, s->run.attempt);
+    return mem_cell_new(name, limit, &s->mem, reason, rlen);
 }
 
 static int finish_setup_failure(struct store *st, struct store_cell_run *run, const char *reason)
@@ -934,6 +980,8 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     fcntl(fpipe[0], F_SETPIPE_SZ, 1 << 20);
     if (!(env = build_env(s, spec_path)))
         goto fail;
+    if ((rc = sup_memory_group(s, reason, sizeof reason)) != 0)
+        goto fail;
     /* Prefork builds: capd-exec hands the cell to the build's zygote
      * (daemon/zygote.h) and reports the zygote child's rusage on a pipe;
      * everything below is the same either way. */
@@ -992,6 +1040,10 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     if (prefork) {
         args[a++] = "--zygote";
         args[a++] = zsock;
+        if (mem_cell_dir(s->mem)[0]) {
+            args[a++] = "--cgroup";
+            args[a++] = (char *)mem_cell_dir(s->mem);
+        }
     }
     args[a++] = "--";
     args[a++] = (char *)python;
@@ -1037,8 +1089,14 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
             .unshare_net = cfg->unshare_net,
             .uid = cfg->run_uid,
             .gid = cfg->run_gid,
+            .cgroup_fd = mem_cell_procs_fd(s->mem),
         };
         src = spawn_cell(&sc, &pid);
+    }
+    if (src == 0 && (src = mem_cell_attach(s->mem, pid)) != 0) {
+        kill(-pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
     }
     close(fpipe[1]);
     close(lpipe[1]);
@@ -1079,6 +1137,8 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
             close(rpipe[0]);
         close(s->log_fd);
         s->log_fd = -1;
+        mem_cell_free(s->mem);
+        s->mem = NULL;
         rc = src;
         goto out_started;
     }
@@ -1121,6 +1181,7 @@ fail:
         rm_tree(s->scratch);
     store_cell_run_clear(&s->run);
     frame_parser_free(s->fp);
+    mem_cell_free(s->mem);
     free(s->log_path);
     free(s);
     free_strv(env);

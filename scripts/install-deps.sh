@@ -9,7 +9,7 @@ set -eu
 # (docs/gpu.md); it runs without an AMD GPU and then reports none.
 PKGS="build-essential cmake pkg-config clang-format clang libclang-rt-14-dev
 libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
-libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-numpy sqlite3 curl
+libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-torchaudio python3-numpy sqlite3 curl
 groff-base man-db
 libamdhip64-dev
 openssl

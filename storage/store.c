@@ -666,7 +666,7 @@ static json_t *job_row(sqlite3_stmt *st)
 
 json_t *store_cell_row(sqlite3_stmt *st, int c0)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
                      store_col_str(st, c0 + 0), "model", store_col_str(st, c0 + 1), "width",
                      store_col_str(st, c0 + 2), "pass", store_col_str(st, c0 + 3), "state",
                      store_col_str(st, c0 + 4), "attempts", store_col_int(st, c0 + 5), "exit_code",
@@ -675,7 +675,8 @@ json_t *store_cell_row(sqlite3_stmt *st, int c0)
                      "duration_ms", store_col_int(st, c0 + 10), "peak_rss_bytes",
                      store_col_int(st, c0 + 11), "started_at", store_col_time(st, c0 + 12),
                      "finished_at", store_col_time(st, c0 + 13), "host_missing",
-                     store_col_str(st, c0 + 15));
+                     store_col_str(st, c0 + 15), "memory_limit_bytes", store_col_int(st, c0 + 16),
+                     "cpu_time_ms", store_col_int(st, c0 + 17));
 }
 
 /* Adds "cells" and "counts" (cells per state) to a job object. */
@@ -1194,7 +1195,7 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
                       "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
                       "peak_rss_bytes=?8, finished_at=?9, "
                       "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
-                      "host_missing=?12 WHERE seq=?1",
+                      "host_missing=?12, memory_limit_bytes=?13, cpu_time_ms=?14 WHERE seq=?1",
                       &st);
     if (rc)
         return rc;
@@ -1216,6 +1217,14 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
     sqlite3_bind_int(st, 10, o->requeue);
     sqlite3_bind_int64(st, 11, r->attempt_id);
     store_bind_text(st, 12, o->host_missing);
+    if (o->memory_limit_bytes > 0)
+        sqlite3_bind_int64(st, 13, o->memory_limit_bytes);
+    else
+        sqlite3_bind_null(st, 13);
+    if (o->memory_limit_bytes > 0 || o->cpu_time_ms > 0)
+        sqlite3_bind_int64(st, 14, o->cpu_time_ms);
+    else
+        sqlite3_bind_null(st, 14);
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     return rc;

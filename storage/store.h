@@ -136,13 +136,15 @@ int store_flush(struct store *s);
 uint64_t store_batch_losses(const struct store *s);
 
 struct store_outcome {
-    const char *state; /* ok, failed, crashed, ... */
+    const char *state; /* ok, failed, crashed, oom, ... */
     int exit_code;     /* -1 when none */
     const char *signal;
     const char *reason;
     const char *effective_width;
     const char *host_missing; /* unsupported by this host's CPU: what it lacks */
     int64_t duration_ms, peak_rss_bytes;
+    int64_t cpu_time_ms;        /* user + system of the cell's processes */
+    int64_t memory_limit_bytes; /* the limit that applied; 0 when none did */
     bool partial;
     bool requeue; /* interrupted: put the cell back in the queue */
 };

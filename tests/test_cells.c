@@ -373,7 +373,8 @@ Test(cells, fresh_exec_child_isolation)
     cr_assert_eq(json_integer_value(json_object_get(echo, "pgid")), pid, "its own group");
     cr_assert_eq(json_integer_value(json_object_get(echo, "pdeathsig")), SIGKILL);
     json_t *rl = json_object_get(echo, "rlimits");
-    cr_assert_eq(json_integer_value(json_object_get(rl, "as")), (json_int_t)16 << 30);
+    cr_assert_eq(json_integer_value(json_object_get(rl, "as")), -1,
+                 "no address-space cap by default (memory is limited by its cgroup)");
     cr_assert_eq(json_integer_value(json_object_get(rl, "cpu")), 1234);
     cr_assert_eq(json_integer_value(json_object_get(rl, "nofile")), 321);
     cr_assert_eq(json_integer_value(json_object_get(rl, "nproc")), 2345);
@@ -524,5 +525,98 @@ Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
     cr_assert_str_eq(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "interrupted");
     json_decref(j);
     free(job);
+    stop(&e);
+}
+
+/*
+ * Two cells at once: fake:memhog allocates 512 MiB past a 64 MiB limit and
+ * must end oom with the limit and its peak in the reason, while fake:ok
+ * beside it ends ok and the daemon keeps serving. Returns the mechanism
+ * GET /v1/host reports.
+ */
+static char *memory_limit_case(struct env *e)
+{
+    long status = 0;
+    json_t *host = tu_json(&e->c, "GET", "/v1/host", NULL, &status);
+    cr_assert_eq(status, 200);
+    json_t *mem = json_object_get(host, "memory");
+    char *mech = strdup(str(mem, "mechanism"));
+    cr_assert_gt(json_integer_value(json_object_get(mem, "cell_memory_max_bytes")), 64 << 20);
+    json_decref(host);
+    if (strcmp(mech, "watchdog") == 0 && strstr(e->config, "watchdog") == NULL)
+        return mech; /* the caller skips: no cgroup on this host */
+    json_t *j = tu_jsonf(&e->c, "POST", "/v1/jobs", &status,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[\"fake:memhog__512\",\"fake:ok\"],"
+                         "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]},"
+                         "\"options\":{\"memory_max_bytes\":67108864}}");
+    cr_assert_eq(status, 201, "job accepted");
+    char *job = strdup(str(j, "id"));
+    json_decref(j);
+    j = tu_wait_job(&e->c, job, 120);
+    cr_assert_not_null(j);
+    json_t *cells = json_object_get(j, "cells");
+    for (size_t i = 0; i < json_array_size(cells); i++) {
+        json_t *c = json_array_get(cells, i);
+        if (strcmp(str(c, "model"), "fake:ok") == 0) {
+            cr_assert_str_eq(str(c, "state"), "ok", "the other cell is unaffected: %s",
+                             str(c, "reason"));
+            continue;
+        }
+        const char *reason = str(c, "reason");
+        cr_assert_str_eq(str(c, "state"), "oom", "over its limit: %s (%s)", str(c, "state"),
+                         reason);
+        cr_assert(strstr(reason, "limit 67108864 bytes") != NULL, "limit in reason: %s", reason);
+        cr_assert(strstr(reason, "peak ") && !strstr(reason, "peak unknown"), "peak: %s", reason);
+        cr_assert(strstr(reason, mech) != NULL, "mechanism in reason: %s", reason);
+        json_int_t peak = json_integer_value(json_object_get(c, "peak_rss_bytes"));
+        cr_assert_gt(peak, 32 << 20, "peak measured: %lld", (long long)peak);
+        cr_assert_lt(peak, 256 << 20, "stopped near its limit: %lld", (long long)peak);
+        cr_assert_eq(json_integer_value(json_object_get(c, "memory_limit_bytes")), 67108864);
+        cr_assert(json_is_integer(json_object_get(c, "cpu_time_ms")));
+    }
+    json_decref(j);
+    free(job);
+    check_clean(e, -1);
+    return mech;
+}
+
+Test(cells, memory_limit_watchdog, .timeout = 120)
+{
+    struct env e;
+    start(&e, "{\"cell_memory_mechanism\": \"watchdog\", \"max_parallel\": 2}");
+    char *mech = memory_limit_case(&e);
+    cr_assert_str_eq(mech, "watchdog");
+    free(mech);
+    stop(&e);
+}
+
+Test(cells, memory_limit_cgroup, .timeout = 120)
+{
+    struct env e;
+    start(&e, "{\"max_parallel\": 2}");
+    char *mech = memory_limit_case(&e);
+    if (strcmp(mech, "watchdog") == 0) {
+        free(mech);
+        stop(&e);
+        cr_skip_test("no cgroup capd may use on this host (GET /v1/host memory.reason)");
+    }
+    free(mech);
+    stop(&e);
+}
+
+Test(cells, memory_option_bounded)
+{
+    struct env e;
+    start(&e, NULL);
+    long status = 0;
+    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &status,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},"
+                         "\"options\":{\"memory_max_bytes\":9223372036854775807}}");
+    cr_assert_eq(status, 400, "above cell_memory_max_bytes is refused");
+    cr_assert_str_eq(str(json_object_get(j, "error"), "field"), "options.memory_max_bytes");
+    json_decref(j);
     stop(&e);
 }

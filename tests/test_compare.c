@@ -1269,6 +1269,29 @@ Test(engine, outcome_regression_and_fix)
     cmp_side_free(h);
 }
 
+/* A cell killed for memory on one side is an outcome change like a crash:
+ * a regression against an ok control, a fix the other way round. */
+Test(engine, oom_is_an_outcome_change)
+{
+    struct cmp_side *c, *h;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    mlp_cell(c, "avx2", NULL, "ok");
+    mlp_cell(h, "avx2", NULL, "oom");
+    json_t *r = run_compare(c, h, NULL);
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
+    cr_assert_str_eq(js(r, "cells.0.head_outcome"), "oom");
+    cr_assert_eq(ji(r, "counts.outcome_regressions"), 1);
+    cr_assert_str_eq(js(r, "verdict"), "regression");
+    json_decref(r);
+    r = run_compare(h, c, NULL);
+    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "fix");
+    cr_assert_str_eq(js(r, "verdict"), "pass");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
 Test(engine, incomparable_kinds)
 {
     struct cmp_side *c, *h;

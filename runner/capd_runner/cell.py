@@ -20,6 +20,44 @@ class CellFailed(Exception):
     """A failure with a clear reason and no traceback worth sending."""
 
 
+# What the frameworks say when an allocation fails (docs/runner.md, "oom"):
+# PyTorch's CPU allocator, CUDA's caching allocator and ROCm's. A oneDNN
+# primitive that cannot be created is an allocation failure only when one
+# came first (it is also what an unsupported shape says).
+_ALLOC_FAILURES = (
+    "DefaultCPUAllocator: can't allocate memory",
+    "CUDA out of memory",
+    "HIP out of memory",
+    "CUDA error: out of memory",
+    "std::bad_alloc",
+)
+_ONEDNN_PRIMITIVE = "could not create a primitive"
+
+
+def _alloc_failure(e):
+    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+            or any(p in str(e) for p in _ALLOC_FAILURES))
+
+
+def is_out_of_memory(exc):
+    """Whether EXC (or an exception it was raised from or while handling)
+    is the framework failing to allocate memory."""
+    seen, chain = set(), []
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if any(_alloc_failure(x) for x in chain):
+        return True
+    return _ONEDNN_PRIMITIVE in str(exc) and _alloc_failed_before[0]
+
+
+# Set once an allocation failure was seen in this process (a cell that
+# caught one and went on), so a oneDNN primitive failing after it counts.
+_alloc_failed_before = [False]
+
+
 def _now_ns():
     fn = getattr(time, "perf_counter_ns", None)  # 3.7+
     if fn is not None:
@@ -252,7 +290,14 @@ def _run_cell(torch, spec, writer, forker):
     from capd_runner import width as widthmod
 
     if spec.threads > 0:
+        # Intra-op and inter-op pools both follow options.threads (capd set
+        # OMP/MKL/OPENBLAS_NUM_THREADS to the same number); the inter-op
+        # pool can only be sized before its first use.
         torch.set_num_threads(spec.threads)
+        try:
+            torch.set_num_interop_threads(spec.threads)
+        except RuntimeError:
+            pass
     config_text = torch.__config__.show()
     effective = widthmod.effective(torch, config_text) or "unknown"
 
@@ -337,6 +382,12 @@ def _run_cell(torch, spec, writer, forker):
         pipeline.abandon()
         writer.flush()
         writer.note("error", tb)
+        if is_out_of_memory(e):
+            _alloc_failed_before[0] = True
+            writer.end("oom", "the framework could not allocate memory: %s: %s"
+                       % (type(e).__name__, str(e).strip().splitlines()[0][:400]
+                          if str(e).strip() else ""))
+            return EXIT_FAILED
         writer.end("failed", "exception in model code: %s: %s" % (type(e).__name__, e))
         return EXIT_FAILED
     writer.end("ok")

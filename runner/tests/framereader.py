@@ -103,7 +103,7 @@ def check_sequence(frames):
     ends = [i for i, f in enumerate(frames) if f.kind == "end"]
     if len(ends) > 1 or (ends and ends[0] != len(frames) - 1):
         raise ProtocolError("frames after end, or several ends")
-    if ends and frames[-1]["status"] not in ("ok", "unsupported", "failed"):
+    if ends and frames[-1]["status"] not in ("ok", "unsupported", "failed", "oom"):
         raise ProtocolError("bad end status %r" % frames[-1]["status"])
     last = 0
     seq = -1

@@ -367,6 +367,40 @@ class MiscTest(unittest.TestCase):
         self.assertIn("cannot write frames to fd 97", r.stderr)
 
 
+class OutOfMemoryTest(unittest.TestCase):
+    """Allocation failures the framework reports end the cell "oom"."""
+
+    def test_classification(self):
+        from capd_runner import cell
+        self.assertTrue(cell.is_out_of_memory(MemoryError()))
+        self.assertTrue(cell.is_out_of_memory(RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 1024 bytes.")))
+        self.assertTrue(cell.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to ...")))
+        self.assertFalse(cell.is_out_of_memory(RuntimeError("could not create a primitive")))
+        self.assertFalse(cell.is_out_of_memory(ValueError("shapes do not match")))
+        try:
+            try:
+                raise MemoryError()
+            except MemoryError:
+                raise RuntimeError("could not create a primitive")
+        except RuntimeError as e:
+            self.assertTrue(cell.is_out_of_memory(e), "oneDNN failing after an allocation")
+
+    def test_memory_error_in_model_ends_oom(self):
+        root = util.tempdir()
+        util.write_tree(root, {"hog/__init__.py": "", "hog/m.py": (
+            "import torch\n"
+            "class Hog(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        raise MemoryError()\n"
+            "def make(spec, batch, dtype):\n"
+            "    return Hog(), (torch.zeros(batch, 4, dtype=dtype),)\n")})
+        r = util.run(util.make_spec("hog.m:make", model_roots=[root], iterations=1, warmup=0))
+        self.assertEqual(r.status, "oom", r.describe())
+        self.assertIn("MemoryError", r.end["reason"])
+
+
 if __name__ == "__main__":
     unittest.main()
 

@@ -55,6 +55,11 @@
  *                   failure (RLIMIT_AS): a note frame, exit 42. Without an
  *                   address-space limit it stops at $FAKE_OOM_CAP_MB (default
  *                   2048) with a note and exits 43 instead of eating the host.
+ *   memhog[:MB]     hello, env, then allocates MB MiB (default 1024) in 4 MiB
+ *                   blocks, touching every page and pausing 5 ms after each
+ *                   block (so a 100 ms watchdog sees it grow), then end ok:
+ *                   a cell over its memory limit (daemon/memlimit.h) never
+ *                   gets that far.
  *   slow[:MS]       like ok, but sleeps MS ms (default 1000) before end.
  *   echo_env        hello, then a note whose message is a JSON document:
  *                   {"environ":{NAME:VALUE...},"fds":[open fds],"cwd":...,
@@ -643,6 +648,23 @@ static void grandchild(const struct cell *c)
     hang();
 }
 
+static void memhog(const struct cell *c, long mb)
+{
+    hello();
+    env_frame(c, effective_width(c));
+    out_flush();
+    for (long i = 0; i < mb / 4; i++) {
+        char *p = malloc(4u << 20);
+        if (!p)
+            exit(42);
+        memset(p, (int)(i & 0xff) | 1, 4u << 20);
+        sleep_ms(5);
+    }
+    end_frame("ok", NULL);
+    out_flush();
+    exit(0);
+}
+
 static void oom(void)
 {
     const char *capenv = getenv("FAKE_OOM_CAP_MB");
@@ -871,6 +893,8 @@ int main(void)
         sleep_ms(1000);
     } else if (strcmp(b, "oom") == 0) {
         oom();
+    } else if (strcmp(b, "memhog") == 0) {
+        memhog(&c, arg_long(&c, 1024));
     } else if (strcmp(b, "slow") == 0) {
         ok_stream(&c, 3, arg_long(&c, 1000), true);
     } else if (strcmp(b, "echo_env") == 0) {

@@ -1,0 +1,164 @@
+/*
+ * daemon/memwatch.c - the watchdog of daemon/memlimit.h: where capd has no
+ * cgroup to limit a cell with, a timer on the loop samples the resident
+ * memory of every process in each watched cell's process group and kills
+ * the group once the sum passes the cell's limit.
+ *
+ * One walk of /proc per tick serves every watched cell: each process's
+ * process group is read from /proc/PID/stat, and the resident pages of those
+ * in a watched group from /proc/PID/statm (anonymous, file and shared pages
+ * together, as the kernel's RSS counts them; /proc/PID/smaps_rollup would
+ * say the same at many times the cost). A cell can grow by what it
+ * allocates in 100 ms past its limit before it is seen; that is the price of
+ * a mechanism without the kernel's help, and why the cgroup ones are
+ * preferred.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/memlimit_int.h"
+
+static struct {
+    struct mem_cell *cells[MEM_WATCH_CELLS];
+    int n;
+    uv_timer_t timer;
+    bool have_timer, running;
+} w;
+
+/* Reads a small /proc file into BUF; its length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    if (n < 0)
+        return -1;
+    buf[n] = 0;
+    return n;
+}
+
+/* The process group of PID from /proc/PID/stat ("pid (comm) S ppid pgrp"),
+ * or -1. The command may hold spaces and parentheses: parse after the last
+ * ')'. */
+static pid_t proc_pgrp(const char *pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return -1;
+    const char *p = strrchr(buf, ')');
+    int ppid = 0, pgrp = -1;
+    char state = 0;
+    if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
+        return -1;
+    return (pid_t)pgrp;
+}
+
+static int64_t proc_rss(const char *pid)
+{
+    char path[64], buf[256];
+    long long size = 0, resident = 0;
+    snprintf(path, sizeof path, "/proc/%s/statm", pid);
+    if (read_small(path, buf, sizeof buf) <= 0 || sscanf(buf, "%lld %lld", &size, &resident) != 2)
+        return 0;
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+/* Adds to SUM[i] the resident bytes of every process in group PGIDS[i]. */
+static void scan(const pid_t *pgids, int n, int64_t *sum)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        pid_t g = proc_pgrp(e->d_name);
+        for (int i = 0; g > 0 && i < n; i++) {
+            if (pgids[i] == g) {
+                sum[i] += proc_rss(e->d_name);
+                break;
+            }
+        }
+    }
+    closedir(d);
+}
+
+int64_t mem__group_rss(pid_t pgid)
+{
+    int64_t sum = 0;
+    scan(&pgid, 1, &sum);
+    return sum;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    static pid_t pgids[MEM_WATCH_CELLS];
+    static int64_t sum[MEM_WATCH_CELLS];
+    (void)t;
+    for (int i = 0; i < w.n; i++) {
+        pgids[i] = w.cells[i]->pgid;
+        sum[i] = 0;
+    }
+    scan(pgids, w.n, sum);
+    for (int i = 0; i < w.n; i++) {
+        struct mem_cell *c = w.cells[i];
+        if (sum[i] > c->peak)
+            c->peak = sum[i];
+        if (c->oom || (uint64_t)sum[i] <= c->limit)
+            continue;
+        c->oom = true;
+        kill(-c->pgid, SIGKILL);
+        log_warn("cell_oom_kill", "pgid=%d mechanism=watchdog rss_bytes=%lld limit_bytes=%llu",
+                 (int)c->pgid, (long long)sum[i], (unsigned long long)c->limit);
+    }
+}
+
+void mem__watch_start(uv_loop_t *loop)
+{
+    if (w.have_timer)
+        return;
+    uv_timer_init(loop, &w.timer);
+    /* Never what keeps the loop running: cells are. */
+    uv_unref((uv_handle_t *)&w.timer);
+    w.have_timer = true;
+}
+
+int mem__watch_add(struct mem_cell *c)
+{
+    if (w.n >= MEM_WATCH_CELLS) {
+        log_error("cell_watch_full", "cells=%d max=%d", w.n, MEM_WATCH_CELLS);
+        return -ENOSPC;
+    }
+    c->slot = w.n;
+    w.cells[w.n++] = c;
+    if (w.have_timer && !w.running) {
+        uv_timer_start(&w.timer, on_tick, MEM_WATCH_MS, MEM_WATCH_MS);
+        w.running = true;
+    }
+    return 0;
+}
+
+void mem__watch_remove(struct mem_cell *c)
+{
+    if (c->slot < 0 || c->slot >= w.n || w.cells[c->slot] != c)
+        return;
+    w.cells[c->slot] = w.cells[--w.n];
+    w.cells[c->slot]->slot = c->slot;
+    c->slot = -1;
+    if (w.n == 0 && w.running) {
+        uv_timer_stop(&w.timer);
+        w.running = false;
+    }
+}
