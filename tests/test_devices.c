@@ -499,8 +499,8 @@ Test(devices, gpu_cell_sees_only_its_device)
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
     json_decref(env);
     echo = cell_echo(&e, job, s_(cell, "id"));
-    cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")),
-                 (json_int_t)16 << 30, "a CPU cell keeps the default 16 GiB cap");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
+                 "a CPU cell has no address-space cap by default (memory is limited as memory)");
     json_decref(echo);
     json_decref(j);
     free(job);

@@ -243,10 +243,11 @@ test("the comparison page shows the verdict, the status grid and marks the first
     const label = await page.locator("#divergence-plot text.fd-label").textContent();
     assert.ok(label.includes(PERTURBED), "the marker is labelled with the layer: " + label);
     assert.match(await page.locator("#first-divergence").innerText(), /layer2\.0\.forward\.output\.0/);
-    // Control and head timing distributions, every sample drawn.
+    // Control and head timing distributions, every sample drawn: 12
+    // iterations in each of the default 5 timing processes.
     await page.waitForSelector("#timing-plot");
-    assert.equal(await page.locator("#timing-plot circle.ctl").count(), 12);
-    assert.equal(await page.locator("#timing-plot circle.hd").count(), 12);
+    assert.equal(await page.locator("#timing-plot circle.ctl").count(), 12 * 5);
+    assert.equal(await page.locator("#timing-plot circle.hd").count(), 12 * 5);
   }
   // An identical cell has nothing marked.
   await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__2"][data-width="avx2"]`).click();
