@@ -203,9 +203,20 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     struct cmp_err e = {{0}, {0}};
     struct store_cell_filter f = {api_query(r, "model"), api_query(r, "width"),
                                   api_query(r, "pass")};
+    const struct api_filter af[] = {
+        {"model", "model", f.model},
+        {"width", "width", ctl_width ? NULL : f.width},
+        {"pass", "pass", f.pass},
+        {"control_width", "width", ctl_width},
+        {"head_width", "width", head_width},
+    };
+    const size_t naf = sizeof af / sizeof af[0];
     cmp_options_init(&o);
     /* 304 before anything is loaded or computed (api/etag.c). */
     if (api_etag_compare(r, ctl, head, extra, &ret))
+        return ret;
+    /* A filter that matches nothing is a typo, never a pass. */
+    if (!api_check_filters(r, s, ctl, head, af, naf, &ret))
         return ret;
     json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
     if (jo && cmp_options_apply_json(&o, jo, &e) != 0) {
@@ -246,6 +257,10 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     if (rc) {
         ret = api_error(r, rc == -EINVAL ? 400 : 500, rc == -EINVAL ? "invalid_query" : "internal",
                         NULL, "comparison failed (%d)", rc);
+        goto out;
+    }
+    if (json_integer_value(json_object_get(json_object_get(result, "counts"), "cells")) == 0) {
+        ret = api_no_cells(r, result, af, naf);
         goto out;
     }
     json_object_set_new(result, "control", side_summary(ctl));

@@ -563,7 +563,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     start(&c);
     struct run r;
     ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/true", "--env",
-        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/srv/models",
+        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/usr/lib",
         "--description", "main, gcc 12", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     cr_assert(strstr(r.out, "registered build torch-main"), SHOW(r));
@@ -577,7 +577,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert_str_eq(jget(json_object_get(b, "env"), "PYTHONPATH"), "/src/build/lib");
     cr_assert_str_eq(jget(json_object_get(b, "env"), "EXTRA"), "a=b");
     cr_assert_str_eq(json_string_value(json_array_get(json_object_get(b, "model_roots"), 0)),
-                     "/srv/models");
+                     "/usr/lib");
     json_decref(b);
 
     ctl(&r, &c, "builds", NULL);
@@ -591,7 +591,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     ctl(&r, &c, "builds", "show", "torch-main", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     cr_assert(strstr(r.out, "PYTHONPATH=/src/build/lib"), SHOW(r));
-    cr_assert(strstr(r.out, "/srv/models"), SHOW(r));
+    cr_assert(strstr(r.out, "/usr/lib"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, "builds", "list", "--json", NULL);
@@ -1248,6 +1248,43 @@ Test(capctl, diff_exit_codes_follow_the_verdict, .timeout = 180)
     free(ctl_id);
     free(a_id);
     free(b_id);
+    tu_capd_stop(&c);
+}
+
+/* A typo in a gate's filter is an error (exit 2) that names the filter and
+ * the values that exist, never "pass, 0 cells compared" (exit 0). */
+Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
+{
+    struct tu_capd c;
+    start(&c);
+    register_build(&c, "t", "/bin/true");
+    char *ctl_id = submit(&c, "t", "aaaaaaa1", "mlp", "default,avx2");
+    char *head_id = submit(&c, "t", "bbbbbbb2", "mlp", "default,avx2");
+    wait_done(&c, ctl_id);
+    wait_done(&c, head_id);
+    static const struct {
+        const char *flag, *value, *says;
+    } typo[] = {
+        {"--width", "avx-2", "did you mean avx2?"},
+        {"--width", "avx512", "widths: avx2, default"},
+        {"--model", "MLP", "did you mean mlp?"},
+        {"--pass", "Forward", "did you mean forward?"},
+    };
+    struct run r;
+    for (size_t i = 0; i < sizeof typo / sizeof typo[0]; i++) {
+        ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on",
+            "regression", typo[i].flag, typo[i].value, NULL);
+        cr_assert_eq(r.code, 2, "%s %s: " SHOW(r), typo[i].flag, typo[i].value);
+        cr_assert(strstr(r.err, typo[i].says) && strstr(r.err, typo[i].value), SHOW(r));
+        run_free(&r);
+    }
+    /* The same flags spelled right still gate. */
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--width", "avx2", "--model",
+        "mlp", NULL);
+    cr_assert(r.code == 0 || r.code == 1, SHOW(r));
+    run_free(&r);
+    free(ctl_id);
+    free(head_id);
     tu_capd_stop(&c);
 }
 
