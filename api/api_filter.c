@@ -52,8 +52,7 @@ static void join(json_t *vals, char *buf, size_t cap)
     {
         const char *s = json_string_value(v);
         if (n + strlen(s) + 40 > cap) {
-            snprintf(buf + n, cap - n, "%sand %zu more", i ? ", " : "",
-                     json_array_size(vals) - i);
+            snprintf(buf + n, cap - n, "%sand %zu more", i ? ", " : "", json_array_size(vals) - i);
             return;
         }
         n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", s);
@@ -153,8 +152,8 @@ static bool check_one(struct api_req *r, struct store *s, json_t *ctl, json_t *h
             join(table, list, sizeof list);
             suggest(table, f->value, hint, sizeof hint);
             *ret = api_error(r, 400, "unknown_width", f->field,
-                             "%s '%s' is not a width of the width table (%s)%s", f->field,
-                             f->value, list, hint);
+                             "%s '%s' is not a width of the width table (%s)%s", f->field, f->value,
+                             list, hint);
             goto out;
         }
     }

@@ -696,11 +696,21 @@ async function showCmpCell(r, x, panel) {
   }
 }
 
+/* The relative error a row is drawn at: measured (max_rel) on the sample
+ * and full bases, else the lower bound derived from the two sides'
+ * statistics (derived.max_rel_lower, derived_from "stats"). */
+function relOf(t) {
+  if (typeof t.max_rel === "number") return t.max_rel;
+  if (t.derived && typeof t.derived.max_rel_lower === "number") return t.derived.max_rel_lower;
+  return null;
+}
+
 /* Every row of the comparison's per-tensor table, in head execution order,
  * on a log scale of max relative error. Identical rows have no error by
  * definition and sit on the bottom line, as do exact zeros. Rows compared
- * on statistics only (capture "stats") have no element error: a diverged
- * one is drawn on the top line, the others on the bottom one. */
+ * on statistics only (capture "stats") have no element error: they are
+ * drawn, hollow, at the lower bound derived from the statistics, and a
+ * diverged one without any size on the top line. */
 function divergencePlot(x) {
   const rows = (x.tensors || []).slice().sort((a, b) => a.seq - b.seq);
   const W = 760, H = 260, L = 64, R = 14, T = 14, B = 40;
@@ -709,7 +719,7 @@ function divergencePlot(x) {
     svg.append(s("text", { x: L, y: H / 2 }, x.tensors === undefined ? "no per-tensor rows" : "no tensors were compared"));
     return svg;
   }
-  const vals = rows.map((t) => (typeof t.max_rel === "number" && t.max_rel > 0 ? t.max_rel : null)).filter((v) => v !== null);
+  const vals = rows.map((t) => { const v = relOf(t); return v !== null && v > 0 ? v : null; }).filter((v) => v !== null);
   let lo = vals.length ? Math.floor(Math.log10(Math.min(...vals))) - 1 : -9;
   let hi = vals.length ? Math.ceil(Math.log10(Math.max(...vals))) : -6;
   const tol = rows.find((t) => typeof t.rtol === "number");
@@ -741,21 +751,23 @@ function divergencePlot(x) {
   const fiKey = x.first_introduced ? x.first_introduced.key : null;
   const marks = [];
   rows.forEach((t, i) => {
-    const v = typeof t.max_rel === "number" ? t.max_rel : null;
-    const nonfinite = t.nonfinite && t.nonfinite.max_rel;
+    const v = relOf(t);
+    const derived = t.derived_from === "stats" && typeof t.max_rel !== "number";
+    const nonfinite = (t.nonfinite && t.nonfinite.max_rel) || (t.derived && t.derived.nonfinite && t.derived.nonfinite.max_rel_lower);
     let y;
     if (nonfinite) y = T;
-    else if (v === null && t.status === "diverged") y = T; /* statistics only: no element error */
+    else if (v === null && t.status === "diverged") y = T; /* nothing to size it by */
     else if (v === null || v <= 0) y = floorY;
     else y = Math.max(T, Math.min(H - B, yOf(v)));
     const px = xOf(i);
     path.push((i ? "L" : "M") + px.toFixed(1) + " " + y.toFixed(1));
     const isFd = t.key === fdKey;
     const c = s("circle", {
-      class: "pt " + t.status + (isFd ? " first-divergence" : ""),
+      class: "pt " + t.status + (derived ? " derived" : "") + (isFd ? " first-divergence" : ""),
       cx: px.toFixed(1), cy: y.toFixed(1), r: isFd ? 5 : 3.2,
       "data-key": t.key, "data-seq": t.seq, "data-status": t.status,
-    }, s("title", null, t.key + "\n" + t.status + (v !== null ? "\nmax rel " + fmtNum(v) : "") + (t.reason ? "\nreason " + t.reason : "")));
+    }, s("title", null, t.key + "\n" + t.status + (v !== null ? (derived ? "\nmax rel >= " + fmtNum(v) + " (derived from stats; capture sample for elementwise)" : "\nmax rel " + fmtNum(v)) : "") + (t.reason ? "\nreason " + t.reason : "")));
+    if (derived) c.setAttribute("data-derived-from", "stats");
     marks.push(c);
     if (isFd || (t.key === fiKey && fiKey !== fdKey)) {
       svg.append(s("line", { class: "marker" + (isFd ? "" : " introduced"), x1: px, x2: px, y1: T, y2: H - B }),
@@ -763,6 +775,9 @@ function divergencePlot(x) {
           (isFd ? "first divergence: " : "first introduced: ") + t.key));
     }
   });
+  if (rows.some((t) => t.derived_from === "stats" && typeof t.max_rel !== "number"))
+    svg.append(s("text", { x: L + 4, y: H - B - 6, class: "derived-label" },
+      "open points: lower bounds derived from stats (rerun at capture sample for elementwise error)"));
   svg.append(s("path", { class: "line", d: path.join(" ") }));
   for (const c of marks) svg.append(c);
   return svg;
