@@ -54,8 +54,8 @@ struct capd {
 
     struct sup_node *running;
     unsigned nrunning;
-    unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
-    struct devices *dev;        /* the GPUs (daemon/devices.h) */
+    unsigned nnumerics;  /* numerics-only cells running */
+    struct devices *dev; /* the GPUs (daemon/devices.h) */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
 };
@@ -159,15 +159,17 @@ static void on_cell_done(void *ud, struct sup *s)
 
 /*
  * Numerics-only cells (options.iterations 0: nothing is timed, so nothing
- * is disturbed by sharing the CPU) may run beside each other past
- * max_parallel, up to the number of online CPUs, while every running cell
- * is numerics-only and so is the next one in the queue. A timing cell at
- * the head of the queue waits for them to finish as it would for any cell.
+ * is disturbed by sharing the CPU) may run beside each other up to
+ * max_parallel_numerics (0, the default: no further than max_parallel,
+ * which then means what its name says for every kind of job), while every
+ * running cell is numerics-only and so is the next one in the queue. A
+ * timing cell at the head of the queue waits for them to finish as it
+ * would for any cell.
  */
 static bool numerics_room(struct capd *d)
 {
     bool next = false;
-    return d->nnumerics == d->nrunning && d->nrunning < d->ncores &&
+    return d->nnumerics == d->nrunning && d->nrunning < (unsigned)d->cfg.max_parallel_numerics &&
            store_next_cell_numerics(d->st, &next) == 0 && next;
 }
 
@@ -394,8 +396,6 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     }
     uv_loop_init(&d->loop);
     zyg_init(&d->loop, &d->cfg, d->st);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    d->ncores = ncpu > 0 ? (unsigned)ncpu : 1;
     uv_async_init(&d->loop, &d->wake, on_wake);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);

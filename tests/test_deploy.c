@@ -442,7 +442,7 @@ static int ci_run(const struct tu_capd *c, const char *top, const char *env,
 Test(deploy, ci_script_compares_posts_and_fails_on_regression, .timeout = 600)
 {
     char *top = tu_tmpdir();
-    chmod(top, 0711);
+    chmod(top, 0755); /* a model root: the cell user lists it */
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
     /* The checkout the build came from (provenance needs a git tree). */
