@@ -359,9 +359,12 @@ int store_counter(struct store *s, const char *name, int64_t *value);
 /* {"jobs":{state:n,...},"cells":{state:n,...}} for /metrics. */
 int store_state_counts(struct store *s, json_t **out);
 
-/* SQLite failures seen by any connection of this process, by class. */
+/* SQLite failures seen by any connection of this process, by class.
+ * CONFLICT counts UNIQUE and PRIMARY KEY violations apart: a write that
+ * names something that already exists (a duplicate build is a client's
+ * 409), not a storage fault; CONSTRAINT is every other constraint. */
 struct store_errors {
-    uint64_t busy, constraint, nomem, io, other;
+    uint64_t busy, constraint, nomem, io, other, conflict;
 };
 void store_errors_get(struct store_errors *out);
 

@@ -601,6 +601,23 @@ Test(api_builds, create_get_list)
     json_decref(m);
 }
 
+/* The value of one series of /metrics, -1 when it is absent. */
+static double metric(const char *series)
+{
+    struct tu_resp r;
+    tu_http(&g_capd, "GET", "/metrics", NULL, 0, NULL, &r);
+    double v = -1;
+    size_t n = strlen(series);
+    for (char *l = r.body; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            v = strtod(l + n + 1, NULL);
+        l = e ? e + 1 : NULL;
+    }
+    tu_resp_free(&r);
+    return v;
+}
+
 Test(api_builds, duplicate_name_409_changes_nothing)
 {
     start(NULL);
@@ -616,6 +633,9 @@ Test(api_builds, duplicate_name_409_changes_nothing)
     cr_assert_str_eq(jstr(g, "python"), "/bin/true", "the 409 must not replace the build");
     cr_assert(json_equal(a, g));
     cr_assert_eq(count_builds(), 1);
+    /* A client's conflict, not a storage error, in /metrics. */
+    cr_assert_eq(metric("capd_store_conflicts_total"), 1);
+    cr_assert_eq(metric("capd_sqlite_errors_total{kind=\"constraint\"}"), 0);
     json_decref(a);
     json_decref(d);
     json_decref(g);

@@ -442,6 +442,7 @@ Test(capctl, version_help_and_bad_commands, .timeout = 60)
         {"builds", "list", "--help"}, {"builds", "show", "--help"},
         {"submit", "--help", NULL},   {"status", "--help", NULL},
         {"wait", "--help", NULL},     {"diff", "--help", NULL},
+        {"cancel", "--help", NULL},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         ctl(&r, &c, cmds[i][0], cmds[i][1], cmds[i][2], NULL);
@@ -1285,6 +1286,41 @@ Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
     run_free(&r);
     free(ctl_id);
     free(head_id);
+    tu_capd_stop(&c);
+}
+
+/* capctl cancel: a running job ends cancelled; cancelling it again, or an
+ * unknown job, is an error naming why. */
+Test(capctl, cancel_a_running_job, .timeout = 120)
+{
+    struct tu_capd c;
+    start(&c);
+    char *slow = write_script(&c, "slow.sh", "exec /bin/sleep 30");
+    register_build(&c, "slow", slow);
+    free(slow);
+    char *id = submit(&c, "slow", "aaaaaaa1", "mlp", "default,avx2");
+    struct run r;
+    ctl(&r, &c, "cancel", id, "--wait", NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    cr_assert(strstr(r.out, "cancelled"), SHOW(r));
+    run_free(&r);
+    long st;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_str_eq(jget(j, "state"), "cancelled");
+    json_decref(j);
+    ctl(&r, &c, "cancel", id, NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "already ended"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "cancel", "jnope", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "cancel", NULL);
+    cr_assert_eq(r.code, 2, "a job id is required: " SHOW(r));
+    run_free(&r);
+    free(id);
     tu_capd_stop(&c);
 }
 

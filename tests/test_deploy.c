@@ -601,6 +601,7 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl submit --help",
                                                "capctl status --help",
                                                "capctl wait --help",
+                                               "capctl cancel --help",
                                                "capctl diff --help",
                                                "capctl widths --help"};
     static const struct {
@@ -608,7 +609,7 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         const char *const *helps;
         size_t n;
         int min_flags;
-    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 10, 40}};
+    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 11, 40}};
     for (size_t i = 0; i < 2; i++) {
         char *all = strdup("");
         for (size_t k = 0; k < pages[i].n; k++) {
@@ -625,9 +626,9 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         each_flag(d.page_text, flag_in_help, &d);
         /* Every command of capctl's list has a section of its own. */
         if (strcmp(pages[i].page, "capctl.1") == 0) {
-            static const char *const cmds[] = {"builds", "submit", "status",
-                                               "wait",   "diff",   "widths"};
-            for (size_t k = 0; k < 6; k++) {
+            static const char *const cmds[] = {"builds", "submit", "status", "wait",
+                                               "cancel", "diff",   "widths"};
+            for (size_t k = 0; k < 7; k++) {
                 char *sec = pathf("\n.SS \"%s ", cmds[k]);
                 cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);
                 free(sec);
@@ -640,6 +641,12 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                 cr_assert(strstr(d.page_text, sec), "capd.8 has a section for %s", cmds[k]);
                 free(sec);
             }
+            /* capd --help lists every subcommand, not only the flags. */
+            char *top = output_of("capd --help");
+            cr_assert(top && strstr(top, "capd db backup|vacuum|prune") &&
+                          strstr(top, "capd token create|list|revoke"),
+                      "capd --help names capd db and capd token: %s", top ? top : "");
+            free(top);
         }
         free((char *)d.page_text);
         free(all);
