@@ -79,12 +79,60 @@ function ago(iso) {
   return Math.round(d / 86400) + "d ago";
 }
 
-function fmtNs(ns) {
-  if (ns === null || ns === undefined) return "–";
-  if (ns >= 1e9) return (ns / 1e9).toFixed(3) + " s";
-  if (ns >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
-  if (ns >= 1e3) return (ns / 1e3).toFixed(2) + " µs";
-  return ns.toFixed(0) + " ns";
+/* A duration in human units, three significant digits, sign kept:
+ * -79344 -> "-79.3 µs", 1.5e6 -> "1.50 ms". SIGNED also writes "+" for a
+ * positive value (a shift, where the direction is the point). */
+function fmtNs(ns, signed) {
+  if (ns === null || ns === undefined || !Number.isFinite(ns)) return "–";
+  const sign = ns < 0 ? "-" : signed && ns > 0 ? "+" : "";
+  const a = Math.abs(ns);
+  if (Math.round(a) < 1000) return sign + Math.round(a) + " ns";
+  const units = [[1e3, "µs"], [1e6, "ms"], [1e9, "s"]];
+  let i = a >= 1e9 ? 2 : a >= 1e6 ? 1 : 0;
+  /* 999.96 µs rounds to "1.00 ms", never "1.00e+3 µs". */
+  if (i < 2 && Number((a / units[i][0]).toPrecision(3)) >= 1000) i++;
+  const v = a / units[i][0];
+  return sign + (v >= 1000 ? v.toFixed(0) : v.toPrecision(3)) + " " + units[i][1];
+}
+
+function fmtMs(ms) {
+  return ms === null || ms === undefined ? "–" : fmtNs(ms * 1e6);
+}
+
+/* The width table's order (GET /v1/widths: default first), so the job and
+ * the comparison pages lay out their grids' columns the same way whatever
+ * order the cells came in. Loaded once; alphabetical when unavailable. */
+let widthRank = null;
+async function loadWidthOrder() {
+  if (widthRank) return widthRank;
+  try {
+    const t = await api("/v1/widths");
+    widthRank = new Map((t.widths || []).map((w, i) => [w.name, i]));
+  } catch (e) {
+    return new Map(); /* not cached: a token may come later */
+  }
+  return widthRank;
+}
+
+function byWidthOrder(a, b) {
+  const r = widthRank || new Map();
+  const ra = r.has(a) ? r.get(a) : Infinity, rb = r.has(b) ? r.get(b) : Infinity;
+  return ra !== rb ? ra - rb : a < b ? -1 : a > b ? 1 : 0;
+}
+
+const PASS_ORDER = ["forward", "backward"];
+function byPassOrder(a, b) {
+  const ra = PASS_ORDER.indexOf(a), rb = PASS_ORDER.indexOf(b);
+  return (ra < 0 ? 99 : ra) - (rb < 0 ? 99 : rb) || (a < b ? -1 : a > b ? 1 : 0);
+}
+
+/* The perf-regression mark of a comparison cell: an inline SVG stopwatch
+ * (an emoji would depend on a font the browser may not have). */
+function perfMark() {
+  return s("svg", { class: "perf-mark", width: 12, height: 12, viewBox: "0 0 12 12", role: "img", "aria-label": "perf regression" },
+    s("title", null, "perf regression"),
+    s("circle", { cx: 6, cy: 7, r: 4.2, fill: "none", stroke: "currentColor", "stroke-width": 1.4 }),
+    s("path", { d: "M6 7V4.6M4.6 1.4h2.8", stroke: "currentColor", "stroke-width": 1.4, fill: "none" }));
 }
 
 function fmtNum(x, digits) {
@@ -329,6 +377,8 @@ function grid(cells, classOf, labelOf, onPick) {
     add(widths, c.width);
     add(passes, c.pass);
   }
+  widths.sort(byWidthOrder);
+  passes.sort(byPassOrder);
   const byKey = new Map(cells.map((c) => [c.model + "\u0000" + c.width + "\u0000" + c.pass, c]));
   const t = h("table", { class: "grid" });
   const head1 = h("tr", null, h("th"));
@@ -465,6 +515,7 @@ async function pageJob(id) {
   let job;
   try {
     job = await api("/v1/jobs/" + encodeURIComponent(id));
+    await loadWidthOrder();
   } catch (e) {
     m.append(errorPanel(e));
     return null;
@@ -517,7 +568,7 @@ async function showCell(job, c, panel) {
       h("dt", null, "signal"), h("dd", null, c.signal || "–"),
       h("dt", null, "reason"), h("dd", null, c.reason || "–"),
       h("dt", null, "effective width"), h("dd", null, c.effective_width || "–"),
-      h("dt", null, "duration"), h("dd", null, c.duration_ms === null ? "–" : c.duration_ms + " ms"),
+      h("dt", null, "duration"), h("dd", null, fmtMs(c.duration_ms)),
       h("dt", null, "peak RSS"), h("dd", null, c.peak_rss_bytes ? (c.peak_rss_bytes / 1048576).toFixed(1) + " MiB" : "–")));
   const pre = h("pre", { class: "log" }, "loading log…");
   panel.append(h("h3", null, "Log"), pre);
@@ -582,6 +633,7 @@ async function pageCompare(query, sha) {
     m.append(errorPanel(e));
     return null;
   }
+  await loadWidthOrder();
   renderComparison(m, r);
   return null;
 }
@@ -614,7 +666,7 @@ function renderComparison(m, r) {
   for (const x of r.extra_cells || []) cells.push(Object.assign({ kind: "extra", status: "extra" }, x));
   const detail = h("div", { class: "panel", id: "cmp-detail" });
   const g = grid(cells, (x) => "cs-" + x.status,
-    (x) => x.status.replace("_", " ") + (x.perf && x.perf.verdict === "regression" ? " ⏱" : ""),
+    (x) => [x.status.replace("_", " "), ...(x.perf && x.perf.verdict === "regression" ? [" ", perfMark()] : [])],
     (x) => showCmpCell(r, x, detail));
   g.id = "cmp-grid";
   m.append(h("h2", null, "Cells"), legend(STATUSES, "cs-"), g, detail);
@@ -667,7 +719,9 @@ async function showCmpCell(r, x, panel) {
     h("dt", null, "tensors"), h("dd", null, x.tensors_compared + " compared: " + x.tensors_identical + " identical, " +
       x.tensors_within_tolerance + " within tolerance, " + x.tensors_diverged + " diverged, " +
       x.tensors_nondeterministic + " nondeterministic; " + x.missing_keys + " missing, " + x.extra_keys + " extra"),
-    h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")" : "") : "none"),
+    h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")"
+      : fd.derived ? "  (max rel >= " + fmtNum(fd.derived.max_rel_lower) + ", l2 rel >= " + fmtNum(fd.derived.rel_l2_lower) +
+        ", derived from stats; rerun at capture sample for elementwise error)" : "") : "none"),
     h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none")));
 
   panel.append(h("h3", null, "Relative error per layer, in execution order"));
@@ -845,7 +899,7 @@ function timingPlot(ctl, head, perf) {
   }
   const wrap = h("div", null, svg);
   if (perf && perf.hl_shift_ns !== undefined && perf.hl_shift_ns !== null) {
-    wrap.append(h("p", { class: "muted" }, "Hodges-Lehmann shift " + fmtNs(perf.hl_shift_ns) + " (head − control)"));
+    wrap.append(h("p", { class: "muted" }, "Hodges-Lehmann shift " + fmtNs(perf.hl_shift_ns, true) + " (head − control)"));
   }
   return wrap;
 }
