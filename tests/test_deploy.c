@@ -653,6 +653,27 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
     }
 }
 
+/* capd.8 says which mode the data dir gets; it must be the mode capd
+ * actually leaves it in (0750, and o+x on top when capd is root so that
+ * run_as_user reaches its scratch dir). */
+Test(deploy, man_page_states_the_data_dir_mode, .timeout = 120)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char *data = pathf("%s/data", c.dir);
+    struct stat sb;
+    cr_assert_eq(stat(data, &sb), 0);
+    unsigned want = geteuid() == 0 ? 0751 : 0750;
+    cr_assert_eq(sb.st_mode & 07777, want, "data dir mode %04o", (unsigned)(sb.st_mode & 07777));
+    char *page = man_text("capd.8");
+    cr_assert(strstr(page, "Created when missing (mode 0750; capd running as root then adds o+x, "
+                           "0751"),
+              "capd.8 states both modes");
+    free(page);
+    free(data);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
 /* The help text that lists the flags of a documented command line: the
  * command and subcommand words after the program name pick it. */
 static char *help_for(char **words, int n)
