@@ -781,6 +781,25 @@ Test(api_builds, refused_when_the_cell_user_cannot_reach_it)
               reason ? reason : "(none)");
     json_decref(job);
     free(id);
+    /* An interpreter the check cannot see (a script's #! line) that the
+     * cell user cannot reach: the exec fails, and the cell says so as the
+     * cell user, not a bare "exit code 127". */
+    char bang[720];
+    snprintf(bang, sizeof bang, "#!%s\n", py);
+    snprintf(file, sizeof file, "%s", write_file("bang.sh", bang, 0755));
+    j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st, "{\"name\":\"bang\",\"python\":\"%s\"}", file);
+    cr_assert_eq(st, 201, "%s", dump(j));
+    json_decref(j);
+    id = submit1("bang", "abcdef2");
+    job = wait_done(id);
+    reason = jstr(json_array_get(json_object_get(job, "cells"), 0), "reason");
+    cr_assert(reason &&
+                  strstr(reason, "exit code 127: the runner could not be executed as the "
+                                 "cell user") &&
+                  strstr(reason, "uid "),
+              "reason: %s", reason ? reason : "(none)");
+    json_decref(job);
+    free(id);
     chmod(priv, 0755);
 }
 
