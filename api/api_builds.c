@@ -1,7 +1,8 @@
 /*
  * api/api_builds.c - /v1/builds: how the framework under test is run.
- * A build names an interpreter that must exist and be executable, its
- * environment, and the directories user models may be imported from.
+ * A build names an interpreter that must exist and be executable by the
+ * cell user, its environment, and the directories user models may be
+ * imported from (each one a directory the cell user can read).
  */
 #include <errno.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "daemon/runas.h"
 
 #define BUILD_MAX_ENV   128
 #define BUILD_MAX_ROOTS 32
@@ -117,6 +119,26 @@ static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD
     return true;
 }
 
+/*
+ * A build that registers fine but whose every cell dies at exec was the
+ * worst first experience capd had: the interpreter or a model root that
+ * capd (root) reaches but the cell user (nobody) does not. Registration
+ * checks as the cell user (daemon/runas.h) and names the path, the user
+ * and what is missing. 400 cell_user_denied for permissions, invalid_field
+ * for a path that does not exist or is of the wrong type.
+ */
+static bool cell_user_can(struct api_req *r, const char *path, enum runas_need need,
+                          const char *field, enum MHD_Result *ret)
+{
+    char why[1024];
+    int rc = runas_can_use(api_cfg(r), path, need, why, sizeof why);
+    if (rc == 0)
+        return true;
+    *ret = api_error(r, 400, rc == -EACCES ? "cell_user_denied" : "invalid_field", field, "%s %s",
+                     need == RUNAS_EXEC ? "interpreter" : "model root", why);
+    return false;
+}
+
 /* Validates a build body; replies and returns NULL on bad input. The
  * result is normalized (env and model_roots always present). */
 static json_t *validate_build(struct api_req *r, json_t *b, const char *name, enum MHD_Result *ret)
@@ -143,12 +165,8 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
                          "python must be an absolute path to an interpreter");
         return NULL;
     }
-    struct stat sb;
-    if (stat(pys, &sb) != 0 || !S_ISREG(sb.st_mode) || access(pys, X_OK) != 0) {
-        *ret = api_error(r, 400, "invalid_field", "python",
-                         "interpreter %s does not exist or is not executable", pys);
+    if (!cell_user_can(r, pys, RUNAS_EXEC, "python", ret))
         return NULL;
-    }
     json_t *env = json_object_get(b, "env");
     json_t *allow = json_object_get(b, "allow_env");
     if (!validate_env(r, env, allow, ret))
@@ -175,6 +193,8 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
                              "model_roots[%zu] must be an absolute path without . or ..", i);
             return NULL;
         }
+        if (!cell_user_can(r, p, RUNAS_DIR, "model_roots", ret))
+            return NULL;
     }
     /* Opt-in to prefork runners (docs/prefork.md). */
     json_t *prefork = json_object_get(b, "prefork");

@@ -204,6 +204,34 @@ static enum MHD_Result reply_result(struct api_req *r, json_t *result)
     return api_json(r, 200, result);
 }
 
+/* The head job's "compare" option, then the request's overrides, onto O;
+ * replies and returns false when either is invalid. */
+static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o,
+                          enum MHD_Result *ret)
+{
+    struct cmp_err e = {{0}, {0}};
+    json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
+    if (jo && cmp_options_apply_json(o, jo, &e) != 0) {
+        *ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
+        return false;
+    }
+    const char *q = api_query(r, "overrides");
+    if (!q)
+        return true;
+    json_error_t je;
+    json_t *ovr = json_loads(q, JSON_REJECT_DUPLICATES, &je);
+    bool ok = false;
+    if (!json_is_object(ovr))
+        *ret = api_error(r, 400, "invalid_query", "overrides",
+                         "overrides must be a JSON object: %s", ovr ? "not an object" : je.text);
+    else if (cmp_options_apply_json(o, ovr, &e) != 0)
+        *ret = api_error(r, 400, "invalid_query", "overrides", "%s: %s", e.field, e.message);
+    else
+        ok = true;
+    json_decref(ovr);
+    return ok;
+}
+
 /* Loads both jobs, applies options (defaults, then the head job's
  * "compare" option, then the request's overrides) and runs the engine. */
 static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
@@ -211,35 +239,28 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
 {
     struct cmp_side *cs = NULL, *hs = NULL;
     struct store_payloads *pl = NULL;
-    json_t *result = NULL, *ovr = NULL;
+    json_t *result = NULL;
     enum MHD_Result ret;
     struct cmp_options o;
-    struct cmp_err e = {{0}, {0}};
     struct store_cell_filter f = {api_query(r, "model"), api_query(r, "width"),
                                   api_query(r, "pass")};
+    const struct api_filter af[] = {
+        {"model", "model", f.model},
+        {"width", "width", ctl_width ? NULL : f.width},
+        {"pass", "pass", f.pass},
+        {"control_width", "width", ctl_width},
+        {"head_width", "width", head_width},
+    };
+    const size_t naf = sizeof af / sizeof af[0];
     cmp_options_init(&o);
     /* 304 before anything is loaded or computed (api/etag.c). */
     if (api_etag_compare(r, ctl, head, extra, &ret))
         return ret;
-    json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
-    if (jo && cmp_options_apply_json(&o, jo, &e) != 0) {
-        ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
+    /* A filter that matches nothing is a typo, never a pass. */
+    if (!api_check_filters(r, s, ctl, head, af, naf, &ret))
+        return ret;
+    if (!apply_options(r, head, &o, &ret))
         goto out;
-    }
-    const char *q = api_query(r, "overrides");
-    if (q) {
-        json_error_t je;
-        ovr = json_loads(q, JSON_REJECT_DUPLICATES, &je);
-        if (!json_is_object(ovr)) {
-            ret = api_error(r, 400, "invalid_query", "overrides",
-                            "overrides must be a JSON object: %s", ovr ? "not an object" : je.text);
-            goto out;
-        }
-        if (cmp_options_apply_json(&o, ovr, &e) != 0) {
-            ret = api_error(r, 400, "invalid_query", "overrides", "%s: %s", e.field, e.message);
-            goto out;
-        }
-    }
     const char *it = api_query(r, "tensors");
     if (it && strcmp(it, "1") == 0)
         o.include_tensors = true;
@@ -262,6 +283,10 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
                         NULL, "comparison failed (%d)", rc);
         goto out;
     }
+    if (json_integer_value(json_object_get(json_object_get(result, "counts"), "cells")) == 0) {
+        ret = api_no_cells(r, result, af, naf);
+        goto out;
+    }
     json_object_set_new(result, "control", side_summary(ctl));
     json_object_set_new(result, "head", side_summary(head));
     add_warnings(result, ctl, ctl == head ? "job" : "control");
@@ -274,7 +299,6 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     result = NULL;
 out:
     json_decref(result);
-    json_decref(ovr);
     cmp_side_free(cs);
     cmp_side_free(hs);
     store_payloads_free(pl);

@@ -177,4 +177,18 @@ void api_live_free(void);  /* after MHD has stopped */
 void api_live_request_done(struct api_req *r);
 bool api_jobs_get_live(struct api_req *r, enum MHD_Result *ret);
 
+/* A comparison's filters (api/api_filter.c). FIELD is the query
+ * parameter as the client named it, DIM the cell column it filters. */
+struct api_filter {
+    const char *field, *dim, *value; /* VALUE NULL or "": not given */
+};
+/* Each given filter must match a cell of CTL or HEAD (and a width must be
+ * in the width table); else replies 400 naming the values that exist and
+ * returns false. */
+bool api_check_filters(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
+                       const struct api_filter *f, size_t n, enum MHD_Result *ret);
+/* The 400 for a comparison that paired no cell at all. */
+enum MHD_Result api_no_cells(struct api_req *r, json_t *result, const struct api_filter *f,
+                             size_t n);
+
 #endif

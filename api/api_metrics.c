@@ -63,7 +63,8 @@ enum MHD_Result api_metrics(struct api_req *r)
     struct store_errors e;
     store_errors_get(&e);
     fprintf(f,
-            "# HELP capd_sqlite_errors_total SQLite calls that failed, by class.\n"
+            "# HELP capd_sqlite_errors_total SQLite calls that failed, by class (storage "
+            "faults; a duplicate name is counted in capd_store_conflicts_total).\n"
             "# TYPE capd_sqlite_errors_total counter\n"
             "capd_sqlite_errors_total{kind=\"busy\"} %llu\n"
             "capd_sqlite_errors_total{kind=\"constraint\"} %llu\n"
@@ -72,6 +73,15 @@ enum MHD_Result api_metrics(struct api_req *r)
             "capd_sqlite_errors_total{kind=\"other\"} %llu\n",
             (unsigned long long)e.busy, (unsigned long long)e.constraint,
             (unsigned long long)e.nomem, (unsigned long long)e.io, (unsigned long long)e.other);
+    /* A client's conflict (409: a build or job key that exists) is not a
+     * storage error: an alert on capd_sqlite_errors_total must not fire
+     * because a CI script registered its build twice. */
+    fprintf(f,
+            "# HELP capd_store_conflicts_total Writes refused because what they name already "
+            "exists (UNIQUE or PRIMARY KEY; answered 409, a client error).\n"
+            "# TYPE capd_store_conflicts_total counter\n"
+            "capd_store_conflicts_total %llu\n",
+            (unsigned long long)e.conflict);
     metrics_write(f);
     json_decref(counts);
     if (fclose(f) != 0 || !buf) {

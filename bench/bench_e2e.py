@@ -57,7 +57,9 @@ class Capd(object):
                         "w")
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--runner-dir",
-             runner_dir, "--max-parallel", str(max_parallel), "--log-level", "info"],
+             runner_dir, "--max-parallel", str(max_parallel),
+             # numerics-only jobs as the performance table measures them
+             "--max-parallel-numerics", str(os.cpu_count() or 1), "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=self.log)
         line = self.proc.stdout.readline().decode()
         if "listening on" not in line:

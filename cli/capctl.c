@@ -18,6 +18,7 @@ static const struct {
     {"submit", ctl_cmd_submit, "submit a capture job (optionally wait for it)"},
     {"status", ctl_cmd_status, "show a job and the state of its cells"},
     {"wait", ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
+    {"cancel", ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
     {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
     {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
 };

@@ -190,6 +190,7 @@ int ctl_cmd_builds(int argc, char **argv);
 int ctl_cmd_submit(int argc, char **argv);
 int ctl_cmd_status(int argc, char **argv);
 int ctl_cmd_wait(int argc, char **argv);
+int ctl_cmd_cancel(int argc, char **argv);
 int ctl_cmd_diff(int argc, char **argv);
 int ctl_cmd_widths(int argc, char **argv);
 

@@ -46,7 +46,8 @@ static const struct ctl_cmd cmd_diff = {
     "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
     "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
     "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
-    "2 error (bad flags, network, a server error, still pending).\n\n"
+    "2 error (bad flags, network, a server error, still pending, a --model,\n"
+    "--width or --pass that matches no cell, or no cell compared at all).\n\n"
     "examples:\n"
     "  capctl diff --commit $SHA --format md > report.md\n"
     "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
@@ -264,6 +265,14 @@ int ctl_cmd_diff(int argc, char **argv)
     const char *verdict = json_string_value(json_object_get(result, "verdict"));
     if (!verdict || (strcmp(verdict, "pass") && strcmp(verdict, "regression"))) {
         fprintf(stderr, "capctl: the comparison has no verdict (pass or regression)\n");
+        goto out;
+    }
+    /* A server that predates the no_cells refusal still answers 200 for
+     * zero cells compared: a gate never passes on nothing. */
+    json_t *ncells = json_object_get(json_object_get(result, "counts"), "cells");
+    if (!json_is_integer(ncells) || json_integer_value(ncells) == 0) {
+        fprintf(stderr, "capctl: the comparison compared no cell; check --model, --width and "
+                        "--pass against the job's cells (capctl status JOB)\n");
         goto out;
     }
     if (strcmp(format, "json") == 0) {

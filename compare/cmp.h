@@ -369,6 +369,33 @@ int cmp_tensor_compare(const struct cmp_tensor *head, const struct cmp_tensor *c
                        struct cmp_metrics *out);
 
 /*
+ * Sizes of a pair's error derived from the two sides' statistics alone, for
+ * the `stats` basis where no element was captured (compare/derived.c,
+ * docs/compare.md "Sizes derived from statistics"). With d = head - control
+ * over the n finite positions (std the population std, as the runner
+ * records it), each *_lower is a proven lower bound:
+ *   l2_lower      = max(|l2_h - l2_c|, sqrt(n) * hypot(dmean, dstd))
+ *                   (reverse triangle inequality on x and on x - mean)
+ *   rms_lower     = l2_lower / sqrt(n)
+ *   max_abs_lower = max(|dmin|, |dmax|, rms_lower)
+ *   rel_l2_lower  = l2_lower / l2_c       (bounds nl2 from below)
+ *   max_rel_lower = max_abs_lower / max(|min_c|, |max_c|) (bounds max_rel)
+ * A relative value is +inf when the control's scale is 0 and the error is
+ * not. -ENODATA when nothing can be derived: a side without finite values,
+ * different element counts or different non-finite counts (the bounds
+ * assume the finite positions are the same ones).
+ */
+struct cmp_derived {
+    int64_t n;
+    double abs_dmean, abs_dstd, abs_dmin, abs_dmax;
+    double l2_lower, rms_lower, max_abs_lower;
+    double control_rms, control_max_abs;
+    double rel_l2_lower, max_rel_lower;
+};
+int cmp_stats_derive(const struct cmp_stats *head, const struct cmp_stats *control,
+                     int64_t numel_head, int64_t numel_control, struct cmp_derived *out);
+
+/*
  * Perf verdicts (docs/compare.md, "Perf"). The unit of evidence is a timing
  * process: iterations inside one process share its memory layout, clock and
  * neighbours, so each process contributes one observation, the median of its

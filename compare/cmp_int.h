@@ -195,4 +195,8 @@ void cmp__side_free_fingerprints(struct cmp_side *side);
 /* json helpers (engine.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);
 
+/* Adds "derived_from": "stats" and the "derived" object of
+ * cmp_stats_derive() to a `stats` basis row O; nothing when underivable. */
+int cmp__derived_json(json_t *o, const struct cmp__rec *head, const struct cmp__rec *control);
+
 #endif

@@ -166,6 +166,8 @@ static json_t *row_json(const struct row *r)
         rc |= cmp__set_real(o, "sqnr_db", m->sqnr_db);
         rc |= cmp__set_real(o, "nl2", m->nl2);
     }
+    if (m->basis == CMP_BASIS_STATS && m->mismatch == CMP_MISMATCH_NONE)
+        rc |= cmp__derived_json(o, h, c); /* derived.c: sizes from the statistics */
     rc |= set(o, "stat_violations", json_integer(m->stat_violations));
     rc |= set(o, "nan_one_sided", json_integer(m->nan_one_sided));
     rc |= set(o, "inf_one_sided", json_integer(m->inf_one_sided));

@@ -193,6 +193,24 @@ static void counts_line(struct buf *b, const json_t *counts)
     }
 }
 
+/*
+ * A statistics-only row has no element error; its size is bounded from the
+ * statistics (derived.c). Said as bounds, with where they come from and how
+ * to get measured numbers: ", max rel >= 2.1e-04, l2 rel >= 1.3e-04
+ * (derived from stats; capture sample for elementwise)".
+ */
+static void derived_desc(struct buf *b, const json_t *d)
+{
+    const json_t *dv = json_object_get(d, "derived");
+    char v1[32], v2[32];
+    if (!json_is_object(dv))
+        return;
+    num(v1, sizeof(v1), jreal(dv, "max_rel_lower"));
+    num(v2, sizeof(v2), jreal(dv, "rel_l2_lower"));
+    bprintf(b, ", max rel >= %s, l2 rel >= %s (derived from %s; capture sample for elementwise)",
+            v1, v2, jstr(d, "derived_from"));
+}
+
 /* "fc1.0.forward.output.0 (seq 3, tolerance, max rel 0.012)" */
 static void divergence_desc(struct buf *b, const json_t *d, bool md)
 {
@@ -218,6 +236,7 @@ static void divergence_desc(struct buf *b, const json_t *d, bool md)
     if (json_object_get(d, "allclose_violations"))
         bprintf(b, ", %lld/%lld off", (long long)jint(d, "allclose_violations"),
                 (long long)jint(d, "n"));
+    derived_desc(b, d);
     if (json_object_get(d, "basis") && strcmp(jstr(d, "basis"), "full") != 0)
         bprintf(b, ", %s basis", jstr(d, "basis"));
     bprintf(b, ")");

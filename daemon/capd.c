@@ -166,15 +166,17 @@ static void on_cell_done(void *ud, struct sup *s)
 
 /*
  * Numerics-only cells (options.iterations 0: nothing is timed, so nothing
- * is disturbed by sharing the CPU) may run beside each other past
- * max_parallel, up to the number of online CPUs, while every running cell
- * is numerics-only and so is the next one in the queue. A timing cell at
- * the head of the queue waits for them to finish as it would for any cell.
+ * is disturbed by sharing the CPU) may run beside each other up to
+ * max_parallel_numerics (0, the default: no further than max_parallel,
+ * which then means what its name says for every kind of job), while every
+ * running cell is numerics-only and so is the next one in the queue. A
+ * timing cell at the head of the queue waits for them to finish as it
+ * would for any cell.
  */
 static bool numerics_room(struct capd *d)
 {
     bool next = false;
-    return d->nnumerics == d->nrunning && d->nrunning < d->ncores &&
+    return d->nnumerics == d->nrunning && d->nrunning < (unsigned)d->cfg.max_parallel_numerics &&
            store_next_cell_numerics(d->st, &next) == 0 && next;
 }
 

@@ -41,6 +41,7 @@ static const struct ckey keys[] = {
     {"max_cells_per_job", T_INT, F(max_cells_per_job), 0, 1, 100000},
     {"max_queued_jobs", T_INT, F(max_queued_jobs), 0, 0, 1000000},
     {"max_parallel", T_INT, F(max_parallel), 0, 1, 1024},
+    {"max_parallel_numerics", T_INT, F(max_parallel_numerics), 0, 0, 1024},
     {"max_attempts", T_INT, F(max_attempts), 0, 1, 100},
     {"shutdown_deadline_ms", T_INT, F(shutdown_deadline_ms), 0, 0, 3600000},
     {"kill_grace_ms", T_INT, F(kill_grace_ms), 0, 0, 600000},
@@ -270,6 +271,7 @@ void config_usage(FILE *f)
             "usage: capd --listen ADDR:PORT --data-dir DIR [--config FILE] [options]\n"
             "       capd --help | --version\n"
             "       capd db backup|vacuum|prune ...   (database care; capd db --help)\n"
+            "       capd token create|list|revoke ... (API tokens; capd token --help)\n"
             "\n"
             "capd runs model x width x pass capture jobs for ML framework builds, each cell in\n"
             "its own child process, stores what every layer computed in SQLite and compares a\n"
@@ -280,7 +282,10 @@ void config_usage(FILE *f)
             "                            port 0 picks a free port, printed on stdout)\n"
             "  --data-dir DIR            database, cell logs and scratch (default /var/lib/capd)\n"
             "  --config FILE             JSON config file (see docs/configuration.md)\n"
-            "  --max-parallel N          cells running at once (default 1: timings need the CPU)\n"
+            "  --max-parallel N          cells running at once, of every kind (default 1: timings\n"
+            "                            need the CPU)\n"
+            "  --max-parallel-numerics N numerics-only cells (iterations 0) running at once\n"
+            "                            while nothing timed runs (default 0: max_parallel)\n"
             "  --max-attempts N          runs of an interrupted cell before it gives up (3)\n"
             "  --runner-dir DIR          directory holding the capd_runner package\n"
             "  --cpu-features-hide LIST  CPU features capd treats as absent, comma-separated\n"
@@ -302,6 +307,7 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
         {"config", required_argument, NULL, 'c'},
         {"max-parallel", required_argument, NULL, 'p'},
         {"max-attempts", required_argument, NULL, 'a'},
+        {"max-parallel-numerics", required_argument, NULL, 'n'},
         {"runner-dir", required_argument, NULL, 'r'},
         {"cpu-features-hide", required_argument, NULL, 'H'},
         {"log-level", required_argument, NULL, 'L'},
@@ -353,10 +359,11 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
             v = json_string(optarg);
             break;
         case 'p':
+        case 'n':
         case 'a': {
             char *end;
             long n = strtol(optarg, &end, 10);
-            key = o == 'p' ? "max_parallel" : "max_attempts";
+            key = o == 'p' ? "max_parallel" : o == 'n' ? "max_parallel_numerics" : "max_attempts";
             v = *end || end == optarg ? json_string(optarg) : json_integer(n);
             break;
         }

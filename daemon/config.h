@@ -24,6 +24,7 @@ struct capd_config {
     int max_cells_per_job;
     int max_queued_jobs;
     int max_parallel;
+    int max_parallel_numerics; /* 0: numerics-only cells count like any other */
     int max_attempts;
     int shutdown_deadline_ms;
     int kill_grace_ms;

@@ -5,6 +5,7 @@
  * daemon never changes its own credentials.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -129,5 +130,89 @@ int runas_prepare_cell(const struct capd_config *c, const char *scratch, const c
                  c->run_as_user, strerror(e));
         return -e;
     }
+    return 0;
+}
+
+void runas_describe(const struct capd_config *c, char *buf, size_t len)
+{
+    if (c->run_uid >= 0) {
+        snprintf(buf, len, "%s (uid %ld, gid %ld)", c->run_as_user, c->run_uid, c->run_gid);
+        return;
+    }
+    struct passwd *pw = getpwuid(geteuid());
+    snprintf(buf, len, "%s (uid %ld, gid %ld; capd's own user)", pw ? pw->pw_name : "?",
+             (long)geteuid(), (long)getegid());
+}
+
+/* The class bits of SB that apply to UID/GID: 4 read, 2 write, 1 x. */
+static unsigned class_bits(const struct stat *sb, long uid, long gid)
+{
+    if ((long)sb->st_uid == uid)
+        return (sb->st_mode >> 6) & 7;
+    if ((long)sb->st_gid == gid)
+        return (sb->st_mode >> 3) & 7;
+    return sb->st_mode & 7;
+}
+
+/* Whether the cell user has every bit of WANT on P (stat SB). */
+static bool user_may(const struct capd_config *c, const char *p, const struct stat *sb,
+                     unsigned want)
+{
+    if (c->run_uid < 0) {
+        int mode = (want & 4 ? R_OK : 0) | (want & 1 ? X_OK : 0);
+        return faccessat(AT_FDCWD, p, mode, AT_EACCESS) == 0;
+    }
+    return (class_bits(sb, c->run_uid, c->run_gid) & want) == want;
+}
+
+static int blocked(const struct capd_config *c, char *why, size_t wlen, const char *path,
+                   const char *at, const struct stat *sb, const char *what)
+{
+    char who[160];
+    runas_describe(c, who, sizeof who);
+    snprintf(why, wlen,
+             "%s: %s is mode %04o owned by uid %ld gid %ld, so the cell user %s cannot %s it", path,
+             at, (unsigned)(sb->st_mode & 07777), (long)sb->st_uid, (long)sb->st_gid, who, what);
+    return -EACCES;
+}
+
+int runas_can_use(const struct capd_config *c, const char *path, enum runas_need need, char *why,
+                  size_t wlen)
+{
+    char real[PATH_MAX], at[PATH_MAX];
+    struct stat sb;
+    if (!realpath(path, real) || stat(real, &sb) != 0) {
+        int e = errno;
+        snprintf(why, wlen, "%s: %s", path, e == ENOENT ? "does not exist" : strerror(e));
+        return -e;
+    }
+    /* Each ancestor, from / down, must let the user search it. */
+    for (char *slash = real; slash; slash = strchr(slash + 1, '/')) {
+        size_t n = (size_t)(slash - real);
+        struct stat ab;
+        snprintf(at, sizeof at, "%.*s", n ? (int)n : 1, n ? real : "/");
+        if (stat(at, &ab) != 0) {
+            snprintf(why, wlen, "%s: cannot stat %s: %s", path, at, strerror(errno));
+            return -EACCES;
+        }
+        if (!user_may(c, at, &ab, 1))
+            return blocked(c, why, wlen, path, at, &ab, "search");
+    }
+    if (need == RUNAS_DIR && !S_ISDIR(sb.st_mode)) {
+        snprintf(why, wlen, "%s is not a directory", path);
+        return -ENOTDIR;
+    }
+    if (need == RUNAS_EXEC && !S_ISREG(sb.st_mode)) {
+        snprintf(why, wlen, "%s is not a regular file", path);
+        return -EINVAL;
+    }
+    if (need == RUNAS_EXEC && !(sb.st_mode & 0111)) {
+        snprintf(why, wlen, "%s is mode %04o: not executable by anyone", path,
+                 (unsigned)(sb.st_mode & 07777));
+        return -EINVAL;
+    }
+    if (!user_may(c, real, &sb, need == RUNAS_DIR ? 5 : 1))
+        return blocked(c, why, wlen, path, real, &sb,
+                       need == RUNAS_DIR ? "list and search" : "execute");
     return 0;
 }

@@ -28,4 +28,20 @@ int runas_check(const struct capd_config *c, char **err);
 int runas_prepare_cell(const struct capd_config *c, const char *scratch, const char *spec,
                        char *reason, size_t rlen);
 
+/*
+ * Whether the cell user can use PATH as NEED says: an interpreter it may
+ * execute (a regular file with an x bit for its class), or a model root it
+ * may read (a directory it may list and search). Every ancestor of the
+ * resolved path must be searchable by it. The user is run_uid/run_gid
+ * when set (capd is root; capd-exec drops supplementary groups, so the
+ * mode bits and owners decide, as the kernel does without ACLs), else capd's
+ * own user, checked by the kernel (faccessat). 0, or -ENOENT, -ENOTDIR,
+ * -EINVAL (not a regular file) or -EACCES with WHY saying which path blocks and what is missing.
+ */
+enum runas_need { RUNAS_EXEC, RUNAS_DIR };
+int runas_can_use(const struct capd_config *c, const char *path, enum runas_need need, char *why,
+                  size_t wlen);
+/* The cell user in words, e.g. "nobody (uid 65534, gid 65534)". */
+void runas_describe(const struct capd_config *c, char *buf, size_t len);
+
 #endif

@@ -284,6 +284,25 @@ static void close_handle(struct sup *s, uv_handle_t *h)
         uv_close(h, on_close);
 }
 
+/* Exit 127 before a single frame: the exec of the runner failed (spawn.c,
+ * capd-exec). Say why as the cell user sees it (daemon/runas.h), not a
+ * bare exit code: usually the interpreter is behind a directory that user
+ * cannot search. */
+static void exec_failure(struct sup *s, char *reason, size_t rlen)
+{
+    char why[768], who[160];
+    const char *py = json_string_value(json_object_get(s->run.build, "python"));
+    runas_describe(s->cfg, who, sizeof who);
+    if (py && runas_can_use(s->cfg, py, RUNAS_EXEC, why, sizeof why) != 0)
+        snprintf(reason, rlen, "exit code 127: the runner could not be executed: interpreter %s",
+                 why);
+    else
+        snprintf(reason, rlen,
+                 "exit code 127: the runner could not be executed as the cell user %s (the cell "
+                 "log says why)",
+                 who);
+}
+
 static void classify(struct sup *s, struct store_outcome *o, char *reason, size_t rlen)
 {
     const char *end_status = frame_end_status(s->fp);
@@ -323,6 +342,9 @@ static void classify(struct sup *s, struct store_outcome *o, char *reason, size_
     } else if (end_status && strcmp(end_status, "unsupported") == 0) {
         o->state = "unsupported";
         snprintf(reason, rlen, "%s", end_reason ? end_reason : "runner reported unsupported");
+    } else if (s->exit_status == 127 && frame_count(s->fp) == 0) {
+        o->state = "failed";
+        exec_failure(s, reason, rlen);
     } else if (s->exit_status != 0) {
         o->state = "failed";
         snprintf(reason, rlen, "exit code %lld%s%s", (long long)s->exit_status,
@@ -941,10 +963,11 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
         goto fail;
 
     const char *python = json_string_value(json_object_get(s->run.build, "python"));
-    if (!python || access(python, X_OK) != 0) {
-        snprintf(reason, sizeof reason, "build '%s': interpreter %s is not executable",
+    char why[768];
+    if (!python || runas_can_use(cfg, python, RUNAS_EXEC, why, sizeof why) != 0) {
+        snprintf(reason, sizeof reason, "build '%s': interpreter %s",
                  json_string_value(json_object_get(s->run.build, "name")),
-                 python ? python : "(build no longer registered)");
+                 python ? why : "(build no longer registered) is not executable");
         rc = -ENOENT;
         goto fail;
     }

@@ -240,3 +240,51 @@ int store_load_side(struct store *s, const char *job_id, const struct store_cell
     sqlite3_finalize(st);
     return rc;
 }
+
+/* Appends V to the sorted list A unless it is there already. */
+static int add_distinct(json_t *a, const char *v)
+{
+    size_t i, n = json_array_size(a);
+    for (i = 0; i < n; i++) {
+        int c = strcmp(json_string_value(json_array_get(a, i)), v);
+        if (c == 0)
+            return 0;
+        if (c > 0)
+            break;
+    }
+    if (n >= STORE_MAX_CELL_VALUES)
+        return -E2BIG;
+    return json_array_insert_new(a, i, json_string(v)) ? -ENOMEM : 0;
+}
+
+int store_job_cell_values(struct store *s, const char *job_id, json_t **out)
+{
+    static const char *const dims[] = {"model", "width", "pass"};
+    sqlite3_stmt *st = NULL;
+    json_t *o = json_pack("{s:[],s:[],s:[]}", "model", "width", "pass");
+    int rc = o ? 0 : -ENOMEM;
+    if (!rc)
+        rc = store_prepare(s,
+                           "SELECT c.model, c.width, c.pass FROM cells c JOIN jobs j "
+                           "ON j.seq = c.job_seq WHERE j.id = ?",
+                           &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, job_id);
+    int src = SQLITE_DONE;
+    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int d = 0; d < 3 && rc == 0; d++)
+            rc =
+                add_distinct(json_object_get(o, dims[d]), (const char *)sqlite3_column_text(st, d));
+    }
+    if (rc == 0 && src != SQLITE_DONE)
+        rc = -EIO;
+    if (rc == 0) {
+        *out = o;
+        o = NULL;
+    }
+out:
+    sqlite3_finalize(st);
+    json_decref(o);
+    return rc;
+}

@@ -210,10 +210,14 @@ int store_state_counts(struct store *s, json_t **out)
 
 /* ---- SQLite error counters ---- */
 
-static uint64_t err_busy, err_constraint, err_nomem, err_io, err_other;
+static uint64_t err_busy, err_constraint, err_nomem, err_io, err_other, err_conflict;
 
 void store_note_error(int src)
 {
+    if (src == SQLITE_CONSTRAINT_UNIQUE || src == SQLITE_CONSTRAINT_PRIMARYKEY) {
+        __atomic_add_fetch(&err_conflict, 1, __ATOMIC_RELAXED);
+        return;
+    }
     switch (src & 0xff) {
     case SQLITE_OK:
     case SQLITE_ROW:
@@ -248,4 +252,5 @@ void store_errors_get(struct store_errors *e)
     e->nomem = __atomic_load_n(&err_nomem, __ATOMIC_RELAXED);
     e->io = __atomic_load_n(&err_io, __ATOMIC_RELAXED);
     e->other = __atomic_load_n(&err_other, __ATOMIC_RELAXED);
+    e->conflict = __atomic_load_n(&err_conflict, __ATOMIC_RELAXED);
 }

@@ -203,6 +203,14 @@ struct store_cell_filter {
 int store_load_side(struct store *s, const char *job_id, const struct store_cell_filter *f,
                     struct cmp_side *side, struct store_payloads **pl);
 void store_payloads_free(struct store_payloads *pl);
+/*
+ * The distinct models, widths and passes of JOB_ID's cells, for checking a
+ * comparison's filters before it runs: {"model":[..],"width":[..],
+ * "pass":[..]}, each sorted. At most STORE_MAX_CELL_VALUES per list;
+ * -E2BIG past that (a job's matrix is far smaller). -ENOENT for no job.
+ */
+#define STORE_MAX_CELL_VALUES 1024
+int store_job_cell_values(struct store *s, const char *job_id, json_t **out);
 
 /* Runs PRAGMA integrity_check; 0 when it says ok. */
 int store_integrity_check(struct store *s);
@@ -353,9 +361,12 @@ int store_counter(struct store *s, const char *name, int64_t *value);
 /* {"jobs":{state:n,...},"cells":{state:n,...}} for /metrics. */
 int store_state_counts(struct store *s, json_t **out);
 
-/* SQLite failures seen by any connection of this process, by class. */
+/* SQLite failures seen by any connection of this process, by class.
+ * CONFLICT counts UNIQUE and PRIMARY KEY violations apart: a write that
+ * names something that already exists (a duplicate build is a client's
+ * 409), not a storage fault; CONSTRAINT is every other constraint. */
 struct store_errors {
-    uint64_t busy, constraint, nomem, io, other;
+    uint64_t busy, constraint, nomem, io, other, conflict;
 };
 void store_errors_get(struct store_errors *out);
 

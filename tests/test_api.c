@@ -601,6 +601,23 @@ Test(api_builds, create_get_list)
     json_decref(m);
 }
 
+/* The value of one series of /metrics, -1 when it is absent. */
+static double metric(const char *series)
+{
+    struct tu_resp r;
+    tu_http(&g_capd, "GET", "/metrics", NULL, 0, NULL, &r);
+    double v = -1;
+    size_t n = strlen(series);
+    for (char *l = r.body; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            v = strtod(l + n + 1, NULL);
+        l = e ? e + 1 : NULL;
+    }
+    tu_resp_free(&r);
+    return v;
+}
+
 Test(api_builds, duplicate_name_409_changes_nothing)
 {
     start(NULL);
@@ -616,6 +633,9 @@ Test(api_builds, duplicate_name_409_changes_nothing)
     cr_assert_str_eq(jstr(g, "python"), "/bin/true", "the 409 must not replace the build");
     cr_assert(json_equal(a, g));
     cr_assert_eq(count_builds(), 1);
+    /* A client's conflict, not a storage error, in /metrics. */
+    cr_assert_eq(metric("capd_store_conflicts_total"), 1);
+    cr_assert_eq(metric("capd_sqlite_errors_total{kind=\"constraint\"}"), 0);
     json_decref(a);
     json_decref(d);
     json_decref(g);
@@ -699,6 +719,90 @@ Test(api_builds, invalid_bodies_400_store_nothing)
 }
 
 /* A description of exactly 1024 bytes is the limit; 1025 is refused. */
+/*
+ * Registration checks as the cell user (nobody when capd is root, else
+ * capd's own user): a directory that user cannot search in front of the
+ * interpreter or a model root, a model root it cannot list, one that does
+ * not exist or is a file. Each refusal names the path, the user and what is
+ * missing. A directory of mode 0600 blocks every user but root's cells, so
+ * this holds whoever runs the test.
+ */
+Test(api_builds, refused_when_the_cell_user_cannot_reach_it)
+{
+    start(NULL);
+    long st;
+    char priv[600], py[700], unlisted[600], file[700];
+    snprintf(priv, sizeof priv, "%s/private", g_dir);
+    snprintf(py, sizeof py, "%s/python", priv);
+    snprintf(unlisted, sizeof unlisted, "%s/unlisted", g_dir);
+    cr_assert_eq(mkdir(priv, 0755), 0);
+    cr_assert_eq(mkdir(unlisted, 0311), 0);
+    FILE *f = fopen(py, "w");
+    cr_assert_not_null(f);
+    fputs(OK_SH, f);
+    fclose(f);
+    cr_assert_eq(chmod(py, 0755), 0);
+    snprintf(file, sizeof file, "%s", write_file("plain", "x", 0644));
+    /* Reachable: accepted, as before. */
+    json_t *j =
+        tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
+                 "{\"name\":\"fine\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}", py, priv);
+    cr_assert_eq(st, 201, "%s", dump(j));
+    json_decref(j);
+    cr_assert_eq(chmod(priv, 0600), 0);
+    const struct {
+        const char *python, *root, *code, *field, *says;
+    } bad[] = {
+        {py, NULL, "cell_user_denied", "python", "cannot search it"},
+        {"/bin/sh", priv, "cell_user_denied", "model_roots", "cannot list and search it"},
+        {"/bin/sh", unlisted, "cell_user_denied", "model_roots", "cannot list and search it"},
+        {"/bin/sh", "/nonexistent/models", "invalid_field", "model_roots", "does not exist"},
+        {"/bin/sh", file, "invalid_field", "model_roots", "is not a directory"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
+                     "{\"name\":\"b%zu\",\"python\":\"%s\",\"model_roots\":[%s%s%s]}", i,
+                     bad[i].python, bad[i].root ? "\"" : "", bad[i].root ? bad[i].root : "",
+                     bad[i].root ? "\"" : "");
+        expect_error(j, st, 400, bad[i].code, bad[i].field);
+        const char *msg = jstr(json_object_get(j, "error"), "message");
+        cr_assert(strstr(msg, bad[i].says), "case %zu: %s", i, msg);
+        /* The user is named whenever permissions are the cause. */
+        cr_assert(strcmp(bad[i].code, "cell_user_denied") != 0 || strstr(msg, "uid "),
+                  "case %zu names no user: %s", i, msg);
+        json_decref(j);
+    }
+    /* A cell of the build registered while it was reachable fails before
+     * its exec and says why as the cell user sees it, not a bare exit code. */
+    char *id = submit1("fine", "abcdef1");
+    json_t *job = wait_done(id);
+    const char *reason = jstr(json_array_get(json_object_get(job, "cells"), 0), "reason");
+    cr_assert(reason && strstr(reason, "cell user") && strstr(reason, "private"), "reason: %s",
+              reason ? reason : "(none)");
+    json_decref(job);
+    free(id);
+    /* An interpreter the check cannot see (a script's #! line) that the
+     * cell user cannot reach: the exec fails, and the cell says so as the
+     * cell user, not a bare "exit code 127". */
+    char bang[720];
+    snprintf(bang, sizeof bang, "#!%s\n", py);
+    snprintf(file, sizeof file, "%s", write_file("bang.sh", bang, 0755));
+    j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st, "{\"name\":\"bang\",\"python\":\"%s\"}", file);
+    cr_assert_eq(st, 201, "%s", dump(j));
+    json_decref(j);
+    id = submit1("bang", "abcdef2");
+    job = wait_done(id);
+    reason = jstr(json_array_get(json_object_get(job, "cells"), 0), "reason");
+    cr_assert(reason &&
+                  strstr(reason, "exit code 127: the runner could not be executed as the "
+                                 "cell user") &&
+                  strstr(reason, "uid "),
+              "reason: %s", reason ? reason : "(none)");
+    json_decref(job);
+    free(id);
+    chmod(priv, 0755);
+}
+
 Test(api_builds, description_limit)
 {
     start(NULL);
@@ -1685,25 +1789,49 @@ Test(api_compare, compare_and_diff)
     cr_assert(strncmp(header(m.headers, "Content-Type"), "text/markdown", 13) == 0);
     tu_resp_free(&m);
 
+    /* A head of another width: the two jobs share no cell. */
+    h = post_job(201, "{'project':'p','commit':'ccccccc','build':'ok','matrix':{'models':['mlp'],"
+                      "'widths':['default'],'passes':['forward']}}");
+    json_decref(wait_done(jstr(h, "id")));
+    json_decref(h);
     static const struct {
         const char *query;
         long status;
-        const char *code, *field;
+        const char *code, *field, *says;
     } bad[] = {
-        {"", 400, "missing_query", "control"},
-        {"control=1b0e7d2", 400, "missing_query", "head"},
-        {"head=3f2a9c1", 400, "missing_query", "control"},
-        {"control=abcdef9&head=3f2a9c1", 404, "not_found", "control"},
-        {"control=1b0e7d2&head=jnope", 404, "not_found", "head"},
-        {"control=1b0e7d2&head=3f2a9c1&format=xml", 400, "invalid_query", "format"},
-        {"job=jx&control_width=avx2", 400, "missing_query", "head_width"},
+        {"", 400, "missing_query", "control", NULL},
+        {"control=1b0e7d2", 400, "missing_query", "head", NULL},
+        {"head=3f2a9c1", 400, "missing_query", "control", NULL},
+        {"control=abcdef9&head=3f2a9c1", 404, "not_found", "control", NULL},
+        {"control=1b0e7d2&head=jnope", 404, "not_found", "head", NULL},
+        {"control=1b0e7d2&head=3f2a9c1&format=xml", 400, "invalid_query", "format", NULL},
+        {"job=jx&control_width=avx2", 400, "missing_query", "head_width", NULL},
+        /* Gates never pass on nothing: filters that match no cell. */
+        {"control=1b0e7d2&head=3f2a9c1&width=avx-2", 400, "unknown_width", "width",
+         "did you mean avx2?"},
+        {"control=1b0e7d2&head=3f2a9c1&model=MLP", 400, "no_match", "model", "did you mean mlp?"},
+        {"control=1b0e7d2&head=3f2a9c1&width=avx512", 400, "no_match", "width", "widths: avx2)"},
+        {"control=1b0e7d2&head=3f2a9c1&pass=backward", 400, "no_match", "pass", "passes: forward)"},
+        {"control=1b0e7d2&head=3f2a9c1&model=x*", 400, "no_match", "model", "models: mlp)"},
+        {"job=1b0e7d2&control_width=avx2&head_width=default", 400, "no_match", "head_width",
+         "widths: avx2)"},
+        {"job=1b0e7d2&control_width=AVX2&head_width=avx2", 400, "unknown_width", "control_width",
+         "did you mean avx2?"},
+        {"control=1b0e7d2&head=ccccccc", 400, "no_cells", NULL, "1 cells only in the control"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(p, sizeof p, "/v1/compare?%s", bad[i].query);
         r = get(p, &st);
         expect_error(r, st, bad[i].status, bad[i].code, bad[i].field);
+        const char *msg = jstr(json_object_get(r, "error"), "message");
+        cr_assert(!bad[i].says || strstr(msg, bad[i].says), "%s: %s", bad[i].query, msg);
         json_decref(r);
     }
+    /* A pattern that matches is a filter, not a typo. */
+    r = get("/v1/compare?control=1b0e7d2&head=3f2a9c1&model=m*&width=avx2", &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(r, "counts"), "cells")), 1);
+    json_decref(r);
 
     /* A side that has not finished is 409 pending. */
     char *run = submit1("hang", "aaaaaaa");

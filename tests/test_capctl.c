@@ -442,6 +442,7 @@ Test(capctl, version_help_and_bad_commands, .timeout = 60)
         {"builds", "list", "--help"}, {"builds", "show", "--help"},
         {"submit", "--help", NULL},   {"status", "--help", NULL},
         {"wait", "--help", NULL},     {"diff", "--help", NULL},
+        {"cancel", "--help", NULL},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         ctl(&r, &c, cmds[i][0], cmds[i][1], cmds[i][2], NULL);
@@ -563,7 +564,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     start(&c);
     struct run r;
     ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/true", "--env",
-        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/srv/models",
+        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/usr/lib",
         "--description", "main, gcc 12", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     cr_assert(strstr(r.out, "registered build torch-main"), SHOW(r));
@@ -577,7 +578,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert_str_eq(jget(json_object_get(b, "env"), "PYTHONPATH"), "/src/build/lib");
     cr_assert_str_eq(jget(json_object_get(b, "env"), "EXTRA"), "a=b");
     cr_assert_str_eq(json_string_value(json_array_get(json_object_get(b, "model_roots"), 0)),
-                     "/srv/models");
+                     "/usr/lib");
     json_decref(b);
 
     ctl(&r, &c, "builds", NULL);
@@ -591,7 +592,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     ctl(&r, &c, "builds", "show", "torch-main", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     cr_assert(strstr(r.out, "PYTHONPATH=/src/build/lib"), SHOW(r));
-    cr_assert(strstr(r.out, "/srv/models"), SHOW(r));
+    cr_assert(strstr(r.out, "/usr/lib"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, "builds", "list", "--json", NULL);
@@ -1248,6 +1249,78 @@ Test(capctl, diff_exit_codes_follow_the_verdict, .timeout = 180)
     free(ctl_id);
     free(a_id);
     free(b_id);
+    tu_capd_stop(&c);
+}
+
+/* A typo in a gate's filter is an error (exit 2) that names the filter and
+ * the values that exist, never "pass, 0 cells compared" (exit 0). */
+Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
+{
+    struct tu_capd c;
+    start(&c);
+    register_build(&c, "t", "/bin/true");
+    char *ctl_id = submit(&c, "t", "aaaaaaa1", "mlp", "default,avx2");
+    char *head_id = submit(&c, "t", "bbbbbbb2", "mlp", "default,avx2");
+    wait_done(&c, ctl_id);
+    wait_done(&c, head_id);
+    static const struct {
+        const char *flag, *value, *says;
+    } typo[] = {
+        {"--width", "avx-2", "did you mean avx2?"},
+        {"--width", "avx512", "widths: avx2, default"},
+        {"--model", "MLP", "did you mean mlp?"},
+        {"--pass", "Forward", "did you mean forward?"},
+    };
+    struct run r;
+    for (size_t i = 0; i < sizeof typo / sizeof typo[0]; i++) {
+        ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on",
+            "regression", typo[i].flag, typo[i].value, NULL);
+        cr_assert_eq(r.code, 2, "%s %s: " SHOW(r), typo[i].flag, typo[i].value);
+        cr_assert(strstr(r.err, typo[i].says) && strstr(r.err, typo[i].value), SHOW(r));
+        run_free(&r);
+    }
+    /* The same flags spelled right still gate. */
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--width", "avx2", "--model",
+        "mlp", NULL);
+    cr_assert(r.code == 0 || r.code == 1, SHOW(r));
+    run_free(&r);
+    free(ctl_id);
+    free(head_id);
+    tu_capd_stop(&c);
+}
+
+/* capctl cancel: a running job ends cancelled; cancelling it again, or an
+ * unknown job, is an error naming why. */
+Test(capctl, cancel_a_running_job, .timeout = 120)
+{
+    struct tu_capd c;
+    start(&c);
+    char *slow = write_script(&c, "slow.sh", "exec /bin/sleep 30");
+    register_build(&c, "slow", slow);
+    free(slow);
+    char *id = submit(&c, "slow", "aaaaaaa1", "mlp", "default,avx2");
+    struct run r;
+    ctl(&r, &c, "cancel", id, "--wait", NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    cr_assert(strstr(r.out, "cancelled"), SHOW(r));
+    run_free(&r);
+    long st;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_str_eq(jget(j, "state"), "cancelled");
+    json_decref(j);
+    ctl(&r, &c, "cancel", id, NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "already ended"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "cancel", "jnope", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "cancel", NULL);
+    cr_assert_eq(r.code, 2, "a job id is required: " SHOW(r));
+    run_free(&r);
+    free(id);
     tu_capd_stop(&c);
 }
 

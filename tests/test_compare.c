@@ -39,6 +39,7 @@ TestSuite(perf, .init = reset_pool);
 TestSuite(engine, .init = reset_pool);
 TestSuite(options, .init = reset_pool);
 TestSuite(render, .init = reset_pool);
+TestSuite(derived, .init = reset_pool);
 TestSuite(input, .init = reset_pool);
 TestSuite(environment, .init = reset_pool);
 
@@ -1805,6 +1806,140 @@ Test(input, key_parsing)
     cr_assert_eq(ji(r, "cells.0.first_divergence.call"), 2);
     cr_assert_str_eq(js(r, "cells.0.first_divergence.phase"), "forward");
     cr_assert_str_eq(js(r, "cells.0.first_divergence.role"), "output");
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/*
+ * Sizes derived from statistics: by hand for control [1,2,3,4] and head
+ * [1,2,3,5] (d = [0,0,0,1], so max|d| = 1, ||d|| = 1, max rel 1/4), then as
+ * lower bounds of the true elementwise values over random pairs.
+ */
+Test(derived, hand_computed)
+{
+    double b[4] = {1, 2, 3, 4}, a[4] = {1, 2, 3, 5};
+    struct cmp_stats sb = stats_of(b, 4), sa = stats_of(a, 4);
+    struct cmp_derived d;
+    cr_assert_eq(cmp_stats_derive(&sa, &sb, 4, 4, &d), 0);
+    cr_assert_eq(d.n, 4);
+    cr_assert_float_eq(d.abs_dmean, 0.25, 1e-12);
+    cr_assert_float_eq(d.abs_dstd, sqrt(2.1875) - sqrt(1.25), 1e-12);
+    cr_assert_float_eq(d.abs_dmax, 1.0, 1e-12);
+    cr_assert_float_eq(d.abs_dmin, 0.0, 1e-12);
+    /* sqrt(n) hypot(dmean, dstd) beats |l2_a - l2_b| = sqrt(39) - sqrt(30) here */
+    double want_l2 = 2.0 * hypot(0.25, sqrt(2.1875) - sqrt(1.25));
+    cr_assert(want_l2 > sqrt(39) - sqrt(30));
+    cr_assert_float_eq(d.l2_lower, want_l2, 1e-12);
+    cr_assert_float_eq(d.rms_lower, want_l2 / 2.0, 1e-12);
+    cr_assert_float_eq(d.max_abs_lower, 1.0, 1e-12, "|dmax| is the true max error here");
+    cr_assert_float_eq(d.control_rms, sqrt(30) / 2.0, 1e-12);
+    cr_assert_float_eq(d.control_max_abs, 4.0, 1e-12);
+    cr_assert_float_eq(d.rel_l2_lower, want_l2 / sqrt(30), 1e-12);
+    cr_assert_float_eq(d.max_rel_lower, 0.25, 1e-12, "the true max rel is 1/4");
+
+    /* Nothing to derive from: counts that differ, no finite value. */
+    struct cmp_stats n1 = sa;
+    n1.nan = 1;
+    cr_assert_eq(cmp_stats_derive(&n1, &sb, 4, 4, &d), -ENODATA);
+    cr_assert_eq(cmp_stats_derive(&sa, &sb, 5, 4, &d), -ENODATA);
+    struct cmp_stats none = {0};
+    cr_assert_eq(cmp_stats_derive(&none, &none, 4, 4, &d), -ENODATA);
+    /* A zero control with a nonzero head: infinitely far, relatively. */
+    double z[4] = {0, 0, 0, 0};
+    struct cmp_stats sz = stats_of(z, 4);
+    cr_assert_eq(cmp_stats_derive(&sa, &sz, 4, 4, &d), 0);
+    cr_assert(isinf(d.max_rel_lower) && isinf(d.rel_l2_lower));
+}
+
+Test(derived, bounds_never_exceed_the_elementwise_truth)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    double a[64], b[64];
+    for (int trial = 0; trial < 500; trial++) {
+        size_t n = 2 + (size_t)(trial % 60);
+        double scale = pow(10.0, (double)(trial % 7) - 3);
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[i] = ((double)(x % 20001) - 10000.0) * 1e-4;
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            a[i] = b[i] + ((double)(x % 2001) - 1000.0) * 1e-3 * scale * (trial % 3 == 0);
+            if (trial % 5 == 1 && i == n / 2)
+                a[i] += scale; /* one outlier */
+        }
+        struct cmp_stats sa = stats_of(a, n), sb = stats_of(b, n);
+        struct cmp_derived d;
+        cr_assert_eq(cmp_stats_derive(&sa, &sb, (int64_t)n, (int64_t)n, &d), 0);
+        double l2 = 0, mx = 0, bmax = 0;
+        for (size_t i = 0; i < n; i++) {
+            l2 += (a[i] - b[i]) * (a[i] - b[i]);
+            mx = fmax(mx, fabs(a[i] - b[i]));
+            bmax = fmax(bmax, fabs(b[i]));
+        }
+        l2 = sqrt(l2);
+        double slack = 1e-9 * (1 + sb.l2 + sa.l2);
+        cr_assert(d.l2_lower <= l2 + slack, "trial %d: l2 %g > true %g", trial, d.l2_lower, l2);
+        cr_assert(d.max_abs_lower <= mx + slack, "trial %d: max %g > true %g", trial,
+                  d.max_abs_lower, mx);
+        cr_assert(d.max_rel_lower <= mx / bmax + slack, "trial %d", trial);
+    }
+    /* Not vacuous: a shift and a scaling, the two errors a wrong dispatch
+     * width most often makes, are sized exactly. */
+    for (size_t i = 0; i < 32; i++) {
+        b[i] = sin((double)i) + 0.5;
+        a[i] = b[i] + 2e-4;
+    }
+    struct cmp_stats sa = stats_of(a, 32), sb = stats_of(b, 32);
+    struct cmp_derived d;
+    cr_assert_eq(cmp_stats_derive(&sa, &sb, 32, 32, &d), 0);
+    cr_assert_float_eq(d.max_abs_lower, 2e-4, 1e-12);
+    cr_assert_float_eq(d.l2_lower, 2e-4 * sqrt(32), 1e-12);
+    for (size_t i = 0; i < 32; i++)
+        a[i] = b[i] * (1 + 2e-4);
+    sa = stats_of(a, 32);
+    cr_assert_eq(cmp_stats_derive(&sa, &sb, 32, 32, &d), 0);
+    cr_assert_float_eq(d.rel_l2_lower, 2e-4, 1e-12, "the true nl2");
+}
+
+/* The engine labels them on stats rows only; elementwise rows keep theirs. */
+Test(derived, engine_rows_and_reports)
+{
+    double b[4] = {1, 2, 3, 4}, a[4] = {1, 2, 3, 5};
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+    cmp_side_new(&c);
+    cmp_side_new(&h);
+    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
+    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
+    cmp_cell_set_outcome(cc, "ok");
+    cmp_cell_set_outcome(hc, "ok");
+    struct cmp_tensor tc = f64_tensor("fc1.0.forward.output.0", 0, b, 4, "c");
+    struct cmp_tensor th = f64_tensor("fc1.0.forward.output.0", 0, a, 4, "h");
+    tc.capture = th.capture = CMP_CAPTURE_NONE;
+    cr_assert_eq(cmp_cell_add_tensor(cc, &tc), 0);
+    cr_assert_eq(cmp_cell_add_tensor(hc, &th), 0);
+    struct cmp_tensor fc = f64_tensor("fc2.0.forward.output.0", 1, b, 4, "c2");
+    struct cmp_tensor fh = f64_tensor("fc2.0.forward.output.0", 1, a, 4, "h2");
+    cr_assert_eq(cmp_cell_add_tensor(cc, &fc), 0);
+    cr_assert_eq(cmp_cell_add_tensor(hc, &fh), 0);
+    struct cmp_options o;
+    cmp_options_init(&o);
+    o.include_tensors = true;
+    json_t *r = run_compare(c, h, &o);
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.basis"), "stats");
+    cr_assert_str_eq(js(r, "cells.0.first_divergence.derived_from"), "stats");
+    cr_assert_float_eq(jd(r, "cells.0.first_divergence.derived.max_rel_lower"), 0.25, 1e-12);
+    cr_assert_float_eq(jd(r, "cells.0.first_divergence.derived.max_abs_lower"), 1.0, 1e-12);
+    cr_assert_str_eq(js(r, "cells.0.tensors.1.basis"), "full");
+    cr_assert_null(jp(r, "cells.0.tensors.1.derived_from"), "elementwise rows are measured");
+    cr_assert_float_eq(jd(r, "cells.0.tensors.1.max_rel"), 0.25, 1e-12);
+    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
+    const char *want = "max rel >= 0.25, l2 rel >= 0.16 (derived from stats; capture sample "
+                       "for elementwise), stats basis";
+    cr_assert(md && strstr(md, want), "%s", md);
+    cr_assert(txt && strstr(txt, want), "%s", txt);
+    free(md);
+    free(txt);
     json_decref(r);
     cmp_side_free(c);
     cmp_side_free(h);

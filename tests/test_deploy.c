@@ -442,7 +442,7 @@ static int ci_run(const struct tu_capd *c, const char *top, const char *env,
 Test(deploy, ci_script_compares_posts_and_fails_on_regression, .timeout = 600)
 {
     char *top = tu_tmpdir();
-    chmod(top, 0711);
+    chmod(top, 0755); /* a model root: the cell user lists it */
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
     /* The checkout the build came from (provenance needs a git tree). */
@@ -601,6 +601,7 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl submit --help",
                                                "capctl status --help",
                                                "capctl wait --help",
+                                               "capctl cancel --help",
                                                "capctl diff --help",
                                                "capctl widths --help"};
     static const struct {
@@ -608,7 +609,7 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         const char *const *helps;
         size_t n;
         int min_flags;
-    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 10, 40}};
+    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 11, 40}};
     for (size_t i = 0; i < 2; i++) {
         char *all = strdup("");
         for (size_t k = 0; k < pages[i].n; k++) {
@@ -625,9 +626,9 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         each_flag(d.page_text, flag_in_help, &d);
         /* Every command of capctl's list has a section of its own. */
         if (strcmp(pages[i].page, "capctl.1") == 0) {
-            static const char *const cmds[] = {"builds", "submit", "status",
-                                               "wait",   "diff",   "widths"};
-            for (size_t k = 0; k < 6; k++) {
+            static const char *const cmds[] = {"builds", "submit", "status", "wait",
+                                               "cancel", "diff",   "widths"};
+            for (size_t k = 0; k < 7; k++) {
                 char *sec = pathf("\n.SS \"%s ", cmds[k]);
                 cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);
                 free(sec);
@@ -640,10 +641,37 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                 cr_assert(strstr(d.page_text, sec), "capd.8 has a section for %s", cmds[k]);
                 free(sec);
             }
+            /* capd --help lists every subcommand, not only the flags. */
+            char *top = output_of("capd --help");
+            cr_assert(top && strstr(top, "capd db backup|vacuum|prune") &&
+                          strstr(top, "capd token create|list|revoke"),
+                      "capd --help names capd db and capd token: %s", top ? top : "");
+            free(top);
         }
         free((char *)d.page_text);
         free(all);
     }
+}
+
+/* capd.8 says which mode the data dir gets; it must be the mode capd
+ * actually leaves it in (0750, and o+x on top when capd is root so that
+ * run_as_user reaches its scratch dir). */
+Test(deploy, man_page_states_the_data_dir_mode, .timeout = 120)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    char *data = pathf("%s/data", c.dir);
+    struct stat sb;
+    cr_assert_eq(stat(data, &sb), 0);
+    unsigned want = geteuid() == 0 ? 0751 : 0750;
+    cr_assert_eq(sb.st_mode & 07777, want, "data dir mode %04o", (unsigned)(sb.st_mode & 07777));
+    char *page = man_text("capd.8");
+    cr_assert(strstr(page, "Created when missing (mode 0750; capd running as root then adds o+x, "
+                           "0751"),
+              "capd.8 states both modes");
+    free(page);
+    free(data);
+    cr_assert_eq(tu_capd_stop(&c), 0);
 }
 
 /* The help text that lists the flags of a documented command line: the

@@ -1,7 +1,8 @@
 /*
  * tests/test_numerics.c - the scheduler runs numerics-only cells
- * (options.iterations 0: nothing is timed) in parallel up to the core count,
- * even at max_parallel 1, and never lets a timing cell share the CPU with
+ * (options.iterations 0: nothing is timed) in parallel up to
+ * max_parallel_numerics, keeps them to max_parallel without it, and never
+ * lets a timing cell share the CPU with
  * anything (daemon/capd.c, docs/prefork.md "Numerics-only jobs").
  *
  * Cells of the fake runner that sleep 1.5 s; whether two ran at once is read
@@ -83,13 +84,29 @@ Test(numerics, numerics_only_cells_run_in_parallel)
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         cr_skip_test("one CPU: nothing to run in parallel");
     struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    const char *const extra[] = {"--max-parallel-numerics", "2", NULL};
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
     cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
     char *id = submit(&c, "1111111", 0);
     json_t *job = wait_done(&c, id);
     int k = max_overlap(&job, 1);
-    cr_assert_geq(k, 2, "numerics-only cells overlapped (%d at once)", k);
-    cr_assert_leq(k, sysconf(_SC_NPROCESSORS_ONLN), "never more than the core count");
+    cr_assert_eq(k, 2, "numerics-only cells overlapped up to max_parallel_numerics (%d)", k);
+    json_decref(job);
+    free(id);
+    tu_capd_stop(&c);
+}
+
+/* Without max_parallel_numerics, max_parallel 1 means one cell at a time
+ * for numerics-only jobs too. */
+Test(numerics, max_parallel_is_a_cap_for_numerics_only_jobs)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
+    char *id = submit(&c, "3333333", 0);
+    json_t *job = wait_done(&c, id);
+    int k = max_overlap(&job, 1);
+    cr_assert_eq(k, 1, "max_parallel 1 was exceeded (%d at once)", k);
     json_decref(job);
     free(id);
     tu_capd_stop(&c);
@@ -101,7 +118,8 @@ Test(numerics, numerics_only_cells_run_in_parallel)
 Test(numerics, timing_cells_never_share_the_cpu)
 {
     struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    const char *const extra[] = {"--max-parallel-numerics", "4", NULL};
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
     cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
     char *t1 = submit(&c, "2222222", 2);
     char *n1 = submit(&c, "3333333", 0);

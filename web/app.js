@@ -79,12 +79,60 @@ function ago(iso) {
   return Math.round(d / 86400) + "d ago";
 }
 
-function fmtNs(ns) {
-  if (ns === null || ns === undefined) return "–";
-  if (ns >= 1e9) return (ns / 1e9).toFixed(3) + " s";
-  if (ns >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
-  if (ns >= 1e3) return (ns / 1e3).toFixed(2) + " µs";
-  return ns.toFixed(0) + " ns";
+/* A duration in human units, three significant digits, sign kept:
+ * -79344 -> "-79.3 µs", 1.5e6 -> "1.50 ms". SIGNED also writes "+" for a
+ * positive value (a shift, where the direction is the point). */
+function fmtNs(ns, signed) {
+  if (ns === null || ns === undefined || !Number.isFinite(ns)) return "–";
+  const sign = ns < 0 ? "-" : signed && ns > 0 ? "+" : "";
+  const a = Math.abs(ns);
+  if (Math.round(a) < 1000) return sign + Math.round(a) + " ns";
+  const units = [[1e3, "µs"], [1e6, "ms"], [1e9, "s"]];
+  let i = a >= 1e9 ? 2 : a >= 1e6 ? 1 : 0;
+  /* 999.96 µs rounds to "1.00 ms", never "1.00e+3 µs". */
+  if (i < 2 && Number((a / units[i][0]).toPrecision(3)) >= 1000) i++;
+  const v = a / units[i][0];
+  return sign + (v >= 1000 ? v.toFixed(0) : v.toPrecision(3)) + " " + units[i][1];
+}
+
+function fmtMs(ms) {
+  return ms === null || ms === undefined ? "–" : fmtNs(ms * 1e6);
+}
+
+/* The width table's order (GET /v1/widths: default first), so the job and
+ * the comparison pages lay out their grids' columns the same way whatever
+ * order the cells came in. Loaded once; alphabetical when unavailable. */
+let widthRank = null;
+async function loadWidthOrder() {
+  if (widthRank) return widthRank;
+  try {
+    const t = await api("/v1/widths");
+    widthRank = new Map((t.widths || []).map((w, i) => [w.name, i]));
+  } catch (e) {
+    return new Map(); /* not cached: a token may come later */
+  }
+  return widthRank;
+}
+
+function byWidthOrder(a, b) {
+  const r = widthRank || new Map();
+  const ra = r.has(a) ? r.get(a) : Infinity, rb = r.has(b) ? r.get(b) : Infinity;
+  return ra !== rb ? ra - rb : a < b ? -1 : a > b ? 1 : 0;
+}
+
+const PASS_ORDER = ["forward", "backward"];
+function byPassOrder(a, b) {
+  const ra = PASS_ORDER.indexOf(a), rb = PASS_ORDER.indexOf(b);
+  return (ra < 0 ? 99 : ra) - (rb < 0 ? 99 : rb) || (a < b ? -1 : a > b ? 1 : 0);
+}
+
+/* The perf-regression mark of a comparison cell: an inline SVG stopwatch
+ * (an emoji would depend on a font the browser may not have). */
+function perfMark() {
+  return s("svg", { class: "perf-mark", width: 12, height: 12, viewBox: "0 0 12 12", role: "img", "aria-label": "perf regression" },
+    s("title", null, "perf regression"),
+    s("circle", { cx: 6, cy: 7, r: 4.2, fill: "none", stroke: "currentColor", "stroke-width": 1.4 }),
+    s("path", { d: "M6 7V4.6M4.6 1.4h2.8", stroke: "currentColor", "stroke-width": 1.4, fill: "none" }));
 }
 
 function fmtNum(x, digits) {
@@ -329,6 +377,8 @@ function grid(cells, classOf, labelOf, onPick) {
     add(widths, c.width);
     add(passes, c.pass);
   }
+  widths.sort(byWidthOrder);
+  passes.sort(byPassOrder);
   const byKey = new Map(cells.map((c) => [c.model + "\u0000" + c.width + "\u0000" + c.pass, c]));
   const t = h("table", { class: "grid" });
   const head1 = h("tr", null, h("th"));
@@ -465,6 +515,7 @@ async function pageJob(id) {
   let job;
   try {
     job = await api("/v1/jobs/" + encodeURIComponent(id));
+    await loadWidthOrder();
   } catch (e) {
     m.append(errorPanel(e));
     return null;
@@ -517,7 +568,7 @@ async function showCell(job, c, panel) {
       h("dt", null, "signal"), h("dd", null, c.signal || "–"),
       h("dt", null, "reason"), h("dd", null, c.reason || "–"),
       h("dt", null, "effective width"), h("dd", null, c.effective_width || "–"),
-      h("dt", null, "duration"), h("dd", null, c.duration_ms === null ? "–" : c.duration_ms + " ms"),
+      h("dt", null, "duration"), h("dd", null, fmtMs(c.duration_ms)),
       h("dt", null, "peak RSS"), h("dd", null, c.peak_rss_bytes ? (c.peak_rss_bytes / 1048576).toFixed(1) + " MiB" : "–")));
   const pre = h("pre", { class: "log" }, "loading log…");
   panel.append(h("h3", null, "Log"), pre);
@@ -582,6 +633,7 @@ async function pageCompare(query, sha) {
     m.append(errorPanel(e));
     return null;
   }
+  await loadWidthOrder();
   renderComparison(m, r);
   return null;
 }
@@ -614,7 +666,7 @@ function renderComparison(m, r) {
   for (const x of r.extra_cells || []) cells.push(Object.assign({ kind: "extra", status: "extra" }, x));
   const detail = h("div", { class: "panel", id: "cmp-detail" });
   const g = grid(cells, (x) => "cs-" + x.status,
-    (x) => x.status.replace("_", " ") + (x.perf && x.perf.verdict === "regression" ? " ⏱" : ""),
+    (x) => [x.status.replace("_", " "), ...(x.perf && x.perf.verdict === "regression" ? [" ", perfMark()] : [])],
     (x) => showCmpCell(r, x, detail));
   g.id = "cmp-grid";
   m.append(h("h2", null, "Cells"), legend(STATUSES, "cs-"), g, detail);
@@ -667,7 +719,9 @@ async function showCmpCell(r, x, panel) {
     h("dt", null, "tensors"), h("dd", null, x.tensors_compared + " compared: " + x.tensors_identical + " identical, " +
       x.tensors_within_tolerance + " within tolerance, " + x.tensors_diverged + " diverged, " +
       x.tensors_nondeterministic + " nondeterministic; " + x.missing_keys + " missing, " + x.extra_keys + " extra"),
-    h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")" : "") : "none"),
+    h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")"
+      : fd.derived ? "  (max rel >= " + fmtNum(fd.derived.max_rel_lower) + ", l2 rel >= " + fmtNum(fd.derived.rel_l2_lower) +
+        ", derived from stats; rerun at capture sample for elementwise error)" : "") : "none"),
     h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none")));
 
   panel.append(h("h3", null, "Relative error per layer, in execution order"));
@@ -694,145 +748,6 @@ async function showCmpCell(r, x, panel) {
   } catch (e) {
     clear(holder).append(h("p", { class: "muted" }, "timing samples unavailable: " + e.message));
   }
-}
-
-/* Every row of the comparison's per-tensor table, in head execution order,
- * on a log scale of max relative error. Identical rows have no error by
- * definition and sit on the bottom line, as do exact zeros. Rows compared
- * on statistics only (capture "stats") have no element error: a diverged
- * one is drawn on the top line, the others on the bottom one. */
-function divergencePlot(x) {
-  const rows = (x.tensors || []).slice().sort((a, b) => a.seq - b.seq);
-  const W = 760, H = 260, L = 64, R = 14, T = 14, B = 40;
-  const svg = s("svg", { class: "plot", id: "divergence-plot", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
-  if (!rows.length) {
-    svg.append(s("text", { x: L, y: H / 2 }, x.tensors === undefined ? "no per-tensor rows" : "no tensors were compared"));
-    return svg;
-  }
-  const vals = rows.map((t) => (typeof t.max_rel === "number" && t.max_rel > 0 ? t.max_rel : null)).filter((v) => v !== null);
-  let lo = vals.length ? Math.floor(Math.log10(Math.min(...vals))) - 1 : -9;
-  let hi = vals.length ? Math.ceil(Math.log10(Math.max(...vals))) : -6;
-  const tol = rows.find((t) => typeof t.rtol === "number");
-  if (tol && tol.rtol > 0) {
-    lo = Math.min(lo, Math.floor(Math.log10(tol.rtol)) - 1);
-    hi = Math.max(hi, Math.ceil(Math.log10(tol.rtol)));
-  }
-  lo = Math.max(lo, -18);
-  if (hi <= lo) hi = lo + 1;
-  const floorY = H - B + 10;
-  const xOf = (i) => L + (rows.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (rows.length - 1));
-  const yOf = (v) => T + ((hi - Math.log10(v)) * (H - B - T)) / (hi - lo);
-  for (let e = lo; e <= hi; e++) {
-    const y = yOf(Math.pow(10, e));
-    svg.append(s("line", { class: "gridline", x1: L, x2: W - R, y1: y, y2: y }),
-      s("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, "1e" + e));
-  }
-  svg.append(s("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }),
-    s("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
-    s("text", { x: L - 6, y: floorY + 4, "text-anchor": "end" }, "0"),
-    s("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" }, "record in execution order (" + rows.length + ")"));
-  if (tol && tol.rtol > 0) {
-    const y = yOf(tol.rtol);
-    svg.append(s("line", { class: "tol", x1: L, x2: W - R, y1: y, y2: y }),
-      s("text", { x: W - R - 4, y: y - 4, "text-anchor": "end" }, "rtol " + fmtNum(tol.rtol)));
-  }
-  const path = [];
-  const fdKey = x.first_divergence ? x.first_divergence.key : null;
-  const fiKey = x.first_introduced ? x.first_introduced.key : null;
-  const marks = [];
-  rows.forEach((t, i) => {
-    const v = typeof t.max_rel === "number" ? t.max_rel : null;
-    const nonfinite = t.nonfinite && t.nonfinite.max_rel;
-    let y;
-    if (nonfinite) y = T;
-    else if (v === null && t.status === "diverged") y = T; /* statistics only: no element error */
-    else if (v === null || v <= 0) y = floorY;
-    else y = Math.max(T, Math.min(H - B, yOf(v)));
-    const px = xOf(i);
-    path.push((i ? "L" : "M") + px.toFixed(1) + " " + y.toFixed(1));
-    const isFd = t.key === fdKey;
-    const c = s("circle", {
-      class: "pt " + t.status + (isFd ? " first-divergence" : ""),
-      cx: px.toFixed(1), cy: y.toFixed(1), r: isFd ? 5 : 3.2,
-      "data-key": t.key, "data-seq": t.seq, "data-status": t.status,
-    }, s("title", null, t.key + "\n" + t.status + (v !== null ? "\nmax rel " + fmtNum(v) : "") + (t.reason ? "\nreason " + t.reason : "")));
-    marks.push(c);
-    if (isFd || (t.key === fiKey && fiKey !== fdKey)) {
-      svg.append(s("line", { class: "marker" + (isFd ? "" : " introduced"), x1: px, x2: px, y1: T, y2: H - B }),
-        s("text", { x: Math.min(px + 4, W - R - 160), y: T + 10 + (isFd ? 0 : 14), class: isFd ? "fd-label" : "fi-label" },
-          (isFd ? "first divergence: " : "first introduced: ") + t.key));
-    }
-  });
-  svg.append(s("path", { class: "line", d: path.join(" ") }));
-  for (const c of marks) svg.append(c);
-  return svg;
-}
-
-/* The raw timing samples of one cell (records of kind timing), by phase. */
-async function timingSamples(jobId, model, width, pass) {
-  const job = await api("/v1/jobs/" + encodeURIComponent(jobId));
-  const cell = (job.cells || []).find((c) => c.model === model && c.width === width && c.pass === pass);
-  if (!cell) return {};
-  const rec = await api("/v1/jobs/" + jobId + "/cells/" + cell.id + "/records?kind=timing&limit=100");
-  const out = {};
-  for (const t of rec.records || []) {
-    const ph = t.phase || "run";
-    out[ph] = (out[ph] || []).concat(t.samples_ns || []);
-  }
-  return out;
-}
-
-function quantile(sorted, q) {
-  if (!sorted.length) return null;
-  const pos = (sorted.length - 1) * q, i = Math.floor(pos), f = pos - i;
-  return i + 1 < sorted.length ? sorted[i] + f * (sorted[i + 1] - sorted[i]) : sorted[i];
-}
-
-/* A strip of every sample with its box (quartiles, median) for control
- * and head, one pair per phase, on a shared axis. */
-function timingPlot(ctl, head, perf) {
-  const phases = [...new Set([...Object.keys(ctl), ...Object.keys(head)])];
-  const W = 760, L = 90, R = 44, rowH = 34;
-  if (!phases.length) return h("p", { class: "muted" }, "no timing samples recorded");
-  const all = [];
-  for (const p of phases) all.push(...(ctl[p] || []), ...(head[p] || []));
-  let lo = Math.min(...all), hi = Math.max(...all);
-  if (hi === lo) { lo *= 0.95; hi *= 1.05; }
-  const pad = (hi - lo) * 0.05;
-  lo -= pad; hi += pad;
-  const H = 30 + phases.length * rowH * 2 + 10;
-  const svg = s("svg", { class: "plot", id: "timing-plot", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
-  const xOf = (v) => L + ((v - lo) * (W - L - R)) / (hi - lo);
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + ((hi - lo) * i) / 4, x = xOf(v);
-    svg.append(s("line", { class: "gridline", x1: x, x2: x, y1: 8, y2: H - 22 }),
-      s("text", { x, y: H - 8, "text-anchor": "middle" }, fmtNs(v)));
-  }
-  let y = 16;
-  let seed = 7;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-  for (const p of phases) {
-    for (const [name, cls, src] of [["control", "ctl", ctl], ["head", "hd", head]]) {
-      const v = (src[p] || []).slice().sort((a, b) => a - b);
-      const mid = y + rowH / 2;
-      svg.append(s("text", { x: L - 8, y: mid + 4, "text-anchor": "end" }, name + (phases.length > 1 ? " " + p : "")));
-      if (v.length) {
-        const q1 = quantile(v, 0.25), q2 = quantile(v, 0.5), q3 = quantile(v, 0.75);
-        svg.append(s("rect", { class: "box", x: xOf(q1), y: mid - 9, width: Math.max(1, xOf(q3) - xOf(q1)), height: 18 }),
-          s("line", { class: "median", x1: xOf(q2), x2: xOf(q2), y1: mid - 11, y2: mid + 11 }));
-        for (const t of v) {
-          svg.append(s("circle", { class: cls, cx: xOf(t).toFixed(1), cy: (mid + (rand() - 0.5) * 14).toFixed(1), r: 2.2, "fill-opacity": 0.6 },
-            s("title", null, fmtNs(t))));
-        }
-      }
-      y += rowH;
-    }
-  }
-  const wrap = h("div", null, svg);
-  if (perf && perf.hl_shift_ns !== undefined && perf.hl_shift_ns !== null) {
-    wrap.append(h("p", { class: "muted" }, "Hodges-Lehmann shift " + fmtNs(perf.hl_shift_ns) + " (head − control)"));
-  }
-  return wrap;
 }
 
 /* ---- router ---- */

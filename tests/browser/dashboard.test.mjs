@@ -47,7 +47,7 @@ const MODELS = ["fake:ok__5", "fake:ok__2", "fake:failed", "fake:segv"];
 const WIDTHS = ["avx2", "default"];
 
 let dir, capd, base, browser, artifacts, adminToken;
-let ctlJob, headJob;
+let ctlJob, headJob, statsJob;
 
 function startCapd() {
   return new Promise((resolve, reject) => {
@@ -136,8 +136,9 @@ before(async () => {
   assert.ok(existsSync(CHROMIUM), CHROMIUM + " is missing (apt-get install chromium)");
   dir = mkdtempSync(path.join(tmpdir(), "capd-browser-"));
   // capd running as root runs cells as run_as_user (nobody), which must be
-  // able to reach the data dir's scratch.
-  chmodSync(dir, 0o711);
+  // able to reach the data dir's scratch, and to list DIR: it is the
+  // builds' model root, which capd checks at registration.
+  chmodSync(dir, 0o755);
   artifacts = ART || path.join(dir, "artifacts");
   mkdirSync(artifacts, { recursive: true });
   const c = await startCapd();
@@ -147,13 +148,20 @@ before(async () => {
   const fake = path.join(HELPERS, "fake_runner");
   await api("POST", "/v1/builds", { name: "ctl", python: fake, env: {}, model_roots: [dir] });
   await api("POST", "/v1/builds", {
-    name: "head", python: fake, env: { FAKE_PERTURB_KEY: PERTURBED, PYTHONPATH: path.join(dir, "perturbed-build") },
+    name: "head", python: fake,
+    // 1.6x slower too: the comparison grid shows its perf-regression mark.
+    env: { FAKE_PERTURB_KEY: PERTURBED, FAKE_TIMING_SCALE: "1.6", PYTHONPATH: path.join(dir, "perturbed-build") },
     model_roots: [dir],
   });
   ctlJob = await submit("ctl", "c0ffee1", MODELS);
   headJob = await submit("head", "abcdef1", MODELS, { control_commit: "c0ffee1" });
+  // The same head at the default capture (statistics only): its diverged
+  // layer has no element error, only sizes derived from the statistics.
+  statsJob = await submit("head", "5a75a75", ["fake:ok__5"],
+    { options: { iterations: 12, warmup: 1, capture: "stats" } });
   await waitJob(ctlJob);
   await waitJob(headJob);
+  await waitJob(statsJob);
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -282,6 +290,70 @@ test("a job submitted while the list is open appears and updates without a reloa
   assert.equal(await page.evaluate(() => window.__noReload), 42);
   await shot(page, "job-live.png");
   await page.context().close();
+});
+
+// Emoji and symbol blocks a stock Chromium may have no font for (the
+// perf-regression stopwatch used to render as an empty box).
+const FONT_DEPENDENT = /[\u{1F000}-\u{1FAFF}\u{2300}-\u{23FF}\u{2600}-\u{27BF}\u{2B00}-\u{2BFF}\u{FE0F}]/u;
+const UNIT = /^[+-]?\d+(\.\d+)? (ns|µs|ms|s)$/;
+
+test("no font-dependent glyphs, human units with sign, the same columns on job and diff pages", async () => {
+  const page = await newPage();
+  const texts = {};
+  await gotoReady(page, "#/");
+  texts.jobs = await page.locator("body").innerText();
+  await gotoReady(page, "#/jobs/" + headJob);
+  const jobCols = await page.locator("#job-grid thead tr:first-child th").allInnerTexts();
+  await page.locator(`#job-grid td.gcell[data-model="fake:ok__5"][data-width="avx2"]`).click();
+  await page.waitForSelector("#cell-detail pre.log");
+  texts.job = await page.locator("body").innerText();
+  const duration = await page.evaluate(() => [...document.querySelectorAll("#cell-detail dt")]
+    .find((d) => d.textContent === "duration").nextElementSibling.textContent);
+  assert.match(duration, UNIT, "a cell's duration in human units: " + duration);
+  await gotoReady(page, "#/diff/abcdef1");
+  const diffCols = await page.locator("#cmp-grid thead tr:first-child th").allInnerTexts();
+  assert.deepEqual(diffCols, jobCols, "the job and diff pages order their columns alike");
+  assert.deepEqual(jobCols.map((x) => x.trim()), ["", "default", "avx2"], "in the width table's order");
+  // The perf regression mark is an inline SVG, not a character.
+  assert.ok(await page.locator("#cmp-grid svg.perf-mark").count() > 0, "the slower head is marked");
+  await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__2"][data-width="avx2"]`).click();
+  await page.waitForSelector("#timing-plot");
+  texts.diff = await page.locator("body").innerText();
+  const shift = texts.diff.match(/Hodges-Lehmann shift (\S+ \S+) \(head/);
+  assert.ok(shift && UNIT.test(shift[1]) && shift[1].startsWith("+"), "a signed shift: " + (shift && shift[1]));
+  const ticks = await page.locator("#timing-plot text").allTextContents();
+  assert.ok(ticks.some((t) => UNIT.test(t)), "timing axis in human units: " + ticks.join("|"));
+  await shot(page, "diff-units.png");
+  for (const [name, t] of Object.entries(texts)) {
+    const bad = t.match(FONT_DEPENDENT);
+    assert.equal(bad, null, `${name} page shows a font-dependent glyph U+${bad && bad[0].codePointAt(0).toString(16)}`);
+    assert.doesNotMatch(t, /\d{4,} ns\b/, `${name} page prints a raw nanosecond count`);
+  }
+  // The formatter itself: negative shifts keep their sign and their unit.
+  const got = await page.evaluate(() => [fmtNs(-79344), fmtNs(1.5e6), fmtNs(12), fmtNs(-2.5e9), fmtNs(1302, true), fmtMs(250), fmtNs(999960), fmtNs(4.2e12)]);
+  assert.deepEqual(got, ["-79.3 µs", "1.50 ms", "12 ns", "-2.50 s", "+1.30 µs", "250 ms", "1.00 ms", "4200 s"]);
+  await page.context().close();
+});
+
+test("a statistics-only divergence is drawn at its size derived from stats, labelled", async () => {
+  const page = await newPage();
+  await gotoReady(page, `#/compare?control=${ctlJob}&head=${statsJob}`);
+  await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__5"][data-width="avx2"]`).click();
+  const pt = page.locator(`#divergence-plot circle[data-key="${PERTURBED}"]`);
+  await pt.waitFor();
+  assert.equal(await pt.getAttribute("data-derived-from"), "stats");
+  const cy = Number(await pt.getAttribute("cy"));
+  assert.ok(cy > 15, "drawn at its size, not pinned to the top line (cy " + cy + ")");
+  assert.match(await pt.locator("title").textContent(), /max rel >= \S+ \(derived from stats; capture sample for elementwise\)/);
+  assert.match(await page.locator("#divergence-plot text.derived-label").textContent(), /derived from stats/);
+  assert.match(await page.locator("#first-divergence").innerText(), /max rel >= \S+, l2 rel >= \S+, derived from stats; rerun at capture sample/);
+  await shot(page, "compare-stats.png");
+  await page.context().close();
+});
+
+test("a screenshot of every page is kept", () => {
+  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png"])
+    assert.ok(existsSync(path.join(artifacts, f)), f + " is in " + artifacts);
 });
 
 test("a token entered in the dialog is sent as a bearer token", async () => {

@@ -124,8 +124,10 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
         free(d);
     }
     /* capd running as root runs cells as run_as_user (nobody), which must
-     * be able to search down to DIR/data/scratch; mkdtemp made DIR 0700. */
-    chmod(c->dir, 0711);
+     * be able to search down to DIR/data/scratch; mkdtemp made DIR 0700.
+     * Tests register DIR as a model root too, which the cell user must be
+     * able to list (capd checks at registration): 0755. */
+    chmod(c->dir, 0755);
     snprintf(c->errlog, sizeof c->errlog, "%s/capd.stderr", c->dir);
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0)
