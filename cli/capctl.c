@@ -20,6 +20,8 @@ static const struct {
     {"wait", ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
     {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
     {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
+    {"history", ctl_cmd_history, "show one cell's series along a branch, with change points"},
+    {"alerts", ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
 };
 
 static void usage(FILE *f)
