@@ -104,6 +104,23 @@ static void builds(void)
                  201);
 }
 
+/*
+ * Alerts other than memory. The fake runner's peak RSS is not steered by
+ * anything in this test, and under the sanitizer build it moves by tens of
+ * MB from run to run (real level shifts the detector rightly reports), so
+ * memory alerts are left out of the exact count.
+ */
+static size_t count_kinds(json_t *list)
+{
+    size_t i, n = 0;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        n += strcmp(json_string_value(json_object_get(e, "kind")), "memory") != 0;
+    }
+    return n;
+}
+
 static const char *build_of(int i)
 {
     return i < K ? "base" : i < M ? "pert" : "pslow";
@@ -129,7 +146,7 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     cr_assert_eq(st, 200);
     json_t *list = json_object_get(a, "alerts");
     char *dump = json_dumps(list, JSON_INDENT(1));
-    cr_assert_eq(json_array_size(list), 2, "alerts: %s", dump);
+    cr_assert_eq(count_kinds(list), 2, "alerts: %s", dump);
     char ck[41], cm[41], ck1[41], cm1[41];
     sha(K, ck);
     sha(M, cm);
@@ -141,6 +158,8 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     json_array_foreach(list, i, e)
     {
         const char *kind = json_string_value(json_object_get(e, "kind"));
+        if (strcmp(kind, "memory") == 0)
+            continue;
         const char *bad = json_string_value(json_object_get(e, "first_bad"));
         const char *good = json_string_value(json_object_get(e, "last_good"));
         json_t *d = json_object_get(e, "detail");
@@ -179,7 +198,12 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     free(out);
 
     /* Feedback: an acknowledged alert leaves the open list. */
-    const char *id = json_string_value(json_object_get(json_array_get(list, 0), "id"));
+    const char *id = NULL;
+    json_array_foreach(list, i, e)
+    {
+        if (!id && strcmp(json_string_value(json_object_get(e, "kind")), "memory") != 0)
+            id = json_string_value(json_object_get(e, "id"));
+    }
     char path[128];
     snprintf(path, sizeof path, "/v1/alerts/%s", id);
     json_t *r =
@@ -189,10 +213,10 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     json_decref(r);
     json_decref(a);
     a = tu_json(&g_capd, "GET", "/v1/alerts?project=h&branch=main", NULL, &st);
-    cr_expect_eq(json_array_size(json_object_get(a, "alerts")), 1);
+    cr_expect_eq(count_kinds(json_object_get(a, "alerts")), 1);
     json_decref(a);
     a = tu_json(&g_capd, "GET", "/v1/alerts?project=h&status=all", NULL, &st);
-    cr_expect_eq(json_array_size(json_object_get(a, "alerts")), 2);
+    cr_expect_eq(count_kinds(json_object_get(a, "alerts")), 2);
     json_decref(a);
     r = tu_json(&g_capd, "POST", "/v1/alerts/a000000000000", "{\"status\":\"expected\"}", &st);
     cr_expect_eq(st, 404);
@@ -216,24 +240,32 @@ Test(history, series_in_commit_order_with_drift, .timeout = 300)
         &g_capd, "GET",
         "/v1/history?project=h&branch=main&model=fake:ok&width=default&pass=forward", NULL, &st);
     cr_assert_eq(st, 200, "%s", json_dumps(h, 0));
-    json_t *pts = json_object_get(h, "points");
+    json_t *pts = json_object_get(h, "points"), *e;
+    size_t i;
     cr_assert_eq(json_array_size(pts), N_COMMITS);
     cr_expect_str_eq(json_string_value(json_object_get(h, "status")), "ok");
-    for (int i = 0; i < N_COMMITS; i++) {
-        json_t *p = json_array_get(pts, i);
+    for (int k = 0; k < N_COMMITS; k++) {
+        json_t *p = json_array_get(pts, k);
         char c[41];
-        sha(i, c);
-        cr_expect_str_eq(json_string_value(json_object_get(p, "commit")), c, "point %d", i);
+        sha(k, c);
+        cr_expect_str_eq(json_string_value(json_object_get(p, "commit")), c, "point %d", k);
         cr_expect_str_eq(json_string_value(json_object_get(p, "ordered_by")), "commit");
         const char *num = json_string_value(json_object_get(p, "numerics"));
-        cr_expect_str_eq(num, i == 0 ? "first" : i == K ? "diverged" : "identical", "point %d", i);
+        cr_expect_str_eq(num, k == 0 ? "first" : k == K ? "diverged" : "identical", "point %d", k);
         cr_expect(json_number_value(json_object_get(p, "perf_ns")) > 0);
     }
-    json_t *cps = json_object_get(h, "change_points");
-    cr_assert_eq(json_array_size(cps), 1, "%s", json_dumps(cps, 0));
+    /* One perf change point (memory ones: see count_kinds). */
+    json_t *cps = json_object_get(h, "change_points"), *perf = NULL;
+    cr_assert_eq(count_kinds(cps), 1);
+    json_array_foreach(cps, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "perf") == 0)
+            perf = e;
+    }
     char cm[41];
     sha(M, cm);
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(cps, 0), "first_bad")), cm);
+    cr_assert_not_null(perf);
+    cr_expect_str_eq(json_string_value(json_object_get(perf, "first_bad")), cm);
     cr_expect_eq(json_array_size(json_object_get(h, "events")), 1);
     json_decref(h);
     /* The limit returns the newest points. */
