@@ -140,6 +140,12 @@ enum MHD_Result api_devices_list(struct api_req *r); /* api/api_devices.c */
 enum MHD_Result api_devices_refresh(struct api_req *r);
 enum MHD_Result api_events(struct api_req *r);
 enum MHD_Result api_metrics(struct api_req *r);
+enum MHD_Result api_history_get(struct api_req *r); /* api/api_history.c */
+enum MHD_Result api_alerts_list(struct api_req *r);
+enum MHD_Result api_alert_post(struct api_req *r);
+/* A job request's commit_time and parents, checked and copied into NORM
+ * (api/api_history.c); -EINVAL with ERR filled. */
+int api_history_order(json_t *body, json_t *norm, struct api_verr *err);
 enum MHD_Result api_static_index(struct api_req *r);
 enum MHD_Result api_static_file(struct api_req *r);
 

@@ -266,9 +266,9 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
     json_t *opts = NULL;
     const char *k;
     json_t *v;
-    static const char *const fields[] = {"project",        "commit", "branch",  "build",
-                                         "control_commit", "matrix", "options", "labels",
-                                         "provenance",     NULL};
+    static const char *const fields[] = {"project",        "commit",      "branch",  "build",
+                                         "control_commit", "matrix",      "options", "labels",
+                                         "provenance",     "commit_time", "parents", NULL};
     *normalized = NULL;
     if (!json_is_object(body)) {
         verr(err, "invalid_json", NULL, "the body must be a JSON object");
@@ -375,6 +375,10 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
     }
     if (prov)
         json_object_set(norm, "provenance", prov);
+    if (api_history_order(body, norm, err) != 0) {
+        json_decref(norm);
+        goto out;
+    }
     *normalized = norm;
     rc = 0;
 out:

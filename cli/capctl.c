@@ -21,6 +21,8 @@ static const struct {
     {"cancel", ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
     {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
     {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
+    {"history", ctl_cmd_history, "show one cell's series along a branch, with change points"},
+    {"alerts", ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
 };
 
 static void usage(FILE *f)

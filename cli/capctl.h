@@ -193,6 +193,8 @@ int ctl_cmd_wait(int argc, char **argv);
 int ctl_cmd_cancel(int argc, char **argv);
 int ctl_cmd_diff(int argc, char **argv);
 int ctl_cmd_widths(int argc, char **argv);
+int ctl_cmd_history(int argc, char **argv); /* cli/cmd_history.c */
+int ctl_cmd_alerts(int argc, char **argv);
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

@@ -54,7 +54,9 @@ static const struct ctl_cmd cmd_submit = {
     "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
     "they show as the job's provenance, with findings (generated dispatch sources such as\n"
     "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
-    "comparison involving the job shows as warnings. See docs/capctl.md.\n\n"
+    "comparison involving the job shows as warnings. It also sends the commit's committer\n"
+    "time and parents (git log), which order the branch's history (docs/history.md).\n"
+    "See docs/capctl.md.\n\n"
     "example:\n"
     "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
     "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
@@ -573,6 +575,11 @@ int ctl_cmd_submit(int argc, char **argv)
         }
         warn_provenance(prov, ctl_arg(&a, "commit"));
         json_object_set(body, "provenance", prov);
+        if (prov_commit_order(tree, ctl_arg(&a, "commit"), body) != 0)
+            fprintf(stderr,
+                    "capctl: warning: --source-tree does not have commit %s; the job "
+                    "goes into its branch's history by submission time\n",
+                    ctl_arg(&a, "commit"));
     }
 
     const char *hdrs[] = {idem_hdr, NULL};

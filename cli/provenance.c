@@ -542,6 +542,36 @@ static int on_single(void *ud, const char *line)
     return 0;
 }
 
+static int on_first_line(void *ud, const char *line)
+{
+    char *buf = ud;
+    if (!buf[0])
+        snprintf(buf, 1200, "%s", line);
+    return 0;
+}
+
+/*
+ * The commit order fields of a job (docs/history.md): COMMIT's committer
+ * time and parents from `git log -1 --format='%cI %P'` in DIR, set on
+ * BODY as commit_time and parents. A commit git does not know leaves
+ * BODY as it was and returns -ENOENT.
+ */
+int prov_commit_order(const char *dir, const char *commit, json_t *body)
+{
+    char line[1200] = "";
+    const char *const args[] = {"log", "-1", "--format=%cI %P", commit, "--", NULL};
+    int rc = run_git(dir, args, on_first_line, line, NULL, NULL, 0);
+    if (rc != 0 || !line[0])
+        return rc < 0 ? rc : -ENOENT;
+    char *save = NULL, *tok = strtok_r(line, " ", &save);
+    json_t *parents = json_array();
+    json_object_set_new(body, "commit_time", json_string(tok));
+    while ((tok = strtok_r(NULL, " ", &save)) && json_array_size(parents) < PROV_MAX_PARENTS)
+        json_array_append_new(parents, json_string(tok));
+    json_object_set_new(body, "parents", parents);
+    return 0;
+}
+
 int prov_collect(const char *dir, json_t **out, char **err)
 {
     struct collect c;

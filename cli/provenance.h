@@ -80,4 +80,9 @@ int prov_classify_submodule_line(const char *line, struct prov_finding *f, char 
  * Returns 0 and *OUT, or a negative errno and *ERR (malloc'd sentence). */
 int prov_collect(const char *dir, json_t **out, char **err);
 
+/* Sets BODY's commit_time and parents (at most PROV_MAX_PARENTS, capd's
+ * limit) from git for COMMIT in DIR; -ENOENT when git does not know it. */
+#define PROV_MAX_PARENTS 16
+int prov_commit_order(const char *dir, const char *commit, json_t *body);
+
 #endif

@@ -155,6 +155,10 @@ static void on_cell_done(void *ud, struct sup *s)
             break;
         }
     }
+    /* A job this cell finished joins its branch's history (storage/history.c). */
+    int hrc = store_history_drain(d->st, NULL);
+    if (hrc)
+        log_warn("history_drain_failed", "rc=%d err=%s", hrc, log_q(store_errmsg(d->st)));
     if (d->stopping) {
         /* Claimed just before the stop: start-up recovery's re-queue at the
          * end of shutdown puts it back, as for a cell that was running. */

@@ -370,4 +370,41 @@ struct store_errors {
 };
 void store_errors_get(struct store_errors *out);
 
+/* ---- history along a branch (storage/history*.c, docs/history.md) ----
+ * Finished jobs of a branch are queued by a trigger; draining the queue
+ * makes one point per cell and re-analyses each series it touched (change
+ * points of perf and memory, numerics and outcome events), so the reads
+ * below never scan records. */
+
+#define STORE_HISTORY_ANALYSE    500   /* newest points of a series each analysis reads */
+#define STORE_HISTORY_DRAIN_JOBS 64    /* jobs one store_history_drain call takes */
+#define STORE_HISTORY_MAX_LIMIT  10000 /* points (and alerts) one history query returns */
+#define STORE_ALERTS_MAX_LIMIT   1000  /* alerts one list returns */
+
+/* Makes the points of up to STORE_HISTORY_DRAIN_JOBS queued jobs, one
+ * transaction each; *jobs_out (optional) gets how many. Commits an open
+ * ingest batch first. */
+int store_history_drain(struct store *s, int *jobs_out);
+
+struct store_history_query {
+    const char *project, *branch, *model, *width, *pass; /* exact; all required */
+    int limit; /* newest points returned, 1..STORE_HISTORY_MAX_LIMIT */
+};
+/* {"series","status","points","change_points","events"}; -ENOENT when the
+ * series has no point. */
+int store_history_get(struct store *s, const struct store_history_query *q, json_t **out);
+
+struct store_alert_filter {
+    const char *status, *project, *branch, *kind; /* exact; NULL = any */
+    int limit;                                    /* 1..STORE_ALERTS_MAX_LIMIT */
+};
+/* {"alerts":[...]}, newest first; only alerts the latest analysis found. */
+int store_alerts_list(struct store *s, const struct store_alert_filter *f, json_t **out);
+/* Feedback: STATUS is open, acknowledged, false_positive or expected; NOTE
+ * NULL keeps the note. *out gets the alert. -ENOENT for no such alert. */
+int store_alert_set(struct store *s, const char *id, const char *status, const char *note,
+                    json_t **out);
+/* {"open":n,"acknowledged":n,...} over every alert, for /metrics. */
+int store_alert_counts(struct store *s, json_t **out);
+
 #endif

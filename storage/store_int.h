@@ -53,6 +53,8 @@ void store_rollback(struct store *s);
 void store_zfree(struct store *s);
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n);
 int store_job_refresh_state(struct store *s, int64_t job_seq);
+/* Re-analyses one history series (storage/history_alerts.c). */
+int store__history_analyse(struct store *s, int64_t series);
 
 /* The change feed's hooks (storage/events.c): attach registers the update
  * hook on a new connection; committed/rolled_back run at the end of every

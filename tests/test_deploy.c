@@ -603,13 +603,16 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl wait --help",
                                                "capctl cancel --help",
                                                "capctl diff --help",
-                                               "capctl widths --help"};
+                                               "capctl widths --help",
+                                               "capctl history --help",
+                                               "capctl alerts --help"};
     static const struct {
         const char *page;
         const char *const *helps;
         size_t n;
         int min_flags;
-    } pages[] = {{"capd.8", capd_helps, 3, 14}, {"capctl.1", capctl_helps, 11, 40}};
+    } pages[] = {{"capd.8", capd_helps, 3, 14},
+                 {"capctl.1", capctl_helps, sizeof capctl_helps / sizeof capctl_helps[0], 40}};
     for (size_t i = 0; i < 2; i++) {
         char *all = strdup("");
         for (size_t k = 0; k < pages[i].n; k++) {
@@ -626,9 +629,9 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         each_flag(d.page_text, flag_in_help, &d);
         /* Every command of capctl's list has a section of its own. */
         if (strcmp(pages[i].page, "capctl.1") == 0) {
-            static const char *const cmds[] = {"builds", "submit", "status", "wait",
-                                               "cancel", "diff",   "widths"};
-            for (size_t k = 0; k < 7; k++) {
+            static const char *const cmds[] = {"builds", "submit", "status",  "wait",  "cancel",
+                                               "diff",   "widths", "history", "alerts"};
+            for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
                 char *sec = pathf("\n.SS \"%s ", cmds[k]);
                 cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);
                 free(sec);

@@ -1,0 +1,309 @@
+/*
+ * cli/cmd_history.c - capctl history (one cell's series along a branch,
+ * GET /v1/history) and capctl alerts (GET /v1/alerts, and feedback with
+ * POST /v1/alerts/{id}). docs/history.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/capctl.h"
+
+static const struct ctl_opt history_opts[] = {
+    {"project", CTL_VALUE, "P", "the project (required)"},
+    {"branch", CTL_VALUE, "B", "the branch (required)"},
+    {"model", CTL_VALUE, "M", "the cell's model (required)"},
+    {"width", CTL_VALUE, "W", "the cell's width (required)"},
+    {"pass", CTL_VALUE, "P", "the cell's pass (required)"},
+    {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_history = {
+    "history",
+    "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
+    "Show one cell's series along a branch, oldest first: outcome, perf observation\n"
+    "(median of the timing samples), peak memory and numerics against the previous commit,\n"
+    "with the change points and events found in it.",
+    "A commit ordered by submission time (the job had no commit_time) is marked '~'.",
+    history_opts,
+    0,
+    0,
+};
+
+static const struct ctl_opt alerts_opts[] = {
+    {"project", CTL_VALUE, "P", "only this project"},
+    {"branch", CTL_VALUE, "B", "only this branch"},
+    {"kind", CTL_VALUE, "K", "only perf, memory, numerics or outcome"},
+    {"status", CTL_VALUE, "S", "open (default), acknowledged, false_positive, expected or all"},
+    {"limit", CTL_VALUE, "N", "at most N alerts (1..1000, default 100)"},
+    {"set", CTL_VALUE, "S",
+     "with an alert ID: set its status (acknowledged, false_positive, "
+     "expected, open)"},
+    {"note", CTL_VALUE, "TEXT", "with --set: a note kept with the alert"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {"markdown", CTL_FLAG, NULL, "print a Markdown table"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_alerts = {
+    "alerts",
+    "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
+    "[--note TEXT]",
+    "List the alerts along branches (change points of perf and memory, numerics and\n"
+    "outcome changes), newest first, or give feedback on one.",
+    "Each alert names its first bad and last good commit. Feedback needs an admin token.",
+    alerts_opts,
+    0,
+    1,
+};
+
+static const char *jstr(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
+static void short_sha(const char *s, char out[13])
+{
+    snprintf(out, 13, "%.12s", s);
+}
+
+/* "+30.1% [+29.0, +31.2] p=0" for a change point, the key for numerics. */
+static void alert_what(json_t *a, char *buf, size_t cap)
+{
+    json_t *d = json_object_get(a, "detail");
+    const char *kind = jstr(a, "kind");
+    if (strcmp(kind, "numerics") == 0) {
+        snprintf(buf, cap, "first divergent: %s", jstr(d, "first_divergent_key"));
+    } else if (strcmp(kind, "outcome") == 0) {
+        snprintf(buf, cap, "%s -> %s", jstr(d, "before"), jstr(d, "after"));
+    } else {
+        json_t *ci = json_object_get(d, "magnitude_ci");
+        snprintf(buf, cap, "%+.1f%% [%+.1f, %+.1f] p=%.2g",
+                 100 * json_number_value(json_object_get(d, "magnitude")),
+                 100 * json_number_value(json_array_get(ci, 0)),
+                 100 * json_number_value(json_array_get(ci, 1)),
+                 json_number_value(json_object_get(d, "p_value")));
+    }
+}
+
+static int print_alerts(json_t *list, bool md)
+{
+    static const char *const hdr[] = {"ID",   "KIND",      "LABEL",     "STATUS", "BRANCH",
+                                      "CELL", "FIRST_BAD", "LAST_GOOD", "WHAT"};
+    struct ctl_table *t = md ? NULL : ctl_table_new(9, hdr);
+    if (md)
+        printf("| id | kind | label | status | branch | cell | first bad | last good | what |\n"
+               "|---|---|---|---|---|---|---|---|---|\n");
+    size_t i;
+    json_t *a;
+    json_array_foreach(list, i, a)
+    {
+        char cell[400], bad[13], good[13], what[256];
+        snprintf(cell, sizeof cell, "%s/%s/%s", jstr(a, "model"), jstr(a, "width"),
+                 jstr(a, "pass"));
+        short_sha(jstr(a, "first_bad"), bad);
+        short_sha(jstr(a, "last_good"), good);
+        alert_what(a, what, sizeof what);
+        const char *row[] = {jstr(a, "id"),
+                             jstr(a, "kind"),
+                             jstr(a, "label"),
+                             jstr(a, "status"),
+                             jstr(a, "branch"),
+                             cell,
+                             bad,
+                             good,
+                             what};
+        if (md) {
+            for (int k = 0; k < 9; k++)
+                printf("| %s ", row[k]);
+            printf("|\n");
+        } else if (!t || ctl_table_row(t, row) != 0) {
+            fprintf(stderr, "capctl: out of memory\n");
+            ctl_table_free(t);
+            return CTL_EXIT_ERROR;
+        }
+    }
+    if (t)
+        ctl_table_print(t, stdout);
+    ctl_table_free(t);
+    return 0;
+}
+
+/* POST /v1/alerts/{id} with the new status. */
+static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char *id)
+{
+    struct ctl_url u;
+    struct ctl_resp r = {0};
+    ctl_url_init(&u, "/v1/alerts");
+    ctl_url_seg(c, &u, id);
+    if (u.overflow)
+        return ctl_usage_error(&cmd_alerts, "the alert id is too long");
+    json_t *body = json_pack("{s:s}", "status", ctl_arg(a, "set"));
+    if (ctl_arg(a, "note"))
+        json_object_set_new(body, "note", json_string(ctl_arg(a, "note")));
+    int rc = CTL_EXIT_ERROR;
+    if (ctl_request(c, "POST", u.buf, body, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(c, &r);
+    } else {
+        json_t *j = ctl_resp_json(&r);
+        printf("%s %s\n", jstr(j, "id"), jstr(j, "status"));
+        json_decref(j);
+        rc = 0;
+    }
+    json_decref(body);
+    ctl_resp_free(&r);
+    return rc;
+}
+
+static int list_alerts(struct ctl_client *c, const struct ctl_args *a)
+{
+    static const char *const keys[] = {"project", "branch", "kind", "status", "limit"};
+    struct ctl_url u;
+    struct ctl_resp r = {0};
+    json_t *doc = NULL, *list;
+    ctl_url_init(&u, "/v1/alerts");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (ctl_arg(a, keys[i]))
+            ctl_url_query(c, &u, keys[i], ctl_arg(a, keys[i]));
+    if (u.overflow)
+        return ctl_usage_error(&cmd_alerts, "the filters are too long");
+    int rc = ctl_get_list(c, u.buf, "alerts", &r, &doc, &list);
+    if (rc == 0 && ctl_has(a, "json"))
+        ctl_print_json(stdout, doc);
+    else if (rc == 0)
+        rc = print_alerts(list, ctl_has(a, "markdown"));
+    json_decref(doc);
+    ctl_resp_free(&r);
+    return rc;
+}
+
+int ctl_cmd_alerts(int argc, char **argv)
+{
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    int rc = ctl_parse(&cmd_alerts, argc, argv, &a);
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
+        goto out;
+    }
+    if ((a.npos == 1) != ctl_has(&a, "set")) {
+        rc = ctl_usage_error(&cmd_alerts, "an alert ID and --set go together");
+        goto out;
+    }
+    if (ctl_has(&a, "note") && !ctl_has(&a, "set")) {
+        rc = ctl_usage_error(&cmd_alerts, "--note needs --set");
+        goto out;
+    }
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    rc = a.npos == 1 ? set_alert(&c, &a, a.pos[0]) : list_alerts(&c, &a);
+out:
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc;
+}
+
+/* The alert (change point or event) at COMMIT, as "perf regression". */
+static void mark_of(json_t *doc, const char *commit, char *buf, size_t cap)
+{
+    static const char *const lists[] = {"change_points", "events"};
+    buf[0] = 0;
+    for (int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *a;
+        json_array_foreach(json_object_get(doc, lists[l]), i, a)
+        {
+            if (strcmp(jstr(a, "first_bad"), commit) == 0) {
+                size_t n = strlen(buf);
+                snprintf(buf + n, cap - n, "%s%s %s", n ? ", " : "", jstr(a, "kind"),
+                         jstr(a, "label"));
+            }
+        }
+    }
+}
+
+static int print_history(json_t *doc)
+{
+    static const char *const hdr[] = {"COMMIT",   "OUTCOME",  "PERF_MS",
+                                      "PEAK_MIB", "NUMERICS", "ALERT"};
+    struct ctl_table *t = ctl_table_new(6, hdr);
+    size_t i;
+    json_t *p;
+    printf("status: %s\n", jstr(doc, "status"));
+    json_array_foreach(json_object_get(doc, "points"), i, p)
+    {
+        char c[16], perf[32] = "-", rss[32] = "-", mark[256], num[300];
+        snprintf(c, sizeof c, "%.12s%s", jstr(p, "commit"),
+                 strcmp(jstr(p, "ordered_by"), "submission") == 0 ? "~" : "");
+        json_t *pf = json_object_get(p, "perf_ns"), *m = json_object_get(p, "peak_rss_bytes");
+        if (json_is_number(pf))
+            snprintf(perf, sizeof perf, "%.3f", json_number_value(pf) / 1e6);
+        if (json_is_integer(m))
+            snprintf(rss, sizeof rss, "%.1f", (double)json_integer_value(m) / 1048576.0);
+        snprintf(num, sizeof num, "%s%s%s", jstr(p, "numerics"),
+                 json_is_string(json_object_get(p, "first_divergent_key")) ? " at " : "",
+                 json_is_string(json_object_get(p, "first_divergent_key"))
+                     ? jstr(p, "first_divergent_key")
+                     : "");
+        mark_of(doc, jstr(p, "commit"), mark, sizeof mark);
+        const char *row[] = {c, jstr(p, "outcome"), perf, rss, num, mark[0] ? mark : ""};
+        if (!t || ctl_table_row(t, row) != 0) {
+            fprintf(stderr, "capctl: out of memory\n");
+            ctl_table_free(t);
+            return CTL_EXIT_ERROR;
+        }
+    }
+    ctl_table_print(t, stdout);
+    ctl_table_free(t);
+    return 0;
+}
+
+int ctl_cmd_history(int argc, char **argv)
+{
+    static const char *const keys[] = {"project", "branch", "model", "width", "pass", "limit"};
+    struct ctl_args a;
+    struct ctl_client c = {0};
+    struct ctl_resp r = {0};
+    json_t *doc = NULL;
+    struct ctl_url u;
+    int rc = ctl_parse(&cmd_history, argc, argv, &a);
+    if (rc) {
+        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
+        goto out;
+    }
+    for (size_t i = 0; i < 5; i++) {
+        if (!ctl_arg(&a, keys[i])) {
+            rc = ctl_usage_error(&cmd_history, "--%s is required", keys[i]);
+            goto out;
+        }
+    }
+    if ((rc = ctl_client_open(&c, &a)) != 0)
+        goto out;
+    ctl_url_init(&u, "/v1/history");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (ctl_arg(&a, keys[i]))
+            ctl_url_query(&c, &u, keys[i], ctl_arg(&a, keys[i]));
+    rc = CTL_EXIT_ERROR;
+    if (u.overflow) {
+        rc = ctl_usage_error(&cmd_history, "the cell names are too long");
+    } else if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(&c, &r);
+    } else {
+        doc = ctl_resp_json(&r);
+        if (ctl_has(&a, "json")) {
+            ctl_print_json(stdout, doc);
+            rc = 0;
+        } else {
+            rc = print_history(doc);
+        }
+    }
+out:
+    json_decref(doc);
+    ctl_resp_free(&r);
+    ctl_client_close(&c);
+    ctl_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,503 @@
+/*
+ * storage/history.c - the series of a branch, written as its jobs finish.
+ *
+ * A finished job of a branch is queued in history_pending by a trigger
+ * (schema/007_history.sql) in the very transaction that finishes it;
+ * store_history_drain() turns each queued job into one point per cell
+ * (outcome, perf observation, peak memory, a digest of the cell's tensor
+ * hashes and the numerics drift against the previous commit) and then
+ * re-analyses the series it touched: change points of perf and memory by
+ * compare/changepoint.h, numerics and outcome changes as exact events,
+ * all kept in the alerts table. Everything a history query returns is
+ * therefore already computed; reading it never touches the records.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "compare/changepoint.h"
+#include "compare/cmp.h"
+#include "storage/store_int.h"
+
+/* One tensor record of a cell, for the first divergent key. */
+struct tkey {
+    char *key, *hash;
+    int64_t seq;
+};
+
+struct tkeys {
+    struct tkey *v;
+    size_t n;
+};
+
+static void tkeys_free(struct tkeys *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->v[i].key);
+        free(t->v[i].hash);
+    }
+    free(t->v);
+    t->v = NULL;
+    t->n = 0;
+}
+
+/* The (key, hash, seq) of every tensor record of ATTEMPT, in key order. */
+static int tkeys_load(struct store *s, int64_t attempt, struct tkeys *out)
+{
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    int rc = store_prepare(s,
+                           "SELECT key, json_extract(header, '$.hash'), seq FROM records WHERE "
+                           "attempt_id = ? AND kind = 'tensor' AND key IS NOT NULL ORDER BY key",
+                           &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, attempt);
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->n == cap) {
+            if (cap >= CMP_MAX_TENSORS) {
+                rc = -E2BIG;
+                goto out;
+            }
+            cap = cap ? cap * 2 : 64;
+            struct tkey *v = realloc(out->v, cap * sizeof *v);
+            if (!v) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            out->v = v;
+        }
+        const char *h = (const char *)sqlite3_column_text(st, 1);
+        struct tkey *k = &out->v[out->n++];
+        k->key = strdup((const char *)sqlite3_column_text(st, 0));
+        k->hash = h ? strdup(h) : NULL;
+        k->seq = sqlite3_column_int64(st, 2);
+        if (!k->key || (h && !k->hash)) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    rc = store_rc(s, src);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/*
+ * The first key, in the head cell's capture order, whose tensor differs
+ * from the previous commit's or exists on one side only (a key only the
+ * previous commit has counts at its own position). NULL when none does.
+ */
+static char *first_divergent_key(const struct tkeys *prev, const struct tkeys *cur)
+{
+    size_t i = 0, j = 0;
+    const char *best = NULL;
+    int64_t best_seq = INT64_MAX;
+    while (i < prev->n || j < cur->n) {
+        int c = i == prev->n ? 1 : j == cur->n ? -1 : strcmp(prev->v[i].key, cur->v[j].key);
+        const struct tkey *k = c < 0 ? &prev->v[i] : &cur->v[j];
+        bool differs = c != 0 || !k->hash || !prev->v[i].hash || strcmp(prev->v[i].hash, k->hash);
+        if (differs && k->seq < best_seq) {
+            best_seq = k->seq;
+            best = k->key;
+        }
+        i += c <= 0;
+        j += c >= 0;
+    }
+    return best ? strdup(best) : NULL;
+}
+
+/* A digest of the cell's tensors: XXH3-128 of key and hash in key order;
+ * "" when a tensor has no hash or there is none (numerics unknown). */
+static void tensor_digest(const struct tkeys *t, char out[33])
+{
+    out[0] = 0;
+    if (t->n == 0)
+        return;
+    XXH3_state_t *x = XXH3_createState();
+    if (!x)
+        return;
+    XXH3_128bits_reset(x);
+    for (size_t i = 0; i < t->n; i++) {
+        if (!t->v[i].hash) {
+            XXH3_freeState(x);
+            return;
+        }
+        XXH3_128bits_update(x, t->v[i].key, strlen(t->v[i].key) + 1);
+        XXH3_128bits_update(x, t->v[i].hash, strlen(t->v[i].hash) + 1);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(x);
+    XXH3_freeState(x);
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+}
+
+/* The perf observation of ATTEMPT (cmp_perf_observation over all of its
+ * timing samples); *n_out 0 and *obs NaN when it has none or too many. */
+static int perf_of(struct store *s, int64_t attempt, double *obs, int64_t *n_out)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t *v = NULL;
+    size_t n = 0;
+    *obs = NAN;
+    *n_out = 0;
+    int rc = store_prepare(
+        s, "SELECT header FROM records WHERE attempt_id = ? AND kind = 'timing' ORDER BY seq", &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, attempt);
+    v = malloc(CMP_MAX_TIMING_SAMPLES * sizeof *v);
+    rc = -ENOMEM;
+    if (!v)
+        goto out;
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *h = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+        json_t *a = json_object_get(h, "samples_ns"), *e;
+        size_t i;
+        json_array_foreach(a, i, e)
+        {
+            if (n < CMP_MAX_TIMING_SAMPLES && json_is_integer(e) && json_integer_value(e) >= 0)
+                v[n] = json_integer_value(e);
+            n++;
+        }
+        json_decref(h);
+    }
+    if ((rc = store_rc(s, src)) != 0)
+        goto out;
+    /* Past the engine's limit the cell has no observation (not a cut one). */
+    if (n && n <= CMP_MAX_TIMING_SAMPLES && cmp_perf_observation(v, n, obs) == 0)
+        *n_out = (int64_t)n;
+out:
+    free(v);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- numerics drift ---- */
+
+struct pt {
+    int64_t order_ms, order_seq, attempt;
+    char commit[65], digest[33];
+    bool found;
+};
+
+/* The point of SERIES at COMMIT (dir 0), or the one just before (dir -1)
+ * or after (dir +1) the point REF in commit order. */
+static int point_near(struct store *s, int64_t series, const struct pt *ref, const char *commit,
+                      int dir, struct pt *out)
+{
+    static const char *const sql[] = {
+        "SELECT commit_sha, order_ms, order_seq, attempt_id, coalesce(digest, '') FROM "
+        "history_points WHERE series_id = ?1 AND (order_ms, order_seq) < (?2, ?3) "
+        "ORDER BY order_ms DESC, order_seq DESC LIMIT 1",
+        "SELECT commit_sha, order_ms, order_seq, attempt_id, coalesce(digest, '') FROM "
+        "history_points WHERE series_id = ?1 AND commit_sha = ?4",
+        "SELECT commit_sha, order_ms, order_seq, attempt_id, coalesce(digest, '') FROM "
+        "history_points WHERE series_id = ?1 AND (order_ms, order_seq) > (?2, ?3) "
+        "ORDER BY order_ms, order_seq LIMIT 1"};
+    sqlite3_stmt *st = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = store_prepare(s, sql[dir + 1], &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, series);
+    if (ref) {
+        sqlite3_bind_int64(st, 2, ref->order_ms);
+        sqlite3_bind_int64(st, 3, ref->order_seq);
+    }
+    store_bind_text(st, 4, commit);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        out->found = true;
+        snprintf(out->commit, sizeof out->commit, "%s", sqlite3_column_text(st, 0));
+        out->order_ms = sqlite3_column_int64(st, 1);
+        out->order_seq = sqlite3_column_int64(st, 2);
+        out->attempt = sqlite3_column_int64(st, 3);
+        snprintf(out->digest, sizeof out->digest, "%s", sqlite3_column_text(st, 4));
+        src = SQLITE_DONE;
+    }
+    rc = store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Sets the numerics of point P against the point before it. */
+static int drift_update(struct store *s, int64_t series, const struct pt *p)
+{
+    struct pt prev;
+    struct tkeys a = {0}, b = {0};
+    char *key = NULL;
+    const char *state = "unknown";
+    int rc = point_near(s, series, p, NULL, -1, &prev);
+    if (rc)
+        return rc;
+    if (!prev.found) {
+        state = "first";
+    } else if (p->digest[0] && prev.digest[0] && strcmp(p->digest, prev.digest) == 0) {
+        state = "identical";
+    } else if (p->digest[0] && prev.digest[0]) {
+        state = "diverged";
+        if ((rc = tkeys_load(s, prev.attempt, &a)) != 0 || (rc = tkeys_load(s, p->attempt, &b)))
+            goto out;
+        key = first_divergent_key(&a, &b);
+    }
+    sqlite3_stmt *st = NULL;
+    if ((rc = store_prepare(s,
+                            "UPDATE history_points SET numerics = ?, first_divergent_key = ? "
+                            "WHERE series_id = ? AND commit_sha = ?",
+                            &st)) != 0)
+        goto out;
+    store_bind_text(st, 1, state);
+    store_bind_text(st, 2, key);
+    sqlite3_bind_int64(st, 3, series);
+    store_bind_text(st, 4, p->commit);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_finalize(st);
+out:
+    free(key);
+    tkeys_free(&a);
+    tkeys_free(&b);
+    return rc;
+}
+
+/* The point at COMMIT and the one after it (whose predecessor it now is). */
+static int drift_around(struct store *s, int64_t series, const char *commit)
+{
+    struct pt p, next;
+    int rc = point_near(s, series, NULL, commit, 0, &p);
+    if (rc || !p.found)
+        return rc;
+    if ((rc = drift_update(s, series, &p)) != 0)
+        return rc;
+    if ((rc = point_near(s, series, &p, NULL, 1, &next)) != 0 || !next.found)
+        return rc;
+    return drift_update(s, series, &next);
+}
+
+/* ---- points ---- */
+
+struct job_info {
+    int64_t seq, created_at, commit_ms;
+    char id[16], project[129], branch[256], commit[65], parent[65], commit_time[64];
+    bool has_time;
+};
+
+static int job_info(struct store *s, int64_t seq, struct job_info *j)
+{
+    sqlite3_stmt *st = NULL;
+    memset(j, 0, sizeof *j);
+    int rc = store_prepare(
+        s,
+        "SELECT id, project, branch, commit_sha, created_at, "
+        "json_extract(request_json, '$.commit_time'), "
+        "CAST((julianday(json_extract(request_json, '$.commit_time')) - 2440587.5) * 86400000 "
+        "AS INTEGER), coalesce(json_extract(request_json, '$.parents[0]'), '') "
+        "FROM jobs WHERE seq = ? AND branch IS NOT NULL",
+        &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, seq);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        j->seq = seq;
+        snprintf(j->id, sizeof j->id, "%s", sqlite3_column_text(st, 0));
+        snprintf(j->project, sizeof j->project, "%s", sqlite3_column_text(st, 1));
+        snprintf(j->branch, sizeof j->branch, "%s", sqlite3_column_text(st, 2));
+        snprintf(j->commit, sizeof j->commit, "%s", sqlite3_column_text(st, 3));
+        j->created_at = sqlite3_column_int64(st, 4);
+        j->has_time = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        if (j->has_time)
+            snprintf(j->commit_time, sizeof j->commit_time, "%s", sqlite3_column_text(st, 5));
+        j->commit_ms = sqlite3_column_int64(st, 6);
+        snprintf(j->parent, sizeof j->parent, "%s", sqlite3_column_text(st, 7));
+        src = SQLITE_DONE;
+    } else if (src == SQLITE_DONE) {
+        src = SQLITE_NOTFOUND; /* gone, or not on a branch: nothing to add */
+    }
+    rc = src == SQLITE_NOTFOUND ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int series_id(struct store *s, const struct job_info *j, const char *model,
+                     const char *width, const char *pass, int64_t *id)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "INSERT INTO history_series(project, branch, model, width, pass, "
+                           "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+                           "updated_at = excluded.updated_at RETURNING id",
+                           &st);
+    if (rc)
+        return rc;
+    store_bind_text(st, 1, j->project);
+    store_bind_text(st, 2, j->branch);
+    store_bind_text(st, 3, model);
+    store_bind_text(st, 4, width);
+    store_bind_text(st, 5, pass);
+    sqlite3_bind_int64(st, 6, store_now_ms());
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        src = sqlite3_step(st);
+    }
+    rc = store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Where the job goes in the series: its commit time, but never before its
+ * first parent when that is a point of the series; else submission. */
+static int order_of(struct store *s, int64_t series, const struct job_info *j, int64_t *ms)
+{
+    struct pt parent;
+    *ms = j->has_time ? j->commit_ms : j->created_at;
+    if (!j->has_time || !j->parent[0])
+        return 0;
+    int rc = point_near(s, series, NULL, j->parent, 0, &parent);
+    if (rc == 0 && parent.found && parent.order_ms >= *ms)
+        *ms = parent.order_ms + 1;
+    return rc;
+}
+
+struct cell_info {
+    char id[16], model[256], width[64], pass[64], state[32];
+    int64_t attempt, peak_rss;
+    bool has_rss;
+};
+
+static int point_put(struct store *s, int64_t series, const struct job_info *j,
+                     const struct cell_info *c)
+{
+    struct tkeys t = {0};
+    char digest[33];
+    double perf;
+    int64_t nperf, order;
+    sqlite3_stmt *st = NULL;
+    int rc = tkeys_load(s, c->attempt, &t);
+    if (rc == 0)
+        rc = perf_of(s, c->attempt, &perf, &nperf);
+    if (rc == 0)
+        rc = order_of(s, series, j, &order);
+    if (rc)
+        goto out;
+    tensor_digest(&t, digest);
+    if ((rc = store_prepare(
+             s,
+             "INSERT OR REPLACE INTO history_points(series_id, commit_sha, order_ms, order_seq, "
+             "ordered_by, commit_time, job_id, cell_id, attempt_id, outcome, perf_ns, "
+             "perf_samples, peak_rss_bytes, digest, n_tensors, created_at) "
+             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,nullif(?, ''),?,?)",
+             &st)) != 0)
+        goto out;
+    sqlite3_bind_int64(st, 1, series);
+    store_bind_text(st, 2, j->commit);
+    sqlite3_bind_int64(st, 3, order);
+    sqlite3_bind_int64(st, 4, j->seq);
+    store_bind_text(st, 5, j->has_time ? "commit" : "submission");
+    store_bind_text(st, 6, j->has_time ? j->commit_time : NULL);
+    store_bind_text(st, 7, j->id);
+    store_bind_text(st, 8, c->id);
+    sqlite3_bind_int64(st, 9, c->attempt);
+    store_bind_text(st, 10, c->state);
+    if (nperf)
+        sqlite3_bind_double(st, 11, perf);
+    sqlite3_bind_int64(st, 12, nperf);
+    if (c->has_rss)
+        sqlite3_bind_int64(st, 13, c->peak_rss);
+    store_bind_text(st, 14, digest);
+    sqlite3_bind_int64(st, 15, (int64_t)t.n);
+    sqlite3_bind_int64(st, 16, store_now_ms());
+    if ((rc = store_rc(s, sqlite3_step(st))) == 0)
+        rc = drift_around(s, series, j->commit);
+out:
+    sqlite3_finalize(st);
+    tkeys_free(&t);
+    return rc;
+}
+
+/* Every cell of job J becomes a point; every series touched is analysed. */
+static int ingest_job(struct store *s, const struct job_info *j)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "SELECT id, model, width, pass, state, coalesce(committed_attempt, 0), "
+                           "peak_rss_bytes FROM cells WHERE job_seq = ? ORDER BY ord",
+                           &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, j->seq);
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        struct cell_info c = {0};
+        snprintf(c.id, sizeof c.id, "%s", sqlite3_column_text(st, 0));
+        snprintf(c.model, sizeof c.model, "%s", sqlite3_column_text(st, 1));
+        snprintf(c.width, sizeof c.width, "%s", sqlite3_column_text(st, 2));
+        snprintf(c.pass, sizeof c.pass, "%s", sqlite3_column_text(st, 3));
+        snprintf(c.state, sizeof c.state, "%s", sqlite3_column_text(st, 4));
+        c.attempt = sqlite3_column_int64(st, 5);
+        c.has_rss = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        c.peak_rss = sqlite3_column_int64(st, 6);
+        int64_t series = 0;
+        if ((rc = series_id(s, j, c.model, c.width, c.pass, &series)) != 0 ||
+            (rc = point_put(s, series, j, &c)) != 0 ||
+            (rc = store__history_analyse(s, series)) != 0)
+            goto out;
+    }
+    rc = store_rc(s, src);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Takes one queued job and makes its points, in one transaction. *took is
+ * false when the queue is empty. */
+static int drain_one(struct store *s, bool *took)
+{
+    sqlite3_stmt *st = NULL;
+    *took = false;
+    int rc = store_begin(s);
+    if (rc)
+        return rc;
+    if ((rc = store_prepare(s, "SELECT job_seq FROM history_pending ORDER BY job_seq LIMIT 1",
+                            &st)) != 0)
+        goto out;
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = store_rc(s, src);
+        goto out;
+    }
+    int64_t seq = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    struct job_info j;
+    rc = job_info(s, seq, &j);
+    if (rc == 0)
+        rc = ingest_job(s, &j);
+    if (rc && rc != -ENOENT)
+        goto out;
+    char sql[96];
+    snprintf(sql, sizeof sql, "DELETE FROM history_pending WHERE job_seq = %lld", (long long)seq);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    *took = true;
+out:
+    sqlite3_finalize(st);
+    if (rc == 0 && (rc = store_commit(s)) == 0)
+        return 0;
+    store_rollback(s);
+    return rc;
+}
+
+int store_history_drain(struct store *s, int *jobs_out)
+{
+    int n = 0, rc = store_flush(s);
+    for (bool took = true; rc == 0 && took && n < STORE_HISTORY_DRAIN_JOBS; n += took)
+        rc = drain_one(s, &took);
+    if (jobs_out)
+        *jobs_out = n;
+    return rc;
+}
