@@ -59,8 +59,7 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
     const char *name = json_string_value(json_object_get(job, "build"));
     json_t *b = NULL;
     if (!name || store_build_get(st, name, &b) != 0) {
-        snprintf(why, wlen, "the control's build '%s' is no longer registered",
-                 name ? name : "?");
+        snprintf(why, wlen, "the control's build '%s' is no longer registered", name ? name : "?");
         return NULL;
     }
     const char *upd = json_string_value(json_object_get(b, "updated_at"));
@@ -83,8 +82,8 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
 }
 
 json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
-                     const struct store_cell_run *run, const char *scratch,
-                     const char *spec_path, char *why, size_t wlen)
+                     const struct store_cell_run *run, const char *scratch, const char *spec_path,
+                     char *why, size_t wlen)
 {
     json_t *head = NULL, *job = NULL, *b = NULL, *out = NULL;
     char commit[72];
@@ -119,8 +118,7 @@ void ref_add_to_spec(const struct capd_config *cfg, struct store *st,
     json_t *pairs = json_object_get(o, "timing_pairs");
     char why[600] = "";
     /* A job stored before pairs existed has no timing_pairs: 0, no pairs. */
-    if (json_integer_value(json_object_get(o, "iterations")) <= 0 ||
-        json_integer_value(pairs) <= 0)
+    if (json_integer_value(json_object_get(o, "iterations")) <= 0 || json_integer_value(pairs) <= 0)
         return;
     json_t *ref = ref_for_cell(cfg, st, run, scratch, spec_path, why, sizeof why);
     if (!ref) {

@@ -28,8 +28,8 @@
  * ...", ...). SCRATCH and SPEC_PATH are the head cell's.
  */
 json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
-                     const struct store_cell_run *run, const char *scratch,
-                     const char *spec_path, char *why, size_t wlen);
+                     const struct store_cell_run *run, const char *scratch, const char *spec_path,
+                     char *why, size_t wlen);
 
 /* Sets SPEC's "reference" from ref_for_cell for a timing cell whose job
  * asks for pairs (options.timing_pairs > 0, iterations > 0); logs why
