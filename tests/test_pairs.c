@@ -49,12 +49,12 @@ static void build(const char *name, const char *scale, const char *python, const
 static char *job(const char *build, const char *commit, const char *extra, const char *options)
 {
     long st = 0;
-    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"t\",\"commit\":\"%s\",\"build\":\"%s\",%s"
-                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\"],"
-                         "\"passes\":[\"forward\"]},\"options\":%s}",
-                         commit, build, extra ? extra : "",
-                         options ? options : "{\"iterations\":10}");
+    json_t *j =
+        tu_jsonf(&capd, "POST", "/v1/jobs", &st,
+                 "{\"project\":\"t\",\"commit\":\"%s\",\"build\":\"%s\",%s"
+                 "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\"],"
+                 "\"passes\":[\"forward\"]},\"options\":%s}",
+                 commit, build, extra ? extra : "", options ? options : "{\"iterations\":10}");
     cr_assert_eq(st, 201, "job of %s at %s", build, commit);
     char *id = strdup(json_string_value(json_object_get(j, "id")));
     json_decref(j);
@@ -90,8 +90,8 @@ static json_t *perf(const char *control, const char *head)
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", control, head);
     json_t *r = tu_json(&capd, "GET", path, NULL, &st);
     cr_assert_eq(st, 200, "compare %s %s", control, head);
-    json_t *p = json_incref(
-        json_object_get(json_array_get(json_object_get(r, "cells"), 0), "perf"));
+    json_t *p =
+        json_incref(json_object_get(json_array_get(json_object_get(r, "cells"), 0), "perf"));
     json_decref(r);
     return p;
 }
@@ -161,8 +161,8 @@ Test(pairs, branch_control_pairs_too, .init = start, .fini = stop, .timeout = 12
     build("ctl", "1.0", NULL, "POST");
     char *c = job("ctl", "aaaaaaa", NULL, NULL);
     long st = 0;
-    json_decref(tu_json(&capd, "PUT", "/v1/branches/main", "{\"control_commit\":\"aaaaaaa\"}",
-                        &st));
+    json_decref(
+        tu_json(&capd, "PUT", "/v1/branches/main", "{\"control_commit\":\"aaaaaaa\"}", &st));
     cr_assert_eq(st, 200);
     char *h = job("ctl", "bbbbbbb", "\"branch\":\"main\",", NULL);
     json_t *p = perf(c, h);
@@ -199,8 +199,7 @@ Test(pairs, unknown_pairs_get_more_rounds, .init = start, .fini = stop, .timeout
     free(h2);
 }
 
-Test(pairs, unpaired_without_a_runnable_control_build, .init = start, .fini = stop,
-     .timeout = 180)
+Test(pairs, unpaired_without_a_runnable_control_build, .init = start, .fini = stop, .timeout = 180)
 {
     /* a copy of the fake runner as the control build's interpreter */
     char *fake = tu_helper("fake_runner"), copy[400];
