@@ -33,9 +33,18 @@ struct opt_int {
 };
 
 static const struct opt_int int_opts[] = {
-    {"iterations", 0, 100000, 20},  {"warmup", 0, 10000, 3},        {"threads", 1, 1024, 1},
-    {"timeout_s", 1, 86400, 600},   {"seed", 0, INT64_MAX, 0},      {"batch", 1, 4096, 2},
-    {"sample_size", 1, 65536, 256}, {"timing_processes", 1, 64, 5},
+    {"iterations", 0, 100000, 20},
+    {"warmup", 0, 10000, 3},
+    {"threads", 1, 1024, 1},
+    {"timeout_s", 1, 86400, 600},
+    {"seed", 0, INT64_MAX, 0},
+    {"batch", 1, 4096, 2},
+    {"sample_size", 1, 65536, 256},
+    {"timing_processes", 1, 64, 5},
+    /* Paired timing (docs/compare.md): pairs a round, 0 = never paired;
+     * rounds at most while the pairs' verdict is unknown. */
+    {"timing_pairs", 0, 64, 8},
+    {"max_timing_rounds", 1, 8, 3},
 };
 
 static const char *const captures[] = {"stats", "sample", "full", NULL};

@@ -30,6 +30,8 @@ static const struct ctl_opt submit_opts[] = {
     {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
     {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
     {"timing-processes", CTL_VALUE, "N", "separate timing processes per cell (default 5)"},
+    {"timing-pairs", CTL_VALUE, "N", "control/head pairs a round when paired (default 8)"},
+    {"max-timing-rounds", CTL_VALUE, "N", "rounds of pairs at most while unknown (default 3)"},
     {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
     {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
     {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
@@ -109,6 +111,8 @@ static const struct ctl_field_flag submit_fields[] = {
     {"options.iterations", "--iterations"},
     {"options.warmup", "--warmup"},
     {"options.timing_processes", "--timing-processes"},
+    {"options.timing_pairs", "--timing-pairs"},
+    {"options.max_timing_rounds", "--max-timing-rounds"},
     {"options.threads", "--threads"},
     {"options.timeout_s", "--timeout"},
     {"options.capture", "--capture"},
@@ -470,6 +474,8 @@ int ctl_cmd_submit(int argc, char **argv)
         {"batch", "batch"},
         {"sample-size", "sample_size"},
         {"timing-processes", "timing_processes"},
+        {"timing-pairs", "timing_pairs"},
+        {"max-timing-rounds", "max_timing_rounds"},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = ctl_arg(&a, ints[i][0]);

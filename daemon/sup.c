@@ -40,10 +40,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/cellenv.h"
 #include "daemon/frame.h"
 #include "daemon/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/metrics.h"
+#include "daemon/reference.h"
 #include "daemon/runas.h"
 #include "daemon/spawn.h"
 #include "daemon/sup.h"
@@ -695,102 +697,18 @@ static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
 
 /* ---- start ---- */
 
-static bool env_allowed(const struct capd_config *cfg, const char *kv)
-{
-    const char *eq = strchr(kv, '=');
-    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
-    for (int i = 0; i < cfg->env_allow_n; i++) {
-        const char *p = cfg->env_allow[i];
-        size_t pl = strlen(p);
-        if (pl > 0 && p[pl - 1] == '*') {
-            if (klen >= pl - 1 && strncmp(kv, p, pl - 1) == 0)
-                return true;
-        } else if (pl == klen && strncmp(kv, p, klen) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/*
- * The child's environment, in order of precedence from low to high: the
- * allow-listed part of capd's own, the build's variables, the width's
- * variables, then what capd itself must set (the GPU cell's device, spec
- * path, runner on the path).
- */
+/* The child's environment: daemon/cellenv.h. */
 static char **build_env(struct sup *s, const char *spec_path)
 {
-    json_t *env = json_object();
-    const char *k;
-    json_t *v;
-    for (char **e = environ; *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq || !env_allowed(s->cfg, *e))
-            continue;
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
-        json_object_set_new(env, key, json_string(eq + 1));
-    }
-    /* A cell running as run_as_user cannot use capd's HOME (caches, config
-     * files); its scratch dir is its home unless the build says otherwise. */
-    if (s->cfg->run_uid >= 0)
-        json_object_set_new(env, "HOME", json_string(s->scratch));
-    /* The runner's native statistics, when built: below the build's
-     * variables, so a build can turn it off (CAPD_RUNNER_NATIVE=""). */
-    if (s->cfg->analysis_lib[0] && access(s->cfg->analysis_lib, R_OK) == 0)
-        json_object_set_new(env, "CAPD_RUNNER_NATIVE", json_string(s->cfg->analysis_lib));
-    json_object_foreach(json_object_get(s->run.build, "env"), k, v)
-    {
-        json_object_set(env, k, v);
-    }
-    json_object_foreach(width_env(json_string_value(json_object_get(s->run.spec, "width"))), k, v)
-    {
-        json_object_set(env, k, v);
-    }
-    const char *pp = json_string_value(json_object_get(env, "PYTHONPATH"));
-    char *path = NULL;
-    if (asprintf(&path, "%s%s%s", pp ? pp : "", pp ? ":" : "", s->cfg->runner_dir) >= 0) {
-        json_object_set_new(env, "PYTHONPATH", json_string(path));
-        free(path);
-    }
-    json_int_t threads =
-        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "threads"));
-    /* The framework's pools follow options.threads unless the build says
-     * otherwise: OpenMP (intra-op), MKL, OpenBLAS; the runner sets torch's
-     * inter-op pool from the same number. */
-    static const char *const pools[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                        "OPENBLAS_NUM_THREADS"};
-    for (size_t i = 0; threads > 0 && i < sizeof pools / sizeof pools[0]; i++) {
-        char t[32];
-        snprintf(t, sizeof t, "%lld", (long long)threads);
-        if (!json_object_get(env, pools[i]))
-            json_object_set_new(env, pools[i], json_string(t));
-    }
-    /* A GPU cell's device (daemon/devices.c): set last, so no build
-     * variable can point the cell at a device another cell holds. */
-    json_object_foreach(json_object_get(s->run.spec, "device_env"), k, v)
-    {
-        json_object_set(env, k, v);
-    }
-    json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));
-    json_object_set_new(env, "PYTHONUNBUFFERED", json_string("1"));
-    json_object_set_new(env, "CAPD_CELL_SPEC", json_string(spec_path));
-    size_t n = json_object_size(env), i = 0;
-    char **out = calloc(n + 1, sizeof *out);
-    json_object_foreach(env, k, v)
-    {
-        if (out && asprintf(&out[i], "%s=%s", k, json_string_value(v)) >= 0)
-            i++;
-    }
+    json_t *env = cellenv_object(s->cfg, s->run.build, s->run.spec, s->scratch, spec_path);
+    char **out = env ? cellenv_strv(env) : NULL;
     json_decref(env);
     return out;
 }
 
 static void free_strv(char **v)
 {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
+    cellenv_free(v);
 }
 
 static int write_spec(struct sup *s, const char *path)
@@ -814,6 +732,9 @@ static int write_spec(struct sup *s, const char *path)
     /* The cell's CPU set (daemon/cpus.h), when the scheduler gave one. */
     if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
         json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));
+    /* The control build to time interleaved with this head (daemon/reference.h). */
+    if (spec)
+        ref_add_to_spec(s->cfg, s->st, &s->run, spec, s->scratch, path);
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;

@@ -884,6 +884,7 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
 
     json_t *want_opts = json_loads(q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
                                      "'seed':0,'batch':2,'sample_size':256,'timing_processes':5,"
+                                     "'timing_pairs':8,'max_timing_rounds':3,"
                                      "'capture':'sample','dtype':'float32','device':'cpu',"
                                      "'granularity':'module'}"),
                                    0, NULL);
@@ -963,6 +964,12 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
          "options.timing_processes"},
         {"{" P "," M ",'options':{'timing_processes':65}}", "invalid_field",
          "options.timing_processes"},
+        {"{" P "," M ",'options':{'timing_pairs':-1}}", "invalid_field", "options.timing_pairs"},
+        {"{" P "," M ",'options':{'timing_pairs':65}}", "invalid_field", "options.timing_pairs"},
+        {"{" P "," M ",'options':{'max_timing_rounds':0}}", "invalid_field",
+         "options.max_timing_rounds"},
+        {"{" P "," M ",'options':{'max_timing_rounds':9}}", "invalid_field",
+         "options.max_timing_rounds"},
         {"{" P "," M ",'options':{'threads':0}}", "invalid_field", "options.threads"},
         {"{" P "," M ",'options':{'threads':1025}}", "invalid_field", "options.threads"},
         {"{" P "," M ",'options':{'timeout_s':0}}", "invalid_field", "options.timeout_s"},
@@ -1066,9 +1073,12 @@ Test(api_jobs, options_at_bounds_accepted)
                               "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
                               "'iterations':100000,'warmup':0,'threads':1024,'timeout_s':86400,"
                               "'seed':9223372036854775807,'batch':4096,'sample_size':65536,"
-                              "'timing_processes':64,'capture':'full','dtype':'bfloat16',"
+                              "'timing_processes':64,'timing_pairs':64,'max_timing_rounds':8,"
+                              "'capture':'full','dtype':'bfloat16',"
                               "'device':'cpu','granularity':'op'}}");
     json_t *o = json_object_get(j, "options");
+    cr_assert_eq(json_integer_value(json_object_get(o, "timing_pairs")), 64);
+    cr_assert_eq(json_integer_value(json_object_get(o, "max_timing_rounds")), 8);
     cr_assert_str_eq(jstr(o, "granularity"), "op");
     cr_assert_eq(json_integer_value(json_object_get(o, "timing_processes")), 64);
     cr_assert_eq(json_integer_value(json_object_get(o, "seed")), INT64_MAX);

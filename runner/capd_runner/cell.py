@@ -278,14 +278,20 @@ def run(spec, writer):
     timing.set_affinity(spec.raw.get("cpus"))
     # Before torch dispatches anything: the timing processes fork from here.
     forker = timing.Forker(spec) if timing.wanted(spec) > 0 else None
+    # A paired head cell: the control build's template imports torch while
+    # this process captures (docs/runner.md, "Paired timing").
+    ref = None
+    if forker is not None and forker.pid is not None and timing.paired_wanted(spec):
+        ref = timing.ReferenceForker(spec)
     try:
-        return _run_cell(torch, spec, writer, forker)
+        return _run_cell(torch, spec, writer, (forker, ref))
     finally:
-        if forker is not None:
-            forker.close()
+        for f in (ref, forker):
+            if f is not None:
+                f.close()
 
 
-def _run_cell(torch, spec, writer, forker):
+def _run_cell(torch, spec, writer, forkers):
     from capd_runner import fingerprint
     from capd_runner import width as widthmod
 
@@ -367,7 +373,7 @@ def _run_cell(torch, spec, writer, forker):
                         native=device.type == "cpu",
                         native_threads=default_native_threads(torch.get_num_threads()))
     try:
-        _run_model(torch, spec, writer, device, pipeline, forker)
+        _run_model(torch, spec, writer, device, pipeline, forkers)
     except CellFailed as e:
         pipeline.abandon()
         writer.end("failed", str(e))
@@ -394,7 +400,7 @@ def _run_cell(torch, spec, writer, forker):
     return EXIT_OK
 
 
-def _run_model(torch, spec, writer, device, pipeline, forker):
+def _run_model(torch, spec, writer, device, pipeline, forkers):
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
 
     if spec.granularity == "op":
@@ -452,8 +458,8 @@ def _run_model(torch, spec, writer, device, pipeline, forker):
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    _timing(torch, spec, writer, forker, lambda: timing_run(torch, model, call, spec,
-                                                          projection, device))
+    _timing(torch, spec, writer, forkers, lambda: timing_run(torch, model, call, spec,
+                                                           projection, device))
     mem = {"kind": "memory", "peak_rss_bytes": peak_rss_bytes()}
     if device.type == "cuda":
         mem["device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
@@ -461,10 +467,14 @@ def _run_model(torch, spec, writer, device, pipeline, forker):
     writer.flush()
 
 
-def _timing(torch, spec, writer, forker, in_cell):
+def _timing(torch, spec, writer, forkers, in_cell):
     """The timing frames: one per timing process, one after another, while
     this process waits (so a timing process has the cell's CPUs to itself);
-    in this process when there is no template (iterations 0, no fork)."""
+    in this process when there is no template (iterations 0, no fork). A
+    paired cell alternates the control build's processes with its own
+    (_paired); where the control build's template fails before the first
+    pair, a note says so and the cell times unpaired."""
+    forker, ref = forkers
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
     if forker is None or forker.pid is None:
@@ -473,19 +483,67 @@ def _timing(torch, spec, writer, forker, in_cell):
         writer.frame(frame)
         writer.flush()
         return
+    if ref is not None and _paired(spec, writer, forker, ref, frame):
+        return
     n = spec.timing_processes
     for i in range(n):
-        res = forker.run(i)
-        if "error" in res:
-            if res.get("traceback"):
-                writer.note("error", res["traceback"])
-            raise CellFailed("timing process %d of %d failed: %s" % (i, n, res["error"]))
-        f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
-                 processes=n)
-        if "cpus" in res:
-            f["cpus"] = res["cpus"]
-        writer.frame(f)
+        res = _run_one(writer, forker, i, n, "timing process")
+        writer.frame(_timing_frame(frame, res, i, n))
         writer.flush()
+
+
+def _run_one(writer, forker, i, n, what):
+    res = forker.run(i)
+    if "error" in res:
+        if res.get("traceback"):
+            writer.note("error", res["traceback"])
+        raise CellFailed("%s %d of %d failed: %s" % (what, i, n, res["error"]))
+    return res
+
+
+def _timing_frame(frame, res, i, n, **extra):
+    f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
+             processes=n, **extra)
+    for k in ("cpus", "started_ns", "ended_ns"):
+        if k in res:
+            f[k] = res[k]
+    return f
+
+
+def _paired(spec, writer, forker, ref, frame):
+    """Rounds of ``timing_pairs`` pairs, each pair the control build's
+    process then this build's, while the pairs so far leave the verdict
+    unknown (capd_runner/pairs.py), ``max_timing_rounds`` at most. False
+    when the control build failed before any pair (time unpaired then)."""
+    from capd_runner import pairs
+    k, done = spec.timing_pairs, []
+    for rnd in range(spec.max_timing_rounds):
+        got = []
+        for i in range(len(done), len(done) + k):
+            c = ref.run(i) if ref.pid is not None else {"error": ref.error}
+            if "error" in c:
+                if c.get("traceback"):
+                    writer.note("error", c["traceback"])
+                writer.note("warn", "pair %d: the control build's timing process failed (%s); "
+                            "%s" % (i, c["error"], "timing unpaired" if not done
+                                    else "keeping the %d pairs of the rounds before" % len(done)))
+                return bool(done)
+            got.append((c, _run_one(writer, forker, i, len(done) + k, "timing process")))
+        n = len(done) + k
+        for i, (c, h) in enumerate(got, len(done)):
+            writer.frame(_timing_frame(frame, c, i, n, pair=i, reference=True, round=rnd))
+            writer.frame(_timing_frame(frame, h, i, n, pair=i, round=rnd))
+        writer.flush()
+        done += got
+        if not pairs.wants_more([median(c["samples_ns"]) for c, _ in done],
+                                [median(h["samples_ns"]) for _, h in done]):
+            break
+    return True
+
+
+def median(v):
+    from capd_runner import pairs
+    return pairs.median(v)
 
 
 def _emit_nondeterministic(writer, keys):

@@ -10,6 +10,8 @@ from capd_runner import PROTOCOL, RUNNER_NAME, __version__
 USAGE = """usage: python -m capd_runner              run the cell named by $CAPD_CELL_SPEC
        python -m capd_runner --list-models  print the model zoo as JSON
        python -m capd_runner --version
+       python -m capd_runner --timing-template CMD_FD RES_FD
+                                            (a paired cell's control-build template)
 Frames go to the spec's frame_fd (3); see docs/protocol.md and docs/runner.md."""
 
 EXIT_USAGE = 2
@@ -24,6 +26,10 @@ def main(argv):
         if argv[0] == "--version" and len(argv) == 1:
             sys.stdout.write("%s (protocol %d)\n" % (RUNNER_NAME, PROTOCOL))
             return 0
+        if (argv[0] == "--timing-template" and len(argv) == 3 and argv[1].isdigit()
+                and argv[2].isdigit()):
+            from capd_runner import timing
+            return timing.template_main(int(argv[1]), int(argv[2]))
         if argv[0] in ("-h", "--help"):
             sys.stdout.write(USAGE + "\n")
             return 0

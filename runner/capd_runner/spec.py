@@ -18,6 +18,8 @@ DEFAULT_OPTIONS = {
     "iterations": 20,
     "warmup": 3,
     "timing_processes": 5,
+    "timing_pairs": 8,
+    "max_timing_rounds": 3,
     "threads": 1,
     "timeout_s": 600,
     "capture": "stats",
@@ -34,6 +36,8 @@ _INT_RANGES = {
     "iterations": (0, 1000000),
     "warmup": (0, 1000000),
     "timing_processes": (1, 1024),
+    "timing_pairs": (0, 1024),
+    "max_timing_rounds": (1, 64),
     "threads": (0, 4096),  # 0: leave torch's default
     "timeout_s": (0, 10 ** 9),
     "seed": (0, 2 ** 63 - 1),
@@ -64,6 +68,7 @@ class CellSpec(object):
         self.scratch = raw.get("scratch")
         self.model_roots = raw.get("model_roots", [])
         self.width_requires = raw.get("width_requires") or []
+        self.reference = raw.get("reference")
         opts = dict(DEFAULT_OPTIONS)
         opts.update(raw.get("options") or {})
         self.options = opts
@@ -104,6 +109,7 @@ def check(raw):
     req = spec.width_requires
     if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
         raise SpecError("cell spec: 'width_requires' must be an array of strings")
+    _check_reference(raw.get("reference"))
     opts = raw.get("options", {})
     if opts is not None and not isinstance(opts, dict):
         raise SpecError("cell spec: 'options' must be an object")
@@ -121,6 +127,25 @@ def check(raw):
     if o["dtype"] not in DTYPES:
         raise SpecError("cell spec: option 'dtype' must be one of %s, not %r" % ("/".join(DTYPES), o["dtype"]))
     return spec
+
+
+def _check_reference(ref):
+    """The control build a paired head cell times beside its own
+    (docs/runner.md, "Paired timing"); absent means unpaired."""
+    if ref is None:
+        return
+    if not isinstance(ref, dict):
+        raise SpecError("cell spec: 'reference' must be an object")
+    for name in ("build", "python"):
+        if not isinstance(ref.get(name), str) or not ref.get(name):
+            raise SpecError("cell spec: 'reference.%s' must be a non-empty string" % name)
+    env = ref.get("env")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
+        raise SpecError("cell spec: 'reference.env' must be an object of strings")
+    roots = ref.get("model_roots", [])
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise SpecError("cell spec: 'reference.model_roots' must be an array of strings")
 
 
 def load(path=None):

@@ -21,13 +21,22 @@ frame pipe, and it stays idle while a timing process runs.
 The template dies with the cell (parent-death signal) and when its request
 pipe closes. Where fork is impossible the cell times in its own process, as
 one process.
+
+A paired head cell (the spec has a ``reference``: docs/runner.md, "Paired
+timing") has a second template, the control build's: its interpreter
+started fresh (``python -m capd_runner --timing-template CMD_FD RES_FD``)
+with the environment capd built for a cell of that build, which imports
+torch and serves the same requests over the same pipes, so both sides'
+timing processes are forks of a template that did nothing but import torch.
 """
 
 import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 import traceback
 
 PR_SET_PDEATHSIG = 1
@@ -66,6 +75,12 @@ def set_affinity(cpus):
         return False
 
 
+def _monotonic_ns():
+    """CLOCK_MONOTONIC: one clock for every process of the host."""
+    fn = getattr(time, "monotonic_ns", None)
+    return fn() if fn is not None else int(time.monotonic() * 1e9)
+
+
 def _one_process(spec, index, out_fd):
     """In a timing process: build, place, time; one JSON line to out_fd."""
     from capd_runner import cell
@@ -78,8 +93,10 @@ def _one_process(spec, index, out_fd):
     model = model.to(device=device, dtype=dtype)
     call = cell.Call(cell._place(torch, inputs, device, dtype))
     projection = cell.Projection(torch, spec.seed)
+    started = _monotonic_ns()
     samples = cell.timing_run(torch, model, call, spec, projection, device)
-    res = {"process": index, "samples_ns": samples, "threads": torch.get_num_threads()}
+    res = {"process": index, "samples_ns": samples, "threads": torch.get_num_threads(),
+           "started_ns": started, "ended_ns": _monotonic_ns()}
     if hasattr(os, "sched_getaffinity"):
         res["cpus"] = sorted(os.sched_getaffinity(0))
     os.write(out_fd, (json.dumps(res) + "\n").encode())
@@ -90,6 +107,11 @@ def wanted(spec):
     if spec.iterations <= 0 or not hasattr(os, "fork"):
         return 0
     return spec.timing_processes
+
+
+def paired_wanted(spec):
+    """Whether the cell times pairs with a control build (capd sent one)."""
+    return spec.reference is not None and spec.timing_pairs > 0 and spec.iterations > 0
 
 
 class Forker(object):
@@ -159,7 +181,10 @@ class Forker(object):
         """Times one process; its result dict ({"error": ...} on failure)."""
         if self.pid is None:
             return {"error": "no timing template"}
-        os.write(self.cmd, ("%d\n" % index).encode())
+        try:
+            os.write(self.cmd, ("%d\n" % index).encode())
+        except OSError:
+            pass  # it is gone; what it said before it went is read below
         line = _readline(self.res)
         if not line:
             return {"error": "the timing template exited"}
@@ -178,3 +203,67 @@ class Forker(object):
         except OSError:
             pass
         self.pid = None
+
+
+class ReferenceForker(Forker):
+    """The control build's template (see the module's text)."""
+
+    def __init__(self, spec):
+        self.pid = None
+        self.proc = None
+        self.error = None
+        ref = spec.reference
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        env = dict(ref["env"])
+        # The same spec file as this cell's (capd names it in both envs).
+        if os.environ.get("CAPD_CELL_SPEC"):
+            env["CAPD_CELL_SPEC"] = os.environ["CAPD_CELL_SPEC"]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            self.proc = subprocess.Popen(
+                [ref["python"], "-m", "capd_runner", "--timing-template", str(cmd_r), str(res_w)],
+                env=env, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, res_w),
+                close_fds=True, cwd=spec.scratch or None)
+        except (OSError, ValueError) as e:
+            self.error = "cannot start the control build's interpreter %s: %s" % (ref["python"], e)
+        os.close(cmd_r)
+        os.close(res_w)
+        if self.proc is None:
+            os.close(cmd_w)
+            os.close(res_r)
+            return
+        self.pid, self.cmd, self.res = self.proc.pid, cmd_w, res_r
+
+    def close(self):
+        if self.pid is None:
+            return
+        os.close(self.cmd)
+        os.close(self.res)
+        self.proc.wait()
+        self.pid = None
+
+
+def template_main(cmd_fd, res_fd):
+    """``--timing-template``: the control build's template in a paired cell."""
+    _pdeathsig()
+    try:
+        from capd_runner import spec as specmod
+        spec = specmod.load()
+        if spec.reference is not None:  # the control build's user models
+            spec.model_roots = spec.reference.get("model_roots") or []
+        set_affinity(spec.raw.get("cpus"))
+        import torch  # noqa: F401 (the forks inherit it, like the cell's template)
+    except BaseException as e:
+        line = _readline(cmd_fd)
+        msg = {"process": int(line) if line.strip().isdigit() else -1,
+               "error": "control build template: %s: %s" % (type(e).__name__, e),
+               "traceback": traceback.format_exc()}
+        try:
+            os.write(res_fd, (json.dumps(msg) + "\n").encode())
+        except OSError:
+            pass
+        return 1
+    Forker._serve(spec, cmd_fd, res_fd)
+    return 0

@@ -19,6 +19,12 @@
  *                   tensor's first element moves by 2^-10 (payload, hash and
  *                   stats differ). $FAKE_TIMING_SCALE (a float, default 1)
  *                   scales the timing samples, for perf-regression tests.
+ *                   With a "reference" in the spec (paired timing), the
+ *                   timing frames come in pairs, a reference frame scaled
+ *                   by the reference env's FAKE_TIMING_SCALE then the
+ *                   head's, options.timing_pairs a round, more rounds (up
+ *                   to options.max_timing_rounds) while the pairs' ratios
+ *                   straddle +-5%.
  *   hello_end       hello, env, end ok in one write(2); nothing else. For
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
@@ -183,6 +189,8 @@ struct cell {
     const char *model, *width, *pass, *device, *scratch;
     const char *capture;
     json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
+    json_int_t timing_pairs, max_timing_rounds;
+    json_t *reference; /* the spec's "reference" (paired timing), or NULL */
     char behavior[64];
     const char *arg; /* after the second ':', or NULL */
 };
@@ -354,28 +362,107 @@ static void tensor(const struct cell *c, long i, bool batch)
     emit(h, payload, nbytes, batch);
 }
 
+/* Samples +-2.5% around 1 ms times SCALE, from the stream ST. */
+static json_t *fake_samples(const struct cell *c, double scale, uint64_t *st)
+{
+    json_t *samples = json_array();
+    for (json_int_t i = 0; i < c->iterations; i++) {
+        double ns = 1e6 * (0.975 + (double)(splitmix(st) % 1000) / 20000.0) * scale;
+
+        json_array_append_new(samples, json_integer((json_int_t)ns));
+    }
+    return samples;
+}
+
+static json_t *timing_frame(const struct cell *c, json_t *samples, json_int_t process,
+                            json_int_t processes)
+{
+    return json_pack("{s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:I}", "kind", "timing", "phase",
+                     strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns",
+                     samples, "warmup", c->warmup, "iterations", c->iterations, "threads",
+                     c->threads, "process", process, "processes", processes);
+}
+
+static double env_scale(json_t *env_obj)
+{
+    const char *sc = env_obj ? json_string_value(json_object_get(env_obj, "FAKE_TIMING_SCALE"))
+                             : getenv("FAKE_TIMING_SCALE");
+    return sc ? strtod(sc, NULL) : 1.0;
+}
+
+#define FAKE_MAX_PAIRS 1024
+
+/* Whether pairs 0..n-1 (head/control mean ratios R) decide, like the real
+ * runner's round rule but cruder: every ratio within 5% (same), or every
+ * one past it on the same side (regression, improvement). */
+static bool pairs_decide(const double *r, json_int_t n)
+{
+    int same = 0, up = 0, down = 0;
+    for (json_int_t i = 0; i < n; i++) {
+        same += r[i] >= 0.95 && r[i] <= 1.05;
+        up += r[i] > 1.05;
+        down += r[i] < 0.95;
+    }
+    return same == n || up == n || down == n;
+}
+
+/*
+ * Paired timing (docs/protocol.md): per pair, a reference frame (the
+ * control build's, scaled by the reference env's $FAKE_TIMING_SCALE) then
+ * the head's; timing_pairs pairs a round, another round while the pairs do
+ * not decide, up to max_timing_rounds.
+ */
+static void paired_timing(const struct cell *c)
+{
+    double hs = env_scale(NULL), rs = env_scale(json_object_get(c->reference, "env"));
+    double ratios[FAKE_MAX_PAIRS];
+    uint64_t st = (uint64_t)c->seed + 77, rt = (uint64_t)c->seed + 1077;
+    json_int_t n = 0;
+
+    for (json_int_t round = 0; round < c->max_timing_rounds; round++) {
+        json_int_t planned = n + c->timing_pairs;
+        if (planned > FAKE_MAX_PAIRS) {
+            fprintf(stderr, "fake_runner: more than %d pairs\n", FAKE_MAX_PAIRS);
+            exit(1);
+        }
+        for (; n < planned; n++) {
+            json_t *rsam = fake_samples(c, rs, &rt), *hsam = fake_samples(c, hs, &st);
+            double rsum = 0, hsum = 0;
+            for (size_t i = 0; i < json_array_size(rsam); i++) {
+                rsum += (double)json_integer_value(json_array_get(rsam, i));
+                hsum += (double)json_integer_value(json_array_get(hsam, i));
+            }
+            ratios[n] = rsum > 0 ? hsum / rsum : 1.0;
+            json_t *f = timing_frame(c, rsam, n, planned);
+            json_object_set_new(f, "pair", json_integer(n));
+            json_object_set_new(f, "reference", json_true());
+            json_object_set_new(f, "round", json_integer(round));
+            emit(f, NULL, 0, false);
+            f = timing_frame(c, hsam, n, planned);
+            json_object_set_new(f, "pair", json_integer(n));
+            json_object_set_new(f, "round", json_integer(round));
+            emit(f, NULL, 0, false);
+        }
+        if (pairs_decide(ratios, n))
+            break;
+    }
+}
+
 /* One timing frame per timing process, like the real runner (docs/protocol.md);
- * each process's samples are +-2.5% around 1 ms times $FAKE_TIMING_SCALE. */
+ * each process's samples are +-2.5% around 1 ms times $FAKE_TIMING_SCALE.
+ * With a reference in the spec: paired_timing. */
 static void timing(const struct cell *c)
 {
-    const char *sc = getenv("FAKE_TIMING_SCALE");
-    double scale = sc ? strtod(sc, NULL) : 1.0;
+    double scale = env_scale(NULL);
     uint64_t st = (uint64_t)c->seed + 77;
     json_int_t np = c->iterations > 0 ? c->timing_processes : 1;
 
-    for (json_int_t p = 0; p < np; p++) {
-        json_t *samples = json_array();
-        for (json_int_t i = 0; i < c->iterations; i++) {
-            double ns = 1e6 * (0.975 + (double)(splitmix(&st) % 1000) / 20000.0) * scale;
-
-            json_array_append_new(samples, json_integer((json_int_t)ns));
-        }
-        emit(json_pack("{s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:I}", "kind", "timing", "phase",
-                       strcmp(c->pass, "backward") == 0 ? "backward" : "forward", "samples_ns",
-                       samples, "warmup", c->warmup, "iterations", c->iterations, "threads",
-                       c->threads, "process", p, "processes", np),
-             NULL, 0, false);
+    if (c->reference && c->iterations > 0 && c->timing_pairs > 0) {
+        paired_timing(c);
+        return;
     }
+    for (json_int_t p = 0; p < np; p++)
+        emit(timing_frame(c, fake_samples(c, scale, &st), p, np), NULL, 0, false);
 }
 
 static void memory(void)
@@ -759,7 +846,16 @@ static json_t *load_spec(struct cell *c)
     OPT_INT(threads, 1);
     OPT_INT(sample_size, 256);
     OPT_INT(timing_processes, 5);
+    OPT_INT(timing_pairs, 8);
+    OPT_INT(max_timing_rounds, 3);
 #undef OPT_INT
+    c->reference = json_is_object(json_object_get(spec, "reference"))
+                       ? json_object_get(spec, "reference")
+                       : NULL;
+    if (c->timing_pairs < 0 || c->timing_pairs > 64)
+        c->timing_pairs = 8;
+    if (c->max_timing_rounds < 1 || c->max_timing_rounds > 8)
+        c->max_timing_rounds = 3;
     if (c->timing_processes < 1 || c->timing_processes > 64)
         c->timing_processes = 5;
     if (c->iterations < 0 || c->iterations > 100000)

@@ -1,0 +1,137 @@
+"""Paired timing (docs/runner.md, "Paired timing"): a head cell whose spec
+names a reference (the control build) alternates the control build's timing
+processes, from its own interpreter and environment, with its own; more
+rounds while the pairs leave the verdict unknown; unpaired when the control
+build cannot run."""
+
+import os
+import sys
+import unittest
+
+from tests import util
+from tests.framereader import RUNNER_DIR
+
+# A forward pass of an exact length: SIDE_SLOW (the side's environment)
+# times 2 ms, busy-waited. SIDE_SLOW_EVERY=k:m makes the m first of every k
+# processes of that side (counted in a file of the scratch dir) 1.2 times
+# slower: pairs whose verdict stays unknown.
+MODEL = {"side/__init__.py": "", "side/m.py": '''
+import fcntl, os, time, torch
+
+def _factor():
+    f = float(os.environ.get("SIDE_SLOW", "1"))
+    every = os.environ.get("SIDE_SLOW_EVERY")
+    if every:
+        k, m = (int(x) for x in every.split(":"))
+        path = os.path.join(os.environ["SIDE_COUNTER_DIR"], "count")
+        with open(path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0)
+            n = len(fh.read())
+            fh.write("x")
+        if n % k < m:
+            f *= 1.2
+    return f
+
+class Exact(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ns = int(2e6 * _factor())
+    def forward(self, x):
+        end = time.perf_counter_ns() + self.ns
+        while time.perf_counter_ns() < end:
+            pass
+        return x * 2
+
+def make(seed, batch, dtype):
+    return Exact(), torch.ones(2, 2, dtype=dtype)
+'''}
+
+
+def _spec(root, ref_env, **options):
+    opts = dict(iterations=3, warmup=1, timing_pairs=8, max_timing_rounds=3)
+    opts.update(options)
+    spec = util.make_spec("side.m:make", model_roots=[root], **opts)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": RUNNER_DIR, "HOME": root,
+           "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.update(ref_env)
+    spec["reference"] = {"build": "control", "job": "jcontrol", "commit": "abcdef0",
+                         "python": sys.executable, "model_roots": [root], "env": env}
+    spec["cpus"] = sorted(os.sched_getaffinity(0))[-1:]
+    return spec
+
+
+class PairsTest(unittest.TestCase):
+    def setUp(self):
+        self.root = util.tempdir()
+        util.write_tree(self.root, MODEL)
+
+    def test_interleaved_control_then_head(self):
+        spec = _spec(self.root, {"SIDE_SLOW": "1"})
+        r = util.run(spec, env={"SIDE_SLOW": "1.5"})
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual(len(ts), 16, "8 pairs, decided in the first round")
+        self.assertEqual([(t["pair"], bool(t.get("reference"))) for t in ts],
+                         [(i // 2, i % 2 == 0) for i in range(16)])
+        # Ran in that order, one at a time, on the cell's CPUs.
+        for a, b in zip(ts, ts[1:]):
+            self.assertLessEqual(a["ended_ns"], b["started_ns"])
+        self.assertTrue(all(t["cpus"] == spec["cpus"] for t in ts))
+        self.assertTrue(all(t["round"] == 0 and t["processes"] == 8 for t in ts))
+        # Each side in its own environment: the head 1.5 times the control.
+        ctl = [min(t["samples_ns"]) for t in ts if t.get("reference")]
+        head = [min(t["samples_ns"]) for t in ts if not t.get("reference")]
+        for c, h in zip(ctl, head):
+            self.assertGreater(h / c, 1.4)
+            self.assertLess(h / c, 1.6)
+        keys = [t["key"] for t in r.tensors]
+        self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
+
+    def test_unknown_pairs_get_more_rounds(self):
+        counter = util.tempdir()
+        spec = _spec(self.root, {"SIDE_SLOW": "1"})
+        r = util.run(spec, env={"SIDE_SLOW": "1", "SIDE_SLOW_EVERY": "8:3",
+                                "SIDE_COUNTER_DIR": counter})
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual(len(ts), 48, "3 rounds of 8 pairs: %s" % [t["round"] for t in ts])
+        self.assertEqual(sorted(set(t["round"] for t in ts)), [0, 1, 2])
+        self.assertEqual([t["pair"] for t in ts], [i // 2 for i in range(48)])
+        self.assertEqual([t["processes"] for t in ts][-1], 24)
+
+    def test_one_round_when_asked(self):
+        counter = util.tempdir()
+        spec = _spec(self.root, {"SIDE_SLOW": "1"}, max_timing_rounds=1, timing_pairs=4)
+        r = util.run(spec, env={"SIDE_SLOW_EVERY": "8:3", "SIDE_COUNTER_DIR": counter})
+        self.assertEqual(r.status, "ok", r.describe())
+        self.assertEqual(len(r.kinds("timing")), 8)
+
+    def test_control_that_cannot_run_is_unpaired(self):
+        spec = _spec(self.root, {"SIDE_SLOW": "1"}, timing_processes=3)
+        spec["reference"]["python"] = os.path.join(self.root, "no-such-python")
+        r = util.run(spec)
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual([t["process"] for t in ts], [0, 1, 2])
+        self.assertFalse(any(t.get("pair") is not None or t.get("reference") for t in ts))
+        self.assertIn("timing unpaired", " ".join(n["message"] for n in r.kinds("note")))
+
+    def test_control_that_fails_to_import_is_unpaired(self):
+        spec = _spec(self.root, {"PYTHONPATH": "/nonexistent"}, timing_processes=2)
+        r = util.run(spec)
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual(len(ts), 2)
+        self.assertFalse(any(t.get("reference") for t in ts))
+
+    def test_bad_reference_is_a_spec_error(self):
+        spec = _spec(self.root, {})
+        spec["reference"]["env"] = {"A": 1}
+        r = util.run(spec)
+        self.assertEqual(r.status, "failed")
+        self.assertIn("reference.env", r.end["reason"])
+
+
+if __name__ == "__main__":
+    unittest.main()
