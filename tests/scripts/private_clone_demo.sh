@@ -20,7 +20,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 chmod 0700 "$T"
 mkdir "$T/clone"
-(cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
+# The suite may itself run from scripts/cellroot.sh's copy, which has no
+# .git: copy the same files cellroot would, and let the demo decide afresh.
+unset CAPD_CELLROOT
+(cd "$SRC" && . scripts/cellroot.sh && cellroot_files |
     tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$T/clone" || exit 1
 echo "clone in $T (mode $(stat -c %a "$T")), as $(id -un)"
 CAPD_DEMO_QUICK=1 CAPD_STAGE_DIR="$STAGE" "$T/clone/scripts/demo" >"$T/out" 2>&1
