@@ -10,6 +10,7 @@ import unittest
 
 from tests import util
 from tests.framereader import RUNNER_DIR
+from capd_runner import pairs
 
 # A forward pass of an exact length: SIDE_SLOW (the side's environment)
 # times 2 ms, busy-waited. SIDE_SLOW_EVERY=k:m makes the m first of every k
@@ -88,17 +89,37 @@ class PairsTest(unittest.TestCase):
         keys = [t["key"] for t in r.tensors]
         self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
 
-    def test_unknown_pairs_get_more_rounds(self):
-        counter = util.tempdir()
-        spec = _spec(self.root, {"SIDE_SLOW": "1"})
-        r = util.run(spec, env={"SIDE_SLOW": "1", "SIDE_SLOW_EVERY": "8:3",
-                                "SIDE_COUNTER_DIR": counter})
+    def test_undecided_pairs_get_more_rounds(self):
+        # Three pairs cannot decide at alpha 0.01 (the exact signed-rank p of
+        # 3 differences is at least 2/2^3), nor can six (2/2^6): whatever the
+        # host's noise, the round rule asks for a second and a third round,
+        # and stops at max_timing_rounds.
+        spec = _spec(self.root, {"SIDE_SLOW": "1"}, timing_pairs=3, max_timing_rounds=3)
+        r = util.run(spec, env={"SIDE_SLOW": "1"})
         self.assertEqual(r.status, "ok", r.describe())
         ts = r.kinds("timing")
-        self.assertEqual(len(ts), 48, "3 rounds of 8 pairs: %s" % [t["round"] for t in ts])
-        self.assertEqual(sorted(set(t["round"] for t in ts)), [0, 1, 2])
-        self.assertEqual([t["pair"] for t in ts], [i // 2 for i in range(48)])
-        self.assertEqual([t["processes"] for t in ts][-1], 24)
+        self.assertEqual(len(ts), 18, "3 rounds of 3 pairs: %s" % [t["round"] for t in ts])
+        self.assertEqual([t["round"] for t in ts], [i // 6 for i in range(18)])
+        self.assertEqual([t["pair"] for t in ts], [i // 2 for i in range(18)])
+        self.assertEqual([t["processes"] for t in ts], [3 * (i // 6 + 1) for i in range(18)])
+
+    def test_round_rule(self):
+        # The rule itself, on process medians whose verdict is known: more
+        # rounds for unknown and insufficient_data, none once decided.
+        ctl = [1.0] * 8
+        cases = {
+            "unknown": [1.0 + 0.001 * i for i in range(1, 6)] + [1.2] * 3,
+            "regression": [1.3 + 0.001 * i for i in range(8)],
+            "improvement": [0.7 + 0.001 * i for i in range(8)],
+            "same": [1.0 + 0.001 * i for i in range(1, 9)],
+            "unstable": [1.0 + 0.001 * i for i in range(1, 5)] + [1.3, 1.35, 1.4, 1.45],
+            "insufficient_data": [1.3, 1.31, 1.32],
+        }
+        for want, head in cases.items():
+            got = pairs.verdict(ctl[:len(head)], head)
+            self.assertEqual(got, want, head)
+            self.assertEqual(pairs.wants_more(ctl[:len(head)], head),
+                             want in ("unknown", "insufficient_data"), want)
 
     def test_one_round_when_asked(self):
         counter = util.tempdir()
