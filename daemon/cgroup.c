@@ -526,6 +526,15 @@ int mem_cell_attach(struct mem_cell *c, pid_t pid)
     return write_file(c->dir, "cgroup.procs", v);
 }
 
+int mem_cell_adopt(struct mem_cell *c, pid_t pgid)
+{
+    if (!c || pgid <= 1)
+        return c && pgid <= 1 ? -EINVAL : 0;
+    if (m.mech == MEM_WATCHDOG)
+        c->pgid2 = pgid;
+    return 0;
+}
+
 void mem_cell_collect(struct mem_cell *c)
 {
     if (!c)

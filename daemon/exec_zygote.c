@@ -285,6 +285,14 @@ void zygote_client_run(const char *path, char *const argv[], const struct zc_lim
     }
     zc_child = (sig_atomic_t)pid;
     zc_enter_cgroup(lim->cgroup, (pid_t)pid);
+    /* capd learns which group is the cell (its memory watchdog sums it
+     * with this shim's): "pid N" comes first on the rusage pipe. */
+    if (rusage_fd >= 0) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "pid %lld\n", pid);
+        ssize_t w = write(rusage_fd, line, (size_t)n);
+        (void)w;
+    }
     if (zc_pending)
         kill(-(pid_t)pid, zc_pending);
 

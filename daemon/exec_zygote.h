@@ -5,8 +5,9 @@
  * the cell (its fds 0-3, environment, working directory, rlimits) to the
  * build's zygote listening on PATH, which forks a child that becomes the
  * cell. capd-exec then stands in for that child exactly as it does for a
- * fresh one: it forwards SIGTERM/SIGINT to the child's group, writes the
- * child's rusage to --rusage-fd and leaves with the child's exit status (or
+ * fresh one: it forwards SIGTERM/SIGINT to the child's group, writes
+ * "pid N\n" (the child, whose group is the cell) to --rusage-fd as soon as
+ * it knows it and the child's rusage after it, and leaves with the child's exit status (or
  * raises its signal). If capd-exec is killed, the zygote sees the
  * connection close and SIGKILLs the child's group.
  */

@@ -28,9 +28,10 @@
  * the group's cgroup.procs through mem_cell_procs_fd), so every page the
  * runner touches is charged there; capd-exec (prefork) is moved right
  * after its spawn and moves the zygote's child itself (--cgroup DIR).
- * Under the watchdog a prefork cell's own process group is not the one
- * watched (the zygote forks it into a session of its own), so prefork
- * cells are limited only by the cgroup mechanisms.
+ * Under the watchdog a prefork cell is two process groups, capd-exec's and
+ * the zygote child's (forked into a session of its own): capd-exec names
+ * the child on its rusage pipe and the cell adopts its group
+ * (mem_cell_adopt), so both are summed and killed together.
  *
  * A cell killed for memory (memory.events oom_kill, v1 memory.oom_control
  * oom_kill, or the watchdog) ends "oom" with the limit and the peak in its
@@ -110,6 +111,12 @@ const char *mem_cell_dir(const struct mem_cell *c);
 /* Moves PID into the group (cgroup; a no-op when it is there already) and
  * starts watching its process group (watchdog). */
 int mem_cell_attach(struct mem_cell *c, pid_t pid);
+
+/* The process group PGID belongs to the cell too: the prefork zygote's
+ * child, which is no descendant of the leader. The watchdog sums and kills
+ * it with the leader's; the cgroup mechanisms have it already (capd-exec
+ * moved it into the group). -EINVAL for no valid group. */
+int mem_cell_adopt(struct mem_cell *c, pid_t pgid);
 
 /* Once the cell's leader has exited, before it is reaped: stops watching
  * and reads what the group saw. Whether anything in it was killed for

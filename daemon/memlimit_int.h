@@ -12,6 +12,7 @@ struct mem_cell {
     int procs_fd;  /* its cgroup.procs, for the child; -1 */
     uint64_t limit;
     pid_t pgid;   /* the watched process group; 0 when not watched */
+    pid_t pgid2;  /* the prefork zygote's child's group, adopted; 0 */
     int slot;     /* index in the watchdog's table; -1 */
     bool oom;     /* killed for memory */
     int64_t peak; /* bytes; -1 unknown */
@@ -24,8 +25,8 @@ struct mem_cell {
 void mem__watch_start(uv_loop_t *loop);
 int mem__watch_add(struct mem_cell *c);
 void mem__watch_remove(struct mem_cell *c);
-/* One sample of C's process group now (bytes resident), for tests of the
- * sum and for the last look at collect time. */
+/* One sample of process group PGID now (bytes resident), for tests of
+ * the sum and for the last look at collect time. */
 int64_t mem__group_rss(pid_t pgid);
 
 #endif

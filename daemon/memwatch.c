@@ -4,6 +4,11 @@
  * memory of every process in each watched cell's process group and kills
  * the group once the sum passes the cell's limit.
  *
+ * A prefork cell is two process groups: capd-exec's, which capd started,
+ * and the zygote's child's (the zygote forks it into a session of its
+ * own), which capd-exec names on its rusage pipe and sup.c adopts; both
+ * are summed, and both are killed.
+ *
  * One walk of /proc per tick serves every watched cell: each process's
  * process group is read from /proc/PID/stat, and the resident pages of those
  * in a watched group from /proc/PID/statm (anonymous, file and shared pages
@@ -102,26 +107,33 @@ int64_t mem__group_rss(pid_t pgid)
     return sum;
 }
 
+/* Every watched cell has its leader's group at 2i and, once adopted, the
+ * prefork zygote child's at 2i+1 (0, matching no process, before). */
 static void on_tick(uv_timer_t *t)
 {
-    static pid_t pgids[MEM_WATCH_CELLS];
-    static int64_t sum[MEM_WATCH_CELLS];
+    static pid_t pgids[2 * MEM_WATCH_CELLS];
+    static int64_t sum[2 * MEM_WATCH_CELLS];
     (void)t;
     for (int i = 0; i < w.n; i++) {
-        pgids[i] = w.cells[i]->pgid;
-        sum[i] = 0;
+        pgids[2 * i] = w.cells[i]->pgid;
+        pgids[2 * i + 1] = w.cells[i]->pgid2;
+        sum[2 * i] = sum[2 * i + 1] = 0;
     }
-    scan(pgids, w.n, sum);
+    scan(pgids, 2 * w.n, sum);
     for (int i = 0; i < w.n; i++) {
         struct mem_cell *c = w.cells[i];
-        if (sum[i] > c->peak)
-            c->peak = sum[i];
-        if (c->oom || (uint64_t)sum[i] <= c->limit)
+        int64_t rss = sum[2 * i] + sum[2 * i + 1];
+        if (rss > c->peak)
+            c->peak = rss;
+        if (c->oom || (uint64_t)rss <= c->limit)
             continue;
         c->oom = true;
+        if (c->pgid2 > 0)
+            kill(-c->pgid2, SIGKILL);
         kill(-c->pgid, SIGKILL);
         log_warn("cell_oom_kill", "pgid=%d mechanism=watchdog rss_bytes=%lld limit_bytes=%llu",
-                 (int)c->pgid, (long long)sum[i], (unsigned long long)c->limit);
+                 (int)(c->pgid2 > 0 ? c->pgid2 : c->pgid), (long long)rss,
+                 (unsigned long long)c->limit);
     }
 }
 

@@ -78,7 +78,13 @@ struct sup {
     uv_pipe_t frames, logp;
     uv_timer_t timer;
     int handles_open;
+    /* capd-exec's rusage pipe (prefork): "pid N" once it knows the zygote's
+     * child, its rusage at the end; watched until the pid is in. */
     int rusage_fd;
+    uv_poll_t rpoll;
+    bool rpoll_on, adopted;
+    char rbuf[160];
+    size_t rlen;
     pid_t pid;
 
     bool exited, frames_eof, log_eof, finished;
@@ -324,8 +330,12 @@ static void classify(struct sup *s, struct store_outcome *o, char *reason, size_
     } else if (mem_cell_oom(s->mem) || (end_status && strcmp(end_status, "oom") == 0)) {
         /* Killed for memory, or the runner saw the framework fail to
          * allocate: either way an outcome of its own, not a crash. */
+        /* The peak the limit was held against: the group's where it has one
+         * (a prefork child's RSS also counts the zygote's pages, which are
+         * charged to the zygote), else the process's own. */
         char what[256];
-        mem_cell_describe(s->mem, s->peak_rss, what, sizeof what);
+        int64_t peak = mem_cell_peak(s->mem) >= 0 ? mem_cell_peak(s->mem) : s->peak_rss;
+        mem_cell_describe(s->mem, peak, what, sizeof what);
         o->state = "oom";
         if (mem_cell_oom(s->mem))
             snprintf(reason, rlen, "killed for memory (%s): %s", mem_mechanism_name(), what);
@@ -490,6 +500,62 @@ static void on_drain_timeout(uv_timer_t *t)
     finish(s);
 }
 
+/* Reads what capd-exec has written on its rusage pipe so far; true at its
+ * end. Two short lines fit RBUF: more is refused (logged), not kept. */
+static bool rusage_pull(struct sup *s)
+{
+    for (;;) {
+        if (s->rlen + 1 >= sizeof s->rbuf) {
+            log_warn("cell_rusage_ignored", "job=%s cell=%s reason=%s", s->run.job_id,
+                     s->run.cell_id, log_q("capd-exec wrote more than its two lines"));
+            return true;
+        }
+        ssize_t n = read(s->rusage_fd, s->rbuf + s->rlen, sizeof s->rbuf - 1 - s->rlen);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n == 0;
+        s->rlen += (size_t)n;
+        s->rbuf[s->rlen] = 0;
+    }
+}
+
+/* The zygote's child is the cell: its process group joins the cell's
+ * memory group (daemon/memlimit.h), so the watchdog sees a prefork cell. */
+static void rusage_adopt(struct sup *s)
+{
+    long long pid = 0;
+    if (s->adopted || !strchr(s->rbuf, '\n') || sscanf(s->rbuf, "pid %lld", &pid) != 1)
+        return;
+    s->adopted = true;
+    if (mem_cell_adopt(s->mem, (pid_t)pid) != 0)
+        log_warn("cell_adopt_failed", "job=%s cell=%s pid=%lld", s->run.job_id, s->run.cell_id,
+                 pid);
+}
+
+static void on_rusage_readable(uv_poll_t *h, int status, int events)
+{
+    struct sup *s = h->data;
+    (void)events;
+    bool eof = status < 0 || rusage_pull(s);
+    rusage_adopt(s);
+    if (eof || s->adopted)
+        uv_poll_stop(h);
+}
+
+/* The rusage line after the optional "pid" one: 0, or -1 when there is none. */
+static int rusage_parse(const struct sup *s, long long *kb, long long *cpu_us)
+{
+    const char *line = s->rbuf;
+    if (strncmp(line, "pid ", 4) == 0)
+        line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "";
+    long long ut = 0, st = 0;
+    if (sscanf(line, "%lld %lld %lld", kb, &ut, &st) < 1)
+        return -1;
+    *cpu_us = ut + st;
+    return 0;
+}
+
 /* MAXRSS_KB is the reaped child's own peak RSS; capd-exec (prefork) reports
  * the zygote child's, which is no child of capd, on its rusage pipe. */
 static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long maxrss_kb,
@@ -503,15 +569,15 @@ static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long
     s->peak_rss = (int64_t)maxrss_kb * 1024;
     s->cpu_us = cpu_us;
     if (s->rusage_fd >= 0) {
-        char line[128];
-        ssize_t n = read(s->rusage_fd, line, sizeof line - 1);
-        if (n > 0) {
-            line[n] = 0;
-            long long kb = 0, ut = 0, st = 0;
-            if (sscanf(line, "%lld %lld %lld", &kb, &ut, &st) >= 1)
-                s->peak_rss = kb * 1024;
-            s->cpu_us = ut + st;
+        long long kb = 0, cpu = 0;
+        rusage_pull(s);
+        if (rusage_parse(s, &kb, &cpu) == 0) {
+            s->peak_rss = kb * 1024;
+            s->cpu_us = cpu;
         }
+        /* The poll handle lets go of the fd before it is closed. */
+        if (s->rpoll_on)
+            close_handle(s, (uv_handle_t *)&s->rpoll);
         close(s->rusage_fd);
         s->rusage_fd = -1;
     }
@@ -1089,6 +1155,16 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     s->pid = pid;
     s->rusage_fd = rpipe[0];
     rpipe[0] = -1;
+    if (s->rusage_fd >= 0) {
+        if (uv_poll_init(loop, &s->rpoll, s->rusage_fd) == 0) {
+            s->rpoll.data = s;
+            s->rpoll_on = true;
+            s->handles_open++;
+            uv_poll_start(&s->rpoll, UV_READABLE, on_rusage_readable);
+        } else {
+            log_warn("cell_rusage_unwatched", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
+        }
+    }
     uv_read_start((uv_stream_t *)&s->frames, on_alloc, on_frames_read);
     uv_read_start((uv_stream_t *)&s->logp, on_alloc, on_log_read);
     json_int_t timeout =

@@ -350,6 +350,75 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
 }
 
 /*
+ * Memory limits hold for a prefork cell, which the zygote forks outside
+ * capd's process tree: pfmodels:memhog allocates 2 GiB past a 1 GiB
+ * memory_max_bytes and ends oom with the limit in its reason, while
+ * pfmodels:ok beside it (torch and the zygote's pages included) ends ok, on
+ * the watchdog (forced) and on a cgroup mechanism where the host gives capd
+ * one. The zygote survives the kill.
+ */
+static void prefork_memory_case(const char *config_json, const char *want_mech)
+{
+    char *dir = tu_tmpdir(), conf[600];
+    cr_assert_not_null(dir);
+    snprintf(conf, sizeof conf, "%s/capd.json", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs(config_json, f);
+    fclose(f);
+    const char *extra[] = {"--config", conf, NULL};
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, dir, extra), 0);
+    free(dir);
+    long st = 0;
+    json_t *host = tu_json(&c, "GET", "/v1/host", NULL, &st);
+    char mech[32];
+    snprintf(mech, sizeof mech, "%s", sget(json_object_get(host, "memory"), "mechanism"));
+    json_decref(host);
+    if (!want_mech && strcmp(mech, "watchdog") == 0) {
+        tu_capd_stop(&c);
+        cr_skip_test("no cgroup capd may use on this host (GET /v1/host memory.reason)");
+    }
+    if (want_mech)
+        cr_assert_str_eq(mech, want_mech);
+    char roots[512];
+    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
+             tu_bin("CAPD_SOURCE_DIR"));
+    register_build(&c, "pf", true, roots);
+    char *j1 =
+        submit(&c, "pf", "a400000", NULL, "\"pfmodels:memhog\",\"pfmodels:ok\"", "\"default\"",
+               "\"forward\"", "{\"iterations\":1,\"warmup\":0,\"memory_max_bytes\":1073741824}");
+    json_t *job = wait_done(&c, j1);
+    json_t *hog = only_cell(job, 0), *ok = only_cell(job, 1);
+    const char *reason = sget(hog, "reason");
+    cr_assert_str_eq(sget(hog, "state"), "oom", "%s: %s", mech, reason);
+    cr_assert(strstr(reason, "limit 1073741824 bytes") && strstr(reason, mech), "%s", reason);
+    cr_assert_str_eq(sget(ok, "state"), "ok", "%s", sget(ok, "reason"));
+    char *l1 = cell_log(&c, j1, sget(hog, "id")), *l2 = cell_log(&c, j1, sget(ok, "id"));
+    long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
+    cr_assert(forked_pids(l1, &p1, &z1), "the oom cell was forked; log:\n%s", l1);
+    cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
+    cr_assert_eq(z1, z2, "the oom kill did not take the zygote down");
+    cr_assert(!alive(p1), "the oom child %ld is gone", p1);
+    free(l1);
+    free(l2);
+    json_decref(job);
+    free(j1);
+    tu_capd_stop(&c);
+}
+
+Test(prefork, memory_limit_watchdog, .timeout = 600)
+{
+    prefork_memory_case("{\"cell_memory_mechanism\": \"watchdog\", \"max_parallel\": 2}",
+                        "watchdog");
+}
+
+Test(prefork, memory_limit_cgroup, .timeout = 600)
+{
+    prefork_memory_case("{\"max_parallel\": 2}", NULL);
+}
+
+/*
  * Refusal. The perturbed example build decides at import time, from the
  * width variable, whether to patch F.linear: a zygote imports it with no
  * width set, so its children at the perturbed width (the widest this host

@@ -1,5 +1,6 @@
 """User models for tests/test_prefork.c: cells that behave badly inside a
-prefork child (crash, hang) and one that behaves."""
+prefork child (crash, hang, allocate past their memory limit) and one that
+behaves."""
 import os
 import signal
 import time
@@ -18,6 +19,14 @@ class _Linear(torch.nn.Module):
             os.kill(os.getpid(), signal.SIGSEGV)
         if self.action == "hang":
             time.sleep(3600)
+        if self.action == "memhog":
+            # 2 GiB in 16 MiB tensors, every page written, 5 ms apart so a
+            # 100 ms watchdog sees it grow; a cell under its limit never
+            # gets to the end.
+            hold = []
+            for _ in range(128):
+                hold.append(torch.ones(4 << 20))
+                time.sleep(0.005)
         return self.fc(x)
 
 
@@ -34,6 +43,7 @@ def _make(action):
 ok = _make(None)
 segv = _make("segv")
 hang = _make("hang")
+memhog = _make("memhog")
 
 
 def _facts():
