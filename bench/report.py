@@ -65,6 +65,54 @@ def verdict(ok):
     return "n/a" if ok is None else ("met" if ok else "**not met**")
 
 
+def perf_verdicts(w, pv, quick):
+    """The perf-verdict section: A/A false alarms, power, cost of pairing."""
+    w("## Perf verdicts a CI can gate on (`bench_perf_verdicts.py`)")
+    w("")
+    if not pv:
+        w("Not run.")
+        w("")
+        return
+    mx = pv.get("matrix") or {}
+    w("Matrix: `%s` × `%s` × `%s` (%s cells), prefork builds, options "
+      "`timing_processes` 5, `iterations` 10, `warmup` 3, `threads` 1; every head job names "
+      "the control's commit, so its cells time the control build's processes interleaved "
+      "with their own (paired). Power heads: a sitecustomize makes every `nn.Linear` forward "
+      "spin for that fraction of its own measured time (every model of the matrix has one)."
+      % (",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
+         ",".join(mx.get("passes") or []), pv.get("cells")))
+    w("")
+    w("| figure | what it measures | value | reference (same run) | target |")
+    w("| --- | --- | --- | --- | --- |")
+    n = pv.get("aa_cell_verdicts") or 0
+    al = pv.get("aa_alarms")
+    w("| A/A false alarms | cells `regression` or `improvement` when the head is the control's "
+      "build, over %s comparisons | **%s of %s** cell verdicts (%s) | — | 0 (%s) |"
+      % (pv.get("aa_comparisons"), al, n, json.dumps(pv.get("aa_verdicts"), sort_keys=True),
+         verdict(al == 0 if al is not None and n >= 120 else None)
+         if not quick else "n/a: --quick runs 2 comparisons"))
+    want = {"5%": 0.50, "10%": 0.95, "25%": 1.0}
+    for k, counts in sorted((pv.get("power") or {}).items(), key=lambda kv: float(kv[0][:-1])):
+        tot = sum(counts.values()) or 1
+        reg = counts.get("regression", 0)
+        w("| power, Linear %s slower | cells `regression` | **%d of %d** (%s) | the same "
+          "cells' A/A verdicts above | ≥ %d%% (%s) |"
+          % (k, reg, tot, json.dumps(counts, sort_keys=True), int(want.get(k, 1) * 100),
+             verdict(reg / tot >= want.get(k, 1.0))))
+    c = pv.get("cost") or {}
+    paired = c.get("head_job_s_paired") or []
+    w("| cost of pairing | wall time of a paired head job | %s s (mean of %d) | the same job "
+      "unpaired: %s s | ≤ 2× (**%s×**, %s) |"
+      % (f(sum(paired) / len(paired), "%.1f") if paired else "?", len(paired),
+         f(c.get("head_job_s_unpaired"), "%.1f"), f(c.get("ratio")),
+         verdict(c.get("ratio") <= 2.0 if c.get("ratio") is not None else None)))
+    w("")
+    w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 "
+      "bench/bench_perf_verdicts.py --capd build-bench/capd%s`."
+      % (pv.get("load_before"), pv.get("load_after"), " --quick" if quick else ""))
+    w("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True)
@@ -78,6 +126,7 @@ def main():
     runner = read_json(os.path.join(d, "runner.json")) or {}
     e2e = read_json(os.path.join(d, "e2e.json")) or {}
     scale = read_json(os.path.join(d, "compare_scale.json")) or {}
+    pv = read_json(os.path.join(d, "perf_verdicts.json")) or {}
     quick = "--quick" in meta.get("command", "")
     cmd = meta.get("command", "bench/run")
 
@@ -416,6 +465,8 @@ def main():
         w("Not run.")
     w("")
 
+    perf_verdicts(w, pv, quick)
+
     w("## Reproduce everything")
     w("")
     w("    bench/run            # everything, 3 end-to-end repetitions (7.5 minutes on this")
@@ -427,7 +478,8 @@ def main():
     w("")
     w("## Raw output of this run")
     w("")
-    for name in ("cells.txt", "compare.txt", "runner.json", "e2e.json", "compare_scale.json"):
+    for name in ("cells.txt", "compare.txt", "runner.json", "e2e.json", "compare_scale.json",
+                 "perf_verdicts.json"):
         text = read(os.path.join(d, name))
         if text:
             w("<details><summary>%s</summary>" % name)
