@@ -40,7 +40,7 @@ out:
     return rc;
 }
 
-/* The first queued cell in the scheduler's order (store_cell_claim's),
+/* The first queued cell in the scheduler's order (store_cell_claim_filtered's),
  * whatever its device: numerics-only when its job's options.iterations is
  * 0 and it is not a GPU cell. */
 int store_next_cell_numerics(struct store *s, bool *numerics)

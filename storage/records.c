@@ -56,9 +56,14 @@ static int batch_fail(struct store *s, int rc)
 }
 
 /* DATA/blobs/<first two hex digits>/<hash>. */
+void store__blob_path_in(const char *data_dir, const char *hash, char *out, size_t n)
+{
+    snprintf(out, n, "%s/blobs/%.2s/%s", data_dir, hash + 1, hash);
+}
+
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n)
 {
-    snprintf(out, n, "%s/blobs/%.2s/%s", s->data_dir, hash + 1, hash);
+    store__blob_path_in(s->data_dir, hash, out, n);
 }
 
 static int write_all(int fd, const void *p, size_t n)

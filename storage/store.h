@@ -111,10 +111,9 @@ struct store_cell_run {
 void store_cell_run_clear(struct store_cell_run *r);
 
 /* Takes the first queued cell in job order, marks it running and opens a
- * new attempt. -ENOENT when nothing is queued. */
-int store_cell_claim(struct store *s, struct store_cell_run *r);
-/* The same, passing over cells of GPU jobs (options.device "gpu") when
- * SKIP_GPU is set: no device is free, and CPU cells may run meanwhile. */
+ * new attempt; -ENOENT when nothing is queued. With SKIP_GPU set, cells of
+ * GPU jobs (options.device "gpu") are passed over: no device is free, and
+ * CPU cells may run meanwhile. */
 int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r);
 /* Whether the first queued cell (in claim order) is numerics-only: a CPU
  * cell of a job with options.iterations 0, which may run beside others. */
@@ -164,9 +163,6 @@ int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
                             const struct store_outcome *o, bool skip_gpu,
                             struct store_cell_run *next);
 
-/* Cells of a job that are still queued or running, for cancellation. */
-int store_job_running_cells(struct store *s, const char *job_id, int64_t **seqs, size_t *n);
-
 /*
  * Start-up recovery after a crash or kill -9: open attempts are discarded
  * with their records, running cells become interrupted and are re-queued
@@ -212,10 +208,7 @@ void store_payloads_free(struct store_payloads *pl);
 #define STORE_MAX_CELL_VALUES 1024
 int store_job_cell_values(struct store *s, const char *job_id, json_t **out);
 
-/* Runs PRAGMA integrity_check; 0 when it says ok. */
-int store_integrity_check(struct store *s);
-
-/* ---- database care (storage/maint.c, docs/operations.md) ---- */
+/* ---- database care (storage/maint.c, backup.c, prune.c; docs/operations.md) ---- */
 
 struct store_backup_info {
     int schema_version;

@@ -51,10 +51,31 @@ int store_begin(struct store *s);
 int store_commit(struct store *s);
 void store_rollback(struct store *s);
 void store_zfree(struct store *s);
+/* The payload file of blob HASH: DATA_DIR/blobs/<2 hex digits>/HASH
+ * (records.c owns the layout; backup.c names the files of a backup
+ * directory, which has no connection, with store__blob_path_in). */
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n);
+void store__blob_path_in(const char *data_dir, const char *hash, char *out, size_t n);
 int store_job_refresh_state(struct store *s, int64_t job_seq);
 /* Re-analyses one history series (storage/history_alerts.c). */
 int store__history_analyse(struct store *s, int64_t series);
+
+/* WAL checkpoints (storage/checkpoint.c): attach installs the hook every
+ * new connection starts with; stop ends the background checkpointer that
+ * store_checkpoint_in_background started on S, if any. */
+void store__checkpoint_attach(struct store *s);
+void store__checkpoint_stop(struct store *s);
+
+/* The files beside the database (storage/maint.c), for backup.c and
+ * prune.c. dir_lock opens DATA_DIR/SUB and flock(2)s it HOW (LOCK_SH,
+ * LOCK_EX, | LOCK_NB): the fd that holds the lock, -EAGAIN when LOCK_NB
+ * finds it held, -errno otherwise; dir_unlock(fd) releases it (a negative
+ * fd is ignored). is_blob_name: 'x' and 32 hex digits; is_id_name: a job or
+ * cell id as it may appear in a path under DATA/logs. */
+int store__dir_lock(const char *data_dir, const char *sub, int how);
+void store__dir_unlock(int fd);
+bool store__is_blob_name(const char *name);
+bool store__is_id_name(const char *name);
 
 /* The change feed's hooks (storage/events.c): attach registers the update
  * hook on a new connection; committed/rolled_back run at the end of every

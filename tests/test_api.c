@@ -2430,7 +2430,7 @@ Test(api_input, long_non_ascii_field_name_gets_a_reply)
 /* ===================================================== known bugs
  * Each of these fails today; see the comment for the fix. */
 
-/* storage/store.c store_job_cancel(): a job cancelled with no cell running
+/* storage/jobs.c store_job_cancel(): a job cancelled with no cell running
  * has ended, but finished_at stays null forever. */
 Test(api_regressions, cancelled_queued_job_has_finished_at)
 {

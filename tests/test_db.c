@@ -807,7 +807,7 @@ static off_t wal_size(const char *data_dir)
 }
 
 /*
- * The writer never checkpoints a WAL below 256 MiB itself (storage/store.c):
+ * The writer never checkpoints a WAL below 256 MiB itself (storage/checkpoint.c):
  * past 8 MiB the background checkpointer copies it, and the writer's next
  * commit starts the WAL again from its beginning. So bursts of 12 MiB with
  * a pause between them leave the WAL at about one burst, and it restarts

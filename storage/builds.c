@@ -1,0 +1,108 @@
+/*
+ * storage/builds.c - builds: registering (POST and PUT), reading and
+ * listing them. Their prefork outcome is written by prefork.c.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "storage/store_int.h"
+
+static json_t *build_row(sqlite3_stmt *st)
+{
+    json_t *b = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b}", "name", store_col_str(st, 0),
+                          "python", store_col_str(st, 1), "env", store_col_json(st, 2),
+                          "model_roots", store_col_json(st, 3), "description", store_col_str(st, 4),
+                          "created_at", store_col_time(st, 5), "updated_at", store_col_time(st, 6),
+                          "prefork", sqlite3_column_int(st, 7) != 0);
+    /* Prefork's verification outcome (docs/prefork.md), for builds that opted in. */
+    if (b && sqlite3_column_int(st, 7)) {
+        json_object_set_new(b, "prefork_state", store_col_str(st, 8));
+        json_object_set_new(b, "prefork_reason", store_col_str(st, 9));
+        json_object_set_new(b, "prefork_checked_at", store_col_time(st, 10));
+    }
+    return b;
+}
+
+#define BUILD_COLS                                                                                 \
+    "name, python, env_json, model_roots, description, created_at, updated_at, prefork, "          \
+    "prefork_state, prefork_reason, prefork_checked_at"
+
+int store_build_get(struct store *s, const char *name, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds WHERE name = ?", &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, name);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        *out = build_row(st);
+        rc = 0;
+    } else {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_build_list(struct store *s, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *arr = json_array();
+    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds ORDER BY name", &st);
+    if (rc)
+        goto out;
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(arr, build_row(st));
+    if ((rc = store_rc(s, src)) != 0)
+        goto out;
+    *out = json_pack("{s:O}", "builds", arr);
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_build_put(struct store *s, const char *name, json_t *b, bool replace, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    char *env = json_dumps(json_object_get(b, "env"), JSON_COMPACT | JSON_SORT_KEYS);
+    char *roots = json_dumps(json_object_get(b, "model_roots"), JSON_COMPACT);
+    int64_t now = store_now_ms();
+    int rc =
+        replace ? store_prepare(s,
+                                "INSERT INTO builds(name, python, env_json, model_roots, "
+                                "description, created_at, updated_at, prefork) "
+                                "VALUES (?,?,?,?,?,?,?,?) "
+                                "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
+                                "env_json=excluded.env_json, model_roots=excluded.model_roots, "
+                                "description=excluded.description, updated_at=excluded.updated_at, "
+                                "prefork=excluded.prefork, prefork_state='unverified', "
+                                "prefork_reason=NULL, prefork_checked_at=NULL",
+                                &st)
+                : store_prepare(s,
+                                "INSERT INTO builds(name, python, env_json, model_roots, "
+                                "description, created_at, updated_at, prefork) "
+                                "VALUES (?,?,?,?,?,?,?,?)",
+                                &st);
+    if (rc)
+        goto out;
+    store_bind_text(st, 1, name);
+    store_bind_text(st, 2, json_string_value(json_object_get(b, "python")));
+    store_bind_text(st, 3, env ? env : "{}");
+    store_bind_text(st, 4, roots ? roots : "[]");
+    store_bind_text(st, 5, json_string_value(json_object_get(b, "description")));
+    sqlite3_bind_int64(st, 6, now);
+    sqlite3_bind_int64(st, 7, now);
+    sqlite3_bind_int(st, 8, json_is_true(json_object_get(b, "prefork")));
+    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+        goto out;
+    rc = store_build_get(s, name, out);
+out:
+    free(env);
+    free(roots);
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,285 @@
+/*
+ * storage/cells.c - the scheduler's side of cells (daemon loop only):
+ * claiming the next queued cell with a new attempt, storing an attempt's
+ * outcome, both in one transaction, and start-up recovery of the attempts
+ * a stopped daemon left open.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "storage/store_int.h"
+
+void store_cell_run_clear(struct store_cell_run *r)
+{
+    json_decref(r->spec);
+    json_decref(r->build);
+    memset(r, 0, sizeof *r);
+}
+
+/* The first queued cell in claim order, read into R (spec and build
+ * included); -ENOENT when there is none. Runs inside the caller's
+ * transaction. */
+static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r)
+{
+    sqlite3_stmt *st = NULL;
+    int rc =
+        store_cached(s, SC_CELL_NEXT,
+                     "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+                     "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+                     "b.prefork, b.prefork_state, b.updated_at "
+                     "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                     "LEFT JOIN builds b ON b.name = j.build "
+                     "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+                     "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
+                     "'cpu') <> 'gpu') "
+                     "ORDER BY c.job_seq, c.ord LIMIT 1",
+                     &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
+    int src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+        sqlite3_reset(st);
+        return rc;
+    }
+    r->cell_seq = sqlite3_column_int64(st, 0);
+    r->job_seq = sqlite3_column_int64(st, 1);
+    snprintf(r->cell_id, sizeof r->cell_id, "%s", (const char *)sqlite3_column_text(st, 2));
+    snprintf(r->job_id, sizeof r->job_id, "%s", (const char *)sqlite3_column_text(st, 3));
+    r->attempt = sqlite3_column_int(st, 11) + 1;
+    r->spec =
+        json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width", store_col_str(st, 5),
+                  "pass", store_col_str(st, 6), "options", store_col_json(st, 7));
+    r->build = json_pack("{s:o,s:o,s:o,s:o,s:b,s:o,s:I}", "name", store_col_str(st, 12), "python",
+                         store_col_str(st, 8), "env", store_col_json(st, 9), "model_roots",
+                         store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
+                         "prefork_state", store_col_str(st, 14), "rev",
+                         (json_int_t)sqlite3_column_int64(st, 15));
+    sqlite3_reset(st);
+    return 0;
+}
+
+/* Marks the cell claim_select found running, opens its attempt and
+ * recomputes its job's state. Runs inside the caller's transaction. */
+static int claim_start(struct store *s, struct store_cell_run *r)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t now = store_now_ms();
+    int rc = store_cached(s, SC_CELL_START,
+                          "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
+                          "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
+                          "WHERE seq=?1",
+                          &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    sqlite3_bind_int(st, 2, r->attempt);
+    sqlite3_bind_int64(st, 3, now);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_reset(st);
+    if (rc)
+        return rc;
+    if ((rc = store_cached(s, SC_ATTEMPT_INSERT,
+                           "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)", &st)) !=
+        0)
+        return rc;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    sqlite3_bind_int(st, 2, r->attempt);
+    sqlite3_bind_int64(st, 3, now);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_reset(st);
+    if (rc)
+        return rc;
+    r->attempt_id = sqlite3_last_insert_rowid(s->db);
+    return store_job_refresh_state(s, r->job_seq);
+}
+
+int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
+{
+    memset(r, 0, sizeof *r);
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = claim_select(s, skip_gpu, r)) != 0 || (rc = claim_start(s, r)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc) {
+        store_rollback(s);
+        store_cell_run_clear(r);
+    }
+    return rc;
+}
+
+/* Stores an attempt's outcome (store_cell_finish) without the job's state:
+ * runs inside the caller's transaction. */
+static int finish_cell(struct store *s, const struct store_cell_run *r,
+                       const struct store_outcome *o)
+{
+    sqlite3_stmt *st = NULL;
+    int rc;
+    /* A requeued (interrupted) attempt is discarded, never made visible:
+     * the next attempt will produce the records again. */
+    if (o->requeue) {
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM records WHERE attempt_id=%lld;"
+                 "UPDATE attempts SET state='discarded' WHERE id=%lld;",
+                 (long long)r->attempt_id, (long long)r->attempt_id);
+        if ((rc = store_exec(s, sql)) != 0)
+            return rc;
+    } else {
+        if ((rc = store_cached(s, SC_ATTEMPT_COMMIT,
+                               "UPDATE attempts SET state='committed', partial=? WHERE id=?",
+                               &st)) != 0)
+            return rc;
+        sqlite3_bind_int(st, 1, o->partial);
+        sqlite3_bind_int64(st, 2, r->attempt_id);
+        rc = store_rc(s, sqlite3_step(st));
+        sqlite3_reset(st);
+        if (rc)
+            return rc;
+    }
+    rc = store_cached(s, SC_CELL_FINISH,
+                      "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
+                      "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
+                      "peak_rss_bytes=?8, finished_at=?9, "
+                      "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
+                      "host_missing=?12, memory_limit_bytes=?13, cpu_time_ms=?14 WHERE seq=?1",
+                      &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, r->cell_seq);
+    store_bind_text(st, 2, o->requeue ? "queued" : o->state);
+    if (o->exit_code >= 0)
+        sqlite3_bind_int(st, 3, o->exit_code);
+    else
+        sqlite3_bind_null(st, 3);
+    store_bind_text(st, 4, o->signal);
+    store_bind_text(st, 5, o->reason);
+    store_bind_text(st, 6, o->effective_width);
+    sqlite3_bind_int64(st, 7, o->duration_ms);
+    sqlite3_bind_int64(st, 8, o->peak_rss_bytes);
+    if (o->requeue)
+        sqlite3_bind_null(st, 9);
+    else
+        sqlite3_bind_int64(st, 9, store_now_ms());
+    sqlite3_bind_int(st, 10, o->requeue);
+    sqlite3_bind_int64(st, 11, r->attempt_id);
+    store_bind_text(st, 12, o->host_missing);
+    if (o->memory_limit_bytes > 0)
+        sqlite3_bind_int64(st, 13, o->memory_limit_bytes);
+    else
+        sqlite3_bind_null(st, 13);
+    if (o->memory_limit_bytes > 0 || o->cpu_time_ms > 0)
+        sqlite3_bind_int64(st, 14, o->cpu_time_ms);
+    else
+        sqlite3_bind_null(st, 14);
+    rc = store_rc(s, sqlite3_step(st));
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_cell_finish(struct store *s, const struct store_cell_run *r,
+                      const struct store_outcome *o)
+{
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = finish_cell(s, r, o)) != 0 || (rc = store_job_refresh_state(s, r->job_seq)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc)
+        store_rollback(s);
+    return rc;
+}
+
+/*
+ * One transaction where a finish and a claim would commit two: the
+ * statements, triggers and events are those of store_cell_finish followed
+ * by store_cell_claim_filtered, in that order. The one refresh left out is
+ * the finished cell's job when the next cell is of the same job: that job
+ * still has a queued cell, so its state stays running either way and the
+ * claim's refresh sets updated_at again.
+ */
+int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
+                            const struct store_outcome *o, bool skip_gpu,
+                            struct store_cell_run *next)
+{
+    memset(next, 0, sizeof *next);
+    int rc = store_flush(s);
+    if (rc)
+        return rc;
+    if ((rc = store_begin(s)) != 0)
+        return rc;
+    if ((rc = finish_cell(s, r, o)) != 0)
+        goto out;
+    rc = claim_select(s, skip_gpu, next);
+    if (rc && rc != -ENOENT)
+        goto out;
+    bool claimed = rc == 0;
+    if (!claimed || next->job_seq != r->job_seq)
+        if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
+            goto out;
+    if (claimed && (rc = claim_start(s, next)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc) {
+        store_rollback(s);
+        store_cell_run_clear(next);
+    }
+    return rc;
+}
+
+int store_recover(struct store *s, int max_attempts, int *requeued, int *interrupted)
+{
+    char sql[1024];
+    int rc = store_begin(s);
+    *requeued = *interrupted = 0;
+    if (rc)
+        return rc;
+    int64_t now = store_now_ms();
+    /* Records of attempts that never finished are invisible (no cell names
+     * them); deleting them here keeps a retried attempt from duplicating
+     * anything. */
+    if ((rc = store_exec(s, "DELETE FROM records WHERE attempt_id IN "
+                            "(SELECT id FROM attempts WHERE state='open');"
+                            "UPDATE attempts SET state='discarded' WHERE state='open';")) != 0)
+        goto out;
+    snprintf(sql, sizeof sql,
+             "UPDATE cells SET state='interrupted', finished_at=%lld, "
+             "reason='daemon stopped while the cell ran; attempts exhausted' "
+             "WHERE state='running' AND attempts >= %d",
+             (long long)now, max_attempts);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    *interrupted = sqlite3_changes(s->db);
+    snprintf(sql, sizeof sql,
+             "UPDATE cells SET state='queued', reason='interrupted: daemon stopped while the "
+             "cell ran; re-queued' WHERE state='running'");
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    *requeued = sqlite3_changes(s->db);
+    snprintf(sql, sizeof sql,
+             "UPDATE jobs SET state = CASE WHEN EXISTS (SELECT 1 FROM cells c WHERE "
+             "c.job_seq = jobs.seq AND c.state='queued') THEN 'running' ELSE 'done' END, "
+             "updated_at=%lld, finished_at=coalesce(finished_at, %lld) WHERE state='running' "
+             "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.job_seq = jobs.seq AND "
+             "c.state='running')",
+             (long long)now, (long long)now);
+    if ((rc = store_exec(s, sql)) != 0)
+        goto out;
+    rc = store_commit(s);
+out:
+    if (rc)
+        store_rollback(s);
+    return rc;
+}
