@@ -1,0 +1,51 @@
+#!/bin/sh
+# tests/scripts/layering.sh - the one-way rule of HACKING.md ("Layers"), read
+# off the #include lines of the product code:
+#
+#   compare/  includes only compare/ headers, jansson and the C library
+#   storage/  the only product code that includes sqlite3.h; never daemon/,
+#             api/ or cli/
+#   daemon/   never api/ or cli/ (daemon/main.c, the program itself, wires
+#             api/ onto the daemon and is the one file that may)
+#   api/      never cli/
+#   cli/      capctl: only cli/ headers (it talks HTTP, not to the daemon)
+#
+#   layering.sh SOURCE_DIR      prints every breach; exit 1 if there is one
+set -u
+ROOT=${1:?source dir}
+cd "$ROOT" || exit 2
+bad=0
+
+# breach DIR PATTERN WHY [EXCEPT]: an #include line of DIR/*.[ch] matching
+# the extended regex PATTERN breaks the rule WHY (file EXCEPT aside).
+breach() {
+    dir=$1 pat=$2 why=$3 except=${4:-}
+    for f in "$dir"/*.c "$dir"/*.h; do
+        [ -f "$f" ] || continue
+        [ "$f" = "$except" ] && continue
+        grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*$pat" "$f" |
+            while IFS= read -r line; do
+                echo "layering: $f:$line: $why"
+            done
+    done
+}
+
+out=$(
+    breach compare '("(api|cli|daemon|storage|runner|gpu)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash)\.h>)' \
+        "compare/ depends on nothing but jansson and the C library"
+    for d in api cli compare daemon gpu; do
+        breach "$d" '<sqlite3\.h>' "only storage/ includes sqlite3.h"
+    done
+    breach storage '"(daemon|api|cli)/' "storage/ is below daemon/ and api/"
+    breach daemon '"(api|cli)/' "daemon/ is below api/" daemon/main.c
+    breach api '"cli/' "api/ does not use capctl's code"
+    breach cli '"(api|daemon|storage|compare)/' "capctl talks HTTP; it shares no code with capd"
+)
+if [ -n "$out" ]; then
+    echo "$out"
+    bad=1
+fi
+n=$(ls compare/*.c storage/*.c daemon/*.c api/*.c cli/*.c 2>/dev/null | wc -l)
+[ "$n" -gt 20 ] || { echo "layering: only $n source files found under $ROOT"; exit 2; }
+[ $bad -eq 0 ] && echo "layering: $n product source files keep the one-way rule"
+exit $bad
