@@ -10,6 +10,9 @@
 #include "storage/store.h"
 
 #define API_MAX_SEGS 8
+/* Distinct query keys one request's handler decodes; extra reply headers. */
+#define API_MAX_QUERY_KEYS 24
+#define API_MAX_XHDR       4
 
 struct api_req {
     struct api *api;
@@ -22,7 +25,13 @@ struct api_req {
     size_t body_len, body_cap;
     bool too_large;
     int nq;
-    char *qcache[16]; /* decoded query values handed out by api_query */
+    /* Decoded query values handed out by api_query, one per key asked for
+     * (a handler asks for a fixed set of keys: API_MAX_QUERY_KEYS bounds
+     * it, and a handler past it is logged as the bug it is). */
+    struct {
+        const char *key;
+        char *value;
+    } qcache[API_MAX_QUERY_KEYS];
     bool counted;
     int pass; /* access-handler calls so far */
     /* Who is asking (api/auth.c): set on the first access-handler call. */
@@ -33,7 +42,7 @@ struct api_req {
     char token_id[16]; /* "" when no token (or auth disabled) */
     /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
     int nxhdr;
-    char xhdr[2][2][96];
+    char xhdr[API_MAX_XHDR][2][96];
     /* ETags, live updates and metrics (api/etag.c, api/api_events.c). */
     int route; /* index in server.c's routes[]; -1: none matched */
     const char *route_method, *route_pattern;

@@ -118,8 +118,11 @@ static enum MHD_Result send_buf(struct api_req *r, unsigned status, const char *
 
 void api_reply_header(struct api_req *r, const char *name, const char *value)
 {
-    if (r->nxhdr >= 2)
+    if (r->nxhdr >= API_MAX_XHDR) {
+        log_error("reply_headers_full", "url=%s header=%s max=%d", log_q(r->url), log_q(name),
+                  API_MAX_XHDR);
         return;
+    }
     snprintf(r->xhdr[r->nxhdr][0], sizeof r->xhdr[0][0], "%s", name);
     snprintf(r->xhdr[r->nxhdr][1], sizeof r->xhdr[0][1], "%s", value);
     r->nxhdr++;
@@ -209,13 +212,24 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
 const char *api_query(struct api_req *r, const char *key)
 {
     const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!v || !strchr(v, '%') || r->nq == (int)(sizeof r->qcache / sizeof r->qcache[0]))
+    if (!v || !strchr(v, '%'))
         return v;
+    for (int i = 0; i < r->nq; i++)
+        if (strcmp(r->qcache[i].key, key) == 0)
+            return r->qcache[i].value;
+    /* Handlers ask for a fixed set of keys: past the bound is a bug of
+     * capd's, said in the log; the value is then the undecoded one. */
+    if (r->nq == API_MAX_QUERY_KEYS) {
+        log_error("query_keys_full", "url=%s key=%s max=%d", log_q(r->url), log_q(key),
+                  API_MAX_QUERY_KEYS);
+        return v;
+    }
     char *d = strdup(v);
     if (!d)
         return v;
     MHD_http_unescape(d);
-    r->qcache[r->nq++] = d;
+    r->qcache[r->nq].key = key;
+    r->qcache[r->nq++].value = d;
     return d;
 }
 
@@ -541,7 +555,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     for (int i = 0; i < r->nseg; i++)
         free(r->seg[i]);
     for (int i = 0; i < r->nq; i++)
-        free(r->qcache[i]);
+        free(r->qcache[i].value);
     free(r->body);
     free(r);
     *con_cls = NULL;

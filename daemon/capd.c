@@ -54,6 +54,7 @@ struct capd {
     bool devices_refresh_pending;
     int ncancel;
     char cancels[CAPD_MAX_CANCELS][16];
+    bool cancel_overflow; /* more came than the queue holds: ask the store */
 
     struct sup_node *running;
     unsigned nrunning;
@@ -87,6 +88,8 @@ void capd_notify_cancel(struct capd *d, const char *job_id)
     pthread_mutex_lock(&d->mu);
     if (d->ncancel < CAPD_MAX_CANCELS)
         snprintf(d->cancels[d->ncancel++], 16, "%s", job_id);
+    else
+        d->cancel_overflow = true;
     d->work_pending = true;
     pthread_mutex_unlock(&d->mu);
     uv_async_send(&d->wake);
@@ -335,6 +338,26 @@ static void on_devices_changed(void *ud)
         schedule(d, NULL);
 }
 
+/* More cancels came between two wake-ups than CAPD_MAX_CANCELS: a job is
+ * cancelled in the store before it is queued here, so every running cell
+ * whose job the store calls cancelled is stopped. */
+static void cancel_from_store(struct capd *d)
+{
+    log_warn("cancel_queue_full", "max=%d reason=%s", CAPD_MAX_CANCELS,
+             log_q("checking every running cell's job in the store"));
+    for (struct sup_node *n = d->running; n; n = n->next) {
+        json_t *job = NULL;
+        const char *state = store_job_get(d->st, sup_job_id(n->sup), &job) == 0
+                                ? json_string_value(json_object_get(job, "state"))
+                                : NULL;
+        if (state && strcmp(state, "cancelled") == 0) {
+            log_info("cell_cancel", "job=%s cell=%s", sup_job_id(n->sup), sup_cell_id(n->sup));
+            sup_cancel(n->sup);
+        }
+        json_decref(job);
+    }
+}
+
 static void on_wake(uv_async_t *a)
 {
     struct capd *d = a->data;
@@ -345,6 +368,8 @@ static void on_wake(uv_async_t *a)
     nc = d->ncancel;
     memcpy(cancels, d->cancels, sizeof cancels[0] * (size_t)nc);
     d->ncancel = 0;
+    bool overflow = d->cancel_overflow;
+    d->cancel_overflow = false;
     d->work_pending = false;
     refresh = d->devices_refresh_pending;
     d->devices_refresh_pending = false;
@@ -357,6 +382,8 @@ static void on_wake(uv_async_t *a)
                 log_info("cell_cancel", "job=%s cell=%s", cancels[i], sup_cell_id(n->sup));
                 sup_cancel(n->sup);
             }
+    if (overflow)
+        cancel_from_store(d);
     schedule(d, NULL);
 }
 

@@ -62,8 +62,13 @@ static void add_key(const char *k)
     for (int i = 0; i < Z.nkeys; i++)
         if (strcmp(Z.keys[i], k) == 0)
             return;
-    if (Z.nkeys >= ZYG_MAX_KEYS || strlen(k) >= sizeof Z.keys[0])
+    if (Z.nkeys >= ZYG_MAX_KEYS || strlen(k) >= sizeof Z.keys[0]) {
+        /* Then the variable would be part of the zygote's identity: one
+         * zygote per value, correct but slow, and a bug of the width table. */
+        log_error("zygote_cell_key_refused", "key=%s max_keys=%d max_len=%zu", log_q(k),
+                  ZYG_MAX_KEYS, sizeof Z.keys[0] - 1);
         return;
+    }
     snprintf(Z.keys[Z.nkeys++], sizeof Z.keys[0], "%s", k);
     size_t o = strlen(Z.keys_csv);
     snprintf(Z.keys_csv + o, sizeof Z.keys_csv - o, "%s%s", o ? "," : "", k);
