@@ -1,0 +1,615 @@
+/* frame_check.c: the jansson path of the frame parser. It parses a header
+ * line into a tree, checks it against the protocol (ordering, then the
+ * fields of its kind), and words every error. It also owns the tensor rules
+ * that the fast validator of frame_fast.c applies too (dtype sizes, hashes,
+ * the payload a capture level implies), and frame_header(), which builds the
+ * tree on demand for a tensor header the fast path accepted.
+ */
+#include "daemon/frame.h"
+#include "daemon/frame_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+/* The hot path sees mostly "tensor", so compare the first byte before
+ * calling strcmp. */
+static enum frame_kind kind_of(const char *s)
+{
+    switch (s[0]) {
+    case 't':
+        if (strcmp(s, "tensor") == 0)
+            return FRAME_TENSOR;
+        if (strcmp(s, "timing") == 0)
+            return FRAME_TIMING;
+        break;
+    case 'h':
+        if (strcmp(s, "hello") == 0)
+            return FRAME_HELLO;
+        break;
+    case 'e':
+        if (strcmp(s, "env") == 0)
+            return FRAME_ENV;
+        if (strcmp(s, "end") == 0)
+            return FRAME_END;
+        break;
+    case 'n':
+        if (strcmp(s, "note") == 0)
+            return FRAME_NOTE;
+        if (strcmp(s, "nondeterministic") == 0)
+            return FRAME_NONDET;
+        break;
+    case 'm':
+        if (strcmp(s, "memory") == 0)
+            return FRAME_MEMORY;
+        break;
+    }
+    return FRAME_UNKNOWN;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+        return "integer";
+    case JSON_REAL:
+        return "real";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    case JSON_NULL:
+        return "null";
+    }
+    return "?";
+}
+
+static int get_field(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                     json_type type, const char *what, bool required, json_t **out)
+{
+    json_t *v = json_object_get(h, name);
+
+    *out = v;
+    if (!v) {
+        if (required)
+            return frame__bad(p, "%s header missing %s field \"%s\"", kind, what, name);
+        return 0;
+    }
+    if (json_typeof(v) != type) {
+        bool an = type == JSON_INTEGER || type == JSON_OBJECT || type == JSON_ARRAY;
+
+        return frame__bad(p, "%s field \"%s\" must be %s %s, got %s", kind, name, an ? "an" : "a",
+                          what, type_name(v));
+    }
+    return 0;
+}
+
+static int need_str(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                    json_t **out)
+{
+    return get_field(p, h, kind, name, JSON_STRING, "string", true, out);
+}
+
+static int opt_str(struct frame_parser *p, json_t *h, const char *kind, const char *name)
+{
+    json_t *v;
+
+    return get_field(p, h, kind, name, JSON_STRING, "string", false, &v);
+}
+
+static int check_int(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                     bool required, json_int_t *out)
+{
+    json_t *v;
+    int rc = get_field(p, h, kind, name, JSON_INTEGER, "integer", required, &v);
+
+    if (rc || !v)
+        return rc;
+    if (json_integer_value(v) < 0)
+        return frame__bad(p, "%s field \"%s\" must be >= 0, got %" JSON_INTEGER_FORMAT, kind, name,
+                          json_integer_value(v));
+    if (out)
+        *out = json_integer_value(v);
+    return 0;
+}
+
+static int check_enum(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                      bool required, const char *const *allowed, const char **out)
+{
+    json_t *v;
+    int rc = get_field(p, h, kind, name, JSON_STRING, "string", required, &v);
+    const char *s;
+
+    if (rc || !v)
+        return rc;
+    s = json_string_value(v);
+    for (size_t i = 0; allowed[i]; i++) {
+        if (strcmp(s, allowed[i]) == 0) {
+            if (out)
+                *out = s;
+            return 0;
+        }
+    }
+    return frame__bad(p, "%s field \"%s\" has invalid value \"%.64s\"", kind, name, s);
+}
+
+/* True when the UTF-8 string holds a C0 or C1 control character or DEL;
+ * jansson already guarantees the encoding is valid. */
+static bool has_control(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c < 0x20 || c == 0x7f)
+            return true;
+        if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9f)
+            return true;
+    }
+    return false;
+}
+
+/* The sizes of the dtypes protocol.md names, and of the rest of torch's. */
+unsigned frame__dtype_size(const char *d)
+{
+    static const struct {
+        const char *name;
+        unsigned size;
+    } sizes[] = {
+        {"float32", 4},
+        {"float64", 8},
+        {"float16", 2},
+        {"bfloat16", 2},
+        {"int8", 1},
+        {"uint8", 1},
+        {"int16", 2},
+        {"int32", 4},
+        {"int64", 8},
+        {"bool", 1},
+        {"complex64", 8},
+        {"complex128", 16},
+        {"complex32", 4},
+        {"uint16", 2},
+        {"uint32", 4},
+        {"uint64", 8},
+        {"qint8", 1},
+        {"quint8", 1},
+        {"qint32", 4},
+        {"float8_e4m3fn", 1},
+        {"float8_e5m2", 1},
+        {"float8_e4m3fnuz", 1},
+        {"float8_e5m2fnuz", 1},
+    };
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if (strcmp(d, sizes[i].name) == 0)
+            return sizes[i].size;
+    return 0;
+}
+
+const char *const frame__stats_reals[] = {"min", "max", "mean", "std", "l2", NULL};
+const char *const frame__stats_counts[] = {"nan", "pinf", "ninf", "zeros", NULL};
+
+/* The stats members are optional, but when present they must have the types
+ * the comparison engine reads: numbers (or null when nothing was finite) and
+ * non-negative counts. */
+static int check_stats(struct frame_parser *p, json_t *stats)
+{
+    for (size_t i = 0; frame__stats_reals[i]; i++) {
+        json_t *v = json_object_get(stats, frame__stats_reals[i]);
+
+        if (v && !json_is_number(v) && !json_is_null(v))
+            return frame__bad(p, "tensor field \"stats.%s\" must be a number or null, got %s",
+                              frame__stats_reals[i], type_name(v));
+    }
+    for (size_t i = 0; frame__stats_counts[i]; i++) {
+        json_t *v = json_object_get(stats, frame__stats_counts[i]);
+
+        if (v && (!json_is_integer(v) || json_integer_value(v) < 0))
+            return frame__bad(p, "tensor field \"stats.%s\" must be a non-negative integer",
+                              frame__stats_counts[i]);
+    }
+    return 0;
+}
+
+static uint64_t payload_full_size(const struct frame_tensor *t, unsigned isz)
+{
+    uint64_t all;
+
+    if (__builtin_mul_overflow((uint64_t)t->numel, (uint64_t)isz, &all))
+        return UINT64_MAX;
+    return all;
+}
+
+/* Shared by both validation paths: a stats capture carries nothing, a full
+ * one every element, a sample whole elements up to the full size. */
+enum frame__pay frame__payload_check(const struct frame_tensor *t, unsigned isz, uint64_t nbytes)
+{
+    uint64_t all;
+
+    if (t->capture == FRAME_CAPTURE_STATS)
+        return nbytes ? FRAME__PAY_STATS_WITH_PAYLOAD : FRAME__PAY_OK;
+    if (!isz)
+        return FRAME__PAY_OK;
+    all = payload_full_size(t, isz);
+    if (t->capture == FRAME_CAPTURE_FULL && nbytes != all)
+        return FRAME__PAY_FULL_SIZE;
+    if (t->capture == FRAME_CAPTURE_SAMPLE && (nbytes > all || nbytes % isz))
+        return FRAME__PAY_SAMPLE_SIZE;
+    return FRAME__PAY_OK;
+}
+
+bool frame__hash_ok(const char *s, size_t n)
+{
+    if (n < FRAME_HASH_MIN || n > FRAME_HASH_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* The stages of check_tensor(), in the order their errors are reported.
+ * The first four fill p->cur.tensor, which carries what a later stage needs
+ * (dtype, numel and capture for the payload, seq for the caller). */
+
+static int tensor_seq(struct frame_parser *p, json_t *h)
+{
+    json_int_t seq;
+    int rc;
+
+    if ((rc = check_int(p, h, "tensor", "seq", true, &seq)))
+        return rc;
+    if (seq <= p->last_seq)
+        return frame__bad(p,
+                          "tensor seq %" JSON_INTEGER_FORMAT
+                          " is not strictly increasing (previous %" PRId64 ")",
+                          seq, p->last_seq);
+    p->cur.tensor.seq = seq;
+    return 0;
+}
+
+static int tensor_key_dtype(struct frame_parser *p, json_t *h)
+{
+    struct frame_tensor *t = &p->cur.tensor;
+    json_t *v;
+    size_t n;
+    const char *s;
+    int rc;
+
+    if ((rc = need_str(p, h, "tensor", "key", &v)))
+        return rc;
+    n = json_string_length(v);
+    s = json_string_value(v);
+    if (n == 0 || n > FRAME_MAX_KEY)
+        return frame__bad(p, "tensor key must be 1..%d bytes, got %zu", FRAME_MAX_KEY, n);
+    if (has_control(s, n))
+        return frame__bad(p, "tensor key \"%.64s\" contains a control character", s);
+    t->key = s;
+    t->key_len = n;
+
+    if ((rc = need_str(p, h, "tensor", "dtype", &v)))
+        return rc;
+    n = json_string_length(v);
+    s = json_string_value(v);
+    if (n == 0 || n > FRAME_MAX_DTYPE || has_control(s, n))
+        return frame__bad(p, "tensor dtype must be 1..%d printable bytes", FRAME_MAX_DTYPE);
+    t->dtype = s;
+    return 0;
+}
+
+/* The shape, and a numel that must be its product. */
+static int tensor_shape(struct frame_parser *p, json_t *h)
+{
+    struct frame_tensor *t = &p->cur.tensor;
+    json_t *v;
+    json_int_t numel;
+    int64_t prod = 1;
+    size_t n, i;
+    int rc;
+
+    if ((rc = get_field(p, h, "tensor", "shape", JSON_ARRAY, "array", true, &v)))
+        return rc;
+    n = json_array_size(v);
+    if (n > FRAME_MAX_NDIM)
+        return frame__bad(p, "tensor shape has %zu dimensions, more than %d", n, FRAME_MAX_NDIM);
+    for (i = 0; i < n; i++) {
+        json_t *d = json_array_get(v, i);
+
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return frame__bad(p, "tensor shape[%zu] must be a non-negative integer", i);
+        t->shape[i] = json_integer_value(d);
+        if (prod >= 0 && __builtin_mul_overflow(prod, t->shape[i], &prod))
+            prod = -1; /* overflowed; no numel can match */
+    }
+    t->ndim = (int)n;
+
+    if ((rc = check_int(p, h, "tensor", "numel", true, &numel)))
+        return rc;
+    if (prod < 0)
+        return frame__bad(p, "tensor shape product overflows 64 bits");
+    if (numel != prod)
+        return frame__bad(
+            p, "tensor numel %" JSON_INTEGER_FORMAT " does not match shape product %" PRId64, numel,
+            prod);
+    t->numel = numel;
+    return 0;
+}
+
+/* What the tensor holds: its stats, its hash, and the capture level. */
+static int tensor_content(struct frame_parser *p, json_t *h)
+{
+    struct frame_tensor *t = &p->cur.tensor;
+    json_t *v;
+    size_t n;
+    const char *s;
+    int rc;
+
+    if ((rc = get_field(p, h, "tensor", "stats", JSON_OBJECT, "object", true, &v)))
+        return rc;
+    if ((rc = check_stats(p, v)))
+        return rc;
+
+    if ((rc = need_str(p, h, "tensor", "hash", &v)))
+        return rc;
+    n = json_string_length(v);
+    s = json_string_value(v);
+    if (n < FRAME_HASH_MIN || n > FRAME_HASH_MAX)
+        return frame__bad(p, "tensor hash must be %d..%d hex digits, got %zu", FRAME_HASH_MIN,
+                          FRAME_HASH_MAX, n);
+    if (!frame__hash_ok(s, n))
+        return frame__bad(p, "tensor hash must be lowercase hex, got \"%.130s\"", s);
+    t->hash = s;
+
+    if ((rc = need_str(p, h, "tensor", "capture", &v)))
+        return rc;
+    s = json_string_value(v);
+    if (strcmp(s, "stats") == 0)
+        t->capture = FRAME_CAPTURE_STATS;
+    else if (strcmp(s, "sample") == 0)
+        t->capture = FRAME_CAPTURE_SAMPLE;
+    else if (strcmp(s, "full") == 0)
+        t->capture = FRAME_CAPTURE_FULL;
+    else
+        return frame__bad(p, "tensor capture must be stats, sample or full, got \"%.32s\"", s);
+    return 0;
+}
+
+/* The payload must be what the capture level says it is, so that a
+ * comparison never reads a truncated or padded tensor. */
+static int tensor_payload(struct frame_parser *p, uint64_t nbytes)
+{
+    const struct frame_tensor *t = &p->cur.tensor;
+    unsigned isz = frame__dtype_size(t->dtype);
+    uint64_t all = payload_full_size(t, isz);
+
+    switch (frame__payload_check(t, isz, nbytes)) {
+    case FRAME__PAY_OK:
+        break;
+    case FRAME__PAY_STATS_WITH_PAYLOAD:
+        return frame__bad(
+            p, "tensor with capture \"stats\" must not carry a payload (nbytes %" PRIu64 ")",
+            nbytes);
+    case FRAME__PAY_FULL_SIZE:
+        return frame__bad(p,
+                          "tensor with capture \"full\" needs nbytes %" PRIu64 " (%" PRId64
+                          " x %s), got %" PRIu64,
+                          all, t->numel, t->dtype, nbytes);
+    case FRAME__PAY_SAMPLE_SIZE:
+        return frame__bad(p,
+                          "tensor with capture \"sample\" has nbytes %" PRIu64
+                          ", not a multiple of %u up to %" PRIu64,
+                          nbytes, isz, all);
+    }
+    return 0;
+}
+
+/* Descriptive fields: optional, but typed. */
+static int tensor_descriptive(struct frame_parser *p, json_t *h)
+{
+    json_t *v;
+    int rc;
+
+    if ((rc = opt_str(p, h, "tensor", "module")) || (rc = opt_str(p, h, "tensor", "phase")) ||
+        (rc = opt_str(p, h, "tensor", "role")) ||
+        (rc = opt_str(p, h, "tensor", "sample_positions")) ||
+        (rc = check_int(p, h, "tensor", "call", false, NULL)))
+        return rc;
+    v = json_object_get(h, "index");
+    if (v && !json_is_integer(v) && !json_is_string(v))
+        return frame__bad(p, "tensor field \"index\" must be an integer or a string, got %s",
+                          type_name(v));
+    return 0;
+}
+
+/* Checks a tensor header stage by stage and fills p->cur.tensor; the seq
+ * becomes the one to beat only once the whole header is accepted. */
+static int check_tensor(struct frame_parser *p, json_t *h, uint64_t nbytes)
+{
+    int rc;
+
+    if (!p->saw_env)
+        return frame__bad(p, "tensor before env");
+    if ((rc = tensor_seq(p, h)) || (rc = tensor_key_dtype(p, h)) || (rc = tensor_shape(p, h)) ||
+        (rc = tensor_content(p, h)) || (rc = tensor_payload(p, nbytes)) ||
+        (rc = tensor_descriptive(p, h)))
+        return rc;
+    p->last_seq = p->cur.tensor.seq;
+    return 0;
+}
+
+static const char *const phases[] = {"forward", "backward", NULL};
+static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const statuses[] = {"ok", "unsupported", "failed", "oom", NULL};
+
+static int check_timing(struct frame_parser *p, json_t *h)
+{
+    json_t *v;
+    size_t n;
+    int rc;
+
+    if ((rc = check_enum(p, h, "timing", "phase", true, phases, NULL)))
+        return rc;
+    if ((rc = get_field(p, h, "timing", "samples_ns", JSON_ARRAY, "array", true, &v)))
+        return rc;
+    n = json_array_size(v);
+    if (n > FRAME_MAX_TIMING_SAMPLES)
+        return frame__bad(p, "timing has %zu samples, more than %d", n, FRAME_MAX_TIMING_SAMPLES);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(v, i);
+
+        if (!json_is_integer(s) || json_integer_value(s) < 0)
+            return frame__bad(p, "timing samples_ns[%zu] must be a non-negative integer", i);
+    }
+    if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
+        (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||
+        (rc = check_int(p, h, "timing", "threads", true, NULL)) ||
+        (rc = check_int(p, h, "timing", "process", false, NULL)) ||
+        (rc = check_int(p, h, "timing", "processes", false, NULL)))
+        return rc;
+    v = json_object_get(h, "cpus");
+    if (v && (!json_is_array(v) || json_array_size(v) > FRAME_MAX_TIMING_CPUS))
+        return frame__bad(p, "timing cpus must be an array of at most %d CPU numbers",
+                          FRAME_MAX_TIMING_CPUS);
+    return 0;
+}
+
+static int check_nondet(struct frame_parser *p, json_t *h)
+{
+    json_t *v;
+    int rc;
+
+    if ((rc = get_field(p, h, "nondeterministic", "keys", JSON_ARRAY, "array", true, &v)))
+        return rc;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *k = json_array_get(v, i);
+
+        if (!json_is_string(k) || json_string_length(k) == 0 ||
+            json_string_length(k) > FRAME_MAX_KEY)
+            return frame__bad(p, "nondeterministic keys[%zu] must be a key string of 1..%d bytes",
+                              i, FRAME_MAX_KEY);
+    }
+    return 0;
+}
+
+/* Checks one header against the protocol: ordering first (hello, env, end),
+ * then the fields of its kind. Required fields are those protocol.md lists
+ * without "optional"; fields we know are type-checked when present; fields we
+ * do not know are ignored. */
+static int check_header(struct frame_parser *p, json_t *h, enum frame_kind kind, uint64_t nbytes)
+{
+    json_t *v;
+    json_int_t proto;
+    int rc;
+
+    if (!p->saw_hello && kind != FRAME_HELLO)
+        return frame__bad(p, "first frame must be hello, got kind \"%.32s\"",
+                          json_string_value(json_object_get(h, "kind")));
+
+    switch (kind) {
+    case FRAME_TENSOR:
+        return check_tensor(p, h, nbytes);
+    case FRAME_HELLO:
+        if (p->saw_hello)
+            return frame__bad(p, "duplicate hello");
+        if ((rc = check_int(p, h, "hello", "protocol", true, &proto)))
+            return rc;
+        if (proto != FRAME_PROTOCOL_VERSION)
+            return frame__bad(p,
+                              "unsupported protocol version %" JSON_INTEGER_FORMAT " (expected %d)",
+                              proto, FRAME_PROTOCOL_VERSION);
+        if ((rc = need_str(p, h, "hello", "runner", &v)))
+            return rc;
+        p->saw_hello = true;
+        return 0;
+    case FRAME_ENV:
+        if (p->saw_env)
+            return frame__bad(p, "duplicate env");
+        if ((rc = get_field(p, h, "env", "fingerprint", JSON_OBJECT, "object", true, &v)) ||
+            (rc = need_str(p, h, "env", "effective_width", &v)))
+            return rc;
+        p->saw_env = true;
+        return 0;
+    case FRAME_NONDET:
+        return check_nondet(p, h);
+    case FRAME_TIMING:
+        return check_timing(p, h);
+    case FRAME_MEMORY:
+        if ((rc = check_int(p, h, "memory", "peak_rss_bytes", true, NULL)) ||
+            (rc = check_int(p, h, "memory", "device_peak_bytes", false, NULL)))
+            return rc;
+        return 0;
+    case FRAME_NOTE:
+        if ((rc = check_enum(p, h, "note", "level", true, levels, NULL)) ||
+            (rc = need_str(p, h, "note", "message", &v)))
+            return rc;
+        return 0;
+    case FRAME_END:
+        if ((rc = check_enum(p, h, "end", "status", true, statuses, NULL)) ||
+            (rc = opt_str(p, h, "end", "reason")))
+            return rc;
+        return 0;
+    case FRAME_UNKNOWN:
+        return 0;
+    }
+    return 0;
+}
+
+/* Parses the header with jansson and checks it; the authoritative path for
+ * every kind, and the one that words every error. */
+int frame__slow_header(struct frame_parser *p, const char *text, size_t len, uint64_t *nbytes_out)
+{
+    struct frame *f = &p->cur;
+    json_error_t jerr;
+    json_t *h, *v;
+    uint64_t nbytes = 0;
+
+    p->stats_fast = false;
+    h = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!h)
+        return frame__bad(p, "header is not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    f->hdr_ = h; /* owned by p->cur from here; frame__bad() releases it */
+    if (!json_is_object(h))
+        return frame__bad(p, "header is not a JSON object (got %s)", type_name(h));
+    v = json_object_get(h, "kind");
+    if (!v)
+        return frame__bad(p, "header missing string field \"kind\"");
+    if (!json_is_string(v))
+        return frame__bad(p, "header field \"kind\" must be a string, got %s", type_name(v));
+    f->kind = kind_of(json_string_value(v));
+
+    v = json_object_get(h, "nbytes");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return frame__bad(p, "field \"nbytes\" must be a non-negative integer");
+        nbytes = (uint64_t)json_integer_value(v);
+        if (nbytes > p->lim.max_payload)
+            return frame__bad(p,
+                              "nbytes %" PRIu64 " exceeds the payload limit of %" PRIu64 " bytes",
+                              nbytes, p->lim.max_payload);
+        if (nbytes > p->lim.max_total_payload - p->payload_announced)
+            return frame__bad(
+                p, "total payload limit exceeded: %" PRIu64 " + %" PRIu64 " bytes > %" PRIu64,
+                p->payload_announced, nbytes, p->lim.max_total_payload);
+    }
+
+    *nbytes_out = nbytes;
+    return check_header(p, h, f->kind, nbytes);
+}
+
+/* A frame the fast path accepted has no tree yet: it is parsed here on the
+ * first call and released with the frame, like a tree the slow path built. */
+json_t *frame_header(const struct frame *f)
+{
+    struct frame *m = (struct frame *)f; /* the parser's own, non-const frame */
+
+    if (!m->hdr_)
+        m->hdr_ = json_loadb(f->hdr_text, f->hdr_len, JSON_REJECT_DUPLICATES, NULL);
+    return m->hdr_;
+}
