@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
+#include "daemon/frame.h"
 #include "daemon/runas.h"
 
 #ifndef CAPD_SOURCE_DIR
@@ -109,10 +110,11 @@ void config_defaults(struct capd_config *c)
     c->rlimit_cpu_s = 3600;
     c->rlimit_nofile = 1024;
     c->rlimit_nproc = 4096;
-    c->frame_max_header = 65536;
-    c->frame_max_payload = 256u << 20;
-    c->frame_max_frames = 2000000;
-    c->frame_max_total_payload = UINT64_C(8) << 30;
+    /* The frame parser's own defaults: one source (daemon/frame.h). */
+    c->frame_max_header = FRAME_DEFAULT_MAX_HEADER;
+    c->frame_max_payload = FRAME_DEFAULT_MAX_PAYLOAD;
+    c->frame_max_frames = FRAME_DEFAULT_MAX_FRAMES;
+    c->frame_max_total_payload = FRAME_DEFAULT_MAX_TOTAL_PAYLOAD;
     c->gpuinfo_timeout_ms = 30000;
     c->max_connections = 1024;
     c->max_connections_per_ip = 256;

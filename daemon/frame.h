@@ -33,10 +33,10 @@
 #define FRAME_PROTOCOL_VERSION 1
 
 /* Defaults of the configurable limits (docs/protocol.md, "Limits"). */
-#define FRAME_DEFAULT_MAX_HEADER        65536u       /* bytes, including '\n' */
-#define FRAME_DEFAULT_MAX_PAYLOAD       (1ull << 30) /* one payload: 1 GiB */
-#define FRAME_DEFAULT_MAX_FRAMES        2000000ull   /* frames per stream */
-#define FRAME_DEFAULT_MAX_TOTAL_PAYLOAD (8ull << 30) /* payload bytes per stream */
+#define FRAME_DEFAULT_MAX_HEADER        65536u         /* bytes, including '\n' */
+#define FRAME_DEFAULT_MAX_PAYLOAD       (256ull << 20) /* one payload: 256 MiB */
+#define FRAME_DEFAULT_MAX_FRAMES        2000000ull     /* frames per stream */
+#define FRAME_DEFAULT_MAX_TOTAL_PAYLOAD (8ull << 30)   /* payload bytes per stream */
 
 /* Fixed limits of the protocol itself. */
 #define FRAME_HARD_MAX_HEADER    (16u << 20) /* frame_parser_new() refuses more */

@@ -695,8 +695,8 @@ static const struct raw_case raw_cases[] = {
      "field \"nbytes\" must be a non-negative integer"},
     {"nbytes real", 2, "{\"kind\":\"zzz\",\"nbytes\":16.0}\n",
      "field \"nbytes\" must be a non-negative integer"},
-    {"nbytes over default limit", 2, "{\"kind\":\"zzz\",\"nbytes\":1073741825}\n",
-     "nbytes 1073741825 exceeds the payload limit of 1073741824 bytes"},
+    {"nbytes over default limit", 2, "{\"kind\":\"zzz\",\"nbytes\":268435457}\n",
+     "nbytes 268435457 exceeds the payload limit of 268435456 bytes"},
     {"data after end", 1, END_OK "x", "unexpected data after the end frame (first byte 0x78)"},
     {"hello after end", 1, END_OK HELLO, "unexpected data after the end frame (first byte 0x7b)"},
     {"newline after end", 1, END_OK "\n", "unexpected data after the end frame"},
@@ -1086,7 +1086,7 @@ Test(frame, new_rejects_bad_arguments)
     cr_assert_null(p);
     frame_limits_default(&l);
     cr_assert_eq(l.max_header, 65536);
-    cr_assert_eq(l.max_payload, 1ull << 30);
+    cr_assert_eq(l.max_payload, 256ull << 20, "the documented frame_max_payload default");
     cr_assert_eq(l.max_frames, 2000000);
     cr_assert_eq(l.max_total_payload, 8ull << 30);
     l.max_header = 1;
