@@ -192,7 +192,7 @@ int cmp__env_result(const struct cmp__env *env, const struct cmp_cell *const *cc
 char *cmp__env_block(const json_t *environment, bool md);
 void cmp__side_free_fingerprints(struct cmp_side *side);
 
-/* json helpers (engine.c) */
+/* json helpers (engine_json.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);
 
 /* Adds "derived_from": "stats" and the "derived" object of
