@@ -1,4 +1,4 @@
-"""The native statistics library (runner/native/capd_analysis.c), via ctypes.
+"""The native statistics library (runner/native/), via ctypes.
 
 capd builds ``libcapd_analysis.so`` beside its exec shim and names it to the
 cell in ``CAPD_RUNNER_NATIVE``. It computes a CPU tensor's stats in one
