@@ -43,14 +43,14 @@ struct api_req {
     /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
     int nxhdr;
     char xhdr[API_MAX_XHDR][2][96];
-    /* ETags, live updates and metrics (api/etag.c, api/api_events.c). */
+    /* ETags, live updates and metrics (api/etag.c, api/live_int.h). */
     int route; /* index in server.c's routes[]; -1: none matched */
     const char *route_method, *route_pattern;
     unsigned status;          /* status of the reply queued; 0: none yet */
     uint64_t t0_ns;           /* arrival (CLOCK_MONOTONIC), for the latency */
     char etag[64];            /* quoted; sent with a 2xx reply when set */
     bool etag_body;           /* derive the ETag from the reply body */
-    struct live_waiter *poll; /* a long-poll in progress (api/api_events.c) */
+    struct live_waiter *poll; /* a long-poll in progress (api/api_jobs_live.c) */
 };
 
 typedef enum MHD_Result (*api_handler)(struct api_req *r);
@@ -180,10 +180,11 @@ bool api_etag_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extr
 void api_etag_by_body(struct api_req *r);
 bool api_etag_body_match(struct api_req *r, const char *body, size_t len);
 
-/* Live updates (api/api_events.c): the notifier thread, GET /v1/events and
- * the long-poll. api_jobs_get_live is the front half of GET /v1/jobs/{id}
- * (ETag, 304, ?wait=N, the rendered-body cache): true when it has replied
- * or suspended the request, false when the handler should answer. */
+/* Live updates (api/live_int.h): the notifier thread (api/api_live.c),
+ * GET /v1/events (api/api_events.c) and the long-poll (api/api_jobs_live.c).
+ * api_jobs_get_live is the front half of GET /v1/jobs/{id} (ETag, 304,
+ * ?wait=N, the rendered-body cache): true when it has replied or suspended
+ * the request, false when the handler should answer. */
 struct live_waiter;
 int api_live_start(const struct capd_config *cfg);
 void api_live_close(void); /* ends streams, answers long-polls, refuses new ones */

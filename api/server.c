@@ -674,7 +674,7 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         }
     }
     /* Suspend/resume lets event streams and long-polls wait without a
-     * thread (api/api_events.c). */
+     * thread (api/live_int.h). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | (tls ? MHD_USE_TLS : 0);
     int lrc = api_live_start(cfg);

@@ -147,7 +147,7 @@ int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out);
 /* render_ops.c: the per-op report lines (kernel, first non-finite); NULL when none. */
 char *cmp__ops_block(const json_t *result, bool md);
 
-/* metrics.c */
+/* metrics_pair.c: one record pair, and bit identity */
 int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control,
                      const struct cmp_tol *tol, struct cmp_scratch *scratch,
                      struct cmp_metrics *out);
@@ -192,7 +192,7 @@ int cmp__env_result(const struct cmp__env *env, const struct cmp_cell *const *cc
 char *cmp__env_block(const json_t *environment, bool md);
 void cmp__side_free_fingerprints(struct cmp_side *side);
 
-/* json helpers (engine.c) */
+/* json helpers (engine_json.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);
 
 /* Adds "derived_from": "stats" and the "derived" object of

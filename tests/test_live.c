@@ -652,10 +652,11 @@ Test(events, live_filtered_and_resumed)
 }
 
 /* A burst of events longer than a page of SQLite reads and than a stream's
- * buffer (both limits of api/api_events.c) arrives whole, in order, once:
- * live (where the stream falls behind and catches up from SQLite) and
- * replayed from Last-Event-ID. Cancelling a 256-cell job whose first cell
- * hangs makes the burst without running cells. */
+ * buffer (LIVE_PAGE in api/live_int.h, LIVE_MAX_BUF in api/api_live.c)
+ * arrives whole, in order, once: live (where the stream falls behind and
+ * catches up from SQLite) and replayed from Last-Event-ID. Cancelling a
+ * 256-cell job whose first cell hangs makes the burst without running
+ * cells. */
 Test(events, long_burst_and_replay_are_complete_and_ordered)
 {
     start(NULL);

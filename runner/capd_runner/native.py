@@ -1,4 +1,4 @@
-"""The native statistics library (runner/native/capd_analysis.c), via ctypes.
+"""The native statistics library (runner/native/), via ctypes.
 
 capd builds ``libcapd_analysis.so`` beside its exec shim and names it to the
 cell in ``CAPD_RUNNER_NATIVE``. It computes a CPU tensor's stats in one
@@ -22,7 +22,7 @@ import torch
 ABI = 2
 OUT_N = 10
 
-# dtype codes of capd_analysis.c (CAPD_DT_*)
+# dtype codes of runner/native/capd_analysis.h (CAPD_DT_*)
 _CODES = {
     torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
     torch.int64: 4, torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8,
@@ -108,7 +108,7 @@ class PipeError(OSError):
 
 
 class Pipe(object):
-    """The library's capture pipe (capd_pipe_* in capd_analysis.c): C
+    """The library's capture pipe (capd_pipe_* in runner/native/capd_pipe.c): C
     threads (``threads`` analysing, one writing) that analyse snapshots and
     write their tensor frames to ``fd`` in submission order, never taking
     the GIL. Quick calls (queueing, counters)

@@ -1,7 +1,7 @@
 /*
  * runner/native/blake2b.h - BLAKE2b (RFC 7693) for 16-byte digests, the
  * content hash of capd's runner protocol (docs/protocol.md). Header-only:
- * shared by the runner's native library (runner/native/capd_analysis.c) and
+ * shared by the runner's native library (runner/native/capd_pipe.c) and
  * the tests' fake runner, and checked against Python's hashlib.blake2b by
  * runner/tests/test_native_pipe.py.
  */

@@ -1,4 +1,4 @@
-"""The native capture pipe (capd_runner/native.py, runner/native/capd_analysis.c)
+"""The native capture pipe (capd_runner/native.py, runner/native/capd_pipe.c)
 against the Python pipeline it stands in for: the same frames, the same
 hashes, in the same order, and every failure said clearly."""
 

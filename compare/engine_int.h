@@ -1,0 +1,88 @@
+/*
+ * compare/engine_int.h - what the engine's files share and nobody else sees:
+ * the verdict classes of a record pair and of a cell, the counts of one
+ * comparison, and the working state of one matched cell pair.
+ *
+ * The engine is three files: engine.c drives a comparison (options, cell
+ * matching, the result), engine_cell.c judges one matched cell pair (record
+ * merge, verdicts, first divergence, status) and engine_json.c writes every
+ * object of the result (docs/compare.md is the contract for its names).
+ */
+#ifndef CAPD_COMPARE_ENGINE_INT_H
+#define CAPD_COMPARE_ENGINE_INT_H
+
+#include "compare/cmp_int.h"
+
+/* The verdict of one record pair. */
+enum cmp__tclass { CMP__T_IDENTICAL, CMP__T_WITHIN, CMP__T_DIVERGED, CMP__T_NONDET };
+
+/* The status of one cell pair; CMP__C__COUNT sizes the counts. */
+enum cmp__cstatus {
+    CMP__C_IDENTICAL,
+    CMP__C_WITHIN,
+    CMP__C_DIVERGED,
+    CMP__C_NONDET,
+    CMP__C_INCOMPARABLE,
+    CMP__C_NOT_RUN,
+    CMP__C__COUNT
+};
+
+/* One matched record pair. */
+struct cmp__row {
+    const struct cmp__rec *h, *c;
+    struct cmp_metrics m;
+    enum cmp__tclass cls;
+};
+
+/* What the result's "counts" object reports, summed over the cell pairs. */
+struct cmp__counts {
+    int64_t status[CMP__C__COUNT];
+    int64_t cells, missing_cells, extra_cells;
+    int64_t outcome_regressions, outcome_fixes;
+    int64_t perf_regressions, perf_improvements, perf_unknown, perf_unstable, perf_same;
+    int64_t device_mismatches; /* pairs refused for running on different devices */
+    int64_t lost_coverage;     /* control ran, the head's host lacks the width */
+};
+
+/*
+ * One matched cell pair while it is judged (engine_cell.c fills it stage by
+ * stage; engine_json.c writes its object). Arrays are owned and freed by
+ * engine_cell.c; rows, missing and extra are in execution order.
+ */
+struct cmp__gidx;
+struct cmp__cellcmp {
+    const struct cmp_cell *c, *h; /* control, head */
+    const struct cmp_options *o;
+    bool cross;
+    const struct cmp__rec **sc, **sh; /* each side's records, by key */
+    const char **mc, **mh;            /* each side's nondeterministic marks, sorted */
+    struct cmp__row *rows;            /* keys on both sides */
+    const struct cmp__rec **missing;  /* keys of the control only */
+    const struct cmp__rec **extra;    /* keys of the head only */
+    struct cmp__gidx *grp;            /* rows by module call */
+    size_t nrows, nmiss, nextra;
+    int64_t ncls[4]; /* rows per enum cmp__tclass */
+    bool params_differed;
+    const char *dev_check; /* "unknown", "same", "mismatch_allowed", "mismatch_refused" */
+    bool dev_refused;
+    const struct cmp__row *first_div, *first_intro;
+    enum cmp__cstatus st;
+    const char *why; /* the incomparable or not_run reason, else NULL */
+    const char *oc;  /* the outcome change: "regression", "fix", "changed", "none", "not_run" */
+    struct cmp_perf perf;
+};
+
+/* engine_cell.c: compares one matched cell pair, appends its object to cells. */
+int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
+                      const struct cmp_options *o, bool cross, struct cmp_scratch *s, json_t *cells,
+                      struct cmp__counts *cnt);
+
+/* engine_json.c: the objects of the result. */
+/* A judged cell pair's object; -ENOMEM. */
+int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out);
+/* Fills res (verdict, mode, counts, thresholds) and moves cells, miss, extra
+ * and envj into it (each pointer is NULL afterwards, also on failure). */
+int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cmp_options *opt,
+                     bool cross, json_t **cells, json_t **miss, json_t **extra, json_t **envj);
+
+#endif
