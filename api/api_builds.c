@@ -266,7 +266,7 @@ enum MHD_Result api_builds_get(struct api_req *r)
 enum MHD_Result api_builds_list(struct api_req *r)
 {
     enum MHD_Result ret;
-    if (api_etag_counter(r, "builds", &ret))
+    if (api_not_modified_counter(r, "builds", &ret))
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);

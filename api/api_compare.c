@@ -60,7 +60,7 @@ enum MHD_Result api_commit_get(struct api_req *r)
     if (!api_valid_hex(r->seg[2], 7, 64))
         return api_error(r, 400, "invalid_field", "sha", "a commit is 7 to 64 hex digits");
     enum MHD_Result ret;
-    if (api_etag_counter(r, "jobs", &ret))
+    if (api_not_modified_counter(r, "jobs", &ret))
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
@@ -254,10 +254,10 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     const size_t naf = sizeof af / sizeof af[0];
     cmp_options_init(&o);
     /* 304 before anything is loaded or computed (api/etag.c). */
-    if (api_etag_compare(r, ctl, head, extra, &ret))
+    if (api_not_modified_compare(r, ctl, head, extra, &ret))
         return ret;
     /* A filter that matches nothing is a typo, never a pass. */
-    if (!api_check_filters(r, s, ctl, head, af, naf, &ret))
+    if (api_filters_refused(r, s, ctl, head, af, naf, &ret))
         return ret;
     if (!apply_options(r, head, &o, &ret))
         goto out;

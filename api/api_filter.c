@@ -178,14 +178,14 @@ out:
     return ok;
 }
 
-bool api_check_filters(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
-                       const struct api_filter *f, size_t n, enum MHD_Result *ret)
+bool api_filters_refused(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
+                         const struct api_filter *f, size_t n, enum MHD_Result *ret)
 {
     for (size_t i = 0; i < n; i++) {
         if (f[i].value && *f[i].value && !check_one(r, s, ctl, head, &f[i], ret))
-            return false;
+            return true;
     }
-    return true;
+    return false;
 }
 
 enum MHD_Result api_no_cells(struct api_req *r, json_t *result, const struct api_filter *f,

@@ -92,20 +92,21 @@ bool api_valid_name(const char *s, size_t max);            /* ^[A-Za-z0-9._-]{1,
 bool api_valid_hex(const char *s, size_t min, size_t max); /* hex digits only */
 bool api_valid_text(const char *s, size_t max); /* UTF-8 checked by jansson; no controls */
 
-/* Authentication and scopes (api/auth.c). api_auth_begin runs on the first
+/* Authentication and scopes (api/auth.c). api_auth_refused runs on the first
  * access-handler call: it identifies the caller, and refuses at once (401,
- * before any body is read) a write without a valid token. api_authorize
- * runs once the route is known and checks its scope. Both reply and return
- * false when the request may not proceed. */
-bool api_auth_begin(struct api_req *r, enum MHD_Result *ret);
+ * before any body is read) a write without a valid token. api_scope_refused
+ * runs once the route is known and checks its scope. Like every helper
+ * here that takes enum MHD_Result *RET, they return true when they have
+ * replied (RET is what the handler returns), false to go on. */
+bool api_auth_refused(struct api_req *r, enum MHD_Result *ret);
 /* The Host and Origin checks (api/host.c), before anything else: a Host
  * capd was not told it has is 421, a write from a foreign Origin 403. */
-bool api_host_check(struct api_req *r, enum MHD_Result *ret);
-bool api_authorize(struct api_req *r, const char *method, const char *pattern,
-                   enum MHD_Result *ret);
+bool api_host_refused(struct api_req *r, enum MHD_Result *ret);
+bool api_scope_refused(struct api_req *r, const char *method, const char *pattern,
+                       enum MHD_Result *ret);
 /* For POST /v1/jobs/{id}/cancel: a submit token may cancel only the jobs it
- * created; admin may cancel any. */
-bool api_may_cancel(struct api_req *r, const char *job_id, enum MHD_Result *ret);
+ * created; admin may cancel any (403 otherwise). */
+bool api_cancel_refused(struct api_req *r, const char *job_id, enum MHD_Result *ret);
 
 /* The job-request validator, without HTTP (api/api_jobs.c): checks BODY
  * completely against BUILD (the registered build named by body.build, or
@@ -160,29 +161,29 @@ enum MHD_Result api_static_file(struct api_req *r);
 
 /* ETags (api/etag.c). api_set_etag formats the opaque part (quotes are
  * added); api_if_none_match tells whether the request's If-None-Match
- * matches r->etag; api_not_modified replies 304 with it. The api_etag_*
- * hooks sit at the top of GET handlers: they set r->etag from a version
- * that is cheap to read and return true, having replied 304, when the
- * client's copy is current; false means "build the body" (or, when they
- * could not read a version, "answer as usual", without an ETag). */
+ * matches r->etag; api_not_modified replies 304 with it. The
+ * api_not_modified_* hooks sit at the top of GET handlers: they set r->etag
+ * from a version that is cheap to read and return true, having replied 304,
+ * when the client's copy is current; false means "build the body" (or, when
+ * they could not read a version, "answer as usual", without an ETag). */
 void api_set_etag(struct api_req *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool api_if_none_match(struct api_req *r);
 enum MHD_Result api_not_modified(struct api_req *r);
 /* COUNTER: "jobs" for job lists, "builds" for the build list. */
-bool api_etag_counter(struct api_req *r, const char *counter, enum MHD_Result *ret);
+bool api_not_modified_counter(struct api_req *r, const char *counter, enum MHD_Result *ret);
 /* GET /v1/jobs/{id}/cells/{cell}: the job's version. */
-bool api_etag_cell(struct api_req *r, enum MHD_Result *ret);
+bool api_not_modified_cell(struct api_req *r, enum MHD_Result *ret);
 /* A comparison of CTL and HEAD (job objects); EXTRA is what the endpoint
  * adds to the result (may be NULL). */
-bool api_etag_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extra,
-                      enum MHD_Result *ret);
+bool api_not_modified_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extra,
+                              enum MHD_Result *ret);
 /* No cheap version: the ETag is a hash of the 200 body (send_buf). */
 void api_etag_by_body(struct api_req *r);
 bool api_etag_body_match(struct api_req *r, const char *body, size_t len);
 
 /* Live updates (api/live_int.h): the notifier thread (api/api_live.c),
  * GET /v1/events (api/api_events.c) and the long-poll (api/api_jobs_live.c).
- * api_jobs_get_live is the front half of GET /v1/jobs/{id} (ETag, 304,
+ * api_jobs_live_replied is the front half of GET /v1/jobs/{id} (ETag, 304,
  * ?wait=N, the rendered-body cache): true when it has replied or suspended
  * the request, false when the handler should answer. */
 struct live_waiter;
@@ -191,7 +192,7 @@ void api_live_close(void); /* ends streams, answers long-polls, refuses new ones
 void api_live_stop(void);  /* close, then stop the notifier thread */
 void api_live_free(void);  /* after MHD has stopped */
 void api_live_request_done(struct api_req *r);
-bool api_jobs_get_live(struct api_req *r, enum MHD_Result *ret);
+bool api_jobs_live_replied(struct api_req *r, enum MHD_Result *ret);
 
 /* A comparison's filters (api/api_filter.c). FIELD is the query
  * parameter as the client named it, DIM the cell column it filters. */
@@ -200,9 +201,9 @@ struct api_filter {
 };
 /* Each given filter must match a cell of CTL or HEAD (and a width must be
  * in the width table); else replies 400 naming the values that exist and
- * returns false. */
-bool api_check_filters(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
-                       const struct api_filter *f, size_t n, enum MHD_Result *ret);
+ * returns true. */
+bool api_filters_refused(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
+                         const struct api_filter *f, size_t n, enum MHD_Result *ret);
 /* The 400 for a comparison that paired no cell at all. */
 enum MHD_Result api_no_cells(struct api_req *r, json_t *result, const struct api_filter *f,
                              size_t n);

@@ -533,7 +533,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 's', &f.before_seq))
         return api_error(r, 400, "invalid_query", "cursor", "cursor is not one this server gave");
-    if (api_etag_counter(r, "jobs", &ret))
+    if (api_not_modified_counter(r, "jobs", &ret))
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
@@ -546,7 +546,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
 enum MHD_Result api_jobs_get(struct api_req *r)
 {
     enum MHD_Result ret;
-    if (api_jobs_get_live(r, &ret)) /* ETag, 304, ?wait=N long-poll */
+    if (api_jobs_live_replied(r, &ret)) /* ETag, 304, ?wait=N long-poll */
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
@@ -559,7 +559,7 @@ enum MHD_Result api_jobs_get(struct api_req *r)
 enum MHD_Result api_jobs_cancel(struct api_req *r)
 {
     enum MHD_Result ret;
-    if (!api_may_cancel(r, r->seg[2], &ret))
+    if (api_cancel_refused(r, r->seg[2], &ret))
         return ret;
     struct store *s = api_store(r);
     int rc = s ? store_job_cancel(s, r->seg[2]) : -EIO;
@@ -578,7 +578,7 @@ enum MHD_Result api_jobs_cancel(struct api_req *r)
 enum MHD_Result api_cell_get(struct api_req *r)
 {
     enum MHD_Result ret;
-    if (api_etag_cell(r, &ret))
+    if (api_not_modified_cell(r, &ret))
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);

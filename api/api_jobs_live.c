@@ -201,7 +201,7 @@ static enum wait_step waiter_suspend(struct live_hub *h, struct live_waiter *w, 
  * Returns false, having replied nothing, when the handler's own path
  * should answer (no such job, a database error).
  */
-bool api_jobs_get_live(struct api_req *r, enum MHD_Result *ret)
+bool api_jobs_live_replied(struct api_req *r, enum MHD_Result *ret)
 {
     struct live_hub *h = api__live_hub;
     struct live_waiter *w = r->poll;

@@ -119,14 +119,14 @@ static enum MHD_Result unauthorized(struct api_req *r)
     return api_error(r, 401, "unauthorized", NULL, "%s", why);
 }
 
-bool api_auth_begin(struct api_req *r, enum MHD_Result *ret)
+bool api_auth_refused(struct api_req *r, enum MHD_Result *ret)
 {
     const struct capd_config *cfg = api_cfg(r);
     r->token_id[0] = 0;
     r->auth_rc = 0;
     if (!cfg->auth_required) {
         r->scope = STORE_SCOPE_ADMIN;
-        return true;
+        return false;
     }
     r->scope = STORE_SCOPE_NONE;
     const char *h = api_header(r, "Authorization");
@@ -151,24 +151,25 @@ bool api_auth_begin(struct api_req *r, enum MHD_Result *ret)
      * always needs a valid token, so it is refused before its body is read:
      * an anonymous client cannot make capd buffer megabytes. */
     if (is_read_method(r->method) || r->scope >= STORE_SCOPE_READ)
-        return true;
+        return false;
     if (!h)
         r->auth_rc = 1; /* no token at all */
     *ret = unauthorized(r);
     r->replied = true;
-    return false;
+    return true;
 }
 
-bool api_authorize(struct api_req *r, const char *method, const char *pattern, enum MHD_Result *ret)
+bool api_scope_refused(struct api_req *r, const char *method, const char *pattern,
+                       enum MHD_Result *ret)
 {
     int need = required_scope(api_cfg(r), method, pattern);
     if (need == STORE_SCOPE_NONE || r->scope >= need)
-        return true;
+        return false;
     if (r->scope == STORE_SCOPE_NONE) {
         if (!r->has_token)
             r->auth_rc = 1;
         *ret = unauthorized(r);
-        return false;
+        return true;
     }
     char addr[64];
     log_info("auth_forbidden", "method=%s url=%s client=%s token_id=%s scope=%s needs=%s",
@@ -177,29 +178,29 @@ bool api_authorize(struct api_req *r, const char *method, const char *pattern, e
     *ret =
         api_error(r, 403, "forbidden", NULL, "token %s has scope %s; %s %s needs scope %s",
                   r->token_id, store_scope_name(r->scope), method, pattern, store_scope_name(need));
-    return false;
+    return true;
 }
 
-bool api_may_cancel(struct api_req *r, const char *job_id, enum MHD_Result *ret)
+bool api_cancel_refused(struct api_req *r, const char *job_id, enum MHD_Result *ret)
 {
     char owner[16] = "";
     if (r->scope >= STORE_SCOPE_ADMIN)
-        return true;
+        return false;
     struct store *s = api_store(r);
     int rc = s ? store_job_token(s, job_id, owner) : -EIO;
     if (rc == -ENOENT)
-        return true; /* the handler answers 404 */
+        return false; /* the handler answers 404 */
     if (rc) {
         *ret = api_store_error(r, rc, "job");
-        return false;
+        return true;
     }
     if (owner[0] && strcmp(owner, r->token_id) == 0)
-        return true;
+        return false;
     *ret = api_error(r, 403, "forbidden", NULL,
                      "job %s was not submitted by token %s; a submit token may cancel only "
                      "its own jobs",
                      job_id, r->token_id);
-    return false;
+    return true;
 }
 
 /* ---- /v1/tokens (admin) ---- */

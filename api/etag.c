@@ -113,7 +113,7 @@ static uint64_t request_hash(struct api_req *r, uint64_t h)
     return h;
 }
 
-bool api_etag_counter(struct api_req *r, const char *counter, enum MHD_Result *ret)
+bool api_not_modified_counter(struct api_req *r, const char *counter, enum MHD_Result *ret)
 {
     int64_t v = 0;
     struct store *s = api_store(r);
@@ -127,7 +127,7 @@ bool api_etag_counter(struct api_req *r, const char *counter, enum MHD_Result *r
     return true;
 }
 
-bool api_etag_cell(struct api_req *r, enum MHD_Result *ret)
+bool api_not_modified_cell(struct api_req *r, enum MHD_Result *ret)
 {
     int64_t v = 0;
     struct store *s = api_store(r);
@@ -153,8 +153,8 @@ bool api_etag_body_match(struct api_req *r, const char *body, size_t len)
     return api_if_none_match(r);
 }
 
-bool api_etag_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extra,
-                      enum MHD_Result *ret)
+bool api_not_modified_compare(struct api_req *r, json_t *ctl, json_t *head, json_t *extra,
+                              enum MHD_Result *ret)
 {
     struct store *s = api_store(r);
     int64_t vc = 0, vh = 0, payloads = 0;

@@ -103,7 +103,7 @@ static bool origin_allowed(struct api_req *r, const char *origin)
     return false;
 }
 
-bool api_host_check(struct api_req *r, enum MHD_Result *ret)
+bool api_host_refused(struct api_req *r, enum MHD_Result *ret)
 {
     const char *host = api_header(r, "Host");
     int def_port = api_tls(r->api) ? 443 : 80;
@@ -115,7 +115,7 @@ bool api_host_check(struct api_req *r, enum MHD_Result *ret)
                          "(docs/configuration.md) to reach it by that name",
                          host ? host : "(none)");
         r->replied = true;
-        return false;
+        return true;
     }
     const char *origin = api_header(r, "Origin");
     if (origin && is_write(r->method) && !origin_allowed(r, origin)) {
@@ -126,7 +126,7 @@ bool api_host_check(struct api_req *r, enum MHD_Result *ret)
                          "writes from its own names only (allowed_hosts)",
                          origin);
         r->replied = true;
-        return false;
+        return true;
     }
-    return true;
+    return false;
 }

@@ -439,7 +439,7 @@ static enum MHD_Result dispatch(struct api_req *r)
             r->route = (int)i;
             r->route_method = routes[i].method;
             r->route_pattern = routes[i].pattern;
-            if (!api_authorize(r, routes[i].method, routes[i].pattern, &ret))
+            if (api_scope_refused(r, routes[i].method, routes[i].pattern, &ret))
                 return ret;
             return routes[i].h(r);
         }
@@ -488,7 +488,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
         enum MHD_Result ret;
-        if (!api_host_check(r, &ret) || !api_auth_begin(r, &ret))
+        if (api_host_refused(r, &ret) || api_auth_refused(r, &ret))
             return ret;
         /* A declared length over the limit is noted now, and the body is
          * discarded as it arrives: replying before the upload is read
