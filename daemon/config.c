@@ -87,6 +87,11 @@ static const struct ckey keys[] = {
 #undef F
 #undef S
 
+const char *config_key_name(size_t i)
+{
+    return i < sizeof keys / sizeof keys[0] ? keys[i].name : NULL;
+}
+
 void config_defaults(struct capd_config *c)
 {
     memset(c, 0, sizeof *c);

@@ -81,6 +81,10 @@ struct capd_config {
 
 void config_defaults(struct capd_config *c);
 
+/* The keys of the config file, in the key table's order: NULL past the
+ * last (for tests and docs checks, which iterate them). */
+const char *config_key_name(size_t i);
+
 /* Loads FILE over the current values; unknown keys and wrong types are
  * errors naming the key. *err is malloc'd on failure. */
 int config_load_file(struct capd_config *c, const char *path, char **err);

@@ -248,40 +248,28 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
 
 /* ---- deploy/capd.json ---- */
 
-/* The keys of the config table, read from daemon/config.c itself. */
-static int table_keys(char keys[][64], int max)
-{
-    char *src = pathf("%s/daemon/config.c", tu_bin("CAPD_SOURCE_DIR"));
-    char *text = slurp(src);
-    cr_assert_not_null(text, "%s", src);
-    char *t = strstr(text, "static const struct ckey keys[] = {");
-    cr_assert_not_null(t, "config.c has its key table");
-    char *end = strstr(t, "\n};");
-    int n = 0;
-    for (char *p = strstr(t, "\n    {\""); p && p < end && n < max;
-         p = strstr(p + 1, "\n    {\"")) {
-        char *q = p + 7, *e = strchr(q, '"');
-        snprintf(keys[n++], 64, "%.*s", (int)(e - q), q);
-    }
-    free(text);
-    free(src);
-    return n;
-}
-
 Test(deploy, sample_config_has_every_key_with_its_default, .timeout = 600)
 {
-    char keys[128][64];
-    int n = table_keys(keys, 128);
-    cr_assert_gt(n, 30, "read the table (%d keys)", n);
+    int n = 0;
+    while (config_key_name((size_t)n))
+        n++;
+    cr_assert_gt(n, 30, "the key table (%d keys)", n);
     char *sample = pathf("%s/deploy/capd.json", tu_bin("CAPD_SOURCE_DIR"));
     json_t *j = json_load_file(sample, JSON_REJECT_DUPLICATES, NULL);
     cr_assert(json_is_object(j));
     char *docs_path = pathf("%s/docs/configuration.md", tu_bin("CAPD_SOURCE_DIR"));
     char *docs = slurp(docs_path);
+    char *man_path = pathf("%s/docs/man/capd.8", tu_bin("CAPD_SOURCE_DIR"));
+    char *man = slurp(man_path);
+    cr_assert_not_null(man, "%s", man_path);
     for (int i = 0; i < n; i++) {
-        cr_assert(json_object_get(j, keys[i]), "deploy/capd.json has '%s'", keys[i]);
-        char *row = pathf("| `%s` |", keys[i]);
-        cr_assert(strstr(docs, row), "docs/configuration.md has a row for '%s'", keys[i]);
+        const char *key = config_key_name((size_t)i);
+        cr_assert(json_object_get(j, key), "deploy/capd.json has '%s'", key);
+        char *row = pathf("| `%s` |", key);
+        cr_assert(strstr(docs, row), "docs/configuration.md has a row for '%s'", key);
+        free(row);
+        row = pathf("\n.B %s\n", key);
+        cr_assert(strstr(man, row), "capd.8's CONFIGURATION KEYS has '%s'", key);
         free(row);
     }
     cr_assert_eq(json_object_size(j), (size_t)n, "and nothing else");
@@ -304,7 +292,7 @@ Test(deploy, sample_config_has_every_key_with_its_default, .timeout = 600)
     cr_assert_eq(memcmp(&def, &got, sizeof def), 0,
                  "every other value in deploy/capd.json is its default");
     json_decref(j);
-    free(sample), free(docs), free(docs_path);
+    free(sample), free(docs), free(docs_path), free(man), free(man_path);
 }
 
 Test(deploy, capd_starts_with_the_sample_config, .timeout = 600)
