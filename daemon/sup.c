@@ -45,6 +45,7 @@
 #include "daemon/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/metrics.h"
+#include "daemon/outcome.h"
 #include "daemon/reference.h"
 #include "daemon/runas.h"
 #include "daemon/spawn.h"
@@ -292,87 +293,6 @@ static void close_handle(struct sup *s, uv_handle_t *h)
         uv_close(h, on_close);
 }
 
-/* Exit 127 before a single frame: the exec of the runner failed (spawn.c,
- * capd-exec). Say why as the cell user sees it (daemon/runas.h), not a
- * bare exit code: usually the interpreter is behind a directory that user
- * cannot search. */
-static void exec_failure(struct sup *s, char *reason, size_t rlen)
-{
-    char why[768], who[160];
-    const char *py = json_string_value(json_object_get(s->run.build, "python"));
-    runas_describe(s->cfg, who, sizeof who);
-    if (py && runas_can_use(s->cfg, py, RUNAS_EXEC, why, sizeof why) != 0)
-        snprintf(reason, rlen, "exit code 127: the runner could not be executed: interpreter %s",
-                 why);
-    else
-        snprintf(reason, rlen,
-                 "exit code 127: the runner could not be executed as the cell user %s (the cell "
-                 "log says why)",
-                 who);
-}
-
-static void classify(struct sup *s, struct store_outcome *o, char *reason, size_t rlen)
-{
-    const char *end_status = frame_end_status(s->fp);
-    const char *end_reason = frame_end_reason(s->fp);
-    o->exit_code = s->term_signal ? -1 : (int)s->exit_status;
-    o->signal = NULL;
-    o->reason = reason;
-    reason[0] = 0;
-    if (s->cancelled) {
-        o->state = "cancelled";
-        snprintf(reason, rlen, "job cancelled");
-    } else if (s->timed_out) {
-        o->state = "timeout";
-        snprintf(reason, rlen, "ran past timeout_s=%lld",
-                 (long long)json_integer_value(
-                     json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")));
-    } else if (mem_cell_oom(s->mem) || (end_status && strcmp(end_status, "oom") == 0)) {
-        /* Killed for memory, or the runner saw the framework fail to
-         * allocate: either way an outcome of its own, not a crash. */
-        /* The peak the limit was held against: the group's where it has one
-         * (a prefork child's RSS also counts the zygote's pages, which are
-         * charged to the zygote), else the process's own. */
-        char what[256];
-        int64_t peak = mem_cell_peak(s->mem) >= 0 ? mem_cell_peak(s->mem) : s->peak_rss;
-        mem_cell_describe(s->mem, peak, what, sizeof what);
-        o->state = "oom";
-        if (mem_cell_oom(s->mem))
-            snprintf(reason, rlen, "killed for memory (%s): %s", mem_mechanism_name(), what);
-        else
-            snprintf(reason, rlen, "%s (%s)", end_reason ? end_reason : "out of memory", what);
-    } else if (s->fail_state) {
-        o->state = s->fail_state;
-        snprintf(reason, rlen, "%s", s->fail_reason);
-    } else if (s->term_signal) {
-        static char sig[32];
-        const char *abbr = sigabbrev_np(s->term_signal);
-        snprintf(sig, sizeof sig, "SIG%s", abbr ? abbr : "?");
-        o->state = "crashed";
-        o->signal = sig;
-        snprintf(reason, rlen, "killed by %s (%s)", sig, strsignal(s->term_signal));
-    } else if (end_status && strcmp(end_status, "unsupported") == 0) {
-        o->state = "unsupported";
-        snprintf(reason, rlen, "%s", end_reason ? end_reason : "runner reported unsupported");
-    } else if (s->exit_status == 127 && frame_count(s->fp) == 0) {
-        o->state = "failed";
-        exec_failure(s, reason, rlen);
-    } else if (s->exit_status != 0) {
-        o->state = "failed";
-        snprintf(reason, rlen, "exit code %lld%s%s", (long long)s->exit_status,
-                 end_reason ? ": " : "", end_reason ? end_reason : "");
-    } else if (!frame_saw_end(s->fp)) {
-        o->state = "failed";
-        snprintf(reason, rlen, "runner exited 0 without an end frame");
-    } else if (end_status && strcmp(end_status, "failed") == 0) {
-        o->state = "failed";
-        snprintf(reason, rlen, "%s", end_reason ? end_reason : "runner reported failure");
-    } else {
-        o->state = "ok";
-        o->reason = NULL;
-    }
-}
-
 /* Whether an ingest batch holding records of this attempt was lost (a
  * failed write or commit rolled it back): the attempt then has a hole. */
 static bool records_lost(const struct sup *s)
@@ -381,31 +301,70 @@ static bool records_lost(const struct sup *s)
 }
 
 /*
- * Stores the attempt's outcome. An attempt that lost records to a failed
- * write ends "failed" with a reason that says so, whatever the runner did:
- * committing it as ok would make a comparison read a stream with a hole.
- * Returns what store_cell_finish returned.
+ * What daemon/outcome.h decides from, gathered from the attempt. The
+ * interpreter check (a walk of its path as the cell user sees it) is only
+ * made for the case it explains: exit 127 before any frame. WHY, WHO and
+ * WHAT are the caller's buffers the strings point into.
+ */
+static void outcome_facts(struct sup *s, struct outcome_in *in, char *why, size_t wlen, char *who,
+                          size_t hlen, char *what, size_t tlen)
+{
+    /* The peak the limit was held against: the group's where it has one
+     * (a prefork child's RSS also counts the zygote's pages, which are
+     * charged to the zygote), else the process's own. */
+    int64_t peak = mem_cell_peak(s->mem) >= 0 ? mem_cell_peak(s->mem) : s->peak_rss;
+    mem_cell_describe(s->mem, peak, what, tlen);
+    *in = (struct outcome_in){
+        .cancelled = s->cancelled,
+        .timed_out = s->timed_out,
+        .timeout_s = (long long)json_integer_value(
+            json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")),
+        .oom_killed = mem_cell_oom(s->mem),
+        .mem_mechanism = mem_mechanism_name(),
+        .mem_what = what,
+        .end_status = frame_end_status(s->fp),
+        .end_reason = frame_end_reason(s->fp),
+        .saw_end = frame_saw_end(s->fp),
+        .frames = (uint64_t)frame_count(s->fp),
+        .fail_state = s->fail_state,
+        .fail_reason = s->fail_reason,
+        .exit_status = s->exit_status,
+        .term_signal = s->term_signal,
+        .records_lost = records_lost(s),
+    };
+    if (s->exit_status == 127 && in->frames == 0) {
+        const char *py = json_string_value(json_object_get(s->run.build, "python"));
+        runas_describe(s->cfg, who, hlen);
+        in->cell_user = who;
+        if (py && runas_can_use(s->cfg, py, RUNAS_EXEC, why, wlen) != 0)
+            in->exec_why = why;
+    }
+}
+
+/*
+ * Stores the attempt's outcome, as daemon/outcome.h decides it from the
+ * facts (an attempt that lost records to a failed write ends "failed",
+ * whatever the runner did). Returns what store_cell_finish returned.
  */
 static int store_outcome(struct sup *s)
 {
-    char reason[1024];
-    struct store_outcome o = {0};
-    classify(s, &o, reason, sizeof reason);
-    if (records_lost(s) && !s->cancelled) {
-        o.state = "failed";
-        o.reason = reason;
-        if (!s->fail_state)
-            snprintf(reason, sizeof reason,
-                     "capd could not store this cell's records: storage unavailable (disk "
-                     "full, read-only data dir or an I/O error); the records committed before "
-                     "the failure are kept");
-    }
+    char why[768], who[160], what[256];
+    struct outcome_in in;
+    struct outcome out;
+    outcome_facts(s, &in, why, sizeof why, who, sizeof who, what, sizeof what);
+    outcome_classify(&in, &out);
+    struct store_outcome o = {
+        .state = out.state,
+        .reason = out.reason,
+        .signal = out.signal,
+        .exit_code = out.exit_code,
+        .partial = out.partial,
+    };
     o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;
     o.memory_limit_bytes = (int64_t)mem_cell_limit(s->mem);
-    o.partial = strcmp(o.state, "ok") != 0 && strcmp(o.state, "unsupported") != 0;
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
