@@ -42,6 +42,7 @@
 
 #include "daemon/cellenv.h"
 #include "daemon/frame.h"
+#include "daemon/launch.h"
 #include "daemon/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/metrics.h"
@@ -882,7 +883,6 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     int fpipe[2] = {-1, -1}, lpipe[2] = {-1, -1}, rpipe[2] = {-1, -1};
     char **env = NULL;
     char *spec_path = NULL, *logdir = NULL, reason[1200] = "";
-    char as[32], cpu[32], nofile[32], nproc[32], rfd[8], uid[24], gid[24];
     struct sup *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
@@ -966,59 +966,16 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
         fcntl(rpipe[0], F_SETFL, O_NONBLOCK);
     }
 
-    snprintf(as, sizeof as, "%llu", (unsigned long long)cfg->rlimit_as_bytes);
-    snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)cfg->rlimit_cpu_s);
-    snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)cfg->rlimit_nofile);
-    snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)cfg->rlimit_nproc);
-    snprintf(rfd, sizeof rfd, "4");
-    char *args[32];
-    int a = 0;
-    args[a++] = (char *)cfg->exec_bin;
-    /* No address-space cap on a GPU cell: the CUDA and HIP runtimes
-     * reserve virtual address space for all host and device memory at
-     * initialization (hundreds of GiB on a large GPU), far past any cap
-     * that would mean something for a CPU cell (docs/gpu.md). */
-    if (cfg->rlimit_as_bytes && !json_object_get(s->run.spec, "device_env")) {
-        args[a++] = "--as";
-        args[a++] = as;
-    }
-    if (cfg->rlimit_cpu_s) {
-        args[a++] = "--cpu";
-        args[a++] = cpu;
-    }
-    if (cfg->rlimit_nofile) {
-        args[a++] = "--nofile";
-        args[a++] = nofile;
-    }
-    if (cfg->rlimit_nproc) {
-        args[a++] = "--nproc";
-        args[a++] = nproc;
-    }
-    if (cfg->unshare_net)
-        args[a++] = "--unshare-net";
-    if (cfg->run_uid >= 0) {
-        snprintf(uid, sizeof uid, "%ld", cfg->run_uid);
-        snprintf(gid, sizeof gid, "%ld", cfg->run_gid);
-        args[a++] = "--uid";
-        args[a++] = uid;
-        args[a++] = "--gid";
-        args[a++] = gid;
-    }
-    args[a++] = "--rusage-fd";
-    args[a++] = rfd;
-    if (prefork) {
-        args[a++] = "--zygote";
-        args[a++] = zsock;
-        if (mem_cell_dir(s->mem)[0]) {
-            args[a++] = "--cgroup";
-            args[a++] = (char *)mem_cell_dir(s->mem);
-        }
-    }
-    args[a++] = "--";
-    args[a++] = (char *)python;
-    args[a++] = "-m";
-    args[a++] = "capd_runner";
-    args[a] = NULL;
+    /* The same limits either way (daemon/launch.h); capd-exec gets them as
+     * flags, spawn_cell as fields. */
+    struct launch_exec le = {
+        .rusage_fd = 4,
+        .zygote = prefork ? zsock : NULL,
+        .cgroup = mem_cell_dir(s->mem),
+    };
+    launch_cell_limits(cfg, s->run.spec, &le.lim);
+    char *prog[] = {(char *)python, "-m", "capd_runner", NULL};
+    struct launch_argv la;
 
     uv_timer_init(loop, &s->timer);
     uv_pipe_init(loop, &s->frames, 0);
@@ -1040,24 +997,24 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     pid_t pid = 0;
     int src;
     if (prefork) {
-        src = spawn_child(s, args, env, lpipe[1], fpipe[1], rpipe[1], &pid);
+        src = launch_exec_argv(cfg->exec_bin, &le, prog, &la);
+        if (src == 0)
+            src = spawn_child(s, la.argv, env, lpipe[1], fpipe[1], rpipe[1], &pid);
     } else {
         struct spawn_cell sc = {
             .path = python,
-            .argv = &args[a - 3],
+            .argv = prog,
             .envp = env,
             .cwd = s->scratch,
             .out_fd = lpipe[1],
             .frame_fd = fpipe[1],
-            .as = cfg->rlimit_as_bytes && !json_object_get(s->run.spec, "device_env")
-                      ? cfg->rlimit_as_bytes
-                      : 0,
-            .cpu = cfg->rlimit_cpu_s,
-            .nofile = cfg->rlimit_nofile,
-            .nproc = cfg->rlimit_nproc,
-            .unshare_net = cfg->unshare_net,
-            .uid = cfg->run_uid,
-            .gid = cfg->run_gid,
+            .as = le.lim.as,
+            .cpu = le.lim.cpu,
+            .nofile = le.lim.nofile,
+            .nproc = le.lim.nproc,
+            .unshare_net = le.lim.unshare_net,
+            .uid = le.lim.uid,
+            .gid = le.lim.gid,
             .cgroup_fd = mem_cell_procs_fd(s->mem),
         };
         src = spawn_cell(&sc, &pid);
