@@ -6,7 +6,7 @@
  *
  * A prefork cell is two process groups: capd-exec's, which capd started,
  * and the zygote's child's (the zygote forks it into a session of its
- * own), which capd-exec names on its rusage pipe and sup.c adopts; both
+ * own), which capd-exec names on its rusage pipe and cellproc.c adopts; both
  * are summed, and both are killed.
  *
  * One walk of /proc per tick serves every watched cell: each process's

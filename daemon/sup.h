@@ -1,7 +1,9 @@
 /*
- * daemon/sup.h - the supervisor of one cell attempt: spawns the child
- * through capd-exec, streams its frames into storage, caps its log, enforces
- * its timeout and classifies how it ended. Runs on the daemon loop only.
+ * daemon/sup.h - the supervisor of one cell attempt: starts the child (by
+ * fresh exec, or through capd-exec and the build's prefork zygote),
+ * streams its frames into storage, caps its log, enforces its timeout and
+ * stores how it ended (daemon/outcome.h). Runs on the daemon loop only.
+ * daemon/sup_int.h says how sup.c, cellproc.c and cellstart.c share it.
  */
 #ifndef CAPD_SUP_H
 #define CAPD_SUP_H

@@ -21,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/launch.h"
 #include "daemon/log.h"
 #include "daemon/runas.h"
 #include "daemon/widths.h"
@@ -337,57 +338,22 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
         goto out;
     }
 
-    char as[32], nofile[32], nproc[32], uid[24], gid[24], me[24];
-    char *args[32];
-    int a = 0;
-    args[a++] = (char *)cfg->exec_bin;
-    /* The cells' own limits, but CPU seconds: each child sets those for
-     * itself, and the zygote lives long. */
-    if (cfg->rlimit_as_bytes) {
-        snprintf(as, sizeof as, "%llu", (unsigned long long)cfg->rlimit_as_bytes);
-        args[a++] = "--as";
-        args[a++] = as;
-    }
-    if (cfg->rlimit_nofile) {
-        snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)cfg->rlimit_nofile);
-        args[a++] = "--nofile";
-        args[a++] = nofile;
-    }
-    if (cfg->rlimit_nproc) {
-        snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)cfg->rlimit_nproc);
-        args[a++] = "--nproc";
-        args[a++] = nproc;
-    }
-    if (cfg->unshare_net)
-        args[a++] = "--unshare-net";
-    if (cfg->run_uid >= 0) {
-        snprintf(uid, sizeof uid, "%ld", cfg->run_uid);
-        snprintf(gid, sizeof gid, "%ld", cfg->run_gid);
-        args[a++] = "--uid";
-        args[a++] = uid;
-        args[a++] = "--gid";
-        args[a++] = gid;
-    }
+    char me[24], idle[16];
     snprintf(me, sizeof me, "%u", (unsigned)geteuid());
-    args[a++] = "--";
-    args[a++] = (char *)python;
-    args[a++] = "-m";
-    args[a++] = "capd_runner.zygote";
-    args[a++] = "--listen-fd";
-    args[a++] = "3";
-    args[a++] = "--cell-keys";
-    args[a++] = Z.keys_csv;
-    args[a++] = "--allow-uid";
-    args[a++] = me;
-    args[a++] = "--idle-exit-s";
-    char idle[16];
     snprintf(idle, sizeof idle, "%d", ZYG_IDLE_EXIT_S);
-    args[a++] = idle;
-    if (verify) {
-        args[a++] = "--verify";
-        args[a++] = vpath;
+    char *prog[] = {(char *)python,  "-m",          "capd_runner.zygote",
+                    "--listen-fd",   "3",           "--cell-keys",
+                    Z.keys_csv,      "--allow-uid", me,
+                    "--idle-exit-s", idle,          verify ? "--verify" : NULL,
+                    vpath,           NULL}; /* a NULL ends it early */
+    /* The cells' own limits but CPU seconds (daemon/launch.h). */
+    struct launch_exec le = {.rusage_fd = -1};
+    launch_zygote_limits(cfg, &le.lim);
+    struct launch_argv la;
+    if ((rc = launch_exec_argv(cfg->exec_bin, &le, prog, &la)) != 0) {
+        snprintf(reason, sizeof reason, "the capd-exec command line is too long");
+        goto out;
     }
-    args[a] = NULL;
 
     /* HOME: a zygote running as run_as_user gets its scratch dir, as a cell
      * does; the cells' own HOME is applied in each child. */
@@ -412,7 +378,7 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
     uv_process_options_t po = {
         .exit_cb = on_exit_cb,
         .file = cfg->exec_bin,
-        .args = args,
+        .args = la.argv,
         .env = zenv,
         .cwd = z->scratch,
         .flags = UV_PROCESS_DETACHED,

@@ -1,0 +1,445 @@
+/*
+ * daemon/cellproc.c - the cell's running process, however it was started
+ * (daemon/cellstart.c): its pipes, the capped log, the exit watch and the
+ * reap, capd-exec's rusage pipe, the timeout and the SIGTERM-then-SIGKILL
+ * sequence. sup.c is told when the frames come in (sup__frames_read) and
+ * when all of it is over (sup__finish).
+ *
+ * The exit is watched through a pidfd (uv_poll), or a SIGCHLD uv_signal
+ * where the kernel has no pidfd_open, and reaped with wait4 on the cell's
+ * own pid only (which also gives its peak RSS), so libuv's children
+ * (zygotes, GPU probe) stay libuv's. The group is SIGKILLed while the
+ * exited leader is still unreaped, so its process-group id cannot have
+ * been reused.
+ *
+ * The process is over when it has exited and both pipes reached EOF (or a
+ * short drain timer ran out because some grandchild still holds them open:
+ * the group is SIGKILLed at exit, so that only happens when one escaped
+ * into its own session).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/sup_int.h"
+
+#define SUP_DRAIN_MS 2000
+
+void sup__kill_group(struct sup *s, int sig)
+{
+    if (s->pid > 0)
+        kill(-s->pid, sig);
+}
+
+/* ---- the capped log: tail kept ----
+ * Output goes to LOG.part; when that reaches half the cap it becomes
+ * LOG.prev (replacing the older one) and a new part starts, so the last
+ * cap/2..cap bytes always survive. At the end the two are joined. */
+
+int sup__log_open(struct sup *s)
+{
+    char part[1100];
+    snprintf(part, sizeof part, "%s.part", s->log_path);
+    s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    return s->log_fd < 0 ? -errno : 0;
+}
+
+static void log_write(struct sup *s, const char *data, size_t n)
+{
+    if (s->log_fd < 0)
+        return;
+    uint64_t half = s->cfg->cell_log_max_bytes / 2;
+    while (n > 0) {
+        if (s->log_part_bytes >= half) {
+            char prev[1100], part[1100];
+            snprintf(prev, sizeof prev, "%s.prev", s->log_path);
+            snprintf(part, sizeof part, "%s.part", s->log_path);
+            struct stat sb;
+            if (stat(prev, &sb) == 0)
+                s->log_dropped += (uint64_t)sb.st_size;
+            close(s->log_fd);
+            rename(part, prev);
+            s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+            s->log_part_bytes = 0;
+            if (s->log_fd < 0)
+                return;
+        }
+        size_t room = half - s->log_part_bytes;
+        size_t w = n < room ? n : room;
+        ssize_t r = write(s->log_fd, data, w);
+        if (r <= 0)
+            return;
+        s->log_part_bytes += (uint64_t)r;
+        data += r;
+        n -= (size_t)r;
+    }
+}
+
+void sup__log_finish(struct sup *s)
+{
+    char prev[1100], part[1100];
+    snprintf(prev, sizeof prev, "%s.prev", s->log_path);
+    snprintf(part, sizeof part, "%s.part", s->log_path);
+    if (s->log_fd >= 0)
+        close(s->log_fd);
+    s->log_fd = -1;
+    int in = open(prev, O_RDONLY | O_CLOEXEC);
+    if (in < 0) {
+        rename(part, s->log_path);
+        return;
+    }
+    int out = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (out >= 0) {
+        char note[160];
+        int nn = snprintf(note, sizeof note,
+                          "[capd: log over its %llu-byte cap; %llu earlier bytes dropped, the "
+                          "tail follows]\n",
+                          (unsigned long long)s->cfg->cell_log_max_bytes,
+                          (unsigned long long)s->log_dropped);
+        ssize_t wr = write(out, note, (size_t)nn);
+        (void)wr;
+        for (int pass = 0; pass < 2; pass++) {
+            ssize_t r;
+            while ((r = read(in, s->buf, SUP__READ_BUF)) > 0)
+                if (write(out, s->buf, (size_t)r) != r)
+                    break;
+            close(in);
+            in = pass == 0 ? open(part, O_RDONLY | O_CLOEXEC) : -1;
+            if (in < 0)
+                break;
+        }
+        close(out);
+    }
+    if (in >= 0)
+        close(in);
+    unlink(prev);
+    unlink(part);
+}
+
+/* The last handle's close hands S back to sup.c to be freed. */
+static void on_close(uv_handle_t *h)
+{
+    struct sup *s = h->data;
+    if (--s->handles_open > 0)
+        return;
+    if (s->pidfd >= 0)
+        close(s->pidfd);
+    s->pidfd = -1;
+    sup__free(s);
+}
+
+void sup__close_handle(struct sup *s, uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, on_close);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    /* Something outside the group still holds the pipes: stop reading. */
+    if (!s->frames_eof) {
+        uv_read_stop((uv_stream_t *)&s->frames);
+        s->frames_eof = true;
+        if (!s->fail_state && !frame_saw_end(s->fp))
+            frame_finish(s->fp);
+    }
+    if (!s->log_eof) {
+        uv_read_stop((uv_stream_t *)&s->logp);
+        s->log_eof = true;
+    }
+    sup__finish(s);
+}
+
+/* Reads what capd-exec has written on its rusage pipe so far; true at its
+ * end. Two short lines fit RBUF: more is refused (logged), not kept. */
+static bool rusage_pull(struct sup *s)
+{
+    for (;;) {
+        if (s->rlen + 1 >= sizeof s->rbuf) {
+            log_warn("cell_rusage_ignored", "job=%s cell=%s reason=%s", s->run.job_id,
+                     s->run.cell_id, log_q("capd-exec wrote more than its two lines"));
+            return true;
+        }
+        ssize_t n = read(s->rusage_fd, s->rbuf + s->rlen, sizeof s->rbuf - 1 - s->rlen);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n == 0;
+        s->rlen += (size_t)n;
+        s->rbuf[s->rlen] = 0;
+    }
+}
+
+/* The zygote's child is the cell: its process group joins the cell's
+ * memory group (daemon/memlimit.h), so the watchdog sees a prefork cell. */
+static void rusage_adopt(struct sup *s)
+{
+    long long pid = 0;
+    if (s->adopted || !strchr(s->rbuf, '\n') || sscanf(s->rbuf, "pid %lld", &pid) != 1)
+        return;
+    s->adopted = true;
+    if (mem_cell_adopt(s->mem, (pid_t)pid) != 0)
+        log_warn("cell_adopt_failed", "job=%s cell=%s pid=%lld", s->run.job_id, s->run.cell_id,
+                 pid);
+}
+
+static void on_rusage_readable(uv_poll_t *h, int status, int events)
+{
+    struct sup *s = h->data;
+    (void)events;
+    bool eof = status < 0 || rusage_pull(s);
+    rusage_adopt(s);
+    if (eof || s->adopted)
+        uv_poll_stop(h);
+}
+
+/* The rusage line after the optional "pid" one: 0, or -1 when there is none. */
+static int rusage_parse(const struct sup *s, long long *kb, long long *cpu_us)
+{
+    const char *line = s->rbuf;
+    if (strncmp(line, "pid ", 4) == 0)
+        line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "";
+    long long ut = 0, st = 0;
+    if (sscanf(line, "%lld %lld %lld", kb, &ut, &st) < 1)
+        return -1;
+    *cpu_us = ut + st;
+    return 0;
+}
+
+/* MAXRSS_KB is the reaped child's own peak RSS; capd-exec (prefork) reports
+ * the zygote child's, which is no child of capd, on its rusage pipe. */
+static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long maxrss_kb,
+                       int64_t cpu_us)
+{
+    s->exited = true;
+    s->exit_status = exit_status;
+    s->term_signal = term_signal;
+    /* Whatever the runner left behind in its group goes with it. */
+    sup__kill_group(s, SIGKILL);
+    s->peak_rss = (int64_t)maxrss_kb * 1024;
+    s->cpu_us = cpu_us;
+    if (s->rusage_fd >= 0) {
+        long long kb = 0, cpu = 0;
+        rusage_pull(s);
+        if (rusage_parse(s, &kb, &cpu) == 0) {
+            s->peak_rss = kb * 1024;
+            s->cpu_us = cpu;
+        }
+        /* The poll handle lets go of the fd before it is closed. */
+        if (s->rpoll_on)
+            sup__close_handle(s, (uv_handle_t *)&s->rpoll);
+        close(s->rusage_fd);
+        s->rusage_fd = -1;
+    }
+    /* The group's own peak counts every process of the cell. */
+    if (mem_cell_peak(s->mem) > s->peak_rss)
+        s->peak_rss = mem_cell_peak(s->mem);
+    s->pid = 0;
+    sup__close_handle(s, (uv_handle_t *)&s->exitw);
+    uv_timer_stop(&s->timer);
+    uv_timer_start(&s->timer, on_drain_timeout, SUP_DRAIN_MS, 0);
+    sup__finish(s);
+}
+
+/* Reaps the child if it has exited; anything else (still running, or a
+ * SIGCHLD meant for another child) leaves it alone. */
+static void reap(struct sup *s)
+{
+    int status = 0;
+    siginfo_t si;
+    if (s->exited || s->pid <= 0)
+        return;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != s->pid)
+        return;
+    /* The group first, while the unreaped leader keeps its id from being
+     * reused: whatever the runner left behind goes with it. */
+    sup__kill_group(s, SIGKILL);
+    mem_cell_collect(s->mem);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(s->pid, &status, 0, &ru) < 0 && errno == EINTR)
+        ;
+    if (s->pidfd >= 0)
+        uv_poll_stop(&s->exitw.poll);
+    else
+        uv_signal_stop(&s->exitw.sig);
+    int64_t cpu = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                  ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+    if (WIFSIGNALED(status))
+        on_exit_cb(s, 0, WTERMSIG(status), ru.ru_maxrss, cpu);
+    else
+        on_exit_cb(s, WIFEXITED(status) ? WEXITSTATUS(status) : 0, 0, ru.ru_maxrss, cpu);
+}
+
+static void on_pidfd(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    reap(h->data);
+}
+
+static void on_sigchld(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    reap(h->data);
+}
+
+static void on_kill_timer(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    sup__kill_group(s, SIGKILL);
+}
+
+void sup__proc_terminate(struct sup *s)
+{
+    if (s->kill_sent || s->exited)
+        return;
+    s->kill_sent = true;
+    sup__kill_group(s, SIGTERM);
+    uv_timer_stop(&s->timer);
+    uv_timer_start(&s->timer, on_kill_timer, (uint64_t)s->cfg->kill_grace_ms, 0);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    s->timed_out = true;
+    log_warn("cell_timeout", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
+    sup__proc_terminate(s);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    (void)suggested;
+    b->base = s->buf;
+    b->len = SUP__READ_BUF;
+}
+
+static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    if (n > 0) {
+        log_write(s, b->base, (size_t)n);
+        return;
+    }
+    if (n == 0)
+        return;
+    uv_read_stop(h);
+    s->log_eof = true;
+    sup__finish(s);
+}
+
+/*
+ * The read buffer of every cell: all reads happen on the loop thread and
+ * each is consumed (parsed, or written to the log) before the callback
+ * returns, so one buffer serves them all. Allocated once: a 1 MiB malloc
+ * per cell is an mmap and a munmap, and the munmap of a multi-threaded
+ * process interrupts every CPU that runs one of its threads.
+ */
+char *sup__read_buffer(void)
+{
+    static char *buf;
+    if (!buf)
+        buf = malloc(SUP__READ_BUF);
+    return buf;
+}
+
+/* Whether this kernel has pidfd_open (5.3+), asked once. */
+static bool have_pidfd(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        have = fd >= 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    return have;
+}
+
+void sup__kill_reap(pid_t pid)
+{
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+void sup__proc_open(struct sup *s, int frames_fd, int log_fd)
+{
+    uv_timer_init(s->loop, &s->timer);
+    uv_pipe_init(s->loop, &s->frames, 0);
+    uv_pipe_init(s->loop, &s->logp, 0);
+    s->timer.data = s->frames.data = s->logp.data = s->exitw.poll.data = s;
+    s->handles_open = 3;
+    uv_pipe_open(&s->frames, frames_fd);
+    uv_pipe_open(&s->logp, log_fd);
+    s->by_sigchld = !have_pidfd();
+    if (s->by_sigchld) {
+        uv_signal_init(s->loop, &s->exitw.sig);
+        s->exitw.sig.data = s;
+        uv_signal_start(&s->exitw.sig, on_sigchld, SIGCHLD);
+        s->handles_open++;
+    }
+}
+
+int sup__proc_watch(struct sup *s, pid_t pid)
+{
+    int rc = 0;
+    if (s->by_sigchld)
+        return 0;
+    s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (s->pidfd < 0) {
+        rc = -errno;
+    } else if (fcntl(s->pidfd, F_SETFD, FD_CLOEXEC) != 0 ||
+               (rc = uv_poll_init(s->loop, &s->exitw.poll, s->pidfd)) != 0) {
+        rc = rc ? rc : -errno;
+        close(s->pidfd);
+        s->pidfd = -1;
+    } else {
+        s->exitw.poll.data = s;
+        uv_poll_start(&s->exitw.poll, UV_READABLE, on_pidfd);
+        s->handles_open++;
+    }
+    /* Cannot watch it: it must not run unsupervised. */
+    if (rc)
+        sup__kill_reap(pid);
+    return rc;
+}
+
+void sup__proc_close(struct sup *s)
+{
+    if (s->by_sigchld)
+        sup__close_handle(s, (uv_handle_t *)&s->exitw.sig);
+    sup__close_handle(s, (uv_handle_t *)&s->timer);
+    sup__close_handle(s, (uv_handle_t *)&s->frames);
+    sup__close_handle(s, (uv_handle_t *)&s->logp);
+}
+
+void sup__proc_run(struct sup *s, uint64_t timeout_ms)
+{
+    if (s->rusage_fd >= 0) {
+        if (uv_poll_init(s->loop, &s->rpoll, s->rusage_fd) == 0) {
+            s->rpoll.data = s;
+            s->rpoll_on = true;
+            s->handles_open++;
+            uv_poll_start(&s->rpoll, UV_READABLE, on_rusage_readable);
+        } else {
+            log_warn("cell_rusage_unwatched", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
+        }
+    }
+    uv_read_start((uv_stream_t *)&s->frames, on_alloc, sup__frames_read);
+    uv_read_start((uv_stream_t *)&s->logp, on_alloc, on_log_read);
+    uv_timer_start(&s->timer, on_timeout, timeout_ms, 0);
+}

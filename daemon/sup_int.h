@@ -1,0 +1,165 @@
+/*
+ * daemon/sup_int.h - what the files of one cell attempt share and nobody
+ * else sees. Internal names carry the sup__ prefix.
+ *
+ *   sup.c        the attempt: set-up (scratch dir, spec, environment,
+ *                memory group), frames into storage, the outcome
+ *                (daemon/outcome.h), the end and the public API
+ *   cellproc.c   the running process, whoever started it: the pipes, the
+ *                capped log, the exit watch and reap, capd-exec's rusage
+ *                pipe, the timeout and the SIGTERM-then-SIGKILL sequence
+ *   cellstart.c  the start-up backends behind struct sup__backend: fresh
+ *                exec (spawn_cell) and prefork (capd-exec --zygote)
+ *
+ * Whatever starts it, the cell's process is a process group leader in a
+ * new session, started in the scratch dir with:
+ *   fd 0  /dev/null
+ *   fd 1,2  one pipe, read by cellproc.c into the capped cell log
+ *   fd 3  the frame pipe, parsed by sup.c and written to storage as it streams
+ *   fd 4  (capd-exec only) the zygote child's pid and rusage
+ * and its exit status is the cell's. Loop thread only.
+ */
+#ifndef CAPD_SUP_INT_H
+#define CAPD_SUP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "daemon/frame.h"
+#include "daemon/memlimit.h"
+#include "daemon/sup.h"
+
+/* The read buffer every cell shares (see sup__read_buffer). */
+#define SUP__READ_BUF (1u << 20)
+
+struct sup__backend;
+
+struct sup {
+    uv_loop_t *loop;
+    const struct capd_config *cfg;
+    struct store *st;
+    struct store_cell_run run;
+    sup_done_cb done;
+    sup_next_cb next_cb;
+    void *ud;
+    struct store_cell_run next; /* claimed with the outcome, for DONE */
+
+    /* Exit watch: a pidfd made readable by the exit, or SIGCHLD. */
+    union {
+        uv_poll_t poll;
+        uv_signal_t sig;
+    } exitw;
+    int pidfd;
+    bool by_sigchld;
+    uv_pipe_t frames, logp;
+    uv_timer_t timer;
+    int handles_open;
+    /* capd-exec's rusage pipe (prefork): "pid N" once it knows the zygote's
+     * child, its rusage at the end; watched until the pid is in. RUSAGE_W
+     * is its write end, held by the backend until the spawn. */
+    int rusage_fd, rusage_w;
+    uv_poll_t rpoll;
+    bool rpoll_on, adopted;
+    char rbuf[160];
+    size_t rlen;
+    pid_t pid;
+
+    /* The start-up backend and what it keeps between prepare and spawn. */
+    const struct sup__backend *backend;
+    char zsock[128]; /* prefork: the zygote's socket */
+
+    bool exited, frames_eof, log_eof, finished;
+    bool timed_out, cancelled, abandoned, kill_sent;
+    int64_t exit_status;
+    int term_signal;
+    uint64_t t0;
+    int64_t peak_rss, cpu_us;
+    struct mem_cell *mem; /* the cell's memory group (daemon/memlimit.h) */
+
+    struct frame_parser *fp;
+    char *fail_state; /* protocol_error or failed, set when capd ended it */
+    char *fail_reason;
+    int64_t rec_seq;
+    uint64_t losses0; /* store_batch_losses() when the attempt started */
+    char effective_width[32];
+
+    int log_fd;
+    uint64_t log_part_bytes, log_dropped;
+    char *log_path;
+    char scratch[1024];
+    char *buf; /* sup__read_buffer(): shared by every cell, not owned */
+};
+
+/* ---- start-up backends (cellstart.c) ---- */
+
+/* What every backend is given to start the cell's process. */
+struct sup__start {
+    const char *python;
+    char *const *argv; /* PYTHON -m capd_runner */
+    char *const *env;
+    int out_fd;   /* the log pipe's write end: becomes 1 and 2 */
+    int frame_fd; /* the frame pipe's write end: becomes 3 */
+};
+
+/*
+ * How a cell's process comes to be. Every backend produces the same thing
+ * (see the top of this file), so everything after the start is shared; a
+ * new way to start cells is one more of these in cellstart.c's table.
+ */
+struct sup__backend {
+    const char *name;
+    /* Whether it takes the cell, once its environment ENV and memory group
+     * exist: 0 yes, -ENOENT no (the next backend is asked), another -errno
+     * a set-up failure that REASON explains. */
+    int (*prepare)(struct sup *s, char *const *env, char *reason, size_t rlen);
+    /* Starts the process; its pid in *PID. 0 or -errno. */
+    int (*spawn)(struct sup *s, const struct sup__start *st, pid_t *pid);
+};
+
+/* The first backend that takes the cell, in S->backend. */
+int sup__backend_pick(struct sup *s, char *const *env, char *reason, size_t rlen);
+
+/* ---- the running process (cellproc.c) ---- */
+
+/* The read buffer of every cell (SUP__READ_BUF bytes); NULL without memory. */
+char *sup__read_buffer(void);
+
+/* Opens LOG.part, the capped log's first part. 0 or -errno. */
+int sup__log_open(struct sup *s);
+/* Closes the log and joins its parts into LOG (the tail kept). */
+void sup__log_finish(struct sup *s);
+
+/* Takes the read ends of the frame and log pipes into the loop and makes
+ * the timer; without pidfds also starts the SIGCHLD watch, which must be
+ * in place before the child can exit. */
+void sup__proc_open(struct sup *s, int frames_fd, int log_fd);
+/* Watches PID's exit (its pidfd, unless SIGCHLD does); a process that
+ * cannot be watched is killed and reaped. 0 or -errno. */
+int sup__proc_watch(struct sup *s, pid_t pid);
+/* Closes what sup__proc_open made, after a start that failed. */
+void sup__proc_close(struct sup *s);
+/* Starts reading the pipes (frames to sup__frames_read) and the rusage
+ * pipe, and the timeout of TIMEOUT_MS. */
+void sup__proc_run(struct sup *s, uint64_t timeout_ms);
+
+/* SIGTERM to the group first so a runner can flush; SIGKILL after the
+ * grace period. */
+void sup__proc_terminate(struct sup *s);
+void sup__kill_group(struct sup *s, int sig);
+/* SIGKILL to PID's group and its reap, for a process that must not run
+ * unsupervised. */
+void sup__kill_reap(pid_t pid);
+void sup__close_handle(struct sup *s, uv_handle_t *h);
+
+/* ---- the attempt (sup.c) ---- */
+
+/* The frame pipe's read callback. */
+void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b);
+/* Ends the attempt once the process has exited and both pipes are done. */
+void sup__finish(struct sup *s);
+/* Frees S once its last handle has closed. */
+void sup__free(struct sup *s);
+
+#endif
