@@ -231,7 +231,7 @@ static enum MHD_Result put_build(struct api_req *r, const char *name, bool repla
     name = json_string_value(json_object_get(b, "name"));
     struct store *s = api_store(r);
     json_t *out = NULL;
-    int rc = s ? store_build_put(s, name, b, replace, &out) : -EIO;
+    int rc = store_build_put(s, name, b, replace, &out);
     if (rc == -EEXIST)
         ret = api_error(r, 409, "conflict", "name",
                         "build '%s' already exists; use PUT to replace it", name);
@@ -250,14 +250,14 @@ enum MHD_Result api_builds_create(struct api_req *r)
 
 enum MHD_Result api_builds_put(struct api_req *r)
 {
-    return put_build(r, r->seg[2], true);
+    return put_build(r, api_param(r, "name"), true);
 }
 
 enum MHD_Result api_builds_get(struct api_req *r)
 {
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_build_get(s, r->seg[2], &out) : -EIO;
+    int rc = store_build_get(s, api_param(r, "name"), &out);
     if (rc)
         return api_store_error(r, rc, "build");
     return api_json(r, 200, out);
@@ -270,7 +270,7 @@ enum MHD_Result api_builds_list(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_build_list(s, &out) : -EIO;
+    int rc = store_build_list(s, &out);
     if (rc)
         return api_store_error(r, rc, "builds");
     return api_json(r, 200, out);

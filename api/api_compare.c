@@ -32,13 +32,13 @@ enum MHD_Result api_branch_put(struct api_req *r)
         return api_error(r, 400, "invalid_field", "control_commit",
                          "control_commit must be 7 to 64 hex digits");
     }
-    if (!api_valid_text(r->seg[2], 255) || strstr(r->seg[2], "..")) {
+    if (!api_valid_text(api_param(r, "name"), 255) || strstr(api_param(r, "name"), "..")) {
         json_decref(body);
         return api_error(r, 400, "invalid_field", "name", "bad branch name");
     }
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_branch_put(s, r->seg[2], json_string_value(cc), &out) : -EIO;
+    int rc = store_branch_put(s, api_param(r, "name"), json_string_value(cc), &out);
     json_decref(body);
     if (rc)
         return api_store_error(r, rc, "branch");
@@ -49,7 +49,7 @@ enum MHD_Result api_branch_get(struct api_req *r)
 {
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_branch_get(s, r->seg[2], &out) : -EIO;
+    int rc = store_branch_get(s, api_param(r, "name"), &out);
     if (rc)
         return api_store_error(r, rc, "branch");
     return api_json(r, 200, out);
@@ -57,21 +57,21 @@ enum MHD_Result api_branch_get(struct api_req *r)
 
 enum MHD_Result api_commit_get(struct api_req *r)
 {
-    if (!api_valid_hex(r->seg[2], 7, 64))
+    if (!api_valid_hex(api_param(r, "sha"), 7, 64))
         return api_error(r, 400, "invalid_field", "sha", "a commit is 7 to 64 hex digits");
     enum MHD_Result ret;
     if (api_not_modified_counter(r, "jobs", &ret))
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_commit_jobs(s, r->seg[2], &out) : -EIO;
+    int rc = store_commit_jobs(s, api_param(r, "sha"), &out);
     if (rc)
         return api_store_error(r, rc, "commit");
     if (json_array_size(json_object_get(out, "jobs")) == 0) {
         json_decref(out);
-        return api_error(r, 404, "not_found", NULL, "no job for commit %s", r->seg[2]);
+        return api_error(r, 404, "not_found", NULL, "no job for commit %s", api_param(r, "sha"));
     }
-    json_object_set_new(out, "commit", json_string(r->seg[2]));
+    json_object_set_new(out, "commit", json_string(api_param(r, "sha")));
     return api_json(r, 200, out);
 }
 
@@ -319,8 +319,6 @@ enum MHD_Result api_compare(struct api_req *r)
     struct store *s = api_store(r);
     json_t *ctl = NULL, *head = NULL;
     enum MHD_Result ret;
-    if (!s)
-        return api_error(r, 503, "unavailable", NULL, "database unavailable");
     const char *job = api_query(r, "job");
     const char *cw = api_query(r, "control_width"), *hw = api_query(r, "head_width");
     if (job || cw || hw) {
@@ -358,11 +356,9 @@ enum MHD_Result api_commit_diff(struct api_req *r)
     json_t *ctl = NULL, *head = NULL, *branch = NULL;
     enum MHD_Result ret;
     char id[16];
-    if (!s)
-        return api_error(r, 503, "unavailable", NULL, "database unavailable");
-    if (!api_valid_hex(r->seg[2], 7, 64))
+    if (!api_valid_hex(api_param(r, "sha"), 7, 64))
         return api_error(r, 400, "invalid_field", "sha", "a commit is 7 to 64 hex digits");
-    int rc = store_job_for_commit(s, r->seg[2], false, id);
+    int rc = store_job_for_commit(s, api_param(r, "sha"), false, id);
     if (rc)
         return api_store_error(r, rc, "commit");
     if ((rc = store_job_get(s, id, &head)) != 0)
@@ -379,7 +375,7 @@ enum MHD_Result api_commit_diff(struct api_req *r)
         ret = api_error(r, 404, "no_control", NULL,
                         "commit %s has no control: its job names no control_commit and its "
                         "branch has none (PUT /v1/branches/{name})",
-                        r->seg[2]);
+                        api_param(r, "sha"));
         goto out;
     }
     if (!resolve_job(r, s, control, "control_commit", &ctl, &ret))

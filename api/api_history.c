@@ -132,7 +132,7 @@ enum MHD_Result api_history_get(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = drained_store(r);
-    int rc = s ? store_history_get(s, &q, &out) : -EIO;
+    int rc = store_history_get(s, &q, &out);
     if (rc)
         return api_store_error(r, rc, "history of that cell");
     api_etag_by_body(r);
@@ -170,7 +170,7 @@ enum MHD_Result api_alerts_list(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = drained_store(r);
-    int rc = s ? store_alerts_list(s, &f, &out) : -EIO;
+    int rc = store_alerts_list(s, &f, &out);
     if (rc)
         return api_store_error(r, rc, "alerts");
     api_etag_by_body(r);
@@ -206,7 +206,7 @@ enum MHD_Result api_alert_post(struct api_req *r)
     note = json_string_value(v);
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_alert_set(s, r->seg[2], status, note, &out) : -EIO;
+    int rc = store_alert_set(s, api_param(r, "id"), status, note, &out);
     ret = rc ? api_store_error(r, rc, "alert") : api_json(r, 200, out);
 out:
     json_decref(body);

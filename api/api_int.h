@@ -79,6 +79,8 @@ void api_reply_header(struct api_req *r, const char *name, const char *value);
  * -ENOSPC, storage unavailable, is 503 storage_unavailable with
  * Retry-After: API_STORAGE_RETRY_AFTER_S). */
 enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what);
+/* The path segment the matched route names ":NAME" (percent-decoded). */
+const char *api_param(struct api_req *r, const char *name);
 #define API_STORAGE_RETRY_AFTER_S "10"
 
 /* Parses the body as a JSON object; on failure it has already replied and

@@ -406,7 +406,7 @@ enum MHD_Result api_jobs_create(struct api_req *r)
     const char *bname = json_string_value(json_object_get(body, "build"));
     int rc = 0;
     if (api_valid_name(bname, 64)) {
-        rc = s ? store_build_get(s, bname, &build) : -EIO;
+        rc = store_build_get(s, bname, &build);
         if (rc && rc != -ENOENT) {
             ret = api_store_error(r, rc, "build");
             goto out;
@@ -537,7 +537,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_job_list(s, &f, &out) : -EIO;
+    int rc = store_job_list(s, &f, &out);
     if (rc)
         return api_store_error(r, rc, "jobs");
     return api_json(r, 200, out);
@@ -550,7 +550,7 @@ enum MHD_Result api_jobs_get(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_job_get(s, r->seg[2], &out) : -EIO;
+    int rc = store_job_get(s, api_param(r, "id"), &out);
     if (rc)
         return api_store_error(r, rc, "job");
     return api_json(r, 200, out);
@@ -559,17 +559,18 @@ enum MHD_Result api_jobs_get(struct api_req *r)
 enum MHD_Result api_jobs_cancel(struct api_req *r)
 {
     enum MHD_Result ret;
-    if (api_cancel_refused(r, r->seg[2], &ret))
+    if (api_cancel_refused(r, api_param(r, "id"), &ret))
         return ret;
     struct store *s = api_store(r);
-    int rc = s ? store_job_cancel(s, r->seg[2]) : -EIO;
+    int rc = store_job_cancel(s, api_param(r, "id"));
     if (rc == -EALREADY)
-        return api_error(r, 409, "job_finished", NULL, "job %s has already ended", r->seg[2]);
+        return api_error(r, 409, "job_finished", NULL, "job %s has already ended",
+                         api_param(r, "id"));
     if (rc)
         return api_store_error(r, rc, "job");
-    capd_notify_cancel(api_daemon(r), r->seg[2]);
+    capd_notify_cancel(api_daemon(r), api_param(r, "id"));
     json_t *out = NULL;
-    rc = store_job_get(s, r->seg[2], &out);
+    rc = store_job_get(s, api_param(r, "id"), &out);
     if (rc)
         return api_store_error(r, rc, "job");
     return api_json(r, 202, out);
@@ -582,7 +583,7 @@ enum MHD_Result api_cell_get(struct api_req *r)
         return ret;
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_cell_get(s, r->seg[2], r->seg[4], &out) : -EIO;
+    int rc = store_cell_get(s, api_param(r, "id"), api_param(r, "cell"), &out);
     if (rc)
         return api_store_error(r, rc, "cell");
     return api_json(r, 200, out);
@@ -605,7 +606,8 @@ enum MHD_Result api_cell_records(struct api_req *r)
         return api_error(r, 400, "invalid_query", "cursor", "cursor is not one this server gave");
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_records_list(s, r->seg[2], r->seg[4], kind, after, limit, &out) : -EIO;
+    int rc =
+        store_records_list(s, api_param(r, "id"), api_param(r, "cell"), kind, after, limit, &out);
     if (rc)
         return api_store_error(r, rc, "cell");
     api_etag_by_body(r);
@@ -618,11 +620,11 @@ enum MHD_Result api_cell_log(struct api_req *r)
 {
     json_t *cell = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_cell_get(s, r->seg[2], r->seg[4], &cell) : -EIO;
+    int rc = store_cell_get(s, api_param(r, "id"), api_param(r, "cell"), &cell);
     if (rc)
         return api_store_error(r, rc, "cell");
     json_decref(cell);
-    char *path = sup_log_path(api_cfg(r)->data_dir, r->seg[2], r->seg[4]);
+    char *path = sup_log_path(api_cfg(r)->data_dir, api_param(r, "id"), api_param(r, "cell"));
     char part[1200];
     snprintf(part, sizeof part, "%s.part", path ? path : "");
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;

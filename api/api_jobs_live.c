@@ -205,11 +205,9 @@ bool api_jobs_live_replied(struct api_req *r, enum MHD_Result *ret)
 {
     struct live_hub *h = api__live_hub;
     struct live_waiter *w = r->poll;
-    const char *id = r->seg[2];
+    const char *id = api_param(r, "id");
     struct store *s = api_store(r);
     int wait_s = 0;
-    if (!s)
-        return false;
     if (!w && !parse_wait(r, &wait_s, ret))
         return true;
     int64_t version = 0;

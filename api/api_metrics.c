@@ -35,7 +35,7 @@ enum MHD_Result api_metrics(struct api_req *r)
     size_t len = 0;
     json_t *counts = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_state_counts(s, &counts) : -EIO;
+    int rc = store_state_counts(s, &counts);
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
         json_decref(counts);

@@ -94,5 +94,5 @@ enum MHD_Result api_static_index(struct api_req *r)
 
 enum MHD_Result api_static_file(struct api_req *r)
 {
-    return serve(r, r->seg[1]); /* /static/:file */
+    return serve(r, api_param(r, "file")); /* /static/:file */
 }

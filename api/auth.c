@@ -187,7 +187,7 @@ bool api_cancel_refused(struct api_req *r, const char *job_id, enum MHD_Result *
     if (r->scope >= STORE_SCOPE_ADMIN)
         return false;
     struct store *s = api_store(r);
-    int rc = s ? store_job_token(s, job_id, owner) : -EIO;
+    int rc = store_job_token(s, job_id, owner);
     if (rc == -ENOENT)
         return false; /* the handler answers 404 */
     if (rc) {
@@ -209,7 +209,7 @@ enum MHD_Result api_tokens_list(struct api_req *r)
 {
     json_t *out = NULL;
     struct store *s = api_store(r);
-    int rc = s ? store_token_list(s, &out) : -EIO;
+    int rc = store_token_list(s, &out);
     if (rc)
         return api_store_error(r, rc, "tokens");
     return api_json(r, 200, out);
@@ -258,9 +258,8 @@ enum MHD_Result api_tokens_create(struct api_req *r)
         exp && json_is_integer(exp) ? store_now_ms() + json_integer_value(exp) * 1000 : 0;
     char token[STORE_TOKEN_LEN + 1];
     struct store *s = api_store(r);
-    int rc = s ? store_token_create(s, scope, name ? json_string_value(name) : "", expires_at,
-                                    token, &info)
-               : -EIO;
+    int rc =
+        store_token_create(s, scope, name ? json_string_value(name) : "", expires_at, token, &info);
     if (rc) {
         ret = api_store_error(r, rc, "token");
         goto out;
@@ -278,9 +277,9 @@ out:
 
 enum MHD_Result api_tokens_revoke(struct api_req *r)
 {
-    const char *id = r->seg[2];
+    const char *id = api_param(r, "id");
     struct store *s = api_store(r);
-    int rc = s ? store_token_revoke(s, id) : -EIO;
+    int rc = store_token_revoke(s, id);
     if (rc && rc != -EALREADY)
         return api_store_error(r, rc, "token");
     log_info("token_revoked", "id=%s by=%s", log_q(id), r->token_id[0] ? r->token_id : "-");

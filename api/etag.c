@@ -131,9 +131,9 @@ bool api_not_modified_cell(struct api_req *r, enum MHD_Result *ret)
 {
     int64_t v = 0;
     struct store *s = api_store(r);
-    if (!s || store_job_version(s, r->seg[2], &v, NULL) != 0)
+    if (!s || store_job_version(s, api_param(r, "id"), &v, NULL) != 0)
         return false; /* the handler answers 404 or the error */
-    api_set_etag(r, "%s.%lld-%016llx", r->seg[4], (long long)v,
+    api_set_etag(r, "%s.%lld-%016llx", api_param(r, "cell"), (long long)v,
                  (unsigned long long)request_hash(r, FNV_OFFSET));
     if (!api_if_none_match(r))
         return false;

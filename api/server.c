@@ -316,45 +316,50 @@ bool api_valid_text(const char *s, size_t max)
 
 /* ---- routing ---- */
 
+/* A pattern's ":x" segment matches any one segment, which the handler
+ * reads as api_param(r, "x"). STORE: the handler uses the worker's store
+ * connection, which the dispatcher then guarantees (503 when it cannot
+ * open one), so handlers never check for it. */
 struct route {
     const char *method;
-    const char *pattern; /* segments; ":x" matches any one segment */
+    const char *pattern;
     api_handler h;
+    bool store;
 };
 
 static const struct route routes[] = {
-    {"GET", "/healthz", api_healthz},
-    {"GET", "/v1/models", api_models},
-    {"GET", "/v1/widths", api_widths},
-    {"GET", "/v1/host", api_host},
-    {"GET", "/v1/builds", api_builds_list},
-    {"POST", "/v1/builds", api_builds_create},
-    {"GET", "/v1/builds/:name", api_builds_get},
-    {"PUT", "/v1/builds/:name", api_builds_put},
-    {"GET", "/v1/jobs", api_jobs_list},
-    {"POST", "/v1/jobs", api_jobs_create},
-    {"GET", "/v1/jobs/:id", api_jobs_get},
-    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel},
-    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get},
-    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records},
-    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log},
-    {"GET", "/v1/compare", api_compare},
-    {"GET", "/v1/branches/:name", api_branch_get},
-    {"PUT", "/v1/branches/:name", api_branch_put},
-    {"GET", "/v1/commits/:sha", api_commit_get},
-    {"GET", "/v1/commits/:sha/diff", api_commit_diff},
-    {"GET", "/v1/tokens", api_tokens_list},
-    {"POST", "/v1/tokens", api_tokens_create},
-    {"DELETE", "/v1/tokens/:id", api_tokens_revoke},
-    {"GET", "/v1/devices", api_devices_list},
-    {"POST", "/v1/devices/refresh", api_devices_refresh},
-    {"GET", "/v1/events", api_events},
-    {"GET", "/v1/history", api_history_get},
-    {"GET", "/v1/alerts", api_alerts_list},
-    {"POST", "/v1/alerts/:id", api_alert_post},
-    {"GET", "/metrics", api_metrics},
-    {"GET", "/", api_static_index},
-    {"GET", "/static/:file", api_static_file},
+    {"GET", "/healthz", api_healthz, false},
+    {"GET", "/v1/models", api_models, false},
+    {"GET", "/v1/widths", api_widths, false},
+    {"GET", "/v1/host", api_host, false},
+    {"GET", "/v1/builds", api_builds_list, true},
+    {"POST", "/v1/builds", api_builds_create, true},
+    {"GET", "/v1/builds/:name", api_builds_get, true},
+    {"PUT", "/v1/builds/:name", api_builds_put, true},
+    {"GET", "/v1/jobs", api_jobs_list, true},
+    {"POST", "/v1/jobs", api_jobs_create, true},
+    {"GET", "/v1/jobs/:id", api_jobs_get, true},
+    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel, true},
+    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true},
+    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true},
+    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true},
+    {"GET", "/v1/compare", api_compare, true},
+    {"GET", "/v1/branches/:name", api_branch_get, true},
+    {"PUT", "/v1/branches/:name", api_branch_put, true},
+    {"GET", "/v1/commits/:sha", api_commit_get, true},
+    {"GET", "/v1/commits/:sha/diff", api_commit_diff, true},
+    {"GET", "/v1/tokens", api_tokens_list, true},
+    {"POST", "/v1/tokens", api_tokens_create, true},
+    {"DELETE", "/v1/tokens/:id", api_tokens_revoke, true},
+    {"GET", "/v1/devices", api_devices_list, false},
+    {"POST", "/v1/devices/refresh", api_devices_refresh, false},
+    {"GET", "/v1/events", api_events, false},
+    {"GET", "/v1/history", api_history_get, true},
+    {"GET", "/v1/alerts", api_alerts_list, true},
+    {"POST", "/v1/alerts/:id", api_alert_post, true},
+    {"GET", "/metrics", api_metrics, true},
+    {"GET", "/", api_static_index, false},
+    {"GET", "/static/:file", api_static_file, false},
 };
 
 static int hexval(char c)
@@ -405,6 +410,23 @@ static int split_path(struct api_req *r)
     return 0;
 }
 
+const char *api_param(struct api_req *r, const char *name)
+{
+    const char *p = r->route_pattern ? r->route_pattern : "";
+    size_t want = strlen(name);
+    for (int i = 0; *p; i++) {
+        p++;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (p[0] == ':' && n == want + 1 && strncmp(p + 1, name, want) == 0 && i < r->nseg)
+            return r->seg[i];
+        p += n;
+    }
+    /* A handler asking for what its route does not name is capd's bug. */
+    log_error("route_param_unknown", "pattern=%s param=%s", log_q(r->route_pattern), log_q(name));
+    return "";
+}
+
 static bool route_match(const struct route *rt, struct api_req *r)
 {
     const char *p = rt->pattern;
@@ -441,24 +463,16 @@ static enum MHD_Result dispatch(struct api_req *r)
             r->route_pattern = routes[i].pattern;
             if (api_scope_refused(r, routes[i].method, routes[i].pattern, &ret))
                 return ret;
+            if (routes[i].store && !api_store(r))
+                return api_error(r, 503, "unavailable", NULL, "database unavailable");
             return routes[i].h(r);
         }
         size_t l = strlen(allow);
         snprintf(allow + l, sizeof allow - l, "%s%s", l ? ", " : "", routes[i].method);
     }
     if (allow[0]) {
-        json_t *e = json_pack("{s:{s:s,s:s,s:n}}", "error", "code", "method_not_allowed", "message",
-                              "method not allowed here", "field");
-        char *s = json_dumps(e, JSON_COMPACT);
-        json_decref(e);
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-        MHD_add_response_header(resp, "Content-Type", "application/json");
-        MHD_add_response_header(resp, "Allow", allow);
-        r->status = 405;
-        enum MHD_Result ret = MHD_queue_response(r->conn, 405, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        api_reply_header(r, "Allow", allow);
+        return api_error(r, 405, "method_not_allowed", NULL, "method not allowed here");
     }
     return api_error(r, 404, "not_found", NULL, "no route for %s %s", r->method, r->url);
 }
