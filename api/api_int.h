@@ -123,6 +123,14 @@ struct api_verr {
 };
 int api_validate_job_request(json_t *body, json_t *build, const struct capd_config *cfg,
                              json_t **normalized, struct api_verr *err);
+/* Fills E (a 400) and returns false: for validators' one-line failures. */
+bool api_verr_set(struct api_verr *e, const char *code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Cell options (api/api_options.c, schema/options.json): whether a job may
+ * set option K; and O's integer and enum options checked into OUT, every
+ * one the job leaves out at its default (-EINVAL with ERR). */
+bool api_option_known(const char *k);
+int api_options_resolve(json_t *o, json_t *out, struct api_verr *err);
 
 /* Endpoints, one file each group. */
 enum MHD_Result api_healthz(struct api_req *r);

@@ -27,31 +27,7 @@
 #define JOB_MAX_AXIS      64
 #define JOB_RETRY_AFTER_S "30"
 
-struct opt_int {
-    const char *name;
-    json_int_t min, max, def;
-};
-
-static const struct opt_int int_opts[] = {
-    {"iterations", 0, 100000, 20},
-    {"warmup", 0, 10000, 3},
-    {"threads", 1, 1024, 1},
-    {"timeout_s", 1, 86400, 600},
-    {"seed", 0, INT64_MAX, 0},
-    {"batch", 1, 4096, 2},
-    {"sample_size", 1, 65536, 256},
-    {"timing_processes", 1, 64, 5},
-    /* Paired timing (docs/compare.md): pairs a round, 0 = never paired;
-     * rounds at most while the pairs' verdict is unknown. */
-    {"timing_pairs", 0, 64, 8},
-    {"max_timing_rounds", 1, 8, 3},
-};
-
-static const char *const captures[] = {"stats", "sample", "full", NULL};
-static const char *const dtypes[] = {"float32", "float64", "float16", "bfloat16", NULL};
-static const char *const devices[] = {"cpu", "gpu", NULL};
 static const char *const passes[] = {"forward", "backward", NULL};
-static const char *const granularities[] = {"module", "op", NULL};
 
 static bool one_of(const char *s, const char *const *set)
 {
@@ -82,20 +58,6 @@ static bool valid_user_model(const char *s)
     return colon > s && colon[1] && colon[-1] != '.' && strlen(s) <= 128;
 }
 
-/* Records a validation error (always a 400) and returns false. */
-static bool __attribute__((format(printf, 4, 5)))
-verr(struct api_verr *e, const char *code, const char *field, const char *fmt, ...)
-{
-    va_list ap;
-    e->code = code;
-    e->has_field = field != NULL;
-    snprintf(e->field, sizeof e->field, "%s", field ? field : "");
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
 /* Checks one matrix axis: a non-empty array of unique strings, each
  * accepted by CHECK. Fills E and returns false on bad input. */
 static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *build)
@@ -104,8 +66,8 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
     snprintf(field, sizeof field, "matrix.%s", axis);
     json_t *a = json_object_get(m, axis);
     if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > JOB_MAX_AXIS) {
-        verr(e, "invalid_field", field, "%s must be a non-empty array of at most %d strings", field,
-             JOB_MAX_AXIS);
+        api_verr_set(e, "invalid_field", field,
+                     "%s must be a non-empty array of at most %d strings", field, JOB_MAX_AXIS);
         return false;
     }
     size_t i, j;
@@ -114,37 +76,37 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
     {
         const char *s = json_string_value(v);
         if (!s) {
-            verr(e, "invalid_field", field, "%s[%zu] must be a string", field, i);
+            api_verr_set(e, "invalid_field", field, "%s[%zu] must be a string", field, i);
             return false;
         }
         for (j = 0; j < i; j++) {
             w = json_array_get(a, j);
             if (strcmp(json_string_value(w), s) == 0) {
-                verr(e, "duplicate", field, "%s lists '%s' twice", field, s);
+                api_verr_set(e, "duplicate", field, "%s lists '%s' twice", field, s);
                 return false;
             }
         }
         if (strcmp(axis, "widths") == 0 && !width_env(s)) {
-            verr(e, "invalid_field", field, "unknown width '%s' (see GET /v1/widths)", s);
+            api_verr_set(e, "invalid_field", field, "unknown width '%s' (see GET /v1/widths)", s);
             return false;
         }
         if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
-            verr(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
+            api_verr_set(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
             return false;
         }
         if (strcmp(axis, "models") == 0 && !model_in_zoo(s)) {
             if (!valid_user_model(s)) {
-                verr(e, "invalid_field", field,
-                     "unknown model '%s': not in the zoo (GET /v1/models) and not a "
-                     "user model package.module:factory",
-                     s);
+                api_verr_set(e, "invalid_field", field,
+                             "unknown model '%s': not in the zoo (GET /v1/models) and not a "
+                             "user model package.module:factory",
+                             s);
                 return false;
             }
             if (json_array_size(json_object_get(build, "model_roots")) == 0) {
-                verr(e, "invalid_field", field,
-                     "user model '%s' needs a build with model_roots; build '%s' "
-                     "has none",
-                     s, json_string_value(json_object_get(build, "name")));
+                api_verr_set(e, "invalid_field", field,
+                             "user model '%s' needs a build with model_roots; build '%s' "
+                             "has none",
+                             s, json_string_value(json_object_get(build, "name")));
                 return false;
             }
         }
@@ -162,10 +124,11 @@ static bool check_memory_option(struct api_verr *err, json_t *o, json_t *out, ui
     json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
     uint64_t top = max ? max : (uint64_t)INT64_MAX;
     if (v < (json_int_t)MEM_MIN_LIMIT || (uint64_t)v > top)
-        return verr(err, "invalid_field", "options.memory_max_bytes",
-                    "options.memory_max_bytes must be an integer in [%llu, %llu] (this capd's "
-                    "cell_memory_max_bytes, GET /v1/host memory)",
-                    (unsigned long long)MEM_MIN_LIMIT, (unsigned long long)top);
+        return api_verr_set(
+            err, "invalid_field", "options.memory_max_bytes",
+            "options.memory_max_bytes must be an integer in [%llu, %llu] (this capd's "
+            "cell_memory_max_bytes, GET /v1/host memory)",
+            (unsigned long long)MEM_MIN_LIMIT, (unsigned long long)top);
     json_object_set(out, "memory_max_bytes", x);
     return true;
 }
@@ -176,60 +139,20 @@ static json_t *validate_options(struct api_verr *err, json_t *o, uint64_t mem_ma
     json_t *v;
     json_t *out = json_object();
     if (o && !json_is_object(o)) {
-        verr(err, "invalid_field", "options", "options must be an object");
+        api_verr_set(err, "invalid_field", "options", "options must be an object");
         goto bad;
     }
     json_object_foreach(o, k, v)
     {
-        bool known = !strcmp(k, "capture") || !strcmp(k, "dtype") || !strcmp(k, "device") ||
-                     !strcmp(k, "compare") || !strcmp(k, "granularity") ||
-                     !strcmp(k, "memory_max_bytes");
-        for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
-            known |= strcmp(k, int_opts[i].name) == 0;
-        if (!known) {
+        if (!api_option_known(k) && strcmp(k, "compare") && strcmp(k, "memory_max_bytes")) {
             char f[160];
             snprintf(f, sizeof f, "options.%s", k);
-            verr(err, "unknown_field", f, "unknown option '%s'", k);
+            api_verr_set(err, "unknown_field", f, "unknown option '%s'", k);
             goto bad;
         }
     }
-    if (!check_memory_option(err, o, out, mem_max))
+    if (!check_memory_option(err, o, out, mem_max) || api_options_resolve(o, out, err) != 0)
         goto bad;
-    for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++) {
-        const struct opt_int *oi = &int_opts[i];
-        json_t *x = json_object_get(o, oi->name);
-        char f[64];
-        snprintf(f, sizeof f, "options.%s", oi->name);
-        if (x && (!json_is_integer(x) || json_integer_value(x) < oi->min ||
-                  json_integer_value(x) > oi->max)) {
-            verr(err, "invalid_field", f, "%s must be an integer in [%lld, %lld]", f,
-                 (long long)oi->min, (long long)oi->max);
-            goto bad;
-        }
-        json_object_set_new(out, oi->name, json_integer(x ? json_integer_value(x) : oi->def));
-    }
-    static const struct {
-        const char *name, *def;
-        const char *const *set;
-    } enums[] = {{"capture", "stats", captures},
-                 {"dtype", "float32", dtypes},
-                 {"device", "cpu", devices},
-                 {"granularity", "module", granularities}};
-    for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++) {
-        json_t *x = json_object_get(o, enums[i].name);
-        char f[64];
-        snprintf(f, sizeof f, "options.%s", enums[i].name);
-        if (x && !one_of(json_string_value(x), enums[i].set)) {
-            char list[128] = "";
-            for (const char *const *e = enums[i].set; *e; e++)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
-                         e == enums[i].set ? "" : ", ", *e);
-            verr(err, "invalid_field", f, "%s must be one of: %s", f, list);
-            goto bad;
-        }
-        json_object_set_new(out, enums[i].name,
-                            json_string(x ? json_string_value(x) : enums[i].def));
-    }
     json_t *cmpo = json_object_get(o, "compare");
     if (cmpo) {
         /* Comparison thresholds for this job, checked now so a typo fails
@@ -240,8 +163,8 @@ static json_t *validate_options(struct api_verr *err, json_t *o, uint64_t mem_ma
         if (!json_is_object(cmpo) || cmp_options_apply_json(&co, cmpo, &e) != 0) {
             char f[200];
             snprintf(f, sizeof f, "options.compare%s%s", e.field[0] ? "." : "", e.field);
-            verr(err, "invalid_field", f, "options.compare: %s",
-                 e.message[0] ? e.message : "must be an object");
+            api_verr_set(err, "invalid_field", f, "options.compare: %s",
+                         e.message[0] ? e.message : "must be an object");
             goto bad;
         }
         json_object_set(out, "compare", cmpo);
@@ -280,52 +203,53 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
                                          "provenance",     "commit_time", "parents", NULL};
     *normalized = NULL;
     if (!json_is_object(body)) {
-        verr(err, "invalid_json", NULL, "the body must be a JSON object");
+        api_verr_set(err, "invalid_json", NULL, "the body must be a JSON object");
         goto out;
     }
     json_object_foreach(body, k, v)
     {
         if (!one_of(k, fields)) {
-            verr(err, "unknown_field", k, "unknown field '%s'", k);
+            api_verr_set(err, "unknown_field", k, "unknown field '%s'", k);
             goto out;
         }
     }
     const char *project = json_string_value(json_object_get(body, "project"));
     if (!api_valid_name(project, 128)) {
-        verr(err, "invalid_field", "project", "project must match ^[A-Za-z0-9._-]{1,128}$");
+        api_verr_set(err, "invalid_field", "project", "project must match ^[A-Za-z0-9._-]{1,128}$");
         goto out;
     }
     const char *commit = json_string_value(json_object_get(body, "commit"));
     if (!api_valid_hex(commit, 7, 64)) {
-        verr(err, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
+        api_verr_set(err, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
         goto out;
     }
     json_t *cc = json_object_get(body, "control_commit");
     if (cc && !json_is_null(cc) && !api_valid_hex(json_string_value(cc), 7, 64)) {
-        verr(err, "invalid_field", "control_commit", "control_commit must be 7 to 64 hex digits");
+        api_verr_set(err, "invalid_field", "control_commit",
+                     "control_commit must be 7 to 64 hex digits");
         goto out;
     }
     json_t *br = json_object_get(body, "branch");
     if (br && !json_is_null(br) &&
         (!api_valid_text(json_string_value(br), 255) || strstr(json_string_value(br), ".."))) {
-        verr(err, "invalid_field", "branch",
-             "branch must be a string of 1 to 255 printable characters without '..'");
+        api_verr_set(err, "invalid_field", "branch",
+                     "branch must be a string of 1 to 255 printable characters without '..'");
         goto out;
     }
     const char *bname = json_string_value(json_object_get(body, "build"));
     if (!api_valid_name(bname, 64)) {
-        verr(err, "invalid_field", "build", "build must name a registered build");
+        api_verr_set(err, "invalid_field", "build", "build must name a registered build");
         goto out;
     }
     if (!build) {
-        verr(err, "unknown_build", "build", "build '%s' is not registered (POST /v1/builds)",
-             bname);
+        api_verr_set(err, "unknown_build", "build",
+                     "build '%s' is not registered (POST /v1/builds)", bname);
         goto out;
     }
     json_t *m = json_object_get(body, "matrix");
     if (!json_is_object(m)) {
-        verr(err, "invalid_field", "matrix",
-             "matrix must be an object with models, widths and passes");
+        api_verr_set(err, "invalid_field", "matrix",
+                     "matrix must be an object with models, widths and passes");
         goto out;
     }
     json_object_foreach(m, k, v)
@@ -333,7 +257,7 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
         if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes")) {
             char f[160];
             snprintf(f, sizeof f, "matrix.%s", k);
-            verr(err, "unknown_field", f, "unknown field '%s'", f);
+            api_verr_set(err, "unknown_field", f, "unknown field '%s'", f);
             goto out;
         }
     }
@@ -344,8 +268,9 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
                     json_array_size(json_object_get(m, "widths")) *
                     json_array_size(json_object_get(m, "passes"));
     if (ncells > (size_t)cfg->max_cells_per_job) {
-        verr(err, "too_many_cells", "matrix", "the matrix expands to %zu cells; the limit is %d",
-             ncells, cfg->max_cells_per_job);
+        api_verr_set(err, "too_many_cells", "matrix",
+                     "the matrix expands to %zu cells; the limit is %d", ncells,
+                     cfg->max_cells_per_job);
         goto out;
     }
     if (!(opts =
@@ -353,23 +278,24 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
         goto out;
     json_t *labels = json_object_get(body, "labels");
     if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS)) {
-        verr(err, "invalid_field", "labels", "labels must be an object of at most %d strings",
-             JOB_MAX_LABELS);
+        api_verr_set(err, "invalid_field", "labels",
+                     "labels must be an object of at most %d strings", JOB_MAX_LABELS);
         goto out;
     }
     json_object_foreach(labels, k, v)
     {
         if (!api_valid_name(k, 64) || !json_is_string(v) || json_string_length(v) > 256) {
-            verr(err, "invalid_field", "labels",
-                 "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a string value of "
-                 "at most 256 bytes",
-                 k);
+            api_verr_set(
+                err, "invalid_field", "labels",
+                "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a string value of "
+                "at most 256 bytes",
+                k);
             goto out;
         }
     }
     json_t *prov = json_object_get(body, "provenance");
     if (prov && !json_is_object(prov)) {
-        verr(err, "invalid_field", "provenance", "provenance must be an object");
+        api_verr_set(err, "invalid_field", "provenance", "provenance must be an object");
         goto out;
     }
     json_t *norm =
@@ -379,7 +305,7 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
                   json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "options",
                   opts, "labels", labels ? json_incref(labels) : json_object());
     if (!norm) {
-        verr(err, "invalid_json", NULL, "the request could not be normalized");
+        api_verr_set(err, "invalid_json", NULL, "the request could not be normalized");
         goto out;
     }
     if (prov)

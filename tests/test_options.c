@@ -1,0 +1,164 @@
+/*
+ * tests/test_options.c - a job's cell options against schema/options.json,
+ * their one source of defaults and ranges, through a real capd: each
+ * integer option just past either end of its range and each enum option
+ * outside its values is a 400 naming the option and what it accepts, an
+ * option capd sets itself is unknown to a job, a job that gives none is
+ * stored with every default, and docs/api.md's table shows them.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/testutil.h"
+
+static struct tu_capd capd;
+static json_t *table;
+
+static void start(void)
+{
+    char *dir = tu_tmpdir();
+    cr_assert_not_null(dir);
+    cr_assert_eq(tu_capd_start(&capd, dir, NULL), 0, "capd starts");
+    free(dir);
+    cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
+    char path[512];
+    snprintf(path, sizeof path, "%s/schema/options.json", tu_bin("CAPD_SOURCE_DIR"));
+    json_error_t e;
+    table = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    cr_assert_not_null(table, "%s: %s", path, e.text);
+}
+
+static void stop(void)
+{
+    json_decref(table);
+    tu_capd_stop(&capd);
+}
+
+static const char *or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+/* POSTs a one-cell job whose options are OPTIONS; the status, and the
+ * error's field and message when it is one. */
+static long post(const char *options, char *field, char *message)
+{
+    long st = 0;
+    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
+                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\"],"
+                         "\"passes\":[\"forward\"]},\"options\":%s}",
+                         options);
+    json_t *err = json_object_get(j, "error");
+    snprintf(field, 128, "%s", or_empty(json_string_value(json_object_get(err, "field"))));
+    snprintf(message, 512, "%s", or_empty(json_string_value(json_object_get(err, "message"))));
+    json_decref(j);
+    return st;
+}
+
+static bool settable(json_t *o)
+{
+    return !json_is_false(json_object_get(o, "api"));
+}
+
+Test(options, integer_ranges_crossed_at_both_ends, .init = start, .fini = stop)
+{
+    size_t i;
+    json_t *o;
+    int checked = 0;
+    json_array_foreach(json_object_get(table, "integer"), i, o)
+    {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        json_int_t min = json_integer_value(json_object_get(o, "min"));
+        json_int_t max = json_integer_value(json_object_get(o, "max"));
+        char opts[256], field[128], msg[512], want[256];
+        snprintf(want, sizeof want, "options.%s must be an integer in [%lld, %lld]", name,
+                 (long long)min, (long long)max);
+        if (!settable(o)) {
+            snprintf(opts, sizeof opts, "{\"%s\":%lld}", name, (long long)min);
+            cr_assert_eq(post(opts, field, msg), 400, "%s is capd's to set", name);
+            cr_assert(strstr(msg, "unknown option"), "%s: %s", name, msg);
+            continue;
+        }
+        snprintf(opts, sizeof opts, "{\"%s\":%lld}", name, (long long)min - 1);
+        cr_assert_eq(post(opts, field, msg), 400, "%s below its minimum", name);
+        cr_assert(strstr(field, name) && strstr(msg, want), "%s: %s (%s)", opts, msg, field);
+        if (max < INT64_MAX) {
+            snprintf(opts, sizeof opts, "{\"%s\":%lld}", name, (long long)max + 1);
+            cr_assert_eq(post(opts, field, msg), 400, "%s above its maximum", name);
+            cr_assert(strstr(msg, want), "%s: %s", opts, msg);
+        }
+        snprintf(opts, sizeof opts, "{\"%s\":\"1\"}", name);
+        cr_assert_eq(post(opts, field, msg), 400, "%s as a string", name);
+        checked++;
+    }
+    cr_assert_geq(checked, 8, "the table's integer options (%d)", checked);
+}
+
+Test(options, enum_values_only, .init = start, .fini = stop)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(json_object_get(table, "enum"), i, o)
+    {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        char opts[256], field[128], msg[512];
+        snprintf(opts, sizeof opts, "{\"%s\":\"no-such-value\"}", name);
+        cr_assert_eq(post(opts, field, msg), 400, "%s", opts);
+        cr_assert(strstr(msg, "must be one of: "), "%s: %s", opts, msg);
+        size_t k;
+        json_t *v;
+        json_array_foreach(json_object_get(o, "values"), k, v)
+        {
+            cr_assert(strstr(msg, json_string_value(v)), "%s lists %s: %s", name,
+                      json_string_value(v), msg);
+        }
+    }
+}
+
+Test(options, job_stored_with_every_default, .init = start, .fini = stop)
+{
+    char *id = tu_submit(&capd, "fake", "fake:ok", "{}");
+    cr_assert_not_null(id);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    long st = 0;
+    json_t *job = tu_json(&capd, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *opts = json_object_get(job, "options");
+    char *docs_path = NULL;
+    cr_assert(asprintf(&docs_path, "%s/docs/api.md", tu_bin("CAPD_SOURCE_DIR")) > 0);
+    FILE *f = fopen(docs_path, "r");
+    cr_assert_not_null(f, "%s", docs_path);
+    static char docs[1 << 20];
+    size_t n = fread(docs, 1, sizeof docs - 1, f);
+    docs[n] = 0;
+    fclose(f);
+    static const char *const kinds[] = {"integer", "enum"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(table, kinds[k]), i, o)
+        {
+            if (!settable(o))
+                continue;
+            const char *name = json_string_value(json_object_get(o, "name"));
+            json_t *def = json_object_get(o, "default");
+            cr_assert(json_equal(json_object_get(opts, name), def), "options.%s stored at its default",
+                      name);
+            char row[160];
+            if (json_is_string(def))
+                snprintf(row, sizeof row, "| `%s` | `%s` |", name, json_string_value(def));
+            else
+                snprintf(row, sizeof row, "| `%s` | %lld |", name,
+                         (long long)json_integer_value(def));
+            cr_assert(strstr(docs, row), "docs/api.md's options table has %s", row);
+        }
+    }
+    free(docs_path);
+    json_decref(job);
+    free(id);
+}
