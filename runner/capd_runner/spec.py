@@ -1,6 +1,8 @@
 """Cell spec: read from the JSON file named by $CAPD_CELL_SPEC and checked.
 
-Missing options take the defaults below (the same as capd's). Anything of the
+The options' defaults and ranges come from schema/options.json, the table
+capd's API validates a job against (docs/api.md): capd sends every option
+resolved, and a missing one takes the table's default. Anything of the
 wrong type or out of range is a SpecError, which the runner reports as
 ``end`` status ``failed``.
 """
@@ -9,42 +11,25 @@ import json
 import os
 
 PASSES = ("forward", "backward")
-DEVICES = ("cpu", "gpu")
-CAPTURE_LEVELS = ("stats", "sample", "full")
-DTYPES = ("float32", "float64", "float16", "bfloat16")
-GRANULARITIES = ("module", "op")
 
-DEFAULT_OPTIONS = {
-    "iterations": 20,
-    "warmup": 3,
-    "timing_processes": 5,
-    "timing_pairs": 8,
-    "max_timing_rounds": 3,
-    "threads": 1,
-    "timeout_s": 600,
-    "capture": "stats",
-    "seed": 0,
-    "batch": 2,
-    "dtype": "float32",
-    "sample_size": 256,
-    "max_payload_bytes": 268435456,
-    "granularity": "module",
-}
+# schema/options.json sits two levels above this package both in the source
+# tree (runner/capd_runner/) and where capd installs it
+# (share/capd/runner/capd_runner/ beside share/capd/schema/).
+OPTIONS_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                             "schema", "options.json")
 
-# (minimum, maximum) of the integer options.
-_INT_RANGES = {
-    "iterations": (0, 1000000),
-    "warmup": (0, 1000000),
-    "timing_processes": (1, 1024),
-    "timing_pairs": (0, 1024),
-    "max_timing_rounds": (1, 64),
-    "threads": (0, 4096),  # 0: leave torch's default
-    "timeout_s": (0, 10 ** 9),
-    "seed": (0, 2 ** 63 - 1),
-    "batch": (1, 1 << 20),
-    "sample_size": (1, 1 << 24),
-    "max_payload_bytes": (0, 2 ** 63 - 1),
-}
+
+def _load_table(path=OPTIONS_TABLE):
+    with open(path) as f:
+        t = json.load(f)
+    defaults = dict((o["name"], o["default"]) for o in t["integer"] + t["enum"])
+    ranges = dict((o["name"], (o["min"], o["max"])) for o in t["integer"])
+    enums = dict((o["name"], tuple(o["values"])) for o in t["enum"])
+    return defaults, ranges, enums
+
+
+DEFAULT_OPTIONS, _INT_RANGES, _ENUMS = _load_table()
+DEVICES = _ENUMS["device"]
 
 
 class SpecError(ValueError):
@@ -118,14 +103,10 @@ def check(raw):
         v = o[name]
         if not _is_int(v) or v < lo or v > hi:
             raise SpecError("cell spec: option %r must be an integer in [%d, %d], not %r" % (name, lo, hi, v))
-    if o["capture"] not in CAPTURE_LEVELS:
-        raise SpecError("cell spec: option 'capture' must be one of %s, not %r"
-                        % ("/".join(CAPTURE_LEVELS), o["capture"]))
-    if o["granularity"] not in GRANULARITIES:
-        raise SpecError("cell spec: option 'granularity' must be one of %s, not %r"
-                        % ("/".join(GRANULARITIES), o["granularity"]))
-    if o["dtype"] not in DTYPES:
-        raise SpecError("cell spec: option 'dtype' must be one of %s, not %r" % ("/".join(DTYPES), o["dtype"]))
+    for name, values in sorted(_ENUMS.items()):
+        if o[name] not in values:
+            raise SpecError("cell spec: option %r must be one of %s, not %r"
+                            % (name, "/".join(values), o[name]))
     return spec
 
 
