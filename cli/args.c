@@ -26,6 +26,11 @@ const struct ctl_opt ctl_global_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+const struct ctl_opt ctl_json_opts[] = {
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
 static const struct ctl_opt *find_opt(const struct ctl_cmd *cmd, const char *name, size_t n)
 {
     for (const struct ctl_opt *o = cmd->opts; o && o->name; o++)

@@ -1,7 +1,18 @@
 /*
  * cli/capctl.h - what the files of capctl share: exit codes, the flag
- * parser, the HTTP client and the output helpers. Each subcommand group
- * lives in its own cmd_*.c file and is reached through ctl_cmd_*().
+ * parser, the command runner, the HTTP client and the output helpers. Each
+ * subcommand group lives in its own cmd_*.c file and is reached through
+ * ctl_cmd_*().
+ *
+ * A command is a table (struct ctl_cmd): its flags and help, and two
+ * hooks. ctl_main() runs every command the same way: parse the flags
+ * (--help exits 0), CHECK them before the network is touched, open the
+ * client, RUN, and free what it opened. The hooks share the command's own
+ * state through CTX, which the caller owns and frees after ctl_main():
+ *
+ *     static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+ *     static const struct ctl_cmd cmd_show = {.name = "show", ..., .run = show_run};
+ *     int ctl_cmd_show(int argc, char **argv) { return ctl_main(&cmd_show, argc, argv, NULL); }
  */
 #ifndef CAPD_CLI_CAPCTL_H
 #define CAPD_CLI_CAPCTL_H
@@ -45,6 +56,9 @@ struct ctl_opt {
     const char *help;
 };
 
+struct ctl_args;
+struct ctl_client;
+
 struct ctl_cmd {
     const char *name;  /* "builds register": used in messages */
     const char *usage; /* after "capctl NAME " */
@@ -52,6 +66,11 @@ struct ctl_cmd {
     const char *details;        /* more help text, may be NULL */
     const struct ctl_opt *opts; /* terminated by a NULL name */
     int min_pos, max_pos;       /* positional arguments */
+    /* Checks the flags before the network is touched; NULL when the
+     * parser's checks are all. 0, or the exit code after saying why. */
+    int (*check)(const struct ctl_args *a, void *ctx);
+    /* The command itself, with the client open: its exit code. */
+    int (*run)(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 };
 
 struct ctl_item {
@@ -69,6 +88,9 @@ struct ctl_args {
 
 /* The options every command accepts (--server, --token, --help). */
 extern const struct ctl_opt ctl_global_opts[];
+/* The options of a command whose only flag is --json ("print the server's
+ * JSON"). */
+extern const struct ctl_opt ctl_json_opts[];
 
 /* Parses ARGV[0..ARGC) (the words after the command name) against CMD.
  * Returns 0 on success; 1 when --help was asked for (help printed); 2
@@ -88,6 +110,29 @@ int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long
                 long long max, long long *out);
 /* Parses a duration in seconds (decimals allowed). */
 int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, double *out);
+
+/* ---- running a command (cli/command.c) ---- */
+
+/* Runs CMD on ARGV[0..ARGC) (the words after its name): ctl_parse(), then
+ * CMD->check, ctl_client_open() and CMD->run, each given CTX. Returns the
+ * exit code: 0 after --help, the first stage's error, else what run says. */
+int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv, void *ctx);
+
+/* Seconds on the monotonic clock, and a sleep that rides out signals. */
+double ctl_now_s(void);
+void ctl_sleep_s(double s);
+
+/* One progress line on stderr while polling: on a terminal it is redrawn
+ * in place, otherwise (CI logs) a new line is written only when it
+ * changes. ctl_progress_end() ends a line drawn in place, so what is
+ * printed next starts on its own line. */
+struct ctl_progress {
+    bool tty;
+    char last[512];
+};
+void ctl_progress_init(struct ctl_progress *p);
+void ctl_progress_show(struct ctl_progress *p, const char *line);
+void ctl_progress_end(struct ctl_progress *p);
 
 /* ---- HTTP client ---- */
 
@@ -148,17 +193,30 @@ struct ctl_url {
     bool has_query;
 };
 void ctl_url_init(struct ctl_url *u, const char *path);
-/* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
- * code after saying why (a too-long ID is a usage error of CMD). */
 /* GET PATH and the array KEY of its reply (*DOC owns it); CTL_EXIT_ERROR,
- * reported, on an error reply or a reply without that array. */
+ * reported, on an error reply or a reply without that array. With KEY
+ * NULL, *LIST is the whole reply, whatever its shape. */
 int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
                  json_t **doc, json_t **list);
+/* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
+ * code after saying why (a too-long ID is a usage error of CMD). */
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
                    const char *id, const char *what, struct ctl_resp *r, json_t **out);
+/* ctl_get_object() of the command's one positional argument, printed as
+ * the server's JSON with --json, else by PRINT. */
+int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *base,
+                    const char *what, void (*print)(json_t *obj));
+/* ctl_get_list() of PATH: the server's JSON with --json, else PRINT of the
+ * array KEY (or of the reply, KEY NULL); PRINT's result is the exit code. */
+int ctl_show_list(struct ctl_client *c, const struct ctl_args *a, const char *path, const char *key,
+                  int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list));
 void ctl_url_seg(struct ctl_client *c, struct ctl_url *u, const char *segment);
 void ctl_url_lit(struct ctl_url *u, const char *text);
 void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, const char *val);
+/* ctl_url_query() of each flag of KEYS (NULL-terminated) that was given,
+ * under its own name. */
+void ctl_url_query_args(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a,
+                        const char *const *keys);
 
 /* ---- output ---- */
 
@@ -172,10 +230,16 @@ void ctl_print_json(FILE *f, json_t *j);
 
 struct ctl_table;
 struct ctl_table *ctl_table_new(int ncol, const char *const *headers);
-/* Adds a row of NCOL strings (copied, cleaned). */
+/* Adds a row of NCOL strings (copied, cleaned). T may be NULL (the table
+ * could not be made); a row that cannot be added is remembered, and
+ * ctl_table_emit() reports it. */
 int ctl_table_row(struct ctl_table *t, const char *const *cells);
+/* Prints what T holds (nothing for NULL). */
 void ctl_table_print(struct ctl_table *t, FILE *f);
 void ctl_table_free(struct ctl_table *t);
+/* Prints T on F and frees it: 0; or, when T is NULL or lost a row, prints
+ * nothing but "capctl: out of memory" and returns CTL_EXIT_ERROR. */
+int ctl_table_emit(struct ctl_table *t, FILE *f);
 
 /* ---- jobs (shared by submit --wait and wait) ---- */
 

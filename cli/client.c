@@ -172,6 +172,84 @@ static size_t on_body(char *d, size_t sz, size_t nm, void *ud)
     return n;
 }
 
+/* The options every request carries, re-armed after curl_easy_reset():
+ * http(s) only, no redirects (they would carry the token elsewhere), and
+ * bounded connect and transfer times. */
+static void request_options(struct ctl_client *c, const char *url, const char *method,
+                            struct sink *s, char *errbuf)
+{
+    curl_easy_reset(c->h);
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 300L);
+    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c->h, CURLOPT_USERAGENT, "capctl/" CAPD_VERSION);
+    curl_easy_setopt(c->h, CURLOPT_ACCEPT_ENCODING, "");
+    if (c->cacert[0])
+        curl_easy_setopt(c->h, CURLOPT_CAINFO, c->cacert);
+}
+
+/* The header list (*HL, the caller frees it) and the JSON body (*PAYLOAD,
+ * the caller frees it): -1 with r->err set when BODY cannot be encoded. */
+static int request_content(struct ctl_client *c, const char *method, const json_t *body,
+                           const char *const *headers, struct curl_slist **hl, char **payload,
+                           struct ctl_resp *r)
+{
+    *hl = curl_slist_append(*hl, "Expect:");
+    *hl = curl_slist_append(*hl, "Accept: application/json");
+    if (c->auth)
+        *hl = curl_slist_append(*hl, c->auth);
+    if (body) {
+        *payload = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (!*payload) {
+            snprintf(r->err, sizeof r->err, "cannot encode the request body");
+            return -1;
+        }
+        *hl = curl_slist_append(*hl, "Content-Type: application/json");
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, *payload);
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(*payload));
+    } else if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
+    }
+    for (int i = 0; headers && headers[i]; i++)
+        *hl = curl_slist_append(*hl, headers[i]);
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, *hl);
+    return 0;
+}
+
+/* What the transfer left: the status, the content type and a body that is
+ * never NULL; or -1 with r->err saying why no response came. */
+static int request_result(struct ctl_client *c, CURLcode cc, const struct sink *s,
+                          const char *errbuf, struct ctl_resp *r)
+{
+    if (cc != CURLE_OK) {
+        if (s->too_big)
+            snprintf(r->err, sizeof r->err, "the response is larger than %u MiB",
+                     CTL_MAX_RESPONSE >> 20);
+        else
+            snprintf(r->err, sizeof r->err, "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+        return -1;
+    }
+    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &r->status);
+    char *ct = NULL;
+    curl_easy_getinfo(c->h, CURLINFO_CONTENT_TYPE, &ct);
+    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    if (!r->body) {
+        r->body = calloc(1, 1);
+        if (!r->body) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ctl_request(struct ctl_client *c, const char *method, const char *path, const json_t *body,
                 const char *const *headers, struct ctl_resp *r)
 {
@@ -184,62 +262,10 @@ int ctl_request(struct ctl_client *c, const char *method, const char *path, cons
 
     memset(r, 0, sizeof *r);
     snprintf(url, sizeof url, "%s%s", c->server, path);
-    curl_easy_reset(c->h);
-    curl_easy_setopt(c->h, CURLOPT_URL, url);
-    curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 300L);
-    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c->h, CURLOPT_USERAGENT, "capctl/" CAPD_VERSION);
-    curl_easy_setopt(c->h, CURLOPT_ACCEPT_ENCODING, "");
-    if (c->cacert[0])
-        curl_easy_setopt(c->h, CURLOPT_CAINFO, c->cacert);
-    hl = curl_slist_append(hl, "Expect:");
-    hl = curl_slist_append(hl, "Accept: application/json");
-    if (c->auth)
-        hl = curl_slist_append(hl, c->auth);
-    if (body) {
-        payload = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII);
-        if (!payload) {
-            snprintf(r->err, sizeof r->err, "cannot encode the request body");
-            goto out;
-        }
-        hl = curl_slist_append(hl, "Content-Type: application/json");
-        curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, payload);
-        curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
-    } else if (strcmp(method, "GET") == 0) {
-        curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
-    }
-    for (int i = 0; headers && headers[i]; i++)
-        hl = curl_slist_append(hl, headers[i]);
-    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
-
-    CURLcode cc = curl_easy_perform(c->h);
-    if (cc != CURLE_OK) {
-        if (s.too_big)
-            snprintf(r->err, sizeof r->err, "the response is larger than %u MiB",
-                     CTL_MAX_RESPONSE >> 20);
-        else
-            snprintf(r->err, sizeof r->err, "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+    request_options(c, url, method, &s, errbuf);
+    if (request_content(c, method, body, headers, &hl, &payload, r) != 0)
         goto out;
-    }
-    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &r->status);
-    char *ct = NULL;
-    curl_easy_getinfo(c->h, CURLINFO_CONTENT_TYPE, &ct);
-    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
-    if (!r->body) {
-        r->body = calloc(1, 1);
-        if (!r->body) {
-            snprintf(r->err, sizeof r->err, "out of memory");
-            goto out;
-        }
-    }
-    rc = 0;
+    rc = request_result(c, curl_easy_perform(c->h), &s, errbuf, r);
 out:
     /* Dropping the handle's reference to the header list before it is
      * freed; reset re-arms everything on the next request. */
@@ -406,6 +432,16 @@ void ctl_url_query(struct ctl_client *c, struct ctl_url *u, const char *key, con
     free(e);
 }
 
+void ctl_url_query_args(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a,
+                        const char *const *keys)
+{
+    for (int i = 0; keys[i]; i++) {
+        const char *v = ctl_arg(a, keys[i]);
+        if (v)
+            ctl_url_query(c, u, keys[i], v);
+    }
+}
+
 int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
                  json_t **doc, json_t **list)
 {
@@ -415,8 +451,8 @@ int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct
         return CTL_EXIT_ERROR;
     }
     *doc = ctl_resp_json(r);
-    *list = json_object_get(*doc, key);
-    if (!json_is_array(*list)) {
+    *list = key ? json_object_get(*doc, key) : *doc;
+    if (key && !json_is_array(*list)) {
         fprintf(stderr, "capctl: unexpected reply from GET %s\n", path);
         return CTL_EXIT_ERROR;
     }
@@ -441,4 +477,38 @@ int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *
         return CTL_EXIT_ERROR;
     }
     return 0;
+}
+
+/* Showing one object (a job, a build) is the same for every command that
+ * does it: only the printer differs. */
+int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *base,
+                    const char *what, void (*print)(json_t *obj))
+{
+    struct ctl_resp r = {0};
+    json_t *j = NULL;
+    int rc = ctl_get_object(c, a->cmd, base, a->pos[0], what, &r, &j);
+    if (rc == 0 && ctl_has(a, "json"))
+        ctl_print_json(stdout, j);
+    else if (rc == 0)
+        print(j);
+    json_decref(j);
+    ctl_resp_free(&r);
+    return rc;
+}
+
+/* Listing (builds, widths, alerts) is the same for every command that does
+ * it: only the printer differs. */
+int ctl_show_list(struct ctl_client *c, const struct ctl_args *a, const char *path, const char *key,
+                  int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list))
+{
+    struct ctl_resp r = {0};
+    json_t *doc = NULL, *list;
+    int rc = ctl_get_list(c, path, key, &r, &doc, &list);
+    if (rc == 0 && ctl_has(a, "json"))
+        ctl_print_json(stdout, doc);
+    else if (rc == 0)
+        rc = print(c, a, list);
+    json_decref(doc);
+    ctl_resp_free(&r);
+    return rc;
 }

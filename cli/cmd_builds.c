@@ -7,19 +7,17 @@
 
 #include "cli/capctl.h"
 
-static const struct ctl_opt list_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
+static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+static int register_check(const struct ctl_args *a, void *ctx);
+static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 
 static const struct ctl_cmd cmd_list = {
-    "builds list",
-    "[--json]",
-    "List the registered builds: name, interpreter and description.",
-    NULL,
-    list_opts,
-    0,
-    0,
+    .name = "builds list",
+    .usage = "[--json]",
+    .summary = "List the registered builds: name, interpreter and description.",
+    .opts = ctl_json_opts,
+    .run = list_run,
 };
 
 static const struct ctl_opt register_opts[] = {
@@ -36,32 +34,29 @@ static const struct ctl_opt register_opts[] = {
 };
 
 static const struct ctl_cmd cmd_register = {
-    "builds register",
-    "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
-    "Register a build: the interpreter that runs cells and its environment.",
-    "Without --replace an existing build of that name is an error (409); with it the build\n"
-    "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
-    "example:\n"
-    "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
-    "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
-    register_opts,
-    0,
-    0,
-};
-
-static const struct ctl_opt show_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    .name = "builds register",
+    .usage =
+        "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
+    .summary = "Register a build: the interpreter that runs cells and its environment.",
+    .details =
+        "Without --replace an existing build of that name is an error (409); with it the build\n"
+        "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
+        "example:\n"
+        "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
+        "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
+    .opts = register_opts,
+    .check = register_check,
+    .run = register_run,
 };
 
 static const struct ctl_cmd cmd_show = {
-    "builds show",
-    "NAME [--json]",
-    "Show one build: interpreter, environment, model roots.",
-    NULL,
-    show_opts,
-    1,
-    1,
+    .name = "builds show",
+    .usage = "NAME [--json]",
+    .summary = "Show one build: interpreter, environment, model roots.",
+    .opts = ctl_json_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .run = show_run,
 };
 
 static const struct ctl_field_flag build_fields[] = {
@@ -92,36 +87,18 @@ static void builds_help(FILE *f)
             CTL_DEFAULT_SERVER);
 }
 
-static int builds_list(int argc, char **argv)
+/* NAME, PYTHON, DESCRIPTION: one row a build; an empty list is no error,
+ * it says how to register a build. */
+static int print_builds(struct ctl_client *c, const struct ctl_args *a, json_t *arr)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    struct ctl_table *t = NULL;
-    json_t *j = NULL;
-    int rc = ctl_parse(&cmd_list, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    json_t *arr;
-    if ((rc = ctl_get_list(&c, "/v1/builds", "builds", &r, &j, &arr)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
-    if (ctl_has(&a, "json")) {
-        ctl_print_json(stdout, j);
-        rc = 0;
-        goto out;
-    }
+    (void)c;
+    (void)a;
     if (json_array_size(arr) == 0) {
         fprintf(stderr, "no builds registered (see 'capctl builds register --help')\n");
-        rc = 0;
-        goto out;
+        return 0;
     }
     static const char *const hdr[] = {"NAME", "PYTHON", "DESCRIPTION"};
-    t = ctl_table_new(3, hdr);
+    struct ctl_table *t = ctl_table_new(3, hdr);
     size_t i;
     json_t *b;
     json_array_foreach(arr, i, b)
@@ -130,132 +107,135 @@ static int builds_list(int argc, char **argv)
         const char *row[] = {json_string_value(json_object_get(b, "name")),
                              json_string_value(json_object_get(b, "python")),
                              desc && *desc ? desc : "-"};
-        if (!t || ctl_table_row(t, row) != 0) {
-            fprintf(stderr, "capctl: out of memory\n");
-            goto out;
-        }
+        ctl_table_row(t, row);
     }
-    ctl_table_print(t, stdout);
-    rc = 0;
-out:
-    ctl_table_free(t);
-    json_decref(j);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
-    return rc;
+    return ctl_table_emit(t, stdout);
 }
 
-static int builds_register(int argc, char **argv)
+static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *body = NULL, *env = NULL, *roots = NULL, *j = NULL;
+    (void)ctx;
+    return ctl_show_list(c, a, "/v1/builds", "builds", print_builds);
+}
+
+/* --env NAME=VALUE, repeated, into ENV: each name once, each value UTF-8. */
+static int register_env(const struct ctl_args *a, json_t *env)
+{
     const char *v;
     int it = 0;
-    int rc = ctl_parse(&cmd_register, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    const char *name = ctl_arg(&a, "name"), *python = ctl_arg(&a, "python");
-    rc = CTL_EXIT_ERROR;
-    if (!name || !*name) {
-        rc = ctl_usage_error(&cmd_register, "--name is required");
-        goto out;
-    }
-    if (!python || !*python) {
-        rc = ctl_usage_error(&cmd_register, "--python is required");
-        goto out;
-    }
-    env = json_object();
-    roots = json_array();
-    if (!env || !roots)
-        goto out;
-    while ((v = ctl_arg_next(&a, "env", &it)) != NULL) {
+    while ((v = ctl_arg_next(a, "env", &it)) != NULL) {
         const char *eq = strchr(v, '=');
-        if (!eq || eq == v) {
-            rc = ctl_usage_error(&cmd_register, "--env expects NAME=VALUE, got '%s'", v);
-            goto out;
-        }
+        if (!eq || eq == v)
+            return ctl_usage_error(a->cmd, "--env expects NAME=VALUE, got '%s'", v);
         char key[256];
         size_t n = (size_t)(eq - v);
-        if (n >= sizeof key) {
-            rc = ctl_usage_error(&cmd_register, "--env name is too long in '%.40s...'", v);
-            goto out;
-        }
+        if (n >= sizeof key)
+            return ctl_usage_error(a->cmd, "--env name is too long in '%.40s...'", v);
         memcpy(key, v, n);
         key[n] = 0;
-        if (json_object_get(env, key)) {
-            rc = ctl_usage_error(&cmd_register, "--env %s given more than once", key);
-            goto out;
-        }
+        if (json_object_get(env, key))
+            return ctl_usage_error(a->cmd, "--env %s given more than once", key);
         json_t *s = json_string(eq + 1);
-        if (!s) {
-            rc = ctl_usage_error(&cmd_register, "--env %s: the value is not valid UTF-8", key);
-            goto out;
-        }
+        if (!s)
+            return ctl_usage_error(a->cmd, "--env %s: the value is not valid UTF-8", key);
         json_object_set_new(env, key, s);
     }
-    it = 0;
-    while ((v = ctl_arg_next(&a, "model-root", &it)) != NULL) {
+    return 0;
+}
+
+/* --model-root DIR, repeated, into ROOTS: absolute paths only (the server
+ * checks that the cell user can list them). */
+static int register_roots(const struct ctl_args *a, json_t *roots)
+{
+    const char *v;
+    int it = 0;
+    while ((v = ctl_arg_next(a, "model-root", &it)) != NULL) {
         json_t *s = json_string(v);
         if (!s || v[0] != '/') {
             json_decref(s);
-            rc = ctl_usage_error(&cmd_register,
-                                 "--model-root must be an absolute directory, got "
-                                 "'%s'",
-                                 v);
-            goto out;
+            return ctl_usage_error(a->cmd, "--model-root must be an absolute directory, got '%s'",
+                                   v);
         }
         json_array_append_new(roots, s);
     }
-    body = json_pack("{s:s?,s:s?,s:O,s:O}", "name", name, "python", python, "env", env,
-                     "model_roots", roots);
-    if (!body) {
-        rc = ctl_usage_error(&cmd_register, "--name and --python must be valid UTF-8");
-        goto out;
-    }
-    /* The server checks the names; capctl only passes them on. */
-    it = 0;
-    while ((v = ctl_arg_next(&a, "allow-env", &it)) != NULL) {
+    return 0;
+}
+
+/* The optional parts of the body: --allow-env names (the server checks
+ * them; capctl only passes them on) and --description. */
+static int register_extras(const struct ctl_args *a, json_t *body)
+{
+    const char *v;
+    int it = 0;
+    while ((v = ctl_arg_next(a, "allow-env", &it)) != NULL) {
         json_t *arr = json_object_get(body, "allow_env");
         if (!arr)
             json_object_set_new(body, "allow_env", arr = json_array());
         json_array_append_new(arr, json_string(v));
     }
-    const char *desc = ctl_arg(&a, "description");
+    const char *desc = ctl_arg(a, "description");
     if (desc) {
         json_t *s = json_string(desc);
-        if (!s) {
-            rc = ctl_usage_error(&cmd_register, "--description is not valid UTF-8");
-            goto out;
-        }
+        if (!s)
+            return ctl_usage_error(a->cmd, "--description is not valid UTF-8");
         json_object_set_new(body, "description", s);
     }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
+    return 0;
+}
+
+/* The request body, built from the flags before the network is touched;
+ * CTX is the json_t * it goes into. */
+static int register_check(const struct ctl_args *a, void *ctx)
+{
+    json_t **body = ctx;
+    const char *name = ctl_arg(a, "name"), *python = ctl_arg(a, "python");
+    if (!name || !*name)
+        return ctl_usage_error(a->cmd, "--name is required");
+    if (!python || !*python)
+        return ctl_usage_error(a->cmd, "--python is required");
+    json_t *env = json_object(), *roots = json_array();
+    int rc = CTL_EXIT_ERROR;
+    if (!env || !roots)
         goto out;
-    rc = CTL_EXIT_ERROR;
-    bool replace = ctl_has(&a, "replace");
+    if ((rc = register_env(a, env)) != 0 || (rc = register_roots(a, roots)) != 0)
+        goto out;
+    *body = json_pack("{s:s?,s:s?,s:O,s:O}", "name", name, "python", python, "env", env,
+                      "model_roots", roots);
+    if (!*body)
+        rc = ctl_usage_error(a->cmd, "--name and --python must be valid UTF-8");
+    else
+        rc = register_extras(a, *body);
+out:
+    json_decref(env);
+    json_decref(roots);
+    return rc;
+}
+
+/* POST /v1/builds, or PUT /v1/builds/NAME with --replace; a 409 without
+ * --replace says how to replace the build. */
+static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    json_t *body = *(json_t **)ctx, *j = NULL;
+    struct ctl_resp r = {0};
+    const char *name = ctl_arg(a, "name");
+    bool replace = ctl_has(a, "replace");
     struct ctl_url u;
     ctl_url_init(&u, "/v1/builds");
     if (replace)
-        ctl_url_seg(&c, &u, name);
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_register, "--name is too long");
-        goto out;
-    }
-    if (ctl_request(&c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
+        ctl_url_seg(c, &u, name);
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "--name is too long");
+    int rc = CTL_EXIT_ERROR;
+    if (ctl_request(c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(&c, &r, build_fields);
+        ctl_report_fields(c, &r, build_fields);
         if (r.status == 409 && !replace)
             fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
                     name);
         goto out;
     }
     j = ctl_resp_json(&r);
-    if (ctl_has(&a, "json")) {
+    if (ctl_has(a, "json")) {
         ctl_print_json(stdout, j);
     } else {
         char b1[256], b2[4200];
@@ -266,38 +246,15 @@ static int builds_register(int argc, char **argv)
     rc = 0;
 out:
     json_decref(j);
-    json_decref(body);
-    json_decref(env);
-    json_decref(roots);
     ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
     return rc;
 }
 
-static int builds_show(int argc, char **argv)
+/* "NAME value" lines; a list (an object's entries, an array's items)
+ * takes one line per entry, continued under the first, and "-" when empty. */
+static void print_build(json_t *j)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *j = NULL;
     char b[8400];
-    int rc = ctl_parse(&cmd_show, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
-    if ((rc = ctl_get_object(&c, &cmd_show, "/v1/builds", a.pos[0], "build name", &r, &j)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
-    if (ctl_has(&a, "json")) {
-        ctl_print_json(stdout, j);
-        rc = 0;
-        goto out;
-    }
     printf("name         %s\n", ctl_jtext(json_object_get(j, "name"), b, sizeof b));
     printf("python       %s\n", ctl_jtext(json_object_get(j, "python"), b, sizeof b));
     const char *desc = json_string_value(json_object_get(j, "description"));
@@ -325,12 +282,24 @@ static int builds_show(int argc, char **argv)
         printf("model roots  -\n");
     printf("created      %s\n", ctl_jtext(json_object_get(j, "created_at"), b, sizeof b));
     printf("updated      %s\n", ctl_jtext(json_object_get(j, "updated_at"), b, sizeof b));
-    rc = 0;
-out:
-    json_decref(j);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
+}
+
+static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    return ctl_show_object(c, a, "/v1/builds", "build name", print_build);
+}
+
+static int builds_list(int argc, char **argv)
+{
+    return ctl_main(&cmd_list, argc, argv, NULL);
+}
+
+static int builds_register(int argc, char **argv)
+{
+    json_t *body = NULL;
+    int rc = ctl_main(&cmd_register, argc, argv, &body);
+    json_decref(body);
     return rc;
 }
 
@@ -348,7 +317,7 @@ int ctl_cmd_builds(int argc, char **argv)
     if (strcmp(argv[0], "register") == 0)
         return builds_register(argc - 1, argv + 1);
     if (strcmp(argv[0], "show") == 0)
-        return builds_show(argc - 1, argv + 1);
+        return ctl_main(&cmd_show, argc - 1, argv + 1, NULL);
     fprintf(stderr,
             "capctl builds: unknown subcommand '%s' (list, register or show; see 'capctl builds "
             "--help')\n",

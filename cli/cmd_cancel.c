@@ -17,66 +17,60 @@ static const struct ctl_opt cancel_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+
 static const struct ctl_cmd cmd_cancel = {
-    "cancel",
-    "JOB [--wait] [--json]",
-    "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
-    "exit codes: 0 cancelled (or being cancelled), 2 error: no such job, the job\n"
-    "has already ended (job_finished), not allowed, network.\n\n"
-    "examples:\n"
-    "  capctl cancel j7c1f3a9e2b4d\n"
-    "  capctl cancel j7c1f3a9e2b4d --wait",
-    cancel_opts,
-    1,
-    1,
+    .name = "cancel",
+    .usage = "JOB [--wait] [--json]",
+    .summary = "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
+    .details = "exit codes: 0 cancelled (or being cancelled), 2 error: no such job, the job\n"
+               "has already ended (job_finished), not allowed, network.\n\n"
+               "examples:\n"
+               "  capctl cancel j7c1f3a9e2b4d\n"
+               "  capctl cancel j7c1f3a9e2b4d --wait",
+    .opts = cancel_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .run = cancel_run,
 };
 
-int ctl_cmd_cancel(int argc, char **argv)
+/* POST the cancellation; with --wait, the job once every cell has stopped
+ * is what gets printed. */
+static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
+    (void)ctx;
     struct ctl_resp r = {0};
     json_t *j = NULL;
     struct ctl_url u;
-    int rc = ctl_parse(&cmd_cancel, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
     ctl_url_init(&u, "/v1/jobs");
-    ctl_url_seg(&c, &u, a.pos[0]);
+    ctl_url_seg(c, &u, a->pos[0]);
     ctl_url_lit(&u, "/cancel");
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_cancel, "the job id is too long");
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "the job id is too long");
+    int rc = CTL_EXIT_ERROR;
+    if (ctl_request(c, "POST", u.buf, NULL, NULL, &r) != 0 || r.status != 202) {
+        ctl_report(c, &r);
         goto out;
     }
-    rc = CTL_EXIT_ERROR;
-    if (ctl_request(&c, "POST", u.buf, NULL, NULL, &r) != 0 || r.status != 202) {
-        ctl_report(&c, &r);
+    /* The cells were cancelled, not failed: only an error says 2. */
+    if (ctl_has(a, "wait") && ctl_wait_job(c, a->pos[0], 0, &j) == CTL_EXIT_ERROR)
         goto out;
-    }
-    if (ctl_has(&a, "wait")) {
-        /* The cells were cancelled, not failed: only an error says 2. */
-        json_decref(j);
-        j = NULL;
-        if (ctl_wait_job(&c, a.pos[0], 0, &j) == CTL_EXIT_ERROR)
-            goto out;
-    } else {
+    if (!ctl_has(a, "wait"))
         j = ctl_resp_json(&r);
-    }
-    if (ctl_has(&a, "json")) {
+    if (ctl_has(a, "json")) {
         ctl_print_json(stdout, j);
     } else {
         char b[64];
-        printf("job %s: %s\n", a.pos[0], ctl_jtext(json_object_get(j, "state"), b, sizeof b));
+        printf("job %s: %s\n", a->pos[0], ctl_jtext(json_object_get(j, "state"), b, sizeof b));
     }
     rc = CTL_EXIT_OK;
 out:
     json_decref(j);
     ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
     return rc;
+}
+
+int ctl_cmd_cancel(int argc, char **argv)
+{
+    return ctl_main(&cmd_cancel, argc, argv, NULL);
 }

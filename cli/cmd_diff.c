@@ -35,26 +35,37 @@ static const struct ctl_opt diff_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+/* The form of the comparison and the flags that shape its outcome,
+ * checked once before the network is touched. */
+struct diff {
+    bool commit, cross; /* --commit SHA; --job J --control-width W --head-width W */
+    const char *format, *fail_on;
+    double wait_timeout; /* < 0: no --wait-timeout */
+};
+
+static int diff_check(const struct ctl_args *a, void *ctx);
+static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+
 static const struct ctl_cmd cmd_diff = {
-    "diff",
-    "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
-    "                   [--model M] [--width W] [--pass P] [--format md|json|text]\n"
-    "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
-    "Compare a control and a head and exit with the verdict.",
-    "--commit SHA compares the newest job of SHA with the control its job names\n"
-    "(submit --control-commit), else the control set for its branch.\n\n"
-    "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
-    "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
-    "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
-    "2 error (bad flags, network, a server error, still pending, a --model,\n"
-    "--width or --pass that matches no cell, or no cell compared at all).\n\n"
-    "examples:\n"
-    "  capctl diff --commit $SHA --format md > report.md\n"
-    "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
-    "  capctl diff --job j7c1f3a9e2b4d --control-width default --head-width avx512",
-    diff_opts,
-    0,
-    0,
+    .name = "diff",
+    .usage = "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
+             "                   [--model M] [--width W] [--pass P] [--format md|json|text]\n"
+             "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
+    .summary = "Compare a control and a head and exit with the verdict.",
+    .details = "--commit SHA compares the newest job of SHA with the control its job names\n"
+               "(submit --control-commit), else the control set for its branch.\n\n"
+               "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
+               "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
+               "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
+               "2 error (bad flags, network, a server error, still pending, a --model,\n"
+               "--width or --pass that matches no cell, or no cell compared at all).\n\n"
+               "examples:\n"
+               "  capctl diff --commit $SHA --format md > report.md\n"
+               "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
+               "  capctl diff --job j7c1f3a9e2b4d --control-width default --head-width avx512",
+    .opts = diff_opts,
+    .check = diff_check,
+    .run = diff_run,
 };
 
 static const struct ctl_field_flag diff_fields[] = {
@@ -69,28 +80,10 @@ static const struct ctl_field_flag diff_fields[] = {
     {NULL, NULL},
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR)
-        ;
-}
-
 static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a)
 {
     static const char *const keys[] = {"model", "width", "pass", NULL};
-    for (int i = 0; keys[i]; i++) {
-        const char *v = ctl_arg(a, keys[i]);
-        if (v)
-            ctl_url_query(c, u, keys[i], v);
-    }
+    ctl_url_query_args(c, u, a, keys);
     /* --fail-on numerics: the server's verdict leaves perf out of the gate */
     const char *f = ctl_arg(a, "fail-on");
     if (f && strcmp(f, "numerics") == 0)
@@ -131,192 +124,223 @@ static void print_report(const char *s, size_t n)
         putchar('\n');
 }
 
-int ctl_cmd_diff(int argc, char **argv)
+/* Exactly one form, each complete; --width is not a filter of the
+ * cross-width form, whose widths are its own flags. */
+static int diff_form(const struct ctl_args *a, struct diff *d)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *result = NULL;
-    double wait_timeout = -1;
-    int rc = ctl_parse(&cmd_diff, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    bool pair = ctl_has(&a, "control") || ctl_has(&a, "head");
-    bool commit = ctl_has(&a, "commit");
-    bool cross = ctl_has(&a, "job") || ctl_has(&a, "control-width") || ctl_has(&a, "head-width");
-    if (pair + commit + cross != 1) {
-        rc = ctl_usage_error(&cmd_diff, "give exactly one of: --control X --head Y; --commit SHA; "
-                                        "--job J --control-width W --head-width W");
-        goto out;
-    }
-    if (pair && (!ctl_has(&a, "control") || !ctl_has(&a, "head"))) {
-        rc = ctl_usage_error(&cmd_diff, "%s needs %s too",
-                             ctl_has(&a, "control") ? "--control" : "--head",
-                             ctl_has(&a, "control") ? "--head" : "--control");
-        goto out;
-    }
-    if (cross) {
-        static const char *const need[] = {"job", "control-width", "head-width", NULL};
-        for (int i = 0; need[i]; i++)
-            if (!ctl_has(&a, need[i])) {
-                rc = ctl_usage_error(&cmd_diff,
-                                     "a cross-width comparison needs --job, --control-width and "
-                                     "--head-width (--%s is missing)",
-                                     need[i]);
-                goto out;
-            }
-        if (ctl_has(&a, "width")) {
-            rc = ctl_usage_error(&cmd_diff, "--width does not apply to a cross-width comparison "
-                                            "(--job); the widths are --control-width and "
-                                            "--head-width");
-            goto out;
-        }
-    }
-    const char *format = ctl_arg(&a, "format");
-    if (!format)
-        format = "text";
-    if (strcmp(format, "md") && strcmp(format, "json") && strcmp(format, "text")) {
-        rc = ctl_usage_error(&cmd_diff, "--format must be md, json or text, got '%s'", format);
-        goto out;
-    }
-    const char *fail_on = ctl_arg(&a, "fail-on");
-    if (!fail_on)
-        fail_on = "regression";
-    if (strcmp(fail_on, "regression") && strcmp(fail_on, "unknown") &&
-        strcmp(fail_on, "numerics") && strcmp(fail_on, "never")) {
-        rc = ctl_usage_error(&cmd_diff,
-                             "--fail-on must be regression, unknown, numerics or never, got '%s'",
-                             fail_on);
-        goto out;
-    }
-    const char *wt = ctl_arg(&a, "wait-timeout");
-    if (wt && (rc = ctl_seconds_arg(&cmd_diff, "wait-timeout", wt, &wait_timeout)) != 0)
-        goto out;
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
+    bool pair = ctl_has(a, "control") || ctl_has(a, "head");
+    d->commit = ctl_has(a, "commit");
+    d->cross = ctl_has(a, "job") || ctl_has(a, "control-width") || ctl_has(a, "head-width");
+    if (pair + d->commit + d->cross != 1)
+        return ctl_usage_error(a->cmd, "give exactly one of: --control X --head Y; --commit SHA; "
+                                       "--job J --control-width W --head-width W");
+    if (pair && (!ctl_has(a, "control") || !ctl_has(a, "head")))
+        return ctl_usage_error(a->cmd, "%s needs %s too",
+                               ctl_has(a, "control") ? "--control" : "--head",
+                               ctl_has(a, "control") ? "--head" : "--control");
+    if (!d->cross)
+        return 0;
+    static const char *const need[] = {"job", "control-width", "head-width", NULL};
+    for (int i = 0; need[i]; i++)
+        if (!ctl_has(a, need[i]))
+            return ctl_usage_error(a->cmd,
+                                   "a cross-width comparison needs --job, --control-width and "
+                                   "--head-width (--%s is missing)",
+                                   need[i]);
+    if (ctl_has(a, "width"))
+        return ctl_usage_error(a->cmd, "--width does not apply to a cross-width comparison "
+                                       "(--job); the widths are --control-width and "
+                                       "--head-width");
+    return 0;
+}
 
-    struct ctl_url u;
-    if (commit) {
-        ctl_url_init(&u, "/v1/commits");
-        ctl_url_seg(&c, &u, ctl_arg(&a, "commit"));
-        ctl_url_lit(&u, "/diff");
-    } else if (cross) {
-        ctl_url_init(&u, "/v1/compare");
-        ctl_url_query(&c, &u, "job", ctl_arg(&a, "job"));
-        ctl_url_query(&c, &u, "control_width", ctl_arg(&a, "control-width"));
-        ctl_url_query(&c, &u, "head_width", ctl_arg(&a, "head-width"));
+static int diff_check(const struct ctl_args *a, void *ctx)
+{
+    struct diff *d = ctx;
+    int rc = diff_form(a, d);
+    if (rc != 0)
+        return rc;
+    d->format = ctl_arg(a, "format");
+    if (!d->format)
+        d->format = "text";
+    if (strcmp(d->format, "md") && strcmp(d->format, "json") && strcmp(d->format, "text"))
+        return ctl_usage_error(a->cmd, "--format must be md, json or text, got '%s'", d->format);
+    d->fail_on = ctl_arg(a, "fail-on");
+    if (!d->fail_on)
+        d->fail_on = "regression";
+    if (strcmp(d->fail_on, "regression") && strcmp(d->fail_on, "unknown") &&
+        strcmp(d->fail_on, "numerics") && strcmp(d->fail_on, "never"))
+        return ctl_usage_error(a->cmd,
+                               "--fail-on must be regression, unknown, numerics or never, got '%s'",
+                               d->fail_on);
+    const char *wt = ctl_arg(a, "wait-timeout");
+    return wt ? ctl_seconds_arg(a->cmd, "wait-timeout", wt, &d->wait_timeout) : 0;
+}
+
+/* GET /v1/compare of CONTROL and HEAD (for the cross-width form HEAD is
+ * the job and the widths are the flags'), filtered, in FORMAT. */
+static void compare_url(struct ctl_client *c, const struct ctl_args *a, const struct diff *d,
+                        const char *control, const char *head, const char *format,
+                        struct ctl_url *u)
+{
+    ctl_url_init(u, "/v1/compare");
+    if (d->cross) {
+        ctl_url_query(c, u, "job", head);
+        ctl_url_query(c, u, "control_width", ctl_arg(a, "control-width"));
+        ctl_url_query(c, u, "head_width", ctl_arg(a, "head-width"));
     } else {
-        ctl_url_init(&u, "/v1/compare");
-        ctl_url_query(&c, &u, "control", ctl_arg(&a, "control"));
-        ctl_url_query(&c, &u, "head", ctl_arg(&a, "head"));
+        ctl_url_query(c, u, "control", control);
+        ctl_url_query(c, u, "head", head);
     }
-    add_filters(&c, &u, &a);
-    ctl_url_query(&c, &u, "format", "json");
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_diff, "the arguments are too long for a URL");
-        goto out;
-    }
+    add_filters(c, u, a);
+    ctl_url_query(c, u, "format", format);
+}
 
-    bool tty = isatty(STDERR_FILENO);
-    char line[512], last[512] = "";
-    double t0 = now_s();
+/* The JSON result of the form the flags name. */
+static void result_url(struct ctl_client *c, const struct ctl_args *a, const struct diff *d,
+                       struct ctl_url *u)
+{
+    if (!d->commit) {
+        compare_url(c, a, d, ctl_arg(a, "control"), ctl_arg(a, d->cross ? "job" : "head"), "json",
+                    u);
+        return;
+    }
+    ctl_url_init(u, "/v1/commits");
+    ctl_url_seg(c, u, ctl_arg(a, "commit"));
+    ctl_url_lit(u, "/diff");
+    add_filters(c, u, a);
+    ctl_url_query(c, u, "format", "json");
+}
+
+/* GETs the result until it is no longer 409 pending, for up to
+ * --wait-timeout seconds: 0 with a 200 in R, or CTL_EXIT_ERROR after
+ * saying why (with a hint for a pending one). */
+static int fetch_result(struct ctl_client *c, const struct diff *d, const char *url,
+                        struct ctl_resp *r)
+{
+    struct ctl_progress p;
+    char line[512], code[64];
+    double t0 = ctl_now_s();
+    ctl_progress_init(&p);
     for (;;) {
-        if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0) {
-            if (tty && last[0])
-                fputc('\n', stderr);
-            ctl_report(&c, &r);
-            goto out;
+        if (ctl_request(c, "GET", url, NULL, NULL, r) != 0) {
+            ctl_progress_end(&p);
+            ctl_report(c, r);
+            return CTL_EXIT_ERROR;
         }
-        if (r.status == 200)
+        if (r->status == 200)
             break;
-        char code[64];
-        ctl_resp_error_code(&r, code, sizeof code);
-        bool pending = r.status == 409 && strcmp(code, "pending") == 0;
-        if (!pending || wait_timeout < 0 || now_s() - t0 >= wait_timeout) {
-            if (tty && last[0])
-                fputc('\n', stderr);
-            ctl_report_fields(&c, &r, diff_fields);
-            if (pending && wait_timeout < 0)
+        ctl_resp_error_code(r, code, sizeof code);
+        bool pending = r->status == 409 && strcmp(code, "pending") == 0;
+        if (!pending || d->wait_timeout < 0 || ctl_now_s() - t0 >= d->wait_timeout) {
+            ctl_progress_end(&p);
+            ctl_report_fields(c, r, diff_fields);
+            if (pending && d->wait_timeout < 0)
                 fprintf(stderr, "capctl: add --wait-timeout SECONDS to wait for the jobs\n");
             else if (pending)
                 fprintf(stderr, "capctl: still pending after %g s (--wait-timeout)\n",
-                        wait_timeout);
-            goto out;
+                        d->wait_timeout);
+            return CTL_EXIT_ERROR;
         }
-        pending_text(&r, line, sizeof line);
-        if (tty) {
-            fprintf(stderr, "\r%s\033[K", line);
-        } else if (strcmp(line, last) != 0) {
-            fprintf(stderr, "%s\n", line);
-        }
-        fflush(stderr);
-        snprintf(last, sizeof last, "%s", line);
-        ctl_resp_free(&r);
-        double left = wait_timeout - (now_s() - t0);
-        sleep_s(left < CTL_DIFF_POLL_S ? (left > 0 ? left : 0) : CTL_DIFF_POLL_S);
+        pending_text(r, line, sizeof line);
+        ctl_progress_show(&p, line);
+        ctl_resp_free(r);
+        double left = d->wait_timeout - (ctl_now_s() - t0);
+        ctl_sleep_s(left < CTL_DIFF_POLL_S ? (left > 0 ? left : 0) : CTL_DIFF_POLL_S);
     }
-    if (tty && last[0])
-        fputc('\n', stderr);
+    ctl_progress_end(&p);
+    return 0;
+}
 
-    result = ctl_resp_json(&r);
+/* A result a gate can trust: a verdict, and at least one cell compared (a
+ * server that predates the no_cells refusal still answers 200 for zero
+ * cells; a gate never passes on nothing). */
+static const char *result_verdict(json_t *result)
+{
     const char *verdict = json_string_value(json_object_get(result, "verdict"));
     if (!verdict || (strcmp(verdict, "pass") && strcmp(verdict, "regression"))) {
         fprintf(stderr, "capctl: the comparison has no verdict (pass or regression)\n");
-        goto out;
+        return NULL;
     }
-    /* A server that predates the no_cells refusal still answers 200 for
-     * zero cells compared: a gate never passes on nothing. */
     json_t *ncells = json_object_get(json_object_get(result, "counts"), "cells");
     if (!json_is_integer(ncells) || json_integer_value(ncells) == 0) {
         fprintf(stderr, "capctl: the comparison compared no cell; check --model, --width and "
                         "--pass against the job's cells (capctl status JOB)\n");
-        goto out;
+        return NULL;
     }
-    if (strcmp(format, "json") == 0) {
-        ctl_print_json(stdout, result);
+    return verdict;
+}
+
+/* The md or text rendering, pinned to the two jobs RESULT names. */
+static int print_rendering(struct ctl_client *c, const struct ctl_args *a, const struct diff *d,
+                           json_t *result)
+{
+    struct ctl_resp r = {0};
+    struct ctl_url u;
+    const char *cj = json_string_value(json_object_get(json_object_get(result, "control"), "job"));
+    const char *hj = json_string_value(json_object_get(json_object_get(result, "head"), "job"));
+    if (!cj || !hj) {
+        fprintf(stderr, "capctl: the comparison does not name its jobs\n");
+        return CTL_EXIT_ERROR;
+    }
+    compare_url(c, a, d, cj, hj, d->format, &u);
+    int rc = CTL_EXIT_ERROR;
+    if (u.overflow || ctl_request(c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(c, &r);
     } else {
-        const char *cj =
-            json_string_value(json_object_get(json_object_get(result, "control"), "job"));
-        const char *hj = json_string_value(json_object_get(json_object_get(result, "head"), "job"));
-        if (!cj || !hj) {
-            fprintf(stderr, "capctl: the comparison does not name its jobs\n");
-            goto out;
-        }
-        ctl_url_init(&u, "/v1/compare");
-        if (cross) {
-            ctl_url_query(&c, &u, "job", hj);
-            ctl_url_query(&c, &u, "control_width", ctl_arg(&a, "control-width"));
-            ctl_url_query(&c, &u, "head_width", ctl_arg(&a, "head-width"));
-        } else {
-            ctl_url_query(&c, &u, "control", cj);
-            ctl_url_query(&c, &u, "head", hj);
-        }
-        add_filters(&c, &u, &a);
-        ctl_url_query(&c, &u, "format", format);
-        ctl_resp_free(&r);
-        if (u.overflow || ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-            ctl_report(&c, &r);
-            goto out;
-        }
         print_report(r.body, r.len);
+        rc = 0;
     }
-    fflush(stdout);
-    rc = strcmp(verdict, "regression") == 0 && strcmp(fail_on, "never") != 0 ? CTL_EXIT_REGRESSION
-                                                                             : CTL_EXIT_OK;
-    /* --fail-on unknown: perf the comparison could not decide fails too */
+    ctl_resp_free(&r);
+    return rc;
+}
+
+/* 1 for a regression unless --fail-on never; --fail-on unknown also fails
+ * on perf the comparison could not decide. */
+static int verdict_exit(const struct diff *d, const char *verdict, json_t *result)
+{
     json_t *counts = json_object_get(result, "counts");
-    if (strcmp(fail_on, "unknown") == 0 &&
+    if (strcmp(d->fail_on, "unknown") == 0 &&
         json_integer_value(json_object_get(counts, "perf_unknown")) +
                 json_integer_value(json_object_get(counts, "perf_unstable")) >
             0)
-        rc = CTL_EXIT_REGRESSION;
+        return CTL_EXIT_REGRESSION;
+    return strcmp(verdict, "regression") == 0 && strcmp(d->fail_on, "never") != 0
+               ? CTL_EXIT_REGRESSION
+               : CTL_EXIT_OK;
+}
+
+static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    const struct diff *d = ctx;
+    struct ctl_resp r = {0};
+    struct ctl_url u;
+    json_t *result = NULL;
+    const char *verdict;
+    int rc = CTL_EXIT_ERROR;
+    result_url(c, a, d, &u);
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
+    if (fetch_result(c, d, u.buf, &r) != 0)
+        goto out;
+    result = ctl_resp_json(&r);
+    ctl_resp_free(&r);
+    if (!(verdict = result_verdict(result)))
+        goto out;
+    if (strcmp(d->format, "json") == 0)
+        ctl_print_json(stdout, result);
+    else if (print_rendering(c, a, d, result) != 0)
+        goto out;
+    fflush(stdout);
+    rc = verdict_exit(d, verdict, result);
 out:
     json_decref(result);
     ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
     return rc;
+}
+
+int ctl_cmd_diff(int argc, char **argv)
+{
+    struct diff d = {.wait_timeout = -1};
+    return ctl_main(&cmd_diff, argc, argv, &d);
 }

@@ -20,16 +20,22 @@ static const struct ctl_opt history_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+static int history_check(const struct ctl_args *a, void *ctx);
+static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+static int alerts_check(const struct ctl_args *a, void *ctx);
+static int alerts_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+
 static const struct ctl_cmd cmd_history = {
-    "history",
-    "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
-    "Show one cell's series along a branch, oldest first: outcome, perf observation\n"
-    "(median of the timing samples), peak memory and numerics against the previous commit,\n"
-    "with the change points and events found in it.",
-    "A commit ordered by submission time (the job had no commit_time) is marked '~'.",
-    history_opts,
-    0,
-    0,
+    .name = "history",
+    .usage = "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
+    .summary =
+        "Show one cell's series along a branch, oldest first: outcome, perf observation\n"
+        "(median of the timing samples), peak memory and numerics against the previous commit,\n"
+        "with the change points and events found in it.",
+    .details = "A commit ordered by submission time (the job had no commit_time) is marked '~'.",
+    .opts = history_opts,
+    .check = history_check,
+    .run = history_run,
 };
 
 static const struct ctl_opt alerts_opts[] = {
@@ -48,15 +54,18 @@ static const struct ctl_opt alerts_opts[] = {
 };
 
 static const struct ctl_cmd cmd_alerts = {
-    "alerts",
-    "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
-    "[--note TEXT]",
-    "List the alerts along branches (change points of perf and memory, numerics and\n"
-    "outcome changes), newest first, or give feedback on one.",
-    "Each alert names its first bad and last good commit. Feedback needs an admin token.",
-    alerts_opts,
-    0,
-    1,
+    .name = "alerts",
+    .usage =
+        "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
+        "[--note TEXT]",
+    .summary = "List the alerts along branches (change points of perf and memory, numerics and\n"
+               "outcome changes), newest first, or give feedback on one.",
+    .details =
+        "Each alert names its first bad and last good commit. Feedback needs an admin token.",
+    .opts = alerts_opts,
+    .max_pos = 1,
+    .check = alerts_check,
+    .run = alerts_run,
 };
 
 static const char *jstr(json_t *o, const char *k)
@@ -89,47 +98,55 @@ static void alert_what(json_t *a, char *buf, size_t cap)
     }
 }
 
+/* The cells of one alert's row, in the order of the header. */
+struct alert_row {
+    char cell[400], bad[13], good[13], what[256];
+    const char *v[9];
+};
+
+static void alert_row(json_t *a, struct alert_row *r)
+{
+    snprintf(r->cell, sizeof r->cell, "%s/%s/%s", jstr(a, "model"), jstr(a, "width"),
+             jstr(a, "pass"));
+    short_sha(jstr(a, "first_bad"), r->bad);
+    short_sha(jstr(a, "last_good"), r->good);
+    alert_what(a, r->what, sizeof r->what);
+    const char *v[] = {jstr(a, "id"),
+                       jstr(a, "kind"),
+                       jstr(a, "label"),
+                       jstr(a, "status"),
+                       jstr(a, "branch"),
+                       r->cell,
+                       r->bad,
+                       r->good,
+                       r->what};
+    memcpy(r->v, v, sizeof v);
+}
+
+/* A Markdown table for a pull-request comment, else a padded one. */
 static int print_alerts(json_t *list, bool md)
 {
     static const char *const hdr[] = {"ID",   "KIND",      "LABEL",     "STATUS", "BRANCH",
                                       "CELL", "FIRST_BAD", "LAST_GOOD", "WHAT"};
     struct ctl_table *t = md ? NULL : ctl_table_new(9, hdr);
+    struct alert_row row;
+    size_t i;
+    json_t *a;
     if (md)
         printf("| id | kind | label | status | branch | cell | first bad | last good | what |\n"
                "|---|---|---|---|---|---|---|---|---|\n");
-    size_t i;
-    json_t *a;
     json_array_foreach(list, i, a)
     {
-        char cell[400], bad[13], good[13], what[256];
-        snprintf(cell, sizeof cell, "%s/%s/%s", jstr(a, "model"), jstr(a, "width"),
-                 jstr(a, "pass"));
-        short_sha(jstr(a, "first_bad"), bad);
-        short_sha(jstr(a, "last_good"), good);
-        alert_what(a, what, sizeof what);
-        const char *row[] = {jstr(a, "id"),
-                             jstr(a, "kind"),
-                             jstr(a, "label"),
-                             jstr(a, "status"),
-                             jstr(a, "branch"),
-                             cell,
-                             bad,
-                             good,
-                             what};
+        alert_row(a, &row);
         if (md) {
             for (int k = 0; k < 9; k++)
-                printf("| %s ", row[k]);
+                printf("| %s ", row.v[k]);
             printf("|\n");
-        } else if (!t || ctl_table_row(t, row) != 0) {
-            fprintf(stderr, "capctl: out of memory\n");
-            ctl_table_free(t);
-            return CTL_EXIT_ERROR;
+        } else {
+            ctl_table_row(t, row.v);
         }
     }
-    if (t)
-        ctl_table_print(t, stdout);
-    ctl_table_free(t);
-    return 0;
+    return md ? 0 : ctl_table_emit(t, stdout);
 }
 
 /* POST /v1/alerts/{id} with the new status. */
@@ -158,52 +175,43 @@ static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char 
     return rc;
 }
 
+static int alerts_print(struct ctl_client *c, const struct ctl_args *a, json_t *list)
+{
+    (void)c;
+    return print_alerts(list, ctl_has(a, "markdown"));
+}
+
 static int list_alerts(struct ctl_client *c, const struct ctl_args *a)
 {
-    static const char *const keys[] = {"project", "branch", "kind", "status", "limit"};
+    static const char *const keys[] = {"project", "branch", "kind", "status", "limit", NULL};
     struct ctl_url u;
-    struct ctl_resp r = {0};
-    json_t *doc = NULL, *list;
     ctl_url_init(&u, "/v1/alerts");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (ctl_arg(a, keys[i]))
-            ctl_url_query(c, &u, keys[i], ctl_arg(a, keys[i]));
+    ctl_url_query_args(c, &u, a, keys);
     if (u.overflow)
         return ctl_usage_error(&cmd_alerts, "the filters are too long");
-    int rc = ctl_get_list(c, u.buf, "alerts", &r, &doc, &list);
-    if (rc == 0 && ctl_has(a, "json"))
-        ctl_print_json(stdout, doc);
-    else if (rc == 0)
-        rc = print_alerts(list, ctl_has(a, "markdown"));
-    json_decref(doc);
-    ctl_resp_free(&r);
-    return rc;
+    return ctl_show_list(c, a, u.buf, "alerts", alerts_print);
+}
+
+/* An alert ID goes with --set, and --note with --set. */
+static int alerts_check(const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    if ((a->npos == 1) != ctl_has(a, "set"))
+        return ctl_usage_error(a->cmd, "an alert ID and --set go together");
+    if (ctl_has(a, "note") && !ctl_has(a, "set"))
+        return ctl_usage_error(a->cmd, "--note needs --set");
+    return 0;
+}
+
+static int alerts_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    return a->npos == 1 ? set_alert(c, a, a->pos[0]) : list_alerts(c, a);
 }
 
 int ctl_cmd_alerts(int argc, char **argv)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    int rc = ctl_parse(&cmd_alerts, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((a.npos == 1) != ctl_has(&a, "set")) {
-        rc = ctl_usage_error(&cmd_alerts, "an alert ID and --set go together");
-        goto out;
-    }
-    if (ctl_has(&a, "note") && !ctl_has(&a, "set")) {
-        rc = ctl_usage_error(&cmd_alerts, "--note needs --set");
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    rc = a.npos == 1 ? set_alert(&c, &a, a.pos[0]) : list_alerts(&c, &a);
-out:
-    ctl_client_close(&c);
-    ctl_args_free(&a);
-    return rc;
+    return ctl_main(&cmd_alerts, argc, argv, NULL);
 }
 
 /* The alert (change point or event) at COMMIT, as "perf regression". */
@@ -250,60 +258,43 @@ static int print_history(json_t *doc)
                      : "");
         mark_of(doc, jstr(p, "commit"), mark, sizeof mark);
         const char *row[] = {c, jstr(p, "outcome"), perf, rss, num, mark[0] ? mark : ""};
-        if (!t || ctl_table_row(t, row) != 0) {
-            fprintf(stderr, "capctl: out of memory\n");
-            ctl_table_free(t);
-            return CTL_EXIT_ERROR;
-        }
+        ctl_table_row(t, row);
     }
-    ctl_table_print(t, stdout);
-    ctl_table_free(t);
+    return ctl_table_emit(t, stdout);
+}
+
+static const char *const history_keys[] = {"project", "branch", "model", "width",
+                                           "pass",    "limit",  NULL};
+
+/* Every key but --limit names the cell and the branch: all are required. */
+static int history_check(const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    for (size_t i = 0; i < 5; i++)
+        if (!ctl_arg(a, history_keys[i]))
+            return ctl_usage_error(a->cmd, "--%s is required", history_keys[i]);
     return 0;
+}
+
+static int history_print(struct ctl_client *c, const struct ctl_args *a, json_t *doc)
+{
+    (void)c;
+    (void)a;
+    return print_history(doc);
+}
+
+static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    struct ctl_url u;
+    ctl_url_init(&u, "/v1/history");
+    ctl_url_query_args(c, &u, a, history_keys);
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "the cell names are too long");
+    return ctl_show_list(c, a, u.buf, NULL, history_print);
 }
 
 int ctl_cmd_history(int argc, char **argv)
 {
-    static const char *const keys[] = {"project", "branch", "model", "width", "pass", "limit"};
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *doc = NULL;
-    struct ctl_url u;
-    int rc = ctl_parse(&cmd_history, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    for (size_t i = 0; i < 5; i++) {
-        if (!ctl_arg(&a, keys[i])) {
-            rc = ctl_usage_error(&cmd_history, "--%s is required", keys[i]);
-            goto out;
-        }
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    ctl_url_init(&u, "/v1/history");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (ctl_arg(&a, keys[i]))
-            ctl_url_query(&c, &u, keys[i], ctl_arg(&a, keys[i]));
-    rc = CTL_EXIT_ERROR;
-    if (u.overflow) {
-        rc = ctl_usage_error(&cmd_history, "the cell names are too long");
-    } else if (ctl_request(&c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(&c, &r);
-    } else {
-        doc = ctl_resp_json(&r);
-        if (ctl_has(&a, "json")) {
-            ctl_print_json(stdout, doc);
-            rc = 0;
-        } else {
-            rc = print_history(doc);
-        }
-    }
-out:
-    json_decref(doc);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
-    return rc;
+    return ctl_main(&cmd_history, argc, argv, NULL);
 }

@@ -48,35 +48,41 @@ static const struct ctl_opt submit_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_submit = {
-    "submit",
-    "--project P --commit SHA --build B --models a,b --widths x,y --passes forward,backward "
-    "[options]",
-    "Submit a capture job: one cell per model x width x pass. Prints the job id.",
-    "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
-    "they show as the job's provenance, with findings (generated dispatch sources such as\n"
-    "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
-    "comparison involving the job shows as warnings. It also sends the commit's committer\n"
-    "time and parents (git log), which order the branch's history (docs/history.md).\n"
-    "See docs/capctl.md.\n\n"
-    "example:\n"
-    "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
-    "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
-    "      --source-tree ~/src/pytorch --wait",
-    submit_opts,
-    0,
-    0,
-};
+static int submit_check(const struct ctl_args *a, void *ctx);
+static int submit_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+static int status_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+static int wait_check(const struct ctl_args *a, void *ctx);
+static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 
-static const struct ctl_opt status_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+static const struct ctl_cmd cmd_submit = {
+    .name = "submit",
+    .usage = "--project P --commit SHA --build B --models a,b --widths x,y --passes "
+             "forward,backward [options]",
+    .summary = "Submit a capture job: one cell per model x width x pass. Prints the job id.",
+    .details =
+        "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
+        "they show as the job's provenance, with findings (generated dispatch sources such as\n"
+        "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
+        "comparison involving the job shows as warnings. It also sends the commit's committer\n"
+        "time and parents (git log), which order the branch's history (docs/history.md).\n"
+        "See docs/capctl.md.\n\n"
+        "example:\n"
+        "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
+        "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
+        "      --source-tree ~/src/pytorch --wait",
+    .opts = submit_opts,
+    .check = submit_check,
+    .run = submit_run,
 };
 
 static const struct ctl_cmd cmd_status = {
-    "status", "JOB [--json]", "Show a job: its request, state, findings and a table of cells.",
-    NULL,     status_opts,    1,
-    1,
+    .name = "status",
+    .usage = "JOB [--json]",
+    .summary = "Show a job: its request, state, findings and a table of cells.",
+    .opts = ctl_json_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .run = status_run,
 };
 
 static const struct ctl_opt wait_opts[] = {
@@ -86,16 +92,19 @@ static const struct ctl_opt wait_opts[] = {
 };
 
 static const struct ctl_cmd cmd_wait = {
-    "wait",
-    "JOB [--wait-timeout S] [--json]",
-    "Wait for a job to finish, showing progress on stderr.",
-    "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
-    "2 error (unknown job, server unreachable, --wait-timeout passed). Cells at a width\n"
-    "capd's host cannot run (unsupported, with host_missing) are listed apart as not run\n"
-    "and do not make the exit code 3.",
-    wait_opts,
-    1,
-    1,
+    .name = "wait",
+    .usage = "JOB [--wait-timeout S] [--json]",
+    .summary = "Wait for a job to finish, showing progress on stderr.",
+    .details =
+        "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
+        "2 error (unknown job, server unreachable, --wait-timeout passed). Cells at a width\n"
+        "capd's host cannot run (unsupported, with host_missing) are listed apart as not run\n"
+        "and do not make the exit code 3.",
+    .opts = wait_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .check = wait_check,
+    .run = wait_run,
 };
 
 static const struct ctl_field_flag submit_fields[] = {
@@ -125,20 +134,6 @@ static const struct ctl_field_flag submit_fields[] = {
     {"Idempotency-Key", "--idempotency-key"},
     {NULL, NULL},
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR)
-        ;
-}
 
 /* "a,b" to ["a","b"]; an empty item is a usage error naming FLAG. */
 static int split_list(const char *flag, const char *s, json_t **out)
@@ -302,93 +297,113 @@ static size_t report_not_ok(json_t *job, FILE *f)
     return bad;
 }
 
+/* One wait for a job: what polling keeps from one request to the next. */
+struct wait {
+    struct ctl_client *c;
+    const char *id;
+    struct ctl_url u;
+    struct ctl_progress p;
+    double t0, last_ok, timeout_s;
+    json_t *job; /* the newest job object */
+};
+
+/* One GET of the job: 1 with w->job set; 0 when the server was unreachable
+ * or overloaded (5xx, 429) for less than CTL_POLL_GRACE_S, so a capd
+ * restart is ridden out; CTL_EXIT_ERROR after saying why. */
+static int wait_fetch(struct wait *w)
+{
+    struct ctl_resp r = {0};
+    int rc = CTL_EXIT_ERROR;
+    int q = ctl_request(w->c, "GET", w->u.buf, NULL, NULL, &r);
+    if (q != 0 || r.status >= 500 || r.status == 429) {
+        if (ctl_now_s() - w->last_ok <= CTL_POLL_GRACE_S) {
+            rc = 0;
+            goto out;
+        }
+        ctl_progress_end(&w->p);
+        ctl_report(w->c, &r);
+        fprintf(stderr, "capctl: gave up waiting for job %s after %.0f s of errors\n", w->id,
+                CTL_POLL_GRACE_S);
+        goto out;
+    }
+    if (r.status != 200) {
+        ctl_progress_end(&w->p);
+        ctl_report(w->c, &r);
+        goto out;
+    }
+    w->last_ok = ctl_now_s();
+    json_decref(w->job);
+    w->job = ctl_resp_json(&r);
+    if (!json_is_object(w->job) || !json_is_array(json_object_get(w->job, "cells"))) {
+        fprintf(stderr, "capctl: unexpected reply from GET /v1/jobs/%s\n", w->id);
+        goto out;
+    }
+    rc = 1;
+out:
+    ctl_resp_free(&r);
+    return rc;
+}
+
+/* The end of a finished job: the cells not ok listed, or that all are. */
+static int wait_finished(struct wait *w, const char *st)
+{
+    ctl_progress_end(&w->p);
+    size_t bad = report_not_ok(w->job, stderr);
+    if (!bad)
+        fprintf(stderr, "job %s %s: all %zu cells ok\n", w->id, st,
+                json_array_size(json_object_get(w->job, "cells")));
+    return bad ? CTL_EXIT_NOT_OK : CTL_EXIT_OK;
+}
+
 /* Polls every 0.25 s for the first 2 s (short jobs finish fast), then
- * every 0.5 s. On a terminal the progress line is redrawn in place;
- * otherwise (CI logs) a line is written only when it changes. */
+ * every 0.5 s, until the job is done or cancelled or the timeout passes. */
 int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t **final)
 {
-    struct ctl_url u;
-    struct ctl_resp r = {0};
-    json_t *job = NULL;
-    char line[512], last[512] = "";
-    bool tty = isatty(STDERR_FILENO);
-    double t0 = now_s(), last_ok = t0;
+    struct wait w = {.c = c, .id = id, .timeout_s = timeout_s};
+    char line[512];
     int rc = CTL_EXIT_ERROR;
 
     if (final)
         *final = NULL;
-    ctl_url_init(&u, "/v1/jobs");
-    ctl_url_seg(c, &u, id);
-    if (u.overflow) {
+    ctl_progress_init(&w.p);
+    w.t0 = w.last_ok = ctl_now_s();
+    ctl_url_init(&w.u, "/v1/jobs");
+    ctl_url_seg(c, &w.u, id);
+    if (w.u.overflow) {
         fprintf(stderr, "capctl: the job id is too long\n");
         return CTL_EXIT_ERROR;
     }
     for (;;) {
-        int q = ctl_request(c, "GET", u.buf, NULL, NULL, &r);
-        bool transient = q != 0 || r.status >= 500 || r.status == 429;
-        if (transient) {
-            if (now_s() - last_ok > CTL_POLL_GRACE_S) {
-                if (tty && last[0])
-                    fputc('\n', stderr);
-                ctl_report(c, &r);
-                fprintf(stderr, "capctl: gave up waiting for job %s after %.0f s of errors\n", id,
-                        CTL_POLL_GRACE_S);
-                goto out;
-            }
-            ctl_resp_free(&r);
-            sleep_s(1.0);
+        int got = wait_fetch(&w);
+        if (got == 0) {
+            ctl_sleep_s(1.0);
             continue;
         }
-        if (r.status != 200) {
-            if (tty && last[0])
-                fputc('\n', stderr);
-            ctl_report(c, &r);
-            goto out;
-        }
-        last_ok = now_s();
-        json_decref(job);
-        job = ctl_resp_json(&r);
-        ctl_resp_free(&r);
-        if (!json_is_object(job) || !json_is_array(json_object_get(job, "cells"))) {
-            fprintf(stderr, "capctl: unexpected reply from GET /v1/jobs/%s\n", id);
-            goto out;
-        }
-        progress_line(job, line, sizeof line);
-        if (strcmp(line, last) != 0) {
-            fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line);
-            fflush(stderr);
-        }
-        snprintf(last, sizeof last, "%s", line);
-        const char *st = json_string_value(json_object_get(job, "state"));
+        if (got != 1)
+            break;
+        progress_line(w.job, line, sizeof line);
+        ctl_progress_show(&w.p, line);
+        const char *st = json_string_value(json_object_get(w.job, "state"));
         if (finished_state(st)) {
-            if (tty)
-                fputc('\n', stderr);
-            size_t bad = report_not_ok(job, stderr);
-            if (!bad)
-                fprintf(stderr, "job %s %s: all %zu cells ok\n", id, st,
-                        json_array_size(json_object_get(job, "cells")));
-            rc = bad ? CTL_EXIT_NOT_OK : CTL_EXIT_OK;
+            rc = wait_finished(&w, st);
             break;
         }
-        double el = now_s() - t0;
+        double el = ctl_now_s() - w.t0;
         if (timeout_s > 0 && el >= timeout_s) {
-            if (tty)
-                fputc('\n', stderr);
+            ctl_progress_end(&w.p);
             fprintf(stderr, "capctl: job %s is still %s after %g s (--wait-timeout)\n", id,
                     st ? st : "unfinished", timeout_s);
-            goto out;
+            break;
         }
         double step = el < 2.0 ? 0.25 : 0.5;
         if (timeout_s > 0 && el + step > timeout_s)
             step = timeout_s - el;
-        sleep_s(step);
+        ctl_sleep_s(step);
     }
-out:
-    ctl_resp_free(&r);
     if (final)
-        *final = job;
+        *final = w.job;
     else
-        json_decref(job);
+        json_decref(w.job);
     return rc;
 }
 
@@ -426,45 +441,58 @@ static void warn_provenance(json_t *prov, const char *commit)
                 head, commit);
 }
 
-int ctl_cmd_submit(int argc, char **argv)
-{
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *body = NULL, *opts = NULL, *labels = NULL, *matrix = NULL, *job = NULL, *final = NULL,
-           *prov = NULL;
-    char *idem_hdr = NULL;
-    int rc = ctl_parse(&cmd_submit, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
+/* What submit's check builds for its run: the request, before the
+ * network is touched. */
+struct submit {
+    json_t *body;
+    char *idem_hdr; /* "Idempotency-Key: K", or NULL */
+    double wait_timeout;
+};
 
+static int submit_required(const struct ctl_args *a)
+{
     static const char *const required[] = {"project", "commit", "build", "models",
                                            "widths",  "passes", NULL};
     for (int i = 0; required[i]; i++) {
-        const char *v = ctl_arg(&a, required[i]);
-        if (!v || !*v) {
-            rc = ctl_usage_error(&cmd_submit, "--%s is required", required[i]);
-            goto out;
-        }
+        const char *v = ctl_arg(a, required[i]);
+        if (!v || !*v)
+            return ctl_usage_error(a->cmd, "--%s is required", required[i]);
     }
-    rc = CTL_EXIT_ERROR;
-    matrix = json_object();
-    opts = json_object();
-    labels = json_object();
-    if (!matrix || !opts || !labels)
-        goto out;
-    static const char *const axes[][2] = {
-        {"models", "models"}, {"widths", "widths"}, {"passes", "passes"}};
+    return 0;
+}
+
+static int submit_matrix(const struct ctl_args *a, json_t *matrix)
+{
+    static const char *const axes[] = {"models", "widths", "passes"};
     for (int i = 0; i < 3; i++) {
         json_t *l = NULL;
-        if ((rc = split_list(axes[i][0], ctl_arg(&a, axes[i][0]), &l)) != 0)
-            goto out;
-        json_object_set_new(matrix, axes[i][1], l);
+        int rc = split_list(axes[i], ctl_arg(a, axes[i]), &l);
+        if (rc != 0)
+            return rc;
+        json_object_set_new(matrix, axes[i], l);
     }
-    /* Integer options: syntax is checked here, ranges by the server (its
-     * error names the field; the hint names the flag). */
+    return 0;
+}
+
+/* The string flags of MAP ({flag, field}) that were given, into OBJ. */
+static int set_strings(const struct ctl_args *a, const char *const (*map)[2], size_t n, json_t *obj)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = ctl_arg(a, map[i][0]);
+        if (!v)
+            continue;
+        json_t *s = json_string(v);
+        if (!s)
+            return ctl_usage_error(a->cmd, "--%s is not valid UTF-8", map[i][0]);
+        json_object_set_new(obj, map[i][1], s);
+    }
+    return 0;
+}
+
+/* Integer options: syntax is checked here, ranges by the server (its
+ * error names the field; the hint names the flag). */
+static int submit_options(const struct ctl_args *a, json_t *opts)
+{
     static const char *const ints[][2] = {
         {"iterations", "iterations"},
         {"warmup", "warmup"},
@@ -477,136 +505,173 @@ int ctl_cmd_submit(int argc, char **argv)
         {"timing-pairs", "timing_pairs"},
         {"max-timing-rounds", "max_timing_rounds"},
     };
+    static const char *const strs[][2] = {{"capture", "capture"}, {"dtype", "dtype"}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        const char *v = ctl_arg(&a, ints[i][0]);
+        const char *v = ctl_arg(a, ints[i][0]);
         long long n;
         if (!v)
             continue;
-        if ((rc = ctl_int_arg(&cmd_submit, ints[i][0], v, 0, LLONG_MAX, &n)) != 0)
-            goto out;
+        int rc = ctl_int_arg(a->cmd, ints[i][0], v, 0, LLONG_MAX, &n);
+        if (rc != 0)
+            return rc;
         json_object_set_new(opts, ints[i][1], json_integer((json_int_t)n));
     }
-    rc = CTL_EXIT_ERROR;
-    static const char *const strs[][2] = {{"capture", "capture"}, {"dtype", "dtype"}};
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = ctl_arg(&a, strs[i][0]);
-        if (!v)
-            continue;
-        json_t *s = json_string(v);
-        if (!s) {
-            rc = ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", strs[i][0]);
-            goto out;
-        }
-        json_object_set_new(opts, strs[i][1], s);
-    }
+    return set_strings(a, strs, 2, opts);
+}
+
+/* --label k=v, repeated: each key once, each value UTF-8. */
+static int submit_labels(const struct ctl_args *a, json_t *labels)
+{
     int it = 0;
     const char *lv;
-    while ((lv = ctl_arg_next(&a, "label", &it)) != NULL) {
+    while ((lv = ctl_arg_next(a, "label", &it)) != NULL) {
         const char *eq = strchr(lv, '=');
         char key[128];
-        if (!eq || eq == lv || (size_t)(eq - lv) >= sizeof key) {
-            rc = ctl_usage_error(&cmd_submit, "--label expects key=value, got '%s'", lv);
-            goto out;
-        }
+        if (!eq || eq == lv || (size_t)(eq - lv) >= sizeof key)
+            return ctl_usage_error(a->cmd, "--label expects key=value, got '%s'", lv);
         memcpy(key, lv, (size_t)(eq - lv));
         key[eq - lv] = 0;
-        if (json_object_get(labels, key)) {
-            rc = ctl_usage_error(&cmd_submit, "--label %s given more than once", key);
-            goto out;
-        }
+        if (json_object_get(labels, key))
+            return ctl_usage_error(a->cmd, "--label %s given more than once", key);
         json_t *s = json_string(eq + 1);
-        if (!s) {
-            rc = ctl_usage_error(&cmd_submit, "--label %s: the value is not valid UTF-8", key);
-            goto out;
-        }
+        if (!s)
+            return ctl_usage_error(a->cmd, "--label %s: the value is not valid UTF-8", key);
         json_object_set_new(labels, key, s);
     }
-    double wait_timeout = 0;
-    const char *wt = ctl_arg(&a, "wait-timeout");
-    if (wt) {
-        if (!ctl_has(&a, "wait")) {
-            rc = ctl_usage_error(&cmd_submit, "--wait-timeout needs --wait");
-            goto out;
-        }
-        if ((rc = ctl_seconds_arg(&cmd_submit, "wait-timeout", wt, &wait_timeout)) != 0)
-            goto out;
-        rc = CTL_EXIT_ERROR;
+    return 0;
+}
+
+/* The Idempotency-Key header: an HTTP header value, printable ASCII only
+ * (capd also echoes the key in its conflict message, which must be valid
+ * UTF-8). */
+static int submit_idempotency(const struct ctl_args *a, char **hdr)
+{
+    const char *idem = ctl_arg(a, "idempotency-key");
+    if (!idem)
+        return 0;
+    for (const char *p = idem; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            return ctl_usage_error(a->cmd, "--idempotency-key must be printable ASCII");
+    if (!*idem || asprintf(hdr, "Idempotency-Key: %s", idem) < 0) {
+        *hdr = NULL;
+        return ctl_usage_error(a->cmd, "--idempotency-key must not be empty");
     }
-    body = json_pack("{s:s?,s:s?,s:s?,s:O,s:O,s:O}", "project", ctl_arg(&a, "project"), "commit",
-                     ctl_arg(&a, "commit"), "build", ctl_arg(&a, "build"), "matrix", matrix,
-                     "options", opts, "labels", labels);
-    if (!body) {
-        rc = ctl_usage_error(&cmd_submit, "--project, --commit and --build must be valid UTF-8");
-        goto out;
-    }
+    return 0;
+}
+
+/* The request body from its parts: the required strings, then the
+ * optional ones. */
+static int submit_body(const struct ctl_args *a, json_t *matrix, json_t *opts, json_t *labels,
+                       json_t **body)
+{
     static const char *const opt_strs[][2] = {{"branch", "branch"},
                                               {"control-commit", "control_commit"}};
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = ctl_arg(&a, opt_strs[i][0]);
-        if (!v)
-            continue;
-        json_t *s = json_string(v);
-        if (!s) {
-            rc = ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", opt_strs[i][0]);
-            goto out;
-        }
-        json_object_set_new(body, opt_strs[i][1], s);
-    }
-    const char *idem = ctl_arg(&a, "idempotency-key");
-    if (idem) {
-        /* An HTTP header value: printable ASCII only (capd also echoes the
-         * key in its conflict message, which must be valid UTF-8). */
-        for (const char *p = idem; *p; p++)
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) {
-                rc = ctl_usage_error(&cmd_submit, "--idempotency-key must be printable ASCII");
-                goto out;
-            }
-        if (!*idem || asprintf(&idem_hdr, "Idempotency-Key: %s", idem) < 0) {
-            idem_hdr = NULL;
-            rc = ctl_usage_error(&cmd_submit, "--idempotency-key must not be empty");
-            goto out;
-        }
-    }
-    /* Flags are all checked before git runs or the network is touched. */
-    if ((rc = ctl_client_open(&c, &a)) != 0)
+    *body = json_pack("{s:s?,s:s?,s:s?,s:O,s:O,s:O}", "project", ctl_arg(a, "project"), "commit",
+                      ctl_arg(a, "commit"), "build", ctl_arg(a, "build"), "matrix", matrix,
+                      "options", opts, "labels", labels);
+    if (!*body)
+        return ctl_usage_error(a->cmd, "--project, --commit and --build must be valid UTF-8");
+    return set_strings(a, opt_strs, 2, *body);
+}
+
+/* Flags are all checked before git runs or the network is touched. */
+static int submit_check(const struct ctl_args *a, void *ctx)
+{
+    struct submit *s = ctx;
+    json_t *matrix = json_object(), *opts = json_object(), *labels = json_object();
+    int rc = submit_required(a);
+    if (rc != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
-    const char *tree = ctl_arg(&a, "source-tree");
-    if (tree) {
-        char *err = NULL;
-        if (prov_collect(tree, &prov, &err) != 0) {
-            fprintf(stderr, "capctl: %s\n", err ? err : "--source-tree: cannot collect provenance");
-            free(err);
-            goto out;
-        }
-        warn_provenance(prov, ctl_arg(&a, "commit"));
-        json_object_set(body, "provenance", prov);
-        if (prov_commit_order(tree, ctl_arg(&a, "commit"), body) != 0)
-            fprintf(stderr,
-                    "capctl: warning: --source-tree does not have commit %s; the job "
-                    "goes into its branch's history by submission time\n",
-                    ctl_arg(&a, "commit"));
-    }
-
-    const char *hdrs[] = {idem_hdr, NULL};
-    if (ctl_request(&c, "POST", "/v1/jobs", body, idem_hdr ? hdrs : NULL, &r) != 0 ||
-        (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(&c, &r, submit_fields);
+    if (!matrix || !opts || !labels)
+        goto out;
+    if ((rc = submit_matrix(a, matrix)) != 0 || (rc = submit_options(a, opts)) != 0 ||
+        (rc = submit_labels(a, labels)) != 0)
+        goto out;
+    const char *wt = ctl_arg(a, "wait-timeout");
+    if (wt && !ctl_has(a, "wait")) {
+        rc = ctl_usage_error(a->cmd, "--wait-timeout needs --wait");
         goto out;
     }
-    job = ctl_resp_json(&r);
-    const char *id = json_string_value(json_object_get(job, "id"));
+    if (wt && (rc = ctl_seconds_arg(a->cmd, "wait-timeout", wt, &s->wait_timeout)) != 0)
+        goto out;
+    if ((rc = submit_body(a, matrix, opts, labels, &s->body)) == 0)
+        rc = submit_idempotency(a, &s->idem_hdr);
+out:
+    json_decref(matrix);
+    json_decref(opts);
+    json_decref(labels);
+    return rc;
+}
+
+/* --source-tree: the tree's provenance and the commit's place in its
+ * branch's history go with the job; findings are warnings, never errors. */
+static int submit_provenance(const struct ctl_args *a, json_t *body)
+{
+    const char *tree = ctl_arg(a, "source-tree"), *commit = ctl_arg(a, "commit");
+    json_t *prov = NULL;
+    char *err = NULL;
+    if (!tree)
+        return 0;
+    if (prov_collect(tree, &prov, &err) != 0) {
+        fprintf(stderr, "capctl: %s\n", err ? err : "--source-tree: cannot collect provenance");
+        free(err);
+        return CTL_EXIT_ERROR;
+    }
+    warn_provenance(prov, commit);
+    json_object_set_new(body, "provenance", prov);
+    if (prov_commit_order(tree, commit, body) != 0)
+        fprintf(stderr,
+                "capctl: warning: --source-tree does not have commit %s; the job "
+                "goes into its branch's history by submission time\n",
+                commit);
+    return 0;
+}
+
+/* POST /v1/jobs: the job (*JOB, owned) and its id, or NULL after saying
+ * why. A 200 is a job that already existed for the idempotency key. */
+static const char *submit_post(struct ctl_client *c, const struct submit *s, json_t **job)
+{
+    struct ctl_resp r = {0};
+    const char *hdrs[] = {s->idem_hdr, NULL};
+    const char *id = NULL;
+    char ib[64];
+    if (ctl_request(c, "POST", "/v1/jobs", s->body, s->idem_hdr ? hdrs : NULL, &r) != 0 ||
+        (r.status != 200 && r.status != 201)) {
+        ctl_report_fields(c, &r, submit_fields);
+        goto out;
+    }
+    *job = ctl_resp_json(&r);
+    id = json_string_value(json_object_get(*job, "id"));
     if (!id) {
         fprintf(stderr, "capctl: unexpected reply from POST /v1/jobs (no job id)\n");
         goto out;
     }
-    char ib[64];
     if (r.status == 200)
         fprintf(stderr,
                 "capctl: job %s already existed for this --idempotency-key; not resubmitted\n",
                 ctl_clean(id, ib, sizeof ib));
-    bool json_out = ctl_has(&a, "json");
-    if (!ctl_has(&a, "wait")) {
+out:
+    ctl_resp_free(&r);
+    return id;
+}
+
+/* The id alone on stdout (JOB=$(capctl submit ...)), or the job with
+ * --json; with --wait the id comes first and --json prints the final job. */
+static int submit_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    struct submit *s = ctx;
+    json_t *job = NULL, *final = NULL;
+    char ib[64];
+    bool json_out = ctl_has(a, "json");
+    int rc = submit_provenance(a, s->body);
+    if (rc != 0)
+        return rc;
+    rc = CTL_EXIT_ERROR;
+    const char *id = submit_post(c, s, &job);
+    if (!id)
+        goto out;
+    if (!ctl_has(a, "wait")) {
         if (json_out)
             ctl_print_json(stdout, job);
         else
@@ -618,21 +683,21 @@ int ctl_cmd_submit(int argc, char **argv)
         printf("%s\n", ctl_clean(id, ib, sizeof ib));
         fflush(stdout);
     }
-    rc = ctl_wait_job(&c, id, wait_timeout, &final);
+    rc = ctl_wait_job(c, id, s->wait_timeout, &final);
     if (json_out && final)
         ctl_print_json(stdout, final);
 out:
-    free(idem_hdr);
-    json_decref(prov);
     json_decref(final);
     json_decref(job);
-    json_decref(body);
-    json_decref(opts);
-    json_decref(labels);
-    json_decref(matrix);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
+    return rc;
+}
+
+int ctl_cmd_submit(int argc, char **argv)
+{
+    struct submit s = {0};
+    int rc = ctl_main(&cmd_submit, argc, argv, &s);
+    json_decref(s.body);
+    free(s.idem_hdr);
     return rc;
 }
 
@@ -710,6 +775,8 @@ static void print_job(json_t *j)
             printf("  ! %s\n", ctl_jtext(json_object_get(f, "message"), b, sizeof b));
     }
     printf("\n");
+    /* A row that cannot be added (out of memory) is left out: the job
+     * above is what status is for. */
     static const char *const hdr[] = {"MODEL", "WIDTH", "PASS", "STATE", "DURATION", "REASON"};
     struct ctl_table *t = ctl_table_new(6, hdr);
     json_t *cell;
@@ -724,66 +791,42 @@ static void print_job(json_t *j)
                              json_string_value(json_object_get(cell, "state")),
                              d,
                              json_string_value(json_object_get(cell, "reason"))};
-        if (t)
-            ctl_table_row(t, row);
+        ctl_table_row(t, row);
     }
-    if (t)
-        ctl_table_print(t, stdout);
+    ctl_table_print(t, stdout);
     ctl_table_free(t);
+}
+
+static int status_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    return ctl_show_object(c, a, "/v1/jobs", "job id", print_job);
 }
 
 int ctl_cmd_status(int argc, char **argv)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *j = NULL;
-    int rc = ctl_parse(&cmd_status, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
-    if ((rc = ctl_get_object(&c, &cmd_status, "/v1/jobs", a.pos[0], "job id", &r, &j)) != 0)
-        goto out;
-    rc = CTL_EXIT_ERROR;
-    if (ctl_has(&a, "json"))
-        ctl_print_json(stdout, j);
-    else
-        print_job(j);
-    rc = 0;
-out:
-    json_decref(j);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
+    return ctl_main(&cmd_status, argc, argv, NULL);
+}
+
+/* CTX is the double the timeout goes into (0: none). */
+static int wait_check(const struct ctl_args *a, void *ctx)
+{
+    const char *wt = ctl_arg(a, "wait-timeout");
+    return wt ? ctl_seconds_arg(a->cmd, "wait-timeout", wt, ctx) : 0;
+}
+
+static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    json_t *final = NULL;
+    int rc = ctl_wait_job(c, a->pos[0], *(double *)ctx, &final);
+    if (ctl_has(a, "json") && final && rc != CTL_EXIT_ERROR)
+        ctl_print_json(stdout, final);
+    json_decref(final);
     return rc;
 }
 
 int ctl_cmd_wait(int argc, char **argv)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    json_t *final = NULL;
     double timeout = 0;
-    int rc = ctl_parse(&cmd_wait, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    const char *wt = ctl_arg(&a, "wait-timeout");
-    if (wt && (rc = ctl_seconds_arg(&cmd_wait, "wait-timeout", wt, &timeout)) != 0)
-        goto out;
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    rc = ctl_wait_job(&c, a.pos[0], timeout, &final);
-    if (ctl_has(&a, "json") && final && rc != CTL_EXIT_ERROR)
-        ctl_print_json(stdout, final);
-out:
-    json_decref(final);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
-    return rc;
+    return ctl_main(&cmd_wait, argc, argv, &timeout);
 }

@@ -13,16 +13,17 @@ static const struct ctl_opt widths_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+
 static const struct ctl_cmd cmd_widths = {
-    "widths",
-    "[--json | --runnable]",
-    "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
-    "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
-    "The host line names the CPU capd read at start and the features hidden by its\n"
-    "cpu_features_hide setting (docs/widths.md).",
-    widths_opts,
-    0,
-    0,
+    .name = "widths",
+    .usage = "[--json | --runnable]",
+    .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
+               "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
+    .details = "The host line names the CPU capd read at start and the features hidden by its\n"
+               "cpu_features_hide setting (docs/widths.md).",
+    .opts = widths_opts,
+    .run = widths_run,
 };
 
 /* "avx512f,avx512bw" from a JSON array of names; "-" when empty. */
@@ -77,37 +78,17 @@ static int print_table(json_t *arr)
                              json_string_value(json_object_get(w, "arch")), req,
                              json_is_true(json_object_get(w, "runnable_here")) ? "yes" : "no",
                              missing ? missing : "-"};
-        if (!t || ctl_table_row(t, row) != 0) {
-            fprintf(stderr, "capctl: out of memory\n");
-            ctl_table_free(t);
-            return CTL_EXIT_ERROR;
-        }
+        ctl_table_row(t, row);
     }
-    ctl_table_print(t, stdout);
-    ctl_table_free(t);
-    return 0;
+    return ctl_table_emit(t, stdout);
 }
 
-int ctl_cmd_widths(int argc, char **argv)
+/* --runnable: the names of the widths this host runs, for scripts; else
+ * the host line and the table. */
+static int print_widths(struct ctl_client *c, const struct ctl_args *a, json_t *arr)
 {
-    struct ctl_args a;
-    struct ctl_client c = {0};
-    struct ctl_resp r = {0};
-    json_t *j = NULL;
-    int rc = ctl_parse(&cmd_widths, argc, argv, &a);
-    if (rc) {
-        rc = rc == 1 ? 0 : rc; /* 1: --help was printed */
-        goto out;
-    }
-    if ((rc = ctl_client_open(&c, &a)) != 0)
-        goto out;
-    json_t *arr;
-    if ((rc = ctl_get_list(&c, "/v1/widths", "widths", &r, &j, &arr)) != 0)
-        goto out;
-    if (ctl_has(&a, "json")) {
-        ctl_print_json(stdout, j);
-        rc = 0;
-    } else if (ctl_has(&a, "runnable")) {
+    int rc = 0;
+    if (ctl_has(a, "runnable")) {
         size_t i;
         json_t *w;
         json_array_foreach(arr, i, w)
@@ -115,14 +96,19 @@ int ctl_cmd_widths(int argc, char **argv)
             if (json_is_true(json_object_get(w, "runnable_here")))
                 printf("%s\n", json_string_value(json_object_get(w, "name")));
         }
-        rc = 0;
-    } else if ((rc = print_host(&c)) == 0) {
+    } else if ((rc = print_host(c)) == 0) {
         rc = print_table(arr);
     }
-out:
-    json_decref(j);
-    ctl_resp_free(&r);
-    ctl_client_close(&c);
-    ctl_args_free(&a);
     return rc;
+}
+
+static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    return ctl_show_list(c, a, "/v1/widths", "widths", print_widths);
+}
+
+int ctl_cmd_widths(int argc, char **argv)
+{
+    return ctl_main(&cmd_widths, argc, argv, NULL);
 }

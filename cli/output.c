@@ -67,6 +67,7 @@ struct ctl_table {
     const char *hdr[CTL_TABLE_MAX_COLS];
     char **cells; /* nrows * ncol */
     size_t nrows, cap;
+    bool lost_row; /* a row could not be added */
 };
 
 struct ctl_table *ctl_table_new(int ncol, const char *const *headers)
@@ -84,13 +85,19 @@ struct ctl_table *ctl_table_new(int ncol, const char *const *headers)
 
 int ctl_table_row(struct ctl_table *t, const char *const *cells)
 {
-    if (t->nrows >= CTL_TABLE_MAX_ROWS)
+    if (!t)
         return -1;
+    if (t->nrows >= CTL_TABLE_MAX_ROWS) {
+        t->lost_row = true;
+        return -1;
+    }
     if (t->nrows == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 16;
         char **nc = realloc(t->cells, cap * (size_t)t->ncol * sizeof *nc);
-        if (!nc)
+        if (!nc) {
+            t->lost_row = true;
             return -1;
+        }
         t->cells = nc;
         t->cap = cap;
     }
@@ -100,6 +107,7 @@ int ctl_table_row(struct ctl_table *t, const char *const *cells)
         if (!c) {
             for (int k = 0; k < i; k++)
                 free(t->cells[t->nrows * (size_t)t->ncol + (size_t)k]);
+            t->lost_row = true;
             return -1;
         }
         ctl_clean(s, c, strlen(s) + 1);
@@ -114,6 +122,8 @@ int ctl_table_row(struct ctl_table *t, const char *const *cells)
 void ctl_table_print(struct ctl_table *t, FILE *f)
 {
     size_t w[CTL_TABLE_MAX_COLS];
+    if (!t)
+        return;
     for (int i = 0; i < t->ncol; i++) {
         w[i] = strlen(t->hdr[i]);
         for (size_t r = 0; r < t->nrows; r++) {
@@ -141,4 +151,18 @@ void ctl_table_free(struct ctl_table *t)
         free(t->cells[i]);
     free(t->cells);
     free(t);
+}
+
+/* The one way a listing ends: the whole table, or none of it and why. */
+int ctl_table_emit(struct ctl_table *t, FILE *f)
+{
+    int rc = 0;
+    if (!t || t->lost_row) {
+        fprintf(stderr, "capctl: out of memory\n");
+        rc = CTL_EXIT_ERROR;
+    } else {
+        ctl_table_print(t, f);
+    }
+    ctl_table_free(t);
+    return rc;
 }

@@ -29,16 +29,12 @@ extern char **environ;
 
 const char *prov_kind_name(enum prov_kind k)
 {
-    switch (k) {
-    case PROV_GENERATED_SOURCE:
-        return "generated_source";
-    case PROV_STALE_HEADER:
-        return "stale_header";
-    case PROV_DIRTY_SUBMODULE:
-        return "dirty_submodule";
-    default:
-        return NULL;
-    }
+    static const char *const names[] = {
+        [PROV_GENERATED_SOURCE] = "generated_source",
+        [PROV_STALE_HEADER] = "stale_header",
+        [PROV_DIRTY_SUBMODULE] = "dirty_submodule",
+    };
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : NULL;
 }
 
 static bool valid_cap(const char *s, size_t n)
@@ -306,78 +302,87 @@ static void set_err(char **err, const char *fmt, const char *a, const char *b)
         *err = NULL;
 }
 
-/* Runs "git -C DIR ARGS..." with stdout read line by line into ON_LINE
- * (lines longer than PROV_MAX_LINE are skipped and counted in *LONG_LINES).
- * Returns git's exit status (0..255), or a negative errno when git could
- * not be run. *ERRTEXT (may be NULL) gets the first line of git's stderr. */
-static int run_git(const char *dir, const char *const *args,
-                   int (*on_line)(void *ud, const char *line), void *ud, size_t *long_lines,
-                   char *errtext, size_t errcap)
-{
+/* One git child: what run_git() opened, all of it released by git_close(). */
+struct git_proc {
     const char *argv[16];
-    int a = 0, out[2] = {-1, -1}, rc = -EIO;
-    pid_t pid = -1;
-    FILE *errf = NULL, *in = NULL;
-    char **envp = NULL;
-    char *line = NULL;
+    char **envp;
+    FILE *errf; /* git's stderr, read back for the error text */
+    FILE *in;   /* git's stdout */
+    int out[2];
+    pid_t pid;
     posix_spawn_file_actions_t fa;
-    bool fa_init = false;
+    bool fa_init;
+};
 
-    if (errtext && errcap)
-        errtext[0] = 0;
-    argv[a++] = "git";
-    argv[a++] = "-C";
-    argv[a++] = dir;
+/* "git -C DIR ARGS..." (at most 12 ARGS) and the caller's environment,
+ * plus: no optional locks (status must not write the index of a tree a
+ * build may be using), no prompts, and messages in English for the error
+ * text. */
+static int git_prepare(struct git_proc *g, const char *dir, const char *const *args)
+{
+    int a = 0;
+    g->argv[a++] = "git";
+    g->argv[a++] = "-C";
+    g->argv[a++] = dir;
     for (int i = 0; args[i] && a < 15; i++)
-        argv[a++] = args[i];
-    argv[a] = NULL;
-
-    /* The caller's environment, plus: no optional locks (status must not
-     * write the index of a tree a build may be using), no prompts, and
-     * messages in English for the error text. */
+        g->argv[a++] = args[i];
+    g->argv[a] = NULL;
     size_t n = 0;
     while (environ[n])
         n++;
-    envp = calloc(n + 4, sizeof *envp);
-    if (!envp) {
-        rc = -ENOMEM;
-        goto out;
-    }
+    g->envp = calloc(n + 4, sizeof *g->envp);
+    if (!g->envp)
+        return -ENOMEM;
     size_t e = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "GIT_OPTIONAL_LOCKS=", 19) && strncmp(environ[i], "LC_ALL=", 7) &&
             strncmp(environ[i], "GIT_TERMINAL_PROMPT=", 20))
-            envp[e++] = environ[i];
-    envp[e++] = "GIT_OPTIONAL_LOCKS=0";
-    envp[e++] = "GIT_TERMINAL_PROMPT=0";
-    envp[e++] = "LC_ALL=C";
-    envp[e] = NULL;
+            g->envp[e++] = environ[i];
+    g->envp[e++] = "GIT_OPTIONAL_LOCKS=0";
+    g->envp[e++] = "GIT_TERMINAL_PROMPT=0";
+    g->envp[e++] = "LC_ALL=C";
+    g->envp[e] = NULL;
+    return 0;
+}
 
-    errf = tmpfile();
-    if (!errf || pipe2(out, O_CLOEXEC) != 0)
-        goto out;
-    posix_spawn_file_actions_init(&fa);
-    fa_init = true;
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fileno(errf), 2);
-    int src = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)argv, envp);
-    close(out[1]);
-    out[1] = -1;
+/* Starts git with stdin from /dev/null, stdout into a pipe read through
+ * g->in and stderr into a temporary file. */
+static int git_spawn(struct git_proc *g)
+{
+    g->errf = tmpfile();
+    if (!g->errf || pipe2(g->out, O_CLOEXEC) != 0)
+        return -EIO;
+    posix_spawn_file_actions_init(&g->fa);
+    g->fa_init = true;
+    posix_spawn_file_actions_addopen(&g->fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&g->fa, g->out[1], 1);
+    posix_spawn_file_actions_adddup2(&g->fa, fileno(g->errf), 2);
+    int src = posix_spawnp(&g->pid, "git", &g->fa, NULL, (char *const *)g->argv, g->envp);
+    close(g->out[1]);
+    g->out[1] = -1;
     if (src != 0) {
-        pid = -1;
-        rc = -src;
-        goto out;
+        g->pid = -1;
+        return -src;
     }
-    in = fdopen(out[0], "r");
-    if (!in)
-        goto out;
-    out[0] = -1;
-    line = malloc(PROV_MAX_LINE + 2);
-    if (!line)
-        goto out;
+    g->in = fdopen(g->out[0], "r");
+    if (!g->in)
+        return -EIO;
+    g->out[0] = -1;
+    return 0;
+}
+
+/* Feeds each line of git's stdout to ON_LINE until it fails (the rest is
+ * still read, so git is never blocked on a full pipe); a line over
+ * PROV_MAX_LINE is skipped and counted in *LONG_LINES. Returns ON_LINE's
+ * first non-zero result, or 0. */
+static int git_read_lines(FILE *in, int (*on_line)(void *ud, const char *line), void *ud,
+                          size_t *long_lines)
+{
+    char *line = malloc(PROV_MAX_LINE + 2);
     bool skipping = false;
     int cb_rc = 0;
+    if (!line)
+        return -EIO;
     while (fgets(line, PROV_MAX_LINE + 2, in)) {
         size_t l = strlen(line);
         bool complete = l > 0 && line[l - 1] == '\n';
@@ -396,36 +401,66 @@ static int run_git(const char *dir, const char *const *args,
         if (cb_rc == 0)
             cb_rc = on_line(ud, line);
     }
+    free(line);
+    return cb_rc;
+}
+
+/* Waits for git: its exit status (0..255, 128+N for signal N), with the
+ * first line of its stderr in ERRTEXT (may be NULL). */
+static int git_reap(struct git_proc *g, char *errtext, size_t errcap)
+{
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    while (waitpid(g->pid, &st, 0) < 0 && errno == EINTR)
         ;
-    pid = -1;
+    g->pid = -1;
     if (errtext && errcap) {
-        fflush(errf);
-        rewind(errf);
-        if (fgets(errtext, (int)errcap, errf))
+        fflush(g->errf);
+        rewind(g->errf);
+        if (fgets(errtext, (int)errcap, g->errf))
             errtext[strcspn(errtext, "\n")] = 0;
     }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void git_close(struct git_proc *g)
+{
+    if (g->pid > 0)
+        while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    if (g->fa_init)
+        posix_spawn_file_actions_destroy(&g->fa);
+    if (g->in)
+        fclose(g->in);
+    if (g->out[0] >= 0)
+        close(g->out[0]);
+    if (g->out[1] >= 0)
+        close(g->out[1]);
+    if (g->errf)
+        fclose(g->errf);
+    free(g->envp);
+}
+
+/* Runs "git -C DIR ARGS..." with stdout read line by line into ON_LINE
+ * (lines longer than PROV_MAX_LINE are skipped and counted in *LONG_LINES).
+ * Returns git's exit status (0..255), or a negative errno when git could
+ * not be run or ON_LINE failed. *ERRTEXT (may be NULL) gets the first line
+ * of git's stderr. */
+static int run_git(const char *dir, const char *const *args,
+                   int (*on_line)(void *ud, const char *line), void *ud, size_t *long_lines,
+                   char *errtext, size_t errcap)
+{
+    struct git_proc g = {.out = {-1, -1}, .pid = -1};
+    int rc;
+    if (errtext && errcap)
+        errtext[0] = 0;
+    if ((rc = git_prepare(&g, dir, args)) != 0 || (rc = git_spawn(&g)) != 0)
+        goto out;
+    int cb_rc = git_read_lines(g.in, on_line, ud, long_lines);
+    rc = git_reap(&g, errtext, errcap);
     if (cb_rc < 0)
         rc = cb_rc;
-    else
-        rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 out:
-    if (pid > 0)
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-    if (fa_init)
-        posix_spawn_file_actions_destroy(&fa);
-    if (in)
-        fclose(in);
-    if (out[0] >= 0)
-        close(out[0]);
-    if (out[1] >= 0)
-        close(out[1]);
-    if (errf)
-        fclose(errf);
-    free(line);
-    free(envp);
+    git_close(&g);
     return rc;
 }
 
@@ -572,122 +607,148 @@ int prov_commit_order(const char *dir, const char *commit, json_t *body)
     return 0;
 }
 
-int prov_collect(const char *dir, json_t **out, char **err)
+/* The tree's root (TOP) from DIR made absolute (*ABS, malloc'd): -EINVAL
+ * with *ERR when DIR is not in a git work tree. */
+static int find_toplevel(const char *dir, struct collect *c, char **abs, char *top, char **err)
 {
-    struct collect c;
-    char errtext[512], top[PROV_MAX_PATH], head[128];
-    char *abs = NULL;
-    json_t *prov = NULL, *status = NULL, *subs = NULL, *counts = NULL;
-    size_t long_lines = 0;
-    int rc;
-
-    memset(&c, 0, sizeof c);
-    *out = NULL;
-    *err = NULL;
-    abs = realpath(dir, NULL);
-    if (!abs) {
-        rc = -errno;
-        set_err(err, "--source-tree %s: %s", dir, strerror(-rc));
-        goto out;
-    }
-
     static const char *const a_top[] = {"rev-parse", "--show-toplevel", NULL};
-    rc = run_git(abs, a_top, on_single, &c, NULL, errtext, sizeof errtext);
+    char errtext[512];
+    *abs = realpath(dir, NULL);
+    if (!*abs) {
+        int rc = -errno;
+        set_err(err, "--source-tree %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    int rc = run_git(*abs, a_top, on_single, c, NULL, errtext, sizeof errtext);
     if (rc < 0) {
         set_err(err, "--source-tree: cannot run git: %s%s", strerror(-rc), "");
-        goto out;
+        return rc;
     }
-    if (rc != 0 || !c.single[0]) {
+    if (rc != 0 || !c->single[0]) {
         set_err(err, "--source-tree %s is not a git work tree (%s)", dir,
                 errtext[0] ? errtext : "git rev-parse failed");
-        rc = -EINVAL;
-        goto out;
+        return -EINVAL;
     }
-    snprintf(top, sizeof top, "%s", c.single);
+    snprintf(top, PROV_MAX_PATH, "%s", c->single);
+    return 0;
+}
 
+/* Runs one listing command of git (ARGS) in TOP into LINES, within its
+ * line and byte budgets; ON_LINE classifies each line. WHAT names the
+ * command in *ERR when git fails. */
+static int collect_lines(struct collect *c, const char *top, const char *const *args,
+                         int (*on_line)(void *ud, const char *line), json_t *lines,
+                         size_t max_lines, size_t max_bytes, const char *what, size_t *long_lines,
+                         char **err)
+{
+    char errtext[512];
+    c->lines = lines;
+    c->nlines = c->bytes = c->total_lines = 0;
+    c->max_lines = max_lines;
+    c->max_bytes = max_bytes;
+    int rc = run_git(top, args, on_line, c, long_lines, errtext, sizeof errtext);
+    if (rc == 0)
+        return 0;
+    if (asprintf(err, "--source-tree: %s failed in %s (%s)", what, top,
+                 rc < 0 ? strerror(-rc) : errtext) < 0)
+        *err = NULL;
+    return rc < 0 ? rc : -EIO;
+}
+
+/* Findings past the per-kind cap are summed up in one more finding of
+ * that kind, so a comparison's warnings stay readable. */
+static int add_dropped_findings(struct collect *c)
+{
+    for (int k = 1; k < 4; k++) {
+        if (c->total[k] <= c->listed[k])
+            continue;
+        char msg[PROV_MAX_PATH + 200];
+        snprintf(msg, sizeof msg, "%zu more %s findings not listed (the first: %s)",
+                 c->total[k] - c->listed[k], prov_kind_name((enum prov_kind)k),
+                 c->first_dropped[k]);
+        json_t *o = json_pack("{s:s,s:o,s:o}", "kind", prov_kind_name((enum prov_kind)k), "path",
+                              jstr_lossy(c->first_dropped[k]), "message", jstr_lossy(msg));
+        if (!o || json_array_append_new(c->findings, o))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* What the two listings left, as the job's "provenance" object. */
+struct listing {
+    json_t *status, *subs;
+    size_t sub_total;
+    bool sub_trunc;
+    size_t long_lines;
+};
+
+static json_t *prov_object(const struct collect *c, const struct listing *l, const char *abs,
+                           const char *top, const char *head)
+{
+    json_t *counts =
+        json_pack("{s:I,s:I,s:I}", "generated_source", (json_int_t)c->total[1], "stale_header",
+                  (json_int_t)c->total[2], "dirty_submodule", (json_int_t)c->total[3]);
+    json_t *prov = json_pack(
+        "{s:o,s:o,s:o,s:O,s:I,s:b,s:O,s:I,s:b,s:I,s:O,s:O,s:s}", "source_tree", jstr_lossy(abs),
+        "git_toplevel", jstr_lossy(top), "head", head[0] ? json_string(head) : json_null(),
+        "git_status", l->status, "git_status_total", (json_int_t)c->total_lines,
+        "git_status_truncated", c->nlines < c->total_lines, "submodules", l->subs,
+        "submodules_total", (json_int_t)l->sub_total, "submodules_truncated", l->sub_trunc,
+        "long_lines_skipped", (json_int_t)l->long_lines, "findings", c->findings, "finding_counts",
+        counts, "collected_by", "capctl " CAPD_VERSION);
+    json_decref(counts);
+    return prov;
+}
+
+int prov_collect(const char *dir, json_t **out, char **err)
+{
     static const char *const a_head[] = {"rev-parse", "--verify", "-q", "HEAD", NULL};
-    c.single[0] = 0;
-    rc = run_git(top, a_head, on_single, &c, NULL, NULL, 0);
-    snprintf(head, sizeof head, "%.*s", (int)sizeof head - 1, rc == 0 ? c.single : ""); /* a hash */
-
-    rc = -ENOMEM;
-    c.findings = json_array();
-    subs = json_array();
-    status = json_array();
-    if (!c.findings || !subs || !status)
-        goto out;
-
-    /* Submodules first: the status classifier needs their paths. */
     static const char *const a_sub[] = {"submodule", "status", "--recursive", NULL};
-    c.lines = subs;
-    c.max_lines = PROV_MAX_SUBMODULE_LINES;
-    c.max_bytes = PROV_MAX_SUBMODULE_BYTES;
-    rc = run_git(top, a_sub, on_submodule, &c, &long_lines, errtext, sizeof errtext);
-    if (rc != 0) {
-        set_err(err, "--source-tree: git submodule status failed in %s (%s)", top,
-                rc < 0 ? strerror(-rc) : errtext);
-        rc = rc < 0 ? rc : -EIO;
-        goto out;
-    }
-    size_t sub_total = c.total_lines;
-    bool sub_trunc = c.nlines < c.total_lines;
-
     /* -uall lists each untracked file (a wholly untracked directory would
      * otherwise hide its generated files behind one "?? dir/" line);
      * --ignored=matching lists ignored files but not the contents of an
      * ignored directory such as build/. */
     static const char *const a_st[] = {"status", "--porcelain=v1", "--ignored=matching",
                                        "--untracked-files=all", NULL};
-    c.lines = status;
-    c.nlines = c.bytes = c.total_lines = 0;
-    c.max_lines = PROV_MAX_STATUS_LINES;
-    c.max_bytes = PROV_MAX_STATUS_BYTES;
-    rc = run_git(top, a_st, on_status, &c, &long_lines, errtext, sizeof errtext);
-    if (rc != 0) {
-        set_err(err, "--source-tree: git status failed in %s (%s)", top,
-                rc < 0 ? strerror(-rc) : errtext);
-        rc = rc < 0 ? rc : -EIO;
-        goto out;
-    }
+    struct collect c;
+    struct listing l = {0};
+    char top[PROV_MAX_PATH], head[128];
+    char *abs = NULL;
+    int rc;
 
-    /* Findings past the per-kind cap are summed up in one more finding of
-     * that kind, so a comparison's warnings stay readable. */
-    for (int k = 1; k < 4; k++) {
-        if (c.total[k] <= c.listed[k])
-            continue;
-        char msg[PROV_MAX_PATH + 200];
-        snprintf(msg, sizeof msg, "%zu more %s findings not listed (the first: %s)",
-                 c.total[k] - c.listed[k], prov_kind_name((enum prov_kind)k), c.first_dropped[k]);
-        json_t *o = json_pack("{s:s,s:o,s:o}", "kind", prov_kind_name((enum prov_kind)k), "path",
-                              jstr_lossy(c.first_dropped[k]), "message", jstr_lossy(msg));
-        if (!o || json_array_append_new(c.findings, o)) {
-            rc = -ENOMEM;
-            goto out;
-        }
-    }
-    counts = json_pack("{s:I,s:I,s:I}", "generated_source", (json_int_t)c.total[1], "stale_header",
-                       (json_int_t)c.total[2], "dirty_submodule", (json_int_t)c.total[3]);
-    prov = json_pack(
-        "{s:o,s:o,s:o,s:O,s:I,s:b,s:O,s:I,s:b,s:I,s:O,s:O,s:s}", "source_tree", jstr_lossy(abs),
-        "git_toplevel", jstr_lossy(top), "head", head[0] ? json_string(head) : json_null(),
-        "git_status", status, "git_status_total", (json_int_t)c.total_lines, "git_status_truncated",
-        c.nlines < c.total_lines, "submodules", subs, "submodules_total", (json_int_t)sub_total,
-        "submodules_truncated", sub_trunc, "long_lines_skipped", (json_int_t)long_lines, "findings",
-        c.findings, "finding_counts", counts, "collected_by", "capctl " CAPD_VERSION);
-    if (!prov) {
-        rc = -ENOMEM;
+    memset(&c, 0, sizeof c);
+    *out = NULL;
+    *err = NULL;
+    if ((rc = find_toplevel(dir, &c, &abs, top, err)) != 0)
         goto out;
-    }
-    *out = prov;
-    prov = NULL;
-    rc = 0;
+    c.single[0] = 0;
+    rc = run_git(top, a_head, on_single, &c, NULL, NULL, 0);
+    snprintf(head, sizeof head, "%.*s", (int)sizeof head - 1, rc == 0 ? c.single : ""); /* a hash */
+
+    rc = -ENOMEM;
+    c.findings = json_array();
+    l.subs = json_array();
+    l.status = json_array();
+    if (!c.findings || !l.subs || !l.status)
+        goto out;
+    /* Submodules first: the status classifier needs their paths. */
+    rc = collect_lines(&c, top, a_sub, on_submodule, l.subs, PROV_MAX_SUBMODULE_LINES,
+                       PROV_MAX_SUBMODULE_BYTES, "git submodule status", &l.long_lines, err);
+    if (rc != 0)
+        goto out;
+    l.sub_total = c.total_lines;
+    l.sub_trunc = c.nlines < c.total_lines;
+    rc = collect_lines(&c, top, a_st, on_status, l.status, PROV_MAX_STATUS_LINES,
+                       PROV_MAX_STATUS_BYTES, "git status", &l.long_lines, err);
+    if (rc != 0 || (rc = add_dropped_findings(&c)) != 0)
+        goto out;
+    *out = prov_object(&c, &l, abs, top, head);
+    rc = *out ? 0 : -ENOMEM;
 out:
     if (rc && !*err)
         set_err(err, "--source-tree %s: %s", dir, strerror(rc < 0 ? -rc : EIO));
-    json_decref(prov);
-    json_decref(status);
-    json_decref(subs);
-    json_decref(counts);
+    json_decref(l.status);
+    json_decref(l.subs);
     json_decref(c.findings);
     for (size_t i = 0; i < c.nsub; i++)
         free(c.subs[i]);
