@@ -81,11 +81,12 @@ class PairsTest(unittest.TestCase):
         self.assertTrue(all(t["cpus"] == spec["cpus"] for t in ts))
         self.assertTrue(all(t["round"] == 0 and t["processes"] == 8 for t in ts))
         # Each side in its own environment: the head 1.5 times the control.
-        ctl = [min(t["samples_ns"]) for t in ts if t.get("reference")]
-        head = [min(t["samples_ns"]) for t in ts if not t.get("reference")]
-        for c, h in zip(ctl, head):
-            self.assertGreater(h / c, 1.4)
-            self.assertLess(h / c, 1.6)
+        # A loaded host only ever adds time to a busy-wait, so the fastest
+        # of each side's 24 samples is the one to compare.
+        ctl = min(min(t["samples_ns"]) for t in ts if t.get("reference"))
+        head = min(min(t["samples_ns"]) for t in ts if not t.get("reference"))
+        self.assertGreater(head / ctl, 1.4)
+        self.assertLess(head / ctl, 1.6)
         keys = [t["key"] for t in r.tensors]
         self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
 
