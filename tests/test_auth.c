@@ -28,27 +28,6 @@ struct env {
     char data[300];
 };
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    char *buf = NULL;
-    size_t n = 0;
-    char chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        buf = realloc(buf, n + r + 1);
-        memcpy(buf + n, chunk, r);
-        n += r;
-    }
-    fclose(f);
-    if (!buf)
-        return strdup("");
-    buf[n] = 0;
-    return buf;
-}
-
 static void env_init(struct env *e)
 {
     memset(e, 0, sizeof *e);
@@ -81,7 +60,7 @@ static void env_start(struct env *e, const char *config_json, const char *extra_
     if (tu_capd_start(&e->c, e->dir, extra) != 0) {
         char p[400];
         snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = slurp(p);
+        char *err = tu_slurp(p);
         cr_assert_fail("capd did not start: %s", err);
     }
 }
@@ -102,7 +81,7 @@ static char *make_token(const struct env *e, const char *scope, const char *expi
                    tu_bin("CAPD_BIN"), e->data, scope, scope, expires ? " --expires " : "",
                    expires ? expires : "", out);
     cr_assert_eq(rc, 0, "capd token create --scope %s", scope);
-    char *t = slurp(out);
+    char *t = tu_slurp(out);
     unlink(out);
     char *nl = strchr(t, '\n');
     cr_assert_not_null(nl, "one line: %s", t);
@@ -308,7 +287,7 @@ Test(tokens, create_check_revoke_expire_in_the_store)
     cr_assert_eq(tu_sh("sqlite3 '%s/capd.db' \"SELECT hash FROM tokens WHERE scope='read'\" >'%s'",
                        e.data, out),
                  0);
-    char *got = slurp(out);
+    char *got = tu_slurp(out);
     cr_assert(strncmp(got, h, 64) == 0, "stored %s, want %s", got, h);
     free(got);
     env_stop(&e);
@@ -333,7 +312,7 @@ Test(tokens, capd_token_cli)
     char out[400];
     snprintf(out, sizeof out, "%s/list.out", e.dir);
     cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' >'%s'", capd, e.data, out), 0);
-    char *list = slurp(out);
+    char *list = tu_slurp(out);
     char id[14];
     memcpy(id, t + 5, 13);
     id[13] = 0;
@@ -619,7 +598,7 @@ Test(auth, secrets_never_logged_or_echoed)
     cr_assert_eq(call(&e, "POST", path, sb, "{}", NULL), 202);
     cr_assert_eq(tu_capd_stop(&e.c), 0);
 
-    char *log = slurp(e.c.errlog);
+    char *log = tu_slurp(e.c.errlog);
     cr_assert(strstr(log, "auth_refused"), "refusals are logged: %s", log);
     cr_assert(strstr(log, "http_reply"), "debug logging was on");
     const char *secrets[] = {ad + 19, sb + 19, wrong + 19, "SECRETJUNK", minted + 19};
@@ -716,7 +695,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
     for (int i = 0; i < 100; i++) {
         char p[64];
         snprintf(p, sizeof p, "/proc/%d/comm", (int)runner);
-        char *comm = slurp(p);
+        char *comm = tu_slurp(p);
         bool execd = strncmp(comm, "fake_runner", 11) == 0;
         free(comm);
         if (execd)
@@ -807,7 +786,7 @@ Test(runas, unknown_user_refused_at_start)
     int rc = tu_sh("timeout 10 '%s' --listen 127.0.0.1:0 --data-dir '%s' --config '%s' "
                    ">/dev/null 2>'%s' & sleep 1; kill $! 2>/dev/null; wait $!",
                    tu_bin("CAPD_BIN"), e.data, cfg, out);
-    char *err = slurp(out);
+    char *err = tu_slurp(out);
     if (geteuid() == 0) {
         cr_assert(rc != 0 && rc < 128, "capd started with an unknown run_as_user (rc %d)", rc);
         cr_assert(strstr(err, "no-such-user-capd"), "the message names the user: %s", err);

@@ -64,12 +64,6 @@ static json_t *run_cell(struct env *e, const char *model, const char *options, c
     return cell;
 }
 
-static const char *str(json_t *o, const char *k)
-{
-    const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : "";
-}
-
 static json_int_t count(json_t *cell, const char *kind)
 {
     return json_integer_value(json_object_get(json_object_get(cell, "record_counts"), kind));
@@ -139,19 +133,19 @@ Test(cells, ok_stores_every_frame)
     int fds = warm_fds(&e);
     char *job;
     json_t *cell = run_cell(&e, "fake:ok", NULL, &job);
-    cr_assert_str_eq(str(cell, "state"), "ok", "reason: %s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "reason: %s", tu_str(cell, "reason"));
     cr_assert_eq(count(cell, "tensor"), 3);
     cr_assert_eq(count(cell, "hello"), 1);
     cr_assert_eq(count(cell, "end"), 1);
     cr_assert_eq(json_is_false(json_object_get(cell, "partial")), 1);
-    cr_assert_str_eq(str(cell, "effective_width"), "avx2");
+    cr_assert_str_eq(tu_str(cell, "effective_width"), "avx2");
     cr_assert_gt(json_integer_value(json_object_get(cell, "peak_rss_bytes")), 0,
                  "peak RSS from wait4");
     json_t *timing = json_object_get(cell, "timing");
     cr_assert_eq(json_integer_value(json_object_get(timing, "n")), 20, "20 samples by default");
     /* The log endpoint serves text. */
     char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, str(cell, "id"));
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
     struct tu_resp r;
     tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 200);
@@ -169,8 +163,8 @@ Test(cells, segv_is_crashed_and_keeps_partial_records)
     start(&e, NULL);
     int fds = warm_fds(&e);
     json_t *cell = run_cell(&e, "fake:segv", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "crashed");
-    cr_assert_str_eq(str(cell, "signal"), "SIGSEGV");
+    cr_assert_str_eq(tu_str(cell, "state"), "crashed");
+    cr_assert_str_eq(tu_str(cell, "signal"), "SIGSEGV");
     cr_assert_eq(count(cell, "tensor"), 2, "the frames streamed before the crash are kept");
     cr_assert(json_is_true(json_object_get(cell, "partial")));
     json_decref(cell);
@@ -183,8 +177,8 @@ Test(cells, abort_is_crashed)
     struct env e;
     start(&e, NULL);
     json_t *cell = run_cell(&e, "fake:abort", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "crashed");
-    cr_assert_str_eq(str(cell, "signal"), "SIGABRT");
+    cr_assert_str_eq(tu_str(cell, "state"), "crashed");
+    cr_assert_str_eq(tu_str(cell, "signal"), "SIGABRT");
     json_decref(cell);
     stop(&e);
 }
@@ -194,20 +188,20 @@ Test(cells, exit_codes_and_missing_end_are_failed)
     struct env e;
     start(&e, NULL);
     json_t *cell = run_cell(&e, "fake:exit3", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "failed");
+    cr_assert_str_eq(tu_str(cell, "state"), "failed");
     cr_assert_eq(json_integer_value(json_object_get(cell, "exit_code")), 3);
-    cr_assert(strstr(str(cell, "reason"), "exit code 3") != NULL, "%s", str(cell, "reason"));
+    cr_assert(strstr(tu_str(cell, "reason"), "exit code 3") != NULL, "%s", tu_str(cell, "reason"));
     json_decref(cell);
     cell = run_cell(&e, "fake:noend", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "failed");
-    cr_assert(strstr(str(cell, "reason"), "end frame") != NULL, "%s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "failed");
+    cr_assert(strstr(tu_str(cell, "reason"), "end frame") != NULL, "%s", tu_str(cell, "reason"));
     json_decref(cell);
     cell = run_cell(&e, "fake:failed", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "failed");
+    cr_assert_str_eq(tu_str(cell, "state"), "failed");
     json_decref(cell);
     cell = run_cell(&e, "fake:unsupported", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "unsupported");
-    cr_assert_neq(str(cell, "reason")[0], 0, "the runner's reason is kept");
+    cr_assert_str_eq(tu_str(cell, "state"), "unsupported");
+    cr_assert_neq(tu_str(cell, "reason")[0], 0, "the runner's reason is kept");
     json_decref(cell);
     stop(&e);
 }
@@ -224,14 +218,15 @@ Test(cells, protocol_violations)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *cell = run_cell(&e, cases[i][0], NULL, NULL);
-        cr_assert_str_eq(str(cell, "state"), "protocol_error", "%s: %s", cases[i][0],
-                         str(cell, "reason"));
-        cr_assert(strstr(str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s", cases[i][0],
-                  str(cell, "reason"));
+        cr_assert_str_eq(tu_str(cell, "state"), "protocol_error", "%s: %s", cases[i][0],
+                         tu_str(cell, "reason"));
+        cr_assert(strstr(tu_str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s", cases[i][0],
+                  tu_str(cell, "reason"));
         json_decref(cell);
     }
     json_t *cell = run_cell(&e, "fake:close_fd3", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "failed", "fd 3 closed early: %s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "failed", "fd 3 closed early: %s",
+                     tu_str(cell, "reason"));
     json_decref(cell);
     check_clean(&e, fds);
     stop(&e);
@@ -242,19 +237,19 @@ Test(cells, timeout_kills_the_group, .timeout = 120)
     struct env e;
     start(&e, "{\"kill_grace_ms\": 500, \"keep_scratch\": true}");
     json_t *cell = run_cell(&e, "fake:hang", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(str(cell, "state"), "timeout");
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
     json_decref(cell);
     /* SIGTERM ignored: SIGKILL after the grace period still ends it. */
     cell = run_cell(&e, "fake:ignore_term", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(str(cell, "state"), "timeout");
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
     json_decref(cell);
     /* A grandchild in the group dies with it. */
     cell = run_cell(&e, "fake:grandchild", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(str(cell, "state"), "timeout");
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
     char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, str(cell, "id"));
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "grandchild pid file %s", path);
     int gpid = 0;
@@ -274,9 +269,9 @@ Test(cells, lingering_grandchild_after_clean_exit_dies)
     struct env e;
     start(&e, "{\"keep_scratch\": true}");
     json_t *cell = run_cell(&e, "fake:grandchild__exit", NULL, NULL);
-    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, str(cell, "id"));
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f);
     int gpid = 0;
@@ -296,9 +291,9 @@ Test(cells, log_flood_is_capped, .timeout = 300)
     start(&e, "{\"cell_log_max_bytes\": 1048576}");
     char *job;
     json_t *cell = run_cell(&e, "fake:flood__1024", NULL, &job); /* 1 GiB */
-    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, str(cell, "id"));
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
     struct tu_resp r;
     tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 200);
@@ -317,9 +312,9 @@ Test(cells, address_space_limit_holds)
     struct env e;
     start(&e, "{\"rlimit_as_bytes\": 268435456}");
     json_t *cell = run_cell(&e, "fake:oom", NULL, NULL);
-    const char *state = str(cell, "state");
+    const char *state = tu_str(cell, "state");
     cr_assert(strcmp(state, "failed") == 0 || strcmp(state, "crashed") == 0, "oom: %s (%s)", state,
-              str(cell, "reason"));
+              tu_str(cell, "reason"));
     cr_assert_lt(json_integer_value(json_object_get(cell, "peak_rss_bytes")),
                  268435456 + (1 << 24));
     json_decref(cell);
@@ -333,12 +328,12 @@ Test(cells, clean_environment_and_fds)
     setenv("CAPD_TEST_SECRET", "leak", 1);
     char *job;
     json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
-    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[200];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, str(cell, "id"));
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));
     json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
     json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
-    const char *msg = str(rec, "message");
+    const char *msg = tu_str(rec, "message");
     cr_assert(strstr(msg, "CAPD_CELL_SPEC") != NULL, "spec path is set: %s", msg);
     cr_assert(strstr(msg, "ATEN_CPU_CAPABILITY") != NULL, "width variables are set");
     cr_assert(strstr(msg, "ONEDNN_MAX_CPU_ISA") != NULL);
@@ -359,12 +354,12 @@ Test(cells, fresh_exec_child_isolation)
     start(&e, "{\"rlimit_cpu_s\": 1234, \"rlimit_nofile\": 321, \"rlimit_nproc\": 2345}");
     char *job;
     json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
-    cr_assert_str_eq(str(cell, "state"), "ok", "%s", str(cell, "reason"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[200];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, str(cell, "id"));
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));
     json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
     json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
-    json_t *echo = json_loads(str(rec, "message"), 0, NULL);
+    json_t *echo = json_loads(tu_str(rec, "message"), 0, NULL);
     cr_assert_not_null(echo);
     json_int_t pid = json_integer_value(json_object_get(echo, "pid"));
     cr_assert_eq(json_integer_value(json_object_get(echo, "ppid")), (json_int_t)e.c.pid,
@@ -384,7 +379,7 @@ Test(cells, fresh_exec_child_isolation)
     for (size_t i = 0; i < json_array_size(fds); i++)
         cr_assert_leq(json_integer_value(json_array_get(fds, i)), 3);
     const char *cwd = json_string_value(json_object_get(echo, "cwd"));
-    cr_assert(cwd && strstr(cwd, "/scratch/") && strstr(cwd, str(cell, "id")),
+    cr_assert(cwd && strstr(cwd, "/scratch/") && strstr(cwd, tu_str(cell, "id")),
               "runs in its scratch dir: %s", cwd);
     json_decref(echo);
     json_decref(notes);
@@ -404,14 +399,14 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
                          "\"passes\":[\"forward\"]}}");
     cr_assert_eq(st, 201);
     char id[32];
-    snprintf(id, sizeof id, "%s", str(j, "id"));
+    snprintf(id, sizeof id, "%s", tu_str(j, "id"));
     json_decref(j);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     for (int i = 0; i < 100; i++) {
         j = tu_json(&e.c, "GET", path, NULL, NULL);
         bool running =
-            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
+            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;
@@ -423,7 +418,7 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
     json_decref(j);
     j = tu_wait_job(&e.c, id, 30);
     cr_assert_not_null(j);
-    cr_assert_str_eq(str(j, "state"), "cancelled");
+    cr_assert_str_eq(tu_str(j, "state"), "cancelled");
     json_decref(j);
     /* The running cell ends as cancelled once its group is gone. */
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
@@ -435,7 +430,7 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
         json_t *c;
         json_array_foreach(json_object_get(j, "cells"), n, c)
         {
-            any_running |= strcmp(str(c, "state"), "running") == 0;
+            any_running |= strcmp(tu_str(c, "state"), "running") == 0;
         }
         json_decref(j);
         if (any_running)
@@ -446,7 +441,7 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
     json_t *cell;
     json_array_foreach(json_object_get(j, "cells"), i, cell)
     {
-        cr_assert_str_eq(str(cell, "state"), "cancelled", "cell %zu", i);
+        cr_assert_str_eq(tu_str(cell, "state"), "cancelled", "cell %zu", i);
     }
     json_decref(j);
     check_clean(&e, -1);
@@ -469,7 +464,7 @@ Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
     for (int i = 0; i < 100; i++) {
         json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
         bool running =
-            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
+            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;
@@ -483,10 +478,11 @@ Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
     json_t *j = tu_wait_job(&e.c, job, 60);
     cr_assert_not_null(j);
     json_t *c0 = json_array_get(json_object_get(j, "cells"), 0);
-    cr_assert_str_eq(str(c0, "state"), "ok", "re-run after the restart: %s", str(c0, "reason"));
+    cr_assert_str_eq(tu_str(c0, "state"), "ok", "re-run after the restart: %s",
+                     tu_str(c0, "reason"));
     cr_assert_eq(json_integer_value(json_object_get(c0, "attempts")), 2);
     char cp[160];
-    snprintf(cp, sizeof cp, "/v1/jobs/%s/cells/%s", job, str(c0, "id"));
+    snprintf(cp, sizeof cp, "/v1/jobs/%s/cells/%s", job, tu_str(c0, "id"));
     json_t *cell = tu_json(&e.c, "GET", cp, NULL, NULL);
     cr_assert_eq(count(cell, "tensor"), 3, "no record duplicated");
     cr_assert_eq(count(cell, "hello"), 1);
@@ -509,7 +505,7 @@ Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
     for (int i = 0; i < 100; i++) {
         json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
         bool running =
-            strcmp(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
+            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
         json_decref(j);
         if (running)
             break;
@@ -522,7 +518,8 @@ Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
     cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0);
     json_t *j = tu_wait_job(&e.c, job, 30);
     cr_assert_not_null(j);
-    cr_assert_str_eq(str(json_array_get(json_object_get(j, "cells"), 0), "state"), "interrupted");
+    cr_assert_str_eq(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"),
+                     "interrupted");
     json_decref(j);
     free(job);
     stop(&e);
@@ -540,7 +537,7 @@ static char *memory_limit_case(struct env *e)
     json_t *host = tu_json(&e->c, "GET", "/v1/host", NULL, &status);
     cr_assert_eq(status, 200);
     json_t *mem = json_object_get(host, "memory");
-    char *mech = strdup(str(mem, "mechanism"));
+    char *mech = strdup(tu_str(mem, "mechanism"));
     cr_assert_gt(json_integer_value(json_object_get(mem, "cell_memory_max_bytes")), 64 << 20);
     json_decref(host);
     if (strcmp(mech, "watchdog") == 0 && strstr(e->config, "watchdog") == NULL)
@@ -551,20 +548,20 @@ static char *memory_limit_case(struct env *e)
                          "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]},"
                          "\"options\":{\"memory_max_bytes\":67108864}}");
     cr_assert_eq(status, 201, "job accepted");
-    char *job = strdup(str(j, "id"));
+    char *job = strdup(tu_str(j, "id"));
     json_decref(j);
     j = tu_wait_job(&e->c, job, 120);
     cr_assert_not_null(j);
     json_t *cells = json_object_get(j, "cells");
     for (size_t i = 0; i < json_array_size(cells); i++) {
         json_t *c = json_array_get(cells, i);
-        if (strcmp(str(c, "model"), "fake:ok") == 0) {
-            cr_assert_str_eq(str(c, "state"), "ok", "the other cell is unaffected: %s",
-                             str(c, "reason"));
+        if (strcmp(tu_str(c, "model"), "fake:ok") == 0) {
+            cr_assert_str_eq(tu_str(c, "state"), "ok", "the other cell is unaffected: %s",
+                             tu_str(c, "reason"));
             continue;
         }
-        const char *reason = str(c, "reason");
-        cr_assert_str_eq(str(c, "state"), "oom", "over its limit: %s (%s)", str(c, "state"),
+        const char *reason = tu_str(c, "reason");
+        cr_assert_str_eq(tu_str(c, "state"), "oom", "over its limit: %s (%s)", tu_str(c, "state"),
                          reason);
         cr_assert(strstr(reason, "limit 67108864 bytes") != NULL, "limit in reason: %s", reason);
         cr_assert(strstr(reason, "peak ") && !strstr(reason, "peak unknown"), "peak: %s", reason);
@@ -616,7 +613,7 @@ Test(cells, memory_option_bounded)
                          "\"passes\":[\"forward\"]},"
                          "\"options\":{\"memory_max_bytes\":9223372036854775807}}");
     cr_assert_eq(status, 400, "above cell_memory_max_bytes is refused");
-    cr_assert_str_eq(str(json_object_get(j, "error"), "field"), "options.memory_max_bytes");
+    cr_assert_str_eq(tu_str(json_object_get(j, "error"), "field"), "options.memory_max_bytes");
     json_decref(j);
     stop(&e);
 }

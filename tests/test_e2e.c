@@ -16,25 +16,19 @@
 
 #include "tests/helpers/common/testutil.h"
 
-static const char *python(void)
-{
-    const char *p = getenv("CAPD_PYTHON");
-    return p && *p ? p : "/usr/bin/python3";
-}
-
 /* The control build (Debian's torch) and the head, perturbed at the widest
  * width this host runs (examples/perturbed-build, CAPD_PERTURB_WIDTH). */
 static void register_builds(struct tu_capd *c)
 {
     long st = 0;
     json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st, "{\"name\":\"control\",\"python\":\"%s\"}",
-                         python());
+                         tu_python());
     cr_assert_eq(st, 201, "register control build: %ld", st);
     json_decref(j);
     j = tu_jsonf(c, "POST", "/v1/builds", &st,
                  "{\"name\":\"perturbed\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":"
                  "\"%s/examples/perturbed-build\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
-                 python(), tu_bin("CAPD_SOURCE_DIR"), tu_widest_width(c));
+                 tu_python(), tu_bin("CAPD_SOURCE_DIR"), tu_widest_width(c));
     cr_assert_eq(st, 201);
     json_decref(j);
 }
@@ -458,7 +452,7 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
                          "{\"name\":\"user\",\"python\":\"%s\",\"model_roots\":[\"%s\"],"
                          "\"env\":{\"PYTHONPATH\":\"%s\"}}",
-                         python(), roots, outside);
+                         tu_python(), roots, outside);
     cr_assert_eq(st, 201);
     json_decref(b);
     char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"", "\"avx2\"",
@@ -523,13 +517,13 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     long st = 0;
     json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
                          "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
-                         python(), roots);
+                         tu_python(), roots);
     cr_assert_eq(st, 201);
     json_decref(b);
     b = tu_jsonf(&c, "POST", "/v1/builds", &st,
                  "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
                  "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
-                 python(), roots, tu_bin("CAPD_SOURCE_DIR"), width);
+                 tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width);
     cr_assert_eq(st, 201);
     json_decref(b);
     /* what capctl submit --source-tree sends for a tree holding two wrappers */

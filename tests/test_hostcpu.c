@@ -17,19 +17,13 @@
 
 #include "tests/helpers/common/testutil.h"
 
-static const char *str(json_t *o, const char *k)
-{
-    const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : "";
-}
-
 static json_t *width_row(json_t *widths, const char *name)
 {
     size_t i;
     json_t *row;
     json_array_foreach(json_object_get(widths, "widths"), i, row)
     {
-        if (!strcmp(str(row, "name"), name))
+        if (!strcmp(tu_str(row, "name"), name))
             return row;
     }
     return NULL;
@@ -71,7 +65,7 @@ static char *submit(struct tu_capd *c, const char *commit, const char *widths)
                          "\"passes\":[\"forward\"]},\"options\":{\"iterations\":0}}",
                          commit, widths);
     cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(str(j, "id"));
+    char *id = strdup(tu_str(j, "id"));
     json_decref(j);
     return id;
 }
@@ -82,7 +76,7 @@ static json_t *job_cell(json_t *job, const char *width)
     json_t *cell;
     json_array_foreach(json_object_get(job, "cells"), i, cell)
     {
-        if (!strcmp(str(cell, "width"), width))
+        if (!strcmp(tu_str(cell, "width"), width))
             return cell;
     }
     cr_assert_fail("job has no cell at %s", width);
@@ -111,7 +105,7 @@ Test(hostcpu, host_document_and_widths_agree)
     cr_assert_eq(st, 200);
     struct utsname u;
     uname(&u);
-    cr_assert_str_eq(str(host, "arch"), u.machine);
+    cr_assert_str_eq(tu_str(host, "arch"), u.machine);
     cr_assert_gt(json_integer_value(json_object_get(host, "cores_usable")), 0);
     cr_assert_eq(json_array_size(json_object_get(host, "hidden")), 0);
     json_t *feat = json_object_get(host, "features");
@@ -128,13 +122,13 @@ Test(hostcpu, host_document_and_widths_agree)
     json_t *row, *f;
     json_array_foreach(json_object_get(widths, "widths"), i, row)
     {
-        bool want = !strcmp(str(row, "arch"), "any") || !strcmp(str(row, "arch"), u.machine);
+        bool want = !strcmp(tu_str(row, "arch"), "any") || !strcmp(tu_str(row, "arch"), u.machine);
         json_array_foreach(json_object_get(row, "requires"), k, f)
         {
             want &= json_is_true(json_object_get(feat, json_string_value(f)));
         }
         cr_assert_eq(json_is_true(json_object_get(row, "runnable_here")), want, "width %s",
-                     str(row, "name"));
+                     tu_str(row, "name"));
         cr_assert_eq(json_is_string(json_object_get(row, "missing")), !want);
     }
     cr_assert(json_is_true(json_object_get(width_row(widths, "default"), "runnable_here")));
@@ -178,35 +172,36 @@ Test(hostcpu, hidden_widths_not_run_and_aa_passes)
     json_t *widths = tu_json(&c, "GET", "/v1/widths", NULL, &st);
     json_t *row = width_row(widths, "avx512");
     cr_assert(json_is_false(json_object_get(row, "runnable_here")));
-    cr_assert(strstr(str(row, "missing"), "avx512f"), "missing: %s", str(row, "missing"));
+    cr_assert(strstr(tu_str(row, "missing"), "avx512f"), "missing: %s", tu_str(row, "missing"));
     json_decref(widths);
 
     const char *w = "\"default\",\"avx2\",\"avx512\"";
     char *a = submit(&c, "aaaaaaa", w), *b = submit(&c, "bbbbbbb", w);
     json_t *ja = tu_wait_job(&c, a, 120), *jb = tu_wait_job(&c, b, 120);
     cr_assert(ja && jb, "jobs finish");
-    cr_assert_str_eq(str(job_cell(ja, "default"), "state"), "ok");
+    cr_assert_str_eq(tu_str(job_cell(ja, "default"), "state"), "ok");
     static const char *const lost[][2] = {{"avx2", "avx2"}, {"avx512", "avx512f"}};
     for (int i = 0; i < 2; i++) {
         json_t *cell = job_cell(ja, lost[i][0]);
         char want[128];
         snprintf(want, sizeof want, "lacks %s (needed by width %s)", lost[i][1], lost[i][0]);
-        cr_assert_str_eq(str(cell, "state"), "unsupported");
-        cr_assert(strstr(str(cell, "reason"), want), "reason: %s", str(cell, "reason"));
-        cr_assert(strstr(str(cell, "host_missing"), lost[i][1]));
+        cr_assert_str_eq(tu_str(cell, "state"), "unsupported");
+        cr_assert(strstr(tu_str(cell, "reason"), want), "reason: %s", tu_str(cell, "reason"));
+        cr_assert(strstr(tu_str(cell, "host_missing"), lost[i][1]));
         json_int_t ms = json_integer_value(json_object_get(cell, "duration_ms"));
         cr_assert_lt(ms, 50, "%s ended in %lld ms", lost[i][0], (long long)ms);
-        cr_assert_not(log_has(&c, "cell_started", str(cell, "id")), "no child for %s", lost[i][0]);
-        cr_assert(log_has(&c, "cell_not_run", str(cell, "id")));
+        cr_assert_not(log_has(&c, "cell_started", tu_str(cell, "id")), "no child for %s",
+                      lost[i][0]);
+        cr_assert(log_has(&c, "cell_not_run", tu_str(cell, "id")));
     }
-    cr_assert(log_has(&c, "cell_started", str(job_cell(ja, "default"), "id")));
+    cr_assert(log_has(&c, "cell_started", tu_str(job_cell(ja, "default"), "id")));
 
     char path[256];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", a, b);
     json_t *r = tu_json(&c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
     json_t *counts = json_object_get(r, "counts");
-    cr_assert_str_eq(str(r, "verdict"), "pass");
+    cr_assert_str_eq(tu_str(r, "verdict"), "pass");
     cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 2);
     cr_assert_eq(json_integer_value(json_object_get(counts, "incomparable")), 0);
     cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), 1);
@@ -288,7 +283,7 @@ Test(hostcpu, lost_coverage_is_a_warning_not_a_regression)
     char *a = submit(&c, "aaaaaaa", list);
     json_t *ja = tu_wait_job(&c, a, 120);
     cr_assert_not_null(ja);
-    cr_assert_str_eq(str(job_cell(ja, wide), "state"), "ok");
+    cr_assert_str_eq(tu_str(job_cell(ja, wide), "state"), "ok");
     json_decref(ja);
     cr_assert_eq(tu_capd_stop(&c), 0);
 
@@ -296,13 +291,13 @@ Test(hostcpu, lost_coverage_is_a_warning_not_a_regression)
     char *b = submit(&c, "bbbbbbb", list);
     json_t *jb = tu_wait_job(&c, b, 120);
     cr_assert_not_null(jb);
-    cr_assert_str_eq(str(job_cell(jb, wide), "state"), "unsupported");
+    cr_assert_str_eq(tu_str(job_cell(jb, wide), "state"), "unsupported");
     json_decref(jb);
     char path[256];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", a, b);
     json_t *r = tu_json(&c, "GET", path, NULL, NULL);
     json_t *counts = json_object_get(r, "counts");
-    cr_assert_str_eq(str(r, "verdict"), "pass");
+    cr_assert_str_eq(tu_str(r, "verdict"), "pass");
     cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 1);
     cr_assert_eq(json_integer_value(json_object_get(counts, "lost_coverage")), 1);
     cr_assert_eq(json_integer_value(json_object_get(counts, "outcome_regressions")), 0);
@@ -310,12 +305,12 @@ Test(hostcpu, lost_coverage_is_a_warning_not_a_regression)
     json_t *cell;
     json_array_foreach(json_object_get(r, "cells"), i, cell)
     {
-        if (strcmp(str(cell, "width"), wide) != 0)
+        if (strcmp(tu_str(cell, "width"), wide) != 0)
             continue;
-        cr_assert_str_eq(str(cell, "status"), "not_run");
-        cr_assert_str_eq(str(cell, "not_run_reason"), "head_host");
-        cr_assert_str_eq(str(cell, "outcome_change"), "not_run");
-        cr_assert(strstr(str(cell, "head_host_missing"), hide));
+        cr_assert_str_eq(tu_str(cell, "status"), "not_run");
+        cr_assert_str_eq(tu_str(cell, "not_run_reason"), "head_host");
+        cr_assert_str_eq(tu_str(cell, "outcome_change"), "not_run");
+        cr_assert(strstr(tu_str(cell, "head_host_missing"), hide));
     }
     json_decref(r);
     struct tu_resp md;

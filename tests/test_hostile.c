@@ -450,13 +450,6 @@ static void generate(uint64_t *s, struct gen *g)
 
 /* ---- sending ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Whether BUF (N bytes) holds a whole response: its head and then
  * Content-Length bytes, or a chunked body up to its last chunk. */
 static bool complete(const char *buf, size_t n)
@@ -505,11 +498,11 @@ static int exchange(const char *req, size_t n)
     shutdown(fd, SHUT_WR);
     static __thread char buf[65536];
     size_t got = 0;
-    double deadline = now_s() + 15;
+    double deadline = tu_now_s() + 15;
     int status = -1;
     buf[0] = 0;
     for (;;) {
-        int left = (int)((deadline - now_s()) * 1000);
+        int left = (int)((deadline - tu_now_s()) * 1000);
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) <= 0)
             break;
@@ -651,7 +644,7 @@ Test(hostile, ten_thousand_bad_requests, .timeout = 600)
 
     struct worker w[HOSTILE_THREADS];
     pthread_t th[HOSTILE_THREADS];
-    double t0 = now_s();
+    double t0 = tu_now_s();
     for (int i = 0; i < HOSTILE_THREADS; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].seed = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
@@ -668,7 +661,7 @@ Test(hostile, ten_thousand_bad_requests, .timeout = 600)
         for (int k = 0; k < 6; k++)
             cls[k] += w[i].by_class[k];
     }
-    double dt = now_s() - t0;
+    double dt = tu_now_s() - t0;
     fprintf(stderr,
             "hostile: %d requests in %.1f s: %d closed without a reply, %d 2xx (reads), %d 3xx, "
             "%d 4xx, %d 505 (unsupported HTTP version), %d other 5xx, %d timed out; %d never "

@@ -32,26 +32,6 @@ struct env {
     char data[300];
 };
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    char *buf = NULL;
-    size_t n = 0, r;
-    char chunk[4096];
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        buf = realloc(buf, n + r + 1);
-        memcpy(buf + n, chunk, r);
-        n += r;
-    }
-    fclose(f);
-    if (!buf)
-        return strdup("");
-    buf[n] = 0;
-    return buf;
-}
-
 static void start(struct env *e, const char *config_json)
 {
     memset(e, 0, sizeof *e);
@@ -72,7 +52,7 @@ static void start(struct env *e, const char *config_json)
     if (tu_capd_start(&e->c, e->dir, extra) != 0) {
         char p[400];
         snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = slurp(p);
+        char *err = tu_slurp(p);
         cr_assert_fail("capd did not start: %s", err);
     }
 }
@@ -95,13 +75,6 @@ static const char *err_code(json_t *j)
 {
     const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
     return c ? c : "";
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ---- raw sockets ---- */
@@ -135,11 +108,11 @@ static bool sock_send(int fd, const char *p, size_t n)
 static int sock_response(int fd, int timeout_ms, bool *eof, char *buf, size_t cap)
 {
     size_t n = 0;
-    double deadline = now_s() + timeout_ms / 1000.0;
+    double deadline = tu_now_s() + timeout_ms / 1000.0;
     *eof = false;
     buf[0] = 0;
     for (;;) {
-        int left = (int)((deadline - now_s()) * 1000);
+        int left = (int)((deadline - tu_now_s()) * 1000);
         if (left <= 0)
             break;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -339,7 +312,7 @@ Test(limits, config_refuses_per_ip_over_total)
                    tu_bin("CAPD_BIN"), d, cfg, d);
     char p[400];
     snprintf(p, sizeof p, "%s/err", d);
-    char *err = slurp(p);
+    char *err = tu_slurp(p);
     cr_assert(rc != 0 && strstr(err, "max_connections_per_ip"), "rc %d: %s", rc, err);
     free(err);
     tu_sh("rm -rf '%s'", d);
@@ -356,12 +329,12 @@ Test(limits, request_timeout_closes_half_requests, .timeout = 60)
     start(&e, "{\"request_timeout_s\": 2}");
     int fd = sock_open(&e);
     const char half[] = "GET /healthz HTTP/1.1\r\nHost: capd\r\n";
-    double t0 = now_s();
+    double t0 = tu_now_s();
     cr_assert(sock_send(fd, half, sizeof half - 1));
     char buf[1024];
     bool eof;
     int st = sock_response(fd, 10000, &eof, buf, sizeof buf);
-    double dt = now_s() - t0;
+    double dt = tu_now_s() - t0;
     close(fd);
     cr_assert(eof, "the connection was still open after 10 s (status %d)", st);
     cr_assert_neq(st, 200, "half a request was served");
@@ -445,7 +418,7 @@ static char *make_token(const struct env *e, const char *scope)
     cr_assert_eq(tu_sh("'%s' token create --data-dir '%s' --scope %s >'%s' 2>/dev/null",
                        tu_bin("CAPD_BIN"), e->data, scope, out),
                  0);
-    char *t = slurp(out);
+    char *t = tu_slurp(out);
     t[strcspn(t, "\n")] = 0;
     cr_assert_eq(strlen(t), STORE_TOKEN_LEN);
     return t;

@@ -52,30 +52,6 @@ TestSuite(schema, .timeout = 30);
 
 /* ---- helpers ---- */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    char *b = NULL;
-    size_t n = 0;
-    FILE *m = open_memstream(&b, &n);
-    char chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0)
-        fwrite(chunk, 1, r, m);
-    fclose(f);
-    fclose(m);
-    return b;
-}
-
 /* Starts capd with CONFIG (a JSON object text, or NULL) as its config file
  * and registers the fake runner as build "fake" (unless auth is on). */
 static void start(const char *config)
@@ -92,7 +68,7 @@ static void start(const char *config)
     if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
         char p[512];
         snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        cr_assert_fail("capd did not start:\n%s", slurp(p));
+        cr_assert_fail("capd did not start:\n%s", tu_slurp(p));
     }
     /* A test that configures auth itself sends its own tokens. */
     if (config && strstr(config, "auth_required"))
@@ -182,31 +158,13 @@ static void wait_running(const char *id)
     cr_assert_fail("job %s never ran a cell", id);
 }
 
-/* One sample of a metric from /metrics (the line starting with SERIES),
- * -1 when absent. */
-static double metric(const char *series)
-{
-    struct tu_resp r;
-    tu_http(&g_capd, "GET", "/metrics", NULL, 0, NULL, &r);
-    double v = -1;
-    size_t n = strlen(series);
-    for (char *l = r.body; l && *l;) {
-        char *e = strchr(l, '\n');
-        if (strncmp(l, series, n) == 0 && l[n] == ' ')
-            v = strtod(l + n + 1, NULL);
-        l = e ? e + 1 : NULL;
-    }
-    tu_resp_free(&r);
-    return v;
-}
-
 /* A request is counted when MHD reports it complete, which can be just
  * after the client has its reply: wait a little for the count. */
 static double metric_reaches(const char *series, double want)
 {
     double v = -1;
     for (int i = 0; i < 100; i++) {
-        if ((v = metric(series)) == want)
+        if ((v = tu_metric(&g_capd, series)) == want)
             break;
         usleep(10000);
     }
@@ -314,9 +272,9 @@ static void *lp_run(void *arg)
     const char *hdrs[] = {h, NULL};
     snprintf(h, sizeof h, "If-None-Match: %s", l->inm);
     struct tu_resp r;
-    double t0 = now_s();
+    double t0 = tu_now_s();
     tu_http(&g_capd, "GET", l->path, NULL, 0, l->inm[0] ? hdrs : NULL, &r);
-    l->secs = now_s() - t0;
+    l->secs = tu_now_s() - t0;
     l->status = r.status;
     const char *e = header(r.headers, "ETag");
     snprintf(l->etag, sizeof l->etag, "%s", e ? e : "");
@@ -386,13 +344,13 @@ Test(longpoll, wakes_on_change_and_times_out)
     }
     memset(&l, 0, sizeof l);
     snprintf(l.path, sizeof l.path, "%s?wait=30", path);
-    double t0 = now_s();
+    double t0 = tu_now_s();
     char e2[128];
     cr_assert_eq(get_tagged(path, NULL, e2, NULL), 200);
     snprintf(l.inm, sizeof l.inm, "%s", e2);
     lp_run(&l);
     cr_assert_eq(l.status, 304);
-    cr_assert(now_s() - t0 < 3, "a finished job must not be waited on");
+    cr_assert(tu_now_s() - t0 < 3, "a finished job must not be waited on");
     free(l.body);
     free(id);
 }
@@ -430,9 +388,9 @@ static int connect_port(int port)
 static bool read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap)
 {
     size_t n = strlen(buf);
-    double end = now_s() + timeout_ms / 1000.0;
+    double end = tu_now_s() + timeout_ms / 1000.0;
     while (!strstr(buf, needle)) {
-        int left = (int)((end - now_s()) * 1000);
+        int left = (int)((end - tu_now_s()) * 1000);
         if (left <= 0)
             return false;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -472,15 +430,16 @@ Test(longpoll, many_waiters_hold_no_thread)
     }
     double waiting = 0;
     for (int i = 0; i < 200 && waiting < N; i++) {
-        waiting = metric("capd_long_polls");
+        waiting = tu_metric(&g_capd, "capd_long_polls");
         usleep(20000);
     }
     cr_assert_eq(waiting, N, "capd_long_polls is %g, want %d", waiting, N);
     /* Both workers are free: ordinary requests are answered at once. */
     for (int i = 0; i < 10; i++) {
-        double t0 = now_s();
+        double t0 = tu_now_s();
         cr_assert_eq(get_tagged("/healthz", NULL, NULL, NULL), 200);
-        cr_assert(now_s() - t0 < 1.0, "healthz took %.2f s with %d long-polls", now_s() - t0, N);
+        cr_assert(tu_now_s() - t0 < 1.0, "healthz took %.2f s with %d long-polls", tu_now_s() - t0,
+                  N);
     }
     /* One change answers every one of them. */
     char cpath[160];
@@ -562,7 +521,7 @@ static void *sse_run(void *arg)
 static void wait_streams(int n)
 {
     for (int i = 0; i < 250; i++) {
-        if (metric("capd_event_streams") >= n)
+        if (tu_metric(&g_capd, "capd_event_streams") >= n)
             return;
         usleep(20000);
     }
@@ -745,7 +704,7 @@ Test(events, cap_and_heartbeat)
     snprintf(a.path, sizeof a.path, "/v1/events");
     snprintf(b.path, sizeof b.path, "/v1/events");
     pthread_t ta, tb;
-    double t0 = now_s();
+    double t0 = tu_now_s();
     pthread_create(&ta, NULL, sse_run, &a);
     pthread_create(&tb, NULL, sse_run, &b);
     wait_streams(2);
@@ -758,14 +717,14 @@ Test(events, cap_and_heartbeat)
     tu_resp_free(&r);
     /* An idle stream gets a heartbeat comment within the interval. */
     pthread_join(ta, NULL);
-    cr_assert(strstr(a.text, ": hb\n"), "no heartbeat in %.1f s:\n%s", now_s() - t0, a.text);
-    cr_assert(now_s() - t0 < 3.5);
+    cr_assert(strstr(a.text, ": hb\n"), "no heartbeat in %.1f s:\n%s", tu_now_s() - t0, a.text);
+    cr_assert(tu_now_s() - t0 < 3.5);
     pthread_join(tb, NULL);
     /* Streams that ended make room again (the server notices a vanished
      * client at its next heartbeat). */
-    for (int i = 0; i < 100 && metric("capd_event_streams") > 0; i++)
+    for (int i = 0; i < 100 && tu_metric(&g_capd, "capd_event_streams") > 0; i++)
         usleep(50000);
-    cr_assert_eq(metric("capd_event_streams"), 0);
+    cr_assert_eq(tu_metric(&g_capd, "capd_event_streams"), 0);
     free(a.text);
     free(b.text);
 }
@@ -787,11 +746,11 @@ Test(events, shutdown_with_streams_and_polls_open)
     snprintf(l.path, sizeof l.path, "%s?wait=60", path);
     snprintf(l.inm, sizeof l.inm, "%s", e);
     pthread_create(&tl, NULL, lp_run, &l);
-    for (int i = 0; i < 100 && metric("capd_long_polls") < 1; i++)
+    for (int i = 0; i < 100 && tu_metric(&g_capd, "capd_long_polls") < 1; i++)
         usleep(20000);
-    double t0 = now_s();
+    double t0 = tu_now_s();
     cr_assert_eq(tu_capd_stop(&g_capd), 0, "capd did not exit cleanly");
-    cr_assert(now_s() - t0 < 8, "shutdown took %.1f s", now_s() - t0);
+    cr_assert(tu_now_s() - t0 < 8, "shutdown took %.1f s", tu_now_s() - t0);
     pthread_join(ta, NULL);
     pthread_join(tl, NULL);
     cr_assert(a.done);
@@ -859,30 +818,35 @@ Test(metrics, text_format_and_values)
     cr_assert(strstr(r.body, "# TYPE capd_http_request_duration_seconds histogram\n"));
     cr_assert(strstr(r.body, "# TYPE capd_cell_duration_seconds histogram\n"));
     tu_resp_free(&r);
-    cr_assert_eq(metric("capd_jobs{state=\"done\"}"), 1);
-    cr_assert_eq(metric("capd_cells{state=\"ok\"}"), 2);
-    cr_assert_eq(metric("capd_cells{state=\"failed\"}"), 2);
-    cr_assert_eq(metric("capd_queue_depth"), 0);
-    cr_assert_eq(metric("capd_running_children"), 0);
-    cr_assert_eq(metric("capd_cells_finished_total{outcome=\"ok\"}"), 2);
-    cr_assert_eq(metric("capd_cells_finished_total{outcome=\"failed\"}"), 2);
-    cr_assert_eq(metric("capd_cell_duration_seconds_count"), 4);
-    cr_assert_eq(metric("capd_cell_duration_seconds_bucket{le=\"+Inf\"}"), 4);
-    cr_assert(metric("capd_ingest_records_total") >= 10);
-    cr_assert(metric("capd_ingest_bytes_total") > 1000);
+    cr_assert_eq(tu_metric(&g_capd, "capd_jobs{state=\"done\"}"), 1);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cells{state=\"ok\"}"), 2);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cells{state=\"failed\"}"), 2);
+    cr_assert_eq(tu_metric(&g_capd, "capd_queue_depth"), 0);
+    cr_assert_eq(tu_metric(&g_capd, "capd_running_children"), 0);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cells_finished_total{outcome=\"ok\"}"), 2);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cells_finished_total{outcome=\"failed\"}"), 2);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cell_duration_seconds_count"), 4);
+    cr_assert_eq(tu_metric(&g_capd, "capd_cell_duration_seconds_bucket{le=\"+Inf\"}"), 4);
+    cr_assert(tu_metric(&g_capd, "capd_ingest_records_total") >= 10);
+    cr_assert(tu_metric(&g_capd, "capd_ingest_bytes_total") > 1000);
     cr_assert(
-        metric("capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"304\"}") >=
-        1);
+        tu_metric(
+            &g_capd,
+            "capd_http_requests_total{method=\"GET\",route=\"/v1/jobs/:id\",status=\"304\"}") >= 1);
     cr_assert_eq(
-        metric("capd_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"201\"}"), 1);
-    cr_assert_eq(metric("capd_sqlite_errors_total{kind=\"io\"}"), 0);
+        tu_metric(&g_capd,
+                  "capd_http_requests_total{method=\"POST\",route=\"/v1/jobs\",status=\"201\"}"),
+        1);
+    cr_assert_eq(tu_metric(&g_capd, "capd_sqlite_errors_total{kind=\"io\"}"), 0);
     /* Histogram buckets are cumulative and end at the count. */
-    double c =
-        metric("capd_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"}");
-    double inf = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
-                        "jobs\",le=\"+Inf\"}");
-    double fast = metric("capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
-                         "jobs\",le=\"0.001\"}");
+    double c = tu_metric(
+        &g_capd, "capd_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"}");
+    double inf =
+        tu_metric(&g_capd, "capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
+                           "jobs\",le=\"+Inf\"}");
+    double fast =
+        tu_metric(&g_capd, "capd_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/"
+                           "jobs\",le=\"0.001\"}");
     cr_assert_eq(c, 1);
     cr_assert_eq(inf, c);
     cr_assert(fast >= 0 && fast <= inf);

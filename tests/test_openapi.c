@@ -32,28 +32,13 @@ static void teardown(void)
 
 TestSuite(openapi, .fini = teardown, .timeout = 120);
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t r = fread(b, 1, (size_t)n, f);
-    b[r] = 0;
-    fclose(f);
-    return b;
-}
-
 /* Starts capd in the test's temp dir; on failure shows its stderr. */
 static void start(const char *const *extra)
 {
     if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
         char p[600];
         snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        char *err = slurp(p);
+        char *err = tu_slurp(p);
         cr_assert_fail("capd did not start; its stderr:\n%s", err);
     }
 }
@@ -80,7 +65,7 @@ static int checker(const char *mode, const char *a, const char *b, char **out)
     snprintf(o, sizeof o, "%s/checker.out", g_dir);
     int rc = tu_sh("/usr/bin/python3 '%s' %s '%s' '%s' >'%s' 2>&1", src("tests/check_openapi.py"),
                    mode, a, b, o);
-    *out = slurp(o);
+    *out = tu_slurp(o);
     return rc;
 }
 
@@ -97,7 +82,7 @@ Test(openapi, spec_parses_and_documents_every_route)
 Test(openapi, checker_catches_undocumented_routes)
 {
     g_dir = tu_tmpdir();
-    char *server = slurp(src("api/server.c"));
+    char *server = tu_slurp(src("api/server.c"));
     const char *anchor = "{\"GET\", \"/v1/widths\", api_widths},";
     char *at = strstr(server, anchor);
     cr_assert_not_null(at, "the routes table changed shape; update this test");
@@ -164,18 +149,13 @@ static long sample(const char *method, const char *path, const char *tmpl, const
     return status;
 }
 
-static const char *jstr(json_t *j, const char *k)
-{
-    return json_string_value(json_object_get(j, k));
-}
-
 static json_t *wait_state(const char *id, const char *want)
 {
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%s", id);
     for (int i = 0; i < 1000; i++) {
         json_t *j = tu_json(&g_capd, "GET", p, NULL, NULL);
-        const char *st = jstr(j, "state");
+        const char *st = tu_jstr(j, "state");
         if (st && strcmp(st, want) == 0)
             return j;
         json_decref(j);
@@ -244,7 +224,7 @@ Test(openapi, real_replies_match_the_spec)
     const char *idem[] = {"Idempotency-Key: k1", NULL};
     json_t *j1;
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, &j1), 201);
-    char *ctl = strdup(jstr(j1, "id"));
+    char *ctl = strdup(tu_jstr(j1, "id"));
     json_decref(j1);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, NULL), 200);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{\"project\":\"p\"}", idem, NULL), 400);
@@ -253,11 +233,11 @@ Test(openapi, real_replies_match_the_spec)
                            "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]}}";
     json_t *j2;
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_head, NULL, &j2), 201);
-    char *head = strdup(jstr(j2, "id"));
+    char *head = strdup(tu_jstr(j2, "id"));
     json_decref(j2);
     json_decref(wait_state(ctl, "done"));
     json_t *done = wait_state(head, "done");
-    const char *cell = jstr(json_array_get(json_object_get(done, "cells"), 0), "id");
+    const char *cell = tu_jstr(json_array_get(json_object_get(done, "cells"), 0), "id");
 
     snprintf(p, sizeof p, "/v1/jobs/%s", head);
     cr_assert_eq(sample("GET", p, "/v1/jobs/{id}", NULL, NULL, NULL), 200);
@@ -296,7 +276,7 @@ Test(openapi, real_replies_match_the_spec)
                            "\"passes\":[\"forward\",\"backward\"]}}";
     json_t *j3;
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_hang, NULL, &j3), 201);
-    char *run = strdup(jstr(j3, "id"));
+    char *run = strdup(tu_jstr(j3, "id"));
     json_decref(j3);
     json_decref(wait_state(run, "running"));
     cr_assert_eq(sample("GET", "/v1/jobs?limit=2", "/v1/jobs", NULL, NULL, NULL), 200);
@@ -310,7 +290,7 @@ Test(openapi, real_replies_match_the_spec)
     cr_assert_eq(sample("POST", "/v1/tokens", "/v1/tokens",
                         "{\"scope\":\"submit\",\"name\":\"ci\",\"expires_in_s\":3600}", NULL, &tk),
                  201);
-    snprintf(p, sizeof p, "/v1/tokens/%s", jstr(tk, "id"));
+    snprintf(p, sizeof p, "/v1/tokens/%s", tu_jstr(tk, "id"));
     json_decref(tk);
     cr_assert_eq(sample("POST", "/v1/tokens", "/v1/tokens", "{\"scope\":\"root\"}", NULL, NULL),
                  400);
@@ -386,7 +366,7 @@ Test(openapi, auth_replies_match_the_spec)
                        "2>/dev/null",
                        tu_bin("CAPD_BIN"), g_dir, tokf),
                  0);
-    char *tok = slurp(tokf);
+    char *tok = tu_slurp(tokf);
     tok[strcspn(tok, "\n")] = 0;
     cr_assert(strncmp(tok, "capd_", 5) == 0, "token '%s'", tok);
     char auth[256];

@@ -20,18 +20,12 @@
 
 #define FORKED "capd prefork: cell pid "
 
-static const char *python(void)
-{
-    const char *p = getenv("CAPD_PYTHON");
-    return p && *p ? p : "/usr/bin/python3";
-}
-
 static void register_build(struct tu_capd *c, const char *name, bool prefork, const char *extra)
 {
     long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st,
-                         "{\"name\":\"%s\",\"python\":\"%s\",\"prefork\":%s%s%s}", name, python(),
-                         prefork ? "true" : "false", extra ? "," : "", extra ? extra : "");
+    json_t *j = tu_jsonf(
+        c, "POST", "/v1/builds", &st, "{\"name\":\"%s\",\"python\":\"%s\",\"prefork\":%s%s%s}",
+        name, tu_python(), prefork ? "true" : "false", extra ? "," : "", extra ? extra : "");
     cr_assert_eq(st, 201, "register %s: %ld", name, st);
     json_decref(j);
 }
@@ -61,12 +55,6 @@ static json_t *wait_done(struct tu_capd *c, const char *id)
     return job;
 }
 
-static const char *sget(json_t *o, const char *k)
-{
-    const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : "";
-}
-
 /* "key hash" lines of every tensor record of a cell, in order. */
 static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell, size_t *n)
 {
@@ -85,7 +73,7 @@ static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell,
         json_t *r;
         json_array_foreach(json_object_get(page, "records"), i, r)
         {
-            const char *k = sget(r, "key"), *h = sget(r, "hash");
+            const char *k = tu_str(r, "key"), *h = tu_str(r, "hash");
             size_t need = strlen(k) + strlen(h) + 3;
             if (len + need >= cap) {
                 cap = cap * 2 + need;
@@ -164,9 +152,9 @@ Test(prefork, build_field)
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
     long st = 0;
     json_t *j = tu_jsonf(&c, "POST", "/v1/builds", &st,
-                         "{\"name\":\"x\",\"python\":\"%s\",\"prefork\":\"yes\"}", python());
+                         "{\"name\":\"x\",\"python\":\"%s\",\"prefork\":\"yes\"}", tu_python());
     cr_assert_eq(st, 400);
-    cr_assert_str_eq(sget(json_object_get(j, "error"), "field"), "prefork");
+    cr_assert_str_eq(tu_str(json_object_get(j, "error"), "field"), "prefork");
     json_decref(j);
     register_build(&c, "plain", false, NULL);
     json_t *b = get_build(&c, "plain");
@@ -176,10 +164,10 @@ Test(prefork, build_field)
     register_build(&c, "pf", true, NULL);
     b = get_build(&c, "pf");
     cr_assert(json_is_true(json_object_get(b, "prefork")));
-    cr_assert_str_eq(sget(b, "prefork_state"), "unverified");
+    cr_assert_str_eq(tu_str(b, "prefork_state"), "unverified");
     json_decref(b);
     /* Replacing a build drops the flag unless it is given again. */
-    j = tu_jsonf(&c, "PUT", "/v1/builds/pf", &st, "{\"python\":\"%s\"}", python());
+    j = tu_jsonf(&c, "PUT", "/v1/builds/pf", &st, "{\"python\":\"%s\"}", tu_python());
     cr_assert_eq(st, 200);
     cr_assert(json_is_false(json_object_get(j, "prefork")));
     json_decref(j);
@@ -217,23 +205,23 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     for (size_t i = 0; i < 24; i++) {
         json_t *a = only_cell(fresh, i), *b = only_cell(pf, i);
         char name[96];
-        snprintf(name, sizeof name, "%s/%s/%s", sget(b, "model"), sget(b, "width"),
-                 sget(b, "pass"));
-        cr_assert_str_eq(sget(a, "model"), sget(b, "model"));
-        cr_assert_str_eq(sget(a, "width"), sget(b, "width"));
-        cr_assert_str_eq(sget(a, "pass"), sget(b, "pass"));
-        if (!tu_width_runnable(&c, sget(a, "width"))) {
-            cr_assert_str_eq(sget(a, "state"), "unsupported", "fresh %s", name);
-            cr_assert_str_eq(sget(b, "state"), "unsupported", "prefork %s", name);
+        snprintf(name, sizeof name, "%s/%s/%s", tu_str(b, "model"), tu_str(b, "width"),
+                 tu_str(b, "pass"));
+        cr_assert_str_eq(tu_str(a, "model"), tu_str(b, "model"));
+        cr_assert_str_eq(tu_str(a, "width"), tu_str(b, "width"));
+        cr_assert_str_eq(tu_str(a, "pass"), tu_str(b, "pass"));
+        if (!tu_width_runnable(&c, tu_str(a, "width"))) {
+            cr_assert_str_eq(tu_str(a, "state"), "unsupported", "fresh %s", name);
+            cr_assert_str_eq(tu_str(b, "state"), "unsupported", "prefork %s", name);
             continue;
         }
         nrun++;
-        cr_assert_str_eq(sget(a, "state"), "ok", "fresh %s: %s", name, sget(a, "reason"));
-        cr_assert_str_eq(sget(b, "state"), "ok", "prefork %s: %s", name, sget(b, "reason"));
-        cr_assert_str_eq(sget(b, "effective_width"), sget(b, "width"), "%s", name);
+        cr_assert_str_eq(tu_str(a, "state"), "ok", "fresh %s: %s", name, tu_str(a, "reason"));
+        cr_assert_str_eq(tu_str(b, "state"), "ok", "prefork %s: %s", name, tu_str(b, "reason"));
+        cr_assert_str_eq(tu_str(b, "effective_width"), tu_str(b, "width"), "%s", name);
 
-        char *la = cell_log(&c, jf, sget(a, "id"));
-        char *lb = cell_log(&c, jp, sget(b, "id"));
+        char *la = cell_log(&c, jf, tu_str(a, "id"));
+        char *lb = cell_log(&c, jp, tu_str(b, "id"));
         long cp = 0, zp = 0;
         cr_assert(!forked_pids(la, &cp, &zp), "fresh %s was not forked", name);
         cr_assert(forked_pids(lb, &cp, &zp), "prefork %s was forked from the zygote; log:\n%s",
@@ -245,8 +233,8 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
         free(lb);
 
         size_t na = 0, nb = 0;
-        char *ha = tensor_hashes(&c, jf, sget(a, "id"), &na);
-        char *hb = tensor_hashes(&c, jp, sget(b, "id"), &nb);
+        char *ha = tensor_hashes(&c, jf, tu_str(a, "id"), &na);
+        char *hb = tensor_hashes(&c, jp, tu_str(b, "id"), &nb);
         cr_assert_gt(na, 5, "%s has records", name);
         cr_assert_eq(na, nb, "%s: %zu records fresh, %zu prefork", name, na, nb);
         cr_assert_str_eq(ha, hb, "%s: prefork records differ from fresh exec", name);
@@ -265,7 +253,8 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 24 - nrun);
     json_decref(diff);
     json_t *b = get_build(&c, "pf");
-    cr_assert_str_eq(sget(b, "prefork_state"), "verified", "reason: %s", sget(b, "prefork_reason"));
+    cr_assert_str_eq(tu_str(b, "prefork_state"), "verified", "reason: %s",
+                     tu_str(b, "prefork_reason"));
     json_decref(b);
     json_decref(fresh);
     json_decref(pf);
@@ -293,11 +282,11 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
                       "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
     json_t *job = wait_done(&c, j1);
     json_t *crash = only_cell(job, 0), *ok = only_cell(job, 1);
-    cr_assert_str_eq(sget(crash, "state"), "crashed", "%s", sget(crash, "reason"));
-    cr_assert_str_eq(sget(crash, "signal"), "SIGSEGV");
-    cr_assert_str_eq(sget(ok, "state"), "ok", "%s", sget(ok, "reason"));
-    char *l1 = cell_log(&c, j1, sget(crash, "id"));
-    char *l2 = cell_log(&c, j1, sget(ok, "id"));
+    cr_assert_str_eq(tu_str(crash, "state"), "crashed", "%s", tu_str(crash, "reason"));
+    cr_assert_str_eq(tu_str(crash, "signal"), "SIGSEGV");
+    cr_assert_str_eq(tu_str(ok, "state"), "ok", "%s", tu_str(ok, "reason"));
+    char *l1 = cell_log(&c, j1, tu_str(crash, "id"));
+    char *l2 = cell_log(&c, j1, tu_str(ok, "id"));
     long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
     cr_assert(forked_pids(l1, &p1, &z1), "the crashing cell was forked; log:\n%s", l1);
     cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
@@ -314,8 +303,8 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
                       "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}");
     job = wait_done(&c, j2);
     json_t *hang = only_cell(job, 0);
-    cr_assert_str_eq(sget(hang, "state"), "timeout", "%s", sget(hang, "reason"));
-    char *l3 = cell_log(&c, j2, sget(hang, "id"));
+    cr_assert_str_eq(tu_str(hang, "state"), "timeout", "%s", tu_str(hang, "reason"));
+    char *l3 = cell_log(&c, j2, tu_str(hang, "id"));
     long p3 = 0, z3 = 0;
     cr_assert(forked_pids(l3, &p3, &z3), "the hanging cell was forked; log:\n%s", l3);
     cr_assert_eq(z3, z1);
@@ -333,8 +322,8 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
                       "{\"iterations\":1,\"warmup\":0}");
     job = wait_done(&c, j3);
     json_t *again = only_cell(job, 0);
-    cr_assert_str_eq(sget(again, "state"), "ok", "%s", sget(again, "reason"));
-    char *l4 = cell_log(&c, j3, sget(again, "id"));
+    cr_assert_str_eq(tu_str(again, "state"), "ok", "%s", tu_str(again, "reason"));
+    char *l4 = cell_log(&c, j3, tu_str(again, "id"));
     long p4 = 0, z4 = 0;
     cr_assert(forked_pids(l4, &p4, &z4), "forked again after the zygote died; log:\n%s", l4);
     cr_assert_neq(z4, z1, "a new zygote");
@@ -373,7 +362,7 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     long st = 0;
     json_t *host = tu_json(&c, "GET", "/v1/host", NULL, &st);
     char mech[32];
-    snprintf(mech, sizeof mech, "%s", sget(json_object_get(host, "memory"), "mechanism"));
+    snprintf(mech, sizeof mech, "%s", tu_str(json_object_get(host, "memory"), "mechanism"));
     json_decref(host);
     if (!want_mech && strcmp(mech, "watchdog") == 0) {
         tu_capd_stop(&c);
@@ -390,11 +379,11 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
                "\"forward\"", "{\"iterations\":1,\"warmup\":0,\"memory_max_bytes\":1073741824}");
     json_t *job = wait_done(&c, j1);
     json_t *hog = only_cell(job, 0), *ok = only_cell(job, 1);
-    const char *reason = sget(hog, "reason");
-    cr_assert_str_eq(sget(hog, "state"), "oom", "%s: %s", mech, reason);
+    const char *reason = tu_str(hog, "reason");
+    cr_assert_str_eq(tu_str(hog, "state"), "oom", "%s: %s", mech, reason);
     cr_assert(strstr(reason, "limit 1073741824 bytes") && strstr(reason, mech), "%s", reason);
-    cr_assert_str_eq(sget(ok, "state"), "ok", "%s", sget(ok, "reason"));
-    char *l1 = cell_log(&c, j1, sget(hog, "id")), *l2 = cell_log(&c, j1, sget(ok, "id"));
+    cr_assert_str_eq(tu_str(ok, "state"), "ok", "%s", tu_str(ok, "reason"));
+    char *l1 = cell_log(&c, j1, tu_str(hog, "id")), *l2 = cell_log(&c, j1, tu_str(ok, "id"));
     long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
     cr_assert(forked_pids(l1, &p1, &z1), "the oom cell was forked; log:\n%s", l1);
     cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
@@ -454,22 +443,22 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     json_t *job1 = wait_done(&c, j1), *job2 = wait_done(&c, j2);
 
     json_t *b = get_build(&c, "perturbed");
-    cr_assert_str_eq(sget(b, "prefork_state"), "refused");
-    cr_assert(strstr(sget(b, "prefork_reason"), "differs"), "reason: %s",
-              sget(b, "prefork_reason"));
+    cr_assert_str_eq(tu_str(b, "prefork_state"), "refused");
+    cr_assert(strstr(tu_str(b, "prefork_reason"), "differs"), "reason: %s",
+              tu_str(b, "prefork_reason"));
     json_decref(b);
     b = get_build(&c, "importop");
-    cr_assert_str_eq(sget(b, "prefork_state"), "refused");
-    cr_assert(strstr(sget(b, "prefork_reason"), "import time"), "reason: %s",
-              sget(b, "prefork_reason"));
+    cr_assert_str_eq(tu_str(b, "prefork_state"), "refused");
+    cr_assert(strstr(tu_str(b, "prefork_reason"), "import time"), "reason: %s",
+              tu_str(b, "prefork_reason"));
     json_decref(b);
 
     for (int k = 0; k < 2; k++) {
         json_t *job = k ? job2 : job1;
         json_t *cell = only_cell(job, 0);
-        cr_assert_str_eq(sget(cell, "state"), "ok", "%s", sget(cell, "reason"));
-        cr_assert_str_eq(sget(cell, "effective_width"), sget(cell, "width"));
-        char *log = cell_log(&c, k ? j2 : j1, sget(cell, "id"));
+        cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
+        cr_assert_str_eq(tu_str(cell, "effective_width"), tu_str(cell, "width"));
+        char *log = cell_log(&c, k ? j2 : j1, tu_str(cell, "id"));
         long cp, zp;
         cr_assert(!forked_pids(log, &cp, &zp), "a refused build's cell is not forked:\n%s", log);
         cr_assert(strstr(log, "fresh exec"), "the log says it ran by fresh exec:\n%s", log);
@@ -480,7 +469,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
      * no prefork line at all. */
     char *j3 = submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", wq, "\"forward\"", opts);
     json_t *job3 = wait_done(&c, j3);
-    char *log = cell_log(&c, j3, sget(only_cell(job3, 0), "id"));
+    char *log = cell_log(&c, j3, tu_str(only_cell(job3, 0), "id"));
     cr_assert_null(strstr(log, "prefork"), "no prefork attempt once refused:\n%s", log);
     free(log);
     json_decref(job1);
@@ -497,8 +486,8 @@ static json_t *facts_of(struct tu_capd *c, const char *job)
 {
     json_t *j = wait_done(c, job);
     json_t *cell = only_cell(j, 0);
-    cr_assert_str_eq(sget(cell, "state"), "ok", "%s", sget(cell, "reason"));
-    char *log = cell_log(c, job, sget(cell, "id"));
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
+    char *log = cell_log(c, job, tu_str(cell, "id"));
     const char *p = strstr(log, "CAPD-FACTS ");
     cr_assert_not_null(p, "facts in the log:\n%s", log);
     json_t *f = json_loads(p + strlen("CAPD-FACTS "), JSON_DISABLE_EOF_CHECK, NULL);
@@ -564,11 +553,11 @@ Test(prefork, child_isolation_equals_fresh_exec, .timeout = 1200)
         free(a);
         free(b);
     }
-    cr_assert_str_eq(sget(fp, "no_new_privs"), "1");
+    cr_assert_str_eq(tu_str(fp, "no_new_privs"), "1");
     cr_assert_eq(iget(fp, "pdeathsig"), SIGKILL);
     cr_assert_eq(json_array_size(json_object_get(fp, "sockets")), 0, "no zygote socket leaked");
     cr_assert(json_is_true(json_object_get(fp, "cwd_is_scratch")));
-    cr_assert_str_eq(sget(fp, "env_width"), "default");
+    cr_assert_str_eq(tu_str(fp, "env_width"), "default");
     cr_assert_eq(iget(json_object_get(fp, "rlimits"), "CORE"), 0);
     json_decref(ff);
     json_decref(fp);

@@ -17,26 +17,6 @@
 #include "storage/store.h"
 #include "tests/helpers/common/testutil.h"
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, r;
-    char chunk[4096];
-    if (!f)
-        return strdup("");
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        buf = realloc(buf, n + r + 1);
-        memcpy(buf + n, chunk, r);
-        n += r;
-    }
-    fclose(f);
-    if (!buf)
-        return strdup("");
-    buf[n] = 0;
-    return buf;
-}
-
 /* A fresh directory with capd.json holding CONFIG (NULL: no config). */
 static char *fresh_dir(const char *config)
 {
@@ -63,7 +43,7 @@ static void start(struct tu_capd *c, const char *dir, bool with_config)
     if (tu_capd_start(c, dir, with_config ? extra : NULL) != 0) {
         char p[400];
         snprintf(p, sizeof p, "%s/capd.stderr", dir);
-        char *err = slurp(p);
+        char *err = tu_slurp(p);
         cr_assert_fail("capd did not start: %s", err);
     }
 }
@@ -77,7 +57,7 @@ static char *refused_start(const char *dir, const char *extra_flags)
     int rc = tu_sh("timeout 10 '%s' --listen 127.0.0.1:0 --data-dir '%s/data' --config "
                    "'%s/capd.json' %s >/dev/null 2>'%s' & sleep 1; kill $! 2>/dev/null; wait $!",
                    tu_bin("CAPD_BIN"), dir, dir, extra_flags ? extra_flags : "", out);
-    char *err = slurp(out);
+    char *err = tu_slurp(out);
     cr_assert(rc != 0 && rc < 128, "capd started although it should refuse (rc %d): %s", rc, err);
     return err;
 }
@@ -145,7 +125,7 @@ Test(defaults, first_start_writes_an_admin_token_and_anonymous_writes_are_401)
     snprintf(token, sizeof token, "%s", c.token);
 
     /* The log names the file, never the secret. */
-    char *log = slurp(c.errlog);
+    char *log = tu_slurp(c.errlog);
     cr_assert(strstr(log, "admin_token_created") && strstr(log, "admin.token"), "%s", log);
     cr_assert_null(strstr(log, token + 19), "the secret is in the log");
     free(log);
@@ -212,7 +192,7 @@ Test(defaults, auth_off_is_explicit_warned_and_loopback_only)
     cr_assert_eq(access(path, F_OK), -1, "no admin token while auth is off");
     cr_assert_eq(status_of(&c, "GET", "/v1/builds", NULL, NULL, NULL, NULL), 200);
     cr_assert_eq(tu_capd_stop(&c), 0);
-    char *log = slurp(c.errlog);
+    char *log = tu_slurp(c.errlog);
     cr_assert(strstr(log, "auth_disabled"), "a warning at start: %s", log);
     free(log);
     tu_sh("rm -rf '%s'", dir);
@@ -306,7 +286,7 @@ static char *token_of(const char *dir, const char *scope)
     cr_assert_eq(tu_sh("'%s' token create --data-dir '%s/data' --scope %s >'%s' 2>/dev/null",
                        tu_bin("CAPD_BIN"), dir, scope, out),
                  0);
-    char *t = slurp(out);
+    char *t = tu_slurp(out);
     t[strcspn(t, "\n")] = 0;
     return t;
 }
@@ -422,7 +402,7 @@ Test(runas, root_cells_need_allow_root_cells)
     cr_assert(json_is_true(json_object_get(h, "cells_run_as_root")), "healthz shows it");
     json_decref(h);
     cr_assert_eq(tu_capd_stop(&c), 0);
-    char *log = slurp(c.errlog);
+    char *log = tu_slurp(c.errlog);
     cr_assert(strstr(log, "WARNING") && strstr(log, "cells_run_as_root"), "said loudly: %s", log);
     free(log);
     tu_sh("rm -rf '%s'", dir);

@@ -50,18 +50,6 @@ static void free_pki(struct pki *p)
     free(p->dir);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return strdup("");
-    char *buf = calloc(1, 65537);
-    size_t n = fread(buf, 1, 65536, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 /* One GET with libcurl; CAFILE NULL means the system's CAs. Returns the
  * curl code and the status (0 when no HTTP reply came). */
 static CURLcode get(const char *url, const char *cafile, long *status)
@@ -130,7 +118,7 @@ Test(tls, https_verified_and_plain_http_refused, .timeout = 120)
     cr_assert_eq(st, 200);
 
     /* The start-up log names the scheme. */
-    char *log = slurp(c.errlog);
+    char *log = tu_slurp(c.errlog);
     cr_assert(strstr(log, "event=listening") && strstr(log, "scheme=https"), "%s", log);
     free(log);
 
@@ -147,7 +135,7 @@ Test(tls, https_verified_and_plain_http_refused, .timeout = 120)
     cr_assert_eq(tu_sh("'%s' --server '%s' --cacert '%s' builds list >'%s/ctl.out' 2>&1", capctl,
                        c.base, p.cert, p.dir),
                  0, "capctl --cacert over https (see %s/ctl.out)", p.dir);
-    char *out = slurp(strcat(strcpy(url, p.dir), "/ctl.out"));
+    char *out = tu_slurp(strcat(strcpy(url, p.dir), "/ctl.out"));
     cr_assert(strstr(out, "fake"), "capctl lists the build: %s", out);
     free(out);
     cr_assert_eq(tu_sh("CAPD_CACERT='%s' '%s' --server '%s' builds show fake >/dev/null 2>&1",
@@ -175,7 +163,7 @@ static int run_capd(const char *dir, const char *args, char **err)
                    tu_bin("CAPD_BIN"), dir, args, dir, dir);
     char p[400];
     snprintf(p, sizeof p, "%s/err", dir);
-    *err = slurp(p);
+    *err = tu_slurp(p);
     return rc;
 }
 

@@ -446,3 +446,69 @@ int tu_sh(const char *fmt, ...)
         return -1;
     return wait_status(pid);
 }
+
+char *tu_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    char *buf = NULL;
+    size_t n = 0, cap = 0, r;
+    char chunk[4096];
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n + r + 1 > cap) {
+            cap = (n + r + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+        memcpy(buf + n, chunk, r);
+        n += r;
+    }
+    fclose(f);
+    if (!buf)
+        return strdup("");
+    buf[n] = 0;
+    return buf;
+}
+
+double tu_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+const char *tu_jstr(json_t *j, const char *key)
+{
+    return json_string_value(json_object_get(j, key));
+}
+
+const char *tu_str(json_t *j, const char *key)
+{
+    const char *v = json_string_value(json_object_get(j, key));
+    return v ? v : "";
+}
+
+double tu_metric(const struct tu_capd *c, const char *series)
+{
+    struct tu_resp r;
+    tu_http(c, "GET", "/metrics", NULL, 0, NULL, &r);
+    double v = -1;
+    size_t n = strlen(series);
+    for (char *l = r.body; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            v = strtod(l + n + 1, NULL);
+        l = e ? e + 1 : NULL;
+    }
+    tu_resp_free(&r);
+    return v;
+}
+
+const char *tu_python(void)
+{
+    const char *p = getenv("CAPD_PYTHON");
+    return p && *p ? p : "/usr/bin/python3";
+}

@@ -92,4 +92,19 @@ int tu_count_zombies(pid_t ppid);
 /* Runs a shell command line; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The whole file at PATH as a NUL-terminated string (owned); "" when it
+ * cannot be opened. */
+char *tu_slurp(const char *path);
+/* Seconds on CLOCK_MONOTONIC. */
+double tu_now_s(void);
+/* Member KEY of object J as a string: NULL (tu_jstr) or "" (tu_str) when
+ * it is absent or not a string. */
+const char *tu_jstr(json_t *j, const char *key);
+const char *tu_str(json_t *j, const char *key);
+/* The value of one series of C's /metrics (the line starting with SERIES
+ * and a space), -1 when it is absent. */
+double tu_metric(const struct tu_capd *c, const char *series);
+/* The interpreter with torch: $CAPD_PYTHON, else /usr/bin/python3. */
+const char *tu_python(void);
+
 #endif

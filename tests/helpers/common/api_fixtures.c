@@ -1,0 +1,338 @@
+/*
+ * tests/helpers/common/api_fixtures.c - the REST API tests' fixture
+ * (api_fixtures.h): one capd per test in its own temp dir, and the JSON
+ * helpers that fail the test when a reply is not what they need.
+ */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/testutil.h"
+
+struct tu_capd af_capd;
+char *af_dir;
+
+/* ---- process and file helpers ---- */
+
+void af_teardown(void)
+{
+    if (af_capd.pid > 0)
+        tu_capd_stop(&af_capd);
+    if (af_dir && strncmp(af_dir, "/", 1) == 0 && strstr(af_dir, "capd-test-"))
+        tu_sh("rm -rf '%s'", af_dir);
+    free(af_dir);
+    af_dir = NULL;
+}
+
+void af_ensure_dir(void)
+{
+    if (!af_dir) {
+        af_dir = tu_tmpdir();
+        cr_assert_not_null(af_dir, "cannot create a temp dir");
+    }
+}
+
+/* Starts capd in the test's temp dir (data in DIR/data). */
+void af_start(const char *const *extra)
+{
+    af_ensure_dir();
+    if (tu_capd_start(&af_capd, af_dir, extra) != 0) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/capd.stderr", af_dir);
+        char *err = tu_slurp(p);
+        cr_assert_fail("capd did not start; its stderr:\n%s", err);
+    }
+}
+
+/* Writes an executable file NAME into the temp dir; returns its path. */
+const char *af_write_file(const char *name, const char *text, mode_t mode)
+{
+    static char path[8][512];
+    static int slot;
+    af_ensure_dir();
+    char *p = path[slot++ % 8];
+    snprintf(p, 512, "%s/%s", af_dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "cannot write %s", p);
+    fputs(text, f);
+    fclose(f);
+    chmod(p, mode);
+    return p;
+}
+
+const char AF_HANG_SH[] = "#!/bin/sh\nexec sleep 1000\n";
+
+const char AF_OK_SH[] =
+    "#!/bin/sh\n"
+    "echo \"runner says hi\"\n"
+    "printf '%s\\n' '{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"test-sh\"}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"env\",\"fingerprint\":{\"torch\":\"none\"},"
+    "\"effective_width\":\"avx2\"}' >&3\n"
+    "for i in 0 1 2 3 4; do\n"
+    "  printf '{\"kind\":\"tensor\",\"seq\":%d,\"key\":\"model.%d.forward.output.0\","
+    "\"dtype\":\"float32\",\"shape\":[2],\"numel\":2,\"stats\":{\"min\":0,\"max\":1,"
+    "\"mean\":0.5,\"std\":0.5,\"l2\":1,\"nan\":0,\"pinf\":0,\"ninf\":0,\"zeros\":1},"
+    "\"hash\":\"00112233445566778899aabbccddeeff\",\"capture\":\"stats\"}\\n' $i $i >&3\n"
+    "done\n"
+    "printf '%s\\n' '{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[100,200,300],"
+    "\"warmup\":1,\"iterations\":3,\"threads\":1}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"memory\",\"peak_rss_bytes\":12345}' >&3\n"
+    "printf '%s\\n' '{\"kind\":\"end\",\"status\":\"ok\"}' >&3\n";
+
+/* ---- HTTP helpers ---- */
+
+const char *af_q(const char *s)
+{
+    static char *ring[16];
+    static int slot;
+    char **p = &ring[slot++ % 16];
+    free(*p);
+    *p = strdup(s);
+    for (char *c = *p; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    return *p;
+}
+
+char *af_dump(json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    return s ? s : strdup("(null)");
+}
+
+/* One request with a JSON body (BODY may be NULL); returns the parsed
+ * reply (json null when the reply is not JSON). */
+json_t *af_call(const char *method, const char *path, const char *body, long *status)
+{
+    return tu_json(&af_capd, method, path, body, status);
+}
+
+/* Like af_call() with BODY run through af_q(). */
+json_t *af_callq(const char *method, const char *path, const char *body, long *status)
+{
+    return af_call(method, path, body ? af_q(body) : NULL, status);
+}
+
+json_t *af_get(const char *path, long *status)
+{
+    return af_call("GET", path, NULL, status);
+}
+
+/* A raw request; the reply is parsed as JSON when possible. */
+json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
+                   const char *const *hdrs, long *status, struct tu_resp *keep)
+{
+    struct tu_resp r;
+    tu_http(&af_capd, method, path, body, len, hdrs, &r);
+    *status = r.status;
+    json_t *j = json_loadb(r.body, r.len, 0, NULL);
+    if (keep)
+        *keep = r;
+    else
+        tu_resp_free(&r);
+    return j ? j : json_null();
+}
+
+/* Finds header NAME in a raw header block; returns its value (static). */
+const char *af_header(const char *headers, const char *name)
+{
+    static char val[512];
+    size_t n = strlen(name);
+    for (const char *l = headers; l && *l;) {
+        const char *e = strstr(l, "\r\n");
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        if (len > n && strncasecmp(l, name, n) == 0 && l[n] == ':') {
+            const char *v = l + n + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(val, sizeof val, "%.*s", (int)(len - (size_t)(v - l)), v);
+            return val;
+        }
+        l = e ? e + 2 : l + len;
+    }
+    return NULL;
+}
+
+/* Checks an error reply: the status, and a body of exactly
+ * {"error":{"code":CODE,"message":non-empty string,"field":FIELD|null}}. */
+void af_expect_error(json_t *j, long status, long want, const char *code, const char *field)
+{
+    char *s = af_dump(j);
+    cr_assert_eq(status, want, "status %ld, want %ld; body %s", status, want, s);
+    json_t *e = json_object_get(j, "error");
+    cr_assert(json_is_object(e), "no error object in %s", s);
+    cr_assert_eq(json_object_size(e), 3, "error must have exactly code, message, field: %s", s);
+    cr_assert(json_is_string(json_object_get(e, "code")), "code not a string: %s", s);
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")), code, "body %s", s);
+    json_t *m = json_object_get(e, "message");
+    cr_assert(json_is_string(m) && json_string_length(m) > 0, "message empty: %s", s);
+    json_t *f = json_object_get(e, "field");
+    cr_assert(f != NULL, "field missing: %s", s);
+    if (field) {
+        cr_assert(json_is_string(f), "field not a string: %s", s);
+        cr_assert_str_eq(json_string_value(f), field, "body %s", s);
+    } else {
+        cr_assert(json_is_null(f), "field should be null: %s", s);
+    }
+    free(s);
+}
+
+/* Number of jobs the server lists, walking every page. */
+int af_count_jobs(void)
+{
+    char path[256] = "/v1/jobs?limit=200";
+    int n = 0;
+    for (int page = 0; page < 100; page++) {
+        long st;
+        json_t *j = af_get(path, &st);
+        cr_assert_eq(st, 200);
+        n += (int)json_array_size(json_object_get(j, "jobs"));
+        const char *c = tu_jstr(j, "next_cursor");
+        if (!c) {
+            json_decref(j);
+            return n;
+        }
+        snprintf(path, sizeof path, "/v1/jobs?limit=200&cursor=%s", c);
+        json_decref(j);
+    }
+    cr_assert_fail("job listing never ended");
+    return -1;
+}
+
+int af_count_builds(void)
+{
+    long st;
+    json_t *j = af_get("/v1/builds", &st);
+    cr_assert_eq(st, 200);
+    int n = (int)json_array_size(json_object_get(j, "builds"));
+    json_decref(j);
+    return n;
+}
+
+/* Registers a build; ROOTS adds the temp dir as its model root. */
+void af_add_build(const char *name, const char *python, bool roots)
+{
+    long st;
+    json_t *j = tu_jsonf(&af_capd, "POST", "/v1/builds", &st,
+                         "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":%s%s%s}", name, python,
+                         roots ? "[\"" : "[", roots ? af_dir : "", roots ? "\"]" : "]");
+    char *s = af_dump(j);
+    cr_assert_eq(st, 201, "build %s: %ld %s", name, st, s);
+    free(s);
+    json_decref(j);
+}
+
+void af_hang_build(const char *name)
+{
+    af_add_build(name, af_write_file("hang.sh", AF_HANG_SH, 0755), true);
+}
+
+void af_ok_build(const char *name)
+{
+    af_add_build(name, af_write_file("ok.sh", AF_OK_SH, 0755), false);
+}
+
+/* Posts a job; returns it (owned) after asserting STATUS. */
+json_t *af_post_job(long want, const char *fmt, ...)
+{
+    char *body = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&body, fmt, ap) < 0)
+        body = NULL;
+    va_end(ap);
+    long st;
+    json_t *j = af_callq("POST", "/v1/jobs", body, &st);
+    char *s = af_dump(j);
+    cr_assert_eq(st, want, "POST /v1/jobs %s -> %ld %s", af_q(body), st, s);
+    free(s);
+    free(body);
+    return j;
+}
+
+/* A one-cell job of BUILD at COMMIT; returns its id (owned). */
+char *af_submit1(const char *build, const char *commit)
+{
+    json_t *j = af_post_job(201,
+                         "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['mlp'],"
+                         "'widths':['avx2'],'passes':['forward']}}",
+                         commit, build);
+    char *id = strdup(tu_jstr(j, "id"));
+    json_decref(j);
+    return id;
+}
+
+json_t *af_get_job(const char *id)
+{
+    char path[128];
+    long st;
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = af_get(path, &st);
+    cr_assert_eq(st, 200, "GET %s -> %ld", path, st);
+    return j;
+}
+
+const char *af_cell_state(json_t *job, size_t i)
+{
+    return tu_jstr(json_array_get(json_object_get(job, "cells"), i), "state");
+}
+
+/* Polls job ID until cell I is in STATE; returns the job (owned). */
+json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout)
+{
+    double t0 = tu_now_s();
+    for (;;) {
+        json_t *j = af_get_job(id);
+        const char *s = af_cell_state(j, i);
+        if (s && strcmp(s, state) == 0)
+            return j;
+        if (tu_now_s() - t0 > timeout) {
+            char *d = af_dump(j);
+            cr_assert_fail("job %s cell %zu never became %s: %s", id, i, state, d);
+        }
+        json_decref(j);
+        usleep(20 * 1000);
+    }
+}
+
+json_t *af_wait_done(const char *id)
+{
+    json_t *j = tu_wait_job(&af_capd, id, 30);
+    cr_assert_not_null(j, "job %s did not finish", id);
+    return j;
+}
+
+long af_running_cells(void)
+{
+    long st;
+    json_t *j = af_get("/healthz", &st);
+    cr_assert_eq(st, 200);
+    long n = (long)json_integer_value(json_object_get(j, "running_cells"));
+    json_decref(j);
+    return n;
+}
+
+void af_wait_running_cells(long want)
+{
+    double t0 = tu_now_s();
+    while (af_running_cells() != want) {
+        cr_assert(tu_now_s() - t0 < 20, "running_cells never became %ld", want);
+        usleep(20 * 1000);
+    }
+}
+
+bool af_is_rfc3339(json_t *v)
+{
+    const char *s = json_string_value(v);
+    int y, mo, d, h, mi, se, ms;
+    char z = 0;
+    return s && strlen(s) == 24 &&
+           sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi, &se, &ms, &z) == 8 &&
+           z == 'Z';
+}

@@ -1,0 +1,103 @@
+/*
+ * tests/helpers/common/api_fixtures.h - what the REST API tests
+ * (tests/test_api_*.c) share: one real capd per test, started on an
+ * ephemeral port in the test's own temp dir (af_capd, af_dir), and short
+ * helpers that talk JSON to it and fail the test when a reply is not what
+ * they need. Every suite of those files takes AF_SUITE, whose fini stops
+ * the capd and removes the temp dir even when the test failed.
+ *
+ * Cells need a runner. These tests never depend on torch: builds point at
+ * small shell scripts written into the test's temp dir, so what a cell does
+ * is deterministic:
+ *   hang.sh  sleeps forever: with the default max_parallel=1 the first cell
+ *            runs and every later cell stays queued (listing, cancel);
+ *   ok.sh    speaks the runner protocol: hello, env, five stats-only
+ *            tensors, timing, memory, end ok (cells, records, compare);
+ *   /bin/true exits 0 without a frame: the cell ends `failed`.
+ *
+ * JSON literals in these tests use ' for " to stay readable; af_q() and
+ * the helpers that take such text swap them.
+ */
+#ifndef CAPD_API_FIXTURES_H
+#define CAPD_API_FIXTURES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "tests/helpers/common/testutil.h"
+
+/* The test's capd and temp dir; af_teardown stops and removes them. */
+extern struct tu_capd af_capd;
+extern char *af_dir;
+
+void af_teardown(void);
+#define AF_SUITE .fini = af_teardown, .timeout = 120
+
+/* Creates the temp dir unless the test already has one. */
+void af_ensure_dir(void);
+/* Starts capd in the temp dir (data in DIR/data) with EXTRA flags
+ * (NULL-terminated, may be NULL); fails the test with capd's stderr when
+ * it does not start. */
+void af_start(const char *const *extra);
+/* Writes file NAME with TEXT and MODE into the temp dir; returns its path
+ * (valid for the next seven calls). */
+const char *af_write_file(const char *name, const char *text, mode_t mode);
+
+extern const char AF_HANG_SH[];
+extern const char AF_OK_SH[];
+
+/* S with ' swapped for "; lives until the next few calls (a ring). */
+const char *af_q(const char *s);
+/* J as compact JSON text (owned); "(null)" for NULL. */
+char *af_dump(json_t *j);
+
+/* One request with a JSON body (BODY may be NULL); returns the parsed
+ * reply (json null when the reply is not JSON). */
+json_t *af_call(const char *method, const char *path, const char *body, long *status);
+/* Like af_call() with BODY run through af_q(). */
+json_t *af_callq(const char *method, const char *path, const char *body, long *status);
+json_t *af_get(const char *path, long *status);
+/* A raw request with headers HDRS; the reply is parsed as JSON when
+ * possible, and kept whole in KEEP (the caller frees) unless it is NULL. */
+json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
+               const char *const *hdrs, long *status, struct tu_resp *keep);
+/* The value of header NAME in a raw header block (static), or NULL; the
+ * first one when there are several. */
+const char *af_header(const char *headers, const char *name);
+/* Checks an error reply: the status, and a body of exactly
+ * {"error":{"code":CODE,"message":non-empty string,"field":FIELD|null}}. */
+void af_expect_error(json_t *j, long status, long want, const char *code, const char *field);
+
+/* Number of jobs the server lists (walking every page), and of builds. */
+int af_count_jobs(void);
+int af_count_builds(void);
+/* Registers build NAME running PYTHON; ROOTS adds the temp dir as its
+ * model root. Fails the test unless the reply is 201. */
+void af_add_build(const char *name, const char *python, bool roots);
+/* A build of hang.sh (with the temp dir as model root), and one of ok.sh. */
+void af_hang_build(const char *name);
+void af_ok_build(const char *name);
+/* Posts a job (FMT: af_q() text); returns it (owned) after asserting WANT. */
+json_t *af_post_job(long want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A one-cell job (mlp, avx2, forward) of BUILD at COMMIT; returns its id
+ * (owned). */
+char *af_submit1(const char *build, const char *commit);
+
+/* GET /v1/jobs/ID, asserting 200 (owned). */
+json_t *af_get_job(const char *id);
+/* The state of cell I of JOB. */
+const char *af_cell_state(json_t *job, size_t i);
+/* Polls job ID until cell I is in STATE; returns the job (owned). */
+json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout);
+/* Waits (30 s at most) for job ID to finish; returns it (owned). */
+json_t *af_wait_done(const char *id);
+/* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
+long af_running_cells(void);
+void af_wait_running_cells(long want);
+
+/* Whether V is a UTC timestamp as capd writes them: 2024-01-02T03:04:05.678Z. */
+bool af_is_rfc3339(json_t *v);
+
+#endif
