@@ -116,7 +116,8 @@ int api_options_resolve(json_t *o, json_t *out, struct api_verr *err)
     {
         if (json_is_false(json_object_get(spec, "api")))
             continue;
-        if (!check_integer(spec, json_object_get(o, json_string_value(json_object_get(spec, "name"))),
+        if (!check_integer(spec,
+                           json_object_get(o, json_string_value(json_object_get(spec, "name"))),
                            out, err))
             return -EINVAL;
     }

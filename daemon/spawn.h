@@ -5,8 +5,8 @@
  * what capd-exec applies to a cell (daemon/exec_shim.c): a new session, the
  * parent-death signal, the rlimits, no core files, the optional network
  * namespace, its cgroup, every fd above 3 closed, run_as_user, PR_SET_NO_NEW_PRIVS,
- * every signal at its default and unblocked. capd-exec is still what starts
- * prefork cells (daemon/exec_zygote.c); a fresh cell no longer pays for a
+ * every signal at its default and unblocked. capd-exec starts prefork cells
+ * (daemon/exec_zygote.c); a fresh cell does without it, so it pays for no
  * second process and exec.
  */
 #ifndef CAPD_SPAWN_H

@@ -76,7 +76,6 @@ Test(api_builds, create_get_list)
     json_decref(m);
 }
 
-
 Test(api_builds, duplicate_name_409_changes_nothing)
 {
     af_start(NULL);
@@ -245,7 +244,8 @@ Test(api_builds, refused_when_the_cell_user_cannot_reach_it)
     char bang[720];
     snprintf(bang, sizeof bang, "#!%s\n", py);
     snprintf(file, sizeof file, "%s", af_write_file("bang.sh", bang, 0755));
-    j = tu_jsonf(&af_capd, "POST", "/v1/builds", &st, "{\"name\":\"bang\",\"python\":\"%s\"}", file);
+    j = tu_jsonf(&af_capd, "POST", "/v1/builds", &st, "{\"name\":\"bang\",\"python\":\"%s\"}",
+                 file);
     cr_assert_eq(st, 201, "%s", af_dump(j));
     json_decref(j);
     id = af_submit1("bang", "abcdef2");
@@ -289,7 +289,7 @@ Test(api_builds, put_creates_and_replaces_200)
     cr_assert_str_eq(tu_jstr(a, "name"), "b");
     usleep(5000);
     json_t *b = af_callq("PUT", "/v1/builds/b",
-                      "{'name':'b','python':'/bin/false','description':'replaced'}", &st);
+                         "{'name':'b','python':'/bin/false','description':'replaced'}", &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(tu_jstr(b, "python"), "/bin/false");
     cr_assert_str_eq(tu_jstr(b, "description"), "replaced");

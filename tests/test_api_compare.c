@@ -36,9 +36,9 @@ Test(api_branches, put_get_branch)
     json_decref(g);
     json_decref(j);
     j = af_callq("PUT", "/v1/branches/main",
-              "{'control_commit':'"
-              "0123456789abcdef0123456789abcdef01234567'}",
-              &st);
+                 "{'control_commit':'"
+                 "0123456789abcdef0123456789abcdef01234567'}",
+                 &st);
     cr_assert_eq(st, 200, "PUT replaces the control");
     json_decref(j);
     g = af_get("/v1/branches/main", &st);
@@ -116,8 +116,8 @@ Test(api_compare, compare_and_diff)
     af_hang_build("hang");
     char *ctl = af_submit1("ok", "1b0e7d2");
     json_t *h = af_post_job(201, "{'project':'p','commit':'3f2a9c1','branch':'main','build':'ok',"
-                              "'matrix':{'models':['mlp'],'widths':['avx2'],'passes':['forward']"
-                              "}}");
+                                 "'matrix':{'models':['mlp'],'widths':['avx2'],'passes':['forward']"
+                                 "}}");
     char *head = strdup(tu_jstr(h, "id"));
     json_decref(h);
     json_decref(af_wait_done(ctl));
@@ -145,8 +145,8 @@ Test(api_compare, compare_and_diff)
 
     /* Markdown by format=md or by Accept. */
     struct tu_resp m;
-    json_decref(
-        af_raw("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1&format=md", NULL, 0, NULL, &st, &m));
+    json_decref(af_raw("GET", "/v1/compare?control=1b0e7d2&head=3f2a9c1&format=md", NULL, 0, NULL,
+                       &st, &m));
     cr_assert_eq(st, 200);
     cr_assert(strncmp(af_header(m.headers, "Content-Type"), "text/markdown", 13) == 0);
     cr_assert(strstr(m.body, "pass"), "markdown: %s", m.body);
@@ -158,8 +158,9 @@ Test(api_compare, compare_and_diff)
     tu_resp_free(&m);
 
     /* A head of another width: the two jobs share no cell. */
-    h = af_post_job(201, "{'project':'p','commit':'ccccccc','build':'ok','matrix':{'models':['mlp'],"
-                      "'widths':['default'],'passes':['forward']}}");
+    h = af_post_job(201,
+                    "{'project':'p','commit':'ccccccc','build':'ok','matrix':{'models':['mlp'],"
+                    "'widths':['default'],'passes':['forward']}}");
     json_decref(af_wait_done(tu_jstr(h, "id")));
     json_decref(h);
     static const struct {
@@ -264,10 +265,11 @@ static void env_build(const char *name, const char *env)
 
 static char *submit_fake(const char *build, const char *commit)
 {
-    json_t *j = af_post_job(201,
-                         "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['fake:ok'],"
-                         "'widths':['default','avx2'],'passes':['forward']}}",
-                         commit, build);
+    json_t *j =
+        af_post_job(201,
+                    "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['fake:ok'],"
+                    "'widths':['default','avx2'],'passes':['forward']}}",
+                    commit, build);
     char *id = strdup(tu_jstr(j, "id"));
     json_decref(j);
     return id;

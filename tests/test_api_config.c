@@ -80,10 +80,11 @@ Test(api_config, unknown_config_key_refused)
 Test(api_config, flags_win_over_file)
 {
     af_ensure_dir();
-    const char *cfg = af_write_file("capd.json",
-                                 "{\"listen\":\"127.0.0.1:1\",\"data_dir\":\"/nonexistent/capd\","
-                                 "\"max_cells_per_job\":4,\"max_body_bytes\":2048}",
-                                 0644);
+    const char *cfg =
+        af_write_file("capd.json",
+                      "{\"listen\":\"127.0.0.1:1\",\"data_dir\":\"/nonexistent/capd\","
+                      "\"max_cells_per_job\":4,\"max_body_bytes\":2048}",
+                      0644);
     const char *extra[] = {"--config", cfg, NULL};
     af_start(extra);
     cr_assert_neq(af_capd.port, 1, "the file's listen won over --listen");
@@ -94,14 +95,14 @@ Test(api_config, flags_win_over_file)
     af_hang_build("b");
     long st;
     json_t *j = af_callq("POST", "/v1/jobs",
-                      "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp',"
-                      "'cnn','lstm'],'widths':['default','avx2'],'passes':['forward']}}",
-                      &st);
+                         "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp',"
+                         "'cnn','lstm'],'widths':['default','avx2'],'passes':['forward']}}",
+                         &st);
     af_expect_error(j, st, 400, "too_many_cells", "matrix");
     cr_assert(strstr(tu_jstr(json_object_get(j, "error"), "message"), "limit is 4"));
     json_decref(j);
     j = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp',"
-                      "'cnn'],'widths':['default','avx2'],'passes':['forward']}}");
+                         "'cnn'],'widths':['default','avx2'],'passes':['forward']}}");
     json_decref(j);
     char body[4096];
     memset(body, ' ', sizeof body);

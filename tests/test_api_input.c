@@ -168,8 +168,9 @@ Test(api_input, body_over_limit_413)
     json_decref(j);
 
     /* Exactly the limit: a valid job padded with spaces to 1 MiB. */
-    const char *job = af_q("{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp'],"
-                        "'widths':['default'],'passes':['forward']}}");
+    const char *job =
+        af_q("{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp'],"
+             "'widths':['default'],'passes':['forward']}}");
     size_t lim = 1u << 20;
     memset(body, ' ', lim);
     memcpy(body, job, strlen(job));
@@ -211,9 +212,9 @@ Test(api_input, invalid_utf8_in_url_gets_an_error_reply)
      * message echoes the key. */
     const char *hdrs[] = {"Content-Type: application/json", "Idempotency-Key: k\xff\xfe", NULL};
     char *b1 = strdup(af_q("{'project':'p','commit':'abcdef1','build':'ok','matrix':{'models':"
-                        "['mlp'],'widths':['avx2'],'passes':['forward']}}"));
+                           "['mlp'],'widths':['avx2'],'passes':['forward']}}"));
     char *b2 = strdup(af_q("{'project':'p','commit':'abcdef2','build':'ok','matrix':{'models':"
-                        "['mlp'],'widths':['avx2'],'passes':['forward']}}"));
+                           "['mlp'],'widths':['avx2'],'passes':['forward']}}"));
     j = af_raw("POST", "/v1/jobs", b1, strlen(b1), hdrs, &st, NULL);
     cr_assert(st == 201 || st == 400, "status %ld", st);
     json_decref(j);

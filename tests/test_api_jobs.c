@@ -26,11 +26,11 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
     af_start(NULL);
     af_hang_build("b");
     json_t *j = af_post_job(201, "{'project':'pytorch','commit':'3f2a9c1','branch':'feature/x',"
-                              "'build':'b','control_commit':'1b0e7d2',"
-                              "'matrix':{'models':['mlp','cnn'],'widths':['default','avx2',"
-                              "'avx512'],'passes':['forward','backward']},"
-                              "'options':{'iterations':5,'capture':'sample'},"
-                              "'labels':{'ci.run':'4711'},'provenance':{'tree':'clean'}}");
+                                 "'build':'b','control_commit':'1b0e7d2',"
+                                 "'matrix':{'models':['mlp','cnn'],'widths':['default','avx2',"
+                                 "'avx512'],'passes':['forward','backward']},"
+                                 "'options':{'iterations':5,'capture':'sample'},"
+                                 "'labels':{'ci.run':'4711'},'provenance':{'tree':'clean'}}");
     const char *id = tu_jstr(j, "id");
     cr_assert(id && id[0] == 'j' && strlen(id) == 13, "job id %s", id);
     cr_assert_str_eq(tu_jstr(j, "project"), "pytorch");
@@ -45,10 +45,10 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
     cr_assert_str_eq(tu_jstr(json_object_get(j, "provenance"), "tree"), "clean");
 
     json_t *want_opts = json_loads(af_q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
-                                     "'seed':0,'batch':2,'sample_size':256,'timing_processes':5,"
-                                     "'timing_pairs':8,'max_timing_rounds':3,"
-                                     "'capture':'sample','dtype':'float32','device':'cpu',"
-                                     "'granularity':'module'}"),
+                                        "'seed':0,'batch':2,'sample_size':256,'timing_processes':5,"
+                                        "'timing_pairs':8,'max_timing_rounds':3,"
+                                        "'capture':'sample','dtype':'float32','device':'cpu',"
+                                        "'granularity':'module'}"),
                                    0, NULL);
     char *os = af_dump(json_object_get(j, "options"));
     cr_assert(json_equal(json_object_get(j, "options"), want_opts), "options %s", os);
@@ -90,7 +90,7 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
 
     /* Without options/labels/branch/control: null and {} and defaults. */
     j = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':['mlp'],"
-                      "'widths':['native'],'passes':['backward']}}");
+                         "'widths':['native'],'passes':['backward']}}");
     cr_assert(json_is_null(json_object_get(j, "branch")));
     cr_assert(json_is_null(json_object_get(j, "control_commit")));
     cr_assert_eq(json_object_size(json_object_get(j, "labels")), 0);
@@ -232,12 +232,12 @@ Test(api_jobs, options_at_bounds_accepted)
     af_start(NULL);
     af_hang_build("b");
     json_t *j = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':"
-                              "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
-                              "'iterations':100000,'warmup':0,'threads':1024,'timeout_s':86400,"
-                              "'seed':9223372036854775807,'batch':4096,'sample_size':65536,"
-                              "'timing_processes':64,'timing_pairs':64,'max_timing_rounds':8,"
-                              "'capture':'full','dtype':'bfloat16',"
-                              "'device':'cpu','granularity':'op'}}");
+                                 "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
+                                 "'iterations':100000,'warmup':0,'threads':1024,'timeout_s':86400,"
+                                 "'seed':9223372036854775807,'batch':4096,'sample_size':65536,"
+                                 "'timing_processes':64,'timing_pairs':64,'max_timing_rounds':8,"
+                                 "'capture':'full','dtype':'bfloat16',"
+                                 "'device':'cpu','granularity':'op'}}");
     json_t *o = json_object_get(j, "options");
     cr_assert_eq(json_integer_value(json_object_get(o, "timing_pairs")), 64);
     cr_assert_eq(json_integer_value(json_object_get(o, "max_timing_rounds")), 8);
@@ -248,8 +248,8 @@ Test(api_jobs, options_at_bounds_accepted)
     cr_assert_str_eq(tu_jstr(o, "dtype"), "bfloat16");
     json_decref(j);
     j = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':"
-                      "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
-                      "'iterations':0,'threads':1,'timeout_s':1,'batch':1,'sample_size':1}}");
+                         "['mlp'],'widths':['default'],'passes':['forward']},'options':{"
+                         "'iterations':0,'threads':1,'timeout_s':1,'batch':1,'sample_size':1}}");
     json_decref(j);
     cr_assert_eq(af_count_jobs(), 2);
 }
@@ -272,9 +272,9 @@ Test(api_jobs, too_many_cells_default_limit)
     strcat(models, "]");
     /* 64 x 2 x 2 = 256: at the limit. */
     json_t *j = af_post_job(201,
-                         "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':%s,"
-                         "'widths':['default','avx2'],'passes':['forward','backward']}}",
-                         models);
+                            "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':%s,"
+                            "'widths':['default','avx2'],'passes':['forward','backward']}}",
+                            models);
     cr_assert_eq(json_array_size(json_object_get(j, "cells")), 256);
     json_decref(j);
     /* 43 x 3 x 2 = 258: over it. */
@@ -319,7 +319,7 @@ Test(api_jobs, idempotency_key)
     af_start(NULL);
     af_hang_build("b");
     const char *body = af_q("{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':"
-                         "['mlp'],'widths':['default'],'passes':['forward']}}");
+                            "['mlp'],'widths':['default'],'passes':['forward']}}");
     char *b1 = strdup(body);
     const char *h1[] = {"Content-Type: application/json", "Idempotency-Key: ci-run-4711", NULL};
     long st;
@@ -332,7 +332,7 @@ Test(api_jobs, idempotency_key)
 
     /* Same key, different body: 409 naming the header, nothing stored. */
     char *b2 = strdup(af_q("{'project':'p','commit':'abcdef2','build':'b','matrix':{'models':"
-                        "['mlp'],'widths':['default'],'passes':['forward']}}"));
+                           "['mlp'],'widths':['default'],'passes':['forward']}}"));
     json_t *c = af_raw("POST", "/v1/jobs", b2, strlen(b2), h1, &st, NULL);
     af_expect_error(c, st, 409, "idempotency_conflict", "Idempotency-Key");
     cr_assert_eq(af_count_jobs(), 1);
@@ -397,9 +397,9 @@ Test(api_jobs, queue_limit_429)
     free(af_submit1("b", "abcdef2"));
     long st;
     json_t *j = af_callq("POST", "/v1/jobs",
-                      "{'project':'p','commit':'abcdef3','build':'b','matrix':{'models':['mlp'],"
-                      "'widths':['default'],'passes':['forward']}}",
-                      &st);
+                         "{'project':'p','commit':'abcdef3','build':'b','matrix':{'models':['mlp'],"
+                         "'widths':['default'],'passes':['forward']}}",
+                         &st);
     af_expect_error(j, st, 429, "too_many_jobs", NULL);
     json_decref(j);
     cr_assert_eq(af_count_jobs(), 2);
@@ -446,9 +446,9 @@ Test(api_list, filters)
         if (spec[i][2])
             snprintf(br, sizeof br, "'branch':'%s',", spec[i][2]);
         json_t *j = af_post_job(201,
-                             "{'project':'%s','commit':'%s',%s'build':'%s','matrix':{'models':"
-                             "['mlp'],'widths':['default'],'passes':['forward']}}",
-                             spec[i][0], spec[i][1], br, spec[i][3]);
+                                "{'project':'%s','commit':'%s',%s'build':'%s','matrix':{'models':"
+                                "['mlp'],'widths':['default'],'passes':['forward']}}",
+                                spec[i][0], spec[i][1], br, spec[i][3]);
         id[i] = strdup(tu_jstr(j, "id"));
         json_decref(j);
     }
@@ -587,9 +587,10 @@ Test(api_cancel, cancel_running_and_queued)
 {
     af_start(NULL);
     af_hang_build("b");
-    json_t *j1 = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{"
-                               "'models':['mlp'],'widths':['default','avx2'],'passes':['forward']"
-                               "}}");
+    json_t *j1 =
+        af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{"
+                         "'models':['mlp'],'widths':['default','avx2'],'passes':['forward']"
+                         "}}");
     char *id1 = strdup(tu_jstr(j1, "id"));
     json_decref(j1);
     char *id2 = af_submit1("b", "abcdef2");

@@ -61,11 +61,11 @@ Test(api_regressions, model_root_trailing_dot_refused)
     af_start(NULL);
     long st;
     json_t *j = af_callq("POST", "/v1/builds",
-                      "{'name':'x','python':'/bin/true','model_roots':['/a/.']}", &st);
+                         "{'name':'x','python':'/bin/true','model_roots':['/a/.']}", &st);
     af_expect_error(j, st, 400, "invalid_field", "model_roots");
     json_decref(j);
     j = af_callq("POST", "/v1/builds", "{'name':'y','python':'/bin/true','model_roots':['/a/..']}",
-              &st);
+                 &st);
     af_expect_error(j, st, 400, "invalid_field", "model_roots");
     json_decref(j);
 }

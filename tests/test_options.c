@@ -131,12 +131,8 @@ Test(options, job_stored_with_every_default, .init = start, .fini = stop)
     json_t *opts = json_object_get(job, "options");
     char *docs_path = NULL;
     cr_assert(asprintf(&docs_path, "%s/docs/api.md", tu_bin("CAPD_SOURCE_DIR")) > 0);
-    FILE *f = fopen(docs_path, "r");
-    cr_assert_not_null(f, "%s", docs_path);
-    static char docs[1 << 20];
-    size_t n = fread(docs, 1, sizeof docs - 1, f);
-    docs[n] = 0;
-    fclose(f);
+    char *docs = tu_slurp(docs_path);
+    cr_assert_not_null(docs, "%s", docs_path);
     static const char *const kinds[] = {"integer", "enum"};
     for (size_t k = 0; k < 2; k++) {
         size_t i;
@@ -147,8 +143,8 @@ Test(options, job_stored_with_every_default, .init = start, .fini = stop)
                 continue;
             const char *name = json_string_value(json_object_get(o, "name"));
             json_t *def = json_object_get(o, "default");
-            cr_assert(json_equal(json_object_get(opts, name), def), "options.%s stored at its default",
-                      name);
+            cr_assert(json_equal(json_object_get(opts, name), def),
+                      "options.%s stored at its default", name);
             char row[160];
             if (json_is_string(def))
                 snprintf(row, sizeof row, "| `%s` | `%s` |", name, json_string_value(def));
@@ -158,6 +154,7 @@ Test(options, job_stored_with_every_default, .init = start, .fini = stop)
             cr_assert(strstr(docs, row), "docs/api.md's options table has %s", row);
         }
     }
+    free(docs);
     free(docs_path);
     json_decref(job);
     free(id);

@@ -126,7 +126,7 @@ json_t *af_get(const char *path, long *status)
 
 /* A raw request; the reply is parsed as JSON when possible. */
 json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
-                   const char *const *hdrs, long *status, struct tu_resp *keep)
+               const char *const *hdrs, long *status, struct tu_resp *keep)
 {
     struct tu_resp r;
     tu_http(&af_capd, method, path, body, len, hdrs, &r);
@@ -260,9 +260,9 @@ json_t *af_post_job(long want, const char *fmt, ...)
 char *af_submit1(const char *build, const char *commit)
 {
     json_t *j = af_post_job(201,
-                         "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['mlp'],"
-                         "'widths':['avx2'],'passes':['forward']}}",
-                         commit, build);
+                            "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['mlp'],"
+                            "'widths':['avx2'],'passes':['forward']}}",
+                            commit, build);
     char *id = strdup(tu_jstr(j, "id"));
     json_decref(j);
     return id;
