@@ -22,6 +22,7 @@
 #include "daemon/memlimit.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
+#include "storage/layout.h"
 
 #define JOB_MAX_LABELS    32
 #define JOB_MAX_AXIS      64
@@ -550,13 +551,14 @@ enum MHD_Result api_cell_log(struct api_req *r)
     if (rc)
         return api_store_error(r, rc, "cell");
     json_decref(cell);
-    char *path = sup_log_path(api_cfg(r)->data_dir, api_param(r, "id"), api_param(r, "cell"));
-    char part[1200];
-    snprintf(part, sizeof part, "%s.part", path ? path : "");
-    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    char path[LAYOUT_PATH_MAX], part[LAYOUT_PATH_MAX + 8];
+    if (layout_cell_log(path, sizeof path, api_cfg(r)->data_dir, api_param(r, "id"),
+                        api_param(r, "cell")) != 0)
+        return api_error(r, 500, "internal", NULL, "the cell's log path is too long");
+    snprintf(part, sizeof part, "%s.part", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         fd = open(part, O_RDONLY | O_CLOEXEC);
-    free(path);
     if (fd < 0)
         return api_text(r, 200, "text/plain; charset=utf-8", strdup(""), 0);
     struct stat sb;

@@ -23,6 +23,7 @@
 
 #include "daemon/cmd_db.h"
 #include "daemon/config.h"
+#include "storage/layout.h"
 #include "storage/store.h"
 
 struct db_args {
@@ -150,9 +151,9 @@ static int parse(struct db_args *a, int argc, char **argv)
  * capd's job at start-up. */
 static int open_existing(const struct db_args *a, struct store **s)
 {
-    char path[600], *err = NULL;
+    char path[LAYOUT_PATH_MAX], *err = NULL;
     struct stat sb;
-    snprintf(path, sizeof path, "%s/capd.db", a->cfg.data_dir);
+    layout_dir(path, sizeof path, a->cfg.data_dir, "capd.db");
     if (stat(path, &sb) != 0) {
         fprintf(stderr, "capd db %s: no database at %s: %s\n", a->verb, path, strerror(errno));
         return 1;

@@ -16,6 +16,7 @@
 
 #include "daemon/log.h"
 #include "daemon/runas.h"
+#include "storage/layout.h"
 
 int runas_resolve(struct capd_config *c, char **err)
 {
@@ -122,7 +123,7 @@ int runas_prepare_cell(const struct capd_config *c, const char *scratch, const c
     char root[1100];
     if (c->run_uid < 0)
         return 0;
-    snprintf(root, sizeof root, "%s/scratch", c->data_dir);
+    layout_dir(root, sizeof root, c->data_dir, "scratch");
     if (chmod(root, 0711) != 0 || chown(scratch, (uid_t)c->run_uid, (gid_t)c->run_gid) != 0 ||
         chown(spec, (uid_t)c->run_uid, (gid_t)c->run_gid) != 0) {
         int e = errno;

@@ -25,6 +25,7 @@
 #include "daemon/runas.h"
 #include "daemon/sup_int.h"
 #include "daemon/widths.h"
+#include "storage/layout.h"
 
 /* How often an outcome that could not be stored (disk full) is retried. */
 #define SUP_STORE_RETRY_MS 1000
@@ -49,14 +50,6 @@ const char *sup_job_id(const struct sup *s)
 const char *sup_cell_id(const struct sup *s)
 {
     return s->run.cell_id;
-}
-
-char *sup_log_path(const char *data_dir, const char *job_id, const char *cell_id)
-{
-    char *p;
-    if (asprintf(&p, "%s/logs/%s/%s.log", data_dir, job_id, cell_id) < 0)
-        return NULL;
-    return p;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -439,7 +432,7 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
 {
     const struct capd_config *cfg = s->cfg;
     const char *python = json_string_value(json_object_get(s->run.build, "python"));
-    char why[768], *logdir = NULL;
+    char why[768];
     int rc = -ENOMEM;
     if (!python || runas_can_use(cfg, python, RUNAS_EXEC, why, sizeof why) != 0) {
         snprintf(reason, rlen, "build '%s': interpreter %s",
@@ -447,14 +440,17 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
                  python ? why : "(build no longer registered) is not executable");
         return -ENOENT;
     }
-    snprintf(s->scratch, sizeof s->scratch, "%s/scratch/%s-%d", cfg->data_dir, s->run.cell_id,
-             s->run.attempt);
-    if (asprintf(&logdir, "%s/logs/%s", cfg->data_dir, s->run.job_id) < 0) {
-        logdir = NULL;
+    char logdir[LAYOUT_PATH_MAX], logp[LAYOUT_PATH_MAX];
+    if (layout_cell_scratch(s->scratch, sizeof s->scratch, cfg->data_dir, s->run.cell_id,
+                            s->run.attempt) != 0 ||
+        layout_job_logs(logdir, sizeof logdir, cfg->data_dir, s->run.job_id) != 0 ||
+        layout_cell_log(logp, sizeof logp, cfg->data_dir, s->run.job_id, s->run.cell_id) != 0) {
+        rc = -ENAMETOOLONG;
+        snprintf(reason, rlen, "the cell's scratch dir or log path below %s is too long",
+                 cfg->data_dir);
         goto out;
     }
-    if (!(s->log_path = sup_log_path(cfg->data_dir, s->run.job_id, s->run.cell_id)) ||
-        asprintf(spec_path, "%s/cell.json", s->scratch) < 0) {
+    if (!(s->log_path = strdup(logp)) || asprintf(spec_path, "%s/cell.json", s->scratch) < 0) {
         *spec_path = NULL;
         goto out;
     }
@@ -469,7 +465,6 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
     }
     rc = runas_prepare_cell(cfg, s->scratch, *spec_path, reason, rlen);
 out:
-    free(logdir);
     return rc;
 }
 

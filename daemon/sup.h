@@ -53,7 +53,4 @@ void sup_abandon(struct sup *s);
 const char *sup_job_id(const struct sup *s);
 const char *sup_cell_id(const struct sup *s);
 
-/* Path of a cell's log file; caller frees. */
-char *sup_log_path(const char *data_dir, const char *job_id, const char *cell_id);
-
 #endif

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "storage/layout.h"
 #include "storage/store_int.h"
 
 /* How long a backup retries while the source is locked (only possible
@@ -242,8 +243,8 @@ static int backup_blob_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char 
     if (!hash || !store__is_blob_name(hash))
         return 0;
     ctx->info->blobs++;
-    store__blob_path_in(ctx->data_dir, hash, from, sizeof from);
-    store__blob_path_in(ctx->dest, hash, to, sizeof to);
+    layout_blob(from, sizeof from, ctx->data_dir, hash);
+    layout_blob(to, sizeof to, ctx->dest, hash);
     if (stat(to, &sb) == 0 && sb.st_size == size)
         return 0;
     snprintf(dir, sizeof dir, "%s", to);
@@ -287,9 +288,10 @@ static int backup_log_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char *
     int rc;
     if (!job || !cell || !store__is_id_name(job) || !store__is_id_name(cell))
         return 0;
-    snprintf(from, sizeof from, "%s/logs/%s/%s.log", ctx->data_dir, job, cell);
-    snprintf(dir, sizeof dir, "%s/logs/%s", ctx->dest, job);
-    snprintf(to, sizeof to, "%s/%s.log", dir, cell);
+    if (layout_cell_log(from, sizeof from, ctx->data_dir, job, cell) != 0 ||
+        layout_job_logs(dir, sizeof dir, ctx->dest, job) != 0 ||
+        layout_cell_log(to, sizeof to, ctx->dest, job, cell) != 0)
+        return 0; /* no such file can exist */
     if (stat(from, &a) != 0 || !S_ISREG(a.st_mode)) {
         unlink(to);
         return 0;
@@ -326,8 +328,8 @@ static void backup_trim_logs(const char *dest)
     char path[PATH_MAX + 16], logs[PATH_MAX + 16];
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
-    snprintf(path, sizeof path, "%s/capd.db", dest);
-    snprintf(logs, sizeof logs, "%s/logs", dest);
+    layout_dir(path, sizeof path, dest, "capd.db");
+    layout_dir(logs, sizeof logs, dest, "logs");
     DIR *top = opendir(logs);
     if (!top)
         return;
@@ -381,8 +383,8 @@ static void backup_trim(const char *dest)
     char path[PATH_MAX + 16], blobs[PATH_MAX + 16];
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
-    snprintf(path, sizeof path, "%s/capd.db", dest);
-    snprintf(blobs, sizeof blobs, "%s/blobs", dest);
+    layout_dir(path, sizeof path, dest, "capd.db");
+    layout_dir(blobs, sizeof blobs, dest, "blobs");
     DIR *top = opendir(blobs);
     if (!top)
         return;

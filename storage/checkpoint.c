@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "storage/layout.h"
 #include "storage/store_int.h"
 
 /* WAL pages after a commit that start a background checkpoint (8 KiB
@@ -115,11 +116,12 @@ static int ckpt_hook(void *arg, sqlite3 *db, const char *name, int pages)
 
 int store_checkpoint_in_background(struct store *s)
 {
-    char path[600];
+    char path[LAYOUT_PATH_MAX];
+    if (layout_dir(path, sizeof path, s->data_dir, "capd.db") != 0)
+        return -ENAMETOOLONG;
     struct store_ckpt *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
-    snprintf(path, sizeof path, "%s/capd.db", s->data_dir);
     if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         sqlite3_close(c->db);

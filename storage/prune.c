@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "storage/layout.h"
 #include "storage/store_int.h"
 
 /* A prune transaction is committed after this many detached records (the
@@ -151,7 +152,7 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
     char top[PATH_MAX];
     sqlite3_stmt *st = NULL;
     int lock = -1, rc = 0;
-    snprintf(top, sizeof top, "%s/blobs", s->data_dir);
+    layout_dir(top, sizeof top, s->data_dir, "blobs");
     DIR *d = opendir(top);
     if (!d)
         return errno == ENOENT ? 0 : -errno;
@@ -266,7 +267,7 @@ static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
     sqlite3_stmt *st = NULL;
     int lock = -1, rc = 0;
     bool more = true;
-    snprintf(top, sizeof top, "%s/logs", s->data_dir);
+    layout_dir(top, sizeof top, s->data_dir, "logs");
     DIR *d = opendir(top);
     if (!d)
         return errno == ENOENT ? 0 : -errno;

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "storage/layout.h"
 #include "storage/store_int.h"
 
 /* An ingest transaction is committed after this many rows even if the
@@ -55,15 +56,9 @@ static int batch_fail(struct store *s, int rc)
     return rc;
 }
 
-/* DATA/blobs/<first two hex digits>/<hash>. */
-void store__blob_path_in(const char *data_dir, const char *hash, char *out, size_t n)
-{
-    snprintf(out, n, "%s/blobs/%.2s/%s", data_dir, hash + 1, hash);
-}
-
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n)
 {
-    store__blob_path_in(s->data_dir, hash, out, n);
+    layout_blob(out, n, s->data_dir, hash);
 }
 
 static int write_all(int fd, const void *p, size_t n)

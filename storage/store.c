@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "storage/embedded.h"
+#include "storage/layout.h"
 #include "storage/store_int.h"
 
 int64_t store_now_ms(void)
@@ -251,7 +252,7 @@ static int open_schema(struct store *s, const char *data_dir, bool do_migrate, c
     int rc;
     if (do_migrate) {
         char blobs[600];
-        snprintf(blobs, sizeof blobs, "%s/blobs", data_dir);
+        layout_dir(blobs, sizeof blobs, data_dir, "blobs");
         if (mkdir(blobs, 0750) != 0 && errno != EEXIST) {
             rc = -errno;
             if (err && asprintf(err, "cannot create %s: %s", blobs, strerror(errno)) < 0)
@@ -277,12 +278,18 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, sqlite_global_init);
     int rc = -ENOMEM;
-    char *path = NULL;
+    char path[LAYOUT_PATH_MAX];
     struct store *s = calloc(1, sizeof *s);
     if (err)
         *err = NULL;
-    if (!s || asprintf(&path, "%s/capd.db", data_dir) < 0) {
-        path = NULL;
+    if (!s)
+        goto out;
+    if (strlen(data_dir) >= sizeof s->data_dir ||
+        layout_dir(path, sizeof path, data_dir, "capd.db") != 0) {
+        rc = -ENAMETOOLONG;
+        if (err && asprintf(err, "data dir path too long (%zu bytes, at most %zu)",
+                            strlen(data_dir), sizeof s->data_dir - 1) < 0)
+            *err = NULL;
         goto out;
     }
     snprintf(s->data_dir, sizeof s->data_dir, "%s", data_dir);
@@ -300,7 +307,6 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
     s = NULL;
     rc = 0;
 out:
-    free(path);
     store_close(s);
     return rc;
 }

@@ -51,11 +51,9 @@ int store_begin(struct store *s);
 int store_commit(struct store *s);
 void store_rollback(struct store *s);
 void store_zfree(struct store *s);
-/* The payload file of blob HASH: DATA_DIR/blobs/<2 hex digits>/HASH
- * (records.c owns the layout; backup.c names the files of a backup
- * directory, which has no connection, with store__blob_path_in). */
+/* The payload file of blob HASH in this store's data dir (storage/layout.h
+ * owns the layout; backup.c names a backup directory's with layout_blob). */
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n);
-void store__blob_path_in(const char *data_dir, const char *hash, char *out, size_t n);
 int store_job_refresh_state(struct store *s, int64_t job_seq);
 /* Re-analyses one history series (storage/history_alerts.c). */
 int store__history_analyse(struct store *s, int64_t series);
