@@ -30,12 +30,12 @@ Test(layout, paths)
 
 Test(layout, too_long_is_refused_not_cut)
 {
-    char p[16];
+    char p[17];
     memset(p, 'x', sizeof p);
-    /* "/d/logs/j1/c2.log" is 17 bytes with its NUL: one too many. */
+    /* "/d/logs/j1/c2.log" is 17 characters, 18 bytes with its NUL. */
     cr_assert_eq(layout_cell_log(p, sizeof p, "/d", "j1", "c2"), -ENAMETOOLONG);
     cr_assert_str_eq(p, "", "nothing half-written");
-    char q[17];
+    char q[18];
     cr_assert_eq(layout_cell_log(q, sizeof q, "/d", "j1", "c2"), 0, "exactly fits");
     cr_assert_eq(layout_blob(p, 1, "/d", "b01"), -ENAMETOOLONG);
 }
