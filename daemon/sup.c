@@ -340,6 +340,9 @@ static int write_spec(struct sup *s, const char *path)
     json_t *o = json_deep_copy(json_object_get(s->run.spec, "options"));
     if (!json_object_get(o, "sample_size"))
         json_object_set_new(o, "sample_size", json_integer(256));
+    if (!json_object_get(o, "max_one_payload_bytes"))
+        json_object_set_new(o, "max_one_payload_bytes",
+                            json_integer((json_int_t)s->cfg->frame_max_payload));
     if (!json_object_get(o, "max_payload_bytes"))
         json_object_set_new(o, "max_payload_bytes",
                             json_integer((json_int_t)s->cfg->frame_max_total_payload));

@@ -112,8 +112,12 @@ def param_owner(name):
 
 
 class PayloadBudget(object):
-    def __init__(self, limit):
+    """Payload bytes a cell may send in all (options.max_payload_bytes) and
+    in one frame (options.max_one_payload_bytes, capd's frame_max_payload)."""
+
+    def __init__(self, limit, one=1 << 30):
         self.limit = limit
+        self.one = one
         self.used = 0
 
 
@@ -368,14 +372,18 @@ class Recorder(object):
         itemsize = t.element_size()
         if level == "full":
             need = numel * itemsize
-            if self.budget.used + need <= self.budget.limit and need <= (1 << 30):
+            if self.budget.used + need <= self.budget.limit and need <= self.budget.one:
                 self.budget.used += need
                 return "full"
             if not self.fallback_noted:
                 self.fallback_noted = True
-                msg = ("capture full: max_payload_bytes (%d) would be exceeded at %s (%d bytes used, "
-                       "%d more needed); falling back to sample for the rest of the cell"
-                       % (self.budget.limit, key, self.budget.used, need))
+                if need > self.budget.one:
+                    why = ("%s needs %d bytes, more than one payload may have "
+                           "(max_one_payload_bytes %d)" % (key, need, self.budget.one))
+                else:
+                    why = ("max_payload_bytes (%d) would be exceeded at %s (%d bytes used, "
+                           "%d more needed)" % (self.budget.limit, key, self.budget.used, need))
+                msg = "capture full: %s; falling back to sample for the rest of the cell" % why
                 self.pipeline.note(lambda: self.writer.note("warn", msg))
             self.level = "sample"
         need = min(self.sample_size, numel) * itemsize

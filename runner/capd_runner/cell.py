@@ -415,7 +415,7 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
     call = Call(inputs)
     projection = Projection(torch, spec.seed)
 
-    budget = PayloadBudget(spec.max_payload_bytes)
+    budget = PayloadBudget(spec.max_payload_bytes, spec.max_one_payload_bytes)
     first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
 
     # Initial parameter values, before anything runs.

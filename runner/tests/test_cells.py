@@ -134,6 +134,8 @@ class CaptureLevelTest(unittest.TestCase):
                                          capture="sample", sample_size=5000, iterations=1),
             "full_cap": util.make_spec("mlp", capture="full", max_payload_bytes=40000,
                                        iterations=1),
+            "full_one": util.make_spec("mlp", capture="full", max_one_payload_bytes=1024,
+                                       iterations=1),
             "full_bf16": util.make_spec("mlp", pass_="backward", capture="full",
                                         dtype="bfloat16", iterations=1),
             "bf16_fwd": util.make_spec("transformer", dtype="bfloat16", iterations=1),
@@ -169,6 +171,19 @@ class CaptureLevelTest(unittest.TestCase):
         self.assertEqual(t["nbytes"], 1000 * 4)
         self.assertEqual(util.floats(t.payload, "float32"), [float(i) for i in range(1000)])
         self.assertEqual(util.blake(t.payload), t["hash"])
+
+    def test_full_past_one_payload_limit_falls_back(self):
+        # capd's frame_max_payload reaches the runner as max_one_payload_bytes:
+        # a tensor bigger than one frame may carry goes out as a sample (the
+        # frame would end the cell protocol_error), with a note saying why.
+        r = self.ok("full_one")
+        caps = [t["capture"] for t in r.tensors]
+        self.assertEqual(caps[0], "sample", "fc1.weight is 32768 bytes, past 1024")
+        self.assertNotIn("full", caps)
+        self.assertTrue(all(t.get("nbytes", 0) <= 1024 for t in r.tensors))
+        warns = r.notes("warn")
+        self.assertTrue(any("max_one_payload_bytes 1024" in m and "falling back to sample" in m
+                            for m in warns), warns)
 
     def test_full_with_payload_cap_fallback(self):
         r = self.ok("full_cap")
