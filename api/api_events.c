@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "api/live_int.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 #define LIVE_BLOCK 16384 /* MHD block size of a stream */
 

@@ -14,8 +14,8 @@
 #include <time.h>
 
 #include "api/live_int.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "util/log.h"
+#include "util/metrics.h"
 
 #define LIVE_MAX_BUF (64u << 10) /* queued bytes per stream before it catches up from SQLite */
 #define LIVE_POLL_MS 2000        /* re-read the events table even without a signal */

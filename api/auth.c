@@ -26,7 +26,7 @@
 #include <strings.h>
 
 #include "api/api_int.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 #define AUTH_MAX_NAME     64
 #define AUTH_MAX_EXPIRY_S (10LL * 366 * 86400)

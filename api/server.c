@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "util/log.h"
+#include "util/metrics.h"
 
 struct api {
     struct capd *d;

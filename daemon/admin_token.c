@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "daemon/admin_token.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "storage/store.h"
 
 /* Writes TOKEN and a newline to PATH through PATH.tmp (0600, O_EXCL after

@@ -18,7 +18,7 @@
 #include "daemon/capd.h"
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/retention.h"
 #include "daemon/sup.h"

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/memlimit_int.h"
 
 /* Groups that could not be removed yet (a process still dying in them):

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "daemon/devices.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 extern char **environ;
 

@@ -19,7 +19,7 @@
 #endif
 
 #include "daemon/hostcpu.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 /* Every feature a width may require, with the architecture it belongs to. */
 static const struct feature {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/retention.h"
 
 /* The first run comes soon after start-up even with a long interval, so a
