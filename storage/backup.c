@@ -22,6 +22,7 @@
 #include "storage/store_int.h"
 #include "util/err.h"
 #include "util/fs.h"
+#include "util/path.h"
 
 /* How long a backup retries while the source is locked (only possible
  * during a checkpoint or a WAL reset, never for long). */
@@ -301,10 +302,10 @@ static void backup_trim_logs(const char *dest)
         goto out;
     struct dirent *d;
     while ((d = readdir(top)) != NULL) {
-        char sub[PATH_MAX + 300];
-        if (d->d_name[0] == '.' || !store__is_id_name(d->d_name))
+        char sub[UTIL_PATH_MAX];
+        if (d->d_name[0] == '.' || !store__is_id_name(d->d_name) ||
+            util_path_join(sub, logs, d->d_name) != 0)
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", logs, d->d_name);
         DIR *in = opendir(sub);
         struct dirent *f;
         while (in && (f = readdir(in)) != NULL) {
@@ -321,9 +322,9 @@ static void backup_trim_logs(const char *dest)
                 keep = sqlite3_step(st) == SQLITE_ROW;
             }
             if (!keep) {
-                char file[PATH_MAX + 600];
-                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-                unlink(file);
+                char file[UTIL_PATH_MAX];
+                if (util_path_join(file, sub, f->d_name) == 0)
+                    unlink(file);
             }
         }
         if (in)
@@ -353,10 +354,10 @@ static void backup_trim(const char *dest)
         goto out;
     struct dirent *d;
     while ((d = readdir(top)) != NULL) {
-        char sub[PATH_MAX + 300];
-        if (d->d_name[0] == '.' || strlen(d->d_name) != 2)
+        char sub[UTIL_PATH_MAX];
+        if (d->d_name[0] == '.' || strlen(d->d_name) != 2 ||
+            util_path_join(sub, blobs, d->d_name) != 0)
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", blobs, d->d_name);
         DIR *in = opendir(sub);
         struct dirent *f;
         while (in && (f = readdir(in)) != NULL) {
@@ -369,9 +370,9 @@ static void backup_trim(const char *dest)
                 gone = sqlite3_step(st) == SQLITE_DONE;
             }
             if (gone) {
-                char file[PATH_MAX + 600];
-                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-                unlink(file);
+                char file[UTIL_PATH_MAX];
+                if (util_path_join(file, sub, f->d_name) == 0)
+                    unlink(file);
             }
         }
         if (in)
