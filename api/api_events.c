@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "api/live_int.h"
-#include "daemon/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #define LIVE_BLOCK 16384 /* MHD block size of a stream */
 
@@ -92,13 +93,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
     (void)pos;
     for (int round = 0; round < 8; round++) {
         pthread_mutex_lock(&h->mu);
-        if (st->len > st->off) {
-            size_t n = st->len - st->off < max ? st->len - st->off : max;
-            memcpy(out, st->buf + st->off, n);
+        if (st->buf.len > st->off) {
+            size_t n = st->buf.len - st->off < max ? st->buf.len - st->off : max;
+            memcpy(out, st->buf.p + st->off, n);
             st->off += n;
-            if (st->off == st->len)
-                st->off = st->len = 0;
-            st->next_hb = api__mono_ms() + (int64_t)st->cfg->event_heartbeat_s * 1000;
+            if (st->off == st->buf.len) {
+                ubuf_reset(&st->buf);
+                st->off = 0;
+            }
+            st->next_hb = util_mono_ms() + (int64_t)st->cfg->event_heartbeat_s * 1000;
             pthread_mutex_unlock(&h->mu);
             return (ssize_t)n;
         }
@@ -142,7 +145,7 @@ static void stream_free(void *cls)
         api__live_gauges(h);
         pthread_mutex_unlock(&h->mu);
     }
-    free(st->buf);
+    ubuf_free(&st->buf);
     free(st);
 }
 
@@ -211,6 +214,7 @@ static struct live_stream *stream_new(struct api_req *r, const struct events_que
     struct live_stream *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
+    ubuf_init(&st->buf, LIVE_MAX_BUF);
     st->conn = r->conn;
     st->cfg = api_cfg(r);
     if (q->job) {
@@ -253,7 +257,7 @@ static int stream_register(struct live_hub *h, struct live_stream *st, int64_t l
         /* The first heartbeat comes after half to one interval. */
         int64_t hb_ms = (int64_t)st->cfg->event_heartbeat_s * 1000;
         st->next_hb =
-            api__mono_ms() + hb_ms / 2 + (int64_t)(h->stream_seq++ * 7919u) % (hb_ms / 2 + 1);
+            util_mono_ms() + hb_ms / 2 + (int64_t)(h->stream_seq++ * 7919u) % (hb_ms / 2 + 1);
         st->next = h->streams;
         if (h->streams)
             h->streams->prev = st;
@@ -299,7 +303,7 @@ enum MHD_Result api_events(struct api_req *r)
         return api_error(r, 500, "internal", NULL, "out of memory");
     int rc = stream_register(h, st, q.last);
     if (rc) {
-        free(st->buf);
+        ubuf_free(&st->buf);
         free(st);
         if (rc == -ESHUTDOWN)
             return api_error(r, 503, "shutting_down", NULL, "the server is shutting down");

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "storage/store.h"
+#include "util/buf.h"
 
 #define API_MAX_SEGS 8
 /* Distinct query keys one request's handler decodes; extra reply headers. */
@@ -21,8 +22,7 @@ struct api_req {
     const char *url;
     int nseg;
     char *seg[API_MAX_SEGS]; /* URL path segments, percent-decoded */
-    char *body;
-    size_t body_len, body_cap;
+    struct ubuf body;        /* at most max_body_bytes; NULL p until the first byte */
     bool too_large;
     int nq;
     /* Decoded query values handed out by api_query, one per key asked for

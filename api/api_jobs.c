@@ -361,7 +361,7 @@ enum MHD_Result api_jobs_create(struct api_req *r)
         goto out;
     }
     char hash[24];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(r->body, r->body_len));
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(r->body.p, r->body.len));
     const char *idem = api_header(r, "Idempotency-Key");
     if (idem && !api_valid_text(idem, 200)) {
         ret = api_error(r, 400, "invalid_header", "Idempotency-Key",

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/live_int.h"
+#include "util/clock.h"
 
 #define LIVE_MAX_WAIT_S    120 /* longest ?wait= */
 #define JOB_CACHE_SLOTS    32
@@ -144,7 +145,7 @@ static struct live_waiter *waiter_new(struct api_req *r, const char *id, const c
     snprintf(w->job, sizeof w->job, "%s", id);
     w->has_inm = inm != NULL;
     snprintf(w->baseline, sizeof w->baseline, "%s", inm ? inm : r->etag);
-    w->deadline = api__mono_ms() + (int64_t)wait_s * 1000;
+    w->deadline = util_mono_ms() + (int64_t)wait_s * 1000;
     r->poll = w;
     return w;
 }
@@ -234,7 +235,7 @@ bool api_jobs_live_replied(struct api_req *r, enum MHD_Result *ret)
             *ret = reply_job(r, s, id, version);
             return true;
         }
-        if (finished || w->timed_out || api__mono_ms() >= w->deadline) {
+        if (finished || w->timed_out || util_mono_ms() >= w->deadline) {
             *ret = reply_unchanged(r, w, s, id, version);
             return true;
         }

@@ -14,20 +14,13 @@
 #include <time.h>
 
 #include "api/live_int.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/metrics.h"
 
-#define LIVE_MAX_BUF (64u << 10) /* queued bytes per stream before it catches up from SQLite */
-#define LIVE_POLL_MS 2000        /* re-read the events table even without a signal */
+#define LIVE_POLL_MS 2000 /* re-read the events table even without a signal */
 
 struct live_hub *api__live_hub;
-
-int64_t api__mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void api__live_gauges(struct live_hub *h)
 {
@@ -40,30 +33,19 @@ void api__live_gauges(struct live_hub *h)
  * memory runs out (the stream then catches up from SQLite). */
 bool api__live_buf_append(struct live_stream *st, const char *p, size_t n)
 {
-    if (st->off > 0 && st->off == st->len)
-        st->off = st->len = 0;
-    if (st->len - st->off + n > LIVE_MAX_BUF)
-        return false;
-    if (st->len + n > st->cap) {
-        if (st->off > 0) {
-            memmove(st->buf, st->buf + st->off, st->len - st->off);
-            st->len -= st->off;
-            st->off = 0;
-        }
-        if (st->len + n > st->cap) {
-            size_t cap = st->cap ? st->cap : 4096;
-            while (cap < st->len + n)
-                cap *= 2;
-            char *nb = realloc(st->buf, cap);
-            if (!nb)
-                return false;
-            st->buf = nb;
-            st->cap = cap;
-        }
+    struct ubuf *b = &st->buf;
+    if (st->off > 0 && st->off == b->len) {
+        ubuf_reset(b);
+        st->off = 0;
     }
-    memcpy(st->buf + st->len, p, n);
-    st->len += n;
-    return true;
+    if (b->len - st->off + n > LIVE_MAX_BUF)
+        return false;
+    /* The sent bytes at the front are dropped only when the room is needed. */
+    if (st->off > 0 && b->len + n + 1 > b->cap) {
+        ubuf_shift(b, st->off);
+        st->off = 0;
+    }
+    return ubuf_add(b, p, n) == 0;
 }
 
 static char *sse_format(int64_t id, const char *type, const char *data, size_t *n)
@@ -318,7 +300,7 @@ static void *hub_main(void *arg)
     struct store *s = hub_open(h);
     if (s == NULL)
         return NULL;
-    int64_t now = api__mono_ms();
+    int64_t now = util_mono_ms();
     /* Heartbeats are due per stream (an interval after it last sent
      * anything) and looked for ten times per interval, so a thousand
      * streams opened together do not all wake in the same instant. */
@@ -327,7 +309,7 @@ static void *hub_main(void *arg)
     h->next_hb = now + hb_tick;
     h->next_poll = now + LIVE_POLL_MS;
     while (!h->stop) {
-        now = api__mono_ms();
+        now = util_mono_ms();
         if (h->dirty || now >= h->next_poll) {
             h->dirty = false;
             h->next_poll = now + LIVE_POLL_MS;

@@ -5,7 +5,7 @@
  * counted at scrape time with two GROUP BYs over the state indexes, and
  * what the process counts as it goes (cells finished and their durations,
  * ingest, HTTP requests and latencies, SQLite errors, live connections)
- * comes from daemon/metrics.c and storage's error counters. Every state is
+ * comes from util/metrics.c and storage's error counters. Every state is
  * always listed, zero or not, so a series never disappears.
  */
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "api/api_int.h"
-#include "daemon/metrics.h"
+#include "util/metrics.h"
 
 static const char *const job_states[] = {"queued", "running", "done", "cancelled", NULL};
 static const char *const cell_states[] = {

@@ -26,7 +26,8 @@
 #include <strings.h>
 
 #include "api/api_int.h"
-#include "daemon/log.h"
+#include "util/log.h"
+#include "util/clock.h"
 
 #define AUTH_MAX_NAME     64
 #define AUTH_MAX_EXPIRY_S (10LL * 366 * 86400)
@@ -255,7 +256,7 @@ enum MHD_Result api_tokens_create(struct api_req *r)
         goto out;
     }
     int64_t expires_at =
-        exp && json_is_integer(exp) ? store_now_ms() + json_integer_value(exp) * 1000 : 0;
+        exp && json_is_integer(exp) ? util_wall_ms() + json_integer_value(exp) * 1000 : 0;
     char token[STORE_TOKEN_LEN + 1];
     struct store *s = api_store(r);
     int rc =

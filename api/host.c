@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "api/api_int.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 /* Splits AUTH ("name", "name:port", "[v6]", "[v6]:port") into the host
  * (brackets kept, *HLEN bytes) and the port (DEF_PORT when absent). False

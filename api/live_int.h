@@ -27,8 +27,8 @@
  * comment on every stream each event_heartbeat_s (which is also how a
  * vanished client is noticed: the write fails).
  *
- * A stream that falls behind (its buffer would pass LIVE_MAX_BUF, in
- * api/api_live.c) stops taking events from the hub and catches up from
+ * A stream that falls behind (its buffer would pass LIVE_MAX_BUF, below)
+ * stops taking events from the hub and catches up from
  * SQLite by itself, a page at a time, exactly as a reconnecting client
  * with Last-Event-ID does; a client whose Last-Event-ID has left the
  * replay window first gets a `reset` event telling it to reload.
@@ -50,6 +50,8 @@
 
 #include "api/api_int.h"
 
+#define LIVE_MAX_BUF (64u << 10) /* queued bytes per stream before it catches up from SQLite */
+
 #define LIVE_PAGE 200 /* events per SQLite read */
 
 struct live_stream {
@@ -62,10 +64,10 @@ struct live_stream {
     bool replaying;      /* reading from SQLite until it has caught up */
     bool checked_window; /* Last-Event-ID compared with the replay window */
     bool suspended, hb_due;
-    int64_t next_hb; /* CLOCK_MONOTONIC ms; pushed back whenever data goes out */
+    int64_t next_hb; /* util_mono_ms(); pushed back whenever data goes out */
     bool failed;     /* SQLite could not be read: end, the client resumes */
-    char *buf;
-    size_t len, off, cap;
+    struct ubuf buf; /* at most LIVE_MAX_BUF bytes queued; buf.p + off is unsent */
+    size_t off;
 };
 
 /* A long-poll of one job; lives in r->poll from its first call to the end
@@ -76,7 +78,7 @@ struct live_waiter {
     char job[16];
     char baseline[96]; /* If-None-Match as sent, or the ETag at the first call */
     bool has_inm;
-    int64_t deadline; /* CLOCK_MONOTONIC ms */
+    int64_t deadline; /* util_mono_ms() */
     bool listed, fired, timed_out;
 };
 
@@ -112,8 +114,6 @@ struct live_page {
     int n;
 };
 
-/* CLOCK_MONOTONIC in ms: deadlines and heartbeats. */
-int64_t api__mono_ms(void);
 /* Publishes the numbers of streams and long-polls (the hub lock held). */
 void api__live_gauges(struct live_hub *h);
 /* Appends to a stream's buffer; false when that would pass its maximum or

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -23,8 +24,11 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "util/log.h"
+#include "util/metrics.h"
+#include "util/clock.h"
+#include "util/err.h"
+#include "util/fs.h"
 
 struct api {
     struct capd *d;
@@ -254,11 +258,11 @@ json_t *api_body_object(struct api_req *r, enum MHD_Result *ret)
                          "the body must be application/json (got %s)", ct ? ct : "no type");
         return NULL;
     }
-    if (r->body_len == 0) {
+    if (r->body.len == 0) {
         *ret = api_error(r, 400, "invalid_json", NULL, "the request body is empty");
         return NULL;
     }
-    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(r->body.p, r->body.len, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
         *ret = api_error(r, 400, "invalid_json", NULL, "malformed JSON at byte %d: %s", je.position,
                          je.text);
@@ -496,9 +500,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->url = url;
         r->counted = true;
         r->route = -1;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        r->t0_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        ubuf_init(&r->body, capd_cfg(a->d)->max_body_bytes);
+        r->t0_ns = util_mono_ns();
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
         enum MHD_Result ret;
@@ -518,27 +521,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size > 0) {
-        size_t max = capd_cfg(a->d)->max_body_bytes;
-        if (!r->too_large && r->body_len + *upload_size > max) {
+        int rc = r->too_large ? 0 : ubuf_add(&r->body, upload_data, *upload_size);
+        if (rc == -E2BIG) {
             r->too_large = true;
-            free(r->body);
-            r->body = NULL;
-            r->body_len = r->body_cap = 0;
-        }
-        if (!r->too_large) {
-            if (r->body_len + *upload_size + 1 > r->body_cap) {
-                size_t cap = r->body_cap ? r->body_cap : 4096;
-                while (cap < r->body_len + *upload_size + 1)
-                    cap *= 2;
-                char *nb = realloc(r->body, cap);
-                if (!nb)
-                    return MHD_NO;
-                r->body = nb;
-                r->body_cap = cap;
-            }
-            memcpy(r->body + r->body_len, upload_data, *upload_size);
-            r->body_len += *upload_size;
-            r->body[r->body_len] = 0;
+            ubuf_free(&r->body);
+        } else if (rc) {
+            return MHD_NO;
         }
         *upload_size = 0;
         return MHD_YES;
@@ -559,10 +547,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    metrics_http(r->route, r->route_method, r->route_pattern, r->status,
-                 (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - r->t0_ns);
+    metrics_http(r->route, r->route_method, r->route_pattern, r->status, util_mono_ns() - r->t0_ns);
     api_live_request_done(r);
     if (r->counted)
         __atomic_sub_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
@@ -570,7 +555,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(r->seg[i]);
     for (int i = 0; i < r->nq; i++)
         free(r->qcache[i].value);
-    free(r->body);
+    ubuf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
@@ -593,38 +578,28 @@ static int read_pem(const char *key, const char *path, const char *mark, char **
 {
     int rc = -EINVAL;
     char *buf = NULL;
-    size_t n = 0;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        rc = -errno;
-        if (asprintf(err, "%s '%s' cannot be read: %s", key, path, strerror(errno)) < 0)
-            *err = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = util_errf(err, -errno, "%s '%s' cannot be read: %s", key, path, strerror(errno));
         goto out;
     }
-    buf = malloc(API_TLS_FILE_MAX + 1);
-    if (!buf) {
-        rc = -ENOMEM;
+    if ((rc = util_slurp_fd(fd, API_TLS_FILE_MAX, &buf, NULL)) != 0) {
+        if (rc != -ENOMEM)
+            rc = util_errf(err, -EINVAL, "%s '%s' cannot be read or is larger than %d bytes", key,
+                           path, API_TLS_FILE_MAX);
         goto out;
     }
-    n = fread(buf, 1, API_TLS_FILE_MAX + 1, f);
-    if (ferror(f) || n > API_TLS_FILE_MAX) {
-        if (asprintf(err, "%s '%s' cannot be read or is larger than %d bytes", key, path,
-                     API_TLS_FILE_MAX) < 0)
-            *err = NULL;
-        goto out;
-    }
-    buf[n] = 0;
     if (!strstr(buf, mark)) {
-        if (asprintf(err, "%s '%s' is not a PEM file holding a '%s' block", key, path, mark) < 0)
-            *err = NULL;
+        rc = util_errf(err, -EINVAL, "%s '%s' is not a PEM file holding a '%s' block", key, path,
+                       mark);
         goto out;
     }
     *out = buf;
     buf = NULL;
     rc = 0;
 out:
-    if (f)
-        fclose(f);
+    if (fd >= 0)
+        close(fd);
     free(buf);
     return rc;
 }
@@ -658,11 +633,9 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     memset(&sin, 0, sizeof sin);
     sin.sin_family = AF_INET;
     sin.sin_port = htons((uint16_t)cfg->listen_port);
-    if (inet_pton(AF_INET, cfg->listen_addr, &sin.sin_addr) != 1) {
-        if (asprintf(err, "listen address '%s' is not an IPv4 address", cfg->listen_addr) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (inet_pton(AF_INET, cfg->listen_addr, &sin.sin_addr) != 1)
+        return util_errf(err, -EINVAL, "listen address '%s' is not an IPv4 address",
+                         cfg->listen_addr);
     struct api *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
@@ -674,11 +647,10 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
     if (tls) {
         int rc;
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            if (asprintf(err, "tls_cert is set but this libmicrohttpd was built without TLS "
-                              "support (GnuTLS); use a TLS-terminating proxy instead") < 0)
-                *err = NULL;
             api_free(a);
-            return -ENOTSUP;
+            return util_errf(err, -ENOTSUP,
+                             "tls_cert is set but this libmicrohttpd was built without TLS "
+                             "support (GnuTLS); use a TLS-terminating proxy instead");
         }
         if ((rc = read_pem("tls_cert", cfg->tls_cert, "-----BEGIN CERTIFICATE-----", &a->tls_cert,
                            err)) != 0 ||
@@ -693,8 +665,7 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
                      MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | (tls ? MHD_USE_TLS : 0);
     int lrc = api_live_start(cfg);
     if (lrc) {
-        if (asprintf(err, "cannot start the event notifier (%d)", lrc) < 0)
-            *err = NULL;
+        util_errf(err, lrc, "cannot start the event notifier (%d)", lrc);
         api_free(a);
         return lrc;
     }
@@ -711,21 +682,18 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         cfg->connection_memory_bytes, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, a->tls_cert,
         MHD_OPTION_HTTPS_MEM_KEY, a->tls_key, MHD_OPTION_END);
     if (!a->mhd) {
-        if (tls) {
-            if (asprintf(err,
-                         "cannot serve HTTPS on %s:%d: the address is in use or not "
-                         "permitted, or GnuTLS refused tls_cert '%s' / tls_key '%s' (a key "
-                         "that does not match the certificate, or an encrypted key)",
-                         cfg->listen_addr, cfg->listen_port, cfg->tls_cert, cfg->tls_key) < 0)
-                *err = NULL;
-        } else if (asprintf(err, "cannot listen on %s:%d (address in use or not permitted)",
-                            cfg->listen_addr, cfg->listen_port) < 0) {
-            *err = NULL;
-        }
         api_live_stop();
         api_live_free();
         api_free(a);
-        return tls ? -EINVAL : -EADDRINUSE;
+        if (tls)
+            return util_errf(err, -EINVAL,
+                             "cannot serve HTTPS on %s:%d: the address is in use or not "
+                             "permitted, or GnuTLS refused tls_cert '%s' / tls_key '%s' (a key "
+                             "that does not match the certificate, or an encrypted key)",
+                             cfg->listen_addr, cfg->listen_port, cfg->tls_cert, cfg->tls_key);
+        return util_errf(err, -EADDRINUSE,
+                         "cannot listen on %s:%d (address in use or not permitted)",
+                         cfg->listen_addr, cfg->listen_port);
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
     *port = info ? info->port : cfg->listen_port;

@@ -7,6 +7,7 @@
  * order is: verdict, outcome regressions (a crash is the loudest finding),
  * missing cells, cells whose numbers differ, then performance changes.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,90 +15,51 @@
 #include <string.h>
 
 #include "compare/cmp_int.h"
+#include "util/buf.h"
 
 #define TRUNC_NOTE "\n(report truncated)\n"
 
-/* A string builder with a hard maximum; past it, output is dropped and noted. */
+/* A report being written: at most CMP_MAX_RENDER bytes with the NUL. Once
+ * a piece would leave no room for the truncation note, that piece and all
+ * that follow are dropped and the note ends the report. */
 struct buf {
-    char *p;
-    size_t len, cap;
+    struct ubuf b;
     bool truncated, oom;
 };
 
-__attribute__((format(printf, 2, 3))) static void bprintf(struct buf *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void bprintf(struct buf *o, const char *fmt, ...)
 {
-    if (b->truncated || b->oom)
+    if (o->truncated || o->oom)
         return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            if (b->len + (size_t)n + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER) {
-                b->p[b->len] = '\0';
-                b->truncated = true;
-                return;
-            }
-            b->len += (size_t)n;
-            return;
-        }
-        /* keep room for the truncation note */
-        if (b->len + (size_t)n + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER) {
-            b->p[b->len] = '\0';
-            b->truncated = true;
-            return;
-        }
-        size_t ncap = b->cap * 2;
-        while (ncap < b->len + (size_t)n + 1)
-            ncap *= 2;
-        if (ncap > CMP_MAX_RENDER)
-            ncap = CMP_MAX_RENDER;
-        char *np = realloc(b->p, ncap);
-        if (np == NULL) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
+    size_t len = o->b.len;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = ubuf_vaddf(&o->b, fmt, ap);
+    va_end(ap);
+    if (rc == -E2BIG || (rc == 0 && o->b.len + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER)) {
+        ubuf_setlen(&o->b, len);
+        o->truncated = true;
+    } else if (rc) {
+        o->oom = true;
     }
 }
 
-static bool buf_init(struct buf *b)
+static void buf_init(struct buf *o)
 {
-    memset(b, 0, sizeof(*b));
-    b->cap = 4096;
-    b->p = malloc(b->cap);
-    if (b->p == NULL)
-        return false;
-    b->p[0] = '\0';
-    return true;
+    ubuf_init(&o->b, CMP_MAX_RENDER - 1);
+    o->truncated = o->oom = false;
 }
 
-static char *buf_finish(struct buf *b)
+/* The report, or NULL when memory ran out; bprintf kept room for the note. */
+static char *buf_finish(struct buf *o)
 {
-    if (b->oom) {
-        free(b->p);
+    if (!o->oom && o->truncated && ubuf_adds(&o->b, TRUNC_NOTE) != 0)
+        o->oom = true;
+    if (o->oom) {
+        ubuf_free(&o->b);
         return NULL;
     }
-    if (b->truncated) {
-        /* bprintf kept len + the note within CMP_MAX_RENDER */
-        if (b->cap < b->len + sizeof(TRUNC_NOTE)) {
-            char *np = realloc(b->p, b->len + sizeof(TRUNC_NOTE));
-            if (np == NULL) {
-                free(b->p);
-                return NULL;
-            }
-            b->p = np;
-        }
-        memcpy(b->p + b->len, TRUNC_NOTE, sizeof(TRUNC_NOTE));
-        b->len += sizeof(TRUNC_NOTE) - 1;
-    }
-    return b->p;
+    return ubuf_take(&o->b, NULL);
 }
 
 /* ------------------------------------------------------- reading results */
@@ -400,8 +362,9 @@ char *cmp_result_to_markdown(const json_t *result)
     size_t i;
     bool any;
 
-    if (!valid_result(result) || !buf_init(&b))
+    if (!valid_result(result))
         return NULL;
+    buf_init(&b);
     cells = json_object_get(result, "cells");
     counts = json_object_get(result, "counts");
 
@@ -502,8 +465,9 @@ char *cmp_result_to_text(const json_t *result)
     const json_t *cells, *cell;
     size_t i;
 
-    if (!valid_result(result) || !buf_init(&b))
+    if (!valid_result(result))
         return NULL;
+    buf_init(&b);
     cells = json_object_get(result, "cells");
     bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
     bprintf(&b, "capd comparison: %s%s\n", reg ? "REGRESSION" : "pass",

@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "daemon/admin_token.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "storage/store.h"
+#include "util/err.h"
 
 /* Writes TOKEN and a newline to PATH through PATH.tmp (0600, O_EXCL after
  * removing a stale temporary, never following a link), fsyncs and renames.
@@ -50,8 +51,7 @@ int admin_token_bootstrap(const struct capd_config *c, char **err)
     if ((rc = store_open(c->data_dir, false, &s, err)) != 0)
         goto out;
     if ((rc = store_token_list(s, &list)) != 0) {
-        if (asprintf(err, "cannot read the token table (%d)", rc) < 0)
-            *err = NULL;
+        util_errf(err, rc, "cannot read the token table (%d)", rc);
         goto out;
     }
     size_t i;
@@ -63,16 +63,14 @@ int admin_token_bootstrap(const struct capd_config *c, char **err)
     }
     if ((rc = store_token_create(s, STORE_SCOPE_ADMIN, "admin (first start)", 0, token, &info)) !=
         0) {
-        if (asprintf(err, "cannot create the first admin token (%d)", rc) < 0)
-            *err = NULL;
+        util_errf(err, rc, "cannot create the first admin token (%d)", rc);
         goto out;
     }
     const char *id = json_string_value(json_object_get(info, "id"));
     if ((rc = write_token_file(path, token)) != 0) {
         /* A token nobody can read is revoked, so the next start tries again. */
         store_token_revoke(s, id);
-        if (asprintf(err, "cannot write %s: %s", path, strerror(-rc)) < 0)
-            *err = NULL;
+        util_errf(err, rc, "cannot write %s: %s", path, strerror(-rc));
         goto out;
     }
     log_info("admin_token_created", "id=%s path=%s", id, log_q(path));

@@ -18,13 +18,14 @@
 #include "daemon/capd.h"
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/retention.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 #include "daemon/zygote.h"
 #include "storage/store.h"
+#include "util/err.h"
 
 #define CAPD_MAX_CANCELS 1024
 
@@ -459,16 +460,14 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     d->cfg = *cfg;
     pthread_mutex_init(&d->mu, NULL);
     if ((rc = widths_init()) != 0) {
-        if (asprintf(err, "embedded width/model tables are broken (%d)", rc) < 0)
-            *err = NULL;
+        util_errf(err, rc, "embedded width/model tables are broken (%d)", rc);
         goto fail;
     }
     if ((rc = store_open(cfg->data_dir, true, &d->st, err)) != 0)
         goto fail;
     int requeued = 0, interrupted = 0;
     if ((rc = store_recover(d->st, cfg->max_attempts, &requeued, &interrupted)) != 0) {
-        if (asprintf(err, "start-up recovery failed: %s", store_errmsg(d->st)) < 0)
-            *err = NULL;
+        util_errf(err, rc, "start-up recovery failed: %s", store_errmsg(d->st));
         goto fail;
     }
     if (requeued || interrupted)
@@ -481,8 +480,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     /* The device list must be known before the first job is validated or
      * scheduled: the probe runs to completion here. */
     if ((rc = devices_new(&d->cfg, &d->dev)) != 0 || (rc = devices_probe_now(d->dev)) != 0) {
-        if (asprintf(err, "GPU discovery could not start (%d)", rc) < 0)
-            *err = NULL;
+        util_errf(err, rc, "GPU discovery could not start (%d)", rc);
         goto fail;
     }
     uv_loop_init(&d->loop);

@@ -17,8 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/memlimit_int.h"
+#include "util/err.h"
 
 /* Groups that could not be removed yet (a process still dying in them):
  * retried when the next cell starts and at shutdown. */
@@ -323,16 +324,13 @@ static int resolve_limit(struct capd_config *cfg, char **err)
     if (!cfg->cell_memory_max_bytes)
         cfg->cell_memory_max_bytes =
             m.host_ram / MEM_AUTO_DEN * MEM_AUTO_NUM / (uint64_t)cfg->max_parallel;
-    if (cfg->cell_memory_max_bytes < MEM_MIN_LIMIT) {
-        if (asprintf(err,
-                     "cell_memory_max_bytes %llu is below the minimum of %llu bytes (host "
-                     "memory %llu, max_parallel %d)",
-                     (unsigned long long)cfg->cell_memory_max_bytes,
-                     (unsigned long long)MEM_MIN_LIMIT, (unsigned long long)m.host_ram,
-                     cfg->max_parallel) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (cfg->cell_memory_max_bytes < MEM_MIN_LIMIT)
+        return util_errf(err, -EINVAL,
+                         "cell_memory_max_bytes %llu is below the minimum of %llu bytes (host "
+                         "memory %llu, max_parallel %d)",
+                         (unsigned long long)cfg->cell_memory_max_bytes,
+                         (unsigned long long)MEM_MIN_LIMIT, (unsigned long long)m.host_ram,
+                         cfg->max_parallel);
     m.cell_limit = cfg->cell_memory_max_bytes;
     return 0;
 }
@@ -347,23 +345,19 @@ int mem_init(struct capd_config *cfg, char **err)
     if (rc)
         return rc;
     bool any = strcmp(want, "auto") == 0;
-    if (!any && strcmp(want, "cgroup2") && strcmp(want, "cgroup1") && strcmp(want, "watchdog")) {
-        if (asprintf(err,
-                     "cell_memory_mechanism must be auto, cgroup2, cgroup1 or watchdog, not "
-                     "'%s'",
-                     want) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (!any && strcmp(want, "cgroup2") && strcmp(want, "cgroup1") && strcmp(want, "watchdog"))
+        return util_errf(err, -EINVAL,
+                         "cell_memory_mechanism must be auto, cgroup2, cgroup1 or watchdog, not "
+                         "'%s'",
+                         want);
     if ((any || strcmp(want, "cgroup2") == 0) && try_cgroup2(why2, sizeof why2) == 0) {
         m.mech = MEM_CGROUP2;
     } else if ((any || strcmp(want, "cgroup1") == 0) && try_cgroup1(why1, sizeof why1) == 0) {
         m.mech = MEM_CGROUP1;
     } else if (!any && strcmp(want, "watchdog") != 0) {
-        if (asprintf(err, "cell_memory_mechanism is %s, which this host cannot give capd: %s", want,
-                     why2[0] ? why2 : why1) < 0)
-            *err = NULL;
-        return -ENODEV;
+        return util_errf(err, -ENODEV,
+                         "cell_memory_mechanism is %s, which this host cannot give capd: %s", want,
+                         why2[0] ? why2 : why1);
     } else {
         m.mech = MEM_WATCHDOG;
         if (any)

@@ -21,6 +21,7 @@
 
 #include "daemon/cmd_token.h"
 #include "storage/store.h"
+#include "util/clock.h"
 
 #define TOKEN_MAX_NAME     64
 #define TOKEN_MAX_EXPIRY_S (10LL * 366 * 86400)
@@ -102,7 +103,7 @@ static int do_list(struct store *s, bool as_json)
     } else {
         size_t i;
         json_t *t;
-        int64_t now = store_now_ms();
+        int64_t now = util_wall_ms();
         printf("%-14s %-7s %-8s %-24s %-24s %s\n", "ID", "SCOPE", "STATE", "CREATED", "EXPIRES",
                "NAME");
         json_array_foreach(json_object_get(out, "tokens"), i, t)
@@ -199,7 +200,7 @@ int cmd_token(int argc, char **argv)
             return 1;
         char token[STORE_TOKEN_LEN + 1];
         json_t *info = NULL;
-        int64_t exp_at = secs ? store_now_ms() + secs * 1000 : 0;
+        int64_t exp_at = secs ? util_wall_ms() + secs * 1000 : 0;
         if (store_token_create(s, scope, name, exp_at, token, &info) != 0) {
             fprintf(stderr, "capd token create: cannot create the token: %s\n", store_errmsg(s));
             goto out;

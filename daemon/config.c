@@ -16,6 +16,7 @@
 #include "daemon/config.h"
 #include "daemon/frame.h"
 #include "daemon/runas.h"
+#include "util/err.h"
 
 #ifndef CAPD_SOURCE_DIR
 #define CAPD_SOURCE_DIR ""
@@ -144,13 +145,10 @@ static int set_listen(struct capd_config *c, const char *v, char **err)
     char *end;
     long port = colon ? strtol(colon + 1, &end, 10) : -1;
     if (!colon || colon == v || colon[1] == 0 || *end || port < 0 || port > 65535 ||
-        (size_t)(colon - v) >= sizeof c->listen_addr) {
-        if (asprintf(err,
-                     "listen: expected ADDR:PORT (port 0..65535, 0 picks a free one), got '%s'",
-                     v) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+        (size_t)(colon - v) >= sizeof c->listen_addr)
+        return util_errf(err, -EINVAL,
+                         "listen: expected ADDR:PORT (port 0..65535, 0 picks a free one), got '%s'",
+                         v);
     snprintf(c->listen_addr, sizeof c->listen_addr, "%.*s", (int)(colon - v), v);
     c->listen_port = (int)port;
     return 0;
@@ -218,14 +216,10 @@ static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char 
     }
     if (what) {
         if (k->type != T_STR && k->type != T_BOOL && k->type != T_LIST &&
-            strcmp(k->name, "listen") != 0) {
-            if (asprintf(err, "config key '%s' must be an integer in [%lld, %lld]", k->name,
-                         (long long)k->min, (long long)k->max) < 0)
-                *err = NULL;
-        } else if (asprintf(err, "config key '%s' must be %s", k->name, what) < 0) {
-            *err = NULL;
-        }
-        return -EINVAL;
+            strcmp(k->name, "listen") != 0)
+            return util_errf(err, -EINVAL, "config key '%s' must be an integer in [%lld, %lld]",
+                             k->name, (long long)k->min, (long long)k->max);
+        return util_errf(err, -EINVAL, "config key '%s' must be %s", k->name, what);
     }
     return 0;
 }
@@ -245,22 +239,17 @@ int config_load_file(struct capd_config *c, const char *path, char **err)
     const char *name;
     json_t *v;
     int rc = -EINVAL;
-    if (!root) {
-        if (asprintf(err, "%s:%d:%d: %s", path, je.line, je.column, je.text) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (!root)
+        return util_errf(err, -EINVAL, "%s:%d:%d: %s", path, je.line, je.column, je.text);
     if (!json_is_object(root)) {
-        if (asprintf(err, "%s: the config must be a JSON object", path) < 0)
-            *err = NULL;
+        util_errf(err, rc, "%s: the config must be a JSON object", path);
         goto out;
     }
     json_object_foreach(root, name, v)
     {
         const struct ckey *k = find_key(name);
         if (!k) {
-            if (asprintf(err, "%s: unknown config key '%s'", path, name) < 0)
-                *err = NULL;
+            util_errf(err, rc, "%s: unknown config key '%s'", path, name);
             goto out;
         }
         if (set_key(c, k, v, err))
@@ -375,21 +364,16 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
             break;
         }
         default:
-            if (asprintf(err, "unknown or incomplete option '%s' (see capd --help)",
-                         argv[optind - 1]) < 0)
-                *err = NULL;
-            return -EINVAL;
+            return util_errf(err, -EINVAL, "unknown or incomplete option '%s' (see capd --help)",
+                             argv[optind - 1]);
         }
         int rc = set_key(c, find_key(key), v, err);
         json_decref(v);
         if (rc)
             return rc;
     }
-    if (optind < argc) {
-        if (asprintf(err, "unexpected argument '%s' (see capd --help)", argv[optind]) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (optind < argc)
+        return util_errf(err, -EINVAL, "unexpected argument '%s' (see capd --help)", argv[optind]);
     return 0;
 }
 
@@ -441,42 +425,28 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
         else
             snprintf(c->runner_dir, sizeof c->runner_dir, "%.480s/runner", CAPD_SOURCE_DIR);
     }
-    if (c->data_dir[0] == 0) {
-        if (asprintf(err, "data_dir must not be empty") < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
-    if (c->max_connections_per_ip > c->max_connections) {
-        if (asprintf(err, "max_connections_per_ip (%d) must not exceed max_connections (%d)",
-                     c->max_connections_per_ip, c->max_connections) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
-    if (!c->tls_cert[0] != !c->tls_key[0]) {
-        if (asprintf(err,
-                     "TLS needs both tls_cert and tls_key (--tls-cert, --tls-key); got only %s",
-                     c->tls_cert[0] ? "tls_cert" : "tls_key") < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (c->data_dir[0] == 0)
+        return util_errf(err, -EINVAL, "data_dir must not be empty");
+    if (c->max_connections_per_ip > c->max_connections)
+        return util_errf(err, -EINVAL,
+                         "max_connections_per_ip (%d) must not exceed max_connections (%d)",
+                         c->max_connections_per_ip, c->max_connections);
+    if (!c->tls_cert[0] != !c->tls_key[0])
+        return util_errf(err, -EINVAL,
+                         "TLS needs both tls_cert and tls_key (--tls-cert, --tls-key); got only %s",
+                         c->tls_cert[0] ? "tls_cert" : "tls_key");
     for (int i = 0; i < 2 && c->tls_cert[0]; i++) {
         const char *path = i ? c->tls_key : c->tls_cert;
-        if (access(path, R_OK) != 0) {
-            if (asprintf(err, "%s '%s' is not readable: %s", i ? "tls_key" : "tls_cert", path,
-                         strerror(errno)) < 0)
-                *err = NULL;
-            return -EINVAL;
-        }
+        if (access(path, R_OK) != 0)
+            return util_errf(err, -EINVAL, "%s '%s' is not readable: %s",
+                             i ? "tls_key" : "tls_cert", path, strerror(errno));
     }
-    if (!c->auth_required && !config_listen_is_loopback(c)) {
-        if (asprintf(err,
-                     "auth_required is false but capd would listen on %s, which is not a "
-                     "loopback address: anybody who reaches it could run code; keep "
-                     "auth_required true (docs/security.md) or listen on 127.0.0.1",
-                     c->listen_addr) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (!c->auth_required && !config_listen_is_loopback(c))
+        return util_errf(err, -EINVAL,
+                         "auth_required is false but capd would listen on %s, which is not a "
+                         "loopback address: anybody who reaches it could run code; keep "
+                         "auth_required true (docs/security.md) or listen on 127.0.0.1",
+                         c->listen_addr);
     return runas_resolve(c, err);
 }
 

@@ -19,7 +19,8 @@
 #include <unistd.h>
 
 #include "daemon/devices.h"
-#include "daemon/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 extern char **environ;
 
@@ -67,13 +68,6 @@ struct probe {
     int64_t exit_status;
     int term_signal;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int devices_new(const struct capd_config *cfg, struct devices **out)
 {
@@ -182,7 +176,7 @@ static void conclude(struct probe *p)
             snprintf(dv->reason, sizeof dv->reason, "%s", why);
     }
     dv->generation++;
-    dv->probed_at_ms = now_ms();
+    dv->probed_at_ms = util_wall_ms();
     dv->probing = false;
     pthread_mutex_unlock(&dv->mu);
     if (why[0])
@@ -377,7 +371,7 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
         if (!dv->answer)
             snprintf(dv->reason, sizeof dv->reason, "%s", why);
         dv->generation++;
-        dv->probed_at_ms = now_ms();
+        dv->probed_at_ms = util_wall_ms();
         dv->probing = false;
         pthread_mutex_unlock(&dv->mu);
         log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));

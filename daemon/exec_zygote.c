@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,8 @@
 #include <unistd.h>
 
 #include "daemon/exec_zygote.h"
+#include "util/buf.h"
+#include "util/fs.h"
 
 #define ZC_MAX_REQUEST (4u << 20) /* the zygote's own limit */
 #define ZC_MAX_REPLY   65536
@@ -39,114 +40,74 @@ static void zc_forward(int sig)
         zc_pending = sig;
 }
 
-struct zc_buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void zc_put(struct zc_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = cap > ZC_MAX_REQUEST + 8 ? NULL : realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void zc_printf(struct zc_buf *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        zc_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* A JSON string. Bytes that are not valid UTF-8 would make the zygote's
  * decoder fail, which only costs the fallback to fresh exec. */
-static void zc_str(struct zc_buf *b, const char *s, size_t n)
+static int zc_str(struct ubuf *b, const char *s, size_t n)
 {
-    zc_put(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
+    int rc = ubuf_addc(b, '"');
+    for (size_t i = 0; i < n && rc == 0; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            zc_put(b, e, 2);
+            rc = ubuf_add(b, e, 2);
         } else if (c < 0x20) {
-            zc_printf(b, "\\u%04x", c);
+            rc = ubuf_addf(b, "\\u%04x", c);
         } else {
-            zc_put(b, (const char *)&c, 1);
+            rc = ubuf_addc(b, (char)c);
         }
     }
-    zc_put(b, "\"", 1);
-}
-
-static int zc_write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return rc ? rc : ubuf_addc(b, '"');
 }
 
 /* The request, with fds 0-3 riding on its first byte. */
 static int zc_send_request(int sock, char *const argv[], const struct zc_limits *lim)
 {
-    struct zc_buf b = {0};
+    /* 4 bytes of length, then at most the zygote's limit of JSON. */
+    struct ubuf b;
+    ubuf_init(&b, 4 + ZC_MAX_REQUEST);
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd))
         return -1;
     static const char head[] = "\0\0\0\0{\"v\":1,\"argv\":[";
-    zc_put(&b, head, sizeof head - 1);
-    for (int i = 0; argv[i]; i++) {
+    int rc = ubuf_add(&b, head, sizeof head - 1);
+    for (int i = 0; argv[i] && rc == 0; i++) {
         if (i)
-            zc_put(&b, ",", 1);
-        zc_str(&b, argv[i], strlen(argv[i]));
+            rc = ubuf_addc(&b, ',');
+        if (rc == 0)
+            rc = zc_str(&b, argv[i], strlen(argv[i]));
     }
-    zc_put(&b, "],\"env\":{", 9);
+    if (rc == 0)
+        rc = ubuf_adds(&b, "],\"env\":{");
     int first = 1;
-    for (char **e = environ; *e; e++) {
+    for (char **e = environ; *e && rc == 0; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq)
             continue;
         if (!first)
-            zc_put(&b, ",", 1);
+            rc = ubuf_addc(&b, ',');
         first = 0;
-        zc_str(&b, *e, (size_t)(eq - *e));
-        zc_put(&b, ":", 1);
-        zc_str(&b, eq + 1, strlen(eq + 1));
+        if (rc == 0)
+            rc = zc_str(&b, *e, (size_t)(eq - *e));
+        if (rc == 0)
+            rc = ubuf_addc(&b, ':');
+        if (rc == 0)
+            rc = zc_str(&b, eq + 1, strlen(eq + 1));
     }
-    zc_put(&b, "},\"cwd\":", 8);
-    zc_str(&b, cwd, strlen(cwd));
-    zc_printf(&b, ",\"rlimits\":{\"as\":%llu,\"cpu\":%llu,", lim->as, lim->cpu);
-    zc_printf(&b, "\"nofile\":%llu,\"nproc\":%llu},", lim->nofile, lim->nproc);
-    zc_printf(&b, "\"uid\":%ld}", lim->uid);
-    if (b.oom || b.n - 4 > ZC_MAX_REQUEST) {
-        free(b.p);
+    if (rc == 0)
+        rc = ubuf_adds(&b, "},\"cwd\":");
+    if (rc == 0)
+        rc = zc_str(&b, cwd, strlen(cwd));
+    if (rc == 0)
+        rc = ubuf_addf(&b, ",\"rlimits\":{\"as\":%llu,\"cpu\":%llu,", lim->as, lim->cpu);
+    if (rc == 0)
+        rc = ubuf_addf(&b, "\"nofile\":%llu,\"nproc\":%llu},", lim->nofile, lim->nproc);
+    if (rc == 0)
+        rc = ubuf_addf(&b, "\"uid\":%ld}", lim->uid);
+    if (rc) {
+        ubuf_free(&b);
         return -1;
     }
-    uint32_t len = (uint32_t)(b.n - 4);
+    uint32_t len = (uint32_t)(b.len - 4);
     b.p[0] = (char)(len >> 24);
     b.p[1] = (char)(len >> 16);
     b.p[2] = (char)(len >> 8);
@@ -169,8 +130,8 @@ static int zc_send_request(int sock, char *const argv[], const struct zc_limits 
     ssize_t w;
     while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
         ;
-    int rc = w == 1 ? zc_write_all(sock, b.p + 1, b.n - 1) : -1;
-    free(b.p);
+    rc = w == 1 && util_write_all(sock, b.p + 1, b.len - 1) == 0 ? 0 : -1;
+    ubuf_free(&b);
     return rc;
 }
 

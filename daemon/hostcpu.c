@@ -19,7 +19,8 @@
 #endif
 
 #include "daemon/hostcpu.h"
-#include "daemon/log.h"
+#include "util/log.h"
+#include "util/err.h"
 
 /* Every feature a width may require, with the architecture it belongs to. */
 static const struct feature {
@@ -183,10 +184,9 @@ static int apply_hide(const char *hide, char **err)
             for (size_t k = 0; k < NFEAT; k++)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
                          features[k].name);
-            if (asprintf(err, "cpu_features_hide: unknown CPU feature '%.*s' (known: %s)", (int)len,
-                         p, known) < 0)
-                *err = NULL;
-            return -EINVAL;
+            return util_errf(err, -EINVAL,
+                             "cpu_features_hide: unknown CPU feature '%.*s' (known: %s)", (int)len,
+                             p, known);
         }
         host.hidden[i] = true;
         host.have[i] = false;

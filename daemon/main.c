@@ -15,7 +15,7 @@
 #include "daemon/cmd_token.h"
 #include "daemon/hostcpu.h"
 #include "daemon/memlimit.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/runas.h"
 
 static void hook_quiesce(void *ud)

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/memlimit_int.h"
 
 static struct {

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "daemon/cellenv.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/reference.h"
 #include "daemon/widths.h"
 

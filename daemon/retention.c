@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/retention.h"
+#include "util/clock.h"
 
 /* The first run comes soon after start-up even with a long interval, so a
  * daemon restarted more often than the interval still prunes. */
@@ -59,7 +60,7 @@ static void work_cb(uv_work_t *w)
     struct store *s = NULL;
     char *err = NULL;
     struct store_prune_opts o = {.keep_heads_per_branch = r->keep, .stop = &r->stop_flag};
-    int64_t t0 = store_now_ms();
+    int64_t t0 = util_wall_ms();
     r->run_err[0] = 0;
     r->run_rc = store_open(r->data_dir, false, &s, &err);
     if (r->run_rc == 0) {
@@ -72,7 +73,7 @@ static void work_cb(uv_work_t *w)
     }
     store_close(s);
     free(err);
-    r->run_ms = store_now_ms() - t0;
+    r->run_ms = util_wall_ms() - t0;
 }
 
 static void after_cb(uv_work_t *w, int status)

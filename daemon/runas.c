@@ -14,9 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/runas.h"
 #include "storage/layout.h"
+#include "util/err.h"
 
 int runas_resolve(struct capd_config *c, char **err)
 {
@@ -25,33 +26,26 @@ int runas_resolve(struct capd_config *c, char **err)
         return 0;
     /* Cells as root is never what an empty string should mean by
      * accident: it takes a second, explicit setting. */
-    if (c->run_as_user[0] == 0 && !c->allow_root_cells) {
-        if (asprintf(err, "run_as_user is \"\" while capd runs as root, so cells would run as "
-                          "root; name an unprivileged user (the default is \"nobody\"), or set "
-                          "\"allow_root_cells\": true as well to run them as root on purpose "
-                          "(docs/security.md)") < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (c->run_as_user[0] == 0 && !c->allow_root_cells)
+        return util_errf(err, -EINVAL,
+                         "run_as_user is \"\" while capd runs as root, so cells would run as "
+                         "root; name an unprivileged user (the default is \"nobody\"), or set "
+                         "\"allow_root_cells\": true as well to run them as root on purpose "
+                         "(docs/security.md)");
     if (c->run_as_user[0] == 0)
         return 0;
     struct passwd *pw = getpwnam(c->run_as_user);
-    if (!pw) {
-        if (asprintf(err,
-                     "run_as_user '%s' does not exist (create it, or set run_as_user to \"\" to "
-                     "run cells as root, which docs/security.md advises against)",
-                     c->run_as_user) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
-    if (pw->pw_uid == 0 || pw->pw_gid == 0) {
-        if (asprintf(err,
-                     "run_as_user '%s' has uid or gid 0; name an unprivileged user, or \"\" to "
-                     "run cells as root on purpose",
-                     c->run_as_user) < 0)
-            *err = NULL;
-        return -EINVAL;
-    }
+    if (!pw)
+        return util_errf(
+            err, -EINVAL,
+            "run_as_user '%s' does not exist (create it, or set run_as_user to \"\" to "
+            "run cells as root, which docs/security.md advises against)",
+            c->run_as_user);
+    if (pw->pw_uid == 0 || pw->pw_gid == 0)
+        return util_errf(err, -EINVAL,
+                         "run_as_user '%s' has uid or gid 0; name an unprivileged user, or \"\" to "
+                         "run cells as root on purpose",
+                         c->run_as_user);
     c->run_uid = (long)pw->pw_uid;
     c->run_gid = (long)pw->pw_gid;
     return 0;
@@ -84,33 +78,27 @@ int runas_check(const struct capd_config *c, char **err)
         }
         return 0;
     }
-    if (!realpath(c->data_dir, path)) {
-        if (asprintf(err, "cannot resolve data dir %s: %s", c->data_dir, strerror(errno)) < 0)
-            *err = NULL;
-        return -errno;
-    }
+    if (!realpath(c->data_dir, path))
+        return util_errf(err, -errno, "cannot resolve data dir %s: %s", c->data_dir,
+                         strerror(errno));
     /* The data dir is capd's own: it gets o+x (search, never list) so the
      * user can reach its scratch dir by name. The database files are
      * created under umask 027 and stay unreadable to it. */
     if (stat(path, &sb) == 0 && !can_search(&sb, c->run_uid, c->run_gid) &&
-        chmod(path, (sb.st_mode & 07777) | S_IXOTH) != 0) {
-        if (asprintf(err, "cannot make data dir %s searchable: %s", path, strerror(errno)) < 0)
-            *err = NULL;
-        return -errno;
-    }
+        chmod(path, (sb.st_mode & 07777) | S_IXOTH) != 0)
+        return util_errf(err, -errno, "cannot make data dir %s searchable: %s", path,
+                         strerror(errno));
     /* Its ancestors are not capd's to change: say which one blocks. */
     for (char *slash = strrchr(path, '/'); slash && slash > path; slash = strrchr(path, '/')) {
         *slash = 0;
-        if (stat(path, &sb) == 0 && !can_search(&sb, c->run_uid, c->run_gid)) {
-            if (asprintf(err,
-                         "run_as_user '%s' (uid %ld) cannot reach the data dir: %s is mode %04o "
-                         "owned by uid %ld; allow it to be searched (chmod o+x %s), move "
-                         "data_dir, or set run_as_user",
-                         c->run_as_user, c->run_uid, path, (unsigned)(sb.st_mode & 07777),
-                         (long)sb.st_uid, path) < 0)
-                *err = NULL;
-            return -EACCES;
-        }
+        if (stat(path, &sb) == 0 && !can_search(&sb, c->run_uid, c->run_gid))
+            return util_errf(
+                err, -EACCES,
+                "run_as_user '%s' (uid %ld) cannot reach the data dir: %s is mode %04o "
+                "owned by uid %ld; allow it to be searched (chmod o+x %s), move "
+                "data_dir, or set run_as_user",
+                c->run_as_user, c->run_uid, path, (unsigned)(sb.st_mode & 07777), (long)sb.st_uid,
+                path);
     }
     log_info("cells_run_as", "user=%s uid=%ld gid=%ld", log_q(c->run_as_user), c->run_uid,
              c->run_gid);

@@ -21,17 +21,13 @@
 
 #include "storage/layout.h"
 #include "storage/store_int.h"
+#include "util/err.h"
+#include "util/fs.h"
+#include "util/path.h"
 
 /* How long a backup retries while the source is locked (only possible
  * during a checkpoint or a WAL reset, never for long). */
 #define BACKUP_BUSY_MS 30000
-
-/* Error messages name at most two strings. */
-static void set_err(char **err, const char *fmt, const char *a, const char *b)
-{
-    if (err && asprintf(err, fmt, a, b) < 0)
-        *err = NULL;
-}
 
 static void unlink_db(const char *path)
 {
@@ -51,23 +47,6 @@ static int fsync_path(const char *path, int flags)
     int rc = fsync(fd) == 0 ? 0 : -errno;
     close(fd);
     return rc;
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *c = p + 1; *c; c++) {
-        if (*c != '/')
-            continue;
-        *c = 0;
-        if (mkdir(p, mode) != 0 && errno != EEXIST)
-            return -errno;
-        *c = '/';
-    }
-    if (mkdir(p, mode) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 /* Copies SRC to DST through a temporary name, so DST is whole or absent. */
@@ -92,17 +71,9 @@ static int copy_file(const char *src, const char *dst, int64_t *bytes)
         }
         if (r == 0)
             break;
-        for (ssize_t off = 0; off < r;) {
-            ssize_t w = write(out, buf + off, (size_t)(r - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0) {
-                rc = w < 0 ? -errno : -EIO;
-                goto out;
-            }
-            off += w;
-            *bytes += w;
-        }
+        if ((rc = util_write_all(out, buf, (size_t)r)) != 0)
+            goto out;
+        *bytes += r;
     }
 out:
     close(in);
@@ -130,17 +101,18 @@ static int backup_db(const char *src_path, const char *tmp, struct store_backup_
     int rc = -EIO, src_rc = SQLITE_OK;
     if (sqlite3_open_v2(src_path, &src, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
-        set_err(err, "cannot open %s: %s", src_path, src ? sqlite3_errmsg(src) : "out of memory");
+        util_errf(err, rc, "cannot open %s: %s", src_path,
+                  src ? sqlite3_errmsg(src) : "out of memory");
         goto out;
     }
     sqlite3_busy_timeout(src, 10000);
     if (sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
-        set_err(err, "cannot open %s: %s", tmp, dst ? sqlite3_errmsg(dst) : "out of memory");
+        util_errf(err, rc, "cannot open %s: %s", tmp, dst ? sqlite3_errmsg(dst) : "out of memory");
         goto out;
     }
     if (!(b = sqlite3_backup_init(dst, "main", src, "main"))) {
-        set_err(err, "cannot start the backup: %s%s", sqlite3_errmsg(dst), "");
+        util_errf(err, rc, "cannot start the backup: %s", sqlite3_errmsg(dst));
         goto out;
     }
     for (int waited = 0;; waited += 100) {
@@ -155,22 +127,21 @@ static int backup_db(const char *src_path, const char *tmp, struct store_backup_
         src_rc = fin_rc;
     if (src_rc != SQLITE_OK) {
         rc = store_rc(NULL, src_rc);
-        set_err(err, "backup failed: %s%s", sqlite3_errstr(src_rc), "");
+        util_errf(err, rc, "backup failed: %s", sqlite3_errstr(src_rc));
         goto out;
     }
     char *msg = NULL;
     if (sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, &msg) != SQLITE_OK) {
-        set_err(err, "cannot finish the copy: %s%s", msg ? msg : sqlite3_errmsg(dst), "");
+        util_errf(err, rc, "cannot finish the copy: %s", msg ? msg : sqlite3_errmsg(dst));
         sqlite3_free(msg);
         goto out;
     }
     if (sqlite3_prepare_v2(dst, "PRAGMA quick_check", -1, &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW ||
         strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
-        set_err(err, "the copy fails its check: %s%s",
-                st && sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0)
-                                                 : sqlite3_errmsg(dst),
-                "");
+        util_errf(err, rc, "the copy fails its check: %s",
+                  st && sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0)
+                                                   : sqlite3_errmsg(dst));
         goto out;
     }
     sqlite3_finalize(st);
@@ -190,7 +161,7 @@ out:
     if (b)
         sqlite3_backup_finish(b);
     if (dst && sqlite3_close(dst) != SQLITE_OK && rc == 0) {
-        set_err(err, "cannot close the copy %s%s", tmp, "");
+        util_errf(err, rc, "cannot close the copy %s", tmp);
         rc = -EIO;
     }
     sqlite3_close(src);
@@ -214,7 +185,7 @@ static int for_each_row_of_copy(const char *copy, const char *sql,
     int rc = -EIO, src;
     if (sqlite3_open_v2(copy, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        set_err(err, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
+        util_errf(err, rc, "cannot read the copy %s: %s", copy, db ? sqlite3_errmsg(db) : "?");
         goto out;
     }
     while ((src = sqlite3_step(st)) == SQLITE_ROW)
@@ -222,7 +193,7 @@ static int for_each_row_of_copy(const char *copy, const char *sql,
             goto out;
     rc = src == SQLITE_DONE ? 0 : -EIO;
     if (rc)
-        set_err(err, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
+        util_errf(err, rc, "cannot read the copy %s: %s", copy, sqlite3_errmsg(db));
 out:
     sqlite3_finalize(st);
     sqlite3_close(db);
@@ -249,19 +220,15 @@ static int backup_blob_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char 
         return 0;
     snprintf(dir, sizeof dir, "%s", to);
     *strrchr(dir, '/') = 0;
-    if ((rc = mkdir_p(dir, 0750)) != 0) {
-        set_err(err, "cannot create %s: %s", dir, strerror(-rc));
-        return rc;
-    }
+    if ((rc = util_mkdir_p(dir, 0750)) != 0)
+        return util_errf(err, rc, "cannot create %s: %s", dir, strerror(-rc));
     rc = copy_file(from, to, &ctx->info->blob_bytes_copied);
     if (rc == -ENOENT) {
         ctx->info->blobs_missing++;
         return 0;
     }
-    if (rc) {
-        set_err(err, "cannot copy %s: %s", from, strerror(-rc));
-        return rc;
-    }
+    if (rc)
+        return util_errf(err, rc, "cannot copy %s: %s", from, strerror(-rc));
     ctx->info->blobs_copied++;
     return 0;
 }
@@ -300,19 +267,15 @@ static int backup_log_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char *
         ctx->info->logs++;
         return 0;
     }
-    if ((rc = mkdir_p(dir, 0750)) != 0) {
-        set_err(err, "cannot create %s: %s", dir, strerror(-rc));
-        return rc;
-    }
+    if ((rc = util_mkdir_p(dir, 0750)) != 0)
+        return util_errf(err, rc, "cannot create %s: %s", dir, strerror(-rc));
     rc = copy_file(from, to, &ctx->info->log_bytes_copied);
     if (rc == -ENOENT) {
         unlink(to);
         return 0;
     }
-    if (rc) {
-        set_err(err, "cannot copy %s: %s", from, strerror(-rc));
-        return rc;
-    }
+    if (rc)
+        return util_errf(err, rc, "cannot copy %s: %s", from, strerror(-rc));
     struct timespec times[2] = {a.st_atim, a.st_mtim};
     utimensat(AT_FDCWD, to, times, 0);
     ctx->info->logs++;
@@ -341,10 +304,10 @@ static void backup_trim_logs(const char *dest)
         goto out;
     struct dirent *d;
     while ((d = readdir(top)) != NULL) {
-        char sub[PATH_MAX + 300];
-        if (d->d_name[0] == '.' || !store__is_id_name(d->d_name))
+        char sub[UTIL_PATH_MAX];
+        if (d->d_name[0] == '.' || !store__is_id_name(d->d_name) ||
+            util_path_join(sub, logs, d->d_name) != 0)
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", logs, d->d_name);
         DIR *in = opendir(sub);
         struct dirent *f;
         while (in && (f = readdir(in)) != NULL) {
@@ -361,9 +324,9 @@ static void backup_trim_logs(const char *dest)
                 keep = sqlite3_step(st) == SQLITE_ROW;
             }
             if (!keep) {
-                char file[PATH_MAX + 600];
-                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-                unlink(file);
+                char file[UTIL_PATH_MAX];
+                if (util_path_join(file, sub, f->d_name) == 0)
+                    unlink(file);
             }
         }
         if (in)
@@ -393,10 +356,10 @@ static void backup_trim(const char *dest)
         goto out;
     struct dirent *d;
     while ((d = readdir(top)) != NULL) {
-        char sub[PATH_MAX + 300];
-        if (d->d_name[0] == '.' || strlen(d->d_name) != 2)
+        char sub[UTIL_PATH_MAX];
+        if (d->d_name[0] == '.' || strlen(d->d_name) != 2 ||
+            util_path_join(sub, blobs, d->d_name) != 0)
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", blobs, d->d_name);
         DIR *in = opendir(sub);
         struct dirent *f;
         while (in && (f = readdir(in)) != NULL) {
@@ -409,9 +372,9 @@ static void backup_trim(const char *dest)
                 gone = sqlite3_step(st) == SQLITE_DONE;
             }
             if (gone) {
-                char file[PATH_MAX + 600];
-                snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-                unlink(file);
+                char file[UTIL_PATH_MAX];
+                if (util_path_join(file, sub, f->d_name) == 0)
+                    unlink(file);
             }
         }
         if (in)
@@ -439,20 +402,17 @@ static int backup_check_dest(const char *data_dir, const char *dest, char src_pa
         return -ENAMETOOLONG;
     if (stat(src_path, &sb) != 0 || !realpath(data_dir, data_real)) {
         rc = -errno;
-        set_err(err, "no database at %s: %s", src_path, strerror(-rc));
-        return rc;
+        return util_errf(err, rc, "no database at %s: %s", src_path, strerror(-rc));
     }
-    if ((rc = mkdir_p(dest, 0750)) != 0 || !realpath(dest, dest_real)) {
+    if ((rc = util_mkdir_p(dest, 0750)) != 0 || !realpath(dest, dest_real)) {
         rc = rc ? rc : -errno;
-        set_err(err, "cannot use %s as the backup directory: %s", dest, strerror(-rc));
-        return rc;
+        return util_errf(err, rc, "cannot use %s as the backup directory: %s", dest, strerror(-rc));
     }
     size_t dl = strlen(data_real);
     if (strcmp(dest_real, data_real) == 0 ||
-        (strncmp(dest_real, data_real, dl) == 0 && dest_real[dl] == '/')) {
-        set_err(err, "the backup directory %s is inside the data dir %s", dest, data_real);
-        return -EINVAL;
-    }
+        (strncmp(dest_real, data_real, dl) == 0 && dest_real[dl] == '/'))
+        return util_errf(err, -EINVAL, "the backup directory %s is inside the data dir %s", dest,
+                         data_real);
     snprintf(final, sizeof final, "%s/capd.db", dest_real);
     if (stat(final, &sb) == 0)
         return 0;
@@ -464,10 +424,9 @@ static int backup_check_dest(const char *data_dir, const char *dest, char src_pa
             empty = false;
     if (d)
         closedir(d);
-    if (!empty) {
-        set_err(err, "%s is neither empty nor a capd backup (no capd.db)%s", dest, "");
-        return -ENOTEMPTY;
-    }
+    if (!empty)
+        return util_errf(err, -ENOTEMPTY, "%s is neither empty nor a capd backup (no capd.db)",
+                         dest);
     return 0;
 }
 
@@ -494,20 +453,19 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     lock = store__dir_lock(data_dir, "blobs", LOCK_SH);
     if (lock < 0 && lock != -ENOENT) {
         rc = lock;
-        set_err(err, "cannot lock %s/blobs: %s", data_dir, strerror(-rc));
-        return rc;
+        return util_errf(err, rc, "cannot lock %s/blobs: %s", data_dir, strerror(-rc));
     }
     log_lock = store__dir_lock(data_dir, "logs", LOCK_SH);
     if (log_lock < 0 && log_lock != -ENOENT) {
         rc = log_lock;
-        set_err(err, "cannot lock %s/logs: %s", data_dir, strerror(-rc));
+        util_errf(err, rc, "cannot lock %s/logs: %s", data_dir, strerror(-rc));
         goto out;
     }
     snprintf(tmp, sizeof tmp, "%s/capd.db.tmp-XXXXXX", dest_real);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        set_err(err, "cannot create a file in %s: %s", dest, strerror(-rc));
+        util_errf(err, rc, "cannot create a file in %s: %s", dest, strerror(-rc));
         goto out;
     }
     close(fd);
@@ -531,7 +489,7 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     }
     if (rename(tmp, final) != 0) {
         rc = -errno;
-        set_err(err, "cannot put the copy in place at %s: %s", final, strerror(-rc));
+        util_errf(err, rc, "cannot put the copy in place at %s: %s", final, strerror(-rc));
         goto out;
     }
     tmp_made = false;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 static json_t *build_row(sqlite3_stmt *st)
 {
@@ -70,7 +71,7 @@ int store_build_put(struct store *s, const char *name, json_t *b, bool replace, 
     sqlite3_stmt *st = NULL;
     char *env = json_dumps(json_object_get(b, "env"), JSON_COMPACT | JSON_SORT_KEYS);
     char *roots = json_dumps(json_object_get(b, "model_roots"), JSON_COMPACT);
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     int rc =
         replace ? store_prepare(s,
                                 "INSERT INTO builds(name, python, env_json, model_roots, "

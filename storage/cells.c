@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 void store_cell_run_clear(struct store_cell_run *r)
 {
@@ -66,7 +67,7 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
 static int claim_start(struct store *s, struct store_cell_run *r)
 {
     sqlite3_stmt *st = NULL;
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     int rc = store_cached(s, SC_CELL_START,
                           "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
                           "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
@@ -167,7 +168,7 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
     if (o->requeue)
         sqlite3_bind_null(st, 9);
     else
-        sqlite3_bind_int64(st, 9, store_now_ms());
+        sqlite3_bind_int64(st, 9, util_wall_ms());
     sqlite3_bind_int(st, 10, o->requeue);
     sqlite3_bind_int64(st, 11, r->attempt_id);
     store_bind_text(st, 12, o->host_missing);
@@ -246,7 +247,7 @@ int store_recover(struct store *s, int max_attempts, int *requeued, int *interru
     *requeued = *interrupted = 0;
     if (rc)
         return rc;
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     /* Records of attempts that never finished are invisible (no cell names
      * them); deleting them here keeps a retried attempt from duplicating
      * anything. */

@@ -20,6 +20,7 @@
 #include "compare/changepoint.h"
 #include "compare/cmp.h"
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 /* One tensor record of a cell, for the first divergent key. */
 struct tkey {
@@ -338,7 +339,7 @@ static int series_id(struct store *s, const struct job_info *j, const char *mode
     store_bind_text(st, 3, model);
     store_bind_text(st, 4, width);
     store_bind_text(st, 5, pass);
-    sqlite3_bind_int64(st, 6, store_now_ms());
+    sqlite3_bind_int64(st, 6, util_wall_ms());
     int src = sqlite3_step(st);
     if (src == SQLITE_ROW) {
         *id = sqlite3_column_int64(st, 0);
@@ -410,7 +411,7 @@ static int point_put(struct store *s, int64_t series, const struct job_info *j,
         sqlite3_bind_int64(st, 13, c->peak_rss);
     store_bind_text(st, 14, digest);
     sqlite3_bind_int64(st, 15, (int64_t)t.n);
-    sqlite3_bind_int64(st, 16, store_now_ms());
+    sqlite3_bind_int64(st, 16, util_wall_ms());
     if ((rc = store_rc(s, sqlite3_step(st))) == 0)
         rc = drift_around(s, series, j->commit);
 out:

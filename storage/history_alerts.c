@@ -17,6 +17,7 @@
 
 #include "compare/changepoint.h"
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 struct apoint {
     char commit[65], outcome[32], numerics[16];
@@ -90,7 +91,7 @@ static int alert_put(struct store *s, int64_t series, struct alert_new *a)
     if (!detail)
         return -ENOMEM;
     store_new_id('a', id);
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     int rc = store_prepare(
         s,
         "INSERT INTO alerts(id, series_id, kind, commit_sha, last_good, label, detail_json, "

@@ -9,6 +9,7 @@
 
 #include "compare/changepoint.h"
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 #define ALERT_COLS                                                                                 \
     "a.id, a.kind, a.label, a.status, a.commit_sha, a.last_good, a.detail_json, a.note, "          \
@@ -100,7 +101,7 @@ int store_alert_set(struct store *s, const char *id, const char *status, const c
         return rc;
     store_bind_text(st, 1, status);
     store_bind_text(st, 2, note);
-    sqlite3_bind_int64(st, 3, store_now_ms());
+    sqlite3_bind_int64(st, 3, util_wall_ms());
     store_bind_text(st, 4, id);
     rc = store_rc(s, sqlite3_step(st));
     if (rc == 0 && sqlite3_changes(s->db) == 0)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 #define JOB_COLS                                                                                   \
     "j.seq, j.id, j.project, j.commit_sha, j.branch, j.build, j.control_commit, j.state, "         \
@@ -225,7 +226,7 @@ static int job_insert(struct store *s, const struct store_job_new *n, const char
     char *opt_s = json_dumps(json_object_get(req, "options"), JSON_COMPACT);
     char *lab_s = json_dumps(json_object_get(req, "labels"), JSON_COMPACT);
     char *prov_s = prov ? json_dumps(prov, JSON_COMPACT) : NULL;
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     int rc = store_prepare(s,
                            "INSERT INTO jobs(id, project, commit_sha, branch, build, "
                            "control_commit, request_json, options_json, labels_json, "
@@ -370,7 +371,7 @@ int store_job_refresh_state(struct store *s, int64_t job_seq)
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, job_seq);
-    sqlite3_bind_int64(st, 2, store_now_ms());
+    sqlite3_bind_int64(st, 2, util_wall_ms());
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     return rc;
@@ -398,7 +399,7 @@ int store_job_cancel(struct store *s, const char *id)
     sqlite3_finalize(st);
     st = NULL;
     char sql[256];
-    int64_t now = store_now_ms();
+    int64_t now = util_wall_ms();
     snprintf(sql, sizeof sql,
              "UPDATE cells SET state='cancelled', reason='job cancelled', finished_at=%lld "
              "WHERE job_seq=%lld AND state='queued';"
@@ -431,7 +432,7 @@ int store_branch_put(struct store *s, const char *name, const char *control, jso
         return rc;
     store_bind_text(st, 1, name);
     store_bind_text(st, 2, control);
-    sqlite3_bind_int64(st, 3, store_now_ms());
+    sqlite3_bind_int64(st, 3, util_wall_ms());
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_finalize(st);
     return rc ? rc : store_branch_get(s, name, out);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "storage/store_int.h"
+#include "util/path.h"
 
 /* A blob file name: 'x' and 32 hex digits (XXH3-128, records.c). */
 bool store__is_blob_name(const char *n)
@@ -41,8 +42,10 @@ bool store__is_blob_name(const char *n)
  */
 int store__dir_lock(const char *data_dir, const char *sub, int how)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/%s", data_dir, sub);
+    char dir[UTIL_PATH_MAX];
+    int rc = util_path_join(dir, data_dir, sub);
+    if (rc)
+        return rc;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 /* Only the revision that was verified is updated: a build replaced in the
  * meantime starts over as 'unverified'. */
@@ -27,7 +28,7 @@ int store_build_prefork_set(struct store *s, const char *name, int64_t rev, cons
         goto out;
     store_bind_text(st, 1, state);
     store_bind_text(st, 2, reason);
-    sqlite3_bind_int64(st, 3, store_now_ms());
+    sqlite3_bind_int64(st, 3, util_wall_ms());
     store_bind_text(st, 4, name);
     sqlite3_bind_int64(st, 5, rev);
     if ((rc = store_rc(s, sqlite3_step(st))) != 0)

@@ -18,6 +18,7 @@
 
 #include "storage/layout.h"
 #include "storage/store_int.h"
+#include "util/path.h"
 
 /* A prune transaction is committed after this many detached records (the
  * ingest batch size) or this many jobs, so the ingest writer, which waits
@@ -164,10 +165,10 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
         goto out;
     struct dirent *e;
     while (rc == 0 && (e = readdir(d)) != NULL) {
-        char sub[PATH_MAX + 300];
-        if (e->d_name[0] == '.' || strlen(e->d_name) != 2)
+        char sub[UTIL_PATH_MAX];
+        if (e->d_name[0] == '.' || strlen(e->d_name) != 2 ||
+            util_path_join(sub, top, e->d_name) != 0)
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", top, e->d_name);
         DIR *in = opendir(sub);
         if (!in)
             continue;
@@ -192,10 +193,10 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
             }
             if (!orphan)
                 continue;
-            char file[PATH_MAX + 600];
+            char file[UTIL_PATH_MAX];
             struct stat sb;
-            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-            if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
+            if (util_path_join(file, sub, f->d_name) != 0 || stat(file, &sb) != 0 ||
+                !S_ISREG(sb.st_mode))
                 continue;
             if (!dry && unlink(file) != 0)
                 continue;
@@ -225,16 +226,18 @@ out:
 static void remove_log_dir(const char *dir, const char *name, bool dry,
                            struct store_prune_report *r)
 {
-    char sub[PATH_MAX + 300];
-    snprintf(sub, sizeof sub, "%s/%s", dir, name);
+    char sub[UTIL_PATH_MAX];
+    if (util_path_join(sub, dir, name) != 0)
+        return;
     DIR *in = opendir(sub);
     struct dirent *f;
     while (in && (f = readdir(in)) != NULL) {
-        char file[PATH_MAX + 600];
+        char file[UTIL_PATH_MAX];
         struct stat sb;
         size_t n = strlen(f->d_name);
-        snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
         if (f->d_name[0] == '.' && (n == 1 || (n == 2 && f->d_name[1] == '.')))
+            continue;
+        if (util_path_join(file, sub, f->d_name) != 0)
             continue;
         if (lstat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
             continue;

@@ -14,6 +14,7 @@
 
 #include "storage/layout.h"
 #include "storage/store_int.h"
+#include "util/fs.h"
 
 /* An ingest transaction is committed after this many rows even if the
  * daemon loop has not called store_flush, so HTTP writers never wait on a
@@ -59,21 +60,6 @@ static int batch_fail(struct store *s, int rc)
 void store_blob_path(const struct store *s, const char *hash, char *out, size_t n)
 {
     layout_blob(out, n, s->data_dir, hash);
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -errno ? -errno : -EIO;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 /*
@@ -128,7 +114,7 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
         return store_errno(errno);
-    rc = write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
+    rc = util_write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
     if (close(fd) != 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && rename(tmp, path) != 0)

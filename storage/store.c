@@ -20,12 +20,12 @@
 #include "storage/embedded.h"
 #include "storage/layout.h"
 #include "storage/store_int.h"
+#include "util/clock.h"
+#include "util/err.h"
 
 int64_t store_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return util_wall_ms();
 }
 
 void store_new_id(char prefix, char out[16])
@@ -34,7 +34,7 @@ void store_new_id(char prefix, char out[16])
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
         /* getrandom cannot fail for 6 bytes once the pool is ready; fall
          * back to the clock rather than abort. */
-        int64_t t = store_now_ms() ^ (int64_t)clock();
+        int64_t t = util_wall_ms() ^ (int64_t)clock();
         memcpy(r, &t, sizeof r);
     }
     snprintf(out, 16, "%c%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4], r[5]);
@@ -178,14 +178,11 @@ static int migrate(struct store *s, char **err)
     int rc = user_version(s, &have);
     if (rc)
         return rc;
-    if (have > want) {
-        if (err && asprintf(err,
-                            "database schema version %d is newer than this capd supports (%d); "
-                            "upgrade capd or restore a backup",
-                            have, want) < 0)
-            *err = NULL;
-        return -EPROTO;
-    }
+    if (have > want)
+        return util_errf(err, -EPROTO,
+                         "database schema version %d is newer than this capd supports (%d); "
+                         "upgrade capd or restore a backup",
+                         have, want);
     for (int v = have + 1; v <= want; v++) {
         const struct embedded_file *f = migration(v);
         char bump[64];
@@ -195,8 +192,7 @@ static int migrate(struct store *s, char **err)
         char *msg = NULL;
         if (sqlite3_exec(s->db, f->data, NULL, NULL, &msg) != SQLITE_OK ||
             sqlite3_exec(s->db, bump, NULL, NULL, &msg) != SQLITE_OK) {
-            if (err && asprintf(err, "migration %s failed: %s", f->name, msg ? msg : "?") < 0)
-                *err = NULL;
+            util_errf(err, -EIO, "migration %s failed: %s", f->name, msg ? msg : "?");
             sqlite3_free(msg);
             store_rollback(s);
             return -EIO;
@@ -235,11 +231,8 @@ static int configure(struct store *s, const char *path, char **err)
         store_exec(s, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                       "PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;"
                       "PRAGMA cache_size=-8192;");
-    if (rc) {
-        if (err && asprintf(err, "cannot configure %s: %s", path, sqlite3_errmsg(s->db)) < 0)
-            *err = NULL;
-        return rc;
-    }
+    if (rc)
+        return util_errf(err, rc, "cannot configure %s: %s", path, sqlite3_errmsg(s->db));
     store__checkpoint_attach(s);
     store_events_attach(s);
     return 0;
@@ -255,21 +248,16 @@ static int open_schema(struct store *s, const char *data_dir, bool do_migrate, c
         layout_dir(blobs, sizeof blobs, data_dir, "blobs");
         if (mkdir(blobs, 0750) != 0 && errno != EEXIST) {
             rc = -errno;
-            if (err && asprintf(err, "cannot create %s: %s", blobs, strerror(errno)) < 0)
-                *err = NULL;
-            return rc;
+            return util_errf(err, rc, "cannot create %s: %s", blobs, strerror(errno));
         }
         return migrate(s, err);
     }
     int v = 0;
     if ((rc = user_version(s, &v)) != 0)
         return rc;
-    if (v != store_schema_version()) {
-        if (err &&
-            asprintf(err, "database schema version %d, expected %d", v, store_schema_version()) < 0)
-            *err = NULL;
-        return -EPROTO;
-    }
+    if (v != store_schema_version())
+        return util_errf(err, -EPROTO, "database schema version %d, expected %d", v,
+                         store_schema_version());
     return 0;
 }
 
@@ -295,9 +283,7 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
     snprintf(s->data_dir, sizeof s->data_dir, "%s", data_dir);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
-        rc = -EIO;
-        if (err && asprintf(err, "cannot open %s: %s", path, sqlite3_errmsg(s->db)) < 0)
-            *err = NULL;
+        rc = util_errf(err, -EIO, "cannot open %s: %s", path, sqlite3_errmsg(s->db));
         goto out;
     }
     if ((rc = configure(s, path, err)) != 0 ||

@@ -17,6 +17,7 @@
 #include <sys/random.h>
 
 #include "storage/store_int.h"
+#include "util/clock.h"
 
 #define TOKEN_PREFIX       "capd_"
 #define TOKEN_ID_LEN       13 /* 't' + 12 hex */
@@ -121,7 +122,7 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
         store_bind_text(st, 2, name ? name : "");
         store_bind_text(st, 3, store_scope_name(scope));
         store_bind_text(st, 4, dhex);
-        sqlite3_bind_int64(st, 5, store_now_ms());
+        sqlite3_bind_int64(st, 5, util_wall_ms());
         if (expires_at > 0)
             sqlite3_bind_int64(st, 6, expires_at);
         else
@@ -179,7 +180,7 @@ int store_token_check(struct store *s, const char *token, char id_out[16], int *
         goto out;
     }
     if (sqlite3_column_type(st, 2) != SQLITE_NULL &&
-        sqlite3_column_int64(st, 2) <= store_now_ms()) {
+        sqlite3_column_int64(st, 2) <= util_wall_ms()) {
         rc = -EKEYEXPIRED;
         goto out;
     }
@@ -224,7 +225,7 @@ int store_token_revoke(struct store *s, const char *id)
     if (rc)
         return rc;
     store_bind_text(st, 1, id);
-    sqlite3_bind_int64(st, 2, store_now_ms());
+    sqlite3_bind_int64(st, 2, util_wall_ms());
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_finalize(st);
     if (rc == 0 && sqlite3_changes(s->db) == 0) {

@@ -2,7 +2,10 @@
 # tests/scripts/layering.sh - the one-way rule of HACKING.md ("Layers"), read
 # off the #include lines of the product code:
 #
-#   compare/  includes only compare/ headers, jansson and the C library
+#   util/     includes only util/ headers and the C library: it is below
+#             everything and linked by every target
+#   compare/  includes only compare/ and util/ headers, jansson and the C
+#             library
 #   storage/  the only product code that includes sqlite3.h; never daemon/,
 #             api/ or cli/
 #   daemon/   never api/ or cli/ (daemon/main.c, the program itself, wires
@@ -31,9 +34,11 @@ breach() {
 }
 
 out=$(
+    breach util '("(api|cli|compare|daemon|storage|runner|gpu|tests)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash|jansson|criterion/criterion)\.h>)' \
+        "util/ depends on nothing but the C library"
     breach compare '("(api|cli|daemon|storage|runner|gpu)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash)\.h>)' \
-        "compare/ depends on nothing but jansson and the C library"
-    for d in api cli compare daemon gpu; do
+        "compare/ depends on nothing but util/, jansson and the C library"
+    for d in api cli compare daemon gpu util; do
         breach "$d" '<sqlite3\.h>' "only storage/ includes sqlite3.h"
     done
     breach storage '"(daemon|api|cli)/' "storage/ is below daemon/ and api/"
@@ -45,7 +50,7 @@ if [ -n "$out" ]; then
     echo "$out"
     bad=1
 fi
-n=$(ls compare/*.c storage/*.c daemon/*.c api/*.c cli/*.c 2>/dev/null | wc -l)
+n=$(ls util/*.c compare/*.c storage/*.c daemon/*.c api/*.c cli/*.c 2>/dev/null | wc -l)
 [ "$n" -gt 20 ] || { echo "layering: only $n source files found under $ROOT"; exit 2; }
 [ $bad -eq 0 ] && echo "layering: $n product source files keep the one-way rule"
 exit $bad

@@ -1,11 +1,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 static enum log_level min_level = LOG_INFO;
 static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -62,13 +62,13 @@ void log_event(enum log_level l, const char *event, const char *fmt, ...)
     if (l < min_level)
         return;
     char line[2048];
-    struct timeval tv;
+    int64_t now = util_wall_ms();
+    time_t sec = (time_t)(now / 1000);
     struct tm tm;
-    gettimeofday(&tv, NULL);
-    gmtime_r(&tv.tv_sec, &tm);
+    gmtime_r(&sec, &tm);
     size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, ".%03dZ level=%s event=%s",
-                          (int)(tv.tv_usec / 1000), names[l], event);
+    n += (size_t)snprintf(line + n, sizeof line - n, ".%03dZ level=%s event=%s", (int)(now % 1000),
+                          names[l], event);
     if (fmt && *fmt && n < sizeof line - 2) {
         line[n++] = ' ';
         va_list ap;

@@ -1,5 +1,5 @@
 /*
- * daemon/metrics.c - fixed-size counter arrays updated with relaxed atomics,
+ * util/metrics.c - fixed-size counter arrays updated with relaxed atomics,
  * and their Prometheus text rendering. Every array is sized at compile time
  * (routes, status codes, buckets), so recording never allocates and a
  * scrape's size is bounded.
@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "daemon/metrics.h"
+#include "util/metrics.h"
 
 /* ---- cells ---- */
 
