@@ -14,7 +14,7 @@
 
 #include "api/api_int.h"
 #include "storage/embedded.h"
-#include "daemon/log.h"
+#include "util/log.h"
 
 static json_t *table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;

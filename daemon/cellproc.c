@@ -29,7 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/sup_int.h"
 
 #define SUP_DRAIN_MS 2000

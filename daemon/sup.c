@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +17,9 @@
 #include <unistd.h>
 
 #include "daemon/cellenv.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "util/fs.h"
+#include "util/log.h"
+#include "util/metrics.h"
 #include "daemon/outcome.h"
 #include "daemon/reference.h"
 #include "daemon/runas.h"
@@ -50,44 +50,6 @@ const char *sup_job_id(const struct sup *s)
 const char *sup_cell_id(const struct sup *s)
 {
     return s->run.cell_id;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rm_tree(const char *dir)
-{
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* Creates PATH and any missing parents. The common case, a new directory
- * in an existing one, is a single mkdir; the walk from the root is only
- * taken when a parent is missing. */
-static int mkdir_p(const char *path, mode_t mode)
-{
-    if (mkdir(path, mode) == 0 || errno == EEXIST)
-        return 0;
-    if (errno != ENOENT)
-        return -errno;
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    }
-    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 static void set_fail(struct sup *s, const char *state, const char *reason)
@@ -241,7 +203,7 @@ static void finish_tail(struct sup *s)
     mem_cell_free(s->mem);
     s->mem = NULL;
     if (!s->cfg->keep_scratch && s->scratch[0])
-        rm_tree(s->scratch);
+        util_rm_tree(s->scratch);
     sup__close_handle(s, (uv_handle_t *)&s->timer);
     sup__close_handle(s, (uv_handle_t *)&s->frames);
     sup__close_handle(s, (uv_handle_t *)&s->logp);
@@ -457,8 +419,8 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
         *spec_path = NULL;
         goto out;
     }
-    rm_tree(s->scratch);
-    if ((rc = mkdir_p(s->scratch, 0700)) != 0 || (rc = mkdir_p(logdir, 0750)) != 0) {
+    util_rm_tree(s->scratch);
+    if ((rc = util_mkdir_p(s->scratch, 0700)) != 0 || (rc = util_mkdir_p(logdir, 0750)) != 0) {
         snprintf(reason, rlen, "cannot create %s: %s", s->scratch, strerror(-rc));
         goto out;
     }
@@ -509,7 +471,7 @@ static void setup_failed(struct sup *s, int fpipe[2], int lpipe[2], char *reason
     if (s->log_fd >= 0)
         close(s->log_fd);
     if (s->scratch[0] && !s->cfg->keep_scratch)
-        rm_tree(s->scratch);
+        util_rm_tree(s->scratch);
     mem_cell_free(s->mem);
     sup__free(s);
 }

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/launch.h"
-#include "daemon/log.h"
+#include "util/log.h"
 #include "daemon/runas.h"
 #include "daemon/widths.h"
 #include "daemon/zygote.h"

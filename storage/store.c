@@ -23,11 +23,6 @@
 #include "util/clock.h"
 #include "util/err.h"
 
-int64_t store_now_ms(void)
-{
-    return util_wall_ms();
-}
-
 void store_new_id(char prefix, char out[16])
 {
     unsigned char r[6];

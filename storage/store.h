@@ -51,10 +51,6 @@ void store_close(struct store *s);
  */
 int store_checkpoint_in_background(struct store *s);
 const char *store_errmsg(const struct store *s);
-/* The wall clock in ms, util_wall_ms() (util/clock.h), which capd's own
- * code calls directly; kept for tests/test_auth.c until the test helpers
- * stop naming it. */
-int64_t store_now_ms(void);
 
 /* Writes a random opaque id: PREFIX followed by 12 hex digits. */
 void store_new_id(char prefix, char out[16]);
