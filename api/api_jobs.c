@@ -186,131 +186,157 @@ static uint64_t fnv1a(const char *p, size_t n)
     return h;
 }
 
-/*
- * Everything about a job request that needs no HTTP and no database: the
- * caller looked the build up (BUILD is NULL when it is not registered).
- * Kept apart from the handler so the fuzzer (tests/fuzz/fuzz_job_request.c)
- * drives exactly the code that guards POST /v1/jobs.
- */
-int api_validate_job_request(json_t *body, json_t *build, const struct capd_config *cfg,
-                             json_t **normalized, struct api_verr *err)
+/* The top level of a job request: an object of known fields only, so a
+ * misspelt field fails the submission instead of being ignored. */
+static bool check_job_fields(struct api_verr *err, json_t *body)
 {
-    int rc = -EINVAL;
-    json_t *opts = NULL;
-    const char *k;
-    json_t *v;
     static const char *const fields[] = {"project",        "commit",      "branch",  "build",
                                          "control_commit", "matrix",      "options", "labels",
                                          "provenance",     "commit_time", "parents", NULL};
-    *normalized = NULL;
-    if (!json_is_object(body)) {
-        api_verr_set(err, "invalid_json", NULL, "the body must be a JSON object");
-        goto out;
-    }
+    const char *k;
+    json_t *v;
+    if (!json_is_object(body))
+        return api_verr_set(err, "invalid_json", NULL, "the body must be a JSON object");
     json_object_foreach(body, k, v)
     {
-        if (!one_of(k, fields)) {
-            api_verr_set(err, "unknown_field", k, "unknown field '%s'", k);
-            goto out;
-        }
+        if (!one_of(k, fields))
+            return api_verr_set(err, "unknown_field", k, "unknown field '%s'", k);
     }
+    return true;
+}
+
+/* What the job captures: project, commits, branch and a registered build
+ * (BUILD is NULL when it is not), checked in that order so the first bad
+ * field is the one reported. */
+static bool check_job_source(struct api_verr *err, json_t *body, json_t *build)
+{
     const char *project = json_string_value(json_object_get(body, "project"));
-    if (!api_valid_name(project, 128)) {
-        api_verr_set(err, "invalid_field", "project", "project must match ^[A-Za-z0-9._-]{1,128}$");
-        goto out;
-    }
+    if (!api_valid_name(project, 128))
+        return api_verr_set(err, "invalid_field", "project",
+                            "project must match ^[A-Za-z0-9._-]{1,128}$");
     const char *commit = json_string_value(json_object_get(body, "commit"));
-    if (!api_valid_hex(commit, 7, 64)) {
-        api_verr_set(err, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
-        goto out;
-    }
+    if (!api_valid_hex(commit, 7, 64))
+        return api_verr_set(err, "invalid_field", "commit", "commit must be 7 to 64 hex digits");
     json_t *cc = json_object_get(body, "control_commit");
-    if (cc && !json_is_null(cc) && !api_valid_hex(json_string_value(cc), 7, 64)) {
-        api_verr_set(err, "invalid_field", "control_commit",
-                     "control_commit must be 7 to 64 hex digits");
-        goto out;
-    }
+    if (cc && !json_is_null(cc) && !api_valid_hex(json_string_value(cc), 7, 64))
+        return api_verr_set(err, "invalid_field", "control_commit",
+                            "control_commit must be 7 to 64 hex digits");
     json_t *br = json_object_get(body, "branch");
     if (br && !json_is_null(br) &&
-        (!api_valid_text(json_string_value(br), 255) || strstr(json_string_value(br), ".."))) {
-        api_verr_set(err, "invalid_field", "branch",
-                     "branch must be a string of 1 to 255 printable characters without '..'");
-        goto out;
-    }
+        (!api_valid_text(json_string_value(br), 255) || strstr(json_string_value(br), "..")))
+        return api_verr_set(
+            err, "invalid_field", "branch",
+            "branch must be a string of 1 to 255 printable characters without '..'");
     const char *bname = json_string_value(json_object_get(body, "build"));
-    if (!api_valid_name(bname, 64)) {
-        api_verr_set(err, "invalid_field", "build", "build must name a registered build");
-        goto out;
-    }
-    if (!build) {
-        api_verr_set(err, "unknown_build", "build",
-                     "build '%s' is not registered (POST /v1/builds)", bname);
-        goto out;
-    }
-    json_t *m = json_object_get(body, "matrix");
-    if (!json_is_object(m)) {
-        api_verr_set(err, "invalid_field", "matrix",
-                     "matrix must be an object with models, widths and passes");
-        goto out;
-    }
+    if (!api_valid_name(bname, 64))
+        return api_verr_set(err, "invalid_field", "build", "build must name a registered build");
+    if (!build)
+        return api_verr_set(err, "unknown_build", "build",
+                            "build '%s' is not registered (POST /v1/builds)", bname);
+    return true;
+}
+
+/* The matrix: exactly the three axes, each valid, and a product no larger
+ * than the daemon's max_cells_per_job, so a job never stores more cells
+ * than the scheduler will take. */
+static bool check_job_matrix(struct api_verr *err, json_t *m, json_t *build, int max_cells)
+{
+    const char *k;
+    json_t *v;
+    if (!json_is_object(m))
+        return api_verr_set(err, "invalid_field", "matrix",
+                            "matrix must be an object with models, widths and passes");
     json_object_foreach(m, k, v)
     {
         if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes")) {
             char f[160];
             snprintf(f, sizeof f, "matrix.%s", k);
-            api_verr_set(err, "unknown_field", f, "unknown field '%s'", f);
-            goto out;
+            return api_verr_set(err, "unknown_field", f, "unknown field '%s'", f);
         }
     }
     if (!check_axis(err, m, "models", build) || !check_axis(err, m, "widths", build) ||
         !check_axis(err, m, "passes", build))
-        goto out;
+        return false;
     size_t ncells = json_array_size(json_object_get(m, "models")) *
                     json_array_size(json_object_get(m, "widths")) *
                     json_array_size(json_object_get(m, "passes"));
-    if (ncells > (size_t)cfg->max_cells_per_job) {
-        api_verr_set(err, "too_many_cells", "matrix",
-                     "the matrix expands to %zu cells; the limit is %d", ncells,
-                     cfg->max_cells_per_job);
-        goto out;
-    }
-    if (!(opts =
-              validate_options(err, json_object_get(body, "options"), cfg->cell_memory_max_bytes)))
-        goto out;
-    json_t *labels = json_object_get(body, "labels");
-    if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS)) {
-        api_verr_set(err, "invalid_field", "labels",
-                     "labels must be an object of at most %d strings", JOB_MAX_LABELS);
-        goto out;
-    }
+    if (ncells > (size_t)max_cells)
+        return api_verr_set(err, "too_many_cells", "matrix",
+                            "the matrix expands to %zu cells; the limit is %d", ncells, max_cells);
+    return true;
+}
+
+/* Labels (a bounded map of short strings) and provenance (any object):
+ * free-form data the job carries but capd does not interpret. */
+static bool check_job_labels(struct api_verr *err, json_t *labels, json_t *prov)
+{
+    const char *k;
+    json_t *v;
+    if (labels && (!json_is_object(labels) || json_object_size(labels) > JOB_MAX_LABELS))
+        return api_verr_set(err, "invalid_field", "labels",
+                            "labels must be an object of at most %d strings", JOB_MAX_LABELS);
     json_object_foreach(labels, k, v)
     {
-        if (!api_valid_name(k, 64) || !json_is_string(v) || json_string_length(v) > 256) {
-            api_verr_set(
+        if (!api_valid_name(k, 64) || !json_is_string(v) || json_string_length(v) > 256)
+            return api_verr_set(
                 err, "invalid_field", "labels",
                 "label '%s' must have a name like ^[A-Za-z0-9._-]{1,64}$ and a string value of "
                 "at most 256 bytes",
                 k);
-            goto out;
-        }
     }
-    json_t *prov = json_object_get(body, "provenance");
-    if (prov && !json_is_object(prov)) {
-        api_verr_set(err, "invalid_field", "provenance", "provenance must be an object");
-        goto out;
-    }
-    json_t *norm =
-        json_pack("{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project", project, "commit",
-                  commit, "branch", br ? br : json_null(), "build", bname, "control_commit",
-                  cc ? cc : json_null(), "matrix", "models", json_object_get(m, "models"), "widths",
-                  json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "options",
-                  opts, "labels", labels ? json_incref(labels) : json_object());
+    if (prov && !json_is_object(prov))
+        return api_verr_set(err, "invalid_field", "provenance", "provenance must be an object");
+    return true;
+}
+
+/* The request as stored: every field present (null or empty where the
+ * client left it out) and OPTS, the options with defaults filled in. */
+static json_t *normalize_job(struct api_verr *err, json_t *body, json_t *opts)
+{
+    json_t *m = json_object_get(body, "matrix");
+    json_t *br = json_object_get(body, "branch"), *cc = json_object_get(body, "control_commit");
+    json_t *labels = json_object_get(body, "labels"), *prov = json_object_get(body, "provenance");
+    json_t *norm = json_pack(
+        "{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project",
+        json_string_value(json_object_get(body, "project")), "commit",
+        json_string_value(json_object_get(body, "commit")), "branch", br ? br : json_null(),
+        "build", json_string_value(json_object_get(body, "build")), "control_commit",
+        cc ? cc : json_null(), "matrix", "models", json_object_get(m, "models"), "widths",
+        json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "options", opts,
+        "labels", labels ? json_incref(labels) : json_object());
     if (!norm) {
         api_verr_set(err, "invalid_json", NULL, "the request could not be normalized");
-        goto out;
+        return NULL;
     }
     if (prov)
         json_object_set(norm, "provenance", prov);
+    return norm;
+}
+
+/*
+ * Everything about a job request that needs no HTTP and no database: the
+ * caller looked the build up (BUILD is NULL when it is not registered).
+ * Kept apart from the handler so the fuzzer (tests/fuzz/fuzz_job_request.c)
+ * drives exactly the code that guards POST /v1/jobs. The stages run in the
+ * order of the fields, and the first failure is the one reported.
+ */
+int api_validate_job_request(json_t *body, json_t *build, const struct capd_config *cfg,
+                             json_t **normalized, struct api_verr *err)
+{
+    int rc = -EINVAL;
+    json_t *opts = NULL, *norm = NULL;
+    *normalized = NULL;
+    if (!check_job_fields(err, body) || !check_job_source(err, body, build) ||
+        !check_job_matrix(err, json_object_get(body, "matrix"), build, cfg->max_cells_per_job))
+        goto out;
+    if (!(opts =
+              validate_options(err, json_object_get(body, "options"), cfg->cell_memory_max_bytes)))
+        goto out;
+    if (!check_job_labels(err, json_object_get(body, "labels"),
+                          json_object_get(body, "provenance")))
+        goto out;
+    if (!(norm = normalize_job(err, body, opts)))
+        goto out;
     if (api_history_order(body, norm, err) != 0) {
         json_decref(norm);
         goto out;
@@ -322,6 +348,70 @@ out:
     return rc;
 }
 
+/* Looks up the build the request names into *BUILD (left NULL when the
+ * name is malformed or not registered: the validator then says which);
+ * true, having replied, when the store fails. */
+static bool build_lookup_refused(struct api_req *r, json_t *body, json_t **build,
+                                 enum MHD_Result *ret)
+{
+    const char *bname = json_string_value(json_object_get(body, "build"));
+    if (!api_valid_name(bname, 64))
+        return false;
+    int rc = store_build_get(api_store(r), bname, build);
+    if (rc && rc != -ENOENT) {
+        *ret = api_store_error(r, rc, "build");
+        return true;
+    }
+    return false;
+}
+
+/* A GPU job on a host without a GPU fails now, not cell by cell later.
+ * This is the one check that needs the daemon, so it is not in the
+ * validator. True, having replied, when it refuses NORM. */
+static bool gpu_refused(struct api_req *r, json_t *norm, enum MHD_Result *ret)
+{
+    const char *device =
+        json_string_value(json_object_get(json_object_get(norm, "options"), "device"));
+    struct devices *dv = capd_devices(api_daemon(r));
+    if (!device || strcmp(device, "gpu") != 0 || devices_count(dv) != 0)
+        return false;
+    json_t *dj = devices_json(dv);
+    const char *why = json_string_value(json_object_get(dj, "reason"));
+    *ret = api_error(r, 400, "no_gpu", "options.device",
+                     "options.device is gpu but this capd has no GPU device (%s); see GET "
+                     "/v1/devices, and POST /v1/devices/refresh after adding one",
+                     why ? why : "no device found");
+    json_decref(dj);
+    return true;
+}
+
+/* The reply for a store_job_create failure RC. Both queue limits clear as
+ * jobs finish; Retry-After is a hint, not a promise (a cell may run for
+ * minutes). */
+static enum MHD_Result job_create_error(struct api_req *r, int rc, const char *idem)
+{
+    if (rc == -EEXIST)
+        return api_error(r, 409, "idempotency_conflict", "Idempotency-Key",
+                         "Idempotency-Key '%s' was used for a different request", idem);
+    if (rc == -EAGAIN) {
+        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
+        return api_error(r, 429, "too_many_jobs", NULL,
+                         "%d jobs are already queued or running; retry later",
+                         api_cfg(r)->max_queued_jobs);
+    }
+    if (rc == -EDQUOT) {
+        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
+        return api_error(r, 429, "too_many_jobs_for_token", NULL,
+                         "token %s already has %d jobs queued or running "
+                         "(max_queued_jobs_per_token); retry when one has finished",
+                         r->token_id, api_cfg(r)->max_queued_jobs_per_token);
+    }
+    return api_store_error(r, rc, "job");
+}
+
+/* POST /v1/jobs: validate, check the host can run it, then store it under
+ * its Idempotency-Key (a repeat of the same request answers 200 with the
+ * job it created) and wake the scheduler. */
 enum MHD_Result api_jobs_create(struct api_req *r)
 {
     enum MHD_Result ret;
@@ -329,37 +419,15 @@ enum MHD_Result api_jobs_create(struct api_req *r)
     json_t *body = api_body_object(r, &ret), *build = NULL, *norm = NULL;
     if (!body)
         return ret;
-    struct store *s = api_store(r);
-    const char *bname = json_string_value(json_object_get(body, "build"));
-    int rc = 0;
-    if (api_valid_name(bname, 64)) {
-        rc = store_build_get(s, bname, &build);
-        if (rc && rc != -ENOENT) {
-            ret = api_store_error(r, rc, "build");
-            goto out;
-        }
-    }
+    if (build_lookup_refused(r, body, &build, &ret))
+        goto out;
     if (api_validate_job_request(body, build, api_cfg(r), &norm, &verror) != 0) {
         ret = api_error(r, 400, verror.code, verror.has_field ? verror.field : NULL, "%s",
                         verror.message);
         goto out;
     }
-    /* A GPU job on a host without a GPU fails now, not cell by cell later.
-     * (This is the one check that needs the daemon, so it is not in the
-     * validator.) */
-    const char *device =
-        json_string_value(json_object_get(json_object_get(norm, "options"), "device"));
-    struct devices *dv = capd_devices(api_daemon(r));
-    if (device && strcmp(device, "gpu") == 0 && devices_count(dv) == 0) {
-        json_t *dj = devices_json(dv);
-        const char *why = json_string_value(json_object_get(dj, "reason"));
-        ret = api_error(r, 400, "no_gpu", "options.device",
-                        "options.device is gpu but this capd has no GPU device (%s); see GET "
-                        "/v1/devices, and POST /v1/devices/refresh after adding one",
-                        why ? why : "no device found");
-        json_decref(dj);
+    if (gpu_refused(r, norm, &ret))
         goto out;
-    }
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(r->body.p, r->body.len));
     const char *idem = api_header(r, "Idempotency-Key");
@@ -376,31 +444,9 @@ enum MHD_Result api_jobs_create(struct api_req *r)
                               .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
     json_t *job = NULL;
     bool existed = false;
-    rc = store_job_create(s, &n, &job, &existed);
-    if (rc == -EEXIST) {
-        ret = api_error(r, 409, "idempotency_conflict", "Idempotency-Key",
-                        "Idempotency-Key '%s' was used for a different request", idem);
-        goto out;
-    }
-    /* Both queue limits clear as jobs finish; Retry-After is a hint, not a
-     * promise (a cell may run for minutes). */
-    if (rc == -EAGAIN) {
-        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
-        ret = api_error(r, 429, "too_many_jobs", NULL,
-                        "%d jobs are already queued or running; retry later",
-                        api_cfg(r)->max_queued_jobs);
-        goto out;
-    }
-    if (rc == -EDQUOT) {
-        api_reply_header(r, "Retry-After", JOB_RETRY_AFTER_S);
-        ret = api_error(r, 429, "too_many_jobs_for_token", NULL,
-                        "token %s already has %d jobs queued or running "
-                        "(max_queued_jobs_per_token); retry when one has finished",
-                        r->token_id, api_cfg(r)->max_queued_jobs_per_token);
-        goto out;
-    }
+    int rc = store_job_create(api_store(r), &n, &job, &existed);
     if (rc) {
-        ret = api_store_error(r, rc, "job");
+        ret = job_create_error(r, rc, idem);
         goto out;
     }
     if (!existed)

@@ -442,45 +442,39 @@ static bool parse_key(const char *key, size_t *module_len, int64_t *call, enum c
     return false;
 }
 
-/*
- * Validates a public record and translates it. Shared by cmp_cell_add_tensor
- * and cmp_tensor_compare so both reject the same malformed input.
- */
-int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const char **module_out,
-                         size_t *module_len_out)
+/* A public record's strings within CMP_MAX_KEY and a shape whose product
+ * (without overflow) is its element count. */
+static bool tensor_ok(const struct cmp_tensor *t)
 {
     if (t == NULL || !name_ok(t->key) || t->ndim < 0 || t->ndim > CMP_MAX_NDIM || t->numel < 0)
-        return -EINVAL;
+        return false;
     if (t->hash != NULL && strlen(t->hash) >= CMP_MAX_KEY)
-        return -EINVAL;
+        return false;
     if (t->module != NULL && strlen(t->module) >= CMP_MAX_KEY)
-        return -EINVAL;
+        return false;
     if (t->dtype != NULL && strlen(t->dtype) >= CMP_MAX_KEY)
-        return -EINVAL;
+        return false;
 
     int64_t prod = 1;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
-            return -EINVAL;
+            return false;
         if (t->shape[i] != 0 && prod > INT64_MAX / t->shape[i])
-            return -EINVAL;
+            return false;
         prod *= t->shape[i];
     }
-    if (prod != t->numel)
-        return -EINVAL;
+    return prod == t->numel;
+}
 
-    memset(r, 0, sizeof(*r));
-    r->key = t->key;
-    r->seq = t->seq;
-    r->dtype = cmp_dtype_from_name(t->dtype);
-    r->dtype_name = t->dtype ? t->dtype : "other";
-    r->ndim = t->ndim;
-    memcpy(r->shape, t->shape, sizeof(r->shape[0]) * (size_t)t->ndim);
-    r->numel = t->numel;
-    r->stats = t->stats;
-    r->hash = (t->hash && t->hash[0]) ? t->hash : NULL;
-    r->nondet = t->nondeterministic;
-
+/*
+ * The record's module, call, phase and role: the parts the caller gave win,
+ * the rest come from the key (a per-op key first, then the plain layout).
+ * The module is returned as a pointer and length, into t->module or into
+ * the key, NULL when neither names one.
+ */
+static void rec_key_parts(const struct cmp_tensor *t, struct cmp__rec *r, const char **module_out,
+                          size_t *module_len_out)
+{
     size_t mlen = 0;
     int64_t call = 0;
     enum cmp__phase ph = CMP__PH_OTHER;
@@ -509,11 +503,15 @@ int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const c
     }
     r->phase = t->phase ? phase_from(t->phase, strlen(t->phase)) : ph;
     r->role = t->role ? role_from(t->role, strlen(t->role)) : ro;
+}
 
-    /*
-     * A payload of a dtype we cannot decode is dropped, not rejected: the
-     * record still takes part through its hash and statistics.
-     */
+/*
+ * The record's payload, checked against its dtype and element count. A
+ * payload of a dtype we cannot decode is dropped, not rejected: the
+ * record still takes part through its hash and statistics.
+ */
+static int rec_payload(const struct cmp_tensor *t, struct cmp__rec *r)
+{
     size_t isz = cmp__dtype_size(r->dtype);
     r->capture = CMP_CAPTURE_NONE;
     if (t->capture != CMP_CAPTURE_NONE && isz > 0 && t->payload_len > 0) {
@@ -532,6 +530,31 @@ int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const c
         r->payload_len = t->payload_len;
     }
     return 0;
+}
+
+/*
+ * Validates a public record and translates it. Shared by cmp_cell_add_tensor
+ * and cmp_tensor_compare so both reject the same malformed input.
+ */
+int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const char **module_out,
+                         size_t *module_len_out)
+{
+    if (!tensor_ok(t))
+        return -EINVAL;
+
+    memset(r, 0, sizeof(*r));
+    r->key = t->key;
+    r->seq = t->seq;
+    r->dtype = cmp_dtype_from_name(t->dtype);
+    r->dtype_name = t->dtype ? t->dtype : "other";
+    r->ndim = t->ndim;
+    memcpy(r->shape, t->shape, sizeof(r->shape[0]) * (size_t)t->ndim);
+    r->numel = t->numel;
+    r->stats = t->stats;
+    r->hash = (t->hash && t->hash[0]) ? t->hash : NULL;
+    r->nondet = t->nondeterministic;
+    rec_key_parts(t, r, module_out, module_len_out);
+    return rec_payload(t, r);
 }
 
 int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t)

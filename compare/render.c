@@ -355,105 +355,132 @@ static void ops_block(struct buf *b, const json_t *result, bool md)
 
 /* ---------------------------------------------------------------- markdown */
 
-char *cmp_result_to_markdown(const json_t *result)
+/* The verdict and what frames it: perf gating, the cross-width pair, the
+ * counts, what else differs and the widths not run on a host. */
+static void md_summary(struct buf *b, const json_t *result)
 {
-    struct buf b;
-    const json_t *cells, *cell, *counts;
-    size_t i;
-    bool any;
-
-    if (!valid_result(result))
-        return NULL;
-    buf_init(&b);
-    cells = json_object_get(result, "cells");
-    counts = json_object_get(result, "counts");
-
+    const json_t *counts = json_object_get(result, "counts");
     bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
-    bprintf(&b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
+    bprintf(b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
     if (!perf_gates(result))
-        bprintf(&b, "Perf is reported but does not decide the verdict (`perf_gate` false).\n\n");
+        bprintf(b, "Perf is reported but does not decide the verdict (`perf_gate` false).\n\n");
     if (strcmp(jstr(result, "mode"), "cross_width") == 0)
-        bprintf(&b, "Cross-width: head width `%s` against control width `%s`.\n\n",
+        bprintf(b, "Cross-width: head width `%s` against control width `%s`.\n\n",
                 jstr(result, "head_width"), jstr(result, "control_width"));
-    counts_line(&b, counts);
-    bprintf(&b, ".\n");
-    env_block(&b, result, true);
+    counts_line(b, counts);
+    bprintf(b, ".\n");
+    env_block(b, result, true);
     if (jint(counts, "not_run") > 0) {
-        bprintf(&b, "\n");
-        not_run_lines(&b, cells, true);
+        bprintf(b, "\n");
+        not_run_lines(b, json_object_get(result, "cells"), true);
     }
+}
 
-    any = false;
-    json_array_foreach(cells, i, cell)
+/* Cells whose outcome got worse (a crash is the loudest finding), then
+ * the cells the head lacks; each section only when it has a line. */
+static void md_outcomes(struct buf *b, const json_t *result)
+{
+    const json_t *cell;
+    size_t i;
+    bool any = false;
+    json_array_foreach(json_object_get(result, "cells"), i, cell)
     {
         if (strcmp(jstr(cell, "outcome_change"), "regression") != 0)
             continue;
         if (!any)
-            bprintf(&b, "\n### Outcome regressions\n\n");
+            bprintf(b, "\n### Outcome regressions\n\n");
         any = true;
-        bprintf(&b, "- `");
-        md_cell(&b, jstr(cell, "model"));
-        bprintf(&b, "` / %s / %s: %s -> **%s**\n", jstr(cell, "width"), jstr(cell, "pass"),
+        bprintf(b, "- `");
+        md_cell(b, jstr(cell, "model"));
+        bprintf(b, "` / %s / %s: %s -> **%s**\n", jstr(cell, "width"), jstr(cell, "pass"),
                 jstr(cell, "control_outcome"), jstr(cell, "head_outcome"));
     }
 
     const json_t *miss = json_object_get(result, "missing_cells");
     if (json_array_size(miss) > 0) {
-        bprintf(&b, "\n### Missing in head\n\n");
+        bprintf(b, "\n### Missing in head\n\n");
         json_array_foreach(miss, i, cell)
         {
-            bprintf(&b, "- `");
-            md_cell(&b, jstr(cell, "model"));
-            bprintf(&b, "` / %s / %s\n", jstr(cell, "width"), jstr(cell, "pass"));
+            bprintf(b, "- `");
+            md_cell(b, jstr(cell, "model"));
+            bprintf(b, "` / %s / %s\n", jstr(cell, "width"), jstr(cell, "pass"));
         }
     }
+}
 
-    any = false;
+/* The table of cells whose numbers differ (all but identical and not
+ * run), with where they first diverge and where that was introduced. */
+static void md_differences(struct buf *b, const json_t *cells)
+{
+    const json_t *cell;
+    size_t i;
+    bool any = false;
     json_array_foreach(cells, i, cell)
     {
         if (strcmp(jstr(cell, "status"), "identical") == 0 ||
             strcmp(jstr(cell, "status"), "not_run") == 0)
             continue;
         if (!any) {
-            bprintf(&b, "\n### Cells that differ\n\n"
-                        "| model | width | pass | status | outcome | first divergence "
-                        "| first introduced |\n|---|---|---|---|---|---|---|\n");
+            bprintf(b, "\n### Cells that differ\n\n"
+                       "| model | width | pass | status | outcome | first divergence "
+                       "| first introduced |\n|---|---|---|---|---|---|---|\n");
         }
         any = true;
-        bprintf(&b, "| ");
-        md_cell(&b, jstr(cell, "model"));
-        bprintf(&b, " | %s | %s | %s", jstr(cell, "width"), jstr(cell, "pass"),
+        bprintf(b, "| ");
+        md_cell(b, jstr(cell, "model"));
+        bprintf(b, " | %s | %s | %s", jstr(cell, "width"), jstr(cell, "pass"),
                 jstr(cell, "status"));
-        device_note(&b, cell, true);
+        device_note(b, cell, true);
         if (json_is_true(json_object_get(cell, "params_differed")))
-            bprintf(&b, " (initial params differ)");
-        bprintf(&b, " | %s", jstr(cell, "control_outcome"));
+            bprintf(b, " (initial params differ)");
+        bprintf(b, " | %s", jstr(cell, "control_outcome"));
         if (strcmp(jstr(cell, "outcome_change"), "none") != 0)
-            bprintf(&b, " -> %s", jstr(cell, "head_outcome"));
-        bprintf(&b, " | ");
-        divergence_desc(&b, json_object_get(cell, "first_divergence"), true);
-        bprintf(&b, " | ");
-        introduced_desc(&b, cell, true);
-        bprintf(&b, " |\n");
+            bprintf(b, " -> %s", jstr(cell, "head_outcome"));
+        bprintf(b, " | ");
+        divergence_desc(b, json_object_get(cell, "first_divergence"), true);
+        bprintf(b, " | ");
+        introduced_desc(b, cell, true);
+        bprintf(b, " |\n");
     }
-    ops_block(&b, result, true);
+}
 
-    any = false;
+/* The table of performance changes, and of what could not be decided. */
+static void md_perf(struct buf *b, const json_t *cells)
+{
+    const json_t *cell;
+    size_t i;
+    bool any = false;
     json_array_foreach(cells, i, cell)
     {
         if (!is_perf_change(cell))
             continue;
         if (!any)
-            bprintf(&b, "\n### Performance changes\n\n| model | width | pass | control median "
-                        "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
-                        "|---|---|---|---|---|---|---|---|---|---|---|\n");
+            bprintf(b, "\n### Performance changes\n\n| model | width | pass | control median "
+                       "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
+                       "|---|---|---|---|---|---|---|---|---|---|---|\n");
         any = true;
-        bprintf(&b, "| ");
-        md_cell(&b, jstr(cell, "model"));
-        bprintf(&b, " | %s | %s | ", jstr(cell, "width"), jstr(cell, "pass"));
-        perf_desc(&b, json_object_get(cell, "perf"), true);
-        bprintf(&b, " |\n");
+        bprintf(b, "| ");
+        md_cell(b, jstr(cell, "model"));
+        bprintf(b, " | %s | %s | ", jstr(cell, "width"), jstr(cell, "pass"));
+        perf_desc(b, json_object_get(cell, "perf"), true);
+        bprintf(b, " |\n");
     }
+}
+
+/* The sections in the order a reviewer reads them (see the top of the
+ * file); the first divergent op's details follow the table of cells. */
+char *cmp_result_to_markdown(const json_t *result)
+{
+    struct buf b;
+    if (!valid_result(result))
+        return NULL;
+    buf_init(&b);
+    const json_t *cells = json_object_get(result, "cells");
+    md_summary(&b, result);
+    md_outcomes(&b, result);
+    md_differences(&b, cells);
+    ops_block(&b, result, true);
+    md_perf(&b, cells);
     return buf_finish(&b);
 }
 

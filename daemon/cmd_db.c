@@ -59,7 +59,15 @@ static void usage(FILE *f)
             "capd runs as, so files it creates stay readable by capd.\n");
 }
 
-static int parse(struct db_args *a, int argc, char **argv)
+/* The flags that only parse() reads: they are applied over the config
+ * file's values once it is loaded. */
+struct db_flags {
+    const char *data_dir, *config, *keep;
+};
+
+/* The options after the verb into A and F. Returns 0, 1 when --help has
+ * answered, or 2 (the exit status) on a bad option. */
+static int parse_opts(struct db_args *a, struct db_flags *f, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"data-dir", required_argument, NULL, 'd'},
@@ -71,23 +79,19 @@ static int parse(struct db_args *a, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *data_dir = NULL, *config = NULL, *keep = NULL;
-    char *err = NULL, *end;
     int o;
-    config_defaults(&a->cfg);
-    a->keep_heads = -1;
     optind = 2;
     opterr = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'd':
-            data_dir = optarg;
+            f->data_dir = optarg;
             break;
         case 'c':
-            config = optarg;
+            f->config = optarg;
             break;
         case 'k':
-            keep = optarg;
+            f->keep = optarg;
             break;
         case 'f':
             a->force = true;
@@ -107,6 +111,15 @@ static int parse(struct db_args *a, int argc, char **argv)
             return 2;
         }
     }
+    return 0;
+}
+
+/* The arguments each verb takes: backup's DEST and nothing else, and the
+ * flags that belong to one verb only on that verb. 0, or 2 (the exit
+ * status) having said why. */
+static int check_verb_args(struct db_args *a, const struct db_flags *f, int argc, char **argv)
+{
+    char *end;
     bool is_backup = strcmp(a->verb, "backup") == 0;
     if (is_backup && optind == argc - 1) {
         a->dest = argv[optind++];
@@ -118,7 +131,7 @@ static int parse(struct db_args *a, int argc, char **argv)
         fprintf(stderr, "capd db %s: unexpected argument '%s'\n", a->verb, argv[optind]);
         return 2;
     }
-    if ((keep || a->dry_run) && strcmp(a->verb, "prune") != 0) {
+    if ((f->keep || a->dry_run) && strcmp(a->verb, "prune") != 0) {
         fprintf(stderr, "capd db %s: --keep-heads and --dry-run are for prune\n", a->verb);
         return 2;
     }
@@ -126,21 +139,35 @@ static int parse(struct db_args *a, int argc, char **argv)
         fprintf(stderr, "capd db %s: --force is for vacuum\n", a->verb);
         return 2;
     }
-    if (keep) {
-        long n = strtol(keep, &end, 10);
-        if (*end || end == keep || n < 0 || n > 1000000) {
+    if (f->keep) {
+        long n = strtol(f->keep, &end, 10);
+        if (*end || end == f->keep || n < 0 || n > 1000000) {
             fprintf(stderr, "capd db prune: --keep-heads must be an integer in [0, 1000000]\n");
             return 2;
         }
         a->keep_heads = (int)n;
     }
-    if (config && config_load_file(&a->cfg, config, &err) != 0) {
+    return 0;
+}
+
+/* The command line into A, over --config's file (flags win). Returns 0, 1
+ * when --help has answered, or 2 (the exit status) having said why. */
+static int parse(struct db_args *a, int argc, char **argv)
+{
+    struct db_flags f = {NULL, NULL, NULL};
+    char *err = NULL;
+    int rc;
+    config_defaults(&a->cfg);
+    a->keep_heads = -1;
+    if ((rc = parse_opts(a, &f, argc, argv)) != 0 || (rc = check_verb_args(a, &f, argc, argv)) != 0)
+        return rc;
+    if (f.config && config_load_file(&a->cfg, f.config, &err) != 0) {
         fprintf(stderr, "capd db: %s\n", err ? err : "cannot read the config");
         free(err);
         return 2;
     }
-    if (data_dir)
-        snprintf(a->cfg.data_dir, sizeof a->cfg.data_dir, "%s", data_dir);
+    if (f.data_dir)
+        snprintf(a->cfg.data_dir, sizeof a->cfg.data_dir, "%s", f.data_dir);
     if (a->keep_heads < 0)
         a->keep_heads = a->cfg.retention_keep_heads_per_branch;
     return 0;

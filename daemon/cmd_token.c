@@ -132,7 +132,15 @@ static int do_list(struct store *s, bool as_json)
     return 0;
 }
 
-int cmd_token(int argc, char **argv)
+/* The options every verb shares, with their defaults. */
+struct token_args {
+    const char *dir, *scope_s, *name, *expires;
+    bool as_json;
+};
+
+/* Parses the options after the verb into A. Returns true when the command
+ * is over (--help, or a bad option) with its exit status in *STATUS. */
+static bool parse_token_opts(int argc, char **argv, struct token_args *a, int *status)
 {
     static const struct option opts[] = {
         {"data-dir", required_argument, NULL, 'd'},
@@ -143,10 +151,112 @@ int cmd_token(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *dir = "/var/lib/capd", *scope_s = NULL, *name = "", *expires = "never";
-    bool as_json = false;
+    int o;
+    optind = 2;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'd':
+            a->dir = optarg;
+            break;
+        case 's':
+            a->scope_s = optarg;
+            break;
+        case 'n':
+            a->name = optarg;
+            break;
+        case 'e':
+            a->expires = optarg;
+            break;
+        case 'j':
+            a->as_json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            *status = 0;
+            return true;
+        default:
+            fprintf(stderr, "capd token: unknown or incomplete option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            *status = 2;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* `capd token create`: the options are checked before the database is
+ * opened, and the token goes alone to stdout (then is wiped), its
+ * description to stderr. */
+static int do_create(const struct token_args *a, bool extra_args)
+{
+    int scope = store_scope_parse(a->scope_s);
+    long long secs = parse_duration(a->expires);
     struct store *s = NULL;
-    int o, rc = 1;
+    int rc = 1;
+    if (extra_args || scope < 0 || secs < 0 || !valid_name(a->name)) {
+        fprintf(stderr, "capd token create: %s\n",
+                extra_args  ? "unexpected argument"
+                : scope < 0 ? "--scope must be read, submit or admin"
+                : secs < 0  ? "--expires must be like 30d, 12h, 90m, 3600s (at most ten "
+                              "years) or never"
+                            : "--name must be at most 64 printable characters");
+        return 2;
+    }
+    if (open_store(a->dir, &s))
+        return 1;
+    char token[STORE_TOKEN_LEN + 1];
+    json_t *info = NULL;
+    int64_t exp_at = secs ? util_wall_ms() + secs * 1000 : 0;
+    if (store_token_create(s, scope, a->name, exp_at, token, &info) != 0) {
+        fprintf(stderr, "capd token create: cannot create the token: %s\n", store_errmsg(s));
+        goto out;
+    }
+    printf("%s\n", token);
+    fflush(stdout);
+    memset(token, 0, sizeof token);
+    fprintf(stderr,
+            "capd: created token %s (scope %s, name '%s', expires %s). It is shown only "
+            "this once; capd keeps only its hash.\n",
+            str(info, "id", "?"), str(info, "scope", "?"), str(info, "name", ""),
+            str(info, "expires_at", "never"));
+    json_decref(info);
+    rc = 0;
+out:
+    store_close(s);
+    return rc;
+}
+
+/* `capd token revoke ID`: revoking a revoked token is not an error, so a
+ * script can repeat it. */
+static int do_revoke(const char *dir, const char *id)
+{
+    struct store *s = NULL;
+    int rc = 1;
+    if (open_store(dir, &s))
+        return 1;
+    int r = store_token_revoke(s, id);
+    if (r == 0) {
+        fprintf(stderr, "capd: revoked token %s\n", id);
+        rc = 0;
+    } else if (r == -EALREADY) {
+        fprintf(stderr, "capd: token %s was already revoked\n", id);
+        rc = 0;
+    } else if (r == -ENOENT) {
+        fprintf(stderr, "capd token revoke: no token with id '%s'\n", id);
+    } else {
+        fprintf(stderr, "capd token revoke: %s\n", store_errmsg(s));
+    }
+    store_close(s);
+    return rc;
+}
+
+/* `capd token VERB ...`: the options are parsed (and refused) before the
+ * verb is looked at, then each verb checks its own arguments. */
+int cmd_token(int argc, char **argv)
+{
+    struct token_args a = {.dir = "/var/lib/capd", .name = "", .expires = "never"};
+    int rc = 1;
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -156,99 +266,30 @@ int cmd_token(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    optind = 2;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (o) {
-        case 'd':
-            dir = optarg;
-            break;
-        case 's':
-            scope_s = optarg;
-            break;
-        case 'n':
-            name = optarg;
-            break;
-        case 'e':
-            expires = optarg;
-            break;
-        case 'j':
-            as_json = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "capd token: unknown or incomplete option '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (strcmp(verb, "create") == 0) {
-        int scope = store_scope_parse(scope_s);
-        long long secs = parse_duration(expires);
-        if (optind != argc || scope < 0 || secs < 0 || !valid_name(name)) {
-            fprintf(stderr, "capd token create: %s\n",
-                    optind != argc ? "unexpected argument"
-                    : scope < 0    ? "--scope must be read, submit or admin"
-                    : secs < 0     ? "--expires must be like 30d, 12h, 90m, 3600s (at most ten "
-                                     "years) or never"
-                                   : "--name must be at most 64 printable characters");
-            return 2;
-        }
-        if (open_store(dir, &s))
-            return 1;
-        char token[STORE_TOKEN_LEN + 1];
-        json_t *info = NULL;
-        int64_t exp_at = secs ? util_wall_ms() + secs * 1000 : 0;
-        if (store_token_create(s, scope, name, exp_at, token, &info) != 0) {
-            fprintf(stderr, "capd token create: cannot create the token: %s\n", store_errmsg(s));
-            goto out;
-        }
-        printf("%s\n", token);
-        fflush(stdout);
-        memset(token, 0, sizeof token);
-        fprintf(stderr,
-                "capd: created token %s (scope %s, name '%s', expires %s). It is shown only "
-                "this once; capd keeps only its hash.\n",
-                str(info, "id", "?"), str(info, "scope", "?"), str(info, "name", ""),
-                str(info, "expires_at", "never"));
-        json_decref(info);
-        rc = 0;
-    } else if (strcmp(verb, "list") == 0) {
+    if (parse_token_opts(argc, argv, &a, &rc))
+        return rc;
+    if (strcmp(verb, "create") == 0)
+        return do_create(&a, optind != argc);
+    if (strcmp(verb, "list") == 0) {
+        struct store *s = NULL;
         if (optind != argc) {
             fprintf(stderr, "capd token list: unexpected argument '%s'\n", argv[optind]);
             return 2;
         }
-        if (open_store(dir, &s))
+        if (open_store(a.dir, &s))
             return 1;
-        rc = do_list(s, as_json);
-    } else if (strcmp(verb, "revoke") == 0) {
+        rc = do_list(s, a.as_json);
+        store_close(s);
+        return rc;
+    }
+    if (strcmp(verb, "revoke") == 0) {
         if (optind != argc - 1) {
             fprintf(stderr, "capd token revoke: give exactly one token id (see capd token list)\n");
             return 2;
         }
-        const char *id = argv[optind];
-        if (open_store(dir, &s))
-            return 1;
-        int r = store_token_revoke(s, id);
-        if (r == 0) {
-            fprintf(stderr, "capd: revoked token %s\n", id);
-            rc = 0;
-        } else if (r == -EALREADY) {
-            fprintf(stderr, "capd: token %s was already revoked\n", id);
-            rc = 0;
-        } else if (r == -ENOENT) {
-            fprintf(stderr, "capd token revoke: no token with id '%s'\n", id);
-        } else {
-            fprintf(stderr, "capd token revoke: %s\n", store_errmsg(s));
-        }
-    } else {
-        fprintf(stderr, "capd token: unknown command '%s'\n", verb);
-        usage(stderr);
-        return 2;
+        return do_revoke(a.dir, argv[optind]);
     }
-out:
-    store_close(s);
-    return rc;
+    fprintf(stderr, "capd token: unknown command '%s'\n", verb);
+    usage(stderr);
+    return 2;
 }

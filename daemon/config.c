@@ -294,6 +294,48 @@ void config_usage(FILE *f)
             "  --version                 print the version\n");
 }
 
+/* The flags that set a config key, and whether the key is an integer (a
+ * flag value that is not a number is passed on as a string, so set_key
+ * refuses it with the key's range). --config, --help and --version are
+ * not keys. */
+static const struct {
+    int opt;
+    const char *key;
+    bool integer;
+} flag_keys[] = {
+    {'l', "listen", false},
+    {'d', "data_dir", false},
+    {'r', "runner_dir", false},
+    {'H', "cpu_features_hide", false},
+    {'L', "log_level", false},
+    {'t', "tls_cert", false},
+    {'k', "tls_key", false},
+    {'p', "max_parallel", true},
+    {'n', "max_parallel_numerics", true},
+    {'a', "max_attempts", true},
+};
+
+/* The key flag O sets, with ARG as its JSON value in *V; NULL when O sets
+ * no key. */
+static const char *flag_key(int o, const char *arg, json_t **v)
+{
+    for (size_t i = 0; i < sizeof flag_keys / sizeof flag_keys[0]; i++) {
+        if (flag_keys[i].opt != o)
+            continue;
+        if (!flag_keys[i].integer) {
+            *v = json_string(arg);
+        } else {
+            char *end;
+            long n = strtol(arg, &end, 10);
+            *v = *end || end == arg ? json_string(arg) : json_integer(n);
+        }
+        return flag_keys[i].key;
+    }
+    return NULL;
+}
+
+/* The command line over the config file's values (flags win); 1 when
+ * --help or --version has answered. */
 int config_parse_args(struct capd_config *c, int argc, char **argv, const char **config_path,
                       char **err)
 {
@@ -318,52 +360,20 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
     opterr = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         json_t *v = NULL;
-        const char *key = NULL;
-        switch (o) {
-        case 'h':
+        const char *key;
+        if (o == 'h') {
             config_usage(stdout);
             return 1;
-        case 'V':
+        }
+        if (o == 'V') {
             printf("capd %s\n", CAPD_VERSION);
             return 1;
-        case 'c':
+        }
+        if (o == 'c') {
             *config_path = optarg;
             continue;
-        case 'l':
-            key = "listen";
-            v = json_string(optarg);
-            break;
-        case 'd':
-            key = "data_dir";
-            v = json_string(optarg);
-            break;
-        case 'r':
-            key = "runner_dir";
-            v = json_string(optarg);
-            break;
-        case 'H':
-            key = "cpu_features_hide";
-            v = json_string(optarg);
-            break;
-        case 'L':
-            key = "log_level";
-            v = json_string(optarg);
-            break;
-        case 't':
-        case 'k':
-            key = o == 't' ? "tls_cert" : "tls_key";
-            v = json_string(optarg);
-            break;
-        case 'p':
-        case 'n':
-        case 'a': {
-            char *end;
-            long n = strtol(optarg, &end, 10);
-            key = o == 'p' ? "max_parallel" : o == 'n' ? "max_parallel_numerics" : "max_attempts";
-            v = *end || end == optarg ? json_string(optarg) : json_integer(n);
-            break;
         }
-        default:
+        if (!(key = flag_key(o, optarg, &v))) {
             return util_errf(err, -EINVAL, "unknown or incomplete option '%s' (see capd --help)",
                              argv[optind - 1]);
         }
@@ -380,12 +390,11 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
 /* An installed capd finds its runner and exec shim from its own location
  * (PREFIX/bin/capd -> PREFIX/share/capd/runner, PREFIX/libexec/capd/capd-exec);
  * a capd run from the build tree finds capd-exec next to itself and falls
- * back to the source tree's runner/. */
-int config_finish(struct capd_config *c, const char *argv0, char **err)
+ * back to the source tree's runner/. Only the paths left empty are set. */
+static void default_paths(struct capd_config *c)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    (void)argv0;
     if (n > 0) {
         exe[n] = 0;
         char *slash = strrchr(exe, '/');
@@ -425,21 +434,50 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
         else
             snprintf(c->runner_dir, sizeof c->runner_dir, "%.480s/runner", CAPD_SOURCE_DIR);
     }
-    if (c->data_dir[0] == 0)
-        return util_errf(err, -EINVAL, "data_dir must not be empty");
-    if (c->max_connections_per_ip > c->max_connections)
-        return util_errf(err, -EINVAL,
-                         "max_connections_per_ip (%d) must not exceed max_connections (%d)",
-                         c->max_connections_per_ip, c->max_connections);
-    if (!c->tls_cert[0] != !c->tls_key[0])
+}
+
+/* TLS is all or nothing: both files given, and both readable now rather
+ * than at the first handshake. */
+static int check_tls(const struct capd_config *c, char **err)
+{
+    if (!c->tls_cert[0] != !c->tls_key[0]) {
         return util_errf(err, -EINVAL,
                          "TLS needs both tls_cert and tls_key (--tls-cert, --tls-key); got only %s",
                          c->tls_cert[0] ? "tls_cert" : "tls_key");
+    }
     for (int i = 0; i < 2 && c->tls_cert[0]; i++) {
         const char *path = i ? c->tls_key : c->tls_cert;
-        if (access(path, R_OK) != 0)
+        if (access(path, R_OK) != 0) {
             return util_errf(err, -EINVAL, "%s '%s' is not readable: %s",
                              i ? "tls_key" : "tls_cert", path, strerror(errno));
+        }
+    }
+    return 0;
+}
+
+/* Once the file and the flags are in: the paths left empty, the checks
+ * that span several keys, and run_as_user's ids (runas_resolve). */
+int config_finish(struct capd_config *c, const char *argv0, char **err)
+{
+    (void)argv0;
+    default_paths(c);
+    if (c->data_dir[0] == 0) {
+        return util_errf(err, -EINVAL, "data_dir must not be empty");
+    }
+    if (c->max_connections_per_ip > c->max_connections) {
+        return util_errf(err, -EINVAL,
+                         "max_connections_per_ip (%d) must not exceed max_connections (%d)",
+                         c->max_connections_per_ip, c->max_connections);
+    }
+    int rc = check_tls(c, err);
+    if (rc)
+        return rc;
+    if (!c->auth_required && !config_listen_is_loopback(c)) {
+        return util_errf(err, -EINVAL,
+                         "auth_required is false but capd would listen on %s, which is not a "
+                         "loopback address: anybody who reaches it could run code; keep "
+                         "auth_required true (docs/security.md) or listen on 127.0.0.1",
+                         c->listen_addr);
     }
     if (!c->auth_required && !config_listen_is_loopback(c))
         return util_errf(err, -EINVAL,

@@ -298,6 +298,48 @@ static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
     probe_maybe_done(p);
 }
 
+/* The probe's environment: capd's own (the runtime may need
+ * LD_LIBRARY_PATH, ROCm's or CUDA's variables) with the device order
+ * pinned to PCI bus order, the order the cells are told to use too. The
+ * caller frees the array, not the strings; NULL when out of memory. */
+static char **probe_env(void)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) != 0)
+            env[k++] = environ[i];
+    env[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
+    env[k] = NULL;
+    return env;
+}
+
+/* Concludes an attempt whose probe could not be started (uv_spawn's RC):
+ * the error is kept, and becomes the reason there is no device when no
+ * probe ever answered. */
+static void probe_spawn_failed(struct devices *dv, int rc)
+{
+    char why[1024];
+    snprintf(why, sizeof why,
+             "cannot run the GPU probe %.400s: %s (capd-gpuinfo is built "
+             "when the HIP or CUDA runtime is found: docs/gpu.md)",
+             dv->cfg->gpuinfo_bin, uv_strerror(rc));
+    pthread_mutex_lock(&dv->mu);
+    snprintf(dv->probe_error, sizeof dv->probe_error, "%s", why);
+    if (!dv->answer)
+        snprintf(dv->reason, sizeof dv->reason, "%s", why);
+    dv->generation++;
+    dv->probed_at_ms = util_wall_ms();
+    dv->probing = false;
+    pthread_mutex_unlock(&dv->mu);
+    log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));
+}
+
 /*
  * Starts the probe on LOOP. On a spawn failure (typically: no probe built
  * or installed) the attempt is concluded at once and NULL returned.
@@ -306,7 +348,6 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
 {
     struct probe *p = calloc(1, sizeof *p);
     char **env = NULL;
-    size_t n = 0;
     int fds[2] = {-1, -1};
     if (!p)
         return NULL;
@@ -315,22 +356,7 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
     dv->probing = true;
     pthread_mutex_unlock(&dv->mu);
 
-    /* capd's own environment (the runtime may need LD_LIBRARY_PATH, ROCm's
-     * or CUDA's variables) with the device order pinned to PCI bus order,
-     * the order the cells are told to use too. */
-    while (environ[n])
-        n++;
-    env = calloc(n + 2, sizeof *env);
-    if (!env)
-        goto fail;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) != 0)
-            env[k++] = environ[i];
-    env[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
-    env[k] = NULL;
-
-    if (uv_pipe(fds, 0, 0) != 0)
+    if (!(env = probe_env()) || uv_pipe(fds, 0, 0) != 0)
         goto fail;
     char *args[] = {(char *)dv->cfg->gpuinfo_bin, NULL};
     uv_stdio_container_t stdio[3];
@@ -361,20 +387,7 @@ static struct probe *probe_spawn(struct devices *dv, uv_loop_t *loop)
     env = NULL;
     p->handles++; /* the process handle must be closed even when spawn failed */
     if (rc != 0) {
-        char why[1024];
-        snprintf(why, sizeof why,
-                 "cannot run the GPU probe %.400s: %s (capd-gpuinfo is built "
-                 "when the HIP or CUDA runtime is found: docs/gpu.md)",
-                 dv->cfg->gpuinfo_bin, uv_strerror(rc));
-        pthread_mutex_lock(&dv->mu);
-        snprintf(dv->probe_error, sizeof dv->probe_error, "%s", why);
-        if (!dv->answer)
-            snprintf(dv->reason, sizeof dv->reason, "%s", why);
-        dv->generation++;
-        dv->probed_at_ms = util_wall_ms();
-        dv->probing = false;
-        pthread_mutex_unlock(&dv->mu);
-        log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));
+        probe_spawn_failed(dv, rc);
         p->done = true;
         probe_close(p);
         return NULL;

@@ -135,13 +135,20 @@ static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
         _exit(126);
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for; main() keeps it in static storage (see
+ * there). */
+struct shim_opts {
+    unsigned long long as, cpu, nofile, nproc, rfd, uid, gid;
+    int unshare_net, have_rfd, have_uid, have_gid;
+    const char *zygote, *cgroup;
+    char **prog; /* PROGRAM ARGS..., NULL-terminated (argv's tail) */
+};
+
+/* Parses the options before "--" into O, and the program after it; any
+ * mistake is a usage error (exit 125) before anything has changed. */
+static void parse_args(int argc, char **argv, struct shim_opts *o)
 {
-    /* Static: the vfork child runs on this frame, so nothing the shim reads
-     * after it may live in a register the child could clobber. */
-    static unsigned long long as, cpu, nofile, nproc, rfd, uid, gid;
-    static int unshare_net, have_rfd, have_uid, have_gid, i;
-    const char *zygote = NULL, *cgroup = NULL;
+    int i;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long *dst = NULL;
@@ -149,119 +156,96 @@ int main(int argc, char **argv)
             i++;
             break;
         } else if (strcmp(a, "--unshare-net") == 0) {
-            unshare_net = 1;
+            o->unshare_net = 1;
             continue;
         } else if (strcmp(a, "--zygote") == 0) {
             if (i + 1 >= argc)
                 usage();
-            zygote = argv[++i];
+            o->zygote = argv[++i];
             continue;
         } else if (strcmp(a, "--cgroup") == 0) {
             if (i + 1 >= argc)
                 usage();
-            cgroup = argv[++i];
+            o->cgroup = argv[++i];
             continue;
         } else if (strcmp(a, "--as") == 0) {
-            dst = &as;
+            dst = &o->as;
         } else if (strcmp(a, "--cpu") == 0) {
-            dst = &cpu;
+            dst = &o->cpu;
         } else if (strcmp(a, "--nofile") == 0) {
-            dst = &nofile;
+            dst = &o->nofile;
         } else if (strcmp(a, "--nproc") == 0) {
-            dst = &nproc;
+            dst = &o->nproc;
         } else if (strcmp(a, "--rusage-fd") == 0) {
-            dst = &rfd;
-            have_rfd = 1;
+            dst = &o->rfd;
+            o->have_rfd = 1;
         } else if (strcmp(a, "--uid") == 0) {
-            dst = &uid;
-            have_uid = 1;
+            dst = &o->uid;
+            o->have_uid = 1;
         } else if (strcmp(a, "--gid") == 0) {
-            dst = &gid;
-            have_gid = 1;
+            dst = &o->gid;
+            o->have_gid = 1;
         } else {
             usage();
         }
         if (i + 1 >= argc || parse_u64(argv[++i], dst) != 0)
             usage();
     }
-    if (i >= argc || have_uid != have_gid || (have_uid && (uid == 0 || gid == 0)))
+    if (i >= argc || o->have_uid != o->have_gid || (o->have_uid && (o->uid == 0 || o->gid == 0)))
         usage();
+    o->prog = &argv[i];
+}
 
-    /* The shim dies with capd, and takes its child with it below. */
+/* The vfork child: it borrows the shim's memory until its exec, so it only
+ * makes system calls, reports with say() and never returns. It dies with
+ * the shim, restores the signals the shim ignores, applies the limits,
+ * drops privileges when asked and execs the program. */
+_Noreturn static void child_exec(const struct shim_opts *o, pid_t shim)
+{
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() == 1)
+    if (getppid() != shim)
         _exit(126);
-    if (unshare_net && unshare(CLONE_NEWNET) != 0)
-        fprintf(stderr,
-                "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
-                "host network\n",
-                strerror(errno));
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    set_limit(RLIMIT_CORE, 0, "core");
+    if (o->as)
+        set_limit(RLIMIT_AS, o->as, "as");
+    if (o->cpu)
+        set_limit(RLIMIT_CPU, o->cpu, "cpu");
+    if (o->nofile)
+        set_limit(RLIMIT_NOFILE, o->nofile, "nofile");
+    if (o->nproc)
+        set_limit(RLIMIT_NPROC, o->nproc, "nproc");
+    close_stray_fds();
+    if (o->have_uid)
+        drop_privileges((uid_t)o->uid, (gid_t)o->gid, shim);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        say("capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
+        _exit(126);
+    }
+    execvp(o->prog[0], o->prog);
+    say("capd-exec: cannot execute %s: %s\n", o->prog[0], strerror(errno));
+    _exit(127);
+}
 
-    /* Prefork (docs/prefork.md): the build's zygote forks the cell and this
-     * process stands in for it; it only comes back here to fall back to a
-     * fresh exec, before anything was written to the frame pipe. */
-    if (zygote) {
-        struct zc_limits zl = {as, cpu, nofile, nproc, have_uid ? (long)uid : -1, cgroup};
-        zygote_client_run(zygote, &argv[i], &zl, have_rfd ? (int)rfd : -1);
-    }
+/* Writes the child's resource usage to FD as "maxrss_kb utime_us
+ * stime_us\n" (libuv reaps without rusage, so capd reads it here). */
+static void report_rusage(int fd, const struct rusage *ru)
+{
+    char line[96];
+    int n = snprintf(line, sizeof line, "%ld %lld %lld\n", ru->ru_maxrss,
+                     (long long)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec,
+                     (long long)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
 
-    /* capd signals the whole group; the shim only waits, so the child's own
-     * reaction to SIGTERM decides the outcome. Ignored before the vfork, as
-     * the shim is suspended until the child's exec; the child restores the
-     * defaults (an ignored signal would stay ignored across exec). */
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
-    pid_t shim = getpid();
-    pid_t pid = vfork();
-    if (pid < 0) {
-        fprintf(stderr, "capd-exec: vfork: %s\n", strerror(errno));
-        return 126;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != shim)
-            _exit(126);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        set_limit(RLIMIT_CORE, 0, "core");
-        if (as)
-            set_limit(RLIMIT_AS, as, "as");
-        if (cpu)
-            set_limit(RLIMIT_CPU, cpu, "cpu");
-        if (nofile)
-            set_limit(RLIMIT_NOFILE, nofile, "nofile");
-        if (nproc)
-            set_limit(RLIMIT_NPROC, nproc, "nproc");
-        close_stray_fds();
-        if (have_uid)
-            drop_privileges((uid_t)uid, (gid_t)gid, shim);
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-            say("capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
-            _exit(126);
-        }
-        execvp(argv[i], &argv[i]);
-        say("capd-exec: cannot execute %s: %s\n", argv[i], strerror(errno));
-        _exit(127);
-    }
-
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    while (wait4(pid, &status, 0, &ru) < 0) {
-        if (errno != EINTR) {
-            fprintf(stderr, "capd-exec: wait4: %s\n", strerror(errno));
-            return 126;
-        }
-    }
-    if (have_rfd) {
-        char line[96];
-        int n = snprintf(line, sizeof line, "%ld %lld %lld\n", ru.ru_maxrss,
-                         (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
-                         (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec);
-        ssize_t w = write((int)rfd, line, (size_t)n);
-        (void)w;
-        close((int)rfd);
-    }
+/* Leaves exactly as the child did, so capd classifies the cell from the
+ * shim's own status: the same signal raised on itself (without a core
+ * dump), or the same exit code. */
+static int exit_like(int status)
+{
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         struct rlimit zero = {0, 0};
@@ -276,4 +260,59 @@ int main(int argc, char **argv)
         return 128 + sig;
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 126;
+}
+
+int main(int argc, char **argv)
+{
+    /* Static: the vfork child runs on this frame, so nothing the shim reads
+     * after it may live in a register the child could clobber. */
+    static struct shim_opts o;
+    parse_args(argc, argv, &o);
+
+    /* The shim dies with capd, and takes its child with it below. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        _exit(126);
+    if (o.unshare_net && unshare(CLONE_NEWNET) != 0)
+        fprintf(stderr,
+                "capd-exec: unshare(CLONE_NEWNET) not permitted (%s); continuing with the "
+                "host network\n",
+                strerror(errno));
+
+    /* Prefork (docs/prefork.md): the build's zygote forks the cell and this
+     * process stands in for it; it only comes back here to fall back to a
+     * fresh exec, before anything was written to the frame pipe. */
+    if (o.zygote) {
+        struct zc_limits zl = {o.as,    o.cpu, o.nofile, o.nproc, o.have_uid ? (long)o.uid : -1,
+                               o.cgroup};
+        zygote_client_run(o.zygote, o.prog, &zl, o.have_rfd ? (int)o.rfd : -1);
+    }
+
+    /* capd signals the whole group; the shim only waits, so the child's own
+     * reaction to SIGTERM decides the outcome. Ignored before the vfork, as
+     * the shim is suspended until the child's exec; the child restores the
+     * defaults (an ignored signal would stay ignored across exec). */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    pid_t shim = getpid();
+    pid_t pid = vfork();
+    if (pid < 0) {
+        fprintf(stderr, "capd-exec: vfork: %s\n", strerror(errno));
+        return 126;
+    }
+    if (pid == 0)
+        child_exec(&o, shim);
+
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "capd-exec: wait4: %s\n", strerror(errno));
+            return 126;
+        }
+    }
+    if (o.have_rfd)
+        report_rusage((int)o.rfd, &ru);
+    return exit_like(status);
 }

@@ -288,97 +288,123 @@ static int write_verify(const char *path, const char *scratch, char *const *zenv
     return rc;
 }
 
-static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
+/* What spawn() sets up for one zygote: the descriptors it closes at the
+ * end (the zygote holds its own copies), the paths, and the command line
+ * and HOME, whose strings must live as long as the arrays that point at
+ * them. */
+struct zyg_setup {
+    int lfd, logfd, sp[2];
+    char dir[600], logp[700], vpath[800], reason[2048];
+    char me[24], idle[16], home[720];
+    struct launch_argv la;
+};
+
+/* The zygote's socket path (unique per zygote and per capd) under
+ * DATA_DIR/zygote, and its scratch directory with the verify file's path;
+ * the socket path must fit sun_path, so a long data_dir fails here. */
+static int zyg_paths(struct zyg *z, struct zyg_setup *s)
 {
     const struct capd_config *cfg = Z.cfg;
-    int rc = -EIO, lfd = -1, logfd = -1, sp[2] = {-1, -1};
-    char dir[600], logp[700], vpath[800], reason[2048] = "";
-    const char *python = json_string_value(json_object_get(build, "python"));
-    snprintf(dir, sizeof dir, "%s/zygote", cfg->data_dir);
-    if ((rc = mkdir_mode(dir, 0700)) != 0)
-        goto out;
-    chmod(dir, 0700);
+    int rc;
+    snprintf(s->dir, sizeof s->dir, "%s/zygote", cfg->data_dir);
+    if ((rc = mkdir_mode(s->dir, 0700)) != 0)
+        return rc;
+    chmod(s->dir, 0700);
     Z.gen++;
-    if ((size_t)snprintf(z->sock, sizeof z->sock, "%s/%u-%d.sock", dir, Z.gen, (int)getpid()) >=
+    if ((size_t)snprintf(z->sock, sizeof z->sock, "%s/%u-%d.sock", s->dir, Z.gen, (int)getpid()) >=
         sizeof z->sock) {
-        snprintf(reason, sizeof reason, "socket path under %s is too long for a unix socket", dir);
-        rc = -ENAMETOOLONG;
-        goto out;
+        snprintf(s->reason, sizeof s->reason, "socket path under %s is too long for a unix socket",
+                 s->dir);
+        return -ENAMETOOLONG;
     }
     snprintf(z->scratch, sizeof z->scratch, "%s/scratch/zygote-%u", cfg->data_dir, Z.gen);
-    snprintf(vpath, sizeof vpath, "%s/verify.json", z->scratch);
+    snprintf(s->vpath, sizeof s->vpath, "%s/verify.json", z->scratch);
     char sdir[600];
     snprintf(sdir, sizeof sdir, "%s/scratch", cfg->data_dir);
     if ((rc = mkdir_mode(sdir, 0700)) != 0 || (rc = mkdir_mode(z->scratch, 0700)) != 0)
-        goto out;
-    if (verify ? write_verify(vpath, z->scratch, zenv) != 0
-               : (close(open(vpath, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)), 0)) {
-        snprintf(reason, sizeof reason, "cannot write %s", vpath);
-        goto out;
-    }
-    if ((rc = runas_prepare_cell(cfg, z->scratch, vpath, reason, sizeof reason)) != 0)
-        goto out;
+        return rc;
+    return 0;
+}
 
+/* The descriptors the zygote inherits: the listening socket it serves
+ * cells on, its log (appended to, started afresh past ZYG_LOG_MAX) and the
+ * pipe it reports its status lines on. */
+static int zyg_open_fds(struct zyg *z, struct zyg_setup *s)
+{
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, z->sock, strlen(z->sock) + 1);
     unlink(z->sock);
-    lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 128) != 0) {
-        rc = -errno;
-        snprintf(reason, sizeof reason, "cannot listen on %s: %s", z->sock, strerror(errno));
-        goto out;
+    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(s->lfd, 128) != 0) {
+        int rc = -errno;
+        snprintf(s->reason, sizeof s->reason, "cannot listen on %s: %s", z->sock, strerror(-rc));
+        return rc;
     }
-    snprintf(logp, sizeof logp, "%s/logs/zygote-%s.log", cfg->data_dir, z->build);
+    snprintf(s->logp, sizeof s->logp, "%s/logs/zygote-%s.log", Z.cfg->data_dir, z->build);
     struct stat sb;
-    bool trunc = stat(logp, &sb) == 0 && (uint64_t)sb.st_size > ZYG_LOG_MAX;
-    logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (trunc ? O_TRUNC : 0), 0640);
-    if (logfd < 0 || pipe2(sp, O_CLOEXEC) != 0) {
-        rc = -errno;
-        snprintf(reason, sizeof reason, "cannot open %s or a pipe: %s", logp, strerror(errno));
-        goto out;
+    bool trunc = stat(s->logp, &sb) == 0 && (uint64_t)sb.st_size > ZYG_LOG_MAX;
+    s->logfd =
+        open(s->logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (trunc ? O_TRUNC : 0), 0640);
+    if (s->logfd < 0 || pipe2(s->sp, O_CLOEXEC) != 0) {
+        int rc = -errno;
+        snprintf(s->reason, sizeof s->reason, "cannot open %s or a pipe: %s", s->logp,
+                 strerror(-rc));
+        return rc;
     }
+    return 0;
+}
 
-    char me[24], idle[16];
-    snprintf(me, sizeof me, "%u", (unsigned)geteuid());
-    snprintf(idle, sizeof idle, "%d", ZYG_IDLE_EXIT_S);
+/* The zygote's command line, through capd-exec with the cells' own limits
+ * but CPU seconds (daemon/launch.h). */
+static int zyg_argv(struct zyg_setup *s, const json_t *build, bool verify)
+{
+    const char *python = json_string_value(json_object_get(build, "python"));
+    snprintf(s->me, sizeof s->me, "%u", (unsigned)geteuid());
+    snprintf(s->idle, sizeof s->idle, "%d", ZYG_IDLE_EXIT_S);
     char *prog[] = {(char *)python,  "-m",          "capd_runner.zygote",
                     "--listen-fd",   "3",           "--cell-keys",
-                    Z.keys_csv,      "--allow-uid", me,
-                    "--idle-exit-s", idle,          verify ? "--verify" : NULL,
-                    vpath,           NULL}; /* a NULL ends it early */
-    /* The cells' own limits but CPU seconds (daemon/launch.h). */
+                    Z.keys_csv,      "--allow-uid", s->me,
+                    "--idle-exit-s", s->idle,       verify ? "--verify" : NULL,
+                    s->vpath,        NULL}; /* a NULL ends it early */
     struct launch_exec le = {.rusage_fd = -1};
-    launch_zygote_limits(cfg, &le.lim);
-    struct launch_argv la;
-    if ((rc = launch_exec_argv(cfg->exec_bin, &le, prog, &la)) != 0) {
-        snprintf(reason, sizeof reason, "the capd-exec command line is too long");
-        goto out;
-    }
+    launch_zygote_limits(Z.cfg, &le.lim);
+    int rc = launch_exec_argv(Z.cfg->exec_bin, &le, prog, &s->la);
+    if (rc != 0)
+        snprintf(s->reason, sizeof s->reason, "the capd-exec command line is too long");
+    return rc;
+}
 
+/* Starts the zygote in its own session with the status pipe on stdout,
+ * the log on stderr and the socket on fd 3, and starts reading its status.
+ * From uv_pipe_init on, z->handles counts the initialised handles, which
+ * the caller closes when uv_spawn fails. */
+static int zyg_start(struct zyg *z, struct zyg_setup *s, char **zenv)
+{
+    const struct capd_config *cfg = Z.cfg;
     /* HOME: a zygote running as run_as_user gets its scratch dir, as a cell
      * does; the cells' own HOME is applied in each child. */
     size_t n = 0;
     while (zenv[n])
         n++;
-    char home[720];
     if (cfg->run_uid >= 0) {
-        snprintf(home, sizeof home, "HOME=%s", z->scratch);
-        zenv[n++] = home;
+        snprintf(s->home, sizeof s->home, "HOME=%s", z->scratch);
+        zenv[n++] = s->home;
         zenv[n] = NULL;
     }
 
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = sp[1];
+    stdio[1].data.fd = s->sp[1];
     stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = logfd;
+    stdio[2].data.fd = s->logfd;
     stdio[3].flags = UV_INHERIT_FD;
-    stdio[3].data.fd = lfd;
+    stdio[3].data.fd = s->lfd;
     uv_process_options_t po = {
         .exit_cb = on_exit_cb,
         .file = cfg->exec_bin,
-        .args = la.argv,
+        .args = s->la.argv,
         .env = zenv,
         .cwd = z->scratch,
         .flags = UV_PROCESS_DETACHED,
@@ -388,30 +414,51 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
     uv_pipe_init(Z.loop, &z->status, 0);
     z->status.data = z->proc.data = z;
     z->handles = 1;
-    uv_pipe_open(&z->status, sp[0]);
-    sp[0] = -1;
+    uv_pipe_open(&z->status, s->sp[0]);
+    s->sp[0] = -1;
     int urc = uv_spawn(Z.loop, &z->proc, &po);
     z->handles++;
     if (urc != 0) {
-        snprintf(reason, sizeof reason, "cannot spawn %s: %s", cfg->exec_bin, uv_strerror(urc));
+        snprintf(s->reason, sizeof s->reason, "cannot spawn %s: %s", cfg->exec_bin,
+                 uv_strerror(urc));
         z->exited = true;
-        rc = urc;
-        goto out;
+        return urc;
     }
     uv_read_start((uv_stream_t *)&z->status, on_alloc, on_status);
+    return 0;
+}
+
+/* Starts zygote Z for BUILD with environment ZENV (verifying the build
+ * first when VERIFY). A failure with a reason is logged here; the caller
+ * closes Z's handles when any were initialised. */
+static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
+{
+    struct zyg_setup s = {.lfd = -1, .logfd = -1, .sp = {-1, -1}};
+    int rc;
+    if ((rc = zyg_paths(z, &s)) != 0)
+        goto out;
+    if (verify ? write_verify(s.vpath, z->scratch, zenv) != 0
+               : (close(open(s.vpath, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)), 0)) {
+        snprintf(s.reason, sizeof s.reason, "cannot write %s", s.vpath);
+        goto out;
+    }
+    if ((rc = runas_prepare_cell(Z.cfg, z->scratch, s.vpath, s.reason, sizeof s.reason)) != 0 ||
+        (rc = zyg_open_fds(z, &s)) != 0 || (rc = zyg_argv(&s, build, verify)) != 0 ||
+        (rc = zyg_start(z, &s, zenv)) != 0)
+        goto out;
     log_info("zygote_started", "build=%s pid=%d socket=%s verify=%s log=%s", log_q(z->build),
-             z->proc.pid, log_q(z->sock), verify ? "yes" : "no", log_q(logp));
+             z->proc.pid, log_q(z->sock), verify ? "yes" : "no", log_q(s.logp));
     rc = 0;
 out:
-    if (lfd >= 0)
-        close(lfd);
-    if (logfd >= 0)
-        close(logfd);
+    if (s.lfd >= 0)
+        close(s.lfd);
+    if (s.logfd >= 0)
+        close(s.logfd);
     for (int i = 0; i < 2; i++)
-        if (sp[i] >= 0)
-            close(sp[i]);
-    if (rc && reason[0])
-        log_warn("zygote_setup_failed", "build=%s reason=%s", log_q(z->build), log_q(reason));
+        if (s.sp[i] >= 0)
+            close(s.sp[i]);
+    if (rc && s.reason[0])
+        log_warn("zygote_setup_failed", "build=%s reason=%s", log_q(z->build), log_q(s.reason));
     return rc;
 }
 

@@ -266,11 +266,96 @@ static int find_cell(struct store *s, const char *job_id, const char *cell_id, i
     return rc;
 }
 
+/* The summary of a timing frame's header H: its phase, sample count,
+ * median, mean, minimum and maximum (nanoseconds). */
+static json_t *timing_summary(json_t *h)
+{
+    json_t *samples = json_object_get(h, "samples_ns");
+    size_t n = json_array_size(samples);
+    double *v = calloc(n ? n : 1, sizeof *v);
+    double sum = 0, mn = 0, mx = 0;
+    for (size_t i = 0; v && i < n; i++) {
+        v[i] = (double)json_integer_value(json_array_get(samples, i));
+        sum += v[i];
+        mn = i == 0 || v[i] < mn ? v[i] : mn;
+        mx = i == 0 || v[i] > mx ? v[i] : mx;
+    }
+    /* The median by insertion sort: timing arrays are small. */
+    for (size_t i = 1; v && i < n; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    double med = n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    json_t *summary = json_pack("{s:O,s:I,s:f,s:f,s:f,s:f}", "phase", json_object_get(h, "phase"),
+                                "n", (json_int_t)n, "median_ns", med, "mean_ns", n ? sum / n : 0.0,
+                                "min_ns", mn, "max_ns", mx);
+    free(v);
+    return summary;
+}
+
+/* CELL's record_counts (per kind) and whether any record of ATTEMPT is
+ * partial. */
+static int cell_record_counts(struct store *s, int64_t attempt, json_t *cell)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "SELECT kind, count(*), max(partial) FROM records r JOIN attempts a "
+                           "ON a.id = r.attempt_id WHERE r.attempt_id = ? GROUP BY kind",
+                           &st);
+    if (rc)
+        return rc;
+    json_t *counts = json_object();
+    sqlite3_bind_int64(st, 1, attempt);
+    bool partial = false;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_object_set_new(counts, (const char *)sqlite3_column_text(st, 0),
+                            json_integer(sqlite3_column_int64(st, 1)));
+        partial |= sqlite3_column_int(st, 2) != 0;
+    }
+    sqlite3_finalize(st);
+    json_object_set_new(cell, "record_counts", counts);
+    json_object_set_new(cell, "partial", json_boolean(partial));
+    return 0;
+}
+
+/* What CELL shows from ATTEMPT's stored timing, memory and env frames:
+ * the timing summary, the memory header and the environment fingerprint. */
+static int cell_frame_summaries(struct store *s, int64_t attempt, json_t *cell)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_prepare(s,
+                           "SELECT header FROM records WHERE attempt_id = ? AND kind IN "
+                           "('timing','memory','env') ORDER BY seq",
+                           &st);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(st, 1, attempt);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *h = store_col_json(st, 0);
+        const char *k = json_string_value(json_object_get(h, "kind"));
+        if (k && strcmp(k, "timing") == 0) {
+            json_object_set_new(cell, "timing", timing_summary(h));
+        } else if (k && strcmp(k, "memory") == 0) {
+            json_object_del(h, "kind");
+            json_object_set(cell, "memory", h);
+        } else if (k && strcmp(k, "env") == 0) {
+            json_t *fp = json_object_get(h, "fingerprint");
+            json_object_set(cell, "fingerprint", fp ? fp : json_null());
+        }
+        json_decref(h);
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* One cell of a job with what its visible attempt recorded. */
 int store_cell_get(struct store *s, const char *job_id, const char *cell_id, json_t **out)
 {
     sqlite3_stmt *st = NULL;
     int64_t cell_seq, attempt;
-    json_t *cell = NULL, *counts = json_object();
+    json_t *cell = NULL;
     int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
     if (rc)
         goto out;
@@ -285,72 +370,14 @@ int store_cell_get(struct store *s, const char *job_id, const char *cell_id, jso
     sqlite3_finalize(st);
     st = NULL;
     json_object_set_new(cell, "job", json_string(job_id));
-    if ((rc = store_prepare(s,
-                            "SELECT kind, count(*), max(partial) FROM records r JOIN attempts a "
-                            "ON a.id = r.attempt_id WHERE r.attempt_id = ? GROUP BY kind",
-                            &st)) != 0)
+    if ((rc = cell_record_counts(s, attempt, cell)) != 0 ||
+        (rc = cell_frame_summaries(s, attempt, cell)) != 0)
         goto out;
-    sqlite3_bind_int64(st, 1, attempt);
-    bool partial = false;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_object_set_new(counts, (const char *)sqlite3_column_text(st, 0),
-                            json_integer(sqlite3_column_int64(st, 1)));
-        partial |= sqlite3_column_int(st, 2) != 0;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
-    json_object_set(cell, "record_counts", counts);
-    json_object_set_new(cell, "partial", json_boolean(partial));
-    /* The timing summary comes from the stored timing frame. */
-    if ((rc = store_prepare(s,
-                            "SELECT header FROM records WHERE attempt_id = ? AND kind IN "
-                            "('timing','memory','env') ORDER BY seq",
-                            &st)) != 0)
-        goto out;
-    sqlite3_bind_int64(st, 1, attempt);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *h = store_col_json(st, 0);
-        const char *k = json_string_value(json_object_get(h, "kind"));
-        if (k && strcmp(k, "timing") == 0) {
-            json_t *samples = json_object_get(h, "samples_ns");
-            size_t n = json_array_size(samples);
-            double *v = calloc(n ? n : 1, sizeof *v);
-            double sum = 0, mn = 0, mx = 0;
-            for (size_t i = 0; v && i < n; i++) {
-                v[i] = (double)json_integer_value(json_array_get(samples, i));
-                sum += v[i];
-                mn = i == 0 || v[i] < mn ? v[i] : mn;
-                mx = i == 0 || v[i] > mx ? v[i] : mx;
-            }
-            /* The median by insertion sort: timing arrays are small. */
-            for (size_t i = 1; v && i < n; i++)
-                for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-                    double t = v[j];
-                    v[j] = v[j - 1];
-                    v[j - 1] = t;
-                }
-            double med = n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-            json_object_set_new(cell, "timing",
-                                json_pack("{s:O,s:I,s:f,s:f,s:f,s:f}", "phase",
-                                          json_object_get(h, "phase"), "n", (json_int_t)n,
-                                          "median_ns", med, "mean_ns", n ? sum / n : 0.0, "min_ns",
-                                          mn, "max_ns", mx));
-            free(v);
-        } else if (k && strcmp(k, "memory") == 0) {
-            json_object_del(h, "kind");
-            json_object_set(cell, "memory", h);
-        } else if (k && strcmp(k, "env") == 0) {
-            json_t *fp = json_object_get(h, "fingerprint");
-            json_object_set(cell, "fingerprint", fp ? fp : json_null());
-        }
-        json_decref(h);
-    }
     *out = cell;
     cell = NULL;
     rc = 0;
 out:
     json_decref(cell);
-    json_decref(counts);
     sqlite3_finalize(st);
     return rc;
 }
