@@ -325,7 +325,10 @@ def main():
     args = ap.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     numerics = args.numerics or not args.quick
-    options = {"iterations": 20, "warmup": 3, "threads": 1}
+    # timing_pairs 0: the shell loop runs each cell's own timing processes
+    # only, so capd's heads must not also time the control build
+    # (bench_perf_verdicts.py measures what pairing costs).
+    options = {"iterations": 20, "warmup": 3, "threads": 1, "timing_pairs": 0}
 
     work = tempfile.mkdtemp(prefix="capd-bench-e2e-")
     os.chmod(work, 0o755)
