@@ -19,7 +19,7 @@
 
 /* The states a cell ends in, in the order a progress line names them. */
 static const char *const terminal_order[] = {
-    "ok",        "failed",         "crashed",   "timeout",     "oom",
+    "ok",          "failed",         "crashed",   "timeout",     "oom",
     "unsupported", "protocol_error", "cancelled", "interrupted", NULL};
 
 static int status_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
@@ -57,7 +57,6 @@ static const struct ctl_cmd cmd_wait = {
     .check = wait_check,
     .run = wait_run,
 };
-
 
 static bool is_done_state(const char *st)
 {
@@ -292,7 +291,6 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
         json_decref(w.job);
     return rc;
 }
-
 
 static void counts_text(json_t *job, char *buf, size_t cap)
 {

@@ -199,86 +199,10 @@ static void zc_enter_cgroup(const char *dir, pid_t pid)
     }
 }
 
-void zygote_client_run(const char *path, char *const argv[], const struct zc_limits *lim,
-                       int rusage_fd)
+/* Leaves exactly as the cell did: its exit code, or its signal raised on
+ * this shim (no core file), so capd classifies the cell from the shim. */
+static _Noreturn void zc_exit_like(int ws)
 {
-    char reply[ZC_MAX_REPLY];
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path) {
-        fprintf(stderr, "capd-exec: prefork socket path too long; fresh exec\n");
-        return;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-
-    /* Signals from capd (SIGTERM to this group on timeout or cancel) go on
-     * to the cell's own group once it exists; before that they are kept. */
-    struct sigaction act;
-    memset(&act, 0, sizeof act);
-    act.sa_handler = zc_forward;
-    sigemptyset(&act.sa_mask);
-    sigaction(SIGTERM, &act, NULL);
-    sigaction(SIGINT, &act, NULL);
-
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        fprintf(stderr, "capd-exec: prefork zygote not reachable (%s); fresh exec\n",
-                strerror(errno));
-        goto fallback;
-    }
-    if (zc_send_request(sock, argv, lim) != 0) {
-        fprintf(stderr, "capd-exec: cannot send the cell to the prefork zygote; fresh exec\n");
-        goto fallback;
-    }
-    int r = zc_read_reply(sock, reply, sizeof reply);
-    long long pid = 0;
-    if (r <= 0) {
-        /* The zygote went away first (it refused the build, or died). */
-        fprintf(stderr, "capd-exec: the prefork zygote closed the connection; fresh exec\n");
-        goto fallback;
-    }
-    if (strstr(reply, "\"refused\":")) {
-        fprintf(stderr, "capd-exec: prefork refused this cell: %s; fresh exec\n", reply);
-        goto fallback;
-    }
-    if (zc_field(reply, "pid", &pid) != 0 || pid <= 1) {
-        fprintf(stderr, "capd-exec: bad reply from the prefork zygote: %s; fresh exec\n", reply);
-        goto fallback;
-    }
-    zc_child = (sig_atomic_t)pid;
-    zc_enter_cgroup(lim->cgroup, (pid_t)pid);
-    /* capd learns which group is the cell (its memory watchdog sums it
-     * with this shim's): "pid N" comes first on the rusage pipe. */
-    if (rusage_fd >= 0) {
-        char line[32];
-        int n = snprintf(line, sizeof line, "pid %lld\n", pid);
-        ssize_t w = write(rusage_fd, line, (size_t)n);
-        (void)w;
-    }
-    if (zc_pending)
-        kill(-(pid_t)pid, zc_pending);
-
-    r = zc_read_reply(sock, reply, sizeof reply);
-    long long status = 0, maxrss = 0, ut = 0, st = 0;
-    if (r <= 0 || zc_field(reply, "status", &status) != 0) {
-        /* The zygote died; its parent-death signal took the cell along. */
-        fprintf(stderr, "capd-exec: the prefork zygote died while the cell ran; the cell was "
-                        "killed with it\n");
-        signal(SIGKILL, SIG_DFL);
-        raise(SIGKILL);
-        _exit(126);
-    }
-    zc_field(reply, "maxrss_kb", &maxrss);
-    zc_field(reply, "utime_us", &ut);
-    zc_field(reply, "stime_us", &st);
-    close(sock);
-    if (rusage_fd >= 0) {
-        char line[96];
-        int n = snprintf(line, sizeof line, "%lld %lld %lld\n", maxrss, ut, st);
-        ssize_t w = write(rusage_fd, line, (size_t)n);
-        (void)w;
-        close(rusage_fd);
-    }
-    int ws = (int)status;
     if (WIFSIGNALED(ws)) {
         int sig = WTERMSIG(ws);
         struct rlimit zero = {0, 0};
@@ -292,8 +216,107 @@ void zygote_client_run(const char *path, char *const argv[], const struct zc_lim
         _exit(128 + sig);
     }
     _exit(WIFEXITED(ws) ? WEXITSTATUS(ws) : 126);
+}
 
-fallback:
+/* Writes LINE to the rusage pipe, if there is one. */
+static void zc_rusage_line(int rusage_fd, const char *line)
+{
+    if (rusage_fd < 0)
+        return;
+    ssize_t w = write(rusage_fd, line, strlen(line));
+    (void)w;
+}
+
+/* The zygote has forked the cell PID: this shim stands in for it until
+ * it ends, then reports its rusage and leaves like it. */
+static _Noreturn void zc_stand_in(int sock, long long pid, const struct zc_limits *lim,
+                                  int rusage_fd)
+{
+    char reply[ZC_MAX_REPLY], line[96];
+    zc_child = (sig_atomic_t)pid;
+    zc_enter_cgroup(lim->cgroup, (pid_t)pid);
+    /* capd learns which group is the cell (its memory watchdog sums it
+     * with this shim's): "pid N" comes first on the rusage pipe. */
+    snprintf(line, sizeof line, "pid %lld\n", pid);
+    zc_rusage_line(rusage_fd, line);
+    if (zc_pending)
+        kill(-(pid_t)pid, zc_pending);
+
+    int r = zc_read_reply(sock, reply, sizeof reply);
+    long long status = 0, maxrss = 0, ut = 0, st = 0;
+    if (r <= 0 || zc_field(reply, "status", &status) != 0) {
+        /* The zygote died; its parent-death signal took the cell along. */
+        fprintf(stderr, "capd-exec: the prefork zygote died while the cell ran; the cell was "
+                        "killed with it\n");
+        signal(SIGKILL, SIG_DFL);
+        raise(SIGKILL);
+        _exit(126);
+    }
+    zc_field(reply, "maxrss_kb", &maxrss);
+    zc_field(reply, "utime_us", &ut);
+    zc_field(reply, "stime_us", &st);
+    close(sock);
+    snprintf(line, sizeof line, "%lld %lld %lld\n", maxrss, ut, st);
+    zc_rusage_line(rusage_fd, line);
+    if (rusage_fd >= 0)
+        close(rusage_fd);
+    zc_exit_like((int)status);
+}
+
+/* Connects to the zygote at PATH and hands it the cell; the forked cell's
+ * pid, or 0 (having said why) when the cell must be started by fresh exec. */
+static long long zc_hand_over(int sock, const char *path, char *const argv[],
+                              const struct zc_limits *lim)
+{
+    char reply[ZC_MAX_REPLY];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        fprintf(stderr, "capd-exec: prefork zygote not reachable (%s); fresh exec\n",
+                strerror(errno));
+        return 0;
+    }
+    if (zc_send_request(sock, argv, lim) != 0) {
+        fprintf(stderr, "capd-exec: cannot send the cell to the prefork zygote; fresh exec\n");
+        return 0;
+    }
+    long long pid = 0;
+    if (zc_read_reply(sock, reply, sizeof reply) <= 0) {
+        /* The zygote went away first (it refused the build, or died). */
+        fprintf(stderr, "capd-exec: the prefork zygote closed the connection; fresh exec\n");
+        return 0;
+    }
+    if (strstr(reply, "\"refused\":")) {
+        fprintf(stderr, "capd-exec: prefork refused this cell: %s; fresh exec\n", reply);
+        return 0;
+    }
+    if (zc_field(reply, "pid", &pid) != 0 || pid <= 1) {
+        fprintf(stderr, "capd-exec: bad reply from the prefork zygote: %s; fresh exec\n", reply);
+        return 0;
+    }
+    return pid;
+}
+
+void zygote_client_run(const char *path, char *const argv[], const struct zc_limits *lim,
+                       int rusage_fd)
+{
+    if (strlen(path) >= sizeof((struct sockaddr_un *)0)->sun_path) {
+        fprintf(stderr, "capd-exec: prefork socket path too long; fresh exec\n");
+        return;
+    }
+    /* Signals from capd (SIGTERM to this group on timeout or cancel) go on
+     * to the cell's own group once it exists; before that they are kept. */
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = zc_forward;
+    sigemptyset(&act.sa_mask);
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGINT, &act, NULL);
+
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    long long pid = zc_hand_over(sock, path, argv, lim);
+    if (pid > 0)
+        zc_stand_in(sock, pid, lim, rusage_fd);
     if (sock >= 0)
         close(sock);
     signal(SIGTERM, SIG_DFL);

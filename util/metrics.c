@@ -142,6 +142,62 @@ static bool route_used(const struct route_stats *r)
     return false;
 }
 
+/* Requests by route and status: only the pairs that were seen. */
+static void write_http_requests(FILE *f)
+{
+    fputs("# HELP capd_http_requests_total HTTP requests by route and status.\n"
+          "# TYPE capd_http_requests_total counter\n",
+          f);
+    for (size_t i = 0; i <= METRICS_MAX_ROUTES; i++) {
+        const struct route_stats *r = &routes[i];
+        for (size_t c = 0; c <= N_HTTP_CODES; c++) {
+            uint64_t n = get(&r->by_code[c]);
+            if (!n)
+                continue;
+            fputs("capd_http_requests_total{", f);
+            route_labels(f, r);
+            if (c == HTTP_CODE_OTHER)
+                fputs(",status=\"other\"", f);
+            else if (http_codes[c] == 0)
+                fputs(",status=\"none\"", f);
+            else
+                fprintf(f, ",status=\"%u\"", http_codes[c]);
+            fprintf(f, "} %llu\n", (unsigned long long)n);
+        }
+    }
+}
+
+/* Each route's latency histogram, for the routes that were asked for. */
+static void write_http_durations(FILE *f)
+{
+    uint64_t cum;
+    fputs("# HELP capd_http_request_duration_seconds HTTP request latency by route (first "
+          "byte in to last byte out; event streams and long-polls count their whole life).\n"
+          "# TYPE capd_http_request_duration_seconds histogram\n",
+          f);
+    for (size_t i = 0; i <= METRICS_MAX_ROUTES; i++) {
+        const struct route_stats *r = &routes[i];
+        if (!route_used(r))
+            continue;
+        cum = 0;
+        for (size_t b = 0; b <= N_HTTP_BUCKETS; b++) {
+            cum += get(&r->hist[b]);
+            fputs("capd_http_request_duration_seconds_bucket{", f);
+            route_labels(f, r);
+            if (b < N_HTTP_BUCKETS)
+                fprintf(f, ",le=\"%g\"} %llu\n", http_buckets[b], (unsigned long long)cum);
+            else
+                fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        }
+        fputs("capd_http_request_duration_seconds_sum{", f);
+        route_labels(f, r);
+        fprintf(f, "} %.6f\n", (double)get(&r->sum_ns) / 1e9);
+        fputs("capd_http_request_duration_seconds_count{", f);
+        route_labels(f, r);
+        fprintf(f, "} %llu\n", (unsigned long long)cum);
+    }
+}
+
 void metrics_write(FILE *f)
 {
     fputs("# HELP capd_cells_finished_total Cell attempts that ended, by outcome.\n"
@@ -186,50 +242,6 @@ void metrics_write(FILE *f)
             __atomic_load_n(&live_streams, __ATOMIC_RELAXED),
             __atomic_load_n(&live_waiters, __ATOMIC_RELAXED));
 
-    fputs("# HELP capd_http_requests_total HTTP requests by route and status.\n"
-          "# TYPE capd_http_requests_total counter\n",
-          f);
-    for (size_t i = 0; i <= METRICS_MAX_ROUTES; i++) {
-        const struct route_stats *r = &routes[i];
-        for (size_t c = 0; c <= N_HTTP_CODES; c++) {
-            uint64_t n = get(&r->by_code[c]);
-            if (!n)
-                continue;
-            fputs("capd_http_requests_total{", f);
-            route_labels(f, r);
-            if (c == HTTP_CODE_OTHER)
-                fputs(",status=\"other\"", f);
-            else if (http_codes[c] == 0)
-                fputs(",status=\"none\"", f);
-            else
-                fprintf(f, ",status=\"%u\"", http_codes[c]);
-            fprintf(f, "} %llu\n", (unsigned long long)n);
-        }
-    }
-
-    fputs("# HELP capd_http_request_duration_seconds HTTP request latency by route (first "
-          "byte in to last byte out; event streams and long-polls count their whole life).\n"
-          "# TYPE capd_http_request_duration_seconds histogram\n",
-          f);
-    for (size_t i = 0; i <= METRICS_MAX_ROUTES; i++) {
-        const struct route_stats *r = &routes[i];
-        if (!route_used(r))
-            continue;
-        cum = 0;
-        for (size_t b = 0; b <= N_HTTP_BUCKETS; b++) {
-            cum += get(&r->hist[b]);
-            fputs("capd_http_request_duration_seconds_bucket{", f);
-            route_labels(f, r);
-            if (b < N_HTTP_BUCKETS)
-                fprintf(f, ",le=\"%g\"} %llu\n", http_buckets[b], (unsigned long long)cum);
-            else
-                fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-        }
-        fputs("capd_http_request_duration_seconds_sum{", f);
-        route_labels(f, r);
-        fprintf(f, "} %.6f\n", (double)get(&r->sum_ns) / 1e9);
-        fputs("capd_http_request_duration_seconds_count{", f);
-        route_labels(f, r);
-        fprintf(f, "} %llu\n", (unsigned long long)cum);
-    }
+    write_http_requests(f);
+    write_http_durations(f);
 }
