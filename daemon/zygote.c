@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/launch.h"
+#include "storage/layout.h"
 #include "util/log.h"
 #include "daemon/runas.h"
 #include "daemon/widths.h"
@@ -317,10 +318,14 @@ static int zyg_paths(struct zyg *z, struct zyg_setup *s)
                  s->dir);
         return -ENAMETOOLONG;
     }
-    snprintf(z->scratch, sizeof z->scratch, "%s/scratch/zygote-%u", cfg->data_dir, Z.gen);
+    char sdir[LAYOUT_PATH_MAX];
+    if (layout_zygote_scratch(z->scratch, sizeof z->scratch, cfg->data_dir, Z.gen) != 0 ||
+        layout_dir(sdir, sizeof sdir, cfg->data_dir, "scratch") != 0) {
+        snprintf(s->reason, sizeof s->reason, "the zygote's scratch dir below %s is too long",
+                 cfg->data_dir);
+        return -ENAMETOOLONG;
+    }
     snprintf(s->vpath, sizeof s->vpath, "%s/verify.json", z->scratch);
-    char sdir[600];
-    snprintf(sdir, sizeof sdir, "%s/scratch", cfg->data_dir);
     if ((rc = mkdir_mode(sdir, 0700)) != 0 || (rc = mkdir_mode(z->scratch, 0700)) != 0)
         return rc;
     return 0;
@@ -341,7 +346,11 @@ static int zyg_open_fds(struct zyg *z, struct zyg_setup *s)
         snprintf(s->reason, sizeof s->reason, "cannot listen on %s: %s", z->sock, strerror(-rc));
         return rc;
     }
-    snprintf(s->logp, sizeof s->logp, "%s/logs/zygote-%s.log", Z.cfg->data_dir, z->build);
+    if (layout_zygote_log(s->logp, sizeof s->logp, Z.cfg->data_dir, z->build) != 0) {
+        snprintf(s->reason, sizeof s->reason, "the zygote's log path below %s is too long",
+                 Z.cfg->data_dir);
+        return -ENAMETOOLONG;
+    }
     struct stat sb;
     bool trunc = stat(s->logp, &sb) == 0 && (uint64_t)sb.st_size > ZYG_LOG_MAX;
     s->logfd =
@@ -518,14 +527,6 @@ int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char
 out:
     free(zenv);
     return rc;
-}
-
-int zyg_count(void)
-{
-    int n = 0;
-    for (struct zyg *z = Z.list; z; z = z->next)
-        n += !z->exited;
-    return n;
 }
 
 void zyg_shutdown(void)

@@ -44,9 +44,6 @@ void zyg_init(uv_loop_t *loop, const struct capd_config *cfg, struct store *st);
  */
 int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len);
 
-/* Live zygotes (for tests and /metrics). */
-int zyg_count(void);
-
 /* Kills every zygote and closes their handles (daemon shutdown; the loop
  * must run once more for the closes). Their children die with them. */
 void zyg_shutdown(void);
