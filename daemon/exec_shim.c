@@ -244,7 +244,7 @@ static void report_rusage(int fd, const struct rusage *ru)
 /* Leaves exactly as the child did, so capd classifies the cell from the
  * shim's own status: the same signal raised on itself (without a core
  * dump), or the same exit code. */
-static int exit_like(int status)
+int shim_exit_like(int status)
 {
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
@@ -314,5 +314,5 @@ int main(int argc, char **argv)
     }
     if (o.have_rfd)
         report_rusage((int)o.rfd, &ru);
-    return exit_like(status);
+    return shim_exit_like(status);
 }

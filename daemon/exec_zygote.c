@@ -199,25 +199,6 @@ static void zc_enter_cgroup(const char *dir, pid_t pid)
     }
 }
 
-/* Leaves exactly as the cell did: its exit code, or its signal raised on
- * this shim (no core file), so capd classifies the cell from the shim. */
-static _Noreturn void zc_exit_like(int ws)
-{
-    if (WIFSIGNALED(ws)) {
-        int sig = WTERMSIG(ws);
-        struct rlimit zero = {0, 0};
-        setrlimit(RLIMIT_CORE, &zero);
-        signal(sig, SIG_DFL);
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, sig);
-        sigprocmask(SIG_UNBLOCK, &set, NULL);
-        raise(sig);
-        _exit(128 + sig);
-    }
-    _exit(WIFEXITED(ws) ? WEXITSTATUS(ws) : 126);
-}
-
 /* Writes LINE to the rusage pipe, if there is one. */
 static void zc_rusage_line(int rusage_fd, const char *line)
 {
@@ -260,7 +241,7 @@ static _Noreturn void zc_stand_in(int sock, long long pid, const struct zc_limit
     zc_rusage_line(rusage_fd, line);
     if (rusage_fd >= 0)
         close(rusage_fd);
-    zc_exit_like((int)status);
+    _exit(shim_exit_like((int)status));
 }
 
 /* Connects to the zygote at PATH and hands it the cell; the forked cell's

@@ -31,4 +31,9 @@ struct zc_limits {
 void zygote_client_run(const char *path, char *const argv[], const struct zc_limits *lim,
                        int rusage_fd);
 
+/* Leaves exactly as a cell that ended with wait status STATUS did: the
+ * same signal raised on capd-exec itself (no core file), else its exit
+ * code, which it returns for the caller's _exit (exec_shim.c). */
+int shim_exit_like(int status);
+
 #endif
