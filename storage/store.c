@@ -269,10 +269,8 @@ int store_open(const char *data_dir, bool do_migrate, struct store **out, char *
         goto out;
     if (strlen(data_dir) >= sizeof s->data_dir ||
         layout_dir(path, sizeof path, data_dir, "capd.db") != 0) {
-        rc = -ENAMETOOLONG;
-        if (err && asprintf(err, "data dir path too long (%zu bytes, at most %zu)",
-                            strlen(data_dir), sizeof s->data_dir - 1) < 0)
-            *err = NULL;
+        rc = util_errf(err, -ENAMETOOLONG, "data dir path too long (%zu bytes, at most %zu)",
+                       strlen(data_dir), sizeof s->data_dir - 1);
         goto out;
     }
     snprintf(s->data_dir, sizeof s->data_dir, "%s", data_dir);

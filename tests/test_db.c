@@ -846,3 +846,20 @@ Test(db, background_checkpoint_restarts_the_wal_between_bursts, .timeout = 120)
     tu_sh("rm -rf '%s'", dir);
     free(dir);
 }
+
+/* A data dir path past what a store keeps is refused with the reason, not
+ * cut short (every path below it would then name another directory). */
+Test(db, data_dir_too_long_is_refused)
+{
+    char *dir = tu_tmpdir(), *err = NULL, path[700];
+    int n = snprintf(path, sizeof path, "%s/", dir);
+    while (n < 600)
+        path[n++] = 'x';
+    path[n] = 0;
+    struct store *s = NULL;
+    cr_assert_eq(store_open(path, true, &s, &err), -ENAMETOOLONG);
+    cr_assert_null(s);
+    cr_assert(err && strstr(err, "data dir path too long (600 bytes"), "%s", err ? err : "(none)");
+    free(err);
+    free(dir);
+}
