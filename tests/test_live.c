@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -77,30 +78,6 @@ static void start(const char *config)
         cr_assert_eq(tu_fake_build(&g_capd, "fake", NULL), 201);
 }
 
-/* Finds header NAME in a raw header block (the last one, after redirects
- * there are none); returns its value or NULL (static buffer). */
-static const char *header(const char *headers, const char *name)
-{
-    static char val[512];
-    const char *found = NULL;
-    size_t n = strlen(name);
-    for (const char *l = headers; l && *l;) {
-        const char *e = strstr(l, "\r\n");
-        size_t len = e ? (size_t)(e - l) : strlen(l);
-        if (len > n && strncasecmp(l, name, n) == 0 && l[n] == ':') {
-            const char *v = l + n + 1;
-            while (*v == ' ')
-                v++;
-            snprintf(val, sizeof val, "%.*s", (int)(len - (size_t)(v - l)), v);
-            found = val;
-        }
-        if (!e)
-            break;
-        l = e + 2;
-    }
-    return found;
-}
-
 /* GET PATH with an optional If-None-Match; returns the status, the ETag
  * (copied into ETAG_OUT when non-NULL) and the body length. */
 static long get_tagged(const char *path, const char *inm, char etag_out[128], size_t *len)
@@ -110,7 +87,7 @@ static long get_tagged(const char *path, const char *inm, char etag_out[128], si
     snprintf(h, sizeof h, "If-None-Match: %s", inm ? inm : "");
     struct tu_resp r;
     tu_http(&g_capd, "GET", path, NULL, 0, inm ? hdrs : NULL, &r);
-    const char *e = header(r.headers, "ETag");
+    const char *e = af_header(r.headers, "ETag");
     if (etag_out)
         snprintf(etag_out, 128, "%s", e ? e : "");
     if (len)
@@ -276,7 +253,7 @@ static void *lp_run(void *arg)
     tu_http(&g_capd, "GET", l->path, NULL, 0, l->inm[0] ? hdrs : NULL, &r);
     l->secs = tu_now_s() - t0;
     l->status = r.status;
-    const char *e = header(r.headers, "ETag");
+    const char *e = af_header(r.headers, "ETag");
     snprintf(l->etag, sizeof l->etag, "%s", e ? e : "");
     l->body = strdup(r.body);
     tu_resp_free(&r);
@@ -713,7 +690,7 @@ Test(events, cap_and_heartbeat)
     tu_http(&g_capd, "GET", "/v1/events", NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 503);
     cr_assert(strstr(r.body, "too_many_streams"), "%s", r.body);
-    cr_assert_not_null(header(r.headers, "Retry-After"));
+    cr_assert_not_null(af_header(r.headers, "Retry-After"));
     tu_resp_free(&r);
     /* An idle stream gets a heartbeat comment within the interval. */
     pthread_join(ta, NULL);
@@ -774,7 +751,7 @@ Test(metrics, text_format_and_values)
     struct tu_resp r;
     tu_http(&g_capd, "GET", "/metrics", NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 200);
-    const char *ct = header(r.headers, "Content-Type");
+    const char *ct = af_header(r.headers, "Content-Type");
     cr_assert(ct && strstr(ct, "text/plain") && strstr(ct, "version=0.0.4"), "Content-Type %s", ct);
     /* Every sample line is NAME{LABELS} VALUE, and every family it belongs
      * to has HELP and TYPE lines. */
@@ -874,9 +851,9 @@ Test(dashboard, static_files_public_and_cached)
     cr_assert_eq(r.status, 200);
     cr_assert(strstr(r.body, "<!doctype html>"));
     cr_assert(strstr(r.body, "/static/app.js"));
-    const char *ct = header(r.headers, "Content-Type");
+    const char *ct = af_header(r.headers, "Content-Type");
     cr_assert(ct && strncmp(ct, "text/html", 9) == 0);
-    const char *csp = header(r.headers, "Content-Security-Policy");
+    const char *csp = af_header(r.headers, "Content-Security-Policy");
     cr_assert(csp && strstr(csp, "default-src 'none'") && strstr(csp, "script-src 'self'"),
               "CSP %s", csp);
     tu_resp_free(&r);
