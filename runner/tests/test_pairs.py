@@ -68,11 +68,13 @@ class PairsTest(unittest.TestCase):
         util.write_tree(self.root, MODEL)
 
     def test_interleaved_control_then_head(self):
-        spec = _spec(self.root, {"SIDE_SLOW": "1"})
+        # One round, so the count does not hang on whether the host's noise
+        # let 8 pairs decide (the round rule has its own tests below).
+        spec = _spec(self.root, {"SIDE_SLOW": "1"}, max_timing_rounds=1)
         r = util.run(spec, env={"SIDE_SLOW": "1.5"})
         self.assertEqual(r.status, "ok", r.describe())
         ts = r.kinds("timing")
-        self.assertEqual(len(ts), 16, "8 pairs, decided in the first round")
+        self.assertEqual(len(ts), 16, "8 pairs in one round")
         self.assertEqual([(t["pair"], bool(t.get("reference"))) for t in ts],
                          [(i // 2, i % 2 == 0) for i in range(16)])
         # Ran in that order, one at a time, on the cell's CPUs.
