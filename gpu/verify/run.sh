@@ -7,11 +7,15 @@
 #   2. the runner's GPU path without capd (gpu/verify/runner_check.py);
 #   3. capd itself (built from Debian's -dev packages unpacked from .debs/
 #      when the host has no package registry), a GPU job for a control and a
-#      TF32 head build, and the comparison (gpu/verify/capd_job.py).
+#      TF32 head build, and the comparison (gpu/verify/capd_job.py);
+#   4. the same capd under its default limits (but run_as_user and
+#      max_parallel) running examples/models, and the host's timm and
+#      transformers models, at every CPU width and on the GPU, forward and
+#      backward, twice, and the A/A comparison (gpu/verify/models_job.py).
 #
 #   gpu/verify/run.sh RESULTS_DIR [STAGES]      STAGES: default "1 2 3"
 #
-# Stage 3 needs capd's build dependencies: installed, or as Debian .debs in
+# Stages 3 and 4 need capd's build dependencies: installed, or as Debian .debs in
 # .debs/ (gpu/verify/fetch-debs.sh downloads them on a Debian machine).
 # Nothing is installed system-wide: packages are unpacked under /tmp/deps.
 set -u
@@ -69,8 +73,10 @@ if [[ " $STAGES " == *" 2 "* ]]; then
     PYTHONUNBUFFERED=1 timeout 240 "$PY" gpu/verify/runner_check.py "$RES/runner" 2>&1 | tee "$RES/runner.log"
 fi
 
-if [[ " $STAGES " == *" 3 "* ]]; then
-    echo "## stage 3: capd with a GPU job"
+# capd's build dependencies: installed, or unpacked from .debs/ under
+# /tmp/deps (sets EXTRA and RUNLIB); then capd, capd-exec, capd-gpuinfo.
+build_capd() {
+    [ -x /tmp/capd-build/capd ] && return 0
     D=/tmp/deps
     mkdir -p "$D/pc"
     if ls .debs/*.deb >/dev/null 2>&1; then
@@ -99,20 +105,47 @@ if [[ " $STAGES " == *" 3 "* ]]; then
         cmake --build /tmp/capd-build -j"$JOBS" --target capd capd-exec capd-gpuinfo >>"$RES/capd-cmake.log" 2>&1
     rc=$?
     echo "capd build: rc=$rc"; grep -E 'error|capd-gpuinfo:' "$RES/capd-cmake.log" | head -20
-    if [ $rc -eq 0 ]; then
+    return $rc
+}
+
+# Starts capd with the config file $1 on a fresh data dir; CAPD is its pid.
+start_capd() {
+    rm -rf /tmp/capd-data
+    LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" /tmp/capd-build/capd \
+        --config "$1" --data-dir /tmp/capd-data --listen 127.0.0.1:8470 \
+        >"$RES/$2.out" 2>"$RES/$2.log" &
+    CAPD=$!
+    for _ in $(seq 100); do grep -q listening "$RES/$2.out" && break; sleep 0.1; done
+    cat "$RES/$2.out"
+}
+
+RUNLIB=""
+if [[ " $STAGES " == *" 3 "* ]]; then
+    echo "## stage 3: capd with a GPU job"
+    if build_capd; then
         # Cells as root on this throw-away GPU host, on purpose: capd refuses
         # run_as_user "" as root without allow_root_cells.
         printf '{"run_as_user": "", "allow_root_cells": true, "max_parallel": 2, "gpuinfo_timeout_ms": 60000}\n' >/tmp/capd.json
-        rm -rf /tmp/capd-data
-        LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" /tmp/capd-build/capd \
-            --config /tmp/capd.json --data-dir /tmp/capd-data --listen 127.0.0.1:8470 \
-            >"$RES/capd.out" 2>"$RES/capd.log" &
-        CAPD=$!
-        for _ in $(seq 100); do grep -q listening "$RES/capd.out" && break; sleep 0.1; done
-        cat "$RES/capd.out"
+        start_capd /tmp/capd.json capd
         LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout 240 \
             "$PY" gpu/verify/capd_job.py --python "$PY" --data-dir /tmp/capd-data "$RES/capd" 2>&1 | tee "$RES/capd_job.log"
         kill -TERM "$CAPD"; sleep 1
         grep -E 'gpu_probe|cell_device|cell_finished|error' "$RES/capd.log" | head -40
+    fi
+fi
+
+if [[ " $STAGES " == *" 4 "* ]]; then
+    echo "## stage 4: third-party model code under the default limits, A/A (models_job.py)"
+    if build_capd; then
+        # The defaults but for who runs the cells and how many at once.
+        printf '{"run_as_user": "", "allow_root_cells": true, "max_parallel": %s, "gpuinfo_timeout_ms": 60000}\n' \
+            "${MODELS_PARALLEL:-6}" >/tmp/capd-models.json
+        start_capd /tmp/capd-models.json capd-models
+        curl -s http://127.0.0.1:8470/v1/host >"$RES/models-host.json" 2>/dev/null
+        LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout "${MODELS_TIMEOUT:-420}" \
+            "$PY" gpu/verify/models_job.py --python "$PY" --data-dir /tmp/capd-data \
+            --model-root "$ROOT/examples/models" "$RES/models" 2>&1 | tee "$RES/models_job.log"
+        kill -TERM "$CAPD"; sleep 1
+        grep -E 'memory|cgroup|watchdog' "$RES/capd-models.log" | head -10
     fi
 fi
