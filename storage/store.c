@@ -333,13 +333,9 @@ json_t *store_col_time(sqlite3_stmt *st, int col)
 {
     if (sqlite3_column_type(st, col) == SQLITE_NULL)
         return json_null();
-    int64_t ms = sqlite3_column_int64(st, col);
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    char buf[40];
-    gmtime_r(&t, &tm);
-    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof buf - n, ".%03dZ", (int)(ms % 1000));
+    char buf[UTIL_TIME_TEXT_MAX];
+
+    util_time_text(sqlite3_column_int64(st, col), buf);
     return json_string(buf);
 }
 
