@@ -17,10 +17,10 @@
 #define UTIL_OPTS_MAX 16 /* options in one command's table */
 
 struct util_opt {
-    const char *name;  /* without the leading "--" */
-    const char **str;  /* takes a value, stored here; or NULL */
-    bool *on;          /* a flag, set true here; or NULL */
-    bool stop;         /* parsing ends once this option is seen */
+    const char *name; /* without the leading "--" */
+    const char **str; /* takes a value, stored here; or NULL */
+    bool *on;         /* a flag, set true here; or NULL */
+    bool stop;        /* parsing ends once this option is seen */
 };
 
 /* Reads ARGV from index FIRST against the N options of OPTS. 0 when every
