@@ -255,12 +255,7 @@ enum MHD_Result api_builds_put(struct api_req *r)
 
 enum MHD_Result api_builds_get(struct api_req *r)
 {
-    json_t *out = NULL;
-    struct store *s = api_store(r);
-    int rc = store_build_get(s, api_param(r, "name"), &out);
-    if (rc)
-        return api_store_error(r, rc, "build");
-    return api_json(r, 200, out);
+    return api_store_get(r, store_build_get, "name", "build");
 }
 
 enum MHD_Result api_builds_list(struct api_req *r)
@@ -271,7 +266,5 @@ enum MHD_Result api_builds_list(struct api_req *r)
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = store_build_list(s, &out);
-    if (rc)
-        return api_store_error(r, rc, "builds");
-    return api_json(r, 200, out);
+    return api_store_reply(r, rc, "builds", out);
 }

@@ -40,19 +40,12 @@ enum MHD_Result api_branch_put(struct api_req *r)
     struct store *s = api_store(r);
     int rc = store_branch_put(s, api_param(r, "name"), json_string_value(cc), &out);
     json_decref(body);
-    if (rc)
-        return api_store_error(r, rc, "branch");
-    return api_json(r, 200, out);
+    return api_store_reply(r, rc, "branch", out);
 }
 
 enum MHD_Result api_branch_get(struct api_req *r)
 {
-    json_t *out = NULL;
-    struct store *s = api_store(r);
-    int rc = store_branch_get(s, api_param(r, "name"), &out);
-    if (rc)
-        return api_store_error(r, rc, "branch");
-    return api_json(r, 200, out);
+    return api_store_get(r, store_branch_get, "name", "branch");
 }
 
 enum MHD_Result api_commit_get(struct api_req *r)

@@ -79,6 +79,14 @@ void api_reply_header(struct api_req *r, const char *name, const char *value);
  * -ENOSPC, storage unavailable, is 503 storage_unavailable with
  * Retry-After: API_STORAGE_RETRY_AFTER_S). */
 enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what);
+/* The reply to a store call that returned RC and filled OUT (taken): OUT
+ * with 200, or api_store_error's about WHAT. */
+enum MHD_Result api_store_reply(struct api_req *r, int rc, const char *what, json_t *out);
+/* The reply to GET of one WHAT named by the path parameter PARAM, which
+ * GET reads from the store. */
+enum MHD_Result api_store_get(struct api_req *r,
+                              int (*get)(struct store *s, const char *key, json_t **out),
+                              const char *param, const char *what);
 /* The path segment the matched route names ":NAME" (percent-decoded). */
 const char *api_param(struct api_req *r, const char *name);
 #define API_STORAGE_RETRY_AFTER_S "10"

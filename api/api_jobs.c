@@ -511,9 +511,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = store_job_list(s, &f, &out);
-    if (rc)
-        return api_store_error(r, rc, "jobs");
-    return api_json(r, 200, out);
+    return api_store_reply(r, rc, "jobs", out);
 }
 
 enum MHD_Result api_jobs_get(struct api_req *r)
@@ -521,12 +519,7 @@ enum MHD_Result api_jobs_get(struct api_req *r)
     enum MHD_Result ret;
     if (api_jobs_live_replied(r, &ret)) /* ETag, 304, ?wait=N long-poll */
         return ret;
-    json_t *out = NULL;
-    struct store *s = api_store(r);
-    int rc = store_job_get(s, api_param(r, "id"), &out);
-    if (rc)
-        return api_store_error(r, rc, "job");
-    return api_json(r, 200, out);
+    return api_store_get(r, store_job_get, "id", "job");
 }
 
 enum MHD_Result api_jobs_cancel(struct api_req *r)
@@ -557,9 +550,7 @@ enum MHD_Result api_cell_get(struct api_req *r)
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = store_cell_get(s, api_param(r, "id"), api_param(r, "cell"), &out);
-    if (rc)
-        return api_store_error(r, rc, "cell");
-    return api_json(r, 200, out);
+    return api_store_reply(r, rc, "cell", out);
 }
 
 enum MHD_Result api_cell_records(struct api_req *r)

@@ -1,7 +1,7 @@
 /*
  * api/api_static.c - the web dashboard: GET / and GET /static/{file}.
  *
- * The files of web/ are compiled into the binary (cmake/embed_web.cmake),
+ * The files of web/ are compiled into the binary (cmake/embed.cmake),
  * so an installed capd serves its dashboard with no path to configure and
  * no network: no CDN, no fonts, no build step. They are public even when
  * reads need a token (api/auth.c): they hold no data, and the page asks

@@ -211,9 +211,7 @@ enum MHD_Result api_tokens_list(struct api_req *r)
     json_t *out = NULL;
     struct store *s = api_store(r);
     int rc = store_token_list(s, &out);
-    if (rc)
-        return api_store_error(r, rc, "tokens");
-    return api_json(r, 200, out);
+    return api_store_reply(r, rc, "tokens", out);
 }
 
 /* POST /v1/tokens {"scope":"submit","name":"ci","expires_in_s":2592000}:

@@ -210,6 +210,24 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what)
     }
 }
 
+enum MHD_Result api_store_reply(struct api_req *r, int rc, const char *what, json_t *out)
+{
+    if (rc) {
+        json_decref(out);
+        return api_store_error(r, rc, what);
+    }
+    return api_json(r, 200, out);
+}
+
+enum MHD_Result api_store_get(struct api_req *r,
+                              int (*get)(struct store *s, const char *key, json_t **out),
+                              const char *param, const char *what)
+{
+    json_t *out = NULL;
+    int rc = get(api_store(r), api_param(r, param), &out);
+    return api_store_reply(r, rc, what, out);
+}
+
 /* MHD is told not to decode anything (see no_unescape), so the path can be
  * split before its segments are decoded once; query values are decoded
  * here, into copies that live as long as the request. */

@@ -47,6 +47,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import bench_e2e  # noqa: E402  (submit, wait_job)
+
 # Fake-runner cells: the widths are labels, so ones every x86 host with AVX2
 # runs (an avx512 cell would end unsupported, recordless, on a host without
 # AVX-512 and change what is measured).
@@ -121,34 +124,20 @@ def commit_of(copy, i, kind):
 
 
 def submit(capd, build, commit, models, options, control=None):
-    body = {"project": "bench", "commit": commit, "branch": "main" if control is None else
-            "feature", "build": build,
-            "matrix": {"models": models, "widths": WIDTHS, "passes": PASSES},
-            "options": options}
-    if control:
-        body["control_commit"] = control
-    st, j = capd.req("POST", "/v1/jobs", body)
-    if st != 201:
-        raise SystemExit("bench_compare_scale: POST /v1/jobs: %d %s" % (st, j))
-    return j["id"]
+    return bench_e2e.submit(capd, build, commit, options, control, models=models, widths=WIDTHS,
+                            branch="main" if control is None else "feature",
+                            who="bench_compare_scale")
 
 
 def wait_job(capd, job_id):
-    """The long-poll GET /v1/jobs/{id}?wait=60, as a CI client waits."""
-    etag = None
-    while True:
-        st, j = capd.req("GET", "/v1/jobs/%s?wait=60" % job_id,
-                         headers={"If-None-Match": etag} if etag else None)
-        if st == 200:
-            etag = capd.headers.get("ETag")
-            if j["state"] in ("done", "cancelled"):
-                bad = [(c["model"], c["width"], c["pass"], c["state"], c.get("reason"))
-                       for c in j["cells"] if c["state"] != "ok"]
-                if bad:
-                    raise SystemExit("bench_compare_scale: cells not ok: %s" % bad)
-                return j
-        elif st != 304:
-            raise SystemExit("bench_compare_scale: GET job: %d %s" % (st, j))
+    """The long-poll GET /v1/jobs/{id}?wait=60, as a CI client waits; every
+    cell must have ended ok."""
+    j = bench_e2e.wait_job(capd, job_id, who="bench_compare_scale")
+    bad = [(c["model"], c["width"], c["pass"], c["state"], c.get("reason"))
+           for c in j["cells"] if c["state"] != "ok"]
+    if bad:
+        raise SystemExit("bench_compare_scale: cells not ok: %s" % bad)
+    return j
 
 
 def pct(values, p):

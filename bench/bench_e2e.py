@@ -89,19 +89,26 @@ class Capd(object):
         self.log.close()
 
 
-def submit(capd, build, commit, options, control=None):
+def submit(capd, build, commit, options, control=None, models=None, widths=None,
+           branch=None, who="bench_e2e"):
+    """POST /v1/jobs of MODELS (default MODELS) x WIDTHS x PASSES; the job's
+    id. WHO names the bench in the error that ends it when capd refuses.
+    CAPD is any object with req(method, path, body) like Capd's."""
     body = {"project": "bench", "commit": commit, "build": build,
-            "matrix": {"models": MODELS, "widths": WIDTHS, "passes": PASSES},
+            "matrix": {"models": models or MODELS, "widths": widths or WIDTHS,
+                       "passes": PASSES},
             "options": options}
+    if branch:
+        body["branch"] = branch
     if control:
         body["control_commit"] = control
     st, j = capd.req("POST", "/v1/jobs", body)
     if st != 201:
-        raise SystemExit("bench_e2e: POST /v1/jobs: %d %s" % (st, j))
+        raise SystemExit("%s: POST /v1/jobs: %d %s" % (who, st, j))
     return j["id"]
 
 
-def wait_job(capd, job_id):
+def wait_job(capd, job_id, who="bench_e2e"):
     """Waits with the long-poll (GET /v1/jobs/{id}?wait=N, answered at each
     change of the job), as a CI client would: no polling load on capd."""
     etag = None
@@ -113,7 +120,17 @@ def wait_job(capd, job_id):
             if j["state"] in ("done", "cancelled"):
                 return j
         elif st != 304:
-            raise SystemExit("bench_e2e: GET job: %d %s" % (st, j))
+            raise SystemExit("%s: GET job: %d %s" % (who, st, j))
+
+
+def emit(res, out):
+    """Prints the result RES as JSON, and writes it to the file OUT too
+    when one is named."""
+    text = json.dumps(res, indent=1)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    print(text)
 
 
 def check_cells(job):
@@ -465,11 +482,7 @@ def main():
         res["machine_after"] = machine()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(res, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit(res, args.out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Writes a JSON object (stdout, or --out) with the figures and
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -28,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import bench_e2e  # noqa: E402  (Capd, wait_job)
+import bench_e2e  # noqa: E402  (Capd, wait_job, emit)
 
 SLOW = '''
 import os, time
@@ -137,11 +136,7 @@ def main():
     finally:
         capd.stop()
     res["load_after"] = loadavg()
-    out = json.dumps(res, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(out + "\n")
-    print(out)
+    bench_e2e.emit(res, args.out)
 
 
 if __name__ == "__main__":

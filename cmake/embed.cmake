@@ -1,6 +1,14 @@
-# Writes OUT, a C file holding every file in INPUTS as a NUL-terminated byte
-# array, plus a table {name, data, size} that storage/embedded.h declares.
-set(body "#include <stddef.h>\n#include \"storage/embedded.h\"\n\n")
+# Writes OUT, a C file holding every file in INPUTS ("|"-separated) as a
+# NUL-terminated byte array, plus the table TABLE of struct STRUCT
+# {name, data, size}, ended by a NULL name. Names are the files' base
+# names. HEADER, when given, declares the struct and the table
+# (storage/embedded.h); without it the file declares both itself (the
+# dashboard's, which api/api_static.c serves).
+if(HEADER)
+  set(body "#include <stddef.h>\n#include \"${HEADER}\"\n\n")
+else()
+  set(body "#include <stddef.h>\n\nstruct ${STRUCT} {\n    const char *name;\n    const char *data;\n    size_t size;\n};\n\nextern const struct ${STRUCT} ${TABLE}[];\n\n")
+endif()
 set(table "")
 set(n 0)
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
@@ -13,5 +21,5 @@ foreach(f ${INPUTS})
   string(APPEND table "    {\"${name}\", emb_${n}, ${size}},\n")
   math(EXPR n "${n}+1")
 endforeach()
-string(APPEND body "\nconst struct embedded_file embedded_files[] = {\n${table}    {NULL, NULL, 0}\n};\n")
+string(APPEND body "\nconst struct ${STRUCT} ${TABLE}[] = {\n${table}    {NULL, NULL, 0}\n};\n")
 file(WRITE ${OUT} "${body}")

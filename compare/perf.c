@@ -162,14 +162,52 @@ static double mw_exact_p(size_t m, size_t n, double u)
     return p > 1.0 ? 1.0 : p;
 }
 
+/* Over the N sorted elements of A, where SAME(A, i, j) says elements i
+ * and j tie and MARKED(A, i) picks the ones counted: the sum of the marked
+ * elements' ranks (from 1; tied elements share their mid-rank), and the
+ * tie term sum(t^3 - t) over the groups of ties in *TIE. */
+static double mid_rank_sum(const void *a, size_t n, bool (*same)(const void *, size_t, size_t),
+                           bool (*marked)(const void *, size_t), double *tie)
+{
+    double sum = 0;
+
+    *tie = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j + 1 < n && same(a, j + 1, i))
+            j++;
+        double rank = ((double)i + (double)j) / 2.0 + 1.0, t = (double)(j - i + 1);
+        *tie += t * t * t - t;
+        for (size_t k = i; k <= j; k++)
+            if (marked(a, k))
+                sum += rank;
+        i = j + 1;
+    }
+    return sum;
+}
+
+/* A timing sample of the Mann-Whitney test, and which side it is from. */
+struct tagged {
+    int64_t v;
+    int from_x;
+};
+
+static bool tagged_same(const void *a, size_t i, size_t j)
+{
+    const struct tagged *t = a;
+    return t[i].v == t[j].v;
+}
+
+static bool tagged_marked(const void *a, size_t i)
+{
+    return ((const struct tagged *)a)[i].from_x;
+}
+
 int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *u_out,
                      double *p_out, bool *exact_out)
 {
     int rc = -EINVAL;
-    struct tagged {
-        int64_t v;
-        int from_x;
-    } *all = NULL;
+    struct tagged *all = NULL;
     size_t n = nx + ny;
 
     if (x == NULL || y == NULL || nx == 0 || ny == 0 || nx > CMP_MAX_TIMING_SAMPLES ||
@@ -185,19 +223,8 @@ int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, d
         all[nx + j] = (struct tagged){y[j], 0};
     qsort(all, n, sizeof(*all), cmp_i64); /* v is the first member */
 
-    /* mid-ranks for ties, and the tie term sum(t^3 - t) */
-    double rx = 0, tie = 0;
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        while (j + 1 < n && all[j + 1].v == all[i].v)
-            j++;
-        double rank = ((double)i + (double)j) / 2.0 + 1.0, t = (double)(j - i + 1);
-        tie += t * t * t - t;
-        for (size_t k = i; k <= j; k++)
-            if (all[k].from_x)
-                rx += rank;
-        i = j + 1;
-    }
+    double tie;
+    double rx = mid_rank_sum(all, n, tagged_same, tagged_marked, &tie);
     double u = rx - (double)nx * ((double)nx + 1) / 2.0;
     double mn = (double)nx * (double)ny;
     *u_out = u;
@@ -300,6 +327,17 @@ struct absd {
     int pos;
 };
 
+static bool absd_same(const void *v, size_t i, size_t j)
+{
+    const struct absd *d = v;
+    return d[i].a == d[j].a;
+}
+
+static bool absd_marked(const void *v, size_t i)
+{
+    return ((const struct absd *)v)[i].pos;
+}
+
 static int cmp_absd(const void *x, const void *y)
 {
     double a = ((const struct absd *)x)->a, b = ((const struct absd *)y)->a;
@@ -343,17 +381,8 @@ int cmp_signed_rank(const double *d, size_t n, double *w_out, size_t *n_out, dou
         if (d[i] != 0 && !isnan(d[i]))
             v[m++] = (struct absd){fabs(d[i]), d[i] > 0};
     qsort(v, m, sizeof(*v), cmp_absd);
-    double w = 0, tie = 0;
-    for (size_t i = 0; i < m;) {
-        size_t j = i;
-        while (j + 1 < m && v[j + 1].a == v[i].a)
-            j++;
-        double rank = ((double)i + (double)j) / 2.0 + 1.0, t = (double)(j - i + 1);
-        tie += t * t * t - t;
-        for (size_t k = i; k <= j; k++)
-            w += v[k].pos ? rank : 0;
-        i = j + 1;
-    }
+    double tie;
+    double w = mid_rank_sum(v, m, absd_same, absd_marked, &tie);
     free(v);
     *w_out = w;
     *n_out = m;

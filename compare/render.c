@@ -408,6 +408,14 @@ static void md_outcomes(struct buf *b, const json_t *result)
     }
 }
 
+/* The first columns of a cell's row in a table: model, width and pass. */
+static void md_row_start(struct buf *b, const json_t *cell)
+{
+    bprintf(b, "| ");
+    md_cell(b, jstr(cell, "model"));
+    bprintf(b, " | %s | %s", jstr(cell, "width"), jstr(cell, "pass"));
+}
+
 /* The table of cells whose numbers differ (all but identical and not
  * run), with where they first diverge and where that was introduced. */
 static void md_differences(struct buf *b, const json_t *cells)
@@ -426,10 +434,8 @@ static void md_differences(struct buf *b, const json_t *cells)
                        "| first introduced |\n|---|---|---|---|---|---|---|\n");
         }
         any = true;
-        bprintf(b, "| ");
-        md_cell(b, jstr(cell, "model"));
-        bprintf(b, " | %s | %s | %s", jstr(cell, "width"), jstr(cell, "pass"),
-                jstr(cell, "status"));
+        md_row_start(b, cell);
+        bprintf(b, " | %s", jstr(cell, "status"));
         device_note(b, cell, true);
         if (json_is_true(json_object_get(cell, "params_differed")))
             bprintf(b, " (initial params differ)");
@@ -459,9 +465,8 @@ static void md_perf(struct buf *b, const json_t *cells)
                        "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
                        "|---|---|---|---|---|---|---|---|---|---|---|\n");
         any = true;
-        bprintf(b, "| ");
-        md_cell(b, jstr(cell, "model"));
-        bprintf(b, " | %s | %s | ", jstr(cell, "width"), jstr(cell, "pass"));
+        md_row_start(b, cell);
+        bprintf(b, " | ");
         perf_desc(b, json_object_get(cell, "perf"), true);
         bprintf(b, " |\n");
     }

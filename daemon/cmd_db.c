@@ -25,6 +25,7 @@
 #include "daemon/config.h"
 #include "storage/layout.h"
 #include "storage/store.h"
+#include "util/opts.h"
 
 struct db_args {
     const char *verb, *dest;
@@ -69,47 +70,26 @@ struct db_flags {
  * answered, or 2 (the exit status) on a bad option. */
 static int parse_opts(struct db_args *a, struct db_flags *f, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"data-dir", required_argument, NULL, 'd'},
-        {"config", required_argument, NULL, 'c'},
-        {"keep-heads", required_argument, NULL, 'k'},
-        {"force", no_argument, NULL, 'f'},
-        {"dry-run", no_argument, NULL, 'n'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct util_opt opts[] = {
+        {"data-dir", &f->data_dir, NULL, false},
+        {"config", &f->config, NULL, false},
+        {"keep-heads", &f->keep, NULL, false},
+        {"force", NULL, &a->force, false},
+        {"dry-run", NULL, &a->dry_run, false},
+        {"json", NULL, &a->as_json, false},
+        {"help", NULL, NULL, true},
     };
-    int o;
-    optind = 2;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (o) {
-        case 'd':
-            f->data_dir = optarg;
-            break;
-        case 'c':
-            f->config = optarg;
-            break;
-        case 'k':
-            f->keep = optarg;
-            break;
-        case 'f':
-            a->force = true;
-            break;
-        case 'n':
-            a->dry_run = true;
-            break;
-        case 'j':
-            a->as_json = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            fprintf(stderr, "capd db: unknown or incomplete option '%s' (see capd db --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        }
+    const char *bad = NULL;
+    int rc = util_opts_parse(argc, argv, 2, opts, sizeof opts / sizeof opts[0], &bad);
+
+    if (rc == 1) {
+        usage(stdout);
+        return 1;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "capd db: unknown or incomplete option '%s' (see capd db --help)\n",
+                bad ? bad : "");
+        return 2;
     }
     return 0;
 }

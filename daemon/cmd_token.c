@@ -22,6 +22,7 @@
 #include "daemon/cmd_token.h"
 #include "storage/store.h"
 #include "util/clock.h"
+#include "util/opts.h"
 
 #define TOKEN_MAX_NAME     64
 #define TOKEN_MAX_EXPIRY_S (10LL * 366 * 86400)
@@ -142,45 +143,24 @@ struct token_args {
  * is over (--help, or a bad option) with its exit status in *STATUS. */
 static bool parse_token_opts(int argc, char **argv, struct token_args *a, int *status)
 {
-    static const struct option opts[] = {
-        {"data-dir", required_argument, NULL, 'd'},
-        {"scope", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},
-        {"expires", required_argument, NULL, 'e'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct util_opt opts[] = {
+        {"data-dir", &a->dir, NULL, false}, {"scope", &a->scope_s, NULL, false},
+        {"name", &a->name, NULL, false},    {"expires", &a->expires, NULL, false},
+        {"json", NULL, &a->as_json, false}, {"help", NULL, NULL, true},
     };
-    int o;
-    optind = 2;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (o) {
-        case 'd':
-            a->dir = optarg;
-            break;
-        case 's':
-            a->scope_s = optarg;
-            break;
-        case 'n':
-            a->name = optarg;
-            break;
-        case 'e':
-            a->expires = optarg;
-            break;
-        case 'j':
-            a->as_json = true;
-            break;
-        case 'h':
-            usage(stdout);
-            *status = 0;
-            return true;
-        default:
-            fprintf(stderr, "capd token: unknown or incomplete option '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            *status = 2;
-            return true;
-        }
+    const char *bad = NULL;
+    int rc = util_opts_parse(argc, argv, 2, opts, sizeof opts / sizeof opts[0], &bad);
+
+    if (rc == 1) {
+        usage(stdout);
+        *status = 0;
+        return true;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "capd token: unknown or incomplete option '%s'\n", bad ? bad : "");
+        usage(stderr);
+        *status = 2;
+        return true;
     }
     return false;
 }

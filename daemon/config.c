@@ -294,44 +294,42 @@ void config_usage(FILE *f)
             "  --version                 print the version\n");
 }
 
-/* The flags that set a config key, and whether the key is an integer (a
- * flag value that is not a number is passed on as a string, so set_key
- * refuses it with the key's range). --config, --help and --version are
- * not keys. */
+/* capd's flags, in the order --help lists them. Each but --config, --help
+ * and --version sets the config key KEY, an integer or a string (a flag
+ * value that is not a number is passed on as a string, so set_key refuses
+ * it with the key's range). */
 static const struct {
-    int opt;
-    const char *key;
+    const char *name, *key;
+    int has_arg;
     bool integer;
-} flag_keys[] = {
-    {'l', "listen", false},
-    {'d', "data_dir", false},
-    {'r', "runner_dir", false},
-    {'H', "cpu_features_hide", false},
-    {'L', "log_level", false},
-    {'t', "tls_cert", false},
-    {'k', "tls_key", false},
-    {'p', "max_parallel", true},
-    {'n', "max_parallel_numerics", true},
-    {'a', "max_attempts", true},
+} flags[] = {
+    {"listen", "listen", required_argument, false},
+    {"data-dir", "data_dir", required_argument, false},
+    {"config", NULL, required_argument, false},
+    {"max-parallel", "max_parallel", required_argument, true},
+    {"max-attempts", "max_attempts", required_argument, true},
+    {"max-parallel-numerics", "max_parallel_numerics", required_argument, true},
+    {"runner-dir", "runner_dir", required_argument, false},
+    {"cpu-features-hide", "cpu_features_hide", required_argument, false},
+    {"log-level", "log_level", required_argument, false},
+    {"tls-cert", "tls_cert", required_argument, false},
+    {"tls-key", "tls_key", required_argument, false},
+    {"help", NULL, no_argument, false},
+    {"version", NULL, no_argument, false},
 };
 
-/* The key flag O sets, with ARG as its JSON value in *V; NULL when O sets
- * no key. */
-static const char *flag_key(int o, const char *arg, json_t **v)
+#define N_FLAGS (sizeof flags / sizeof flags[0])
+
+/* ARG as the JSON value of the key flags[I] sets. */
+static json_t *flag_value(size_t i, const char *arg)
 {
-    for (size_t i = 0; i < sizeof flag_keys / sizeof flag_keys[0]; i++) {
-        if (flag_keys[i].opt != o)
-            continue;
-        if (!flag_keys[i].integer) {
-            *v = json_string(arg);
-        } else {
-            char *end;
-            long n = strtol(arg, &end, 10);
-            *v = *end || end == arg ? json_string(arg) : json_integer(n);
-        }
-        return flag_keys[i].key;
-    }
-    return NULL;
+    char *end;
+    long n;
+
+    if (!flags[i].integer)
+        return json_string(arg);
+    n = strtol(arg, &end, 10);
+    return *end || end == arg ? json_string(arg) : json_integer(n);
 }
 
 /* The command line over the config file's values (flags win); 1 when
@@ -339,44 +337,32 @@ static const char *flag_key(int o, const char *arg, json_t **v)
 int config_parse_args(struct capd_config *c, int argc, char **argv, const char **config_path,
                       char **err)
 {
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"data-dir", required_argument, NULL, 'd'},
-        {"config", required_argument, NULL, 'c'},
-        {"max-parallel", required_argument, NULL, 'p'},
-        {"max-attempts", required_argument, NULL, 'a'},
-        {"max-parallel-numerics", required_argument, NULL, 'n'},
-        {"runner-dir", required_argument, NULL, 'r'},
-        {"cpu-features-hide", required_argument, NULL, 'H'},
-        {"log-level", required_argument, NULL, 'L'},
-        {"tls-cert", required_argument, NULL, 't'},
-        {"tls-key", required_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
+    struct option opts[N_FLAGS + 1] = {{0}};
     int o;
+
+    for (size_t i = 0; i < N_FLAGS; i++)
+        opts[i] = (struct option){flags[i].name, flags[i].has_arg, NULL, (int)i + 1};
     optind = 1;
     opterr = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        json_t *v = NULL;
-        const char *key;
-        if (o == 'h') {
-            config_usage(stdout);
-            return 1;
-        }
-        if (o == 'V') {
-            printf("capd %s\n", CAPD_VERSION);
-            return 1;
-        }
-        if (o == 'c') {
-            *config_path = optarg;
-            continue;
-        }
-        if (!(key = flag_key(o, optarg, &v))) {
+        if (o < 1 || (size_t)o > N_FLAGS) {
             return util_errf(err, -EINVAL, "unknown or incomplete option '%s' (see capd --help)",
                              argv[optind - 1]);
         }
+        const char *name = flags[o - 1].name, *key = flags[o - 1].key;
+        if (!key && strcmp(name, "help") == 0) {
+            config_usage(stdout);
+            return 1;
+        }
+        if (!key && strcmp(name, "version") == 0) {
+            printf("capd %s\n", CAPD_VERSION);
+            return 1;
+        }
+        if (!key) {
+            *config_path = optarg;
+            continue;
+        }
+        json_t *v = flag_value((size_t)o - 1, optarg);
         int rc = set_key(c, find_key(key), v, err);
         json_decref(v);
         if (rc)
@@ -385,6 +371,31 @@ int config_parse_args(struct capd_config *c, int argc, char **argv, const char *
     if (optind < argc)
         return util_errf(err, -EINVAL, "unexpected argument '%s' (see capd --help)", argv[optind]);
     return 0;
+}
+
+/* EXE/INSTALLED into OUT (LEN bytes) when EXE/INSTALLED PROBE is there
+ * with access MODE, as an installed capd finds it; else BASE/BUILT, where
+ * the build tree has it. */
+static void installed_or_built(char *out, size_t len, const char *exe, const char *installed,
+                               const char *probe, int mode, const char *base, const char *built)
+{
+    char cand[PATH_MAX + 64];
+
+    snprintf(cand, sizeof cand, "%s/%s%s", exe, installed, probe);
+    if (access(cand, mode) == 0)
+        snprintf(out, len, "%.460s/%s", exe, installed);
+    else
+        snprintf(out, len, "%.480s/%s", base, built);
+}
+
+/* NAME in the folder of C's exec shim (".", when its path has none) into
+ * OUT (LEN bytes). */
+static void beside_shim(const struct capd_config *c, char *out, size_t len, const char *name)
+{
+    const char *slash = strrchr(c->exec_bin, '/');
+    int dir = slash ? (int)(slash - c->exec_bin) : 1;
+
+    snprintf(out, len, "%.*s/%s", dir, slash ? c->exec_bin : ".", name);
 }
 
 /* An installed capd finds its runner and exec shim from its own location
@@ -403,37 +414,19 @@ static void default_paths(struct capd_config *c)
     } else {
         snprintf(exe, sizeof exe, ".");
     }
-    if (!c->exec_bin[0]) {
-        /* Installed, the shim is a helper no user runs (FHS: libexec). */
-        char cand[PATH_MAX + 64];
-        snprintf(cand, sizeof cand, "%s/../libexec/capd/capd-exec", exe);
-        if (access(cand, X_OK) == 0)
-            snprintf(c->exec_bin, sizeof c->exec_bin, "%.460s/../libexec/capd/capd-exec", exe);
-        else
-            snprintf(c->exec_bin, sizeof c->exec_bin, "%.480s/capd-exec", exe);
-    }
-    /* The GPU probe sits next to the exec shim, installed or not. */
-    if (!c->gpuinfo_bin[0]) {
-        const char *slash = strrchr(c->exec_bin, '/');
-        int dir = slash ? (int)(slash - c->exec_bin) : 1;
-        snprintf(c->gpuinfo_bin, sizeof c->gpuinfo_bin, "%.*s/capd-gpuinfo", dir,
-                 slash ? c->exec_bin : ".");
-    }
-    /* The runner's native statistics library, also beside the shim. */
-    if (!c->analysis_lib[0]) {
-        const char *slash = strrchr(c->exec_bin, '/');
-        int dir = slash ? (int)(slash - c->exec_bin) : 1;
-        snprintf(c->analysis_lib, sizeof c->analysis_lib, "%.*s/libcapd_analysis.so", dir,
-                 slash ? c->exec_bin : ".");
-    }
-    if (!c->runner_dir[0]) {
-        char cand[PATH_MAX + 64];
-        snprintf(cand, sizeof cand, "%s/../share/capd/runner/capd_runner", exe);
-        if (access(cand, R_OK) == 0)
-            snprintf(c->runner_dir, sizeof c->runner_dir, "%.460s/../share/capd/runner", exe);
-        else
-            snprintf(c->runner_dir, sizeof c->runner_dir, "%.480s/runner", CAPD_SOURCE_DIR);
-    }
+    /* Installed, the shim is a helper no user runs (FHS: libexec). */
+    if (!c->exec_bin[0])
+        installed_or_built(c->exec_bin, sizeof c->exec_bin, exe, "../libexec/capd/capd-exec", "",
+                           X_OK, exe, "capd-exec");
+    /* The GPU probe and the runner's native statistics library sit next
+     * to the exec shim, installed or not. */
+    if (!c->gpuinfo_bin[0])
+        beside_shim(c, c->gpuinfo_bin, sizeof c->gpuinfo_bin, "capd-gpuinfo");
+    if (!c->analysis_lib[0])
+        beside_shim(c, c->analysis_lib, sizeof c->analysis_lib, "libcapd_analysis.so");
+    if (!c->runner_dir[0])
+        installed_or_built(c->runner_dir, sizeof c->runner_dir, exe, "../share/capd/runner",
+                           "/capd_runner", R_OK, CAPD_SOURCE_DIR, "runner");
 }
 
 /* TLS is all or nothing: both files given, and both readable now rather
@@ -479,12 +472,6 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
                          "auth_required true (docs/security.md) or listen on 127.0.0.1",
                          c->listen_addr);
     }
-    if (!c->auth_required && !config_listen_is_loopback(c))
-        return util_errf(err, -EINVAL,
-                         "auth_required is false but capd would listen on %s, which is not a "
-                         "loopback address: anybody who reaches it could run code; keep "
-                         "auth_required true (docs/security.md) or listen on 127.0.0.1",
-                         c->listen_addr);
     return runas_resolve(c, err);
 }
 

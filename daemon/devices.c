@@ -149,6 +149,28 @@ bad:
     return false;
 }
 
+/* Ends a probe attempt: WHY (empty when the probe answered) is kept as the
+ * last error, and as the reason there is no device while no probe ever
+ * answered; the attempt is counted, timed and logged. */
+static void attempt_over(struct devices *dv, const char *why)
+{
+    pthread_mutex_lock(&dv->mu);
+    if (why[0]) {
+        snprintf(dv->probe_error, sizeof dv->probe_error, "%s", why);
+        if (!dv->answer)
+            snprintf(dv->reason, sizeof dv->reason, "%s", why);
+    }
+    dv->generation++;
+    dv->probed_at_ms = util_wall_ms();
+    dv->probing = false;
+    pthread_mutex_unlock(&dv->mu);
+    if (why[0])
+        log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));
+    else
+        log_info("gpu_probe", "devices=%d reason=%s", dv->ndev,
+                 log_q(dv->reason[0] ? dv->reason : NULL));
+}
+
 /* The attempt is over (exited, output read or abandoned): keep what it
  * said, or record why it failed. */
 static void conclude(struct probe *p)
@@ -169,21 +191,7 @@ static void conclude(struct probe *p)
                  (long long)p->exit_status);
     if (!why[0] && take_answer(dv, p->buf ? p->buf : "", p->len, why, sizeof why))
         why[0] = 0;
-    pthread_mutex_lock(&dv->mu);
-    if (why[0]) {
-        snprintf(dv->probe_error, sizeof dv->probe_error, "%s", why);
-        if (!dv->answer)
-            snprintf(dv->reason, sizeof dv->reason, "%s", why);
-    }
-    dv->generation++;
-    dv->probed_at_ms = util_wall_ms();
-    dv->probing = false;
-    pthread_mutex_unlock(&dv->mu);
-    if (why[0])
-        log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(bin), log_q(why));
-    else
-        log_info("gpu_probe", "devices=%d reason=%s", dv->ndev,
-                 log_q(dv->reason[0] ? dv->reason : NULL));
+    attempt_over(dv, why);
 }
 
 /* ---- the probe child ---- */
@@ -329,15 +337,7 @@ static void probe_spawn_failed(struct devices *dv, int rc)
              "cannot run the GPU probe %.400s: %s (capd-gpuinfo is built "
              "when the HIP or CUDA runtime is found: docs/gpu.md)",
              dv->cfg->gpuinfo_bin, uv_strerror(rc));
-    pthread_mutex_lock(&dv->mu);
-    snprintf(dv->probe_error, sizeof dv->probe_error, "%s", why);
-    if (!dv->answer)
-        snprintf(dv->reason, sizeof dv->reason, "%s", why);
-    dv->generation++;
-    dv->probed_at_ms = util_wall_ms();
-    dv->probing = false;
-    pthread_mutex_unlock(&dv->mu);
-    log_warn("gpu_probe_failed", "probe=%s reason=%s", log_q(dv->cfg->gpuinfo_bin), log_q(why));
+    attempt_over(dv, why);
 }
 
 /*
@@ -476,12 +476,9 @@ static json_t *time_json(int64_t ms)
 {
     if (ms <= 0)
         return json_null();
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    char buf[40];
-    gmtime_r(&t, &tm);
-    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof buf - n, ".%03dZ", (int)(ms % 1000));
+    char buf[UTIL_TIME_TEXT_MAX];
+
+    util_time_text(ms, buf);
     return json_string(buf);
 }
 

@@ -158,62 +158,91 @@ static bool f_dup(const struct fast_val *keys, size_t n, const struct fast_val *
     return false;
 }
 
-/* An object whose members are all unknown to us: duplicates are found by
- * comparing every key with the previous ones. */
-static const char *f_obj(struct frame_parser *p, const char *s, const char *e, int depth)
+/* A member's name and the ':' after it: returns where its value starts
+ * (past white space, inside the line), or NULL. */
+static const char *f_key(const char *s, const char *e, struct fast_val *key)
 {
-    struct fast_val keys[FAST_MAX_MEMBERS];
-    struct fast_val v;
-    size_t nk = 0;
-
-    if (depth > FAST_MAX_DEPTH)
+    if (s >= e || *s != '"' || !(s = f_str(s, e, key)))
+        return NULL;
+    s = f_ws(s, e);
+    if (s >= e || *s != ':')
         return NULL;
     s = f_ws(s + 1, e);
-    if (s < e && *s == '}')
+    return s < e ? s : NULL;
+}
+
+/* Reads one member or element at s and returns where it ends, or NULL. */
+typedef const char *(*f_item_fn)(struct frame_parser *p, const char *s, const char *e, void *ctx);
+
+/* The members or elements of the object or array whose opening bracket is
+ * at s, up to the bracket CLOSE: each is read by ITEM, and they are
+ * separated by commas. Returns where the container ends, or NULL. */
+static inline const char *f_items(struct frame_parser *p, const char *s, const char *e, char close,
+                                  f_item_fn item, void *ctx)
+{
+    s = f_ws(s + 1, e);
+    if (s < e && *s == close)
         return s + 1;
     for (;;) {
-        if (s >= e || *s != '"' || nk == FAST_MAX_MEMBERS)
-            return NULL;
-        if (!(s = f_str(s, e, &keys[nk])) || f_dup(keys, nk, &keys[nk]))
-            return NULL;
-        nk++;
-        s = f_ws(s, e);
-        if (s >= e || *s != ':')
-            return NULL;
-        if (!(s = f_value(p, f_ws(s + 1, e), e, depth, &v)))
+        if (!(s = item(p, s, e, ctx)))
             return NULL;
         s = f_ws(s, e);
         if (s < e && *s == ',') {
             s = f_ws(s + 1, e);
             continue;
         }
-        if (s < e && *s == '}')
+        if (s < e && *s == close)
             return s + 1;
         return NULL;
     }
 }
 
-static const char *f_arr(struct frame_parser *p, const char *s, const char *e, int depth)
+/* An object of unknown members being read: its depth, and the names of
+ * the members seen so far, to find duplicates. */
+struct f_any {
+    int depth;
+    struct fast_val keys[FAST_MAX_MEMBERS];
+    size_t nk;
+};
+
+/* One element of an array of anything; CTX points to its depth. */
+static const char *f_any_elem(struct frame_parser *p, const char *s, const char *e, void *ctx)
 {
     struct fast_val v;
 
+    return f_value(p, s, e, *(int *)ctx, &v);
+}
+
+/* One member of an object whose members are all unknown to us: duplicates
+ * are found by comparing every key with the previous ones. */
+static const char *f_any_member(struct frame_parser *p, const char *s, const char *e, void *ctx)
+{
+    struct f_any *a = ctx;
+    struct fast_val v;
+
+    if (a->nk == FAST_MAX_MEMBERS || !(s = f_key(s, e, &a->keys[a->nk])) ||
+        f_dup(a->keys, a->nk, &a->keys[a->nk]))
+        return NULL;
+    a->nk++;
+    return f_value(p, s, e, a->depth, &v);
+}
+
+static const char *f_obj(struct frame_parser *p, const char *s, const char *e, int depth)
+{
+    struct f_any a;
+
     if (depth > FAST_MAX_DEPTH)
         return NULL;
-    s = f_ws(s + 1, e);
-    if (s < e && *s == ']')
-        return s + 1;
-    for (;;) {
-        if (!(s = f_value(p, s, e, depth, &v)))
-            return NULL;
-        s = f_ws(s, e);
-        if (s < e && *s == ',') {
-            s = f_ws(s + 1, e);
-            continue;
-        }
-        if (s < e && *s == ']')
-            return s + 1;
+    a.depth = depth;
+    a.nk = 0;
+    return f_items(p, s, e, '}', f_any_member, &a);
+}
+
+static const char *f_arr(struct frame_parser *p, const char *s, const char *e, int depth)
+{
+    if (depth > FAST_MAX_DEPTH)
         return NULL;
-    }
+    return f_items(p, s, e, ']', f_any_elem, &depth);
 }
 
 static const char *f_value(struct frame_parser *p, const char *s, const char *e, int depth,
@@ -246,33 +275,28 @@ static const char *f_value(struct frame_parser *p, const char *s, const char *e,
     }
 }
 
+/* One dimension of "shape": a non-negative integer, while there is room. */
+static const char *f_dim(struct frame_parser *p, const char *s, const char *e, void *ctx)
+{
+    struct frame_tensor *t = ctx;
+    struct fast_val v;
+
+    if ((*s != '-' && !f_digit(*s)) || t->ndim == FRAME_MAX_NDIM)
+        return NULL;
+    if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
+        return NULL;
+    t->shape[t->ndim++] = v.i;
+    return s;
+}
+
 /* "shape": an array of at most FRAME_MAX_NDIM non-negative integers. */
 static const char *f_shape(struct frame_parser *p, const char *s, const char *e,
                            struct frame_tensor *t)
 {
-    struct fast_val v;
-
     t->ndim = 0;
     if (s >= e || *s != '[')
         return NULL;
-    s = f_ws(s + 1, e);
-    if (s < e && *s == ']')
-        return s + 1;
-    for (;;) {
-        if (s >= e || (*s != '-' && !f_digit(*s)) || t->ndim == FRAME_MAX_NDIM)
-            return NULL;
-        if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
-            return NULL;
-        t->shape[t->ndim++] = v.i;
-        s = f_ws(s, e);
-        if (s < e && *s == ',') {
-            s = f_ws(s + 1, e);
-            continue;
-        }
-        if (s < e && *s == ']')
-            return s + 1;
-        return NULL;
-    }
+    return f_items(p, s, e, ']', f_dim, t);
 }
 
 /* The members of "stats" in frame_stats order: five reals, then four counts. */
@@ -284,73 +308,73 @@ static const struct {
     {"nan", 3}, {"pinf", 4}, {"ninf", 4}, {"zeros", 5},
 };
 
+/* The members of "stats" seen so far: the known ones by bit in SEEN, the
+ * names of the others in KEYS (to find duplicates). */
+struct f_stats_seen {
+    struct fast_val keys[FAST_MAX_MEMBERS];
+    unsigned seen;
+    size_t nk;
+};
+
+/* The value of stat_keys[k]: a real or null (k < 5) or a count (k >= 5). */
+static const char *f_stat_value(struct frame_parser *p, const char *s, const char *e, int k)
+{
+    struct fast_val v;
+
+    if (k < 5) {
+        if (*s == 'n')
+            return f_lit(s, e, "null", 4);
+        if (*s == '-' || f_digit(*s))
+            return f_num(p, s, e, &v);
+        return NULL;
+    }
+    if (*s != '-' && !f_digit(*s))
+        return NULL;
+    if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
+        return NULL;
+    return s;
+}
+
+/* One member of "stats": a known one is located in p->stat_at[], any other
+ * is skipped. */
+static const char *f_stat(struct frame_parser *p, const char *s, const char *e, void *ctx)
+{
+    struct f_stats_seen *st = ctx;
+    struct fast_val *key = &st->keys[st->nk];
+    struct fast_val v;
+    int k = -1;
+
+    if (st->nk == FAST_MAX_MEMBERS || !(s = f_key(s, e, key)))
+        return NULL;
+    for (int i = 0; i < 9 && k < 0; i++)
+        if (stat_keys[i].len == key->n && memcmp(stat_keys[i].name, key->s, key->n) == 0)
+            k = i;
+    if (k < 0) {
+        if (f_dup(st->keys, st->nk, key))
+            return NULL;
+        st->nk++;
+        return f_value(p, s, e, 2, &v);
+    }
+    if (st->seen & (1u << k))
+        return NULL;
+    st->seen |= 1u << k;
+    st->nk++;
+    p->stat_at[k] = s;
+    return f_stat_value(p, s, e, k);
+}
+
 /* "stats": known members typed as check_stats() wants them, others skipped.
  * Values are not converted, only located in p->stat_at[]. */
 static const char *f_stats(struct frame_parser *p, const char *s, const char *e)
 {
-    struct fast_val keys[FAST_MAX_MEMBERS];
-    struct fast_val v;
-    unsigned seen = 0;
-    size_t nk = 0;
-    int k;
+    struct f_stats_seen st;
 
     memset(p->stat_at, 0, sizeof(p->stat_at));
     if (s >= e || *s != '{')
         return NULL;
-    s = f_ws(s + 1, e);
-    if (s < e && *s == '}')
-        return s + 1;
-    for (;;) {
-        if (s >= e || *s != '"' || nk == FAST_MAX_MEMBERS)
-            return NULL;
-        if (!(s = f_str(s, e, &keys[nk])))
-            return NULL;
-        k = -1;
-        for (int i = 0; i < 9 && k < 0; i++)
-            if (stat_keys[i].len == keys[nk].n &&
-                memcmp(stat_keys[i].name, keys[nk].s, keys[nk].n) == 0)
-                k = i;
-        s = f_ws(s, e);
-        if (s >= e || *s != ':')
-            return NULL;
-        s = f_ws(s + 1, e);
-        if (s >= e)
-            return NULL;
-        if (k >= 0) {
-            if (seen & (1u << k))
-                return NULL;
-            seen |= 1u << k;
-            p->stat_at[k] = s;
-        } else if (f_dup(keys, nk, &keys[nk])) {
-            return NULL;
-        }
-        nk++;
-        if (k >= 0 && k < 5) {
-            if (*s == 'n')
-                s = f_lit(s, e, "null", 4);
-            else if (*s == '-' || f_digit(*s))
-                s = f_num(p, s, e, &v);
-            else
-                return NULL;
-        } else if (k >= 5) {
-            if (*s != '-' && !f_digit(*s))
-                return NULL;
-            if (!(s = f_num(p, s, e, &v)) || v.t != T_INT || v.i < 0)
-                return NULL;
-        } else {
-            s = f_value(p, s, e, 2, &v);
-        }
-        if (!s)
-            return NULL;
-        s = f_ws(s, e);
-        if (s < e && *s == ',') {
-            s = f_ws(s + 1, e);
-            continue;
-        }
-        if (s < e && *s == '}')
-            return s + 1;
-        return NULL;
-    }
+    st.seen = 0;
+    st.nk = 0;
+    return f_items(p, s, e, '}', f_stat, &st);
 }
 
 enum {
@@ -410,23 +434,25 @@ struct fast_hdr {
     uint64_t nbytes; /* 0 when absent */
 };
 
+/* The members of the header object seen so far: the known ones in H, the
+ * names of the others in UNKNOWN (kept to find duplicates). */
+struct fast_seen {
+    struct fast_hdr *h;
+    struct fast_val unknown[FAST_MAX_MEMBERS];
+    size_t nu;
+};
+
 /* One "name": value member of the header object at s, into h (a known
- * member) or unknown[] (any other, kept to find duplicates). Returns where
- * the value ends, or NULL. */
-static const char *fast_member(struct frame_parser *p, const char *s, const char *e,
-                               struct fast_hdr *h, struct fast_val *unknown, size_t *nu)
+ * member) or unknown[] (any other). Returns where the value ends, or NULL. */
+static const char *fast_member(struct frame_parser *p, const char *s, const char *e, void *ctx)
 {
+    struct fast_seen *fs = ctx;
+    struct fast_hdr *h = fs->h;
     struct fast_val key, scratch;
     struct fast_val *v = &scratch;
     int k;
 
-    if (s >= e || *s != '"' || !(s = f_str(s, e, &key)) || key.n == 0)
-        return NULL;
-    s = f_ws(s, e);
-    if (s >= e || *s != ':')
-        return NULL;
-    s = f_ws(s + 1, e);
-    if (s >= e)
+    if (!(s = f_key(s, e, &key)) || key.n == 0)
         return NULL;
     k = fast_key(&key);
     if (k >= 0) {
@@ -435,9 +461,9 @@ static const char *fast_member(struct frame_parser *p, const char *s, const char
         h->seen |= 1u << k;
         v = &h->vals[k];
     } else {
-        if (*nu == FAST_MAX_MEMBERS || f_dup(unknown, *nu, &key))
+        if (fs->nu == FAST_MAX_MEMBERS || f_dup(fs->unknown, fs->nu, &key))
             return NULL;
-        unknown[(*nu)++] = key;
+        fs->unknown[fs->nu++] = key;
     }
     if (k == K_SHAPE) {
         v->t = T_ARR;
@@ -456,28 +482,16 @@ static const char *fast_member(struct frame_parser *p, const char *s, const char
 static bool fast_scan(struct frame_parser *p, const char *text, size_t len, struct fast_hdr *h)
 {
     const char *s = text, *e = text + len;
-    struct fast_val unknown[FAST_MAX_MEMBERS];
-    size_t nu = 0;
+    struct fast_seen fs;
 
     s = f_ws(s, e);
     if (s >= e || *s != '{')
         return false;
-    s = f_ws(s + 1, e);
-    if (s < e && *s == '}')
+    fs.h = h;
+    fs.nu = 0;
+    if (!(s = f_items(p, s, e, '}', fast_member, &fs)))
         return false;
-    for (;;) {
-        if (!(s = fast_member(p, s, e, h, unknown, &nu)))
-            return false;
-        s = f_ws(s, e);
-        if (s < e && *s == ',') {
-            s = f_ws(s + 1, e);
-            continue;
-        }
-        if (s < e && *s == '}')
-            break;
-        return false;
-    }
-    return f_ws(s + 1, e) == e;
+    return f_ws(s, e) == e;
 }
 
 /* The same rules as check_tensor() of frame_check.c, without the words; fills h->nbytes and

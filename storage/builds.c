@@ -30,40 +30,14 @@ static json_t *build_row(sqlite3_stmt *st)
 
 int store_build_get(struct store *s, const char *name, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds WHERE name = ?", &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, name);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
-        *out = build_row(st);
-        rc = 0;
-    } else {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    }
-out:
-    sqlite3_finalize(st);
-    return rc;
+    return store_get_row(s, "SELECT " BUILD_COLS " FROM builds WHERE name = ?", build_row, out, "t",
+                         name);
 }
 
 int store_build_list(struct store *s, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    json_t *arr = json_array();
-    int rc = store_prepare(s, "SELECT " BUILD_COLS " FROM builds ORDER BY name", &st);
-    if (rc)
-        goto out;
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, build_row(st));
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
-    *out = json_pack("{s:O}", "builds", arr);
-out:
-    json_decref(arr);
-    sqlite3_finalize(st);
-    return rc;
+    return store_list_all(s, "SELECT " BUILD_COLS " FROM builds ORDER BY name", build_row, "builds",
+                          out);
 }
 
 int store_build_put(struct store *s, const char *name, json_t *b, bool replace, json_t **out)

@@ -66,32 +66,17 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
  * recomputes its job's state. Runs inside the caller's transaction. */
 static int claim_start(struct store *s, struct store_cell_run *r)
 {
-    sqlite3_stmt *st = NULL;
     int64_t now = util_wall_ms();
-    int rc = store_cached(s, SC_CELL_START,
-                          "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
-                          "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
-                          "WHERE seq=?1",
-                          &st);
+    int rc = store_run_cached(s, SC_CELL_START,
+                              "UPDATE cells SET state='running', attempts=?2, started_at=?3, "
+                              "finished_at=NULL, exit_code=NULL, signal=NULL, reason=NULL "
+                              "WHERE seq=?1",
+                              "IiI", r->cell_seq, r->attempt, now);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, r->cell_seq);
-    sqlite3_bind_int(st, 2, r->attempt);
-    sqlite3_bind_int64(st, 3, now);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_reset(st);
-    if (rc)
-        return rc;
-    if ((rc = store_cached(s, SC_ATTEMPT_INSERT,
-                           "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)", &st)) !=
-        0)
-        return rc;
-    sqlite3_bind_int64(st, 1, r->cell_seq);
-    sqlite3_bind_int(st, 2, r->attempt);
-    sqlite3_bind_int64(st, 3, now);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_reset(st);
-    if (rc)
+    if ((rc = store_run_cached(s, SC_ATTEMPT_INSERT,
+                               "INSERT INTO attempts(cell_seq, n, started_at) VALUES (?,?,?)",
+                               "IiI", r->cell_seq, r->attempt, now)) != 0)
         return rc;
     r->attempt_id = sqlite3_last_insert_rowid(s->db);
     return store_job_refresh_state(s, r->job_seq);

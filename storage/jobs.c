@@ -300,10 +300,25 @@ out:
     return rc;
 }
 
+/* A job of the list: its row and its cell counts, without the cells. */
+static int job_list_row(struct store *s, sqlite3_stmt *st, json_t **item, int64_t *cursor)
+{
+    json_t *job = job_row(st);
+    int rc;
+
+    *cursor = sqlite3_column_int64(st, 0);
+    if ((rc = job_add_cells(s, *cursor, job)) != 0) {
+        json_decref(job);
+        return rc;
+    }
+    json_object_del(job, "cells");
+    *item = job;
+    return 0;
+}
+
 int store_job_list(struct store *s, const struct store_job_filter *f, json_t **out)
 {
     sqlite3_stmt *st = NULL;
-    json_t *arr = json_array();
     char sql[1024];
     int rc;
     /* Keyset pagination on the internal sequence: stable under inserts,
@@ -322,30 +337,8 @@ int store_job_list(struct store *s, const struct store_job_filter *f, json_t **o
     store_bind_text(st, 5, f->project);
     sqlite3_bind_int64(st, 6, f->before_seq);
     sqlite3_bind_int(st, 7, f->limit + 1);
-    int src, n = 0;
-    int64_t last = 0;
-    bool more = false;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == f->limit) {
-            more = true;
-            break;
-        }
-        json_t *job = job_row(st);
-        last = sqlite3_column_int64(st, 0);
-        if ((rc = job_add_cells(s, last, job)) != 0) {
-            json_decref(job);
-            goto out;
-        }
-        json_object_del(job, "cells");
-        json_array_append_new(arr, job);
-        n++;
-    }
-    if (!more && (rc = store_rc(s, src)) != 0)
-        goto out;
-    *out = store_page("jobs", arr, more, 's', last);
-    rc = 0;
+    rc = store_page(s, st, f->limit, job_list_row, "jobs", 's', out);
 out:
-    json_decref(arr);
     sqlite3_finalize(st);
     return rc;
 }
@@ -422,37 +415,24 @@ out:
 
 int store_branch_put(struct store *s, const char *name, const char *control, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "INSERT INTO branches(name, control_commit, updated_at) VALUES (?,?,?) "
-                           "ON CONFLICT(name) DO UPDATE SET control_commit=excluded.control_commit,"
-                           " updated_at=excluded.updated_at",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, name);
-    store_bind_text(st, 2, control);
-    sqlite3_bind_int64(st, 3, util_wall_ms());
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
+    int rc = store_run(s,
+                       "INSERT INTO branches(name, control_commit, updated_at) VALUES (?,?,?) "
+                       "ON CONFLICT(name) DO UPDATE SET control_commit=excluded.control_commit,"
+                       " updated_at=excluded.updated_at",
+                       "ttI", name, control, util_wall_ms());
     return rc ? rc : store_branch_get(s, name, out);
+}
+
+static json_t *branch_row(sqlite3_stmt *st)
+{
+    return json_pack("{s:o,s:o,s:o}", "name", store_col_str(st, 0), "control_commit",
+                     store_col_str(st, 1), "updated_at", store_col_time(st, 2));
 }
 
 int store_branch_get(struct store *s, const char *name, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc =
-        store_prepare(s, "SELECT name, control_commit, updated_at FROM branches WHERE name=?", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, name);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *out = json_pack("{s:o,s:o,s:o}", "name", store_col_str(st, 0), "control_commit",
-                         store_col_str(st, 1), "updated_at", store_col_time(st, 2));
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    return store_get_row(s, "SELECT name, control_commit, updated_at FROM branches WHERE name=?",
+                         branch_row, out, "t", name);
 }
 
 /* "+state": the unary plus keeps SQLite off the jobs_state index, which

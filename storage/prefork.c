@@ -14,28 +14,18 @@
 int store_build_prefork_set(struct store *s, const char *name, int64_t rev, const char *state,
                             const char *reason)
 {
-    sqlite3_stmt *st = NULL;
     int rc = store_flush(s);
     if (rc)
         return rc;
     if ((rc = store_begin(s)) != 0)
         return rc;
-    rc = store_prepare(s,
-                       "UPDATE builds SET prefork_state=?1, prefork_reason=?2, "
-                       "prefork_checked_at=?3 WHERE name=?4 AND updated_at=?5 AND prefork=1",
-                       &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, state);
-    store_bind_text(st, 2, reason);
-    sqlite3_bind_int64(st, 3, util_wall_ms());
-    store_bind_text(st, 4, name);
-    sqlite3_bind_int64(st, 5, rev);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+    if ((rc = store_run(s,
+                        "UPDATE builds SET prefork_state=?1, prefork_reason=?2, "
+                        "prefork_checked_at=?3 WHERE name=?4 AND updated_at=?5 AND prefork=1",
+                        "ttItI", state, reason, util_wall_ms(), name, rev)) != 0)
         goto out;
     rc = store_commit(s);
 out:
-    sqlite3_finalize(st);
     if (rc)
         store_rollback(s);
     return rc;

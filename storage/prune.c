@@ -77,35 +77,6 @@ static int temp_tables(struct store *s)
                          "DELETE FROM temp.prune_blobs; DELETE FROM temp.prune_gone;");
 }
 
-static int fill_keep(struct store *s, int keep, struct store_prune_report *r)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = store_exec(s, "DELETE FROM temp.prune_keep");
-    if (rc == 0)
-        rc = store_prepare(s, keep_sql, &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int(st, 1, keep);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
-    st = NULL;
-    if (rc)
-        return rc;
-    if ((rc = store_prepare(s,
-                            "SELECT count(*), count(*) FILTER (WHERE commit_sha IN "
-                            "(SELECT commit_sha FROM temp.prune_keep)) FROM main.jobs",
-                            &st)) != 0)
-        return rc;
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        r->jobs = sqlite3_column_int64(st, 0);
-        r->jobs_kept = sqlite3_column_int64(st, 1);
-    } else {
-        rc = -EIO;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* Runs a one-row query (binding ?1 to BIND when it has a parameter) and
  * reads its first one or two integer columns. */
 static int one_row(struct store *s, const char *sql, int64_t bind, int64_t *a, int64_t *b)
@@ -127,6 +98,21 @@ static int one_row(struct store *s, const char *sql, int64_t bind, int64_t *a, i
     }
     sqlite3_finalize(st);
     return rc;
+}
+
+/* temp.prune_keep: the commits the policy keeps with KEEP heads a branch;
+ * and how many jobs there are, and how many of them it keeps. */
+static int fill_keep(struct store *s, int keep, struct store_prune_report *r)
+{
+    int rc = store_exec(s, "DELETE FROM temp.prune_keep");
+    if (rc == 0)
+        rc = store_run(s, keep_sql, "i", keep);
+    if (rc)
+        return rc;
+    return one_row(s,
+                   "SELECT count(*), count(*) FILTER (WHERE commit_sha IN "
+                   "(SELECT commit_sha FROM temp.prune_keep)) FROM main.jobs",
+                   0, &r->jobs, &r->jobs_kept);
 }
 
 /* Keeps SQLite's message for the report before a rollback replaces it. */
@@ -383,33 +369,20 @@ out:
  * temp.prune_gone for unlink_gone. Runs inside the caller's transaction. */
 static int prune_job(struct store *s, int64_t seq, struct store_prune_report *r, int64_t *detached)
 {
-    sqlite3_stmt *st = NULL;
     int64_t nblobs = 0, nbytes = 0;
     int rc = store_exec(s, "DELETE FROM temp.prune_blobs");
     if (rc)
         return rc;
-    if ((rc = store_prepare(s,
-                            "INSERT OR IGNORE INTO temp.prune_blobs(hash) SELECT r.blob_hash FROM "
-                            "main.records r WHERE r.attempt_id IN (" JOB_ATTEMPTS
-                            ") AND r.blob_hash IS NOT NULL",
-                            &st)) != 0)
+    if ((rc = store_run(s,
+                        "INSERT OR IGNORE INTO temp.prune_blobs(hash) SELECT r.blob_hash FROM "
+                        "main.records r WHERE r.attempt_id IN (" JOB_ATTEMPTS
+                        ") AND r.blob_hash IS NOT NULL",
+                        "I", seq)) != 0)
         return rc;
-    sqlite3_bind_int64(st, 1, seq);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
-    st = NULL;
-    if (rc)
-        return rc;
-    if ((rc = store_prepare(s,
-                            "UPDATE main.records SET blob_hash = NULL WHERE blob_hash IS NOT NULL "
-                            "AND attempt_id IN (" JOB_ATTEMPTS ")",
-                            &st)) != 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, seq);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
-    st = NULL;
-    if (rc)
+    if ((rc = store_run(s,
+                        "UPDATE main.records SET blob_hash = NULL WHERE blob_hash IS NOT NULL "
+                        "AND attempt_id IN (" JOB_ATTEMPTS ")",
+                        "I", seq)) != 0)
         return rc;
     *detached = sqlite3_changes(s->db);
     /* Blobs are content-addressed and shared between jobs: after the

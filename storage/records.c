@@ -382,12 +382,25 @@ out:
     return rc;
 }
 
+/* A record of the list: its header, with its sequence and blob added. */
+static int record_list_row(struct store *s, sqlite3_stmt *st, json_t **item, int64_t *cursor)
+{
+    json_t *h = store_col_json(st, 1);
+
+    (void)s;
+    *cursor = sqlite3_column_int64(st, 0);
+    json_object_set_new(h, "record", json_integer(*cursor));
+    if (sqlite3_column_type(st, 2) != SQLITE_NULL)
+        json_object_set_new(h, "blob", store_col_str(st, 2));
+    *item = h;
+    return 0;
+}
+
 int store_records_list(struct store *s, const char *job_id, const char *cell_id, const char *kind,
                        int64_t after, int limit, json_t **out)
 {
     sqlite3_stmt *st = NULL;
     int64_t cell_seq, attempt;
-    json_t *arr = json_array();
     int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
     if (rc)
         goto out;
@@ -400,28 +413,8 @@ int store_records_list(struct store *s, const char *job_id, const char *cell_id,
     sqlite3_bind_int64(st, 2, after);
     store_bind_text(st, 3, kind);
     sqlite3_bind_int(st, 4, limit + 1);
-    int n = 0, src;
-    int64_t last = -1;
-    bool more = false;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == limit) {
-            more = true;
-            break;
-        }
-        last = sqlite3_column_int64(st, 0);
-        json_t *h = store_col_json(st, 1);
-        json_object_set_new(h, "record", json_integer(last));
-        if (sqlite3_column_type(st, 2) != SQLITE_NULL)
-            json_object_set_new(h, "blob", store_col_str(st, 2));
-        json_array_append_new(arr, h);
-        n++;
-    }
-    if (!more && (rc = store_rc(s, src)) != 0)
-        goto out;
-    *out = store_page("records", arr, more, 'r', last);
-    rc = 0;
+    rc = store_page(s, st, limit, record_list_row, "records", 'r', out);
 out:
-    json_decref(arr);
     sqlite3_finalize(st);
     return rc;
 }

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,13 +334,9 @@ json_t *store_col_time(sqlite3_stmt *st, int col)
 {
     if (sqlite3_column_type(st, col) == SQLITE_NULL)
         return json_null();
-    int64_t ms = sqlite3_column_int64(st, col);
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    char buf[40];
-    gmtime_r(&t, &tm);
-    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof buf - n, ".%03dZ", (int)(ms % 1000));
+    char buf[UTIL_TIME_TEXT_MAX];
+
+    util_time_text(sqlite3_column_int64(st, col), buf);
     return json_string(buf);
 }
 
@@ -351,16 +348,133 @@ void store_bind_text(sqlite3_stmt *st, int i, const char *v)
         sqlite3_bind_null(st, i);
 }
 
-/* A page of a keyset-paginated list: {NAME: ARR, "next_cursor": PREFIX<last>
- * or null}. The cursor is opaque to clients; the prefix tells the lists'
- * cursors apart. */
-json_t *store_page(const char *name, json_t *arr, bool more, char prefix, int64_t last)
+/* Binds ?1, ?2, ... of ST from AP, one argument a letter of TYPES: 'i' an
+ * int, 'I' an int64_t, 't' a string (NULL binds NULL). */
+static void bind_va(sqlite3_stmt *st, const char *types, va_list ap)
 {
-    json_t *cursor = json_null();
+    for (int i = 0; types[i]; i++) {
+        if (types[i] == 'i')
+            sqlite3_bind_int(st, i + 1, va_arg(ap, int));
+        else if (types[i] == 'I')
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+        else
+            store_bind_text(st, i + 1, va_arg(ap, const char *));
+    }
+}
+
+/* SQL run once to completion: prepared and finalized when WHICH is -1,
+ * else the cached statement WHICH, reset. */
+static int run_va(struct store *s, int which, const char *sql, const char *types, va_list ap)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = which < 0 ? store_prepare(s, sql, &st) : store_cached(s, which, sql, &st);
+
+    if (rc)
+        return rc;
+    bind_va(st, types, ap);
+    rc = store_rc(s, sqlite3_step(st));
+    if (which < 0)
+        sqlite3_finalize(st);
+    else
+        sqlite3_reset(st);
+    return rc;
+}
+
+int store_run(struct store *s, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, types);
+    rc = run_va(s, -1, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int store_run_cached(struct store *s, int which, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, types);
+    rc = run_va(s, which, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int store_get_row(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st), json_t **out,
+                  const char *types, ...)
+{
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    int src, rc = store_prepare(s, sql, &st);
+
+    if (rc)
+        return rc;
+    va_start(ap, types);
+    bind_va(st, types, ap);
+    va_end(ap);
+    src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *out = row(st);
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* {NAME: [every row of SQL, each made an element by ROW]}. */
+int store_list_all(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st),
+                   const char *name, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *arr = json_array();
+    int src, rc = store_prepare(s, sql, &st);
+
+    if (rc)
+        goto out;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(arr, row(st));
+    if ((rc = store_rc(s, src)) != 0)
+        goto out;
+    *out = json_pack("{s:O}", name, arr);
+out:
+    json_decref(arr);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* A page of a keyset-paginated list: {NAME: [...], "next_cursor":
+ * PREFIX<last> or null}. The cursor is opaque to clients; the prefix tells
+ * the lists' cursors apart. */
+int store_page(struct store *s, sqlite3_stmt *st, int limit, store_row_fn row, const char *name,
+               char prefix, json_t **out)
+{
+    json_t *arr = json_array(), *cursor;
+    int64_t last = 0;
+    int n = 0, src, rc = 0;
+    bool more = false;
+
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *item = NULL;
+        if (n == limit) {
+            more = true;
+            break;
+        }
+        if ((rc = row(s, st, &item, &last)) != 0)
+            goto out;
+        json_array_append_new(arr, item);
+        n++;
+    }
+    if (!more && (rc = store_rc(s, src)) != 0)
+        goto out;
+    cursor = json_null();
     if (more) {
         char c[32];
         snprintf(c, sizeof c, "%c%lld", prefix, (long long)last);
         cursor = json_string(c);
     }
-    return json_pack("{s:O,s:o}", name, arr, "next_cursor", cursor);
+    *out = json_pack("{s:O,s:o}", name, arr, "next_cursor", cursor);
+out:
+    json_decref(arr);
+    return rc;
 }

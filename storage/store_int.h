@@ -88,7 +88,29 @@ json_t *store_col_str(sqlite3_stmt *st, int col);
 json_t *store_col_int(sqlite3_stmt *st, int col);
 json_t *store_col_time(sqlite3_stmt *st, int col);
 json_t *store_cell_row(sqlite3_stmt *st, int c0);
-json_t *store_page(const char *name, json_t *arr, bool more, char prefix, int64_t last);
+/* One statement run to completion, its parameters ?1, ?2, ... bound from
+ * the arguments after TYPES, a letter each: 'i' an int, 'I' an int64_t,
+ * 't' a string (NULL binds NULL). store_run prepares and finalizes SQL,
+ * store_run_cached uses (and resets) the cached statement WHICH (SC_*).
+ * 0 or a store error; sqlite3_changes() tells what it changed. */
+int store_run(struct store *s, const char *sql, const char *types, ...);
+int store_run_cached(struct store *s, int which, const char *sql, const char *types, ...);
+/* The first row of SQL (parameters as for store_run) as ROW makes it, into
+ * *OUT; -ENOENT when there is none. */
+int store_get_row(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st), json_t **out,
+                  const char *types, ...);
+/* A whole list: {NAME: [every row of SQL, each made an element by ROW]}. */
+int store_list_all(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st),
+                   const char *name, json_t **out);
+/* One row of a list as its element in *ITEM, and its keyset cursor in
+ * *CURSOR; 0 or a negative errno. */
+typedef int (*store_row_fn)(struct store *s, sqlite3_stmt *st, json_t **item, int64_t *cursor);
+/* A keyset-paginated list from ST, which asks for LIMIT + 1 rows (>= 1;
+ * the extra one says there are more): ROW turns each of the first LIMIT
+ * into an element; *OUT is {NAME: [...], "next_cursor": PREFIX<cursor of
+ * the last> or null}. ST stays the caller's to finalize. */
+int store_page(struct store *s, sqlite3_stmt *st, int limit, store_row_fn row, const char *name,
+               char prefix, json_t **out);
 void store_bind_text(sqlite3_stmt *st, int i, const char *v);
 
 #define CELL_COLS                                                                                  \

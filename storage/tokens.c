@@ -78,17 +78,8 @@ static json_t *token_row(sqlite3_stmt *st)
 
 static int token_get(struct store *s, const char *id, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens WHERE id = ?", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *out = token_row(st);
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    return store_get_row(s, "SELECT " TOKEN_COLS " FROM tokens WHERE id = ?", token_row, out, "t",
+                         id);
 }
 
 int store_token_create(struct store *s, int scope, const char *name, int64_t expires_at,
@@ -199,35 +190,14 @@ out:
 
 int store_token_list(struct store *s, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    json_t *arr = json_array();
-    int rc =
-        store_prepare(s, "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at DESC, id", &st);
-    if (rc)
-        goto out;
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, token_row(st));
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
-    *out = json_pack("{s:O}", "tokens", arr);
-out:
-    json_decref(arr);
-    sqlite3_finalize(st);
-    return rc;
+    return store_list_all(s, "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at DESC, id",
+                          token_row, "tokens", out);
 }
 
 int store_token_revoke(struct store *s, const char *id)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(
-        s, "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, id);
-    sqlite3_bind_int64(st, 2, util_wall_ms());
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
+    int rc = store_run(s, "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                       "tI", id, util_wall_ms());
     if (rc == 0 && sqlite3_changes(s->db) == 0) {
         json_t *t = NULL;
         rc = token_get(s, id, &t);

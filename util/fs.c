@@ -56,6 +56,17 @@ int util_rm_tree(const char *dir)
     return 0;
 }
 
+/* read(2) retried when a signal interrupts it: bytes read, 0 at the end,
+ * or -errno. */
+static ssize_t read_some(int fd, void *p, size_t n)
+{
+    for (;;) {
+        ssize_t r = read(fd, p, n);
+        if (r >= 0 || errno != EINTR)
+            return r < 0 ? -errno : r;
+    }
+}
+
 int util_slurp_fd(int fd, size_t max, char **out, size_t *len_out)
 {
     *out = NULL;
@@ -78,11 +89,9 @@ int util_slurp_fd(int fd, size_t max, char **out, size_t *len_out)
             /* Full: one more byte tells a file that grew past MAX (or a
              * pipe) from one that ends here. */
             char probe;
-            ssize_t r = read(fd, &probe, 1);
-            if (r < 0 && errno == EINTR)
-                continue;
+            ssize_t r = read_some(fd, &probe, 1);
             if (r < 0) {
-                rc = -errno;
+                rc = (int)r;
                 goto out;
             }
             if (r == 0)
@@ -102,11 +111,9 @@ int util_slurp_fd(int fd, size_t max, char **out, size_t *len_out)
             buf[len++] = probe;
             continue;
         }
-        ssize_t r = read(fd, buf + len, cap - 1 - len);
-        if (r < 0 && errno == EINTR)
-            continue;
+        ssize_t r = read_some(fd, buf + len, cap - 1 - len);
         if (r < 0) {
-            rc = -errno;
+            rc = (int)r;
             goto out;
         }
         if (r == 0)

@@ -62,13 +62,8 @@ void log_event(enum log_level l, const char *event, const char *fmt, ...)
     if (l < min_level)
         return;
     char line[2048];
-    int64_t now = util_wall_ms();
-    time_t sec = (time_t)(now / 1000);
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, ".%03dZ level=%s event=%s", (int)(now % 1000),
-                          names[l], event);
+    size_t n = util_time_text(util_wall_ms(), line);
+    n += (size_t)snprintf(line + n, sizeof line - n, " level=%s event=%s", names[l], event);
     if (fmt && *fmt && n < sizeof line - 2) {
         line[n++] = ' ';
         va_list ap;
