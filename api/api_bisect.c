@@ -48,8 +48,8 @@ static bool has_commit(json_t *list, const char *c, size_t *at)
  * the threshold. Fills E and returns false on bad input. */
 static bool check_fields(struct api_verr *e, json_t *body)
 {
-    static const char *const fields[] = {"project", "build",   "branch",    "commits",
-                                         "good",    "bad",     "matrix",    "options",
+    static const char *const fields[] = {"project", "build",     "branch",    "commits",
+                                         "good",    "bad",       "matrix",    "options",
                                          "labels",  "predicate", "threshold", NULL};
     const char *k;
     json_t *v;
@@ -61,12 +61,12 @@ static bool check_fields(struct api_verr *e, json_t *body)
     const char *good = json_string_value(json_object_get(body, "good"));
     const char *bad = json_string_value(json_object_get(body, "bad"));
     if (!api_valid_hex(good, 7, 64))
-        return api_verr_set(e, "invalid_field", "good", "good must be a commit: 7 to 64 hex digits");
+        return api_verr_set(e, "invalid_field", "good",
+                            "good must be a commit: 7 to 64 hex digits");
     if (!api_valid_hex(bad, 7, 64))
         return api_verr_set(e, "invalid_field", "bad", "bad must be a commit: 7 to 64 hex digits");
     if (strcmp(good, bad) == 0)
-        return api_verr_set(e, "invalid_field", "bad", "good and bad are the same commit %s",
-                            good);
+        return api_verr_set(e, "invalid_field", "bad", "good and bad are the same commit %s", good);
     if (!one_of(json_string_value(json_object_get(body, "predicate")), predicates))
         return api_verr_set(e, "invalid_field", "predicate",
                             "predicate must be numerics, outcome or perf");
@@ -95,8 +95,8 @@ static bool commit_range(struct api_verr *e, json_t *list, const char *good, con
             has_commit(all, json_string_value(v), &dup)) {
             json_decref(all);
             return api_verr_set(e, "invalid_field", field,
-                                "%s[%zu] must be a commit (7 to 64 hex digits) listed once",
-                                field, i);
+                                "%s[%zu] must be a commit (7 to 64 hex digits) listed once", field,
+                                i);
         }
         json_array_append(all, v);
     }
@@ -130,10 +130,10 @@ static bool commit_range(struct api_verr *e, json_t *list, const char *good, con
 static bool job_template(struct api_req *r, json_t *body, json_t *build, struct api_verr *e,
                          json_t **norm)
 {
-    json_t *jb = json_pack("{s:O,s:O,s:O,s:O}", "project", json_object_get(body, "project"),
-                           "commit", json_object_get(body, "good"), "build",
-                           json_object_get(body, "build"), "matrix",
-                           json_object_get(body, "matrix"));
+    json_t *jb =
+        json_pack("{s:O,s:O,s:O,s:O}", "project", json_object_get(body, "project"), "commit",
+                  json_object_get(body, "good"), "build", json_object_get(body, "build"), "matrix",
+                  json_object_get(body, "matrix"));
     if (!jb)
         return api_verr_set(e, "invalid_field", "project",
                             "project, build and matrix are required");
@@ -176,8 +176,8 @@ static bool bisect_request(struct api_req *r, json_t *body, struct store_bisect_
         goto out;
     }
     if (!cl) {
-        if ((rc = store_branch_commits(api_store(r), json_string_value(json_object_get(
-                                                         body, "project")),
+        if ((rc = store_branch_commits(api_store(r),
+                                       json_string_value(json_object_get(body, "project")),
                                        n->branch, &list)) != 0) {
             *ret = api_store_error(r, rc, "branch");
             goto fail;

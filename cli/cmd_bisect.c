@@ -21,7 +21,7 @@ static const struct ctl_opt bisect_opts[] = {
     {"bad", CTL_VALUE, "SHA", "a later commit that is bad (required)"},
     {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
     {"commits-from-git", CTL_VALUE, "DIR",
-     "take the commits from git rev-list --first-parent GOOD..BAD in DIR"},
+     "take the commits from git: the first-parent line GOOD..BAD in DIR"},
     {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
     {"models", CTL_VALUE, "a,b", "models, comma-separated (required)"},
     {"widths", CTL_VALUE, "x,y", "widths, comma-separated (required)"},
@@ -96,8 +96,7 @@ static int split(const struct ctl_args *a, const char *flag, json_t **out)
         json_t *v = n ? json_stringn(p, n) : NULL;
         if (!v) {
             json_decref(arr);
-            return ctl_usage_error(a->cmd, "--%s has an empty or non-UTF-8 item in '%s'", flag,
-                                   s);
+            return ctl_usage_error(a->cmd, "--%s has an empty or non-UTF-8 item in '%s'", flag, s);
         }
         json_array_append_new(arr, v);
         if (!e)
@@ -144,9 +143,9 @@ static int bisect_body(const struct ctl_args *a, json_t **out)
         if ((rc = split(a, axes[i], &l)) == 0)
             json_object_set_new(matrix, axes[i], l);
     }
-    json_object_set_new(body, "predicate",
-                        json_string(ctl_arg(a, "predicate") ? ctl_arg(a, "predicate")
-                                                            : "numerics"));
+    json_object_set_new(
+        body, "predicate",
+        json_string(ctl_arg(a, "predicate") ? ctl_arg(a, "predicate") : "numerics"));
     if (!rc && ctl_arg(a, "threshold")) {
         char *end = NULL;
         double t = strtod(ctl_arg(a, "threshold"), &end);
@@ -207,13 +206,12 @@ static int print_bisect(json_t *b)
 }
 
 /* Polls bisection ID until it is no longer running. */
-static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const char *id,
-                       json_t **out)
+static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const char *id, json_t **out)
 {
     double timeout = 0, t0 = ctl_now_s();
-    int rc = ctl_arg(a, "timeout") ? ctl_seconds_arg(a->cmd, "timeout", ctl_arg(a, "timeout"),
-                                                     &timeout)
-                                   : 0;
+    int rc = ctl_arg(a, "timeout")
+                 ? ctl_seconds_arg(a->cmd, "timeout", ctl_arg(a, "timeout"), &timeout)
+                 : 0;
     struct ctl_progress pg;
     ctl_progress_init(&pg);
     while (rc == 0) {

@@ -137,8 +137,7 @@ static json_t *probe_request(struct bs *x, size_t i)
     json_object_del(req, "commit_time");
     json_object_del(req, "parents");
     bool paired = strcmp(x->predicate, "perf") == 0 && i != 0;
-    json_object_set_new(req, "control_commit",
-                        paired ? json_string(commit_at(x, 0)) : json_null());
+    json_object_set_new(req, "control_commit", paired ? json_string(commit_at(x, 0)) : json_null());
     json_t *labels = json_object_get(req, "labels");
     if (json_is_object(labels))
         json_object_set_new(labels, "bisect", json_string(x->id));
@@ -169,10 +168,10 @@ static int probe_start(struct store *st, const struct capd_config *cfg, struct b
         return probe_put(st, x, i, round, NULL, false, "pending", NULL, NULL);
     if (rc)
         return rc;
-    rc = probe_put(st, x, i, round, json_string_value(json_object_get(job, "id")), false,
-                   "running", NULL, NULL);
-    log_info("bisect_probe", "bisect=%s commit=%s round=%d job=%s", x->id, commit_at(x, i),
-             round, json_string_value(json_object_get(job, "id")));
+    rc = probe_put(st, x, i, round, json_string_value(json_object_get(job, "id")), false, "running",
+                   NULL, NULL);
+    log_info("bisect_probe", "bisect=%s commit=%s round=%d job=%s", x->id, commit_at(x, i), round,
+             json_string_value(json_object_get(job, "id")));
     json_decref(job);
     x->created = true;
     return rc;
@@ -250,13 +249,14 @@ static json_t *verdict_summary(const char *judged, json_t *result)
     json_array_foreach(json_object_get(result, "cells"), i, c)
     {
         json_t *perf = json_object_get(c, "perf");
-        json_array_append_new(
-            cells, json_pack("{s:O,s:O,s:O,s:O,s:O,s:O?,s:O?}", "model", json_object_get(c, "model"),
-                             "width", json_object_get(c, "width"), "pass",
-                             json_object_get(c, "pass"), "status", json_object_get(c, "status"),
-                             "outcome_change", json_object_get(c, "outcome_change"),
-                             "perf_verdict", json_object_get(perf, "verdict"), "perf_ratio",
-                             json_object_get(perf, "ratio")));
+        json_array_append_new(cells, json_pack("{s:O,s:O,s:O,s:O,s:O,s:O?,s:O?}", "model",
+                                               json_object_get(c, "model"), "width",
+                                               json_object_get(c, "width"), "pass",
+                                               json_object_get(c, "pass"), "status",
+                                               json_object_get(c, "status"), "outcome_change",
+                                               json_object_get(c, "outcome_change"), "perf_verdict",
+                                               json_object_get(perf, "verdict"), "perf_ratio",
+                                               json_object_get(perf, "ratio")));
     }
     return json_pack("{s:s,s:O,s:O,s:o}", "judged", judged, "verdict",
                      json_object_get(result, "verdict"), "counts",
@@ -318,8 +318,8 @@ static int probes_advance(struct store *st, const struct capd_config *cfg, struc
             rc = store_job_get(st, job, &j);
             const char *js = rc == 0 ? json_string_value(json_object_get(j, "state")) : NULL;
             if (rc == -ENOENT)
-                rc = probe_put(st, x, i, (int)json_integer_value(json_object_get(p, "round")),
-                               job, false, "skipped", "its job was deleted", NULL);
+                rc = probe_put(st, x, i, (int)json_integer_value(json_object_get(p, "round")), job,
+                               false, "skipped", "its job was deleted", NULL);
             else if (js && (strcmp(js, "done") == 0 || strcmp(js, "cancelled") == 0))
                 rc = probe_judge(st, x, i, job, js);
             json_decref(j);
@@ -364,11 +364,10 @@ static int bs_finish(struct store *st, struct bs *x, size_t lo, size_t hi)
         json_decref(cand);
         return rc;
     }
-    json_t *res = json_pack("{s:s,s:s,s:b,s:o,s:i,s:o}", "first_bad", commit_at(x, hi),
-                            "last_good", commit_at(x, lo), "exact", json_array_size(cand) == 0,
-                            "candidates", cand, "rounds", x->round, "evidence", ev);
-    log_info("bisect_done", "bisect=%s first_bad=%s rounds=%d", x->id, commit_at(x, hi),
-             x->round);
+    json_t *res = json_pack("{s:s,s:s,s:b,s:o,s:i,s:o}", "first_bad", commit_at(x, hi), "last_good",
+                            commit_at(x, lo), "exact", json_array_size(cand) == 0, "candidates",
+                            cand, "rounds", x->round, "evidence", ev);
+    log_info("bisect_done", "bisect=%s first_bad=%s rounds=%d", x->id, commit_at(x, hi), x->round);
     rc = res ? store_bisect_set(st, x->id, "done", x->round, NULL, res) : -ENOMEM;
     json_decref(res);
     x->ended = true;

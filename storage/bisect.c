@@ -94,9 +94,10 @@ static json_t *probe_row(sqlite3_stmt *st)
                           store_col_str(st, 5), "skipped_reason", json_null(), "verdict",
                           store_col_json(st, 7), "updated_at", store_col_time(st, 8));
     if (p && sqlite3_column_type(st, 6) != SQLITE_NULL)
-        json_object_set_new(p, strcmp((const char *)sqlite3_column_text(st, 5), "skipped") == 0
-                                   ? "skipped_reason"
-                                   : "reason",
+        json_object_set_new(p,
+                            strcmp((const char *)sqlite3_column_text(st, 5), "skipped") == 0
+                                ? "skipped_reason"
+                                : "reason",
                             store_col_str(st, 6));
     return p;
 }
@@ -134,15 +135,14 @@ out:
 static json_t *bisect_row(sqlite3_stmt *st, bool full)
 {
     json_t *commits = store_col_json(st, 7);
-    json_t *b = json_pack(
-        "{s:o,s:o,s:o,s:o,s:o,s:f,s:o,s:I,s:I,s:o,s:o,s:o,s:o}", "id", store_col_str(st, 1),
-        "project", store_col_str(st, 2), "build", store_col_str(st, 3), "branch",
-        store_col_str(st, 4), "predicate", store_col_str(st, 5), "threshold",
-        sqlite3_column_double(st, 6), "state", store_col_str(st, 9), "round",
-        (json_int_t)sqlite3_column_int64(st, 10), "commit_count",
-        (json_int_t)json_array_size(commits), "reason", store_col_str(st, 11), "created_at",
-        store_col_time(st, 13), "updated_at", store_col_time(st, 14), "finished_at",
-        store_col_time(st, 15));
+    json_t *b = json_pack("{s:o,s:o,s:o,s:o,s:o,s:f,s:o,s:I,s:I,s:o,s:o,s:o,s:o}", "id",
+                          store_col_str(st, 1), "project", store_col_str(st, 2), "build",
+                          store_col_str(st, 3), "branch", store_col_str(st, 4), "predicate",
+                          store_col_str(st, 5), "threshold", sqlite3_column_double(st, 6), "state",
+                          store_col_str(st, 9), "round", (json_int_t)sqlite3_column_int64(st, 10),
+                          "commit_count", (json_int_t)json_array_size(commits), "reason",
+                          store_col_str(st, 11), "created_at", store_col_time(st, 13), "updated_at",
+                          store_col_time(st, 14), "finished_at", store_col_time(st, 15));
     if (b) {
         json_object_set(b, "good", json_array_get(commits, 0));
         json_object_set(b, "bad", json_array_get(commits, json_array_size(commits) - 1));
@@ -214,8 +214,8 @@ int store_bisect_running(struct store *s, char (*ids)[16], int max, int *n)
 {
     sqlite3_stmt *st = NULL;
     *n = 0;
-    int rc = store_prepare(s, "SELECT id FROM bisections WHERE state = 'running' ORDER BY seq",
-                           &st);
+    int rc =
+        store_prepare(s, "SELECT id FROM bisections WHERE state = 'running' ORDER BY seq", &st);
     if (rc)
         return rc;
     int src;
@@ -329,8 +329,8 @@ int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out)
     return rc;
 }
 
-int store_job_reusable(struct store *s, const char *project, const char *build,
-                       const char *commit, const char *control_commit, char id_out[16])
+int store_job_reusable(struct store *s, const char *project, const char *build, const char *commit,
+                       const char *control_commit, char id_out[16])
 {
     sqlite3_stmt *st = NULL;
     int rc = store_prepare(s,

@@ -10,7 +10,6 @@
  * ceil(log2(30)) + 1 rounds.
  */
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,8 +159,8 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
     sha(S, cs);
     char body[4096];
     snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":%s,\"good\":\"%s\",\"bad\":\"%s\","
-             MATRIX ",\"options\":{\"iterations\":0},\"predicate\":\"numerics\"}",
+             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":%s,\"good\":\"%s\",\"bad\":\"%"
+             "s\"," MATRIX ",\"options\":{\"iterations\":0},\"predicate\":\"numerics\"}",
              commits, good, bad);
     free(commits);
     long st = 0;
@@ -210,11 +209,11 @@ Test(bisect, refuses_bad_input)
     struct {
         const char *body_fmt, *field, *code;
     } cases[] = {
-        {"{\"project\":\"h\",\"build\":\"nope\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\"," MATRIX
-         ",\"predicate\":\"numerics\"}",
+        {"{\"project\":\"h\",\"build\":\"nope\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
+         "s\"," MATRIX ",\"predicate\":\"numerics\"}",
          "build", "unknown_build"},
-        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\"," MATRIX
-         ",\"predicate\":\"speed\"}",
+        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
+         "s\"," MATRIX ",\"predicate\":\"speed\"}",
          "predicate", "invalid_field"},
         {"{\"project\":\"h\",\"build\":\"tmpl\",\"good\":\"%s\",\"bad\":\"%s\"," MATRIX
          ",\"predicate\":\"numerics\"}",
@@ -222,11 +221,11 @@ Test(bisect, refuses_bad_input)
         {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\","
          "\"matrix\":{\"models\":[\"fake:ok\"]},\"predicate\":\"numerics\"}",
          "matrix.widths", NULL},
-        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\"," MATRIX
-         ",\"predicate\":\"perf\",\"threshold\":0}",
+        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
+         "s\"," MATRIX ",\"predicate\":\"perf\",\"threshold\":0}",
          "threshold", "invalid_field"},
-        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\"," MATRIX
-         ",\"predicate\":\"numerics\",\"colour\":1}",
+        {"{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
+         "s\"," MATRIX ",\"predicate\":\"numerics\",\"colour\":1}",
          "colour", "unknown_field"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -245,8 +244,8 @@ Test(bisect, refuses_bad_input)
     char body[2048];
     long st = 0;
     snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%s\","
-             MATRIX ",\"predicate\":\"numerics\"}",
+             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
+             "s\"," MATRIX ",\"predicate\":\"numerics\"}",
              c1, c1);
     json_t *r = post_bisect(body, &st);
     cr_expect_eq(st, 400);
@@ -283,8 +282,9 @@ Test(bisect, too_many_commits)
         p += sprintf(p, "{\"project\":\"h\",\"build\":\"plain\",\"commits\":[");
         for (int i = 0; i < n; i++)
             p += sprintf(p, "%s\"%012x\"", i ? "," : "", 0xa00000 + i);
-        sprintf(p, "],\"good\":\"%012x\",\"bad\":\"%012x\"," MATRIX
-                   ",\"options\":{\"iterations\":0},\"predicate\":\"outcome\"}",
+        sprintf(p,
+                "],\"good\":\"%012x\",\"bad\":\"%012x\"," MATRIX
+                ",\"options\":{\"iterations\":0},\"predicate\":\"outcome\"}",
                 0xa00000, 0xa00000 + n - 1);
         long st = 0;
         json_t *r = post_bisect(body, &st);
@@ -388,9 +388,9 @@ Test(bisect, template_builds)
      * start, and says which interpreter is missing. */
     cr_assert_eq(template_build("tmpl"), 201);
     long s2 = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &s2,
-                         "{\"project\":\"h\",\"commit\":\"abcdef12\",\"build\":\"tmpl\"," MATRIX
-                         "}");
+    json_t *j =
+        tu_jsonf(&g_capd, "POST", "/v1/jobs", &s2,
+                 "{\"project\":\"h\",\"commit\":\"abcdef12\",\"build\":\"tmpl\"," MATRIX "}");
     cr_assert_eq(s2, 201);
     json_t *done = tu_wait_job(&g_capd, tu_str(j, "id"), 60);
     cr_assert_not_null(done);
@@ -399,50 +399,6 @@ Test(bisect, template_builds)
     cr_expect(strstr(tu_str(cell, "reason"), "/b/abcdef12/python"), "%s", json_dumps(done, 0));
     json_decref(done);
     json_decref(j);
-}
-
-struct sse {
-    const char *until;
-    char *text;
-    size_t len;
-};
-
-static size_t sse_write(char *d, size_t sz, size_t nm, void *ud)
-{
-    struct sse *s = ud;
-    size_t n = sz * nm;
-    char *t = realloc(s->text, s->len + n + 1);
-    if (!t)
-        return 0;
-    s->text = t;
-    memcpy(s->text + s->len, d, n);
-    s->len += n;
-    s->text[s->len] = 0;
-    return strstr(s->text, s->until) ? 0 : n; /* enough: abort the transfer */
-}
-
-/* The event stream of PATH from the start, read until UNTIL appears (or
- * 20 s pass, which fails the caller's checks). */
-static char *events_until(const char *path, const char *until)
-{
-    struct sse s = {.until = until};
-    CURL *h = curl_easy_init();
-    char url[512], auth[200];
-    struct curl_slist *hl = NULL;
-    snprintf(url, sizeof url, "%s%s", g_capd.base, path);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", g_capd.token);
-    hl = curl_slist_append(hl, auth);
-    hl = curl_slist_append(hl, "Last-Event-ID: 0");
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_perform(h);
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(h);
-    return s.text ? s.text : strdup("");
 }
 
 /* A capd stopped mid-bisection carries it on when it starts again, and
@@ -476,7 +432,7 @@ Test(bisect, survives_a_restart_and_streams_progress, .timeout = 180)
     cr_expect_str_eq(tu_str(json_object_get(b, "result"), "first_bad"), c3);
     json_decref(b);
     snprintf(path, sizeof path, "/v1/events?job=%s", id);
-    char *ev = events_until(path, "\"state\":\"done\"");
+    char *ev = tu_events_until(&g_capd, path, "\"state\":\"done\"", 20000);
     cr_expect(strstr(ev, "event: bisect\n"), "%s", ev);
     cr_expect(strstr(ev, "\"change\":\"created\""), "%s", ev);
     cr_expect(strstr(ev, "\"change\":\"probe\""), "%s", ev);
