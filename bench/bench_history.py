@@ -42,14 +42,15 @@ WARMUPS = 3
 
 def start(capd, data):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = open(os.path.join(os.path.dirname(data), "capd.log"), "a")
     p = subprocess.Popen([capd, "--listen", "127.0.0.1:0", "--data-dir", data, "--runner-dir",
                           os.path.join(root, "runner")],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                         stdout=subprocess.PIPE, stderr=log, text=True)
     line = p.stdout.readline()
     if "listening on" not in line:
         p.kill()
         p.wait()
-        sys.exit("bench_history: capd did not start: %r" % line)
+        sys.exit("bench_history: capd did not start: %r (see %s)" % (line, log.name))
     port = int(line.strip().rsplit(":", 1)[1])
     with open(os.path.join(data, "admin.token")) as f:
         token = f.read().strip()
@@ -153,6 +154,8 @@ def main():
     a = ap.parse_args()
     n = 60 if a.quick else a.requests
     root = tempfile.mkdtemp(prefix="capd-bench-history-")
+    # Cells run as run_as_user (nobody) when capd is root: it must reach them.
+    os.chmod(root, 0o755)
     data = os.path.join(root, "data")
     try:
         p, port, token = start(a.capd, data)
