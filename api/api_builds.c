@@ -2,7 +2,9 @@
  * api/api_builds.c - /v1/builds: how the framework under test is run.
  * A build names an interpreter that must exist and be executable by the
  * cell user, its environment, and the directories user models may be
- * imported from (each one a directory the cell user can read).
+ * imported from (each one a directory the cell user can read). A template
+ * build has {commit} in its python or env values (storage/store.h): its
+ * interpreter is checked per job instead.
  */
 #include <errno.h>
 #include <string.h>
@@ -139,6 +141,28 @@ static bool cell_user_can(struct api_req *r, const char *path, enum runas_need n
     return false;
 }
 
+/*
+ * A template interpreter (docs/history.md, "Bisection"): every brace in it
+ * opens STORE_BUILD_COMMIT, and no component is "." or "..", so the
+ * expanded path stays where it was written whatever the commit.
+ */
+static bool python_template_ok(struct api_req *r, const char *py, enum MHD_Result *ret)
+{
+    const char *p = py;
+    while ((p = strpbrk(p, "{}")) != NULL) {
+        if (strncmp(p, STORE_BUILD_COMMIT, strlen(STORE_BUILD_COMMIT)) != 0)
+            break;
+        p += strlen(STORE_BUILD_COMMIT);
+    }
+    if (!p && !(strstr(py, STORE_BUILD_COMMIT) && has_dot_component(py)))
+        return true;
+    *ret = api_error(r, 400, "invalid_field", "python",
+                     "python may hold no placeholder but %s, and a template path no . or .. "
+                     "component",
+                     STORE_BUILD_COMMIT);
+    return false;
+}
+
 /* Validates a build body; replies and returns NULL on bad input. The
  * result is normalized (env and model_roots always present). */
 static json_t *validate_build(struct api_req *r, json_t *b, const char *name, enum MHD_Result *ret)
@@ -165,7 +189,11 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
                          "python must be an absolute path to an interpreter");
         return NULL;
     }
-    if (!cell_user_can(r, pys, RUNAS_EXEC, "python", ret))
+    if (!python_template_ok(r, pys, ret))
+        return NULL;
+    /* A template's interpreter exists per commit, not as written: each job
+     * checks its own (a missing one fails its cells before they start). */
+    if (!strstr(pys, STORE_BUILD_COMMIT) && !cell_user_can(r, pys, RUNAS_EXEC, "python", ret))
         return NULL;
     json_t *env = json_object_get(b, "env");
     json_t *allow = json_object_get(b, "allow_env");
@@ -200,6 +228,13 @@ static json_t *validate_build(struct api_req *r, json_t *b, const char *name, en
     json_t *prefork = json_object_get(b, "prefork");
     if (prefork && !json_is_boolean(prefork)) {
         *ret = api_error(r, 400, "invalid_field", "prefork", "prefork must be true or false");
+        return NULL;
+    }
+    if (json_is_true(prefork) && store_build_is_template(b)) {
+        *ret = api_error(r, 400, "invalid_field", "prefork",
+                         "a template build (%s in python or env) cannot prefork: its zygote "
+                         "would be one commit's build",
+                         STORE_BUILD_COMMIT);
         return NULL;
     }
     /* allow_env is a check of this request, not part of the build: a

@@ -171,6 +171,10 @@ enum MHD_Result api_metrics(struct api_req *r);
 enum MHD_Result api_history_get(struct api_req *r); /* api/api_history.c */
 enum MHD_Result api_alerts_list(struct api_req *r);
 enum MHD_Result api_alert_post(struct api_req *r);
+enum MHD_Result api_bisect_create(struct api_req *r); /* api/api_bisect.c */
+enum MHD_Result api_bisect_list(struct api_req *r);
+enum MHD_Result api_bisect_get(struct api_req *r);
+enum MHD_Result api_bisect_cancel(struct api_req *r);
 /* A job request's commit_time and parents, checked and copied into NORM
  * (api/api_history.c); -EINVAL with ERR filled. */
 int api_history_order(json_t *body, json_t *norm, struct api_verr *err);

@@ -29,6 +29,37 @@ static void by_state(FILE *f, const char *name, const char *help, json_t *counts
                 (long long)json_integer_value(json_object_get(counts, *s)));
 }
 
+static const char *const alert_states[] = {"open", "acknowledged", "false_positive", "expected",
+                                           NULL};
+
+/*
+ * Alerts by status, and the precision of the ones people marked: an
+ * acknowledged or expected alert was a real change, a false_positive was
+ * not (docs/history.md, "Alerts"). No precision line while none is
+ * marked: a ratio of nothing is no figure.
+ */
+static void alert_metrics(FILE *f, struct store *s)
+{
+    json_t *a = NULL;
+    if (store_alert_counts(s, &a) != 0)
+        return;
+    by_state(f, "capd_alerts", "Alerts along branches by status.", a, alert_states);
+    long long real = json_integer_value(json_object_get(a, "acknowledged")) +
+                     json_integer_value(json_object_get(a, "expected"));
+    long long fp = json_integer_value(json_object_get(a, "false_positive"));
+    fprintf(f,
+            "# HELP capd_alerts_marked Alerts marked acknowledged, expected or false_positive.\n"
+            "# TYPE capd_alerts_marked gauge\ncapd_alerts_marked %lld\n",
+            real + fp);
+    if (real + fp > 0)
+        fprintf(f,
+                "# HELP capd_alert_precision Of the marked alerts, the share that were real "
+                "changes: (acknowledged + expected) / (acknowledged + expected + "
+                "false_positive).\n# TYPE capd_alert_precision gauge\ncapd_alert_precision %.6g\n",
+                (double)real / (double)(real + fp));
+    json_decref(a);
+}
+
 enum MHD_Result api_metrics(struct api_req *r)
 {
     char *buf = NULL;
@@ -55,6 +86,7 @@ enum MHD_Result api_metrics(struct api_req *r)
                 "# HELP capd_queue_depth Cells waiting for a child.\n"
                 "# TYPE capd_queue_depth gauge\ncapd_queue_depth %lld\n",
                 (long long)json_integer_value(json_object_get(cells, "queued")));
+        alert_metrics(f, s);
     }
     fprintf(f,
             "# HELP capd_running_children Cells with a live child process.\n"

@@ -56,7 +56,8 @@ static int required_scope(const struct capd_config *cfg, const char *method, con
     if (is_read_method(method))
         return cfg->public_reads ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
     if (strcmp(method, "POST") == 0 &&
-        (strcmp(pattern, "/v1/jobs") == 0 || strcmp(pattern, "/v1/jobs/:id/cancel") == 0))
+        (strcmp(pattern, "/v1/jobs") == 0 || strcmp(pattern, "/v1/jobs/:id/cancel") == 0 ||
+         strcmp(pattern, "/v1/bisect") == 0 || strcmp(pattern, "/v1/bisect/:id/cancel") == 0))
         return STORE_SCOPE_SUBMIT;
     return STORE_SCOPE_ADMIN;
 }

@@ -345,6 +345,35 @@ def main():
         w("Not run.")
     w("")
 
+    # ---- bench_history ----
+    hist = read_json(os.path.join(d, "history.json")) or {}
+    w("## History queries (`bench_history.py`)")
+    w("")
+    if hist:
+        hs = hist.get("series") or {}
+        big, small = hs.get("b10k") or {}, hs.get("b100") or {}
+        r = hist.get("ratio_10000_over_100")
+        w("| figure | what it measures | value | reference (same run) | ratio | target |")
+        w("| --- | --- | --- | --- | --- | --- |")
+        w("| history query, 10,000 commits | `GET /v1/history?...&limit=100` (the 100 newest "
+          "points of one cell's series, its change points and events), median of %s requests "
+          "after 3 warm-ups (p90 %s ms), the series at %s points | %s ms | the same query on a "
+          "series of %s points: %s ms (p90 %s ms) | **%s** (10,000/100) | ≤ 1.5 (%s) |"
+          % (big.get("requests"), f(big.get("p90_ms"), "%.2f"), big.get("points"),
+             f(big.get("median_ms"), "%.2f"), small.get("points"),
+             f(small.get("median_ms"), "%.2f"), f(small.get("p90_ms"), "%.2f"), f(r),
+             verdict(r <= 1.5 if r is not None else None)))
+        w("")
+        w("Both series get their first point from a real job (fake runner); capd is stopped and "
+          "each is grown in SQLite to its size with copies of that point, new commits one "
+          "minute apart; capd restarts and answers both, interleaved, over one keep-alive "
+          "connection. Load: %s. Reproduce: `/usr/bin/python3 bench/bench_history.py --capd "
+          "build-bench/capd --fake-runner build-bench/tests/fake_runner%s`."
+          % (hist.get("uptime"), " --quick" if quick else ""))
+    else:
+        w("Not run.")
+    w("")
+
     # ---- bench_cells ----
     w("## capd around a cell: overhead and ingest (`bench_cells`)")
     w("")
@@ -479,7 +508,7 @@ def main():
     w("## Raw output of this run")
     w("")
     for name in ("cells.txt", "compare.txt", "runner.json", "e2e.json", "compare_scale.json",
-                 "perf_verdicts.json"):
+                 "history.json", "perf_verdicts.json"):
         text = read(os.path.join(d, name))
         if text:
             w("<details><summary>%s</summary>" % name)

@@ -22,6 +22,7 @@ static const struct {
     {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
     {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
     {"history", ctl_cmd_history, "show one cell's series along a branch, with change points"},
+    {"bisect", ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
     {"alerts", ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
 };
 

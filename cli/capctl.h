@@ -259,6 +259,7 @@ int ctl_cmd_diff(int argc, char **argv);
 int ctl_cmd_widths(int argc, char **argv);
 int ctl_cmd_history(int argc, char **argv); /* cli/cmd_history.c */
 int ctl_cmd_alerts(int argc, char **argv);
+int ctl_cmd_bisect(int argc, char **argv); /* cli/cmd_bisect.c */
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

@@ -757,3 +757,34 @@ out:
     free(abs);
     return rc;
 }
+
+static int on_rev(void *ud, const char *line)
+{
+    json_t *list = ud;
+    if (json_array_size(list) >= PROV_MAX_REVS)
+        return -E2BIG;
+    return line[0] ? json_array_append_new(list, json_string(line)) : 0;
+}
+
+/* The first-parent line from GOOD (left out) to BAD, oldest first, from
+ * `git rev-list --first-parent --reverse GOOD..BAD` in DIR. */
+int prov_rev_list(const char *dir, const char *good, const char *bad, json_t **out, char **err)
+{
+    char range[300], errtext[512];
+    snprintf(range, sizeof range, "%s..%s", good, bad);
+    const char *const args[] = {"rev-list", "--first-parent", "--reverse", range, "--", NULL};
+    json_t *list = json_array();
+    int rc = run_git(dir, args, on_rev, list, NULL, errtext, sizeof errtext);
+    if (rc != 0) {
+        char why[600];
+        if (rc == -E2BIG)
+            snprintf(why, sizeof why, "lists more than %d commits", PROV_MAX_REVS);
+        else
+            snprintf(why, sizeof why, "failed: %s", rc < 0 ? strerror(-rc) : errtext);
+        set_err(err, "git rev-list %s %s", range, why);
+        json_decref(list);
+        return rc < 0 ? rc : -EINVAL;
+    }
+    *out = list;
+    return 0;
+}

@@ -85,4 +85,10 @@ int prov_collect(const char *dir, json_t **out, char **err);
 #define PROV_MAX_PARENTS 16
 int prov_commit_order(const char *dir, const char *commit, json_t *body);
 
+/* The commits after GOOD up to BAD along BAD's first parents, oldest
+ * first (`git rev-list --first-parent --reverse GOOD..BAD` in DIR), for
+ * capctl bisect; at most PROV_MAX_REVS (-E2BIG past it). 0 and *OUT, or a
+ * negative errno and *ERR. */
+#define PROV_MAX_REVS 100000
+int prov_rev_list(const char *dir, const char *good, const char *bad, json_t **out, char **err);
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "daemon/bisect.h"
 #include "daemon/capd.h"
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
@@ -111,6 +112,20 @@ void capd_notify_devices_refresh(struct capd *d)
 
 static void schedule(struct capd *d, struct store_cell_run *claimed);
 
+/*
+ * The scheduler, then the bisections (daemon/bisect.h) as long as they
+ * submit jobs: a probe whose build does not start ends inside schedule()
+ * without a cell ever running, so nothing else would wake the loop for
+ * it. Each pass that goes on created a job, and a bisection creates at
+ * most one per commit, so this ends.
+ */
+static void schedule_and_bisect(struct capd *d, struct store_cell_run *claimed)
+{
+    schedule(d, claimed);
+    while (!d->stopping && bisect_step(d->st, &d->cfg))
+        schedule(d, NULL);
+}
+
 /* How soon the scheduler tries again after the database refused a claim. */
 #define CAPD_SCHEDULE_RETRY_MS 1000
 
@@ -169,7 +184,7 @@ static void on_cell_done(void *ud, struct sup *s)
         store_cell_run_clear(&next);
         return;
     }
-    schedule(d, have_next ? &next : NULL);
+    schedule_and_bisect(d, have_next ? &next : NULL);
 }
 
 /*
@@ -385,7 +400,7 @@ static void on_wake(uv_async_t *a)
             }
     if (overflow)
         cancel_from_store(d);
-    schedule(d, NULL);
+    schedule_and_bisect(d, NULL);
 }
 
 static void on_flush(uv_check_t *c)
@@ -523,7 +538,8 @@ int capd_run(struct capd *d)
     retention_start(&d->loop, &d->cfg, NULL);
     /* A broken pipe from a client must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    schedule(d, NULL);
+    /* Bisections a stopped capd left running carry on. */
+    schedule_and_bisect(d, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     devices_stop(d->dev);
     uv_close((uv_handle_t *)&d->wake, close_cb_noop);

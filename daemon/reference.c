@@ -62,6 +62,12 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
         snprintf(why, wlen, "the control's build '%s' is no longer registered", name ? name : "?");
         return NULL;
     }
+    /* A template build runs as the control commit's build. */
+    if (store_build_expand(b, json_string_value(json_object_get(job, "commit"))) != 0) {
+        snprintf(why, wlen, "out of memory");
+        json_decref(b);
+        return NULL;
+    }
     const char *upd = json_string_value(json_object_get(b, "updated_at"));
     const char *sub = json_string_value(json_object_get(job, "created_at"));
     const char *py = json_string_value(json_object_get(b, "python"));

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "storage/store_int.h"
 #include "util/clock.h"
@@ -80,4 +81,78 @@ out:
     free(roots);
     sqlite3_finalize(st);
     return rc;
+}
+
+/* A copy of TEXT with every STORE_BUILD_COMMIT replaced by COMMIT
+ * (malloc'd), or NULL for want of memory. */
+static char *expand_text(const char *text, const char *commit)
+{
+    static const char tok[] = STORE_BUILD_COMMIT;
+    size_t tl = sizeof tok - 1, cl = strlen(commit), n = 0;
+    for (const char *p = strstr(text, tok); p; p = strstr(p + tl, tok))
+        n++;
+    char *out = malloc(strlen(text) - n * tl + n * cl + 1);
+    if (!out)
+        return NULL;
+    char *o = out;
+    for (const char *p = text;;) {
+        const char *q = strstr(p, tok);
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        memcpy(o, p, k);
+        o += k;
+        if (!q)
+            break;
+        memcpy(o, commit, cl);
+        o += cl;
+        p = q + tl;
+    }
+    *o = 0;
+    return out;
+}
+
+bool store_build_is_template(json_t *build)
+{
+    const char *k;
+    json_t *v;
+    const char *py = json_string_value(json_object_get(build, "python"));
+    if (py && strstr(py, STORE_BUILD_COMMIT))
+        return true;
+    json_object_foreach(json_object_get(build, "env"), k, v)
+    {
+        if (json_is_string(v) && strstr(json_string_value(v), STORE_BUILD_COMMIT))
+            return true;
+    }
+    return false;
+}
+
+int store_build_expand(json_t *build, const char *commit)
+{
+    const char *k;
+    json_t *v;
+    if (!commit || !store_build_is_template(build))
+        return 0;
+    const char *py = json_string_value(json_object_get(build, "python"));
+    if (py) {
+        char *x = expand_text(py, commit);
+        if (!x || json_object_set_new(build, "python", json_string(x)) != 0) {
+            free(x);
+            return -ENOMEM;
+        }
+        free(x);
+    }
+    json_t *env = json_object_get(build, "env");
+    json_t *copy = json_is_object(env) ? json_object() : NULL;
+    json_object_foreach(env, k, v)
+    {
+        char *x = json_is_string(v) ? expand_text(json_string_value(v), commit) : NULL;
+        int rc = x ? json_object_set_new(copy, k, json_string(x)) : -1;
+        free(x);
+        if (rc != 0) {
+            json_decref(copy);
+            return -ENOMEM;
+        }
+    }
+    if (copy && json_object_set_new(build, "env", copy) != 0)
+        return -ENOMEM;
+    return 0;
 }

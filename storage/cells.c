@@ -28,7 +28,7 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
         store_cached(s, SC_CELL_NEXT,
                      "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
                      "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                     "b.prefork, b.prefork_state, b.updated_at "
+                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha "
                      "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                      "LEFT JOIN builds b ON b.name = j.build "
                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
@@ -58,8 +58,10 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
                          store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
                          "prefork_state", store_col_str(st, 14), "rev",
                          (json_int_t)sqlite3_column_int64(st, 15));
+    /* A template build runs as the job's commit's build. */
+    rc = store_build_expand(r->build, (const char *)sqlite3_column_text(st, 16));
     sqlite3_reset(st);
-    return 0;
+    return rc;
 }
 
 /* Marks the cell claim_select found running, opens its attempt and

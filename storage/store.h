@@ -61,6 +61,18 @@ void store_new_id(char prefix, char out[16]);
 int store_build_put(struct store *s, const char *name, json_t *build, bool replace, json_t **out);
 int store_build_get(struct store *s, const char *name, json_t **out);
 int store_build_list(struct store *s, json_t **out);
+/*
+ * Build templates (docs/history.md, "Bisection"): a build whose python or
+ * env values contain STORE_BUILD_COMMIT is a template, expanded per job to
+ * the job's commit (7 to 64 hex digits, so safe inside a path).
+ * store_build_expand rewrites BUILD (a build object: python, env) in place;
+ * a build that is no template is left as it is. The scheduler's claim
+ * expands the build of every cell it hands out, so nothing downstream sees
+ * a template. -ENOMEM for want of memory.
+ */
+#define STORE_BUILD_COMMIT "{commit}"
+bool store_build_is_template(json_t *build);
+int store_build_expand(json_t *build, const char *commit);
 /* Stores a prefork verification outcome (STATE 'verified' or 'refused' with
  * REASON) for revision REV (updated_at, ms) of build NAME; a newer revision
  * is left alone (storage/prefork.c, docs/prefork.md). */
@@ -398,5 +410,68 @@ int store_alert_set(struct store *s, const char *id, const char *status, const c
                     json_t **out);
 /* {"open":n,"acknowledged":n,...} over every alert, for /metrics. */
 int store_alert_counts(struct store *s, json_t **out);
+
+/* ---- bisection (storage/bisect.c, daemon/bisect.c, docs/history.md) ----
+ * A bisection is a list of commits, oldest first (the first good, the last
+ * bad), a job template (the normalized job request of the good commit) and
+ * a predicate; its probes are the commits it looked at. */
+
+#define STORE_BISECT_MAX_COMMITS 4096 /* commits of one bisection, both ends included */
+#define STORE_BISECT_MAX_RUNNING 16   /* bisections running at once */
+
+struct store_bisect_new {
+    const char *project, *build, *branch; /* branch may be NULL */
+    const char *predicate;                /* numerics, outcome, perf */
+    double threshold;                     /* perf: the slowdown that counts (0.05 = 5%) */
+    json_t *commits;                      /* array of commits, oldest first */
+    json_t *job;                          /* the job template */
+    const char *token_id;                 /* the creating token, or NULL */
+};
+/* -EAGAIN when STORE_BISECT_MAX_RUNNING bisections are running. *out gets
+ * the bisection as store_bisect_get gives it. */
+int store_bisect_create(struct store *s, const struct store_bisect_new *n, json_t **out);
+/* {id, project, build, branch, predicate, threshold, state, round, good,
+ * bad, commit_count, commits, matrix, options, job, reason, result, probes,
+ * created_at, updated_at, finished_at}; -ENOENT for no such bisection. */
+int store_bisect_get(struct store *s, const char *id, json_t **out);
+/* {"bisections":[...]} without commits, job, result and probes, newest
+ * first; STATE NULL for any. */
+int store_bisect_list(struct store *s, const char *state, int limit, json_t **out);
+/* The ids of up to MAX running bisections, oldest first. */
+int store_bisect_running(struct store *s, char (*ids)[16], int max, int *n);
+
+struct store_bisect_probe {
+    const char *bisect_id, *commit;
+    int index, round;
+    const char *job_id;  /* NULL while pending */
+    bool reused;         /* a finished job that was already there */
+    const char *state;   /* pending, running, good, bad, skipped */
+    const char *reason;  /* why it was skipped; NULL otherwise */
+    const char *verdict; /* JSON text, or NULL */
+};
+/* Creates or updates the probe of (bisection, index). */
+int store_bisect_probe_put(struct store *s, const struct store_bisect_probe *p);
+/* Sets a running bisection's STATE, ROUND, REASON and RESULT (NULL keeps
+ * the stored one); a bisection that is no longer running is left alone. */
+int store_bisect_set(struct store *s, const char *id, const char *state, int round,
+                     const char *reason, json_t *result);
+/* Cancels a running bisection and the unfinished jobs it submitted;
+ * *jobs_out (optional) gets their ids, for the daemon to stop their cells.
+ * -EALREADY when it already ended, -ENOENT when there is none. */
+int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out);
+/* The token that started bisection ID ("" for none); -ENOENT for none. */
+int store_bisect_owner(struct store *s, const char *id, char out[16]);
+/* The commits of BRANCH's history in PROJECT (every series), oldest first;
+ * -E2BIG past STORE_BRANCH_MAX_COMMITS. */
+#define STORE_BRANCH_MAX_COMMITS 100000
+int store_branch_commits(struct store *s, const char *project, const char *branch, json_t **out);
+/* The newest finished (done) job of COMMIT in PROJECT on BUILD, with
+ * CONTROL_COMMIT when that is not NULL; -ENOENT when there is none. */
+int store_job_reusable(struct store *s, const char *project, const char *build, const char *commit,
+                       const char *control_commit, char id_out[16]);
+/* Whether any cell of the finished job JOB_ID started: false when every
+ * one failed before its runner said anything (its interpreter missing, its
+ * set-up failed). WHY gets the first failed cell's reason. */
+int store_job_started(struct store *s, const char *job_id, bool *started, char *why, size_t wlen);
 
 #endif

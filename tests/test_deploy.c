@@ -593,7 +593,8 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl diff --help",
                                                "capctl widths --help",
                                                "capctl history --help",
-                                               "capctl alerts --help"};
+                                               "capctl alerts --help",
+                                               "capctl bisect --help"};
     static const struct {
         const char *page;
         const char *const *helps;
@@ -617,8 +618,8 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
         each_flag(d.page_text, flag_in_help, &d);
         /* Every command of capctl's list has a section of its own. */
         if (strcmp(pages[i].page, "capctl.1") == 0) {
-            static const char *const cmds[] = {"builds", "submit", "status",  "wait",  "cancel",
-                                               "diff",   "widths", "history", "alerts"};
+            static const char *const cmds[] = {"builds", "submit", "status",  "wait",   "cancel",
+                                               "diff",   "widths", "history", "alerts", "bisect"};
             for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
                 char *sec = pathf("\n.SS \"%s ", cmds[k]);
                 cr_assert(strstr(d.page_text, sec), "capctl.1 has a section for %s", cmds[k]);

@@ -345,3 +345,61 @@ Test(history, requests_are_checked_and_limits_refuse)
     expect_400("/v1/alerts?status=closed", NULL, "status");
     expect_400("/v1/alerts?kind=speed", NULL, "kind");
 }
+
+/* The numerics alert of BRANCH (commits 0, 1 base, 2 perturbed): its id. */
+static char *numerics_alert(const char *branch)
+{
+    char *ids[3] = {submit(branch, 0, "base", true), submit(branch, 1, "base", true),
+                    submit(branch, 2, "pert", true)};
+    wait_all(ids, 3);
+    long st = 0;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/alerts?project=h&branch=%s&kind=numerics", branch);
+    json_t *a = tu_json(&g_capd, "GET", path, NULL, &st);
+    json_t *e = json_array_get(json_object_get(a, "alerts"), 0);
+    cr_assert_not_null(e, "%s", json_dumps(a, 0));
+    char *id = strdup(json_string_value(json_object_get(e, "id")));
+    json_decref(a);
+    return id;
+}
+
+static void mark(const char *id, const char *status)
+{
+    char path[64], body[64];
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/alerts/%s", id);
+    snprintf(body, sizeof body, "{\"status\":\"%s\"}", status);
+    json_decref(tu_json(&g_capd, "POST", path, body, &st));
+    cr_assert_eq(st, 200);
+}
+
+/* An alert that opens is an `alert` event on the stream; the precision of
+ * marked alerts is in /metrics once one is marked. */
+Test(history, alert_events_and_precision, .timeout = 120)
+{
+    builds();
+    char *a1 = numerics_alert("main");
+    char c2[41], path[80];
+    sha(2, c2);
+    snprintf(path, sizeof path, "/v1/events?job=%s", a1);
+    char *ev = tu_events_until(&g_capd, path, "\"kind\":\"numerics\"", 20000);
+    cr_expect(strstr(ev, "event: alert\n"), "%s", ev);
+    cr_expect(strstr(ev, "\"change\":\"opened\"") && strstr(ev, c2), "%s", ev);
+    cr_expect(strstr(ev, "\"first_divergent_key\":\"" PKEY "\""), "%s", ev);
+    free(ev);
+    cr_expect_eq(tu_metric(&g_capd, "capd_alerts{state=\"open\"}"), 1);
+    cr_expect_eq(tu_metric(&g_capd, "capd_alerts_marked"), 0);
+    cr_expect_eq(tu_metric(&g_capd, "capd_alert_precision"), -1, "no precision before a mark");
+    char *a2 = numerics_alert("side");
+    mark(a1, "false_positive");
+    cr_expect_eq(tu_metric(&g_capd, "capd_alert_precision"), 0);
+    mark(a2, "acknowledged");
+    cr_expect_eq(tu_metric(&g_capd, "capd_alert_precision"), 0.5);
+    mark(a1, "expected");
+    cr_expect_eq(tu_metric(&g_capd, "capd_alert_precision"), 1);
+    cr_expect_eq(tu_metric(&g_capd, "capd_alerts_marked"), 2);
+    mark(a1, "open");
+    cr_expect_eq(tu_metric(&g_capd, "capd_alerts{state=\"open\"}"), 1);
+    free(a1);
+    free(a2);
+}

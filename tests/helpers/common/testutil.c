@@ -512,3 +512,49 @@ const char *tu_python(void)
     const char *p = getenv("CAPD_PYTHON");
     return p && *p ? p : "/usr/bin/python3";
 }
+
+struct tu_sse {
+    const char *until;
+    char *text;
+    size_t len;
+};
+
+static size_t sse_write(char *d, size_t sz, size_t nm, void *ud)
+{
+    struct tu_sse *s = ud;
+    size_t n = sz * nm;
+    char *t = realloc(s->text, s->len + n + 1);
+    if (!t)
+        return 0;
+    s->text = t;
+    memcpy(s->text + s->len, d, n);
+    s->len += n;
+    s->text[s->len] = 0;
+    return strstr(s->text, s->until) ? 0 : n; /* enough: abort the transfer */
+}
+
+char *tu_events_until(const struct tu_capd *c, const char *path, const char *until, int timeout_ms)
+{
+    struct tu_sse s = {.until = until};
+    CURL *h = curl_easy_init();
+    char url[512], auth[200];
+    struct curl_slist *hl = NULL;
+    snprintf(url, sizeof url, "%s%s", c->base, path);
+    if (c->token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hl = curl_slist_append(hl, auth);
+    }
+    hl = curl_slist_append(hl, "Last-Event-ID: 0");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (c->cacert[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
+    curl_easy_perform(h);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    return s.text ? s.text : strdup("");
+}

@@ -66,6 +66,10 @@ json_t *tu_json(const struct tu_capd *c, const char *method, const char *path, c
 json_t *tu_jsonf(const struct tu_capd *c, const char *method, const char *path, long *status,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* Reads GET PATH (an event stream) from its first event until the text
+ * holds UNTIL or TIMEOUT_MS pass; returns what it read (owned). */
+char *tu_events_until(const struct tu_capd *c, const char *path, const char *until, int timeout_ms);
+
 /* Polls the job until it is done or cancelled, up to TIMEOUT_S. Returns the
  * final job (owned) or NULL on timeout. */
 json_t *tu_wait_job(const struct tu_capd *c, const char *job_id, int timeout_s);
