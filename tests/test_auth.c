@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 #include "util/clock.h"
 
@@ -58,12 +59,7 @@ static void env_start(struct env *e, const char *config_json, const char *extra_
         extra[a++] = "--log-level";
         extra[a++] = extra_flag;
     }
-    if (tu_capd_start(&e->c, e->dir, extra) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(&e->c, e->dir, extra);
 }
 
 static void env_stop(struct env *e)

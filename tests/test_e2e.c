@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 /* The control build (Debian's torch) and the head, perturbed at the widest
@@ -36,26 +37,14 @@ static void register_builds(struct tu_capd *c)
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
-                         "\"options\":{\"iterations\":30,\"warmup\":5}}",
-                         commit, build, cc, models, widths, passes);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    struct af_job job = {"pytorch", commit, control, build,
+                         models,    widths, passes,  "{\"iterations\":30,\"warmup\":5}"};
+    return af_submit_job(c, &job);
 }
 
 static json_t *wait_done(struct tu_capd *c, const char *id)
 {
-    json_t *job = tu_wait_job(c, id, 900);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
+    return af_wait_job(c, id, 900);
 }
 
 /* Every tensor record of a cell, in the order the API returns them. */

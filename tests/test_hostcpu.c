@@ -15,6 +15,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static json_t *width_row(json_t *widths, const char *name)
@@ -58,16 +59,9 @@ static void start(struct tu_capd *c, const char *dir, const char *hide)
 
 static char *submit(struct tu_capd *c, const char *commit, const char *widths)
 {
-    long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"t\",\"commit\":\"%s\",\"build\":\"fake\","
-                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[%s],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":0}}",
-                         commit, widths);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(tu_str(j, "id"));
-    json_decref(j);
-    return id;
+    struct af_job job = {"t",           commit, NULL,          "fake",
+                         "\"fake:ok\"", widths, "\"forward\"", "{\"iterations\":0}"};
+    return af_submit_job(c, &job);
 }
 
 static json_t *job_cell(json_t *job, const char *width)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 struct env {
@@ -49,12 +50,7 @@ static void start(struct env *e, const char *config_json)
     cr_assert_eq(json_dump_file(conf, cfg, 0), 0);
     json_decref(conf);
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(&e->c, e->dir, extra) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(&e->c, e->dir, extra);
 }
 
 static void stop(struct env *e)
@@ -508,22 +504,6 @@ Test(limits, queued_jobs_per_token_429_with_retry_after, .timeout = 60)
 
 /* ===================================================== per-cell caps */
 
-static json_t *run_cell(struct env *e, const char *model, char **job_out)
-{
-    char *job = tu_submit(&e->c, "fake", model, NULL);
-    cr_assert_not_null(job, "submit %s", model);
-    json_t *j = tu_wait_job(&e->c, job, 120);
-    cr_assert_not_null(j, "job of %s finished", model);
-    const char *cid =
-        json_string_value(json_object_get(json_array_get(json_object_get(j, "cells"), 0), "id"));
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
-    json_t *cell = tu_json(&e->c, "GET", path, NULL, NULL);
-    json_decref(j);
-    *job_out = job;
-    return cell;
-}
-
 /* fake:stream writes 100000 frames; the cell may have 50. */
 Test(limits, frames_per_cell, .timeout = 120)
 {
@@ -531,7 +511,7 @@ Test(limits, frames_per_cell, .timeout = 120)
     start(&e, "{\"frame_max_frames\": 50, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = run_cell(&e, "fake:stream", &job);
+    json_t *cell = af_run_cell(&e.c, "fake:stream", NULL, &job);
     const char *state = json_string_value(json_object_get(cell, "state"));
     const char *reason = json_string_value(json_object_get(cell, "reason"));
     cr_assert_str_eq(state, "protocol_error", "%s", reason ? reason : "");
@@ -547,7 +527,7 @@ Test(limits, frames_per_cell, .timeout = 120)
     json_decref(cell);
     /* Under the limit the same daemon runs a normal cell fine. */
     free(job);
-    cell = run_cell(&e, "fake:ok", &job);
+    cell = af_run_cell(&e.c, "fake:ok", NULL, &job);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok");
     json_decref(cell);
     free(job);
@@ -562,7 +542,7 @@ Test(limits, cell_log_cap, .timeout = 120)
     start(&e, "{\"cell_log_max_bytes\": 4096, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = run_cell(&e, "fake:flood__1", &job);
+    json_t *cell = af_run_cell(&e.c, "fake:flood__1", NULL, &job);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "%s",
                      json_string_value(json_object_get(cell, "reason")));
     char path[160];

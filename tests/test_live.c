@@ -36,12 +36,7 @@ static char *g_dir;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_dir && strstr(g_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_dir);
-    free(g_dir);
-    g_dir = NULL;
+    af_stop_capd(&g_capd, &g_dir);
 }
 
 TestSuite(etag, .fini = teardown, .timeout = 120);
@@ -66,11 +61,7 @@ static void start(const char *config)
     fputs(config ? config : "{}", f);
     fclose(f);
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        cr_assert_fail("capd did not start:\n%s", tu_slurp(p));
-    }
+    af_start_capd(&g_capd, g_dir, extra);
     /* A test that configures auth itself sends its own tokens. */
     if (config && strstr(config, "auth_required"))
         tu_anonymous(&g_capd);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 #define SLOW_MODELS                                                                                \
@@ -59,23 +60,16 @@ static int max_overlap(json_t **jobs, int njobs)
 
 static char *submit(struct tu_capd *c, const char *commit, int iterations)
 {
-    long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"fake\","
-                         "\"matrix\":{\"models\":[" SLOW_MODELS "],\"widths\":[\"avx2\"],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":%d}}",
-                         commit, iterations);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    char options[64];
+    snprintf(options, sizeof options, "{\"iterations\":%d}", iterations);
+    struct af_job job = {"p",         commit,     NULL,          "fake",
+                         SLOW_MODELS, "\"avx2\"", "\"forward\"", options};
+    return af_submit_job(c, &job);
 }
 
 static json_t *wait_done(struct tu_capd *c, const char *id)
 {
-    json_t *job = tu_wait_job(c, id, 120);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
+    return af_wait_job(c, id, 120);
 }
 
 /* iterations 0 at max_parallel 1: cells run side by side. */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -22,12 +23,7 @@ static char *g_dir;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_dir && strstr(g_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_dir);
-    free(g_dir);
-    g_dir = NULL;
+    af_stop_capd(&g_capd, &g_dir);
 }
 
 TestSuite(openapi, .fini = teardown, .timeout = 120);
@@ -35,12 +31,7 @@ TestSuite(openapi, .fini = teardown, .timeout = 120);
 /* Starts capd in the test's temp dir; on failure shows its stderr. */
 static void start(const char *const *extra)
 {
-    if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start; its stderr:\n%s", err);
-    }
+    af_start_capd(&g_capd, g_dir, extra);
 }
 
 static const char *src(const char *rel)

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 #define FORKED "capd prefork: cell pid "
@@ -33,26 +34,13 @@ static void register_build(struct tu_capd *c, const char *name, bool prefork, co
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes, const char *options)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
-                         "\"options\":%s}",
-                         commit, build, cc, models, widths, passes, options);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    struct af_job job = {"pytorch", commit, control, build, models, widths, passes, options};
+    return af_submit_job(c, &job);
 }
 
 static json_t *wait_done(struct tu_capd *c, const char *id)
 {
-    json_t *job = tu_wait_job(c, id, 1200);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
+    return af_wait_job(c, id, 1200);
 }
 
 /* "key hash" lines of every tensor record of a cell, in order. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 /* A fresh directory with capd.json holding CONFIG (NULL: no config). */
@@ -40,12 +41,7 @@ static void start(struct tu_capd *c, const char *dir, bool with_config)
     char cfg[400];
     snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(c, dir, with_config ? extra : NULL) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(c, dir, with_config ? extra : NULL);
 }
 
 /* Runs capd on DIR with DIR/capd.json and EXTRA_FLAGS, expecting it to

@@ -20,14 +20,20 @@ char *af_dir;
 
 /* ---- process and file helpers ---- */
 
+/* Removes only what tu_tmpdir() made, so a bad pointer cannot reach rm. */
+void af_stop_capd(struct tu_capd *c, char **dir)
+{
+    if (c->pid > 0)
+        tu_capd_stop(c);
+    if (*dir && strncmp(*dir, "/", 1) == 0 && strstr(*dir, "capd-test-"))
+        tu_sh("rm -rf '%s'", *dir);
+    free(*dir);
+    *dir = NULL;
+}
+
 void af_teardown(void)
 {
-    if (af_capd.pid > 0)
-        tu_capd_stop(&af_capd);
-    if (af_dir && strncmp(af_dir, "/", 1) == 0 && strstr(af_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", af_dir);
-    free(af_dir);
-    af_dir = NULL;
+    af_stop_capd(&af_capd, &af_dir);
 }
 
 void af_ensure_dir(void)
@@ -38,16 +44,21 @@ void af_ensure_dir(void)
     }
 }
 
+void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra)
+{
+    if (tu_capd_start(c, dir, extra) != 0) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/capd.stderr", dir ? dir : c->dir);
+        char *err = tu_slurp(p);
+        cr_assert_fail("capd did not start; its stderr:\n%s", err);
+    }
+}
+
 /* Starts capd in the test's temp dir (data in DIR/data). */
 void af_start(const char *const *extra)
 {
     af_ensure_dir();
-    if (tu_capd_start(&af_capd, af_dir, extra) != 0) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/capd.stderr", af_dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start; its stderr:\n%s", err);
-    }
+    af_start_capd(&af_capd, af_dir, extra);
 }
 
 /* Writes an executable file NAME into the temp dir; returns its path. */
@@ -241,11 +252,9 @@ void af_ok_build(const char *name)
 /* Posts a job; returns it (owned) after asserting STATUS. */
 json_t *af_post_job(long want, const char *fmt, ...)
 {
-    char *body = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&body, fmt, ap) < 0)
-        body = NULL;
+    char *body = tu_vfmt(fmt, ap);
     va_end(ap);
     long st;
     json_t *j = af_callq("POST", "/v1/jobs", body, &st);
@@ -301,11 +310,57 @@ json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout
     }
 }
 
-json_t *af_wait_done(const char *id)
+json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s)
 {
-    json_t *j = tu_wait_job(&af_capd, id, 30);
+    json_t *j = tu_wait_job(c, id, timeout_s);
     cr_assert_not_null(j, "job %s did not finish", id);
     return j;
+}
+
+json_t *af_wait_done(const char *id)
+{
+    return af_wait_job(&af_capd, id, 30);
+}
+
+char *af_submit_job(const struct tu_capd *c, const struct af_job *job)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (job->control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", job->control);
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"%s\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
+                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
+                         "\"options\":%s}",
+                         job->project, job->commit, job->build, cc, job->models, job->widths,
+                         job->passes, job->options ? job->options : "{}");
+    char *s = af_dump(j);
+    const char *id = tu_jstr(j, "id");
+    cr_assert(st == 201 && id, "submit: %ld %s", st, s);
+    char *out = strdup(id);
+    free(s);
+    json_decref(j);
+    return out;
+}
+
+/* The cell's detail comes from its own endpoint: the job's listing of its
+ * cells leaves out what the cell tests look at. */
+json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *options, char **job_out)
+{
+    char *job = tu_submit(c, "fake", model, options);
+    cr_assert_not_null(job, "submit %s", model);
+    json_t *j = tu_wait_job(c, job, 120);
+    cr_assert_not_null(j, "job of %s finished", model);
+    const char *cid = tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
+    json_t *cell = tu_json(c, "GET", path, NULL, NULL);
+    json_decref(j);
+    if (job_out)
+        *job_out = job;
+    else
+        free(job);
+    return cell;
 }
 
 long af_running_cells(void)

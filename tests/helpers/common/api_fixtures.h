@@ -35,6 +35,12 @@ extern char *af_dir;
 void af_teardown(void);
 #define AF_SUITE .fini = af_teardown, .timeout = 120
 
+/* For the suites that keep their own capd and temp dir: starts capd in DIR
+ * (as tu_capd_start) and fails the test with capd's stderr when it does not
+ * start; stops C and removes *DIR (a tu_tmpdir() path), then nulls it. */
+void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra);
+void af_stop_capd(struct tu_capd *c, char **dir);
+
 /* Creates the temp dir unless the test already has one. */
 void af_ensure_dir(void);
 /* Starts capd in the temp dir (data in DIR/data) with EXTRA flags
@@ -93,6 +99,24 @@ const char *af_cell_state(json_t *job, size_t i);
 json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout);
 /* Waits (30 s at most) for job ID to finish; returns it (owned). */
 json_t *af_wait_done(const char *id);
+/* The same on capd C, TIMEOUT_S at most. */
+json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s);
+
+/* A job for af_submit_job: MODELS, WIDTHS and PASSES are the contents of
+ * the matrix's JSON lists ("\"mlp\",\"cnn\""), CONTROL a control commit or
+ * NULL, OPTIONS a JSON object or NULL for {}. */
+struct af_job {
+    const char *project, *commit, *control, *build;
+    const char *models, *widths, *passes, *options;
+};
+/* Posts JOB to capd C; fails the test unless the reply is 201 with an id,
+ * which it returns (owned). */
+char *af_submit_job(const struct tu_capd *c, const struct af_job *job);
+/* Runs one cell of MODEL on C's build "fake" (tu_submit with OPTIONS),
+ * waits for it (120 s at most) and returns the cell's own GET reply (owned,
+ * with details); the job id goes to *JOB_OUT (owned) unless it is NULL. */
+json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *options,
+                    char **job_out);
 /* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
 long af_running_cells(void);
 void af_wait_running_cells(long want);

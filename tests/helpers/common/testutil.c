@@ -305,14 +305,20 @@ json_t *tu_json(const struct tu_capd *c, const char *method, const char *path, c
     return j ? j : json_null();
 }
 
+char *tu_vfmt(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    return s;
+}
+
 json_t *tu_jsonf(const struct tu_capd *c, const char *method, const char *path, long *status,
                  const char *fmt, ...)
 {
-    char *body = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&body, fmt, ap) < 0)
-        body = NULL;
+    char *body = tu_vfmt(fmt, ap);
     va_end(ap);
     json_t *j = tu_json(c, method, path, body, status);
     free(body);
@@ -430,11 +436,9 @@ int tu_count_zombies(pid_t ppid)
 
 int tu_sh(const char *fmt, ...)
 {
-    char *cmd = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&cmd, fmt, ap) < 0)
-        cmd = NULL;
+    char *cmd = tu_vfmt(fmt, ap);
     va_end(ap);
     if (!cmd)
         return -1;

@@ -8,6 +8,7 @@
 #define CAPD_TESTUTIL_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -88,6 +89,9 @@ const char *tu_widest_width(const struct tu_capd *c);
 /* Counts of /proc/PID/fd entries, and of zombie children of PID. */
 int tu_count_fds(pid_t pid);
 int tu_count_zombies(pid_t ppid);
+
+/* FMT formatted (owned), or NULL when memory runs out. */
+char *tu_vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* Runs a shell command line; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
