@@ -67,9 +67,7 @@ Test(api_builds, create_get_list)
     l = af_get("/v1/builds", &st);
     cr_assert_str_eq(tu_jstr(json_array_get(json_object_get(l, "builds"), 0), "name"), "min");
 
-    json_t *nf = af_get("/v1/builds/nope", &st);
-    af_expect_error(nf, st, 404, "not_found", NULL);
-    json_decref(nf);
+    af_expect_get_error("/v1/builds/nope", 404, "not_found");
     json_decref(b);
     json_decref(g);
     json_decref(l);

@@ -34,17 +34,15 @@ static void register_builds(struct tu_capd *c)
     json_decref(j);
 }
 
+/* How long one job of real PyTorch cells may take. */
+#define JOB_S 900
+
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes)
 {
     struct af_job job = {"pytorch", commit, control, build,
                          models,    widths, passes,  "{\"iterations\":30,\"warmup\":5}"};
     return af_submit_job(c, &job);
-}
-
-static json_t *wait_done(struct tu_capd *c, const char *id)
-{
-    return af_wait_job(c, id, 900);
 }
 
 /* Every tensor record of a cell, in the order the API returns them. */
@@ -315,14 +313,14 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     const char *widths = "\"default\",\"avx2\",\"avx512\"";
     const char *passes = "\"forward\",\"backward\"";
     char *j1 = submit(&c, "control", "1111111", NULL, models, widths, passes);
-    json_t *job1 = wait_done(&c, j1);
+    json_t *job1 = af_wait_job(&c, j1, JOB_S);
     check_control_job(&c, j1, job1);
     json_decref(job1);
     /* After the control finished: the heads pair with its build. */
     char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
     char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed, nrun);
     free(j1);
@@ -351,7 +349,7 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
     char *j1 = submit(&c, "control", "5555555", NULL, "\"mlp\"", w, "\"forward\"");
     char *j2 = submit(&c, "control", "6666666", "5555555", "\"mlp\"", w, "\"forward\"");
     char *j3 = submit(&c, "perturbed", "7777777", "5555555", "\"mlp\"", w, "\"forward\"");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *cell = json_array_get(json_object_get(job, "cells"), 1);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "width")), "avx512");
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "unsupported");
@@ -359,8 +357,8 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
     cr_assert(reason && strstr(reason, "lacks avx512f (needed by width avx512)"), "%s", reason);
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 50);
     json_decref(job);
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
 
     char path[256];
     snprintf(path, sizeof path,
@@ -395,7 +393,7 @@ Test(e2e, foreign_width_unsupported, .timeout = 600)
     register_builds(&c);
     char *j =
         submit(&c, "control", "4444444", NULL, "\"mlp\"", "\"vsx\",\"native\"", "\"forward\"");
-    json_t *job = wait_done(&c, j);
+    json_t *job = af_wait_job(&c, j, JOB_S);
     json_t *cells = json_object_get(job, "cells");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")),
                      "unsupported");
@@ -446,7 +444,7 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     json_decref(b);
     char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"", "\"avx2\"",
                      "\"forward\"");
-    json_t *job = wait_done(&c, j);
+    json_t *job = af_wait_job(&c, j, JOB_S);
     json_t *cells = json_object_get(job, "cells");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")), "ok",
                      "model inside the roots runs: %s",
@@ -524,9 +522,9 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     char *j1 = submit_op(&c, "control", "7777771", NULL, width, NULL);
     char *j2 = submit_op(&c, "control", "7777772", "7777771", width, NULL);
     char *j3 = submit_op(&c, "gelu", "7777773", "7777771", width, prov);
-    json_decref(wait_done(&c, j1));
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j1, JOB_S));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
 
     json_t *aa = tu_json(&c, "GET", "/v1/commits/7777772/diff", NULL, &st);
     cr_assert_eq(st, 200);

@@ -18,16 +18,22 @@
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-static json_t *width_row(json_t *widths, const char *name)
+/* The member of OBJ's array LIST whose FIELD is VALUE, or NULL. */
+static json_t *find(json_t *obj, const char *list, const char *field, const char *value)
 {
     size_t i;
     json_t *row;
-    json_array_foreach(json_object_get(widths, "widths"), i, row)
+    json_array_foreach(json_object_get(obj, list), i, row)
     {
-        if (!strcmp(tu_str(row, "name"), name))
+        if (!strcmp(tu_str(row, field), value))
             return row;
     }
     return NULL;
+}
+
+static json_t *width_row(json_t *widths, const char *name)
+{
+    return find(widths, "widths", "name", name);
 }
 
 /* Whether /proc/cpuinfo's first flags line lists FLAG (read here, apart
@@ -66,15 +72,9 @@ static char *submit(struct tu_capd *c, const char *commit, const char *widths)
 
 static json_t *job_cell(json_t *job, const char *width)
 {
-    size_t i;
-    json_t *cell;
-    json_array_foreach(json_object_get(job, "cells"), i, cell)
-    {
-        if (!strcmp(tu_str(cell, "width"), width))
-            return cell;
-    }
-    cr_assert_fail("job has no cell at %s", width);
-    return NULL;
+    json_t *cell = find(job, "cells", "width", width);
+    cr_assert_not_null(cell, "job has no cell at %s", width);
+    return cell;
 }
 
 static bool log_has(const struct tu_capd *c, const char *a, const char *b)

@@ -442,13 +442,8 @@ static size_t sse_write(char *d, size_t sz, size_t nm, void *ud)
 {
     struct sse *s = ud;
     size_t n = sz * nm;
-    char *t = realloc(s->text, s->len + n + 1);
-    if (!t)
+    if (tu_append(&s->text, &s->len, d, n) != 0)
         return 0;
-    s->text = t;
-    memcpy(s->text + s->len, d, n);
-    s->len += n;
-    s->text[s->len] = 0;
     if (s->until && strstr(s->text, s->until))
         return 0; /* enough: abort the transfer */
     return n;

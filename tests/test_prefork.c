@@ -31,16 +31,14 @@ static void register_build(struct tu_capd *c, const char *name, bool prefork, co
     json_decref(j);
 }
 
+/* How long one job of real PyTorch cells may take. */
+#define JOB_S 1200
+
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes, const char *options)
 {
     struct af_job job = {"pytorch", commit, control, build, models, widths, passes, options};
     return af_submit_job(c, &job);
-}
-
-static json_t *wait_done(struct tu_capd *c, const char *id)
-{
-    return af_wait_job(c, id, 1200);
 }
 
 /* "key hash" lines of every tensor record of a cell, in order. */
@@ -183,8 +181,8 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     const char *opts = "{\"iterations\":2,\"warmup\":0}";
     char *jf = submit(&c, "fresh", "f000000", NULL, models, widths, passes, opts);
     char *jp = submit(&c, "pf", "e000000", "f000000", models, widths, passes, opts);
-    json_t *fresh = wait_done(&c, jf);
-    json_t *pf = wait_done(&c, jp);
+    json_t *fresh = af_wait_job(&c, jf, JOB_S);
+    json_t *pf = af_wait_job(&c, jp, JOB_S);
     cr_assert_eq(json_array_size(json_object_get(fresh, "cells")), 24);
     cr_assert_eq(json_array_size(json_object_get(pf, "cells")), 24);
     size_t total = 0;
@@ -268,7 +266,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
 
     char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"", "\"avx2\"",
                       "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *crash = only_cell(job, 0), *ok = only_cell(job, 1);
     cr_assert_str_eq(tu_str(crash, "state"), "crashed", "%s", tu_str(crash, "reason"));
     cr_assert_str_eq(tu_str(crash, "signal"), "SIGSEGV");
@@ -289,7 +287,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
      * child is gone once the cell has ended. */
     char *j2 = submit(&c, "pf", "a200000", NULL, "\"pfmodels:hang\"", "\"avx2\"", "\"forward\"",
                       "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}");
-    job = wait_done(&c, j2);
+    job = af_wait_job(&c, j2, JOB_S);
     json_t *hang = only_cell(job, 0);
     cr_assert_str_eq(tu_str(hang, "state"), "timeout", "%s", tu_str(hang, "reason"));
     char *l3 = cell_log(&c, j2, tu_str(hang, "id"));
@@ -308,7 +306,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
         usleep(100000);
     char *j3 = submit(&c, "pf", "a300000", NULL, "\"pfmodels:ok\"", "\"avx2\"", "\"forward\"",
                       "{\"iterations\":1,\"warmup\":0}");
-    job = wait_done(&c, j3);
+    job = af_wait_job(&c, j3, JOB_S);
     json_t *again = only_cell(job, 0);
     cr_assert_str_eq(tu_str(again, "state"), "ok", "%s", tu_str(again, "reason"));
     char *l4 = cell_log(&c, j3, tu_str(again, "id"));
@@ -373,7 +371,7 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     char *j1 =
         submit(&c, "pf", "a400000", NULL, "\"pfmodels:memhog\",\"pfmodels:ok\"", "\"default\"",
                "\"forward\"", "{\"iterations\":1,\"warmup\":0,\"memory_max_bytes\":1073741824}");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *hog = only_cell(job, 0), *ok = only_cell(job, 1);
     const char *reason = tu_str(hog, "reason");
     cr_assert_str_eq(tu_str(hog, "state"), "oom", "%s: %s", mech, reason);
@@ -436,7 +434,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     char *j1 = submit(&c, "perturbed", "b100000", NULL, "\"mlp\"", wq, "\"forward\"", opts);
     char *j2 =
         submit(&c, "importop", "b200000", NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
-    json_t *job1 = wait_done(&c, j1), *job2 = wait_done(&c, j2);
+    json_t *job1 = af_wait_job(&c, j1, JOB_S), *job2 = af_wait_job(&c, j2, JOB_S);
 
     json_t *b = get_build(&c, "perturbed");
     cr_assert_str_eq(tu_str(b, "prefork_state"), "refused");
@@ -464,7 +462,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     /* Afterwards no zygote is started for them: the next cell's log has
      * no prefork line at all. */
     char *j3 = submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", wq, "\"forward\"", opts);
-    json_t *job3 = wait_done(&c, j3);
+    json_t *job3 = af_wait_job(&c, j3, JOB_S);
     char *log = cell_log(&c, j3, tu_str(only_cell(job3, 0), "id"));
     cr_assert_null(strstr(log, "prefork"), "no prefork attempt once refused:\n%s", log);
     free(log);
@@ -480,7 +478,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
 /* The "CAPD-FACTS {...}" line a pfmodels:facts cell prints. */
 static json_t *facts_of(struct tu_capd *c, const char *job)
 {
-    json_t *j = wait_done(c, job);
+    json_t *j = af_wait_job(c, job, JOB_S);
     json_t *cell = only_cell(j, 0);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char *log = cell_log(c, job, tu_str(cell, "id"));

@@ -54,6 +54,16 @@ void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra)
     }
 }
 
+void af_env_init(struct af_env *e)
+{
+    memset(e, 0, sizeof *e);
+    char *d = tu_tmpdir();
+    cr_assert_not_null(d, "cannot create a temp dir");
+    snprintf(e->dir, sizeof e->dir, "%s", d);
+    snprintf(e->data, sizeof e->data, "%s/data", d);
+    free(d);
+}
+
 /* Starts capd in the test's temp dir (data in DIR/data). */
 void af_start(const char *const *extra)
 {
@@ -133,6 +143,24 @@ json_t *af_callq(const char *method, const char *path, const char *body, long *s
 json_t *af_get(const char *path, long *status)
 {
     return af_call("GET", path, NULL, status);
+}
+
+json_t *af_get_ok(const char *path)
+{
+    long st;
+    json_t *j = af_get(path, &st);
+    char *s = af_dump(j);
+    cr_assert_eq(st, 200, "GET %s -> %ld %s", path, st, s);
+    free(s);
+    return j;
+}
+
+void af_expect_get_error(const char *path, long want, const char *code)
+{
+    long st;
+    json_t *j = af_get(path, &st);
+    af_expect_error(j, st, want, code, NULL);
+    json_decref(j);
 }
 
 /* A raw request; the reply is parsed as JSON when possible. */
@@ -218,9 +246,7 @@ int af_count_jobs(void)
 
 int af_count_builds(void)
 {
-    long st;
-    json_t *j = af_get("/v1/builds", &st);
-    cr_assert_eq(st, 200);
+    json_t *j = af_get_ok("/v1/builds");
     int n = (int)json_array_size(json_object_get(j, "builds"));
     json_decref(j);
     return n;
@@ -280,11 +306,8 @@ char *af_submit1(const char *build, const char *commit)
 json_t *af_get_job(const char *id)
 {
     char path[128];
-    long st;
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    json_t *j = af_get(path, &st);
-    cr_assert_eq(st, 200, "GET %s -> %ld", path, st);
-    return j;
+    return af_get_ok(path);
 }
 
 const char *af_cell_state(json_t *job, size_t i)
@@ -365,9 +388,7 @@ json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *opti
 
 long af_running_cells(void)
 {
-    long st;
-    json_t *j = af_get("/healthz", &st);
-    cr_assert_eq(st, 200);
+    json_t *j = af_get_ok("/healthz");
     long n = (long)json_integer_value(json_object_get(j, "running_cells"));
     json_decref(j);
     return n;

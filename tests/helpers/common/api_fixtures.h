@@ -40,6 +40,14 @@ void af_teardown(void);
  * start; stops C and removes *DIR (a tu_tmpdir() path), then nulls it. */
 void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra);
 void af_stop_capd(struct tu_capd *c, char **dir);
+/* A suite's own capd with a fresh temp dir DIR and its data dir DIR/data;
+ * af_env_init zeroes E and makes the dir. */
+struct af_env {
+    struct tu_capd c;
+    char dir[256];
+    char data[300];
+};
+void af_env_init(struct af_env *e);
 
 /* Creates the temp dir unless the test already has one. */
 void af_ensure_dir(void);
@@ -65,6 +73,8 @@ json_t *af_call(const char *method, const char *path, const char *body, long *st
 /* Like af_call() with BODY run through af_q(). */
 json_t *af_callq(const char *method, const char *path, const char *body, long *status);
 json_t *af_get(const char *path, long *status);
+/* GET PATH, failing the test unless the reply is 200 (owned). */
+json_t *af_get_ok(const char *path);
 /* A raw request with headers HDRS; the reply is parsed as JSON when
  * possible, and kept whole in KEEP (the caller frees) unless it is NULL. */
 json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
@@ -75,6 +85,8 @@ const char *af_header(const char *headers, const char *name);
 /* Checks an error reply: the status, and a body of exactly
  * {"error":{"code":CODE,"message":non-empty string,"field":FIELD|null}}. */
 void af_expect_error(json_t *j, long status, long want, const char *code, const char *field);
+/* GET PATH and check its reply is error CODE with status WANT and no field. */
+void af_expect_get_error(const char *path, long want, const char *code);
 
 /* Number of jobs the server lists (walking every page), and of builds. */
 int af_count_jobs(void);

@@ -231,18 +231,23 @@ struct buf {
     size_t n;
 };
 
+int tu_append(char **text, size_t *len, const char *d, size_t n)
+{
+    char *t = realloc(*text, *len + n + 1);
+    if (!t)
+        return -ENOMEM;
+    memcpy(t + *len, d, n);
+    *text = t;
+    *len += n;
+    t[*len] = 0;
+    return 0;
+}
+
 static size_t on_data(char *d, size_t sz, size_t nm, void *ud)
 {
     struct buf *b = ud;
     size_t n = sz * nm;
-    char *np = realloc(b->p, b->n + n + 1);
-    if (!np)
-        return 0;
-    memcpy(np + b->n, d, n);
-    b->p = np;
-    b->n += n;
-    b->p[b->n] = 0;
-    return n;
+    return tu_append(&b->p, &b->n, d, n) == 0 ? n : 0;
 }
 
 int tu_http(const struct tu_capd *c, const char *method, const char *path, const char *body,

@@ -54,6 +54,9 @@ struct tu_resp {
     char *headers;
 };
 void tu_resp_free(struct tu_resp *r);
+/* Appends N bytes at D to the NUL-terminated *TEXT of *LEN bytes (both
+ * may start NULL and 0): 0, or -ENOMEM with *TEXT unchanged. */
+int tu_append(char **text, size_t *len, const char *d, size_t n);
 
 /* One HTTP request. HEADERS is a NULL-terminated list of "Name: value";
  * C's token is added unless HEADERS has an Authorization header ("Host:"
