@@ -192,10 +192,7 @@ Test(api_builds, refused_when_the_cell_user_cannot_reach_it)
     snprintf(unlisted, sizeof unlisted, "%s/unlisted", af_dir);
     cr_assert_eq(mkdir(priv, 0755), 0);
     cr_assert_eq(mkdir(unlisted, 0311), 0);
-    FILE *f = fopen(py, "w");
-    cr_assert_not_null(f);
-    fputs(AF_OK_SH, f);
-    fclose(f);
+    af_put_file(py, AF_OK_SH);
     cr_assert_eq(chmod(py, 0755), 0);
     snprintf(file, sizeof file, "%s", af_write_file("plain", "x", 0644));
     /* Reachable: accepted, as before. */

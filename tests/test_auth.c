@@ -37,10 +37,7 @@ static void env_start(struct af_env *e, const char *config_json, const char *ext
     char cfg[400];
     if (config_json) {
         snprintf(cfg, sizeof cfg, "%s/capd.json", e->dir);
-        FILE *f = fopen(cfg, "w");
-        cr_assert_not_null(f);
-        fputs(config_json, f);
-        fclose(f);
+        af_put_file(cfg, config_json);
         extra[a++] = "--config";
         extra[a++] = cfg;
     }

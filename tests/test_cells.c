@@ -33,10 +33,7 @@ static void start(struct env *e, const char *config_json)
     const char *extra[3] = {NULL, NULL, NULL};
     if (config_json) {
         snprintf(e->config, sizeof e->config, "%s/capd.json", dir);
-        FILE *f = fopen(e->config, "w");
-        cr_assert_not_null(f);
-        fputs(config_json, f);
-        fclose(f);
+        af_put_file(e->config, config_json);
         extra[0] = "--config";
         extra[1] = e->config;
     }
@@ -213,6 +210,24 @@ Test(cells, protocol_violations)
     stop(&e);
 }
 
+/* The grandchild the fake runner left in CELL's scratch dir (kept by
+ * keep_scratch) is gone within a few seconds of the cell's end. */
+static void expect_grandchild_gone(struct env *e, json_t *cell)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e->c.dir,
+             tu_str(cell, "id"));
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "grandchild pid file %s", path);
+    int gpid = 0;
+    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
+    fclose(f);
+    usleep(300 * 1000);
+    for (int k = 0; k < 40 && !gone(gpid); k++)
+        usleep(50 * 1000);
+    cr_assert(gone(gpid), "grandchild %d is gone", gpid);
+}
+
 Test(cells, timeout_kills_the_group, .timeout = 120)
 {
     struct env e;
@@ -229,17 +244,7 @@ Test(cells, timeout_kills_the_group, .timeout = 120)
     /* A grandchild in the group dies with it. */
     cell = af_run_cell(&e.c, "fake:grandchild", "{\"timeout_s\":1}", NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "grandchild pid file %s", path);
-    int gpid = 0;
-    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
-    fclose(f);
-    usleep(300 * 1000);
-    for (int k = 0; k < 40 && !gone(gpid); k++)
-        usleep(50 * 1000);
-    cr_assert(gone(gpid), "grandchild %d is gone", gpid);
+    expect_grandchild_gone(&e, cell);
     json_decref(cell);
     check_clean(&e, -1);
     stop(&e);
@@ -251,17 +256,7 @@ Test(cells, lingering_grandchild_after_clean_exit_dies)
     start(&e, "{\"keep_scratch\": true}");
     json_t *cell = af_run_cell(&e.c, "fake:grandchild__exit", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    int gpid = 0;
-    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
-    fclose(f);
-    usleep(300 * 1000);
-    for (int k = 0; k < 40 && !gone(gpid); k++)
-        usleep(50 * 1000);
-    cr_assert(gone(gpid), "grandchild %d is gone", gpid);
+    expect_grandchild_gone(&e, cell);
     json_decref(cell);
     stop(&e);
 }

@@ -56,10 +56,7 @@ static void start(const char *config)
     cr_assert_not_null(g_dir);
     char cfg[512];
     snprintf(cfg, sizeof cfg, "%s/capd.json", g_dir);
-    FILE *f = fopen(cfg, "w");
-    cr_assert_not_null(f);
-    fputs(config ? config : "{}", f);
-    fclose(f);
+    af_put_file(cfg, config ? config : "{}");
     const char *extra[] = {"--config", cfg, NULL};
     af_start_capd(&g_capd, g_dir, extra);
     /* A test that configures auth itself sends its own tokens. */

@@ -172,10 +172,7 @@ static const char OK_SH[] =
 
 static void write_exec(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    af_put_file(path, text);
     chmod(path, 0755);
 }
 
@@ -343,10 +340,7 @@ Test(openapi, auth_replies_match_the_spec)
     g_dir = tu_tmpdir();
     char cfg[512], p[1024], tokf[600];
     snprintf(cfg, sizeof cfg, "%s/auth.json", g_dir);
-    FILE *f = fopen(cfg, "w");
-    cr_assert_not_null(f);
-    fputs("{\"auth_required\":true}", f);
-    fclose(f);
+    af_put_file(cfg, "{\"auth_required\":true}");
     const char *extra[] = {"--config", cfg, NULL};
     start(extra);
     tu_anonymous(&g_capd); /* every request below names its own token */

@@ -41,41 +41,38 @@ static char *submit(struct tu_capd *c, const char *build, const char *commit, co
     return af_submit_job(c, &job);
 }
 
+/* The build field that makes the test models (pfmodels:*) importable. */
+static const char *pf_model_roots(void)
+{
+    static char roots[512];
+    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
+             tu_bin("CAPD_SOURCE_DIR"));
+    return roots;
+}
+
 /* "key hash" lines of every tensor record of a cell, in order. */
 static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell, size_t *n)
 {
+    json_t *records = af_cell_records(c, job, cell, "tensor");
     size_t cap = 1 << 16, len = 0;
     char *out = malloc(cap);
     out[0] = 0;
     *n = 0;
-    char path[256], cursor[64] = "";
-    for (;;) {
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s", job,
-                 cell, cursor[0] ? "&cursor=" : "", cursor);
-        long st = 0;
-        json_t *page = tu_json(c, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200);
-        size_t i;
-        json_t *r;
-        json_array_foreach(json_object_get(page, "records"), i, r)
-        {
-            const char *k = tu_str(r, "key"), *h = tu_str(r, "hash");
-            size_t need = strlen(k) + strlen(h) + 3;
-            if (len + need >= cap) {
-                cap = cap * 2 + need;
-                out = realloc(out, cap);
-            }
-            len += (size_t)snprintf(out + len, cap - len, "%s %s\n", k, h);
-            (*n)++;
+    size_t i;
+    json_t *r;
+    json_array_foreach(records, i, r)
+    {
+        const char *k = tu_str(r, "key"), *h = tu_str(r, "hash");
+        size_t need = strlen(k) + strlen(h) + 3;
+        if (len + need >= cap) {
+            cap = cap * 2 + need;
+            out = realloc(out, cap);
         }
-        const char *next = json_string_value(json_object_get(page, "next_cursor"));
-        if (!next) {
-            json_decref(page);
-            return out;
-        }
-        snprintf(cursor, sizeof cursor, "%s", next);
-        json_decref(page);
+        len += (size_t)snprintf(out + len, cap - len, "%s %s\n", k, h);
+        (*n)++;
     }
+    json_decref(records);
+    return out;
 }
 
 static char *cell_log(struct tu_capd *c, const char *job, const char *cell)
@@ -259,9 +256,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
 {
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "pf", true, roots);
 
     char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"", "\"avx2\"",
@@ -337,10 +332,7 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     char *dir = tu_tmpdir(), conf[600];
     cr_assert_not_null(dir);
     snprintf(conf, sizeof conf, "%s/capd.json", dir);
-    FILE *f = fopen(conf, "w");
-    cr_assert_not_null(f);
-    fputs(config_json, f);
-    fclose(f);
+    af_put_file(conf, config_json);
     const char *extra[] = {"--config", conf, NULL};
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, dir, extra), 0);
@@ -364,9 +356,7 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     }
     if (want_mech)
         cr_assert_str_eq(mech, want_mech);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "pf", true, roots);
     char *j1 =
         submit(&c, "pf", "a400000", NULL, "\"pfmodels:memhog\",\"pfmodels:ok\"", "\"default\"",
@@ -510,9 +500,7 @@ Test(prefork, child_isolation_equals_fresh_exec, .timeout = 1200)
 {
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "fresh", false, roots);
     register_build(&c, "pf", true, roots);
     const char *opts = "{\"iterations\":1,\"warmup\":0}";

@@ -26,10 +26,7 @@ static char *fresh_dir(const char *config)
     if (config) {
         char p[400];
         snprintf(p, sizeof p, "%s/capd.json", d);
-        FILE *f = fopen(p, "w");
-        cr_assert_not_null(f);
-        fputs(config, f);
-        fclose(f);
+        af_put_file(p, config);
     }
     return d;
 }

@@ -71,6 +71,14 @@ void af_start(const char *const *extra)
     af_start_capd(&af_capd, af_dir, extra);
 }
 
+void af_put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "cannot write %s", path);
+}
+
 /* Writes an executable file NAME into the temp dir; returns its path. */
 const char *af_write_file(const char *name, const char *text, mode_t mode)
 {
@@ -79,10 +87,7 @@ const char *af_write_file(const char *name, const char *text, mode_t mode)
     af_ensure_dir();
     char *p = path[slot++ % 8];
     snprintf(p, 512, "%s/%s", af_dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f, "cannot write %s", p);
-    fputs(text, f);
-    fclose(f);
+    af_put_file(p, text);
     chmod(p, mode);
     return p;
 }
@@ -223,25 +228,35 @@ void af_expect_error(json_t *j, long status, long want, const char *code, const 
 }
 
 /* Number of jobs the server lists, walking every page. */
+/* Every member of array LIST of the pages of PATH (a URL with a query)
+ * on C, following next_cursor (owned); a listing past 1000 pages never
+ * ends, and fails the test. */
+static json_t *get_all_pages(const struct tu_capd *c, const char *path, const char *list)
+{
+    json_t *out = json_array();
+    char url[512], cursor[64] = "";
+    for (int page = 0; page < 1000; page++) {
+        snprintf(url, sizeof url, "%s%s%s", path, cursor[0] ? "&cursor=" : "", cursor);
+        long st = 0;
+        json_t *j = tu_json(c, "GET", url, NULL, &st);
+        cr_assert_eq(st, 200, "GET %s -> %ld", url, st);
+        json_array_extend(out, json_object_get(j, list));
+        const char *next = tu_jstr(j, "next_cursor");
+        snprintf(cursor, sizeof cursor, "%s", next ? next : "");
+        json_decref(j);
+        if (!next)
+            return out;
+    }
+    cr_assert_fail("the listing of %s never ended", path);
+    return NULL;
+}
+
 int af_count_jobs(void)
 {
-    char path[256] = "/v1/jobs?limit=200";
-    int n = 0;
-    for (int page = 0; page < 100; page++) {
-        long st;
-        json_t *j = af_get(path, &st);
-        cr_assert_eq(st, 200);
-        n += (int)json_array_size(json_object_get(j, "jobs"));
-        const char *c = tu_jstr(j, "next_cursor");
-        if (!c) {
-            json_decref(j);
-            return n;
-        }
-        snprintf(path, sizeof path, "/v1/jobs?limit=200&cursor=%s", c);
-        json_decref(j);
-    }
-    cr_assert_fail("job listing never ended");
-    return -1;
+    json_t *jobs = get_all_pages(&af_capd, "/v1/jobs?limit=200", "jobs");
+    int n = (int)json_array_size(jobs);
+    json_decref(jobs);
+    return n;
 }
 
 int af_count_builds(void)
@@ -384,6 +399,15 @@ json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *opti
     else
         free(job);
     return cell;
+}
+
+json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
+                        const char *kind)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=%s&limit=1000", job, cell,
+             kind);
+    return get_all_pages(c, path, "records");
 }
 
 long af_running_cells(void)

@@ -55,6 +55,9 @@ void af_ensure_dir(void);
  * (NULL-terminated, may be NULL); fails the test with capd's stderr when
  * it does not start. */
 void af_start(const char *const *extra);
+/* Writes TEXT to PATH (created or truncated), failing the test when it
+ * cannot. */
+void af_put_file(const char *path, const char *text);
 /* Writes file NAME with TEXT and MODE into the temp dir; returns its path
  * (valid for the next seven calls). */
 const char *af_write_file(const char *name, const char *text, mode_t mode);
@@ -129,6 +132,10 @@ char *af_submit_job(const struct tu_capd *c, const struct af_job *job);
  * with details); the job id goes to *JOB_OUT (owned) unless it is NULL. */
 json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *options,
                     char **job_out);
+/* Every record of KIND of CELL of JOB on capd C, walking every page, in
+ * the order the API returns them (owned). */
+json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
+                        const char *kind);
 /* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
 long af_running_cells(void);
 void af_wait_running_cells(long want);
