@@ -296,12 +296,10 @@ Test(api_builds, put_creates_and_replaces_200)
     cr_assert(json_equal(g, b));
     cr_assert_eq(af_count_builds(), 1);
 
-    json_t *e = af_callq("PUT", "/v1/builds/b", "{'name':'c','python':'/bin/true'}", &st);
-    af_expect_error(e, st, 400, "invalid_field", "name");
-    json_decref(e);
-    e = af_callq("PUT", "/v1/builds/a%20b", "{'python':'/bin/true'}", &st);
-    af_expect_error(e, st, 400, "invalid_field", "name");
-    json_decref(e);
+    af_expect_call_error("PUT", "/v1/builds/b", "{'name':'c','python':'/bin/true'}", 400,
+                         "invalid_field", "name");
+    af_expect_call_error("PUT", "/v1/builds/a%20b", "{'python':'/bin/true'}", 400, "invalid_field",
+                         "name");
     json_decref(g);
     g = af_get("/v1/builds/b", &st);
     cr_assert_str_eq(tu_jstr(g, "python"), "/bin/false", "a refused PUT changed the build");

@@ -307,9 +307,7 @@ Test(api_jobs, too_many_cells_default_limit)
                  "'widths':['default'],'passes':['forward']}}",
                  m65) < 0)
         cr_assert_fail("asprintf");
-    j = af_callq("POST", "/v1/jobs", body, &st);
-    af_expect_error(j, st, 400, "invalid_field", "matrix.models");
-    json_decref(j);
+    af_expect_call_error("POST", "/v1/jobs", body, 400, "invalid_field", "matrix.models");
     free(body);
     cr_assert_eq(af_count_jobs(), 1);
 }

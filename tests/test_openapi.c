@@ -176,6 +176,17 @@ static void write_exec(const char *path, const char *text)
     chmod(path, 0755);
 }
 
+/* POST /v1/jobs with BODY and HDRS, checked against the spec as 201;
+ * returns the new job's id (owned). */
+static char *sample_job(const char *body, const char *const *hdrs)
+{
+    json_t *j;
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", body, hdrs, &j), 201);
+    char *id = strdup(tu_jstr(j, "id"));
+    json_decref(j);
+    return id;
+}
+
 Test(openapi, real_replies_match_the_spec)
 {
     g_dir = tu_tmpdir();
@@ -210,19 +221,13 @@ Test(openapi, real_replies_match_the_spec)
                          "\"passes\":[\"forward\"]},\"labels\":{\"k\":\"v\"},"
                          "\"provenance\":{\"findings\":[]}}";
     const char *idem[] = {"Idempotency-Key: k1", NULL};
-    json_t *j1;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, &j1), 201);
-    char *ctl = strdup(tu_jstr(j1, "id"));
-    json_decref(j1);
+    char *ctl = sample_job(job_ok, idem);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, NULL), 200);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{\"project\":\"p\"}", idem, NULL), 400);
     const char *job_head = "{\"project\":\"p\",\"commit\":\"3f2a9c1\",\"branch\":\"main\","
                            "\"build\":\"ok\",\"matrix\":{\"models\":[\"mlp\"],"
                            "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]}}";
-    json_t *j2;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_head, NULL, &j2), 201);
-    char *head = strdup(tu_jstr(j2, "id"));
-    json_decref(j2);
+    char *head = sample_job(job_head, NULL);
     json_decref(wait_state(ctl, "done"));
     json_t *done = wait_state(head, "done");
     const char *cell = tu_jstr(json_array_get(json_object_get(done, "cells"), 0), "id");
@@ -262,10 +267,7 @@ Test(openapi, real_replies_match_the_spec)
     const char *job_hang = "{\"project\":\"p\",\"commit\":\"aaaaaaa\",\"build\":\"hang\","
                            "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"default\"],"
                            "\"passes\":[\"forward\",\"backward\"]}}";
-    json_t *j3;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_hang, NULL, &j3), 201);
-    char *run = strdup(tu_jstr(j3, "id"));
-    json_decref(j3);
+    char *run = sample_job(job_hang, NULL);
     json_decref(wait_state(run, "running"));
     cr_assert_eq(sample("GET", "/v1/jobs?limit=2", "/v1/jobs", NULL, NULL, NULL), 200);
     snprintf(q, sizeof q, "/v1/compare?control=%s&head=%s", ctl, run);

@@ -168,6 +168,15 @@ void af_expect_get_error(const char *path, long want, const char *code)
     json_decref(j);
 }
 
+void af_expect_call_error(const char *method, const char *path, const char *body, long want,
+                          const char *code, const char *field)
+{
+    long st;
+    json_t *j = af_callq(method, path, body, &st);
+    af_expect_error(j, st, want, code, field);
+    json_decref(j);
+}
+
 /* A raw request; the reply is parsed as JSON when possible. */
 json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
                const char *const *hdrs, long *status, struct tu_resp *keep)
@@ -405,8 +414,7 @@ json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *ce
                         const char *kind)
 {
     char path[256];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=%s&limit=1000", job, cell,
-             kind);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=%s&limit=1000", job, cell, kind);
     return get_all_pages(c, path, "records");
 }
 

@@ -90,6 +90,9 @@ const char *af_header(const char *headers, const char *name);
 void af_expect_error(json_t *j, long status, long want, const char *code, const char *field);
 /* GET PATH and check its reply is error CODE with status WANT and no field. */
 void af_expect_get_error(const char *path, long want, const char *code);
+/* The same for METHOD PATH with BODY (af_q() text, may be NULL), and FIELD. */
+void af_expect_call_error(const char *method, const char *path, const char *body, long want,
+                          const char *code, const char *field);
 
 /* Number of jobs the server lists (walking every page), and of builds. */
 int af_count_jobs(void);
