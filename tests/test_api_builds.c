@@ -67,9 +67,7 @@ Test(api_builds, create_get_list)
     l = af_get("/v1/builds", &st);
     cr_assert_str_eq(tu_jstr(json_array_get(json_object_get(l, "builds"), 0), "name"), "min");
 
-    json_t *nf = af_get("/v1/builds/nope", &st);
-    af_expect_error(nf, st, 404, "not_found", NULL);
-    json_decref(nf);
+    af_expect_get_error("/v1/builds/nope", 404, "not_found");
     json_decref(b);
     json_decref(g);
     json_decref(l);
@@ -194,10 +192,7 @@ Test(api_builds, refused_when_the_cell_user_cannot_reach_it)
     snprintf(unlisted, sizeof unlisted, "%s/unlisted", af_dir);
     cr_assert_eq(mkdir(priv, 0755), 0);
     cr_assert_eq(mkdir(unlisted, 0311), 0);
-    FILE *f = fopen(py, "w");
-    cr_assert_not_null(f);
-    fputs(AF_OK_SH, f);
-    fclose(f);
+    af_put_file(py, AF_OK_SH);
     cr_assert_eq(chmod(py, 0755), 0);
     snprintf(file, sizeof file, "%s", af_write_file("plain", "x", 0644));
     /* Reachable: accepted, as before. */
@@ -301,12 +296,10 @@ Test(api_builds, put_creates_and_replaces_200)
     cr_assert(json_equal(g, b));
     cr_assert_eq(af_count_builds(), 1);
 
-    json_t *e = af_callq("PUT", "/v1/builds/b", "{'name':'c','python':'/bin/true'}", &st);
-    af_expect_error(e, st, 400, "invalid_field", "name");
-    json_decref(e);
-    e = af_callq("PUT", "/v1/builds/a%20b", "{'python':'/bin/true'}", &st);
-    af_expect_error(e, st, 400, "invalid_field", "name");
-    json_decref(e);
+    af_expect_call_error("PUT", "/v1/builds/b", "{'name':'c','python':'/bin/true'}", 400,
+                         "invalid_field", "name");
+    af_expect_call_error("PUT", "/v1/builds/a%20b", "{'python':'/bin/true'}", 400, "invalid_field",
+                         "name");
     json_decref(g);
     g = af_get("/v1/builds/b", &st);
     cr_assert_str_eq(tu_jstr(g, "python"), "/bin/false", "a refused PUT changed the build");

@@ -65,12 +65,8 @@ Test(api_branches, put_get_branch)
     cr_assert_str_eq(tu_jstr(g, "control_commit"), "0123456789abcdef0123456789abcdef01234567",
                      "a refused PUT changed the branch");
     json_decref(g);
-    g = af_get("/v1/branches/a..b", &st);
-    af_expect_error(g, st, 404, "not_found", NULL);
-    json_decref(g);
-    g = af_get("/v1/branches/nope", &st);
-    af_expect_error(g, st, 404, "not_found", NULL);
-    json_decref(g);
+    af_expect_get_error("/v1/branches/a..b", 404, "not_found");
+    af_expect_get_error("/v1/branches/nope", 404, "not_found");
 }
 
 Test(api_branches, commits)
@@ -89,9 +85,7 @@ Test(api_branches, commits)
     cr_assert_str_eq(tu_jstr(json_array_get(jobs, 0), "id"), b, "newest first");
     cr_assert_str_eq(tu_jstr(json_array_get(jobs, 1), "id"), a);
     json_decref(j);
-    j = af_get("/v1/commits/abcdef9", &st);
-    af_expect_error(j, st, 404, "not_found", NULL);
-    json_decref(j);
+    af_expect_get_error("/v1/commits/abcdef9", 404, "not_found");
     static const char *const bad[] = {"xyz1234", "abc", "abcdef1-",
                                       "0000000000000000000000000000000000000000000000000000000000"
                                       "0000000"};
@@ -220,9 +214,7 @@ Test(api_compare, compare_and_diff)
     json_decref(r);
 
     /* diff: the control comes from the branch when the job names none. */
-    r = af_get("/v1/commits/3f2a9c1/diff", &st);
-    af_expect_error(r, st, 404, "no_control", NULL);
-    json_decref(r);
+    af_expect_get_error("/v1/commits/3f2a9c1/diff", 404, "no_control");
     json_decref(af_callq("PUT", "/v1/branches/main", "{'control_commit':'1b0e7d2'}", &st));
     cr_assert_eq(st, 200);
     r = af_get("/v1/commits/3f2a9c1/diff", &st);
@@ -234,9 +226,7 @@ Test(api_compare, compare_and_diff)
     r = af_get("/v1/commits/xyz/diff", &st);
     af_expect_error(r, st, 400, "invalid_field", "sha");
     json_decref(r);
-    r = af_get("/v1/commits/abcdef9/diff", &st);
-    af_expect_error(r, st, 404, "not_found", NULL);
-    json_decref(r);
+    af_expect_get_error("/v1/commits/abcdef9/diff", 404, "not_found");
     free(ctl);
     free(head);
     free(run);
@@ -265,14 +255,9 @@ static void env_build(const char *name, const char *env)
 
 static char *submit_fake(const char *build, const char *commit)
 {
-    json_t *j =
-        af_post_job(201,
-                    "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['fake:ok'],"
-                    "'widths':['default','avx2'],'passes':['forward']}}",
-                    commit, build);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
-    return id;
+    struct af_job job = {"p",           commit, NULL, build, "\"fake:ok\"", "\"default\",\"avx2\"",
+                         "\"forward\"", NULL};
+    return af_submit_job(&af_capd, &job);
 }
 
 static json_t *env_entry(json_t *r, const char *field)

@@ -193,19 +193,15 @@ Test(api_input, invalid_utf8_in_url_gets_an_error_reply)
 {
     af_start(NULL);
     long st;
-    json_t *j = af_get("/v1/nope%FF", &st);
-    af_expect_error(j, st, 404, "not_found", NULL);
-    json_decref(j);
-    j = af_get("/v1/jobs/j%FF%FE", &st);
-    af_expect_error(j, st, 404, "not_found", NULL);
-    json_decref(j);
+    af_expect_get_error("/v1/nope%FF", 404, "not_found");
+    af_expect_get_error("/v1/jobs/j%FF%FE", 404, "not_found");
     af_ok_build("ok");
     char *id = af_submit1("ok", "abcdef1");
     json_t *job = af_wait_done(id);
     char p[256];
     snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/records?kind=%%FF", id,
              tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
-    j = af_get(p, &st);
+    json_t *j = af_get(p, &st);
     af_expect_error(j, st, 400, "invalid_query", "kind");
     json_decref(j);
     /* A key that is not UTF-8, reused with another body: the conflict

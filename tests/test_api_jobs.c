@@ -307,9 +307,7 @@ Test(api_jobs, too_many_cells_default_limit)
                  "'widths':['default'],'passes':['forward']}}",
                  m65) < 0)
         cr_assert_fail("asprintf");
-    j = af_callq("POST", "/v1/jobs", body, &st);
-    af_expect_error(j, st, 400, "invalid_field", "matrix.models");
-    json_decref(j);
+    af_expect_call_error("POST", "/v1/jobs", body, 400, "invalid_field", "matrix.models");
     free(body);
     cr_assert_eq(af_count_jobs(), 1);
 }
@@ -374,12 +372,10 @@ Test(api_jobs, get_unknown_job_404)
                                         "/v1/jobs/j'%20OR%201=1"};
     for (size_t i = 0; i < 3; i++) {
         long st;
-        json_t *j = af_get(paths[i], &st);
-        af_expect_error(j, st, 404, "not_found", NULL);
-        json_decref(j);
+        af_expect_get_error(paths[i], 404, "not_found");
         char p[128];
         snprintf(p, sizeof p, "%s/cancel", paths[i]);
-        j = af_call("POST", p, NULL, &st);
+        json_t *j = af_call("POST", p, NULL, &st);
         af_expect_error(j, st, 404, "not_found", NULL);
         json_decref(j);
     }

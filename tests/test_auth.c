@@ -18,39 +18,26 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 #include "util/clock.h"
 
 /* ---- helpers ---- */
 
-struct env {
-    struct tu_capd c;
-    char dir[256];
-    char data[300];
-};
-
-static void env_init(struct env *e)
+static void env_init(struct af_env *e)
 {
-    memset(e, 0, sizeof *e);
-    char *d = tu_tmpdir();
-    cr_assert_not_null(d);
-    snprintf(e->dir, sizeof e->dir, "%s", d);
-    snprintf(e->data, sizeof e->data, "%s/data", d);
-    free(d);
+    af_env_init(e);
 }
 
 /* Starts capd on E's dir with CONFIG_JSON (may be NULL) and EXTRA flags. */
-static void env_start(struct env *e, const char *config_json, const char *extra_flag)
+static void env_start(struct af_env *e, const char *config_json, const char *extra_flag)
 {
     const char *extra[5] = {NULL};
     int a = 0;
     char cfg[400];
     if (config_json) {
         snprintf(cfg, sizeof cfg, "%s/capd.json", e->dir);
-        FILE *f = fopen(cfg, "w");
-        cr_assert_not_null(f);
-        fputs(config_json, f);
-        fclose(f);
+        af_put_file(cfg, config_json);
         extra[a++] = "--config";
         extra[a++] = cfg;
     }
@@ -58,15 +45,10 @@ static void env_start(struct env *e, const char *config_json, const char *extra_
         extra[a++] = "--log-level";
         extra[a++] = extra_flag;
     }
-    if (tu_capd_start(&e->c, e->dir, extra) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(&e->c, e->dir, extra);
 }
 
-static void env_stop(struct env *e)
+static void env_stop(struct af_env *e)
 {
     if (e->c.pid > 0)
         cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
@@ -74,7 +56,7 @@ static void env_stop(struct env *e)
 }
 
 /* `capd token create`; returns the malloc'd token (NULL on failure). */
-static char *make_token(const struct env *e, const char *scope, const char *expires)
+static char *make_token(const struct af_env *e, const char *scope, const char *expires)
 {
     char out[400];
     snprintf(out, sizeof out, "%s/token.%s.out", e->dir, scope);
@@ -92,7 +74,7 @@ static char *make_token(const struct env *e, const char *scope, const char *expi
 }
 
 /* One request with an optional token and JSON body. */
-static long req(const struct env *e, const char *method, const char *path, const char *token,
+static long req(const struct af_env *e, const char *method, const char *path, const char *token,
                 const char *body, struct tu_resp *out)
 {
     char auth[256];
@@ -111,7 +93,7 @@ static long req(const struct env *e, const char *method, const char *path, const
 }
 
 /* Status only; checks the error code when the reply is an error. */
-static long call(const struct env *e, const char *method, const char *path, const char *token,
+static long call(const struct af_env *e, const char *method, const char *path, const char *token,
                  const char *body, const char *want_code)
 {
     struct tu_resp r;
@@ -127,7 +109,7 @@ static long call(const struct env *e, const char *method, const char *path, cons
     return st;
 }
 
-static char *build_body(const struct env *e, const char *name)
+static char *build_body(const struct af_env *e, const char *name)
 {
     char *fake = tu_helper("fake_runner"), *b;
     cr_assert(asprintf(&b, "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}", name,
@@ -141,7 +123,7 @@ static const char job_hang[] =
     "\"matrix\":{\"models\":[\"fake:hang\"],\"widths\":[\"avx2\"],\"passes\":[\"forward\"]}}";
 
 /* Posts a job as TOKEN; returns its id (malloc'd) or fails the test. */
-static char *post_job(const struct env *e, const char *token, const char *body)
+static char *post_job(const struct af_env *e, const char *token, const char *body)
 {
     struct tu_resp r;
     long st = req(e, "POST", "/v1/jobs", token, body, &r);
@@ -153,7 +135,7 @@ static char *post_job(const struct env *e, const char *token, const char *body)
     return id;
 }
 
-static json_int_t count_of(const struct env *e, const char *path, const char *key,
+static json_int_t count_of(const struct af_env *e, const char *path, const char *key,
                            const char *token)
 {
     struct tu_resp r;
@@ -220,7 +202,7 @@ Test(sha256, fips_180_examples_and_padding_boundaries)
 
 Test(tokens, create_check_revoke_expire_in_the_store)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     mkdir(e.data, 0700);
     struct store *s = NULL;
@@ -298,7 +280,7 @@ Test(tokens, create_check_revoke_expire_in_the_store)
 
 Test(tokens, capd_token_cli)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     const char *capd = tu_bin("CAPD_BIN");
     cr_assert_eq(
@@ -344,7 +326,7 @@ Test(tokens, capd_token_cli)
 
 Test(auth, scopes_gate_every_route)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *rd = make_token(&e, "read", NULL), *sb = make_token(&e, "submit", NULL),
          *ad = make_token(&e, "admin", NULL);
@@ -424,7 +406,7 @@ Test(auth, scopes_gate_every_route)
 
 Test(auth, tokens_api_create_use_revoke)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *ad = make_token(&e, "admin", NULL);
     env_start(&e, "{\"auth_required\": true}", NULL);
@@ -461,7 +443,7 @@ Test(auth, tokens_api_create_use_revoke)
 
 Test(auth, expired_token_is_refused)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *t = make_token(&e, "admin", "1s");
     env_start(&e, "{\"auth_required\": true}", NULL);
@@ -477,7 +459,7 @@ Test(auth, expired_token_is_refused)
 /* A submit token cancels its own jobs only; admin cancels any. */
 Test(auth, submit_token_cancels_only_its_own_jobs)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *a = make_token(&e, "submit", NULL), *b = make_token(&e, "submit", NULL),
          *ad = make_token(&e, "admin", NULL);
@@ -510,7 +492,7 @@ Test(auth, submit_token_cancels_only_its_own_jobs)
 
 Test(auth, public_reads_and_disabled_auth)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *ad = make_token(&e, "admin", NULL);
     env_start(&e, "{\"auth_required\": true, \"public_reads\": true}", NULL);
@@ -536,7 +518,7 @@ Test(auth, public_reads_and_disabled_auth)
  * anonymous upload gets its 401 and nothing is stored. */
 Test(auth, anonymous_upload_refused_before_the_body)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *ad = make_token(&e, "admin", NULL);
     env_start(&e, "{\"auth_required\": true}", NULL);
@@ -565,7 +547,7 @@ Test(auth, anonymous_upload_refused_before_the_body)
  * never echo a presented token. */
 Test(auth, secrets_never_logged_or_echoed)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char *ad = make_token(&e, "admin", NULL), *sb = make_token(&e, "submit", NULL);
     env_start(&e, "{\"auth_required\": true}", "debug");
@@ -673,7 +655,7 @@ static long status_field(pid_t pid, const char *name, char *rest, size_t n)
 
 Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     /* No address-space limit: an ASan-built fake runner needs its shadow. */
     env_start(&e, "{\"rlimit_as_bytes\": 0}", NULL);
@@ -776,7 +758,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
 
 Test(runas, unknown_user_refused_at_start)
 {
-    struct env e;
+    struct af_env e;
     env_init(&e);
     char cfg[400], out[400];
     snprintf(cfg, sizeof cfg, "%s/capd.json", e.dir);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 struct env {
@@ -32,36 +33,13 @@ static void start(struct env *e, const char *config_json)
     const char *extra[3] = {NULL, NULL, NULL};
     if (config_json) {
         snprintf(e->config, sizeof e->config, "%s/capd.json", dir);
-        FILE *f = fopen(e->config, "w");
-        cr_assert_not_null(f);
-        fputs(config_json, f);
-        fclose(f);
+        af_put_file(e->config, config_json);
         extra[0] = "--config";
         extra[1] = e->config;
     }
     cr_assert_eq(tu_capd_start(&e->c, dir, extra), 0, "capd starts");
     free(dir);
     cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
-}
-
-/* Runs one cell of MODEL and returns the cell object (with details). */
-static json_t *run_cell(struct env *e, const char *model, const char *options, char **job_out)
-{
-    char *job = tu_submit(&e->c, "fake", model, options);
-    cr_assert_not_null(job, "submit %s", model);
-    json_t *j = tu_wait_job(&e->c, job, 120);
-    cr_assert_not_null(j, "job of %s finished", model);
-    const char *cid =
-        json_string_value(json_object_get(json_array_get(json_object_get(j, "cells"), 0), "id"));
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
-    json_t *cell = tu_json(&e->c, "GET", path, NULL, NULL);
-    json_decref(j);
-    if (job_out)
-        *job_out = job;
-    else
-        free(job);
-    return cell;
 }
 
 static json_int_t count(json_t *cell, const char *kind)
@@ -132,7 +110,7 @@ Test(cells, ok_stores_every_frame)
     start(&e, NULL);
     int fds = warm_fds(&e);
     char *job;
-    json_t *cell = run_cell(&e, "fake:ok", NULL, &job);
+    json_t *cell = af_run_cell(&e.c, "fake:ok", NULL, &job);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "reason: %s", tu_str(cell, "reason"));
     cr_assert_eq(count(cell, "tensor"), 3);
     cr_assert_eq(count(cell, "hello"), 1);
@@ -162,7 +140,7 @@ Test(cells, segv_is_crashed_and_keeps_partial_records)
     struct env e;
     start(&e, NULL);
     int fds = warm_fds(&e);
-    json_t *cell = run_cell(&e, "fake:segv", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:segv", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "crashed");
     cr_assert_str_eq(tu_str(cell, "signal"), "SIGSEGV");
     cr_assert_eq(count(cell, "tensor"), 2, "the frames streamed before the crash are kept");
@@ -176,7 +154,7 @@ Test(cells, abort_is_crashed)
 {
     struct env e;
     start(&e, NULL);
-    json_t *cell = run_cell(&e, "fake:abort", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:abort", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "crashed");
     cr_assert_str_eq(tu_str(cell, "signal"), "SIGABRT");
     json_decref(cell);
@@ -187,19 +165,19 @@ Test(cells, exit_codes_and_missing_end_are_failed)
 {
     struct env e;
     start(&e, NULL);
-    json_t *cell = run_cell(&e, "fake:exit3", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:exit3", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "failed");
     cr_assert_eq(json_integer_value(json_object_get(cell, "exit_code")), 3);
     cr_assert(strstr(tu_str(cell, "reason"), "exit code 3") != NULL, "%s", tu_str(cell, "reason"));
     json_decref(cell);
-    cell = run_cell(&e, "fake:noend", NULL, NULL);
+    cell = af_run_cell(&e.c, "fake:noend", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "failed");
     cr_assert(strstr(tu_str(cell, "reason"), "end frame") != NULL, "%s", tu_str(cell, "reason"));
     json_decref(cell);
-    cell = run_cell(&e, "fake:failed", NULL, NULL);
+    cell = af_run_cell(&e.c, "fake:failed", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "failed");
     json_decref(cell);
-    cell = run_cell(&e, "fake:unsupported", NULL, NULL);
+    cell = af_run_cell(&e.c, "fake:unsupported", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "unsupported");
     cr_assert_neq(tu_str(cell, "reason")[0], 0, "the runner's reason is kept");
     json_decref(cell);
@@ -217,14 +195,14 @@ Test(cells, protocol_violations)
         {"fake:short_payload", "payload"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        json_t *cell = run_cell(&e, cases[i][0], NULL, NULL);
+        json_t *cell = af_run_cell(&e.c, cases[i][0], NULL, NULL);
         cr_assert_str_eq(tu_str(cell, "state"), "protocol_error", "%s: %s", cases[i][0],
                          tu_str(cell, "reason"));
         cr_assert(strstr(tu_str(cell, "reason"), cases[i][1]) != NULL, "%s reason: %s", cases[i][0],
                   tu_str(cell, "reason"));
         json_decref(cell);
     }
-    json_t *cell = run_cell(&e, "fake:close_fd3", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:close_fd3", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "failed", "fd 3 closed early: %s",
                      tu_str(cell, "reason"));
     json_decref(cell);
@@ -232,24 +210,13 @@ Test(cells, protocol_violations)
     stop(&e);
 }
 
-Test(cells, timeout_kills_the_group, .timeout = 120)
+/* The grandchild the fake runner left in CELL's scratch dir (kept by
+ * keep_scratch) is gone within a few seconds of the cell's end. */
+static void expect_grandchild_gone(struct env *e, json_t *cell)
 {
-    struct env e;
-    start(&e, "{\"kill_grace_ms\": 500, \"keep_scratch\": true}");
-    json_t *cell = run_cell(&e, "fake:hang", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
-    json_decref(cell);
-    /* SIGTERM ignored: SIGKILL after the grace period still ends it. */
-    cell = run_cell(&e, "fake:ignore_term", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
-    json_decref(cell);
-    /* A grandchild in the group dies with it. */
-    cell = run_cell(&e, "fake:grandchild", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
     char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
+    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e->c.dir,
+             tu_str(cell, "id"));
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "grandchild pid file %s", path);
     int gpid = 0;
@@ -259,6 +226,25 @@ Test(cells, timeout_kills_the_group, .timeout = 120)
     for (int k = 0; k < 40 && !gone(gpid); k++)
         usleep(50 * 1000);
     cr_assert(gone(gpid), "grandchild %d is gone", gpid);
+}
+
+Test(cells, timeout_kills_the_group, .timeout = 120)
+{
+    struct env e;
+    start(&e, "{\"kill_grace_ms\": 500, \"keep_scratch\": true}");
+    json_t *cell = af_run_cell(&e.c, "fake:hang", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
+    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
+    json_decref(cell);
+    /* SIGTERM ignored: SIGKILL after the grace period still ends it. */
+    cell = af_run_cell(&e.c, "fake:ignore_term", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
+    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
+    json_decref(cell);
+    /* A grandchild in the group dies with it. */
+    cell = af_run_cell(&e.c, "fake:grandchild", "{\"timeout_s\":1}", NULL);
+    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
+    expect_grandchild_gone(&e, cell);
     json_decref(cell);
     check_clean(&e, -1);
     stop(&e);
@@ -268,19 +254,9 @@ Test(cells, lingering_grandchild_after_clean_exit_dies)
 {
     struct env e;
     start(&e, "{\"keep_scratch\": true}");
-    json_t *cell = run_cell(&e, "fake:grandchild__exit", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:grandchild__exit", NULL, NULL);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    char path[600];
-    snprintf(path, sizeof path, "%s/data/scratch/%s-1/grandchild.pid", e.c.dir, tu_str(cell, "id"));
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    int gpid = 0;
-    cr_assert_eq(fscanf(f, "%d", &gpid), 1);
-    fclose(f);
-    usleep(300 * 1000);
-    for (int k = 0; k < 40 && !gone(gpid); k++)
-        usleep(50 * 1000);
-    cr_assert(gone(gpid), "grandchild %d is gone", gpid);
+    expect_grandchild_gone(&e, cell);
     json_decref(cell);
     stop(&e);
 }
@@ -290,7 +266,7 @@ Test(cells, log_flood_is_capped, .timeout = 300)
     struct env e;
     start(&e, "{\"cell_log_max_bytes\": 1048576}");
     char *job;
-    json_t *cell = run_cell(&e, "fake:flood__1024", NULL, &job); /* 1 GiB */
+    json_t *cell = af_run_cell(&e.c, "fake:flood__1024", NULL, &job); /* 1 GiB */
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[160];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
@@ -311,7 +287,7 @@ Test(cells, address_space_limit_holds)
 {
     struct env e;
     start(&e, "{\"rlimit_as_bytes\": 268435456}");
-    json_t *cell = run_cell(&e, "fake:oom", NULL, NULL);
+    json_t *cell = af_run_cell(&e.c, "fake:oom", NULL, NULL);
     const char *state = tu_str(cell, "state");
     cr_assert(strcmp(state, "failed") == 0 || strcmp(state, "crashed") == 0, "oom: %s (%s)", state,
               tu_str(cell, "reason"));
@@ -327,7 +303,7 @@ Test(cells, clean_environment_and_fds)
     start(&e, NULL);
     setenv("CAPD_TEST_SECRET", "leak", 1);
     char *job;
-    json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
+    json_t *cell = af_run_cell(&e.c, "fake:echo_env", NULL, &job);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));
@@ -353,7 +329,7 @@ Test(cells, fresh_exec_child_isolation)
     struct env e;
     start(&e, "{\"rlimit_cpu_s\": 1234, \"rlimit_nofile\": 321, \"rlimit_nproc\": 2345}");
     char *job;
-    json_t *cell = run_cell(&e, "fake:echo_env", NULL, &job);
+    json_t *cell = af_run_cell(&e.c, "fake:echo_env", NULL, &job);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 TestSuite(devices, .timeout = 120);
@@ -166,10 +167,7 @@ static void write_file(const char *path, const char *text)
 {
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    af_put_file(tmp, text);
     cr_assert_eq(rename(tmp, path), 0);
 }
 

@@ -91,6 +91,18 @@ static void check_503(struct tu_capd *c, const char *method, const char *path, c
     tu_resp_free(&r);
 }
 
+/* A one-cell job on C is accepted (WHY says when) and its cell ends ok. */
+static void runs_a_cell(struct tu_capd *c, const char *why)
+{
+    char *job = tu_submit(c, "fake", "fake:ok", NULL);
+    cr_assert_not_null(job, "%s", why);
+    json_t *j = tu_wait_job(c, job, 60);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(text(json_array_get(json_object_get(j, "cells"), 0), "state"), "ok");
+    json_decref(j);
+    free(job);
+}
+
 Test(diskfull, writes_503_cells_fail_cleanly_and_capd_recovers, .timeout = 240)
 {
     char *dir = tu_tmpdir(), why[512];
@@ -124,13 +136,8 @@ Test(diskfull, writes_503_cells_fail_cleanly_and_capd_recovers, .timeout = 240)
 
     /* 2. Room again: the same request works, without a restart. */
     cr_assert_eq(tu_sh("rm -f '%s/data/filler' '%s/data/filler.tail'", dir, dir), 0);
-    char *job = tu_submit(&c, "fake", "fake:ok", NULL);
-    cr_assert_not_null(job, "POST /v1/jobs works once room is made");
-    j = tu_wait_job(&c, job, 60);
-    cr_assert_not_null(j);
-    cr_assert_str_eq(text(json_array_get(json_object_get(j, "cells"), 0), "state"), "ok");
-    json_decref(j);
-    free(job);
+    runs_a_cell(&c, "POST /v1/jobs works once room is made");
+    char *job;
 
     /* 3. The disk fills during ingest: 64 MiB of payloads into about 30 MiB
      * of room. The cell ends failed and says why; capd keeps running. */
@@ -177,13 +184,7 @@ Test(diskfull, writes_503_cells_fail_cleanly_and_capd_recovers, .timeout = 240)
     /* 4. Room again (the filler goes; the payload files of the failed
      * attempt stay until retention sweeps them): capd runs cells again. */
     cr_assert_eq(tu_sh("rm -f '%s/data/filler'", dir), 0);
-    job = tu_submit(&c, "fake", "fake:ok", NULL);
-    cr_assert_not_null(job, "a job is accepted again");
-    j = tu_wait_job(&c, job, 60);
-    cr_assert_not_null(j);
-    cr_assert_str_eq(text(json_array_get(json_object_get(j, "cells"), 0), "state"), "ok");
-    json_decref(j);
-    free(job);
+    runs_a_cell(&c, "a job is accepted again");
 
     cr_assert_eq(tu_capd_stop(&c), 0, "a clean stop after all that");
     /* Operators see it in the log: the refused writes and the cell. */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 /* The control build (Debian's torch) and the head, perturbed at the widest
@@ -33,51 +34,15 @@ static void register_builds(struct tu_capd *c)
     json_decref(j);
 }
 
+/* How long one job of real PyTorch cells may take. */
+#define JOB_S 900
+
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
-                         "\"options\":{\"iterations\":30,\"warmup\":5}}",
-                         commit, build, cc, models, widths, passes);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
-}
-
-static json_t *wait_done(struct tu_capd *c, const char *id)
-{
-    json_t *job = tu_wait_job(c, id, 900);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
-}
-
-/* Every tensor record of a cell, in the order the API returns them. */
-static json_t *all_tensors(struct tu_capd *c, const char *job, const char *cell)
-{
-    json_t *out = json_array();
-    char path[256], cursor[64] = "";
-    for (;;) {
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s", job,
-                 cell, cursor[0] ? "&cursor=" : "", cursor);
-        long st = 0;
-        json_t *page = tu_json(c, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200);
-        json_array_extend(out, json_object_get(page, "records"));
-        const char *next = json_string_value(json_object_get(page, "next_cursor"));
-        if (!next) {
-            json_decref(page);
-            return out;
-        }
-        snprintf(cursor, sizeof cursor, "%s", next);
-        json_decref(page);
-    }
+    struct af_job job = {"pytorch", commit, control, build,
+                         models,    widths, passes,  "{\"iterations\":30,\"warmup\":5}"};
+    return af_submit_job(c, &job);
 }
 
 static json_t *find_cell(json_t *result, const char *model, const char *width, const char *pass)
@@ -86,9 +51,8 @@ static json_t *find_cell(json_t *result, const char *model, const char *width, c
     json_t *cell;
     json_array_foreach(json_object_get(result, "cells"), i, cell)
     {
-        if (!strcmp(json_string_value(json_object_get(cell, "model")), model) &&
-            !strcmp(json_string_value(json_object_get(cell, "width")), width) &&
-            !strcmp(json_string_value(json_object_get(cell, "pass")), pass))
+        if (!strcmp(tu_jstr(cell, "model"), model) && !strcmp(tu_jstr(cell, "width"), width) &&
+            !strcmp(tu_jstr(cell, "pass"), pass))
             return cell;
     }
     return NULL;
@@ -106,10 +70,10 @@ static void check_control_job(struct tu_capd *c, const char *id, json_t *job)
     cr_assert_eq(json_array_size(json_object_get(job, "cells")), 12);
     json_array_foreach(json_object_get(job, "cells"), i, cell)
     {
-        const char *cid = json_string_value(json_object_get(cell, "id"));
-        const char *width = json_string_value(json_object_get(cell, "width"));
-        const char *state = json_string_value(json_object_get(cell, "state"));
-        const char *reason = json_string_value(json_object_get(cell, "reason"));
+        const char *cid = tu_jstr(cell, "id");
+        const char *width = tu_jstr(cell, "width");
+        const char *state = tu_jstr(cell, "state");
+        const char *reason = tu_jstr(cell, "reason");
         if (!tu_width_runnable(c, width)) {
             cr_assert_str_eq(state, "unsupported", "cell %s at %s", cid, width);
             cr_assert(reason && strstr(reason, "lacks") && strstr(reason, width), "reason: %s",
@@ -121,16 +85,15 @@ static void check_control_job(struct tu_capd *c, const char *id, json_t *job)
         char path[128];
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", id, cid);
         json_t *full = tu_json(c, "GET", path, NULL, NULL);
-        cr_assert_str_eq(json_string_value(json_object_get(full, "effective_width")), width);
+        cr_assert_str_eq(tu_jstr(full, "effective_width"), width);
         json_t *fp = json_object_get(full, "fingerprint");
         cr_assert(json_is_object(fp), "cell %s has a fingerprint", cid);
         /* capd names its native stats library to every cell (docs/runner.md) */
-        cr_assert_str_eq(
-            json_string_value(json_object_get(json_object_get(fp, "stats_engine"), "name")),
-            "native", "cell %s: stats engine %s", cid,
-            json_dumps(json_object_get(fp, "stats_engine"), JSON_COMPACT));
+        cr_assert_str_eq(tu_jstr(json_object_get(fp, "stats_engine"), "name"), "native",
+                         "cell %s: stats engine %s", cid,
+                         json_dumps(json_object_get(fp, "stats_engine"), JSON_COMPACT));
         json_decref(full);
-        json_t *tensors = all_tensors(c, id, cid);
+        json_t *tensors = af_cell_records(c, id, cid, "tensor");
         cr_assert_gt(json_array_size(tensors), 5);
         json_int_t prev = -1;
         size_t k;
@@ -187,26 +150,23 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
     if (perf_reg || perf_imp)
         fprintf(stderr, "e2e: WARNING: paired A/A raised %lld perf alarm(s) on this host\n",
                 (long long)(perf_reg + perf_imp));
-    cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")),
-                     perf_reg ? "regression" : "pass", "%s", dump);
+    cr_assert_str_eq(tu_jstr(same, "verdict"), perf_reg ? "regression" : "pass", "%s", dump);
     json_int_t seen_reg = 0;
     size_t ci;
     json_t *cc;
     json_array_foreach(json_object_get(same, "cells"), ci, cc)
     {
         json_t *perf = json_object_get(cc, "perf");
-        const char *pv = json_string_value(json_object_get(perf, "verdict"));
+        const char *pv = tu_jstr(perf, "verdict");
         cr_assert_not_null(pv, "every cell has a perf verdict");
-        if (!strcmp(json_string_value(json_object_get(cc, "status")), "not_run"))
+        if (!strcmp(tu_jstr(cc, "status"), "not_run"))
             continue;
-        cr_assert_str_eq(json_string_value(json_object_get(perf, "design")), "paired");
+        cr_assert_str_eq(tu_jstr(perf, "design"), "paired");
         cr_assert_geq(json_integer_value(json_object_get(perf, "pairs")), 8,
                       "at least one round of pairs");
         cr_assert_geq(json_integer_value(json_object_get(perf, "samples_control")), 8 * 30);
         fprintf(stderr, "e2e: A/A %s/%s/%s: %s ratio %.4f ci99 [%.4f, %.4f] pairs %lld\n",
-                json_string_value(json_object_get(cc, "model")),
-                json_string_value(json_object_get(cc, "width")),
-                json_string_value(json_object_get(cc, "pass")), pv,
+                tu_jstr(cc, "model"), tu_jstr(cc, "width"), tu_jstr(cc, "pass"), pv,
                 json_number_value(json_object_get(perf, "ratio")),
                 json_number_value(json_array_get(json_object_get(perf, "ci99"), 0)),
                 json_number_value(json_array_get(json_object_get(perf, "ci99"), 1)),
@@ -230,15 +190,14 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
     char *envs = json_dumps(env, JSON_COMPACT);
     cr_assert_eq(json_array_size(json_object_get(env, "differences")), 0, "%s", envs);
     cr_assert_eq(json_integer_value(json_object_get(env, "pairs_compared")), 12, "%s", envs);
-    cr_assert_str_eq(json_string_value(json_object_get(env, "premise")), "ok", "%s", envs);
+    cr_assert_str_eq(tu_jstr(env, "premise"), "ok", "%s", envs);
     free(envs);
     json_decref(same);
     snprintf(path, sizeof path,
              "/v1/compare?control=%s&head=%s&overrides=%%7B%%22perf_gate%%22%%3Afalse%%7D", j1, j2);
     same = tu_json(c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
-    cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")), "pass",
-                     "same build, perf not gating: a pass");
+    cr_assert_str_eq(tu_jstr(same, "verdict"), "pass", "same build, perf not gating: a pass");
     cr_assert(json_is_false(json_object_get(json_object_get(same, "thresholds"), "perf_gate")));
     json_decref(same);
 }
@@ -253,8 +212,8 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
     snprintf(path, sizeof path, "/v1/commits/%s/diff", commit);
     json_t *diff = tu_json(c, "GET", path, NULL, &st);
     cr_assert_eq(st, 200);
-    cr_assert_str_eq(json_string_value(json_object_get(diff, "verdict")), "regression");
-    cr_assert_str_eq(json_string_value(json_object_get(diff, "control_source")), "job");
+    cr_assert_str_eq(tu_jstr(diff, "verdict"), "regression");
+    cr_assert_str_eq(tu_jstr(diff, "control_source"), "job");
     static const char *const all_models[] = {"mlp", "transformer"};
     static const char *const expect_first[] = {"fc1.0.forward.output.0",
                                                "encoder.layers.0.self_attn.0.forward.output.0"};
@@ -264,7 +223,7 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
             for (int p = 0; p < 2; p++) {
                 json_t *cr = find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
                 cr_assert_not_null(cr);
-                const char *status = json_string_value(json_object_get(cr, "status"));
+                const char *status = tu_jstr(cr, "status");
                 const char *want = !tu_width_runnable(c, all_widths[w])    ? "not_run"
                                    : strcmp(all_widths[w], perturbed) != 0 ? "identical"
                                                                            : "diverged";
@@ -283,11 +242,9 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
     char *envs = json_dumps(env, JSON_COMPACT);
     json_t *d0 = json_array_get(json_object_get(env, "differences"), 0);
     cr_assert_eq(json_array_size(json_object_get(env, "differences")), 1, "%s", envs);
-    cr_assert_str_eq(json_string_value(json_object_get(d0, "field")), "env.PYTHONPATH", "%s", envs);
-    cr_assert(strstr(json_string_value(json_object_get(d0, "head")), "examples/perturbed-build"),
-              "%s", envs);
-    cr_assert_null(strstr(json_string_value(json_object_get(d0, "control")), "perturbed-build"),
-                   "%s", envs);
+    cr_assert_str_eq(tu_jstr(d0, "field"), "env.PYTHONPATH", "%s", envs);
+    cr_assert(strstr(tu_jstr(d0, "head"), "examples/perturbed-build"), "%s", envs);
+    cr_assert_null(strstr(tu_jstr(d0, "control"), "perturbed-build"), "%s", envs);
     cr_assert_eq(json_integer_value(json_object_get(d0, "cells")), nrun, "%s", envs);
     free(envs);
     json_decref(diff);
@@ -326,14 +283,14 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     const char *widths = "\"default\",\"avx2\",\"avx512\"";
     const char *passes = "\"forward\",\"backward\"";
     char *j1 = submit(&c, "control", "1111111", NULL, models, widths, passes);
-    json_t *job1 = wait_done(&c, j1);
+    json_t *job1 = af_wait_job(&c, j1, JOB_S);
     check_control_job(&c, j1, job1);
     json_decref(job1);
     /* After the control finished: the heads pair with its build. */
     char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
     char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed, nrun);
     free(j1);
@@ -362,34 +319,33 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
     char *j1 = submit(&c, "control", "5555555", NULL, "\"mlp\"", w, "\"forward\"");
     char *j2 = submit(&c, "control", "6666666", "5555555", "\"mlp\"", w, "\"forward\"");
     char *j3 = submit(&c, "perturbed", "7777777", "5555555", "\"mlp\"", w, "\"forward\"");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *cell = json_array_get(json_object_get(job, "cells"), 1);
-    cr_assert_str_eq(json_string_value(json_object_get(cell, "width")), "avx512");
-    cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "unsupported");
-    const char *reason = json_string_value(json_object_get(cell, "reason"));
+    cr_assert_str_eq(tu_jstr(cell, "width"), "avx512");
+    cr_assert_str_eq(tu_jstr(cell, "state"), "unsupported");
+    const char *reason = tu_jstr(cell, "reason");
     cr_assert(reason && strstr(reason, "lacks avx512f (needed by width avx512)"), "%s", reason);
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 50);
     json_decref(job);
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
 
     char path[256];
     snprintf(path, sizeof path,
              "/v1/compare?control=%s&head=%s&overrides=%%7B%%22perf_gate%%22%%3Afalse%%7D", j1, j2);
     json_t *same = tu_json(&c, "GET", path, NULL, NULL);
     json_t *counts = json_object_get(same, "counts");
-    cr_assert_str_eq(json_string_value(json_object_get(same, "verdict")), "pass");
+    cr_assert_str_eq(tu_jstr(same, "verdict"), "pass");
     cr_assert_eq(json_integer_value(json_object_get(counts, "identical")), 1);
     cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 1);
     json_decref(same);
     json_t *diff = tu_json(&c, "GET", "/v1/commits/7777777/diff", NULL, NULL);
     json_t *a2 = find_cell(diff, "mlp", "avx2", "forward");
     json_t *a5 = find_cell(diff, "mlp", "avx512", "forward");
-    cr_assert_str_eq(json_string_value(json_object_get(a2, "status")), "diverged");
-    cr_assert_str_eq(
-        json_string_value(json_object_get(json_object_get(a2, "first_divergence"), "key")),
-        "fc1.0.forward.output.0");
-    cr_assert_str_eq(json_string_value(json_object_get(a5, "status")), "not_run");
+    cr_assert_str_eq(tu_jstr(a2, "status"), "diverged");
+    cr_assert_str_eq(tu_jstr(json_object_get(a2, "first_divergence"), "key"),
+                     "fc1.0.forward.output.0");
+    cr_assert_str_eq(tu_jstr(a5, "status"), "not_run");
     json_decref(diff);
     free(j1);
     free(j2);
@@ -406,26 +362,17 @@ Test(e2e, foreign_width_unsupported, .timeout = 600)
     register_builds(&c);
     char *j =
         submit(&c, "control", "4444444", NULL, "\"mlp\"", "\"vsx\",\"native\"", "\"forward\"");
-    json_t *job = wait_done(&c, j);
+    json_t *job = af_wait_job(&c, j, JOB_S);
     json_t *cells = json_object_get(job, "cells");
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")),
-                     "unsupported");
-    const char *reason = json_string_value(json_object_get(json_array_get(cells, 0), "reason"));
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 0), "state"), "unsupported");
+    const char *reason = tu_jstr(json_array_get(cells, 0), "reason");
     cr_assert(reason && strstr(reason, "vsx"), "reason names the width: %s", reason);
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")), "ok");
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 1), "state"), "ok");
     /* native records what the framework picked. */
     cr_assert(json_is_string(json_object_get(json_array_get(cells, 1), "effective_width")));
     json_decref(job);
     free(j);
     cr_assert_eq(tu_capd_stop(&c), 0);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 /* User models load only from the build's model roots. */
@@ -445,9 +392,9 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
                                 "torch.nn.ReLU())\n"
                                 "    return m, (torch.ones(batch, 4),)\n";
     snprintf(path, sizeof path, "%s/mine.py", roots);
-    write_file(path, model);
+    af_put_file(path, model);
     snprintf(path, sizeof path, "%s/evil.py", outside);
-    write_file(path, model);
+    af_put_file(path, model);
     long st = 0;
     json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
                          "{\"name\":\"user\",\"python\":\"%s\",\"model_roots\":[\"%s\"],"
@@ -457,14 +404,13 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     json_decref(b);
     char *j = submit(&c, "user", "5555555", NULL, "\"mine:factory\",\"evil:factory\"", "\"avx2\"",
                      "\"forward\"");
-    json_t *job = wait_done(&c, j);
+    json_t *job = af_wait_job(&c, j, JOB_S);
     json_t *cells = json_object_get(job, "cells");
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 0), "state")), "ok",
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 0), "state"), "ok",
                      "model inside the roots runs: %s",
-                     json_string_value(json_object_get(json_array_get(cells, 0), "reason")));
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(cells, 1), "state")),
-                     "failed");
-    const char *reason = json_string_value(json_object_get(json_array_get(cells, 1), "reason"));
+                     tu_jstr(json_array_get(cells, 0), "reason"));
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 1), "state"), "failed");
+    const char *reason = tu_jstr(json_array_get(cells, 1), "reason");
     cr_assert(reason && strstr(reason, "root"), "refusal names the roots: %s", reason);
     json_decref(job);
     free(j);
@@ -487,7 +433,7 @@ static char *submit_op(struct tu_capd *c, const char *build, const char *commit,
                          commit, build, cc, width, provenance ? ",\"provenance\":" : "",
                          provenance ? provenance : "");
     cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    char *id = strdup(tu_jstr(j, "id"));
     json_decref(j);
     return id;
 }
@@ -508,12 +454,12 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     snprintf(roots, sizeof roots, "%s/roots", c.dir);
     mkdir(roots, 0755);
     snprintf(path, sizeof path, "%s/gelumlp.py", roots);
-    write_file(path, "import collections, torch\n"
-                     "def factory(seed, batch, dtype):\n"
-                     "    torch.manual_seed(seed)\n"
-                     "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
-                     "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
-                     "    return m, (torch.randn(batch, 8),)\n");
+    af_put_file(path, "import collections, torch\n"
+                      "def factory(seed, batch, dtype):\n"
+                      "    torch.manual_seed(seed)\n"
+                      "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
+                      "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
+                      "    return m, (torch.randn(batch, 8),)\n");
     long st = 0;
     json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
                          "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
@@ -535,15 +481,15 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     char *j1 = submit_op(&c, "control", "7777771", NULL, width, NULL);
     char *j2 = submit_op(&c, "control", "7777772", "7777771", width, NULL);
     char *j3 = submit_op(&c, "gelu", "7777773", "7777771", width, prov);
-    json_decref(wait_done(&c, j1));
-    json_decref(wait_done(&c, j2));
-    json_decref(wait_done(&c, j3));
+    json_decref(af_wait_job(&c, j1, JOB_S));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+    json_decref(af_wait_job(&c, j3, JOB_S));
 
     json_t *aa = tu_json(&c, "GET", "/v1/commits/7777772/diff", NULL, &st);
     cr_assert_eq(st, 200);
     json_t *cell = find_cell(aa, "gelumlp:factory", width, "forward");
     cr_assert_not_null(cell);
-    cr_assert_str_eq(json_string_value(json_object_get(cell, "status")), "identical");
+    cr_assert_str_eq(tu_jstr(cell, "status"), "identical");
     cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
     json_decref(aa);
 
@@ -551,16 +497,14 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     cr_assert_eq(st, 200);
     cell = find_cell(diff, "gelumlp:factory", width, "forward");
     cr_assert_not_null(cell);
-    cr_assert_str_eq(json_string_value(json_object_get(cell, "status")), "diverged");
+    cr_assert_str_eq(tu_jstr(cell, "status"), "diverged");
     json_t *fd = json_object_get(cell, "first_divergence");
     char *fds = json_dumps(fd, JSON_COMPACT);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "key")),
-                     "act.0.forward/op.aten::gelu.0.output.0", "%s", fds);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::gelu", "%s", fds);
+    cr_assert_str_eq(tu_jstr(fd, "key"), "act.0.forward/op.aten::gelu.0.output.0", "%s", fds);
+    cr_assert_str_eq(tu_jstr(fd, "op"), "aten::gelu", "%s", fds);
     json_t *k = json_object_get(fd, "kernel");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel", "%s", fds);
-    cr_assert_str_eq(json_string_value(json_object_get(k, "file")),
-                     "aten/src/ATen/native/cpu/Activation.cpp", "%s", fds);
+    cr_assert_str_eq(tu_jstr(k, "stub"), "GeluKernel", "%s", fds);
+    cr_assert_str_eq(tu_jstr(k, "file"), "aten/src/ATen/native/cpu/Activation.cpp", "%s", fds);
     cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2, "%s", fds);
     free(fds);
     json_decref(diff);

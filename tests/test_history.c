@@ -133,13 +133,20 @@ static int submission(int i)
     return i == K ? K - 1 : i == K - 1 ? K : i == M ? M + 1 : i == M + 1 ? M : i;
 }
 
-Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
+/* The builds, and every commit of main submitted in submission() order
+ * and finished. */
+static void run_main_history(void)
 {
     builds();
     char *ids[N_COMMITS];
     for (int i = 0; i < N_COMMITS; i++)
         ids[i] = submit("main", submission(i), build_of(submission(i)), true);
     wait_all(ids, N_COMMITS);
+}
+
+Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
+{
+    run_main_history();
 
     long st = 0;
     json_t *a = tu_json(&g_capd, "GET", "/v1/alerts?project=h&branch=main", NULL, &st);
@@ -230,11 +237,7 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
 
 Test(history, series_in_commit_order_with_drift, .timeout = 300)
 {
-    builds();
-    char *ids[N_COMMITS];
-    for (int i = 0; i < N_COMMITS; i++)
-        ids[i] = submit("main", submission(i), build_of(submission(i)), true);
-    wait_all(ids, N_COMMITS);
+    run_main_history();
     long st = 0;
     json_t *h = tu_json(
         &g_capd, "GET",

@@ -15,18 +15,25 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-static json_t *width_row(json_t *widths, const char *name)
+/* The member of OBJ's array LIST whose FIELD is VALUE, or NULL. */
+static json_t *find(json_t *obj, const char *list, const char *field, const char *value)
 {
     size_t i;
     json_t *row;
-    json_array_foreach(json_object_get(widths, "widths"), i, row)
+    json_array_foreach(json_object_get(obj, list), i, row)
     {
-        if (!strcmp(tu_str(row, "name"), name))
+        if (!strcmp(tu_str(row, field), value))
             return row;
     }
     return NULL;
+}
+
+static json_t *width_row(json_t *widths, const char *name)
+{
+    return find(widths, "widths", "name", name);
 }
 
 /* Whether /proc/cpuinfo's first flags line lists FLAG (read here, apart
@@ -58,29 +65,16 @@ static void start(struct tu_capd *c, const char *dir, const char *hide)
 
 static char *submit(struct tu_capd *c, const char *commit, const char *widths)
 {
-    long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"t\",\"commit\":\"%s\",\"build\":\"fake\","
-                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[%s],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":0}}",
-                         commit, widths);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(tu_str(j, "id"));
-    json_decref(j);
-    return id;
+    struct af_job job = {"t",           commit, NULL,          "fake",
+                         "\"fake:ok\"", widths, "\"forward\"", "{\"iterations\":0}"};
+    return af_submit_job(c, &job);
 }
 
 static json_t *job_cell(json_t *job, const char *width)
 {
-    size_t i;
-    json_t *cell;
-    json_array_foreach(json_object_get(job, "cells"), i, cell)
-    {
-        if (!strcmp(tu_str(cell, "width"), width))
-            return cell;
-    }
-    cr_assert_fail("job has no cell at %s", width);
-    return NULL;
+    json_t *cell = find(job, "cells", "width", width);
+    cr_assert_not_null(cell, "job has no cell at %s", width);
+    return cell;
 }
 
 static bool log_has(const struct tu_capd *c, const char *a, const char *b)

@@ -24,22 +24,12 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-struct env {
-    struct tu_capd c;
-    char dir[256];
-    char data[300];
-};
-
-static void start(struct env *e, const char *config_json)
+static void start(struct af_env *e, const char *config_json)
 {
-    memset(e, 0, sizeof *e);
-    char *d = tu_tmpdir();
-    cr_assert_not_null(d);
-    snprintf(e->dir, sizeof e->dir, "%s", d);
-    snprintf(e->data, sizeof e->data, "%s/data", d);
-    free(d);
+    af_env_init(e);
     char cfg[400];
     snprintf(cfg, sizeof cfg, "%s/capd.json", e->dir);
     /* The raw requests here say "Host: capd". */
@@ -49,21 +39,16 @@ static void start(struct env *e, const char *config_json)
     cr_assert_eq(json_dump_file(conf, cfg, 0), 0);
     json_decref(conf);
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(&e->c, e->dir, extra) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", e->dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(&e->c, e->dir, extra);
 }
 
-static void stop(struct env *e)
+static void stop(struct af_env *e)
 {
     cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
     tu_sh("rm -rf '%s'", e->dir);
 }
 
-static json_int_t count_of(const struct env *e, const char *path, const char *key)
+static json_int_t count_of(const struct af_env *e, const char *path, const char *key)
 {
     json_t *j = tu_json(&e->c, "GET", path, NULL, NULL);
     json_int_t n = (json_int_t)json_array_size(json_object_get(j, key));
@@ -79,7 +64,7 @@ static const char *err_code(json_t *j)
 
 /* ---- raw sockets ---- */
 
-static int sock_open(const struct env *e)
+static int sock_open(const struct af_env *e)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     cr_assert_geq(fd, 0);
@@ -141,7 +126,7 @@ static int sock_response(int fd, int timeout_ms, bool *eof, char *buf, size_t ca
 static const char get_healthz[] = "GET /healthz HTTP/1.1\r\nHost: capd\r\n\r\n";
 
 /* A kept-alive connection that was served once (so MHD has accepted it). */
-static int served_conn(const struct env *e)
+static int served_conn(const struct af_env *e)
 {
     char buf[4096];
     bool eof;
@@ -155,7 +140,7 @@ static int served_conn(const struct env *e)
 
 Test(limits, body_size)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"max_body_bytes\": 4096}");
     char *fake = tu_helper("fake_runner");
     char body[8192];
@@ -190,7 +175,7 @@ Test(limits, body_size)
 /* A header block larger than the per-connection memory is refused by MHD
  * (431, or 413 from older versions, or the connection closed): never
  * served, never stored. */
-static void big_header(const struct env *e, size_t hbytes, bool want_refused)
+static void big_header(const struct af_env *e, size_t hbytes, bool want_refused)
 {
     char *fake = tu_helper("fake_runner");
     char json[1024];
@@ -223,7 +208,7 @@ static void big_header(const struct env *e, size_t hbytes, bool want_refused)
 
 Test(limits, header_size_default_64k)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{}");
     big_header(&e, 100 * 1024, true);
     cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 0, "a refused request stored a build");
@@ -234,7 +219,7 @@ Test(limits, header_size_default_64k)
 
 Test(limits, header_size_configured)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"connection_memory_bytes\": 16384}");
     big_header(&e, 20 * 1024, true);
     cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 0, "a refused request stored a build");
@@ -246,7 +231,7 @@ Test(limits, header_size_configured)
 
 Test(limits, connections_total, .timeout = 60)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"http_threads\": 1, \"max_connections\": 4, \"max_connections_per_ip\": 4}");
     int fds[4];
     for (int i = 0; i < 4; i++)
@@ -278,7 +263,7 @@ Test(limits, connections_total, .timeout = 60)
 
 Test(limits, connections_per_client_address, .timeout = 60)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"max_connections\": 64, \"max_connections_per_ip\": 3}");
     int fds[3];
     for (int i = 0; i < 3; i++)
@@ -325,7 +310,7 @@ Test(limits, config_refuses_per_ip_over_total)
  * idle for request_timeout_s (here 2 s, against a default of 30). */
 Test(limits, request_timeout_closes_half_requests, .timeout = 60)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"request_timeout_s\": 2}");
     int fd = sock_open(&e);
     const char half[] = "GET /healthz HTTP/1.1\r\nHost: capd\r\n";
@@ -365,7 +350,7 @@ static const char *job_body(char *buf, size_t n, int models, const char *model)
 
 Test(limits, cells_per_job)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"max_cells_per_job\": 4}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char body[2048];
@@ -388,7 +373,7 @@ Test(limits, cells_per_job)
 
 Test(limits, queued_jobs_total_429_with_retry_after)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"max_queued_jobs\": 1}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job = tu_submit(&e.c, "fake", "fake:hang", NULL);
@@ -411,7 +396,7 @@ Test(limits, queued_jobs_total_429_with_retry_after)
     stop(&e);
 }
 
-static char *make_token(const struct env *e, const char *scope)
+static char *make_token(const struct af_env *e, const char *scope)
 {
     char out[400];
     snprintf(out, sizeof out, "%s/tok.out", e->dir);
@@ -424,7 +409,7 @@ static char *make_token(const struct env *e, const char *scope)
     return t;
 }
 
-static long post_as(const struct env *e, const char *token, const char *path, const char *body,
+static long post_as(const struct af_env *e, const char *token, const char *path, const char *body,
                     struct tu_resp *r)
 {
     char auth[200];
@@ -434,7 +419,7 @@ static long post_as(const struct env *e, const char *token, const char *path, co
     return r->status;
 }
 
-static long get_as(const struct env *e, const char *token, const char *path, json_t **out)
+static long get_as(const struct af_env *e, const char *token, const char *path, json_t **out)
 {
     char auth[200];
     struct tu_resp r;
@@ -449,7 +434,7 @@ static long get_as(const struct env *e, const char *token, const char *path, jso
 
 Test(limits, queued_jobs_per_token_429_with_retry_after, .timeout = 60)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"auth_required\": true, \"max_queued_jobs_per_token\": 2}");
     char *ad = make_token(&e, "admin"), *a = make_token(&e, "submit"),
          *b = make_token(&e, "submit");
@@ -508,30 +493,14 @@ Test(limits, queued_jobs_per_token_429_with_retry_after, .timeout = 60)
 
 /* ===================================================== per-cell caps */
 
-static json_t *run_cell(struct env *e, const char *model, char **job_out)
-{
-    char *job = tu_submit(&e->c, "fake", model, NULL);
-    cr_assert_not_null(job, "submit %s", model);
-    json_t *j = tu_wait_job(&e->c, job, 120);
-    cr_assert_not_null(j, "job of %s finished", model);
-    const char *cid =
-        json_string_value(json_object_get(json_array_get(json_object_get(j, "cells"), 0), "id"));
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
-    json_t *cell = tu_json(&e->c, "GET", path, NULL, NULL);
-    json_decref(j);
-    *job_out = job;
-    return cell;
-}
-
 /* fake:stream writes 100000 frames; the cell may have 50. */
 Test(limits, frames_per_cell, .timeout = 120)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"frame_max_frames\": 50, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = run_cell(&e, "fake:stream", &job);
+    json_t *cell = af_run_cell(&e.c, "fake:stream", NULL, &job);
     const char *state = json_string_value(json_object_get(cell, "state"));
     const char *reason = json_string_value(json_object_get(cell, "reason"));
     cr_assert_str_eq(state, "protocol_error", "%s", reason ? reason : "");
@@ -547,7 +516,7 @@ Test(limits, frames_per_cell, .timeout = 120)
     json_decref(cell);
     /* Under the limit the same daemon runs a normal cell fine. */
     free(job);
-    cell = run_cell(&e, "fake:ok", &job);
+    cell = af_run_cell(&e.c, "fake:ok", NULL, &job);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok");
     json_decref(cell);
     free(job);
@@ -558,11 +527,11 @@ Test(limits, frames_per_cell, .timeout = 120)
  * a tail of at most cell_log_max_bytes and says so. */
 Test(limits, cell_log_cap, .timeout = 120)
 {
-    struct env e;
+    struct af_env e;
     start(&e, "{\"cell_log_max_bytes\": 4096, \"rlimit_as_bytes\": 0}");
     cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = run_cell(&e, "fake:flood__1", &job);
+    json_t *cell = af_run_cell(&e.c, "fake:flood__1", NULL, &job);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "%s",
                      json_string_value(json_object_get(cell, "reason")));
     char path[160];

@@ -36,12 +36,7 @@ static char *g_dir;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_dir && strstr(g_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_dir);
-    free(g_dir);
-    g_dir = NULL;
+    af_stop_capd(&g_capd, &g_dir);
 }
 
 TestSuite(etag, .fini = teardown, .timeout = 120);
@@ -61,16 +56,9 @@ static void start(const char *config)
     cr_assert_not_null(g_dir);
     char cfg[512];
     snprintf(cfg, sizeof cfg, "%s/capd.json", g_dir);
-    FILE *f = fopen(cfg, "w");
-    cr_assert_not_null(f);
-    fputs(config ? config : "{}", f);
-    fclose(f);
+    af_put_file(cfg, config ? config : "{}");
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        cr_assert_fail("capd did not start:\n%s", tu_slurp(p));
-    }
+    af_start_capd(&g_capd, g_dir, extra);
     /* A test that configures auth itself sends its own tokens. */
     if (config && strstr(config, "auth_required"))
         tu_anonymous(&g_capd);
@@ -451,13 +439,8 @@ static size_t sse_write(char *d, size_t sz, size_t nm, void *ud)
 {
     struct sse *s = ud;
     size_t n = sz * nm;
-    char *t = realloc(s->text, s->len + n + 1);
-    if (!t)
+    if (tu_append(&s->text, &s->len, d, n) != 0)
         return 0;
-    s->text = t;
-    memcpy(s->text + s->len, d, n);
-    s->len += n;
-    s->text[s->len] = 0;
     if (s->until && strstr(s->text, s->until))
         return 0; /* enough: abort the transfer */
     return n;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 /* Two of each kind keep the suite short; examples/models has more. */
@@ -23,20 +24,15 @@ static const char *const models =
 
 static char *submit(struct tu_capd *c, const char *commit, const char *control, const char *widths)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"models\",\"commit\":\"%s\",\"build\":\"debian\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],"
-                         "\"passes\":[\"forward\",\"backward\"]},"
-                         "\"options\":{\"iterations\":1,\"warmup\":0}}",
-                         commit, cc, models, widths);
-    cr_assert_eq(st, 201, "submit: %ld %s", st, json_dumps(j, JSON_COMPACT));
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    struct af_job job = {.project = "models",
+                         .commit = commit,
+                         .control = control,
+                         .build = "debian",
+                         .models = models,
+                         .widths = widths,
+                         .passes = "\"forward\",\"backward\"",
+                         .options = "{\"iterations\":1,\"warmup\":0}"};
+    return af_submit_job(c, &job);
 }
 
 /* Every cell ok, with its memory limit, peak and CPU time on the record. */

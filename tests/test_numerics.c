@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 #define SLOW_MODELS                                                                                \
@@ -59,23 +60,32 @@ static int max_overlap(json_t **jobs, int njobs)
 
 static char *submit(struct tu_capd *c, const char *commit, int iterations)
 {
-    long st = 0;
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"fake\","
-                         "\"matrix\":{\"models\":[" SLOW_MODELS "],\"widths\":[\"avx2\"],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":%d}}",
-                         commit, iterations);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    char options[64];
+    snprintf(options, sizeof options, "{\"iterations\":%d}", iterations);
+    struct af_job job = {"p",         commit,     NULL,          "fake",
+                         SLOW_MODELS, "\"avx2\"", "\"forward\"", options};
+    return af_submit_job(c, &job);
 }
 
 static json_t *wait_done(struct tu_capd *c, const char *id)
 {
-    json_t *job = tu_wait_job(c, id, 120);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
+    return af_wait_job(c, id, 120);
+}
+
+/* The most cells that overlapped in one numerics-only job at COMMIT, on a
+ * capd started with EXTRA. */
+static int one_job_overlap(const char *const *extra, const char *commit)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
+    cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
+    char *id = submit(&c, commit, 0);
+    json_t *job = wait_done(&c, id);
+    int k = max_overlap(&job, 1);
+    json_decref(job);
+    free(id);
+    tu_capd_stop(&c);
+    return k;
 }
 
 /* iterations 0 at max_parallel 1: cells run side by side. */
@@ -83,33 +93,17 @@ Test(numerics, numerics_only_cells_run_in_parallel)
 {
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         cr_skip_test("one CPU: nothing to run in parallel");
-    struct tu_capd c;
     const char *const extra[] = {"--max-parallel-numerics", "2", NULL};
-    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
-    cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
-    char *id = submit(&c, "1111111", 0);
-    json_t *job = wait_done(&c, id);
-    int k = max_overlap(&job, 1);
+    int k = one_job_overlap(extra, "1111111");
     cr_assert_eq(k, 2, "numerics-only cells overlapped up to max_parallel_numerics (%d)", k);
-    json_decref(job);
-    free(id);
-    tu_capd_stop(&c);
 }
 
 /* Without max_parallel_numerics, max_parallel 1 means one cell at a time
  * for numerics-only jobs too. */
 Test(numerics, max_parallel_is_a_cap_for_numerics_only_jobs)
 {
-    struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    cr_assert_eq(tu_fake_build(&c, "fake", NULL), 201);
-    char *id = submit(&c, "3333333", 0);
-    json_t *job = wait_done(&c, id);
-    int k = max_overlap(&job, 1);
+    int k = one_job_overlap(NULL, "3333333");
     cr_assert_eq(k, 1, "max_parallel 1 was exceeded (%d at once)", k);
-    json_decref(job);
-    free(id);
-    tu_capd_stop(&c);
 }
 
 /* A timing job queued behind a numerics-only one: its cells run alone, and

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -22,12 +23,7 @@ static char *g_dir;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_dir && strstr(g_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_dir);
-    free(g_dir);
-    g_dir = NULL;
+    af_stop_capd(&g_capd, &g_dir);
 }
 
 TestSuite(openapi, .fini = teardown, .timeout = 120);
@@ -35,12 +31,7 @@ TestSuite(openapi, .fini = teardown, .timeout = 120);
 /* Starts capd in the test's temp dir; on failure shows its stderr. */
 static void start(const char *const *extra)
 {
-    if (tu_capd_start(&g_capd, g_dir, extra) != 0) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/capd.stderr", g_dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start; its stderr:\n%s", err);
-    }
+    af_start_capd(&g_capd, g_dir, extra);
 }
 
 static const char *src(const char *rel)
@@ -181,11 +172,19 @@ static const char OK_SH[] =
 
 static void write_exec(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    af_put_file(path, text);
     chmod(path, 0755);
+}
+
+/* POST /v1/jobs with BODY and HDRS, checked against the spec as 201;
+ * returns the new job's id (owned). */
+static char *sample_job(const char *body, const char *const *hdrs)
+{
+    json_t *j;
+    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", body, hdrs, &j), 201);
+    char *id = strdup(tu_jstr(j, "id"));
+    json_decref(j);
+    return id;
 }
 
 Test(openapi, real_replies_match_the_spec)
@@ -222,19 +221,13 @@ Test(openapi, real_replies_match_the_spec)
                          "\"passes\":[\"forward\"]},\"labels\":{\"k\":\"v\"},"
                          "\"provenance\":{\"findings\":[]}}";
     const char *idem[] = {"Idempotency-Key: k1", NULL};
-    json_t *j1;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, &j1), 201);
-    char *ctl = strdup(tu_jstr(j1, "id"));
-    json_decref(j1);
+    char *ctl = sample_job(job_ok, idem);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_ok, idem, NULL), 200);
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", "{\"project\":\"p\"}", idem, NULL), 400);
     const char *job_head = "{\"project\":\"p\",\"commit\":\"3f2a9c1\",\"branch\":\"main\","
                            "\"build\":\"ok\",\"matrix\":{\"models\":[\"mlp\"],"
                            "\"widths\":[\"avx2\"],\"passes\":[\"forward\"]}}";
-    json_t *j2;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_head, NULL, &j2), 201);
-    char *head = strdup(tu_jstr(j2, "id"));
-    json_decref(j2);
+    char *head = sample_job(job_head, NULL);
     json_decref(wait_state(ctl, "done"));
     json_t *done = wait_state(head, "done");
     const char *cell = tu_jstr(json_array_get(json_object_get(done, "cells"), 0), "id");
@@ -274,10 +267,7 @@ Test(openapi, real_replies_match_the_spec)
     const char *job_hang = "{\"project\":\"p\",\"commit\":\"aaaaaaa\",\"build\":\"hang\","
                            "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"default\"],"
                            "\"passes\":[\"forward\",\"backward\"]}}";
-    json_t *j3;
-    cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", job_hang, NULL, &j3), 201);
-    char *run = strdup(tu_jstr(j3, "id"));
-    json_decref(j3);
+    char *run = sample_job(job_hang, NULL);
     json_decref(wait_state(run, "running"));
     cr_assert_eq(sample("GET", "/v1/jobs?limit=2", "/v1/jobs", NULL, NULL, NULL), 200);
     snprintf(q, sizeof q, "/v1/compare?control=%s&head=%s", ctl, run);
@@ -352,10 +342,7 @@ Test(openapi, auth_replies_match_the_spec)
     g_dir = tu_tmpdir();
     char cfg[512], p[1024], tokf[600];
     snprintf(cfg, sizeof cfg, "%s/auth.json", g_dir);
-    FILE *f = fopen(cfg, "w");
-    cr_assert_not_null(f);
-    fputs("{\"auth_required\":true}", f);
-    fclose(f);
+    af_put_file(cfg, "{\"auth_required\":true}");
     const char *extra[] = {"--config", cfg, NULL};
     start(extra);
     tu_anonymous(&g_capd); /* every request below names its own token */

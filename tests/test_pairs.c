@@ -120,13 +120,23 @@ static void assert_unpaired(json_t *ts, size_t n)
     }
 }
 
+/* Build "ctl" at speed factor CTL and build HEAD at HEAD_FACTOR; the
+ * control job (*C, aaaaaaa) and the head's (*H, bbbbbbb) against it.
+ * Returns the head job's timing records. */
+static json_t *paired_jobs(const char *head, const char *ctl, const char *head_factor, char **c,
+                           char **h)
+{
+    build("ctl", ctl, NULL, "POST");
+    build(head, head_factor, NULL, "POST");
+    *c = job("ctl", "aaaaaaa", NULL, NULL);
+    *h = job(head, "bbbbbbb", "\"control_commit\":\"aaaaaaa\",", NULL);
+    return timings(*h);
+}
+
 Test(pairs, head_interleaves_the_control_build, .init = start, .fini = stop, .timeout = 120)
 {
-    build("ctl", "1.0", NULL, "POST");
-    build("slow", "1.5", NULL, "POST");
-    char *c = job("ctl", "aaaaaaa", NULL, NULL);
-    char *h = job("slow", "bbbbbbb", "\"control_commit\":\"aaaaaaa\",", NULL);
-    json_t *ts = timings(h);
+    char *c, *h;
+    json_t *ts = paired_jobs("slow", "1.0", "1.5", &c, &h);
     size_t i;
     json_t *t;
     cr_assert_eq(json_array_size(ts), 16, "8 pairs, one round: %zu", json_array_size(ts));
@@ -178,11 +188,8 @@ Test(pairs, branch_control_pairs_too, .init = start, .fini = stop, .timeout = 12
  * head) get more rounds: max_timing_rounds of timing_pairs. */
 Test(pairs, unknown_pairs_get_more_rounds, .init = start, .fini = stop, .timeout = 120)
 {
-    build("ctl", "1.05", NULL, "POST");
-    build("head", "1.0", NULL, "POST");
-    char *c = job("ctl", "aaaaaaa", NULL, NULL);
-    char *h = job("head", "bbbbbbb", "\"control_commit\":\"aaaaaaa\",", NULL);
-    json_t *ts = timings(h);
+    char *c, *h;
+    json_t *ts = paired_jobs("head", "1.05", "1.0", &c, &h);
     cr_assert_eq(json_array_size(ts), 48, "3 rounds of 8 pairs: %zu", json_array_size(ts));
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(ts, 47), "round")), 2);
     json_decref(ts);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 #define FORKED "capd prefork: cell pid "
@@ -30,66 +31,48 @@ static void register_build(struct tu_capd *c, const char *name, bool prefork, co
     json_decref(j);
 }
 
+/* How long one job of real PyTorch cells may take. */
+#define JOB_S 1200
+
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes, const char *options)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
-                         "\"options\":%s}",
-                         commit, build, cc, models, widths, passes, options);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    struct af_job job = {"pytorch", commit, control, build, models, widths, passes, options};
+    return af_submit_job(c, &job);
 }
 
-static json_t *wait_done(struct tu_capd *c, const char *id)
+/* The build field that makes the test models (pfmodels:*) importable. */
+static const char *pf_model_roots(void)
 {
-    json_t *job = tu_wait_job(c, id, 1200);
-    cr_assert_not_null(job, "job %s did not finish", id);
-    return job;
+    static char roots[512];
+    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
+             tu_bin("CAPD_SOURCE_DIR"));
+    return roots;
 }
 
 /* "key hash" lines of every tensor record of a cell, in order. */
 static char *tensor_hashes(struct tu_capd *c, const char *job, const char *cell, size_t *n)
 {
+    json_t *records = af_cell_records(c, job, cell, "tensor");
     size_t cap = 1 << 16, len = 0;
     char *out = malloc(cap);
     out[0] = 0;
     *n = 0;
-    char path[256], cursor[64] = "";
-    for (;;) {
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor&limit=1000%s%s", job,
-                 cell, cursor[0] ? "&cursor=" : "", cursor);
-        long st = 0;
-        json_t *page = tu_json(c, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200);
-        size_t i;
-        json_t *r;
-        json_array_foreach(json_object_get(page, "records"), i, r)
-        {
-            const char *k = tu_str(r, "key"), *h = tu_str(r, "hash");
-            size_t need = strlen(k) + strlen(h) + 3;
-            if (len + need >= cap) {
-                cap = cap * 2 + need;
-                out = realloc(out, cap);
-            }
-            len += (size_t)snprintf(out + len, cap - len, "%s %s\n", k, h);
-            (*n)++;
+    size_t i;
+    json_t *r;
+    json_array_foreach(records, i, r)
+    {
+        const char *k = tu_str(r, "key"), *h = tu_str(r, "hash");
+        size_t need = strlen(k) + strlen(h) + 3;
+        if (len + need >= cap) {
+            cap = cap * 2 + need;
+            out = realloc(out, cap);
         }
-        const char *next = json_string_value(json_object_get(page, "next_cursor"));
-        if (!next) {
-            json_decref(page);
-            return out;
-        }
-        snprintf(cursor, sizeof cursor, "%s", next);
-        json_decref(page);
+        len += (size_t)snprintf(out + len, cap - len, "%s %s\n", k, h);
+        (*n)++;
     }
+    json_decref(records);
+    return out;
 }
 
 static char *cell_log(struct tu_capd *c, const char *job, const char *cell)
@@ -195,8 +178,8 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     const char *opts = "{\"iterations\":2,\"warmup\":0}";
     char *jf = submit(&c, "fresh", "f000000", NULL, models, widths, passes, opts);
     char *jp = submit(&c, "pf", "e000000", "f000000", models, widths, passes, opts);
-    json_t *fresh = wait_done(&c, jf);
-    json_t *pf = wait_done(&c, jp);
+    json_t *fresh = af_wait_job(&c, jf, JOB_S);
+    json_t *pf = af_wait_job(&c, jp, JOB_S);
     cr_assert_eq(json_array_size(json_object_get(fresh, "cells")), 24);
     cr_assert_eq(json_array_size(json_object_get(pf, "cells")), 24);
     size_t total = 0;
@@ -273,14 +256,12 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
 {
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "pf", true, roots);
 
     char *j1 = submit(&c, "pf", "a100000", NULL, "\"pfmodels:segv\",\"pfmodels:ok\"", "\"avx2\"",
                       "\"forward\"", "{\"iterations\":1,\"warmup\":0}");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *crash = only_cell(job, 0), *ok = only_cell(job, 1);
     cr_assert_str_eq(tu_str(crash, "state"), "crashed", "%s", tu_str(crash, "reason"));
     cr_assert_str_eq(tu_str(crash, "signal"), "SIGSEGV");
@@ -301,7 +282,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
      * child is gone once the cell has ended. */
     char *j2 = submit(&c, "pf", "a200000", NULL, "\"pfmodels:hang\"", "\"avx2\"", "\"forward\"",
                       "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}");
-    job = wait_done(&c, j2);
+    job = af_wait_job(&c, j2, JOB_S);
     json_t *hang = only_cell(job, 0);
     cr_assert_str_eq(tu_str(hang, "state"), "timeout", "%s", tu_str(hang, "reason"));
     char *l3 = cell_log(&c, j2, tu_str(hang, "id"));
@@ -320,7 +301,7 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
         usleep(100000);
     char *j3 = submit(&c, "pf", "a300000", NULL, "\"pfmodels:ok\"", "\"avx2\"", "\"forward\"",
                       "{\"iterations\":1,\"warmup\":0}");
-    job = wait_done(&c, j3);
+    job = af_wait_job(&c, j3, JOB_S);
     json_t *again = only_cell(job, 0);
     cr_assert_str_eq(tu_str(again, "state"), "ok", "%s", tu_str(again, "reason"));
     char *l4 = cell_log(&c, j3, tu_str(again, "id"));
@@ -351,10 +332,7 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     char *dir = tu_tmpdir(), conf[600];
     cr_assert_not_null(dir);
     snprintf(conf, sizeof conf, "%s/capd.json", dir);
-    FILE *f = fopen(conf, "w");
-    cr_assert_not_null(f);
-    fputs(config_json, f);
-    fclose(f);
+    af_put_file(conf, config_json);
     const char *extra[] = {"--config", conf, NULL};
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, dir, extra), 0);
@@ -378,14 +356,12 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     }
     if (want_mech)
         cr_assert_str_eq(mech, want_mech);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "pf", true, roots);
     char *j1 =
         submit(&c, "pf", "a400000", NULL, "\"pfmodels:memhog\",\"pfmodels:ok\"", "\"default\"",
                "\"forward\"", "{\"iterations\":1,\"warmup\":0,\"memory_max_bytes\":1073741824}");
-    json_t *job = wait_done(&c, j1);
+    json_t *job = af_wait_job(&c, j1, JOB_S);
     json_t *hog = only_cell(job, 0), *ok = only_cell(job, 1);
     const char *reason = tu_str(hog, "reason");
     cr_assert_str_eq(tu_str(hog, "state"), "oom", "%s: %s", mech, reason);
@@ -448,7 +424,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     char *j1 = submit(&c, "perturbed", "b100000", NULL, "\"mlp\"", wq, "\"forward\"", opts);
     char *j2 =
         submit(&c, "importop", "b200000", NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
-    json_t *job1 = wait_done(&c, j1), *job2 = wait_done(&c, j2);
+    json_t *job1 = af_wait_job(&c, j1, JOB_S), *job2 = af_wait_job(&c, j2, JOB_S);
 
     json_t *b = get_build(&c, "perturbed");
     cr_assert_str_eq(tu_str(b, "prefork_state"), "refused");
@@ -476,7 +452,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
     /* Afterwards no zygote is started for them: the next cell's log has
      * no prefork line at all. */
     char *j3 = submit(&c, "perturbed", "b300000", NULL, "\"mlp\"", wq, "\"forward\"", opts);
-    json_t *job3 = wait_done(&c, j3);
+    json_t *job3 = af_wait_job(&c, j3, JOB_S);
     char *log = cell_log(&c, j3, tu_str(only_cell(job3, 0), "id"));
     cr_assert_null(strstr(log, "prefork"), "no prefork attempt once refused:\n%s", log);
     free(log);
@@ -492,7 +468,7 @@ Test(prefork, refused_when_not_equivalent, .timeout = 1200)
 /* The "CAPD-FACTS {...}" line a pfmodels:facts cell prints. */
 static json_t *facts_of(struct tu_capd *c, const char *job)
 {
-    json_t *j = wait_done(c, job);
+    json_t *j = af_wait_job(c, job, JOB_S);
     json_t *cell = only_cell(j, 0);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
     char *log = cell_log(c, job, tu_str(cell, "id"));
@@ -524,9 +500,7 @@ Test(prefork, child_isolation_equals_fresh_exec, .timeout = 1200)
 {
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    char roots[512];
-    snprintf(roots, sizeof roots, "\"model_roots\":[\"%s/tests/helpers/prefork/models\"]",
-             tu_bin("CAPD_SOURCE_DIR"));
+    const char *roots = pf_model_roots();
     register_build(&c, "fresh", false, roots);
     register_build(&c, "pf", true, roots);
     const char *opts = "{\"iterations\":1,\"warmup\":0}";

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 /* A fresh directory with capd.json holding CONFIG (NULL: no config). */
@@ -25,10 +26,7 @@ static char *fresh_dir(const char *config)
     if (config) {
         char p[400];
         snprintf(p, sizeof p, "%s/capd.json", d);
-        FILE *f = fopen(p, "w");
-        cr_assert_not_null(f);
-        fputs(config, f);
-        fclose(f);
+        af_put_file(p, config);
     }
     return d;
 }
@@ -40,12 +38,7 @@ static void start(struct tu_capd *c, const char *dir, bool with_config)
     char cfg[400];
     snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
     const char *extra[] = {"--config", cfg, NULL};
-    if (tu_capd_start(c, dir, with_config ? extra : NULL) != 0) {
-        char p[400];
-        snprintf(p, sizeof p, "%s/capd.stderr", dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start: %s", err);
-    }
+    af_start_capd(c, dir, with_config ? extra : NULL);
 }
 
 /* Runs capd on DIR with DIR/capd.json and EXTRA_FLAGS, expecting it to
@@ -109,6 +102,22 @@ static char *build_body(const struct tu_capd *c, const char *name, const char *e
 
 /* ===================================================== tokens on by default */
 
+/* Stops C (it must exit 0) and removes DIR, a fresh_dir(). */
+static void stop_and_remove(struct tu_capd *c, char *dir)
+{
+    cr_assert_eq(tu_capd_stop(c), 0);
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
+}
+
+/* Whether capd wrote DIR/data/admin.token. */
+static bool has_token_file(const char *dir)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/data/admin.token", dir);
+    return access(path, F_OK) == 0;
+}
+
 Test(defaults, first_start_writes_an_admin_token_and_anonymous_writes_are_401)
 {
     char *dir = fresh_dir(NULL);
@@ -156,10 +165,8 @@ Test(defaults, first_start_writes_an_admin_token_and_anonymous_writes_are_401)
     cr_assert_eq(unlink(path), 0);
     start(&c, dir, false);
     cr_assert_eq(access(path, F_OK), -1, "admin.token came back after it was deleted");
-    cr_assert_eq(tu_capd_stop(&c), 0);
     free(bb);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 Test(defaults, a_token_made_before_the_first_start_means_no_file)
@@ -170,13 +177,9 @@ Test(defaults, a_token_made_before_the_first_start_means_no_file)
                  0);
     struct tu_capd c;
     start(&c, dir, false);
-    char path[400];
-    snprintf(path, sizeof path, "%s/data/admin.token", dir);
-    cr_assert_eq(access(path, F_OK), -1, "capd made a second admin token");
+    cr_assert(!has_token_file(dir), "capd made a second admin token");
     cr_assert_eq(status_of(&c, "GET", "/v1/builds", NULL, NULL, NULL, NULL), 401);
-    cr_assert_eq(tu_capd_stop(&c), 0);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 Test(defaults, auth_off_is_explicit_warned_and_loopback_only)
@@ -187,9 +190,7 @@ Test(defaults, auth_off_is_explicit_warned_and_loopback_only)
     free(err);
     struct tu_capd c;
     start(&c, dir, true);
-    char path[400];
-    snprintf(path, sizeof path, "%s/data/admin.token", dir);
-    cr_assert_eq(access(path, F_OK), -1, "no admin token while auth is off");
+    cr_assert(!has_token_file(dir), "no admin token while auth is off");
     cr_assert_eq(status_of(&c, "GET", "/v1/builds", NULL, NULL, NULL, NULL), 200);
     cr_assert_eq(tu_capd_stop(&c), 0);
     char *log = tu_slurp(c.errlog);
@@ -233,10 +234,8 @@ Test(host, rebinding_host_is_421_and_touches_nothing)
     }
     const char *ci[] = {"Host: ci.example:9", NULL};
     cr_assert_eq(status_of(&c, "GET", "/v1/builds", NULL, ci, NULL, NULL), 200);
-    cr_assert_eq(tu_capd_stop(&c), 0);
     free(bb);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 Test(origin, foreign_origin_writes_are_403_and_no_cors_headers)
@@ -271,10 +270,8 @@ Test(origin, foreign_origin_writes_are_403_and_no_cors_headers)
     const char *own[] = {same, NULL};
     cr_assert_eq(status_of(&c, "POST", "/v1/builds", bb, own, NULL, NULL), 201);
     cr_assert_eq(nbuilds(&c), 1);
-    cr_assert_eq(tu_capd_stop(&c), 0);
     free(bb);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 /* ===================================================== builds */
@@ -323,12 +320,10 @@ Test(builds, only_admin_changes_builds_and_submit_names_registered_ones)
     free(reply);
     snprintf(body, sizeof body, job, "fake");
     cr_assert_eq(status_of(&c, "POST", "/v1/jobs", body, who[0], NULL, NULL), 201);
-    cr_assert_eq(tu_capd_stop(&c), 0);
     free(bb);
     free(sub);
     free(rd);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 Test(builds, loader_and_interpreter_hooks_need_allow_env)
@@ -376,9 +371,7 @@ Test(builds, loader_and_interpreter_hooks_need_allow_env)
     bb = build_body(&c, "bad", "\"allow_env\":[\"A=B\"]");
     cr_assert_eq(status_of(&c, "POST", "/v1/builds", bb, NULL, NULL, NULL), 400);
     free(bb);
-    cr_assert_eq(tu_capd_stop(&c), 0);
-    tu_sh("rm -rf '%s'", dir);
-    free(dir);
+    stop_and_remove(&c, dir);
 }
 
 /* ===================================================== root cells */

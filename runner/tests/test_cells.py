@@ -124,8 +124,7 @@ class WidthTest(unittest.TestCase):
 class CaptureLevelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = util.tempdir()
-        util.write_tree(cls.root, USER_MODELS)
+        cls.root = util.model_tree(USER_MODELS)
         roots = [cls.root]
         cls.jobs = {
             "sample": util.make_spec("mypkg.models:arange", model_roots=roots, capture="sample",
@@ -262,10 +261,8 @@ class CaptureLevelTest(unittest.TestCase):
 class UserModelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = util.tempdir()
-        util.write_tree(cls.root, USER_MODELS)
-        cls.outside = util.tempdir()
-        util.write_tree(cls.outside, OUTSIDE)
+        cls.root = util.model_tree(USER_MODELS)
+        cls.outside = util.model_tree(OUTSIDE)
         r = [cls.root]
         cases = {
             "ok_fwd": util.make_spec("mypkg.models:two", model_roots=r, iterations=1),

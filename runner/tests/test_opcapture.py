@@ -56,8 +56,7 @@ def _op_keys(result):
 class OpCaptureTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = util.tempdir()
-        util.write_tree(cls.root, OP_MODELS)
+        cls.root = util.model_tree(OP_MODELS)
         roots = [cls.root]
         common = dict(iterations=1, warmup=0)
         cls.names = ["mlp_module", "mlp_op", "ops", "ops_bwd", "nomode", "nan"]

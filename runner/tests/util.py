@@ -93,3 +93,10 @@ def tempdir():
     d = tempfile.mkdtemp(prefix="capd-runner-test-")
     atexit.register(shutil.rmtree, d, True)
     return d
+
+
+def model_tree(files):
+    """A temporary directory holding ``files`` (path: text), a model root."""
+    root = tempdir()
+    write_tree(root, files)
+    return root

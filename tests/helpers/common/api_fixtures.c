@@ -20,14 +20,20 @@ char *af_dir;
 
 /* ---- process and file helpers ---- */
 
+/* Removes only what tu_tmpdir() made, so a bad pointer cannot reach rm. */
+void af_stop_capd(struct tu_capd *c, char **dir)
+{
+    if (c->pid > 0)
+        tu_capd_stop(c);
+    if (*dir && strncmp(*dir, "/", 1) == 0 && strstr(*dir, "capd-test-"))
+        tu_sh("rm -rf '%s'", *dir);
+    free(*dir);
+    *dir = NULL;
+}
+
 void af_teardown(void)
 {
-    if (af_capd.pid > 0)
-        tu_capd_stop(&af_capd);
-    if (af_dir && strncmp(af_dir, "/", 1) == 0 && strstr(af_dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", af_dir);
-    free(af_dir);
-    af_dir = NULL;
+    af_stop_capd(&af_capd, &af_dir);
 }
 
 void af_ensure_dir(void)
@@ -38,16 +44,39 @@ void af_ensure_dir(void)
     }
 }
 
+void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra)
+{
+    if (tu_capd_start(c, dir, extra) != 0) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/capd.stderr", dir ? dir : c->dir);
+        char *err = tu_slurp(p);
+        cr_assert_fail("capd did not start; its stderr:\n%s", err);
+    }
+}
+
+void af_env_init(struct af_env *e)
+{
+    memset(e, 0, sizeof *e);
+    char *d = tu_tmpdir();
+    cr_assert_not_null(d, "cannot create a temp dir");
+    snprintf(e->dir, sizeof e->dir, "%s", d);
+    snprintf(e->data, sizeof e->data, "%s/data", d);
+    free(d);
+}
+
 /* Starts capd in the test's temp dir (data in DIR/data). */
 void af_start(const char *const *extra)
 {
     af_ensure_dir();
-    if (tu_capd_start(&af_capd, af_dir, extra) != 0) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/capd.stderr", af_dir);
-        char *err = tu_slurp(p);
-        cr_assert_fail("capd did not start; its stderr:\n%s", err);
-    }
+    af_start_capd(&af_capd, af_dir, extra);
+}
+
+void af_put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "cannot write %s", path);
 }
 
 /* Writes an executable file NAME into the temp dir; returns its path. */
@@ -58,10 +87,7 @@ const char *af_write_file(const char *name, const char *text, mode_t mode)
     af_ensure_dir();
     char *p = path[slot++ % 8];
     snprintf(p, 512, "%s/%s", af_dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f, "cannot write %s", p);
-    fputs(text, f);
-    fclose(f);
+    af_put_file(p, text);
     chmod(p, mode);
     return p;
 }
@@ -124,6 +150,33 @@ json_t *af_get(const char *path, long *status)
     return af_call("GET", path, NULL, status);
 }
 
+json_t *af_get_ok(const char *path)
+{
+    long st;
+    json_t *j = af_get(path, &st);
+    char *s = af_dump(j);
+    cr_assert_eq(st, 200, "GET %s -> %ld %s", path, st, s);
+    free(s);
+    return j;
+}
+
+void af_expect_get_error(const char *path, long want, const char *code)
+{
+    long st;
+    json_t *j = af_get(path, &st);
+    af_expect_error(j, st, want, code, NULL);
+    json_decref(j);
+}
+
+void af_expect_call_error(const char *method, const char *path, const char *body, long want,
+                          const char *code, const char *field)
+{
+    long st;
+    json_t *j = af_callq(method, path, body, &st);
+    af_expect_error(j, st, want, code, field);
+    json_decref(j);
+}
+
 /* A raw request; the reply is parsed as JSON when possible. */
 json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
                const char *const *hdrs, long *status, struct tu_resp *keep)
@@ -184,32 +237,40 @@ void af_expect_error(json_t *j, long status, long want, const char *code, const 
 }
 
 /* Number of jobs the server lists, walking every page. */
+/* Every member of array LIST of the pages of PATH (a URL with a query)
+ * on C, following next_cursor (owned); a listing past 1000 pages never
+ * ends, and fails the test. */
+static json_t *get_all_pages(const struct tu_capd *c, const char *path, const char *list)
+{
+    json_t *out = json_array();
+    char url[512], cursor[64] = "";
+    for (int page = 0; page < 1000; page++) {
+        snprintf(url, sizeof url, "%s%s%s", path, cursor[0] ? "&cursor=" : "", cursor);
+        long st = 0;
+        json_t *j = tu_json(c, "GET", url, NULL, &st);
+        cr_assert_eq(st, 200, "GET %s -> %ld", url, st);
+        json_array_extend(out, json_object_get(j, list));
+        const char *next = tu_jstr(j, "next_cursor");
+        snprintf(cursor, sizeof cursor, "%s", next ? next : "");
+        json_decref(j);
+        if (!next)
+            return out;
+    }
+    cr_assert_fail("the listing of %s never ended", path);
+    return NULL;
+}
+
 int af_count_jobs(void)
 {
-    char path[256] = "/v1/jobs?limit=200";
-    int n = 0;
-    for (int page = 0; page < 100; page++) {
-        long st;
-        json_t *j = af_get(path, &st);
-        cr_assert_eq(st, 200);
-        n += (int)json_array_size(json_object_get(j, "jobs"));
-        const char *c = tu_jstr(j, "next_cursor");
-        if (!c) {
-            json_decref(j);
-            return n;
-        }
-        snprintf(path, sizeof path, "/v1/jobs?limit=200&cursor=%s", c);
-        json_decref(j);
-    }
-    cr_assert_fail("job listing never ended");
-    return -1;
+    json_t *jobs = get_all_pages(&af_capd, "/v1/jobs?limit=200", "jobs");
+    int n = (int)json_array_size(jobs);
+    json_decref(jobs);
+    return n;
 }
 
 int af_count_builds(void)
 {
-    long st;
-    json_t *j = af_get("/v1/builds", &st);
-    cr_assert_eq(st, 200);
+    json_t *j = af_get_ok("/v1/builds");
     int n = (int)json_array_size(json_object_get(j, "builds"));
     json_decref(j);
     return n;
@@ -241,11 +302,9 @@ void af_ok_build(const char *name)
 /* Posts a job; returns it (owned) after asserting STATUS. */
 json_t *af_post_job(long want, const char *fmt, ...)
 {
-    char *body = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&body, fmt, ap) < 0)
-        body = NULL;
+    char *body = tu_vfmt(fmt, ap);
     va_end(ap);
     long st;
     json_t *j = af_callq("POST", "/v1/jobs", body, &st);
@@ -271,11 +330,8 @@ char *af_submit1(const char *build, const char *commit)
 json_t *af_get_job(const char *id)
 {
     char path[128];
-    long st;
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    json_t *j = af_get(path, &st);
-    cr_assert_eq(st, 200, "GET %s -> %ld", path, st);
-    return j;
+    return af_get_ok(path);
 }
 
 const char *af_cell_state(json_t *job, size_t i)
@@ -301,18 +357,70 @@ json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout
     }
 }
 
-json_t *af_wait_done(const char *id)
+json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s)
 {
-    json_t *j = tu_wait_job(&af_capd, id, 30);
+    json_t *j = tu_wait_job(c, id, timeout_s);
     cr_assert_not_null(j, "job %s did not finish", id);
     return j;
 }
 
+json_t *af_wait_done(const char *id)
+{
+    return af_wait_job(&af_capd, id, 30);
+}
+
+char *af_submit_job(const struct tu_capd *c, const struct af_job *job)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (job->control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", job->control);
+    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"%s\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
+                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
+                         "\"options\":%s}",
+                         job->project, job->commit, job->build, cc, job->models, job->widths,
+                         job->passes, job->options ? job->options : "{}");
+    char *s = af_dump(j);
+    const char *id = tu_jstr(j, "id");
+    cr_assert(st == 201 && id, "submit: %ld %s", st, s);
+    char *out = strdup(id);
+    free(s);
+    json_decref(j);
+    return out;
+}
+
+/* The cell's detail comes from its own endpoint: the job's listing of its
+ * cells leaves out what the cell tests look at. */
+json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *options, char **job_out)
+{
+    char *job = tu_submit(c, "fake", model, options);
+    cr_assert_not_null(job, "submit %s", model);
+    json_t *j = tu_wait_job(c, job, 120);
+    cr_assert_not_null(j, "job of %s finished", model);
+    const char *cid = tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", job, cid);
+    json_t *cell = tu_json(c, "GET", path, NULL, NULL);
+    json_decref(j);
+    if (job_out)
+        *job_out = job;
+    else
+        free(job);
+    return cell;
+}
+
+json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
+                        const char *kind)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=%s&limit=1000", job, cell, kind);
+    return get_all_pages(c, path, "records");
+}
+
 long af_running_cells(void)
 {
-    long st;
-    json_t *j = af_get("/healthz", &st);
-    cr_assert_eq(st, 200);
+    json_t *j = af_get_ok("/healthz");
     long n = (long)json_integer_value(json_object_get(j, "running_cells"));
     json_decref(j);
     return n;

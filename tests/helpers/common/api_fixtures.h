@@ -35,12 +35,29 @@ extern char *af_dir;
 void af_teardown(void);
 #define AF_SUITE .fini = af_teardown, .timeout = 120
 
+/* For the suites that keep their own capd and temp dir: starts capd in DIR
+ * (as tu_capd_start) and fails the test with capd's stderr when it does not
+ * start; stops C and removes *DIR (a tu_tmpdir() path), then nulls it. */
+void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra);
+void af_stop_capd(struct tu_capd *c, char **dir);
+/* A suite's own capd with a fresh temp dir DIR and its data dir DIR/data;
+ * af_env_init zeroes E and makes the dir. */
+struct af_env {
+    struct tu_capd c;
+    char dir[256];
+    char data[300];
+};
+void af_env_init(struct af_env *e);
+
 /* Creates the temp dir unless the test already has one. */
 void af_ensure_dir(void);
 /* Starts capd in the temp dir (data in DIR/data) with EXTRA flags
  * (NULL-terminated, may be NULL); fails the test with capd's stderr when
  * it does not start. */
 void af_start(const char *const *extra);
+/* Writes TEXT to PATH (created or truncated), failing the test when it
+ * cannot. */
+void af_put_file(const char *path, const char *text);
 /* Writes file NAME with TEXT and MODE into the temp dir; returns its path
  * (valid for the next seven calls). */
 const char *af_write_file(const char *name, const char *text, mode_t mode);
@@ -59,6 +76,8 @@ json_t *af_call(const char *method, const char *path, const char *body, long *st
 /* Like af_call() with BODY run through af_q(). */
 json_t *af_callq(const char *method, const char *path, const char *body, long *status);
 json_t *af_get(const char *path, long *status);
+/* GET PATH, failing the test unless the reply is 200 (owned). */
+json_t *af_get_ok(const char *path);
 /* A raw request with headers HDRS; the reply is parsed as JSON when
  * possible, and kept whole in KEEP (the caller frees) unless it is NULL. */
 json_t *af_raw(const char *method, const char *path, const char *body, size_t len,
@@ -69,6 +88,11 @@ const char *af_header(const char *headers, const char *name);
 /* Checks an error reply: the status, and a body of exactly
  * {"error":{"code":CODE,"message":non-empty string,"field":FIELD|null}}. */
 void af_expect_error(json_t *j, long status, long want, const char *code, const char *field);
+/* GET PATH and check its reply is error CODE with status WANT and no field. */
+void af_expect_get_error(const char *path, long want, const char *code);
+/* The same for METHOD PATH with BODY (af_q() text, may be NULL), and FIELD. */
+void af_expect_call_error(const char *method, const char *path, const char *body, long want,
+                          const char *code, const char *field);
 
 /* Number of jobs the server lists (walking every page), and of builds. */
 int af_count_jobs(void);
@@ -93,6 +117,28 @@ const char *af_cell_state(json_t *job, size_t i);
 json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout);
 /* Waits (30 s at most) for job ID to finish; returns it (owned). */
 json_t *af_wait_done(const char *id);
+/* The same on capd C, TIMEOUT_S at most. */
+json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s);
+
+/* A job for af_submit_job: MODELS, WIDTHS and PASSES are the contents of
+ * the matrix's JSON lists ("\"mlp\",\"cnn\""), CONTROL a control commit or
+ * NULL, OPTIONS a JSON object or NULL for {}. */
+struct af_job {
+    const char *project, *commit, *control, *build;
+    const char *models, *widths, *passes, *options;
+};
+/* Posts JOB to capd C; fails the test unless the reply is 201 with an id,
+ * which it returns (owned). */
+char *af_submit_job(const struct tu_capd *c, const struct af_job *job);
+/* Runs one cell of MODEL on C's build "fake" (tu_submit with OPTIONS),
+ * waits for it (120 s at most) and returns the cell's own GET reply (owned,
+ * with details); the job id goes to *JOB_OUT (owned) unless it is NULL. */
+json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *options,
+                    char **job_out);
+/* Every record of KIND of CELL of JOB on capd C, walking every page, in
+ * the order the API returns them (owned). */
+json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
+                        const char *kind);
 /* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
 long af_running_cells(void);
 void af_wait_running_cells(long want);

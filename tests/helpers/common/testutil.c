@@ -231,18 +231,23 @@ struct buf {
     size_t n;
 };
 
+int tu_append(char **text, size_t *len, const char *d, size_t n)
+{
+    char *t = realloc(*text, *len + n + 1);
+    if (!t)
+        return -ENOMEM;
+    memcpy(t + *len, d, n);
+    *text = t;
+    *len += n;
+    t[*len] = 0;
+    return 0;
+}
+
 static size_t on_data(char *d, size_t sz, size_t nm, void *ud)
 {
     struct buf *b = ud;
     size_t n = sz * nm;
-    char *np = realloc(b->p, b->n + n + 1);
-    if (!np)
-        return 0;
-    memcpy(np + b->n, d, n);
-    b->p = np;
-    b->n += n;
-    b->p[b->n] = 0;
-    return n;
+    return tu_append(&b->p, &b->n, d, n) == 0 ? n : 0;
 }
 
 int tu_http(const struct tu_capd *c, const char *method, const char *path, const char *body,
@@ -305,14 +310,20 @@ json_t *tu_json(const struct tu_capd *c, const char *method, const char *path, c
     return j ? j : json_null();
 }
 
+char *tu_vfmt(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    return s;
+}
+
 json_t *tu_jsonf(const struct tu_capd *c, const char *method, const char *path, long *status,
                  const char *fmt, ...)
 {
-    char *body = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&body, fmt, ap) < 0)
-        body = NULL;
+    char *body = tu_vfmt(fmt, ap);
     va_end(ap);
     json_t *j = tu_json(c, method, path, body, status);
     free(body);
@@ -430,11 +441,9 @@ int tu_count_zombies(pid_t ppid)
 
 int tu_sh(const char *fmt, ...)
 {
-    char *cmd = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&cmd, fmt, ap) < 0)
-        cmd = NULL;
+    char *cmd = tu_vfmt(fmt, ap);
     va_end(ap);
     if (!cmd)
         return -1;

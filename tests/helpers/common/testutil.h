@@ -8,6 +8,7 @@
 #define CAPD_TESTUTIL_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -53,6 +54,9 @@ struct tu_resp {
     char *headers;
 };
 void tu_resp_free(struct tu_resp *r);
+/* Appends N bytes at D to the NUL-terminated *TEXT of *LEN bytes (both
+ * may start NULL and 0): 0, or -ENOMEM with *TEXT unchanged. */
+int tu_append(char **text, size_t *len, const char *d, size_t n);
 
 /* One HTTP request. HEADERS is a NULL-terminated list of "Name: value";
  * C's token is added unless HEADERS has an Authorization header ("Host:"
@@ -92,6 +96,9 @@ const char *tu_widest_width(const struct tu_capd *c);
 /* Counts of /proc/PID/fd entries, and of zombie children of PID. */
 int tu_count_fds(pid_t pid);
 int tu_count_zombies(pid_t ppid);
+
+/* FMT formatted (owned), or NULL when memory runs out. */
+char *tu_vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* Runs a shell command line; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
