@@ -998,109 +998,250 @@ static json_t *run_compare(struct cmp_side *c, struct cmp_side *h, const struct 
     return r;
 }
 
+/* The two sides of one engine test and, where it made them, a cell on each. */
+struct duo {
+    struct cmp_side *c, *h;
+    struct cmp_cell *cc, *hc;
+};
+
+static struct duo duo_new(void)
+{
+    struct duo d = {0};
+    cr_assert_eq(cmp_side_new(&d.c), 0);
+    cr_assert_eq(cmp_side_new(&d.h), 0);
+    return d;
+}
+
+/* One empty MODEL/avx2/PHASE cell with outcome ok on each side. */
+static struct duo duo_cells(const char *model, const char *phase)
+{
+    struct duo d = duo_new();
+    cr_assert_eq(cmp_side_add_cell(d.c, model, "avx2", phase, &d.cc), 0);
+    cr_assert_eq(cmp_side_add_cell(d.h, model, "avx2", phase, &d.hc), 0);
+    cr_assert_eq(cmp_cell_set_outcome(d.cc, "ok"), 0);
+    cr_assert_eq(cmp_cell_set_outcome(d.hc, "ok"), 0);
+    return d;
+}
+
+/* The mlp cell at avx2 on each side: the head's records moved by DELTA
+ * (NULL: none), its outcome HEAD_OUTCOME, the control's ok. */
+static struct duo duo_mlp(const double *delta, const char *head_outcome)
+{
+    struct duo d = duo_new();
+    d.cc = mlp_cell(d.c, "avx2", NULL, "ok");
+    d.hc = mlp_cell(d.h, "avx2", delta, head_outcome);
+    return d;
+}
+
+/* KEY at SEQ on both sides, the head's moved by DELTA. */
+static void duo_record(struct duo *d, const char *key, int64_t seq, double delta)
+{
+    add_record(d->cc, key, seq, 0, false);
+    add_record(d->hc, key, seq, delta, false);
+}
+
+static json_t *duo_compare(struct duo *d, const struct cmp_options *o)
+{
+    return run_compare(d->c, d->h, o);
+}
+
+static void duo_free(struct duo *d)
+{
+    cmp_side_free(d->c);
+    cmp_side_free(d->h);
+}
+
+/*
+ * The mlp records with fc1's input nondeterministic and different, so fc1's
+ * diverged output is the first divergence without having introduced it, and
+ * act, whose input is within tolerance while its output diverges, introduced it.
+ */
+static struct duo duo_unclean_inputs(void)
+{
+    static const double d[8] = {0, 0.3, 0.3, 1e-9, 0.4, 0.4, 0.4, 0.4};
+    struct duo s = duo_cells("mlp", "forward");
+    for (int k = 0; k < 8; k++) {
+        add_record(s.cc, mlp_keys[k], k, 0, false);
+        add_record(s.hc, mlp_keys[k], k, d[k], k == 1);
+    }
+    return s;
+}
+
+/*
+ * What one path of a result must hold. A table of these is checked in one
+ * loop, and a miss names the path, what it holds and what was wanted.
+ */
+enum want_kind { W_STR, W_INT, W_DBL, W_NULL, W_TRUE, W_FALSE, W_ABSENT };
+
+struct want {
+    const char *path;
+    enum want_kind kind;
+    const char *s;
+    long long i;
+    double d, eps;
+};
+
+#define WS(p, v)                                                                                   \
+    {                                                                                              \
+        (p), W_STR, (v), 0, 0, 0                                                                   \
+    }
+#define WI(p, v)                                                                                   \
+    {                                                                                              \
+        (p), W_INT, NULL, (v), 0, 0                                                                \
+    }
+#define WD(p, v, e)                                                                                \
+    {                                                                                              \
+        (p), W_DBL, NULL, 0, (v), (e)                                                              \
+    }
+#define WN(p)                                                                                      \
+    {                                                                                              \
+        (p), W_NULL, NULL, 0, 0, 0                                                                 \
+    }
+#define WT(p)                                                                                      \
+    {                                                                                              \
+        (p), W_TRUE, NULL, 0, 0, 0                                                                 \
+    }
+#define WF(p)                                                                                      \
+    {                                                                                              \
+        (p), W_FALSE, NULL, 0, 0, 0                                                                \
+    }
+#define WA(p)                                                                                      \
+    {                                                                                              \
+        (p), W_ABSENT, NULL, 0, 0, 0                                                               \
+    }
+
+static bool want_met(json_t *v, const struct want *w)
+{
+    switch (w->kind) {
+    case W_STR:
+        return json_is_string(v) && strcmp(json_string_value(v), w->s) == 0;
+    case W_INT:
+        return json_is_integer(v) && json_integer_value(v) == w->i;
+    case W_DBL:
+        return json_is_number(v) && fabs(json_number_value(v) - w->d) <= w->eps;
+    case W_NULL:
+        return json_is_null(v);
+    case W_TRUE:
+        return json_is_true(v);
+    case W_FALSE:
+        return json_is_false(v);
+    case W_ABSENT:
+        return v == NULL;
+    }
+    return false;
+}
+
+static void want_text(const struct want *w, char *buf, size_t len)
+{
+    static const char *const fixed[] = {
+        [W_NULL] = "null", [W_TRUE] = "true", [W_FALSE] = "false", [W_ABSENT] = "(absent)"};
+    if (w->kind == W_STR)
+        snprintf(buf, len, "\"%s\"", w->s);
+    else if (w->kind == W_INT)
+        snprintf(buf, len, "%lld", w->i);
+    else if (w->kind == W_DBL)
+        snprintf(buf, len, "%.17g (within %g)", w->d, w->eps);
+    else
+        snprintf(buf, len, "%s", fixed[w->kind]);
+}
+
+static void expect_n(json_t *r, const struct want *w, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        json_t *v = jp(r, w[k].path);
+        if (want_met(v, &w[k]))
+            continue;
+        char *got = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL, want[160];
+        want_text(&w[k], want, sizeof(want));
+        cr_assert_fail("%s: got %s, want %s", w[k].path, got ? got : "(absent)", want);
+    }
+}
+
+#define expect_all(r, w) expect_n((r), (w), sizeof(w) / sizeof((w)[0]))
+
 Test(engine, identical)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", NULL, "ok");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "verdict"), "pass");
-    cr_assert_str_eq(js(r, "mode"), "same_width");
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
-    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 8);
-    cr_assert_eq(ji(r, "cells.0.tensors_identical"), 8);
-    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
-    cr_assert(json_is_false(jp(r, "cells.0.params_differed")));
-    cr_assert_eq(ji(r, "counts.identical"), 1);
-    cr_assert_eq(ji(r, "counts.cells"), 1);
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "none");
+    struct duo s = duo_mlp(NULL, "ok");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("verdict", "pass"),
+        WS("mode", "same_width"),
+        WS("cells.0.status", "identical"),
+        WI("cells.0.tensors_compared", 8),
+        WI("cells.0.tensors_identical", 8),
+        WN("cells.0.first_divergence"),
+        WF("cells.0.params_differed"),
+        WI("counts.identical", 1),
+        WI("counts.cells", 1),
+        WS("cells.0.outcome_change", "none"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, within_tolerance)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 1e-9, 1e-9, 2e-9, 2e-9}; /* fp64 bound ~1e-7 */
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", d, "ok");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "verdict"), "pass");
-    cr_assert_str_eq(js(r, "cells.0.status"), "within_tolerance");
-    cr_assert_eq(ji(r, "cells.0.tensors_identical"), 2);
-    cr_assert_eq(ji(r, "cells.0.tensors_within_tolerance"), 6);
-    cr_assert_eq(ji(r, "counts.within_tolerance"), 1);
+    struct duo s = duo_mlp(d, "ok");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("verdict", "pass"),
+        WS("cells.0.status", "within_tolerance"),
+        WI("cells.0.tensors_identical", 2),
+        WI("cells.0.tensors_within_tolerance", 6),
+        WI("counts.within_tolerance", 1),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /*
  * fc1 drifts within tolerance, act (seq 4) is the first to leave it, while its
  * input (seq 3) is still within tolerance: act both diverges first and
- * introduces the error. Its metrics come along.
+ * introduces the error. Its metrics come along; element 1 of seq 4 is -6, so
+ * its rel is .5/6.
  */
 Test(engine, diverged_first_divergence_and_introduced)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", d, "ok");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "verdict"), "regression");
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "act.0.forward.output.0");
-    cr_assert_eq(ji(r, "cells.0.first_divergence.seq"), 4);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.reason"), "tolerance");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.basis"), "full");
-    cr_assert_float_eq(jd(r, "cells.0.first_divergence.max_abs"), 0.5, 1e-12);
-    /* element 1 of seq 4 is -6; rel = .5/6 */
-    cr_assert_float_eq(jd(r, "cells.0.first_divergence.max_rel"), 0.5 / 6, 1e-12);
-    cr_assert_eq(ji(r, "cells.0.first_divergence.allclose_violations"), 1);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.module"), "act");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "act.0.forward.output.0");
-    cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 4);
-    cr_assert_eq(ji(r, "counts.diverged"), 1);
+    struct duo s = duo_mlp(d, "ok");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("verdict", "regression"),
+        WS("cells.0.status", "diverged"),
+        WS("cells.0.first_divergence.key", "act.0.forward.output.0"),
+        WI("cells.0.first_divergence.seq", 4),
+        WS("cells.0.first_divergence.reason", "tolerance"),
+        WS("cells.0.first_divergence.basis", "full"),
+        WD("cells.0.first_divergence.max_abs", 0.5, 1e-12),
+        WD("cells.0.first_divergence.max_rel", 0.5 / 6, 1e-12),
+        WI("cells.0.first_divergence.allclose_violations", 1),
+        WS("cells.0.first_divergence.module", "act"),
+        WS("cells.0.first_introduced.key", "act.0.forward.output.0"),
+        WI("cells.0.tensors_diverged", 4),
+        WI("counts.diverged", 1),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
-/*
- * fc1's input is nondeterministic and differs, so fc1's diverged output is the
- * first divergence but did not introduce it (its inputs were not close); act's
- * input is within tolerance while its output diverges: act introduced it.
- */
+/* See duo_unclean_inputs: the first divergence is not where it was introduced. */
 Test(engine, first_introduced_skips_records_with_unclean_inputs)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    double d[8] = {0, 0.3, 0.3, 1e-9, 0.4, 0.4, 0.4, 0.4};
-    for (int k = 0; k < 8; k++) {
-        add_record(cc, mlp_keys[k], k, 0, false);
-        add_record(hc, mlp_keys[k], k, d[k], k == 1);
-    }
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "act.0.forward.output.0");
-    cr_assert_eq(ji(r, "cells.0.tensors_nondeterministic"), 1);
+    struct duo s = duo_unclean_inputs();
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "diverged"),
+        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+        WS("cells.0.first_introduced.key", "act.0.forward.output.0"),
+        WI("cells.0.tensors_nondeterministic", 1),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /*
@@ -1109,18 +1250,13 @@ Test(engine, first_introduced_skips_records_with_unclean_inputs)
  */
 Test(engine, first_introduced_input_origin)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", d, "ok");
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_mlp(d, "ok");
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "model.0.forward.input.0");
     cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "model.0.forward.input.0");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, backward_param_grad_introduces)
@@ -1129,312 +1265,283 @@ Test(engine, backward_param_grad_introduces)
         "fc1.0.backward.grad_output.0", "fc1.0.backward.grad_input.0",
         "fc1.0.backward.param_grad.weight", "fc1.0.backward.param_grad.bias"};
     double d[4] = {1e-9, 1e-9, 0.5, 0};
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "backward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "backward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    for (int k = 0; k < 4; k++) {
-        add_record(cc, keys[k], k, 0, false);
-        add_record(hc, keys[k], k, d[k], false);
-    }
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.backward.param_grad.weight");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "fc1.0.backward.param_grad.weight");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.phase"), "backward");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.role"), "param_grad");
+    struct duo s = duo_cells("mlp", "backward");
+    for (int k = 0; k < 4; k++)
+        duo_record(&s, keys[k], k, d[k]);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.first_divergence.key", "fc1.0.backward.param_grad.weight"),
+        WS("cells.0.first_introduced.key", "fc1.0.backward.param_grad.weight"),
+        WS("cells.0.first_introduced.phase", "backward"),
+        WS("cells.0.first_introduced.role", "param_grad"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, params_differed)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    add_record(cc, "fc1.0.init.param.weight", 0, 0, false);
-    add_record(hc, "fc1.0.init.param.weight", 0, 1e-3, false);
-    add_record(cc, "fc1.0.forward.input.0", 1, 0, false);
-    add_record(hc, "fc1.0.forward.input.0", 1, 0, false);
-    add_record(cc, "fc1.0.forward.output.0", 2, 0, false);
-    add_record(hc, "fc1.0.forward.output.0", 2, 1e-3, false);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert(json_is_true(jp(r, "cells.0.params_differed")));
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.init.param.weight");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.phase"), "init");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "fc1.0.init.param.weight");
+    struct duo s = duo_cells("mlp", "forward");
+    duo_record(&s, "fc1.0.init.param.weight", 0, 1e-3);
+    duo_record(&s, "fc1.0.forward.input.0", 1, 0);
+    duo_record(&s, "fc1.0.forward.output.0", 2, 1e-3);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WT("cells.0.params_differed"),
+        WS("cells.0.first_divergence.key", "fc1.0.init.param.weight"),
+        WS("cells.0.first_divergence.phase", "init"),
+        WS("cells.0.first_introduced.key", "fc1.0.init.param.weight"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, missing_and_extra_keys)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    add_record(cc, "a.0.forward.output.0", 0, 0, false);
-    add_record(hc, "a.0.forward.output.0", 0, 0, false);
-    add_record(cc, "b.0.forward.output.0", 1, 0, false);
-    add_record(cc, "c.0.forward.output.0", 2, 0, false);
-    add_record(hc, "d.0.forward.output.0", 1, 0, false);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert_eq(ji(r, "cells.0.missing_keys"), 2);
-    cr_assert_eq(ji(r, "cells.0.extra_keys"), 1);
-    cr_assert_str_eq(js(r, "cells.0.missing_key_names.0"), "b.0.forward.output.0");
-    cr_assert_str_eq(js(r, "cells.0.missing_key_names.1"), "c.0.forward.output.0");
-    cr_assert_str_eq(js(r, "cells.0.extra_key_names.0"), "d.0.forward.output.0");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.reason"), "missing_in_head");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "b.0.forward.output.0");
-    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 1);
-    cr_assert_str_eq(js(r, "verdict"), "regression");
+    struct duo s = duo_cells("mlp", "forward");
+    duo_record(&s, "a.0.forward.output.0", 0, 0);
+    add_record(s.cc, "b.0.forward.output.0", 1, 0, false);
+    add_record(s.cc, "c.0.forward.output.0", 2, 0, false);
+    add_record(s.hc, "d.0.forward.output.0", 1, 0, false);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "diverged"),
+        WI("cells.0.missing_keys", 2),
+        WI("cells.0.extra_keys", 1),
+        WS("cells.0.missing_key_names.0", "b.0.forward.output.0"),
+        WS("cells.0.missing_key_names.1", "c.0.forward.output.0"),
+        WS("cells.0.extra_key_names.0", "d.0.forward.output.0"),
+        WS("cells.0.first_divergence.reason", "missing_in_head"),
+        WS("cells.0.first_divergence.key", "b.0.forward.output.0"),
+        WI("cells.0.tensors_compared", 1),
+        WS("verdict", "regression"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, nondeterministic_only)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
     double d[8] = {0, 0, 0, 0, 0.5, 0.5, 0.5, 0.5};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cc = mlp_cell(c, "avx2", NULL, "ok");
-    hc = mlp_cell(h, "avx2", d, "ok");
+    struct duo s = duo_mlp(d, "ok");
     /* the nondeterministic frame after the tensors, on either side */
-    cr_assert_eq(cmp_cell_mark_nondeterministic(hc, "act.0.forward.output.0"), 0);
-    cr_assert_eq(cmp_cell_mark_nondeterministic(hc, "fc2.0.forward.input.0"), 0);
-    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "fc2.0.forward.output.0"), 0);
-    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "model.0.forward.output.0"), 0);
-    cr_assert_eq(cmp_cell_mark_nondeterministic(cc, "not.a.key"), 0);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "nondeterministic");
-    cr_assert_eq(ji(r, "cells.0.tensors_nondeterministic"), 4);
-    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
-    cr_assert_str_eq(js(r, "verdict"), "pass");
-    cr_assert_eq(ji(r, "counts.nondeterministic"), 1);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(s.hc, "act.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(s.hc, "fc2.0.forward.input.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "fc2.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "model.0.forward.output.0"), 0);
+    cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "not.a.key"), 0);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "nondeterministic"), WI("cells.0.tensors_nondeterministic", 4),
+        WN("cells.0.first_divergence"),           WS("verdict", "pass"),
+        WI("counts.nondeterministic", 1),
+    };
+    expect_all(r, w);
     json_decref(r);
 
     /* one more deterministic difference and the cell diverges */
-    cmp_side_free(h);
-    cmp_side_new(&h);
+    cmp_side_free(s.h);
+    cmp_side_new(&s.h);
     double d2[8] = {0, 0, 0.5, 0, 0.5, 0.5, 0.5, 0.5};
-    hc = mlp_cell(h, "avx2", d2, "ok");
-    cmp_cell_mark_nondeterministic(hc, "act.0.forward.output.0");
-    r = run_compare(c, h, NULL);
+    s.hc = mlp_cell(s.h, "avx2", d2, "ok");
+    cmp_cell_mark_nondeterministic(s.hc, "act.0.forward.output.0");
+    r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
     cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
+/* Records reached before the crash are still compared; the reverse is a fix
+ * and does not fail the comparison. */
 Test(engine, outcome_regression_and_fix)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "crashed");
-    (void)hc;
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "head_outcome");
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
-    cr_assert_str_eq(js(r, "cells.0.control_outcome"), "ok");
-    cr_assert_str_eq(js(r, "cells.0.head_outcome"), "crashed");
-    cr_assert_eq(ji(r, "counts.outcome_regressions"), 1);
-    cr_assert_str_eq(js(r, "verdict"), "regression");
-    /* records reached before the crash are still compared */
-    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 8);
+    struct duo s = duo_mlp(NULL, "crashed");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "incomparable"),
+        WS("cells.0.incomparable_reason", "head_outcome"),
+        WS("cells.0.outcome_change", "regression"),
+        WS("cells.0.control_outcome", "ok"),
+        WS("cells.0.head_outcome", "crashed"),
+        WI("counts.outcome_regressions", 1),
+        WS("verdict", "regression"),
+        WI("cells.0.tensors_compared", 8),
+    };
+    expect_all(r, w);
     json_decref(r);
 
-    /* the reverse is a fix and does not fail the comparison */
-    r = run_compare(h, c, NULL);
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "fix");
-    cr_assert_eq(ji(r, "counts.outcome_fixes"), 1);
-    cr_assert_str_eq(js(r, "verdict"), "pass");
+    r = run_compare(s.h, s.c, NULL);
+    static const struct want fix[] = {
+        WS("cells.0.outcome_change", "fix"),
+        WI("counts.outcome_fixes", 1),
+        WS("verdict", "pass"),
+    };
+    expect_all(r, fix);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* A cell killed for memory on one side is an outcome change like a crash:
  * a regression against an ok control, a fix the other way round. */
 Test(engine, oom_is_an_outcome_change)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", NULL, "oom");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
-    cr_assert_str_eq(js(r, "cells.0.head_outcome"), "oom");
-    cr_assert_eq(ji(r, "counts.outcome_regressions"), 1);
-    cr_assert_str_eq(js(r, "verdict"), "regression");
+    struct duo s = duo_mlp(NULL, "oom");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.outcome_change", "regression"),
+        WS("cells.0.head_outcome", "oom"),
+        WI("counts.outcome_regressions", 1),
+        WS("verdict", "regression"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    r = run_compare(h, c, NULL);
+    r = run_compare(s.h, s.c, NULL);
     cr_assert_str_eq(js(r, "cells.0.outcome_change"), "fix");
     cr_assert_str_eq(js(r, "verdict"), "pass");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
+/* An unsupported head cell and a cell with no records are incomparable,
+ * and unsupported is not a regression. */
 Test(engine, incomparable_kinds)
 {
-    struct cmp_side *c, *h;
+    struct duo s = duo_mlp(NULL, "unsupported");
     struct cmp_cell *x;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", NULL, "unsupported");
-    /* a cell with no records */
-    cmp_side_add_cell(c, "mlp", "avx512", "forward", &x);
+    cmp_side_add_cell(s.c, "mlp", "avx512", "forward", &x);
     cmp_cell_set_outcome(x, "ok");
-    cmp_side_add_cell(h, "mlp", "avx512", "forward", &x);
+    cmp_side_add_cell(s.h, "mlp", "avx512", "forward", &x);
     cmp_cell_set_outcome(x, "ok");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.width"), "avx2");
-    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "changed");
-    cr_assert_str_eq(js(r, "cells.1.status"), "incomparable");
-    cr_assert_str_eq(js(r, "cells.1.incomparable_reason"), "no_records");
-    cr_assert_eq(ji(r, "counts.incomparable"), 2);
-    cr_assert_str_eq(js(r, "verdict"), "pass", "unsupported is not a regression");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.width", "avx2"),
+        WS("cells.0.status", "incomparable"),
+        WS("cells.0.outcome_change", "changed"),
+        WS("cells.1.status", "incomparable"),
+        WS("cells.1.incomparable_reason", "no_records"),
+        WI("counts.incomparable", 2),
+        WS("verdict", "pass"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
+/* A missing head cell fails; an extra head cell alone does not. */
 Test(engine, missing_and_extra_cells)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(c, "default", NULL, "ok");
-    mlp_cell(h, "avx2", NULL, "ok");
-    mlp_cell(h, "avx512", NULL, "ok");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_eq(ji(r, "counts.missing_cells"), 1);
-    cr_assert_eq(ji(r, "counts.extra_cells"), 1);
-    cr_assert_str_eq(js(r, "missing_cells.0.width"), "default");
-    cr_assert_str_eq(js(r, "extra_cells.0.width"), "avx512");
-    cr_assert_str_eq(js(r, "verdict"), "regression", "a missing head cell fails");
+    struct duo s = duo_mlp(NULL, "ok");
+    mlp_cell(s.c, "default", NULL, "ok");
+    mlp_cell(s.h, "avx512", NULL, "ok");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WI("counts.missing_cells", 1),
+        WI("counts.extra_cells", 1),
+        WS("missing_cells.0.width", "default"),
+        WS("extra_cells.0.width", "avx512"),
+        WS("verdict", "regression"),
+    };
+    expect_all(r, w);
     json_decref(r);
 
-    /* an extra head cell alone does not */
-    cmp_side_free(c);
-    cmp_side_new(&c);
-    mlp_cell(c, "avx2", NULL, "ok");
-    r = run_compare(c, h, NULL);
+    cmp_side_free(s.c);
+    cmp_side_new(&s.c);
+    mlp_cell(s.c, "avx2", NULL, "ok");
+    r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "verdict"), "pass");
     cr_assert_eq(ji(r, "counts.extra_cells"), 1);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
-Test(engine, perf_and_memory)
+/* Options from TEXT applied over the defaults. */
+static struct cmp_options options_from(const char *text)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
-    add_processes(cc, 6, 1e6, 11);
-    add_processes(hc, 6, 1.5e6, 12);
-    cmp_cell_set_memory(cc, 1000, -1);
-    cmp_cell_set_memory(hc, 1500, -1);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
-    cr_assert_str_eq(js(r, "cells.0.perf.design"), "unpaired");
-    cr_assert_str_eq(js(r, "cells.0.perf.test"), "mann_whitney");
-    cr_assert_eq(ji(r, "cells.0.perf.n_control"), 6, "one observation per process");
-    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 6);
-    cr_assert_eq(ji(r, "cells.0.perf.samples_head"), 60);
-    cr_assert_eq(ji(r, "cells.0.perf.pairs"), 0);
-    cr_assert_str_eq(js(r, "cells.0.perf.p_method"), "exact");
-    cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
-    cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
-    cr_assert(jd(r, "cells.0.perf.mde") > 0);
-    cr_assert(json_is_null(jp(r, "cells.0.perf.reason")));
-    cr_assert_eq(ji(r, "counts.perf_regressions"), 1);
-    cr_assert_str_eq(js(r, "verdict"), "regression");
-    cr_assert_eq(ji(r, "cells.0.memory.control_peak"), 1000);
-    cr_assert_float_eq(jd(r, "cells.0.memory.ratio"), 1.5, 1e-15);
-    cr_assert(json_is_null(jp(r, "cells.0.memory.device_ratio")));
-    json_decref(r);
-
-    /* perf_gate false: still computed and counted, but the verdict passes */
     struct cmp_options o;
     struct cmp_err err;
     cmp_options_init(&o);
-    cr_assert(o.perf_gate, "perf gates by default");
-    json_t *j = json_loads("{\"perf_gate\":false}", 0, NULL);
+    json_t *j = json_loads(text, 0, NULL);
+    cr_assert_not_null(j, "test JSON: %s", text);
     cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "%s", err.message);
     json_decref(j);
-    r = run_compare(c, h, &o);
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
-    cr_assert_eq(ji(r, "counts.perf_regressions"), 1);
-    cr_assert(json_is_false(jp(r, "thresholds.perf_gate")));
-    cr_assert_str_eq(js(r, "verdict"), "pass", "perf does not gate");
+    return o;
+}
+
+/* One observation per process; perf_gate false still computes and counts,
+ * but the verdict passes; the same processes on both sides are the same. */
+Test(engine, perf_and_memory)
+{
+    struct duo s = duo_mlp(NULL, "ok");
+    add_processes(s.cc, 6, 1e6, 11);
+    add_processes(s.hc, 6, 1.5e6, 12);
+    cmp_cell_set_memory(s.cc, 1000, -1);
+    cmp_cell_set_memory(s.hc, 1500, -1);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "identical"),       WS("cells.0.perf.verdict", "regression"),
+        WS("cells.0.perf.design", "unpaired"),   WS("cells.0.perf.test", "mann_whitney"),
+        WI("cells.0.perf.n_control", 6),         WI("cells.0.perf.n_head", 6),
+        WI("cells.0.perf.samples_head", 60),     WI("cells.0.perf.pairs", 0),
+        WS("cells.0.perf.p_method", "exact"),    WN("cells.0.perf.reason"),
+        WI("counts.perf_regressions", 1),        WS("verdict", "regression"),
+        WI("cells.0.memory.control_peak", 1000), WD("cells.0.memory.ratio", 1.5, 1e-15),
+        WN("cells.0.memory.device_ratio"),
+    };
+    expect_all(r, w);
+    cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
+    cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
+    cr_assert(jd(r, "cells.0.perf.mde") > 0);
     json_decref(r);
 
-    /* the same processes on both sides: the same */
-    r = run_compare(c, c, NULL);
+    struct cmp_options o;
+    cmp_options_init(&o);
+    cr_assert(o.perf_gate, "perf gates by default");
+    o = options_from("{\"perf_gate\":false}");
+    r = duo_compare(&s, &o);
+    static const struct want ungated[] = {
+        WS("cells.0.perf.verdict", "regression"),
+        WI("counts.perf_regressions", 1),
+        WF("thresholds.perf_gate"),
+        WS("verdict", "pass"),
+    };
+    expect_all(r, ungated);
+    json_decref(r);
+
+    r = run_compare(s.c, s.c, NULL);
     cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "same");
     cr_assert_eq(ji(r, "counts.perf_same"), 1);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* A cell stored before timing processes: one timing frame of many samples
  * is one process, so however slow it looks it is insufficient_data. */
 Test(engine, old_cell_is_one_observation)
 {
-    struct cmp_side *c, *h;
     int64_t tc[30], th[30];
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    struct duo s = duo_mlp(NULL, "ok");
     timings(tc, 30, 1e6, 1);
     timings(th, 30, 1.5e6, 2);
-    cr_assert_eq(cmp_cell_add_timing(cc, tc, 30), 0);
-    cr_assert_eq(cmp_cell_add_timing(hc, th, 30), 0);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "insufficient_data");
-    cr_assert_eq(ji(r, "cells.0.perf.n_head"), 1);
-    cr_assert_eq(ji(r, "cells.0.perf.samples_head"), 30);
-    cr_assert_eq(ji(r, "cells.0.perf.min_n"), 5);
+    cr_assert_eq(cmp_cell_add_timing(s.cc, tc, 30), 0);
+    cr_assert_eq(cmp_cell_add_timing(s.hc, th, 30), 0);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.perf.verdict", "insufficient_data"),
+        WI("cells.0.perf.n_head", 1),
+        WI("cells.0.perf.samples_head", 30),
+        WI("cells.0.perf.min_n", 5),
+        WI("counts.perf_regressions", 0),
+        WS("verdict", "pass"),
+    };
+    expect_all(r, w);
     cr_assert(strstr(js(r, "cells.0.perf.reason"), "cannot reach alpha"), "%s",
               js(r, "cells.0.perf.reason"));
-    cr_assert_eq(ji(r, "counts.perf_regressions"), 0);
-    cr_assert_str_eq(js(r, "verdict"), "pass");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* A head cell with reference processes (the control's build timed in the
@@ -1442,31 +1549,29 @@ Test(engine, old_cell_is_one_observation)
  * timing; pairs missing a partner are left out. */
 Test(engine, reference_processes_make_pairs)
 {
-    struct cmp_side *c, *h;
     int64_t t[10];
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
-    add_processes(cc, 6, 3e6, 1); /* a control job on a slower day: not used */
+    struct duo s = duo_mlp(NULL, "ok");
+    add_processes(s.cc, 6, 3e6, 1); /* a control job on a slower day: not used */
     for (int i = 0; i < 10; i++) {
         double drift = 1.0 + 0.03 * (i % 4);
         timings(t, 10, 1e6 * drift, 100 + (uint64_t)i);
-        cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, i, true), 0);
+        cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, i, true), 0);
         timings(t, 10, 1.2e6 * drift, 200 + (uint64_t)i);
-        cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, i, false), 0);
+        cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, i, false), 0);
     }
     timings(t, 10, 5e6, 300);
-    cr_assert_eq(cmp_cell_add_timing_process(hc, t, 10, 10, false), 0, "no partner");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.perf.design"), "paired");
-    cr_assert_str_eq(js(r, "cells.0.perf.test"), "wilcoxon_signed_rank");
-    cr_assert_eq(ji(r, "cells.0.perf.pairs"), 10);
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "regression");
+    cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, 10, false), 0, "no partner");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.perf.design", "paired"),
+        WS("cells.0.perf.test", "wilcoxon_signed_rank"),
+        WI("cells.0.perf.pairs", 10),
+        WS("cells.0.perf.verdict", "regression"),
+    };
+    expect_all(r, w);
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.18 && jd(r, "cells.0.perf.ratio") < 1.22);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, cross_width)
@@ -1482,14 +1587,17 @@ Test(engine, cross_width)
     snprintf(o.control_width, sizeof(o.control_width), "default");
     snprintf(o.head_width, sizeof(o.head_width), "avx512");
     json_t *r = run_compare(job, job, &o);
-    cr_assert_str_eq(js(r, "mode"), "cross_width");
-    cr_assert_str_eq(js(r, "control_width"), "default");
-    cr_assert_str_eq(js(r, "head_width"), "avx512");
-    cr_assert_eq(ji(r, "counts.cells"), 1);
-    cr_assert_str_eq(js(r, "cells.0.width"), "avx512");
-    cr_assert_str_eq(js(r, "cells.0.control_width"), "default");
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    static const struct want w[] = {
+        WS("mode", "cross_width"),
+        WS("control_width", "default"),
+        WS("head_width", "avx512"),
+        WI("counts.cells", 1),
+        WS("cells.0.width", "avx512"),
+        WS("cells.0.control_width", "default"),
+        WS("cells.0.status", "diverged"),
+        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+    };
+    expect_all(r, w);
     json_decref(r);
 
     /* default against avx2: identical */
@@ -1506,111 +1614,93 @@ Test(engine, cross_width)
     cmp_side_free(job);
 }
 
+/* Per-tensor rows come in execution order with the applied tolerance (rtol
+ * kept from float64); nothing is computed for identical rows. */
 Test(engine, key_tolerance_override)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 0, 0, 1e-3, 0, 0, 0};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", d, "ok");
-    struct cmp_options o;
-    cmp_options_init(&o);
-    struct cmp_err err;
-    json_t *j = json_loads("{\"key_tolerances\":[{\"pattern\":\"act.*.output.*\",\"atol\":1e-2}],"
-                           "\"include_tensors\":true}",
-                           0, NULL);
-    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0);
-    json_decref(j);
-    json_t *r = run_compare(c, h, &o);
-    cr_assert_str_eq(js(r, "cells.0.status"), "within_tolerance");
-    /* per-tensor rows in execution order, with the applied tolerance */
+    struct duo s = duo_mlp(d, "ok");
+    struct cmp_options o =
+        options_from("{\"key_tolerances\":[{\"pattern\":\"act.*.output.*\",\"atol\":1e-2}],"
+                     "\"include_tensors\":true}");
+    json_t *r = duo_compare(&s, &o);
+    static const struct want w[] = {
+        WS("cells.0.status", "within_tolerance"),
+        WS("cells.0.tensors.4.key", "act.0.forward.output.0"),
+        WD("cells.0.tensors.4.atol", 1e-2, 0),
+        WD("cells.0.tensors.4.rtol", 1e-7, 0),
+        WS("cells.0.tensors.0.status", "identical"),
+        WS("cells.0.tensors.0.basis", "exact"),
+        WA("cells.0.tensors.0.max_abs"),
+    };
     cr_assert_eq(json_array_size(jp(r, "cells.0.tensors")), 8);
-    cr_assert_str_eq(js(r, "cells.0.tensors.4.key"), "act.0.forward.output.0");
-    cr_assert_float_eq(jd(r, "cells.0.tensors.4.atol"), 1e-2, 0);
-    cr_assert_float_eq(jd(r, "cells.0.tensors.4.rtol"), 1e-7, 0, "rtol kept from float64");
-    cr_assert_str_eq(js(r, "cells.0.tensors.0.status"), "identical");
-    cr_assert_str_eq(js(r, "cells.0.tensors.0.basis"), "exact");
-    cr_assert_null(jp(r, "cells.0.tensors.0.max_abs"), "nothing computed for identical");
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, nonfinite_doubles_encode_as_null)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "m", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "m", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
+    struct duo s = duo_cells("m", "forward");
     double z[2] = {0, 0}, nz[2] = {-0.0, 0};
     struct cmp_tensor t = f64_tensor("m.0.forward.output.0", 0, z, 2, "a");
-    cmp_cell_add_tensor(cc, &t);
+    cmp_cell_add_tensor(s.cc, &t);
     t = f64_tensor("m.0.forward.output.0", 0, nz, 2, "b");
-    cmp_cell_add_tensor(hc, &t);
+    cmp_cell_add_tensor(s.hc, &t);
     struct cmp_options o;
     cmp_options_init(&o);
     o.include_tensors = true;
-    json_t *r = run_compare(c, h, &o);
-    cr_assert(json_is_null(jp(r, "cells.0.tensors.0.sqnr_db")));
-    cr_assert_str_eq(js(r, "cells.0.tensors.0.nonfinite.sqnr_db"), "inf");
-    cr_assert_eq(jd(r, "cells.0.tensors.0.nl2"), 0.0);
+    json_t *r = duo_compare(&s, &o);
+    static const struct want w[] = {
+        WN("cells.0.tensors.0.sqnr_db"),
+        WS("cells.0.tensors.0.nonfinite.sqnr_db", "inf"),
+        WD("cells.0.tensors.0.nl2", 0.0, 0),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, env_and_bad_options)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
-    cr_assert_eq(cmp_cell_set_env(cc, "avx2", "cpu"), 0);
-    cr_assert_eq(cmp_cell_set_env(hc, "avx2", "cpu"), 0);
-    cr_assert_eq(cmp_cell_set_env(hc, NULL, "Intel Xeon"), 0, "NULL keeps the width");
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.head_effective_width"), "avx2");
-    cr_assert_str_eq(js(r, "cells.0.head_device"), "Intel Xeon");
-    cr_assert_str_eq(js(r, "cells.0.control_device"), "cpu");
+    struct duo s = duo_mlp(NULL, "ok");
+    cr_assert_eq(cmp_cell_set_env(s.cc, "avx2", "cpu"), 0);
+    cr_assert_eq(cmp_cell_set_env(s.hc, "avx2", "cpu"), 0);
+    cr_assert_eq(cmp_cell_set_env(s.hc, NULL, "Intel Xeon"), 0, "NULL keeps the width");
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.head_effective_width", "avx2"),
+        WS("cells.0.head_device", "Intel Xeon"),
+        WS("cells.0.control_device", "cpu"),
+    };
+    expect_all(r, w);
     json_decref(r);
 
     /* options set by hand are checked too: a NaN tolerance would pass anything */
     struct cmp_options o;
     cmp_options_init(&o);
     o.tol[CMP_DTYPE_FLOAT64].atol = NAN;
-    cr_assert_eq(cmp_compare(c, h, &o, &r), -EINVAL);
+    cr_assert_eq(cmp_compare(s.c, s.h, &o, &r), -EINVAL);
     cmp_options_init(&o);
     o.alpha = 1.5;
-    cr_assert_eq(cmp_compare(c, h, &o, &r), -EINVAL);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    cr_assert_eq(cmp_compare(s.c, s.h, &o, &r), -EINVAL);
+    duo_free(&s);
 }
 
 Test(engine, result_is_deterministic)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", d, "ok");
-    add_processes(cc, 5, 1e6, 1);
-    add_processes(hc, 5, 1e6, 2);
-    json_t *r1 = run_compare(c, h, NULL), *r2 = run_compare(c, h, NULL);
+    struct duo s = duo_mlp(d, "ok");
+    add_processes(s.cc, 5, 1e6, 1);
+    add_processes(s.hc, 5, 1e6, 2);
+    json_t *r1 = duo_compare(&s, NULL), *r2 = duo_compare(&s, NULL);
     char *s1 = json_dumps(r1, JSON_SORT_KEYS), *s2 = json_dumps(r2, JSON_SORT_KEYS);
     cr_assert_str_eq(s1, s2);
     free(s1);
     free(s2);
     json_decref(r1);
     json_decref(r2);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* ----------------------------------------------------------------- options */
@@ -1796,24 +1886,18 @@ Test(input, cell_limit)
 Test(input, key_parsing)
 {
     /* module/phase/role come from the key when not given */
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "m", "w", "forward", &cc);
-    cmp_side_add_cell(h, "m", "w", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    add_record(cc, "encoder.layers.0.self_attn.2.forward.output.0", 0, 0, false);
-    add_record(hc, "encoder.layers.0.self_attn.2.forward.output.0", 0, 1, false);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.module"), "encoder.layers.0.self_attn");
-    cr_assert_eq(ji(r, "cells.0.first_divergence.call"), 2);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.phase"), "forward");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.role"), "output");
+    struct duo s = duo_cells("m", "forward");
+    duo_record(&s, "encoder.layers.0.self_attn.2.forward.output.0", 0, 1);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.first_divergence.module", "encoder.layers.0.self_attn"),
+        WI("cells.0.first_divergence.call", 2),
+        WS("cells.0.first_divergence.phase", "forward"),
+        WS("cells.0.first_divergence.role", "output"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /*
@@ -1910,14 +1994,8 @@ Test(derived, bounds_never_exceed_the_elementwise_truth)
 Test(derived, engine_rows_and_reports)
 {
     double b[4] = {1, 2, 3, 4}, a[4] = {1, 2, 3, 5};
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
+    struct duo s = duo_cells("mlp", "forward");
+    struct cmp_cell *cc = s.cc, *hc = s.hc;
     struct cmp_tensor tc = f64_tensor("fc1.0.forward.output.0", 0, b, 4, "c");
     struct cmp_tensor th = f64_tensor("fc1.0.forward.output.0", 0, a, 4, "h");
     tc.capture = th.capture = CMP_CAPTURE_NONE;
@@ -1930,14 +2008,18 @@ Test(derived, engine_rows_and_reports)
     struct cmp_options o;
     cmp_options_init(&o);
     o.include_tensors = true;
-    json_t *r = run_compare(c, h, &o);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.basis"), "stats");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.derived_from"), "stats");
-    cr_assert_float_eq(jd(r, "cells.0.first_divergence.derived.max_rel_lower"), 0.25, 1e-12);
-    cr_assert_float_eq(jd(r, "cells.0.first_divergence.derived.max_abs_lower"), 1.0, 1e-12);
-    cr_assert_str_eq(js(r, "cells.0.tensors.1.basis"), "full");
-    cr_assert_null(jp(r, "cells.0.tensors.1.derived_from"), "elementwise rows are measured");
-    cr_assert_float_eq(jd(r, "cells.0.tensors.1.max_rel"), 0.25, 1e-12);
+    json_t *r = duo_compare(&s, &o);
+    /* elementwise rows are measured: no derived_from */
+    static const struct want w[] = {
+        WS("cells.0.first_divergence.basis", "stats"),
+        WS("cells.0.first_divergence.derived_from", "stats"),
+        WD("cells.0.first_divergence.derived.max_rel_lower", 0.25, 1e-12),
+        WD("cells.0.first_divergence.derived.max_abs_lower", 1.0, 1e-12),
+        WS("cells.0.tensors.1.basis", "full"),
+        WA("cells.0.tensors.1.derived_from"),
+        WD("cells.0.tensors.1.max_rel", 0.25, 1e-12),
+    };
+    expect_all(r, w);
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     const char *want = "max rel >= 0.25, l2 rel >= 0.16 (derived from stats; capture sample "
                        "for elementwise), stats basis";
@@ -1946,32 +2028,26 @@ Test(derived, engine_rows_and_reports)
     free(md);
     free(txt);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* ------------------------------------------------------------------ render */
 
 static json_t *report_fixture(void)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", d, "ok");
+    struct duo s = duo_mlp(d, "ok");
     struct cmp_cell *cc, *hc;
-    cmp_side_add_cell(c, "mlp", "avx2", "backward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "backward", &hc);
+    cmp_side_add_cell(s.c, "mlp", "avx2", "backward", &cc);
+    cmp_side_add_cell(s.h, "mlp", "avx2", "backward", &hc);
     cmp_cell_set_outcome(cc, "ok");
     cmp_cell_set_outcome(hc, "crashed");
-    cc = mlp_cell(c, "default", NULL, "ok");
-    hc = mlp_cell(h, "default", NULL, "ok");
+    cc = mlp_cell(s.c, "default", NULL, "ok");
+    hc = mlp_cell(s.h, "default", NULL, "ok");
     add_processes(cc, 6, 1e6, 1);
     add_processes(hc, 6, 1.3e6, 2);
-    json_t *r = run_compare(c, h, NULL);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    json_t *r = duo_compare(&s, NULL);
+    duo_free(&s);
     return r;
 }
 
@@ -2014,20 +2090,8 @@ Test(render, markdown)
 
 Test(render, introduced_elsewhere)
 {
-    struct cmp_side *c, *h;
-    struct cmp_cell *cc, *hc;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    cmp_side_add_cell(c, "mlp", "avx2", "forward", &cc);
-    cmp_side_add_cell(h, "mlp", "avx2", "forward", &hc);
-    cmp_cell_set_outcome(cc, "ok");
-    cmp_cell_set_outcome(hc, "ok");
-    double d[8] = {0, 0.3, 0.3, 1e-9, 0.4, 0.4, 0.4, 0.4};
-    for (int k = 0; k < 8; k++) {
-        add_record(cc, mlp_keys[k], k, 0, false);
-        add_record(hc, mlp_keys[k], k, d[k], k == 1);
-    }
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_unclean_inputs();
+    json_t *r = duo_compare(&s, NULL);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md,
                      "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off) | "
@@ -2035,8 +2099,7 @@ Test(render, introduced_elsewhere)
               "%s", md);
     free(md);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(render, pass_and_bad_input)
@@ -2075,33 +2138,44 @@ static struct cmp_cell *device_cell(struct cmp_side *s, const char *device, cons
     return c;
 }
 
+/* A control cell on CDEV timed around CBASE against a head cell on HDEV,
+ * moved by HDELTA, timed around 1e6 from HSEED. */
+static struct duo duo_devices(const char *cdev, double cbase, const char *hdev,
+                              const double *hdelta, uint64_t hseed)
+{
+    struct duo s = duo_new();
+    s.cc = device_cell(s.c, cdev, NULL, cbase, 1);
+    s.hc = device_cell(s.h, hdev, hdelta, 1e6, hseed);
+    return s;
+}
+
+/* A GPU head three times faster and numerically different: no record is
+ * compared, timings of two devices are not a perf change, a refusal is not a
+ * regression, and perf gates by default. */
 Test(engine, device_mismatch_is_refused)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    /* A GPU head three times faster and numerically different. */
-    device_cell(c, "cpu", NULL, 3e6, 1);
-    device_cell(h, "NVIDIA H200", d, 1e6, 2);
-    json_t *r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "device_mismatch");
-    cr_assert_str_eq(js(r, "cells.0.device_check"), "mismatch_refused");
-    cr_assert_str_eq(js(r, "cells.0.control_device"), "cpu");
-    cr_assert_str_eq(js(r, "cells.0.head_device"), "NVIDIA H200");
-    cr_assert_eq(ji(r, "cells.0.tensors_compared"), 0, "no record was compared");
-    cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 0);
-    cr_assert_eq(ji(r, "cells.0.missing_keys"), 0);
-    cr_assert(json_is_null(jp(r, "cells.0.first_divergence")));
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "insufficient_data",
-                     "timings of two devices are not a perf change");
-    cr_assert_eq(ji(r, "counts.device_mismatches"), 1);
-    cr_assert_eq(ji(r, "counts.incomparable"), 1);
-    cr_assert_eq(ji(r, "counts.perf_improvements"), 0);
-    cr_assert_str_eq(js(r, "verdict"), "pass", "a refusal is not a regression");
-    cr_assert(json_is_false(jp(r, "thresholds.allow_device_mismatch")));
-    cr_assert(json_is_true(jp(r, "thresholds.perf_gate")), "perf gates by default");
+    struct duo s = duo_devices("cpu", 3e6, "NVIDIA H200", d, 2);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WS("cells.0.status", "incomparable"),
+        WS("cells.0.incomparable_reason", "device_mismatch"),
+        WS("cells.0.device_check", "mismatch_refused"),
+        WS("cells.0.control_device", "cpu"),
+        WS("cells.0.head_device", "NVIDIA H200"),
+        WI("cells.0.tensors_compared", 0),
+        WI("cells.0.tensors_diverged", 0),
+        WI("cells.0.missing_keys", 0),
+        WN("cells.0.first_divergence"),
+        WS("cells.0.perf.verdict", "insufficient_data"),
+        WI("counts.device_mismatches", 1),
+        WI("counts.incomparable", 1),
+        WI("counts.perf_improvements", 0),
+        WS("verdict", "pass"),
+        WF("thresholds.allow_device_mismatch"),
+        WT("thresholds.perf_gate"),
+    };
+    expect_all(r, w);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "| incomparable (device mismatch: cpu vs NVIDIA H200) |"), "%s", md);
     free(md);
@@ -2111,96 +2185,70 @@ Test(engine, device_mismatch_is_refused)
               "%s", txt);
     free(txt);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, two_gpu_models_are_a_mismatch_too)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    device_cell(c, "NVIDIA H100 80GB HBM3", NULL, 1e6, 1);
-    device_cell(h, "NVIDIA H200", NULL, 1e6, 2);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_devices("NVIDIA H100 80GB HBM3", 1e6, "NVIDIA H200", NULL, 2);
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
     cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "device_mismatch");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(engine, device_mismatch_compared_when_asked)
 {
-    struct cmp_side *c, *h;
     double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    device_cell(c, "cpu", NULL, 3e6, 1);
-    device_cell(h, "NVIDIA H200", d, 1e6, 2);
-    struct cmp_options o;
-    struct cmp_err err;
-    cmp_options_init(&o);
-    json_t *j = json_loads("{\"allow_device_mismatch\":true}", 0, NULL);
-    cr_assert_eq(cmp_options_apply_json(&o, j, &err), 0, "%s", err.message);
-    json_decref(j);
+    struct duo s = duo_devices("cpu", 3e6, "NVIDIA H200", d, 2);
+    struct cmp_options o = options_from("{\"allow_device_mismatch\":true}");
     cr_assert(o.allow_device_mismatch);
-    json_t *r = run_compare(c, h, &o);
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert(json_is_null(jp(r, "cells.0.incomparable_reason")));
-    cr_assert_str_eq(js(r, "cells.0.device_check"), "mismatch_allowed");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "improvement");
-    cr_assert_eq(ji(r, "counts.device_mismatches"), 0);
-    cr_assert(json_is_true(jp(r, "thresholds.allow_device_mismatch")));
+    json_t *r = duo_compare(&s, &o);
+    static const struct want w[] = {
+        WS("cells.0.status", "diverged"),
+        WN("cells.0.incomparable_reason"),
+        WS("cells.0.device_check", "mismatch_allowed"),
+        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+        WS("cells.0.perf.verdict", "improvement"),
+        WI("counts.device_mismatches", 0),
+        WT("thresholds.allow_device_mismatch"),
+    };
+    expect_all(r, w);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
+/* The same device is compared, and so is a side that never said its device
+ * (older records). */
 Test(engine, same_or_unknown_device_is_compared)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    device_cell(c, "NVIDIA H200", NULL, 1e6, 1);
-    device_cell(h, "NVIDIA H200", NULL, 1e6, 1);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_devices("NVIDIA H200", 1e6, "NVIDIA H200", NULL, 1);
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.status"), "identical");
     cr_assert_str_eq(js(r, "cells.0.device_check"), "same");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 
-    /* a side that never said its device (older records) is not refused */
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    device_cell(c, NULL, NULL, 1e6, 1);
-    device_cell(h, "NVIDIA H200", NULL, 1e6, 1);
-    r = run_compare(c, h, NULL);
+    s = duo_devices(NULL, 1e6, "NVIDIA H200", NULL, 1);
+    r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.status"), "identical");
     cr_assert_str_eq(js(r, "cells.0.device_check"), "unknown");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 /* A failed head outcome is still reported as such, not hidden behind the
  * device check. */
 Test(engine, outcome_comes_before_device_mismatch)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    device_cell(c, "cpu", NULL, 1e6, 1);
-    struct cmp_cell *hc = device_cell(h, "NVIDIA H200", NULL, 1e6, 2);
-    cr_assert_eq(cmp_cell_set_outcome(hc, "crashed"), 0);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_devices("cpu", 1e6, "NVIDIA H200", NULL, 2);
+    cr_assert_eq(cmp_cell_set_outcome(s.hc, "crashed"), 0);
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "head_outcome");
     cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(options, allow_device_mismatch_json)
@@ -2231,6 +2279,15 @@ static struct cmp_cell *fp_cell(struct cmp_side *s, const char *width, const jso
     struct cmp_cell *c = mlp_cell(s, width, NULL, "ok");
     cr_assert_eq(cmp_cell_set_fingerprint(c, fp), 0);
     return c;
+}
+
+/* The avx2 mlp cell on each side with fingerprints CFP and HFP. */
+static struct duo duo_fp(const json_t *cfp, const json_t *hfp)
+{
+    struct duo s = duo_new();
+    s.cc = fp_cell(s.c, "avx2", cfp);
+    s.hc = fp_cell(s.h, "avx2", hfp);
+    return s;
 }
 
 /* The difference entry for FIELD, or NULL. */
@@ -2281,19 +2338,18 @@ Test(environment, identical_fingerprints_give_an_empty_section)
 {
     json_t *fp = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *copy = json_deep_copy(fp);
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    fp_cell(c, "avx2", fp);
-    fp_cell(h, "avx2", copy);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_fp(fp, copy);
+    json_t *r = duo_compare(&s, NULL);
+    static const struct want w[] = {
+        WI("environment.pairs_compared", 1),
+        WI("environment.pairs_without_fingerprint", 0),
+        WS("environment.premise", "ok"),
+    };
     cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
-    cr_assert_eq(ji(r, "environment.pairs_compared"), 1);
-    cr_assert_eq(ji(r, "environment.pairs_without_fingerprint"), 0);
+    expect_all(r, w);
     /* torch fields, every config line and build setting, cpu, env, ... */
     cr_assert_gt(ji(r, "environment.fields_compared"), 60, "%lld",
                  ji(r, "environment.fields_compared"));
-    cr_assert_str_eq(js(r, "environment.premise"), "ok");
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     cr_assert_null(strstr(md, "What else differs"), "%s", md);
     cr_assert_null(strstr(txt, "What else differs"), "%s", txt);
@@ -2302,39 +2358,32 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     json_decref(r);
     json_decref(fp);
     json_decref(copy);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, section_in_every_result)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    mlp_cell(c, "avx2", NULL, "ok");
-    mlp_cell(h, "avx2", NULL, "ok");
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_mlp(NULL, "ok");
+    json_t *r = duo_compare(&s, NULL);
     cr_assert(json_is_object(jp(r, "environment")));
-    cr_assert_eq(ji(r, "environment.pairs_compared"), 0);
-    cr_assert_eq(ji(r, "environment.pairs_without_fingerprint"), 1);
-    cr_assert_eq(ji(r, "environment.fields_compared"), 0);
+    static const struct want w[] = {
+        WI("environment.pairs_compared", 0),
+        WI("environment.pairs_without_fingerprint", 1),
+        WI("environment.fields_compared", 0),
+    };
+    expect_all(r, w);
     cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
     cr_assert_eq(json_array_size(jp(r, "environment.inconsistent")), 0);
     json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, two_torch_builds)
 {
     json_t *a = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *b = fixture_fp("fingerprint-pip-torch-2.1-cpu.json");
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    fp_cell(c, "avx2", a);
-    fp_cell(h, "avx2", b);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_fp(a, b);
+    json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     json_t *d = json_array_get(jp(r, "environment.differences"), 0);
     cr_assert_str_eq(dstr(d, "field"), "torch.version", "the torch version leads");
@@ -2385,8 +2434,7 @@ Test(environment, two_torch_builds)
     json_decref(r);
     json_decref(a);
     json_decref(b);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, perturbed_build_env_and_pythonpath)
@@ -2401,14 +2449,10 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_object_set_new(benv, "MKL_LICENSE_KEY", json_string("hunter2-secret-value"));
     json_object_set_new(json_object_get(a, "env"), "MKL_LICENSE_KEY",
                         json_string("an-older-secret-value"));
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    fp_cell(c, "avx2", a);
-    fp_cell(c, "default", a);
-    fp_cell(h, "avx2", b);
-    fp_cell(h, "default", b);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_fp(a, b);
+    fp_cell(s.c, "default", a);
+    fp_cell(s.h, "default", b);
+    json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     cr_assert_eq(ji(r, "environment.pairs_compared"), 2);
     json_t *d = env_diff(r, "env.PYTHONPATH");
@@ -2445,8 +2489,7 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_decref(r);
     json_decref(a);
     json_decref(b);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, cells_of_one_side_that_disagree_break_the_premise)
@@ -2461,33 +2504,32 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     json_object_set_new(other_width, "cpu_capability", json_string("default"));
     json_object_set_new(json_object_get(other_width, "env"), "ATEN_CPU_CAPABILITY",
                         json_string("default"));
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    fp_cell(c, "avx2", a);
-    fp_cell(c, "default", other_width);
-    fp_cell(h, "avx2", a);
-    fp_cell(h, "default", other_width);
-    json_t *r = run_compare(c, h, NULL);
+    struct duo s = duo_fp(a, a);
+    fp_cell(s.c, "default", other_width);
+    fp_cell(s.h, "default", other_width);
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(js(r, "environment.premise"), "ok", "width fields do not count");
     cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
     json_decref(r);
 
     struct cmp_cell *x;
-    cr_assert_eq(cmp_side_add_cell(h, "mlp", "avx512", "forward", &x), 0);
+    cr_assert_eq(cmp_side_add_cell(s.h, "mlp", "avx512", "forward", &x), 0);
     cmp_cell_set_outcome(x, "ok");
     cr_assert_eq(cmp_cell_set_fingerprint(x, other_cpu), 0);
-    r = run_compare(c, h, NULL);
-    cr_assert_str_eq(js(r, "environment.premise"), "broken");
+    r = duo_compare(&s, NULL);
     json_t *inc = jp(r, "environment.inconsistent");
     cr_assert_eq(json_array_size(inc), 2, "python.executable and cpu.model");
-    cr_assert_str_eq(js(r, "environment.inconsistent.0.side"), "head");
-    cr_assert_str_eq(js(r, "environment.inconsistent.0.field"), "python.executable");
-    cr_assert_str_eq(js(r, "environment.inconsistent.1.field"), "cpu.model");
-    cr_assert_eq(ji(r, "environment.inconsistent.0.values.0.cells"), 2);
-    cr_assert_str_eq(js(r, "environment.inconsistent.0.values.1.value"), "/opt/py/bin/python3");
-    cr_assert_eq(ji(r, "environment.inconsistent.0.values.1.cells"), 1);
-    cr_assert_str_eq(js(r, "environment.inconsistent.0.values.1.example.width"), "avx512");
+    static const struct want w[] = {
+        WS("environment.premise", "broken"),
+        WS("environment.inconsistent.0.side", "head"),
+        WS("environment.inconsistent.0.field", "python.executable"),
+        WS("environment.inconsistent.1.field", "cpu.model"),
+        WI("environment.inconsistent.0.values.0.cells", 2),
+        WS("environment.inconsistent.0.values.1.value", "/opt/py/bin/python3"),
+        WI("environment.inconsistent.0.values.1.cells", 1),
+        WS("environment.inconsistent.0.values.1.example.width", "avx512"),
+    };
+    expect_all(r, w);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "- **Broken premise:** head cells disagree on `python.executable`: "
                          "`/usr/bin/python3` (2), `/opt/py/bin/python3` (1)\n"),
@@ -2497,17 +2539,13 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     json_decref(a);
     json_decref(other_cpu);
     json_decref(other_width);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, limits_and_bad_input)
 {
-    struct cmp_side *c, *h;
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    struct cmp_cell *cc = mlp_cell(c, "avx2", NULL, "ok");
-    struct cmp_cell *hc = mlp_cell(h, "avx2", NULL, "ok");
+    struct duo s = duo_mlp(NULL, "ok");
+    struct cmp_cell *cc = s.cc, *hc = s.hc;
     json_t *arr = json_array();
     cr_assert_eq(cmp_cell_set_fingerprint(cc, arr), -EINVAL);
     cr_assert_eq(cmp_cell_set_fingerprint(cc, NULL), -EINVAL);
@@ -2542,7 +2580,7 @@ Test(environment, limits_and_bad_input)
     free(longv);
     cr_assert_eq(cmp_cell_set_fingerprint(cc, fc), 0);
     cr_assert_eq(cmp_cell_set_fingerprint(hc, fh), 0);
-    json_t *r = run_compare(c, h, NULL);
+    json_t *r = duo_compare(&s, NULL);
     cr_assert_eq(json_array_size(jp(r, "environment.differences")), CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.differences_omitted"), 301 - CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.fields_compared"), 301);
@@ -2558,8 +2596,7 @@ Test(environment, limits_and_bad_input)
     json_decref(r);
     json_decref(fc);
     json_decref(fh);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    duo_free(&s);
 }
 
 Test(environment, cross_width_shows_the_width_variables)
