@@ -17,13 +17,8 @@
 
 #include "daemon/frame.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_frame: check failed: %s\n", #c);                                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_TARGET "fuzz_frame"
+#include "tests/fuzz/fuzz_check.h"
 
 static const struct frame_limits lim = {
     .max_header = 4096, .max_payload = 65536, .max_frames = 512, .max_total_payload = 1 << 18};

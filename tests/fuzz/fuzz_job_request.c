@@ -19,13 +19,8 @@
 #include "api/api_int.h"
 #include "daemon/config.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_job_request: check failed: %s\n", #c);                           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_TARGET "fuzz_job_request"
+#include "tests/fuzz/fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

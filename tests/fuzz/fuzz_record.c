@@ -21,13 +21,8 @@
 #include "compare/cmp.h"
 #include "daemon/frame.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_record: check failed: %s\n", #c);                                \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_TARGET "fuzz_record"
+#include "tests/fuzz/fuzz_check.h"
 
 static const char hello[] = "{\"kind\":\"hello\",\"protocol\":1,\"runner\":\"fuzz\"}\n";
 
