@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/json_want.h"
 
 /* ----------------------------------------------------------------- helpers */
 
@@ -134,37 +135,16 @@ static struct cmp_metrics compare(const struct cmp_tensor *h, const struct cmp_t
     return m;
 }
 
-/* Walks "cells.0.first_divergence.key"-style paths. */
-static json_t *jp(json_t *root, const char *path)
-{
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof(buf), "%s", path);
-    json_t *cur = root;
-    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save)) {
-        if (json_is_array(cur))
-            cur = json_array_get(cur, strtoul(tok, NULL, 10));
-        else
-            cur = json_object_get(cur, tok);
-    }
-    return cur;
-}
-
-static const char *js(json_t *root, const char *path)
-{
-    const char *s = json_string_value(jp(root, path));
-    return s ? s : "(null)";
-}
-
 static long long ji(json_t *root, const char *path)
 {
-    json_t *v = jp(root, path);
+    json_t *v = jw_path(root, path);
     cr_assert(json_is_integer(v), "%s is not an integer", path);
     return json_integer_value(v);
 }
 
 static double jd(json_t *root, const char *path)
 {
-    json_t *v = jp(root, path);
+    json_t *v = jw_path(root, path);
     cr_assert(json_is_number(v), "%s is not a number", path);
     return json_number_value(v);
 }
@@ -1045,8 +1025,10 @@ static json_t *duo_compare(struct duo *d, const struct cmp_options *o)
     return run_compare(d->c, d->h, o);
 }
 
-static void duo_free(struct duo *d)
+/* Frees both sides and R, the last result compared from them. */
+static void duo_free(struct duo *d, json_t *r)
 {
+    json_decref(r);
     cmp_side_free(d->c);
     cmp_side_free(d->h);
 }
@@ -1067,117 +1049,24 @@ static struct duo duo_unclean_inputs(void)
     return s;
 }
 
-/*
- * What one path of a result must hold. A table of these is checked in one
- * loop, and a miss names the path, what it holds and what was wanted.
- */
-enum want_kind { W_STR, W_INT, W_DBL, W_NULL, W_TRUE, W_FALSE, W_ABSENT };
-
-struct want {
-    const char *path;
-    enum want_kind kind;
-    const char *s;
-    long long i;
-    double d, eps;
-};
-
-#define WS(p, v)                                                                                   \
-    {                                                                                              \
-        (p), W_STR, (v), 0, 0, 0                                                                   \
-    }
-#define WI(p, v)                                                                                   \
-    {                                                                                              \
-        (p), W_INT, NULL, (v), 0, 0                                                                \
-    }
-#define WD(p, v, e)                                                                                \
-    {                                                                                              \
-        (p), W_DBL, NULL, 0, (v), (e)                                                              \
-    }
-#define WN(p)                                                                                      \
-    {                                                                                              \
-        (p), W_NULL, NULL, 0, 0, 0                                                                 \
-    }
-#define WT(p)                                                                                      \
-    {                                                                                              \
-        (p), W_TRUE, NULL, 0, 0, 0                                                                 \
-    }
-#define WF(p)                                                                                      \
-    {                                                                                              \
-        (p), W_FALSE, NULL, 0, 0, 0                                                                \
-    }
-#define WA(p)                                                                                      \
-    {                                                                                              \
-        (p), W_ABSENT, NULL, 0, 0, 0                                                               \
-    }
-
-static bool want_met(json_t *v, const struct want *w)
-{
-    switch (w->kind) {
-    case W_STR:
-        return json_is_string(v) && strcmp(json_string_value(v), w->s) == 0;
-    case W_INT:
-        return json_is_integer(v) && json_integer_value(v) == w->i;
-    case W_DBL:
-        return json_is_number(v) && fabs(json_number_value(v) - w->d) <= w->eps;
-    case W_NULL:
-        return json_is_null(v);
-    case W_TRUE:
-        return json_is_true(v);
-    case W_FALSE:
-        return json_is_false(v);
-    case W_ABSENT:
-        return v == NULL;
-    }
-    return false;
-}
-
-static void want_text(const struct want *w, char *buf, size_t len)
-{
-    static const char *const fixed[] = {
-        [W_NULL] = "null", [W_TRUE] = "true", [W_FALSE] = "false", [W_ABSENT] = "(absent)"};
-    if (w->kind == W_STR)
-        snprintf(buf, len, "\"%s\"", w->s);
-    else if (w->kind == W_INT)
-        snprintf(buf, len, "%lld", w->i);
-    else if (w->kind == W_DBL)
-        snprintf(buf, len, "%.17g (within %g)", w->d, w->eps);
-    else
-        snprintf(buf, len, "%s", fixed[w->kind]);
-}
-
-static void expect_n(json_t *r, const struct want *w, size_t n)
-{
-    for (size_t k = 0; k < n; k++) {
-        json_t *v = jp(r, w[k].path);
-        if (want_met(v, &w[k]))
-            continue;
-        char *got = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL, want[160];
-        want_text(&w[k], want, sizeof(want));
-        cr_assert_fail("%s: got %s, want %s", w[k].path, got ? got : "(absent)", want);
-    }
-}
-
-#define expect_all(r, w) expect_n((r), (w), sizeof(w) / sizeof((w)[0]))
-
 Test(engine, identical)
 {
     struct duo s = duo_mlp(NULL, "ok");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("verdict", "pass"),
-        WS("mode", "same_width"),
-        WS("cells.0.status", "identical"),
-        WI("cells.0.tensors_compared", 8),
-        WI("cells.0.tensors_identical", 8),
-        WN("cells.0.first_divergence"),
-        WF("cells.0.params_differed"),
-        WI("counts.identical", 1),
-        WI("counts.cells", 1),
-        WS("cells.0.outcome_change", "none"),
+    static const struct jw_want w[] = {
+        JW_S("verdict", "pass"),
+        JW_S("mode", "same_width"),
+        JW_S("cells.0.status", "identical"),
+        JW_I("cells.0.tensors_compared", 8),
+        JW_I("cells.0.tensors_identical", 8),
+        JW_N("cells.0.first_divergence"),
+        JW_F("cells.0.params_differed"),
+        JW_I("counts.identical", 1),
+        JW_I("counts.cells", 1),
+        JW_S("cells.0.outcome_change", "none"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, within_tolerance)
@@ -1185,16 +1074,15 @@ Test(engine, within_tolerance)
     double d[8] = {0, 0, 1e-9, 1e-9, 1e-9, 1e-9, 2e-9, 2e-9}; /* fp64 bound ~1e-7 */
     struct duo s = duo_mlp(d, "ok");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("verdict", "pass"),
-        WS("cells.0.status", "within_tolerance"),
-        WI("cells.0.tensors_identical", 2),
-        WI("cells.0.tensors_within_tolerance", 6),
-        WI("counts.within_tolerance", 1),
+    static const struct jw_want w[] = {
+        JW_S("verdict", "pass"),
+        JW_S("cells.0.status", "within_tolerance"),
+        JW_I("cells.0.tensors_identical", 2),
+        JW_I("cells.0.tensors_within_tolerance", 6),
+        JW_I("counts.within_tolerance", 1),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /*
@@ -1208,24 +1096,23 @@ Test(engine, diverged_first_divergence_and_introduced)
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
     struct duo s = duo_mlp(d, "ok");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("verdict", "regression"),
-        WS("cells.0.status", "diverged"),
-        WS("cells.0.first_divergence.key", "act.0.forward.output.0"),
-        WI("cells.0.first_divergence.seq", 4),
-        WS("cells.0.first_divergence.reason", "tolerance"),
-        WS("cells.0.first_divergence.basis", "full"),
-        WD("cells.0.first_divergence.max_abs", 0.5, 1e-12),
-        WD("cells.0.first_divergence.max_rel", 0.5 / 6, 1e-12),
-        WI("cells.0.first_divergence.allclose_violations", 1),
-        WS("cells.0.first_divergence.module", "act"),
-        WS("cells.0.first_introduced.key", "act.0.forward.output.0"),
-        WI("cells.0.tensors_diverged", 4),
-        WI("counts.diverged", 1),
+    static const struct jw_want w[] = {
+        JW_S("verdict", "regression"),
+        JW_S("cells.0.status", "diverged"),
+        JW_S("cells.0.first_divergence.key", "act.0.forward.output.0"),
+        JW_I("cells.0.first_divergence.seq", 4),
+        JW_S("cells.0.first_divergence.reason", "tolerance"),
+        JW_S("cells.0.first_divergence.basis", "full"),
+        JW_D("cells.0.first_divergence.max_abs", 0.5, 1e-12),
+        JW_D("cells.0.first_divergence.max_rel", 0.5 / 6, 1e-12),
+        JW_I("cells.0.first_divergence.allclose_violations", 1),
+        JW_S("cells.0.first_divergence.module", "act"),
+        JW_S("cells.0.first_introduced.key", "act.0.forward.output.0"),
+        JW_I("cells.0.tensors_diverged", 4),
+        JW_I("counts.diverged", 1),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /* See duo_unclean_inputs: the first divergence is not where it was introduced. */
@@ -1233,15 +1120,14 @@ Test(engine, first_introduced_skips_records_with_unclean_inputs)
 {
     struct duo s = duo_unclean_inputs();
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "diverged"),
-        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
-        WS("cells.0.first_introduced.key", "act.0.forward.output.0"),
-        WI("cells.0.tensors_nondeterministic", 1),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "diverged"),
+        JW_S("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+        JW_S("cells.0.first_introduced.key", "act.0.forward.output.0"),
+        JW_I("cells.0.tensors_nondeterministic", 1),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /*
@@ -1253,10 +1139,9 @@ Test(engine, first_introduced_input_origin)
     double d[8] = {0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25};
     struct duo s = duo_mlp(d, "ok");
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "model.0.forward.input.0");
-    cr_assert_str_eq(js(r, "cells.0.first_introduced.key"), "model.0.forward.input.0");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.first_divergence.key"), "model.0.forward.input.0");
+    cr_assert_str_eq(jw_str(r, "cells.0.first_introduced.key"), "model.0.forward.input.0");
+    duo_free(&s, r);
 }
 
 Test(engine, backward_param_grad_introduces)
@@ -1269,15 +1154,14 @@ Test(engine, backward_param_grad_introduces)
     for (int k = 0; k < 4; k++)
         duo_record(&s, keys[k], k, d[k]);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.first_divergence.key", "fc1.0.backward.param_grad.weight"),
-        WS("cells.0.first_introduced.key", "fc1.0.backward.param_grad.weight"),
-        WS("cells.0.first_introduced.phase", "backward"),
-        WS("cells.0.first_introduced.role", "param_grad"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.first_divergence.key", "fc1.0.backward.param_grad.weight"),
+        JW_S("cells.0.first_introduced.key", "fc1.0.backward.param_grad.weight"),
+        JW_S("cells.0.first_introduced.phase", "backward"),
+        JW_S("cells.0.first_introduced.role", "param_grad"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, params_differed)
@@ -1287,15 +1171,14 @@ Test(engine, params_differed)
     duo_record(&s, "fc1.0.forward.input.0", 1, 0);
     duo_record(&s, "fc1.0.forward.output.0", 2, 1e-3);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WT("cells.0.params_differed"),
-        WS("cells.0.first_divergence.key", "fc1.0.init.param.weight"),
-        WS("cells.0.first_divergence.phase", "init"),
-        WS("cells.0.first_introduced.key", "fc1.0.init.param.weight"),
+    static const struct jw_want w[] = {
+        JW_T("cells.0.params_differed"),
+        JW_S("cells.0.first_divergence.key", "fc1.0.init.param.weight"),
+        JW_S("cells.0.first_divergence.phase", "init"),
+        JW_S("cells.0.first_introduced.key", "fc1.0.init.param.weight"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, missing_and_extra_keys)
@@ -1306,21 +1189,20 @@ Test(engine, missing_and_extra_keys)
     add_record(s.cc, "c.0.forward.output.0", 2, 0, false);
     add_record(s.hc, "d.0.forward.output.0", 1, 0, false);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "diverged"),
-        WI("cells.0.missing_keys", 2),
-        WI("cells.0.extra_keys", 1),
-        WS("cells.0.missing_key_names.0", "b.0.forward.output.0"),
-        WS("cells.0.missing_key_names.1", "c.0.forward.output.0"),
-        WS("cells.0.extra_key_names.0", "d.0.forward.output.0"),
-        WS("cells.0.first_divergence.reason", "missing_in_head"),
-        WS("cells.0.first_divergence.key", "b.0.forward.output.0"),
-        WI("cells.0.tensors_compared", 1),
-        WS("verdict", "regression"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "diverged"),
+        JW_I("cells.0.missing_keys", 2),
+        JW_I("cells.0.extra_keys", 1),
+        JW_S("cells.0.missing_key_names.0", "b.0.forward.output.0"),
+        JW_S("cells.0.missing_key_names.1", "c.0.forward.output.0"),
+        JW_S("cells.0.extra_key_names.0", "d.0.forward.output.0"),
+        JW_S("cells.0.first_divergence.reason", "missing_in_head"),
+        JW_S("cells.0.first_divergence.key", "b.0.forward.output.0"),
+        JW_I("cells.0.tensors_compared", 1),
+        JW_S("verdict", "regression"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, nondeterministic_only)
@@ -1334,12 +1216,12 @@ Test(engine, nondeterministic_only)
     cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "model.0.forward.output.0"), 0);
     cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "not.a.key"), 0);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "nondeterministic"), WI("cells.0.tensors_nondeterministic", 4),
-        WN("cells.0.first_divergence"),           WS("verdict", "pass"),
-        WI("counts.nondeterministic", 1),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "nondeterministic"), JW_I("cells.0.tensors_nondeterministic", 4),
+        JW_N("cells.0.first_divergence"),           JW_S("verdict", "pass"),
+        JW_I("counts.nondeterministic", 1),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
 
     /* one more deterministic difference and the cell diverges */
@@ -1349,10 +1231,9 @@ Test(engine, nondeterministic_only)
     s.hc = mlp_cell(s.h, "avx2", d2, "ok");
     cmp_cell_mark_nondeterministic(s.hc, "act.0.forward.output.0");
     r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "diverged");
-    cr_assert_str_eq(js(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "diverged");
+    cr_assert_str_eq(jw_str(r, "cells.0.first_divergence.key"), "fc1.0.forward.output.0");
+    duo_free(&s, r);
 }
 
 /* Records reached before the crash are still compared; the reverse is a fix
@@ -1361,28 +1242,27 @@ Test(engine, outcome_regression_and_fix)
 {
     struct duo s = duo_mlp(NULL, "crashed");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "incomparable"),
-        WS("cells.0.incomparable_reason", "head_outcome"),
-        WS("cells.0.outcome_change", "regression"),
-        WS("cells.0.control_outcome", "ok"),
-        WS("cells.0.head_outcome", "crashed"),
-        WI("counts.outcome_regressions", 1),
-        WS("verdict", "regression"),
-        WI("cells.0.tensors_compared", 8),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "incomparable"),
+        JW_S("cells.0.incomparable_reason", "head_outcome"),
+        JW_S("cells.0.outcome_change", "regression"),
+        JW_S("cells.0.control_outcome", "ok"),
+        JW_S("cells.0.head_outcome", "crashed"),
+        JW_I("counts.outcome_regressions", 1),
+        JW_S("verdict", "regression"),
+        JW_I("cells.0.tensors_compared", 8),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
 
     r = run_compare(s.h, s.c, NULL);
-    static const struct want fix[] = {
-        WS("cells.0.outcome_change", "fix"),
-        WI("counts.outcome_fixes", 1),
-        WS("verdict", "pass"),
+    static const struct jw_want fix[] = {
+        JW_S("cells.0.outcome_change", "fix"),
+        JW_I("counts.outcome_fixes", 1),
+        JW_S("verdict", "pass"),
     };
-    expect_all(r, fix);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, fix);
+    duo_free(&s, r);
 }
 
 /* A cell killed for memory on one side is an outcome change like a crash:
@@ -1391,19 +1271,18 @@ Test(engine, oom_is_an_outcome_change)
 {
     struct duo s = duo_mlp(NULL, "oom");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.outcome_change", "regression"),
-        WS("cells.0.head_outcome", "oom"),
-        WI("counts.outcome_regressions", 1),
-        WS("verdict", "regression"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.outcome_change", "regression"),
+        JW_S("cells.0.head_outcome", "oom"),
+        JW_I("counts.outcome_regressions", 1),
+        JW_S("verdict", "regression"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
     r = run_compare(s.h, s.c, NULL);
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "fix");
-    cr_assert_str_eq(js(r, "verdict"), "pass");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.outcome_change"), "fix");
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass");
+    duo_free(&s, r);
 }
 
 /* An unsupported head cell and a cell with no records are incomparable,
@@ -1417,18 +1296,17 @@ Test(engine, incomparable_kinds)
     cmp_side_add_cell(s.h, "mlp", "avx512", "forward", &x);
     cmp_cell_set_outcome(x, "ok");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.width", "avx2"),
-        WS("cells.0.status", "incomparable"),
-        WS("cells.0.outcome_change", "changed"),
-        WS("cells.1.status", "incomparable"),
-        WS("cells.1.incomparable_reason", "no_records"),
-        WI("counts.incomparable", 2),
-        WS("verdict", "pass"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.width", "avx2"),
+        JW_S("cells.0.status", "incomparable"),
+        JW_S("cells.0.outcome_change", "changed"),
+        JW_S("cells.1.status", "incomparable"),
+        JW_S("cells.1.incomparable_reason", "no_records"),
+        JW_I("counts.incomparable", 2),
+        JW_S("verdict", "pass"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /* A missing head cell fails; an extra head cell alone does not. */
@@ -1438,24 +1316,23 @@ Test(engine, missing_and_extra_cells)
     mlp_cell(s.c, "default", NULL, "ok");
     mlp_cell(s.h, "avx512", NULL, "ok");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WI("counts.missing_cells", 1),
-        WI("counts.extra_cells", 1),
-        WS("missing_cells.0.width", "default"),
-        WS("extra_cells.0.width", "avx512"),
-        WS("verdict", "regression"),
+    static const struct jw_want w[] = {
+        JW_I("counts.missing_cells", 1),
+        JW_I("counts.extra_cells", 1),
+        JW_S("missing_cells.0.width", "default"),
+        JW_S("extra_cells.0.width", "avx512"),
+        JW_S("verdict", "regression"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
 
     cmp_side_free(s.c);
     cmp_side_new(&s.c);
     mlp_cell(s.c, "avx2", NULL, "ok");
     r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "verdict"), "pass");
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass");
     cr_assert_eq(ji(r, "counts.extra_cells"), 1);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 /* Options from TEXT applied over the defaults. */
@@ -1481,17 +1358,17 @@ Test(engine, perf_and_memory)
     cmp_cell_set_memory(s.cc, 1000, -1);
     cmp_cell_set_memory(s.hc, 1500, -1);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "identical"),       WS("cells.0.perf.verdict", "regression"),
-        WS("cells.0.perf.design", "unpaired"),   WS("cells.0.perf.test", "mann_whitney"),
-        WI("cells.0.perf.n_control", 6),         WI("cells.0.perf.n_head", 6),
-        WI("cells.0.perf.samples_head", 60),     WI("cells.0.perf.pairs", 0),
-        WS("cells.0.perf.p_method", "exact"),    WN("cells.0.perf.reason"),
-        WI("counts.perf_regressions", 1),        WS("verdict", "regression"),
-        WI("cells.0.memory.control_peak", 1000), WD("cells.0.memory.ratio", 1.5, 1e-15),
-        WN("cells.0.memory.device_ratio"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "identical"),       JW_S("cells.0.perf.verdict", "regression"),
+        JW_S("cells.0.perf.design", "unpaired"),   JW_S("cells.0.perf.test", "mann_whitney"),
+        JW_I("cells.0.perf.n_control", 6),         JW_I("cells.0.perf.n_head", 6),
+        JW_I("cells.0.perf.samples_head", 60),     JW_I("cells.0.perf.pairs", 0),
+        JW_S("cells.0.perf.p_method", "exact"),    JW_N("cells.0.perf.reason"),
+        JW_I("counts.perf_regressions", 1),        JW_S("verdict", "regression"),
+        JW_I("cells.0.memory.control_peak", 1000), JW_D("cells.0.memory.ratio", 1.5, 1e-15),
+        JW_N("cells.0.memory.device_ratio"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
     cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
     cr_assert(jd(r, "cells.0.perf.mde") > 0);
@@ -1502,20 +1379,19 @@ Test(engine, perf_and_memory)
     cr_assert(o.perf_gate, "perf gates by default");
     o = options_from("{\"perf_gate\":false}");
     r = duo_compare(&s, &o);
-    static const struct want ungated[] = {
-        WS("cells.0.perf.verdict", "regression"),
-        WI("counts.perf_regressions", 1),
-        WF("thresholds.perf_gate"),
-        WS("verdict", "pass"),
+    static const struct jw_want ungated[] = {
+        JW_S("cells.0.perf.verdict", "regression"),
+        JW_I("counts.perf_regressions", 1),
+        JW_F("thresholds.perf_gate"),
+        JW_S("verdict", "pass"),
     };
-    expect_all(r, ungated);
+    jw_expect_all(r, ungated);
     json_decref(r);
 
     r = run_compare(s.c, s.c, NULL);
-    cr_assert_str_eq(js(r, "cells.0.perf.verdict"), "same");
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), "same");
     cr_assert_eq(ji(r, "counts.perf_same"), 1);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 /* A cell stored before timing processes: one timing frame of many samples
@@ -1529,19 +1405,18 @@ Test(engine, old_cell_is_one_observation)
     cr_assert_eq(cmp_cell_add_timing(s.cc, tc, 30), 0);
     cr_assert_eq(cmp_cell_add_timing(s.hc, th, 30), 0);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.perf.verdict", "insufficient_data"),
-        WI("cells.0.perf.n_head", 1),
-        WI("cells.0.perf.samples_head", 30),
-        WI("cells.0.perf.min_n", 5),
-        WI("counts.perf_regressions", 0),
-        WS("verdict", "pass"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.perf.verdict", "insufficient_data"),
+        JW_I("cells.0.perf.n_head", 1),
+        JW_I("cells.0.perf.samples_head", 30),
+        JW_I("cells.0.perf.min_n", 5),
+        JW_I("counts.perf_regressions", 0),
+        JW_S("verdict", "pass"),
     };
-    expect_all(r, w);
-    cr_assert(strstr(js(r, "cells.0.perf.reason"), "cannot reach alpha"), "%s",
-              js(r, "cells.0.perf.reason"));
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    cr_assert(strstr(jw_str(r, "cells.0.perf.reason"), "cannot reach alpha"), "%s",
+              jw_str(r, "cells.0.perf.reason"));
+    duo_free(&s, r);
 }
 
 /* A head cell with reference processes (the control's build timed in the
@@ -1562,16 +1437,15 @@ Test(engine, reference_processes_make_pairs)
     timings(t, 10, 5e6, 300);
     cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, 10, false), 0, "no partner");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.perf.design", "paired"),
-        WS("cells.0.perf.test", "wilcoxon_signed_rank"),
-        WI("cells.0.perf.pairs", 10),
-        WS("cells.0.perf.verdict", "regression"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.perf.design", "paired"),
+        JW_S("cells.0.perf.test", "wilcoxon_signed_rank"),
+        JW_I("cells.0.perf.pairs", 10),
+        JW_S("cells.0.perf.verdict", "regression"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.18 && jd(r, "cells.0.perf.ratio") < 1.22);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 Test(engine, cross_width)
@@ -1587,23 +1461,23 @@ Test(engine, cross_width)
     snprintf(o.control_width, sizeof(o.control_width), "default");
     snprintf(o.head_width, sizeof(o.head_width), "avx512");
     json_t *r = run_compare(job, job, &o);
-    static const struct want w[] = {
-        WS("mode", "cross_width"),
-        WS("control_width", "default"),
-        WS("head_width", "avx512"),
-        WI("counts.cells", 1),
-        WS("cells.0.width", "avx512"),
-        WS("cells.0.control_width", "default"),
-        WS("cells.0.status", "diverged"),
-        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+    static const struct jw_want w[] = {
+        JW_S("mode", "cross_width"),
+        JW_S("control_width", "default"),
+        JW_S("head_width", "avx512"),
+        JW_I("counts.cells", 1),
+        JW_S("cells.0.width", "avx512"),
+        JW_S("cells.0.control_width", "default"),
+        JW_S("cells.0.status", "diverged"),
+        JW_S("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
 
     /* default against avx2: identical */
     snprintf(o.head_width, sizeof(o.head_width), "avx2");
     r = run_compare(job, job, &o);
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
     json_decref(r);
 
     /* half a cross-width setting is refused */
@@ -1624,19 +1498,18 @@ Test(engine, key_tolerance_override)
         options_from("{\"key_tolerances\":[{\"pattern\":\"act.*.output.*\",\"atol\":1e-2}],"
                      "\"include_tensors\":true}");
     json_t *r = duo_compare(&s, &o);
-    static const struct want w[] = {
-        WS("cells.0.status", "within_tolerance"),
-        WS("cells.0.tensors.4.key", "act.0.forward.output.0"),
-        WD("cells.0.tensors.4.atol", 1e-2, 0),
-        WD("cells.0.tensors.4.rtol", 1e-7, 0),
-        WS("cells.0.tensors.0.status", "identical"),
-        WS("cells.0.tensors.0.basis", "exact"),
-        WA("cells.0.tensors.0.max_abs"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "within_tolerance"),
+        JW_S("cells.0.tensors.4.key", "act.0.forward.output.0"),
+        JW_D("cells.0.tensors.4.atol", 1e-2, 0),
+        JW_D("cells.0.tensors.4.rtol", 1e-7, 0),
+        JW_S("cells.0.tensors.0.status", "identical"),
+        JW_S("cells.0.tensors.0.basis", "exact"),
+        JW_A("cells.0.tensors.0.max_abs"),
     };
-    cr_assert_eq(json_array_size(jp(r, "cells.0.tensors")), 8);
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_eq(json_array_size(jw_path(r, "cells.0.tensors")), 8);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, nonfinite_doubles_encode_as_null)
@@ -1651,14 +1524,13 @@ Test(engine, nonfinite_doubles_encode_as_null)
     cmp_options_init(&o);
     o.include_tensors = true;
     json_t *r = duo_compare(&s, &o);
-    static const struct want w[] = {
-        WN("cells.0.tensors.0.sqnr_db"),
-        WS("cells.0.tensors.0.nonfinite.sqnr_db", "inf"),
-        WD("cells.0.tensors.0.nl2", 0.0, 0),
+    static const struct jw_want w[] = {
+        JW_N("cells.0.tensors.0.sqnr_db"),
+        JW_S("cells.0.tensors.0.nonfinite.sqnr_db", "inf"),
+        JW_D("cells.0.tensors.0.nl2", 0.0, 0),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 Test(engine, env_and_bad_options)
@@ -1668,12 +1540,12 @@ Test(engine, env_and_bad_options)
     cr_assert_eq(cmp_cell_set_env(s.hc, "avx2", "cpu"), 0);
     cr_assert_eq(cmp_cell_set_env(s.hc, NULL, "Intel Xeon"), 0, "NULL keeps the width");
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.head_effective_width", "avx2"),
-        WS("cells.0.head_device", "Intel Xeon"),
-        WS("cells.0.control_device", "cpu"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.head_effective_width", "avx2"),
+        JW_S("cells.0.head_device", "Intel Xeon"),
+        JW_S("cells.0.control_device", "cpu"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     json_decref(r);
 
     /* options set by hand are checked too: a NaN tolerance would pass anything */
@@ -1684,7 +1556,7 @@ Test(engine, env_and_bad_options)
     cmp_options_init(&o);
     o.alpha = 1.5;
     cr_assert_eq(cmp_compare(s.c, s.h, &o, &r), -EINVAL);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(engine, result_is_deterministic)
@@ -1700,7 +1572,7 @@ Test(engine, result_is_deterministic)
     free(s2);
     json_decref(r1);
     json_decref(r2);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 /* ----------------------------------------------------------------- options */
@@ -1889,15 +1761,14 @@ Test(input, key_parsing)
     struct duo s = duo_cells("m", "forward");
     duo_record(&s, "encoder.layers.0.self_attn.2.forward.output.0", 0, 1);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.first_divergence.module", "encoder.layers.0.self_attn"),
-        WI("cells.0.first_divergence.call", 2),
-        WS("cells.0.first_divergence.phase", "forward"),
-        WS("cells.0.first_divergence.role", "output"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.first_divergence.module", "encoder.layers.0.self_attn"),
+        JW_I("cells.0.first_divergence.call", 2),
+        JW_S("cells.0.first_divergence.phase", "forward"),
+        JW_S("cells.0.first_divergence.role", "output"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /*
@@ -2010,16 +1881,16 @@ Test(derived, engine_rows_and_reports)
     o.include_tensors = true;
     json_t *r = duo_compare(&s, &o);
     /* elementwise rows are measured: no derived_from */
-    static const struct want w[] = {
-        WS("cells.0.first_divergence.basis", "stats"),
-        WS("cells.0.first_divergence.derived_from", "stats"),
-        WD("cells.0.first_divergence.derived.max_rel_lower", 0.25, 1e-12),
-        WD("cells.0.first_divergence.derived.max_abs_lower", 1.0, 1e-12),
-        WS("cells.0.tensors.1.basis", "full"),
-        WA("cells.0.tensors.1.derived_from"),
-        WD("cells.0.tensors.1.max_rel", 0.25, 1e-12),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.first_divergence.basis", "stats"),
+        JW_S("cells.0.first_divergence.derived_from", "stats"),
+        JW_D("cells.0.first_divergence.derived.max_rel_lower", 0.25, 1e-12),
+        JW_D("cells.0.first_divergence.derived.max_abs_lower", 1.0, 1e-12),
+        JW_S("cells.0.tensors.1.basis", "full"),
+        JW_A("cells.0.tensors.1.derived_from"),
+        JW_D("cells.0.tensors.1.max_rel", 0.25, 1e-12),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     const char *want = "max rel >= 0.25, l2 rel >= 0.16 (derived from stats; capture sample "
                        "for elementwise), stats basis";
@@ -2027,8 +1898,7 @@ Test(derived, engine_rows_and_reports)
     cr_assert(txt && strstr(txt, want), "%s", txt);
     free(md);
     free(txt);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 /* ------------------------------------------------------------------ render */
@@ -2047,7 +1917,7 @@ static json_t *report_fixture(void)
     add_processes(cc, 6, 1e6, 1);
     add_processes(hc, 6, 1.3e6, 2);
     json_t *r = duo_compare(&s, NULL);
-    duo_free(&s);
+    duo_free(&s, NULL);
     return r;
 }
 
@@ -2098,8 +1968,7 @@ Test(render, introduced_elsewhere)
                      "`act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, 1/4 off) |\n"),
               "%s", md);
     free(md);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 Test(render, pass_and_bad_input)
@@ -2157,25 +2026,25 @@ Test(engine, device_mismatch_is_refused)
     double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
     struct duo s = duo_devices("cpu", 3e6, "NVIDIA H200", d, 2);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WS("cells.0.status", "incomparable"),
-        WS("cells.0.incomparable_reason", "device_mismatch"),
-        WS("cells.0.device_check", "mismatch_refused"),
-        WS("cells.0.control_device", "cpu"),
-        WS("cells.0.head_device", "NVIDIA H200"),
-        WI("cells.0.tensors_compared", 0),
-        WI("cells.0.tensors_diverged", 0),
-        WI("cells.0.missing_keys", 0),
-        WN("cells.0.first_divergence"),
-        WS("cells.0.perf.verdict", "insufficient_data"),
-        WI("counts.device_mismatches", 1),
-        WI("counts.incomparable", 1),
-        WI("counts.perf_improvements", 0),
-        WS("verdict", "pass"),
-        WF("thresholds.allow_device_mismatch"),
-        WT("thresholds.perf_gate"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "incomparable"),
+        JW_S("cells.0.incomparable_reason", "device_mismatch"),
+        JW_S("cells.0.device_check", "mismatch_refused"),
+        JW_S("cells.0.control_device", "cpu"),
+        JW_S("cells.0.head_device", "NVIDIA H200"),
+        JW_I("cells.0.tensors_compared", 0),
+        JW_I("cells.0.tensors_diverged", 0),
+        JW_I("cells.0.missing_keys", 0),
+        JW_N("cells.0.first_divergence"),
+        JW_S("cells.0.perf.verdict", "insufficient_data"),
+        JW_I("counts.device_mismatches", 1),
+        JW_I("counts.incomparable", 1),
+        JW_I("counts.perf_improvements", 0),
+        JW_S("verdict", "pass"),
+        JW_F("thresholds.allow_device_mismatch"),
+        JW_T("thresholds.perf_gate"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "| incomparable (device mismatch: cpu vs NVIDIA H200) |"), "%s", md);
     free(md);
@@ -2184,18 +2053,16 @@ Test(engine, device_mismatch_is_refused)
                           "H200)\n"),
               "%s", txt);
     free(txt);
-    json_decref(r);
-    duo_free(&s);
+    duo_free(&s, r);
 }
 
 Test(engine, two_gpu_models_are_a_mismatch_too)
 {
     struct duo s = duo_devices("NVIDIA H100 80GB HBM3", 1e6, "NVIDIA H200", NULL, 2);
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "device_mismatch");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "incomparable");
+    cr_assert_str_eq(jw_str(r, "cells.0.incomparable_reason"), "device_mismatch");
+    duo_free(&s, r);
 }
 
 Test(engine, device_mismatch_compared_when_asked)
@@ -2205,18 +2072,17 @@ Test(engine, device_mismatch_compared_when_asked)
     struct cmp_options o = options_from("{\"allow_device_mismatch\":true}");
     cr_assert(o.allow_device_mismatch);
     json_t *r = duo_compare(&s, &o);
-    static const struct want w[] = {
-        WS("cells.0.status", "diverged"),
-        WN("cells.0.incomparable_reason"),
-        WS("cells.0.device_check", "mismatch_allowed"),
-        WS("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
-        WS("cells.0.perf.verdict", "improvement"),
-        WI("counts.device_mismatches", 0),
-        WT("thresholds.allow_device_mismatch"),
+    static const struct jw_want w[] = {
+        JW_S("cells.0.status", "diverged"),
+        JW_N("cells.0.incomparable_reason"),
+        JW_S("cells.0.device_check", "mismatch_allowed"),
+        JW_S("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
+        JW_S("cells.0.perf.verdict", "improvement"),
+        JW_I("counts.device_mismatches", 0),
+        JW_T("thresholds.allow_device_mismatch"),
     };
-    expect_all(r, w);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    duo_free(&s, r);
 }
 
 /* The same device is compared, and so is a side that never said its device
@@ -2225,17 +2091,15 @@ Test(engine, same_or_unknown_device_is_compared)
 {
     struct duo s = duo_devices("NVIDIA H200", 1e6, "NVIDIA H200", NULL, 1);
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(js(r, "cells.0.device_check"), "same");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "same");
+    duo_free(&s, r);
 
     s = duo_devices(NULL, 1e6, "NVIDIA H200", NULL, 1);
     r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(js(r, "cells.0.device_check"), "unknown");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
+    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "unknown");
+    duo_free(&s, r);
 }
 
 /* A failed head outcome is still reported as such, not hidden behind the
@@ -2245,10 +2109,9 @@ Test(engine, outcome_comes_before_device_mismatch)
     struct duo s = duo_devices("cpu", 1e6, "NVIDIA H200", NULL, 2);
     cr_assert_eq(cmp_cell_set_outcome(s.hc, "crashed"), 0);
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "cells.0.incomparable_reason"), "head_outcome");
-    cr_assert_str_eq(js(r, "cells.0.outcome_change"), "regression");
-    json_decref(r);
-    duo_free(&s);
+    cr_assert_str_eq(jw_str(r, "cells.0.incomparable_reason"), "head_outcome");
+    cr_assert_str_eq(jw_str(r, "cells.0.outcome_change"), "regression");
+    duo_free(&s, r);
 }
 
 Test(options, allow_device_mismatch_json)
@@ -2295,7 +2158,7 @@ static json_t *env_diff(json_t *r, const char *field)
 {
     size_t i;
     json_t *d;
-    json_array_foreach(jp(r, "environment.differences"), i, d)
+    json_array_foreach(jw_path(r, "environment.differences"), i, d)
     {
         if (strcmp(json_string_value(json_object_get(d, "field")), field) == 0)
             return d;
@@ -2326,7 +2189,7 @@ static void assert_grouped(json_t *r)
     size_t i;
     json_t *d;
     int last = -1;
-    json_array_foreach(jp(r, "environment.differences"), i, d)
+    json_array_foreach(jw_path(r, "environment.differences"), i, d)
     {
         int g = group_rank(dstr(d, "group"));
         cr_assert_geq(g, last, "entry %zu (%s) out of group order", i, dstr(d, "field"));
@@ -2340,13 +2203,13 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     json_t *copy = json_deep_copy(fp);
     struct duo s = duo_fp(fp, copy);
     json_t *r = duo_compare(&s, NULL);
-    static const struct want w[] = {
-        WI("environment.pairs_compared", 1),
-        WI("environment.pairs_without_fingerprint", 0),
-        WS("environment.premise", "ok"),
+    static const struct jw_want w[] = {
+        JW_I("environment.pairs_compared", 1),
+        JW_I("environment.pairs_without_fingerprint", 0),
+        JW_S("environment.premise", "ok"),
     };
-    cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
-    expect_all(r, w);
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 0);
+    jw_expect_all(r, w);
     /* torch fields, every config line and build setting, cpu, env, ... */
     cr_assert_gt(ji(r, "environment.fields_compared"), 60, "%lld",
                  ji(r, "environment.fields_compared"));
@@ -2358,24 +2221,23 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     json_decref(r);
     json_decref(fp);
     json_decref(copy);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(environment, section_in_every_result)
 {
     struct duo s = duo_mlp(NULL, "ok");
     json_t *r = duo_compare(&s, NULL);
-    cr_assert(json_is_object(jp(r, "environment")));
-    static const struct want w[] = {
-        WI("environment.pairs_compared", 0),
-        WI("environment.pairs_without_fingerprint", 1),
-        WI("environment.fields_compared", 0),
+    cr_assert(json_is_object(jw_path(r, "environment")));
+    static const struct jw_want w[] = {
+        JW_I("environment.pairs_compared", 0),
+        JW_I("environment.pairs_without_fingerprint", 1),
+        JW_I("environment.fields_compared", 0),
     };
-    expect_all(r, w);
-    cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
-    cr_assert_eq(json_array_size(jp(r, "environment.inconsistent")), 0);
-    json_decref(r);
-    duo_free(&s);
+    jw_expect_all(r, w);
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 0);
+    cr_assert_eq(json_array_size(jw_path(r, "environment.inconsistent")), 0);
+    duo_free(&s, r);
 }
 
 Test(environment, two_torch_builds)
@@ -2385,7 +2247,7 @@ Test(environment, two_torch_builds)
     struct duo s = duo_fp(a, b);
     json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
-    json_t *d = json_array_get(jp(r, "environment.differences"), 0);
+    json_t *d = json_array_get(jw_path(r, "environment.differences"), 0);
     cr_assert_str_eq(dstr(d, "field"), "torch.version", "the torch version leads");
     cr_assert_str_eq(dstr(d, "control"), "1.13.0a0");
     cr_assert_str_eq(dstr(d, "head"), "2.1.0+cpu");
@@ -2434,7 +2296,7 @@ Test(environment, two_torch_builds)
     json_decref(r);
     json_decref(a);
     json_decref(b);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(environment, perturbed_build_env_and_pythonpath)
@@ -2467,7 +2329,7 @@ Test(environment, perturbed_build_env_and_pythonpath)
     cr_assert(json_is_true(json_object_get(d, "redacted")));
     cr_assert_null(json_object_get(d, "control"));
     cr_assert_null(json_object_get(d, "head"));
-    cr_assert_eq(json_array_size(jp(r, "environment.differences")), 3, "nothing else differs");
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 3, "nothing else differs");
 
     char *all = json_dumps(r, 0), *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     const char *outs[] = {all, md, txt};
@@ -2489,7 +2351,7 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_decref(r);
     json_decref(a);
     json_decref(b);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(environment, cells_of_one_side_that_disagree_break_the_premise)
@@ -2508,8 +2370,8 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     fp_cell(s.c, "default", other_width);
     fp_cell(s.h, "default", other_width);
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(js(r, "environment.premise"), "ok", "width fields do not count");
-    cr_assert_eq(json_array_size(jp(r, "environment.differences")), 0);
+    cr_assert_str_eq(jw_str(r, "environment.premise"), "ok", "width fields do not count");
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 0);
     json_decref(r);
 
     struct cmp_cell *x;
@@ -2517,19 +2379,19 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     cmp_cell_set_outcome(x, "ok");
     cr_assert_eq(cmp_cell_set_fingerprint(x, other_cpu), 0);
     r = duo_compare(&s, NULL);
-    json_t *inc = jp(r, "environment.inconsistent");
+    json_t *inc = jw_path(r, "environment.inconsistent");
     cr_assert_eq(json_array_size(inc), 2, "python.executable and cpu.model");
-    static const struct want w[] = {
-        WS("environment.premise", "broken"),
-        WS("environment.inconsistent.0.side", "head"),
-        WS("environment.inconsistent.0.field", "python.executable"),
-        WS("environment.inconsistent.1.field", "cpu.model"),
-        WI("environment.inconsistent.0.values.0.cells", 2),
-        WS("environment.inconsistent.0.values.1.value", "/opt/py/bin/python3"),
-        WI("environment.inconsistent.0.values.1.cells", 1),
-        WS("environment.inconsistent.0.values.1.example.width", "avx512"),
+    static const struct jw_want w[] = {
+        JW_S("environment.premise", "broken"),
+        JW_S("environment.inconsistent.0.side", "head"),
+        JW_S("environment.inconsistent.0.field", "python.executable"),
+        JW_S("environment.inconsistent.1.field", "cpu.model"),
+        JW_I("environment.inconsistent.0.values.0.cells", 2),
+        JW_S("environment.inconsistent.0.values.1.value", "/opt/py/bin/python3"),
+        JW_I("environment.inconsistent.0.values.1.cells", 1),
+        JW_S("environment.inconsistent.0.values.1.example.width", "avx512"),
     };
-    expect_all(r, w);
+    jw_expect_all(r, w);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "- **Broken premise:** head cells disagree on `python.executable`: "
                          "`/usr/bin/python3` (2), `/opt/py/bin/python3` (1)\n"),
@@ -2539,7 +2401,7 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     json_decref(a);
     json_decref(other_cpu);
     json_decref(other_width);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(environment, limits_and_bad_input)
@@ -2581,7 +2443,7 @@ Test(environment, limits_and_bad_input)
     cr_assert_eq(cmp_cell_set_fingerprint(cc, fc), 0);
     cr_assert_eq(cmp_cell_set_fingerprint(hc, fh), 0);
     json_t *r = duo_compare(&s, NULL);
-    cr_assert_eq(json_array_size(jp(r, "environment.differences")), CMP_MAX_ENV_DIFFS);
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.differences_omitted"), 301 - CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.fields_compared"), 301);
     json_t *pp = env_diff(r, "torch.version");
@@ -2596,7 +2458,7 @@ Test(environment, limits_and_bad_input)
     json_decref(r);
     json_decref(fc);
     json_decref(fh);
-    duo_free(&s);
+    duo_free(&s, NULL);
 }
 
 Test(environment, cross_width_shows_the_width_variables)
@@ -2616,7 +2478,7 @@ Test(environment, cross_width_shows_the_width_variables)
     json_t *d = env_diff(r, "env.ATEN_CPU_CAPABILITY");
     cr_assert_str_eq(dstr(d, "control"), "avx2");
     cr_assert_str_eq(dstr(d, "head"), "default");
-    cr_assert_str_eq(js(r, "environment.premise"), "ok");
+    cr_assert_str_eq(jw_str(r, "environment.premise"), "ok");
     json_decref(r);
     json_decref(a);
     json_decref(b);

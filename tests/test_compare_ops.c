@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/json_want.h"
 
 /* Payloads are borrowed: kept here for the test's lifetime. */
 static double pool[1 << 14];
@@ -64,29 +65,9 @@ static struct cmp_cell *cell(struct cmp_side *s, const char *pass)
     return c;
 }
 
-static json_t *jp(json_t *root, const char *path)
-{
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = root;
-    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save)) {
-        if (json_is_array(cur))
-            cur = json_array_get(cur, (size_t)strtoul(tok, NULL, 10));
-        else
-            cur = json_object_get(cur, tok);
-    }
-    return cur;
-}
-
-static const char *js(json_t *r, const char *path)
-{
-    const char *s = json_string_value(jp(r, path));
-    return s ? s : "(none)";
-}
-
 static long long ji(json_t *r, const char *path)
 {
-    return (long long)json_integer_value(jp(r, path));
+    return (long long)json_integer_value(jw_path(r, path));
 }
 
 /* Key paths hold dots, so the op record's fields are read through this. */
@@ -122,31 +103,45 @@ static void gelu_cell(struct cmp_side *s, const double *delta, const int *nan)
         add(c, keys[k], (int64_t)k, delta ? delta[k] : 0, nan ? nan[k] : 0);
 }
 
+/* The gelu cell on a new control and head side; the head's records are moved
+ * by DELTA and hold NAN NaNs (NULL: none). */
+static void gelu_sides(struct cmp_side **c, struct cmp_side **h, const double *delta,
+                       const int *nan)
+{
+    cr_assert_eq(cmp_side_new(c), 0);
+    cr_assert_eq(cmp_side_new(h), 0);
+    gelu_cell(*c, NULL, NULL);
+    gelu_cell(*h, delta, nan);
+}
+
+/* Frees R, the last result, and the sides C and H it was compared from. */
+static void sides_free(json_t *r, struct cmp_side *c, struct cmp_side *h)
+{
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
 Test(ops, key_parts_and_first_divergence_at_the_op)
 {
     struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    gelu_cell(c, NULL, NULL);
-    gelu_cell(h, d, NULL);
+    gelu_sides(&c, &h, d, NULL);
     json_t *r = compare(c, h);
+    static const struct jw_want w[] = {
+        JW_S("module", "act"),    JW_S("op", "aten::gelu"), JW_I("op_index", 0),
+        JW_S("phase", "forward"), JW_S("role", "output"),
+    };
     json_t *fd = field(r, "first_divergence");
     cr_assert_str_eq(json_string_value(json_object_get(fd, "key")), keys[5]);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "module")), "act");
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::gelu");
-    cr_assert_eq(json_integer_value(json_object_get(fd, "op_index")), 0);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "phase")), "forward");
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "role")), "output");
+    jw_expect_all(fd, w);
     /* its module call's input was identical: the op introduced the error */
     cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_introduced"), "key")),
                      keys[5]);
     /* module records carry no op */
     cr_assert_null(json_object_get(field(r, "first_nonfinite"), "op"));
     cr_assert_eq(ji(r, "cells.0.tensors_diverged"), 3);
-    json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    sides_free(r, c, h);
 }
 
 /* An overload name holds dots; the parts are read from the right. */
@@ -163,17 +158,14 @@ Test(ops, overload_names_and_backward_roles)
     add(hc, k0, 0, 0, 0);
     add(hc, k1, 1, 1.0, 0);
     json_t *r = compare(c, h);
-    json_t *fd = field(r, "first_divergence");
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "module")), "layers.0.attn");
-    cr_assert_eq(json_integer_value(json_object_get(fd, "call")), 2);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "op")), "aten::add.Tensor");
-    cr_assert_eq(json_integer_value(json_object_get(fd, "op_index")), 3);
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "phase")), "backward");
-    cr_assert_str_eq(json_string_value(json_object_get(fd, "role")), "grad_input");
+    static const struct jw_want w[] = {
+        JW_S("module", "layers.0.attn"), JW_I("call", 2),
+        JW_S("op", "aten::add.Tensor"),  JW_I("op_index", 3),
+        JW_S("phase", "backward"),       JW_S("role", "grad_input"),
+    };
+    jw_expect_all(field(r, "first_divergence"), w);
     cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_introduced"), "key")), k1);
-    json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    sides_free(r, c, h);
 }
 
 /* NaN from the gelu op: it is named, not the module outputs after it. */
@@ -181,16 +173,16 @@ Test(ops, first_nonfinite_is_the_op)
 {
     struct cmp_side *c, *h;
     int nan[NKEYS] = {0, 0, 0, 0, 0, 1, 1, 1};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    gelu_cell(c, NULL, NULL);
-    gelu_cell(h, NULL, nan);
+    gelu_sides(&c, &h, NULL, nan);
     json_t *r = compare(c, h);
+    static const struct jw_want w[] = {
+        JW_S("op", "aten::gelu"),
+        JW_S("inputs", "finite"),
+        JW_I("nan", 1),
+    };
     json_t *nf = field(r, "first_nonfinite");
     cr_assert_str_eq(json_string_value(json_object_get(nf, "key")), keys[5]);
-    cr_assert_str_eq(json_string_value(json_object_get(nf, "op")), "aten::gelu");
-    cr_assert_str_eq(json_string_value(json_object_get(nf, "inputs")), "finite");
-    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 1);
+    jw_expect_all(nf, w);
     cr_assert(json_is_null(field(r, "control_first_nonfinite")));
     cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_divergence"), "reason")),
                      "nan_inf");
@@ -199,10 +191,8 @@ Test(ops, first_nonfinite_is_the_op)
     r = compare(h, h);
     cr_assert_str_eq(json_string_value(json_object_get(field(r, "first_nonfinite"), "key")),
                      keys[5]);
-    cr_assert_str_eq(js(r, "cells.0.status"), "identical");
-    json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
+    sides_free(r, c, h);
 }
 
 /* Module level: the innermost module whose inputs were finite. */
@@ -282,25 +272,21 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
 {
     struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    gelu_cell(c, NULL, NULL);
-    gelu_cell(h, d, NULL);
+    gelu_sides(&c, &h, d, NULL);
     json_t *r = compare(c, h), *table = json_loads(table_text, 0, NULL), *prov = provenance();
     cr_assert_not_null(table);
     cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
-    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "op")), "aten::gelu");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "stub");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "file")),
-                     "aten/src/ATen/native/cpu/Activation.cpp");
     /* two wrappers of Activation.cpp; not BinaryOps, not MyActivation, not the summary */
-    cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2);
-    cr_assert_str_eq(
-        json_string_value(json_array_get(json_object_get(k, "stale_wrapper_paths"), 1)),
-        "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp");
-    cr_assert_str_eq(js(r, "kernel_table.torch_versions.0"), "1.13");
+    static const struct jw_want w[] = {
+        JW_S("op", "aten::gelu"),
+        JW_S("kind", "stub"),
+        JW_S("stub", "GeluKernel"),
+        JW_S("file", "aten/src/ATen/native/cpu/Activation.cpp"),
+        JW_I("stale_wrappers", 2),
+        JW_S("stale_wrapper_paths.1", "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp"),
+    };
+    jw_expect_all(json_object_get(field(r, "first_divergence"), "kernel"), w);
+    cr_assert_str_eq(jw_str(r, "kernel_table.torch_versions.0"), "1.13");
 
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     cr_assert_not_null(md);
@@ -319,7 +305,7 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
     /* without provenance: the kernel, no stale count and no note */
     r = compare(c, h);
     cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
-    k = json_object_get(field(r, "first_divergence"), "kernel");
+    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
     cr_assert_null(json_object_get(k, "stale_wrappers"));
     md = cmp_result_to_markdown(r);
@@ -327,21 +313,16 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
               md);
     cr_assert(strstr(md, "stale") == NULL, "%s", md);
     free(md);
-    json_decref(r);
     json_decref(table);
     json_decref(prov);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    sides_free(r, c, h);
 }
 
 Test(kernels, blas_and_unknown_ops)
 {
     struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
-    cmp_side_new(&c);
-    cmp_side_new(&h);
-    gelu_cell(c, NULL, NULL);
-    gelu_cell(h, d, NULL);
+    gelu_sides(&c, &h, d, NULL);
     json_t *r = compare(c, h), *table = json_loads(table_text, 0, NULL);
     cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
     json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
@@ -358,10 +339,8 @@ Test(kernels, blas_and_unknown_ops)
     k = json_object_get(field(r, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "unknown");
     cr_assert_eq(cmp_attribute_kernels(r, NULL, NULL), -EINVAL);
-    json_decref(r);
     json_decref(table);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    sides_free(r, c, h);
 }
 
 /* The table capd ships: the entries the docs promise. */
@@ -373,12 +352,14 @@ Test(kernels, shipped_table)
     snprintf(path, sizeof path, "%s/schema/kernels.json", src);
     json_t *t = json_load_file(path, 0, NULL);
     cr_assert_not_null(t, "%s", path);
-    cr_assert_str_eq(js(t, "ops.aten::gelu.stub"), "GeluKernel");
-    cr_assert_str_eq(js(t, "ops.aten::gelu.file"), "aten/src/ATen/native/cpu/Activation.cpp");
-    cr_assert_str_eq(js(t, "ops.aten::gelu_backward.stub"), "GeluBackwardKernel");
-    cr_assert_str_eq(js(t, "ops.aten::addmm.kind"), "blas");
-    cr_assert_str_eq(js(t, "ops.aten::relu.file"),
-                     "aten/src/ATen/native/cpu/TensorCompareKernel.cpp");
+    static const struct jw_want w[] = {
+        JW_S("ops.aten::gelu.stub", "GeluKernel"),
+        JW_S("ops.aten::gelu.file", "aten/src/ATen/native/cpu/Activation.cpp"),
+        JW_S("ops.aten::gelu_backward.stub", "GeluBackwardKernel"),
+        JW_S("ops.aten::addmm.kind", "blas"),
+        JW_S("ops.aten::relu.file", "aten/src/ATen/native/cpu/TensorCompareKernel.cpp"),
+    };
+    jw_expect_all(t, w);
     cr_assert(json_array_size(json_object_get(t, "torch_versions")) > 0);
     const char *name;
     json_t *e;

@@ -1,0 +1,66 @@
+/*
+ * tests/helpers/common/json_want.h - reading a JSON result by dotted path
+ * and checking a table of what its paths must hold, for the Criterion
+ * tests (jw_expect_n fails the running test).
+ */
+#ifndef CAPD_TESTS_JSON_WANT_H
+#define CAPD_TESTS_JSON_WANT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* The value at PATH in ROOT, a dotted walk ("cells.0.first_divergence.key")
+ * in which a number indexes an array; NULL where the walk ends early. */
+json_t *jw_path(json_t *root, const char *path);
+/* The string at PATH in ROOT, or "(none)" where there is none. */
+const char *jw_str(json_t *root, const char *path);
+
+/*
+ * What one path of a JSON result must hold: a string, an integer, a number
+ * within eps, null, true, false, or nothing at all. A test lists them in a
+ * table and jw_expect_all checks it in one loop; a miss fails the test with
+ * the path, the value found there and the value wanted.
+ */
+enum jw_kind { JW_STR, JW_INT, JW_DBL, JW_NULL, JW_TRUE, JW_FALSE, JW_ABSENT };
+
+struct jw_want {
+    const char *path;
+    enum jw_kind kind;
+    const char *s;
+    long long i;
+    double d, eps;
+};
+
+#define JW_S(p, v)                                                                                \
+    {                                                                                              \
+        (p), JW_STR, (v), 0, 0, 0                                                                \
+    }
+#define JW_I(p, v)                                                                                \
+    {                                                                                              \
+        (p), JW_INT, NULL, (v), 0, 0                                                             \
+    }
+#define JW_D(p, v, e)                                                                             \
+    {                                                                                              \
+        (p), JW_DBL, NULL, 0, (v), (e)                                                           \
+    }
+#define JW_N(p)                                                                                   \
+    {                                                                                              \
+        (p), JW_NULL, NULL, 0, 0, 0                                                              \
+    }
+#define JW_T(p)                                                                                   \
+    {                                                                                              \
+        (p), JW_TRUE, NULL, 0, 0, 0                                                              \
+    }
+#define JW_F(p)                                                                                   \
+    {                                                                                              \
+        (p), JW_FALSE, NULL, 0, 0, 0                                                             \
+    }
+#define JW_A(p)                                                                                   \
+    {                                                                                              \
+        (p), JW_ABSENT, NULL, 0, 0, 0                                                            \
+    }
+
+void jw_expect_n(json_t *root, const struct jw_want *w, size_t n);
+#define jw_expect_all(root, w) jw_expect_n((root), (w), sizeof(w) / sizeof((w)[0]))
+
+#endif
