@@ -44,12 +44,13 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
     cr_assert_str_eq(tu_jstr(json_object_get(j, "labels"), "ci.run"), "4711");
     cr_assert_str_eq(tu_jstr(json_object_get(j, "provenance"), "tree"), "clean");
 
-    json_t *want_opts = json_loads(af_q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
-                                        "'seed':0,'batch':2,'sample_size':256,'timing_processes':5,"
-                                        "'timing_pairs':8,'max_timing_rounds':3,"
-                                        "'capture':'sample','dtype':'float32','device':'cpu',"
-                                        "'granularity':'module'}"),
-                                   0, NULL);
+    json_t *want_opts = json_loads(
+        af_q("{'iterations':5,'warmup':3,'threads':1,'timeout_s':600,"
+             "'seed':0,'batch':2,'sample_size':256,'timing_min_ms':50,'timing_processes':5,"
+             "'timing_pairs':8,'max_timing_rounds':3,"
+             "'capture':'sample','dtype':'float32','device':'cpu',"
+             "'granularity':'module'}"),
+        0, NULL);
     char *os = af_dump(json_object_get(j, "options"));
     cr_assert(json_equal(json_object_get(j, "options"), want_opts), "options %s", os);
     free(os);

@@ -211,39 +211,44 @@ def capture_run(torch, model, call, spec, recorder, projection):
         recorder.writer.flush()
 
 
+# The most samples one timing process takes (the iterations maximum of
+# schema/options.json), however short the model's iterations are.
+MAX_SAMPLES = 100000
+
+
 def timing_run(torch, model, call, spec, projection, device):
+    """Warmup, then ``iterations`` timed iterations, then more until the
+    samples add up to ``timing_min_ms`` (MAX_SAMPLES at most): a model of
+    40 us an iteration gets enough of them for a stable median."""
     cuda = device.type == "cuda"
+    backward = spec.pass_ != "forward"
 
     def sync():
         if cuda:
             torch.cuda.synchronize(device)
 
-    samples = []
-    if spec.pass_ == "forward":
-        model.eval()
-        with torch.no_grad():
-            for i in range(spec.warmup + spec.iterations):
-                sync()
-                t0 = _now_ns()
-                call(model)
-                sync()
-                t1 = _now_ns()
-                if i >= spec.warmup:
-                    samples.append(t1 - t0)
-    else:
-        model.train()
-        with torch.enable_grad():
-            for i in range(spec.warmup + spec.iterations):
-                model.zero_grad(set_to_none=True)
-                sync()
-                t0 = _now_ns()
-                out = call(model)
-                projection.loss(out).backward()
-                sync()
-                t1 = _now_ns()
-                del out
-                if i >= spec.warmup:
-                    samples.append(t1 - t0)
+    def one():
+        if backward:
+            model.zero_grad(set_to_none=True)
+        sync()
+        t0 = _now_ns()
+        out = call(model)
+        if backward:
+            projection.loss(out).backward()
+        sync()
+        return _now_ns() - t0
+
+    min_ns = spec.timing_min_ms * 1000000
+    samples, total = [], 0
+    model.train() if backward else model.eval()
+    with (torch.enable_grad() if backward else torch.no_grad()):
+        for _ in range(spec.warmup):
+            one()
+        while len(samples) < MAX_SAMPLES and (len(samples) < spec.iterations or
+                                              (spec.iterations > 0 and total < min_ns)):
+            samples.append(one())
+            total += samples[-1]
+    if backward:
         model.zero_grad(set_to_none=True)
     return samples
 

@@ -211,7 +211,7 @@ def make_spec(model="mlp", width="native", pass_="forward", device="cpu", model_
               **options):
     opts = {"iterations": 2, "warmup": 1, "threads": 1, "timeout_s": 600, "capture": "stats",
             "seed": 0, "batch": 2, "dtype": "float32", "sample_size": 256,
-            "max_payload_bytes": 268435456}
+            "max_payload_bytes": 268435456, "timing_min_ms": 0}
     opts.update(options)
     return {"protocol": 1, "job": "jtest", "cell": "ctest", "attempt": 1, "model": model,
             "width": width, "pass": pass_, "device": device, "frame_fd": 3,

@@ -444,6 +444,22 @@ class ImportDispatchesNothingTest(unittest.TestCase):
                          "an operator ran while the runner was imported: " + out.stderr)
 
 
+# A forward pass of 1 ms, busy-waited.
+SPIN_MODEL = '''
+import time, torch
+
+class Spin(torch.nn.Module):
+    def forward(self, x):
+        end = time.perf_counter_ns() + 1000000
+        while time.perf_counter_ns() < end:
+            pass
+        return x * 2
+
+def make(seed, batch, dtype):
+    return Spin(), torch.ones(2, 2, dtype=dtype)
+'''
+
+
 class TimingProcessesTest(unittest.TestCase):
     """options.timing_processes: one timing frame per process, each from a
     process of its own (a fork of the template), the capture once."""
@@ -462,6 +478,38 @@ class TimingProcessesTest(unittest.TestCase):
         keys = [t["key"] for t in r.tensors]
         self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
         self.assertEqual(r.frames[-1].kind, "end")
+
+    def test_short_iterations_are_timed_until_timing_min_ms(self):
+        # Busy-waits of 1 ms: 3 iterations are 3 ms, so each process goes on
+        # until its samples reach 20 ms, and stops at the first that does.
+        root = util.tempdir()
+        util.write_tree(root, {"spin/__init__.py": "", "spin/m.py": SPIN_MODEL})
+        spec = util.make_spec("spin.m:make", model_roots=[root], iterations=3, warmup=1,
+                              timing_processes=2, timing_min_ms=20)
+        r = util.run_runner(spec)
+        self.assertEqual(r.status, "ok", r.describe())
+        for t in r.kinds("timing"):
+            s = t["samples_ns"]
+            self.assertGreater(len(s), 3)
+            self.assertGreaterEqual(sum(s), 20e6)
+            self.assertLess(sum(s[:-1]), 20e6, "one sample past the minimum, not more")
+            self.assertEqual(t["iterations"], 3)
+        # The default (schema/options.json) applies when the spec leaves it out.
+        del spec["options"]["timing_min_ms"]
+        from capd_runner import spec as specmod
+        self.assertEqual(specmod.DEFAULT_OPTIONS["timing_min_ms"], 50)
+        r = util.run_runner(spec)
+        self.assertEqual(r.status, "ok", r.describe())
+        self.assertTrue(all(sum(t["samples_ns"]) >= 50e6 for t in r.kinds("timing")))
+        # 0: exactly the iterations asked for.
+        spec["options"]["timing_min_ms"] = 0
+        r = util.run_runner(spec)
+        self.assertEqual([len(t["samples_ns"]) for t in r.kinds("timing")], [3, 3])
+        # Out of range: a spec error that names the option.
+        spec["options"]["timing_min_ms"] = 60001
+        r = util.run_runner(spec)
+        self.assertNotEqual(r.status, "ok")
+        self.assertIn("timing_min_ms", r.describe())
 
     def test_no_iterations_is_one_empty_frame(self):
         r = util.run_runner(util.make_spec("mlp", iterations=0, timing_processes=3))
