@@ -6,12 +6,12 @@
  * (a link to the interpreter) with PYTHONPATH=DIR/c/<commit>, whose
  * sitecustomize.py changes the numerics of every Linear from commit K on
  * (its output times 1 + 2e-4) and from commit M on makes every Linear
- * spin for twice its own time (a 3x slowdown: far beyond this host's
- * noise, so the change point does not depend on it; no timing figure is
- * asserted). The alerts must name exactly K and M. Then commit S's
- * directory is removed and a bisection in another project (nothing is
- * reused), with only the two ends captured, must find K in at most
- * ceil(log2(N)) + 1 rounds, skipping S.
+ * spin for twice its own time plus 2 ms (a tiny Linear's own time is
+ * small next to the rest of a forward: the 2 ms make the step several
+ * times the forward, far beyond this host's noise, so the change point
+ * does not depend on it; no timing figure is asserted). The alerts must name exactly K and M. Then
+ * commit S's directory is removed and a bisection in another project (nothing is reused), with only
+ * the two ends captured, must find K in at most ceil(log2(N)) + 1 rounds, skipping S.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -40,12 +40,11 @@ static void start(void)
 
 TestSuite(history_e2e, .init = start, .fini = teardown);
 
-#define N 30
-#define K 11 /* numerics change */
-#define M 19 /* 3x slower */
-#define S 18 /* build directory removed before the bisection */
-#define MATRIX                                                                                     \
-    "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"default\"],\"passes\":[\"forward\"]}"
+#define N      30
+#define K      11 /* numerics change */
+#define M      19 /* 3x slower */
+#define S      18 /* build directory removed before the bisection */
+#define MATRIX "\"matrix\":{\"models\":[\"mlp\"],\"widths\":[\"default\"],\"passes\":[\"forward\"]}"
 /* The branch's jobs are timed (one timing process: the smallest perf
  * observation); the bisection's only capture. */
 #define TIMED    "\"options\":{\"iterations\":3,\"warmup\":1,\"timing_processes\":1,\"threads\":1}"
@@ -56,24 +55,24 @@ static void sha(int i, char out[41])
     snprintf(out, 41, "e2e0%04x%032x", i, 0xface + i);
 }
 
-static const char *perturb_py =
-    "import torch.nn.functional as F\n"
-    "_linear = F.linear\n"
-    "def _perturbed(input, weight, bias=None):\n"
-    "    return _linear(input, weight, bias) * (1.0 + 2e-4)\n"
-    "F.linear = _perturbed\n";
+static const char *perturb_py = "import torch.nn.functional as F\n"
+                                "_linear = F.linear\n"
+                                "def _perturbed(input, weight, bias=None):\n"
+                                "    return _linear(input, weight, bias) * (1.0 + 2e-4)\n"
+                                "F.linear = _perturbed\n";
 
-static const char *slow_py = "import time\n"
-                             "import torch.nn.functional as F\n"
-                             "_inner = F.linear\n"
-                             "def _slow(input, weight, bias=None):\n"
-                             "    t0 = time.perf_counter()\n"
-                             "    out = _inner(input, weight, bias)\n"
-                             "    end = time.perf_counter() + 2 * (time.perf_counter() - t0)\n"
-                             "    while time.perf_counter() < end:\n"
-                             "        pass\n"
-                             "    return out\n"
-                             "F.linear = _slow\n";
+static const char *slow_py =
+    "import time\n"
+    "import torch.nn.functional as F\n"
+    "_inner = F.linear\n"
+    "def _slow(input, weight, bias=None):\n"
+    "    t0 = time.perf_counter()\n"
+    "    out = _inner(input, weight, bias)\n"
+    "    end = time.perf_counter() + 2 * (time.perf_counter() - t0) + 0.002\n"
+    "    while time.perf_counter() < end:\n"
+    "        pass\n"
+    "    return out\n"
+    "F.linear = _slow\n";
 
 static void make_builds(void)
 {
