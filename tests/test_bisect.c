@@ -47,8 +47,9 @@ static void sha(int i, char out[41])
     snprintf(out, 41, "b15ec7%02x%032x", i, 0xbeef + i);
 }
 
-/* DIR/<commit>/python and DIR/<commit>/env for every commit but S. */
-static void make_builds(int n, int k, int skip)
+/* DIR/<commit>/python and DIR/<commit>/env for every commit but SKIP;
+ * the env of commit K and later holds LINE. */
+static void make_builds_env(int n, int k, int skip, const char *line)
 {
     char *fake = tu_helper("fake_runner");
     for (int i = 0; i < n; i++) {
@@ -58,11 +59,15 @@ static void make_builds(int n, int k, int skip)
             continue;
         cr_assert_eq(tu_sh("mkdir -p '%s/b/%s' && ln -s '%s' '%s/b/%s/python' && "
                            "printf '%s' > '%s/b/%s/env'",
-                           g_capd.dir, c, fake, g_capd.dir, c,
-                           i >= k ? "FAKE_PERTURB_KEY=" PKEY "\\n" : "", g_capd.dir, c),
+                           g_capd.dir, c, fake, g_capd.dir, c, i >= k ? line : "", g_capd.dir, c),
                      0);
     }
     free(fake);
+}
+
+static void make_builds(int n, int k, int skip)
+{
+    make_builds_env(n, k, skip, "FAKE_PERTURB_KEY=" PKEY "\\n");
 }
 
 static long template_build(const char *name)
@@ -497,4 +502,134 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
     cr_expect_eq(capctl(args, &out), 2, "%s", out);
     cr_expect(strstr(out, "git rev-list"), "%s", out);
     free(out);
+}
+
+/* A bisection over two commits whose ends hang: it stays running. */
+static long post_hanging(int i, char id[16])
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"project\":\"lim\",\"build\":\"plain\",\"commits\":[\"%012x\",\"%012x\"],"
+             "\"good\":\"%012x\",\"bad\":\"%012x\",\"matrix\":{\"models\":[\"fake:hang\"],"
+             "\"widths\":[\"default\"],\"passes\":[\"forward\"]},\"predicate\":\"outcome\"}",
+             0xb00000 + 2 * i, 0xb00001 + 2 * i, 0xb00000 + 2 * i, 0xb00001 + 2 * i);
+    long st = 0;
+    json_t *r = post_bisect(body, &st);
+    if (st == 201)
+        snprintf(id, 16, "%s", tu_str(r, "id"));
+    else if (st == 429) {
+        json_t *e = json_object_get(r, "error");
+        cr_expect_str_eq(tu_str(e, "code"), "too_many_bisections");
+        cr_expect(strstr(tu_str(e, "message"), "16 bisections are already running"), "%s",
+                  tu_str(e, "message"));
+    }
+    json_decref(r);
+    return st;
+}
+
+/* STORE_BISECT_MAX_RUNNING (16) run at once: the 17th is a 429 that
+ * changes nothing, and one more is taken once one of them has ended. */
+Test(bisect, too_many_running, .timeout = 120)
+{
+    cr_assert_eq(tu_fake_build(&g_capd, "plain", "{}"), 201);
+    char ids[17][16];
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(post_hanging(i, ids[i]), 201, "bisection %d", i);
+    cr_expect_eq(post_hanging(16, ids[16]), 429);
+    long st = 0;
+    json_t *l = tu_json(&g_capd, "GET", "/v1/bisect", NULL, &st);
+    json_t *list = json_object_get(l, "bisections"), *b;
+    cr_expect_eq(json_array_size(list), 16, "%s", json_dumps(l, 0));
+    size_t i;
+    json_array_foreach(list, i, b)
+    {
+        cr_expect_str_eq(tu_str(b, "state"), "running");
+    }
+    json_decref(l);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/bisect/%s/cancel", ids[0]);
+    json_decref(tu_json(&g_capd, "POST", path, NULL, &st));
+    cr_expect_eq(st, 202);
+    cr_expect_eq(post_hanging(16, ids[16]), 201);
+}
+
+#define KP 5 /* the first commit whose timings are 1.5x */
+
+/* Submits commit I to branch "perf" in commit order and waits for it. */
+static void capture_ordered(int i, const char *options)
+{
+    char c[41], p[41];
+    sha(i, c);
+    sha(i - 1, p);
+    long st = 0;
+    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"h\",\"commit\":\"%s\",\"branch\":\"perf\",\"build\":"
+                         "\"tmpl\",\"commit_time\":\"2024-01-01T00:%02d:00Z\",\"parents\":"
+                         "[\"%s\"]," MATRIX ",\"options\":%s}",
+                         c, i, p, options);
+    cr_assert_eq(st, 201, "%s", json_dumps(j, 0));
+    json_t *done = tu_wait_job(&g_capd, json_string_value(json_object_get(j, "id")), 60);
+    cr_assert_not_null(done);
+    json_decref(done);
+    json_decref(j);
+}
+
+/*
+ * The perf predicate and the branch form: the commits are the branch's
+ * history, and from KP on the fake runner's timings are 1.5x (its samples
+ * are synthetic: FAKE_TIMING_SCALE from the commit's env file, paired
+ * against the good build's, so nothing depends on this host's noise).
+ * Every probe runs paired against good, even where the branch's job of
+ * the commit exists (it was not paired).
+ */
+Test(bisect, perf_predicate_over_a_branch, .timeout = 240)
+{
+    const char *opts = "{\"iterations\":12,\"warmup\":1}";
+    make_builds_env(8, KP, -1, "FAKE_TIMING_SCALE=1.5\\n");
+    cr_assert_eq(template_build("tmpl"), 201);
+    for (int i = 0; i < 8; i++)
+        capture_ordered(i, opts);
+    char good[41], bad[41], ck[41], ck1[41], body[2048];
+    sha(0, good);
+    sha(7, bad);
+    sha(KP, ck);
+    sha(KP - 1, ck1);
+    snprintf(body, sizeof body,
+             "{\"project\":\"h\",\"build\":\"tmpl\",\"branch\":\"perf\",\"good\":\"%s\","
+             "\"bad\":\"%s\"," MATRIX ",\"options\":%s,\"predicate\":\"perf\",\"threshold\":0.2}",
+             good, bad, opts);
+    long st = 0;
+    json_t *b = post_bisect(body, &st);
+    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
+    cr_expect_eq(json_integer_value(json_object_get(b, "commit_count")), 8);
+    char id[16];
+    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
+    json_decref(b);
+    b = wait_bisect(id, 200);
+    cr_assert_not_null(b, "bisection %s did not end", id);
+    char *dump = json_dumps(b, JSON_INDENT(1));
+    cr_assert_str_eq(tu_str(b, "state"), "done", "%s", dump);
+    json_t *res = json_object_get(b, "result");
+    cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
+    cr_expect_str_eq(tu_str(res, "last_good"), ck1, "%s", dump);
+    cr_expect(json_is_true(json_object_get(res, "exact")), "%s", dump);
+    json_t *pb = probe_of(b, KP), *pg = probe_of(b, KP - 1);
+    cr_assert(pb && pg, "%s", dump);
+    cr_expect(json_is_false(json_object_get(pb, "reused")), "%s", dump);
+    json_t *cell = json_array_get(json_object_get(json_object_get(pb, "verdict"), "cells"), 0);
+    cr_expect_str_eq(tu_str(cell, "perf_verdict"), "regression", "%s", dump);
+    double ratio = json_number_value(json_object_get(cell, "perf_ratio"));
+    cr_expect(ratio > 1.3 && ratio < 1.7, "ratio %g: %s", ratio, dump);
+    free(dump);
+    json_decref(b);
+    /* A branch that does not hold both ends: send the commits instead. */
+    snprintf(body, sizeof body,
+             "{\"project\":\"h\",\"build\":\"tmpl\",\"branch\":\"perf\",\"good\":\"%s\","
+             "\"bad\":\"feedface\"," MATRIX ",\"predicate\":\"perf\"}",
+             good);
+    b = post_bisect(body, &st);
+    cr_expect_eq(st, 400);
+    cr_expect_str_eq(tu_str(json_object_get(b, "error"), "code"), "not_in_branch");
+    cr_expect_str_eq(tu_str(json_object_get(b, "error"), "field"), "bad");
+    json_decref(b);
 }

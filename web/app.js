@@ -3,7 +3,8 @@
  *
  * Pages (hash routes): #/ the job list, #/jobs/<id> a job's grid,
  * #/compare?control=<job|commit>&head=<job|commit> and #/diff/<commit> a
- * comparison. Everything comes from the REST API; live changes arrive on
+ * comparison; #/history, #/alerts, #/bisect[/<id>] (web/history.js,
+ * alerts.js, bisect.js). Everything comes from the REST API; live changes arrive on
  * one GET /v1/events stream, read with fetch() rather than EventSource so
  * the bearer token can be sent, and resumed with Last-Event-ID after a
  * reconnect. Data is only ever put in the page as text (textContent,
@@ -767,6 +768,9 @@ async function route() {
   else if (parts[0] === "jobs" && parts[1]) un = await pageJob(parts[1]);
   else if (parts[0] === "compare") un = await pageCompare(query, null);
   else if (parts[0] === "diff" && parts[1]) un = await pageCompare(null, parts[1]);
+  else if (parts[0] === "history") un = await pageHistory(query);
+  else if (parts[0] === "alerts") un = await pageAlerts(query);
+  else if (parts[0] === "bisect") un = await (parts[1] ? pageBisect(parts[1]) : pageBisectList());
   else {
     clear(main()).append(h("p", null, "No such page. ", h("a", { href: "#/" }, "Jobs")));
   }

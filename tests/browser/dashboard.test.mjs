@@ -15,7 +15,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
@@ -162,6 +162,7 @@ before(async () => {
   await waitJob(ctlJob);
   await waitJob(headJob);
   await waitJob(statsJob);
+  await seedHistory();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -354,8 +355,168 @@ test("a statistics-only divergence is drawn at its size derived from stats, labe
   await page.context().close();
 });
 
+// ---- history, alerts, bisection ----
+//
+// A branch of HN commits on a template build (DIR/hist/<commit>/python, a
+// link to the fake runner, with FAKE_ENV_FILE=DIR/hist/<commit>/env): from
+// commit HK on one layer is perturbed, from HM on the timings are 1.5x.
+// The bisection's commit list also holds HS, which has no build directory
+// (its build does not start) and is not on the branch.
+const HN = 16, HK = 5, HM = 9;
+const hsha = (i) => "d0c5" + i.toString(16).padStart(4, "0") + "f".repeat(32);
+const HS = "d0c5dead" + "f".repeat(32);
+const BISECT_COMMITS = () => { const c = []; for (let i = 0; i < HN; i++) { c.push(hsha(i)); if (i === 3) c.push(HS); } return c; };
+const SERIES = "#/history?project=hist&branch=main&model=fake%3Aok&width=default&pass=forward";
+
+// Called by the first before(): node:test runs root hooks concurrently.
+async function seedHistory() {
+  const fake = path.join(HELPERS, "fake_runner");
+  for (let i = 0; i < HN; i++) {
+    const d = path.join(dir, "hist", hsha(i));
+    mkdirSync(d, { recursive: true });
+    symlinkSync(fake, path.join(d, "python"));
+    writeFileSync(path.join(d, "env"), (i >= HK ? "FAKE_PERTURB_KEY=" + PERTURBED + "\n" : "") + (i >= HM ? "FAKE_TIMING_SCALE=1.5\n" : ""));
+  }
+  chmodSync(path.join(dir, "hist"), 0o755);
+  await api("POST", "/v1/builds", {
+    name: "hist", python: path.join(dir, "hist", "{commit}", "python"),
+    env: { FAKE_ENV_FILE: path.join(dir, "hist", "{commit}", "env") }, model_roots: [dir],
+  });
+  const ids = [];
+  for (let i = 0; i < HN; i++) {
+    const t = new Date(Date.UTC(2024, 0, 1, 0, i)).toISOString().replace(".000", "");
+    ids.push((await api("POST", "/v1/jobs", {
+      project: "hist", commit: hsha(i), branch: "main", build: "hist", commit_time: t,
+      parents: i ? [hsha(i - 1)] : [],
+      matrix: { models: ["fake:ok"], widths: ["default"], passes: ["forward"] }, options: { iterations: 7 },
+    })).id);
+  }
+  for (const id of ids) await waitJob(id, 120000);
+}
+
+test("the history page plots a cell along the branch with its change point and numerics event", async () => {
+  const page = await newPage();
+  await gotoReady(page, SERIES);
+  const sec = page.locator("section.series[data-model='fake:ok']");
+  assert.equal(await sec.getAttribute("data-status"), "ok");
+  const perf = sec.locator("svg[data-kind='perf']");
+  const commits = await perf.locator("circle.hpt").evaluateAll((cs) => cs.map((c) => c.dataset.commit));
+  assert.deepEqual(commits, Array.from({ length: HN }, (_, i) => hsha(i)), "one point per commit, in commit order");
+  // Every point is higher from HM on: the plot's y grows downwards.
+  const ys = await perf.locator("circle.hpt").evaluateAll((cs) => cs.map((c) => Number(c.getAttribute("cy"))));
+  assert.ok(Math.max(...ys.slice(HM)) < Math.min(...ys.slice(0, HM)), "the slower commits sit above: " + ys.join(","));
+  const cps = await perf.locator("line.cp-marker").evaluateAll((ls) => ls.map((l) => ({ c: l.dataset.commit, label: l.dataset.label })));
+  assert.deepEqual(cps, [{ c: hsha(HM), label: "regression" }], "one perf change point, at HM");
+  assert.equal(await perf.locator("rect.seg-band").count(), 2, "the levels before and after, with their spread");
+  const ev = await sec.locator("svg[data-kind='numerics'] path.ev-marker").evaluateAll((ps) => ps.map((p) => ({ c: p.dataset.commit, k: p.dataset.kind })));
+  assert.deepEqual(ev, [{ c: hsha(HK), k: "numerics" }], "one numerics event, at HK");
+  const diverged = await sec.locator("svg[data-kind='numerics'] rect.num-diverged").evaluateAll((rs) => rs.map((r) => r.dataset.commit));
+  assert.deepEqual(diverged, [hsha(HK)]);
+  assert.match(await sec.locator("svg[data-kind='numerics'] text.ev-label").textContent(), new RegExp(PERTURBED.replace(/\./g, "\\.")));
+  assert.equal(await sec.locator("svg[data-kind='memory'] circle.hpt").count(), HN);
+  assert.ok(await sec.locator(`table.hist-alerts tr[data-kind='perf'] a`).first().textContent() === hsha(HM).slice(0, 10));
+  await shot(page, "history.png");
+  // A point links to its commit's diff.
+  await perf.locator(`circle.hpt[data-commit="${hsha(HM)}"]`).click();
+  await page.waitForFunction(() => location.hash.startsWith("#/diff/"));
+  assert.equal(await page.evaluate(() => location.hash), "#/diff/" + hsha(HM));
+  // The branch alone: a plot per cell of its newest job.
+  await gotoReady(page, "#/history?project=hist&branch=main");
+  assert.equal(await page.locator("section.series").count(), 1);
+  await page.locator("section.series[data-status='ok'] svg[data-kind='perf'] line.cp-marker").waitFor({ state: "attached" });
+  // Nothing named: the form, and no request for a series.
+  await gotoReady(page, "#/history");
+  assert.equal(await page.locator("#history-form").count(), 1);
+  assert.equal(await page.locator("section.series").count(), 0);
+  await page.context().close();
+});
+
+test("the alerts page lists the open alerts with links, and an admin marks one", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/alerts?project=hist");
+  const rows = page.locator("#alerts-body tr");
+  const got = await rows.evaluateAll((trs) => trs.map((tr) => ({ kind: tr.dataset.kind, bad: tr.querySelector("a.diff-link").title })));
+  const named = got.filter((a) => a.kind !== "memory").sort((a, b) => (a.kind < b.kind ? -1 : 1));
+  // The fake runner's peak RSS is not steered: memory alerts are left out.
+  assert.deepEqual(named, [{ kind: "numerics", bad: hsha(HK) }, { kind: "perf", bad: hsha(HM) }], JSON.stringify(got));
+  const num = page.locator("#alerts-body tr[data-kind='numerics']");
+  assert.equal(await num.locator("a.diff-link").getAttribute("href"), "#/diff/" + hsha(HK));
+  const series = await num.locator("a.series-link").getAttribute("href");
+  assert.equal(series, "#/history?project=hist&branch=main&model=fake%3Aok&width=default&pass=forward");
+  assert.match(await num.innerText(), /first divergent layer2\.0\.forward\.output\.0/);
+  assert.match(await page.locator("#alerts-body tr[data-kind='perf']").innerText(), /regression[\s\S]*\+\d+\.\d%/);
+  await shot(page, "alerts.png");
+  // Marking: the row says so, and capd has it.
+  await num.locator("button[data-action='false_positive']").click();
+  await page.waitForSelector("#alerts-body tr[data-kind='numerics'][data-status='false_positive']");
+  const id = await num.getAttribute("data-alert-id");
+  const all = await api("GET", "/v1/alerts?project=hist&status=all");
+  assert.equal(all.alerts.find((a) => a.id === id).status, "false_positive");
+  // No longer open; listed under its status.
+  await gotoReady(page, "#/alerts?project=hist&status=open");
+  assert.equal(await page.locator(`#alerts-body tr[data-alert-id="${id}"]`).count(), 0);
+  await gotoReady(page, "#/alerts?project=hist&status=false_positive");
+  assert.equal(await page.locator(`#alerts-body tr[data-alert-id="${id}"][data-status="false_positive"]`).count(), 1);
+  // And from the history page's link, its series.
+  await gotoReady(page, "#/alerts?project=hist");
+  await page.locator("#alerts-body tr[data-kind='perf'] a.series-link").click();
+  await page.waitForSelector("section.series[data-status='ok'] svg[data-kind='perf']");
+  await page.context().close();
+  // A read token sees the alerts but no buttons.
+  const ro = (await api("POST", "/v1/tokens", { scope: "read", name: "dashboard-ro" })).token;
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  await ctx.addInitScript((t) => { sessionStorage.setItem("capd.token", t); }, ro);
+  const rpage = await ctx.newPage();
+  await gotoReady(rpage, "#/alerts?project=hist");
+  assert.ok(await rpage.locator("#alerts-body tr[data-kind='perf']").count() === 1);
+  assert.equal(await rpage.locator("#alerts-body button").count(), 0, "no feedback buttons without admin scope");
+  await shot(rpage, "alerts-read.png");
+  await ctx.close();
+});
+
+test("the bisection page follows a bisection live to its first bad commit, skipping a missing build", async () => {
+  const page = await newPage();
+  await gotoReady(page, "#/bisect");
+  const commits = BISECT_COMMITS();
+  // Another project: no job of the branch is reused, so every probe runs.
+  const b = await api("POST", "/v1/bisect", {
+    project: "hist-bisect", build: "hist", good: hsha(0), bad: hsha(HN - 1), commits,
+    matrix: { models: ["fake:slow__300"], widths: ["default"], passes: ["forward"] },
+    options: { iterations: 0 }, predicate: "numerics",
+  });
+  // The list hears of it.
+  await page.waitForSelector(`tr[data-bisect-id="${b.id}"]`, { timeout: 15000 });
+  await page.locator(`tr[data-bisect-id="${b.id}"] a`).click();
+  await page.waitForSelector("#bisect-state");
+  await page.evaluate(() => { window.__noReload = 7; });
+  await page.waitForSelector("#bisect-state[data-state='done']", { timeout: 90000 });
+  assert.equal(await page.evaluate(() => window.__noReload), 7, "followed without a reload");
+  assert.ok(Number(await page.locator("#bisect").getAttribute("data-loads")) > 1, "updated from the events");
+  assert.equal(await page.locator("#first-bad").getAttribute("data-commit"), hsha(HK));
+  const final = await api("GET", "/v1/bisect/" + b.id);
+  assert.ok(final.round <= Math.ceil(Math.log2(commits.length)) + 1, "rounds: " + final.round);
+  // Every probe, by round; the commit without a build is skipped, saying why.
+  const probes = await page.locator("#probes tbody tr").evaluateAll((trs) => trs.map((tr) => ({
+    i: Number(tr.dataset.index), round: Number(tr.dataset.round), state: tr.dataset.state, why: tr.querySelector("td.why").textContent })));
+  assert.equal(probes.length, final.probes.length);
+  assert.deepEqual(probes.map((p) => p.round), probes.map((p) => p.round).slice().sort((x, y) => x - y), "ordered by round");
+  const skipped = probes.find((p) => p.i === commits.indexOf(HS));
+  assert.ok(skipped, "the commit without a build was probed: " + JSON.stringify(probes));
+  assert.equal(skipped.state, "skipped");
+  assert.match(skipped.why, /did not start/);
+  assert.equal(probes.find((p) => p.i === commits.indexOf(hsha(HK))).state, "bad");
+  assert.equal(await page.locator("#bisect-strip rect.first-bad").count(), 1);
+  assert.equal(await page.locator("#bisect-strip rect.probe-skipped").count(), 1);
+  await shot(page, "bisect.png");
+  await gotoReady(page, "#/bisect");
+  assert.equal(await page.locator(`tr[data-bisect-id="${b.id}"][data-state="done"]`).count(), 1);
+  await shot(page, "bisect-list.png");
+  await page.context().close();
+});
+
 test("a screenshot of every page is kept", () => {
-  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png"])
+  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png",
+    "history.png", "alerts.png", "alerts-read.png", "bisect.png", "bisect-list.png"])
     assert.ok(existsSync(path.join(artifacts, f)), f + " is in " + artifacts);
 });
 
