@@ -479,9 +479,11 @@ test("the bisection page follows a bisection live to its first bad commit, skipp
   await gotoReady(page, "#/bisect");
   const commits = BISECT_COMMITS();
   // Another project: no job of the branch is reused, so every probe runs.
+  // Cells of 2 s: the ends alone outlast the page's first load by far, so
+  // the page sees events after it loaded however slow the host is.
   const b = await api("POST", "/v1/bisect", {
     project: "hist-bisect", build: "hist", good: hsha(0), bad: hsha(HN - 1), commits,
-    matrix: { models: ["fake:slow__300"], widths: ["default"], passes: ["forward"] },
+    matrix: { models: ["fake:slow__2000"], widths: ["default"], passes: ["forward"] },
     options: { iterations: 0 }, predicate: "numerics",
   });
   // The list hears of it.

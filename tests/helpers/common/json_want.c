@@ -50,10 +50,8 @@ static bool want_met(json_t *v, const struct jw_want *w)
 
 static void want_text(const struct jw_want *w, char *buf, size_t len)
 {
-    static const char *const fixed[] = {[JW_NULL] = "null",
-                                        [JW_TRUE] = "true",
-                                        [JW_FALSE] = "false",
-                                        [JW_ABSENT] = "(absent)"};
+    static const char *const fixed[] = {
+        [JW_NULL] = "null", [JW_TRUE] = "true", [JW_FALSE] = "false", [JW_ABSENT] = "(absent)"};
     if (w->kind == JW_STR)
         snprintf(buf, len, "\"%s\"", w->s);
     else if (w->kind == JW_INT)

@@ -31,33 +31,33 @@ struct jw_want {
     double d, eps;
 };
 
-#define JW_S(p, v)                                                                                \
+#define JW_S(p, v)                                                                                 \
     {                                                                                              \
-        (p), JW_STR, (v), 0, 0, 0                                                                \
+        (p), JW_STR, (v), 0, 0, 0                                                                  \
     }
-#define JW_I(p, v)                                                                                \
+#define JW_I(p, v)                                                                                 \
     {                                                                                              \
-        (p), JW_INT, NULL, (v), 0, 0                                                             \
+        (p), JW_INT, NULL, (v), 0, 0                                                               \
     }
-#define JW_D(p, v, e)                                                                             \
+#define JW_D(p, v, e)                                                                              \
     {                                                                                              \
-        (p), JW_DBL, NULL, 0, (v), (e)                                                           \
+        (p), JW_DBL, NULL, 0, (v), (e)                                                             \
     }
-#define JW_N(p)                                                                                   \
+#define JW_N(p)                                                                                    \
     {                                                                                              \
-        (p), JW_NULL, NULL, 0, 0, 0                                                              \
+        (p), JW_NULL, NULL, 0, 0, 0                                                                \
     }
-#define JW_T(p)                                                                                   \
+#define JW_T(p)                                                                                    \
     {                                                                                              \
-        (p), JW_TRUE, NULL, 0, 0, 0                                                              \
+        (p), JW_TRUE, NULL, 0, 0, 0                                                                \
     }
-#define JW_F(p)                                                                                   \
+#define JW_F(p)                                                                                    \
     {                                                                                              \
-        (p), JW_FALSE, NULL, 0, 0, 0                                                             \
+        (p), JW_FALSE, NULL, 0, 0, 0                                                               \
     }
-#define JW_A(p)                                                                                   \
+#define JW_A(p)                                                                                    \
     {                                                                                              \
-        (p), JW_ABSENT, NULL, 0, 0, 0                                                            \
+        (p), JW_ABSENT, NULL, 0, 0, 0                                                              \
     }
 
 void jw_expect_n(json_t *root, const struct jw_want *w, size_t n);
