@@ -211,15 +211,17 @@ def capture_run(torch, model, call, spec, recorder, projection):
         recorder.writer.flush()
 
 
-# The most samples one timing process takes (the iterations maximum of
-# schema/options.json), however short the model's iterations are.
-MAX_SAMPLES = 100000
+# The most iterations one sample may time back to back.
+MAX_LOOPS = 100000
 
 
 def timing_run(torch, model, call, spec, projection, device):
-    """Warmup, then ``iterations`` timed iterations, then more until the
-    samples add up to ``timing_min_ms`` (MAX_SAMPLES at most): a model of
-    40 us an iteration gets enough of them for a stable median."""
+    """Warmup, then ``iterations`` samples. A sample times ``loops``
+    iterations back to back and is their mean: loops is 1 unless the
+    iterations would add up to less than ``timing_min_ms``, and then enough
+    for that, estimated from the fastest warmup iteration (a model of 40 us
+    an iteration gets a stable median without thousands of samples).
+    Returns (samples, loops)."""
     cuda = device.type == "cuda"
     backward = spec.pass_ != "forward"
 
@@ -227,30 +229,29 @@ def timing_run(torch, model, call, spec, projection, device):
         if cuda:
             torch.cuda.synchronize(device)
 
-    def one():
+    def timed(loops):
         if backward:
             model.zero_grad(set_to_none=True)
         sync()
         t0 = _now_ns()
-        out = call(model)
-        if backward:
-            projection.loss(out).backward()
+        for i in range(loops):
+            if backward and i:
+                model.zero_grad(set_to_none=True)
+            out = call(model)
+            if backward:
+                projection.loss(out).backward()
         sync()
-        return _now_ns() - t0
+        return (_now_ns() - t0) // loops
 
-    min_ns = spec.timing_min_ms * 1000000
-    samples, total = [], 0
     model.train() if backward else model.eval()
     with (torch.enable_grad() if backward else torch.no_grad()):
-        for _ in range(spec.warmup):
-            one()
-        while len(samples) < MAX_SAMPLES and (len(samples) < spec.iterations or
-                                              (spec.iterations > 0 and total < min_ns)):
-            samples.append(one())
-            total += samples[-1]
+        fastest = min([timed(1) for _ in range(spec.warmup)] or [0])
+        want = spec.timing_min_ms * 1000000 // max(spec.iterations, 1)
+        loops = 1 if fastest <= 0 else max(1, min(MAX_LOOPS, -(-want // fastest)))
+        samples = [timed(loops) for _ in range(spec.iterations)]
     if backward:
         model.zero_grad(set_to_none=True)
-    return samples
+    return samples, loops
 
 
 def peak_rss_bytes():
@@ -483,7 +484,8 @@ def _timing(torch, spec, writer, forkers, in_cell):
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
     if forker is None or forker.pid is None:
-        frame.update({"samples_ns": in_cell(), "threads": torch.get_num_threads(),
+        samples, loops = in_cell()
+        frame.update({"samples_ns": samples, "loops": loops, "threads": torch.get_num_threads(),
                       "process": 0, "processes": 1})
         writer.frame(frame)
         writer.flush()
@@ -509,7 +511,7 @@ def _run_one(writer, forker, i, n, what):
 def _timing_frame(frame, res, i, n, **extra):
     f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
              processes=n, **extra)
-    for k in ("cpus", "started_ns", "ended_ns"):
+    for k in ("loops", "cpus", "started_ns", "ended_ns"):
         if k in res:
             f[k] = res[k]
     return f

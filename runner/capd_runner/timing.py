@@ -94,8 +94,9 @@ def _one_process(spec, index, out_fd):
     call = cell.Call(cell._place(torch, inputs, device, dtype))
     projection = cell.Projection(torch, spec.seed)
     started = _monotonic_ns()
-    samples = cell.timing_run(torch, model, call, spec, projection, device)
-    res = {"process": index, "samples_ns": samples, "threads": torch.get_num_threads(),
+    samples, loops = cell.timing_run(torch, model, call, spec, projection, device)
+    res = {"process": index, "samples_ns": samples, "loops": loops,
+           "threads": torch.get_num_threads(),
            "started_ns": started, "ended_ns": _monotonic_ns()}
     if hasattr(os, "sched_getaffinity"):
         res["cpus"] = sorted(os.sched_getaffinity(0))
