@@ -77,13 +77,7 @@ static int copy_file(const char *src, const char *dst, int64_t *bytes)
     }
 out:
     close(in);
-    if (out >= 0 && close(out) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, dst) != 0)
-        rc = -errno;
-    if (rc)
-        unlink(tmp);
-    return rc;
+    return util_tmp_finish(out, rc, tmp, dst);
 }
 
 /* Step 1 of a backup: the database, as of one commit, to TMP. The copy is

@@ -114,17 +114,11 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
         return store_errno(errno);
-    rc = util_write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc) {
-        /* A half-written file is removed at once: on a full disk it is
-         * exactly the room the next write needs. */
-        unlink(tmp);
+    /* A half-written file is removed at once: on a full disk it is
+     * exactly the room the next write needs. */
+    rc = util_tmp_finish(fd, util_write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n), tmp, path);
+    if (rc)
         return store_errno(-rc);
-    }
     if ((rc = cached(s, SC_BLOB_INSERT,
                      "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, stored_size) "
                      "VALUES (?,?,?,?)",
