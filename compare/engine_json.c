@@ -73,16 +73,9 @@ static json_t *shape_json(const struct cmp__rec *r)
 
 static const char *basis_name(enum cmp_basis b)
 {
-    switch (b) {
-    case CMP_BASIS_EXACT:
-        return "exact";
-    case CMP_BASIS_FULL:
-        return "full";
-    case CMP_BASIS_SAMPLE:
-        return "sample";
-    default:
-        return "stats";
-    }
+    static const char *const names[] = {
+        [CMP_BASIS_EXACT] = "exact", [CMP_BASIS_FULL] = "full", [CMP_BASIS_SAMPLE] = "sample"};
+    return (unsigned)b < sizeof names / sizeof names[0] ? names[b] : "stats";
 }
 
 static const char *diverge_reason(const struct cmp_metrics *m)
@@ -186,24 +179,27 @@ static json_t *peak_json(int64_t v)
     return v >= 0 ? json_integer(v) : json_null();
 }
 
+/* One kind of peak: the control's and the head's (null when unknown) as
+ * NAMES[0] and NAMES[1], and head over control as NAMES[2] (null without a
+ * control peak). */
+static int peaks_json(json_t *o, const char *const names[3], int64_t c, int64_t h)
+{
+    int rc = cmp__set(o, names[0], peak_json(c));
+    rc |= cmp__set(o, names[1], peak_json(h));
+    if (c > 0 && h >= 0)
+        return rc | cmp__set_real(o, names[2], (double)h / (double)c);
+    return rc | cmp__set(o, names[2], json_null());
+}
+
 static int memory_json(const struct cmp_cell *c, const struct cmp_cell *h, json_t **out)
 {
-    int rc = 0;
+    static const char *const rss[] = {"control_peak", "head_peak", "ratio"};
+    static const char *const dev[] = {"control_device_peak", "head_device_peak", "device_ratio"};
     json_t *o = json_object();
     if (o == NULL)
         return -ENOMEM;
-    rc |= cmp__set(o, "control_peak", peak_json(c->peak_rss));
-    rc |= cmp__set(o, "head_peak", peak_json(h->peak_rss));
-    if (c->peak_rss > 0 && h->peak_rss >= 0)
-        rc |= cmp__set_real(o, "ratio", (double)h->peak_rss / (double)c->peak_rss);
-    else
-        rc |= cmp__set(o, "ratio", json_null());
-    rc |= cmp__set(o, "control_device_peak", peak_json(c->device_peak));
-    rc |= cmp__set(o, "head_device_peak", peak_json(h->device_peak));
-    if (c->device_peak > 0 && h->device_peak >= 0)
-        rc |= cmp__set_real(o, "device_ratio", (double)h->device_peak / (double)c->device_peak);
-    else
-        rc |= cmp__set(o, "device_ratio", json_null());
+    int rc = peaks_json(o, rss, c->peak_rss, h->peak_rss);
+    rc |= peaks_json(o, dev, c->device_peak, h->device_peak);
     if (rc) {
         json_decref(o);
         return -ENOMEM;

@@ -84,20 +84,15 @@ out:
 
 static const char *verdict_name(enum cmp_perf_verdict v)
 {
-    switch (v) {
-    case CMP_PERF_REGRESSION:
-        return "regression";
-    case CMP_PERF_IMPROVEMENT:
-        return "improvement";
-    case CMP_PERF_SAME:
-        return "same";
-    case CMP_PERF_UNKNOWN:
-        return "unknown";
-    case CMP_PERF_UNSTABLE:
-        return "unstable";
-    default:
-        return "insufficient_data";
-    }
+    static const char *const names[] = {
+        [CMP_PERF_INSUFFICIENT_DATA] = "insufficient_data",
+        [CMP_PERF_SAME] = "same",
+        [CMP_PERF_UNKNOWN] = "unknown",
+        [CMP_PERF_REGRESSION] = "regression",
+        [CMP_PERF_IMPROVEMENT] = "improvement",
+        [CMP_PERF_UNSTABLE] = "unstable",
+    };
+    return (unsigned)v < sizeof names / sizeof names[0] ? names[v] : "insufficient_data";
 }
 
 /* Why a cell has the verdict it has, in one sentence for the reports. */
