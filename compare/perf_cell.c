@@ -84,14 +84,12 @@ out:
 
 static const char *verdict_name(enum cmp_perf_verdict v)
 {
-    static const char *const names[] = {
-        [CMP_PERF_INSUFFICIENT_DATA] = "insufficient_data",
-        [CMP_PERF_SAME] = "same",
-        [CMP_PERF_UNKNOWN] = "unknown",
-        [CMP_PERF_REGRESSION] = "regression",
-        [CMP_PERF_IMPROVEMENT] = "improvement",
-        [CMP_PERF_UNSTABLE] = "unstable",
-    };
+    static const char *const names[] = {[CMP_PERF_INSUFFICIENT_DATA] = "insufficient_data",
+                                        [CMP_PERF_SAME] = "same",
+                                        [CMP_PERF_UNKNOWN] = "unknown",
+                                        [CMP_PERF_REGRESSION] = "regression",
+                                        [CMP_PERF_IMPROVEMENT] = "improvement",
+                                        [CMP_PERF_UNSTABLE] = "unstable"};
     return (unsigned)v < sizeof names / sizeof names[0] ? names[v] : "insufficient_data";
 }
 

@@ -368,16 +368,27 @@ static void bind_va(sqlite3_stmt *st, const char *types, va_list ap)
     }
 }
 
+/* SQL into *ST with its parameters bound from AP: prepared when WHICH is
+ * -1, else the cached statement WHICH. */
+static int query_va(struct store *s, int which, sqlite3_stmt **st, const char *sql,
+                    const char *types, va_list ap)
+{
+    int rc = which < 0 ? store_prepare(s, sql, st) : store_cached(s, which, sql, st);
+
+    if (rc == 0)
+        bind_va(*st, types, ap);
+    return rc;
+}
+
 /* SQL run once to completion: prepared and finalized when WHICH is -1,
  * else the cached statement WHICH, reset. */
 static int run_va(struct store *s, int which, const char *sql, const char *types, va_list ap)
 {
     sqlite3_stmt *st = NULL;
-    int rc = which < 0 ? store_prepare(s, sql, &st) : store_cached(s, which, sql, &st);
+    int rc = query_va(s, which, &st, sql, types, ap);
 
     if (rc)
         return rc;
-    bind_va(st, types, ap);
     rc = store_rc(s, sqlite3_step(st));
     if (which < 0)
         sqlite3_finalize(st);
@@ -411,28 +422,24 @@ int store_run_cached(struct store *s, int which, const char *sql, const char *ty
 int store_query(struct store *s, sqlite3_stmt **st, const char *sql, const char *types, ...)
 {
     va_list ap;
-    int rc = store_prepare(s, sql, st);
+    int rc;
 
-    if (rc)
-        return rc;
     va_start(ap, types);
-    bind_va(*st, types, ap);
+    rc = query_va(s, -1, st, sql, types, ap);
     va_end(ap);
-    return 0;
+    return rc;
 }
 
 int store_query_cached(struct store *s, int which, sqlite3_stmt **st, const char *sql,
                        const char *types, ...)
 {
     va_list ap;
-    int rc = store_cached(s, which, sql, st);
+    int rc;
 
-    if (rc)
-        return rc;
     va_start(ap, types);
-    bind_va(*st, types, ap);
+    rc = query_va(s, which, st, sql, types, ap);
     va_end(ap);
-    return 0;
+    return rc;
 }
 
 int store_step(struct store *s, sqlite3_stmt *st)
@@ -447,13 +454,13 @@ int store_each(struct store *s, const char *sql, store_each_fn row, void *ctx, c
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
-    int src, rc = store_prepare(s, sql, &st);
+    int src, rc;
 
+    va_start(ap, types);
+    rc = query_va(s, -1, &st, sql, types, ap);
+    va_end(ap);
     if (rc)
         return rc;
-    va_start(ap, types);
-    bind_va(st, types, ap);
-    va_end(ap);
     while ((src = sqlite3_step(st)) == SQLITE_ROW)
         if ((rc = row(st, ctx)) != 0)
             break;
@@ -476,14 +483,12 @@ int store_get_row(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt 
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
-    int rc = store_prepare(s, sql, &st);
+    int rc;
 
-    if (rc)
-        return rc;
     va_start(ap, types);
-    bind_va(st, types, ap);
+    rc = query_va(s, -1, &st, sql, types, ap);
     va_end(ap);
-    if ((rc = store_step(s, st)) == 0)
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
         *out = row(st);
     sqlite3_finalize(st);
     return rc;
