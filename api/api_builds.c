@@ -58,18 +58,6 @@ static bool env_name_ok(const char *k)
     return true;
 }
 
-static bool in_list(json_t *list, const char *name)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(list, i, v)
-    {
-        if (strcmp(json_string_value(v), name) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* The build's env (names, values, limits, the hooks above) and allow_env:
  * replies and returns false on bad input. */
 static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD_Result *ret)
@@ -108,7 +96,7 @@ static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD
             return false;
         }
         for (size_t h = 0; h < sizeof env_hooks / sizeof env_hooks[0]; h++) {
-            if (strcmp(k, env_hooks[h]) == 0 && !in_list(allow, k)) {
+            if (strcmp(k, env_hooks[h]) == 0 && !api_in_list(allow, k)) {
                 *ret = api_error(r, 400, "forbidden_env", "env",
                                  "env sets %s, which makes the loader or interpreter run code "
                                  "before the runner starts; list it in allow_env to set it on "

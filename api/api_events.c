@@ -135,12 +135,7 @@ static void stream_free(void *cls)
     struct live_hub *h = api__live_hub;
     if (h) {
         pthread_mutex_lock(&h->mu);
-        if (st->prev)
-            st->prev->next = st->next;
-        else
-            h->streams = st->next;
-        if (st->next)
-            st->next->prev = st->prev;
+        LIVE_UNLINK(h->streams, st);
         h->nstreams--;
         api__live_gauges(h);
         pthread_mutex_unlock(&h->mu);
@@ -258,10 +253,7 @@ static int stream_register(struct live_hub *h, struct live_stream *st, int64_t l
         int64_t hb_ms = (int64_t)st->cfg->event_heartbeat_s * 1000;
         st->next_hb =
             util_mono_ms() + hb_ms / 2 + (int64_t)(h->stream_seq++ * 7919u) % (hb_ms / 2 + 1);
-        st->next = h->streams;
-        if (h->streams)
-            h->streams->prev = st;
-        h->streams = st;
+        LIVE_PUSH(h->streams, st);
         h->nstreams++;
         api__live_gauges(h);
         pthread_cond_signal(&h->cv); /* the hub schedules its heartbeat */

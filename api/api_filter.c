@@ -100,13 +100,13 @@ static bool any_match(json_t *vals, const char *pat)
     return false;
 }
 
-static bool has(json_t *vals, const char *v)
+bool api_in_list(json_t *list, const char *s)
 {
     size_t i;
-    json_t *c;
-    json_array_foreach(vals, i, c)
+    json_t *v;
+    json_array_foreach(list, i, v)
     {
-        if (strcmp(json_string_value(c), v) == 0)
+        if (strcmp(json_string_value(v), s) == 0)
             return true;
     }
     return false;
@@ -130,7 +130,7 @@ static json_t *job_values(struct api_req *r, struct store *s, json_t *ctl, json_
     json_t *v;
     json_array_foreach(json_object_get(b, dim), i, v)
     {
-        if (!has(out, json_string_value(v)))
+        if (!api_in_list(out, json_string_value(v)))
             json_array_append(out, v);
     }
 out:

@@ -101,6 +101,8 @@ const char *api_header(struct api_req *r, const char *key);
 bool api_valid_name(const char *s, size_t max);            /* ^[A-Za-z0-9._-]{1,max}$ */
 bool api_valid_hex(const char *s, size_t min, size_t max); /* hex digits only */
 bool api_valid_text(const char *s, size_t max); /* UTF-8 checked by jansson; no controls */
+/* Whether the JSON array of strings LIST holds S (api/api_filter.c). */
+bool api_in_list(json_t *list, const char *s);
 
 /* Authentication and scopes (api/auth.c). api_auth_refused runs on the first
  * access-handler call: it identifies the caller, and refuses at once (401,

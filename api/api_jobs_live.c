@@ -180,11 +180,7 @@ static enum wait_step waiter_suspend(struct live_hub *h, struct live_waiter *w, 
         return WAIT_AGAIN;
     }
     w->listed = true;
-    w->prev = NULL;
-    w->next = h->waiters;
-    if (h->waiters)
-        h->waiters->prev = w;
-    h->waiters = w;
+    LIVE_PUSH(h->waiters, w);
     h->nwaiters++;
     api__live_gauges(h);
     pthread_cond_signal(&h->cv); /* the hub recomputes its next deadline */

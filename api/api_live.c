@@ -114,13 +114,7 @@ void api__live_unlist_waiter(struct live_hub *h, struct live_waiter *w)
 {
     if (!w->listed)
         return;
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        h->waiters = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    w->prev = w->next = NULL;
+    LIVE_UNLINK(h->waiters, w);
     w->listed = false;
     h->nwaiters--;
 }

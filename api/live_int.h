@@ -54,6 +54,29 @@
 
 #define LIVE_PAGE 200 /* events per SQLite read */
 
+/* The hub's lists of streams and of waiters are doubly linked through
+ * their prev and next members, HEAD naming the first: LIVE_PUSH puts IT
+ * first, LIVE_UNLINK takes it out. Both run under the hub lock. */
+#define LIVE_PUSH(head, it)                                                                        \
+    do {                                                                                           \
+        (it)->prev = NULL;                                                                         \
+        (it)->next = (head);                                                                       \
+        if (head)                                                                                  \
+            (head)->prev = (it);                                                                   \
+        (head) = (it);                                                                             \
+    } while (0)
+
+#define LIVE_UNLINK(head, it)                                                                      \
+    do {                                                                                           \
+        if ((it)->prev)                                                                            \
+            (it)->prev->next = (it)->next;                                                         \
+        else                                                                                       \
+            (head) = (it)->next;                                                                   \
+        if ((it)->next)                                                                            \
+            (it)->next->prev = (it)->prev;                                                         \
+        (it)->prev = (it)->next = NULL;                                                            \
+    } while (0)
+
 struct live_stream {
     struct live_stream *prev, *next;
     struct MHD_Connection *conn;

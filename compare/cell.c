@@ -187,7 +187,7 @@ static const char *arena_strndup(struct cmp__arena *a, const char *s, size_t len
  * Doubles an array's capacity, never past max elements. The arrays start
  * small because most cells hold hundreds of records, not millions.
  */
-static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t max)
+int cmp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t max)
 {
     if (need <= *cap)
         return 0;
@@ -269,8 +269,8 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
             goto out;
         }
     }
-    rc = grow((void **)&side->cells, &side->cap_cells, side->n_cells + 1, sizeof(*side->cells),
-              CMP_MAX_CELLS);
+    rc = cmp__grow((void **)&side->cells, &side->cap_cells, side->n_cells + 1, sizeof(*side->cells),
+                   CMP_MAX_CELLS);
     if (rc < 0)
         goto out;
     rc = -ENOMEM;
@@ -369,11 +369,11 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
         return 0;
     if (n > CMP_MAX_TIMING_SAMPLES - cell->n_timing)
         return -E2BIG;
-    int rc = grow((void **)&cell->timing, &cell->cap_timing, cell->n_timing + n,
-                  sizeof(*cell->timing), CMP_MAX_TIMING_SAMPLES);
+    int rc = cmp__grow((void **)&cell->timing, &cell->cap_timing, cell->n_timing + n,
+                       sizeof(*cell->timing), CMP_MAX_TIMING_SAMPLES);
     if (rc == 0)
-        rc = grow((void **)&cell->procs, &cell->cap_procs, cell->n_procs + 1, sizeof(*cell->procs),
-                  CMP_MAX_TIMING_PROCESSES);
+        rc = cmp__grow((void **)&cell->procs, &cell->cap_procs, cell->n_procs + 1,
+                       sizeof(*cell->procs), CMP_MAX_TIMING_PROCESSES);
     if (rc < 0)
         return rc;
     memcpy(cell->timing + cell->n_timing, samples_ns, n * sizeof(*samples_ns));
@@ -569,8 +569,8 @@ int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t)
     rc = cmp__rec_from_tensor(t, &r, &module, &mlen);
     if (rc < 0)
         return rc;
-    rc = grow((void **)&cell->recs, &cell->cap_recs, cell->n_recs + 1, sizeof(*cell->recs),
-              CMP_MAX_TENSORS);
+    rc = cmp__grow((void **)&cell->recs, &cell->cap_recs, cell->n_recs + 1, sizeof(*cell->recs),
+                   CMP_MAX_TENSORS);
     if (rc < 0)
         return rc;
     /* Arena copies cannot be undone one by one; a failure here only wastes bytes. */
@@ -604,8 +604,8 @@ int cmp_cell_mark_nondeterministic(struct cmp_cell *cell, const char *key)
 {
     if (cell == NULL || !name_ok(key))
         return -EINVAL;
-    int rc = grow((void **)&cell->nondet_keys, &cell->cap_nondet, cell->n_nondet + 1,
-                  sizeof(*cell->nondet_keys), CMP_MAX_TENSORS);
+    int rc = cmp__grow((void **)&cell->nondet_keys, &cell->cap_nondet, cell->n_nondet + 1,
+                       sizeof(*cell->nondet_keys), CMP_MAX_TENSORS);
     if (rc < 0)
         return rc;
     const char *k = arena_strndup(&cell->arena, key, strlen(key));

@@ -192,8 +192,19 @@ int cmp__env_result(const struct cmp__env *env, const struct cmp_cell *const *cc
 char *cmp__env_block(const json_t *environment, bool md);
 void cmp__side_free_fingerprints(struct cmp_side *side);
 
+/* Makes room in the array *ARR of *CAP elements of ELEM bytes for NEED
+ * of them, doubling it (from 16) but never past MAX: -E2BIG when NEED is
+ * more than MAX, -ENOMEM (the array unchanged) when memory runs out
+ * (compare/cell.c). */
+int cmp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t max);
+
 /* json helpers (engine_json.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);
+/* json_object_set_new as 0 or -ENOMEM: calls are or-ed into one error. */
+int cmp__set(json_t *o, const char *k, json_t *v);
+/* O when E (the or of cmp__set calls) is 0; otherwise O is released and
+ * the result is NULL. */
+json_t *cmp__obj_or_null(json_t *o, int e);
 
 /* Adds "derived_from": "stats" and the "derived" object of
  * cmp_stats_derive() to a `stats` basis row O; nothing when underivable. */

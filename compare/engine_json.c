@@ -42,9 +42,17 @@ int cmp__set_real(json_t *obj, const char *name, double v)
     return json_object_set_new(nf, name, json_string(s)) ? -ENOMEM : 0;
 }
 
-static int set(json_t *o, const char *k, json_t *v)
+int cmp__set(json_t *o, const char *k, json_t *v)
 {
     return json_object_set_new(o, k, v) ? -ENOMEM : 0;
+}
+
+json_t *cmp__obj_or_null(json_t *o, int e)
+{
+    if (e == 0)
+        return o;
+    json_decref(o);
+    return NULL;
 }
 
 static json_t *str_or_null(const char *s)
@@ -65,16 +73,9 @@ static json_t *shape_json(const struct cmp__rec *r)
 
 static const char *basis_name(enum cmp_basis b)
 {
-    switch (b) {
-    case CMP_BASIS_EXACT:
-        return "exact";
-    case CMP_BASIS_FULL:
-        return "full";
-    case CMP_BASIS_SAMPLE:
-        return "sample";
-    default:
-        return "stats";
-    }
+    static const char *const names[] = {
+        [CMP_BASIS_EXACT] = "exact", [CMP_BASIS_FULL] = "full", [CMP_BASIS_SAMPLE] = "sample"};
+    return (unsigned)b < sizeof names / sizeof names[0] ? names[b] : "stats";
 }
 
 static const char *diverge_reason(const struct cmp_metrics *m)
@@ -103,51 +104,51 @@ static json_t *row_json(const struct cmp__row *r)
 
     if (o == NULL)
         return NULL;
-    rc |= set(o, "key", json_string(h->key));
-    rc |= set(o, "seq", json_integer(h->seq));
-    rc |= set(o, "control_seq", json_integer(c->seq));
-    rc |= set(o, "module", str_or_null(h->module));
-    rc |= set(o, "call", json_integer(h->call));
-    rc |= set(o, "phase", json_string(cmp__phase_name(h->phase)));
-    rc |= set(o, "role", json_string(cmp__role_name(h->role)));
+    rc |= cmp__set(o, "key", json_string(h->key));
+    rc |= cmp__set(o, "seq", json_integer(h->seq));
+    rc |= cmp__set(o, "control_seq", json_integer(c->seq));
+    rc |= cmp__set(o, "module", str_or_null(h->module));
+    rc |= cmp__set(o, "call", json_integer(h->call));
+    rc |= cmp__set(o, "phase", json_string(cmp__phase_name(h->phase)));
+    rc |= cmp__set(o, "role", json_string(cmp__role_name(h->role)));
     if (h->op != NULL) { /* a per-op record (ops.c) */
-        rc |= set(o, "op", json_string(h->op));
-        rc |= set(o, "op_index", json_integer(h->op_index));
+        rc |= cmp__set(o, "op", json_string(h->op));
+        rc |= cmp__set(o, "op_index", json_integer(h->op_index));
     }
-    rc |= set(o, "dtype", json_string(c->dtype_name));
-    rc |= set(o, "status", json_string(tclass_names[r->cls]));
+    rc |= cmp__set(o, "dtype", json_string(c->dtype_name));
+    rc |= cmp__set(o, "status", json_string(tclass_names[r->cls]));
     if (r->cls == CMP__T_DIVERGED)
-        rc |= set(o, "reason", json_string(diverge_reason(m)));
-    rc |= set(o, "basis", json_string(basis_name(m->basis)));
+        rc |= cmp__set(o, "reason", json_string(diverge_reason(m)));
+    rc |= cmp__set(o, "basis", json_string(basis_name(m->basis)));
     if (m->basis == CMP_BASIS_EXACT)
         goto done;
     if (m->mismatch != CMP_MISMATCH_NONE) {
-        rc |= set(o, "head_dtype", json_string(h->dtype_name));
-        rc |= set(o, "head_shape", shape_json(h));
-        rc |= set(o, "control_shape", shape_json(c));
+        rc |= cmp__set(o, "head_dtype", json_string(h->dtype_name));
+        rc |= cmp__set(o, "head_shape", shape_json(h));
+        rc |= cmp__set(o, "control_shape", shape_json(c));
     }
     rc |= cmp__set_real(o, "atol", m->atol);
     rc |= cmp__set_real(o, "rtol", m->rtol);
     if (m->basis == CMP_BASIS_FULL || m->basis == CMP_BASIS_SAMPLE) {
-        rc |= set(o, "n", json_integer(m->n));
-        rc |= set(o, "n_finite", json_integer(m->n_finite));
+        rc |= cmp__set(o, "n", json_integer(m->n));
+        rc |= cmp__set(o, "n_finite", json_integer(m->n_finite));
         rc |= cmp__set_real(o, "max_abs", m->max_abs);
         rc |= cmp__set_real(o, "mean_abs", m->mean_abs);
         rc |= cmp__set_real(o, "p99_abs", m->p99_abs);
         rc |= cmp__set_real(o, "max_rel", m->max_rel);
         rc |= cmp__set_real(o, "mean_rel", m->mean_rel);
-        rc |= set(o, "allclose_violations", json_integer(m->allclose_violations));
+        rc |= cmp__set(o, "allclose_violations", json_integer(m->allclose_violations));
         rc |= cmp__set_real(o, "cosine", m->cosine);
         rc |= cmp__set_real(o, "sqnr_db", m->sqnr_db);
         rc |= cmp__set_real(o, "nl2", m->nl2);
     }
     if (m->basis == CMP_BASIS_STATS && m->mismatch == CMP_MISMATCH_NONE)
         rc |= cmp__derived_json(o, h, c); /* derived.c: sizes from the statistics */
-    rc |= set(o, "stat_violations", json_integer(m->stat_violations));
-    rc |= set(o, "nan_one_sided", json_integer(m->nan_one_sided));
-    rc |= set(o, "inf_one_sided", json_integer(m->inf_one_sided));
+    rc |= cmp__set(o, "stat_violations", json_integer(m->stat_violations));
+    rc |= cmp__set(o, "nan_one_sided", json_integer(m->nan_one_sided));
+    rc |= cmp__set(o, "inf_one_sided", json_integer(m->inf_one_sided));
     json_t *d = json_object();
-    rc |= set(o, "delta", d);
+    rc |= cmp__set(o, "delta", d);
     if (d != NULL) {
         rc |= cmp__set_real(d, "min", m->d_min);
         rc |= cmp__set_real(d, "max", m->d_max);
@@ -178,24 +179,27 @@ static json_t *peak_json(int64_t v)
     return v >= 0 ? json_integer(v) : json_null();
 }
 
+/* One kind of peak: the control's and the head's (null when unknown) as
+ * NAMES[0] and NAMES[1], and head over control as NAMES[2] (null without a
+ * control peak). */
+static int peaks_json(json_t *o, const char *const names[3], int64_t c, int64_t h)
+{
+    int rc = cmp__set(o, names[0], peak_json(c));
+    rc |= cmp__set(o, names[1], peak_json(h));
+    if (c > 0 && h >= 0)
+        return rc | cmp__set_real(o, names[2], (double)h / (double)c);
+    return rc | cmp__set(o, names[2], json_null());
+}
+
 static int memory_json(const struct cmp_cell *c, const struct cmp_cell *h, json_t **out)
 {
-    int rc = 0;
+    static const char *const rss[] = {"control_peak", "head_peak", "ratio"};
+    static const char *const dev[] = {"control_device_peak", "head_device_peak", "device_ratio"};
     json_t *o = json_object();
     if (o == NULL)
         return -ENOMEM;
-    rc |= set(o, "control_peak", peak_json(c->peak_rss));
-    rc |= set(o, "head_peak", peak_json(h->peak_rss));
-    if (c->peak_rss > 0 && h->peak_rss >= 0)
-        rc |= cmp__set_real(o, "ratio", (double)h->peak_rss / (double)c->peak_rss);
-    else
-        rc |= set(o, "ratio", json_null());
-    rc |= set(o, "control_device_peak", peak_json(c->device_peak));
-    rc |= set(o, "head_device_peak", peak_json(h->device_peak));
-    if (c->device_peak > 0 && h->device_peak >= 0)
-        rc |= cmp__set_real(o, "device_ratio", (double)h->device_peak / (double)c->device_peak);
-    else
-        rc |= set(o, "device_ratio", json_null());
+    int rc = peaks_json(o, rss, c->peak_rss, h->peak_rss);
+    rc |= peaks_json(o, dev, c->device_peak, h->device_peak);
     if (rc) {
         json_decref(o);
         return -ENOMEM;
@@ -211,24 +215,25 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
 {
     const struct cmp_cell *c = k->c, *h = k->h;
     int e = 0;
-    e |= set(cj, "model", json_string(h->model));
-    e |= set(cj, "width", json_string(h->width));
-    e |= set(cj, "pass", json_string(h->pass));
+    e |= cmp__set(cj, "model", json_string(h->model));
+    e |= cmp__set(cj, "width", json_string(h->width));
+    e |= cmp__set(cj, "pass", json_string(h->pass));
     if (k->cross)
-        e |= set(cj, "control_width", json_string(c->width));
-    e |= set(cj, "status", json_string(cstatus_names[k->st]));
-    e |= set(cj, "incomparable_reason", str_or_null(k->st == CMP__C_INCOMPARABLE ? k->why : NULL));
-    e |= set(cj, "not_run_reason", str_or_null(k->st == CMP__C_NOT_RUN ? k->why : NULL));
-    e |= set(cj, "control_host_missing", str_or_null(c->host_missing));
-    e |= set(cj, "head_host_missing", str_or_null(h->host_missing));
-    e |= set(cj, "control_outcome", str_or_null(cmp__outcome_name(c->outcome)));
-    e |= set(cj, "head_outcome", str_or_null(cmp__outcome_name(h->outcome)));
-    e |= set(cj, "outcome_change", json_string(k->oc));
-    e |= set(cj, "control_effective_width", str_or_null(c->effective_width));
-    e |= set(cj, "head_effective_width", str_or_null(h->effective_width));
-    e |= set(cj, "control_device", str_or_null(c->device));
-    e |= set(cj, "head_device", str_or_null(h->device));
-    e |= set(cj, "device_check", json_string(k->dev_check));
+        e |= cmp__set(cj, "control_width", json_string(c->width));
+    e |= cmp__set(cj, "status", json_string(cstatus_names[k->st]));
+    e |= cmp__set(cj, "incomparable_reason",
+                  str_or_null(k->st == CMP__C_INCOMPARABLE ? k->why : NULL));
+    e |= cmp__set(cj, "not_run_reason", str_or_null(k->st == CMP__C_NOT_RUN ? k->why : NULL));
+    e |= cmp__set(cj, "control_host_missing", str_or_null(c->host_missing));
+    e |= cmp__set(cj, "head_host_missing", str_or_null(h->host_missing));
+    e |= cmp__set(cj, "control_outcome", str_or_null(cmp__outcome_name(c->outcome)));
+    e |= cmp__set(cj, "head_outcome", str_or_null(cmp__outcome_name(h->outcome)));
+    e |= cmp__set(cj, "outcome_change", json_string(k->oc));
+    e |= cmp__set(cj, "control_effective_width", str_or_null(c->effective_width));
+    e |= cmp__set(cj, "head_effective_width", str_or_null(h->effective_width));
+    e |= cmp__set(cj, "control_device", str_or_null(c->device));
+    e |= cmp__set(cj, "head_device", str_or_null(h->device));
+    e |= cmp__set(cj, "device_check", json_string(k->dev_check));
     return e;
 }
 
@@ -236,16 +241,16 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
 static int cell_records_json(const struct cmp__cellcmp *k, json_t *cj)
 {
     int e = 0;
-    e |= set(cj, "tensors_compared", json_integer((json_int_t)k->nrows));
-    e |= set(cj, "tensors_identical", json_integer(k->ncls[CMP__T_IDENTICAL]));
-    e |= set(cj, "tensors_within_tolerance", json_integer(k->ncls[CMP__T_WITHIN]));
-    e |= set(cj, "tensors_diverged", json_integer(k->ncls[CMP__T_DIVERGED]));
-    e |= set(cj, "tensors_nondeterministic", json_integer(k->ncls[CMP__T_NONDET]));
-    e |= set(cj, "missing_keys", json_integer((json_int_t)k->nmiss));
-    e |= set(cj, "extra_keys", json_integer((json_int_t)k->nextra));
-    e |= set(cj, "missing_key_names", names_json(k->missing, k->nmiss));
-    e |= set(cj, "extra_key_names", names_json(k->extra, k->nextra));
-    e |= set(cj, "params_differed", json_boolean(k->params_differed));
+    e |= cmp__set(cj, "tensors_compared", json_integer((json_int_t)k->nrows));
+    e |= cmp__set(cj, "tensors_identical", json_integer(k->ncls[CMP__T_IDENTICAL]));
+    e |= cmp__set(cj, "tensors_within_tolerance", json_integer(k->ncls[CMP__T_WITHIN]));
+    e |= cmp__set(cj, "tensors_diverged", json_integer(k->ncls[CMP__T_DIVERGED]));
+    e |= cmp__set(cj, "tensors_nondeterministic", json_integer(k->ncls[CMP__T_NONDET]));
+    e |= cmp__set(cj, "missing_keys", json_integer((json_int_t)k->nmiss));
+    e |= cmp__set(cj, "extra_keys", json_integer((json_int_t)k->nextra));
+    e |= cmp__set(cj, "missing_key_names", names_json(k->missing, k->nmiss));
+    e |= cmp__set(cj, "extra_key_names", names_json(k->extra, k->nextra));
+    e |= cmp__set(cj, "params_differed", json_boolean(k->params_differed));
     return e;
 }
 
@@ -254,7 +259,7 @@ static int cell_origins_json(const struct cmp__cellcmp *k, json_t *cj)
 {
     int e = 0;
     if (k->first_div != NULL) {
-        e |= set(cj, "first_divergence", row_json(k->first_div));
+        e |= cmp__set(cj, "first_divergence", row_json(k->first_div));
     } else if (k->st == CMP__C_DIVERGED && (k->nmiss > 0 || k->nextra > 0)) {
         /*
          * Only the key sets differ: point at the first record that is not
@@ -264,17 +269,17 @@ static int cell_origins_json(const struct cmp__cellcmp *k, json_t *cj)
         const struct cmp__rec *r = k->nmiss > 0 ? k->missing[0] : k->extra[0];
         json_t *sub = json_object();
         if (sub != NULL) {
-            e |= set(sub, "key", json_string(r->key));
-            e |= set(sub, "seq", json_integer(r->seq));
-            e |= set(sub, "status", json_string("diverged"));
-            e |=
-                set(sub, "reason", json_string(k->nmiss > 0 ? "missing_in_head" : "extra_in_head"));
+            e |= cmp__set(sub, "key", json_string(r->key));
+            e |= cmp__set(sub, "seq", json_integer(r->seq));
+            e |= cmp__set(sub, "status", json_string("diverged"));
+            e |= cmp__set(sub, "reason",
+                          json_string(k->nmiss > 0 ? "missing_in_head" : "extra_in_head"));
         }
-        e |= set(cj, "first_divergence", sub);
+        e |= cmp__set(cj, "first_divergence", sub);
     } else {
-        e |= set(cj, "first_divergence", json_null());
+        e |= cmp__set(cj, "first_divergence", json_null());
     }
-    e |= set(cj, "first_introduced", k->first_intro ? row_json(k->first_intro) : json_null());
+    e |= cmp__set(cj, "first_introduced", k->first_intro ? row_json(k->first_intro) : json_null());
     return e;
 }
 
@@ -285,7 +290,8 @@ static int cell_nonfinite_json(const struct cmp__cellcmp *k, json_t *cj)
     for (int side = 0; side < 2 && !e; side++) {
         json_t *nf = NULL;
         e |= cmp__first_nonfinite(side ? k->c : k->h, &nf);
-        e |= set(cj, side ? "control_first_nonfinite" : "first_nonfinite", nf ? nf : json_null());
+        e |= cmp__set(cj, side ? "control_first_nonfinite" : "first_nonfinite",
+                      nf ? nf : json_null());
     }
     return e;
 }
@@ -308,16 +314,16 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
     if (!e)
         e |= cell_nonfinite_json(k, cj);
     e |= cmp__perf_json(&k->perf, k->o, &sub);
-    e |= set(cj, "perf", sub);
+    e |= cmp__set(cj, "perf", sub);
     sub = NULL;
     e |= memory_json(k->c, k->h, &sub);
-    e |= set(cj, "memory", sub);
+    e |= cmp__set(cj, "memory", sub);
     sub = NULL;
     if (k->o->include_tensors) {
         json_t *tensors = json_array();
         for (size_t r = 0; tensors && r < k->nrows; r++)
             e |= json_array_append_new(tensors, row_json(&k->rows[r])) ? -ENOMEM : 0;
-        e |= set(cj, "tensors", tensors);
+        e |= cmp__set(cj, "tensors", tensors);
     }
     if (e) {
         json_decref(cj);
@@ -335,25 +341,21 @@ static json_t *counts_json(const struct cmp__counts *cnt)
     int e = 0;
     if (counts == NULL)
         return NULL;
-    e |= set(counts, "cells", json_integer(cnt->cells));
+    e |= cmp__set(counts, "cells", json_integer(cnt->cells));
     for (int st = 0; st < CMP__C__COUNT; st++)
-        e |= set(counts, cstatus_names[st], json_integer(cnt->status[st]));
-    e |= set(counts, "missing_cells", json_integer(cnt->missing_cells));
-    e |= set(counts, "extra_cells", json_integer(cnt->extra_cells));
-    e |= set(counts, "outcome_regressions", json_integer(cnt->outcome_regressions));
-    e |= set(counts, "outcome_fixes", json_integer(cnt->outcome_fixes));
-    e |= set(counts, "perf_regressions", json_integer(cnt->perf_regressions));
-    e |= set(counts, "perf_improvements", json_integer(cnt->perf_improvements));
-    e |= set(counts, "perf_unknown", json_integer(cnt->perf_unknown));
-    e |= set(counts, "perf_unstable", json_integer(cnt->perf_unstable));
-    e |= set(counts, "perf_same", json_integer(cnt->perf_same));
-    e |= set(counts, "device_mismatches", json_integer(cnt->device_mismatches));
-    e |= set(counts, "lost_coverage", json_integer(cnt->lost_coverage));
-    if (e) {
-        json_decref(counts);
-        return NULL;
-    }
-    return counts;
+        e |= cmp__set(counts, cstatus_names[st], json_integer(cnt->status[st]));
+    e |= cmp__set(counts, "missing_cells", json_integer(cnt->missing_cells));
+    e |= cmp__set(counts, "extra_cells", json_integer(cnt->extra_cells));
+    e |= cmp__set(counts, "outcome_regressions", json_integer(cnt->outcome_regressions));
+    e |= cmp__set(counts, "outcome_fixes", json_integer(cnt->outcome_fixes));
+    e |= cmp__set(counts, "perf_regressions", json_integer(cnt->perf_regressions));
+    e |= cmp__set(counts, "perf_improvements", json_integer(cnt->perf_improvements));
+    e |= cmp__set(counts, "perf_unknown", json_integer(cnt->perf_unknown));
+    e |= cmp__set(counts, "perf_unstable", json_integer(cnt->perf_unstable));
+    e |= cmp__set(counts, "perf_same", json_integer(cnt->perf_same));
+    e |= cmp__set(counts, "device_mismatches", json_integer(cnt->device_mismatches));
+    e |= cmp__set(counts, "lost_coverage", json_integer(cnt->lost_coverage));
+    return cmp__obj_or_null(counts, e);
 }
 
 static json_t *thresholds_json(const struct cmp_options *opt)
@@ -364,13 +366,9 @@ static json_t *thresholds_json(const struct cmp_options *opt)
     int e = 0;
     if (th == NULL)
         return NULL;
-    e |= set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
-    e |= set(th, "perf_gate", json_boolean(opt->perf_gate));
-    if (e) {
-        json_decref(th);
-        return NULL;
-    }
-    return th;
+    e |= cmp__set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
+    e |= cmp__set(th, "perf_gate", json_boolean(opt->perf_gate));
+    return cmp__obj_or_null(th, e);
 }
 
 /*
@@ -383,21 +381,21 @@ int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cm
     bool regression = cnt->outcome_regressions > 0 || cnt->status[CMP__C_DIVERGED] > 0 ||
                       cnt->missing_cells > 0 || (opt->perf_gate && cnt->perf_regressions > 0);
     int e = 0;
-    e |= set(res, "verdict", json_string(regression ? "regression" : "pass"));
-    e |= set(res, "mode", json_string(cross ? "cross_width" : "same_width"));
+    e |= cmp__set(res, "verdict", json_string(regression ? "regression" : "pass"));
+    e |= cmp__set(res, "mode", json_string(cross ? "cross_width" : "same_width"));
     if (cross) {
-        e |= set(res, "control_width", json_string(opt->control_width));
-        e |= set(res, "head_width", json_string(opt->head_width));
+        e |= cmp__set(res, "control_width", json_string(opt->control_width));
+        e |= cmp__set(res, "head_width", json_string(opt->head_width));
     }
-    e |= set(res, "counts", counts_json(cnt));
-    e |= set(res, "thresholds", thresholds_json(opt));
-    e |= set(res, "cells", *cells);
+    e |= cmp__set(res, "counts", counts_json(cnt));
+    e |= cmp__set(res, "thresholds", thresholds_json(opt));
+    e |= cmp__set(res, "cells", *cells);
     *cells = NULL;
-    e |= set(res, "missing_cells", *miss);
+    e |= cmp__set(res, "missing_cells", *miss);
     *miss = NULL;
-    e |= set(res, "extra_cells", *extra);
+    e |= cmp__set(res, "extra_cells", *extra);
     *extra = NULL;
-    e |= set(res, "environment", *envj);
+    e |= cmp__set(res, "environment", *envj);
     *envj = NULL;
     return e ? -ENOMEM : 0;
 }

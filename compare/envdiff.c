@@ -61,14 +61,9 @@ int cmp__env_pair(struct cmp__env *env, const struct cmp_cell *control, const st
         env->without++;
         return 0;
     }
-    if (env->n == env->cap) {
-        size_t cap = env->cap ? env->cap * 2 : 16;
-        struct pair *np = realloc(env->p, cap * sizeof(*np));
-        if (np == NULL)
-            return -ENOMEM;
-        env->p = np;
-        env->cap = cap;
-    }
+    int rc = cmp__grow((void **)&env->p, &env->cap, env->n + 1, sizeof(*env->p), SIZE_MAX / 2);
+    if (rc)
+        return rc;
     env->p[env->n++] = (struct pair){control->fp, head->fp};
     return 0;
 }
@@ -119,14 +114,9 @@ struct diffs {
 
 static int push(struct diffs *d, const struct cmp__envf *c, const struct cmp__envf *h, int64_t m)
 {
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 32;
-        struct diff *nv = realloc(d->v, cap * sizeof(*nv));
-        if (nv == NULL)
-            return -ENOMEM;
-        d->v = nv;
-        d->cap = cap;
-    }
+    int rc = cmp__grow((void **)&d->v, &d->cap, d->n + 1, sizeof(*d->v), SIZE_MAX / 2);
+    if (rc)
+        return rc;
     d->v[d->n++] = (struct diff){c, h, m};
     return 0;
 }
@@ -228,11 +218,6 @@ static int count_fields(const struct cmp__env *env, int64_t *out)
 
 /* ---------------------------------------------------------------- JSON */
 
-static int set(json_t *o, const char *k, json_t *v)
-{
-    return json_object_set_new(o, k, v) ? -ENOMEM : 0;
-}
-
 /* The words of a that b lacks, space-joined (both sorted flag lists). */
 static char *only_in(const char *a, const char *b)
 {
@@ -272,31 +257,27 @@ static json_t *diff_json(const struct diff *d)
     int e = 0;
     if (o == NULL)
         return NULL;
-    e |= set(o, "group", json_string(cmp__env_group_names[f->group]));
-    e |= set(o, "field", json_string(f->name));
-    e |= set(o, "change",
-             json_string(d->c == NULL   ? "added"
-                         : d->h == NULL ? "removed"
-                                        : "changed"));
+    e |= cmp__set(o, "group", json_string(cmp__env_group_names[f->group]));
+    e |= cmp__set(o, "field", json_string(f->name));
+    e |= cmp__set(o, "change",
+                  json_string(d->c == NULL   ? "added"
+                              : d->h == NULL ? "removed"
+                                             : "changed"));
     if ((d->c && d->c->secret) || (d->h && d->h->secret)) {
-        e |= set(o, "redacted", json_true());
+        e |= cmp__set(o, "redacted", json_true());
     } else if (d->c && d->h && strcmp(f->name, "cpu.flags") == 0) {
         char *oc = only_in(d->c->value, d->h->value), *oh = only_in(d->h->value, d->c->value);
-        e |= set(o, "control", oc ? json_string(oc) : NULL);
-        e |= set(o, "head", oh ? json_string(oh) : NULL);
-        e |= set(o, "detail", json_string("flags on one side only"));
+        e |= cmp__set(o, "control", oc ? json_string(oc) : NULL);
+        e |= cmp__set(o, "head", oh ? json_string(oh) : NULL);
+        e |= cmp__set(o, "detail", json_string("flags on one side only"));
         free(oc);
         free(oh);
     } else {
-        e |= set(o, "control", value_json(d->c));
-        e |= set(o, "head", value_json(d->h));
+        e |= cmp__set(o, "control", value_json(d->c));
+        e |= cmp__set(o, "head", value_json(d->h));
     }
-    e |= set(o, "cells", json_integer(d->cells));
-    if (e) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    e |= cmp__set(o, "cells", json_integer(d->cells));
+    return cmp__obj_or_null(o, e);
 }
 
 static json_t *cell_ref(const struct cmp_cell *c)
@@ -349,13 +330,13 @@ static int premise_field(const char *side, const char *name, const struct cmp_si
     if (k < 2)
         goto out;
     json_t *o = json_pack("{s:s, s:s}", "side", side, "field", name), *vs = json_array();
-    int e = o == NULL || vs == NULL || set(o, "values", vs);
+    int e = o == NULL || vs == NULL || cmp__set(o, "values", vs);
     for (size_t v = 0; v < k && v < PREMISE_SHOWN && !e; v++)
         e |= json_array_append_new(vs, json_pack("{s:o, s:I, s:o}", "value", premise_value(val[v]),
                                                  "cells", (json_int_t)cnt[v], "example",
                                                  cell_ref(example[first[v]])));
-    e |= set(o, "values_omitted",
-             json_integer(k > PREMISE_SHOWN ? (json_int_t)(k - PREMISE_SHOWN) : 0));
+    e |= cmp__set(o, "values_omitted",
+                  json_integer(k > PREMISE_SHOWN ? (json_int_t)(k - PREMISE_SHOWN) : 0));
     if (e || json_array_append_new(arr, o))
         rc = -ENOMEM;
 out:
@@ -412,16 +393,17 @@ int cmp__env_result(const struct cmp__env *env, const struct cmp_cell *const *cc
         if (json_array_append_new(list, diff_json(&d.v[i])))
             goto out;
     int e = 0;
-    e |= set(o, "fields_compared", json_integer(fields));
-    e |= set(o, "pairs_compared", json_integer((json_int_t)env->n));
-    e |= set(o, "pairs_without_fingerprint", json_integer(env->without));
-    e |= set(o, "premise", json_string(json_array_size(inc) ? "broken" : "ok"));
-    e |= set(o, "inconsistent", inc);
+    e |= cmp__set(o, "fields_compared", json_integer(fields));
+    e |= cmp__set(o, "pairs_compared", json_integer((json_int_t)env->n));
+    e |= cmp__set(o, "pairs_without_fingerprint", json_integer(env->without));
+    e |= cmp__set(o, "premise", json_string(json_array_size(inc) ? "broken" : "ok"));
+    e |= cmp__set(o, "inconsistent", inc);
     inc = NULL;
-    e |= set(o, "differences", list);
+    e |= cmp__set(o, "differences", list);
     list = NULL;
-    e |= set(o, "differences_omitted",
-             json_integer(d.n > CMP_MAX_ENV_DIFFS ? (json_int_t)(d.n - CMP_MAX_ENV_DIFFS) : 0));
+    e |=
+        cmp__set(o, "differences_omitted",
+                 json_integer(d.n > CMP_MAX_ENV_DIFFS ? (json_int_t)(d.n - CMP_MAX_ENV_DIFFS) : 0));
     if (e)
         goto out;
     *out = o;

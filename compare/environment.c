@@ -232,16 +232,9 @@ static int add_field(struct cmp__fp *fp, const char *name, const char *value, si
 {
     if (strlen(name) >= CMP_MAX_ENV_NAME)
         return 0; /* no rule names such a field: leave it out */
-    if (fp->n == CMP_MAX_ENV_FIELDS)
-        return -E2BIG;
-    if (fp->n == fp->cap) {
-        size_t cap = fp->cap ? fp->cap * 2 : 64;
-        struct cmp__envf *nf = realloc(fp->f, cap * sizeof(*nf));
-        if (nf == NULL)
-            return -ENOMEM;
-        fp->f = nf;
-        fp->cap = cap;
-    }
+    int rc = cmp__grow((void **)&fp->f, &fp->cap, fp->n + 1, sizeof(*fp->f), CMP_MAX_ENV_FIELDS);
+    if (rc)
+        return rc;
     struct cmp__envf *f = &fp->f[fp->n];
     memset(f, 0, sizeof(*f));
     classify(name, &f->group, &f->order);
@@ -585,18 +578,14 @@ int cmp_cell_set_fingerprint(struct cmp_cell *cell, const json_t *fp)
             free(canon);
             return 0;
         }
-    if (side->n_fps == side->cap_fps) {
-        size_t cap = side->cap_fps ? side->cap_fps * 2 : 4;
-        struct cmp__fp **nv = realloc(side->fps, cap * sizeof(*nv));
-        if (nv == NULL) {
-            free(canon);
-            return -ENOMEM;
-        }
-        side->fps = nv;
-        side->cap_fps = cap;
+    int rc = cmp__grow((void **)&side->fps, &side->cap_fps, side->n_fps + 1, sizeof(*side->fps),
+                       SIZE_MAX / 2);
+    if (rc) {
+        free(canon);
+        return rc;
     }
     struct cmp__fp *f = NULL;
-    int rc = fp_build(fp, canon, &f);
+    rc = fp_build(fp, canon, &f);
     if (rc < 0) {
         free(canon);
         return rc;

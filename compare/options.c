@@ -224,6 +224,15 @@ static int apply_cross_width(struct cmp_options *o, const json_t *cw, struct cmp
     return 0;
 }
 
+/* The boolean option K: V must be true or false. */
+static int read_bool(const char *k, const json_t *v, bool *out, struct cmp_err *err)
+{
+    if (!json_is_boolean(v))
+        return fail(err, k, "must be true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
 int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_err *err)
 {
     /* work on a copy so a rejected object leaves the caller's options untouched */
@@ -253,22 +262,13 @@ int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_
         } else if (strcmp(k, "bootstrap") == 0) {
             rc = apply_bootstrap(&o, v, err);
         } else if (strcmp(k, "include_tensors") == 0) {
-            if (!json_is_boolean(v))
-                rc = fail(err, k, "must be true or false");
-            else
-                o.include_tensors = json_is_true(v);
+            rc = read_bool(k, v, &o.include_tensors, err);
         } else if (strcmp(k, "cross_width") == 0) {
             rc = apply_cross_width(&o, v, err);
         } else if (strcmp(k, "allow_device_mismatch") == 0) {
-            if (!json_is_boolean(v))
-                rc = fail(err, k, "must be true or false");
-            else
-                o.allow_device_mismatch = json_is_true(v);
+            rc = read_bool(k, v, &o.allow_device_mismatch, err);
         } else if (strcmp(k, "perf_gate") == 0) {
-            if (!json_is_boolean(v))
-                rc = fail(err, k, "must be true or false");
-            else
-                o.perf_gate = json_is_true(v);
+            rc = read_bool(k, v, &o.perf_gate, err);
         } else {
             rc = fail(err, k, "unknown field");
         }

@@ -84,20 +84,13 @@ out:
 
 static const char *verdict_name(enum cmp_perf_verdict v)
 {
-    switch (v) {
-    case CMP_PERF_REGRESSION:
-        return "regression";
-    case CMP_PERF_IMPROVEMENT:
-        return "improvement";
-    case CMP_PERF_SAME:
-        return "same";
-    case CMP_PERF_UNKNOWN:
-        return "unknown";
-    case CMP_PERF_UNSTABLE:
-        return "unstable";
-    default:
-        return "insufficient_data";
-    }
+    static const char *const names[] = {[CMP_PERF_INSUFFICIENT_DATA] = "insufficient_data",
+                                        [CMP_PERF_SAME] = "same",
+                                        [CMP_PERF_UNKNOWN] = "unknown",
+                                        [CMP_PERF_REGRESSION] = "regression",
+                                        [CMP_PERF_IMPROVEMENT] = "improvement",
+                                        [CMP_PERF_UNSTABLE] = "unstable"};
+    return (unsigned)v < sizeof names / sizeof names[0] ? names[v] : "insufficient_data";
 }
 
 /* Why a cell has the verdict it has, in one sentence for the reports. */
@@ -124,17 +117,12 @@ static void reason(const struct cmp_perf *p, const struct cmp_options *o, char *
     }
 }
 
-static int set(json_t *o, const char *k, json_t *v)
-{
-    return json_object_set_new(o, k, v) ? -ENOMEM : 0;
-}
-
 static int ci_json(json_t *o, const struct cmp_perf *p)
 {
     if (!isfinite(p->ci_lo) || !isfinite(p->ci_hi))
-        return set(o, "ci99", json_null());
+        return cmp__set(o, "ci99", json_null());
     json_t *ci = json_pack("[f,f]", p->ci_lo, p->ci_hi);
-    return ci ? set(o, "ci99", ci) : -ENOMEM;
+    return ci ? cmp__set(o, "ci99", ci) : -ENOMEM;
 }
 
 int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json_t **out)
@@ -146,28 +134,31 @@ int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json
         return -ENOMEM;
     reason(p, opt, why, sizeof why);
     bool tested = p->n_control && p->n_head;
-    rc |= set(o, "design", json_string(p->design == CMP_PERF_PAIRED ? "paired" : "unpaired"));
+    rc |= cmp__set(o, "design", json_string(p->design == CMP_PERF_PAIRED ? "paired" : "unpaired"));
     rc |= cmp__set_real(o, "control_median_ns", p->control_median_ns);
     rc |= cmp__set_real(o, "head_median_ns", p->head_median_ns);
     rc |= cmp__set_real(o, "ratio", p->ratio);
     rc |= ci_json(o, p);
     rc |= cmp__set_real(o, "p_value", p->p_value);
-    rc |= set(o, "p_method", tested ? json_string(p->p_exact ? "exact" : "normal") : json_null());
-    rc |= set(o, "test",
-              json_string(p->design == CMP_PERF_PAIRED ? "wilcoxon_signed_rank" : "mann_whitney"));
+    rc |= cmp__set(o, "p_method",
+                   tested ? json_string(p->p_exact ? "exact" : "normal") : json_null());
+    rc |= cmp__set(
+        o, "test",
+        json_string(p->design == CMP_PERF_PAIRED ? "wilcoxon_signed_rank" : "mann_whitney"));
     rc |= cmp__set_real(o, p->design == CMP_PERF_PAIRED ? "w" : "u", p->u);
     rc |= cmp__set_real(o, "hl_shift_ns", p->hl_shift_ns);
     rc |= cmp__set_real(o, "min_p", p->min_p);
-    rc |= set(o, "min_n", json_integer((json_int_t)p->min_n));
+    rc |= cmp__set(o, "min_n", json_integer((json_int_t)p->min_n));
     rc |= cmp__set_real(o, "spread", p->spread);
     rc |= cmp__set_real(o, "mde", p->mde);
-    rc |= set(o, "verdict", json_string(verdict_name(p->verdict)));
-    rc |= set(o, "reason", why[0] ? json_string(why) : json_null());
-    rc |= set(o, "n_control", json_integer((json_int_t)p->n_control));
-    rc |= set(o, "n_head", json_integer((json_int_t)p->n_head));
-    rc |= set(o, "pairs", json_integer(p->design == CMP_PERF_PAIRED ? (json_int_t)p->n_head : 0));
-    rc |= set(o, "samples_control", json_integer((json_int_t)p->samples_control));
-    rc |= set(o, "samples_head", json_integer((json_int_t)p->samples_head));
+    rc |= cmp__set(o, "verdict", json_string(verdict_name(p->verdict)));
+    rc |= cmp__set(o, "reason", why[0] ? json_string(why) : json_null());
+    rc |= cmp__set(o, "n_control", json_integer((json_int_t)p->n_control));
+    rc |= cmp__set(o, "n_head", json_integer((json_int_t)p->n_head));
+    rc |= cmp__set(o, "pairs",
+                   json_integer(p->design == CMP_PERF_PAIRED ? (json_int_t)p->n_head : 0));
+    rc |= cmp__set(o, "samples_control", json_integer((json_int_t)p->samples_control));
+    rc |= cmp__set(o, "samples_head", json_integer((json_int_t)p->samples_head));
     if (rc) {
         json_decref(o);
         return -ENOMEM;

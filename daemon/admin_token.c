@@ -13,6 +13,7 @@
 #include "util/log.h"
 #include "storage/store.h"
 #include "util/err.h"
+#include "util/fs.h"
 
 /* Writes TOKEN and a newline to PATH through PATH.tmp (0600, O_EXCL after
  * removing a stale temporary, never following a link), fsyncs and renames.
@@ -29,13 +30,7 @@ static int write_token_file(const char *path, const char *token)
     size_t n = strlen(token);
     if (write(fd, token, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
         rc = errno ? -errno : -EIO;
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc)
-        unlink(tmp);
-    return rc;
+    return util_tmp_finish(fd, rc, tmp, path);
 }
 
 int admin_token_bootstrap(const struct capd_config *c, char **err)

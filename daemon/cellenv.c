@@ -124,3 +124,18 @@ void cellenv_free(char **v)
         free(v[i]);
     free(v);
 }
+
+char **cellenv_without(char *const *env, bool (*drop)(const char *kv), size_t spare, size_t *kept)
+{
+    size_t n = 0, k = 0;
+    while (env[n])
+        n++;
+    char **out = calloc(n + spare + 1, sizeof *out);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!drop(env[i]))
+            out[k++] = env[i];
+    *kept = k;
+    return out;
+}

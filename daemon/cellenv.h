@@ -10,6 +10,8 @@
 #define CAPD_CELLENV_H
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "daemon/config.h"
 
@@ -28,5 +30,11 @@ json_t *cellenv_object(const struct capd_config *cfg, json_t *build, json_t *spe
  * NULL when out of memory. Free with cellenv_free. */
 char **cellenv_strv(json_t *env);
 void cellenv_free(char **v);
+
+/* ENV (a NULL-terminated "K=V" array) less the entries DROP is true of,
+ * the strings shared and not copied, with SPARE free slots after the kept
+ * ones (*KEPT of them) and then room for the NULL, which ends it already.
+ * Free the array alone, with free(3); NULL when out of memory. */
+char **cellenv_without(char *const *env, bool (*drop)(const char *kv), size_t spare, size_t *kept);
 
 #endif

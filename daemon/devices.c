@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/cellenv.h"
 #include "daemon/devices.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -253,10 +254,16 @@ static void probe_on_exit(uv_process_t *proc, int64_t status, int sig)
     probe_maybe_done(p);
 }
 
+/* Kills the probe's process group and stops reading its pipe, which a
+ * grandchild may still hold open. */
 static void probe_kill(struct probe *p)
 {
     if (p->pid > 0)
         kill(-p->pid, SIGKILL);
+    if (!p->eof) {
+        uv_read_stop((uv_stream_t *)&p->out);
+        p->eof = true;
+    }
 }
 
 static void probe_on_timeout(uv_timer_t *t)
@@ -264,11 +271,6 @@ static void probe_on_timeout(uv_timer_t *t)
     struct probe *p = t->data;
     p->timed_out = true;
     probe_kill(p);
-    /* A grandchild may still hold the pipe: stop reading. */
-    if (!p->eof) {
-        uv_read_stop((uv_stream_t *)&p->out);
-        p->eof = true;
-    }
     probe_maybe_done(p);
 }
 
@@ -291,8 +293,6 @@ static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         if (p->len > DEVICES_MAX_OUTPUT) {
             p->too_big = true;
             probe_kill(p);
-            uv_read_stop(s);
-            p->eof = true;
             probe_maybe_done(p);
         }
         return;
@@ -310,20 +310,17 @@ static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
  * LD_LIBRARY_PATH, ROCm's or CUDA's variables) with the device order
  * pinned to PCI bus order, the order the cells are told to use too. The
  * caller frees the array, not the strings; NULL when out of memory. */
+static bool is_device_order(const char *kv)
+{
+    return strncmp(kv, "CUDA_DEVICE_ORDER=", 18) == 0;
+}
+
 static char **probe_env(void)
 {
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = calloc(n + 2, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) != 0)
-            env[k++] = environ[i];
-    env[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
-    env[k] = NULL;
+    size_t k;
+    char **env = cellenv_without(environ, is_device_order, 1, &k);
+    if (env)
+        env[k] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
     return env;
 }
 
@@ -450,10 +447,6 @@ void devices_stop(struct devices *dv)
     dv->again = false;
     p->detached = true;
     probe_kill(p);
-    if (!p->eof) {
-        uv_read_stop((uv_stream_t *)&p->out);
-        p->eof = true;
-    }
     /* The exit callback still comes (SIGKILL) and closes the handles. */
     probe_maybe_done(p);
     pthread_mutex_lock(&dv->mu);

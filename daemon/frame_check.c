@@ -12,62 +12,27 @@
 #include <inttypes.h>
 #include <string.h>
 
-/* The hot path sees mostly "tensor", so compare the first byte before
- * calling strcmp. */
+/* The kind named S, read from frame_kind_name's table. The hot path sees
+ * mostly "tensor", so the first byte is compared before strcmp. */
 static enum frame_kind kind_of(const char *s)
 {
-    switch (s[0]) {
-    case 't':
-        if (strcmp(s, "tensor") == 0)
-            return FRAME_TENSOR;
-        if (strcmp(s, "timing") == 0)
-            return FRAME_TIMING;
-        break;
-    case 'h':
-        if (strcmp(s, "hello") == 0)
-            return FRAME_HELLO;
-        break;
-    case 'e':
-        if (strcmp(s, "env") == 0)
-            return FRAME_ENV;
-        if (strcmp(s, "end") == 0)
-            return FRAME_END;
-        break;
-    case 'n':
-        if (strcmp(s, "note") == 0)
-            return FRAME_NOTE;
-        if (strcmp(s, "nondeterministic") == 0)
-            return FRAME_NONDET;
-        break;
-    case 'm':
-        if (strcmp(s, "memory") == 0)
-            return FRAME_MEMORY;
-        break;
+    for (enum frame_kind k = FRAME_HELLO; k < FRAME_UNKNOWN; k++) {
+        const char *name = frame_kind_name(k);
+        if (name[0] == s[0] && strcmp(name, s) == 0)
+            return k;
     }
     return FRAME_UNKNOWN;
 }
 
 static const char *type_name(const json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "object";
-    case JSON_ARRAY:
-        return "array";
-    case JSON_STRING:
-        return "string";
-    case JSON_INTEGER:
-        return "integer";
-    case JSON_REAL:
-        return "real";
-    case JSON_TRUE:
-        return "true";
-    case JSON_FALSE:
-        return "false";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
+    static const char *const names[] = {
+        [JSON_OBJECT] = "object",   [JSON_ARRAY] = "array", [JSON_STRING] = "string",
+        [JSON_INTEGER] = "integer", [JSON_REAL] = "real",   [JSON_TRUE] = "true",
+        [JSON_FALSE] = "false",     [JSON_NULL] = "null",
+    };
+    unsigned t = (unsigned)json_typeof(v);
+    return t < sizeof names / sizeof names[0] && names[t] ? names[t] : "?";
 }
 
 static int get_field(struct frame_parser *p, json_t *h, const char *kind, const char *name,
@@ -94,6 +59,20 @@ static int need_str(struct frame_parser *p, json_t *h, const char *kind, const c
                     json_t **out)
 {
     return get_field(p, h, kind, name, JSON_STRING, "string", true, out);
+}
+
+/* The required string field NAME: its text into *S, its length into *N. */
+static int need_text(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                     const char **s, size_t *n)
+{
+    json_t *v;
+    int rc = need_str(p, h, kind, name, &v);
+
+    if (rc)
+        return rc;
+    *s = json_string_value(v);
+    *n = json_string_length(v);
+    return 0;
 }
 
 static int opt_str(struct frame_parser *p, json_t *h, const char *kind, const char *name)
@@ -278,15 +257,12 @@ static int tensor_seq(struct frame_parser *p, json_t *h)
 static int tensor_key_dtype(struct frame_parser *p, json_t *h)
 {
     struct frame_tensor *t = &p->cur.tensor;
-    json_t *v;
     size_t n;
     const char *s;
     int rc;
 
-    if ((rc = need_str(p, h, "tensor", "key", &v)))
+    if ((rc = need_text(p, h, "tensor", "key", &s, &n)))
         return rc;
-    n = json_string_length(v);
-    s = json_string_value(v);
     if (n == 0 || n > FRAME_MAX_KEY)
         return frame__bad(p, "tensor key must be 1..%d bytes, got %zu", FRAME_MAX_KEY, n);
     if (has_control(s, n))
@@ -294,10 +270,8 @@ static int tensor_key_dtype(struct frame_parser *p, json_t *h)
     t->key = s;
     t->key_len = n;
 
-    if ((rc = need_str(p, h, "tensor", "dtype", &v)))
+    if ((rc = need_text(p, h, "tensor", "dtype", &s, &n)))
         return rc;
-    n = json_string_length(v);
-    s = json_string_value(v);
     if (n == 0 || n > FRAME_MAX_DTYPE || has_control(s, n))
         return frame__bad(p, "tensor dtype must be 1..%d printable bytes", FRAME_MAX_DTYPE);
     t->dtype = s;
@@ -356,10 +330,8 @@ static int tensor_content(struct frame_parser *p, json_t *h)
     if ((rc = check_stats(p, v)))
         return rc;
 
-    if ((rc = need_str(p, h, "tensor", "hash", &v)))
+    if ((rc = need_text(p, h, "tensor", "hash", &s, &n)))
         return rc;
-    n = json_string_length(v);
-    s = json_string_value(v);
     if (n < FRAME_HASH_MIN || n > FRAME_HASH_MAX)
         return frame__bad(p, "tensor hash must be %d..%d hex digits, got %zu", FRAME_HASH_MIN,
                           FRAME_HASH_MAX, n);

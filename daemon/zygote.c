@@ -21,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/cellenv.h"
 #include "daemon/launch.h"
 #include "storage/layout.h"
 #include "util/log.h"
@@ -127,16 +128,10 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
  * stable order) and its hash. Caller frees the array, not the strings. */
 static char **zygote_env(char *const *env, uint64_t *key)
 {
-    size_t n = 0;
-    while (env[n])
-        n++;
-    char **out = calloc(n + 2, sizeof *out);
+    size_t k;
+    char **out = cellenv_without(env, is_cell_key, 0, &k);
     if (!out)
         return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!is_cell_key(env[i]))
-            out[k++] = env[i];
     qsort(out, k, sizeof *out, cmp_str);
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < k; i++)

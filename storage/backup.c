@@ -77,13 +77,7 @@ static int copy_file(const char *src, const char *dst, int64_t *bytes)
     }
 out:
     close(in);
-    if (out >= 0 && close(out) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, dst) != 0)
-        rc = -errno;
-    if (rc)
-        unlink(tmp);
-    return rc;
+    return util_tmp_finish(out, rc, tmp, dst);
 }
 
 /* Step 1 of a backup: the database, as of one commit, to TMP. The copy is
@@ -283,55 +277,54 @@ static int backup_log_row(sqlite3_stmt *st, const struct backup_ctx *ctx, char *
     return 0;
 }
 
-/* Step 5: files under DEST/logs that are not the log of a cell the new
- * copy names (an earlier backup's, or a temporary left by a crash) go,
- * and so do the directories that leaves empty. */
-static void backup_trim_logs(const char *dest)
+/* Whether the file NAME of the directory DIR in a sweep stays, asked of
+ * the new copy through the sweep's prepared statement ST. */
+typedef bool (*sweep_keep_fn)(sqlite3_stmt *st, const char *dir, const char *name);
+
+/* One of the trims below: which directory of DEST, the question it asks
+ * of the new copy, which of its subdirectories it walks, and whether a
+ * subdirectory it empties goes too. */
+struct sweep {
+    const char *sub;
+    const char *sql;
+    bool (*dir_ok)(const char *name);
+    sweep_keep_fn keep;
+    bool rmdir_empty;
+};
+
+/* Walks DEST/W->sub/DIR/FILE, removing every file W->keep does not keep.
+ * Nothing is removed when the copy cannot be opened or asked. */
+static void backup_sweep(const char *dest, const struct sweep *w)
 {
-    char path[PATH_MAX + 16], logs[PATH_MAX + 16];
+    char path[PATH_MAX + 16], top_path[PATH_MAX + 16];
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     layout_dir(path, sizeof path, dest, "capd.db");
-    layout_dir(logs, sizeof logs, dest, "logs");
-    DIR *top = opendir(logs);
+    layout_dir(top_path, sizeof top_path, dest, w->sub);
+    DIR *top = opendir(top_path);
     if (!top)
         return;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db,
-                           "SELECT 1 FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                           "WHERE j.id = ?1 AND c.id = ?2",
-                           -1, &st, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(db, w->sql, -1, &st, NULL) != SQLITE_OK)
         goto out;
     struct dirent *d;
     while ((d = readdir(top)) != NULL) {
         char sub[UTIL_PATH_MAX];
-        if (d->d_name[0] == '.' || !store__is_id_name(d->d_name) ||
-            util_path_join(sub, logs, d->d_name) != 0)
+        if (d->d_name[0] == '.' || !w->dir_ok(d->d_name) ||
+            util_path_join(sub, top_path, d->d_name) != 0)
             continue;
         DIR *in = opendir(sub);
         struct dirent *f;
         while (in && (f = readdir(in)) != NULL) {
-            char cell[300];
-            size_t n = strlen(f->d_name);
-            if (strcmp(f->d_name, ".") == 0 || strcmp(f->d_name, "..") == 0)
-                continue;
-            bool keep = n > 4 && n - 4 < sizeof cell && strcmp(f->d_name + n - 4, ".log") == 0;
-            if (keep) {
-                snprintf(cell, sizeof cell, "%.*s", (int)(n - 4), f->d_name);
-                sqlite3_reset(st);
-                sqlite3_bind_text(st, 1, d->d_name, -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 2, cell, -1, SQLITE_STATIC);
-                keep = sqlite3_step(st) == SQLITE_ROW;
-            }
-            if (!keep) {
-                char file[UTIL_PATH_MAX];
-                if (util_path_join(file, sub, f->d_name) == 0)
-                    unlink(file);
-            }
+            char file[UTIL_PATH_MAX];
+            sqlite3_reset(st);
+            if (!w->keep(st, d->d_name, f->d_name) && util_path_join(file, sub, f->d_name) == 0)
+                unlink(file);
         }
         if (in)
             closedir(in);
-        rmdir(sub); /* only when empty */
+        if (w->rmdir_empty)
+            rmdir(sub); /* only when empty */
     }
 out:
     sqlite3_finalize(st);
@@ -339,52 +332,58 @@ out:
     closedir(top);
 }
 
+static bool is_blob_dir(const char *name)
+{
+    return strlen(name) == 2;
+}
+
+/* A blob stays while the copy names it; a temporary left by a crash goes. */
+static bool keep_blob(sqlite3_stmt *st, const char *dir, const char *name)
+{
+    (void)dir;
+    if (name[0] == '.')
+        return true;
+    if (!store__is_blob_name(name))
+        return false;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    return sqlite3_step(st) != SQLITE_DONE;
+}
+
+/* A file under logs/JOB stays when it is JOB's CELL.log of a cell the copy
+ * names. */
+static bool keep_log(sqlite3_stmt *st, const char *job, const char *name)
+{
+    char cell[300];
+    size_t n = strlen(name);
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return true;
+    if (!(n > 4 && n - 4 < sizeof cell && strcmp(name + n - 4, ".log") == 0))
+        return false;
+    snprintf(cell, sizeof cell, "%.*s", (int)(n - 4), name);
+    sqlite3_bind_text(st, 1, job, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, cell, -1, SQLITE_STATIC);
+    return sqlite3_step(st) == SQLITE_ROW;
+}
+
 /* Step 4: blobs left in DEST by an earlier backup that the new copy no
  * longer names (retention dropped them) go, so DEST mirrors one snapshot. */
-static void backup_trim(const char *dest)
-{
-    char path[PATH_MAX + 16], blobs[PATH_MAX + 16];
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    layout_dir(path, sizeof path, dest, "capd.db");
-    layout_dir(blobs, sizeof blobs, dest, "blobs");
-    DIR *top = opendir(blobs);
-    if (!top)
-        return;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT 1 FROM blobs WHERE hash = ?", -1, &st, NULL) != SQLITE_OK)
-        goto out;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        char sub[UTIL_PATH_MAX];
-        if (d->d_name[0] == '.' || strlen(d->d_name) != 2 ||
-            util_path_join(sub, blobs, d->d_name) != 0)
-            continue;
-        DIR *in = opendir(sub);
-        struct dirent *f;
-        while (in && (f = readdir(in)) != NULL) {
-            if (f->d_name[0] == '.')
-                continue;
-            bool gone = !store__is_blob_name(f->d_name); /* a temporary left by a crash */
-            if (!gone) {
-                sqlite3_reset(st);
-                sqlite3_bind_text(st, 1, f->d_name, -1, SQLITE_STATIC);
-                gone = sqlite3_step(st) == SQLITE_DONE;
-            }
-            if (gone) {
-                char file[UTIL_PATH_MAX];
-                if (util_path_join(file, sub, f->d_name) == 0)
-                    unlink(file);
-            }
-        }
-        if (in)
-            closedir(in);
-    }
-out:
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    closedir(top);
-}
+static const struct sweep trim_blobs = {
+    .sub = "blobs",
+    .sql = "SELECT 1 FROM blobs WHERE hash = ?",
+    .dir_ok = is_blob_dir,
+    .keep = keep_blob,
+};
+
+/* Step 5: files under DEST/logs that are not the log of a cell the new
+ * copy names (an earlier backup's, or a temporary left by a crash) go,
+ * and so do the directories that leaves empty. */
+static const struct sweep trim_logs = {
+    .sub = "logs",
+    .sql = "SELECT 1 FROM cells c JOIN jobs j ON j.seq = c.job_seq WHERE j.id = ?1 AND c.id = ?2",
+    .dir_ok = store__is_id_name,
+    .keep = keep_log,
+    .rmdir_empty = true,
+};
 
 /*
  * Checks where a backup of DATA_DIR may go: SRC_PATH gets DATA_DIR's
@@ -494,8 +493,8 @@ int store_backup(const char *data_dir, const char *dest, struct store_backup_inf
     }
     tmp_made = false;
     fsync_path(dest_real, O_RDONLY | O_DIRECTORY);
-    backup_trim(dest_real);
-    backup_trim_logs(dest_real);
+    backup_sweep(dest_real, &trim_blobs);
+    backup_sweep(dest_real, &trim_logs);
     snprintf(info->path, sizeof info->path, "%s", dest_real);
     rc = 0;
 out:

@@ -43,43 +43,30 @@ int store_build_list(struct store *s, json_t **out)
 
 int store_build_put(struct store *s, const char *name, json_t *b, bool replace, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
     char *env = json_dumps(json_object_get(b, "env"), JSON_COMPACT | JSON_SORT_KEYS);
     char *roots = json_dumps(json_object_get(b, "model_roots"), JSON_COMPACT);
     int64_t now = util_wall_ms();
-    int rc =
-        replace ? store_prepare(s,
-                                "INSERT INTO builds(name, python, env_json, model_roots, "
-                                "description, created_at, updated_at, prefork) "
-                                "VALUES (?,?,?,?,?,?,?,?) "
-                                "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
-                                "env_json=excluded.env_json, model_roots=excluded.model_roots, "
-                                "description=excluded.description, updated_at=excluded.updated_at, "
-                                "prefork=excluded.prefork, prefork_state='unverified', "
-                                "prefork_reason=NULL, prefork_checked_at=NULL",
-                                &st)
-                : store_prepare(s,
-                                "INSERT INTO builds(name, python, env_json, model_roots, "
-                                "description, created_at, updated_at, prefork) "
-                                "VALUES (?,?,?,?,?,?,?,?)",
-                                &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, name);
-    store_bind_text(st, 2, json_string_value(json_object_get(b, "python")));
-    store_bind_text(st, 3, env ? env : "{}");
-    store_bind_text(st, 4, roots ? roots : "[]");
-    store_bind_text(st, 5, json_string_value(json_object_get(b, "description")));
-    sqlite3_bind_int64(st, 6, now);
-    sqlite3_bind_int64(st, 7, now);
-    sqlite3_bind_int(st, 8, json_is_true(json_object_get(b, "prefork")));
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
-    rc = store_build_get(s, name, out);
-out:
+    int rc = store_run(s,
+                       replace ? "INSERT INTO builds(name, python, env_json, model_roots, "
+                                 "description, created_at, updated_at, prefork) "
+                                 "VALUES (?,?,?,?,?,?,?,?) "
+                                 "ON CONFLICT(name) DO UPDATE SET python=excluded.python, "
+                                 "env_json=excluded.env_json, model_roots=excluded.model_roots, "
+                                 "description=excluded.description, "
+                                 "updated_at=excluded.updated_at, "
+                                 "prefork=excluded.prefork, prefork_state='unverified', "
+                                 "prefork_reason=NULL, prefork_checked_at=NULL"
+                               : "INSERT INTO builds(name, python, env_json, model_roots, "
+                                 "description, created_at, updated_at, prefork) "
+                                 "VALUES (?,?,?,?,?,?,?,?)",
+                       "tttttIIi", name, json_string_value(json_object_get(b, "python")),
+                       env ? env : "{}", roots ? roots : "[]",
+                       json_string_value(json_object_get(b, "description")), now, now,
+                       json_is_true(json_object_get(b, "prefork")) ? 1 : 0);
+    if (rc == 0)
+        rc = store_build_get(s, name, out);
     free(env);
     free(roots);
-    sqlite3_finalize(st);
     return rc;
 }
 

@@ -39,9 +39,7 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
     if (rc)
         return rc;
     sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    if ((rc = store_step(s, st)) != 0) {
         sqlite3_reset(st);
         return rc;
     }
@@ -87,19 +85,13 @@ static int claim_start(struct store *s, struct store_cell_run *r)
 int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
 {
     memset(r, 0, sizeof *r);
-    int rc = store_flush(s);
+    int rc = store_begin_flushed(s);
     if (rc)
         return rc;
-    if ((rc = store_begin(s)) != 0)
-        return rc;
-    if ((rc = claim_select(s, skip_gpu, r)) != 0 || (rc = claim_start(s, r)) != 0)
-        goto out;
-    rc = store_commit(s);
-out:
-    if (rc) {
-        store_rollback(s);
+    if ((rc = claim_select(s, skip_gpu, r)) == 0)
+        rc = claim_start(s, r);
+    if ((rc = store_end(s, rc)) != 0)
         store_cell_run_clear(r);
-    }
     return rc;
 }
 
@@ -108,7 +100,6 @@ out:
 static int finish_cell(struct store *s, const struct store_cell_run *r,
                        const struct store_outcome *o)
 {
-    sqlite3_stmt *st = NULL;
     int rc;
     /* A requeued (interrupted) attempt is discarded, never made visible:
      * the next attempt will produce the records again. */
@@ -121,72 +112,36 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         if ((rc = store_exec(s, sql)) != 0)
             return rc;
     } else {
-        if ((rc = store_cached(s, SC_ATTEMPT_COMMIT,
-                               "UPDATE attempts SET state='committed', partial=? WHERE id=?",
-                               &st)) != 0)
-            return rc;
-        sqlite3_bind_int(st, 1, o->partial);
-        sqlite3_bind_int64(st, 2, r->attempt_id);
-        rc = store_rc(s, sqlite3_step(st));
-        sqlite3_reset(st);
-        if (rc)
+        if ((rc = store_run_cached(s, SC_ATTEMPT_COMMIT,
+                                   "UPDATE attempts SET state='committed', partial=? WHERE id=?",
+                                   "iI", o->partial ? 1 : 0, r->attempt_id)) != 0)
             return rc;
     }
-    rc = store_cached(s, SC_CELL_FINISH,
-                      "UPDATE cells SET state=?2, exit_code=?3, signal=?4, reason=?5, "
-                      "effective_width=coalesce(?6, effective_width), duration_ms=?7, "
-                      "peak_rss_bytes=?8, finished_at=?9, "
-                      "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
-                      "host_missing=?12, memory_limit_bytes=?13, cpu_time_ms=?14 WHERE seq=?1",
-                      &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, r->cell_seq);
-    store_bind_text(st, 2, o->requeue ? "queued" : o->state);
-    if (o->exit_code >= 0)
-        sqlite3_bind_int(st, 3, o->exit_code);
-    else
-        sqlite3_bind_null(st, 3);
-    store_bind_text(st, 4, o->signal);
-    store_bind_text(st, 5, o->reason);
-    store_bind_text(st, 6, o->effective_width);
-    sqlite3_bind_int64(st, 7, o->duration_ms);
-    sqlite3_bind_int64(st, 8, o->peak_rss_bytes);
-    if (o->requeue)
-        sqlite3_bind_null(st, 9);
-    else
-        sqlite3_bind_int64(st, 9, util_wall_ms());
-    sqlite3_bind_int(st, 10, o->requeue);
-    sqlite3_bind_int64(st, 11, r->attempt_id);
-    store_bind_text(st, 12, o->host_missing);
-    if (o->memory_limit_bytes > 0)
-        sqlite3_bind_int64(st, 13, o->memory_limit_bytes);
-    else
-        sqlite3_bind_null(st, 13);
-    if (o->memory_limit_bytes > 0 || o->cpu_time_ms > 0)
-        sqlite3_bind_int64(st, 14, o->cpu_time_ms);
-    else
-        sqlite3_bind_null(st, 14);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_reset(st);
-    return rc;
+    /* The NULLs the outcome stands for: no exit code (-1), no finish time
+     * while requeued, no memory limit (0) and then no CPU time unless
+     * measured. */
+    return store_run_cached(
+        s, SC_CELL_FINISH,
+        "UPDATE cells SET state=?2, exit_code=CASE WHEN ?3 >= 0 THEN ?3 END, signal=?4, "
+        "reason=?5, effective_width=coalesce(?6, effective_width), duration_ms=?7, "
+        "peak_rss_bytes=?8, finished_at=CASE WHEN ?10 THEN NULL ELSE ?9 END, "
+        "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
+        "host_missing=?12, memory_limit_bytes=CASE WHEN ?13 > 0 THEN ?13 END, "
+        "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END WHERE seq=?1",
+        "ItitttIIIiItII", r->cell_seq, o->requeue ? "queued" : o->state, o->exit_code, o->signal,
+        o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes, util_wall_ms(),
+        o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes, o->cpu_time_ms);
 }
 
 int store_cell_finish(struct store *s, const struct store_cell_run *r,
                       const struct store_outcome *o)
 {
-    int rc = store_flush(s);
+    int rc = store_begin_flushed(s);
     if (rc)
         return rc;
-    if ((rc = store_begin(s)) != 0)
-        return rc;
-    if ((rc = finish_cell(s, r, o)) != 0 || (rc = store_job_refresh_state(s, r->job_seq)) != 0)
-        goto out;
-    rc = store_commit(s);
-out:
-    if (rc)
-        store_rollback(s);
-    return rc;
+    if ((rc = finish_cell(s, r, o)) == 0)
+        rc = store_job_refresh_state(s, r->job_seq);
+    return store_end(s, rc);
 }
 
 /*
@@ -202,10 +157,8 @@ int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
                             struct store_cell_run *next)
 {
     memset(next, 0, sizeof *next);
-    int rc = store_flush(s);
+    int rc = store_begin_flushed(s);
     if (rc)
-        return rc;
-    if ((rc = store_begin(s)) != 0)
         return rc;
     if ((rc = finish_cell(s, r, o)) != 0)
         goto out;
@@ -216,14 +169,11 @@ int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
     if (!claimed || next->job_seq != r->job_seq)
         if ((rc = store_job_refresh_state(s, r->job_seq)) != 0)
             goto out;
-    if (claimed && (rc = claim_start(s, next)) != 0)
-        goto out;
-    rc = store_commit(s);
+    if (claimed)
+        rc = claim_start(s, next);
 out:
-    if (rc) {
-        store_rollback(s);
+    if ((rc = store_end(s, rc)) != 0)
         store_cell_run_clear(next);
-    }
     return rc;
 }
 
@@ -263,11 +213,7 @@ int store_recover(struct store *s, int max_attempts, int *requeued, int *interru
              "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.job_seq = jobs.seq AND "
              "c.state='running')",
              (long long)now, (long long)now);
-    if ((rc = store_exec(s, sql)) != 0)
-        goto out;
-    rc = store_commit(s);
+    rc = store_exec(s, sql);
 out:
-    if (rc)
-        store_rollback(s);
-    return rc;
+    return store_end(s, rc);
 }

@@ -148,54 +148,52 @@ static int add_timing(struct cmp_cell *cell, json_t *h)
     return rc == -EINVAL || rc == -E2BIG ? 0 : rc;
 }
 
-static int load_records(struct store *s, int64_t attempt, struct cmp_cell *cell,
-                        struct store_payloads *pl)
+/* What the row callbacks of store_load_side need besides the row. */
+struct load_ctx {
+    struct store *s;
+    const struct store_cell_filter *f;
+    struct cmp_side *side;
+    struct cmp_cell *cell; /* the cell whose records load_record adds */
+    struct store_payloads *pl;
+};
+
+/* One record of a cell's visible attempt, added to the cell. */
+static int load_record(sqlite3_stmt *st, void *arg)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT kind, header, blob_hash FROM records WHERE attempt_id = ? "
-                           "AND kind IN ('env','tensor','nondeterministic','timing','memory') "
-                           "ORDER BY seq",
-                           &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, attempt);
-    int src;
-    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *kind = (const char *)sqlite3_column_text(st, 0);
-        const char *blob = (const char *)sqlite3_column_text(st, 2);
-        json_t *h = store_col_json(st, 1);
-        if (strcmp(kind, "tensor") == 0) {
-            rc = add_tensor(s, cell, h, blob, pl);
-        } else if (strcmp(kind, "nondeterministic") == 0) {
-            size_t i;
-            json_t *k;
-            json_array_foreach(json_object_get(h, "keys"), i, k)
-            {
-                if (json_is_string(k))
-                    cmp_cell_mark_nondeterministic(cell, json_string_value(k));
-            }
-        } else if (strcmp(kind, "timing") == 0) {
-            rc = add_timing(cell, h);
-        } else if (strcmp(kind, "memory") == 0) {
-            json_t *dp = json_object_get(h, "device_peak_bytes");
-            cmp_cell_set_memory(cell, json_integer_value(json_object_get(h, "peak_rss_bytes")),
-                                json_is_integer(dp) ? json_integer_value(dp) : -1);
-        } else if (strcmp(kind, "env") == 0) {
-            json_t *fp = json_object_get(h, "fingerprint");
-            cmp_cell_set_env(cell, json_string_value(json_object_get(h, "effective_width")),
-                             fingerprint_device(fp));
-            /* A fingerprint the engine cannot hold (too big, not an
-             * object) leaves the cell without one: the comparison counts
-             * it under pairs_without_fingerprint instead of failing. */
-            if (json_is_object(fp)) {
-                int frc = cmp_cell_set_fingerprint(cell, fp);
-                rc = frc == -E2BIG || frc == -EINVAL ? 0 : frc;
-            }
+    struct load_ctx *c = arg;
+    const char *kind = (const char *)sqlite3_column_text(st, 0);
+    const char *blob = (const char *)sqlite3_column_text(st, 2);
+    json_t *h = store_col_json(st, 1);
+    int rc = 0;
+    if (strcmp(kind, "tensor") == 0) {
+        rc = add_tensor(c->s, c->cell, h, blob, c->pl);
+    } else if (strcmp(kind, "nondeterministic") == 0) {
+        size_t i;
+        json_t *k;
+        json_array_foreach(json_object_get(h, "keys"), i, k)
+        {
+            if (json_is_string(k))
+                cmp_cell_mark_nondeterministic(c->cell, json_string_value(k));
         }
-        json_decref(h);
+    } else if (strcmp(kind, "timing") == 0) {
+        rc = add_timing(c->cell, h);
+    } else if (strcmp(kind, "memory") == 0) {
+        json_t *dp = json_object_get(h, "device_peak_bytes");
+        cmp_cell_set_memory(c->cell, json_integer_value(json_object_get(h, "peak_rss_bytes")),
+                            json_is_integer(dp) ? json_integer_value(dp) : -1);
+    } else if (strcmp(kind, "env") == 0) {
+        json_t *fp = json_object_get(h, "fingerprint");
+        cmp_cell_set_env(c->cell, json_string_value(json_object_get(h, "effective_width")),
+                         fingerprint_device(fp));
+        /* A fingerprint the engine cannot hold (too big, not an object)
+         * leaves the cell without one: the comparison counts it under
+         * pairs_without_fingerprint instead of failing. */
+        if (json_is_object(fp)) {
+            int frc = cmp_cell_set_fingerprint(c->cell, fp);
+            rc = frc == -E2BIG || frc == -EINVAL ? 0 : frc;
+        }
     }
-    sqlite3_finalize(st);
+    json_decref(h);
     return rc;
 }
 
@@ -204,41 +202,45 @@ static bool pass_filter(const char *v, const char *filter)
     return !filter || !*filter || fnmatch(filter, v, 0) == 0;
 }
 
+/* One cell of the job, unless the filter leaves it out, with the records
+ * of its visible attempt. */
+static int load_cell(sqlite3_stmt *st, void *arg)
+{
+    struct load_ctx *c = arg;
+    const char *model = (const char *)sqlite3_column_text(st, 0);
+    const char *width = (const char *)sqlite3_column_text(st, 1);
+    const char *pass = (const char *)sqlite3_column_text(st, 2);
+    const struct store_cell_filter *f = c->f;
+    if (f && (!pass_filter(model, f->model) || !pass_filter(width, f->width) ||
+              !pass_filter(pass, f->pass)))
+        return 0;
+    int rc = cmp_side_add_cell(c->side, model, width, pass, &c->cell);
+    if (rc)
+        return rc;
+    cmp_cell_set_outcome(c->cell, (const char *)sqlite3_column_text(st, 3));
+    cmp_cell_set_env(c->cell, (const char *)sqlite3_column_text(st, 4), NULL);
+    cmp_cell_set_host_missing(c->cell, (const char *)sqlite3_column_text(st, 6));
+    int64_t attempt = sqlite3_column_int64(st, 5);
+    if (attempt <= 0)
+        return 0;
+    return store_each(c->s,
+                      "SELECT kind, header, blob_hash FROM records WHERE attempt_id = ? "
+                      "AND kind IN ('env','tensor','nondeterministic','timing','memory') "
+                      "ORDER BY seq",
+                      load_record, c, "I", attempt);
+}
+
 int store_load_side(struct store *s, const char *job_id, const struct store_cell_filter *f,
                     struct cmp_side *side, struct store_payloads **pl_io)
 {
-    sqlite3_stmt *st = NULL;
     if (!*pl_io && !(*pl_io = calloc(1, sizeof **pl_io)))
         return -ENOMEM;
-    int rc =
-        store_prepare(s,
+    struct load_ctx c = {.s = s, .f = f, .side = side, .pl = *pl_io};
+    return store_each(s,
                       "SELECT c.model, c.width, c.pass, c.state, c.effective_width, "
                       "coalesce(c.committed_attempt, 0), c.host_missing FROM cells c JOIN jobs j "
                       "ON j.seq = c.job_seq WHERE j.id = ? ORDER BY c.ord",
-                      &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, job_id);
-    int src;
-    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *model = (const char *)sqlite3_column_text(st, 0);
-        const char *width = (const char *)sqlite3_column_text(st, 1);
-        const char *pass = (const char *)sqlite3_column_text(st, 2);
-        if (f && (!pass_filter(model, f->model) || !pass_filter(width, f->width) ||
-                  !pass_filter(pass, f->pass)))
-            continue;
-        struct cmp_cell *cell = NULL;
-        if ((rc = cmp_side_add_cell(side, model, width, pass, &cell)) != 0)
-            break;
-        cmp_cell_set_outcome(cell, (const char *)sqlite3_column_text(st, 3));
-        cmp_cell_set_env(cell, (const char *)sqlite3_column_text(st, 4), NULL);
-        cmp_cell_set_host_missing(cell, (const char *)sqlite3_column_text(st, 6));
-        int64_t attempt = sqlite3_column_int64(st, 5);
-        if (attempt > 0)
-            rc = load_records(s, attempt, cell, *pl_io);
-    }
-    sqlite3_finalize(st);
-    return rc;
+                      load_cell, &c, "t", job_id);
 }
 
 /* Appends V to the sorted list A unless it is there already. */
@@ -257,34 +259,29 @@ static int add_distinct(json_t *a, const char *v)
     return json_array_insert_new(a, i, json_string(v)) ? -ENOMEM : 0;
 }
 
-int store_job_cell_values(struct store *s, const char *job_id, json_t **out)
+/* A cell's model, width and pass, each added to its list in the object O. */
+static int cell_values_row(sqlite3_stmt *st, void *o)
 {
     static const char *const dims[] = {"model", "width", "pass"};
-    sqlite3_stmt *st = NULL;
+    int rc = 0;
+    for (int d = 0; d < 3 && rc == 0; d++)
+        rc = add_distinct(json_object_get(o, dims[d]), (const char *)sqlite3_column_text(st, d));
+    return rc;
+}
+
+int store_job_cell_values(struct store *s, const char *job_id, json_t **out)
+{
     json_t *o = json_pack("{s:[],s:[],s:[]}", "model", "width", "pass");
     int rc = o ? 0 : -ENOMEM;
     if (!rc)
-        rc = store_prepare(s,
-                           "SELECT c.model, c.width, c.pass FROM cells c JOIN jobs j "
-                           "ON j.seq = c.job_seq WHERE j.id = ?",
-                           &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, job_id);
-    int src = SQLITE_DONE;
-    while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
-        for (int d = 0; d < 3 && rc == 0; d++)
-            rc =
-                add_distinct(json_object_get(o, dims[d]), (const char *)sqlite3_column_text(st, d));
-    }
-    if (rc == 0 && src != SQLITE_DONE)
-        rc = -EIO;
+        rc = store_each(s,
+                        "SELECT c.model, c.width, c.pass FROM cells c JOIN jobs j "
+                        "ON j.seq = c.job_seq WHERE j.id = ?",
+                        cell_values_row, o, "t", job_id);
     if (rc == 0) {
         *out = o;
         o = NULL;
     }
-out:
-    sqlite3_finalize(st);
     json_decref(o);
     return rc;
 }

@@ -80,15 +80,11 @@ int store_events_bounds(struct store *s, int64_t *oldest, int64_t *newest)
                     &st);
     if (rc)
         return rc;
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    if ((rc = store_step(s, st)) == 0) {
         *oldest = sqlite3_column_int64(st, 0);
         *newest = sqlite3_column_int64(st, 1);
-        rc = 0;
-    } else {
-        rc = store_rc(s, src);
-        if (rc == 0)
-            rc = -EIO;
+    } else if (rc == -ENOENT) {
+        rc = -EIO;
     }
     sqlite3_reset(st);
     return rc;
@@ -100,20 +96,16 @@ int store_events_read(struct store *s, int64_t after, int64_t upto,
 {
     sqlite3_stmt *st = NULL;
     int n = 0;
-    int rc = cached(s, SC_EVENTS_READ,
-                    "SELECT id, type, job_id, project, branch, data FROM events "
-                    "WHERE id > ?1 AND (?2 = 0 OR id <= ?2) AND (?3 IS NULL OR job_id = ?3) "
-                    "AND (?4 IS NULL OR project = ?4) AND (?5 IS NULL OR branch = ?5) "
-                    "ORDER BY id LIMIT ?6",
-                    &st);
+    int rc =
+        store_query_cached(s, SC_EVENTS_READ, &st,
+                           "SELECT id, type, job_id, project, branch, data FROM events "
+                           "WHERE id > ?1 AND (?2 = 0 OR id <= ?2) AND (?3 IS NULL OR job_id = ?3) "
+                           "AND (?4 IS NULL OR project = ?4) AND (?5 IS NULL OR branch = ?5) "
+                           "ORDER BY id LIMIT ?6",
+                           "IIttti", after, upto, f ? f->job : NULL, f ? f->project : NULL,
+                           f ? f->branch : NULL, limit);
     if (rc)
         return rc;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int64(st, 2, upto);
-    store_bind_text(st, 3, f ? f->job : NULL);
-    store_bind_text(st, 4, f ? f->project : NULL);
-    store_bind_text(st, 5, f ? f->branch : NULL);
-    sqlite3_bind_int(st, 6, limit);
     int src;
     while ((src = sqlite3_step(st)) == SQLITE_ROW) {
         n++;
@@ -138,22 +130,18 @@ int store_job_version(struct store *s, const char *job_id, int64_t *version, boo
     sqlite3_stmt *st = NULL;
     /* A cancelled job still changes while its running cells are being
      * stopped; it has ended when none is left. */
-    int rc = cached(s, SC_JOB_VERSION,
-                    "SELECT j.version, j.state = 'done' OR (j.state = 'cancelled' AND NOT EXISTS "
-                    "(SELECT 1 FROM cells c WHERE c.job_seq = j.seq AND c.state IN "
-                    "('queued','running'))) FROM jobs j WHERE j.id = ?",
-                    &st);
+    int rc = store_query_cached(
+        s, SC_JOB_VERSION, &st,
+        "SELECT j.version, j.state = 'done' OR (j.state = 'cancelled' AND NOT EXISTS "
+        "(SELECT 1 FROM cells c WHERE c.job_seq = j.seq AND c.state IN "
+        "('queued','running'))) FROM jobs j WHERE j.id = ?",
+        "t", job_id);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    if ((rc = store_step(s, st)) == 0) {
         *version = sqlite3_column_int64(st, 0);
         if (finished)
             *finished = sqlite3_column_int(st, 1) != 0;
-        rc = 0;
-    } else {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
     }
     sqlite3_reset(st);
     return rc;
@@ -162,36 +150,29 @@ int store_job_version(struct store *s, const char *job_id, int64_t *version, boo
 int store_counter(struct store *s, const char *name, int64_t *value)
 {
     sqlite3_stmt *st = NULL;
-    int rc = cached(s, SC_COUNTER, "SELECT value FROM counters WHERE name = ?", &st);
+    int rc = store_query_cached(s, SC_COUNTER, &st, "SELECT value FROM counters WHERE name = ?",
+                                "t", name);
     if (rc)
         return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    if ((rc = store_step(s, st)) == 0)
         *value = sqlite3_column_int64(st, 0);
-        rc = 0;
-    } else {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    }
     sqlite3_reset(st);
     return rc;
 }
 
 /* ---- counts for /metrics ---- */
 
+/* One (state, count) row of a group-by, set into the object INTO. */
+static int count_row(sqlite3_stmt *st, void *into)
+{
+    json_object_set_new(into, (const char *)sqlite3_column_text(st, 0),
+                        json_integer(sqlite3_column_int64(st, 1)));
+    return 0;
+}
+
 static int count_by_state(struct store *s, const char *sql, json_t *into)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, sql, &st);
-    if (rc)
-        return rc;
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_object_set_new(into, (const char *)sqlite3_column_text(st, 0),
-                            json_integer(sqlite3_column_int64(st, 1)));
-    rc = store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    return store_each(s, sql, count_row, into, "");
 }
 
 int store_state_counts(struct store *s, json_t **out)

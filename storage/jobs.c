@@ -85,18 +85,9 @@ static int job_get_by(struct store *s, const char *where, const char *arg, int64
     sqlite3_stmt *st = NULL;
     char sql[512];
     snprintf(sql, sizeof sql, "SELECT " JOB_COLS " FROM jobs j WHERE %s", where);
-    int rc = store_prepare(s, sql, &st);
-    if (rc)
+    int rc = arg ? store_query(s, &st, sql, "t", arg) : store_query(s, &st, sql, "I", iarg);
+    if (rc || (rc = store_step(s, st)) != 0)
         goto out;
-    if (arg)
-        store_bind_text(st, 1, arg);
-    else
-        sqlite3_bind_int64(st, 1, iarg);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-        goto out;
-    }
     json_t *job = job_row(st);
     if ((rc = job_add_cells(s, sqlite3_column_int64(st, 0), job)) != 0) {
         json_decref(job);
@@ -156,15 +147,12 @@ out:
 static int count_queued_jobs(struct store *s, const char *token_id, int64_t *n)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT count(*) FROM jobs WHERE state IN ('queued','running') AND "
-                           "(?1 IS NULL OR token_id = ?1)",
-                           &st);
-    if (rc == 0) {
-        store_bind_text(st, 1, token_id);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            *n = sqlite3_column_int64(st, 0);
-    }
+    int rc = store_query(s, &st,
+                         "SELECT count(*) FROM jobs WHERE state IN ('queued','running') AND "
+                         "(?1 IS NULL OR token_id = ?1)",
+                         "t", token_id);
+    if (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        *n = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     return rc;
 }
@@ -176,10 +164,10 @@ static int job_idem_find(struct store *s, const struct store_job_new *n, char id
                          bool *same)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT id, idem_hash FROM jobs WHERE idem_key = ?", &st);
+    int rc =
+        store_query(s, &st, "SELECT id, idem_hash FROM jobs WHERE idem_key = ?", "t", n->idem_key);
     if (rc)
         return rc;
-    store_bind_text(st, 1, n->idem_key);
     rc = -ENOENT;
     if (sqlite3_step(st) == SQLITE_ROW) {
         snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
@@ -219,7 +207,6 @@ static int job_check_quotas(struct store *s, const struct store_job_new *n)
 static int job_insert(struct store *s, const struct store_job_new *n, const char *id,
                       int64_t *seq_out)
 {
-    sqlite3_stmt *st = NULL;
     json_t *req = n->request;
     json_t *prov = json_object_get(req, "provenance");
     char *req_s = json_dumps(req, JSON_COMPACT);
@@ -227,34 +214,20 @@ static int job_insert(struct store *s, const struct store_job_new *n, const char
     char *lab_s = json_dumps(json_object_get(req, "labels"), JSON_COMPACT);
     char *prov_s = prov ? json_dumps(prov, JSON_COMPACT) : NULL;
     int64_t now = util_wall_ms();
-    int rc = store_prepare(s,
-                           "INSERT INTO jobs(id, project, commit_sha, branch, build, "
-                           "control_commit, request_json, options_json, labels_json, "
-                           "provenance_json, idem_key, idem_hash, created_at, updated_at, "
-                           "token_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, id);
-    store_bind_text(st, 2, json_string_value(json_object_get(req, "project")));
-    store_bind_text(st, 3, json_string_value(json_object_get(req, "commit")));
-    store_bind_text(st, 4, json_string_value(json_object_get(req, "branch")));
-    store_bind_text(st, 5, json_string_value(json_object_get(req, "build")));
-    store_bind_text(st, 6, json_string_value(json_object_get(req, "control_commit")));
-    store_bind_text(st, 7, req_s);
-    store_bind_text(st, 8, opt_s ? opt_s : "{}");
-    store_bind_text(st, 9, lab_s ? lab_s : "{}");
-    store_bind_text(st, 10, prov_s);
-    store_bind_text(st, 11, n->idem_key);
-    store_bind_text(st, 12, n->body_hash);
-    sqlite3_bind_int64(st, 13, now);
-    sqlite3_bind_int64(st, 14, now);
-    store_bind_text(st, 15, n->token_id);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
-    *seq_out = sqlite3_last_insert_rowid(s->db);
-out:
-    sqlite3_finalize(st);
+    int rc = store_run(s,
+                       "INSERT INTO jobs(id, project, commit_sha, branch, build, "
+                       "control_commit, request_json, options_json, labels_json, "
+                       "provenance_json, idem_key, idem_hash, created_at, updated_at, "
+                       "token_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                       "ttttttttttttIIt", id, json_string_value(json_object_get(req, "project")),
+                       json_string_value(json_object_get(req, "commit")),
+                       json_string_value(json_object_get(req, "branch")),
+                       json_string_value(json_object_get(req, "build")),
+                       json_string_value(json_object_get(req, "control_commit")), req_s,
+                       opt_s ? opt_s : "{}", lab_s ? lab_s : "{}", prov_s, n->idem_key,
+                       n->body_hash, now, now, n->token_id);
+    if (rc == 0)
+        *seq_out = sqlite3_last_insert_rowid(s->db);
     free(req_s);
     free(opt_s);
     free(lab_s);
@@ -289,15 +262,12 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     if ((rc = job_check_quotas(s, n)) != 0)
         goto out;
     store_new_id('j', id);
-    if ((rc = job_insert(s, n, id, &seq)) != 0 ||
-        (rc = insert_cells(s, seq, json_object_get(n->request, "matrix"))) != 0 ||
-        (rc = store_commit(s)) != 0)
-        goto out;
-    rc = store_job_get(s, id, out);
+    if ((rc = job_insert(s, n, id, &seq)) == 0)
+        rc = insert_cells(s, seq, json_object_get(n->request, "matrix"));
 out:
-    if (rc)
-        store_rollback(s);
-    return rc;
+    if ((rc = store_end(s, rc)) != 0)
+        return rc;
+    return store_job_get(s, id, out);
 }
 
 /* A job of the list: its row and its cell counts, without the cells. */
@@ -328,17 +298,9 @@ int store_job_list(struct store *s, const struct store_job_filter *f, json_t **o
              "(?2 IS NULL OR j.branch = ?2) AND (?3 IS NULL OR j.build = ?3) AND "
              "(?4 IS NULL OR j.state = ?4) AND (?5 IS NULL OR j.project = ?5) AND "
              "(?6 = 0 OR j.seq < ?6) ORDER BY j.seq DESC LIMIT ?7");
-    if ((rc = store_prepare(s, sql, &st)) != 0)
-        goto out;
-    store_bind_text(st, 1, f->commit);
-    store_bind_text(st, 2, f->branch);
-    store_bind_text(st, 3, f->build);
-    store_bind_text(st, 4, f->state);
-    store_bind_text(st, 5, f->project);
-    sqlite3_bind_int64(st, 6, f->before_seq);
-    sqlite3_bind_int(st, 7, f->limit + 1);
-    rc = store_page(s, st, f->limit, job_list_row, "jobs", 's', out);
-out:
+    if ((rc = store_query(s, &st, sql, "tttttIi", f->commit, f->branch, f->build, f->state,
+                          f->project, f->before_seq, f->limit + 1)) == 0)
+        rc = store_page(s, st, f->limit, job_list_row, "jobs", 's', out);
     sqlite3_finalize(st);
     return rc;
 }
@@ -359,15 +321,7 @@ int store_job_refresh_state(struct store *s, int64_t job_seq)
         " finished_at = CASE WHEN finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM cells WHERE"
         "   job_seq = ?1 AND state IN ('queued','running')) THEN ?2 ELSE finished_at END"
         " WHERE seq = ?1";
-    sqlite3_stmt *st = NULL;
-    int rc = store_cached(s, SC_JOB_REFRESH, sql, &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, job_seq);
-    sqlite3_bind_int64(st, 2, util_wall_ms());
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_reset(st);
-    return rc;
+    return store_run_cached(s, SC_JOB_REFRESH, sql, "II", job_seq, util_wall_ms());
 }
 
 int store_job_cancel(struct store *s, const char *id)
@@ -376,9 +330,8 @@ int store_job_cancel(struct store *s, const char *id)
     int rc = store_begin(s);
     if (rc)
         return rc;
-    if ((rc = store_prepare(s, "SELECT seq, state FROM jobs WHERE id = ?", &st)) != 0)
+    if ((rc = store_query(s, &st, "SELECT seq, state FROM jobs WHERE id = ?", "t", id)) != 0)
         goto out;
-    store_bind_text(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
         rc = -ENOENT;
         goto out;
@@ -398,17 +351,12 @@ int store_job_cancel(struct store *s, const char *id)
              "WHERE job_seq=%lld AND state='queued';"
              "UPDATE jobs SET state='cancelled', updated_at=%lld WHERE seq=%lld;",
              (long long)now, (long long)seq, (long long)now, (long long)seq);
-    if ((rc = store_exec(s, sql)) != 0)
-        goto out;
     /* Sets finished_at when no cell of the job is left running. */
-    if ((rc = store_job_refresh_state(s, seq)) != 0)
-        goto out;
-    rc = store_commit(s);
+    if ((rc = store_exec(s, sql)) == 0)
+        rc = store_job_refresh_state(s, seq);
 out:
-    if (rc)
-        store_rollback(s);
     sqlite3_finalize(st);
-    return rc;
+    return store_end(s, rc);
 }
 
 /* ---- branches and commits ---- */

@@ -14,21 +14,14 @@
 int store_build_prefork_set(struct store *s, const char *name, int64_t rev, const char *state,
                             const char *reason)
 {
-    int rc = store_flush(s);
+    int rc = store_begin_flushed(s);
     if (rc)
         return rc;
-    if ((rc = store_begin(s)) != 0)
-        return rc;
-    if ((rc = store_run(s,
-                        "UPDATE builds SET prefork_state=?1, prefork_reason=?2, "
-                        "prefork_checked_at=?3 WHERE name=?4 AND updated_at=?5 AND prefork=1",
-                        "ttItI", state, reason, util_wall_ms(), name, rev)) != 0)
-        goto out;
-    rc = store_commit(s);
-out:
-    if (rc)
-        store_rollback(s);
-    return rc;
+    rc = store_run(s,
+                   "UPDATE builds SET prefork_state=?1, prefork_reason=?2, "
+                   "prefork_checked_at=?3 WHERE name=?4 AND updated_at=?5 AND prefork=1",
+                   "ttItI", state, reason, util_wall_ms(), name, rev);
+    return store_end(s, rc);
 }
 
 /* The first queued cell in the scheduler's order (store_cell_claim_filtered's),

@@ -126,6 +126,38 @@ static void note_error(struct store *s, int rc, struct store_prune_report *r)
         snprintf(r->error, sizeof r->error, "%s", strerror(-rc));
 }
 
+/* Opens DATA/SUB into *D (its path into TOP) and, unless DRY, takes its
+ * lock into *LOCK without waiting: 0 when *D is open, 1 when there is
+ * nothing to do now (no such directory, or a backup holds the lock: next
+ * time), or a negative errno. */
+static int open_swept_dir(struct store *s, const char *sub, bool dry, char top[PATH_MAX], DIR **d,
+                          int *lock)
+{
+    layout_dir(top, PATH_MAX, s->data_dir, sub);
+    if (!(*d = opendir(top)))
+        return errno == ENOENT ? 1 : -errno;
+    if (!dry && (*lock = store__dir_lock(s->data_dir, sub, LOCK_EX | LOCK_NB)) < 0) {
+        int rc = *lock == -EAGAIN ? 1 : *lock;
+        closedir(*d);
+        return rc;
+    }
+    return 0;
+}
+
+/* Ends one batch's transaction: committed when RC is 0 (without waking
+ * the change feed when DRY: nothing changed), else rolled back with the
+ * error noted in R. RC or the commit's error. */
+static int end_batch(struct store *s, int rc, bool dry, struct store_prune_report *r)
+{
+    if (rc == 0)
+        rc = dry ? store_exec(s, "COMMIT") : store_commit(s);
+    if (rc) {
+        note_error(s, rc, r);
+        store_rollback(s);
+    }
+    return rc;
+}
+
 /*
  * Blob files nothing names: the files of blobs whose rows a prune deleted
  * while a backup held the lock, and the leftovers of an ingest transaction
@@ -138,15 +170,10 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
 {
     char top[PATH_MAX];
     sqlite3_stmt *st = NULL;
-    int lock = -1, rc = 0;
-    layout_dir(top, sizeof top, s->data_dir, "blobs");
-    DIR *d = opendir(top);
-    if (!d)
-        return errno == ENOENT ? 0 : -errno;
-    if (!dry && (lock = store__dir_lock(s->data_dir, "blobs", LOCK_EX | LOCK_NB)) < 0) {
-        closedir(d);
-        return lock == -EAGAIN ? 0 : lock; /* a backup runs: next time */
-    }
+    DIR *d;
+    int lock = -1, rc = open_swept_dir(s, "blobs", dry, top, &d, &lock);
+    if (rc)
+        return rc > 0 ? 0 : rc;
     if ((rc = store_prepare(s, "SELECT 1 FROM main.blobs WHERE hash = ?", &st)) != 0)
         goto out;
     struct dirent *e;
@@ -191,12 +218,7 @@ static int sweep_orphans(struct store *s, bool dry, struct store_prune_report *r
         }
         closedir(in);
         sqlite3_reset(st);
-        if (rc == 0)
-            rc = store_commit(s);
-        if (rc) {
-            note_error(s, rc, r);
-            store_rollback(s);
-        }
+        rc = end_batch(s, rc, false, r);
     }
 out:
     if (rc)
@@ -254,16 +276,11 @@ static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
 {
     char top[PATH_MAX];
     sqlite3_stmt *st = NULL;
-    int lock = -1, rc = 0;
+    DIR *d;
     bool more = true;
-    layout_dir(top, sizeof top, s->data_dir, "logs");
-    DIR *d = opendir(top);
-    if (!d)
-        return errno == ENOENT ? 0 : -errno;
-    if (!dry && (lock = store__dir_lock(s->data_dir, "logs", LOCK_EX | LOCK_NB)) < 0) {
-        closedir(d);
-        return lock == -EAGAIN ? 0 : lock; /* a backup runs: next time */
-    }
+    int lock = -1, rc = open_swept_dir(s, "logs", dry, top, &d, &lock);
+    if (rc)
+        return rc > 0 ? 0 : rc;
     while (rc == 0 && more) {
         int jobs = 0;
         if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
@@ -299,12 +316,7 @@ static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
         }
         sqlite3_finalize(st);
         st = NULL;
-        if (rc == 0)
-            rc = dry ? store_exec(s, "COMMIT") : store_commit(s);
-        if (rc) {
-            note_error(s, rc, r);
-            store_rollback(s);
-        }
+        rc = end_batch(s, rc, dry, r);
     }
     store__dir_unlock(lock);
     closedir(d);
@@ -430,14 +442,10 @@ static int unlink_gone(struct store *s, struct store_prune_report *r)
         sqlite3_finalize(st);
         st = NULL;
     }
-    if ((rc = store_exec(s, "DELETE FROM temp.prune_gone")) == 0)
-        rc = store_commit(s);
+    rc = store_exec(s, "DELETE FROM temp.prune_gone");
 out:
     sqlite3_finalize(st);
-    if (rc) {
-        note_error(s, rc, r);
-        store_rollback(s);
-    }
+    rc = end_batch(s, rc, false, r);
     store__dir_unlock(lock);
     return rc;
 }
@@ -458,33 +466,24 @@ static int prune_batch(struct store *s, int keep, int64_t *last, bool *more,
         goto out;
     while (records < PRUNE_TXN_RECORDS && jobs < PRUNE_TXN_JOBS) {
         int64_t seq = 0, detached = 0;
-        if ((rc = store_prepare(s, CANDIDATES " LIMIT 1", &st)) != 0)
-            goto out;
-        sqlite3_bind_int64(st, 1, *last);
-        int src = sqlite3_step(st);
-        if (src == SQLITE_ROW)
+        if ((rc = store_query(s, &st, CANDIDATES " LIMIT 1", "I", *last)) == 0 &&
+            (rc = store_step(s, st)) == 0)
             seq = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
         st = NULL;
-        if (src == SQLITE_DONE) {
+        if (rc == -ENOENT) {
+            rc = 0;
             *more = false;
             break;
         }
-        if (src != SQLITE_ROW) {
-            rc = store_rc(s, src);
-            goto out;
-        }
-        if ((rc = prune_job(s, seq, r, &detached)) != 0)
+        if (rc || (rc = prune_job(s, seq, r, &detached)) != 0)
             goto out;
         *last = seq;
         records += detached;
         jobs++;
     }
-    rc = store_commit(s);
 out:
-    if (rc) {
-        note_error(s, rc, r);
-        store_rollback(s);
+    if ((rc = end_batch(s, rc, false, r)) != 0) {
         /* Nothing of this batch happened (prune_gone is emptied by the
          * next run's temp_tables). */
         memcpy(before.error, r->error, sizeof before.error);

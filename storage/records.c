@@ -114,17 +114,11 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
         return store_errno(errno);
-    rc = util_write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n);
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc) {
-        /* A half-written file is removed at once: on a full disk it is
-         * exactly the room the next write needs. */
-        unlink(tmp);
+    /* A half-written file is removed at once: on a full disk it is
+     * exactly the room the next write needs. */
+    rc = util_tmp_finish(fd, util_write_all(fd, use_z ? s->zbuf : data, use_z ? zn : n), tmp, path);
+    if (rc)
         return store_errno(-rc);
-    }
     if ((rc = cached(s, SC_BLOB_INSERT,
                      "INSERT OR IGNORE INTO blobs(hash, codec, raw_size, stored_size) "
                      "VALUES (?,?,?,?)",
@@ -178,41 +172,19 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
 int store_blob_get(struct store *s, const char *hash, void **data, size_t *len)
 {
     sqlite3_stmt *st = NULL;
-    void *buf = NULL, *raw = NULL;
-    int fd = -1;
-    int rc = store_prepare(s, "SELECT codec, raw_size, stored_size FROM blobs WHERE hash = ?", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, hash);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    char *buf = NULL;
+    void *raw = NULL;
+    int rc = store_query(s, &st, "SELECT codec, raw_size, stored_size FROM blobs WHERE hash = ?",
+                         "t", hash);
+    if (rc || (rc = store_step(s, st)) != 0)
         goto out;
-    }
     bool z = strcmp((const char *)sqlite3_column_text(st, 0), "zstd") == 0;
     size_t rawn = (size_t)sqlite3_column_int64(st, 1);
-    size_t stored = (size_t)sqlite3_column_int64(st, 2);
+    size_t stored = (size_t)sqlite3_column_int64(st, 2), got = 0;
     char path[1200];
     store_blob_path(s, hash, path, sizeof path);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        rc = -EIO;
-        goto out;
-    }
-    if (!(buf = malloc(stored ? stored : 1))) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    size_t got = 0;
-    while (got < stored) {
-        ssize_t r = read(fd, (char *)buf + got, stored - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    if (got != stored) {
-        rc = -EIO;
+    if ((rc = util_slurp(path, stored, &buf, &got)) != 0 || got != stored) {
+        rc = rc == -ENOMEM ? rc : -EIO;
         goto out;
     }
     if (z) {
@@ -232,10 +204,7 @@ int store_blob_get(struct store *s, const char *hash, void **data, size_t *len)
         buf = NULL;
     }
     *len = rawn;
-    rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
     free(buf);
     free(raw);
     sqlite3_finalize(st);
@@ -248,20 +217,14 @@ static int find_cell(struct store *s, const char *job_id, const char *cell_id, i
                      int64_t *attempt)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT c.seq, coalesce(c.committed_attempt, 0) FROM cells c "
-                           "JOIN jobs j ON j.seq = c.job_seq WHERE j.id = ? AND c.id = ?",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, job_id);
-    store_bind_text(st, 2, cell_id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    int rc = store_query(s, &st,
+                         "SELECT c.seq, coalesce(c.committed_attempt, 0) FROM cells c "
+                         "JOIN jobs j ON j.seq = c.job_seq WHERE j.id = ? AND c.id = ?",
+                         "tt", job_id, cell_id);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         *cell_seq = sqlite3_column_int64(st, 0);
         *attempt = sqlite3_column_int64(st, 1);
     }
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
     sqlite3_finalize(st);
     return rc;
 }
@@ -295,58 +258,52 @@ static json_t *timing_summary(json_t *h)
     return summary;
 }
 
+/* What cell_count_row gathers: the records per kind and whether any is
+ * partial. */
+struct record_counts {
+    json_t *counts;
+    bool partial;
+};
+
+static int cell_count_row(sqlite3_stmt *st, void *arg)
+{
+    struct record_counts *c = arg;
+    json_object_set_new(c->counts, (const char *)sqlite3_column_text(st, 0),
+                        json_integer(sqlite3_column_int64(st, 1)));
+    c->partial |= sqlite3_column_int(st, 2) != 0;
+    return 0;
+}
+
 /* CELL's record_counts (per kind) and whether any record of ATTEMPT is
  * partial. */
 static int cell_record_counts(struct store *s, int64_t attempt, json_t *cell)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT kind, count(*), max(partial) FROM records r JOIN attempts a "
-                           "ON a.id = r.attempt_id WHERE r.attempt_id = ? GROUP BY kind",
-                           &st);
-    if (rc)
-        return rc;
-    json_t *counts = json_object();
-    sqlite3_bind_int64(st, 1, attempt);
-    bool partial = false;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_object_set_new(counts, (const char *)sqlite3_column_text(st, 0),
-                            json_integer(sqlite3_column_int64(st, 1)));
-        partial |= sqlite3_column_int(st, 2) != 0;
-    }
-    sqlite3_finalize(st);
-    json_object_set_new(cell, "record_counts", counts);
-    json_object_set_new(cell, "partial", json_boolean(partial));
-    return 0;
+    struct record_counts c = {json_object(), false};
+    int rc = store_each(s,
+                        "SELECT kind, count(*), max(partial) FROM records r JOIN attempts a "
+                        "ON a.id = r.attempt_id WHERE r.attempt_id = ? GROUP BY kind",
+                        cell_count_row, &c, "I", attempt);
+    json_object_set_new(cell, "record_counts", c.counts);
+    json_object_set_new(cell, "partial", json_boolean(c.partial));
+    return rc;
 }
 
-/* What CELL shows from ATTEMPT's stored timing, memory and env frames:
- * the timing summary, the memory header and the environment fingerprint. */
-static int cell_frame_summaries(struct store *s, int64_t attempt, json_t *cell)
+/* One stored timing, memory or env frame's header, shown in CELL: the
+ * timing summary, the memory header or the environment fingerprint. */
+static int cell_frame_row(sqlite3_stmt *st, void *cell)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT header FROM records WHERE attempt_id = ? AND kind IN "
-                           "('timing','memory','env') ORDER BY seq",
-                           &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, attempt);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *h = store_col_json(st, 0);
-        const char *k = json_string_value(json_object_get(h, "kind"));
-        if (k && strcmp(k, "timing") == 0) {
-            json_object_set_new(cell, "timing", timing_summary(h));
-        } else if (k && strcmp(k, "memory") == 0) {
-            json_object_del(h, "kind");
-            json_object_set(cell, "memory", h);
-        } else if (k && strcmp(k, "env") == 0) {
-            json_t *fp = json_object_get(h, "fingerprint");
-            json_object_set(cell, "fingerprint", fp ? fp : json_null());
-        }
-        json_decref(h);
+    json_t *h = store_col_json(st, 0);
+    const char *k = json_string_value(json_object_get(h, "kind"));
+    if (k && strcmp(k, "timing") == 0) {
+        json_object_set_new(cell, "timing", timing_summary(h));
+    } else if (k && strcmp(k, "memory") == 0) {
+        json_object_del(h, "kind");
+        json_object_set(cell, "memory", h);
+    } else if (k && strcmp(k, "env") == 0) {
+        json_t *fp = json_object_get(h, "fingerprint");
+        json_object_set(cell, "fingerprint", fp ? fp : json_null());
     }
-    sqlite3_finalize(st);
+    json_decref(h);
     return 0;
 }
 
@@ -359,9 +316,9 @@ int store_cell_get(struct store *s, const char *job_id, const char *cell_id, jso
     int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
     if (rc)
         goto out;
-    if ((rc = store_prepare(s, "SELECT " CELL_COLS " FROM cells c WHERE c.seq = ?", &st)) != 0)
+    if ((rc = store_query(s, &st, "SELECT " CELL_COLS " FROM cells c WHERE c.seq = ?", "I",
+                          cell_seq)) != 0)
         goto out;
-    sqlite3_bind_int64(st, 1, cell_seq);
     if (sqlite3_step(st) != SQLITE_ROW) {
         rc = -ENOENT;
         goto out;
@@ -371,7 +328,10 @@ int store_cell_get(struct store *s, const char *job_id, const char *cell_id, jso
     st = NULL;
     json_object_set_new(cell, "job", json_string(job_id));
     if ((rc = cell_record_counts(s, attempt, cell)) != 0 ||
-        (rc = cell_frame_summaries(s, attempt, cell)) != 0)
+        (rc = store_each(s,
+                         "SELECT header FROM records WHERE attempt_id = ? AND kind IN "
+                         "('timing','memory','env') ORDER BY seq",
+                         cell_frame_row, cell, "I", attempt)) != 0)
         goto out;
     *out = cell;
     cell = NULL;
@@ -404,15 +364,11 @@ int store_records_list(struct store *s, const char *job_id, const char *cell_id,
     int rc = find_cell(s, job_id, cell_id, &cell_seq, &attempt);
     if (rc)
         goto out;
-    if ((rc = store_prepare(s,
-                            "SELECT seq, header, blob_hash FROM records WHERE attempt_id = ?1 "
-                            "AND seq > ?2 AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4",
-                            &st)) != 0)
+    if ((rc = store_query(s, &st,
+                          "SELECT seq, header, blob_hash FROM records WHERE attempt_id = ?1 "
+                          "AND seq > ?2 AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4",
+                          "IIti", attempt, after, kind, limit + 1)) != 0)
         goto out;
-    sqlite3_bind_int64(st, 1, attempt);
-    sqlite3_bind_int64(st, 2, after);
-    store_bind_text(st, 3, kind);
-    sqlite3_bind_int(st, 4, limit + 1);
     rc = store_page(s, st, limit, record_list_row, "records", 'r', out);
 out:
     sqlite3_finalize(st);

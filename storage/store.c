@@ -116,6 +116,12 @@ int store_begin(struct store *s)
     return store_exec(s, "BEGIN IMMEDIATE");
 }
 
+int store_begin_flushed(struct store *s)
+{
+    int rc = store_flush(s);
+    return rc ? rc : store_begin(s);
+}
+
 void store_rollback(struct store *s)
 {
     if (!sqlite3_get_autocommit(s->db))
@@ -362,16 +368,27 @@ static void bind_va(sqlite3_stmt *st, const char *types, va_list ap)
     }
 }
 
+/* SQL into *ST with its parameters bound from AP: prepared when WHICH is
+ * -1, else the cached statement WHICH. */
+static int query_va(struct store *s, int which, sqlite3_stmt **st, const char *sql,
+                    const char *types, va_list ap)
+{
+    int rc = which < 0 ? store_prepare(s, sql, st) : store_cached(s, which, sql, st);
+
+    if (rc == 0)
+        bind_va(*st, types, ap);
+    return rc;
+}
+
 /* SQL run once to completion: prepared and finalized when WHICH is -1,
  * else the cached statement WHICH, reset. */
 static int run_va(struct store *s, int which, const char *sql, const char *types, va_list ap)
 {
     sqlite3_stmt *st = NULL;
-    int rc = which < 0 ? store_prepare(s, sql, &st) : store_cached(s, which, sql, &st);
+    int rc = query_va(s, which, &st, sql, types, ap);
 
     if (rc)
         return rc;
-    bind_va(st, types, ap);
     rc = store_rc(s, sqlite3_step(st));
     if (which < 0)
         sqlite3_finalize(st);
@@ -402,22 +419,77 @@ int store_run_cached(struct store *s, int which, const char *sql, const char *ty
     return rc;
 }
 
+int store_query(struct store *s, sqlite3_stmt **st, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, types);
+    rc = query_va(s, -1, st, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int store_query_cached(struct store *s, int which, sqlite3_stmt **st, const char *sql,
+                       const char *types, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, types);
+    rc = query_va(s, which, st, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int store_step(struct store *s, sqlite3_stmt *st)
+{
+    int src = sqlite3_step(st);
+    return src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+}
+
+/* The rows of SQL, each handed to ROW until it returns non-zero. */
+int store_each(struct store *s, const char *sql, store_each_fn row, void *ctx, const char *types,
+               ...)
+{
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    int src, rc;
+
+    va_start(ap, types);
+    rc = query_va(s, -1, &st, sql, types, ap);
+    va_end(ap);
+    if (rc)
+        return rc;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        if ((rc = row(st, ctx)) != 0)
+            break;
+    if (src != SQLITE_ROW)
+        rc = store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_end(struct store *s, int rc)
+{
+    if (rc == 0 && (rc = store_commit(s)) == 0)
+        return 0;
+    store_rollback(s);
+    return rc;
+}
+
 int store_get_row(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st), json_t **out,
                   const char *types, ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
-    int src, rc = store_prepare(s, sql, &st);
+    int rc;
 
-    if (rc)
-        return rc;
     va_start(ap, types);
-    bind_va(st, types, ap);
+    rc = query_va(s, -1, &st, sql, types, ap);
     va_end(ap);
-    src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
         *out = row(st);
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
     sqlite3_finalize(st);
     return rc;
 }

@@ -48,6 +48,9 @@ int store_prepare(struct store *s, const char *sql, sqlite3_stmt **st);
  * once done so it holds no read snapshot. */
 int store_cached(struct store *s, int which, const char *sql, sqlite3_stmt **out);
 int store_begin(struct store *s);
+/* Commits the open ingest batch (store_flush), then store_begin: how the
+ * daemon loop, which owns that batch, opens a transaction of its own. */
+int store_begin_flushed(struct store *s);
 int store_commit(struct store *s);
 void store_rollback(struct store *s);
 void store_zfree(struct store *s);
@@ -95,6 +98,25 @@ json_t *store_cell_row(sqlite3_stmt *st, int c0);
  * 0 or a store error; sqlite3_changes() tells what it changed. */
 int store_run(struct store *s, const char *sql, const char *types, ...);
 int store_run_cached(struct store *s, int which, const char *sql, const char *types, ...);
+/* SQL prepared into *ST with its parameters bound as for store_run; the
+ * caller finalizes *ST (a failed prepare leaves it NULL). 0 or a store
+ * error. */
+int store_query(struct store *s, sqlite3_stmt **st, const char *sql, const char *types, ...);
+/* The same with the cached statement WHICH (SC_*): the caller resets *ST. */
+int store_query_cached(struct store *s, int which, sqlite3_stmt **st, const char *sql,
+                       const char *types, ...);
+/* Steps ST to its next row: 0 on a row, -ENOENT when there is none, else
+ * a store error. */
+int store_step(struct store *s, sqlite3_stmt *st);
+/* Hands every row of SQL (parameters as for store_run) to ROW with CTX
+ * until ROW returns non-zero, which is then the result; otherwise 0 or a
+ * store error once the rows end. */
+typedef int (*store_each_fn)(sqlite3_stmt *st, void *ctx);
+int store_each(struct store *s, const char *sql, store_each_fn row, void *ctx, const char *types,
+               ...);
+/* Ends the transaction store_begin opened: commits it when RC is 0, rolls
+ * it back when RC is not or the commit fails. RC, or the commit's error. */
+int store_end(struct store *s, int rc);
 /* The first row of SQL (parameters as for store_run) as ROW makes it, into
  * *OUT; -ENOENT when there is none. */
 int store_get_row(struct store *s, const char *sql, json_t *(*row)(sqlite3_stmt *st), json_t **out,

@@ -87,7 +87,6 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
 {
     unsigned char secret[TOKEN_SECRET_BYTES], digest[32];
     char hex[2 * TOKEN_SECRET_BYTES + 1], dhex[65], id[16];
-    sqlite3_stmt *st = NULL;
     int rc = -EIO;
     if (scope < STORE_SCOPE_READ || scope > STORE_SCOPE_ADMIN)
         return -EINVAL;
@@ -102,23 +101,12 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
         snprintf(token_out, STORE_TOKEN_LEN + 1, TOKEN_PREFIX "%.13s_%.64s", id, hex);
         store_sha256(token_out, strlen(token_out), digest);
         to_hex(digest, sizeof digest, dhex);
-        sqlite3_finalize(st);
-        st = NULL;
-        if ((rc = store_prepare(s,
-                                "INSERT INTO tokens(id, name, scope, hash, created_at, expires_at) "
-                                "VALUES (?,?,?,?,?,?)",
-                                &st)) != 0)
-            goto out;
-        store_bind_text(st, 1, id);
-        store_bind_text(st, 2, name ? name : "");
-        store_bind_text(st, 3, store_scope_name(scope));
-        store_bind_text(st, 4, dhex);
-        sqlite3_bind_int64(st, 5, util_wall_ms());
-        if (expires_at > 0)
-            sqlite3_bind_int64(st, 6, expires_at);
-        else
-            sqlite3_bind_null(st, 6);
-        rc = store_rc(s, sqlite3_step(st));
+        /* An EXPIRES_AT of 0 or less stores NULL: the token never expires. */
+        rc = store_run(s,
+                       "INSERT INTO tokens(id, name, scope, hash, created_at, expires_at) "
+                       "VALUES (?1,?2,?3,?4,?5,CASE WHEN ?6 > 0 THEN ?6 END)",
+                       "ttttII", id, name ? name : "", store_scope_name(scope), dhex,
+                       util_wall_ms(), expires_at);
         if (rc != -EEXIST)
             break;
     }
@@ -130,7 +118,6 @@ out:
         memset(token_out, 0, STORE_TOKEN_LEN + 1);
     memset(secret, 0, sizeof secret);
     memset(hex, 0, sizeof hex);
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -151,16 +138,10 @@ int store_token_check(struct store *s, const char *token, char id_out[16], int *
     id[TOKEN_ID_LEN] = 0;
     store_sha256(token, STORE_TOKEN_LEN, digest);
     to_hex(digest, sizeof digest, dhex);
-    int rc = store_prepare(s, "SELECT hash, scope, expires_at, revoked_at FROM tokens WHERE id = ?",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, id);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    int rc = store_query(
+        s, &st, "SELECT hash, scope, expires_at, revoked_at FROM tokens WHERE id = ?", "t", id);
+    if (rc || (rc = store_step(s, st)) != 0)
         goto out;
-    }
     const char *hash = (const char *)sqlite3_column_text(st, 0);
     if (!hash || strlen(hash) != 64 || !ct_equal(hash, dhex, 64)) {
         rc = -ENOENT;
@@ -210,16 +191,11 @@ int store_token_revoke(struct store *s, const char *id)
 int store_job_token(struct store *s, const char *job_id, char id_out[16])
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT token_id FROM jobs WHERE id = ?", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, job_id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    int rc = store_query(s, &st, "SELECT token_id FROM jobs WHERE id = ?", "t", job_id);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         const char *t = (const char *)sqlite3_column_text(st, 0);
         snprintf(id_out, 16, "%s", t ? t : "");
     }
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
     sqlite3_finalize(st);
     return rc;
 }

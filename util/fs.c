@@ -157,3 +157,14 @@ int util_write_all(int fd, const void *p, size_t n)
     }
     return 0;
 }
+
+int util_tmp_finish(int fd, int rc, const char *tmp, const char *path)
+{
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+    return rc;
+}

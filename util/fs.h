@@ -34,4 +34,10 @@ int util_slurp_fd(int fd, size_t max, char **out, size_t *len_out);
  * that makes no progress is -EIO. */
 int util_write_all(int fd, const void *p, size_t n);
 
+/* Ends a file written through the temporary TMP beside PATH, so PATH is
+ * whole or as it was: FD (ignored when negative) is closed, then TMP is
+ * renamed over PATH when RC, the writing's result, is 0, and removed when
+ * RC or the close or the rename failed. RC or the first -errno. */
+int util_tmp_finish(int fd, int rc, const char *tmp, const char *path);
+
 #endif

@@ -346,6 +346,15 @@ class Pipeline(object):
                 self._error = "".join(traceback.format_exception(*sys.exc_info()))
             self._cv.notify_all()
 
+    def _guarded(self, step):
+        # Runs STEP (a job's compute or emit, the writer's flush) unless the
+        # pipeline has already failed; what it raises fails the pipeline.
+        try:
+            if self._error is None:
+                step()
+        except BaseException:
+            self._fail()
+
     # -- workers ---------------------------------------------------------------
     def _run(self):
         nworkers = max(1, self._nworkers)
@@ -362,11 +371,7 @@ class Pipeline(object):
 
     def _compute(self, batch):
         for ticket, job, nbytes in batch:
-            try:
-                if self._error is None:
-                    job.compute()
-            except BaseException:
-                self._fail()
+            self._guarded(job.compute)
         with self._cv:
             for ticket, job, nbytes in batch:
                 self._done[ticket] = (job, nbytes)
@@ -400,18 +405,11 @@ class Pipeline(object):
             freed = 0
             for job, nbytes in items:
                 freed += nbytes
-                try:
-                    if self._error is None:
-                        job.emit()
-                except BaseException:
-                    self._fail()
+                self._guarded(job.emit)
             with self._cv:
                 self._next_emit += len(items)
                 self._pending_bytes -= freed
                 idle = self._next_emit == self._next_ticket
                 self._cv.notify_all()
-            if idle and self._error is None:
-                try:
-                    self.writer.flush()
-                except BaseException:
-                    self._fail()
+            if idle:
+                self._guarded(self.writer.flush)
