@@ -584,16 +584,14 @@ static enum cmp_perf_verdict decide(const struct cmp_perf *p, const struct cmp_o
     bool ci = !isnan(p->ci_lo) && !isnan(p->ci_hi);
     if (p->n_control == 0 || p->n_head == 0 || p->min_p >= o->alpha)
         return CMP_PERF_INSUFFICIENT_DATA;
-    /* A change the test and the interval both call decisive stands however
-     * noisy the pairs: noise widens the interval, it does not move it. */
-    if (ci && p->p_value < o->alpha && p->ci_lo > 1.0 + t)
-        return CMP_PERF_REGRESSION;
-    if (ci && p->p_value < o->alpha && p->ci_hi < 1.0 - t)
-        return CMP_PERF_IMPROVEMENT;
     if (p->spread > t)
         return CMP_PERF_UNSTABLE;
     if (!ci)
         return CMP_PERF_UNKNOWN;
+    if (p->p_value < o->alpha && p->ci_lo > 1.0 + t)
+        return CMP_PERF_REGRESSION;
+    if (p->p_value < o->alpha && p->ci_hi < 1.0 - t)
+        return CMP_PERF_IMPROVEMENT;
     if (p->ci_lo >= 1.0 - t && p->ci_hi <= 1.0 + t)
         return CMP_PERF_SAME;
     return CMP_PERF_UNKNOWN;

@@ -815,17 +815,15 @@ Test(perf, unpaired_verdicts)
 Test(perf, unstable_and_insufficient)
 {
     double c[8], h[8];
-    /* +-20% between processes: a 5% threshold cannot be honoured for 1.03x */
+    /* +-20% between processes: a 5% threshold cannot be honoured, even for
+     * 3x: unstable comes first and never gates (an A/A whose two sides are
+     * timed under different conditions must not alarm) */
     observations(c, 8, 1e6, 0.4, 6);
-    observations(h, 8, 1.03e6, 0.4, 7);
-    struct cmp_perf p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
-    cr_assert_eq(p.verdict, CMP_PERF_UNSTABLE);
-    cr_assert(p.spread > 0.05, "spread %g", p.spread);
-    /* but 3x is decisive at that noise: the interval lies wholly past 1.05 */
     observations(h, 8, 3e6, 0.4, 7);
-    p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    struct cmp_perf p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_UNSTABLE, "ci %g..%g p %g", p.ci_lo, p.ci_hi, p.p_value);
     cr_assert(p.spread > 0.05, "spread %g", p.spread);
-    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION, "ci %g..%g p %g", p.ci_lo, p.ci_hi, p.p_value);
+    cr_assert(p.ci_lo > 1.05, "decisive but for the spread: ci %g..%g", p.ci_lo, p.ci_hi);
 
     /* one process a side (an old record): never a regression, however large */
     observations(h, 1, 3e6, 0, 8);

@@ -86,19 +86,18 @@ def verdict(control, head, threshold=THRESHOLD, alpha=ALPHA, resamples=RESAMPLES
     p, m = signed_rank_p(logr)
     if n == 0 or min(1.0, 2.0 / 2.0 ** min(m, 1000)) >= alpha:
         return "insufficient_data"
-    rng = random.Random(0)
-    ratios = sorted(math.exp(median([logr[rng.randrange(n)] for _ in range(n)]))
-                    for _ in range(resamples))
-    lo, hi = _percentile(ratios, 0.005), _percentile(ratios, 0.995)
-    # Decisive whatever the spread: noise widens the interval, not moves it.
-    if p < alpha and lo > 1.0 + threshold:
-        return "regression"
-    if p < alpha and hi < 1.0 - threshold:
-        return "improvement"
     if n >= 3:
         med = median(logr)
         if math.expm1(1.4826 * median([abs(x - med) for x in logr])) > threshold:
             return "unstable"
+    rng = random.Random(0)
+    ratios = sorted(math.exp(median([logr[rng.randrange(n)] for _ in range(n)]))
+                    for _ in range(resamples))
+    lo, hi = _percentile(ratios, 0.005), _percentile(ratios, 0.995)
+    if p < alpha and lo > 1.0 + threshold:
+        return "regression"
+    if p < alpha and hi < 1.0 - threshold:
+        return "improvement"
     if lo >= 1.0 - threshold and hi <= 1.0 + threshold:
         return "same"
     return "unknown"
