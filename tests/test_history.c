@@ -122,6 +122,31 @@ static void run_main_history(void)
     wait_all(ids, N_COMMITS);
 }
 
+/* capctl shows the same two alerts as the API, first bad commits (CK and
+ * CM) shortened to 12. */
+static void capctl_shows_the_alerts(const char *ck, const char *cm)
+{
+    char *out = NULL;
+    cr_expect_eq(af_capctl(&g_capd, "alerts --project h --branch main --markdown", &out), 0, "%s",
+                 out);
+    cr_expect(strstr(out, "| numerics ") && strstr(out, "| perf "), "%s", out);
+    cr_expect(strstr(out, "first divergent: " PKEY), "%s", out);
+    char short_k[13], short_m[13];
+    snprintf(short_k, sizeof short_k, "%.12s", ck);
+    snprintf(short_m, sizeof short_m, "%.12s", cm);
+    cr_expect(strstr(out, short_k) && strstr(out, short_m), "%s", out);
+    free(out);
+    cr_expect_eq(af_capctl(&g_capd,
+                           "history --project h --branch main --model fake:ok --width default "
+                           "--pass forward",
+                           &out),
+                 0, "%s", out);
+    cr_expect(strstr(out, "perf regression") && strstr(out, "numerics changed"), "%s", out);
+    free(out);
+    cr_expect_neq(af_capctl(&g_capd, "alerts --set expected", &out), 0, "%s", out);
+    free(out);
+}
+
 Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
 {
     run_main_history();
@@ -163,26 +188,7 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     cr_expect(saw_k && saw_m, "alerts: %s", dump);
     free(dump);
 
-    /* capctl shows the same two, first bad commits shortened to 12. */
-    char *out = NULL;
-    cr_expect_eq(af_capctl(&g_capd, "alerts --project h --branch main --markdown", &out), 0, "%s",
-                 out);
-    cr_expect(strstr(out, "| numerics ") && strstr(out, "| perf "), "%s", out);
-    cr_expect(strstr(out, "first divergent: " PKEY), "%s", out);
-    char short_k[13], short_m[13];
-    snprintf(short_k, sizeof short_k, "%.12s", ck);
-    snprintf(short_m, sizeof short_m, "%.12s", cm);
-    cr_expect(strstr(out, short_k) && strstr(out, short_m), "%s", out);
-    free(out);
-    cr_expect_eq(af_capctl(&g_capd,
-                           "history --project h --branch main --model fake:ok --width default "
-                           "--pass forward",
-                           &out),
-                 0, "%s", out);
-    cr_expect(strstr(out, "perf regression") && strstr(out, "numerics changed"), "%s", out);
-    free(out);
-    cr_expect_neq(af_capctl(&g_capd, "alerts --set expected", &out), 0, "%s", out);
-    free(out);
+    capctl_shows_the_alerts(ck, cm);
 
     /* Feedback: an acknowledged alert leaves the open list. */
     const char *id = NULL;
