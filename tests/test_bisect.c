@@ -161,6 +161,28 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
     json_decref(b);
 }
 
+/* A bisection of three commits, then GOOD and BAD. */
+#define THREE_COMMITS                                                                              \
+    "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],\"good\":\"%s\","    \
+    "\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}"
+
+/* POST BODY to PATH must be refused with 400 naming FIELD and CODE (NULL:
+ * either is not checked). */
+static void expect_refused(const char *path, const char *body, const char *field, const char *code)
+{
+    long st = 0;
+    json_t *r = tu_json(&g_capd, "POST", path, body, &st);
+    json_t *e = json_object_get(r, "error");
+    char *s = json_dumps(r, 0);
+    cr_expect_eq(st, 400, "%s: %ld %s", body, st, s);
+    if (field)
+        cr_expect_str_eq(tu_str(e, "field"), field, "%s: %s", body, s);
+    if (code)
+        cr_expect_str_eq(tu_str(e, "code"), code, "%s: %s", body, s);
+    free(s);
+    json_decref(r);
+}
+
 Test(bisect, refuses_bad_input)
 {
     make_builds(3, 1, -1);
@@ -194,43 +216,21 @@ Test(bisect, refuses_bad_input)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char body[2048];
         snprintf(body, sizeof body, cases[i].body_fmt, c0, c2);
-        long st = 0;
-        json_t *r = post_bisect(body, &st);
-        json_t *e = json_object_get(r, "error");
-        cr_expect_eq(st, 400, "case %zu: %ld %s", i, st, json_dumps(r, 0));
-        cr_expect_str_eq(tu_str(e, "field"), cases[i].field, "case %zu: %s", i, json_dumps(r, 0));
-        if (cases[i].code)
-            cr_expect_str_eq(tu_str(e, "code"), cases[i].code, "case %zu", i);
-        json_decref(r);
+        expect_refused("/v1/bisect", body, cases[i].field, cases[i].code);
     }
     /* good == bad; good after bad; a commit listed twice. */
     char body[2048];
-    long st = 0;
     snprintf(body, sizeof body,
              "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
              "s\"," MATRIX ",\"predicate\":\"numerics\"}",
              c1, c1);
-    json_t *r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "bad");
-    json_decref(r);
-    snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],"
-             "\"good\":\"%s\",\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}",
-             c0, c1, c2, c2, c0);
-    r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "code"), "good_not_before_bad");
-    json_decref(r);
-    snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],"
-             "\"good\":\"%s\",\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}",
-             c0, c1, c1, c0, c2);
-    r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "commits");
-    json_decref(r);
-    r = tu_json(&g_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
+    expect_refused("/v1/bisect", body, "bad", NULL);
+    snprintf(body, sizeof body, THREE_COMMITS, c0, c1, c2, c2, c0);
+    expect_refused("/v1/bisect", body, NULL, "good_not_before_bad");
+    snprintf(body, sizeof body, THREE_COMMITS, c0, c1, c1, c0, c2);
+    expect_refused("/v1/bisect", body, "commits", NULL);
+    long st = 0;
+    json_t *r = tu_json(&g_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
     cr_expect_eq(st, 404);
     json_decref(r);
 }
@@ -323,28 +323,19 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
  * placeholder or a dot component is refused, and it cannot prefork. */
 Test(bisect, template_builds)
 {
-    long st = 0;
-    json_t *r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                         "{\"name\":\"t1\",\"python\":\"%s/b/{branch}/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "python");
-    json_decref(r);
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t2\",\"python\":\"%s/b/../{commit}/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "python");
-    json_decref(r);
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}",
-                 g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "prefork");
-    json_decref(r);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"name\":\"t1\",\"python\":\"%s/b/{branch}/python\"}",
+             g_capd.dir);
+    expect_refused("/v1/builds", body, "python", NULL);
+    snprintf(body, sizeof body, "{\"name\":\"t2\",\"python\":\"%s/b/../{commit}/python\"}",
+             g_capd.dir);
+    expect_refused("/v1/builds", body, "python", NULL);
+    snprintf(body, sizeof body,
+             "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}", g_capd.dir);
+    expect_refused("/v1/builds", body, "prefork", NULL);
     /* A plain build's interpreter must still exist. */
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    json_decref(r);
+    snprintf(body, sizeof body, "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}", g_capd.dir);
+    expect_refused("/v1/builds", body, NULL, NULL);
     /* A job of a commit without its build fails its cells before they
      * start, and says which interpreter is missing. */
     cr_assert_eq(template_build("tmpl"), 201);
