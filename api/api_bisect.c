@@ -238,10 +238,9 @@ enum MHD_Result api_bisect_get(struct api_req *r)
 {
     json_t *out = NULL;
     int rc = store_bisect_get(api_store(r), api_param(r, "id"), &out);
-    if (rc)
-        return api_store_error(r, rc, "bisect");
-    api_etag_by_body(r);
-    return api_json(r, 200, out);
+    if (rc == 0)
+        api_etag_by_body(r);
+    return api_store_reply(r, rc, "bisect", out);
 }
 
 enum MHD_Result api_bisect_list(struct api_req *r)
@@ -258,10 +257,9 @@ enum MHD_Result api_bisect_list(struct api_req *r)
                          STORE_ALERTS_MAX_LIMIT);
     json_t *out = NULL;
     int rc = store_bisect_list(api_store(r), st, (int)limit, &out);
-    if (rc)
-        return api_store_error(r, rc, "bisect");
-    api_etag_by_body(r);
-    return api_json(r, 200, out);
+    if (rc == 0)
+        api_etag_by_body(r);
+    return api_store_reply(r, rc, "bisect", out);
 }
 
 enum MHD_Result api_bisect_cancel(struct api_req *r)

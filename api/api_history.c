@@ -133,10 +133,9 @@ enum MHD_Result api_history_get(struct api_req *r)
     json_t *out = NULL;
     struct store *s = drained_store(r);
     int rc = store_history_get(s, &q, &out);
-    if (rc)
-        return api_store_error(r, rc, "history of that cell");
-    api_etag_by_body(r);
-    return api_json(r, 200, out);
+    if (rc == 0)
+        api_etag_by_body(r);
+    return api_store_reply(r, rc, "history of that cell", out);
 }
 
 static bool one_of(const char *s, const char *const *set)
@@ -171,10 +170,9 @@ enum MHD_Result api_alerts_list(struct api_req *r)
     json_t *out = NULL;
     struct store *s = drained_store(r);
     int rc = store_alerts_list(s, &f, &out);
-    if (rc)
-        return api_store_error(r, rc, "alerts");
-    api_etag_by_body(r);
-    return api_json(r, 200, out);
+    if (rc == 0)
+        api_etag_by_body(r);
+    return api_store_reply(r, rc, "alerts", out);
 }
 
 enum MHD_Result api_alert_post(struct api_req *r)

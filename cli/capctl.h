@@ -223,6 +223,9 @@ void ctl_url_query_args(struct ctl_client *c, struct ctl_url *u, const struct ct
 /* Copy of S with control characters replaced (server text reaching a
  * terminal); "-" for NULL. Returns a pointer into BUF. */
 const char *ctl_clean(const char *s, char *buf, size_t cap);
+/* Member K of object O as a string, uncleaned; "-" when it is absent or
+ * not a string. */
+const char *ctl_jstr(json_t *o, const char *k);
 /* A JSON value as display text ("-" for null/absent). */
 const char *ctl_jtext(json_t *v, char *buf, size_t cap);
 void ctl_duration(json_t *ms, char *buf, size_t cap);

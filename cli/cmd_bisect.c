@@ -56,12 +56,6 @@ static const struct ctl_cmd cmd_bisect = {
     .run = bisect_run,
 };
 
-static const char *jstr(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "-";
-}
-
 static int bisect_check(const struct ctl_args *a, void *ctx)
 {
     static const char *const required[] = {"project", "build",  "good",   "bad",
@@ -174,10 +168,11 @@ static int bisect_body(const struct ctl_args *a, json_t **out)
 static int print_bisect(json_t *b)
 {
     static const char *const hdr[] = {"ROUND", "COMMIT", "STATE", "JOB", "NOTE"};
-    printf("bisection %s: %s, round %lld, %s over %lld commits (%.12s..%.12s)\n", jstr(b, "id"),
-           jstr(b, "state"), (long long)json_integer_value(json_object_get(b, "round")),
-           jstr(b, "predicate"), (long long)json_integer_value(json_object_get(b, "commit_count")),
-           jstr(b, "good"), jstr(b, "bad"));
+    printf("bisection %s: %s, round %lld, %s over %lld commits (%.12s..%.12s)\n", ctl_jstr(b, "id"),
+           ctl_jstr(b, "state"), (long long)json_integer_value(json_object_get(b, "round")),
+           ctl_jstr(b, "predicate"),
+           (long long)json_integer_value(json_object_get(b, "commit_count")), ctl_jstr(b, "good"),
+           ctl_jstr(b, "bad"));
     struct ctl_table *t = ctl_table_new(5, hdr);
     size_t i;
     json_t *p;
@@ -186,22 +181,22 @@ static int print_bisect(json_t *b)
         char round[16], c[16];
         snprintf(round, sizeof round, "%lld",
                  (long long)json_integer_value(json_object_get(p, "round")));
-        snprintf(c, sizeof c, "%.12s", jstr(p, "commit"));
+        snprintf(c, sizeof c, "%.12s", ctl_jstr(p, "commit"));
         const char *note = json_is_true(json_object_get(p, "reused")) ? "reused" : "";
         if (json_is_string(json_object_get(p, "skipped_reason")))
-            note = jstr(p, "skipped_reason");
-        const char *row[] = {round, c, jstr(p, "state"), jstr(p, "job"), note};
+            note = ctl_jstr(p, "skipped_reason");
+        const char *row[] = {round, c, ctl_jstr(p, "state"), ctl_jstr(p, "job"), note};
         ctl_table_row(t, row);
     }
     int rc = ctl_table_emit(t, stdout);
     json_t *res = json_object_get(b, "result");
     if (json_is_object(res))
         printf("first bad commit: %s (last good %s)%s\nevidence: verdict %s\n",
-               jstr(res, "first_bad"), jstr(res, "last_good"),
+               ctl_jstr(res, "first_bad"), ctl_jstr(res, "last_good"),
                json_is_true(json_object_get(res, "exact")) ? "" : ", or a skipped one before it",
-               jstr(json_object_get(res, "evidence"), "verdict"));
+               ctl_jstr(json_object_get(res, "evidence"), "verdict"));
     if (json_is_string(json_object_get(b, "reason")))
-        printf("reason: %s\n", jstr(b, "reason"));
+        printf("reason: %s\n", ctl_jstr(b, "reason"));
     return rc;
 }
 
@@ -221,10 +216,10 @@ static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const cha
             break;
         ctl_resp_free(&r);
         char line[200];
-        snprintf(line, sizeof line, "bisection %s: %s, round %lld", id, jstr(b, "state"),
+        snprintf(line, sizeof line, "bisection %s: %s, round %lld", id, ctl_jstr(b, "state"),
                  (long long)json_integer_value(json_object_get(b, "round")));
         ctl_progress_show(&pg, line);
-        if (strcmp(jstr(b, "state"), "running") != 0) {
+        if (strcmp(ctl_jstr(b, "state"), "running") != 0) {
             *out = b;
             break;
         }
@@ -243,7 +238,7 @@ static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const cha
 static int finish(const struct ctl_args *a, json_t *b)
 {
     int rc = ctl_has(a, "json") ? (ctl_print_json(stdout, b), 0) : print_bisect(b);
-    if (rc == 0 && ctl_has(a, "wait") && strcmp(jstr(b, "state"), "done") != 0)
+    if (rc == 0 && ctl_has(a, "wait") && strcmp(ctl_jstr(b, "state"), "done") != 0)
         rc = CTL_EXIT_NOT_OK;
     json_decref(b);
     return rc;
@@ -288,7 +283,7 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
         if (rc)
             return rc;
     }
-    snprintf(id, sizeof id, "%s", jstr(b, "id"));
+    snprintf(id, sizeof id, "%s", ctl_jstr(b, "id"));
     if (ctl_has(a, "wait")) {
         json_decref(b);
         b = NULL;

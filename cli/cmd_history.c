@@ -68,12 +68,6 @@ static const struct ctl_cmd cmd_alerts = {
     .run = alerts_run,
 };
 
-static const char *jstr(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "-";
-}
-
 static void short_sha(const char *s, char out[13])
 {
     snprintf(out, 13, "%.12s", s);
@@ -83,11 +77,11 @@ static void short_sha(const char *s, char out[13])
 static void alert_what(json_t *a, char *buf, size_t cap)
 {
     json_t *d = json_object_get(a, "detail");
-    const char *kind = jstr(a, "kind");
+    const char *kind = ctl_jstr(a, "kind");
     if (strcmp(kind, "numerics") == 0) {
-        snprintf(buf, cap, "first divergent: %s", jstr(d, "first_divergent_key"));
+        snprintf(buf, cap, "first divergent: %s", ctl_jstr(d, "first_divergent_key"));
     } else if (strcmp(kind, "outcome") == 0) {
-        snprintf(buf, cap, "%s -> %s", jstr(d, "before"), jstr(d, "after"));
+        snprintf(buf, cap, "%s -> %s", ctl_jstr(d, "before"), ctl_jstr(d, "after"));
     } else {
         json_t *ci = json_object_get(d, "magnitude_ci");
         snprintf(buf, cap, "%+.1f%% [%+.1f, %+.1f] p=%.2g",
@@ -106,16 +100,16 @@ struct alert_row {
 
 static void alert_row(json_t *a, struct alert_row *r)
 {
-    snprintf(r->cell, sizeof r->cell, "%s/%s/%s", jstr(a, "model"), jstr(a, "width"),
-             jstr(a, "pass"));
-    short_sha(jstr(a, "first_bad"), r->bad);
-    short_sha(jstr(a, "last_good"), r->good);
+    snprintf(r->cell, sizeof r->cell, "%s/%s/%s", ctl_jstr(a, "model"), ctl_jstr(a, "width"),
+             ctl_jstr(a, "pass"));
+    short_sha(ctl_jstr(a, "first_bad"), r->bad);
+    short_sha(ctl_jstr(a, "last_good"), r->good);
     alert_what(a, r->what, sizeof r->what);
-    const char *v[] = {jstr(a, "id"),
-                       jstr(a, "kind"),
-                       jstr(a, "label"),
-                       jstr(a, "status"),
-                       jstr(a, "branch"),
+    const char *v[] = {ctl_jstr(a, "id"),
+                       ctl_jstr(a, "kind"),
+                       ctl_jstr(a, "label"),
+                       ctl_jstr(a, "status"),
+                       ctl_jstr(a, "branch"),
                        r->cell,
                        r->bad,
                        r->good,
@@ -166,7 +160,7 @@ static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char 
         ctl_report(c, &r);
     } else {
         json_t *j = ctl_resp_json(&r);
-        printf("%s %s\n", jstr(j, "id"), jstr(j, "status"));
+        printf("%s %s\n", ctl_jstr(j, "id"), ctl_jstr(j, "status"));
         json_decref(j);
         rc = 0;
     }
@@ -224,10 +218,10 @@ static void mark_of(json_t *doc, const char *commit, char *buf, size_t cap)
         json_t *a;
         json_array_foreach(json_object_get(doc, lists[l]), i, a)
         {
-            if (strcmp(jstr(a, "first_bad"), commit) == 0) {
+            if (strcmp(ctl_jstr(a, "first_bad"), commit) == 0) {
                 size_t n = strlen(buf);
-                snprintf(buf + n, cap - n, "%s%s %s", n ? ", " : "", jstr(a, "kind"),
-                         jstr(a, "label"));
+                snprintf(buf + n, cap - n, "%s%s %s", n ? ", " : "", ctl_jstr(a, "kind"),
+                         ctl_jstr(a, "label"));
             }
         }
     }
@@ -240,24 +234,24 @@ static int print_history(json_t *doc)
     struct ctl_table *t = ctl_table_new(6, hdr);
     size_t i;
     json_t *p;
-    printf("status: %s\n", jstr(doc, "status"));
+    printf("status: %s\n", ctl_jstr(doc, "status"));
     json_array_foreach(json_object_get(doc, "points"), i, p)
     {
         char c[16], perf[32] = "-", rss[32] = "-", mark[256], num[300];
-        snprintf(c, sizeof c, "%.12s%s", jstr(p, "commit"),
-                 strcmp(jstr(p, "ordered_by"), "submission") == 0 ? "~" : "");
+        snprintf(c, sizeof c, "%.12s%s", ctl_jstr(p, "commit"),
+                 strcmp(ctl_jstr(p, "ordered_by"), "submission") == 0 ? "~" : "");
         json_t *pf = json_object_get(p, "perf_ns"), *m = json_object_get(p, "peak_rss_bytes");
         if (json_is_number(pf))
             snprintf(perf, sizeof perf, "%.3f", json_number_value(pf) / 1e6);
         if (json_is_integer(m))
             snprintf(rss, sizeof rss, "%.1f", (double)json_integer_value(m) / 1048576.0);
-        snprintf(num, sizeof num, "%s%s%s", jstr(p, "numerics"),
+        snprintf(num, sizeof num, "%s%s%s", ctl_jstr(p, "numerics"),
                  json_is_string(json_object_get(p, "first_divergent_key")) ? " at " : "",
                  json_is_string(json_object_get(p, "first_divergent_key"))
-                     ? jstr(p, "first_divergent_key")
+                     ? ctl_jstr(p, "first_divergent_key")
                      : "");
-        mark_of(doc, jstr(p, "commit"), mark, sizeof mark);
-        const char *row[] = {c, jstr(p, "outcome"), perf, rss, num, mark[0] ? mark : ""};
+        mark_of(doc, ctl_jstr(p, "commit"), mark, sizeof mark);
+        const char *row[] = {c, ctl_jstr(p, "outcome"), perf, rss, num, mark[0] ? mark : ""};
         ctl_table_row(t, row);
     }
     return ctl_table_emit(t, stdout);

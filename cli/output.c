@@ -24,6 +24,12 @@ const char *ctl_clean(const char *s, char *buf, size_t cap)
     return buf;
 }
 
+const char *ctl_jstr(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
 const char *ctl_jtext(json_t *v, char *buf, size_t cap)
 {
     if (json_is_string(v))

@@ -13,52 +13,20 @@
 #include "storage/store_int.h"
 #include "util/clock.h"
 
-/* Runs SQL with its parameters bound by BIND in a transaction of its own. */
-static int write1(struct store *s, const char *sql, void (*bind)(sqlite3_stmt *, const void *),
-                  const void *ud, int *changes)
+/* Steps ST, prepared and bound (RC its store_query's result), in an
+ * IMMEDIATE transaction of its own and finalizes it; *CHANGES, when
+ * asked, is how many rows it changed. */
+static int write1(struct store *s, sqlite3_stmt *st, int rc, int *changes)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_begin(s);
-    if (rc)
-        return rc;
-    if ((rc = store_prepare(s, sql, &st)) != 0)
-        goto out;
-    bind(st, ud);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-        goto out;
-    if (changes)
-        *changes = sqlite3_changes(s->db);
+    if (rc == 0 && (rc = store_begin(s)) == 0) {
+        rc = store_rc(s, sqlite3_step(st));
+        if (changes)
+            *changes = sqlite3_changes(s->db);
+        sqlite3_finalize(st);
+        return store_end(s, rc);
+    }
     sqlite3_finalize(st);
-    st = NULL;
-    rc = store_commit(s);
-out:
-    sqlite3_finalize(st);
-    if (rc)
-        store_rollback(s);
     return rc;
-}
-
-struct create_args {
-    const struct store_bisect_new *n;
-    const char *id;
-    const char *commits, *job;
-    int64_t now;
-};
-
-static void bind_create(sqlite3_stmt *st, const void *ud)
-{
-    const struct create_args *a = ud;
-    store_bind_text(st, 1, a->id);
-    store_bind_text(st, 2, a->n->project);
-    store_bind_text(st, 3, a->n->build);
-    store_bind_text(st, 4, a->n->branch);
-    store_bind_text(st, 5, a->n->predicate);
-    sqlite3_bind_double(st, 6, a->n->threshold);
-    store_bind_text(st, 7, a->commits);
-    store_bind_text(st, 8, a->job);
-    store_bind_text(st, 9, a->n->token_id);
-    sqlite3_bind_int64(st, 10, a->now);
-    sqlite3_bind_int(st, 11, STORE_BISECT_MAX_RUNNING);
 }
 
 int store_bisect_create(struct store *s, const struct store_bisect_new *n, json_t **out)
@@ -67,15 +35,20 @@ int store_bisect_create(struct store *s, const struct store_bisect_new *n, json_
     store_new_id('b', id);
     char *commits = json_dumps(n->commits, JSON_COMPACT);
     char *job = json_dumps(n->job, JSON_COMPACT | JSON_SORT_KEYS);
-    struct create_args a = {n, id, commits, job, util_wall_ms()};
+    sqlite3_stmt *st = NULL;
     int changes = 0, rc = -ENOMEM;
-    if (commits && job)
-        rc = write1(s,
-                    "INSERT INTO bisections(id, project, build, branch, predicate, threshold, "
-                    "commits_json, job_json, token_id, created_at, updated_at) "
-                    "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?10 WHERE (SELECT count(*) FROM "
-                    "bisections WHERE state = 'running') < ?11",
-                    bind_create, &a, &changes);
+    if (commits && job) {
+        rc = store_query(s, &st,
+                         "INSERT INTO bisections(id, project, build, branch, predicate, threshold, "
+                         "commits_json, job_json, token_id, created_at, updated_at) "
+                         "SELECT ?1,?2,?3,?4,?5,?11,?6,?7,?8,?9,?9 WHERE (SELECT count(*) FROM "
+                         "bisections WHERE state = 'running') < ?10",
+                         "ttttttttIi", id, n->project, n->build, n->branch, n->predicate, commits,
+                         job, n->token_id, util_wall_ms(), STORE_BISECT_MAX_RUNNING);
+        if (rc == 0)
+            sqlite3_bind_double(st, 11, n->threshold);
+        rc = write1(s, st, rc, &changes);
+    }
     free(commits);
     free(job);
     if (rc == 0 && changes == 0)
@@ -102,28 +75,24 @@ static json_t *probe_row(sqlite3_stmt *st)
     return p;
 }
 
+static int probe_add(sqlite3_stmt *st, void *arr)
+{
+    json_array_append_new(arr, probe_row(st));
+    return 0;
+}
+
 /* The probes of bisection SEQ, in commit order, into B's "probes". */
 static int add_probes(struct store *s, int64_t seq, json_t *b)
 {
-    sqlite3_stmt *st = NULL;
     json_t *arr = json_array();
-    int rc = store_prepare(s,
-                           "SELECT idx, commit_sha, round, job_id, reused, state, reason, "
-                           "verdict_json, updated_at FROM bisect_probes WHERE bisect_seq = ? "
-                           "ORDER BY idx",
-                           &st);
-    if (rc)
-        goto out;
-    sqlite3_bind_int64(st, 1, seq);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, probe_row(st));
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
-    json_object_set(b, "probes", arr);
-out:
+    int rc = store_each(s,
+                        "SELECT idx, commit_sha, round, job_id, reused, state, reason, "
+                        "verdict_json, updated_at FROM bisect_probes WHERE bisect_seq = ? "
+                        "ORDER BY idx",
+                        probe_add, arr, "I", seq);
+    if (rc == 0)
+        json_object_set(b, "probes", arr);
     json_decref(arr);
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -163,110 +132,78 @@ int store_bisect_get(struct store *s, const char *id, json_t **out)
 {
     sqlite3_stmt *st = NULL;
     json_t *b = NULL;
-    int rc = store_prepare(s, "SELECT " BISECT_COLS " FROM bisections WHERE id = ?", &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, id);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-        goto out;
+    int rc = store_query(s, &st, "SELECT " BISECT_COLS " FROM bisections WHERE id = ?", "t", id);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
+        b = bisect_row(st, true);
+        rc = b ? add_probes(s, sqlite3_column_int64(st, 0), b) : -ENOMEM;
     }
-    if (!(b = bisect_row(st, true))) {
-        rc = -ENOMEM;
-        goto out;
+    if (rc == 0) {
+        *out = b;
+        b = NULL;
     }
-    if ((rc = add_probes(s, sqlite3_column_int64(st, 0), b)) != 0)
-        goto out;
-    *out = b;
-    b = NULL;
-out:
     json_decref(b);
     sqlite3_finalize(st);
     return rc;
 }
 
+static int brief_add(sqlite3_stmt *st, void *arr)
+{
+    json_array_append_new(arr, bisect_row(st, false));
+    return 0;
+}
+
 int store_bisect_list(struct store *s, const char *state, int limit, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
     json_t *arr = json_array();
-    int rc = store_prepare(s,
-                           "SELECT " BISECT_COLS " FROM bisections WHERE ?1 IS NULL OR state = ?1 "
-                           "ORDER BY seq DESC LIMIT ?2",
-                           &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, state);
-    sqlite3_bind_int(st, 2, limit);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, bisect_row(st, false));
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
-    *out = json_pack("{s:O}", "bisections", arr);
-out:
+    int rc = store_each(s,
+                        "SELECT " BISECT_COLS " FROM bisections WHERE ?1 IS NULL OR state = ?1 "
+                        "ORDER BY seq DESC LIMIT ?2",
+                        brief_add, arr, "ti", state, limit);
+    if (rc == 0)
+        *out = json_pack("{s:O}", "bisections", arr);
     json_decref(arr);
-    sqlite3_finalize(st);
     return rc;
+}
+
+struct ids {
+    char (*v)[16];
+    int max, n;
+};
+
+/* 1 once V is full, which ends the rows. */
+static int id_add(sqlite3_stmt *st, void *ctx)
+{
+    struct ids *ids = ctx;
+    if (ids->n == ids->max)
+        return 1;
+    snprintf(ids->v[ids->n++], 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    return 0;
 }
 
 int store_bisect_running(struct store *s, char (*ids)[16], int max, int *n)
 {
-    sqlite3_stmt *st = NULL;
-    *n = 0;
-    int rc =
-        store_prepare(s, "SELECT id FROM bisections WHERE state = 'running' ORDER BY seq", &st);
-    if (rc)
-        return rc;
-    int src;
-    while (*n < max && (src = sqlite3_step(st)) == SQLITE_ROW)
-        snprintf(ids[(*n)++], 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    rc = *n < max ? store_rc(s, src) : 0;
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static void bind_probe(sqlite3_stmt *st, const void *ud)
-{
-    const struct store_bisect_probe *p = ud;
-    store_bind_text(st, 1, p->bisect_id);
-    sqlite3_bind_int(st, 2, p->index);
-    store_bind_text(st, 3, p->commit);
-    sqlite3_bind_int(st, 4, p->round);
-    store_bind_text(st, 5, p->job_id && p->job_id[0] ? p->job_id : NULL);
-    sqlite3_bind_int(st, 6, p->reused);
-    store_bind_text(st, 7, p->state);
-    store_bind_text(st, 8, p->reason);
-    store_bind_text(st, 9, p->verdict);
-    sqlite3_bind_int64(st, 10, util_wall_ms());
+    struct ids r = {ids, max, 0};
+    int rc = store_each(s, "SELECT id FROM bisections WHERE state = 'running' ORDER BY seq", id_add,
+                        &r, "");
+    *n = r.n;
+    return rc == 1 ? 0 : rc;
 }
 
 int store_bisect_probe_put(struct store *s, const struct store_bisect_probe *p)
 {
-    return write1(s,
-                  "INSERT INTO bisect_probes(bisect_seq, idx, commit_sha, round, job_id, reused, "
-                  "state, reason, verdict_json, updated_at) "
-                  "SELECT seq, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM bisections WHERE id = ?1 "
-                  "ON CONFLICT(bisect_seq, idx) DO UPDATE SET job_id = excluded.job_id, "
-                  "reused = excluded.reused, state = excluded.state, reason = excluded.reason, "
-                  "verdict_json = excluded.verdict_json, updated_at = excluded.updated_at",
-                  bind_probe, p, NULL);
-}
-
-struct set_args {
-    const char *id, *state, *reason, *result;
-    int round;
-};
-
-static void bind_set(sqlite3_stmt *st, const void *ud)
-{
-    const struct set_args *a = ud;
-    store_bind_text(st, 1, a->id);
-    store_bind_text(st, 2, a->state);
-    sqlite3_bind_int(st, 3, a->round);
-    store_bind_text(st, 4, a->reason);
-    store_bind_text(st, 5, a->result);
-    sqlite3_bind_int64(st, 6, util_wall_ms());
+    sqlite3_stmt *st = NULL;
+    int rc =
+        store_query(s, &st,
+                    "INSERT INTO bisect_probes(bisect_seq, idx, commit_sha, round, job_id, reused, "
+                    "state, reason, verdict_json, updated_at) "
+                    "SELECT seq, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 FROM bisections WHERE id = ?1 "
+                    "ON CONFLICT(bisect_seq, idx) DO UPDATE SET job_id = excluded.job_id, "
+                    "reused = excluded.reused, state = excluded.state, reason = excluded.reason, "
+                    "verdict_json = excluded.verdict_json, updated_at = excluded.updated_at",
+                    "titititttI", p->bisect_id, p->index, p->commit, p->round,
+                    p->job_id && p->job_id[0] ? p->job_id : NULL, (int)p->reused, p->state,
+                    p->reason, p->verdict, util_wall_ms());
+    return write1(s, st, rc, NULL);
 }
 
 int store_bisect_set(struct store *s, const char *id, const char *state, int round,
@@ -275,21 +212,16 @@ int store_bisect_set(struct store *s, const char *id, const char *state, int rou
     char *res = result ? json_dumps(result, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (result && !res)
         return -ENOMEM;
-    struct set_args a = {id, state, reason, res, round};
-    int rc = write1(s,
-                    "UPDATE bisections SET state = ?2, round = ?3, reason = coalesce(?4, reason), "
-                    "result_json = coalesce(?5, result_json), updated_at = ?6, finished_at = "
-                    "CASE WHEN ?2 = 'running' THEN NULL ELSE ?6 END "
-                    "WHERE id = ?1 AND state = 'running'",
-                    bind_set, &a, NULL);
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st,
+                         "UPDATE bisections SET state = ?2, round = ?3, reason = coalesce(?4, "
+                         "reason), result_json = coalesce(?5, result_json), updated_at = ?6, "
+                         "finished_at = CASE WHEN ?2 = 'running' THEN NULL ELSE ?6 END "
+                         "WHERE id = ?1 AND state = 'running'",
+                         "ttittI", id, state, round, reason, res, util_wall_ms());
+    rc = write1(s, st, rc, NULL);
     free(res);
     return rc;
-}
-
-static void bind_cancel(sqlite3_stmt *st, const void *ud)
-{
-    store_bind_text(st, 1, ud);
-    sqlite3_bind_int64(st, 2, util_wall_ms());
 }
 
 int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out)
@@ -303,10 +235,12 @@ int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out)
         json_decref(b);
         return -EALREADY;
     }
-    rc = write1(s,
-                "UPDATE bisections SET state = 'cancelled', reason = 'cancelled', "
-                "updated_at = ?2, finished_at = ?2 WHERE id = ?1 AND state = 'running'",
-                bind_cancel, id, &changes);
+    sqlite3_stmt *st = NULL;
+    rc = store_query(s, &st,
+                     "UPDATE bisections SET state = 'cancelled', reason = 'cancelled', "
+                     "updated_at = ?2, finished_at = ?2 WHERE id = ?1 AND state = 'running'",
+                     "tI", id, util_wall_ms());
+    rc = write1(s, st, rc, &changes);
     if (rc == 0 && changes == 0)
         rc = -EALREADY;
     json_t *jobs = json_array();
@@ -329,27 +263,26 @@ int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out)
     return rc;
 }
 
+/* The text of column 0 of ST's first row into OUT[16], after a
+ * store_query that returned RC; -ENOENT when there is no row. */
+static int first_id(struct store *s, sqlite3_stmt *st, int rc, char out[16])
+{
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
+        snprintf(out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int store_job_reusable(struct store *s, const char *project, const char *build, const char *commit,
                        const char *control_commit, char id_out[16])
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT id FROM jobs WHERE commit_sha = ?1 AND project = ?2 AND "
-                           "build = ?3 AND state = 'done' AND (?4 IS NULL OR control_commit = ?4) "
-                           "ORDER BY seq DESC LIMIT 1",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, commit);
-    store_bind_text(st, 2, project);
-    store_bind_text(st, 3, build);
-    store_bind_text(st, 4, control_commit);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    int rc = store_query(s, &st,
+                         "SELECT id FROM jobs WHERE commit_sha = ?1 AND project = ?2 AND "
+                         "build = ?3 AND state = 'done' AND (?4 IS NULL OR control_commit = ?4) "
+                         "ORDER BY seq DESC LIMIT 1",
+                         "tttt", commit, project, build, control_commit);
+    return first_id(s, st, rc, id_out);
 }
 
 int store_job_started(struct store *s, const char *job_id, bool *started, char *why, size_t wlen)
@@ -358,70 +291,50 @@ int store_job_started(struct store *s, const char *job_id, bool *started, char *
     /* A cell did not start when it failed before its runner said anything:
      * its set-up failed (no exit code), or the exec did (126, 127), and its
      * attempt holds no record. */
-    int rc = store_prepare(
-        s,
+    int rc = store_query(
+        s, &st,
         "SELECT count(*), sum(c.state = 'failed' AND coalesce(c.exit_code, -1) IN (-1, 126, 127) "
         "AND NOT EXISTS (SELECT 1 FROM records r WHERE r.attempt_id = c.committed_attempt)), "
         "(SELECT c2.reason FROM cells c2 WHERE c2.job_seq = j.seq AND c2.state = 'failed' "
         "ORDER BY c2.ord LIMIT 1) FROM jobs j JOIN cells c ON c.job_seq = j.seq WHERE j.id = ?",
-        &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, job_id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+        "t", job_id);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         int64_t cells = sqlite3_column_int64(st, 0), dead = sqlite3_column_int64(st, 1);
         *started = cells == 0 || dead < cells;
         snprintf(why, wlen, "%s",
                  sqlite3_column_text(st, 2) ? (const char *)sqlite3_column_text(st, 2) : "");
     }
-    rc = src == SQLITE_ROW ? 0 : store_rc(s, src);
     sqlite3_finalize(st);
-    return rc;
+    return rc == -ENOENT ? 0 : rc;
 }
 
 int store_bisect_owner(struct store *s, const char *id, char out[16])
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s, "SELECT coalesce(token_id, '') FROM bisections WHERE id = ?", &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        snprintf(out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    int rc =
+        store_query(s, &st, "SELECT coalesce(token_id, '') FROM bisections WHERE id = ?", "t", id);
+    return first_id(s, st, rc, out);
+}
+
+static int commit_add(sqlite3_stmt *st, void *arr)
+{
+    json_array_append_new(arr, store_col_str(st, 0));
+    return 0;
 }
 
 int store_branch_commits(struct store *s, const char *project, const char *branch, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
     json_t *arr = json_array();
-    int rc = store_prepare(s,
-                           "SELECT p.commit_sha FROM history_points p JOIN history_series h ON "
-                           "h.id = p.series_id WHERE h.project = ? AND h.branch = ? "
-                           "GROUP BY p.commit_sha ORDER BY min(p.order_ms), min(p.order_seq) "
-                           "LIMIT ?",
-                           &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, project);
-    store_bind_text(st, 2, branch);
-    sqlite3_bind_int(st, 3, STORE_BRANCH_MAX_COMMITS + 1);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, store_col_str(st, 0));
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
-    if (json_array_size(arr) > STORE_BRANCH_MAX_COMMITS) {
+    int rc = store_each(s,
+                        "SELECT p.commit_sha FROM history_points p JOIN history_series h ON "
+                        "h.id = p.series_id WHERE h.project = ? AND h.branch = ? "
+                        "GROUP BY p.commit_sha ORDER BY min(p.order_ms), min(p.order_seq) "
+                        "LIMIT ?",
+                        commit_add, arr, "tti", project, branch, STORE_BRANCH_MAX_COMMITS + 1);
+    if (rc == 0 && json_array_size(arr) > STORE_BRANCH_MAX_COMMITS)
         rc = -E2BIG;
-        goto out;
-    }
-    *out = json_incref(arr);
-out:
+    if (rc == 0)
+        *out = json_incref(arr);
     json_decref(arr);
-    sqlite3_finalize(st);
     return rc;
 }

@@ -30,7 +30,7 @@ struct tkey {
 
 struct tkeys {
     struct tkey *v;
-    size_t n;
+    size_t n, cap;
 };
 
 static void tkeys_free(struct tkeys *t)
@@ -41,50 +41,37 @@ static void tkeys_free(struct tkeys *t)
     }
     free(t->v);
     t->v = NULL;
-    t->n = 0;
+    t->n = t->cap = 0;
+}
+
+static int tkey_row(sqlite3_stmt *st, void *ctx)
+{
+    struct tkeys *out = ctx;
+    if (out->n == out->cap) {
+        if (out->cap >= CMP_MAX_TENSORS)
+            return -E2BIG;
+        size_t cap = out->cap ? out->cap * 2 : 64;
+        struct tkey *v = realloc(out->v, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        out->v = v;
+        out->cap = cap;
+    }
+    const char *h = (const char *)sqlite3_column_text(st, 1);
+    struct tkey *k = &out->v[out->n++];
+    k->key = strdup((const char *)sqlite3_column_text(st, 0));
+    k->hash = h ? strdup(h) : NULL;
+    k->seq = sqlite3_column_int64(st, 2);
+    return !k->key || (h && !k->hash) ? -ENOMEM : 0;
 }
 
 /* The (key, hash, seq) of every tensor record of ATTEMPT, in key order. */
 static int tkeys_load(struct store *s, int64_t attempt, struct tkeys *out)
 {
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    int rc = store_prepare(s,
-                           "SELECT key, json_extract(header, '$.hash'), seq FROM records WHERE "
-                           "attempt_id = ? AND kind = 'tensor' AND key IS NOT NULL ORDER BY key",
-                           &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, attempt);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        if (out->n == cap) {
-            if (cap >= CMP_MAX_TENSORS) {
-                rc = -E2BIG;
-                goto out;
-            }
-            cap = cap ? cap * 2 : 64;
-            struct tkey *v = realloc(out->v, cap * sizeof *v);
-            if (!v) {
-                rc = -ENOMEM;
-                goto out;
-            }
-            out->v = v;
-        }
-        const char *h = (const char *)sqlite3_column_text(st, 1);
-        struct tkey *k = &out->v[out->n++];
-        k->key = strdup((const char *)sqlite3_column_text(st, 0));
-        k->hash = h ? strdup(h) : NULL;
-        k->seq = sqlite3_column_int64(st, 2);
-        if (!k->key || (h && !k->hash)) {
-            rc = -ENOMEM;
-            goto out;
-        }
-    }
-    rc = store_rc(s, src);
-out:
-    sqlite3_finalize(st);
-    return rc;
+    return store_each(s,
+                      "SELECT key, json_extract(header, '$.hash'), seq FROM records WHERE "
+                      "attempt_id = ? AND kind = 'tensor' AND key IS NOT NULL ORDER BY key",
+                      tkey_row, out, "I", attempt);
 }
 
 /*
@@ -135,45 +122,45 @@ static void tensor_digest(const struct tkeys *t, char out[33])
     snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
 }
 
+struct samples {
+    int64_t *v;
+    size_t n;
+};
+
+/* Every sample past CMP_MAX_TIMING_SAMPLES is counted, not kept. */
+static int sample_row(sqlite3_stmt *st, void *ctx)
+{
+    struct samples *sm = ctx;
+    json_t *h = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+    json_t *a = json_object_get(h, "samples_ns"), *e;
+    size_t i;
+    json_array_foreach(a, i, e)
+    {
+        if (sm->n < CMP_MAX_TIMING_SAMPLES && json_is_integer(e) && json_integer_value(e) >= 0)
+            sm->v[sm->n] = json_integer_value(e);
+        sm->n++;
+    }
+    json_decref(h);
+    return 0;
+}
+
 /* The perf observation of ATTEMPT (cmp_perf_observation over all of its
  * timing samples); *n_out 0 and *obs NaN when it has none or too many. */
 static int perf_of(struct store *s, int64_t attempt, double *obs, int64_t *n_out)
 {
-    sqlite3_stmt *st = NULL;
-    int64_t *v = NULL;
-    size_t n = 0;
+    struct samples sm = {malloc(CMP_MAX_TIMING_SAMPLES * sizeof *sm.v), 0};
     *obs = NAN;
     *n_out = 0;
-    int rc = store_prepare(
-        s, "SELECT header FROM records WHERE attempt_id = ? AND kind = 'timing' ORDER BY seq", &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, attempt);
-    v = malloc(CMP_MAX_TIMING_SAMPLES * sizeof *v);
-    rc = -ENOMEM;
-    if (!v)
-        goto out;
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *h = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
-        json_t *a = json_object_get(h, "samples_ns"), *e;
-        size_t i;
-        json_array_foreach(a, i, e)
-        {
-            if (n < CMP_MAX_TIMING_SAMPLES && json_is_integer(e) && json_integer_value(e) >= 0)
-                v[n] = json_integer_value(e);
-            n++;
-        }
-        json_decref(h);
-    }
-    if ((rc = store_rc(s, src)) != 0)
-        goto out;
+    if (!sm.v)
+        return -ENOMEM;
+    int rc = store_each(
+        s, "SELECT header FROM records WHERE attempt_id = ? AND kind = 'timing' ORDER BY seq",
+        sample_row, &sm, "I", attempt);
     /* Past the engine's limit the cell has no observation (not a cut one). */
-    if (n && n <= CMP_MAX_TIMING_SAMPLES && cmp_perf_observation(v, n, obs) == 0)
-        *n_out = (int64_t)n;
-out:
-    free(v);
-    sqlite3_finalize(st);
+    if (rc == 0 && sm.n && sm.n <= CMP_MAX_TIMING_SAMPLES &&
+        cmp_perf_observation(sm.v, sm.n, obs) == 0)
+        *n_out = (int64_t)sm.n;
+    free(sm.v);
     return rc;
 }
 
@@ -201,28 +188,18 @@ static int point_near(struct store *s, int64_t series, const struct pt *ref, con
         "ORDER BY order_ms, order_seq LIMIT 1"};
     sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
-    int rc = store_prepare(s, sql[dir + 1], &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, series);
-    if (ref) {
-        sqlite3_bind_int64(st, 2, ref->order_ms);
-        sqlite3_bind_int64(st, 3, ref->order_seq);
-    }
-    store_bind_text(st, 4, commit);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    int rc = store_query(s, &st, sql[dir + 1], "IIIt", series, ref ? ref->order_ms : 0,
+                         ref ? ref->order_seq : 0, commit);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         out->found = true;
         snprintf(out->commit, sizeof out->commit, "%s", sqlite3_column_text(st, 0));
         out->order_ms = sqlite3_column_int64(st, 1);
         out->order_seq = sqlite3_column_int64(st, 2);
         out->attempt = sqlite3_column_int64(st, 3);
         snprintf(out->digest, sizeof out->digest, "%s", sqlite3_column_text(st, 4));
-        src = SQLITE_DONE;
     }
-    rc = store_rc(s, src);
     sqlite3_finalize(st);
-    return rc;
+    return rc == -ENOENT ? 0 : rc;
 }
 
 /* Sets the numerics of point P against the point before it. */
@@ -245,18 +222,10 @@ static int drift_update(struct store *s, int64_t series, const struct pt *p)
             goto out;
         key = first_divergent_key(&a, &b);
     }
-    sqlite3_stmt *st = NULL;
-    if ((rc = store_prepare(s,
-                            "UPDATE history_points SET numerics = ?, first_divergent_key = ? "
-                            "WHERE series_id = ? AND commit_sha = ?",
-                            &st)) != 0)
-        goto out;
-    store_bind_text(st, 1, state);
-    store_bind_text(st, 2, key);
-    sqlite3_bind_int64(st, 3, series);
-    store_bind_text(st, 4, p->commit);
-    rc = store_rc(s, sqlite3_step(st));
-    sqlite3_finalize(st);
+    rc = store_run(s,
+                   "UPDATE history_points SET numerics = ?, first_divergent_key = ? "
+                   "WHERE series_id = ? AND commit_sha = ?",
+                   "ttIt", state, key, series, p->commit);
 out:
     free(key);
     tkeys_free(&a);
@@ -290,19 +259,16 @@ static int job_info(struct store *s, int64_t seq, struct job_info *j)
 {
     sqlite3_stmt *st = NULL;
     memset(j, 0, sizeof *j);
-    int rc = store_prepare(
-        s,
+    /* -ENOENT when the job is gone, or not on a branch: nothing to add. */
+    int rc = store_query(
+        s, &st,
         "SELECT id, project, branch, commit_sha, created_at, "
         "json_extract(request_json, '$.commit_time'), "
         "CAST((julianday(json_extract(request_json, '$.commit_time')) - 2440587.5) * 86400000 "
         "AS INTEGER), coalesce(json_extract(request_json, '$.parents[0]'), '') "
         "FROM jobs WHERE seq = ? AND branch IS NOT NULL",
-        &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, seq);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+        "I", seq);
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         j->seq = seq;
         snprintf(j->id, sizeof j->id, "%s", sqlite3_column_text(st, 0));
         snprintf(j->project, sizeof j->project, "%s", sqlite3_column_text(st, 1));
@@ -314,11 +280,7 @@ static int job_info(struct store *s, int64_t seq, struct job_info *j)
             snprintf(j->commit_time, sizeof j->commit_time, "%s", sqlite3_column_text(st, 5));
         j->commit_ms = sqlite3_column_int64(st, 6);
         snprintf(j->parent, sizeof j->parent, "%s", sqlite3_column_text(st, 7));
-        src = SQLITE_DONE;
-    } else if (src == SQLITE_DONE) {
-        src = SQLITE_NOTFOUND; /* gone, or not on a branch: nothing to add */
     }
-    rc = src == SQLITE_NOTFOUND ? -ENOENT : store_rc(s, src);
     sqlite3_finalize(st);
     return rc;
 }
@@ -327,27 +289,17 @@ static int series_id(struct store *s, const struct job_info *j, const char *mode
                      const char *width, const char *pass, int64_t *id)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "INSERT INTO history_series(project, branch, model, width, pass, "
-                           "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
-                           "updated_at = excluded.updated_at RETURNING id",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, j->project);
-    store_bind_text(st, 2, j->branch);
-    store_bind_text(st, 3, model);
-    store_bind_text(st, 4, width);
-    store_bind_text(st, 5, pass);
-    sqlite3_bind_int64(st, 6, util_wall_ms());
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
+    int rc = store_query(s, &st,
+                         "INSERT INTO history_series(project, branch, model, width, pass, "
+                         "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+                         "updated_at = excluded.updated_at RETURNING id",
+                         "tttttI", j->project, j->branch, model, width, pass, util_wall_ms());
+    if (rc == 0 && (rc = store_step(s, st)) == 0) {
         *id = sqlite3_column_int64(st, 0);
-        src = sqlite3_step(st);
+        rc = store_step(s, st);
     }
-    rc = store_rc(s, src);
     sqlite3_finalize(st);
-    return rc;
+    return rc == -ENOENT ? 0 : rc;
 }
 
 /* Where the job goes in the series: its commit time, but never before its
@@ -386,32 +338,21 @@ static int point_put(struct store *s, int64_t series, const struct job_info *j,
     if (rc)
         goto out;
     tensor_digest(&t, digest);
-    if ((rc = store_prepare(
-             s,
+    /* perf_ns (?15) and peak_rss_bytes (?16) stay NULL where unknown. */
+    if ((rc = store_query(
+             s, &st,
              "INSERT OR REPLACE INTO history_points(series_id, commit_sha, order_ms, order_seq, "
              "ordered_by, commit_time, job_id, cell_id, attempt_id, outcome, perf_ns, "
              "perf_samples, peak_rss_bytes, digest, n_tensors, created_at) "
-             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,nullif(?, ''),?,?)",
-             &st)) != 0)
+             "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?15,?11,?16,nullif(?12, ''),?13,?14)",
+             "ItIIttttItItII", series, j->commit, order, j->seq,
+             j->has_time ? "commit" : "submission", j->has_time ? j->commit_time : NULL, j->id,
+             c->id, c->attempt, c->state, nperf, digest, (int64_t)t.n, util_wall_ms())) != 0)
         goto out;
-    sqlite3_bind_int64(st, 1, series);
-    store_bind_text(st, 2, j->commit);
-    sqlite3_bind_int64(st, 3, order);
-    sqlite3_bind_int64(st, 4, j->seq);
-    store_bind_text(st, 5, j->has_time ? "commit" : "submission");
-    store_bind_text(st, 6, j->has_time ? j->commit_time : NULL);
-    store_bind_text(st, 7, j->id);
-    store_bind_text(st, 8, c->id);
-    sqlite3_bind_int64(st, 9, c->attempt);
-    store_bind_text(st, 10, c->state);
     if (nperf)
-        sqlite3_bind_double(st, 11, perf);
-    sqlite3_bind_int64(st, 12, nperf);
+        sqlite3_bind_double(st, 15, perf);
     if (c->has_rss)
-        sqlite3_bind_int64(st, 13, c->peak_rss);
-    store_bind_text(st, 14, digest);
-    sqlite3_bind_int64(st, 15, (int64_t)t.n);
-    sqlite3_bind_int64(st, 16, util_wall_ms());
+        sqlite3_bind_int64(st, 16, c->peak_rss);
     if ((rc = store_rc(s, sqlite3_step(st))) == 0)
         rc = drift_around(s, series, j->commit);
 out:
@@ -420,38 +361,38 @@ out:
     return rc;
 }
 
+struct ingest {
+    struct store *s;
+    const struct job_info *j;
+};
+
+static int cell_row(sqlite3_stmt *st, void *ctx)
+{
+    const struct ingest *in = ctx;
+    struct cell_info c = {0};
+    int64_t series = 0;
+    snprintf(c.id, sizeof c.id, "%s", sqlite3_column_text(st, 0));
+    snprintf(c.model, sizeof c.model, "%s", sqlite3_column_text(st, 1));
+    snprintf(c.width, sizeof c.width, "%s", sqlite3_column_text(st, 2));
+    snprintf(c.pass, sizeof c.pass, "%s", sqlite3_column_text(st, 3));
+    snprintf(c.state, sizeof c.state, "%s", sqlite3_column_text(st, 4));
+    c.attempt = sqlite3_column_int64(st, 5);
+    c.has_rss = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    c.peak_rss = sqlite3_column_int64(st, 6);
+    int rc = series_id(in->s, in->j, c.model, c.width, c.pass, &series);
+    if (rc == 0)
+        rc = point_put(in->s, series, in->j, &c);
+    return rc ? rc : store__history_analyse(in->s, series);
+}
+
 /* Every cell of job J becomes a point; every series touched is analysed. */
 static int ingest_job(struct store *s, const struct job_info *j)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT id, model, width, pass, state, coalesce(committed_attempt, 0), "
-                           "peak_rss_bytes FROM cells WHERE job_seq = ? ORDER BY ord",
-                           &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, j->seq);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        struct cell_info c = {0};
-        snprintf(c.id, sizeof c.id, "%s", sqlite3_column_text(st, 0));
-        snprintf(c.model, sizeof c.model, "%s", sqlite3_column_text(st, 1));
-        snprintf(c.width, sizeof c.width, "%s", sqlite3_column_text(st, 2));
-        snprintf(c.pass, sizeof c.pass, "%s", sqlite3_column_text(st, 3));
-        snprintf(c.state, sizeof c.state, "%s", sqlite3_column_text(st, 4));
-        c.attempt = sqlite3_column_int64(st, 5);
-        c.has_rss = sqlite3_column_type(st, 6) != SQLITE_NULL;
-        c.peak_rss = sqlite3_column_int64(st, 6);
-        int64_t series = 0;
-        if ((rc = series_id(s, j, c.model, c.width, c.pass, &series)) != 0 ||
-            (rc = point_put(s, series, j, &c)) != 0 ||
-            (rc = store__history_analyse(s, series)) != 0)
-            goto out;
-    }
-    rc = store_rc(s, src);
-out:
-    sqlite3_finalize(st);
-    return rc;
+    struct ingest in = {s, j};
+    return store_each(s,
+                      "SELECT id, model, width, pass, state, coalesce(committed_attempt, 0), "
+                      "peak_rss_bytes FROM cells WHERE job_seq = ? ORDER BY ord",
+                      cell_row, &in, "I", j->seq);
 }
 
 /* Takes one queued job and makes its points, in one transaction. *took is
@@ -459,38 +400,25 @@ out:
 static int drain_one(struct store *s, bool *took)
 {
     sqlite3_stmt *st = NULL;
+    int64_t seq = 0;
     *took = false;
     int rc = store_begin(s);
     if (rc)
         return rc;
-    if ((rc = store_prepare(s, "SELECT job_seq FROM history_pending ORDER BY job_seq LIMIT 1",
-                            &st)) != 0)
-        goto out;
-    int src = sqlite3_step(st);
-    if (src != SQLITE_ROW) {
-        rc = store_rc(s, src);
-        goto out;
-    }
-    int64_t seq = sqlite3_column_int64(st, 0);
+    rc = store_query(s, &st, "SELECT job_seq FROM history_pending ORDER BY job_seq LIMIT 1", "");
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
+        seq = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    st = NULL;
+    if (rc)
+        return store_end(s, rc == -ENOENT ? 0 : rc);
     struct job_info j;
     rc = job_info(s, seq, &j);
     if (rc == 0)
         rc = ingest_job(s, &j);
-    if (rc && rc != -ENOENT)
-        goto out;
-    char sql[96];
-    snprintf(sql, sizeof sql, "DELETE FROM history_pending WHERE job_seq = %lld", (long long)seq);
-    if ((rc = store_exec(s, sql)) != 0)
-        goto out;
-    *took = true;
-out:
-    sqlite3_finalize(st);
-    if (rc == 0 && (rc = store_commit(s)) == 0)
-        return 0;
-    store_rollback(s);
-    return rc;
+    if (rc == 0 || rc == -ENOENT)
+        rc = store_run(s, "DELETE FROM history_pending WHERE job_seq = ?", "I", seq);
+    *took = rc == 0;
+    return store_end(s, rc);
 }
 
 int store_history_drain(struct store *s, int *jobs_out)

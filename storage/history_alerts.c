@@ -39,41 +39,38 @@ static void window_free(struct window *w)
     free(w->p);
 }
 
+static int window_row(sqlite3_stmt *st, void *ctx)
+{
+    struct window *w = ctx;
+    if (w->n == STORE_HISTORY_ANALYSE)
+        return 0;
+    struct apoint *p = &w->p[w->n++];
+    snprintf(p->commit, sizeof p->commit, "%s", sqlite3_column_text(st, 0));
+    snprintf(p->outcome, sizeof p->outcome, "%s", sqlite3_column_text(st, 1));
+    snprintf(p->numerics, sizeof p->numerics, "%s", sqlite3_column_text(st, 2));
+    const char *k = (const char *)sqlite3_column_text(st, 3);
+    p->key = k ? strdup(k) : NULL;
+    p->order_ms = sqlite3_column_int64(st, 4);
+    p->order_seq = sqlite3_column_int64(st, 5);
+    p->has_perf = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    p->perf = sqlite3_column_double(st, 6);
+    p->has_rss = sqlite3_column_type(st, 7) != SQLITE_NULL;
+    p->rss = sqlite3_column_double(st, 7);
+    return 0;
+}
+
 static int window_load(struct store *s, int64_t series, struct window *w)
 {
-    sqlite3_stmt *st = NULL;
     w->n = 0;
     w->p = calloc(STORE_HISTORY_ANALYSE, sizeof *w->p);
     if (!w->p)
         return -ENOMEM;
-    int rc = store_prepare(
+    return store_each(
         s,
         "SELECT commit_sha, outcome, numerics, first_divergent_key, order_ms, order_seq, perf_ns, "
         "peak_rss_bytes FROM (SELECT * FROM history_points WHERE series_id = ?1 ORDER BY "
         "order_ms DESC, order_seq DESC LIMIT ?2) ORDER BY order_ms, order_seq",
-        &st);
-    if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, series);
-    sqlite3_bind_int(st, 2, STORE_HISTORY_ANALYSE);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW && w->n < STORE_HISTORY_ANALYSE) {
-        struct apoint *p = &w->p[w->n++];
-        snprintf(p->commit, sizeof p->commit, "%s", sqlite3_column_text(st, 0));
-        snprintf(p->outcome, sizeof p->outcome, "%s", sqlite3_column_text(st, 1));
-        snprintf(p->numerics, sizeof p->numerics, "%s", sqlite3_column_text(st, 2));
-        const char *k = (const char *)sqlite3_column_text(st, 3);
-        p->key = k ? strdup(k) : NULL;
-        p->order_ms = sqlite3_column_int64(st, 4);
-        p->order_seq = sqlite3_column_int64(st, 5);
-        p->has_perf = sqlite3_column_type(st, 6) != SQLITE_NULL;
-        p->perf = sqlite3_column_double(st, 6);
-        p->has_rss = sqlite3_column_type(st, 7) != SQLITE_NULL;
-        p->rss = sqlite3_column_double(st, 7);
-    }
-    rc = src == SQLITE_ROW ? 0 : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+        window_row, w, "Ii", series, STORE_HISTORY_ANALYSE);
 }
 
 struct alert_new {
@@ -85,39 +82,23 @@ struct alert_new {
 
 static int alert_put(struct store *s, int64_t series, struct alert_new *a)
 {
-    sqlite3_stmt *st = NULL;
     char id[16], *detail = json_dumps(a->detail, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(a->detail);
     if (!detail)
         return -ENOMEM;
     store_new_id('a', id);
-    int64_t now = util_wall_ms();
-    int rc = store_prepare(
+    int rc = store_run(
         s,
         "INSERT INTO alerts(id, series_id, kind, commit_sha, last_good, label, detail_json, "
-        "order_ms, order_seq, detected, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,1,?,?) "
+        "order_ms, order_seq, detected, created_at, updated_at) VALUES "
+        "(?,?,?,?,?,?,?,?,?,1,?10,?10) "
         "ON CONFLICT(series_id, kind, commit_sha) DO UPDATE SET last_good = excluded.last_good, "
         "label = excluded.label, detail_json = excluded.detail_json, order_ms = "
         "excluded.order_ms, order_seq = excluded.order_seq, detected = 1, updated_at = CASE WHEN "
         "detected = 0 OR label IS NOT excluded.label OR detail_json IS NOT excluded.detail_json "
         "THEN excluded.updated_at ELSE updated_at END",
-        &st);
-    if (rc)
-        goto out;
-    store_bind_text(st, 1, id);
-    sqlite3_bind_int64(st, 2, series);
-    store_bind_text(st, 3, a->kind);
-    store_bind_text(st, 4, a->bad->commit);
-    store_bind_text(st, 5, a->last_good);
-    store_bind_text(st, 6, a->label);
-    store_bind_text(st, 7, detail);
-    sqlite3_bind_int64(st, 8, a->bad->order_ms);
-    sqlite3_bind_int64(st, 9, a->bad->order_seq);
-    sqlite3_bind_int64(st, 10, now);
-    sqlite3_bind_int64(st, 11, now);
-    rc = store_rc(s, sqlite3_step(st));
-out:
-    sqlite3_finalize(st);
+        "tItttttIII", id, series, a->kind, a->bad->commit, a->last_good, a->label, detail,
+        a->bad->order_ms, a->bad->order_seq, util_wall_ms());
     free(detail);
     return rc;
 }
@@ -206,26 +187,19 @@ static int event_alerts(struct store *s, int64_t series, const struct window *w)
 int store__history_analyse(struct store *s, int64_t series)
 {
     struct window w = {0};
-    sqlite3_stmt *st = NULL;
     int rc = window_load(s, series, &w);
     if (rc || w.n == 0)
         goto out;
     /* What the window covers is found again from scratch. */
-    if ((rc = store_prepare(s,
-                            "UPDATE alerts SET detected = 0 WHERE series_id = ? AND detected = 1 "
-                            "AND (order_ms, order_seq) >= (?, ?)",
-                            &st)) != 0)
-        goto out;
-    sqlite3_bind_int64(st, 1, series);
-    sqlite3_bind_int64(st, 2, w.p[0].order_ms);
-    sqlite3_bind_int64(st, 3, w.p[0].order_seq);
-    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+    if ((rc = store_run(s,
+                        "UPDATE alerts SET detected = 0 WHERE series_id = ? AND detected = 1 "
+                        "AND (order_ms, order_seq) >= (?, ?)",
+                        "III", series, w.p[0].order_ms, w.p[0].order_seq)) != 0)
         goto out;
     if ((rc = metric_alerts(s, series, &w, false)) == 0 &&
         (rc = metric_alerts(s, series, &w, true)) == 0)
         rc = event_alerts(s, series, &w);
 out:
-    sqlite3_finalize(st);
     window_free(&w);
     return rc;
 }

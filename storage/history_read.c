@@ -28,103 +28,56 @@ static json_t *alert_row(sqlite3_stmt *st)
     return a;
 }
 
-/* Rows of ST as alerts into a new array *OUT. */
-static int alert_rows(struct store *s, sqlite3_stmt *st, json_t **out)
+static int alert_add(sqlite3_stmt *st, void *arr)
 {
-    json_t *arr = json_array();
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(arr, alert_row(st));
-    int rc = store_rc(s, src);
-    if (rc)
-        json_decref(arr);
-    else
-        *out = arr;
-    return rc;
+    json_array_append_new(arr, alert_row(st));
+    return 0;
 }
 
 int store_alerts_list(struct store *s, const struct store_alert_filter *f, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    json_t *arr = NULL;
-    int rc = store_prepare(s,
-                           "SELECT " ALERT_COLS " FROM alerts a JOIN history_series s ON s.id = "
-                           "a.series_id WHERE a.detected = 1 AND (?1 IS NULL OR a.status = ?1) "
-                           "AND (?2 IS NULL OR s.project = ?2) AND (?3 IS NULL OR s.branch = ?3) "
-                           "AND (?4 IS NULL OR a.kind = ?4) ORDER BY a.order_ms DESC, "
-                           "a.order_seq DESC, a.kind LIMIT ?5",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, f->status);
-    store_bind_text(st, 2, f->project);
-    store_bind_text(st, 3, f->branch);
-    store_bind_text(st, 4, f->kind);
-    sqlite3_bind_int(st, 5, f->limit);
-    if ((rc = alert_rows(s, st, &arr)) == 0)
-        *out = json_pack("{s:o}", "alerts", arr);
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static int alert_get(struct store *s, const char *id, json_t **out)
-{
-    sqlite3_stmt *st = NULL;
-    json_t *arr = NULL;
-    int rc = store_prepare(s,
-                           "SELECT " ALERT_COLS " FROM alerts a JOIN history_series s ON s.id = "
-                           "a.series_id WHERE a.id = ?",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, id);
-    if ((rc = alert_rows(s, st, &arr)) == 0) {
-        if (json_array_size(arr) == 0)
-            rc = -ENOENT;
-        else
-            *out = json_incref(json_array_get(arr, 0));
-    }
+    json_t *arr = json_array();
+    int rc =
+        store_each(s,
+                   "SELECT " ALERT_COLS " FROM alerts a JOIN history_series s ON s.id = "
+                   "a.series_id WHERE a.detected = 1 AND (?1 IS NULL OR a.status = ?1) "
+                   "AND (?2 IS NULL OR s.project = ?2) AND (?3 IS NULL OR s.branch = ?3) "
+                   "AND (?4 IS NULL OR a.kind = ?4) ORDER BY a.order_ms DESC, "
+                   "a.order_seq DESC, a.kind LIMIT ?5",
+                   alert_add, arr, "tttti", f->status, f->project, f->branch, f->kind, f->limit);
+    if (rc == 0)
+        *out = json_pack("{s:O}", "alerts", arr);
     json_decref(arr);
-    sqlite3_finalize(st);
     return rc;
 }
 
 int store_alert_set(struct store *s, const char *id, const char *status, const char *note,
                     json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "UPDATE alerts SET status = ?, note = coalesce(?, note), updated_at = ? "
-                           "WHERE id = ?",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, status);
-    store_bind_text(st, 2, note);
-    sqlite3_bind_int64(st, 3, util_wall_ms());
-    store_bind_text(st, 4, id);
-    rc = store_rc(s, sqlite3_step(st));
+    int rc = store_run(s,
+                       "UPDATE alerts SET status = ?, note = coalesce(?, note), updated_at = ? "
+                       "WHERE id = ?",
+                       "ttIt", status, note, util_wall_ms(), id);
     if (rc == 0 && sqlite3_changes(s->db) == 0)
         rc = -ENOENT;
-    sqlite3_finalize(st);
-    return rc ? rc : alert_get(s, id, out);
+    return rc ? rc
+              : store_get_row(s,
+                              "SELECT " ALERT_COLS " FROM alerts a JOIN history_series s ON "
+                              "s.id = a.series_id WHERE a.id = ?",
+                              alert_row, out, "t", id);
+}
+
+static int count_row(sqlite3_stmt *st, void *o)
+{
+    json_object_set_new(o, (const char *)sqlite3_column_text(st, 0),
+                        json_integer(sqlite3_column_int64(st, 1)));
+    return 0;
 }
 
 int store_alert_counts(struct store *s, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
     json_t *o = json_object();
-    int rc = store_prepare(s, "SELECT status, count(*) FROM alerts GROUP BY status", &st);
-    if (rc) {
-        json_decref(o);
-        return rc;
-    }
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        json_object_set_new(o, (const char *)sqlite3_column_text(st, 0),
-                            json_integer(sqlite3_column_int64(st, 1)));
-    rc = store_rc(s, src);
-    sqlite3_finalize(st);
+    int rc = store_each(s, "SELECT status, count(*) FROM alerts GROUP BY status", count_row, o, "");
     if (rc)
         json_decref(o);
     else
@@ -137,21 +90,12 @@ int store_alert_counts(struct store *s, json_t **out)
 static int series_find(struct store *s, const struct store_history_query *q, int64_t *id)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT id FROM history_series WHERE project = ? AND branch = ? AND "
-                           "model = ? AND width = ? AND pass = ?",
-                           &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, q->project);
-    store_bind_text(st, 2, q->branch);
-    store_bind_text(st, 3, q->model);
-    store_bind_text(st, 4, q->width);
-    store_bind_text(st, 5, q->pass);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
+    int rc = store_query(s, &st,
+                         "SELECT id FROM history_series WHERE project = ? AND branch = ? AND "
+                         "model = ? AND width = ? AND pass = ?",
+                         "ttttt", q->project, q->branch, q->model, q->width, q->pass);
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
         *id = sqlite3_column_int64(st, 0);
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
     sqlite3_finalize(st);
     return rc;
 }
@@ -169,37 +113,38 @@ static json_t *point_row(sqlite3_stmt *st)
         store_col_str(st, 9), "first_divergent_key", store_col_str(st, 10));
 }
 
+struct points {
+    json_t *arr;
+    size_t n_perf;
+};
+
+static int point_add(sqlite3_stmt *st, void *ctx)
+{
+    struct points *ps = ctx;
+    json_t *p = point_row(st);
+    ps->n_perf += json_is_real(json_object_get(p, "perf_ns")) &&
+                  strcmp(json_string_value(json_object_get(p, "outcome")), "ok") == 0;
+    json_array_append_new(ps->arr, p);
+    return 0;
+}
+
 /* The newest LIMIT points of SERIES, oldest first, and how many are ok
  * with a perf observation. */
 static int points_get(struct store *s, int64_t series, int limit, json_t **out, size_t *n_perf)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(
+    struct points ps = {json_array(), 0};
+    int rc = store_each(
         s,
         "SELECT commit_sha, ordered_by, commit_time, job_id, cell_id, outcome, perf_ns, "
         "perf_samples, peak_rss_bytes, numerics, first_divergent_key FROM (SELECT * FROM "
         "history_points WHERE series_id = ?1 ORDER BY order_ms DESC, order_seq DESC LIMIT ?2) "
         "ORDER BY order_ms, order_seq",
-        &st);
+        point_add, &ps, "Ii", series, limit);
+    *n_perf = ps.n_perf;
     if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, series);
-    sqlite3_bind_int(st, 2, limit);
-    json_t *arr = json_array();
-    int src;
-    *n_perf = 0;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *p = point_row(st);
-        *n_perf += json_is_real(json_object_get(p, "perf_ns")) &&
-                   strcmp(json_string_value(json_object_get(p, "outcome")), "ok") == 0;
-        json_array_append_new(arr, p);
-    }
-    rc = store_rc(s, src);
-    sqlite3_finalize(st);
-    if (rc)
-        json_decref(arr);
+        json_decref(ps.arr);
     else
-        *out = arr;
+        *out = ps.arr;
     return rc;
 }
 
@@ -207,22 +152,18 @@ static int points_get(struct store *s, int64_t series, int limit, json_t **out, 
 static int series_alerts(struct store *s, int64_t series, const char *kind_a, const char *kind_b,
                          int limit, json_t **out)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = store_prepare(s,
-                           "SELECT * FROM (SELECT " ALERT_COLS ", a.order_ms, a.order_seq FROM "
-                           "alerts a JOIN history_series s ON s.id = a.series_id WHERE "
-                           "a.series_id = ?1 AND a.detected = 1 AND a.kind IN (?2, ?3) ORDER BY "
-                           "a.order_ms DESC, a.order_seq DESC LIMIT ?4) ORDER BY order_ms, "
-                           "order_seq",
-                           &st);
+    json_t *arr = json_array();
+    int rc = store_each(s,
+                        "SELECT * FROM (SELECT " ALERT_COLS ", a.order_ms, a.order_seq FROM "
+                        "alerts a JOIN history_series s ON s.id = a.series_id WHERE "
+                        "a.series_id = ?1 AND a.detected = 1 AND a.kind IN (?2, ?3) ORDER BY "
+                        "a.order_ms DESC, a.order_seq DESC LIMIT ?4) ORDER BY order_ms, "
+                        "order_seq",
+                        alert_add, arr, "Itti", series, kind_a, kind_b, limit);
     if (rc)
-        return rc;
-    sqlite3_bind_int64(st, 1, series);
-    store_bind_text(st, 2, kind_a);
-    store_bind_text(st, 3, kind_b);
-    sqlite3_bind_int(st, 4, limit);
-    rc = alert_rows(s, st, out);
-    sqlite3_finalize(st);
+        json_decref(arr);
+    else
+        *out = arr;
     return rc;
 }
 

@@ -10,22 +10,19 @@
  * ceil(log2(30)) + 1 rounds.
  */
 #include <criterion/criterion.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_capd.dir[0] && strstr(g_capd.dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_capd.dir);
+    af_stop_own_capd(&g_capd);
 }
 
 static void start(void)
@@ -100,41 +97,9 @@ static void capture(int i, const char *model)
     json_decref(j);
 }
 
-/* The commits 0..N-1 as a JSON array text (malloc'd). */
-static char *commit_list(int n)
-{
-    char *s = malloc((size_t)n * 44 + 4), *p = s;
-    *p++ = '[';
-    for (int i = 0; i < n; i++) {
-        char c[41];
-        sha(i, c);
-        p += sprintf(p, "%s\"%s\"", i ? "," : "", c);
-    }
-    strcpy(p, "]");
-    return s;
-}
-
 static json_t *post_bisect(const char *body, long *st)
 {
     return tu_json(&g_capd, "POST", "/v1/bisect", body, st);
-}
-
-/* Polls GET /v1/bisect/ID until it is no longer running. */
-static json_t *wait_bisect(const char *id, int timeout_s)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/v1/bisect/%s", id);
-    double t0 = tu_now_s();
-    while (tu_now_s() - t0 < timeout_s) {
-        long st = 0;
-        json_t *b = tu_json(&g_capd, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200);
-        if (strcmp(tu_str(b, "state"), "running") != 0)
-            return b;
-        json_decref(b);
-        usleep(100000);
-    }
-    return NULL;
 }
 
 static json_t *probe_of(json_t *b, int idx)
@@ -156,7 +121,7 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
     cr_assert_eq(template_build("tmpl"), 201);
     capture(0, "fake:ok");
     capture(N_COMMITS - 1, "fake:ok");
-    char *commits = commit_list(N_COMMITS), good[41], bad[41], ck[41], ck1[41], cs[41];
+    char *commits = af_commit_list(N_COMMITS, sha), good[41], bad[41], ck[41], ck1[41], cs[41];
     sha(0, good);
     sha(N_COMMITS - 1, bad);
     sha(K, ck);
@@ -168,16 +133,9 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
              "s\"," MATRIX ",\"options\":{\"iterations\":0},\"predicate\":\"numerics\"}",
              commits, good, bad);
     free(commits);
-    long st = 0;
-    json_t *b = post_bisect(body, &st);
-    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
-    char id[16];
-    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
-    json_decref(b);
-    b = wait_bisect(id, 240);
-    cr_assert_not_null(b, "bisection %s did not end", id);
-    char *dump = json_dumps(b, JSON_INDENT(1));
-    cr_assert_str_eq(tu_str(b, "state"), "done", "%s", dump);
+    char id[16], *dump = NULL;
+    af_post_bisect(&g_capd, body, id, NULL);
+    json_t *b = af_bisect_done(&g_capd, id, 240, &dump);
     json_t *res = json_object_get(b, "result");
     cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
     cr_expect_str_eq(tu_str(res, "last_good"), ck1, "%s", dump);
@@ -201,6 +159,28 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
     cr_expect_str_eq(tu_str(probe_of(b, K), "state"), "bad", "%s", dump);
     free(dump);
     json_decref(b);
+}
+
+/* A bisection of three commits, then GOOD and BAD. */
+#define THREE_COMMITS                                                                              \
+    "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],\"good\":\"%s\","    \
+    "\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}"
+
+/* POST BODY to PATH must be refused with 400 naming FIELD and CODE (NULL:
+ * either is not checked). */
+static void expect_refused(const char *path, const char *body, const char *field, const char *code)
+{
+    long st = 0;
+    json_t *r = tu_json(&g_capd, "POST", path, body, &st);
+    json_t *e = json_object_get(r, "error");
+    char *s = json_dumps(r, 0);
+    cr_expect_eq(st, 400, "%s: %ld %s", body, st, s);
+    if (field)
+        cr_expect_str_eq(tu_str(e, "field"), field, "%s: %s", body, s);
+    if (code)
+        cr_expect_str_eq(tu_str(e, "code"), code, "%s: %s", body, s);
+    free(s);
+    json_decref(r);
 }
 
 Test(bisect, refuses_bad_input)
@@ -236,43 +216,21 @@ Test(bisect, refuses_bad_input)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char body[2048];
         snprintf(body, sizeof body, cases[i].body_fmt, c0, c2);
-        long st = 0;
-        json_t *r = post_bisect(body, &st);
-        json_t *e = json_object_get(r, "error");
-        cr_expect_eq(st, 400, "case %zu: %ld %s", i, st, json_dumps(r, 0));
-        cr_expect_str_eq(tu_str(e, "field"), cases[i].field, "case %zu: %s", i, json_dumps(r, 0));
-        if (cases[i].code)
-            cr_expect_str_eq(tu_str(e, "code"), cases[i].code, "case %zu", i);
-        json_decref(r);
+        expect_refused("/v1/bisect", body, cases[i].field, cases[i].code);
     }
     /* good == bad; good after bad; a commit listed twice. */
     char body[2048];
-    long st = 0;
     snprintf(body, sizeof body,
              "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[],\"good\":\"%s\",\"bad\":\"%"
              "s\"," MATRIX ",\"predicate\":\"numerics\"}",
              c1, c1);
-    json_t *r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "bad");
-    json_decref(r);
-    snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],"
-             "\"good\":\"%s\",\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}",
-             c0, c1, c2, c2, c0);
-    r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "code"), "good_not_before_bad");
-    json_decref(r);
-    snprintf(body, sizeof body,
-             "{\"project\":\"h\",\"build\":\"tmpl\",\"commits\":[\"%s\",\"%s\",\"%s\"],"
-             "\"good\":\"%s\",\"bad\":\"%s\"," MATRIX ",\"predicate\":\"numerics\"}",
-             c0, c1, c1, c0, c2);
-    r = post_bisect(body, &st);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "commits");
-    json_decref(r);
-    r = tu_json(&g_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
+    expect_refused("/v1/bisect", body, "bad", NULL);
+    snprintf(body, sizeof body, THREE_COMMITS, c0, c1, c2, c2, c0);
+    expect_refused("/v1/bisect", body, NULL, "good_not_before_bad");
+    snprintf(body, sizeof body, THREE_COMMITS, c0, c1, c1, c0, c2);
+    expect_refused("/v1/bisect", body, "commits", NULL);
+    long st = 0;
+    json_t *r = tu_json(&g_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
     cr_expect_eq(st, 404);
     json_decref(r);
 }
@@ -317,7 +275,7 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
 {
     make_builds(4, 2, -1);
     cr_assert_eq(template_build("tmpl"), 201);
-    char *commits = commit_list(4), c0[41], c3[41], body[2048];
+    char *commits = af_commit_list(4, sha), c0[41], c3[41], body[2048];
     sha(0, c0);
     sha(3, c3);
     snprintf(body, sizeof body,
@@ -327,11 +285,9 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
              commits, c0, c3);
     free(commits);
     long st = 0;
-    json_t *b = post_bisect(body, &st);
-    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
+    json_t *b = NULL;
     char id[16], path[80];
-    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
-    json_decref(b);
+    af_post_bisect(&g_capd, body, id, NULL);
     /* Wait until its probes have their jobs. */
     snprintf(path, sizeof path, "/v1/bisect/%s", id);
     json_t *jobs = NULL;
@@ -367,28 +323,19 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
  * placeholder or a dot component is refused, and it cannot prefork. */
 Test(bisect, template_builds)
 {
-    long st = 0;
-    json_t *r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                         "{\"name\":\"t1\",\"python\":\"%s/b/{branch}/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "python");
-    json_decref(r);
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t2\",\"python\":\"%s/b/../{commit}/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "python");
-    json_decref(r);
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}",
-                 g_capd.dir);
-    cr_expect_eq(st, 400);
-    cr_expect_str_eq(tu_str(json_object_get(r, "error"), "field"), "prefork");
-    json_decref(r);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"name\":\"t1\",\"python\":\"%s/b/{branch}/python\"}",
+             g_capd.dir);
+    expect_refused("/v1/builds", body, "python", NULL);
+    snprintf(body, sizeof body, "{\"name\":\"t2\",\"python\":\"%s/b/../{commit}/python\"}",
+             g_capd.dir);
+    expect_refused("/v1/builds", body, "python", NULL);
+    snprintf(body, sizeof body,
+             "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}", g_capd.dir);
+    expect_refused("/v1/builds", body, "prefork", NULL);
     /* A plain build's interpreter must still exist. */
-    r = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
-                 "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}", g_capd.dir);
-    cr_expect_eq(st, 400);
-    json_decref(r);
+    snprintf(body, sizeof body, "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}", g_capd.dir);
+    expect_refused("/v1/builds", body, NULL, NULL);
     /* A job of a commit without its build fails its cells before they
      * start, and says which interpreter is missing. */
     cr_assert_eq(template_build("tmpl"), 201);
@@ -412,7 +359,7 @@ Test(bisect, survives_a_restart_and_streams_progress, .timeout = 180)
 {
     make_builds(6, 3, -1);
     cr_assert_eq(template_build("tmpl"), 201);
-    char *commits = commit_list(6), c0[41], c5[41], c3[41], body[2048];
+    char *commits = af_commit_list(6, sha), c0[41], c5[41], c3[41], body[2048];
     sha(0, c0);
     sha(5, c5);
     sha(3, c3);
@@ -422,19 +369,14 @@ Test(bisect, survives_a_restart_and_streams_progress, .timeout = 180)
              "[\"forward\"]},\"options\":{\"iterations\":0},\"predicate\":\"numerics\"}",
              commits, c0, c5);
     free(commits);
-    long st = 0;
-    json_t *b = post_bisect(body, &st);
-    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
-    char id[16], dir[256], path[80];
-    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
-    json_decref(b);
+    char id[16], dir[256], path[80], *dump = NULL;
+    af_post_bisect(&g_capd, body, id, NULL);
     snprintf(dir, sizeof dir, "%s", g_capd.dir);
     cr_assert_eq(tu_capd_stop(&g_capd), 0);
     cr_assert_eq(tu_capd_start(&g_capd, dir, NULL), 0);
-    b = wait_bisect(id, 150);
-    cr_assert_not_null(b);
-    cr_expect_str_eq(tu_str(b, "state"), "done", "%s", json_dumps(b, 0));
-    cr_expect_str_eq(tu_str(json_object_get(b, "result"), "first_bad"), c3);
+    json_t *b = af_bisect_done(&g_capd, id, 150, &dump);
+    cr_expect_str_eq(tu_str(json_object_get(b, "result"), "first_bad"), c3, "%s", dump);
+    free(dump);
     json_decref(b);
     snprintf(path, sizeof path, "/v1/events?job=%s", id);
     char *ev = tu_events_until(&g_capd, path, "\"state\":\"done\"", 20000);
@@ -444,19 +386,6 @@ Test(bisect, survives_a_restart_and_streams_progress, .timeout = 180)
     cr_expect(strstr(ev, "\"change\":\"round\""), "%s", ev);
     cr_expect(strstr(ev, c3) && strstr(ev, "\"state\":\"done\""), "%s", ev);
     free(ev);
-}
-
-/* Runs capctl (next to CAPD_BIN) with ARGS; its exit status, and its
- * output in *OUT (malloc'd). */
-static int capctl(const char *args, char **out)
-{
-    char *bin = strdup(tu_bin("CAPD_BIN")), path[600];
-    snprintf(path, sizeof path, "%s/capctl.out", g_capd.dir);
-    int rc = tu_sh("CAPD_TOKEN='%s' '%s/capctl' --server '%s' %s >'%s' 2>&1", g_capd.token,
-                   dirname(bin), g_capd.base, args, path);
-    free(bin);
-    *out = tu_slurp(path);
-    return rc;
 }
 
 /* capctl bisect takes its commits from git rev-list and waits for the
@@ -489,7 +418,7 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
              "--models fake:ok --widths default --passes forward --iterations 0 --wait "
              "--timeout 150",
              shas[0], shas[5], g_capd.dir);
-    cr_expect_eq(capctl(args, &out), 0, "%s", out);
+    cr_expect_eq(af_capctl(&g_capd, args, &out), 0, "%s", out);
     char want[80];
     snprintf(want, sizeof want, "first bad commit: %s", shas[3]);
     cr_expect(strstr(out, want), "%s", out);
@@ -499,7 +428,7 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
              "bisect --project h --build tmpl --good %s --bad deadbeef --commits-from-git "
              "'%s/repo' --models fake:ok --widths default --passes forward",
              shas[0], g_capd.dir);
-    cr_expect_eq(capctl(args, &out), 2, "%s", out);
+    cr_expect_eq(af_capctl(&g_capd, args, &out), 2, "%s", out);
     cr_expect(strstr(out, "git rev-list"), "%s", out);
     free(out);
 }
@@ -599,16 +528,12 @@ Test(bisect, perf_predicate_over_a_branch, .timeout = 240)
              "\"bad\":\"%s\"," MATRIX ",\"options\":%s,\"predicate\":\"perf\",\"threshold\":0.2}",
              good, bad, opts);
     long st = 0;
-    json_t *b = post_bisect(body, &st);
-    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
+    json_t *b = NULL;
+    char id[16], *dump = NULL;
+    af_post_bisect(&g_capd, body, id, &b);
     cr_expect_eq(json_integer_value(json_object_get(b, "commit_count")), 8);
-    char id[16];
-    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
     json_decref(b);
-    b = wait_bisect(id, 200);
-    cr_assert_not_null(b, "bisection %s did not end", id);
-    char *dump = json_dumps(b, JSON_INDENT(1));
-    cr_assert_str_eq(tu_str(b, "state"), "done", "%s", dump);
+    b = af_bisect_done(&g_capd, id, 200, &dump);
     json_t *res = json_object_get(b, "result");
     cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
     cr_expect_str_eq(tu_str(res, "last_good"), ck1, "%s", dump);

@@ -9,21 +9,18 @@
  * (numerics) and M (perf), whatever order the jobs were submitted in.
  */
 #include <criterion/criterion.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_capd.dir[0] && strstr(g_capd.dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_capd.dir);
+    af_stop_own_capd(&g_capd);
 }
 
 static void start(void)
@@ -32,25 +29,6 @@ static void start(void)
 }
 
 TestSuite(history, .init = start, .fini = teardown);
-
-/* Runs capctl (next to CAPD_BIN) against the test's capd with ARGS; returns
- * its exit status and its standard output in *OUT (malloc'd). */
-static int capctl(const char *args, char **out)
-{
-    char *bin = strdup(tu_bin("CAPD_BIN")), path[600];
-    snprintf(path, sizeof path, "%s/capctl.out", g_capd.dir);
-    int rc = tu_sh("CAPD_TOKEN='%s' '%s/capctl' --server '%s' %s >'%s' 2>&1", g_capd.token,
-                   dirname(bin), g_capd.base, args, path);
-    free(bin);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    *out = strdup(buf);
-    return rc;
-}
 
 #define N_COMMITS 30
 #define K         12 /* numerics change */
@@ -144,6 +122,31 @@ static void run_main_history(void)
     wait_all(ids, N_COMMITS);
 }
 
+/* capctl shows the same two alerts as the API, first bad commits (CK and
+ * CM) shortened to 12. */
+static void capctl_shows_the_alerts(const char *ck, const char *cm)
+{
+    char *out = NULL;
+    cr_expect_eq(af_capctl(&g_capd, "alerts --project h --branch main --markdown", &out), 0, "%s",
+                 out);
+    cr_expect(strstr(out, "| numerics ") && strstr(out, "| perf "), "%s", out);
+    cr_expect(strstr(out, "first divergent: " PKEY), "%s", out);
+    char short_k[13], short_m[13];
+    snprintf(short_k, sizeof short_k, "%.12s", ck);
+    snprintf(short_m, sizeof short_m, "%.12s", cm);
+    cr_expect(strstr(out, short_k) && strstr(out, short_m), "%s", out);
+    free(out);
+    cr_expect_eq(af_capctl(&g_capd,
+                           "history --project h --branch main --model fake:ok --width default "
+                           "--pass forward",
+                           &out),
+                 0, "%s", out);
+    cr_expect(strstr(out, "perf regression") && strstr(out, "numerics changed"), "%s", out);
+    free(out);
+    cr_expect_neq(af_capctl(&g_capd, "alerts --set expected", &out), 0, "%s", out);
+    free(out);
+}
+
 Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
 {
     run_main_history();
@@ -185,24 +188,7 @@ Test(history, alerts_name_exactly_the_changing_commits, .timeout = 300)
     cr_expect(saw_k && saw_m, "alerts: %s", dump);
     free(dump);
 
-    /* capctl shows the same two, first bad commits shortened to 12. */
-    char *out = NULL;
-    cr_expect_eq(capctl("alerts --project h --branch main --markdown", &out), 0, "%s", out);
-    cr_expect(strstr(out, "| numerics ") && strstr(out, "| perf "), "%s", out);
-    cr_expect(strstr(out, "first divergent: " PKEY), "%s", out);
-    char short_k[13], short_m[13];
-    snprintf(short_k, sizeof short_k, "%.12s", ck);
-    snprintf(short_m, sizeof short_m, "%.12s", cm);
-    cr_expect(strstr(out, short_k) && strstr(out, short_m), "%s", out);
-    free(out);
-    cr_expect_eq(capctl("history --project h --branch main --model fake:ok --width default "
-                        "--pass forward",
-                        &out),
-                 0, "%s", out);
-    cr_expect(strstr(out, "perf regression") && strstr(out, "numerics changed"), "%s", out);
-    free(out);
-    cr_expect_neq(capctl("alerts --set expected", &out), 0, "%s", out);
-    free(out);
+    capctl_shows_the_alerts(ck, cm);
 
     /* Feedback: an acknowledged alert leaves the open list. */
     const char *id = NULL;

@@ -20,16 +20,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
 
 static void teardown(void)
 {
-    if (g_capd.pid > 0)
-        tu_capd_stop(&g_capd);
-    if (g_capd.dir[0] && strstr(g_capd.dir, "capd-test-"))
-        tu_sh("rm -rf '%s'", g_capd.dir);
+    af_stop_own_capd(&g_capd);
 }
 
 static void start(void)
@@ -170,32 +168,9 @@ static void expect_alerts(void)
     json_decref(a);
 }
 
-static json_t *wait_bisect(const char *id, int timeout_s)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/v1/bisect/%s", id);
-    double t0 = tu_now_s();
-    while (tu_now_s() - t0 < timeout_s) {
-        long st = 0;
-        json_t *b = tu_json(&g_capd, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200);
-        if (strcmp(tu_str(b, "state"), "running") != 0)
-            return b;
-        json_decref(b);
-        usleep(200000);
-    }
-    return NULL;
-}
-
 static void bisect_finds_k(void)
 {
-    char c[41], *commits = malloc(N * 44 + 4), *p = commits;
-    *p++ = '[';
-    for (int i = 0; i < N; i++) {
-        sha(i, c);
-        p += sprintf(p, "%s\"%s\"", i ? "," : "", c);
-    }
-    strcpy(p, "]");
+    char *commits = af_commit_list(N, sha);
     char good[41], bad[41], ck[41], body[4096];
     sha(0, good);
     sha(N - 1, bad);
@@ -205,16 +180,9 @@ static void bisect_finds_k(void)
              "\"bad\":\"%s\"," MATRIX "," CAPTURED ",\"predicate\":\"numerics\"}",
              commits, good, bad);
     free(commits);
-    long st = 0;
-    json_t *b = tu_json(&g_capd, "POST", "/v1/bisect", body, &st);
-    cr_assert_eq(st, 201, "%s", json_dumps(b, 0));
-    char id[16];
-    snprintf(id, sizeof id, "%s", tu_str(b, "id"));
-    json_decref(b);
-    b = wait_bisect(id, 400);
-    cr_assert_not_null(b, "bisection %s did not end", id);
-    char *dump = json_dumps(b, JSON_INDENT(1));
-    cr_assert_str_eq(tu_str(b, "state"), "done", "%s", dump);
+    char id[16], *dump = NULL;
+    af_post_bisect(&g_capd, body, id, NULL);
+    json_t *b = af_bisect_done(&g_capd, id, 400, &dump);
     json_t *res = json_object_get(b, "result");
     cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
     /* ceil(log2(30)) + 1 = 6 */

@@ -4,6 +4,7 @@
  * helpers that fail the test when a reply is not what they need.
  */
 #include <criterion/criterion.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,14 @@ void af_stop_capd(struct tu_capd *c, char **dir)
         tu_sh("rm -rf '%s'", *dir);
     free(*dir);
     *dir = NULL;
+}
+
+void af_stop_own_capd(struct tu_capd *c)
+{
+    if (c->pid > 0)
+        tu_capd_stop(c);
+    if (c->dir[0] && strstr(c->dir, "capd-test-"))
+        tu_sh("rm -rf '%s'", c->dir);
 }
 
 void af_teardown(void)
@@ -443,4 +452,64 @@ bool af_is_rfc3339(json_t *v)
     return s && strlen(s) == 24 &&
            sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi, &se, &ms, &z) == 8 &&
            z == 'Z';
+}
+
+int af_capctl(const struct tu_capd *c, const char *args, char **out)
+{
+    char *bin = strdup(tu_bin("CAPD_BIN")), path[600];
+    snprintf(path, sizeof path, "%s/capctl.out", c->dir);
+    int rc = tu_sh("CAPD_TOKEN='%s' '%s/capctl' --server '%s' %s >'%s' 2>&1", c->token,
+                   dirname(bin), c->base, args, path);
+    free(bin);
+    *out = tu_slurp(path);
+    return rc;
+}
+
+char *af_commit_list(int n, void (*sha)(int i, char out[41]))
+{
+    char *s = malloc((size_t)n * 44 + 4), *p = s;
+    cr_assert_not_null(s);
+    *p++ = '[';
+    for (int i = 0; i < n; i++) {
+        char c[41];
+        sha(i, c);
+        p += sprintf(p, "%s\"%s\"", i ? "," : "", c);
+    }
+    strcpy(p, "]");
+    return s;
+}
+
+void af_post_bisect(const struct tu_capd *c, const char *body, char id[16], json_t **reply)
+{
+    long st = 0;
+    json_t *b = tu_json(c, "POST", "/v1/bisect", body, &st);
+    char *s = af_dump(b);
+    cr_assert_eq(st, 201, "%s", s);
+    free(s);
+    snprintf(id, 16, "%s", tu_str(b, "id"));
+    if (reply)
+        *reply = b;
+    else
+        json_decref(b);
+}
+
+json_t *af_bisect_done(const struct tu_capd *c, const char *id, int timeout_s, char **dump)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/bisect/%s", id);
+    double t0 = tu_now_s();
+    while (tu_now_s() - t0 < timeout_s) {
+        long st = 0;
+        json_t *b = tu_json(c, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200);
+        if (strcmp(tu_str(b, "state"), "running") != 0) {
+            *dump = json_dumps(b, JSON_INDENT(1));
+            cr_assert_str_eq(tu_str(b, "state"), "done", "%s", *dump);
+            return b;
+        }
+        json_decref(b);
+        usleep(100000);
+    }
+    cr_assert_fail("bisection %s did not end", id);
+    return NULL;
 }

@@ -40,6 +40,8 @@ void af_teardown(void);
  * start; stops C and removes *DIR (a tu_tmpdir() path), then nulls it. */
 void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra);
 void af_stop_capd(struct tu_capd *c, char **dir);
+/* Stops C and removes the temp dir tu_capd_start made for it (C->dir). */
+void af_stop_own_capd(struct tu_capd *c);
 /* A suite's own capd with a fresh temp dir DIR and its data dir DIR/data;
  * af_env_init zeroes E and makes the dir. */
 struct af_env {
@@ -139,6 +141,19 @@ json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *opti
  * the order the API returns them (owned). */
 json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
                         const char *kind);
+/* Runs capctl (next to CAPD_BIN) against capd C with ARGS; its exit
+ * status, and its output (stdout and stderr) in *OUT (owned). */
+int af_capctl(const struct tu_capd *c, const char *args, char **out);
+
+/* The JSON array text of the commits SHA(0) .. SHA(N - 1) (owned). */
+char *af_commit_list(int n, void (*sha)(int i, char out[41]));
+/* Posts bisection BODY to C, failing the test unless the reply is 201; its
+ * id goes to ID and the reply to *REPLY (owned) unless REPLY is NULL. */
+void af_post_bisect(const struct tu_capd *c, const char *body, char id[16], json_t **reply);
+/* Polls bisection ID on C until it is no longer running, TIMEOUT_S at
+ * most, and fails the test unless it ended done; returns it (owned) and
+ * its indented text in *DUMP (owned). */
+json_t *af_bisect_done(const struct tu_capd *c, const char *id, int timeout_s, char **dump);
 /* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
 long af_running_cells(void);
 void af_wait_running_cells(long want);
