@@ -132,31 +132,31 @@ BEGIN
 END;
 
 -- An alert opens when an analysis first finds it, or finds it again after
--- it had gone; its event carries the alert's id in job_id.
+-- it had gone; its event carries the alert's id in job_id. Both triggers
+-- write the same event, made by this view.
+CREATE VIEW alert_opened_events AS
+    SELECT a.id AS alert_id, s.project AS project, s.branch AS branch,
+           json_object('change', 'opened', 'alert', json_object(
+               'id', a.id, 'kind', a.kind, 'label', a.label, 'first_bad', a.commit_sha,
+               'last_good', a.last_good, 'status', a.status, 'project', s.project,
+               'branch', s.branch, 'model', s.model, 'width', s.width, 'pass', s.pass,
+               'detail', json(a.detail_json))) AS data
+    FROM alerts a JOIN history_series s ON s.id = a.series_id;
+
 CREATE TRIGGER alerts_event_insert AFTER INSERT ON alerts
 WHEN NEW.detected = 1 AND NEW.status = 'open'
 BEGIN
     INSERT INTO events(ts, type, job_id, project, branch, data)
-    SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), 'alert', NEW.id,
-           s.project, s.branch,
-           json_object('change', 'opened', 'alert', json_object(
-               'id', NEW.id, 'kind', NEW.kind, 'label', NEW.label, 'first_bad', NEW.commit_sha,
-               'last_good', NEW.last_good, 'status', NEW.status, 'project', s.project,
-               'branch', s.branch, 'model', s.model, 'width', s.width, 'pass', s.pass,
-               'detail', json(NEW.detail_json)))
-    FROM history_series s WHERE s.id = NEW.series_id;
+    SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), 'alert', alert_id,
+           project, branch, data
+    FROM alert_opened_events WHERE alert_id = NEW.id;
 END;
 
 CREATE TRIGGER alerts_event_redetected AFTER UPDATE OF detected ON alerts
 WHEN OLD.detected = 0 AND NEW.detected = 1 AND NEW.status = 'open'
 BEGIN
     INSERT INTO events(ts, type, job_id, project, branch, data)
-    SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), 'alert', NEW.id,
-           s.project, s.branch,
-           json_object('change', 'opened', 'alert', json_object(
-               'id', NEW.id, 'kind', NEW.kind, 'label', NEW.label, 'first_bad', NEW.commit_sha,
-               'last_good', NEW.last_good, 'status', NEW.status, 'project', s.project,
-               'branch', s.branch, 'model', s.model, 'width', s.width, 'pass', s.pass,
-               'detail', json(NEW.detail_json)))
-    FROM history_series s WHERE s.id = NEW.series_id;
+    SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), 'alert', alert_id,
+           project, branch, data
+    FROM alert_opened_events WHERE alert_id = NEW.id;
 END;
