@@ -21,6 +21,8 @@
 
 #include "cli/provenance.h"
 
+#include "cli/kernelmap.h"
+
 #ifndef CAPD_VERSION
 #define CAPD_VERSION "unknown"
 #endif
@@ -743,7 +745,11 @@ int prov_collect(const char *dir, json_t **out, char **err)
     if (rc != 0 || (rc = add_dropped_findings(&c)) != 0)
         goto out;
     *out = prov_object(&c, &l, abs, top, head);
-    rc = *out ? 0 : -ENOMEM;
+    rc = *out ? kmap_attach(*out, top, err) : -ENOMEM;
+    if (rc && *out) {
+        json_decref(*out);
+        *out = NULL;
+    }
 out:
     if (rc && !*err)
         set_err(err, "--source-tree %s: %s", dir, strerror(rc < 0 ? -rc : EIO));

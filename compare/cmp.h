@@ -479,12 +479,15 @@ int cmp_hodges_lehmann(const int64_t *x, size_t nx, const int64_t *y, size_t ny,
  * Names the CPU kernel of every op that a cell's first_divergence,
  * first_introduced, first_nonfinite or control_first_nonfinite points at
  * (records of granularity op): a "kernel" object {op, kind (stub, blas,
- * onednn, native, unknown), stub, file, note, stale_wrappers,
- * stale_wrapper_paths} from TABLE (schema/kernels.json, borrowed), with the
- * generated wrappers of that file that PROVENANCE (the head job's
- * provenance object, borrowed, NULL when it has none) found in the source
- * tree. Adds "kernel_table" to the result. docs/compare.md, "Kernel
- * attribution". 0, -EINVAL (not a result or no table), -ENOMEM.
+ * onednn, native, unknown), stub, file, cpu_function, note, source
+ * ("source_tree" or "table"), stale_wrappers, stale_wrapper_paths}: from
+ * PROVENANCE's kernel_map (the head job's provenance object, borrowed, NULL
+ * when it has none; the map capctl derived from the source tree) when it
+ * names the op, else from TABLE (schema/kernels.json, borrowed), with the
+ * generated wrappers of that file that the provenance scan found in the
+ * tree. Adds "kernel_table" (torch_versions, provenance, source_tree_ops)
+ * to the result. docs/compare.md, "Kernel attribution". 0, -EINVAL (not a
+ * result or no table), -ENOMEM.
  */
 int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *provenance);
 

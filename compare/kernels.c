@@ -2,7 +2,10 @@
  * compare/kernels.c - from the first divergent op to its CPU kernel and
  * to the polluted files of the source tree.
  *
- * A per-op record names an ATen operator (aten::gelu). The table shipped
+ * A per-op record names an ATen operator (aten::gelu). When the head job
+ * was submitted with its source tree, capctl derived the op -> stub -> file
+ * map from that tree (provenance.kernel_map, cli/kernelmap.h) and it names
+ * the kernel first. Otherwise the table shipped
  * with capd (schema/kernels.json, docs/compare.md "Kernel attribution")
  * maps it to the DispatchStub its CPU function calls and the file under
  * aten/src/ATen/native/cpu/ that registers the stub, or says that the kernel
@@ -95,12 +98,48 @@ static int stale_of(const json_t *provenance, const char *file, json_t *kernel)
     return rc;
 }
 
-/* The "kernel" object for op: the table's entry, plus the stale wrappers. */
+/*
+ * The source tree's entry for op (provenance.kernel_map.ops, made by
+ * `capctl submit --source-tree`), copied field by field: the map comes in
+ * with a job request, so only its string fields of a stub entry count.
+ */
+static json_t *tree_entry(const char *op, const json_t *provenance)
+{
+    static const char *const fields[] = {"stub", "file", "cpu_function"};
+    const json_t *map = json_object_get(json_object_get(provenance, "kernel_map"), "ops");
+    const json_t *ent = json_object_get(map, op);
+    const char *kind = json_string_value(json_object_get(ent, "kind"));
+    json_t *k;
+
+    if (kind == NULL || strcmp(kind, "stub") != 0 ||
+        !json_is_string(json_object_get(ent, "stub")) ||
+        !json_is_string(json_object_get(ent, "file")) || (k = json_object()) == NULL)
+        return NULL;
+    int rc = json_object_set_new(k, "kind", json_string("stub"));
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const json_t *v = json_object_get(ent, fields[i]);
+        if (json_is_string(v))
+            rc |= json_object_set_new(k, fields[i], json_string(json_string_value(v)));
+    }
+    rc |= json_object_set_new(k, "source", json_string("source_tree"));
+    if (rc) {
+        json_decref(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* The "kernel" object for op: the source tree's entry, else the table's,
+ * plus the stale wrappers of its file. */
 static int kernel_for(const char *op, const json_t *table, const json_t *provenance, json_t **out)
 {
     const json_t *ent = json_object_get(json_object_get(table, "ops"), op);
-    json_t *k = json_is_object(ent) ? json_deep_copy(ent) : json_pack("{s:s}", "kind", "unknown");
+    json_t *k = tree_entry(op, provenance);
     int rc = 0;
+    if (k == NULL && json_is_object(ent) && (k = json_deep_copy(ent)) != NULL)
+        rc |= json_object_set_new(k, "source", json_string("table"));
+    else if (k == NULL)
+        k = json_pack("{s:s}", "kind", "unknown");
     if (k == NULL)
         return -ENOMEM;
     rc |= json_object_set_new(k, "op", json_string(op)) ? -ENOMEM : 0;
@@ -139,9 +178,11 @@ int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *pro
                 return rc;
         }
     }
+    const json_t *tree = json_object_get(json_object_get(provenance, "kernel_map"), "ops");
     json_t *about =
-        json_pack("{s:O?, s:b}", "torch_versions", json_object_get(table, "torch_versions"),
-                  "provenance", provenance != NULL);
+        json_pack("{s:O?, s:b, s:I}", "torch_versions", json_object_get(table, "torch_versions"),
+                  "provenance", provenance != NULL, "source_tree_ops",
+                  (json_int_t)(json_is_object(tree) ? json_object_size(tree) : 0));
     if (about == NULL || json_object_set_new(result, "kernel_table", about))
         return -ENOMEM;
     return 0;

@@ -50,7 +50,9 @@ static void kernel_line(FILE *f, const json_t *d, bool md)
     put(f, js(d, "module"), md);
     fprintf(f, md ? "` → " : " → ");
     if (strcmp(kind, "stub") == 0)
-        fprintf(f, "%s, %s", js(k, "stub"), js(k, "file"));
+        fprintf(f, "%s, %s%s", js(k, "stub"), js(k, "file"),
+                strcmp(js(k, "source"), "source_tree") == 0 ? " (mapped from the source tree)"
+                                                            : "");
     else if (strcmp(kind, "unknown") == 0)
         fprintf(f, "kernel not in capd's table");
     else

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/kernelmap.c"
 #include "cli/provenance.c"
 #include "storage/store.h"
 #include "tests/helpers/common/testutil.h"

@@ -318,6 +318,53 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
     sides_free(r, c, h);
 }
 
+/* A kernel map derived from the source tree names the op before the table
+ * does; a malformed entry falls back to the table, and only the map's
+ * string fields are taken. */
+Test(kernels, source_tree_map_comes_before_the_table)
+{
+    struct cmp_side *c, *h;
+    double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
+    gelu_sides(&c, &h, d, NULL);
+    json_t *r = compare(c, h), *table = json_loads(table_text, 0, NULL), *prov = provenance();
+    cr_assert_eq(json_object_set_new(prov, "kernel_map",
+                                     json_pack("{s:{s:{s:s, s:s, s:s, s:s, s:i}}}", "ops",
+                                               "aten::gelu", "kind", "stub", "stub", "gelu_stub",
+                                               "file", "aten/src/ATen/native/cpu/Activation.cpp",
+                                               "cpu_function", "gelu_out_cpu", "extra", 7)),
+                 0);
+    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    static const struct jw_want w[] = {
+        JW_S("op", "aten::gelu"),      JW_S("stub", "gelu_stub"),
+        JW_S("source", "source_tree"), JW_S("cpu_function", "gelu_out_cpu"),
+        JW_I("stale_wrappers", 2),
+    };
+    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    jw_expect_all(k, w);
+    cr_assert_null(json_object_get(k, "extra"), "only the map's string fields are taken");
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(r, "kernel_table"), "source_tree_ops")),
+        1);
+    char *txt = cmp_result_to_text(r);
+    cr_assert(strstr(txt, "gelu_stub, aten/src/ATen/native/cpu/Activation.cpp (mapped from the "
+                          "source tree) — 2 stale generated wrappers") != NULL,
+              "%s", txt);
+    free(txt);
+    json_decref(r);
+
+    /* an entry without a stub name is no entry: the table names the kernel */
+    json_object_set_new(json_object_get(json_object_get(prov, "kernel_map"), "ops"), "aten::gelu",
+                        json_pack("{s:s, s:i}", "kind", "stub", "stub", 3));
+    r = compare(c, h);
+    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    k = json_object_get(field(r, "first_divergence"), "kernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "source")), "table");
+    json_decref(table);
+    json_decref(prov);
+    sides_free(r, c, h);
+}
+
 Test(kernels, blas_and_unknown_ops)
 {
     struct cmp_side *c, *h;
