@@ -208,19 +208,6 @@ int kmap_registrations(const char *src, const char *file, json_t *stubs)
 
 /* -------------------------------------------------------------- the yaml */
 
-/* The base op of "name.overload(args) -> ret" or "name.overload": name. */
-static bool yaml_base(const char *s, char *out, size_t cap)
-{
-    size_t n = 0;
-    while (id_char(s[n]))
-        n++;
-    if (n == 0 || n >= cap)
-        return false;
-    memcpy(out, s, n);
-    out[n] = 0;
-    return true;
-}
-
 /* Whether the comma-separated dispatch keys in [s, e) name CPU. */
 static bool keys_have_cpu(const char *s, const char *e)
 {
@@ -252,7 +239,7 @@ static int yaml_line(struct yaml_state *st, const char *l, json_t *fns, json_t *
         return 0;
     if (strncmp(t, "- func:", 7) == 0) {
         st->dispatch_indent = -1;
-        if (!yaml_base(skip_ws(t + 7), st->op, sizeof st->op))
+        if (!read_id(t + 7, st->op, sizeof st->op)) /* the base op of name.overload(...) */
             st->op[0] = 0;
         return 0;
     }
@@ -270,7 +257,7 @@ static int yaml_line(struct yaml_state *st, const char *l, json_t *fns, json_t *
         st->dispatch_indent = indent;
     else if (strncmp(t, "structured_delegate:", 20) == 0) {
         char base[256];
-        if (yaml_base(skip_ws(t + 20), base, sizeof base) && strcmp(base, st->op) != 0)
+        if (read_id(t + 20, base, sizeof base) && strcmp(base, st->op) != 0)
             return add_to(delegates, st->op, base);
     }
     return 0;

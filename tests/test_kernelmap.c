@@ -81,9 +81,8 @@ Test(kernelmap, yaml_cpu_functions_and_delegates)
                            fns),
                  0);
     char *d = json_dumps(fns, JSON_SORT_KEYS);
-    cr_assert_str_eq(d,
-                     "{\"gelu\": [\"gelu_out_cpu\"], \"relu\": [\"relu\"], \"silu\": "
-                     "[\"silu_out_cpu\"], \"silu_impl\": [\"silu_out_cpu\"]}");
+    cr_assert_str_eq(d, "{\"gelu\": [\"gelu_out_cpu\"], \"relu\": [\"relu\"], \"silu\": "
+                        "[\"silu_out_cpu\"], \"silu_impl\": [\"silu_out_cpu\"]}");
     free(d);
     json_decref(fns);
 }
@@ -129,9 +128,9 @@ static void put_file(const char *dir, const char *rel, const char *text)
 }
 
 #define YAML                                                                                       \
-    "- func: gelu(Tensor self) -> Tensor\n  structured_delegate: gelu.out\n"                     \
-    "- func: gelu.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)\n"                         \
-    "  dispatch:\n    CPU: gelu_out_cpu\n"                                                       \
+    "- func: gelu(Tensor self) -> Tensor\n  structured_delegate: gelu.out\n"                       \
+    "- func: gelu.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)\n"                             \
+    "  dispatch:\n    CPU: gelu_out_cpu\n"                                                         \
     "- func: mm(Tensor self, Tensor mat2) -> Tensor\n  dispatch:\n    CPU: mm_cpu\n"
 
 /* A small aten tree under DIR/PREFIX: gelu calls a registered stub, mm
