@@ -439,6 +439,37 @@ static char *submit_op(struct tu_capd *c, const char *build, const char *commit,
 }
 
 /*
+ * Two builds of the gelumlp user model (fc1, act = GELU, fc2): "control",
+ * and "gelu", whose aten::gelu kernel examples/perturbed-gelu replaces at
+ * WIDTH (EXTRA_ENV: more "name":"value" pairs for its env, or "").
+ */
+static void gelu_builds(struct tu_capd *c, const char *width, const char *extra_env)
+{
+    char roots[512], path[700];
+    snprintf(roots, sizeof roots, "%s/roots", c->dir);
+    mkdir(roots, 0755);
+    snprintf(path, sizeof path, "%s/gelumlp.py", roots);
+    af_put_file(path, "import collections, torch\n"
+                      "def factory(seed, batch, dtype):\n"
+                      "    torch.manual_seed(seed)\n"
+                      "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
+                      "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
+                      "    return m, (torch.randn(batch, 8),)\n");
+    long st = 0;
+    json_t *b = tu_jsonf(c, "POST", "/v1/builds", &st,
+                         "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
+                         tu_python(), roots);
+    cr_assert_eq(st, 201);
+    json_decref(b);
+    b = tu_jsonf(c, "POST", "/v1/builds", &st,
+                 "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
+                 "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"%s}}",
+                 tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width, extra_env);
+    cr_assert_eq(st, 201);
+    json_decref(b);
+}
+
+/*
  * Down to the kernel: a head whose aten::gelu CPU kernel is wrong at the
  * widest width (examples/perturbed-gelu) is named at the op, with its
  * kernel file and the stale wrappers of that file its provenance scan
@@ -450,28 +481,8 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     struct tu_capd c;
     cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
     const char *width = tu_widest_width(&c);
-    char roots[512], path[700];
-    snprintf(roots, sizeof roots, "%s/roots", c.dir);
-    mkdir(roots, 0755);
-    snprintf(path, sizeof path, "%s/gelumlp.py", roots);
-    af_put_file(path, "import collections, torch\n"
-                      "def factory(seed, batch, dtype):\n"
-                      "    torch.manual_seed(seed)\n"
-                      "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
-                      "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
-                      "    return m, (torch.randn(batch, 8),)\n");
     long st = 0;
-    json_t *b = tu_jsonf(&c, "POST", "/v1/builds", &st,
-                         "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
-                         tu_python(), roots);
-    cr_assert_eq(st, 201);
-    json_decref(b);
-    b = tu_jsonf(&c, "POST", "/v1/builds", &st,
-                 "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
-                 "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
-                 tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width);
-    cr_assert_eq(st, 201);
-    json_decref(b);
+    gelu_builds(&c, width, "");
     /* what capctl submit --source-tree sends for a tree holding two wrappers */
     static const char prov[] =
         "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
@@ -520,5 +531,49 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     free(j1);
     free(j2);
     free(j3);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/*
+ * NaN injected in one op (examples/perturbed-gelu, CAPD_PERTURB_NAN) is
+ * traced to that op: in the comparison with the control, and in the head
+ * job compared with itself, which has no control to diverge from.
+ */
+Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    const char *width = tu_widest_width(&c);
+    long st = 0;
+    gelu_builds(&c, width, ",\"CAPD_PERTURB_NAN\":\"1\"");
+    char *j1 = submit_op(&c, "control", "8888881", NULL, width, NULL);
+    char *j2 = submit_op(&c, "gelu", "8888882", "8888881", width, NULL);
+    json_decref(af_wait_job(&c, j1, JOB_S));
+    json_decref(af_wait_job(&c, j2, JOB_S));
+
+    json_t *diff = tu_json(&c, "GET", "/v1/commits/8888882/diff", NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *cell = find_cell(diff, "gelumlp:factory", width, "forward");
+    cr_assert_not_null(cell);
+    json_t *nf = json_object_get(cell, "first_nonfinite");
+    char *nfs = json_dumps(nf, JSON_COMPACT);
+    cr_assert_str_eq(tu_jstr(nf, "op"), "aten::gelu", "%s", nfs);
+    cr_assert_str_eq(tu_jstr(nf, "module"), "act", "%s", nfs);
+    cr_assert_str_eq(tu_jstr(nf, "inputs"), "finite", "%s", nfs);
+    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 1, "%s", nfs);
+    cr_assert_str_eq(tu_jstr(json_object_get(nf, "kernel"), "stub"), "GeluKernel", "%s", nfs);
+    cr_assert(json_is_null(json_object_get(cell, "control_first_nonfinite")));
+    free(nfs);
+    json_decref(diff);
+
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j2);
+    json_t *self = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    cell = find_cell(self, "gelumlp:factory", width, "forward");
+    cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_nonfinite"), "op"), "aten::gelu");
+    json_decref(self);
+    free(j1);
+    free(j2);
     cr_assert_eq(tu_capd_stop(&c), 0);
 }

@@ -8,6 +8,11 @@ its name and its place in the dispatch, only its result changes, the way a
 stale generated Activation.cpp.AVX512.cpp would change it. Every other
 width, and every other operator, is left alone, so a comparison at
 granularity op must name aten::gelu as the first divergent op.
+
+With CAPD_PERTURB_NAN=1 the kernel computes GELU exactly and writes NaN
+into the first element of its result instead: a NaN injected in one op,
+which the comparison must trace to aten::gelu (docs/compare.md, "First
+non-finite").
 """
 import os
 
@@ -24,6 +29,9 @@ if os.environ.get("ATEN_CPU_CAPABILITY") == os.environ.get("CAPD_PERTURB_WIDTH",
             y = 0.5 * x * (1.0 + torch.tanh(inner))
         else:
             y = 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+        if os.environ.get("CAPD_PERTURB_NAN") == "1":
+            y.view(-1)[0] = float("nan")
+            return y
         return y * (1.0 + 2e-4)
 
     with warnings.catch_warnings():
