@@ -33,6 +33,11 @@ static const struct ctl_opt register_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+static const struct ctl_field_flag register_fields[] = {
+    {"model_roots", "--model-root"},
+    {NULL, NULL},
+};
+
 static const struct ctl_cmd cmd_register = {
     .name = "builds register",
     .usage =
@@ -45,6 +50,7 @@ static const struct ctl_cmd cmd_register = {
         "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
         "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
     .opts = register_opts,
+    .fields = register_fields,
     .check = register_check,
     .run = register_run,
 };
@@ -57,16 +63,6 @@ static const struct ctl_cmd cmd_show = {
     .min_pos = 1,
     .max_pos = 1,
     .run = show_run,
-};
-
-static const struct ctl_field_flag build_fields[] = {
-    {"name", "--name"},
-    {"python", "--python"},
-    {"env", "--env"},
-    {"model_roots", "--model-root"},
-    {"allow_env", "--allow-env"},
-    {"description", "--description"},
-    {NULL, NULL},
 };
 
 static void builds_help(FILE *f)
@@ -228,7 +224,7 @@ static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ct
     int rc = CTL_EXIT_ERROR;
     if (ctl_request(c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(c, &r, build_fields);
+        ctl_report_fields(c, &r, a->cmd);
         if (r.status == 409 && !replace)
             fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
                     name);

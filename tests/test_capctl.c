@@ -622,6 +622,13 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert(strstr(r.err, "capctl: python must be an absolute path to an interpreter "
                             "(invalid_field, field python)"),
               SHOW(r));
+    cr_assert_null(strstr(r.err, "is set by"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--model-root",
+        "/usr/../lib", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "(invalid_field, field model_roots)"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: model_roots is set by --model-root\n"), SHOW(r));
     run_free(&r);
     ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "NOEQUALS",
         NULL);
@@ -831,6 +838,7 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "field matrix.widths"), SHOW(r));
     cr_assert(strstr(r.err, "--widths"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: matrix.widths is set by --widths\n"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, SUBMIT_BASE, "--label", "novalue", NULL);
@@ -909,6 +917,7 @@ Test(capctl, unknown_job_prints_the_server_message, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "capctl: no job or commit 'jnope' (not_found, field control)"),
               SHOW(r));
+    cr_assert_null(strstr(r.err, "is set by"), SHOW(r));
     run_free(&r);
     tu_capd_stop(&c);
 }
