@@ -119,6 +119,13 @@ int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long
                 long long max, long long *out);
 /* Parses a duration in seconds (decimals allowed). */
 int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, double *out);
+/* The values of the repeatable flag FLAG, each KEY=VALUE (FORM, as errors
+ * write it: "NAME=VALUE"), into the object OBJ: each key once and shorter
+ * than KEY_CAP bytes (at most 256), each value UTF-8. A longer key is said
+ * to be too long with NAME_LONG, else to be not of the form. 0, or the
+ * usage error's exit code. */
+int ctl_pairs_arg(const struct ctl_args *a, const char *flag, const char *form, size_t key_cap,
+                  bool name_long, json_t *obj);
 
 /* ---- running a command (cli/command.c) ---- */
 

@@ -231,28 +231,6 @@ static int submit_options(const struct ctl_args *a, json_t *opts)
     return set_strings(a, strs, 2, opts);
 }
 
-/* --label k=v, repeated: each key once, each value UTF-8. */
-static int submit_labels(const struct ctl_args *a, json_t *labels)
-{
-    int it = 0;
-    const char *lv;
-    while ((lv = ctl_arg_next(a, "label", &it)) != NULL) {
-        const char *eq = strchr(lv, '=');
-        char key[128];
-        if (!eq || eq == lv || (size_t)(eq - lv) >= sizeof key)
-            return ctl_usage_error(a->cmd, "--label expects key=value, got '%s'", lv);
-        memcpy(key, lv, (size_t)(eq - lv));
-        key[eq - lv] = 0;
-        if (json_object_get(labels, key))
-            return ctl_usage_error(a->cmd, "--label %s given more than once", key);
-        json_t *s = json_string(eq + 1);
-        if (!s)
-            return ctl_usage_error(a->cmd, "--label %s: the value is not valid UTF-8", key);
-        json_object_set_new(labels, key, s);
-    }
-    return 0;
-}
-
 /* The Idempotency-Key header: an HTTP header value, printable ASCII only
  * (capd also echoes the key in its conflict message, which must be valid
  * UTF-8). */
@@ -298,7 +276,7 @@ static int submit_check(const struct ctl_args *a, void *ctx)
     if (!matrix || !opts || !labels)
         goto out;
     if ((rc = submit_matrix(a, matrix)) != 0 || (rc = submit_options(a, opts)) != 0 ||
-        (rc = submit_labels(a, labels)) != 0)
+        (rc = ctl_pairs_arg(a, "label", "key=value", 128, false, labels)) != 0)
         goto out;
     const char *wt = ctl_arg(a, "wait-timeout");
     if (wt && !ctl_has(a, "wait")) {

@@ -635,6 +635,24 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--env expects NAME=VALUE"), SHOW(r));
     run_free(&r);
+    char long_name[300];
+    memset(long_name, 'K', 256);
+    snprintf(long_name + 256, sizeof long_name - 256, "=v");
+    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", long_name,
+        NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--env name is too long in 'KKKK"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "A=1",
+        "--env", "A=2", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--env A given more than once"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "A=\xff",
+        NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--env A: the value is not valid UTF-8"), SHOW(r));
+    run_free(&r);
     ctl(&r, &c, "builds", "register", "--python", "/bin/true", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--name is required"), SHOW(r));
@@ -844,6 +862,17 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     ctl(&r, &c, SUBMIT_BASE, "--label", "novalue", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--label expects key=value"), SHOW(r));
+    run_free(&r);
+    char long_key[200];
+    memset(long_key, 'k', 128);
+    snprintf(long_key + 128, sizeof long_key - 128, "=v");
+    ctl(&r, &c, SUBMIT_BASE, "--label", long_key, NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--label expects key=value, got 'kkkk"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, SUBMIT_BASE, "--label", "k=1", "--label", "k=2", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--label k given more than once"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, SUBMIT_BASE, "--models", "cnn", NULL);
