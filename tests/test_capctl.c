@@ -635,24 +635,23 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--env expects NAME=VALUE"), SHOW(r));
     run_free(&r);
+    /* --env's limits: a name past 255 bytes, a name given twice, a value
+     * that is not UTF-8; each refused before the request, naming the flag. */
     char long_name[300];
     memset(long_name, 'K', 256);
     snprintf(long_name + 256, sizeof long_name - 256, "=v");
-    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", long_name,
-        NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--env name is too long in 'KKKK"), SHOW(r));
-    run_free(&r);
-    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "A=1",
-        "--env", "A=2", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--env A given more than once"), SHOW(r));
-    run_free(&r);
-    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "A=\xff",
-        NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--env A: the value is not valid UTF-8"), SHOW(r));
-    run_free(&r);
+    const char *const env_bad[][3] = {
+        {long_name, NULL, "--env name is too long in 'KKKK"},
+        {"A=1", "A=2", "--env A given more than once"},
+        {"A=\xff", NULL, "--env A: the value is not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof env_bad / sizeof env_bad[0]; i++) {
+        ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env",
+            env_bad[i][0], env_bad[i][1] ? "--env" : NULL, env_bad[i][1], NULL);
+        cr_assert_eq(r.code, 2, SHOW(r));
+        cr_assert(strstr(r.err, env_bad[i][2]), SHOW(r));
+        run_free(&r);
+    }
     ctl(&r, &c, "builds", "register", "--python", "/bin/true", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--name is required"), SHOW(r));
