@@ -200,3 +200,30 @@ int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, 
     *out = v;
     return 0;
 }
+
+int ctl_pairs_arg(const struct ctl_args *a, const char *flag, const char *form, size_t key_cap,
+                  bool name_long, json_t *obj)
+{
+    const char *v;
+    int it = 0;
+    char key[256];
+    if (key_cap > sizeof key)
+        key_cap = sizeof key;
+    while ((v = ctl_arg_next(a, flag, &it)) != NULL) {
+        const char *eq = strchr(v, '=');
+        size_t n = eq ? (size_t)(eq - v) : 0;
+        if (!eq || n == 0 || (n >= key_cap && !name_long))
+            return ctl_usage_error(a->cmd, "--%s expects %s, got '%s'", flag, form, v);
+        if (n >= key_cap)
+            return ctl_usage_error(a->cmd, "--%s name is too long in '%.40s...'", flag, v);
+        memcpy(key, v, n);
+        key[n] = 0;
+        if (json_object_get(obj, key))
+            return ctl_usage_error(a->cmd, "--%s %s given more than once", flag, key);
+        json_t *s = json_string(eq + 1);
+        if (!s)
+            return ctl_usage_error(a->cmd, "--%s %s: the value is not valid UTF-8", flag, key);
+        json_object_set_new(obj, key, s);
+    }
+    return 0;
+}

@@ -56,6 +56,12 @@ struct ctl_opt {
     const char *help;
 };
 
+/* A request field whose flag is not named like it, for error hints. */
+struct ctl_field_flag {
+    const char *field; /* exact, or a prefix followed by '.' in the reply */
+    const char *flag;
+};
+
 struct ctl_args;
 struct ctl_client;
 
@@ -66,6 +72,9 @@ struct ctl_cmd {
     const char *details;        /* more help text, may be NULL */
     const struct ctl_opt *opts; /* terminated by a NULL name */
     int min_pos, max_pos;       /* positional arguments */
+    /* The request fields whose flag is not named like them (terminated by
+     * a NULL field; may be NULL), for ctl_report_fields(). */
+    const struct ctl_field_flag *fields;
     /* Checks the flags before the network is touched; NULL when the
      * parser's checks are all. 0, or the exit code after saying why. */
     int (*check)(const struct ctl_args *a, void *ctx);
@@ -110,6 +119,13 @@ int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long
                 long long max, long long *out);
 /* Parses a duration in seconds (decimals allowed). */
 int ctl_seconds_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, double *out);
+/* The values of the repeatable flag FLAG, each KEY=VALUE (FORM, as errors
+ * write it: "NAME=VALUE"), into the object OBJ: each key once and shorter
+ * than KEY_CAP bytes (at most 256), each value UTF-8. A longer key is said
+ * to be too long with NAME_LONG, else to be not of the form. 0, or the
+ * usage error's exit code. */
+int ctl_pairs_arg(const struct ctl_args *a, const char *flag, const char *form, size_t key_cap,
+                  bool name_long, json_t *obj);
 
 /* ---- running a command (cli/command.c) ---- */
 
@@ -169,15 +185,12 @@ json_t *ctl_resp_json(const struct ctl_resp *r);
 /* Prints why a request failed: the transport error, or the server's
  * {"error":{code,message,field}} as "capctl: MESSAGE (CODE, field FIELD)". */
 void ctl_report(const struct ctl_client *c, const struct ctl_resp *r);
-/* Which flag sets which request field, for error hints. */
-struct ctl_field_flag {
-    const char *field; /* exact, or a prefix followed by '.' in the reply */
-    const char *flag;
-};
-/* ctl_report(), then "capctl: FIELD is set by --FLAG" when MAP knows the
- * field the server named. */
+/* ctl_report(), then "capctl: FIELD is set by --FLAG" when the field the
+ * server named is set by a flag of another name: the option of CMD named
+ * like the field's last part (matrix.models: --models), else the flag
+ * CMD->fields gives it. */
 void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
-                       const struct ctl_field_flag *map);
+                       const struct ctl_cmd *cmd);
 /* The "field" of an error reply, or NULL. Owned by the caller (free). */
 char *ctl_resp_error_field(const struct ctl_resp *r);
 /* The "code" of an error reply into BUF ("" when none). */

@@ -355,28 +355,42 @@ void ctl_report(const struct ctl_client *c, const struct ctl_resp *r)
     json_decref(root);
 }
 
+/* The flag that sets FIELD, when the command has one: its option named
+ * like the field's last part (options.seed is set by --seed, control_width
+ * by --control-width), else the first entry of CMD->fields that names the
+ * field or a prefix of it followed by '.'. NULL when neither does. */
+static const char *field_flag(const struct ctl_cmd *cmd, const char *field, char *buf, size_t cap)
+{
+    const char *last = strrchr(field, '.');
+    snprintf(buf, cap, "--%s", last ? last + 1 : field);
+    for (char *p = buf; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+    for (const struct ctl_opt *o = cmd->opts; o && o->name; o++)
+        if (strcmp(o->name, buf + 2) == 0)
+            return buf;
+    for (const struct ctl_field_flag *m = cmd->fields; m && m->field; m++) {
+        size_t n = strlen(m->field);
+        if (strncmp(field, m->field, n) == 0 && (field[n] == 0 || field[n] == '.'))
+            return m->flag;
+    }
+    return NULL;
+}
+
 void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
-                       const struct ctl_field_flag *map)
+                       const struct ctl_cmd *cmd)
 {
     ctl_report(c, r);
     char *field = r->status ? ctl_resp_error_field(r) : NULL;
     if (!field)
         return;
-    for (const struct ctl_field_flag *m = map; m && m->field; m++) {
-        size_t n = strlen(m->field);
-        if (strncmp(field, m->field, n) == 0 && (field[n] == 0 || field[n] == '.')) {
-            char buf[256], same[256];
-            /* "--name" for field "name" says nothing new. */
-            snprintf(same, sizeof same, "--%s", field);
-            for (char *p = same; *p; p++)
-                *p = *p == '_' ? '-' : *p;
-            if (strcmp(same, m->flag) == 0)
-                break;
-            fprintf(stderr, "capctl: %s is set by %s\n", ctl_clean(field, buf, sizeof buf),
-                    m->flag);
-            break;
-        }
-    }
+    char buf[256], named[256], same[256];
+    const char *flag = field_flag(cmd, field, named, sizeof named);
+    /* "--name" for field "name" says nothing new. */
+    snprintf(same, sizeof same, "--%s", field);
+    for (char *p = same; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+    if (flag && strcmp(same, flag) != 0)
+        fprintf(stderr, "capctl: %s is set by %s\n", ctl_clean(field, buf, sizeof buf), flag);
     free(field);
 }
 

@@ -33,6 +33,11 @@ static const struct ctl_opt register_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+static const struct ctl_field_flag register_fields[] = {
+    {"model_roots", "--model-root"},
+    {NULL, NULL},
+};
+
 static const struct ctl_cmd cmd_register = {
     .name = "builds register",
     .usage =
@@ -45,6 +50,7 @@ static const struct ctl_cmd cmd_register = {
         "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
         "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
     .opts = register_opts,
+    .fields = register_fields,
     .check = register_check,
     .run = register_run,
 };
@@ -57,16 +63,6 @@ static const struct ctl_cmd cmd_show = {
     .min_pos = 1,
     .max_pos = 1,
     .run = show_run,
-};
-
-static const struct ctl_field_flag build_fields[] = {
-    {"name", "--name"},
-    {"python", "--python"},
-    {"env", "--env"},
-    {"model_roots", "--model-root"},
-    {"allow_env", "--allow-env"},
-    {"description", "--description"},
-    {NULL, NULL},
 };
 
 static void builds_help(FILE *f)
@@ -116,31 +112,6 @@ static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
     (void)ctx;
     return ctl_show_list(c, a, "/v1/builds", "builds", print_builds);
-}
-
-/* --env NAME=VALUE, repeated, into ENV: each name once, each value UTF-8. */
-static int register_env(const struct ctl_args *a, json_t *env)
-{
-    const char *v;
-    int it = 0;
-    while ((v = ctl_arg_next(a, "env", &it)) != NULL) {
-        const char *eq = strchr(v, '=');
-        if (!eq || eq == v)
-            return ctl_usage_error(a->cmd, "--env expects NAME=VALUE, got '%s'", v);
-        char key[256];
-        size_t n = (size_t)(eq - v);
-        if (n >= sizeof key)
-            return ctl_usage_error(a->cmd, "--env name is too long in '%.40s...'", v);
-        memcpy(key, v, n);
-        key[n] = 0;
-        if (json_object_get(env, key))
-            return ctl_usage_error(a->cmd, "--env %s given more than once", key);
-        json_t *s = json_string(eq + 1);
-        if (!s)
-            return ctl_usage_error(a->cmd, "--env %s: the value is not valid UTF-8", key);
-        json_object_set_new(env, key, s);
-    }
-    return 0;
 }
 
 /* --model-root DIR, repeated, into ROOTS: absolute paths only (the server
@@ -197,7 +168,8 @@ static int register_check(const struct ctl_args *a, void *ctx)
     int rc = CTL_EXIT_ERROR;
     if (!env || !roots)
         goto out;
-    if ((rc = register_env(a, env)) != 0 || (rc = register_roots(a, roots)) != 0)
+    if ((rc = ctl_pairs_arg(a, "env", "NAME=VALUE", 256, true, env)) != 0 ||
+        (rc = register_roots(a, roots)) != 0)
         goto out;
     *body = json_pack("{s:s?,s:s?,s:O,s:O}", "name", name, "python", python, "env", env,
                       "model_roots", roots);
@@ -228,7 +200,7 @@ static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ct
     int rc = CTL_EXIT_ERROR;
     if (ctl_request(c, replace ? "PUT" : "POST", u.buf, body, NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(c, &r, build_fields);
+        ctl_report_fields(c, &r, a->cmd);
         if (r.status == 409 && !replace)
             fprintf(stderr, "capctl: build '%s' already exists (add --replace to replace it)\n",
                     name);

@@ -43,6 +43,12 @@ struct diff {
     double wait_timeout; /* < 0: no --wait-timeout */
 };
 
+static const struct ctl_field_flag diff_fields[] = {
+    {"control_commit", "--commit (the head job's control commit)"},
+    {"sha", "--commit"},
+    {NULL, NULL},
+};
+
 static int diff_check(const struct ctl_args *a, void *ctx);
 static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 
@@ -64,20 +70,9 @@ static const struct ctl_cmd cmd_diff = {
                "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
                "  capctl diff --job j7c1f3a9e2b4d --control-width default --head-width avx512",
     .opts = diff_opts,
+    .fields = diff_fields,
     .check = diff_check,
     .run = diff_run,
-};
-
-static const struct ctl_field_flag diff_fields[] = {
-    {"control", "--control"},
-    {"head", "--head"},
-    {"job", "--job"},
-    {"control_width", "--control-width"},
-    {"head_width", "--head-width"},
-    {"control_commit", "--commit (the head job's control commit)"},
-    {"sha", "--commit"},
-    {"format", "--format"},
-    {NULL, NULL},
 };
 
 static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a)
@@ -234,7 +229,7 @@ static int fetch_result(struct ctl_client *c, const struct diff *d, const char *
         bool pending = r->status == 409 && strcmp(code, "pending") == 0;
         if (!pending || d->wait_timeout < 0 || ctl_now_s() - t0 >= d->wait_timeout) {
             ctl_progress_end(&p);
-            ctl_report_fields(c, r, diff_fields);
+            ctl_report_fields(c, r, &cmd_diff);
             if (pending && d->wait_timeout < 0)
                 fprintf(stderr, "capctl: add --wait-timeout SECONDS to wait for the jobs\n");
             else if (pending)

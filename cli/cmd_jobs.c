@@ -48,6 +48,17 @@ static const struct ctl_opt submit_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+/* The fields whose flag is not named like them: the rest (matrix.models,
+ * options.seed, control_commit) are set by the option of their last part. */
+static const struct ctl_field_flag submit_fields[] = {
+    {"matrix", "--models, --widths and --passes"},
+    {"options.timeout_s", "--timeout"},
+    {"labels", "--label"},
+    {"provenance", "--source-tree"},
+    {"Idempotency-Key", "--idempotency-key"},
+    {NULL, NULL},
+};
+
 static int submit_check(const struct ctl_args *a, void *ctx);
 static int submit_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 
@@ -68,37 +79,9 @@ static const struct ctl_cmd cmd_submit = {
         "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
         "      --source-tree ~/src/pytorch --wait",
     .opts = submit_opts,
+    .fields = submit_fields,
     .check = submit_check,
     .run = submit_run,
-};
-
-static const struct ctl_field_flag submit_fields[] = {
-    {"project", "--project"},
-    {"commit", "--commit"},
-    {"branch", "--branch"},
-    {"build", "--build"},
-    {"control_commit", "--control-commit"},
-    {"matrix.models", "--models"},
-    {"matrix.widths", "--widths"},
-    {"matrix.passes", "--passes"},
-    {"matrix", "--models, --widths and --passes"},
-    {"options.iterations", "--iterations"},
-    {"options.warmup", "--warmup"},
-    {"options.timing_min_ms", "--timing-min-ms"},
-    {"options.timing_processes", "--timing-processes"},
-    {"options.timing_pairs", "--timing-pairs"},
-    {"options.max_timing_rounds", "--max-timing-rounds"},
-    {"options.threads", "--threads"},
-    {"options.timeout_s", "--timeout"},
-    {"options.capture", "--capture"},
-    {"options.seed", "--seed"},
-    {"options.batch", "--batch"},
-    {"options.sample_size", "--sample-size"},
-    {"options.dtype", "--dtype"},
-    {"labels", "--label"},
-    {"provenance", "--source-tree"},
-    {"Idempotency-Key", "--idempotency-key"},
-    {NULL, NULL},
 };
 
 /* "a,b" to ["a","b"]; an empty item is a usage error naming FLAG. */
@@ -248,28 +231,6 @@ static int submit_options(const struct ctl_args *a, json_t *opts)
     return set_strings(a, strs, 2, opts);
 }
 
-/* --label k=v, repeated: each key once, each value UTF-8. */
-static int submit_labels(const struct ctl_args *a, json_t *labels)
-{
-    int it = 0;
-    const char *lv;
-    while ((lv = ctl_arg_next(a, "label", &it)) != NULL) {
-        const char *eq = strchr(lv, '=');
-        char key[128];
-        if (!eq || eq == lv || (size_t)(eq - lv) >= sizeof key)
-            return ctl_usage_error(a->cmd, "--label expects key=value, got '%s'", lv);
-        memcpy(key, lv, (size_t)(eq - lv));
-        key[eq - lv] = 0;
-        if (json_object_get(labels, key))
-            return ctl_usage_error(a->cmd, "--label %s given more than once", key);
-        json_t *s = json_string(eq + 1);
-        if (!s)
-            return ctl_usage_error(a->cmd, "--label %s: the value is not valid UTF-8", key);
-        json_object_set_new(labels, key, s);
-    }
-    return 0;
-}
-
 /* The Idempotency-Key header: an HTTP header value, printable ASCII only
  * (capd also echoes the key in its conflict message, which must be valid
  * UTF-8). */
@@ -315,7 +276,7 @@ static int submit_check(const struct ctl_args *a, void *ctx)
     if (!matrix || !opts || !labels)
         goto out;
     if ((rc = submit_matrix(a, matrix)) != 0 || (rc = submit_options(a, opts)) != 0 ||
-        (rc = submit_labels(a, labels)) != 0)
+        (rc = ctl_pairs_arg(a, "label", "key=value", 128, false, labels)) != 0)
         goto out;
     const char *wt = ctl_arg(a, "wait-timeout");
     if (wt && !ctl_has(a, "wait")) {
@@ -367,7 +328,7 @@ static const char *submit_post(struct ctl_client *c, const struct submit *s, jso
     char ib[64];
     if (ctl_request(c, "POST", "/v1/jobs", s->body, s->idem_hdr ? hdrs : NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(c, &r, submit_fields);
+        ctl_report_fields(c, &r, &cmd_submit);
         goto out;
     }
     *job = ctl_resp_json(&r);

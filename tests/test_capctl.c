@@ -623,12 +623,36 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert(strstr(r.err, "capctl: python must be an absolute path to an interpreter "
                             "(invalid_field, field python)"),
               SHOW(r));
+    cr_assert_null(strstr(r.err, "is set by"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--model-root",
+        "/usr/../lib", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "(invalid_field, field model_roots)"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: model_roots is set by --model-root\n"), SHOW(r));
     run_free(&r);
     ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "NOEQUALS",
         NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--env expects NAME=VALUE"), SHOW(r));
     run_free(&r);
+    /* --env's limits: a name past 255 bytes, a name given twice, a value
+     * that is not UTF-8; each refused before the request, naming the flag. */
+    char long_name[300];
+    memset(long_name, 'K', 256);
+    snprintf(long_name + 256, sizeof long_name - 256, "=v");
+    const char *const env_bad[][3] = {
+        {long_name, NULL, "--env name is too long in 'KKKK"},
+        {"A=1", "A=2", "--env A given more than once"},
+        {"A=\xff", NULL, "--env A: the value is not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof env_bad / sizeof env_bad[0]; i++) {
+        ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env",
+            env_bad[i][0], env_bad[i][1] ? "--env" : NULL, env_bad[i][1], NULL);
+        cr_assert_eq(r.code, 2, SHOW(r));
+        cr_assert(strstr(r.err, env_bad[i][2]), SHOW(r));
+        run_free(&r);
+    }
     ctl(&r, &c, "builds", "register", "--python", "/bin/true", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--name is required"), SHOW(r));
@@ -832,11 +856,23 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "field matrix.widths"), SHOW(r));
     cr_assert(strstr(r.err, "--widths"), SHOW(r));
+    cr_assert(strstr(r.err, "capctl: matrix.widths is set by --widths\n"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, SUBMIT_BASE, "--label", "novalue", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--label expects key=value"), SHOW(r));
+    run_free(&r);
+    char long_key[200];
+    memset(long_key, 'k', 128);
+    snprintf(long_key + 128, sizeof long_key - 128, "=v");
+    ctl(&r, &c, SUBMIT_BASE, "--label", long_key, NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--label expects key=value, got 'kkkk"), SHOW(r));
+    run_free(&r);
+    ctl(&r, &c, SUBMIT_BASE, "--label", "k=1", "--label", "k=2", NULL);
+    cr_assert_eq(r.code, 2, SHOW(r));
+    cr_assert(strstr(r.err, "--label k given more than once"), SHOW(r));
     run_free(&r);
 
     ctl(&r, &c, SUBMIT_BASE, "--models", "cnn", NULL);
@@ -910,6 +946,7 @@ Test(capctl, unknown_job_prints_the_server_message, .timeout = 60)
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "capctl: no job or commit 'jnope' (not_found, field control)"),
               SHOW(r));
+    cr_assert_null(strstr(r.err, "is set by"), SHOW(r));
     run_free(&r);
     tu_capd_stop(&c);
 }
