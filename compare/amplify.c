@@ -78,8 +78,8 @@ static bool same_call(const struct cmp__rec *x, const struct cmp__rec *y)
 
 /* What the walk found: per row its input error and the input it came from. */
 struct amp {
-    double *out, *in; /* per row; in is NaN when unknown */
-    size_t *from;     /* per row: the row of its largest input error */
+    double *out, *in;   /* per row; in is NaN when unknown */
+    size_t *from;       /* per row: the row of its largest input error */
     struct amp_ix *idx; /* rows with a module and a phase that has inputs */
 };
 
