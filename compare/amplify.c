@@ -178,7 +178,7 @@ static json_t *growth_json(const struct amp *a, const struct cmp__row *rows, siz
     e |= cmp__set(o, "input_key", json_string(rows[a->from[r]].h->key));
     e |= cmp__set_real(o, "in_rel_err", in);
     e |= cmp__set_real(o, "out_rel_err", out);
-    e |= cmp__set(o, "ratio", in > 0 ? json_real(out / in) : json_null());
+    e |= in > 0 ? cmp__set_real(o, "ratio", out / in) : cmp__set(o, "ratio", json_null());
     return cmp__obj_or_null(o, e);
 }
 
