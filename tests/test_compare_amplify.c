@@ -345,9 +345,9 @@ Test(amplify, reports_say_introduced_amplified_and_the_kernel)
     for (int i = 0; i < 7; i++) {
         char p[96];
         snprintf(p, sizeof p, "native/cpu/BinaryOpsKernel.cpp.AVX%d.cpp", i);
-        json_array_append_new(json_object_get(prov, "findings"),
-                              json_pack("{s:s, s:s, s:s}", "kind", "generated_source", "path", p,
-                                        "message", "m"));
+        json_array_append_new(
+            json_object_get(prov, "findings"),
+            json_pack("{s:s, s:s, s:s}", "kind", "generated_source", "path", p, "message", "m"));
     }
     cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
