@@ -144,8 +144,12 @@ enum cmp__role cmp__role_from(const char *s, size_t n);
  */
 int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out);
 
-/* render_ops.c: the per-op report lines (kernel, first non-finite); NULL when none. */
+/* render_ops.c: the per-op report lines (kernel, first non-finite) and the
+ * largest error amplification per cell; NULL when none. */
 char *cmp__ops_block(const json_t *result, bool md);
+/* render_ops.c: "error introduced here: ..." or "error amplified 40x here: ...", the first
+ * divergence's growth for the report beside it; malloc'd, NULL when none. */
+char *cmp__growth_note(const json_t *cell);
 
 /* metrics_pair.c: one record pair, and bit identity */
 int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control,

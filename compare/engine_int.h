@@ -3,10 +3,11 @@
  * the verdict classes of a record pair and of a cell, the counts of one
  * comparison, and the working state of one matched cell pair.
  *
- * The engine is three files: engine.c drives a comparison (options, cell
+ * The engine is four files: engine.c drives a comparison (options, cell
  * matching, the result), engine_cell.c judges one matched cell pair (record
- * merge, verdicts, first divergence, status) and engine_json.c writes every
- * object of the result (docs/compare.md is the contract for its names).
+ * merge, verdicts, first divergence, status), amplify.c says where a
+ * diverged cell's error grew, and engine_json.c writes every object of the
+ * result (docs/compare.md is the contract for its names).
  */
 #ifndef CAPD_COMPARE_ENGINE_INT_H
 #define CAPD_COMPARE_ENGINE_INT_H
@@ -84,5 +85,13 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out);
  * and envj into it (each pointer is NULL afterwards, also on failure). */
 int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cmp_options *opt,
                      bool cross, json_t **cells, json_t **miss, json_t **extra, json_t **envj);
+
+/*
+ * amplify.c: a diverged cell's "max_amplification" (the row whose relative
+ * error grew most over its input's) and "first_divergence_growth"
+ * (introduced, amplified or carried), both null for any other cell or when
+ * no row has a known input error; set on cj. -ENOMEM.
+ */
+int cmp__amplify_json(const struct cmp__cellcmp *k, json_t *cj);
 
 #endif

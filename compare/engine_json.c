@@ -312,6 +312,8 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
     e |= cell_records_json(k, cj);
     e |= cell_origins_json(k, cj);
     if (!e)
+        e |= cmp__amplify_json(k, cj);
+    if (!e)
         e |= cell_nonfinite_json(k, cj);
     e |= cmp__perf_json(&k->perf, k->o, &sub);
     e |= cmp__set(cj, "perf", sub);

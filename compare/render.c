@@ -204,6 +204,15 @@ static void divergence_desc(struct buf *b, const json_t *d, bool md)
     bprintf(b, ")");
 }
 
+/* "; error amplified 40x here: ...": the first divergence's growth (render_ops.c). */
+static void growth_note(struct buf *b, const json_t *cell)
+{
+    char *s = cmp__growth_note(cell);
+    if (s != NULL)
+        bprintf(b, "; %s", s);
+    free(s);
+}
+
 /* The introduced-at column, or "same" when it is the first divergence itself. */
 static void introduced_desc(struct buf *b, const json_t *cell, bool md)
 {
@@ -444,6 +453,7 @@ static void md_differences(struct buf *b, const json_t *cells)
             bprintf(b, " -> %s", jstr(cell, "head_outcome"));
         bprintf(b, " | ");
         divergence_desc(b, json_object_get(cell, "first_divergence"), true);
+        growth_note(b, cell);
         bprintf(b, " | ");
         introduced_desc(b, cell, true);
         bprintf(b, " |\n");
@@ -532,6 +542,7 @@ char *cmp_result_to_text(const json_t *result)
         if (json_is_object(json_object_get(cell, "first_divergence"))) {
             bprintf(&b, ": first divergence ");
             divergence_desc(&b, json_object_get(cell, "first_divergence"), false);
+            growth_note(&b, cell);
             bprintf(&b, "; introduced at ");
             introduced_desc(&b, cell, false);
         }

@@ -9,8 +9,17 @@
  *   aten/src/ATen/native/cpu/Activation.cpp — 2 stale generated wrappers of
  *   this file in the source tree
  *
- * render.c places the block; it reads only the result object.
+ * and, per diverged cell, where its error grew the most:
+ *
+ *   mlp / avx512 / forward: largest at act.0.forward/op.aten::gelu.0.output.0
+ *   (aten::gelu in act): relative error 0.001 -> 0.04, 40x, fed by
+ *   act.0.forward.input.0
+ *
+ * render.c places the block, and the first divergence's growth note
+ * (cmp__growth_note) beside the first divergence; they read only the
+ * result object.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +50,31 @@ static void cell_id(FILE *f, const json_t *cell, bool md)
     fprintf(f, "%s / %s / %s: ", md ? "`" : "", js(cell, "width"), js(cell, "pass"));
 }
 
+/*
+ * The provenance note: how many stale generated wrappers of the kernel's
+ * file the head's source tree holds, and the paths the attribution kept.
+ */
+static void stale_note(FILE *f, const json_t *k, bool md)
+{
+    json_int_t n = json_integer_value(json_object_get(k, "stale_wrappers"));
+    const json_t *paths = json_object_get(k, "stale_wrapper_paths");
+    size_t i;
+    const json_t *p;
+    if (n <= 0)
+        return;
+    fprintf(f, " — %lld stale generated wrapper%s of this file in the source tree", (long long)n,
+            n == 1 ? "" : "s");
+    json_array_foreach(paths, i, p)
+    {
+        fputs(i == 0 ? ": " : ", ", f);
+        fputs(md ? "`" : "", f);
+        put(f, json_string_value(p) ? json_string_value(p) : "", md);
+        fputs(md ? "`" : "", f);
+    }
+    if ((size_t)n > json_array_size(paths) && json_array_size(paths) > 0)
+        fprintf(f, " and %lld more", (long long)n - (long long)json_array_size(paths));
+}
+
 /* "aten::gelu in act.0 → GeluKernel, aten/.../Activation.cpp — 2 stale ..." */
 static void kernel_line(FILE *f, const json_t *d, bool md)
 {
@@ -61,10 +95,7 @@ static void kernel_line(FILE *f, const json_t *d, bool md)
                 : strcmp(kind, "onednn") == 0 ? "oneDNN"
                                               : "native (no DispatchStub)",
                 js(k, "file"));
-    json_int_t n = json_integer_value(json_object_get(k, "stale_wrappers"));
-    if (n > 0)
-        fprintf(f, " — %lld stale generated wrapper%s of this file in the source tree",
-                (long long)n, n == 1 ? "" : "s");
+    stale_note(f, k, md);
     if (json_is_string(json_object_get(k, "note")))
         fprintf(f, " (%s)", js(k, "note"));
 }
@@ -87,15 +118,84 @@ static void nonfinite_line(FILE *f, const json_t *nf, const char *side, bool md)
                                                   : "already non-finite: an input or parameter");
 }
 
-char *cmp__ops_block(const json_t *result, bool md)
+static double jreal(const json_t *o, const char *k)
 {
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* The cell's op or module, as "aten::gelu in act" or "act". */
+static void where(FILE *f, const json_t *o, bool md)
+{
+    const char *q = md ? "`" : "";
+    if (json_is_string(json_object_get(o, "op")))
+        fprintf(f, "%s%s%s in ", q, js(o, "op"), q);
+    fputs(q, f);
+    put(f, js(o, "module"), md);
+    fputs(q, f);
+}
+
+char *cmp__growth_note(const json_t *cell)
+{
+    const json_t *g = json_object_get(cell, "first_divergence_growth");
+    const char *kind = js(g, "kind");
     char *out = NULL;
-    size_t n = 0, i;
-    const json_t *cell;
-    bool any = false;
+    size_t n = 0;
+    if (!json_is_object(g))
+        return NULL;
     FILE *f = open_memstream(&out, &n);
     if (f == NULL)
         return NULL;
+    if (strcmp(kind, "introduced") == 0)
+        fprintf(f, "error introduced here: inputs exact, relative error %.3g",
+                jreal(g, "out_rel_err"));
+    else if (strcmp(kind, "amplified") == 0)
+        fprintf(f, "error amplified %.3gx here: relative error %.3g in, %.3g out",
+                jreal(g, "ratio"), jreal(g, "in_rel_err"), jreal(g, "out_rel_err"));
+    else
+        fprintf(f, "error carried, not grown: relative error %.3g in, %.3g out",
+                jreal(g, "in_rel_err"), jreal(g, "out_rel_err"));
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Where each diverged cell's error grew most (amplify.c); false when none. */
+static bool amp_lines(FILE *f, const json_t *result, bool md)
+{
+    size_t i;
+    const json_t *cell;
+    bool any = false;
+    json_array_foreach(json_object_get(result, "cells"), i, cell)
+    {
+        const json_t *a = json_object_get(cell, "max_amplification");
+        if (!json_is_object(a))
+            continue;
+        if (!any)
+            fputs(md ? "\n### Error amplification\n\n" : "amplification:\n", f);
+        any = true;
+        cell_id(f, cell, md);
+        fputs(md ? "largest at `" : "largest at ", f);
+        put(f, js(a, "key"), md);
+        fputs(md ? "` (" : " (", f);
+        where(f, a, md);
+        fprintf(f, "): relative error %.3g → %.3g, %.3gx, fed by %s", jreal(a, "in_rel_err"),
+                jreal(a, "out_rel_err"), jreal(a, "ratio"), md ? "`" : "");
+        put(f, js(a, "input_key"), md);
+        fputs(md ? "`\n" : "\n", f);
+    }
+    return any;
+}
+
+/* The kernel of each first divergent op and each head non-finite origin
+ * the control does not share; false when none. */
+static bool kernel_lines(FILE *f, const json_t *result, bool md)
+{
+    size_t i;
+    const json_t *cell;
+    bool any = false;
     json_array_foreach(json_object_get(result, "cells"), i, cell)
     {
         const json_t *d = json_object_get(cell, "first_divergence");
@@ -121,6 +221,18 @@ char *cmp__ops_block(const json_t *result, bool md)
             fputc('\n', f);
         }
     }
+    return any;
+}
+
+char *cmp__ops_block(const json_t *result, bool md)
+{
+    char *out = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&out, &n);
+    if (f == NULL)
+        return NULL;
+    bool any = kernel_lines(f, result, md);
+    any |= amp_lines(f, result, md);
     if (fclose(f) != 0 || !any) {
         free(out);
         return NULL;

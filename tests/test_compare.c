@@ -1930,9 +1930,11 @@ Test(render, markdown)
         strstr(md, "### Outcome regressions\n\n- `mlp` / avx2 / backward: ok -> **crashed**\n"),
         "%s", md);
     cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
+    /* act's input moved by 1e-9: act amplified that error (amplify.c) */
     cr_assert(strstr(md, "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
-                         "(seq 4, tolerance, max rel 0.0833, 1/4 off) | same |\n"),
+                         "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified "),
               "%s", md);
+    cr_assert(strstr(md, " out | same |\n"), "%s", md);
     cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"), "%s",
               md);
     cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
@@ -1948,8 +1950,9 @@ Test(render, markdown)
     cr_assert(strstr(txt, "capd comparison: REGRESSION\n"), "%s", txt);
     cr_assert(strstr(txt, "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n"), "%s", txt);
     cr_assert(strstr(txt, "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
-                          "(seq 4, tolerance, max rel 0.0833, 1/4 off); introduced at same\n"),
+                          "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified "),
               "%s", txt);
+    cr_assert(strstr(txt, " out; introduced at same\n"), "%s", txt);
     cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
     cr_assert(strstr(txt, "6/6 processes, detects >= "), "%s", txt);
     free(txt);
@@ -1961,9 +1964,11 @@ Test(render, introduced_elsewhere)
     struct duo s = duo_unclean_inputs();
     json_t *r = duo_compare(&s, NULL);
     char *md = cmp_result_to_markdown(r);
-    cr_assert(strstr(md,
-                     "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off) | "
-                     "`act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, 1/4 off) |\n"),
+    cr_assert(strstr(md, "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off); "
+                         "error carried, not grown: "),
+              "%s", md);
+    cr_assert(strstr(md, " out | `act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, "
+                         "1/4 off) |\n"),
               "%s", md);
     free(md);
     duo_free(&s, r);

@@ -187,6 +187,42 @@ static char *sample_job(const char *body, const char *const *hdrs)
     return id;
 }
 
+/* Two fake_runner jobs of fake:ops (tests/helpers/fake_runner.c), the head's
+ * first op result moved; their comparison, checked against the spec. */
+static void ops_samples(void)
+{
+    char *fake = tu_helper("fake_runner");
+    char body[2048], q[256];
+    const char *env[] = {"{}", "{\"FAKE_PERTURB_KEY\":"
+                               "\"layer0.0.forward/op.aten::hardswish.0.output.0\"}"};
+    char *ids[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(body, sizeof body,
+                 "{\"name\":\"ops%d\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":%s}", i,
+                 fake, g_dir, env[i]);
+        cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", body, NULL, NULL), 201);
+        snprintf(body, sizeof body,
+                 "{\"project\":\"ops\",\"commit\":\"0b5%04d\",\"build\":\"ops%d\","
+                 "\"matrix\":{\"models\":[\"fake:ops__3\"],\"widths\":[\"avx2\"],"
+                 "\"passes\":[\"forward\"]},\"options\":{\"capture\":\"sample\","
+                 "\"granularity\":\"op\",\"iterations\":3}}",
+                 i, i);
+        ids[i] = sample_job(body, NULL);
+        json_decref(wait_state(ids[i], "done"));
+    }
+    json_t *r;
+    snprintf(q, sizeof q, "/v1/compare?control=%s&head=%s", ids[0], ids[1]);
+    cr_assert_eq(sample("GET", q, "/v1/compare", NULL, NULL, &r), 200);
+    json_t *cell = json_array_get(json_object_get(r, "cells"), 0);
+    cr_assert(json_is_object(json_object_get(cell, "max_amplification")));
+    cr_assert(json_is_object(json_object_get(cell, "first_divergence_growth")));
+    cr_assert(json_is_object(json_object_get(json_object_get(cell, "first_divergence"), "kernel")));
+    json_decref(r);
+    free(ids[0]);
+    free(ids[1]);
+    free(fake);
+}
+
 Test(openapi, real_replies_match_the_spec)
 {
     g_dir = tu_tmpdir();
@@ -274,6 +310,10 @@ Test(openapi, real_replies_match_the_spec)
     cr_assert_eq(sample("GET", q, "/v1/compare", NULL, NULL, NULL), 409);
     snprintf(p, sizeof p, "/v1/jobs/%s/cancel", run);
     cr_assert_eq(sample("POST", p, "/v1/jobs/{id}/cancel", NULL, NULL, NULL), 202);
+
+    /* An op-granularity comparison whose head perturbs an op: a kernel, a
+     * first_divergence_growth and a max_amplification object. */
+    ops_samples();
 
     /* API tokens (auth_required is off: every request is admin). */
     json_t *tk;

@@ -723,7 +723,8 @@ async function showCmpCell(r, x, panel) {
     h("dt", null, "first divergence"), h("dd", { class: "mono", id: "first-divergence" }, fd ? fd.key + (fd.max_rel !== undefined ? "  (max rel " + fmtNum(fd.max_rel) + ")"
       : fd.derived ? "  (max rel >= " + fmtNum(fd.derived.max_rel_lower) + ", l2 rel >= " + fmtNum(fd.derived.rel_l2_lower) +
         ", derived from stats; rerun at capture sample for elementwise error)" : "") : "none"),
-    h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none")));
+    h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none"),
+    divergenceDetail(x)));
 
   panel.append(h("h3", null, "Relative error per layer, in execution order"));
   panel.append(divergencePlot(x));

@@ -32,6 +32,11 @@ const HELPERS = process.env.CAPD_HELPER_DIR;
 const CHROMIUM = process.env.CAPD_CHROMIUM || "/usr/bin/chromium";
 const ART = process.env.CAPD_BROWSER_ARTIFACTS;
 const PERTURBED = "layer2.0.forward.output.0";
+// The op-granularity comparison: fake:ops__3's first op result is moved,
+// and the head's provenance scan found two wrappers of its kernel's file.
+const OPS_MODEL = "fake:ops__3";
+const OPS_PERTURBED = "layer0.0.forward/op.aten::hardswish.0.output.0";
+const STALE = ["aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp", "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp"];
 
 // The colours web/style.css gives outcomes and comparison statuses.
 const RGB = {
@@ -47,7 +52,7 @@ const MODELS = ["fake:ok__5", "fake:ok__2", "fake:failed", "fake:segv"];
 const WIDTHS = ["avx2", "default"];
 
 let dir, capd, base, browser, artifacts, adminToken;
-let ctlJob, headJob, statsJob;
+let ctlJob, headJob, statsJob, opsCtlJob, opsHeadJob;
 
 function startCapd() {
   return new Promise((resolve, reject) => {
@@ -159,9 +164,19 @@ before(async () => {
   // layer has no element error, only sizes derived from the statistics.
   statsJob = await submit("head", "5a75a75", ["fake:ok__5"],
     { options: { iterations: 12, warmup: 1, capture: "stats" } });
+  await api("POST", "/v1/builds", {
+    name: "head-ops", python: fake, env: { FAKE_PERTURB_KEY: OPS_PERTURBED }, model_roots: [dir],
+  });
+  const opsOptions = { options: { iterations: 12, warmup: 1, capture: "sample", granularity: "op" }, project: "ops" };
+  opsCtlJob = await submit("ctl", "0b5c0001", [OPS_MODEL], opsOptions);
+  const findings = [...STALE, "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp.AVX2.cpp"].map((p) => (
+    { kind: "generated_source", path: p, message: "untracked generated dispatch source " + p }));
+  opsHeadJob = await submit("head-ops", "0b5e0001", [OPS_MODEL], Object.assign({ provenance: { findings } }, opsOptions));
   await waitJob(ctlJob);
   await waitJob(headJob);
   await waitJob(statsJob);
+  await waitJob(opsCtlJob);
+  await waitJob(opsHeadJob);
   await seedHistory();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -355,6 +370,48 @@ test("a statistics-only divergence is drawn at its size derived from stats, labe
   await page.context().close();
 });
 
+test("a diverged op shows its kernel, the stale wrappers of its file and where the error grew", async () => {
+  const q = `control=${opsCtlJob}&head=${opsHeadJob}`;
+  const r = await api("GET", "/v1/compare?" + q);
+  const cell = r.cells.find((x) => x.model === OPS_MODEL && x.width === "avx2");
+  assert.equal(cell.status, "diverged");
+  const fd = cell.first_divergence, k = fd.kernel, amp = cell.max_amplification;
+  assert.equal(fd.key, OPS_PERTURBED);
+  assert.equal(k.stub, "hardswish_stub");
+  assert.deepEqual(k.stale_wrapper_paths, STALE, "only the wrappers of the kernel's own file");
+  assert.equal(cell.first_divergence_growth.kind, "introduced", "the op's input was exact");
+  assert.ok(amp && amp.ratio > 1, "a later layer amplified the error: " + JSON.stringify(amp));
+
+  const page = await newPage();
+  await gotoReady(page, "#/compare?" + q);
+  await page.locator(`#cmp-grid td.gcell[data-model="${OPS_MODEL}"][data-width="avx2"]`).click();
+  await page.waitForSelector("#fd-kernel");
+  assert.equal(await page.locator("#fd-op").innerText(), "aten::hardswish in layer0");
+  assert.equal(await page.locator("#fd-kernel").innerText(), "hardswish_stub, " + k.file);
+  const prov = page.locator("#fd-provenance");
+  assert.match(await prov.innerText(), /^2 stale generated wrappers of this file in the source tree: /);
+  assert.deepEqual(await prov.locator("code.stale-path").allInnerTexts(), STALE);
+  const growth = page.locator("#fd-growth");
+  assert.equal(await growth.getAttribute("data-kind"), "introduced");
+  assert.match(await growth.innerText(), /^introduced here: inputs exact, relative error \S+$/);
+  const shown = page.locator("#max-amplification");
+  assert.equal(await shown.getAttribute("data-key"), amp.key);
+  const text = await shown.innerText();
+  assert.ok(text.startsWith(amp.key + " (" + amp.op + " in " + amp.module + "): relative error "), text);
+  assert.ok(text.endsWith(", fed by " + amp.input_key), text);
+  assert.match(text, / → \S+, ×\S+, fed by /);
+  await shot(page, "compare-ops.png");
+  await page.context().close();
+
+  // The Markdown report says the same.
+  const res = await fetch(base + "/v1/compare?" + q + "&format=md", { headers: authed() });
+  const md = await res.text();
+  assert.ok(md.includes("`aten::hardswish` in `layer0` → hardswish_stub, " + k.file +
+    " — 2 stale generated wrappers of this file in the source tree: `" + STALE[0] + "`, `" + STALE[1] + "`"), md);
+  assert.ok(md.includes("; error introduced here: inputs exact, relative error "), md);
+  assert.ok(md.includes("### Error amplification\n\n- `" + OPS_MODEL + "` / avx2 / forward: largest at `" + amp.key + "`"), md);
+});
+
 // ---- history, alerts, bisection ----
 //
 // A branch of HN commits on a template build (DIR/hist/<commit>/python, a
@@ -517,7 +574,7 @@ test("the bisection page follows a bisection live to its first bad commit, skipp
 });
 
 test("a screenshot of every page is kept", () => {
-  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png",
+  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png", "compare-ops.png",
     "history.png", "alerts.png", "alerts-read.png", "bisect.png", "bisect-list.png"])
     assert.ok(existsSync(path.join(artifacts, f)), f + " is in " + artifacts);
 });

@@ -30,6 +30,14 @@
  *                   sets none; the reference env's file is read for its
  *                   FAKE_TIMING_SCALE), so a template build
  *                   (FAKE_ENV_FILE=DIR/{commit}/env) behaves per commit.
+ *   ops[:N]         like ok, but per-op records (granularity op): N layers
+ *                   (default 3), layer<i> taking the previous one's output,
+ *                   recorded as layer<i>.0.forward.input.0, the result of its
+ *                   op (aten::hardswish for even i, aten::mul for odd: element 0
+ *                   times 16) layer<i>.0.forward/op.<op>.0.output.0 with op
+ *                   and op_index, and layer<i>.0.forward.output.0. A
+ *                   $FAKE_PERTURB_KEY naming an op record moves it by 2^-10,
+ *                   and every later layer computes from the moved values.
  *   hello_end       hello, env, end ok in one write(2); nothing else. For
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
@@ -329,33 +337,31 @@ static json_t *stats_of(const float *v, size_t n)
                      "zeros", zeros);
 }
 
-/* One small tensor: 4 float32 values fixed by (seed, key), multiples of
- * 2^-9 in [-4, 4) so every platform prints the same stats. */
-static void tensor(const struct cell *c, long i, bool batch)
+/*
+ * One record of 4 float32 values V (already perturbed by the caller):
+ * stats, hash, the payload the capture level asks for. OP names a per-op
+ * record's ATen op (its op_index is 0), NULL for a module record.
+ */
+static void record(const struct cell *c, long seq, const char *key, const char *module,
+                   const char *role, const char *op, const float v[4], bool batch)
 {
-    char key[64], module[32], hash[33];
-    float v[4];
-    uint64_t st;
+    char hash[33];
     size_t k = 4, nbytes = 0;
     unsigned char payload[16];
-    const char *perturb = getenv("FAKE_PERTURB_KEY");
     json_t *h;
 
-    snprintf(module, sizeof(module), "layer%ld", i);
-    snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
-    st = fnv1a(key) ^ ((uint64_t)c->seed * 0x9e3779b97f4a7c15ull);
-    for (int j = 0; j < 4; j++)
-        v[j] = (float)((int)(splitmix(&st) % 4096) - 2048) / 512.0f;
-    if (perturb && strcmp(perturb, key) == 0)
-        v[0] += 1.0f / 1024.0f;
-    b2b_hex16(v, sizeof(v), hash);
+    b2b_hex16(v, 4 * sizeof(float), hash);
     h = json_pack("{s:s,s:I,s:s,s:s,s:i,s:s,s:s,s:i,s:s,s:[i],s:i,s:o,s:s,s:s}", "kind", "tensor",
-                  "seq", (json_int_t)i, "key", key, "module", module, "call", 0, "phase", "forward",
-                  "role", "output", "index", 0, "dtype", "float32", "shape", 4, "numel", 4, "stats",
-                  stats_of(v, 4), "hash", hash, "capture", c->capture);
+                  "seq", (json_int_t)seq, "key", key, "module", module, "call", 0, "phase",
+                  "forward", "role", role, "index", 0, "dtype", "float32", "shape", 4, "numel", 4,
+                  "stats", stats_of(v, 4), "hash", hash, "capture", c->capture);
+    if (op) {
+        json_object_set_new(h, "op", json_string(op));
+        json_object_set_new(h, "op_index", json_integer(0));
+    }
     if (strcmp(c->capture, "full") == 0) {
-        memcpy(payload, v, sizeof(v));
-        nbytes = sizeof(v);
+        memcpy(payload, v, 4 * sizeof(float));
+        nbytes = 4 * sizeof(float);
     } else if (strcmp(c->capture, "sample") == 0) {
         if (c->sample_size < 4)
             k = c->sample_size > 0 ? (size_t)c->sample_size : 1;
@@ -365,6 +371,56 @@ static void tensor(const struct cell *c, long i, bool batch)
         json_object_set_new(h, "sample_positions", json_string("stride"));
     }
     emit(h, payload, nbytes, batch);
+}
+
+/* Whether KEY is $FAKE_PERTURB_KEY: its first element then moves by 2^-10. */
+static bool perturbed(const char *key)
+{
+    const char *perturb = getenv("FAKE_PERTURB_KEY");
+    return perturb && strcmp(perturb, key) == 0;
+}
+
+/* 4 float32 values fixed by (seed, key), multiples of 2^-9 in [-4, 4) so
+ * every platform prints the same stats. */
+static void values_of(const struct cell *c, const char *key, float v[4])
+{
+    uint64_t st = fnv1a(key) ^ ((uint64_t)c->seed * 0x9e3779b97f4a7c15ull);
+    for (int j = 0; j < 4; j++)
+        v[j] = (float)((int)(splitmix(&st) % 4096) - 2048) / 512.0f;
+}
+
+/* One small tensor, layer<i>.0.forward.output.0. */
+static void tensor(const struct cell *c, long i, bool batch)
+{
+    char key[64], module[32];
+    float v[4];
+
+    snprintf(module, sizeof(module), "layer%ld", i);
+    snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
+    values_of(c, key, v);
+    if (perturbed(key))
+        v[0] += 1.0f / 1024.0f;
+    record(c, i, key, module, "output", NULL, v, batch);
+}
+
+/*
+ * The `ops` stream's layers: layer<i> applies one ATen op to the previous
+ * layer's output, recorded as its input, the op's result and its output
+ * (granularity op, docs/runner.md). hardswish is x * clamp((x + 3) / 6,
+ * 0, 1), as torch defines it; mul scales element 0 by 16, so an error
+ * there grows relative to the tensor.
+ */
+static const char *const ops_names[] = {"aten::hardswish", "aten::mul"};
+
+static void ops_apply(int op, float v[4])
+{
+    for (int j = 0; j < 4; j++) {
+        double x = v[j], g = (x + 3) / 6;
+        if (op == 0)
+            v[j] = (float)(x * (g < 0 ? 0 : g > 1 ? 1 : g));
+        else if (j == 0)
+            v[j] = (float)(16 * x);
+    }
 }
 
 /* Samples +-2.5% around 1 ms times SCALE, from the stream ST. */
@@ -545,6 +601,36 @@ static void __attribute__((noreturn)) hang(void)
     out_flush();
     for (;;)
         pause();
+}
+
+/* hello, env, N layers of (input, op result, output), timing, memory, end
+ * ok. A perturbed key moves by 2^-10 and carries into every later layer. */
+static void ops_stream(const struct cell *c, long n)
+{
+    char key[96], module[32];
+    float v[4];
+    long seq = 0;
+
+    hello();
+    env_frame(c, effective_width(c));
+    values_of(c, "ops.input", v);
+    for (long i = 0; i < n; i++) {
+        int op = (int)(i % 2);
+        snprintf(module, sizeof(module), "layer%ld", i);
+        snprintf(key, sizeof(key), "%s.0.forward.input.0", module);
+        record(c, seq++, key, module, "input", NULL, v, false);
+        ops_apply(op, v);
+        snprintf(key, sizeof(key), "%s.0.forward/op.%s.0.output.0", module, ops_names[op]);
+        if (perturbed(key))
+            v[0] += 1.0f / 1024.0f;
+        record(c, seq++, key, module, "output", ops_names[op], v, false);
+        snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
+        record(c, seq++, key, module, "output", NULL, v, false);
+    }
+    timing(c);
+    memory();
+    end_frame("ok", NULL);
+    out_flush();
 }
 
 /* hello, env, n tensors, timing, memory, [end ok]: the `ok` stream. */
@@ -946,6 +1032,8 @@ int main(void)
 
     if (strcmp(b, "ok") == 0) {
         ok_stream(&c, arg_long(&c, 3), 0, true);
+    } else if (strcmp(b, "ops") == 0) {
+        ops_stream(&c, arg_long(&c, 3));
     } else if (strcmp(b, "hello_end") == 0) {
         char buf[512];
         int n = snprintf(buf, sizeof(buf),

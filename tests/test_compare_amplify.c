@@ -1,0 +1,377 @@
+/*
+ * tests/test_compare_amplify.c - error amplification (compare/amplify.c):
+ * the row whose relative error grew most over its module input's, and
+ * whether the first divergence introduced, amplified or carried its error,
+ * on hand-built cells whose relative errors are known in closed form; and
+ * how the reports say it, with the kernel's stale wrappers.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include "compare/cmp.h"
+#include "tests/helpers/common/json_want.h"
+
+/* Payloads are borrowed: kept here for the test's lifetime. */
+static double pool[1 << 12];
+static size_t used;
+
+/* Every record's control values; the head moves element AT by DELTA. */
+static const double base[4] = {1, 2, 3, 400};
+#define BASE_NORM sqrt(1.0 + 4 + 9 + 160000)
+
+/* nl2 of a record moved by delta at element at: |d| / ||base||, with d
+ * the difference the payload really holds after rounding. */
+static double rel_at(double delta, int at)
+{
+    return fabs((base[at] + delta) - base[at]) / BASE_NORM;
+}
+
+static double rel(double delta)
+{
+    return rel_at(delta, 0);
+}
+
+static void add_at(struct cmp_cell *c, const char *key, int64_t seq, double delta, int at,
+                   enum cmp_capture cap)
+{
+    double *v = &pool[used];
+    struct cmp_tensor t = {0};
+    char hash[128];
+    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
+    used += 4;
+    memcpy(v, base, sizeof base);
+    v[at] += delta;
+    t.key = key;
+    t.seq = seq;
+    t.dtype = "float64";
+    t.ndim = 1;
+    t.shape[0] = 4;
+    t.numel = 4;
+    t.stats = (struct cmp_stats){.has_finite = true, .min = v[0], .max = v[3], .l2 = BASE_NORM};
+    t.stats.mean = (v[0] + v[1] + v[2] + v[3]) / 4;
+    snprintf(hash, sizeof hash, "%s-%a-%d", key, delta, at);
+    t.hash = hash;
+    t.capture = cap;
+    if (cap == CMP_CAPTURE_FULL) {
+        t.payload = v;
+        t.payload_len = 4 * sizeof(double);
+    }
+    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+}
+
+static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta)
+{
+    add_at(c, key, seq, delta, 0, CMP_CAPTURE_FULL);
+}
+
+/* One record of a cell as its key, the head's delta and where it is. */
+struct rec {
+    const char *key;
+    double delta;
+    int at;
+};
+
+static struct cmp_cell *new_cell(struct cmp_side *s, const char *pass)
+{
+    struct cmp_cell *c;
+    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
+    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
+    return c;
+}
+
+/* The control (every delta 0) and the head of one cell of records v[0..n). */
+static void sides(struct cmp_side **c, struct cmp_side **h, const struct rec *v, size_t n)
+{
+    cr_assert_eq(cmp_side_new(c), 0);
+    cr_assert_eq(cmp_side_new(h), 0);
+    struct cmp_cell *cc = new_cell(*c, "forward"), *hc = new_cell(*h, "forward");
+    for (size_t i = 0; i < n; i++) {
+        add_at(cc, v[i].key, (int64_t)i, 0, v[i].at, CMP_CAPTURE_FULL);
+        add_at(hc, v[i].key, (int64_t)i, v[i].delta, v[i].at, CMP_CAPTURE_FULL);
+    }
+}
+
+static json_t *compare(struct cmp_side *c, struct cmp_side *h)
+{
+    json_t *r = NULL;
+    cr_assert_eq(cmp_compare(c, h, NULL, &r), 0);
+    return r;
+}
+
+/* Keys hold dots, so a cell's fields are read through this. */
+static json_t *field(json_t *r, const char *name)
+{
+    return json_object_get(json_array_get(json_object_get(r, "cells"), 0), name);
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    cr_assert_not_null(s, "no string %s", k);
+    return s;
+}
+
+static double real(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    cr_assert(json_is_real(v), "no number %s", k);
+    return json_real_value(v);
+}
+
+static void expect_close(double got, double want)
+{
+    cr_assert(fabs(got - want) <= 1e-9 * fabs(want), "%.17g, want %.17g", got, want);
+}
+
+static void sides_free(json_t *r, struct cmp_side *c, struct cmp_side *h)
+{
+    json_decref(r);
+    cmp_side_free(c);
+    cmp_side_free(h);
+}
+
+/*
+ * Three layers: l1's op introduces error from an exact input, l2's op grows
+ * it 50 times, l3 doubles it. l2's output grows it 50 times too: the tie
+ * goes to the op, which ran first.
+ */
+static const struct rec chain[] = {
+    {"l1.0.forward.input.0", 0, 0},
+    {"l1.0.forward/op.aten::mul.0.output.0", 1e-3, 0},
+    {"l1.0.forward.output.0", 1e-3, 0},
+    {"l2.0.forward.input.0", 1e-3, 0},
+    {"l2.0.forward/op.aten::exp.0.output.0", 5e-2, 0},
+    {"l2.0.forward.output.0", 5e-2, 0},
+    {"l3.0.forward.input.0", 5e-2, 0},
+    {"l3.0.forward.output.0", 0.1, 0},
+};
+#define NCHAIN (sizeof chain / sizeof chain[0])
+
+Test(amplify, the_largest_ratio_is_found_and_an_exact_input_introduces)
+{
+    struct cmp_side *c, *h;
+    sides(&c, &h, chain, NCHAIN);
+    json_t *r = compare(c, h);
+    cr_assert_str_eq(json_string_value(field(r, "status")), "diverged");
+
+    json_t *a = field(r, "max_amplification");
+    cr_assert(json_is_object(a), "%s", json_dumps(field(r, "max_amplification"), 0));
+    cr_assert_str_eq(str(a, "key"), chain[4].key);
+    cr_assert_str_eq(str(a, "op"), "aten::exp");
+    cr_assert_str_eq(str(a, "module"), "l2");
+    cr_assert_str_eq(str(a, "input_key"), chain[3].key);
+    cr_assert_eq(json_integer_value(json_object_get(a, "seq")), 4);
+    expect_close(real(a, "in_rel_err"), rel(1e-3));
+    expect_close(real(a, "out_rel_err"), rel(5e-2));
+    expect_close(real(a, "ratio"), rel(5e-2) / rel(1e-3));
+
+    /* the first divergence is l1's op, fed by an exact input */
+    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), chain[1].key);
+    json_t *g = field(r, "first_divergence_growth");
+    cr_assert_str_eq(str(g, "kind"), "introduced");
+    cr_assert_str_eq(str(g, "input_key"), chain[0].key);
+    cr_assert(json_is_null(json_object_get(g, "ratio")));
+    cr_assert_eq(json_number_value(json_object_get(g, "in_rel_err")), 0);
+    expect_close(real(g, "out_rel_err"), rel(1e-3));
+    sides_free(r, c, h);
+}
+
+/* All inputs exact: every divergent row introduced its error, none grew any. */
+Test(amplify, all_inputs_exact_is_null)
+{
+    static const struct rec v[] = {
+        {"l1.0.forward.input.0", 0, 0},
+        {"l1.0.forward/op.aten::gelu.0.output.0", 1e-3, 0},
+        {"l1.0.forward.output.0", 2e-3, 0},
+    };
+    struct cmp_side *c, *h;
+    sides(&c, &h, v, 3);
+    json_t *r = compare(c, h);
+    cr_assert(json_is_null(field(r, "max_amplification")));
+    cr_assert_str_eq(str(field(r, "first_divergence_growth"), "kind"), "introduced");
+    sides_free(r, c, h);
+}
+
+/* An input within tolerance but not exact: the first divergence amplified it. */
+Test(amplify, an_input_within_tolerance_is_amplified)
+{
+    static const struct rec v[] = {
+        {"l1.0.forward.input.0", 1e-9, 0},
+        {"l1.0.forward.output.0", 1e-3, 0},
+    };
+    struct cmp_side *c, *h;
+    sides(&c, &h, v, 2);
+    json_t *r = compare(c, h);
+    json_t *g = field(r, "first_divergence_growth");
+    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[1].key);
+    cr_assert_str_eq(str(g, "kind"), "amplified");
+    expect_close(real(g, "ratio"), rel(1e-3) / rel(1e-9));
+    cr_assert_str_eq(str(field(r, "max_amplification"), "key"), v[1].key);
+    sides_free(r, c, h);
+}
+
+/*
+ * The input moved 1e-5 at 400 (within tolerance), the output 1e-6 at 1
+ * (past it): diverged, with less relative error than it was fed.
+ */
+Test(amplify, a_smaller_error_past_tolerance_is_carried)
+{
+    static const struct rec v[] = {
+        {"l1.0.forward.input.0", 1e-5, 3},
+        {"l1.0.forward.output.0", 1e-6, 0},
+    };
+    struct cmp_side *c, *h;
+    sides(&c, &h, v, 2);
+    json_t *r = compare(c, h);
+    json_t *g = field(r, "first_divergence_growth");
+    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[1].key);
+    cr_assert_str_eq(str(g, "kind"), "carried");
+    cr_assert(real(g, "ratio") < 1);
+    /* the largest ratio is still reported, though it is below 1 */
+    expect_close(real(field(r, "max_amplification"), "ratio"), rel(1e-6) / rel_at(1e-5, 3));
+    char *txt = cmp_result_to_text(r);
+    cr_assert(strstr(txt, "; error carried, not grown: relative error "), "%s", txt);
+    free(txt);
+    sides_free(r, c, h);
+}
+
+/* Several inputs: the largest error feeding the call is the input error. */
+Test(amplify, the_largest_input_error_is_used)
+{
+    static const struct rec v[] = {
+        {"add.0.forward.input.0", 1e-4, 0},
+        {"add.0.forward.input.1", 1e-3, 0},
+        {"add.0.forward.output.0", 2e-2, 0},
+    };
+    struct cmp_side *c, *h;
+    sides(&c, &h, v, 3);
+    json_t *r = compare(c, h);
+    json_t *a = field(r, "max_amplification");
+    cr_assert_str_eq(str(a, "input_key"), v[1].key);
+    expect_close(real(a, "ratio"), rel(2e-2) / rel(1e-3));
+    sides_free(r, c, h);
+}
+
+/* Backward: a call's grad_output feeds its grad_input and param_grad. */
+Test(amplify, backward_grad_output_feeds_the_call)
+{
+    static const struct rec v[] = {
+        {"fc.0.backward.grad_output.0", 1e-3, 0},
+        {"fc.0.backward/op.aten::mm.0.grad_input.0", 4e-3, 0},
+        {"fc.0.backward.param_grad.weight", 3e-2, 0},
+        {"fc.0.backward.grad_input.0", 4e-3, 0},
+    };
+    struct cmp_side *c, *h;
+    cr_assert_eq(cmp_side_new(&c), 0);
+    cr_assert_eq(cmp_side_new(&h), 0);
+    struct cmp_cell *cc = new_cell(c, "backward"), *hc = new_cell(h, "backward");
+    for (size_t i = 0; i < 4; i++) {
+        add(cc, v[i].key, (int64_t)i, 0);
+        add(hc, v[i].key, (int64_t)i, v[i].delta);
+    }
+    json_t *r = compare(c, h);
+    json_t *a = field(r, "max_amplification");
+    cr_assert_str_eq(str(a, "key"), v[2].key);
+    cr_assert_str_eq(str(a, "input_key"), v[0].key);
+    expect_close(real(a, "ratio"), rel(3e-2) / rel(1e-3));
+    /* the first divergence is the grad_output, an input: nothing feeds it */
+    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[0].key);
+    cr_assert(json_is_null(field(r, "first_divergence_growth")));
+    sides_free(r, c, h);
+}
+
+/* An input of unknown error (stats basis) feeds no known error. */
+Test(amplify, an_input_on_the_stats_basis_is_unknown)
+{
+    struct cmp_side *c, *h;
+    cr_assert_eq(cmp_side_new(&c), 0);
+    cr_assert_eq(cmp_side_new(&h), 0);
+    struct cmp_cell *cc = new_cell(c, "forward"), *hc = new_cell(h, "forward");
+    add_at(cc, "l1.0.forward.input.0", 0, 0, 0, CMP_CAPTURE_NONE);
+    add_at(hc, "l1.0.forward.input.0", 0, 1e-9, 0, CMP_CAPTURE_NONE);
+    add(cc, "l1.0.forward.output.0", 1, 0);
+    add(hc, "l1.0.forward.output.0", 1, 1e-3);
+    /* a call with no captured input at all */
+    add(cc, "l2.0.forward.output.0", 2, 0);
+    add(hc, "l2.0.forward.output.0", 2, 1e-2);
+    json_t *r = compare(c, h);
+    cr_assert_str_eq(json_string_value(field(r, "status")), "diverged");
+    cr_assert(json_is_null(field(r, "max_amplification")));
+    cr_assert(json_is_null(field(r, "first_divergence_growth")));
+    sides_free(r, c, h);
+}
+
+/* No divergence: null on an identical cell and on one within tolerance. */
+Test(amplify, no_divergence_is_null)
+{
+    static const struct rec v[] = {
+        {"l1.0.forward.input.0", 1e-9, 0},
+        {"l1.0.forward.output.0", 1e-8, 0},
+    };
+    struct cmp_side *c, *h;
+    sides(&c, &h, v, 2);
+    json_t *r = compare(c, h);
+    cr_assert_str_eq(json_string_value(field(r, "status")), "within_tolerance");
+    cr_assert(json_is_null(field(r, "max_amplification")));
+    cr_assert(json_is_null(field(r, "first_divergence_growth")));
+    json_decref(r);
+    r = compare(c, c);
+    cr_assert_str_eq(json_string_value(field(r, "status")), "identical");
+    cr_assert(json_is_null(field(r, "max_amplification")));
+    cr_assert(json_is_null(field(r, "first_divergence_growth")));
+    char *md = cmp_result_to_markdown(r);
+    cr_assert_null(strstr(md, "amplif"), "%s", md);
+    free(md);
+    sides_free(r, c, h);
+}
+
+/* The reports: the growth beside the first divergence, the largest
+ * amplification, and the kernel with its stale wrappers, paths included. */
+Test(amplify, reports_say_introduced_amplified_and_the_kernel)
+{
+    struct cmp_side *c, *h;
+    sides(&c, &h, chain, NCHAIN);
+    json_t *r = compare(c, h);
+    json_t *table = json_loads("{\"ops\": {\"aten::mul\": {\"kind\": \"stub\", \"stub\": "
+                               "\"mul_stub\", \"file\": \"native/cpu/BinaryOpsKernel.cpp\"}}}",
+                               0, NULL);
+    /* seven wrappers of the file: five paths are kept, two more counted */
+    json_t *prov = json_pack("{s:[]}", "findings");
+    for (int i = 0; i < 7; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "native/cpu/BinaryOpsKernel.cpp.AVX%d.cpp", i);
+        json_array_append_new(
+            json_object_get(prov, "findings"),
+            json_pack("{s:s, s:s, s:s}", "kind", "generated_source", "path", p, "message", "m"));
+    }
+    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
+    cr_assert(strstr(md, "(seq 1, tolerance, max rel 0.001, 1/4 off); error introduced here: "
+                         "inputs exact, relative error "),
+              "%s", md);
+    cr_assert(strstr(md, "### Error amplification\n\n- `mlp` / avx2 / forward: largest at "
+                         "`l2.0.forward/op.aten::exp.0.output.0` (`aten::exp` in `l2`): "
+                         "relative error "),
+              "%s", md);
+    cr_assert(strstr(md, "x, fed by `l2.0.forward.input.0`\n"), "%s", md);
+    cr_assert(strstr(md, "`aten::mul` in `l1` → mul_stub, native/cpu/BinaryOpsKernel.cpp — 7 "
+                         "stale generated wrappers of this file in the source tree: "
+                         "`native/cpu/BinaryOpsKernel.cpp.AVX0.cpp`, "),
+              "%s", md);
+    cr_assert(strstr(md, "`native/cpu/BinaryOpsKernel.cpp.AVX4.cpp` and 2 more\n"), "%s", md);
+    cr_assert(strstr(txt, "; error introduced here: inputs exact"), "%s", txt);
+    cr_assert(strstr(txt, "amplification:\n  mlp / avx2 / forward: largest at "
+                          "l2.0.forward/op.aten::exp.0.output.0 (aten::exp in l2): "),
+              "%s", txt);
+    cr_assert(strstr(txt, "source tree: native/cpu/BinaryOpsKernel.cpp.AVX0.cpp, "), "%s", txt);
+    free(md);
+    free(txt);
+    json_decref(table);
+    json_decref(prov);
+    sides_free(r, c, h);
+}
