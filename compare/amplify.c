@@ -5,7 +5,8 @@
  * amplification").
  *
  * A row's relative error is its nl2, ||head - control|| / ||control||
- * over the finite positions (0 for a bit-identical row). Its input error
+ * over the finite positions (0 for a bit-identical row, and for one within
+ * its dtype's unit roundoff: rounding is no error carried in). Its input error
  * is the largest relative error among its module inputs, the records that
  * first_introduced calls inputs (engine_cell.c): the other matched records
  * of the same module call and phase with role input (forward) or
@@ -25,7 +26,26 @@
 
 #include "compare/engine_int.h"
 
-/* A row's relative error, NaN when unknown (see the file comment). */
+/* The unit roundoff of a floating dtype (0 for others): a relative error
+ * at or below it is the rounding of one result, not error carried in. */
+static double roundoff(enum cmp_dtype dt)
+{
+    switch (dt) {
+    case CMP_DTYPE_FLOAT64:
+        return 0x1p-53;
+    case CMP_DTYPE_FLOAT32:
+        return 0x1p-24;
+    case CMP_DTYPE_FLOAT16:
+        return 0x1p-11;
+    case CMP_DTYPE_BFLOAT16:
+        return 0x1p-8;
+    default:
+        return 0;
+    }
+}
+
+/* A row's relative error, NaN when unknown (see the file comment); an
+ * error within its dtype's rounding counts as none. */
 static double rel_err(const struct cmp__row *w)
 {
     const struct cmp_metrics *m = &w->m;
@@ -35,7 +55,7 @@ static double rel_err(const struct cmp__row *w)
         m->mismatch != CMP_MISMATCH_NONE || m->nan_one_sided > 0 || m->inf_one_sided > 0 ||
         !isfinite(m->nl2))
         return NAN;
-    return m->nl2;
+    return m->nl2 <= roundoff(w->h->dtype) ? 0 : m->nl2;
 }
 
 /* The role that feeds a call in this phase; false for init and other. */
