@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,14 +323,11 @@ static void run_capctl(struct run *r, const char *dir, const char *const *env,
     for (int i = 0; env && env[i] && e < 510; i++)
         envp[e++] = env[i];
     envp[e] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const struct tu_fd fds[3] = {{.path = "/dev/null", .flags = O_RDONLY},
+                                 {.path = out, .flags = O_WRONLY | O_CREAT | O_TRUNC},
+                                 {.path = err, .flags = O_WRONLY | O_CREAT | O_TRUNC}};
     pid_t pid;
-    int rc = posix_spawn(&pid, prog, &fa, NULL, (char *const *)argv, (char *const *)envp);
-    posix_spawn_file_actions_destroy(&fa);
+    int rc = tu_spawn(&pid, argv, envp, fds);
     cr_assert_eq(rc, 0, "cannot spawn %s: %s", prog, strerror(rc));
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
