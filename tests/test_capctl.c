@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,19 +365,36 @@ static void ctl(struct run *r, const struct tu_capd *c, ...)
 /* A run shown in a failed assertion. */
 #define SHOW(r) "exit %d\n--- stdout\n%s\n--- stderr\n%s", (r).code, (r).out, (r).err
 
+/* Runs capctl against C with the ARGS in AP and checks it exits CODE
+ * with SAYS in its stdout (ON_STDOUT) or its stderr. */
+static void vexpect(const struct tu_capd *c, int code, bool on_stdout, const char *says, va_list ap)
+{
+    struct run r;
+    vctl(&r, c, ap);
+    cr_assert_eq(r.code, code, SHOW(r));
+    cr_assert(strstr(on_stdout ? r.out : r.err, says), SHOW(r));
+    run_free(&r);
+}
+
 /* Runs capctl against C with the NULL-terminated ARGS after SAYS and
  * checks it exits 2 (refused before anything is done) with SAYS in its
  * stderr. */
 static void expect_exit2(const struct tu_capd *c, const char *says, ...)
 {
-    struct run r;
     va_list ap;
     va_start(ap, says);
-    vctl(&r, c, ap);
+    vexpect(c, 2, false, says, ap);
     va_end(ap);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, says), SHOW(r));
-    run_free(&r);
+}
+
+/* Runs capctl against C with the NULL-terminated ARGS after SAYS and
+ * checks it exits CODE with SAYS in its stdout. */
+static void expect_stdout(const struct tu_capd *c, int code, const char *says, ...)
+{
+    va_list ap;
+    va_start(ap, says);
+    vexpect(c, code, true, says, ap);
+    va_end(ap);
 }
 
 /* The arguments of a valid one-cell submit of build "t". */
@@ -600,12 +618,10 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     struct tu_capd c;
     start(&c);
     struct run r;
-    ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/true", "--env",
-        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/usr/lib",
-        "--description", "main, gcc 12", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "registered build torch-main"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 0, "registered build torch-main", "builds", "register", "--name",
+                  "torch-main", "--python", "/bin/true", "--env", "PYTHONPATH=/src/build/lib",
+                  "--env", "EXTRA=a=b", "--model-root", "/usr/lib", "--description", "main, gcc 12",
+                  NULL);
 
     long st;
     json_t *b = tu_json(&c, "GET", "/v1/builds/torch-main", NULL, &st);
@@ -1260,10 +1276,7 @@ Test(capctl, cancel_a_running_job, .timeout = 120)
     slow_build(&c, "exec /bin/sleep 30");
     char *id = submit(&c, "slow", "aaaaaaa1", "mlp", "default,avx2");
     struct run r;
-    ctl(&r, &c, "cancel", id, "--wait", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "cancelled"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 0, "cancelled", "cancel", id, "--wait", NULL);
     long st;
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
@@ -1358,10 +1371,8 @@ Test(capctl, diff_fake_runner_divergence_is_a_regression, .timeout = 180)
                      "regression");
     json_decref(j);
 
-    ctl(&r, &c, "diff", "--commit", "bbbbbbb2", "--format", "text", NULL);
-    cr_assert_eq(r.code, 1, SHOW(r));
-    cr_assert(strstr(r.out, "layer1.0.forward.output.0"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 1, "layer1.0.forward.output.0", "diff", "--commit", "bbbbbbb2", "--format",
+                  "text", NULL);
     tu_capd_stop(&c);
 }
 
