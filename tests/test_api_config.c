@@ -33,47 +33,46 @@ static int run_capd(const char *args, char **out, char **err)
     return rc;
 }
 
-Test(api_config, unknown_config_key_refused)
+/* Runs capd with ARGS and checks it refuses them: a non-zero exit of its
+ * own (not the timeout's kill), stderr naming NAMED, and no "listening"
+ * on stdout. */
+static void expect_capd_refused(const char *args, const char *named)
 {
-    af_ensure_dir();
-    const char *cfg = af_write_file("capd.json", "{\"max_parallel\":1,\"bogus_key\":1}", 0644);
-    char args[1024];
-    snprintf(args, sizeof args, "--config '%s' --listen 127.0.0.1:0 --data-dir '%s/data'", cfg,
-             af_dir);
     char *out, *err;
     int rc = run_capd(args, &out, &err);
-    cr_assert(rc != 0 && rc != 137, "capd accepted an unknown key (rc %d)", rc);
-    cr_assert(strstr(err, "bogus_key"), "the message must name the key: %s", err);
+    cr_assert(rc != 0 && rc != 137, "capd accepted %s (rc %d)", args, rc);
+    cr_assert(strstr(err, named), "the message must name %s: %s", named, err);
     cr_assert(!strstr(out, "listening"), "it must not start: %s", out);
     free(out);
     free(err);
+}
 
-    /* A known key with a wrong type is refused naming it, too. */
-    cfg = af_write_file("capd2.json", "{\"max_cells_per_job\":\"many\"}", 0644);
-    snprintf(args, sizeof args, "--config '%s' --listen 127.0.0.1:0 --data-dir '%s/data'", cfg,
-             af_dir);
-    rc = run_capd(args, &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "max_cells_per_job"), "%s", err);
-    free(out);
-    free(err);
-
-    /* Not JSON, and a missing file. */
-    cfg = af_write_file("capd3.json", "{max_parallel: 1", 0644);
-    snprintf(args, sizeof args, "--config '%s' --listen 127.0.0.1:0 --data-dir '%s/data'", cfg,
-             af_dir);
-    rc = run_capd(args, &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "capd3.json"), "%s", err);
-    free(out);
-    free(err);
-    snprintf(args, sizeof args, "--config '%s/none.json' --listen 127.0.0.1:0 --data-dir '%s/data'",
-             af_dir, af_dir);
-    rc = run_capd(args, &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "none.json"), "%s", err);
-    free(out);
-    free(err);
+/* A config file capd cannot use stops it before it listens, its message
+ * naming what is wrong: an unknown key, a known key of the wrong type, a
+ * file that is not JSON (named: NULL, the message names the file) and a
+ * missing file (text: NULL). */
+Test(api_config, unknown_config_key_refused)
+{
+    af_ensure_dir();
+    static const struct {
+        const char *text, *named;
+    } cases[] = {
+        {"{\"max_parallel\":1,\"bogus_key\":1}", "bogus_key"},
+        {"{\"max_cells_per_job\":\"many\"}", "max_cells_per_job"},
+        {"{max_parallel: 1", NULL},
+        {NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[32], cfg[600], args[1024];
+        snprintf(name, sizeof name, "capd%zu.json", i);
+        if (cases[i].text)
+            snprintf(cfg, sizeof cfg, "%s", af_write_file(name, cases[i].text, 0644));
+        else
+            snprintf(cfg, sizeof cfg, "%s/%s", af_dir, name);
+        snprintf(args, sizeof args, "--config '%s' --listen 127.0.0.1:0 --data-dir '%s/data'", cfg,
+                 af_dir);
+        expect_capd_refused(args, cases[i].named ? cases[i].named : name);
+    }
 }
 
 /* Flags win over the file; keys the flags do not set come from it. */
@@ -136,21 +135,9 @@ Test(api_config, help_version_and_bad_flags)
     cr_assert(strstr(out, "capd " CAPD_VERSION), "%s", out);
     free(out);
     free(err);
-    rc = run_capd("--no-such-flag", &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "--no-such-flag"), "%s", err);
-    free(out);
-    free(err);
-    rc = run_capd("--listen nonsense --data-dir /tmp", &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "listen"), "%s", err);
-    free(out);
-    free(err);
-    rc = run_capd("--max-parallel 0 --data-dir /tmp", &out, &err);
-    cr_assert(rc != 0 && rc != 137, "rc %d", rc);
-    cr_assert(strstr(err, "max_parallel"), "%s", err);
-    free(out);
-    free(err);
+    expect_capd_refused("--no-such-flag", "--no-such-flag");
+    expect_capd_refused("--listen nonsense --data-dir /tmp", "listen");
+    expect_capd_refused("--max-parallel 0 --data-dir /tmp", "max_parallel");
 }
 
 /* SIGTERM with a cell running exits 0; a restart finds everything and

@@ -103,126 +103,107 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
     cr_assert_eq(af_count_jobs(), 2);
 }
 
+/* The job every refusal below starts from: valid, on build "roots". */
+static const char valid_job[] = "{'project':'p','commit':'abcdef1','build':'roots','matrix':{"
+                                "'models':['mlp'],'widths':['default'],'passes':['forward']}}";
+
+/* Sets member PATH (dotted, objects made on the way) of JOB to V (a
+ * reference it takes), or deletes it when V is NULL. */
+static void job_set(json_t *job, const char *path, json_t *v)
+{
+    char key[64];
+    const char *dot;
+    while ((dot = strchr(path, '.')) != NULL) {
+        snprintf(key, sizeof key, "%.*s", (int)(dot - path), path);
+        json_t *in = json_object_get(job, key);
+        if (!json_is_object(in)) {
+            in = json_object();
+            json_object_set_new(job, key, in);
+        }
+        job = in;
+        path = dot + 1;
+    }
+    if (v)
+        json_object_set_new(job, path, v);
+    else
+        json_object_del(job, path);
+}
+
+/* POSTs JOB and checks the refusal: 400, error CODE naming FIELD. */
+static void expect_job_refused(json_t *job, const char *code, const char *field)
+{
+    char *body = af_dump(job);
+    long st;
+    json_t *j = af_call("POST", "/v1/jobs", body, &st);
+    char *s = af_dump(j);
+    cr_assert_eq(st, 400, "%s -> %ld %s", body, st, s);
+    free(s);
+    af_expect_error(j, st, 400, code, field);
+    json_decref(j);
+    free(body);
+}
+
 /* Every invalid job is a 400 naming the offending field, and stores
- * nothing. */
+ * nothing. Each refusal is the valid job with one member changed: BAD maps
+ * an error code to the fields it names, each to the values that member is
+ * set to in turn; MISSING lists the members whose absence is refused. */
 Test(api_jobs, invalid_jobs_400_name_the_field)
 {
     af_start(NULL);
     af_hang_build("roots");
     af_add_build("plain", "/bin/true", false);
-#define P           "'project':'p','commit':'abcdef1','build':'roots'"
-#define M           "'matrix':{'models':['mlp'],'widths':['default'],'passes':['forward']}"
-#define MX(m, w, p) "'matrix':{'models':" m ",'widths':" w ",'passes':" p "}"
-    static const struct {
-        const char *body, *code, *field;
-    } cases[] = {
-        {"{" P "," M ",'bogus':1}", "unknown_field", "bogus"},
-        {"{" P "," M ",'options':{'iterations':'5'}}", "invalid_field", "options.iterations"},
-        {"{" P "," M ",'options':{'iterations':1.5}}", "invalid_field", "options.iterations"},
-        {"{" P "," M ",'options':{'iterations':true}}", "invalid_field", "options.iterations"},
-        {"{" P "," M ",'options':{'iterations':100001}}", "invalid_field", "options.iterations"},
-        {"{" P "," M ",'options':{'iterations':-1}}", "invalid_field", "options.iterations"},
-        {"{" P "," M ",'options':{'warmup':10001}}", "invalid_field", "options.warmup"},
-        {"{" P "," M ",'options':{'timing_processes':0}}", "invalid_field",
-         "options.timing_processes"},
-        {"{" P "," M ",'options':{'timing_processes':65}}", "invalid_field",
-         "options.timing_processes"},
-        {"{" P "," M ",'options':{'timing_pairs':-1}}", "invalid_field", "options.timing_pairs"},
-        {"{" P "," M ",'options':{'timing_pairs':65}}", "invalid_field", "options.timing_pairs"},
-        {"{" P "," M ",'options':{'max_timing_rounds':0}}", "invalid_field",
-         "options.max_timing_rounds"},
-        {"{" P "," M ",'options':{'max_timing_rounds':9}}", "invalid_field",
-         "options.max_timing_rounds"},
-        {"{" P "," M ",'options':{'threads':0}}", "invalid_field", "options.threads"},
-        {"{" P "," M ",'options':{'threads':1025}}", "invalid_field", "options.threads"},
-        {"{" P "," M ",'options':{'timeout_s':0}}", "invalid_field", "options.timeout_s"},
-        {"{" P "," M ",'options':{'timeout_s':86401}}", "invalid_field", "options.timeout_s"},
-        {"{" P "," M ",'options':{'seed':-1}}", "invalid_field", "options.seed"},
-        {"{" P "," M ",'options':{'batch':4097}}", "invalid_field", "options.batch"},
-        {"{" P "," M ",'options':{'sample_size':0}}", "invalid_field", "options.sample_size"},
-        {"{" P "," M ",'options':{'foo':1}}", "unknown_field", "options.foo"},
-        {"{" P "," M ",'options':{'capture':'all'}}", "invalid_field", "options.capture"},
-        {"{" P "," M ",'options':{'capture':1}}", "invalid_field", "options.capture"},
-        {"{" P "," M ",'options':{'dtype':'int8'}}", "invalid_field", "options.dtype"},
-        {"{" P "," M ",'options':{'device':'tpu'}}", "invalid_field", "options.device"},
-        {"{" P "," M ",'options':{'granularity':'kernel'}}", "invalid_field",
-         "options.granularity"},
-        {"{" P "," M ",'options':{'granularity':null}}", "invalid_field", "options.granularity"},
-        {"{" P "," M ",'options':{'device':'gpu'}}", "no_gpu", "options.device"},
-        {"{" P "," M ",'options':[]}", "invalid_field", "options"},
-        {"{" P "," M ",'options':null}", "invalid_field", "options"},
-        {"{" P "," M ",'options':{'compare':5}}", "invalid_field", "options.compare"},
-        {"{" P "," M ",'options':{'compare':{'alpha':2}}}", "invalid_field",
-         "options.compare.alpha"},
-        {"{" P "," MX("['mlp','mlp']", "['default']", "['forward']") "}", "duplicate",
-         "matrix.models"},
-        {"{" P "," MX("['mlp']", "['avx2','default','avx2']", "['forward']") "}", "duplicate",
-         "matrix.widths"},
-        {"{" P "," MX("['mlp']", "['default']", "['forward','forward']") "}", "duplicate",
-         "matrix.passes"},
-        {"{" P "," MX("['mlp']", "['avx9']", "['forward']") "}", "invalid_field", "matrix.widths"},
-        {"{" P "," MX("['mlp']", "['AVX2']", "['forward']") "}", "invalid_field", "matrix.widths"},
-        {"{" P "," MX("['mlp']", "['default']", "['sideways']") "}", "invalid_field",
-         "matrix.passes"},
-        {"{" P "," MX("['nosuch']", "['default']", "['forward']") "}", "invalid_field",
-         "matrix.models"},
-        {"{" P "," MX("['../x:y']", "['default']", "['forward']") "}", "invalid_field",
-         "matrix.models"},
-        {"{" P "," MX("['a.b:c:d']", "['default']", "['forward']") "}", "invalid_field",
-         "matrix.models"},
-        {"{" P "," MX("['1a:f']", "['default']", "['forward']") "}", "invalid_field",
-         "matrix.models"},
-        {"{'project':'p','commit':'abcdef1','build':'plain'," MX("['pkg.mod:make']", "['default']",
-                                                                 "['forward']") "}",
-         "invalid_field", "matrix.models"},
-        {"{" P "," MX("[]", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
-        {"{" P "," MX("['mlp']", "[]", "['forward']") "}", "invalid_field", "matrix.widths"},
-        {"{" P "," MX("['mlp']", "['default']", "[]") "}", "invalid_field", "matrix.passes"},
-        {"{" P "," MX("[1]", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
-        {"{" P "," MX("'mlp'", "['default']", "['forward']") "}", "invalid_field", "matrix.models"},
-        {"{" P ",'matrix':{'models':['mlp'],'widths':['default']}}", "invalid_field",
-         "matrix.passes"},
-        {"{" P ",'matrix':{'models':['mlp'],'widths':['default'],'passes':['forward'],'x':[]}}",
-         "unknown_field", "matrix.x"},
-        {"{" P "}", "invalid_field", "matrix"},
-        {"{" P ",'matrix':[]}", "invalid_field", "matrix"},
-        {"{'commit':'abcdef1','build':'roots'," M "}", "invalid_field", "project"},
-        {"{'project':'a b','commit':'abcdef1','build':'roots'," M "}", "invalid_field", "project"},
-        {"{'project':'p','build':'roots'," M "}", "invalid_field", "commit"},
-        {"{'project':'p','commit':'xyz1234','build':'roots'," M "}", "invalid_field", "commit"},
-        {"{'project':'p','commit':'abcdef','build':'roots'," M "}", "invalid_field", "commit"},
-        {"{'project':'p','commit':'"
-         "00000000000000000000000000000000000000000000000000000000000000000',"
-         "'build':'roots'," M "}",
-         "invalid_field", "commit"},
-        {"{'project':'p','commit':1234567,'build':'roots'," M "}", "invalid_field", "commit"},
-        {"{" P ",'control_commit':'zz'," M "}", "invalid_field", "control_commit"},
-        {"{" P ",'control_commit':5," M "}", "invalid_field", "control_commit"},
-        {"{" P ",'branch':'a..b'," M "}", "invalid_field", "branch"},
-        {"{" P ",'branch':''," M "}", "invalid_field", "branch"},
-        {"{" P ",'branch':5," M "}", "invalid_field", "branch"},
-        {"{" P ",'branch':'a\\nb'," M "}", "invalid_field", "branch"},
-        {"{'project':'p','commit':'abcdef1','build':'nosuch'," M "}", "unknown_build", "build"},
-        {"{'project':'p','commit':'abcdef1','build':'a b'," M "}", "invalid_field", "build"},
-        {"{'project':'p','commit':'abcdef1'," M "}", "invalid_field", "build"},
-        {"{" P "," M ",'labels':[]}", "invalid_field", "labels"},
-        {"{" P "," M ",'labels':{'a':1}}", "invalid_field", "labels"},
-        {"{" P "," M ",'labels':{'bad key':'x'}}", "invalid_field", "labels"},
-        {"{" P "," M ",'provenance':5}", "invalid_field", "provenance"},
-        {"{" P "," M ",'provenance':[]}", "invalid_field", "provenance"},
-    };
-#undef P
-#undef M
-#undef MX
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        long st;
-        json_t *j = af_callq("POST", "/v1/jobs", cases[i].body, &st);
-        char *s = af_dump(j);
-        cr_assert_eq(st, 400, "case %zu: %s -> %ld %s", i, af_q(cases[i].body), st, s);
-        free(s);
-        af_expect_error(j, st, 400, cases[i].code, cases[i].field);
-        json_decref(j);
+    static const char bad[] =
+        "{'invalid_field':{"
+        "'options.iterations':['5',1.5,true,100001,-1],'options.warmup':[10001],"
+        "'options.timing_processes':[0,65],'options.timing_pairs':[-1,65],"
+        "'options.max_timing_rounds':[0,9],'options.threads':[0,1025],"
+        "'options.timeout_s':[0,86401],'options.seed':[-1],'options.batch':[4097],"
+        "'options.sample_size':[0],'options.capture':['all',1],'options.dtype':['int8'],"
+        "'options.device':['tpu'],'options.granularity':['kernel',null],"
+        "'options':[[],null],'options.compare':[5],'options.compare.alpha':[2],"
+        "'matrix.widths':[['avx9'],['AVX2'],[]],'matrix.passes':[['sideways'],[]],"
+        "'matrix.models':[['nosuch'],['../x:y'],['a.b:c:d'],['1a:f'],[],[1],'mlp'],"
+        "'matrix':[[]],'project':['a b'],"
+        "'commit':['xyz1234','abcdef',1234567,"
+        "'00000000000000000000000000000000000000000000000000000000000000000'],"
+        "'control_commit':['zz',5],'branch':['a..b','',5,'a\\nb'],'build':['a b'],"
+        "'labels':[[],{'a':1},{'bad key':'x'}],'provenance':[5,[]]},"
+        "'unknown_field':{'bogus':[1],'options.foo':[1],'matrix.x':[[]]},"
+        "'duplicate':{'matrix.models':[['mlp','mlp']],'matrix.widths':[['avx2','default','avx2']],"
+        "'matrix.passes':[['forward','forward']]},"
+        "'no_gpu':{'options.device':['gpu']},'unknown_build':{'build':['nosuch']}}";
+    static const char *const missing[] = {"matrix.passes", "matrix", "project", "commit", "build"};
+    json_t *spec = json_loads(af_q(bad), 0, NULL);
+    cr_assert_not_null(spec);
+    const char *code, *field;
+    json_t *fields, *values, *v;
+    size_t i;
+    json_object_foreach(spec, code, fields)
+    {
+        json_object_foreach(fields, field, values)
+        {
+            json_array_foreach(values, i, v)
+            {
+                json_t *job = json_loads(af_q(valid_job), 0, NULL);
+                job_set(job, field, json_incref(v));
+                expect_job_refused(job, code, field);
+                json_decref(job);
+            }
+        }
     }
+    json_decref(spec);
+    for (i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        json_t *job = json_loads(af_q(valid_job), 0, NULL);
+        job_set(job, missing[i], NULL);
+        expect_job_refused(job, "invalid_field", missing[i]);
+        json_decref(job);
+    }
+    /* A user model (pkg.mod:make) needs a build with model roots. */
+    json_t *job = json_loads(af_q(valid_job), 0, NULL);
+    job_set(job, "build", json_string("plain"));
+    job_set(job, "matrix.models", json_pack("[s]", "pkg.mod:make"));
+    expect_job_refused(job, "invalid_field", "matrix.models");
+    json_decref(job);
     cr_assert_eq(af_count_jobs(), 0, "an invalid job was stored");
     cr_assert_eq(af_running_cells(), 0);
 }

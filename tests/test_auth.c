@@ -8,6 +8,7 @@
  * create --data-dir DIR` on the database, before or while capd runs.
  */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <dirent.h>
 #include <errno.h>
 #include <pwd.h>
@@ -71,6 +72,21 @@ static char *make_token(const struct af_env *e, const char *scope, const char *e
     *nl = 0;
     cr_assert_eq(strlen(t), STORE_TOKEN_LEN, "token shape: %s", t);
     return t;
+}
+
+/* Initialises E, makes one token per SCOPE of the NULL-terminated pairs
+ * (scope, char **token: owned by the caller) that follow, then starts capd
+ * with CONFIG_JSON and LOG_LEVEL (may be NULL) as env_start does. */
+static void start_with_tokens(struct af_env *e, const char *config_json, const char *log_level, ...)
+{
+    env_init(e);
+    va_list ap;
+    va_start(ap, log_level);
+    const char *scope;
+    while ((scope = va_arg(ap, const char *)) != NULL)
+        *va_arg(ap, char **) = make_token(e, scope, NULL);
+    va_end(ap);
+    env_start(e, config_json, log_level);
 }
 
 /* One request with an optional token and JSON body. */
@@ -327,10 +343,9 @@ Test(tokens, capd_token_cli)
 Test(auth, scopes_gate_every_route)
 {
     struct af_env e;
-    env_init(&e);
-    char *rd = make_token(&e, "read", NULL), *sb = make_token(&e, "submit", NULL),
-         *ad = make_token(&e, "admin", NULL);
-    env_start(&e, "{\"auth_required\": true}", NULL);
+    char *rd, *sb, *ad;
+    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "read", &rd, "submit", &sb, "admin",
+                      &ad, NULL);
 
     /* /healthz is always open, even with a bad token. */
     cr_assert_eq(call(&e, "GET", "/healthz", NULL, NULL, NULL), 200);
@@ -407,9 +422,8 @@ Test(auth, scopes_gate_every_route)
 Test(auth, tokens_api_create_use_revoke)
 {
     struct af_env e;
-    env_init(&e);
-    char *ad = make_token(&e, "admin", NULL);
-    env_start(&e, "{\"auth_required\": true}", NULL);
+    char *ad;
+    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
     struct tu_resp r;
     cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"root\"}", "invalid_field"), 400);
     cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"expires_in_s\":0}",
@@ -460,10 +474,9 @@ Test(auth, expired_token_is_refused)
 Test(auth, submit_token_cancels_only_its_own_jobs)
 {
     struct af_env e;
-    env_init(&e);
-    char *a = make_token(&e, "submit", NULL), *b = make_token(&e, "submit", NULL),
-         *ad = make_token(&e, "admin", NULL);
-    env_start(&e, "{\"auth_required\": true}", NULL);
+    char *a, *b, *ad;
+    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "submit", &a, "submit", &b, "admin",
+                      &ad, NULL);
     char *bb = build_body(&e, "fake");
     cr_assert_eq(call(&e, "POST", "/v1/builds", ad, bb, NULL), 201);
     char *ja = post_job(&e, a, job_hang), *jb = post_job(&e, b, job_hang);
@@ -493,9 +506,9 @@ Test(auth, submit_token_cancels_only_its_own_jobs)
 Test(auth, public_reads_and_disabled_auth)
 {
     struct af_env e;
-    env_init(&e);
-    char *ad = make_token(&e, "admin", NULL);
-    env_start(&e, "{\"auth_required\": true, \"public_reads\": true}", NULL);
+    char *ad;
+    start_with_tokens(&e, "{\"auth_required\": true, \"public_reads\": true}", NULL, "admin", &ad,
+                      NULL);
     cr_assert_eq(call(&e, "GET", "/v1/builds", NULL, NULL, NULL), 200);
     cr_assert_eq(call(&e, "GET", "/v1/jobs", NULL, NULL, NULL), 200);
     cr_assert_eq(call(&e, "GET", "/v1/tokens", NULL, NULL, "unauthorized"), 401,
@@ -519,9 +532,8 @@ Test(auth, public_reads_and_disabled_auth)
 Test(auth, anonymous_upload_refused_before_the_body)
 {
     struct af_env e;
-    env_init(&e);
-    char *ad = make_token(&e, "admin", NULL);
-    env_start(&e, "{\"auth_required\": true}", NULL);
+    char *ad;
+    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
     size_t n = 512 * 1024;
     char *body = malloc(n + 1);
     memset(body, ' ', n);
@@ -548,9 +560,8 @@ Test(auth, anonymous_upload_refused_before_the_body)
 Test(auth, secrets_never_logged_or_echoed)
 {
     struct af_env e;
-    env_init(&e);
-    char *ad = make_token(&e, "admin", NULL), *sb = make_token(&e, "submit", NULL);
-    env_start(&e, "{\"auth_required\": true}", "debug");
+    char *ad, *sb;
+    start_with_tokens(&e, "{\"auth_required\": true}", "debug", "admin", &ad, "submit", &sb, NULL);
     char *bb = build_body(&e, "fake");
     cr_assert_eq(call(&e, "POST", "/v1/builds", ad, bb, NULL), 201);
     char *job = post_job(&e, sb, job_hang);

@@ -18,19 +18,7 @@
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-static struct tu_capd g_capd;
-
-static void teardown(void)
-{
-    af_stop_own_capd(&g_capd);
-}
-
-static void start(void)
-{
-    cr_assert_eq(tu_capd_start(&g_capd, NULL, NULL), 0);
-}
-
-TestSuite(bisect, .init = start, .fini = teardown);
+TestSuite(bisect, AF_CAPD_SUITE);
 
 #define N_COMMITS 30
 #define K         12 /* the first commit whose numerics differ */
@@ -56,7 +44,8 @@ static void make_builds_env(int n, int k, int skip, const char *line)
             continue;
         cr_assert_eq(tu_sh("mkdir -p '%s/b/%s' && ln -s '%s' '%s/b/%s/python' && "
                            "printf '%s' > '%s/b/%s/env'",
-                           g_capd.dir, c, fake, g_capd.dir, c, i >= k ? line : "", g_capd.dir, c),
+                           af_capd.dir, c, fake, af_capd.dir, c, i >= k ? line : "", af_capd.dir,
+                           c),
                      0);
     }
     free(fake);
@@ -70,11 +59,11 @@ static void make_builds(int n, int k, int skip)
 static long template_build(const char *name)
 {
     long st = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/builds", &st,
+    json_t *j = tu_jsonf(&af_capd, "POST", "/v1/builds", &st,
                          "{\"name\":\"%s\",\"python\":\"%s/b/{commit}/python\","
                          "\"env\":{\"FAKE_ENV_FILE\":\"%s/b/{commit}/env\"},"
                          "\"model_roots\":[\"%s\"]}",
-                         name, g_capd.dir, g_capd.dir, g_capd.dir);
+                         name, af_capd.dir, af_capd.dir, af_capd.dir);
     json_decref(j);
     return st;
 }
@@ -85,13 +74,13 @@ static void capture(int i, const char *model)
     char c[41];
     sha(i, c);
     long st = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &st,
+    json_t *j = tu_jsonf(&af_capd, "POST", "/v1/jobs", &st,
                          "{\"project\":\"h\",\"commit\":\"%s\",\"branch\":\"main\","
                          "\"build\":\"tmpl\",\"matrix\":{\"models\":[\"%s\"],\"widths\":"
                          "[\"default\"],\"passes\":[\"forward\"]},\"options\":{\"iterations\":0}}",
                          c, model);
     cr_assert_eq(st, 201, "%s", json_dumps(j, 0));
-    json_t *done = tu_wait_job(&g_capd, json_string_value(json_object_get(j, "id")), 60);
+    json_t *done = tu_wait_job(&af_capd, json_string_value(json_object_get(j, "id")), 60);
     cr_assert_not_null(done);
     json_decref(done);
     json_decref(j);
@@ -99,7 +88,7 @@ static void capture(int i, const char *model)
 
 static json_t *post_bisect(const char *body, long *st)
 {
-    return tu_json(&g_capd, "POST", "/v1/bisect", body, st);
+    return tu_json(&af_capd, "POST", "/v1/bisect", body, st);
 }
 
 static json_t *probe_of(json_t *b, int idx)
@@ -133,9 +122,8 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
              "s\"," MATRIX ",\"options\":{\"iterations\":0},\"predicate\":\"numerics\"}",
              commits, good, bad);
     free(commits);
-    char id[16], *dump = NULL;
-    af_post_bisect(&g_capd, body, id, NULL);
-    json_t *b = af_bisect_done(&g_capd, id, 240, &dump);
+    char *dump = NULL;
+    json_t *b = af_bisect_run(&af_capd, body, 240, &dump);
     json_t *res = json_object_get(b, "result");
     cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
     cr_expect_str_eq(tu_str(res, "last_good"), ck1, "%s", dump);
@@ -171,7 +159,7 @@ Test(bisect, finds_the_first_bad_commit_and_skips_a_missing_build, .timeout = 30
 static void expect_refused(const char *path, const char *body, const char *field, const char *code)
 {
     long st = 0;
-    json_t *r = tu_json(&g_capd, "POST", path, body, &st);
+    json_t *r = tu_json(&af_capd, "POST", path, body, &st);
     json_t *e = json_object_get(r, "error");
     char *s = json_dumps(r, 0);
     cr_expect_eq(st, 400, "%s: %ld %s", body, st, s);
@@ -230,7 +218,7 @@ Test(bisect, refuses_bad_input)
     snprintf(body, sizeof body, THREE_COMMITS, c0, c1, c1, c0, c2);
     expect_refused("/v1/bisect", body, "commits", NULL);
     long st = 0;
-    json_t *r = tu_json(&g_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
+    json_t *r = tu_json(&af_capd, "GET", "/v1/bisect/b000000000000", NULL, &st);
     cr_expect_eq(st, 404);
     json_decref(r);
 }
@@ -238,7 +226,7 @@ Test(bisect, refuses_bad_input)
 /* STORE_BISECT_MAX_COMMITS (4096) commits are taken; one more is not. */
 Test(bisect, too_many_commits)
 {
-    cr_assert_eq(tu_fake_build(&g_capd, "plain", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "plain", "{}"), 201);
     for (int n = 4096; n <= 4097; n++) {
         size_t cap = (size_t)n * 20 + 1024;
         char *body = malloc(cap), *p = body;
@@ -257,7 +245,7 @@ Test(bisect, too_many_commits)
             cr_expect_eq(json_integer_value(json_object_get(r, "commit_count")), 4096);
             char path[64];
             snprintf(path, sizeof path, "/v1/bisect/%s/cancel", tu_str(r, "id"));
-            json_t *c = tu_json(&g_capd, "POST", path, NULL, &st);
+            json_t *c = tu_json(&af_capd, "POST", path, NULL, &st);
             cr_expect_eq(st, 202);
             json_decref(c);
         } else {
@@ -287,12 +275,12 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
     long st = 0;
     json_t *b = NULL;
     char id[16], path[80];
-    af_post_bisect(&g_capd, body, id, NULL);
+    af_post_bisect(&af_capd, body, id, NULL);
     /* Wait until its probes have their jobs. */
     snprintf(path, sizeof path, "/v1/bisect/%s", id);
     json_t *jobs = NULL;
     for (int i = 0; i < 200 && !jobs; i++) {
-        b = tu_json(&g_capd, "GET", path, NULL, &st);
+        b = tu_json(&af_capd, "GET", path, NULL, &st);
         json_t *p0 = probe_of(b, 0), *p3 = probe_of(b, 3);
         if (p0 && p3 && tu_jstr(p0, "job") && tu_jstr(p3, "job"))
             jobs = json_pack("[s,s]", tu_str(p0, "job"), tu_str(p3, "job"));
@@ -302,18 +290,18 @@ Test(bisect, cancel_stops_its_jobs, .timeout = 120)
     }
     cr_assert_not_null(jobs, "the probes never got jobs");
     snprintf(path, sizeof path, "/v1/bisect/%s/cancel", id);
-    b = tu_json(&g_capd, "POST", path, NULL, &st);
+    b = tu_json(&af_capd, "POST", path, NULL, &st);
     cr_expect_eq(st, 202, "%s", json_dumps(b, 0));
     cr_expect_str_eq(tu_str(b, "state"), "cancelled");
     json_decref(b);
     for (size_t i = 0; i < 2; i++) {
-        json_t *j = tu_wait_job(&g_capd, json_string_value(json_array_get(jobs, i)), 60);
+        json_t *j = tu_wait_job(&af_capd, json_string_value(json_array_get(jobs, i)), 60);
         cr_assert_not_null(j);
         cr_expect_str_eq(tu_str(j, "state"), "cancelled");
         json_decref(j);
     }
     json_decref(jobs);
-    b = tu_json(&g_capd, "POST", path, NULL, &st);
+    b = tu_json(&af_capd, "POST", path, NULL, &st);
     cr_expect_eq(st, 409);
     cr_expect_str_eq(tu_str(json_object_get(b, "error"), "code"), "bisect_finished");
     json_decref(b);
@@ -325,26 +313,27 @@ Test(bisect, template_builds)
 {
     char body[1024];
     snprintf(body, sizeof body, "{\"name\":\"t1\",\"python\":\"%s/b/{branch}/python\"}",
-             g_capd.dir);
+             af_capd.dir);
     expect_refused("/v1/builds", body, "python", NULL);
     snprintf(body, sizeof body, "{\"name\":\"t2\",\"python\":\"%s/b/../{commit}/python\"}",
-             g_capd.dir);
+             af_capd.dir);
     expect_refused("/v1/builds", body, "python", NULL);
     snprintf(body, sizeof body,
-             "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}", g_capd.dir);
+             "{\"name\":\"t3\",\"python\":\"%s/b/{commit}/python\",\"prefork\":true}", af_capd.dir);
     expect_refused("/v1/builds", body, "prefork", NULL);
     /* A plain build's interpreter must still exist. */
-    snprintf(body, sizeof body, "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}", g_capd.dir);
+    snprintf(body, sizeof body, "{\"name\":\"t4\",\"python\":\"%s/b/nothing/python\"}",
+             af_capd.dir);
     expect_refused("/v1/builds", body, NULL, NULL);
     /* A job of a commit without its build fails its cells before they
      * start, and says which interpreter is missing. */
     cr_assert_eq(template_build("tmpl"), 201);
     long s2 = 0;
     json_t *j =
-        tu_jsonf(&g_capd, "POST", "/v1/jobs", &s2,
+        tu_jsonf(&af_capd, "POST", "/v1/jobs", &s2,
                  "{\"project\":\"h\",\"commit\":\"abcdef12\",\"build\":\"tmpl\"," MATRIX "}");
     cr_assert_eq(s2, 201);
-    json_t *done = tu_wait_job(&g_capd, tu_str(j, "id"), 60);
+    json_t *done = tu_wait_job(&af_capd, tu_str(j, "id"), 60);
     cr_assert_not_null(done);
     json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
     cr_expect_str_eq(tu_str(cell, "state"), "failed", "%s", json_dumps(done, 0));
@@ -370,16 +359,16 @@ Test(bisect, survives_a_restart_and_streams_progress, .timeout = 180)
              commits, c0, c5);
     free(commits);
     char id[16], dir[256], path[80], *dump = NULL;
-    af_post_bisect(&g_capd, body, id, NULL);
-    snprintf(dir, sizeof dir, "%s", g_capd.dir);
-    cr_assert_eq(tu_capd_stop(&g_capd), 0);
-    cr_assert_eq(tu_capd_start(&g_capd, dir, NULL), 0);
-    json_t *b = af_bisect_done(&g_capd, id, 150, &dump);
+    af_post_bisect(&af_capd, body, id, NULL);
+    snprintf(dir, sizeof dir, "%s", af_capd.dir);
+    cr_assert_eq(tu_capd_stop(&af_capd), 0);
+    cr_assert_eq(tu_capd_start(&af_capd, dir, NULL), 0);
+    json_t *b = af_bisect_done(&af_capd, id, 150, &dump);
     cr_expect_str_eq(tu_str(json_object_get(b, "result"), "first_bad"), c3, "%s", dump);
     free(dump);
     json_decref(b);
     snprintf(path, sizeof path, "/v1/events?job=%s", id);
-    char *ev = tu_events_until(&g_capd, path, "\"state\":\"done\"", 20000);
+    char *ev = tu_events_until(&af_capd, path, "\"state\":\"done\"", 20000);
     cr_expect(strstr(ev, "event: bisect\n"), "%s", ev);
     cr_expect(strstr(ev, "\"change\":\"created\""), "%s", ev);
     cr_expect(strstr(ev, "\"change\":\"probe\""), "%s", ev);
@@ -395,18 +384,18 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
     cr_assert_eq(tu_sh("cd '%s' && git init -q repo && cd repo && for i in 0 1 2 3 4 5; do "
                        "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m c$i; "
                        "done && git rev-list --reverse HEAD > ../revs",
-                       g_capd.dir),
+                       af_capd.dir),
                  0);
     char p[400], *revs, *fake = tu_helper("fake_runner");
-    snprintf(p, sizeof p, "%s/revs", g_capd.dir);
+    snprintf(p, sizeof p, "%s/revs", af_capd.dir);
     revs = tu_slurp(p);
     char shas[6][41];
     for (int i = 0; i < 6; i++) {
         snprintf(shas[i], 41, "%.40s", revs + i * 41);
         cr_assert_eq(tu_sh("mkdir -p '%s/b/%s' && ln -s '%s' '%s/b/%s/python' && "
                            "printf '%s' > '%s/b/%s/env'",
-                           g_capd.dir, shas[i], fake, g_capd.dir, shas[i],
-                           i >= 3 ? "FAKE_PERTURB_KEY=" PKEY "\\n" : "", g_capd.dir, shas[i]),
+                           af_capd.dir, shas[i], fake, af_capd.dir, shas[i],
+                           i >= 3 ? "FAKE_PERTURB_KEY=" PKEY "\\n" : "", af_capd.dir, shas[i]),
                      0);
     }
     free(revs);
@@ -417,8 +406,8 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
              "bisect --project h --build tmpl --good %s --bad %s --commits-from-git '%s/repo' "
              "--models fake:ok --widths default --passes forward --iterations 0 --wait "
              "--timeout 150",
-             shas[0], shas[5], g_capd.dir);
-    cr_expect_eq(af_capctl(&g_capd, args, &out), 0, "%s", out);
+             shas[0], shas[5], af_capd.dir);
+    cr_expect_eq(af_capctl(&af_capd, args, &out), 0, "%s", out);
     char want[80];
     snprintf(want, sizeof want, "first bad commit: %s", shas[3]);
     cr_expect(strstr(out, want), "%s", out);
@@ -427,8 +416,8 @@ Test(bisect, capctl_bisect_from_git, .timeout = 180)
     snprintf(args, sizeof args,
              "bisect --project h --build tmpl --good %s --bad deadbeef --commits-from-git "
              "'%s/repo' --models fake:ok --widths default --passes forward",
-             shas[0], g_capd.dir);
-    cr_expect_eq(af_capctl(&g_capd, args, &out), 2, "%s", out);
+             shas[0], af_capd.dir);
+    cr_expect_eq(af_capctl(&af_capd, args, &out), 2, "%s", out);
     cr_expect(strstr(out, "git rev-list"), "%s", out);
     free(out);
 }
@@ -460,13 +449,13 @@ static long post_hanging(int i, char id[16])
  * changes nothing, and one more is taken once one of them has ended. */
 Test(bisect, too_many_running, .timeout = 120)
 {
-    cr_assert_eq(tu_fake_build(&g_capd, "plain", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "plain", "{}"), 201);
     char ids[17][16];
     for (int i = 0; i < 16; i++)
         cr_assert_eq(post_hanging(i, ids[i]), 201, "bisection %d", i);
     cr_expect_eq(post_hanging(16, ids[16]), 429);
     long st = 0;
-    json_t *l = tu_json(&g_capd, "GET", "/v1/bisect", NULL, &st);
+    json_t *l = tu_json(&af_capd, "GET", "/v1/bisect", NULL, &st);
     json_t *list = json_object_get(l, "bisections"), *b;
     cr_expect_eq(json_array_size(list), 16, "%s", json_dumps(l, 0));
     size_t i;
@@ -477,7 +466,7 @@ Test(bisect, too_many_running, .timeout = 120)
     json_decref(l);
     char path[64];
     snprintf(path, sizeof path, "/v1/bisect/%s/cancel", ids[0]);
-    json_decref(tu_json(&g_capd, "POST", path, NULL, &st));
+    json_decref(tu_json(&af_capd, "POST", path, NULL, &st));
     cr_expect_eq(st, 202);
     cr_expect_eq(post_hanging(16, ids[16]), 201);
 }
@@ -491,13 +480,13 @@ static void capture_ordered(int i, const char *options)
     sha(i, c);
     sha(i - 1, p);
     long st = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &st,
+    json_t *j = tu_jsonf(&af_capd, "POST", "/v1/jobs", &st,
                          "{\"project\":\"h\",\"commit\":\"%s\",\"branch\":\"perf\",\"build\":"
                          "\"tmpl\",\"commit_time\":\"2024-01-01T00:%02d:00Z\",\"parents\":"
                          "[\"%s\"]," MATRIX ",\"options\":%s}",
                          c, i, p, options);
     cr_assert_eq(st, 201, "%s", json_dumps(j, 0));
-    json_t *done = tu_wait_job(&g_capd, json_string_value(json_object_get(j, "id")), 60);
+    json_t *done = tu_wait_job(&af_capd, json_string_value(json_object_get(j, "id")), 60);
     cr_assert_not_null(done);
     json_decref(done);
     json_decref(j);
@@ -530,10 +519,10 @@ Test(bisect, perf_predicate_over_a_branch, .timeout = 240)
     long st = 0;
     json_t *b = NULL;
     char id[16], *dump = NULL;
-    af_post_bisect(&g_capd, body, id, &b);
+    af_post_bisect(&af_capd, body, id, &b);
     cr_expect_eq(json_integer_value(json_object_get(b, "commit_count")), 8);
     json_decref(b);
-    b = af_bisect_done(&g_capd, id, 200, &dump);
+    b = af_bisect_done(&af_capd, id, 200, &dump);
     json_t *res = json_object_get(b, "result");
     cr_expect_str_eq(tu_str(res, "first_bad"), ck, "%s", dump);
     cr_expect_str_eq(tu_str(res, "last_good"), ck1, "%s", dump);

@@ -11,8 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <spawn.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,14 +325,11 @@ static void run_capctl(struct run *r, const char *dir, const char *const *env,
     for (int i = 0; env && env[i] && e < 510; i++)
         envp[e++] = env[i];
     envp[e] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const struct tu_fd fds[3] = {{.path = "/dev/null", .flags = O_RDONLY},
+                                 {.path = out, .flags = O_WRONLY | O_CREAT | O_TRUNC},
+                                 {.path = err, .flags = O_WRONLY | O_CREAT | O_TRUNC}};
     pid_t pid;
-    int rc = posix_spawn(&pid, prog, &fa, NULL, (char *const *)argv, (char *const *)envp);
-    posix_spawn_file_actions_destroy(&fa);
+    int rc = tu_spawn(&pid, argv, envp, fds);
     cr_assert_eq(rc, 0, "cannot spawn %s: %s", prog, strerror(rc));
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -343,24 +340,68 @@ static void run_capctl(struct run *r, const char *dir, const char *const *env,
     free(prog);
 }
 
-/* capctl --server BASE ARGS... (NULL-terminated varargs). */
-static void ctl(struct run *r, const struct tu_capd *c, ...)
+/* capctl --server BASE and the NULL-terminated ARGS in AP. */
+static void vctl(struct run *r, const struct tu_capd *c, va_list ap)
 {
     const char *args[60];
     int n = 0;
-    va_list ap;
     args[n++] = "--server";
     args[n++] = c->base;
-    va_start(ap, c);
     const char *s;
     while ((s = va_arg(ap, const char *)) != NULL && n < 59)
         args[n++] = s;
-    va_end(ap);
     args[n] = NULL;
     run_capctl(r, c->dir, NULL, args);
 }
 
+/* capctl --server BASE ARGS... (NULL-terminated varargs). */
+static void ctl(struct run *r, const struct tu_capd *c, ...)
+{
+    va_list ap;
+    va_start(ap, c);
+    vctl(r, c, ap);
+    va_end(ap);
+}
+
+/* A run shown in a failed assertion. */
 #define SHOW(r) "exit %d\n--- stdout\n%s\n--- stderr\n%s", (r).code, (r).out, (r).err
+
+/* Runs capctl against C with the ARGS in AP and checks it exits CODE
+ * with SAYS in its stdout (ON_STDOUT) or its stderr. */
+static void vexpect(const struct tu_capd *c, int code, bool on_stdout, const char *says, va_list ap)
+{
+    struct run r;
+    vctl(&r, c, ap);
+    cr_assert_eq(r.code, code, SHOW(r));
+    cr_assert(strstr(on_stdout ? r.out : r.err, says), SHOW(r));
+    run_free(&r);
+}
+
+/* Runs capctl against C with the NULL-terminated ARGS after SAYS and
+ * checks it exits 2 (refused before anything is done) with SAYS in its
+ * stderr. */
+static void expect_exit2(const struct tu_capd *c, const char *says, ...)
+{
+    va_list ap;
+    va_start(ap, says);
+    vexpect(c, 2, false, says, ap);
+    va_end(ap);
+}
+
+/* Runs capctl against C with the NULL-terminated ARGS after SAYS and
+ * checks it exits CODE with SAYS in its stdout. */
+static void expect_stdout(const struct tu_capd *c, int code, const char *says, ...)
+{
+    va_list ap;
+    va_start(ap, says);
+    vexpect(c, code, true, says, ap);
+    va_end(ap);
+}
+
+/* The arguments of a valid one-cell submit of build "t". */
+#define SUBMIT_BASE                                                                                \
+    "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models", "mlp",          \
+        "--widths", "default", "--passes", "forward"
 
 static void start(struct tu_capd *c)
 {
@@ -387,6 +428,23 @@ static void register_build(const struct tu_capd *c, const char *name, const char
     ctl(&r, c, "builds", "register", "--name", name, "--python", python, NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     run_free(&r);
+}
+
+/* capd started in C with build "t", whose cells exit at once (/bin/true):
+ * jobs are accepted and end without a frame. */
+static void start_true(struct tu_capd *c)
+{
+    start(c);
+    register_build(c, "t", "/bin/true");
+}
+
+/* Registers build "slow" on C, whose runner is a shell script of BODY (its
+ * cells take as long as BODY says and end as it says). */
+static void slow_build(const struct tu_capd *c, const char *body)
+{
+    char *slow = write_script(c, "slow.sh", body);
+    register_build(c, "slow", slow);
+    free(slow);
 }
 
 /* Submits through capctl and returns the job id printed on stdout. */
@@ -457,10 +515,7 @@ Test(capctl, version_help_and_bad_commands, .timeout = 60)
     cr_assert(strstr(r.out, "--idempotency-key"), SHOW(r));
     run_free(&r);
 
-    ctl(&r, &c, "frobnicate", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "unknown command 'frobnicate'"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "unknown command 'frobnicate'", "frobnicate", NULL);
 
     const char *const noargs[] = {NULL};
     run_capctl(&r, c.dir, NULL, noargs);
@@ -564,12 +619,10 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     struct tu_capd c;
     start(&c);
     struct run r;
-    ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/true", "--env",
-        "PYTHONPATH=/src/build/lib", "--env", "EXTRA=a=b", "--model-root", "/usr/lib",
-        "--description", "main, gcc 12", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "registered build torch-main"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 0, "registered build torch-main", "builds", "register", "--name",
+                  "torch-main", "--python", "/bin/true", "--env", "PYTHONPATH=/src/build/lib",
+                  "--env", "EXTRA=a=b", "--model-root", "/usr/lib", "--description", "main, gcc 12",
+                  NULL);
 
     long st;
     json_t *b = tu_json(&c, "GET", "/v1/builds/torch-main", NULL, &st);
@@ -604,10 +657,8 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     run_free(&r);
 
     /* Registering again without --replace is refused, with the way out. */
-    ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/false", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--replace"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--replace", "builds", "register", "--name", "torch-main", "--python",
+                 "/bin/false", NULL);
     ctl(&r, &c, "builds", "register", "--name", "torch-main", "--python", "/bin/false", "--replace",
         "--description", "now false", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
@@ -631,11 +682,8 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     cr_assert(strstr(r.err, "(invalid_field, field model_roots)"), SHOW(r));
     cr_assert(strstr(r.err, "capctl: model_roots is set by --model-root\n"), SHOW(r));
     run_free(&r);
-    ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--env", "NOEQUALS",
-        NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--env expects NAME=VALUE"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--env expects NAME=VALUE", "builds", "register", "--name", "x", "--python",
+                 "/bin/true", "--env", "NOEQUALS", NULL);
     /* --env's limits: a name past 255 bytes, a name given twice, a value
      * that is not UTF-8; each refused before the request, naming the flag. */
     char long_name[300];
@@ -653,18 +701,10 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
         cr_assert(strstr(r.err, env_bad[i][2]), SHOW(r));
         run_free(&r);
     }
-    ctl(&r, &c, "builds", "register", "--python", "/bin/true", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--name is required"), SHOW(r));
-    run_free(&r);
-    ctl(&r, &c, "builds", "show", "nope", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "capctl: build not found (/v1/builds/nope) (not_found)"), SHOW(r));
-    run_free(&r);
-    ctl(&r, &c, "builds", "remove", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "unknown subcommand 'remove'"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--name is required", "builds", "register", "--python", "/bin/true", NULL);
+    expect_exit2(&c, "capctl: build not found (/v1/builds/nope) (not_found)", "builds", "show",
+                 "nope", NULL);
+    expect_exit2(&c, "unknown subcommand 'remove'", "builds", "remove", NULL);
     tu_capd_stop(&c);
 }
 
@@ -673,8 +713,7 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
 Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     struct run r;
     const char *const args[] = {"--server",
                                 c.base,
@@ -810,27 +849,16 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
 Test(capctl, bad_flags_name_the_flag, .timeout = 60)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     struct run r;
-#define SUBMIT_BASE                                                                                \
-    "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models", "mlp",          \
-        "--widths", "default", "--passes", "forward"
 
-    ctl(&r, &c, SUBMIT_BASE, "--bogus", "1", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "unknown flag '--bogus'"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "unknown flag '--bogus'", SUBMIT_BASE, "--bogus", "1", NULL);
 
-    ctl(&r, &c, "submit", "--commit", "abcdef1", "--build", "t", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--project is required"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--project is required", "submit", "--commit", "abcdef1", "--build", "t",
+                 NULL);
 
-    ctl(&r, &c, SUBMIT_BASE, "--iterations", "lots", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--iterations expects an integer, got 'lots'"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--iterations expects an integer, got 'lots'", SUBMIT_BASE, "--iterations",
+                 "lots", NULL);
 
     /* A range only the server knows: its error, then the flag behind it. */
     ctl(&r, &c, SUBMIT_BASE, "--iterations", "99999999", NULL);
@@ -845,11 +873,9 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     cr_assert(strstr(r.err, "set by --timeout"), SHOW(r));
     run_free(&r);
 
-    ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
-        "mlp,,cnn", "--widths", "default", "--passes", "forward", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--models has an empty item"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--models has an empty item", "submit", "--project", "p", "--commit",
+                 "abcdef1", "--build", "t", "--models", "mlp,,cnn", "--widths", "default",
+                 "--passes", "forward", NULL);
 
     ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
         "mlp", "--widths", "avx9", "--passes", "forward", NULL);
@@ -859,61 +885,33 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     cr_assert(strstr(r.err, "capctl: matrix.widths is set by --widths\n"), SHOW(r));
     run_free(&r);
 
-    ctl(&r, &c, SUBMIT_BASE, "--label", "novalue", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--label expects key=value"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--label expects key=value", SUBMIT_BASE, "--label", "novalue", NULL);
     char long_key[200];
     memset(long_key, 'k', 128);
     snprintf(long_key + 128, sizeof long_key - 128, "=v");
-    ctl(&r, &c, SUBMIT_BASE, "--label", long_key, NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--label expects key=value, got 'kkkk"), SHOW(r));
-    run_free(&r);
-    ctl(&r, &c, SUBMIT_BASE, "--label", "k=1", "--label", "k=2", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--label k given more than once"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--label expects key=value, got 'kkkk", SUBMIT_BASE, "--label", long_key,
+                 NULL);
+    expect_exit2(&c, "--label k given more than once", SUBMIT_BASE, "--label", "k=1", "--label",
+                 "k=2", NULL);
 
-    ctl(&r, &c, SUBMIT_BASE, "--models", "cnn", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--models given more than once"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--models given more than once", SUBMIT_BASE, "--models", "cnn", NULL);
 
-    ctl(&r, &c, "submit", "--project", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--project needs a value"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--project needs a value", "submit", "--project", NULL);
 
-    ctl(&r, &c, "diff", "--control", "a", "--head", "b", "--format", "xml", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--format must be md, json or text"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--format must be md, json or text", "diff", "--control", "a", "--head", "b",
+                 "--format", "xml", NULL);
 
-    ctl(&r, &c, "diff", "--control", "a", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--head"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--head", "diff", "--control", "a", NULL);
 
-    ctl(&r, &c, "diff", "--commit", "abcdef1", "--job", "j1", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "exactly one of"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "exactly one of", "diff", "--commit", "abcdef1", "--job", "j1", NULL);
 
-    ctl(&r, &c, "diff", "--job", "j1", "--control-width", "default", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--head-width is missing"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--head-width is missing", "diff", "--job", "j1", "--control-width", "default",
+                 NULL);
 
-    ctl(&r, &c, "diff", "--commit", "abcdef1", "--fail-on", "sometimes", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--fail-on must be regression, unknown, numerics or never"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--fail-on must be regression, unknown, numerics or never", "diff", "--commit",
+                 "abcdef1", "--fail-on", "sometimes", NULL);
 
-    ctl(&r, &c, "wait", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "missing argument"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "missing argument", "wait", NULL);
 
     /* Nothing reached the server. */
     long st;
@@ -933,15 +931,10 @@ Test(capctl, unknown_job_prints_the_server_message, .timeout = 60)
     cr_assert(strstr(r.err, "capctl: job not found (/v1/jobs/jdoesnotexist) (not_found)"), SHOW(r));
     cr_assert_str_eq(r.out, "");
     run_free(&r);
-    ctl(&r, &c, "wait", "jdoesnotexist", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "capctl: job not found (/v1/jobs/jdoesnotexist) (not_found)"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "capctl: job not found (/v1/jobs/jdoesnotexist) (not_found)", "wait",
+                 "jdoesnotexist", NULL);
     /* A path-like id stays one path segment. */
-    ctl(&r, &c, "status", "../builds", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "not_found"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "not_found", "status", "../builds", NULL);
     ctl(&r, &c, "diff", "--control", "jnope", "--head", "jnope2", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "capctl: no job or commit 'jnope' (not_found, field control)"),
@@ -977,9 +970,7 @@ Test(capctl, submit_wait_exit_3_with_progress, .timeout = 120)
 {
     struct tu_capd c;
     start(&c);
-    char *slow = write_script(&c, "slow.sh", "/bin/sleep 0.6\nexit 1");
-    register_build(&c, "slow", slow);
-    free(slow);
+    slow_build(&c, "/bin/sleep 0.6\nexit 1");
     struct run r;
     ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "slow", "--models",
         "mlp,cnn", "--widths", "default", "--passes", "forward", "--wait", NULL);
@@ -1039,15 +1030,9 @@ Test(capctl, wait_timeout_is_an_error, .timeout = 120)
 {
     struct tu_capd c;
     start(&c);
-    char *slow = write_script(&c, "slow.sh", "/bin/sleep 3\nexit 1");
-    register_build(&c, "slow", slow);
-    free(slow);
+    slow_build(&c, "/bin/sleep 3\nexit 1");
     char *id = submit(&c, "slow", "abcdef1", "mlp", "default");
-    struct run r;
-    ctl(&r, &c, "wait", id, "--wait-timeout", "0.5", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--wait-timeout"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--wait-timeout", "wait", id, "--wait-timeout", "0.5", NULL);
     free(id);
     tu_capd_stop(&c);
 }
@@ -1057,8 +1042,7 @@ Test(capctl, wait_timeout_is_an_error, .timeout = 120)
 Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     char tree[400];
     snprintf(tree, sizeof tree, "%s/pytorch", c.dir);
     cr_assert_eq(tu_sh("git init -q '%s' && mkdir -p '%s/aten/src/ATen/native/cpu' && "
@@ -1069,8 +1053,7 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
                        tree, tree, tree, tree, tree, tree),
                  0);
     struct run r;
-    ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
-        "mlp", "--widths", "default", "--passes", "forward", "--source-tree", tree, NULL);
+    ctl(&r, &c, SUBMIT_BASE, "--source-tree", tree, NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     char id[64];
     snprintf(id, sizeof id, "%.*s", (int)strcspn(r.out, "\n"), r.out);
@@ -1114,18 +1097,13 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
     run_free(&r);
 
     /* Not a repository, not a directory: exit 2 naming the flag. */
-    ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
-        "mlp", "--widths", "default", "--passes", "forward", "--source-tree", c.dir, NULL);
+    ctl(&r, &c, SUBMIT_BASE, "--source-tree", c.dir, NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "--source-tree"), SHOW(r));
     cr_assert(strstr(r.err, "not a git work tree"), SHOW(r));
     run_free(&r);
-    ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
-        "mlp", "--widths", "default", "--passes", "forward", "--source-tree", "/nonexistent/dir",
-        NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--source-tree /nonexistent/dir"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "--source-tree /nonexistent/dir", SUBMIT_BASE, "--source-tree",
+                 "/nonexistent/dir", NULL);
     tu_capd_stop(&c);
 }
 
@@ -1134,8 +1112,7 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 Test(capctl, source_tree_limits, .timeout = 180)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     char tree[400];
     snprintf(tree, sizeof tree, "%s/big", c.dir);
     cr_assert_eq(tu_sh("git init -q '%s' && mkdir -p '%s/a' '%s/z' && cd '%s/a' && "
@@ -1144,8 +1121,7 @@ Test(capctl, source_tree_limits, .timeout = 180)
                        tree, tree, tree, tree, PROV_MAX_STATUS_LINES + 50, tree),
                  0);
     struct run r;
-    ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
-        "mlp", "--widths", "default", "--passes", "forward", "--source-tree", tree, NULL);
+    ctl(&r, &c, SUBMIT_BASE, "--source-tree", tree, NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
     cr_assert(strstr(r.err, "only the first"), SHOW(r));
     char id[64];
@@ -1225,8 +1201,7 @@ static const char *check_diff(const struct tu_capd *c, const char *query, json_t
 Test(capctl, diff_exit_codes_follow_the_verdict, .timeout = 180)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     /* Control: two widths. Head A: the same matrix. Head B: one width
      * fewer (a missing cell). All cells fail quickly on /bin/true. */
     char *ctl_id = submit(&c, "t", "aaaaaaa1", "mlp", "default,avx2");
@@ -1295,8 +1270,7 @@ Test(capctl, diff_exit_codes_follow_the_verdict, .timeout = 180)
 Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
+    start_true(&c);
     char *ctl_id = submit(&c, "t", "aaaaaaa1", "mlp", "default,avx2");
     char *head_id = submit(&c, "t", "bbbbbbb2", "mlp", "default,avx2");
     wait_done(&c, ctl_id);
@@ -1333,25 +1307,17 @@ Test(capctl, cancel_a_running_job, .timeout = 120)
 {
     struct tu_capd c;
     start(&c);
-    char *slow = write_script(&c, "slow.sh", "exec /bin/sleep 30");
-    register_build(&c, "slow", slow);
-    free(slow);
+    slow_build(&c, "exec /bin/sleep 30");
     char *id = submit(&c, "slow", "aaaaaaa1", "mlp", "default,avx2");
     struct run r;
-    ctl(&r, &c, "cancel", id, "--wait", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "cancelled"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 0, "cancelled", "cancel", id, "--wait", NULL);
     long st;
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     json_t *j = tu_json(&c, "GET", path, NULL, &st);
     cr_assert_str_eq(jget(j, "state"), "cancelled");
     json_decref(j);
-    ctl(&r, &c, "cancel", id, NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "already ended"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "already ended", "cancel", id, NULL);
     ctl(&r, &c, "cancel", "jnope", NULL);
     cr_assert_eq(r.code, 2, SHOW(r));
     run_free(&r);
@@ -1365,11 +1331,8 @@ Test(capctl, cancel_a_running_job, .timeout = 120)
 Test(capctl, diff_pending_and_wait_timeout, .timeout = 180)
 {
     struct tu_capd c;
-    start(&c);
-    register_build(&c, "t", "/bin/true");
-    char *slow = write_script(&c, "slow.sh", "/bin/sleep 1.5\nexit 1");
-    register_build(&c, "slow", slow);
-    free(slow);
+    start_true(&c);
+    slow_build(&c, "/bin/sleep 1.5\nexit 1");
     char *ctl_id = submit(&c, "t", "aaaaaaa1", "mlp", "default");
     wait_done(&c, ctl_id);
     char *head_id = submit(&c, "slow", "bbbbbbb2", "mlp", "default");
@@ -1393,10 +1356,8 @@ Test(capctl, diff_pending_and_wait_timeout, .timeout = 180)
 
     /* A wait that runs out is an error. */
     char *late = submit(&c, "slow", "ccccccc3", "mlp", "default");
-    ctl(&r, &c, "diff", "--control", ctl_id, "--head", late, "--wait-timeout", "0.3", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "still pending"), SHOW(r));
-    run_free(&r);
+    expect_exit2(&c, "still pending", "diff", "--control", ctl_id, "--head", late, "--wait-timeout",
+                 "0.3", NULL);
     free(late);
     free(ctl_id);
     free(head_id);
@@ -1444,10 +1405,8 @@ Test(capctl, diff_fake_runner_divergence_is_a_regression, .timeout = 180)
                      "regression");
     json_decref(j);
 
-    ctl(&r, &c, "diff", "--commit", "bbbbbbb2", "--format", "text", NULL);
-    cr_assert_eq(r.code, 1, SHOW(r));
-    cr_assert(strstr(r.out, "layer1.0.forward.output.0"), SHOW(r));
-    run_free(&r);
+    expect_stdout(&c, 1, "layer1.0.forward.output.0", "diff", "--commit", "bbbbbbb2", "--format",
+                  "text", NULL);
     tu_capd_stop(&c);
 }
 

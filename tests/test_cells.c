@@ -25,6 +25,7 @@ struct env {
 };
 
 static int warm_fds(struct env *e);
+static json_t *run_ok(struct env *e, const char *model, char **job);
 
 static void start(struct env *e, const char *config_json)
 {
@@ -99,9 +100,72 @@ static int warm_fds(struct env *e)
     return best;
 }
 
+/* Polls job ID (100 tries, EVERY_MS apart) until its first cell runs. */
+static void wait_first_running(struct env *e, const char *id, int every_ms)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (int i = 0; i < 100; i++) {
+        json_t *j = tu_json(&e->c, "GET", path, NULL, NULL);
+        bool running =
+            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
+        json_decref(j);
+        if (running)
+            break;
+        usleep(every_ms * 1000);
+    }
+}
+
+/* kill -9 of E's capd, then a fresh start on the same data dir with
+ * EXTRA flags (may be NULL), which must succeed. */
+static void kill9_restart(struct env *e, const char *const *extra)
+{
+    tu_capd_kill9(&e->c);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", e->c.dir);
+    cr_assert_eq(tu_capd_start(&e->c, dir, extra), 0, "capd restarts on the same data dir");
+}
+
+/* GET the log of CELL of JOB into R, which must answer 200. */
+static void get_log(struct env *e, const char *job, json_t *cell, struct tu_resp *r)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+    tu_http(&e->c, "GET", path, NULL, 0, NULL, r);
+    cr_assert_eq(r->status, 200);
+}
+
+/* Runs fake:echo_env on E, which must end ok; returns the cell (owned),
+ * its job in *JOB (owned) and its note records' reply in *NOTES (owned),
+ * whose first message is what the cell saw. */
+static json_t *echo_env(struct env *e, char **job, json_t **notes)
+{
+    json_t *cell = run_ok(e, "fake:echo_env", job);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", *job, tu_str(cell, "id"));
+    *notes = tu_json(&e->c, "GET", path, NULL, NULL);
+    return cell;
+}
+
 static void stop(struct env *e)
 {
     cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+}
+
+/* check_clean (FDS_BEFORE as there), then stop. */
+static void stop_clean(struct env *e, int fds_before)
+{
+    check_clean(e, fds_before);
+    stop(e);
+}
+
+/* Runs one cell of MODEL on E, which must end ok; returns it (owned) and
+ * its job in *JOB (owned) unless JOB is NULL. */
+static json_t *run_ok(struct env *e, const char *model, char **job)
+{
+    json_t *cell = af_run_cell(&e->c, model, NULL, job);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s: %s", model, tu_str(cell, "reason"));
+    return cell;
 }
 
 Test(cells, ok_stores_every_frame)
@@ -122,17 +186,13 @@ Test(cells, ok_stores_every_frame)
     json_t *timing = json_object_get(cell, "timing");
     cr_assert_eq(json_integer_value(json_object_get(timing, "n")), 20, "20 samples by default");
     /* The log endpoint serves text. */
-    char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
     struct tu_resp r;
-    tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
-    cr_assert_eq(r.status, 200);
+    get_log(&e, job, cell, &r);
     cr_assert(strstr(r.headers, "text/plain") != NULL);
     tu_resp_free(&r);
     json_decref(cell);
     free(job);
-    check_clean(&e, fds);
-    stop(&e);
+    stop_clean(&e, fds);
 }
 
 Test(cells, segv_is_crashed_and_keeps_partial_records)
@@ -146,8 +206,7 @@ Test(cells, segv_is_crashed_and_keeps_partial_records)
     cr_assert_eq(count(cell, "tensor"), 2, "the frames streamed before the crash are kept");
     cr_assert(json_is_true(json_object_get(cell, "partial")));
     json_decref(cell);
-    check_clean(&e, fds);
-    stop(&e);
+    stop_clean(&e, fds);
 }
 
 Test(cells, abort_is_crashed)
@@ -206,8 +265,7 @@ Test(cells, protocol_violations)
     cr_assert_str_eq(tu_str(cell, "state"), "failed", "fd 3 closed early: %s",
                      tu_str(cell, "reason"));
     json_decref(cell);
-    check_clean(&e, fds);
-    stop(&e);
+    stop_clean(&e, fds);
 }
 
 /* The grandchild the fake runner left in CELL's scratch dir (kept by
@@ -232,30 +290,27 @@ Test(cells, timeout_kills_the_group, .timeout = 120)
 {
     struct env e;
     start(&e, "{\"kill_grace_ms\": 500, \"keep_scratch\": true}");
-    json_t *cell = af_run_cell(&e.c, "fake:hang", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
-    json_decref(cell);
-    /* SIGTERM ignored: SIGKILL after the grace period still ends it. */
-    cell = af_run_cell(&e.c, "fake:ignore_term", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
-    json_decref(cell);
-    /* A grandchild in the group dies with it. */
-    cell = af_run_cell(&e.c, "fake:grandchild", "{\"timeout_s\":1}", NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "timeout");
-    expect_grandchild_gone(&e, cell);
-    json_decref(cell);
-    check_clean(&e, -1);
-    stop(&e);
+    /* A cell that hangs; one that ignores SIGTERM, which SIGKILL after the
+     * grace period still ends; and one whose grandchild in the group dies
+     * with it. */
+    static const char *const models[] = {"fake:hang", "fake:ignore_term", "fake:grandchild"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *cell = af_run_cell(&e.c, models[i], "{\"timeout_s\":1}", NULL);
+        cr_assert_str_eq(tu_str(cell, "state"), "timeout", "%s", models[i]);
+        if (i < 2)
+            cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 10000);
+        else
+            expect_grandchild_gone(&e, cell);
+        json_decref(cell);
+    }
+    stop_clean(&e, -1);
 }
 
 Test(cells, lingering_grandchild_after_clean_exit_dies)
 {
     struct env e;
     start(&e, "{\"keep_scratch\": true}");
-    json_t *cell = af_run_cell(&e.c, "fake:grandchild__exit", NULL, NULL);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
+    json_t *cell = run_ok(&e, "fake:grandchild__exit", NULL);
     expect_grandchild_gone(&e, cell);
     json_decref(cell);
     stop(&e);
@@ -266,21 +321,16 @@ Test(cells, log_flood_is_capped, .timeout = 300)
     struct env e;
     start(&e, "{\"cell_log_max_bytes\": 1048576}");
     char *job;
-    json_t *cell = af_run_cell(&e.c, "fake:flood__1024", NULL, &job); /* 1 GiB */
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+    json_t *cell = run_ok(&e, "fake:flood__1024", &job); /* 1 GiB */
     struct tu_resp r;
-    tu_http(&e.c, "GET", path, NULL, 0, NULL, &r);
-    cr_assert_eq(r.status, 200);
+    get_log(&e, job, cell, &r);
     cr_assert_leq(r.len, 1048576 + 256, "log capped: %zu bytes", r.len);
     cr_assert_geq(r.len, 1048576 / 2, "the tail is kept: %zu bytes", r.len);
     cr_assert(strstr(r.body, "dropped") != NULL, "the log says it was cut");
     tu_resp_free(&r);
     json_decref(cell);
     free(job);
-    check_clean(&e, -1);
-    stop(&e);
+    stop_clean(&e, -1);
 }
 
 Test(cells, address_space_limit_holds)
@@ -303,11 +353,7 @@ Test(cells, clean_environment_and_fds)
     start(&e, NULL);
     setenv("CAPD_TEST_SECRET", "leak", 1);
     char *job;
-    json_t *cell = af_run_cell(&e.c, "fake:echo_env", NULL, &job);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    char path[200];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));
-    json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
+    json_t *notes, *cell = echo_env(&e, &job, &notes);
     json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
     const char *msg = tu_str(rec, "message");
     cr_assert(strstr(msg, "CAPD_CELL_SPEC") != NULL, "spec path is set: %s", msg);
@@ -329,11 +375,7 @@ Test(cells, fresh_exec_child_isolation)
     struct env e;
     start(&e, "{\"rlimit_cpu_s\": 1234, \"rlimit_nofile\": 321, \"rlimit_nproc\": 2345}");
     char *job;
-    json_t *cell = af_run_cell(&e.c, "fake:echo_env", NULL, &job);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    char path[200];
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job, tu_str(cell, "id"));
-    json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
+    json_t *notes, *cell = echo_env(&e, &job, &notes);
     json_t *rec = json_array_get(json_object_get(notes, "records"), 0);
     json_t *echo = json_loads(tu_str(rec, "message"), 0, NULL);
     cr_assert_not_null(echo);
@@ -369,25 +411,15 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
     struct env e;
     start(&e, NULL);
     long st = 0;
-    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake\","
-                         "\"matrix\":{\"models\":[\"fake:hang\"],\"widths\":[\"avx2\",\"default\"],"
-                         "\"passes\":[\"forward\"]}}");
-    cr_assert_eq(st, 201);
-    char id[32];
-    snprintf(id, sizeof id, "%s", tu_str(j, "id"));
-    json_decref(j);
+    json_t *j;
+    char *id = af_submit_job(&e.c, &(struct af_job){.project = "t",
+                                                    .commit = "abcdef1",
+                                                    .build = "fake",
+                                                    .models = "\"fake:hang\"",
+                                                    .widths = "\"avx2\",\"default\"",
+                                                    .passes = "\"forward\""});
+    wait_first_running(&e, id, 50);
     char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    for (int i = 0; i < 100; i++) {
-        j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running =
-            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
-        json_decref(j);
-        if (running)
-            break;
-        usleep(50 * 1000);
-    }
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
     j = tu_json(&e.c, "POST", path, NULL, &st);
     cr_assert_eq(st, 202);
@@ -420,8 +452,8 @@ Test(cells, cancel_stops_running_and_queued, .timeout = 60)
         cr_assert_str_eq(tu_str(cell, "state"), "cancelled", "cell %zu", i);
     }
     json_decref(j);
-    check_clean(&e, -1);
-    stop(&e);
+    free(id);
+    stop_clean(&e, -1);
 }
 
 /*
@@ -435,22 +467,11 @@ Test(cells, kill9_restart_requeues_without_duplicates, .timeout = 120)
     start(&e, NULL);
     char *job = tu_submit(&e.c, "fake", "fake:slow__1500", NULL);
     cr_assert_not_null(job);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", job);
-    for (int i = 0; i < 100; i++) {
-        json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running =
-            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
-        json_decref(j);
-        if (running)
-            break;
-        usleep(20 * 1000);
-    }
+    wait_first_running(&e, job, 20);
     usleep(500 * 1000); /* frames are streaming; the end is 1.5 s away */
-    tu_capd_kill9(&e.c);
+    kill9_restart(&e, NULL);
     char dir[256];
     snprintf(dir, sizeof dir, "%s", e.c.dir);
-    cr_assert_eq(tu_capd_start(&e.c, dir, NULL), 0, "capd restarts on the same data dir");
     json_t *j = tu_wait_job(&e.c, job, 60);
     cr_assert_not_null(j);
     json_t *c0 = json_array_get(json_object_get(j, "cells"), 0);
@@ -476,22 +497,9 @@ Test(cells, interrupted_after_attempts_exhausted, .timeout = 120)
     struct env e;
     start(&e, "{\"max_attempts\": 1}");
     char *job = tu_submit(&e.c, "fake", "fake:hang", NULL);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", job);
-    for (int i = 0; i < 100; i++) {
-        json_t *j = tu_json(&e.c, "GET", path, NULL, NULL);
-        bool running =
-            strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running") == 0;
-        json_decref(j);
-        if (running)
-            break;
-        usleep(20 * 1000);
-    }
-    tu_capd_kill9(&e.c);
-    char dir[256];
-    snprintf(dir, sizeof dir, "%s", e.c.dir);
+    wait_first_running(&e, job, 20);
     const char *extra[] = {"--config", e.config, NULL};
-    cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0);
+    kill9_restart(&e, extra);
     json_t *j = tu_wait_job(&e.c, job, 30);
     cr_assert_not_null(j);
     cr_assert_str_eq(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"),

@@ -2159,14 +2159,7 @@ static struct duo duo_fp(const json_t *cfp, const json_t *hfp)
 /* The difference entry for FIELD, or NULL. */
 static json_t *env_diff(json_t *r, const char *field)
 {
-    size_t i;
-    json_t *d;
-    json_array_foreach(jw_path(r, "environment.differences"), i, d)
-    {
-        if (strcmp(json_string_value(json_object_get(d, "field")), field) == 0)
-            return d;
-    }
-    return NULL;
+    return jw_find(jw_path(r, "environment.differences"), "field", field);
 }
 
 static const char *dstr(json_t *d, const char *k)

@@ -92,6 +92,16 @@ static char *submit_ok(struct env *e, const char *commit, const char *branch, co
     return id;
 }
 
+/* capd started in E with two finished jobs on main, a0000001 (seed 1) then
+ * a0000002 (seed 2), their ids in *A and *B (owned): the older head is
+ * what keeping one head per branch prunes. */
+static void start_two_heads(struct env *e, char **a, char **b)
+{
+    start(e, NULL);
+    *a = submit_ok(e, "a0000001", "main", NULL, 1);
+    *b = submit_ok(e, "a0000002", "main", NULL, 2);
+}
+
 static const char *job_state(struct env *e, const char *job)
 {
     static char state[32];
@@ -355,9 +365,8 @@ Test(db, backup_while_ingesting_is_consistent_and_restorable, .timeout = 300)
 Test(db, backup_copies_cell_logs_and_mirrors_them, .timeout = 300)
 {
     struct env e;
-    start(&e, NULL);
-    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
-    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    char *a, *b;
+    start_two_heads(&e, &a, &b);
     char la[400], lb[400], ba[600], bb[600], dest[400];
     cell_log(&e, e.data, a, la, sizeof la);
     cell_log(&e, e.data, b, lb, sizeof lb);
@@ -555,9 +564,8 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
 Test(db, prune_defers_file_deletes_during_a_backup_then_sweeps, .timeout = 300)
 {
     struct env e;
-    start(&e, NULL);
-    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
-    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    char *a, *b;
+    start_two_heads(&e, &a, &b);
     cr_assert_eq(tu_capd_stop(&e.c), 0);
     int files = blob_files(e.data);
     cr_assert_eq(files, 6);
@@ -703,9 +711,8 @@ static void on_tick(uv_timer_t *t)
 Test(db, retention_timer_prunes_and_stops_on_sigterm, .timeout = 300)
 {
     struct env e;
-    start(&e, NULL);
-    char *a = submit_ok(&e, "a0000001", "main", NULL, 1);
-    char *b = submit_ok(&e, "a0000002", "main", NULL, 2);
+    char *a, *b;
+    start_two_heads(&e, &a, &b);
     cr_assert_eq(tu_capd_stop(&e.c), 0);
 
     struct capd_config cfg;

@@ -80,6 +80,11 @@ void af_start(const char *const *extra)
     af_start_capd(&af_capd, af_dir, extra);
 }
 
+void af_start_defaults(void)
+{
+    af_start(NULL);
+}
+
 void af_put_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -512,4 +517,11 @@ json_t *af_bisect_done(const struct tu_capd *c, const char *id, int timeout_s, c
     }
     cr_assert_fail("bisection %s did not end", id);
     return NULL;
+}
+
+json_t *af_bisect_run(const struct tu_capd *c, const char *body, int timeout_s, char **dump)
+{
+    char id[16];
+    af_post_bisect(c, body, id, NULL);
+    return af_bisect_done(c, id, timeout_s, dump);
 }

@@ -34,6 +34,10 @@ extern char *af_dir;
 
 void af_teardown(void);
 #define AF_SUITE .fini = af_teardown, .timeout = 120
+/* For a suite each of whose tests starts with capd on the defaults
+ * (af_start(NULL)) and no limit of its own: init and fini. */
+void af_start_defaults(void);
+#define AF_CAPD_SUITE .init = af_start_defaults, .fini = af_teardown
 
 /* For the suites that keep their own capd and temp dir: starts capd in DIR
  * (as tu_capd_start) and fails the test with capd's stderr when it does not
@@ -154,6 +158,9 @@ void af_post_bisect(const struct tu_capd *c, const char *body, char id[16], json
  * most, and fails the test unless it ended done; returns it (owned) and
  * its indented text in *DUMP (owned). */
 json_t *af_bisect_done(const struct tu_capd *c, const char *id, int timeout_s, char **dump);
+/* af_post_bisect of BODY, then af_bisect_done: the finished bisection
+ * (owned) and its text in *DUMP (owned). */
+json_t *af_bisect_run(const struct tu_capd *c, const char *body, int timeout_s, char **dump);
 /* /healthz's running_cells, and a wait (20 s at most) until it is WANT. */
 long af_running_cells(void);
 void af_wait_running_cells(long want);

@@ -27,6 +27,19 @@ const char *jw_str(json_t *root, const char *path)
     return s ? s : "(none)";
 }
 
+json_t *jw_find(json_t *arr, const char *key, const char *value)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(arr, i, row)
+    {
+        const char *s = json_string_value(json_object_get(row, key));
+        if (s && strcmp(s, value) == 0)
+            return row;
+    }
+    return NULL;
+}
+
 static bool want_met(json_t *v, const struct jw_want *w)
 {
     switch (w->kind) {

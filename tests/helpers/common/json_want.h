@@ -1,5 +1,6 @@
 /*
  * tests/helpers/common/json_want.h - reading a JSON result by dotted path
+ * (or the row of an array with a given member),
  * and checking a table of what its paths must hold, for the Criterion
  * tests (jw_expect_n fails the running test).
  */
@@ -14,6 +15,9 @@
 json_t *jw_path(json_t *root, const char *path);
 /* The string at PATH in ROOT, or "(none)" where there is none. */
 const char *jw_str(json_t *root, const char *path);
+/* The first object of array ARR whose member KEY is the string VALUE;
+ * NULL where none is. */
+json_t *jw_find(json_t *arr, const char *key, const char *value);
 
 /*
  * What one path of a JSON result must hold: a string, an integer, a number
@@ -31,34 +35,18 @@ struct jw_want {
     double d, eps;
 };
 
-#define JW_S(p, v)                                                                                 \
+/* One row of a table; JW_S .. JW_A fill the fields their kind reads. */
+#define JW_ROW(p, k, s, i, d, e)                                                                   \
     {                                                                                              \
-        (p), JW_STR, (v), 0, 0, 0                                                                  \
+        (p), (k), (s), (i), (d), (e)                                                               \
     }
-#define JW_I(p, v)                                                                                 \
-    {                                                                                              \
-        (p), JW_INT, NULL, (v), 0, 0                                                               \
-    }
-#define JW_D(p, v, e)                                                                              \
-    {                                                                                              \
-        (p), JW_DBL, NULL, 0, (v), (e)                                                             \
-    }
-#define JW_N(p)                                                                                    \
-    {                                                                                              \
-        (p), JW_NULL, NULL, 0, 0, 0                                                                \
-    }
-#define JW_T(p)                                                                                    \
-    {                                                                                              \
-        (p), JW_TRUE, NULL, 0, 0, 0                                                                \
-    }
-#define JW_F(p)                                                                                    \
-    {                                                                                              \
-        (p), JW_FALSE, NULL, 0, 0, 0                                                               \
-    }
-#define JW_A(p)                                                                                    \
-    {                                                                                              \
-        (p), JW_ABSENT, NULL, 0, 0, 0                                                              \
-    }
+#define JW_S(p, v)    JW_ROW(p, JW_STR, v, 0, 0, 0)
+#define JW_I(p, v)    JW_ROW(p, JW_INT, NULL, v, 0, 0)
+#define JW_D(p, v, e) JW_ROW(p, JW_DBL, NULL, 0, v, e)
+#define JW_N(p)       JW_ROW(p, JW_NULL, NULL, 0, 0, 0)
+#define JW_T(p)       JW_ROW(p, JW_TRUE, NULL, 0, 0, 0)
+#define JW_F(p)       JW_ROW(p, JW_FALSE, NULL, 0, 0, 0)
+#define JW_A(p)       JW_ROW(p, JW_ABSENT, NULL, 0, 0, 0)
 
 void jw_expect_n(json_t *root, const struct jw_want *w, size_t n);
 #define jw_expect_all(root, w) jw_expect_n((root), (w), sizeof(w) / sizeof((w)[0]))

@@ -144,12 +144,9 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
     for (int i = 0; extra && extra[i] && a < 62; i++)
         argv[a++] = extra[i];
     argv[a] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, c->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int rc = posix_spawn(&c->pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    const struct tu_fd fds[3] = {
+        {0}, {.from = out[1]}, {.path = c->errlog, .flags = O_WRONLY | O_CREAT | O_APPEND}};
+    int rc = tu_spawn(&c->pid, argv, NULL, fds);
     close(out[1]);
     if (rc != 0) {
         close(out[0]);
@@ -437,6 +434,23 @@ int tu_count_zombies(pid_t ppid)
     if (d)
         closedir(d);
     return n;
+}
+
+int tu_spawn(pid_t *pid, const char *const *argv, const char *const *envp,
+             const struct tu_fd fds[3])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    for (int fd = 0; fd < 3; fd++) {
+        if (fds[fd].from)
+            posix_spawn_file_actions_adddup2(&fa, fds[fd].from, fd);
+        else if (fds[fd].path)
+            posix_spawn_file_actions_addopen(&fa, fd, fds[fd].path, fds[fd].flags, 0644);
+    }
+    int rc = posix_spawn(pid, argv[0], &fa, NULL, (char *const *)argv,
+                         envp ? (char *const *)envp : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc;
 }
 
 int tu_sh(const char *fmt, ...)

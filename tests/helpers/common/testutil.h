@@ -100,6 +100,19 @@ int tu_count_zombies(pid_t ppid);
 /* FMT formatted (owned), or NULL when memory runs out. */
 char *tu_vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
+/* Where a spawned process's fd 0, 1 or 2 points: FROM (a descriptor
+ * above 2 of ours) when it is not 0, else file PATH opened with FLAGS
+ * (mode 0644) when PATH is not NULL, else our own. */
+struct tu_fd {
+    const char *path;
+    int flags;
+    int from;
+};
+/* posix_spawn of ARGV[0] with ARGV and ENVP (NULL for ours), its fds 0-2
+ * set up as FDS says; 0 and *PID, or posix_spawn's error number. */
+int tu_spawn(pid_t *pid, const char *const *argv, const char *const *envp,
+             const struct tu_fd fds[3]);
+
 /* Runs a shell command line; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
