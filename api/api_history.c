@@ -133,17 +133,7 @@ enum MHD_Result api_history_get(struct api_req *r)
     json_t *out = NULL;
     struct store *s = drained_store(r);
     int rc = store_history_get(s, &q, &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "history of that cell", out);
-}
-
-static bool one_of(const char *s, const char *const *set)
-{
-    for (; *set; set++)
-        if (strcmp(s, *set) == 0)
-            return true;
-    return false;
+    return api_store_reply_etag(r, rc, "history of that cell", out);
 }
 
 static const char *const statuses[] = {"open", "acknowledged", "false_positive", "expected", NULL};
@@ -157,12 +147,12 @@ enum MHD_Result api_alerts_list(struct api_req *r)
     const char *st = api_query(r, "status");
     if (st && strcmp(st, "all") == 0)
         f.status = NULL;
-    else if (st && !one_of(st, statuses))
+    else if (st && !api_one_of(st, statuses))
         return api_error(r, 400, "invalid_query", "status",
                          "status must be open, acknowledged, false_positive, expected or all");
     else if (st)
         f.status = st;
-    if (f.kind && !one_of(f.kind, kinds))
+    if (f.kind && !api_one_of(f.kind, kinds))
         return api_error(r, 400, "invalid_query", "kind",
                          "kind must be perf, memory, numerics or outcome");
     if (!int_query(r, "limit", 100, STORE_ALERTS_MAX_LIMIT, &f.limit, &ret))
@@ -170,9 +160,7 @@ enum MHD_Result api_alerts_list(struct api_req *r)
     json_t *out = NULL;
     struct store *s = drained_store(r);
     int rc = store_alerts_list(s, &f, &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "alerts", out);
+    return api_store_reply_etag(r, rc, "alerts", out);
 }
 
 enum MHD_Result api_alert_post(struct api_req *r)
@@ -190,7 +178,7 @@ enum MHD_Result api_alert_post(struct api_req *r)
         }
     }
     status = json_string_value(json_object_get(body, "status"));
-    if (!status || !one_of(status, statuses)) {
+    if (!status || !api_one_of(status, statuses)) {
         ret = api_error(r, 400, "invalid_field", "status",
                         "status must be open, acknowledged, false_positive or expected");
         goto out;

@@ -30,14 +30,6 @@
 
 static const char *const passes[] = {"forward", "backward", NULL};
 
-static bool one_of(const char *s, const char *const *set)
-{
-    for (; s && *set; set++)
-        if (strcmp(s, *set) == 0)
-            return true;
-    return false;
-}
-
 /* User models are "package.module:factory": importable names only, so no
  * path can be smuggled in; the runner also checks the module's file lies
  * under one of the build's model roots. */
@@ -91,7 +83,7 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
             api_verr_set(e, "invalid_field", field, "unknown width '%s' (see GET /v1/widths)", s);
             return false;
         }
-        if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
+        if (strcmp(axis, "passes") == 0 && !api_one_of(s, passes)) {
             api_verr_set(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
             return false;
         }
@@ -193,16 +185,9 @@ static bool check_job_fields(struct api_verr *err, json_t *body)
     static const char *const fields[] = {"project",        "commit",      "branch",  "build",
                                          "control_commit", "matrix",      "options", "labels",
                                          "provenance",     "commit_time", "parents", NULL};
-    const char *k;
-    json_t *v;
     if (!json_is_object(body))
         return api_verr_set(err, "invalid_json", NULL, "the body must be a JSON object");
-    json_object_foreach(body, k, v)
-    {
-        if (!one_of(k, fields))
-            return api_verr_set(err, "unknown_field", k, "unknown field '%s'", k);
-    }
-    return true;
+    return api_verr_fields_known(err, body, fields);
 }
 
 /* What the job captures: project, commits, branch and a registered build
@@ -498,7 +483,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     f.build = api_query(r, "build");
     f.state = api_query(r, "state");
     f.project = api_query(r, "project");
-    if (f.state && !one_of(f.state, states))
+    if (f.state && !api_one_of(f.state, states))
         return api_error(r, 400, "invalid_query", "state",
                          "state must be queued, running, done or cancelled");
     if (!parse_limit(r, 50, 200, &f.limit, &ret))
@@ -561,7 +546,7 @@ enum MHD_Result api_cell_records(struct api_req *r)
     int limit;
     int64_t after = -1;
     const char *kind = api_query(r, "kind");
-    if (kind && !one_of(kind, kinds))
+    if (kind && !api_one_of(kind, kinds))
         return api_error(r, 400, "invalid_query", "kind", "unknown record kind '%s'", kind);
     if (!parse_limit(r, 100, 1000, &limit, &ret))
         return ret;
