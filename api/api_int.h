@@ -146,6 +146,9 @@ bool api_one_of(const char *s, const char *const *set);
  * terminated), so that a misspelt field fails the request instead of being
  * ignored; fills E (unknown_field, naming it) and returns false otherwise. */
 bool api_verr_fields_known(struct api_verr *e, json_t *body, const char *const *fields);
+/* A list's ?limit= into *OUT: DFLT when absent, else an integer in [1,
+ * MAX]; anything else is refused with a 400 invalid_query naming "limit". */
+bool api_limit_refused(struct api_req *r, int dflt, int max, int *out, enum MHD_Result *ret);
 /* Cell options (api/api_options.c, schema/options.json): whether a job may
  * set option K; and O's integer and enum options checked into OUT, every
  * one the job leaves out at its default (-EINVAL with ERR). */

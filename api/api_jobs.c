@@ -456,23 +456,6 @@ static bool parse_cursor(const char *c, char prefix, int64_t *out)
     return true;
 }
 
-static bool parse_limit(struct api_req *r, int def, int max, int *out, enum MHD_Result *ret)
-{
-    const char *l = api_query(r, "limit");
-    char *end;
-    *out = def;
-    if (!l)
-        return true;
-    long v = strtol(l, &end, 10);
-    if (*end || end == l || v < 1 || v > max) {
-        *ret =
-            api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]", max);
-        return false;
-    }
-    *out = (int)v;
-    return true;
-}
-
 enum MHD_Result api_jobs_list(struct api_req *r)
 {
     static const char *const states[] = {"queued", "running", "done", "cancelled", NULL};
@@ -486,7 +469,7 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     if (f.state && !api_one_of(f.state, states))
         return api_error(r, 400, "invalid_query", "state",
                          "state must be queued, running, done or cancelled");
-    if (!parse_limit(r, 50, 200, &f.limit, &ret))
+    if (api_limit_refused(r, 50, 200, &f.limit, &ret))
         return ret;
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 's', &f.before_seq))
@@ -548,7 +531,7 @@ enum MHD_Result api_cell_records(struct api_req *r)
     const char *kind = api_query(r, "kind");
     if (kind && !api_one_of(kind, kinds))
         return api_error(r, 400, "invalid_query", "kind", "unknown record kind '%s'", kind);
-    if (!parse_limit(r, 100, 1000, &limit, &ret))
+    if (api_limit_refused(r, 100, 1000, &limit, &ret))
         return ret;
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 'r', &after))
