@@ -70,8 +70,7 @@ UTIL_CHILD void util_child_close_above_3(void)
         close((int)fd);
 }
 
-UTIL_CHILD enum util_child_become util_child_become(uid_t uid, gid_t gid, pid_t parent,
-                                                     int *err)
+UTIL_CHILD enum util_child_become util_child_become(uid_t uid, gid_t gid, pid_t parent, int *err)
 {
     if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, gid, gid, gid) != 0 ||
         syscall(SYS_setresuid, uid, uid, uid) != 0) {

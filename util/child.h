@@ -54,10 +54,10 @@ int util_child_die_with(pid_t parent);
 void util_child_close_above_3(void);
 
 enum util_child_become {
-    UTIL_CHILD_BECAME,      /* UID/GID for good */
+    UTIL_CHILD_BECAME,       /* UID/GID for good */
     UTIL_CHILD_NOT_SWITCHED, /* a system call refused; *ERR says why */
-    UTIL_CHILD_NOT_STUCK,   /* the ids differ, or uid 0 can be regained */
-    UTIL_CHILD_ORPHANED,    /* PARENT died meanwhile */
+    UTIL_CHILD_NOT_STUCK,    /* the ids differ, or uid 0 can be regained */
+    UTIL_CHILD_ORPHANED,     /* PARENT died meanwhile */
 };
 
 /*
