@@ -22,14 +22,6 @@
 
 static const char *const predicates[] = {"numerics", "outcome", "perf", NULL};
 
-static bool one_of(const char *s, const char *const *set)
-{
-    for (; s && *set; set++)
-        if (strcmp(s, *set) == 0)
-            return true;
-    return false;
-}
-
 static bool has_commit(json_t *list, const char *c, size_t *at)
 {
     size_t i;
@@ -51,13 +43,8 @@ static bool check_fields(struct api_verr *e, json_t *body)
     static const char *const fields[] = {"project", "build",     "branch",    "commits",
                                          "good",    "bad",       "matrix",    "options",
                                          "labels",  "predicate", "threshold", NULL};
-    const char *k;
-    json_t *v;
-    json_object_foreach(body, k, v)
-    {
-        if (!one_of(k, fields))
-            return api_verr_set(e, "unknown_field", k, "unknown field '%s'", k);
-    }
+    if (!api_verr_fields_known(e, body, fields))
+        return false;
     const char *good = json_string_value(json_object_get(body, "good"));
     const char *bad = json_string_value(json_object_get(body, "bad"));
     if (!api_valid_hex(good, 7, 64))
@@ -67,7 +54,7 @@ static bool check_fields(struct api_verr *e, json_t *body)
         return api_verr_set(e, "invalid_field", "bad", "bad must be a commit: 7 to 64 hex digits");
     if (strcmp(good, bad) == 0)
         return api_verr_set(e, "invalid_field", "bad", "good and bad are the same commit %s", good);
-    if (!one_of(json_string_value(json_object_get(body, "predicate")), predicates))
+    if (!api_one_of(json_string_value(json_object_get(body, "predicate")), predicates))
         return api_verr_set(e, "invalid_field", "predicate",
                             "predicate must be numerics, outcome or perf");
     json_t *t = json_object_get(body, "threshold");
@@ -238,16 +225,14 @@ enum MHD_Result api_bisect_get(struct api_req *r)
 {
     json_t *out = NULL;
     int rc = store_bisect_get(api_store(r), api_param(r, "id"), &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "bisect", out);
+    return api_store_reply_etag(r, rc, "bisect", out);
 }
 
 enum MHD_Result api_bisect_list(struct api_req *r)
 {
     static const char *const states[] = {"running", "done", "failed", "cancelled", NULL};
     const char *st = api_query(r, "state"), *lim = api_query(r, "limit");
-    if (st && !one_of(st, states))
+    if (st && !api_one_of(st, states))
         return api_error(r, 400, "invalid_query", "state",
                          "state must be running, done, failed or cancelled");
     char *end = NULL;
@@ -257,9 +242,7 @@ enum MHD_Result api_bisect_list(struct api_req *r)
                          STORE_ALERTS_MAX_LIMIT);
     json_t *out = NULL;
     int rc = store_bisect_list(api_store(r), st, (int)limit, &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "bisect", out);
+    return api_store_reply_etag(r, rc, "bisect", out);
 }
 
 enum MHD_Result api_bisect_cancel(struct api_req *r)

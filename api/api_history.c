@@ -100,24 +100,6 @@ static struct store *drained_store(struct api_req *r)
     return s;
 }
 
-static bool int_query(struct api_req *r, const char *name, int dflt, int max, int *out,
-                      enum MHD_Result *ret)
-{
-    const char *v = api_query(r, name);
-    char *end;
-    *out = dflt;
-    if (!v)
-        return true;
-    long n = strtol(v, &end, 10);
-    if (*end || end == v || n < 1 || n > max) {
-        *ret =
-            api_error(r, 400, "invalid_query", name, "%s must be an integer in [1, %d]", name, max);
-        return false;
-    }
-    *out = (int)n;
-    return true;
-}
-
 enum MHD_Result api_history_get(struct api_req *r)
 {
     static const char *const names[] = {"project", "branch", "model", "width", "pass"};
@@ -128,22 +110,11 @@ enum MHD_Result api_history_get(struct api_req *r)
             return api_error(r, 400, "invalid_query", names[i],
                              "%s is required (1 to 255 printable characters)", names[i]);
     struct store_history_query q = {v[0], v[1], v[2], v[3], v[4], 0};
-    if (!int_query(r, "limit", 200, STORE_HISTORY_MAX_LIMIT, &q.limit, &ret))
+    if (api_limit_refused(r, 200, STORE_HISTORY_MAX_LIMIT, &q.limit, &ret))
         return ret;
     json_t *out = NULL;
-    struct store *s = drained_store(r);
-    int rc = store_history_get(s, &q, &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "history of that cell", out);
-}
-
-static bool one_of(const char *s, const char *const *set)
-{
-    for (; *set; set++)
-        if (strcmp(s, *set) == 0)
-            return true;
-    return false;
+    int rc = store_history_get(drained_store(r), &q, &out);
+    return api_store_reply_etag(r, rc, "history of that cell", out);
 }
 
 static const char *const statuses[] = {"open", "acknowledged", "false_positive", "expected", NULL};
@@ -157,22 +128,19 @@ enum MHD_Result api_alerts_list(struct api_req *r)
     const char *st = api_query(r, "status");
     if (st && strcmp(st, "all") == 0)
         f.status = NULL;
-    else if (st && !one_of(st, statuses))
+    else if (st && !api_one_of(st, statuses))
         return api_error(r, 400, "invalid_query", "status",
                          "status must be open, acknowledged, false_positive, expected or all");
     else if (st)
         f.status = st;
-    if (f.kind && !one_of(f.kind, kinds))
+    if (f.kind && !api_one_of(f.kind, kinds))
         return api_error(r, 400, "invalid_query", "kind",
                          "kind must be perf, memory, numerics or outcome");
-    if (!int_query(r, "limit", 100, STORE_ALERTS_MAX_LIMIT, &f.limit, &ret))
+    if (api_limit_refused(r, 100, STORE_ALERTS_MAX_LIMIT, &f.limit, &ret))
         return ret;
     json_t *out = NULL;
-    struct store *s = drained_store(r);
-    int rc = store_alerts_list(s, &f, &out);
-    if (rc == 0)
-        api_etag_by_body(r);
-    return api_store_reply(r, rc, "alerts", out);
+    int rc = store_alerts_list(drained_store(r), &f, &out);
+    return api_store_reply_etag(r, rc, "alerts", out);
 }
 
 enum MHD_Result api_alert_post(struct api_req *r)
@@ -190,7 +158,7 @@ enum MHD_Result api_alert_post(struct api_req *r)
         }
     }
     status = json_string_value(json_object_get(body, "status"));
-    if (!status || !one_of(status, statuses)) {
+    if (!status || !api_one_of(status, statuses)) {
         ret = api_error(r, 400, "invalid_field", "status",
                         "status must be open, acknowledged, false_positive or expected");
         goto out;

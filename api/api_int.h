@@ -82,6 +82,9 @@ enum MHD_Result api_store_error(struct api_req *r, int rc, const char *what);
 /* The reply to a store call that returned RC and filled OUT (taken): OUT
  * with 200, or api_store_error's about WHAT. */
 enum MHD_Result api_store_reply(struct api_req *r, int rc, const char *what, json_t *out);
+/* api_store_reply for a read that has no cheap version: a 200 gets the
+ * ETag of its body (api_etag_by_body), so a client may revalidate it. */
+enum MHD_Result api_store_reply_etag(struct api_req *r, int rc, const char *what, json_t *out);
 /* The reply to GET of one WHAT named by the path parameter PARAM, which
  * GET reads from the store. */
 enum MHD_Result api_store_get(struct api_req *r,
@@ -136,6 +139,16 @@ int api_validate_job_request(json_t *body, json_t *build, const struct capd_conf
 /* Fills E (a 400) and returns false: for validators' one-line failures. */
 bool api_verr_set(struct api_verr *e, const char *code, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Whether S (NULL: no) is one of SET, a NULL-terminated list of words
+ * (api/check.c). */
+bool api_one_of(const char *s, const char *const *set);
+/* Whether every member of the object BODY is named in FIELDS (NULL-
+ * terminated), so that a misspelt field fails the request instead of being
+ * ignored; fills E (unknown_field, naming it) and returns false otherwise. */
+bool api_verr_fields_known(struct api_verr *e, json_t *body, const char *const *fields);
+/* A list's ?limit= into *OUT: DFLT when absent, else an integer in [1,
+ * MAX]; anything else is refused with a 400 invalid_query naming "limit". */
+bool api_limit_refused(struct api_req *r, int dflt, int max, int *out, enum MHD_Result *ret);
 /* Cell options (api/api_options.c, schema/options.json): whether a job may
  * set option K; and O's integer and enum options checked into OUT, every
  * one the job leaves out at its default (-EINVAL with ERR). */

@@ -30,14 +30,6 @@
 
 static const char *const passes[] = {"forward", "backward", NULL};
 
-static bool one_of(const char *s, const char *const *set)
-{
-    for (; s && *set; set++)
-        if (strcmp(s, *set) == 0)
-            return true;
-    return false;
-}
-
 /* User models are "package.module:factory": importable names only, so no
  * path can be smuggled in; the runner also checks the module's file lies
  * under one of the build's model roots. */
@@ -91,7 +83,7 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
             api_verr_set(e, "invalid_field", field, "unknown width '%s' (see GET /v1/widths)", s);
             return false;
         }
-        if (strcmp(axis, "passes") == 0 && !one_of(s, passes)) {
+        if (strcmp(axis, "passes") == 0 && !api_one_of(s, passes)) {
             api_verr_set(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
             return false;
         }
@@ -193,16 +185,9 @@ static bool check_job_fields(struct api_verr *err, json_t *body)
     static const char *const fields[] = {"project",        "commit",      "branch",  "build",
                                          "control_commit", "matrix",      "options", "labels",
                                          "provenance",     "commit_time", "parents", NULL};
-    const char *k;
-    json_t *v;
     if (!json_is_object(body))
         return api_verr_set(err, "invalid_json", NULL, "the body must be a JSON object");
-    json_object_foreach(body, k, v)
-    {
-        if (!one_of(k, fields))
-            return api_verr_set(err, "unknown_field", k, "unknown field '%s'", k);
-    }
-    return true;
+    return api_verr_fields_known(err, body, fields);
 }
 
 /* What the job captures: project, commits, branch and a registered build
@@ -471,23 +456,6 @@ static bool parse_cursor(const char *c, char prefix, int64_t *out)
     return true;
 }
 
-static bool parse_limit(struct api_req *r, int def, int max, int *out, enum MHD_Result *ret)
-{
-    const char *l = api_query(r, "limit");
-    char *end;
-    *out = def;
-    if (!l)
-        return true;
-    long v = strtol(l, &end, 10);
-    if (*end || end == l || v < 1 || v > max) {
-        *ret =
-            api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]", max);
-        return false;
-    }
-    *out = (int)v;
-    return true;
-}
-
 enum MHD_Result api_jobs_list(struct api_req *r)
 {
     static const char *const states[] = {"queued", "running", "done", "cancelled", NULL};
@@ -498,10 +466,10 @@ enum MHD_Result api_jobs_list(struct api_req *r)
     f.build = api_query(r, "build");
     f.state = api_query(r, "state");
     f.project = api_query(r, "project");
-    if (f.state && !one_of(f.state, states))
+    if (f.state && !api_one_of(f.state, states))
         return api_error(r, 400, "invalid_query", "state",
                          "state must be queued, running, done or cancelled");
-    if (!parse_limit(r, 50, 200, &f.limit, &ret))
+    if (api_limit_refused(r, 50, 200, &f.limit, &ret))
         return ret;
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 's', &f.before_seq))
@@ -561,9 +529,9 @@ enum MHD_Result api_cell_records(struct api_req *r)
     int limit;
     int64_t after = -1;
     const char *kind = api_query(r, "kind");
-    if (kind && !one_of(kind, kinds))
+    if (kind && !api_one_of(kind, kinds))
         return api_error(r, 400, "invalid_query", "kind", "unknown record kind '%s'", kind);
-    if (!parse_limit(r, 100, 1000, &limit, &ret))
+    if (api_limit_refused(r, 100, 1000, &limit, &ret))
         return ret;
     const char *c = api_query(r, "cursor");
     if (c && !parse_cursor(c, 'r', &after))

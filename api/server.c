@@ -219,6 +219,13 @@ enum MHD_Result api_store_reply(struct api_req *r, int rc, const char *what, jso
     return api_json(r, 200, out);
 }
 
+enum MHD_Result api_store_reply_etag(struct api_req *r, int rc, const char *what, json_t *out)
+{
+    if (rc == 0)
+        api_etag_by_body(r);
+    return api_store_reply(r, rc, what, out);
+}
+
 enum MHD_Result api_store_get(struct api_req *r,
                               int (*get)(struct store *s, const char *key, json_t **out),
                               const char *param, const char *what)

@@ -143,6 +143,9 @@ enum cmp__role cmp__role_from(const char *s, size_t n);
  * *out is a new object, or NULL when every record is finite.
  */
 int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out);
+/* A qsort comparator of record pointers (const struct cmp__rec **) in
+ * execution order (seq): the order every sort of records ends on (ops.c). */
+int cmp__rec_by_seq(const void *a, const void *b);
 
 /* render_ops.c: the per-op report lines (kernel, first non-finite) and the
  * largest error amplification per cell; NULL when none. */

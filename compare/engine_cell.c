@@ -21,16 +21,7 @@ static int by_key(const void *a, const void *b)
     const struct cmp__rec *x = *(const struct cmp__rec *const *)a;
     const struct cmp__rec *y = *(const struct cmp__rec *const *)b;
     int c = strcmp(x->key, y->key);
-    if (c)
-        return c;
-    return (x->seq > y->seq) - (x->seq < y->seq);
-}
-
-static int rec_by_seq(const void *a, const void *b)
-{
-    const struct cmp__rec *x = *(const struct cmp__rec *const *)a;
-    const struct cmp__rec *y = *(const struct cmp__rec *const *)b;
-    return (x->seq > y->seq) - (x->seq < y->seq);
+    return c ? c : cmp__rec_by_seq(a, b);
 }
 
 static int row_by_head_seq(const void *a, const void *b)
@@ -238,8 +229,8 @@ static void merge_keys(struct cmp__cellcmp *k)
         }
     }
     qsort(k->rows, k->nrows, sizeof(*k->rows), row_by_head_seq);
-    qsort(k->missing, k->nmiss, sizeof(*k->missing), rec_by_seq);
-    qsort(k->extra, k->nextra, sizeof(*k->extra), rec_by_seq);
+    qsort(k->missing, k->nmiss, sizeof(*k->missing), cmp__rec_by_seq);
+    qsort(k->extra, k->nextra, sizeof(*k->extra), cmp__rec_by_seq);
 }
 
 /*

@@ -5,6 +5,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +212,17 @@ static int memory_json(const struct cmp_cell *c, const struct cmp_cell *h, json_
 
 /* ------------------------------------------------------- one cell pair */
 
+/* "control_NAME" and "head_NAME", each side's string or null (NAME is a
+ * short literal: the names fit the buffer). */
+static int sides_json(json_t *cj, const char *name, const char *control, const char *head)
+{
+    char key[64];
+    snprintf(key, sizeof key, "control_%s", name);
+    int e = cmp__set(cj, key, str_or_null(control));
+    snprintf(key, sizeof key, "head_%s", name);
+    return e | cmp__set(cj, key, str_or_null(head));
+}
+
 /* The cell pair's identity, status, outcomes and devices. */
 static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
 {
@@ -224,15 +237,11 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
     e |= cmp__set(cj, "incomparable_reason",
                   str_or_null(k->st == CMP__C_INCOMPARABLE ? k->why : NULL));
     e |= cmp__set(cj, "not_run_reason", str_or_null(k->st == CMP__C_NOT_RUN ? k->why : NULL));
-    e |= cmp__set(cj, "control_host_missing", str_or_null(c->host_missing));
-    e |= cmp__set(cj, "head_host_missing", str_or_null(h->host_missing));
-    e |= cmp__set(cj, "control_outcome", str_or_null(cmp__outcome_name(c->outcome)));
-    e |= cmp__set(cj, "head_outcome", str_or_null(cmp__outcome_name(h->outcome)));
+    e |= sides_json(cj, "host_missing", c->host_missing, h->host_missing);
+    e |= sides_json(cj, "outcome", cmp__outcome_name(c->outcome), cmp__outcome_name(h->outcome));
     e |= cmp__set(cj, "outcome_change", json_string(k->oc));
-    e |= cmp__set(cj, "control_effective_width", str_or_null(c->effective_width));
-    e |= cmp__set(cj, "head_effective_width", str_or_null(h->effective_width));
-    e |= cmp__set(cj, "control_device", str_or_null(c->device));
-    e |= cmp__set(cj, "head_device", str_or_null(h->device));
+    e |= sides_json(cj, "effective_width", c->effective_width, h->effective_width);
+    e |= sides_json(cj, "device", c->device, h->device);
     e |= cmp__set(cj, "device_check", json_string(k->dev_check));
     return e;
 }
@@ -337,6 +346,22 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
 
 /* ---------------------------------------------------------- the result */
 
+/* The members of "counts" after "cells" and the statuses, in their order. */
+#define COUNT(field)                                                                               \
+    {                                                                                              \
+#field, offsetof(struct cmp__counts, field)                                                \
+    }
+static const struct {
+    const char *name;
+    size_t off;
+} count_fields[] = {
+    COUNT(missing_cells),     COUNT(extra_cells),      COUNT(outcome_regressions),
+    COUNT(outcome_fixes),     COUNT(perf_regressions), COUNT(perf_improvements),
+    COUNT(perf_unknown),      COUNT(perf_unstable),    COUNT(perf_same),
+    COUNT(device_mismatches), COUNT(lost_coverage),
+};
+#undef COUNT
+
 static json_t *counts_json(const struct cmp__counts *cnt)
 {
     json_t *counts = json_object();
@@ -346,17 +371,10 @@ static json_t *counts_json(const struct cmp__counts *cnt)
     e |= cmp__set(counts, "cells", json_integer(cnt->cells));
     for (int st = 0; st < CMP__C__COUNT; st++)
         e |= cmp__set(counts, cstatus_names[st], json_integer(cnt->status[st]));
-    e |= cmp__set(counts, "missing_cells", json_integer(cnt->missing_cells));
-    e |= cmp__set(counts, "extra_cells", json_integer(cnt->extra_cells));
-    e |= cmp__set(counts, "outcome_regressions", json_integer(cnt->outcome_regressions));
-    e |= cmp__set(counts, "outcome_fixes", json_integer(cnt->outcome_fixes));
-    e |= cmp__set(counts, "perf_regressions", json_integer(cnt->perf_regressions));
-    e |= cmp__set(counts, "perf_improvements", json_integer(cnt->perf_improvements));
-    e |= cmp__set(counts, "perf_unknown", json_integer(cnt->perf_unknown));
-    e |= cmp__set(counts, "perf_unstable", json_integer(cnt->perf_unstable));
-    e |= cmp__set(counts, "perf_same", json_integer(cnt->perf_same));
-    e |= cmp__set(counts, "device_mismatches", json_integer(cnt->device_mismatches));
-    e |= cmp__set(counts, "lost_coverage", json_integer(cnt->lost_coverage));
+    for (size_t i = 0; i < sizeof count_fields / sizeof count_fields[0]; i++) {
+        const int64_t *v = (const int64_t *)((const char *)cnt + count_fields[i].off);
+        e |= cmp__set(counts, count_fields[i].name, json_integer(*v));
+    }
     return cmp__obj_or_null(counts, e);
 }
 

@@ -43,17 +43,27 @@ static const char *last_dot(const char *s, size_t n)
     return NULL;
 }
 
+/* The ".<n>." of "<name>.<n>.<word>" ending at END: D1 and D2, the last
+ * two dots of S before END, with the number N between them and a name of
+ * at least one byte before D1. */
+static bool number_field(const char *s, const char *end, const char **d1, const char **d2,
+                         int64_t *n)
+{
+    *d2 = last_dot(s, (size_t)(end - s));
+    if (*d2 == NULL)
+        return false;
+    *d1 = last_dot(s, (size_t)(*d2 - s));
+    return *d1 != NULL && *d1 != s && digits(*d1 + 1, (size_t)(*d2 - *d1 - 1), n);
+}
+
 bool cmp__op_key(const char *key, struct cmp__opkey *out)
 {
     const char *mark = strstr(key, "/op.");
     if (mark == NULL)
         return false;
     /* <module>.<call>.<phase> before the mark */
-    const char *d2 = last_dot(key, (size_t)(mark - key));
-    if (d2 == NULL)
-        return false;
-    const char *d1 = last_dot(key, (size_t)(d2 - key));
-    if (d1 == NULL || d1 == key || !digits(d1 + 1, (size_t)(d2 - d1 - 1), &out->call))
+    const char *d1, *d2;
+    if (!number_field(key, mark, &d1, &d2, &out->call))
         return false;
     out->module_len = (size_t)(d1 - key);
     out->phase = d2 + 1;
@@ -64,11 +74,8 @@ bool cmp__op_key(const char *key, struct cmp__opkey *out)
     int64_t index;
     if (e3 == NULL || !digits(e3 + 1, (size_t)(end - e3 - 1), &index))
         return false;
-    const char *e2 = last_dot(tail, (size_t)(e3 - tail));
-    if (e2 == NULL)
-        return false;
-    const char *e1 = last_dot(tail, (size_t)(e2 - tail));
-    if (e1 == NULL || e1 == tail || !digits(e1 + 1, (size_t)(e2 - e1 - 1), &out->op_index))
+    const char *e1, *e2;
+    if (!number_field(tail, e3, &e1, &e2, &out->op_index))
         return false;
     out->op = tail;
     out->op_len = (size_t)(e1 - tail);
@@ -84,7 +91,7 @@ static bool nonfinite(const struct cmp__rec *r)
     return r->stats.nan > 0 || r->stats.pinf > 0 || r->stats.ninf > 0;
 }
 
-static int by_seq(const void *a, const void *b)
+int cmp__rec_by_seq(const void *a, const void *b)
 {
     const struct cmp__rec *x = *(const struct cmp__rec *const *)a;
     const struct cmp__rec *y = *(const struct cmp__rec *const *)b;
@@ -103,7 +110,7 @@ static int by_group(const void *a, const void *b)
         return (x->call > y->call) - (x->call < y->call);
     if (x->phase != y->phase)
         return (int)x->phase - (int)y->phase;
-    return (x->seq > y->seq) - (x->seq < y->seq);
+    return cmp__rec_by_seq(a, b);
 }
 
 /* The role that feeds a call in this phase, and the role of its results. */
@@ -187,7 +194,7 @@ int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out)
         if (cell->recs[i].module != NULL)
             grp[ng++] = &cell->recs[i];
     }
-    qsort(seq, cell->n_recs, sizeof(*seq), by_seq);
+    qsort(seq, cell->n_recs, sizeof(*seq), cmp__rec_by_seq);
     qsort(grp, ng, sizeof(*grp), by_group);
 
     for (size_t i = 0; i < cell->n_recs && origin == NULL; i++) {

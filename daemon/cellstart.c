@@ -131,8 +131,6 @@ static int prefork_spawn(struct sup *s, const struct sup__start *st, pid_t *pid)
 
 static int fresh_spawn(struct sup *s, const struct sup__start *st, pid_t *pid)
 {
-    struct launch_limits lim;
-    launch_cell_limits(s->cfg, s->run.spec, &lim);
     struct spawn_cell sc = {
         .path = st->python,
         .argv = st->argv,
@@ -140,15 +138,9 @@ static int fresh_spawn(struct sup *s, const struct sup__start *st, pid_t *pid)
         .cwd = s->scratch,
         .out_fd = st->out_fd,
         .frame_fd = st->frame_fd,
-        .as = lim.as,
-        .cpu = lim.cpu,
-        .nofile = lim.nofile,
-        .nproc = lim.nproc,
-        .unshare_net = lim.unshare_net,
-        .uid = lim.uid,
-        .gid = lim.gid,
         .cgroup_fd = mem_cell_procs_fd(s->mem),
     };
+    launch_cell_limits(s->cfg, s->run.spec, &sc.lim);
     return spawn_cell(&sc, pid);
 }
 

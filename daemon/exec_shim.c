@@ -41,12 +41,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/exec_zygote.h"
+#include "util/child.h"
 
 /* An error message on stderr without stdio, whose buffers the vfork child
  * shares with the shim. */
@@ -80,65 +79,32 @@ static int parse_u64(const char *s, unsigned long long *v)
     return errno || end == s || *end ? -1 : 0;
 }
 
-static void set_limit(int res, unsigned long long v, const char *what)
+/* Ends the child (exit 126) with the reason a credential change failed,
+ * unless it stuck; the shim dying in between ends it too. */
+static void become(uid_t uid, gid_t gid, pid_t shim)
 {
-    struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
-    if (setrlimit(res, &rl) != 0) {
-        /* Lowering a limit cannot fail unless the hard limit is already
-         * lower; then keep the lower one rather than fail the cell. */
-        struct rlimit cur;
-        if (getrlimit(res, &cur) == 0 && cur.rlim_max < v)
-            return;
-        say("capd-exec: setrlimit(%s, %llu): %s\n", what, v, strerror(errno));
-        _exit(126);
-    }
-}
-
-/* Closes every descriptor above 3 (close_range where the kernel has it,
- * else one by one up to the descriptor limit: opendir would allocate, which
- * the vfork child must not), so nothing capd had open leaks in. */
-static void close_stray_fds(void)
-{
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, 4U, ~0U, 0U) == 0)
+    int err = 0;
+    switch (util_child_become(uid, gid, shim, &err)) {
+    case UTIL_CHILD_BECAME:
         return;
-#endif
-    struct rlimit rl;
-    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                   ? (long)rl.rlim_cur
-                   : 65536;
-    for (long fd = 4; fd < max; fd++)
-        close((int)fd);
-}
-
-/*
- * Becomes UID/GID for good: no supplementary groups, then the gid (while
- * still allowed to), then the uid. Any failure ends the cell rather than
- * run it as root. Changing credentials clears the parent-death signal, so
- * it is set again, and the parent is checked again in case the shim died
- * in between.
- */
-static void drop_privileges(uid_t uid, gid_t gid, pid_t shim)
-{
-    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
+    case UTIL_CHILD_NOT_SWITCHED:
         say("capd-exec: cannot switch to uid %u gid %u: %s\n", (unsigned)uid, (unsigned)gid,
-            strerror(errno));
-        _exit(126);
-    }
-    if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
-        setuid(0) == 0) {
+            strerror(err));
+        break;
+    case UTIL_CHILD_NOT_STUCK:
         say("capd-exec: uid %u gid %u did not stick\n", (unsigned)uid, (unsigned)gid);
-        _exit(126);
+        break;
+    case UTIL_CHILD_ORPHANED:
+        break;
     }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != shim)
-        _exit(126);
+    _exit(126);
 }
 
 /* What the command line asks for; main() keeps it in static storage (see
  * there). */
 struct shim_opts {
-    unsigned long long as, cpu, nofile, nproc, rfd, uid, gid;
+    struct util_child_rlimits rl;
+    unsigned long long rfd, uid, gid;
     int unshare_net, have_rfd, have_uid, have_gid;
     const char *zygote, *cgroup;
     char **prog; /* PROGRAM ARGS..., NULL-terminated (argv's tail) */
@@ -169,13 +135,13 @@ static void parse_args(int argc, char **argv, struct shim_opts *o)
             o->cgroup = argv[++i];
             continue;
         } else if (strcmp(a, "--as") == 0) {
-            dst = &o->as;
+            dst = &o->rl.as;
         } else if (strcmp(a, "--cpu") == 0) {
-            dst = &o->cpu;
+            dst = &o->rl.cpu;
         } else if (strcmp(a, "--nofile") == 0) {
-            dst = &o->nofile;
+            dst = &o->rl.nofile;
         } else if (strcmp(a, "--nproc") == 0) {
-            dst = &o->nproc;
+            dst = &o->rl.nproc;
         } else if (strcmp(a, "--rusage-fd") == 0) {
             dst = &o->rfd;
             o->have_rfd = 1;
@@ -202,23 +168,20 @@ static void parse_args(int argc, char **argv, struct shim_opts *o)
  * drops privileges when asked and execs the program. */
 _Noreturn static void child_exec(const struct shim_opts *o, pid_t shim)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != shim)
+    if (util_child_die_with(shim) != 0)
         _exit(126);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
-    set_limit(RLIMIT_CORE, 0, "core");
-    if (o->as)
-        set_limit(RLIMIT_AS, o->as, "as");
-    if (o->cpu)
-        set_limit(RLIMIT_CPU, o->cpu, "cpu");
-    if (o->nofile)
-        set_limit(RLIMIT_NOFILE, o->nofile, "nofile");
-    if (o->nproc)
-        set_limit(RLIMIT_NPROC, o->nproc, "nproc");
-    close_stray_fds();
+    const char *what = NULL;
+    unsigned long long v = 0;
+    int rc = util_child_rlimits(&o->rl, &what, &v);
+    if (rc != 0) {
+        say("capd-exec: setrlimit(%s, %llu): %s\n", what, v, strerror(-rc));
+        _exit(126);
+    }
+    util_child_close_above_3();
     if (o->have_uid)
-        drop_privileges((uid_t)o->uid, (gid_t)o->gid, shim);
+        become((uid_t)o->uid, (gid_t)o->gid, shim);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         say("capd-exec: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
         _exit(126);
@@ -283,8 +246,8 @@ int main(int argc, char **argv)
      * process stands in for it; it only comes back here to fall back to a
      * fresh exec, before anything was written to the frame pipe. */
     if (o.zygote) {
-        struct zc_limits zl = {o.as,    o.cpu, o.nofile, o.nproc, o.have_uid ? (long)o.uid : -1,
-                               o.cgroup};
+        struct zc_limits zl = {
+            o.rl.as, o.rl.cpu, o.rl.nofile, o.rl.nproc, o.have_uid ? (long)o.uid : -1, o.cgroup};
         zygote_client_run(o.zygote, o.prog, &zl, o.have_rfd ? (int)o.rfd : -1);
     }
 

@@ -12,10 +12,10 @@
 static void limits_from(const struct capd_config *cfg, struct launch_limits *out)
 {
     *out = (struct launch_limits){
-        .as = cfg->rlimit_as_bytes,
-        .cpu = cfg->rlimit_cpu_s,
-        .nofile = cfg->rlimit_nofile,
-        .nproc = cfg->rlimit_nproc,
+        .rl = {.as = cfg->rlimit_as_bytes,
+               .cpu = cfg->rlimit_cpu_s,
+               .nofile = cfg->rlimit_nofile,
+               .nproc = cfg->rlimit_nproc},
         .unshare_net = cfg->unshare_net,
         .uid = cfg->run_uid,
         .gid = cfg->run_gid,
@@ -27,13 +27,13 @@ void launch_cell_limits(const struct capd_config *cfg, const json_t *spec,
 {
     limits_from(cfg, out);
     if (json_object_get(spec, "device_env"))
-        out->as = 0;
+        out->rl.as = 0;
 }
 
 void launch_zygote_limits(const struct capd_config *cfg, struct launch_limits *out)
 {
     limits_from(cfg, out);
-    out->cpu = 0;
+    out->rl.cpu = 0;
 }
 
 /* The command line being built: N entries so far, K numbers formatted. */
@@ -76,14 +76,14 @@ int launch_exec_argv(const char *exec_bin, const struct launch_exec *e, char *co
     const struct launch_limits *l = &e->lim;
     memset(out, 0, sizeof *out);
     add(&b, exec_bin);
-    if (l->as)
-        add_u(&b, "--as", l->as);
-    if (l->cpu)
-        add_u(&b, "--cpu", l->cpu);
-    if (l->nofile)
-        add_u(&b, "--nofile", l->nofile);
-    if (l->nproc)
-        add_u(&b, "--nproc", l->nproc);
+    if (l->rl.as)
+        add_u(&b, "--as", l->rl.as);
+    if (l->rl.cpu)
+        add_u(&b, "--cpu", l->rl.cpu);
+    if (l->rl.nofile)
+        add_u(&b, "--nofile", l->rl.nofile);
+    if (l->rl.nproc)
+        add_u(&b, "--nproc", l->rl.nproc);
     if (l->unshare_net)
         add(&b, "--unshare-net");
     if (l->uid >= 0) {

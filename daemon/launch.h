@@ -24,12 +24,13 @@
 #include <stdbool.h>
 
 #include "daemon/config.h"
+#include "util/child.h"
 
 /* The most entries of a capd-exec command line, its NULL included. */
 #define LAUNCH_ARGV_MAX 48
 
 struct launch_limits {
-    unsigned long long as, cpu, nofile, nproc; /* 0: leave it as it is */
+    struct util_child_rlimits rl;
     bool unshare_net;
     long uid, gid; /* -1 (both): capd's own */
 };

@@ -32,19 +32,11 @@
 #include <unistd.h>
 
 #include "daemon/spawn.h"
+#include "util/child.h"
 
 /* The child's stack: it makes system calls and formats error messages
  * without stdio, so a small one is plenty; a guard page below it. */
 #define SPAWN_STACK (128u * 1024u)
-
-#if defined(__has_attribute)
-#if __has_attribute(no_sanitize)
-#define SPAWN_CHILD __attribute__((no_sanitize("address", "undefined")))
-#endif
-#endif
-#ifndef SPAWN_CHILD
-#define SPAWN_CHILD
-#endif
 
 struct child_args {
     const struct spawn_cell *c;
@@ -54,7 +46,7 @@ struct child_args {
 
 /* Writes the pieces of an error message to the child's stderr (the cell
  * log), then the errno's text: no stdio in the child. */
-SPAWN_CHILD static void say(const char *a, const char *b, int err)
+UTIL_CHILD static void say(const char *a, const char *b, int err)
 {
     const char *parts[5] = {"capd: ", a, b ? b : "", err ? ": " : "",
                             err ? strerrordesc_np(err) : ""};
@@ -67,41 +59,27 @@ SPAWN_CHILD static void say(const char *a, const char *b, int err)
         return;
 }
 
-SPAWN_CHILD static void set_limit(int res, unsigned long long v, const char *what)
+/* Ends the child (exit 126) with the reason a credential change failed,
+ * unless it stuck. */
+UTIL_CHILD static void become(uid_t uid, gid_t gid, pid_t parent)
 {
-    struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
-    if (setrlimit(res, &rl) != 0) {
-        /* As in capd-exec: a hard limit already lower is kept. */
-        int e = errno;
-        struct rlimit cur;
-        if (getrlimit(res, &cur) == 0 && cur.rlim_max < v)
-            return;
-        say("cannot set the rlimit ", what, e);
-        _exit(126);
-    }
-}
-
-/* Becomes UID/GID for good (supplementary groups dropped, gid, then uid),
- * checks that it stuck and that uid 0 cannot be regained, and sets the
- * parent-death signal again, which a credential change clears. */
-SPAWN_CHILD static void drop_privileges(uid_t uid, gid_t gid, pid_t parent)
-{
-    if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, gid, gid, gid) != 0 ||
-        syscall(SYS_setresuid, uid, uid, uid) != 0) {
-        say("cannot switch to run_as_user", NULL, errno);
-        _exit(126);
-    }
-    if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
-        syscall(SYS_setuid, 0) == 0) {
+    int err = 0;
+    switch (util_child_become(uid, gid, parent, &err)) {
+    case UTIL_CHILD_BECAME:
+        return;
+    case UTIL_CHILD_NOT_SWITCHED:
+        say("cannot switch to run_as_user", NULL, err);
+        break;
+    case UTIL_CHILD_NOT_STUCK:
         say("run_as_user's uid/gid did not stick", NULL, 0);
-        _exit(126);
+        break;
+    case UTIL_CHILD_ORPHANED:
+        break;
     }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(126);
+    _exit(126);
 }
 
-SPAWN_CHILD static int child_main(void *arg)
+UTIL_CHILD static int child_main(void *arg)
 {
     const struct child_args *a = arg;
     const struct spawn_cell *c = a->c;
@@ -116,8 +94,7 @@ SPAWN_CHILD static int child_main(void *arg)
         if (sig != SIGKILL && sig != SIGSTOP)
             syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
     /* Dies with capd (the loop thread that cloned it). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != a->parent)
+    if (util_child_die_with(a->parent) != 0)
         _exit(126);
     if (setsid() < 0)
         _exit(126);
@@ -135,29 +112,20 @@ SPAWN_CHILD static int child_main(void *arg)
         say("cannot enter the scratch dir ", c->cwd, errno);
         _exit(126);
     }
-    if (c->unshare_net && unshare(CLONE_NEWNET) != 0)
+    if (c->lim.unshare_net && unshare(CLONE_NEWNET) != 0)
         say("unshare(CLONE_NEWNET) not permitted; continuing with the host network", NULL, errno);
-    set_limit(RLIMIT_CORE, 0, "core");
-    if (c->as)
-        set_limit(RLIMIT_AS, c->as, "as");
-    if (c->cpu)
-        set_limit(RLIMIT_CPU, c->cpu, "cpu");
-    if (c->nofile)
-        set_limit(RLIMIT_NOFILE, c->nofile, "nofile");
-    if (c->nproc)
-        set_limit(RLIMIT_NPROC, c->nproc, "nproc");
+    const char *what = NULL;
+    unsigned long long v = 0;
+    int rc = util_child_rlimits(&c->lim.rl, &what, &v);
+    if (rc != 0) {
+        say("cannot set the rlimit ", what, -rc);
+        _exit(126);
+    }
     /* Every fd of capd is O_CLOEXEC already; this also covers any that a
      * library opened without it. */
-    if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0) {
-        struct rlimit rl;
-        long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                       ? (long)rl.rlim_cur
-                       : 65536;
-        for (long fd = 4; fd < max; fd++)
-            close((int)fd);
-    }
-    if (c->uid >= 0)
-        drop_privileges((uid_t)c->uid, (gid_t)c->gid, a->parent);
+    util_child_close_above_3();
+    if (c->lim.uid >= 0)
+        become((uid_t)c->lim.uid, (gid_t)c->lim.gid, a->parent);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         say("PR_SET_NO_NEW_PRIVS", NULL, errno);
         _exit(126);

@@ -12,8 +12,9 @@
 #ifndef CAPD_SPAWN_H
 #define CAPD_SPAWN_H
 
-#include <stdbool.h>
 #include <sys/types.h>
+
+#include "daemon/launch.h"
 
 struct spawn_cell {
     const char *path; /* the program, an absolute or relative path (no PATH search) */
@@ -22,10 +23,9 @@ struct spawn_cell {
     const char *cwd;
     int out_fd;   /* becomes 1 and 2 */
     int frame_fd; /* becomes 3 */
-    /* rlimits, 0 for "leave as it is"; RLIMIT_CORE is always 0. */
-    unsigned long long as, cpu, nofile, nproc;
-    bool unshare_net;
-    long uid, gid; /* -1 (both): keep capd's */
+    /* The rlimits (RLIMIT_CORE is always 0), the network namespace and
+     * the user, as launch_cell_limits() makes them. */
+    struct launch_limits lim;
     /* An fd of the cell's cgroup.procs (daemon/memlimit.h), written "0"
      * before anything else so all the cell's memory is charged there; -1
      * (or 0, never a cgroup fd) for none. */

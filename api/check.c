@@ -1,0 +1,46 @@
+/*
+ * api/check.c - the checks every endpoint group makes of a request's words
+ * (see api_int.h): a value from a closed set, a body of known fields and
+ * the ?limit= of a list.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_int.h"
+
+bool api_one_of(const char *s, const char *const *set)
+{
+    for (; s && *set; set++)
+        if (strcmp(s, *set) == 0)
+            return true;
+    return false;
+}
+
+bool api_verr_fields_known(struct api_verr *e, json_t *body, const char *const *fields)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v)
+    {
+        if (!api_one_of(k, fields))
+            return api_verr_set(e, "unknown_field", k, "unknown field '%s'", k);
+    }
+    return true;
+}
+
+bool api_limit_refused(struct api_req *r, int dflt, int max, int *out, enum MHD_Result *ret)
+{
+    const char *v = api_query(r, "limit");
+    char *end;
+    *out = dflt;
+    if (!v)
+        return false;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 1 || n > max) {
+        *ret =
+            api_error(r, 400, "invalid_query", "limit", "limit must be an integer in [1, %d]", max);
+        return true;
+    }
+    *out = (int)n;
+    return false;
+}
