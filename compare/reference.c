@@ -82,8 +82,7 @@ int cmp__reference_prepare(struct cmp__cellcmp *k)
 static const struct cmp__rec *find_ref(const struct cmp__cellcmp *k, const struct cmp__rec *c)
 {
     char key[CMP_MAX_KEY + sizeof REF_PREFIX];
-    snprintf(key, sizeof key, "%s%s", k->o->reference == CMP_REF_FLOAT64 ? REF_PREFIX : "",
-             c->key);
+    snprintf(key, sizeof key, "%s%s", k->o->reference == CMP_REF_FLOAT64 ? REF_PREFIX : "", c->key);
     size_t lo = 0, hi = k->nsr;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;

@@ -71,8 +71,8 @@ static void add(struct cmp_cell *c, const char *key, int64_t seq, const char *dt
     snprintf(hash, sizeof hash, "%s-%s-%d-%a-%d", key, dtype, n, err, flip);
     struct cmp_tensor t = {.key = key, .seq = seq, .dtype = dtype, .ndim = 1, .numel = n};
     t.shape[0] = n;
-    t.stats = (struct cmp_stats){.has_finite = true, .min = mn, .max = mx, .mean = sum / n,
-                                 .l2 = sqrt(l2)};
+    t.stats = (struct cmp_stats){
+        .has_finite = true, .min = mn, .max = mx, .mean = sum / n, .l2 = sqrt(l2)};
     t.hash = hash;
     t.capture = cap;
     if (cap != CMP_CAPTURE_NONE) {
@@ -341,7 +341,8 @@ Test(reference, options_name_the_field)
     struct cmp_err e;
     cmp_options_init(&o);
     cr_assert_eq(o.reference, CMP_REF_NONE);
-    json_t *bad[] = {json_pack("{s:s}", "reference", "float32"), json_pack("{s:i}", "reference", 1)};
+    json_t *bad[] = {json_pack("{s:s}", "reference", "float32"),
+                     json_pack("{s:i}", "reference", 1)};
     for (size_t i = 0; i < 2; i++) {
         cr_assert_eq(cmp_options_apply_json(&o, bad[i], &e), -EINVAL);
         cr_assert_str_eq(e.field, "reference");
