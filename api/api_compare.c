@@ -197,12 +197,32 @@ static enum MHD_Result reply_result(struct api_req *r, json_t *result)
     return api_json(r, 200, result);
 }
 
-/* The head job's "compare" option, then the request's overrides, onto O;
- * replies and returns false when either is invalid. */
+/* The query's reference (the arbiter, docs/compare.md "Reference
+ * arbiter") over everything else; replies and returns false when it is
+ * none of the names. */
+static bool apply_reference_query(struct api_req *r, struct cmp_options *o, enum MHD_Result *ret)
+{
+    const char *q = api_query(r, "reference");
+    if (q && cmp_reference_from_name(q, &o->reference) < 0) {
+        *ret = api_error(r, 400, "invalid_query", "reference",
+                         "reference must be one of: none, float64, default-width");
+        return false;
+    }
+    return true;
+}
+
+/* The head job's reference and "compare" options, then the request's
+ * overrides and reference, onto O; replies and returns false when one is
+ * invalid. */
 static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o,
                           enum MHD_Result *ret)
 {
     struct cmp_err e = {{0}, {0}};
+    /* The job option is validated at submission; an older job has none. */
+    if (cmp_reference_from_name(
+            json_string_value(json_object_get(json_object_get(head, "options"), "reference")),
+            &o->reference) < 0)
+        o->reference = CMP_REF_NONE;
     json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
     if (jo && cmp_options_apply_json(o, jo, &e) != 0) {
         *ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
@@ -210,7 +230,7 @@ static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o
     }
     const char *q = api_query(r, "overrides");
     if (!q)
-        return true;
+        return apply_reference_query(r, o, ret);
     json_error_t je;
     json_t *ovr = json_loads(q, JSON_REJECT_DUPLICATES, &je);
     bool ok = false;
@@ -220,7 +240,7 @@ static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o
     else if (cmp_options_apply_json(o, ovr, &e) != 0)
         *ret = api_error(r, 400, "invalid_query", "overrides", "%s: %s", e.field, e.message);
     else
-        ok = true;
+        ok = apply_reference_query(r, o, ret);
     json_decref(ovr);
     return ok;
 }

@@ -2,8 +2,8 @@
  * api/api_options.c - a job's cell options against schema/options.json,
  * the one table of their defaults and ranges (the runner checks a cell spec
  * against the same file): integer options within [min, max], enum options
- * among their values, every option the job leaves out resolved to its
- * default, so each stored job and each cell spec carries them all.
+ * among their values (null for a nullable one is its default), every option the job leaves out
+ * resolved to its default, so each stored job and each cell spec carries them all.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -90,6 +90,9 @@ static bool check_enum(json_t *spec, json_t *x, json_t *out, struct api_verr *er
     size_t i;
     json_t *v;
     snprintf(f, sizeof f, "options.%s", name);
+    /* A nullable option (reference) reads null as its default, "none". */
+    if (json_is_null(x) && json_is_true(json_object_get(spec, "nullable")))
+        x = NULL;
     bool ok = x == NULL;
     json_array_foreach(values, i, v)
     {

@@ -227,6 +227,23 @@ int cmp_cell_mark_nondeterministic(struct cmp_cell *cell, const char *key);
 
 /* ----------------------------------------------------------- the options */
 
+/*
+ * The reference arbiter (docs/compare.md, "Reference arbiter"): a record
+ * pair outside tolerance is judged again by its error against a reference,
+ * the control cell's float64 records (ref.float64/<key>, job option
+ * reference float64) or the control side's default-width cell of the same
+ * model and pass. It passes when err(head) <= k * err(control) + atol / 10
+ * (err the RMS difference from the reference over the captured values;
+ * k 2, or 3 for float16, bfloat16 and tensors of at most 10 elements).
+ */
+enum cmp_reference { CMP_REF_NONE, CMP_REF_FLOAT64, CMP_REF_DEFAULT_WIDTH };
+/* "none", "float64", "default-width"; the rule names "tolerance",
+ * "reference_float64", "reference_default_width". */
+const char *cmp_reference_name(enum cmp_reference r);
+const char *cmp_reference_rule(enum cmp_reference r);
+/* 0 and *out, or -EINVAL for a name that is none of them; NULL is none. */
+int cmp_reference_from_name(const char *name, enum cmp_reference *out);
+
 struct cmp_tol {
     double atol, rtol;
 };
@@ -275,6 +292,7 @@ struct cmp_options {
      */
     char control_width[CMP_MAX_WIDTH_NAME];
     char head_width[CMP_MAX_WIDTH_NAME];
+    enum cmp_reference reference; /* CMP_REF_NONE: the tolerance rule alone */
 };
 
 /* Where a rejected option is and why, for the API's error body. */
@@ -294,7 +312,8 @@ void cmp_options_init(struct cmp_options *opt);
  *    "bootstrap": {"seed": 7, "resamples": 2000},
  *    "include_tensors": true,
  *    "cross_width": {"control": "default", "head": "avx512"},
- *    "allow_device_mismatch": false, "perf_gate": true}
+ *    "allow_device_mismatch": false, "perf_gate": true,
+ *    "reference": "float64"}
  *
  * Every field is optional; unknown fields are errors (a typo must not silently
  * keep a default). New key_tolerances go before the existing ones so that the

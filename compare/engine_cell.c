@@ -200,9 +200,13 @@ static void cellcmp_free(struct cmp__cellcmp *k)
     free(k->missing);
     free(k->extra);
     free(k->grp);
+    if (k->sr_owned)
+        free(k->sr);
 }
 
-/* Merges by key; a repeated key keeps its lowest-seq record only. */
+/* Merges by key; a repeated key keeps its lowest-seq record only. The
+ * float64 reference's records are the arbiter's (reference.c), never a
+ * pair of their own. */
 static void merge_keys(struct cmp__cellcmp *k)
 {
     const struct cmp__rec **sc = k->sc, **sh = k->sh;
@@ -217,15 +221,21 @@ static void merge_keys(struct cmp__cellcmp *k)
             j++;
             continue;
         }
+        if (i < nc && cmp__reference_key(sc[i]->key)) {
+            i++;
+            continue;
+        }
+        if (j < nh && cmp__reference_key(sh[j]->key)) {
+            j++;
+            continue;
+        }
         int c = i == nc ? 1 : j == nh ? -1 : strcmp(sc[i]->key, sh[j]->key);
         if (c < 0) {
             k->missing[k->nmiss++] = sc[i++];
         } else if (c > 0) {
             k->extra[k->nextra++] = sh[j++];
         } else {
-            k->rows[k->nrows].c = sc[i++];
-            k->rows[k->nrows].h = sh[j++];
-            k->nrows++;
+            k->rows[k->nrows++] = (struct cmp__row){.c = sc[i++], .h = sh[j++]};
         }
     }
     qsort(k->rows, k->nrows, sizeof(*k->rows), row_by_head_seq);
@@ -257,7 +267,8 @@ static void check_devices(struct cmp__cellcmp *k)
 }
 
 /* Judges every record pair: identical, nondeterministic, within tolerance
- * or diverged, in that order of precedence. */
+ * or diverged, in that order of precedence; a pair the tolerance rule
+ * diverged goes to the reference arbiter when the options name one. */
 static int judge_rows(struct cmp__cellcmp *k, struct cmp_scratch *s)
 {
     for (size_t r = 0; r < k->nrows; r++) {
@@ -274,6 +285,8 @@ static int judge_rows(struct cmp__cellcmp *k, struct cmp_scratch *s)
             w->cls = CMP__T_WITHIN;
         else
             w->cls = CMP__T_DIVERGED;
+        if (w->cls == CMP__T_DIVERGED && k->o->reference != CMP_REF_NONE)
+            cmp__reference_judge(k, w);
         k->ncls[w->cls]++;
         if (w->h->phase == CMP__PH_INIT && w->cls != CMP__T_IDENTICAL)
             k->params_differed = true;
@@ -374,6 +387,9 @@ int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
         goto out;
     merge_keys(&k);
     check_devices(&k);
+    rc = cmp__reference_prepare(&k);
+    if (rc < 0)
+        goto out;
     rc = judge_rows(&k, s);
     if (rc < 0)
         goto out;

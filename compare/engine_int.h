@@ -28,11 +28,27 @@ enum cmp__cstatus {
     CMP__C__COUNT
 };
 
+/*
+ * The reference arbiter's judgement of one pair the tolerance rule diverged
+ * (reference.c): judged when the reference and every value it needs were
+ * there (why NULL), else why names what was missing and the tolerance
+ * rule's verdict stands.
+ */
+struct cmp__refjudge {
+    bool tried, judged, passed;
+    const char *rule; /* cmp_reference_rule() of the option */
+    const char *why;
+    double err_head, err_control; /* RMS difference from the reference */
+    double k, tol;
+    int64_t n; /* positions the errors are over */
+};
+
 /* One matched record pair. */
 struct cmp__row {
     const struct cmp__rec *h, *c;
     struct cmp_metrics m;
     enum cmp__tclass cls;
+    struct cmp__refjudge ref;
 };
 
 /* What the result's "counts" object reports, summed over the cell pairs. */
@@ -67,6 +83,11 @@ struct cmp__cellcmp {
     const char *dev_check; /* "unknown", "same", "mismatch_allowed", "mismatch_refused" */
     bool dev_refused;
     const struct cmp__row *first_div, *first_intro;
+    const struct cmp__rec **sr; /* the reference's records by key (reference.c) */
+    size_t nsr;
+    bool sr_owned;       /* sr is a copy (default-width), not sc */
+    const char *ref_why; /* why no record has a reference, else NULL */
+    int64_t ref_tried, ref_judged, ref_passed;
     enum cmp__cstatus st;
     const char *why; /* the incomparable or not_run reason, else NULL */
     const char *oc;  /* the outcome change: "regression", "fix", "changed", "none", "not_run" */
@@ -77,6 +98,20 @@ struct cmp__cellcmp {
 int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
                       const struct cmp_options *o, bool cross, struct cmp_scratch *s, json_t *cells,
                       struct cmp__counts *cnt);
+
+/*
+ * reference.c: the reference arbiter. cmp__reference_prepare finds the
+ * reference records of a cell pair (nothing when the option is none);
+ * cmp__reference_judge judges one row the tolerance rule diverged, and
+ * turns it within_tolerance when it passes; cmp__reference_json writes a
+ * row's or a cell's "reference" object. -ENOMEM.
+ */
+int cmp__reference_prepare(struct cmp__cellcmp *k);
+void cmp__reference_judge(struct cmp__cellcmp *k, struct cmp__row *w);
+int cmp__reference_row_json(const struct cmp__row *w, json_t *o);
+int cmp__reference_cell_json(const struct cmp__cellcmp *k, json_t *cj);
+/* A key under the float64 reference's prefix (never compared as a record). */
+bool cmp__reference_key(const char *key);
 
 /* engine_json.c: the objects of the result. */
 /* A judged cell pair's object; -ENOMEM. */

@@ -122,6 +122,7 @@ static json_t *row_json(const struct cmp__row *r)
     if (r->cls == CMP__T_DIVERGED)
         rc |= cmp__set(o, "reason", json_string(diverge_reason(m)));
     rc |= cmp__set(o, "basis", json_string(basis_name(m->basis)));
+    rc |= cmp__reference_row_json(r, o);
     if (m->basis == CMP_BASIS_EXACT)
         goto done;
     if (m->mismatch != CMP_MISMATCH_NONE) {
@@ -319,6 +320,7 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
         return -ENOMEM;
     e |= cell_id_json(k, cj);
     e |= cell_records_json(k, cj);
+    e |= cmp__reference_cell_json(k, cj);
     e |= cell_origins_json(k, cj);
     if (!e)
         e |= cmp__amplify_json(k, cj);
@@ -388,6 +390,7 @@ static json_t *thresholds_json(const struct cmp_options *opt)
         return NULL;
     e |= cmp__set(th, "allow_device_mismatch", json_boolean(opt->allow_device_mismatch));
     e |= cmp__set(th, "perf_gate", json_boolean(opt->perf_gate));
+    e |= cmp__set(th, "reference", json_string(cmp_reference_name(opt->reference)));
     return cmp__obj_or_null(th, e);
 }
 

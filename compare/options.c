@@ -224,6 +224,33 @@ static int apply_cross_width(struct cmp_options *o, const json_t *cw, struct cmp
     return 0;
 }
 
+const char *cmp_reference_name(enum cmp_reference r)
+{
+    return r == CMP_REF_FLOAT64 ? "float64" : r == CMP_REF_DEFAULT_WIDTH ? "default-width" : "none";
+}
+
+const char *cmp_reference_rule(enum cmp_reference r)
+{
+    return r == CMP_REF_FLOAT64         ? "reference_float64"
+           : r == CMP_REF_DEFAULT_WIDTH ? "reference_default_width"
+                                        : "tolerance";
+}
+
+int cmp_reference_from_name(const char *name, enum cmp_reference *out)
+{
+    static const enum cmp_reference all[] = {CMP_REF_NONE, CMP_REF_FLOAT64, CMP_REF_DEFAULT_WIDTH};
+    if (name == NULL) {
+        *out = CMP_REF_NONE;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, cmp_reference_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -EINVAL;
+}
+
 /* The boolean option K: V must be true or false. */
 static int read_bool(const char *k, const json_t *v, bool *out, struct cmp_err *err)
 {
@@ -269,6 +296,10 @@ int cmp_options_apply_json(struct cmp_options *opt, const json_t *j, struct cmp_
             rc = read_bool(k, v, &o.allow_device_mismatch, err);
         } else if (strcmp(k, "perf_gate") == 0) {
             rc = read_bool(k, v, &o.perf_gate, err);
+        } else if (strcmp(k, "reference") == 0) {
+            if ((!json_is_null(v) && !json_is_string(v)) ||
+                cmp_reference_from_name(json_string_value(v), &o.reference) < 0)
+                rc = fail(err, k, "must be one of: none, float64, default-width (or null)");
         } else {
             rc = fail(err, k, "unknown field");
         }

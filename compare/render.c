@@ -173,6 +173,35 @@ static void derived_desc(struct buf *b, const json_t *d)
             v1, v2, jstr(d, "derived_from"));
 }
 
+/* The reference arbiter's word on a record (docs/compare.md, "Reference
+ * arbiter"): ", reference_float64: err 1.2e-04 > 2 x 3.1e-07 + 1e-06", or
+ * ", tolerance rule: reference no_values" when it could not judge. */
+static void reference_desc(struct buf *b, const json_t *d)
+{
+    const json_t *x = json_object_get(d, "reference");
+    char eh[32], ec[32], k[32], tol[32];
+    if (!json_is_object(x))
+        return;
+    if (!json_is_true(json_object_get(x, "judged"))) {
+        bprintf(b, ", tolerance rule: reference %s", jstr(x, "reason"));
+        return;
+    }
+    num(eh, sizeof eh, jreal(x, "err_head"));
+    num(ec, sizeof ec, jreal(x, "err_control"));
+    num(k, sizeof k, jreal(x, "k"));
+    num(tol, sizeof tol, jreal(x, "tol"));
+    bprintf(b, ", %s: err %s %s %s x %s + %s", jstr(x, "rule"), eh,
+            json_is_true(json_object_get(x, "passed")) ? "<=" : ">", k, ec, tol);
+}
+
+/* Which rule decided a cell, when the arbiter was asked: " (rule
+ * reference_float64)". */
+static void rule_note(struct buf *b, const json_t *cell)
+{
+    if (json_is_object(json_object_get(cell, "reference")))
+        bprintf(b, " (rule %s)", jstr(cell, "rule"));
+}
+
 /* "fc1.0.forward.output.0 (seq 3, tolerance, max rel 0.012)" */
 static void divergence_desc(struct buf *b, const json_t *d, bool md)
 {
@@ -199,6 +228,7 @@ static void divergence_desc(struct buf *b, const json_t *d, bool md)
         bprintf(b, ", %lld/%lld off", (long long)jint(d, "allclose_violations"),
                 (long long)jint(d, "n"));
     derived_desc(b, d);
+    reference_desc(b, d);
     if (json_object_get(d, "basis") && strcmp(jstr(d, "basis"), "full") != 0)
         bprintf(b, ", %s basis", jstr(d, "basis"));
     bprintf(b, ")");
@@ -445,6 +475,7 @@ static void md_differences(struct buf *b, const json_t *cells)
         any = true;
         md_row_start(b, cell);
         bprintf(b, " | %s", jstr(cell, "status"));
+        rule_note(b, cell);
         device_note(b, cell, true);
         if (json_is_true(json_object_get(cell, "params_differed")))
             bprintf(b, " (initial params differ)");
@@ -538,6 +569,7 @@ char *cmp_result_to_text(const json_t *result)
             continue;
         bprintf(&b, "%s %s/%s/%s", st, jstr(cell, "model"), jstr(cell, "width"),
                 jstr(cell, "pass"));
+        rule_note(&b, cell);
         device_note(&b, cell, false);
         if (json_is_object(json_object_get(cell, "first_divergence"))) {
             bprintf(&b, ": first divergence ");

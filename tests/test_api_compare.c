@@ -168,6 +168,10 @@ Test(api_compare, compare_and_diff)
         {"control=abcdef9&head=3f2a9c1", 404, "not_found", "control", NULL},
         {"control=1b0e7d2&head=jnope", 404, "not_found", "head", NULL},
         {"control=1b0e7d2&head=3f2a9c1&format=xml", 400, "invalid_query", "format", NULL},
+        {"control=1b0e7d2&head=3f2a9c1&reference=float32", 400, "invalid_query", "reference",
+         "none, float64, default-width"},
+        {"control=1b0e7d2&head=3f2a9c1&overrides=%7B%22reference%22%3A1%7D", 400, "invalid_query",
+         "overrides", "reference: must be one of"},
         {"job=jx&control_width=avx2", 400, "missing_query", "head_width", NULL},
         /* Gates never pass on nothing: filters that match no cell. */
         {"control=1b0e7d2&head=3f2a9c1&width=avx-2", 400, "unknown_width", "width",
@@ -190,6 +194,11 @@ Test(api_compare, compare_and_diff)
         cr_assert(!bad[i].says || strstr(msg, bad[i].says), "%s: %s", bad[i].query, msg);
         json_decref(r);
     }
+    /* The arbiter named by the query is the comparison's. */
+    r = af_get("/v1/compare?control=1b0e7d2&head=3f2a9c1&reference=float64", &st);
+    cr_assert_eq(st, 200);
+    cr_assert_str_eq(tu_jstr(json_object_get(r, "thresholds"), "reference"), "float64");
+    json_decref(r);
     /* A pattern that matches is a filter, not a typo. */
     r = af_get("/v1/compare?control=1b0e7d2&head=3f2a9c1&model=m*&width=avx2", &st);
     cr_assert_eq(st, 200);

@@ -119,6 +119,36 @@ Test(options, enum_values_only, .init = start, .fini = stop)
     }
 }
 
+/* The reference arbiter's option: a value it does not know is a 400 naming
+ * options.reference; null is its default, none; float64 is stored as is. */
+Test(options, reference_values, .init = start, .fini = stop)
+{
+    char field[128], msg[512];
+    cr_assert_eq(post("{\"reference\":\"float32\"}", field, msg), 400);
+    cr_assert_str_eq(field, "options.reference");
+    cr_assert(strstr(msg, "none, float64, default-width"), "%s", msg);
+    cr_assert_eq(post("{\"reference\":7}", field, msg), 400);
+    cr_assert_str_eq(field, "options.reference");
+    cr_assert_eq(post("{\"capture\":null}", field, msg), 400, "null only for a nullable option");
+    cr_assert_str_eq(field, "options.capture");
+    static const char *const cases[][2] = {
+        {"null", "none"}, {"\"float64\"", "float64"}, {"\"default-width\"", "default-width"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char opts[64], path[128];
+        snprintf(opts, sizeof opts, "{\"reference\":%s}", cases[i][0]);
+        char *id = tu_submit(&capd, "fake", "fake:ok", opts);
+        cr_assert_not_null(id, "%s", opts);
+        snprintf(path, sizeof path, "/v1/jobs/%s", id);
+        long st = 0;
+        json_t *job = tu_json(&capd, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200);
+        cr_assert_str_eq(tu_jstr(json_object_get(job, "options"), "reference"), cases[i][1], "%s",
+                         opts);
+        json_decref(job);
+        free(id);
+    }
+}
+
 Test(options, job_stored_with_every_default, .init = start, .fini = stop)
 {
     char *id = tu_submit(&capd, "fake", "fake:ok", "{}");

@@ -169,6 +169,7 @@ class Recorder(object):
         self.budget = budget
         self.engine = T.StatsEngine()  # device-side stats, in the hook
         self.emit = emit
+        self.prefix = ""  # before every module name (cell.REFERENCE_PREFIX)
         self.seq = 0
         self.hashes = {}
         self.order = []
@@ -317,6 +318,7 @@ class Recorder(object):
     def record(self, module, call, phase, role, index, t, op=None):
         """One record. ``op`` is (ATen name, occurrence) for a per-op record
         (opcapture.py), whose key puts ``/op.<name>.<n>`` after the phase."""
+        module = self.prefix + module
         if op is None:
             key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
         else:

@@ -441,6 +441,8 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
         second = Recorder(writer, pipeline, "stats", spec.sample_size, budget, emit=False)
         capture_run(torch, model, call, spec, second, projection)
         _restore_buffers(torch, snap)
+        if spec.options.get("reference") == "float64":
+            _reference_run(torch, spec, writer, pipeline, budget, model, inputs, first.seq)
     finally:
         _restore_inplace(inplace)
     del snap
@@ -471,6 +473,27 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
         mem["device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
     writer.frame(mem)
     writer.flush()
+
+
+# Records of the float64 reference carry this prefix on their module, so
+# their keys are ref.float64/<key> (docs/compare.md, "Reference arbiter").
+REFERENCE_PREFIX = "ref.float64/"
+
+
+def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq):
+    """The job option reference float64: the same inputs through a float64
+    copy of the model on the CPU, captured at the cell's level, its records
+    under REFERENCE_PREFIX and their seq after the cell's own."""
+    import copy
+    from capd_runner.capture import Recorder
+    cpu = torch.device("cpu")
+    ref_model = copy.deepcopy(model).to(device=cpu, dtype=torch.float64)
+    ref_call = Call(_place(torch, inputs, cpu, torch.float64))
+    rec = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
+    rec.prefix = REFERENCE_PREFIX
+    rec.seq = seq
+    capture_run(torch, ref_model, ref_call, spec, rec, Projection(torch, spec.seed))
+    del ref_model, ref_call
 
 
 def _timing(torch, spec, writer, forkers, in_cell):
