@@ -26,6 +26,8 @@ static const struct ctl_opt diff_opts[] = {
     {"model", CTL_VALUE, "M", "only cells of this model"},
     {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
     {"pass", CTL_VALUE, "P", "only cells of this pass"},
+    {"reference", CTL_VALUE, "none|float64|default-width",
+     "judge tensors out of tolerance against this reference (default: the head job's option)"},
     {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
     {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
      "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "
@@ -55,7 +57,8 @@ static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
 static const struct ctl_cmd cmd_diff = {
     .name = "diff",
     .usage = "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
-             "                   [--model M] [--width W] [--pass P] [--format md|json|text]\n"
+             "                   [--model M] [--width W] [--pass P] [--reference R]\n"
+             "                   [--format md|json|text]\n"
              "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
     .summary = "Compare a control and a head and exit with the verdict.",
     .details = "--commit SHA compares the newest job of SHA with the control its job names\n"
@@ -77,7 +80,7 @@ static const struct ctl_cmd cmd_diff = {
 
 static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a)
 {
-    static const char *const keys[] = {"model", "width", "pass", NULL};
+    static const char *const keys[] = {"model", "width", "pass", "reference", NULL};
     ctl_url_query_args(c, u, a, keys);
     /* --fail-on numerics: the server's verdict leaves perf out of the gate */
     const char *f = ctl_arg(a, "fail-on");

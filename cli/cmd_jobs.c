@@ -39,6 +39,9 @@ static const struct ctl_opt submit_opts[] = {
     {"batch", CTL_VALUE, "N", "batch size (default 2)"},
     {"sample-size", CTL_VALUE, "N", "elements kept per tensor with --capture sample (256)"},
     {"dtype", CTL_VALUE, "T", "float32, float64, float16 or bfloat16 (default float32)"},
+    {"granularity", CTL_VALUE, "module|op", "records per module, or per ATen op too (module)"},
+    {"reference", CTL_VALUE, "none|float64|default-width",
+     "the reference a tensor out of tolerance is judged against (none)"},
     {"label", CTL_MULTI, "k=v", "label stored with the job"},
     {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
     {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
@@ -217,7 +220,10 @@ static int submit_options(const struct ctl_args *a, json_t *opts)
         {"timing-pairs", "timing_pairs"},
         {"max-timing-rounds", "max_timing_rounds"},
     };
-    static const char *const strs[][2] = {{"capture", "capture"}, {"dtype", "dtype"}};
+    static const char *const strs[][2] = {{"capture", "capture"},
+                                          {"dtype", "dtype"},
+                                          {"granularity", "granularity"},
+                                          {"reference", "reference"}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = ctl_arg(a, ints[i][0]);
         long long n;
@@ -228,7 +234,7 @@ static int submit_options(const struct ctl_args *a, json_t *opts)
             return rc;
         json_object_set_new(opts, ints[i][1], json_integer((json_int_t)n));
     }
-    return set_strings(a, strs, 2, opts);
+    return set_strings(a, strs, sizeof strs / sizeof strs[0], opts);
 }
 
 /* The Idempotency-Key header: an HTTP header value, printable ASCII only

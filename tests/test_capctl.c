@@ -752,6 +752,10 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
                                 "float64",
                                 "--sample-size",
                                 "64",
+                                "--granularity",
+                                "op",
+                                "--reference",
+                                "float64",
                                 "--label",
                                 "ci=yes",
                                 "--label",
@@ -790,6 +794,8 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
     cr_assert_eq(json_integer_value(json_object_get(o, "sample_size")), 64);
     cr_assert_str_eq(jget(o, "capture"), "sample");
     cr_assert_str_eq(jget(o, "dtype"), "float64");
+    cr_assert_str_eq(jget(o, "granularity"), "op");
+    cr_assert_str_eq(jget(o, "reference"), "float64");
     cr_assert_str_eq(jget(json_object_get(j, "labels"), "ci"), "yes");
     cr_assert_str_eq(jget(json_object_get(j, "labels"), "pr"), "42");
     json_decref(j);
@@ -886,6 +892,10 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
     run_free(&r);
 
     expect_exit2(&c, "--label expects key=value", SUBMIT_BASE, "--label", "novalue", NULL);
+    expect_exit2(&c, "capctl: options.reference is set by --reference\n", SUBMIT_BASE,
+                 "--reference", "float32", NULL);
+    expect_exit2(&c, "capctl: options.granularity is set by --granularity\n", SUBMIT_BASE,
+                 "--granularity", "kernel", NULL);
     char long_key[200];
     memset(long_key, 'k', 128);
     snprintf(long_key + 128, sizeof long_key - 128, "=v");
@@ -1295,6 +1305,17 @@ Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
     ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--width", "avx2", "--model",
         "mlp", NULL);
     cr_assert(r.code == 0 || r.code == 1, SHOW(r));
+    run_free(&r);
+    /* --reference is the query's reference: a bad one is the server's 400,
+     * a good one is the comparison's arbiter. */
+    expect_exit2(&c, "reference must be one of", "diff", "--control", "aaaaaaa1", "--head",
+                 "bbbbbbb2", "--reference", "float32", NULL);
+    ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--reference", "float64",
+        "--format", "json", NULL);
+    cr_assert(r.code == 0 || r.code == 1, SHOW(r));
+    json_t *res = json_loads(r.out, 0, NULL);
+    cr_assert_str_eq(jget(json_object_get(res, "thresholds"), "reference"), "float64", SHOW(r));
+    json_decref(res);
     run_free(&r);
     free(ctl_id);
     free(head_id);

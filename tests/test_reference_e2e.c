@@ -132,8 +132,8 @@ static const char *s(json_t *o, const char *k)
     return v ? v : "(none)";
 }
 
-Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = start,
-     .fini = stop, .timeout = 900)
+Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = start, .fini = stop,
+     .timeout = 900)
 {
     char *ctl = submit("ctl", "aaaa001", NULL);
     char *split = submit("split", "aaaa002", "aaaa001");
