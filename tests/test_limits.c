@@ -136,6 +136,33 @@ static int served_conn(const struct af_env *e)
     return fd;
 }
 
+/* N kept-alive connections, each served once, into FDS. */
+static void served_conns(const struct af_env *e, int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        fds[i] = served_conn(e);
+}
+
+/* REQ (LEN bytes) on a new connection, closed afterwards: the status
+ * sock_response gives within TIMEOUT_MS (0: no response), whether the
+ * connection reached EOF in *EOF, the response (or what came) in BUF. A send
+ * cut short is no failure: capd may close before reading it all. */
+static int send_once(const struct af_env *e, const char *req, size_t len, int timeout_ms, bool *eof,
+                     char *buf, size_t cap)
+{
+    int fd = sock_open(e);
+    sock_send(fd, req, len);
+    int st = sock_response(fd, timeout_ms, eof, buf, cap);
+    close(fd);
+    return st;
+}
+
+/* One GET /healthz on a new connection (send_once). */
+static int healthz_once(const struct af_env *e, int timeout_ms, bool *eof, char *buf, size_t cap)
+{
+    return send_once(e, get_healthz, sizeof get_healthz - 1, timeout_ms, eof, buf, cap);
+}
+
 /* ===================================================== request body */
 
 Test(limits, body_size)
@@ -191,12 +218,9 @@ static void big_header(const struct af_env *e, size_t hbytes, bool want_refused)
     memset(req + hn, 'a', hbytes);
     size_t len = (size_t)hn + hbytes;
     len += (size_t)snprintf(req + len, cap - len, "\r\n\r\n%s", json);
-    int fd = sock_open(e);
-    sock_send(fd, req, len); /* MHD may close before reading it all */
     char buf[8192];
     bool eof;
-    int st = sock_response(fd, 10000, &eof, buf, sizeof buf);
-    close(fd);
+    int st = send_once(e, req, len, 10000, &eof, buf, sizeof buf);
     free(req);
     if (want_refused) {
         cr_assert(st == 431 || st == 413 || (st == 0 && eof),
@@ -234,26 +258,19 @@ Test(limits, connections_total, .timeout = 60)
     struct af_env e;
     start(&e, "{\"http_threads\": 1, \"max_connections\": 4, \"max_connections_per_ip\": 4}");
     int fds[4];
-    for (int i = 0; i < 4; i++)
-        fds[i] = served_conn(&e);
+    served_conns(&e, fds, 4);
     /* The fifth is not served while four are open (MHD either stops
      * accepting or closes it at once). */
     char buf[4096];
     bool eof;
-    int extra = sock_open(&e);
-    sock_send(extra, get_healthz, sizeof get_healthz - 1);
-    int st = sock_response(extra, 1500, &eof, buf, sizeof buf);
+    int st = healthz_once(&e, 1500, &eof, buf, sizeof buf);
     cr_assert_eq(st, 0, "a fifth connection was served: %s", buf);
-    close(extra);
     /* Once one is closed, a new connection is served again. */
     close(fds[0]);
     bool served = false;
     for (int i = 0; i < 20 && !served; i++) {
         usleep(100 * 1000);
-        int fd = sock_open(&e);
-        sock_send(fd, get_healthz, sizeof get_healthz - 1);
-        served = sock_response(fd, 1000, &eof, buf, sizeof buf) == 200;
-        close(fd);
+        served = healthz_once(&e, 1000, &eof, buf, sizeof buf) == 200;
     }
     cr_assert(served, "capd serves again below the limit");
     for (int i = 1; i < 4; i++)
@@ -266,16 +283,12 @@ Test(limits, connections_per_client_address, .timeout = 60)
     struct af_env e;
     start(&e, "{\"max_connections\": 64, \"max_connections_per_ip\": 3}");
     int fds[3];
-    for (int i = 0; i < 3; i++)
-        fds[i] = served_conn(&e);
+    served_conns(&e, fds, 3);
     char buf[4096];
     bool eof;
-    int extra = sock_open(&e);
-    sock_send(extra, get_healthz, sizeof get_healthz - 1);
-    int st = sock_response(extra, 2000, &eof, buf, sizeof buf);
+    int st = healthz_once(&e, 2000, &eof, buf, sizeof buf);
     cr_assert_eq(st, 0, "a fourth connection from one address was served: %s", buf);
     cr_assert(eof, "the fourth connection is closed at once");
-    close(extra);
     close(fds[0]);
     usleep(200 * 1000);
     close(served_conn(&e));
