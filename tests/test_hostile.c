@@ -13,10 +13,8 @@
  * byte-for-byte the same as before (builds, jobs, cells, branches, tokens).
  * The generator is seeded, so a failure names the seed and the request.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 #define HOSTILE_REQUESTS 10000
@@ -470,14 +469,9 @@ static bool complete(const char *buf, size_t n)
  * returns the status (0: closed without one, -1: neither within 15 s). */
 static int exchange(const char *req, size_t n)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = tcp_connect_local(g_port);
+    if (fd < 0)
         return -2;
-    }
     size_t o = 0;
     while (o < n) {
         struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};

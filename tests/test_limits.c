@@ -11,10 +11,8 @@
  * suite) cannot reserve its shadow memory under one. Connection-level limits are
  * tested over raw sockets, since curl would retry or pool connections.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +23,7 @@
 
 #include "storage/store.h"
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 static void start(struct af_env *e, const char *config_json)
@@ -66,12 +65,8 @@ static const char *err_code(json_t *j)
 
 static int sock_open(const struct af_env *e)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->c.port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0, "connect: %s",
-                 strerror(errno));
+    int fd = tcp_connect_local(e->c.port);
+    cr_assert_geq(fd, 0, "connect: %s", strerror(errno));
     return fd;
 }
 

@@ -10,12 +10,10 @@
  * Cells run the fake runner (tests/helpers/fake_runner.c): fake:ok for
  * quick cells, fake:hang for a job that stays running until cancelled.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <regex.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -335,19 +334,6 @@ Test(longpoll, bad_wait_and_unknown_job)
     free(id);
 }
 
-static int connect_port(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Reads from FD until the text read contains NEEDLE or TIMEOUT_MS pass;
  * returns whether it was found. */
 static bool read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap)
@@ -389,7 +375,7 @@ Test(longpoll, many_waiters_hold_no_thread)
              "%s\r\nIf-None-Match: %s\r\n\r\n",
              id, g_capd.port, g_capd.token, e);
     for (int i = 0; i < N; i++) {
-        fds[i] = connect_port(g_capd.port);
+        fds[i] = tcp_connect_local(g_capd.port);
         cr_assert(fds[i] >= 0);
         cr_assert_eq(write(fds[i], req, strlen(req)), (ssize_t)strlen(req));
     }
