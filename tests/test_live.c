@@ -122,6 +122,25 @@ static void wait_running(const char *id)
     cr_assert_fail("job %s never ran a cell", id);
 }
 
+/* GET PATH answers 200 with an ETag (into ETAG) and then, revalidated
+ * with it, 304. */
+static void assert_revalidates(const char *path, char etag[128])
+{
+    cr_assert_eq(get_tagged(path, NULL, etag, NULL), 200, "%s", path);
+    cr_assert(etag[0], "no ETag on %s", path);
+    cr_assert_eq(get_tagged(path, etag, NULL, NULL), 304, "%s", path);
+}
+
+/* Starts capd with the defaults and runs one job of MODELS at commit
+ * abcdef1 to its end; returns its id. */
+static char *start_with_finished_job(const char *models)
+{
+    start(NULL);
+    char *id = submit("abcdef1", models, NULL);
+    wait_done(id);
+    return id;
+}
+
 /* A request is counted when MHD reports it complete, which can be just
  * after the client has its reply: wait a little for the count. */
 static double metric_reaches(const char *series, double want)
@@ -139,9 +158,7 @@ static double metric_reaches(const char *series, double want)
 
 Test(etag, job_304_until_it_changes)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\"");
     char path[128], e1[128], e2[128], inm[300];
     size_t len;
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
@@ -169,14 +186,10 @@ Test(etag, job_304_until_it_changes)
 
 Test(etag, list_cell_records_compare)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\"");
     char e[128], e2[128];
     /* The job list: 304 until any job changes. */
-    cr_assert_eq(get_tagged("/v1/jobs?limit=10", NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged("/v1/jobs?limit=10", e, NULL, NULL), 304);
+    assert_revalidates("/v1/jobs?limit=10", e);
     cr_assert_eq(get_tagged("/v1/jobs?limit=11", e, NULL, NULL), 200,
                  "another query is another representation");
     char *id2 = submit("abcdef2", "\"fake:ok\"", NULL);
@@ -194,19 +207,13 @@ Test(etag, list_cell_records_compare)
         json_string_value(json_object_get(json_array_get(json_object_get(job, "cells"), 0), "id"));
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", id, cell);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor", id, cell);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     /* A comparison: 304 without recomputing; a different query or Accept
      * is a different result. */
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", id, id2);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&tensors=1", id, id2);
     cr_assert_eq(get_tagged(path, e, e2, NULL), 200);
     cr_assert_str_neq(e, e2);
@@ -710,9 +717,7 @@ Test(events, shutdown_with_streams_and_polls_open)
 
 Test(metrics, text_format_and_values)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\", \"fake:failed\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\", \"fake:failed\"");
     char path[128], e[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
@@ -827,9 +832,7 @@ Test(dashboard, static_files_public_and_cached)
               "CSP %s", csp);
     tu_resp_free(&r);
     char e[128];
-    cr_assert_eq(get_tagged("/static/app.js", NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged("/static/app.js", e, NULL, NULL), 304);
+    assert_revalidates("/static/app.js", e);
     cr_assert_eq(get_tagged("/static/style.css", NULL, NULL, NULL), 200);
     cr_assert_eq(get_tagged("/static/nope.js", NULL, NULL, NULL), 404);
     cr_assert_eq(get_tagged("/static/..%2Fcapd.db", NULL, NULL, NULL), 404);
