@@ -90,18 +90,24 @@ static void sb_tensor(struct sb *s, long long seq, const char *capture, long lon
     }
 }
 
-/* N stats tensors of one element, seq 0 to N-1. */
-static void sb_stats_tensors(struct sb *s, int n)
+/* A whole stream (hello, env, tensors, end ok) of N stats tensors of one
+ * element, seq 0 to N-1. */
+static void sb_stats_stream(struct sb *s, int n)
 {
+    sb_str(s, HELLO ENV);
     for (int i = 0; i < n; i++)
         sb_tensor(s, i, "stats", 1, 0, 0);
+    sb_str(s, END_OK);
 }
 
-/* A full-capture tensor of SIZES[i] bytes for each i below N, seq i. */
-static void sb_full_tensors(struct sb *s, const int *sizes, int n)
+/* A whole stream (hello, env, tensors, end ok) of a full-capture tensor of
+ * SIZES[i] bytes for each i below N, seq i. */
+static void sb_full_stream(struct sb *s, const int *sizes, int n)
 {
+    sb_str(s, HELLO ENV);
     for (int i = 0; i < n; i++)
         sb_tensor(s, i, "full", sizes[i], (size_t)sizes[i], 0);
+    sb_str(s, END_OK);
 }
 
 /* ---- recording what the parser delivers ---------------------------------- */
@@ -1050,16 +1056,12 @@ Test(frame, frame_count_limit)
 
     frame_limits_default(&l);
     l.max_frames = 5;
-    sb_str(&s, HELLO ENV);
-    sb_stats_tensors(&s, 2);
-    sb_str(&s, END_OK);
+    sb_stats_stream(&s, 2);
     run_all_ok(&s, &l, NULL, &res, "5 frames");
     cr_assert_eq(res.count, 5);
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_stats_tensors(&s, 3);
-    sb_str(&s, END_OK);
+    sb_stats_stream(&s, 3);
     expect_violation("6 frames", s.b, s.n, &l, -EPROTO,
                      "frame 6: frame limit exceeded: more than 5 frames");
     sb_free(&s);
@@ -1077,23 +1079,17 @@ Test(frame, payload_limits)
 
     static const int at_limits[] = {1000, 1000, 500}, one_over[] = {1001},
                      total_over[] = {1000, 1000, 501};
-    sb_str(&s, HELLO ENV);
-    sb_full_tensors(&s, at_limits, 3);
-    sb_str(&s, END_OK);
+    sb_full_stream(&s, at_limits, 3);
     run_all_ok(&s, &l, NULL, &res, "payloads at the limits");
     cr_assert_eq(res.payload_bytes, 2500);
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_full_tensors(&s, one_over, 1);
-    sb_str(&s, END_OK);
+    sb_full_stream(&s, one_over, 1);
     expect_violation("payload 1001", s.b, s.n, &l, -EPROTO,
                      "frame 3: nbytes 1001 exceeds the payload limit of 1000 bytes");
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_full_tensors(&s, total_over, 3);
-    sb_str(&s, END_OK);
+    sb_full_stream(&s, total_over, 3);
     expect_violation("total 2501", s.b, s.n, &l, -EPROTO,
                      "frame 5: total payload limit exceeded: 2000 + 501 bytes > 2500");
     sb_free(&s);
