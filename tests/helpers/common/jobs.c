@@ -24,8 +24,7 @@ char *jobs_post(const struct tu_capd *c, const char *fmt, ...)
     return out;
 }
 
-void jobs_wait_all(const struct tu_capd *c, char **ids, int n, int timeout_s,
-                   const char *want_cell)
+void jobs_wait_all(const struct tu_capd *c, char **ids, int n, int timeout_s, const char *want_cell)
 {
     for (int i = 0; i < n; i++) {
         json_t *j = tu_wait_job(c, ids[i], timeout_s);

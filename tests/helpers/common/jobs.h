@@ -10,7 +10,8 @@
 
 /* POSTs the body FMT... to /v1/jobs of capd C; fails the test, with the
  * reply, unless it is 201 with an id, which it returns (owned). */
-char *jobs_post(const struct tu_capd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *jobs_post(const struct tu_capd *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Waits up to TIMEOUT_S for each of the N jobs IDS to end, failing the test
  * if one does not, or, with WANT_CELL non-NULL, if its first cell did not
  * end in that state; frees the ids. */
