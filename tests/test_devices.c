@@ -272,6 +272,29 @@ static char *submit(struct env *e, const char *models, const char *passes, const
     return r;
 }
 
+/* submit, asserting that the job is accepted (201); returns its id. */
+static char *submit_ok(struct env *e, const char *models, const char *passes, const char *device)
+{
+    long st = 0;
+    char *id = submit(e, models, passes, device, &st, NULL);
+    cr_assert_eq(st, 201, "POST /v1/jobs %s %s on %s: %ld", models, passes, device, st);
+    return id;
+}
+
+/* Waits up to a minute for job ID to end, asserting that it did. */
+static json_t *wait_ended(struct env *e, const char *id)
+{
+    json_t *j = tu_wait_job(&e->c, id, 60);
+    cr_assert_not_null(j, "job %s ended", id);
+    return j;
+}
+
+/* Cell I of job J. */
+static json_t *cell_of(json_t *j, size_t i)
+{
+    return json_array_get(json_object_get(j, "cells"), i);
+}
+
 static int64_t iso_ms(const char *s)
 {
     struct tm tm;
@@ -391,11 +414,9 @@ Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
     cr_assert_eq(jint(d, "count"), 1);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     json_decref(d);
-    job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
-    json_t *j = tu_wait_job(&e.c, job, 60);
-    cr_assert_not_null(j);
-    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    job = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
+    json_t *j = wait_ended(&e, job);
+    json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
     json_decref(j);
     free(job);
@@ -472,7 +493,7 @@ Test(devices, gpu_cell_sees_only_its_device)
     char *job = strdup(s_(j, "id"));
     json_decref(j);
     j = tu_wait_job(&e.c, job, 60);
-    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
     json_t *env = cell_environ(&e, job, s_(cell, "id"));
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
@@ -491,7 +512,7 @@ Test(devices, gpu_cell_sees_only_its_device)
     /* A CPU cell gets none of them from capd. */
     job = submit(&e, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
     j = tu_wait_job(&e.c, job, 60);
-    cell = json_array_get(json_object_get(j, "cells"), 0);
+    cell = cell_of(j, 0);
     env = cell_environ(&e, job, s_(cell, "id"));
     cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
@@ -511,10 +532,7 @@ Test(devices, amd_visibility_stacks)
 {
     struct env e;
     start(&e, 2, "amd", "\"max_parallel\":2");
-    long st = 0;
-    char *job =
-        submit(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
+    char *job = submit_ok(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu");
     json_t *j = tu_wait_job(&e.c, job, 60);
     json_t *cell = NULL;
     size_t i;
@@ -545,11 +563,8 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
 {
     struct env e;
     start(&e, 1, "nvidia", "\"max_parallel\":3");
-    long st = 0;
-    char *a = submit(&e, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
-    char *b = submit(&e, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu", &st, NULL);
-    cr_assert_eq(st, 201);
+    char *a = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu");
+    char *b = submit_ok(&e, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu");
 
     /* While A runs, the device is in use by one of its cells. */
     bool seen_busy = false;
@@ -566,12 +581,10 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     }
     cr_assert(seen_busy, "the device was seen in use");
 
-    json_t *ja = tu_wait_job(&e.c, a, 60), *jb = tu_wait_job(&e.c, b, 60);
-    cr_assert_not_null(ja);
-    cr_assert_not_null(jb);
-    json_t *c0 = json_array_get(json_object_get(ja, "cells"), 0);
-    json_t *c1 = json_array_get(json_object_get(ja, "cells"), 1);
-    json_t *cb = json_array_get(json_object_get(jb, "cells"), 0);
+    json_t *ja = wait_ended(&e, a), *jb = wait_ended(&e, b);
+    json_t *c0 = cell_of(ja, 0);
+    json_t *c1 = cell_of(ja, 1);
+    json_t *cb = cell_of(jb, 0);
     cr_assert_str_eq(s_(c0, "state"), "ok");
     cr_assert_str_eq(s_(c1, "state"), "ok");
     cr_assert_str_eq(s_(cb, "state"), "ok");
@@ -599,9 +612,7 @@ Test(devices, two_devices_two_cells_at_once)
 {
     struct env e;
     start(&e, 2, "nvidia", "\"max_parallel\":2");
-    long st = 0;
-    char *a = submit(&e, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
+    char *a = submit_ok(&e, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu");
     bool both = false;
     for (int i = 0; i < 100 && !both; i++) {
         json_t *d = get_devices(&e);
@@ -615,8 +626,7 @@ Test(devices, two_devices_two_cells_at_once)
         usleep(20 * 1000);
     }
     cr_assert(both, "both devices were in use at once");
-    json_t *j = tu_wait_job(&e.c, a, 60);
-    cr_assert_not_null(j);
+    json_t *j = wait_ended(&e, a);
     json_decref(j);
     free(a);
     stop(&e);
@@ -629,24 +639,20 @@ Test(devices, gpu_cell_fails_when_the_devices_went_away)
 {
     struct env e;
     start(&e, 1, "nvidia", "");
-    long st = 0;
-    char *cpu = submit(&e, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu", &st, NULL);
-    cr_assert_eq(st, 201);
-    char *gpu = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
+    char *cpu = submit_ok(&e, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu");
+    char *gpu = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
     write_devices(&e, 0, "nvidia");
     json_t *d = refresh(&e);
     cr_assert_eq(jint(d, "count"), 0);
     json_decref(d);
-    json_t *j = tu_wait_job(&e.c, gpu, 60);
-    cr_assert_not_null(j);
-    json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+    json_t *j = wait_ended(&e, gpu);
+    json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "failed");
     cr_assert(strstr(s_(cell, "reason"), "no GPU device (fake: no device)"), "%s",
               s_(cell, "reason"));
     json_decref(j);
     j = tu_wait_job(&e.c, cpu, 60);
-    cr_assert_str_eq(s_(json_array_get(json_object_get(j, "cells"), 0), "state"), "ok");
+    cr_assert_str_eq(s_(cell_of(j, 0), "state"), "ok");
     json_decref(j);
     free(cpu);
     free(gpu);
@@ -685,8 +691,7 @@ Test(devices, replies_match_the_openapi_spec)
     d = refresh(&e);
     sample(dir, n++, "GET", "/v1/devices", 200, d);
     json_decref(d);
-    char *job = submit(&e, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu", &st, NULL);
-    cr_assert_eq(st, 201);
+    char *job = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu");
     bool busy = false;
     for (int i = 0; i < 100 && !busy; i++) {
         d = get_devices(&e);

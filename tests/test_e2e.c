@@ -260,6 +260,30 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
     tu_resp_free(&md);
 }
 
+/* Starts capd with EXTRA flags and registers the two builds; returns the
+ * widest width capd finds this host runs. Skips the test (WHY) when that is
+ * not NEED, or, with NEED NULL, when it is "default" (no vector width). */
+static const char *start_at_width(struct tu_capd *c, const char *const *extra, const char *need,
+                                  const char *why)
+{
+    cr_assert_eq(tu_capd_start(c, NULL, extra), 0);
+    const char *widest = tu_widest_width(c);
+    if (need ? strcmp(widest, need) != 0 : strcmp(widest, "default") == 0) {
+        tu_capd_stop(c);
+        cr_skip_test("%s", why);
+    }
+    register_builds(c);
+    return widest;
+}
+
+/* Frees the N job ids in IDS and stops capd, which must exit 0. */
+static void stop_e2e(struct tu_capd *c, char **ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
+    cr_assert_eq(tu_capd_stop(c), 0);
+}
+
 /*
  * The main loop, in one test because each job costs minutes: a control job,
  * the same build again, and the build perturbed at the widest width this
@@ -269,13 +293,8 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
 {
     struct tu_capd c;
     const char *extra[] = {NULL};
-    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
-    const char *perturbed = tu_widest_width(&c);
-    if (!strcmp(perturbed, "default")) {
-        tu_capd_stop(&c);
-        cr_skip_test("this host runs neither avx2 nor avx512: no vector width to perturb");
-    }
-    register_builds(&c);
+    const char *perturbed = start_at_width(
+        &c, extra, NULL, "this host runs neither avx2 nor avx512: no vector width to perturb");
     int nrun = 0;
     for (int w = 0; w < 3; w++)
         nrun += tu_width_runnable(&c, all_widths[w]) ? 4 : 0;
@@ -293,10 +312,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     json_decref(af_wait_job(&c, j3, JOB_S));
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed, nrun);
-    free(j1);
-    free(j2);
-    free(j3);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    stop_e2e(&c, (char *[]){j1, j2, j3}, 3);
 }
 
 /*
@@ -309,12 +325,8 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
 {
     struct tu_capd c;
     const char *extra[] = {"--cpu-features-hide", "avx512f", NULL};
-    cr_assert_eq(tu_capd_start(&c, NULL, extra), 0);
-    if (strcmp(tu_widest_width(&c), "avx2") != 0) {
-        tu_capd_stop(&c);
-        cr_skip_test("this host has no AVX2: nothing to run once AVX-512 is hidden");
-    }
-    register_builds(&c);
+    start_at_width(&c, extra, "avx2",
+                   "this host has no AVX2: nothing to run once AVX-512 is hidden");
     const char *w = "\"avx2\",\"avx512\"";
     char *j1 = submit(&c, "control", "5555555", NULL, "\"mlp\"", w, "\"forward\"");
     char *j2 = submit(&c, "control", "6666666", "5555555", "\"mlp\"", w, "\"forward\"");
@@ -347,10 +359,7 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
                      "fc1.0.forward.output.0");
     cr_assert_str_eq(tu_jstr(a5, "status"), "not_run");
     json_decref(diff);
-    free(j1);
-    free(j2);
-    free(j3);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    stop_e2e(&c, (char *[]){j1, j2, j3}, 3);
 }
 
 /* A width this x86 CPU cannot run is reported unsupported, never captured
@@ -371,8 +380,7 @@ Test(e2e, foreign_width_unsupported, .timeout = 600)
     /* native records what the framework picked. */
     cr_assert(json_is_string(json_object_get(json_array_get(cells, 1), "effective_width")));
     json_decref(job);
-    free(j);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    stop_e2e(&c, &j, 1);
 }
 
 /* User models load only from the build's model roots. */
@@ -413,8 +421,7 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     const char *reason = tu_jstr(json_array_get(cells, 1), "reason");
     cr_assert(reason && strstr(reason, "root"), "refusal names the roots: %s", reason);
     json_decref(job);
-    free(j);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    stop_e2e(&c, &j, 1);
 }
 
 /* A job of one user model at one width, forward, at granularity op. */

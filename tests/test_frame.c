@@ -90,6 +90,26 @@ static void sb_tensor(struct sb *s, long long seq, const char *capture, long lon
     }
 }
 
+/* A whole stream (hello, env, tensors, end ok) of N stats tensors of one
+ * element, seq 0 to N-1. */
+static void sb_stats_stream(struct sb *s, int n)
+{
+    sb_str(s, HELLO ENV);
+    for (int i = 0; i < n; i++)
+        sb_tensor(s, i, "stats", 1, 0, 0);
+    sb_str(s, END_OK);
+}
+
+/* A whole stream (hello, env, tensors, end ok) of a full-capture tensor of
+ * SIZES[i] bytes for each i below N, seq i. */
+static void sb_full_stream(struct sb *s, const int *sizes, int n)
+{
+    sb_str(s, HELLO ENV);
+    for (int i = 0; i < n; i++)
+        sb_tensor(s, i, "full", sizes[i], (size_t)sizes[i], 0);
+    sb_str(s, END_OK);
+}
+
 /* ---- recording what the parser delivers ---------------------------------- */
 
 struct rec_frame {
@@ -347,6 +367,23 @@ static void run_all(const void *buf, size_t len, const struct frame_limits *l, s
         rec_free(&ref);
 }
 
+/* run_all over the bytes of S, asserting that they parse cleanly; WHAT
+ * names the stream in a failure. */
+static void run_all_ok(const struct sb *s, const struct frame_limits *l, struct rec *out,
+                       struct result *res, const char *what)
+{
+    run_all(s->b, s->n, l, out, res);
+    cr_assert_eq(res->rc, 0, "%s: %s", what, res->err);
+}
+
+/* run over the bytes of S (no limits), asserting that they parse cleanly. */
+static void run_ok(const struct sb *s, enum mode mode, size_t fixed, bool fast, struct rec *r,
+                   struct result *res)
+{
+    run(s->b, s->n, NULL, mode, fixed, fast, r, res);
+    cr_assert_eq(res->rc, 0, "%s", res->err);
+}
+
 /* ---- valid streams --------------------------------------------------------- */
 
 /* A stream with every kind, payloads small and large, and frames of unknown
@@ -389,8 +426,7 @@ Test(frame, valid_stream_any_chunking)
     size_t ntensor = 0, nfast = 0;
 
     build_full_stream(&s, &total);
-    run_all(s.b, s.n, NULL, &r, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_all_ok(&s, NULL, &r, &res, "the full stream");
     cr_assert_str_eq(res.err, "");
     cr_assert(res.saw_end);
     cr_assert_str_eq(res.end_status, "ok");
@@ -459,8 +495,7 @@ Test(frame, slow_path_builds_tree_before_callback)
     sb_str(&s, HELLO ENV);
     sb_tensor(&s, 0, "stats", 4, 0, 0);
     sb_str(&s, END_OK);
-    run(s.b, s.n, NULL, WHOLE, 0, false, &r, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_ok(&s, WHOLE, 0, false, &r, &res);
     cr_assert_eq(r.n, 4);
     cr_assert_eq(r.v[2].kind, FRAME_TENSOR);
     cr_assert_not(r.v[2].fast);
@@ -481,8 +516,7 @@ Test(frame, every_two_chunk_split)
     sb_tensor(&s, 1, "sample", 1000, 8, 2);
     sb_tensor(&s, 2, "stats", 1, 0, 0);
     sb_str(&s, END_OK);
-    run(s.b, s.n, NULL, WHOLE, 0, true, &ref, &rref);
-    cr_assert_eq(rref.rc, 0, "%s", rref.err);
+    run_ok(&s, WHOLE, 0, true, &ref, &rref);
     cr_assert_eq(ref.n, 6);
     for (size_t cut = 1; cut < s.n; cut++) {
         struct frame_parser *p;
@@ -511,8 +545,7 @@ Test(frame, big_payload_in_pipe_sized_chunks)
     sb_tensor(&s, 0, "full", (long long)n, n, 9);
     sb_tensor(&s, 1, "full", 3, 3, 1);
     sb_str(&s, END_OK);
-    run(s.b, s.n, NULL, FIXED, 65536, true, &r, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_ok(&s, FIXED, 65536, true, &r, &res);
     cr_assert_eq(r.n, 5);
     cr_assert_eq(r.v[2].nbytes, n);
     for (size_t i = 0; i < n; i += 4099)
@@ -538,8 +571,7 @@ Test(frame, stats_null_and_absent)
     sb_str(&s, HELLO ENV);
     sb_str(&s, line);
     sb_str(&s, END_OK);
-    run_all(s.b, s.n, NULL, &r, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_all_ok(&s, NULL, &r, &res, "null and absent stats");
     cr_assert_eq(r.v[2].t.ndim, 0);
     cr_assert_eq(r.v[2].t.numel, 1);
     cr_assert(isnan(r.v[2].stats.min));
@@ -561,8 +593,7 @@ Test(frame, end_status_and_reason)
 
     sb_str(&s, HELLO "{\"kind\":\"end\",\"status\":\"unsupported\",\"reason\":\"width avx512 "
                      "requested, effective avx2\"}\n");
-    run_all(s.b, s.n, NULL, NULL, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_all_ok(&s, NULL, NULL, &res, "an end with a reason");
     cr_assert(res.saw_end);
     cr_assert_str_eq(res.end_status, "unsupported");
     cr_assert_str_eq(res.end_reason, "width avx512 requested, effective avx2");
@@ -809,8 +840,7 @@ Test(frame, violations_tensor_fields)
         sb_str(&s, HELLO ENV);
         sb_json_line(&s, t);
         sb_str(&s, END_OK);
-        run_all(s.b, s.n, NULL, NULL, &res);
-        cr_assert_eq(res.rc, 0, "base: %s", res.err);
+        run_all_ok(&s, NULL, NULL, &res, "base");
         json_decref(t);
         sb_free(&s);
     }
@@ -840,6 +870,15 @@ Test(frame, violations_tensor_fields)
     }
 }
 
+/* A stats tensor frame, seq 5, under KEY. */
+static void sb_keyed_tensor(struct sb *s, const char *key)
+{
+    sb_printf(s,
+              "{\"kind\":\"tensor\",\"seq\":5,\"key\":\"%s\",\"dtype\":\"uint8\",\"shape\":[1],"
+              "\"numel\":1,\"stats\":{},\"hash\":\"" HASH "\",\"capture\":\"stats\"}\n",
+              key);
+}
+
 Test(frame, tensor_key_length_and_seq_order)
 {
     char key[FRAME_MAX_KEY + 2];
@@ -850,13 +889,9 @@ Test(frame, tensor_key_length_and_seq_order)
     memset(key, 'k', sizeof(key));
     key[FRAME_MAX_KEY] = '\0';
     sb_str(&s, HELLO ENV);
-    sb_printf(&s,
-              "{\"kind\":\"tensor\",\"seq\":5,\"key\":\"%s\",\"dtype\":\"uint8\",\"shape\":[1],"
-              "\"numel\":1,\"stats\":{},\"hash\":\"" HASH "\",\"capture\":\"stats\"}\n",
-              key);
+    sb_keyed_tensor(&s, key);
     sb_str(&s, END_OK);
-    run_all(s.b, s.n, NULL, &r, &res);
-    cr_assert_eq(res.rc, 0, "512-byte key: %s", res.err);
+    run_all_ok(&s, NULL, &r, &res, "512-byte key");
     cr_assert_eq(r.v[2].t.key_len, FRAME_MAX_KEY);
     rec_free(&r);
     sb_free(&s);
@@ -864,27 +899,27 @@ Test(frame, tensor_key_length_and_seq_order)
     key[FRAME_MAX_KEY] = 'k';
     key[FRAME_MAX_KEY + 1] = '\0';
     sb_str(&s, HELLO ENV);
-    sb_printf(&s,
-              "{\"kind\":\"tensor\",\"seq\":5,\"key\":\"%s\",\"dtype\":\"uint8\",\"shape\":[1],"
-              "\"numel\":1,\"stats\":{},\"hash\":\"" HASH "\",\"capture\":\"stats\"}\n",
-              key);
+    sb_keyed_tensor(&s, key);
     expect_violation("513-byte key", s.b, s.n, NULL, -EPROTO,
                      "tensor key must be 1..512 bytes, got 513");
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 5, "stats", 1, 0, 0);
-    sb_tensor(&s, 5, "stats", 1, 0, 0);
-    expect_violation("equal seq", s.b, s.n, NULL, -EPROTO,
-                     "frame 4: tensor seq 5 is not strictly increasing (previous 5)");
-    sb_free(&s);
-
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 5, "stats", 1, 0, 0);
-    sb_tensor(&s, 3, "stats", 1, 0, 0);
-    expect_violation("decreasing seq", s.b, s.n, NULL, -EPROTO,
-                     "tensor seq 3 is not strictly increasing (previous 5)");
-    sb_free(&s);
+    /* Seq 5, then one not above it. */
+    static const struct {
+        const char *name;
+        long long second;
+        const char *want;
+    } seqs[] = {
+        {"equal seq", 5, "frame 4: tensor seq 5 is not strictly increasing (previous 5)"},
+        {"decreasing seq", 3, "tensor seq 3 is not strictly increasing (previous 5)"},
+    };
+    for (size_t i = 0; i < sizeof(seqs) / sizeof(seqs[0]); i++) {
+        sb_str(&s, HELLO ENV);
+        sb_tensor(&s, 5, "stats", 1, 0, 0);
+        sb_tensor(&s, seqs[i].second, "stats", 1, 0, 0);
+        expect_violation(seqs[i].name, s.b, s.n, NULL, -EPROTO, seqs[i].want);
+        sb_free(&s);
+    }
 }
 
 Test(frame, payload_size_must_match_capture)
@@ -927,8 +962,9 @@ Test(frame, payload_size_must_match_capture)
         if (cases[i].want) {
             expect_violation(cases[i].dtype, s.b, s.n, NULL, -EPROTO, cases[i].want);
         } else {
-            run_all(s.b, s.n, NULL, NULL, &res);
-            cr_assert_eq(res.rc, 0, "case %zu: %s", i, res.err);
+            char name[32];
+            snprintf(name, sizeof(name), "case %zu", i);
+            run_all_ok(&s, NULL, NULL, &res, name);
             cr_assert_eq(res.payload_bytes, (uint64_t)cases[i].nbytes);
         }
         sb_free(&s);
@@ -958,8 +994,7 @@ Test(frame, header_line_limit_default)
     sb_str(&s, HELLO);
     sb_note_of_size(&s, FRAME_DEFAULT_MAX_HEADER);
     sb_str(&s, END_OK);
-    run_all(s.b, s.n, NULL, NULL, &res);
-    cr_assert_eq(res.rc, 0, "65536-byte line: %s", res.err);
+    run_all_ok(&s, NULL, NULL, &res, "65536-byte line");
     cr_assert_eq(res.count, 3);
     sb_free(&s);
 
@@ -1004,8 +1039,7 @@ Test(frame, header_line_limit_small)
     sb_str(&s, HELLO);
     sb_note_of_size(&s, 128);
     sb_str(&s, END_OK);
-    run_all(s.b, s.n, &l, NULL, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    run_all_ok(&s, &l, NULL, &res, "a 128-byte line");
     sb_free(&s);
 
     sb_str(&s, HELLO);
@@ -1022,19 +1056,12 @@ Test(frame, frame_count_limit)
 
     frame_limits_default(&l);
     l.max_frames = 5;
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "stats", 1, 0, 0);
-    sb_tensor(&s, 1, "stats", 1, 0, 0);
-    sb_str(&s, END_OK);
-    run_all(s.b, s.n, &l, NULL, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    sb_stats_stream(&s, 2);
+    run_all_ok(&s, &l, NULL, &res, "5 frames");
     cr_assert_eq(res.count, 5);
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    for (int i = 0; i < 3; i++)
-        sb_tensor(&s, i, "stats", 1, 0, 0);
-    sb_str(&s, END_OK);
+    sb_stats_stream(&s, 3);
     expect_violation("6 frames", s.b, s.n, &l, -EPROTO,
                      "frame 6: frame limit exceeded: more than 5 frames");
     sb_free(&s);
@@ -1050,28 +1077,19 @@ Test(frame, payload_limits)
     l.max_payload = 1000;
     l.max_total_payload = 2500;
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "full", 1000, 1000, 0);
-    sb_tensor(&s, 1, "full", 1000, 1000, 0);
-    sb_tensor(&s, 2, "full", 500, 500, 0);
-    sb_str(&s, END_OK);
-    run_all(s.b, s.n, &l, NULL, &res);
-    cr_assert_eq(res.rc, 0, "%s", res.err);
+    static const int at_limits[] = {1000, 1000, 500}, one_over[] = {1001},
+                     total_over[] = {1000, 1000, 501};
+    sb_full_stream(&s, at_limits, 3);
+    run_all_ok(&s, &l, NULL, &res, "payloads at the limits");
     cr_assert_eq(res.payload_bytes, 2500);
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "full", 1001, 1001, 0);
-    sb_str(&s, END_OK);
+    sb_full_stream(&s, one_over, 1);
     expect_violation("payload 1001", s.b, s.n, &l, -EPROTO,
                      "frame 3: nbytes 1001 exceeds the payload limit of 1000 bytes");
     sb_free(&s);
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "full", 1000, 1000, 0);
-    sb_tensor(&s, 1, "full", 1000, 1000, 0);
-    sb_tensor(&s, 2, "full", 501, 501, 0);
-    sb_str(&s, END_OK);
+    sb_full_stream(&s, total_over, 3);
     expect_violation("total 2501", s.b, s.n, &l, -EPROTO,
                      "frame 5: total payload limit exceeded: 2000 + 501 bytes > 2500");
     sb_free(&s);

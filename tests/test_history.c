@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/jobs.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -51,26 +52,17 @@ static char *submit(const char *branch, int i, const char *build, bool order)
         snprintf(extra, sizeof extra,
                  ",\"commit_time\":\"2024-01-01T%02d:%02d:00Z\",\"parents\":[\"%s\"]", i / 60,
                  i % 60, p);
-    long status = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &status,
-                         "{\"project\":\"h\",\"commit\":\"%s\",\"branch\":\"%s\",\"build\":\"%s\","
-                         "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\"],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":7}%s}",
-                         c, branch, build, extra);
-    cr_assert_eq(status, 201, "submit %d: %ld %s", i, status, json_dumps(j, 0));
-    char *id = strdup(json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    return id;
+    return jobs_post(&g_capd,
+                     "{\"project\":\"h\",\"commit\":\"%s\",\"branch\":\"%s\",\"build\":\"%s\","
+                     "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\"],"
+                     "\"passes\":[\"forward\"]},\"options\":{\"iterations\":7}%s}",
+                     c, branch, build, extra);
 }
 
+/* Waits for the N jobs IDS to end (two minutes each at most); frees them. */
 static void wait_all(char **ids, int n)
 {
-    for (int i = 0; i < n; i++) {
-        json_t *j = tu_wait_job(&g_capd, ids[i], 120);
-        cr_assert(j, "job %s did not finish", ids[i]);
-        json_decref(j);
-        free(ids[i]);
-    }
+    jobs_wait_all(&g_capd, ids, n, 120, NULL);
 }
 
 static void builds(void)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/jobs.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -111,26 +112,16 @@ static char *submit(const char *project, int i, bool ordered)
                  ",\"branch\":\"main\",\"commit_time\":\"2024-01-01T00:%02d:00Z\","
                  "\"parents\":[\"%s\"]",
                  i, p);
-    long st = 0;
-    json_t *j = tu_jsonf(&g_capd, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"%s\",\"commit\":\"%s\",\"build\":\"pc\"," MATRIX ",%s%s}",
-                         project, c, ordered ? TIMED : CAPTURED, extra);
-    cr_assert_eq(st, 201, "%s", json_dumps(j, 0));
-    char *id = strdup(tu_str(j, "id"));
-    json_decref(j);
-    return id;
+    return jobs_post(&g_capd,
+                     "{\"project\":\"%s\",\"commit\":\"%s\",\"build\":\"pc\"," MATRIX ",%s%s}",
+                     project, c, ordered ? TIMED : CAPTURED, extra);
 }
 
+/* Waits for the N jobs IDS to end with their cell ok (five minutes each at
+ * most); frees them. */
 static void wait_all(char **ids, int n)
 {
-    for (int i = 0; i < n; i++) {
-        json_t *j = tu_wait_job(&g_capd, ids[i], 300);
-        cr_assert_not_null(j, "job %s did not finish", ids[i]);
-        json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
-        cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", json_dumps(j, 0));
-        json_decref(j);
-        free(ids[i]);
-    }
+    jobs_wait_all(&g_capd, ids, n, 300, "ok");
 }
 
 /* The alerts other than memory (peak RSS is not steered here) name

@@ -13,10 +13,8 @@
  * byte-for-byte the same as before (builds, jobs, cells, branches, tokens).
  * The generator is seeded, so a failure names the seed and the request.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 #define HOSTILE_REQUESTS 10000
@@ -66,6 +65,19 @@ static void put(struct buf *b, const void *p, size_t n)
     memcpy(b->p + b->n, p, n);
     b->n += n;
 }
+
+/* The byte C, N times (as far as the cap allows). */
+static void put_rep(struct buf *b, char c, int n)
+{
+    for (int i = 0; i < n; i++)
+        put(b, &c, 1);
+}
+
+/* Bytes of a fixed text, its length given: some carry NUL bytes. */
+struct lit {
+    const char *p;
+    size_t n;
+};
 
 static void putf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(struct buf *b, const char *fmt, ...)
@@ -183,30 +195,30 @@ static const char *const templates[] = {
     "{\"scope\":\"read\",\"name\":\"x\",\"expires_in_s\":60}",
 };
 
+/* JSON values capd must refuse or survive, case 1 to 4 of json_junk; the
+ * last is invalid UTF-8, so a body holding it is never valid. */
+static const struct lit junk_atoms[] = {
+    {"1e999999", 8},
+    {"null", 4},
+    {"\"\\ud800\\u0000\\n\"", 16},
+    {"\"\xff\xfe\"", 4},
+};
+
 static void json_junk(uint64_t *s, struct buf *b, int depth)
 {
-    switch (depth > 3 ? pick(s, 5) : pick(s, 9)) {
+    unsigned k = depth > 3 ? pick(s, 5) : pick(s, 9);
+    if (k >= 1 && k <= 4) {
+        put(b, junk_atoms[k - 1].p, junk_atoms[k - 1].n);
+        return;
+    }
+    switch (k) {
     case 0:
         putf(b, "%lld", (long long)(rnd(s) >> pick(s, 64)) * (pick(s, 2) ? 1 : -1));
         break;
-    case 1:
-        put(b, "1e999999", 8);
-        break;
-    case 2:
-        put(b, "null", 4);
-        break;
-    case 3:
-        put(b, "\"\\ud800\\u0000\\n\"", 16);
-        break;
-    case 4:
-        put(b, "\"\xff\xfe\"", 4); /* invalid UTF-8: the body is never valid */
-        break;
     case 5: {
         int n = 1 + (int)pick(s, 3000);
-        for (int i = 0; i < n; i++)
-            put(b, "[", 1);
-        for (int i = 0; i < n; i++)
-            put(b, "]", 1);
+        put_rep(b, '[', n);
+        put_rep(b, ']', n);
         break;
     }
     case 6:
@@ -221,13 +233,10 @@ static void json_junk(uint64_t *s, struct buf *b, int depth)
         json_junk(s, b, depth + 1);
         put(b, "}", 1);
         break;
-    default: {
+    default:
         put(b, "\"", 1);
-        int n = (int)pick(s, 5000);
-        for (int i = 0; i < n; i++)
-            put(b, "x", 1);
+        put_rep(b, 'x', (int)pick(s, 5000));
         put(b, "\"", 1);
-    }
     }
 }
 
@@ -309,36 +318,28 @@ static void header_lines(uint64_t *s, struct buf *b, bool write)
         putf(b, "Authorization: %s\r\n", junk[pick(s, sizeof junk / sizeof junk[0])]);
     } else if (a == 8) {
         put(b, "Authorization: Bearer ", 22);
-        for (int i = 0, n = 1 + (int)pick(s, 9000); i < n; i++)
-            put(b, "A", 1);
+        put_rep(b, 'A', 1 + (int)pick(s, 9000));
         put(b, "\r\n", 2);
     }
     if (write || pick(s, 4) == 0)
         putf(b, "Content-Type: %s\r\n", ctypes[pick(s, sizeof ctypes / sizeof ctypes[0])]);
-    switch (pick(s, 12)) {
-    case 0:
-        put(b, "X-Junk: \x7f\x01\r\n", 13);
-        break;
-    case 1:
-        put(b, "NoColonHere\r\n", 13);
-        break;
-    case 2:
-        put(b, ": empty-name\r\n", 14);
-        break;
-    case 3:
-        put(b, "X-Fold: a\r\n  folded\r\n", 21);
-        break;
-    case 4:
+    /* Broken header lines, case 0 to 3 below; the first goes out with its
+     * terminating NUL byte. */
+    static const struct lit broken[] = {
+        {"X-Junk: \x7f\x01\r\n", 13},
+        {"NoColonHere\r\n", 13},
+        {": empty-name\r\n", 14},
+        {"X-Fold: a\r\n  folded\r\n", 21},
+    };
+    unsigned k = pick(s, 12);
+    if (k <= 3) {
+        put(b, broken[k].p, broken[k].n);
+    } else if (k == 4) {
         putf(b, "Idempotency-Key: %s\r\n", pick(s, 2) ? "\xff\xfe" : "k\x01");
-        break;
-    case 5:
+    } else if (k == 5) {
         put(b, "X-Big: ", 7);
-        for (int i = 0, n = (int)pick(s, 40000); i < n; i++)
-            put(b, "b", 1);
+        put_rep(b, 'b', (int)pick(s, 40000));
         put(b, "\r\n", 2);
-        break;
-    default:
-        break;
     }
 }
 
@@ -372,8 +373,7 @@ static void generate(uint64_t *s, struct gen *g)
     }
     if (kind < 5) { /* a request line of 20 KiB */
         put(b, "GET /", 5);
-        for (int i = 0; i < 20000; i++)
-            put(b, "x", 1);
+        put_rep(b, 'x', 20000);
         put(b, " HTTP/1.1\r\nConnection: close\r\n\r\n", 32);
         snprintf(g->desc, sizeof g->desc, "20 KiB request line");
         return;
@@ -470,14 +470,9 @@ static bool complete(const char *buf, size_t n)
  * returns the status (0: closed without one, -1: neither within 15 s). */
 static int exchange(const char *req, size_t n)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = tcp_connect_local(g_port);
+    if (fd < 0)
         return -2;
-    }
     size_t o = 0;
     while (o < n) {
         struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};

@@ -11,10 +11,8 @@
  * suite) cannot reserve its shadow memory under one. Connection-level limits are
  * tested over raw sockets, since curl would retry or pool connections.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +23,7 @@
 
 #include "storage/store.h"
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 static void start(struct af_env *e, const char *config_json)
@@ -40,6 +39,13 @@ static void start(struct af_env *e, const char *config_json)
     json_decref(conf);
     const char *extra[] = {"--config", cfg, NULL};
     af_start_capd(&e->c, e->dir, extra);
+}
+
+/* start, then the fake runner's build "fake", which the jobs here use. */
+static void start_with_fake(struct af_env *e, const char *config_json)
+{
+    start(e, config_json);
+    cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
 }
 
 static void stop(struct af_env *e)
@@ -66,12 +72,8 @@ static const char *err_code(json_t *j)
 
 static int sock_open(const struct af_env *e)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->c.port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0, "connect: %s",
-                 strerror(errno));
+    int fd = tcp_connect_local(e->c.port);
+    cr_assert_geq(fd, 0, "connect: %s", strerror(errno));
     return fd;
 }
 
@@ -136,6 +138,26 @@ static int served_conn(const struct af_env *e)
     return fd;
 }
 
+/* REQ (LEN bytes) on a new connection, closed afterwards: the status
+ * sock_response gives within TIMEOUT_MS (0: no response), whether the
+ * connection reached EOF in *EOF, the response (or what came) in BUF. A send
+ * cut short is no failure: capd may close before reading it all. */
+static int send_once(const struct af_env *e, const char *req, size_t len, int timeout_ms, bool *eof,
+                     char *buf, size_t cap)
+{
+    int fd = sock_open(e);
+    sock_send(fd, req, len);
+    int st = sock_response(fd, timeout_ms, eof, buf, cap);
+    close(fd);
+    return st;
+}
+
+/* One GET /healthz on a new connection (send_once). */
+static int healthz_once(const struct af_env *e, int timeout_ms, bool *eof, char *buf, size_t cap)
+{
+    return send_once(e, get_healthz, sizeof get_healthz - 1, timeout_ms, eof, buf, cap);
+}
+
 /* ===================================================== request body */
 
 Test(limits, body_size)
@@ -191,12 +213,9 @@ static void big_header(const struct af_env *e, size_t hbytes, bool want_refused)
     memset(req + hn, 'a', hbytes);
     size_t len = (size_t)hn + hbytes;
     len += (size_t)snprintf(req + len, cap - len, "\r\n\r\n%s", json);
-    int fd = sock_open(e);
-    sock_send(fd, req, len); /* MHD may close before reading it all */
     char buf[8192];
     bool eof;
-    int st = sock_response(fd, 10000, &eof, buf, sizeof buf);
-    close(fd);
+    int st = send_once(e, req, len, 10000, &eof, buf, sizeof buf);
     free(req);
     if (want_refused) {
         cr_assert(st == 431 || st == 413 || (st == 0 && eof),
@@ -206,54 +225,64 @@ static void big_header(const struct af_env *e, size_t hbytes, bool want_refused)
     }
 }
 
-Test(limits, header_size_default_64k)
+/* Under CONFIG_JSON, a header block of OVER bytes is refused and stores
+ * nothing, and one of WITHIN bytes is served (and, with COUNT_WITHIN, its
+ * build is then the only one stored). */
+static void header_limit(const char *config_json, size_t over, size_t within, bool count_within)
 {
     struct af_env e;
-    start(&e, "{}");
-    big_header(&e, 100 * 1024, true);
+    start(&e, config_json);
+    big_header(&e, over, true);
     cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 0, "a refused request stored a build");
-    big_header(&e, 16 * 1024, false);
-    cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 1);
+    big_header(&e, within, false);
+    if (count_within)
+        cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 1);
     stop(&e);
+}
+
+Test(limits, header_size_default_64k)
+{
+    header_limit("{}", 100 * 1024, 16 * 1024, true);
 }
 
 Test(limits, header_size_configured)
 {
-    struct af_env e;
-    start(&e, "{\"connection_memory_bytes\": 16384}");
-    big_header(&e, 20 * 1024, true);
-    cr_assert_eq(count_of(&e, "/v1/builds", "builds"), 0, "a refused request stored a build");
-    big_header(&e, 4 * 1024, false);
-    stop(&e);
+    header_limit("{\"connection_memory_bytes\": 16384}", 20 * 1024, 4 * 1024, false);
 }
 
 /* ===================================================== connections */
+
+/* Fills a connection limit of N: N kept-alive connections, each served
+ * once, into FDS; asserts that one more (WHAT names it) gets no response
+ * within TIMEOUT_MS, and returns whether capd closed it at once. */
+static bool fill_connections(const struct af_env *e, int *fds, int n, int timeout_ms,
+                             const char *what)
+{
+    for (int i = 0; i < n; i++)
+        fds[i] = served_conn(e);
+    char buf[4096];
+    bool eof;
+    int st = healthz_once(e, timeout_ms, &eof, buf, sizeof buf);
+    cr_assert_eq(st, 0, "%s was served: %s", what, buf);
+    return eof;
+}
 
 Test(limits, connections_total, .timeout = 60)
 {
     struct af_env e;
     start(&e, "{\"http_threads\": 1, \"max_connections\": 4, \"max_connections_per_ip\": 4}");
     int fds[4];
-    for (int i = 0; i < 4; i++)
-        fds[i] = served_conn(&e);
     /* The fifth is not served while four are open (MHD either stops
      * accepting or closes it at once). */
-    char buf[4096];
-    bool eof;
-    int extra = sock_open(&e);
-    sock_send(extra, get_healthz, sizeof get_healthz - 1);
-    int st = sock_response(extra, 1500, &eof, buf, sizeof buf);
-    cr_assert_eq(st, 0, "a fifth connection was served: %s", buf);
-    close(extra);
+    fill_connections(&e, fds, 4, 1500, "a fifth connection");
     /* Once one is closed, a new connection is served again. */
     close(fds[0]);
     bool served = false;
     for (int i = 0; i < 20 && !served; i++) {
+        char buf[4096];
+        bool eof;
         usleep(100 * 1000);
-        int fd = sock_open(&e);
-        sock_send(fd, get_healthz, sizeof get_healthz - 1);
-        served = sock_response(fd, 1000, &eof, buf, sizeof buf) == 200;
-        close(fd);
+        served = healthz_once(&e, 1000, &eof, buf, sizeof buf) == 200;
     }
     cr_assert(served, "capd serves again below the limit");
     for (int i = 1; i < 4; i++)
@@ -266,16 +295,8 @@ Test(limits, connections_per_client_address, .timeout = 60)
     struct af_env e;
     start(&e, "{\"max_connections\": 64, \"max_connections_per_ip\": 3}");
     int fds[3];
-    for (int i = 0; i < 3; i++)
-        fds[i] = served_conn(&e);
-    char buf[4096];
-    bool eof;
-    int extra = sock_open(&e);
-    sock_send(extra, get_healthz, sizeof get_healthz - 1);
-    int st = sock_response(extra, 2000, &eof, buf, sizeof buf);
-    cr_assert_eq(st, 0, "a fourth connection from one address was served: %s", buf);
+    bool eof = fill_connections(&e, fds, 3, 2000, "a fourth connection from one address");
     cr_assert(eof, "the fourth connection is closed at once");
-    close(extra);
     close(fds[0]);
     usleep(200 * 1000);
     close(served_conn(&e));
@@ -351,8 +372,7 @@ static const char *job_body(char *buf, size_t n, int models, const char *model)
 Test(limits, cells_per_job)
 {
     struct af_env e;
-    start(&e, "{\"max_cells_per_job\": 4}");
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
+    start_with_fake(&e, "{\"max_cells_per_job\": 4}");
     char body[2048];
     long st;
     json_t *j = tu_json(&e.c, "POST", "/v1/jobs", job_body(body, sizeof body, 5, "fake:hang"), &st);
@@ -374,8 +394,7 @@ Test(limits, cells_per_job)
 Test(limits, queued_jobs_total_429_with_retry_after)
 {
     struct af_env e;
-    start(&e, "{\"max_queued_jobs\": 1}");
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
+    start_with_fake(&e, "{\"max_queued_jobs\": 1}");
     char *job = tu_submit(&e.c, "fake", "fake:hang", NULL);
     cr_assert_not_null(job);
     char body[1024];
@@ -493,14 +512,21 @@ Test(limits, queued_jobs_per_token_429_with_retry_after, .timeout = 60)
 
 /* ===================================================== per-cell caps */
 
+/* Starts capd with the per-cell cap in CONFIG_JSON and runs one cell of
+ * MODEL under it (af_run_cell); returns the cell, its job id in *JOB. */
+static json_t *run_capped(struct af_env *e, const char *config_json, const char *model, char **job)
+{
+    start_with_fake(e, config_json);
+    return af_run_cell(&e->c, model, NULL, job);
+}
+
 /* fake:stream writes 100000 frames; the cell may have 50. */
 Test(limits, frames_per_cell, .timeout = 120)
 {
     struct af_env e;
-    start(&e, "{\"frame_max_frames\": 50, \"rlimit_as_bytes\": 0}");
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = af_run_cell(&e.c, "fake:stream", NULL, &job);
+    json_t *cell =
+        run_capped(&e, "{\"frame_max_frames\": 50, \"rlimit_as_bytes\": 0}", "fake:stream", &job);
     const char *state = json_string_value(json_object_get(cell, "state"));
     const char *reason = json_string_value(json_object_get(cell, "reason"));
     cr_assert_str_eq(state, "protocol_error", "%s", reason ? reason : "");
@@ -528,10 +554,9 @@ Test(limits, frames_per_cell, .timeout = 120)
 Test(limits, cell_log_cap, .timeout = 120)
 {
     struct af_env e;
-    start(&e, "{\"cell_log_max_bytes\": 4096, \"rlimit_as_bytes\": 0}");
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
     char *job;
-    json_t *cell = af_run_cell(&e.c, "fake:flood__1", NULL, &job);
+    json_t *cell = run_capped(&e, "{\"cell_log_max_bytes\": 4096, \"rlimit_as_bytes\": 0}",
+                              "fake:flood__1", &job);
     cr_assert_str_eq(json_string_value(json_object_get(cell, "state")), "ok", "%s",
                      json_string_value(json_object_get(cell, "reason")));
     char path[160];

@@ -10,12 +10,10 @@
  * Cells run the fake runner (tests/helpers/fake_runner.c): fake:ok for
  * quick cells, fake:hang for a job that stays running until cancelled.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <regex.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/tcp.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd g_capd;
@@ -123,6 +122,25 @@ static void wait_running(const char *id)
     cr_assert_fail("job %s never ran a cell", id);
 }
 
+/* GET PATH answers 200 with an ETag (into ETAG) and then, revalidated
+ * with it, 304. */
+static void assert_revalidates(const char *path, char etag[128])
+{
+    cr_assert_eq(get_tagged(path, NULL, etag, NULL), 200, "%s", path);
+    cr_assert(etag[0], "no ETag on %s", path);
+    cr_assert_eq(get_tagged(path, etag, NULL, NULL), 304, "%s", path);
+}
+
+/* Starts capd with the defaults and runs one job of MODELS at commit
+ * abcdef1 to its end; returns its id. */
+static char *start_with_finished_job(const char *models)
+{
+    start(NULL);
+    char *id = submit("abcdef1", models, NULL);
+    wait_done(id);
+    return id;
+}
+
 /* A request is counted when MHD reports it complete, which can be just
  * after the client has its reply: wait a little for the count. */
 static double metric_reaches(const char *series, double want)
@@ -140,9 +158,7 @@ static double metric_reaches(const char *series, double want)
 
 Test(etag, job_304_until_it_changes)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\"");
     char path[128], e1[128], e2[128], inm[300];
     size_t len;
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
@@ -170,14 +186,10 @@ Test(etag, job_304_until_it_changes)
 
 Test(etag, list_cell_records_compare)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\"");
     char e[128], e2[128];
     /* The job list: 304 until any job changes. */
-    cr_assert_eq(get_tagged("/v1/jobs?limit=10", NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged("/v1/jobs?limit=10", e, NULL, NULL), 304);
+    assert_revalidates("/v1/jobs?limit=10", e);
     cr_assert_eq(get_tagged("/v1/jobs?limit=11", e, NULL, NULL), 200,
                  "another query is another representation");
     char *id2 = submit("abcdef2", "\"fake:ok\"", NULL);
@@ -195,19 +207,13 @@ Test(etag, list_cell_records_compare)
         json_string_value(json_object_get(json_array_get(json_object_get(job, "cells"), 0), "id"));
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", id, cell);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=tensor", id, cell);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     /* A comparison: 304 without recomputing; a different query or Accept
      * is a different result. */
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", id, id2);
-    cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged(path, e, NULL, NULL), 304);
+    assert_revalidates(path, e);
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&tensors=1", id, id2);
     cr_assert_eq(get_tagged(path, e, e2, NULL), 200);
     cr_assert_str_neq(e, e2);
@@ -335,19 +341,6 @@ Test(longpoll, bad_wait_and_unknown_job)
     free(id);
 }
 
-static int connect_port(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Reads from FD until the text read contains NEEDLE or TIMEOUT_MS pass;
  * returns whether it was found. */
 static bool read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap)
@@ -389,7 +382,7 @@ Test(longpoll, many_waiters_hold_no_thread)
              "%s\r\nIf-None-Match: %s\r\n\r\n",
              id, g_capd.port, g_capd.token, e);
     for (int i = 0; i < N; i++) {
-        fds[i] = connect_port(g_capd.port);
+        fds[i] = tcp_connect_local(g_capd.port);
         cr_assert(fds[i] >= 0);
         cr_assert_eq(write(fds[i], req, strlen(req)), (ssize_t)strlen(req));
     }
@@ -724,9 +717,7 @@ Test(events, shutdown_with_streams_and_polls_open)
 
 Test(metrics, text_format_and_values)
 {
-    start(NULL);
-    char *id = submit("abcdef1", "\"fake:ok\", \"fake:failed\"", NULL);
-    wait_done(id);
+    char *id = start_with_finished_job("\"fake:ok\", \"fake:failed\"");
     char path[128], e[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     cr_assert_eq(get_tagged(path, NULL, e, NULL), 200);
@@ -841,9 +832,7 @@ Test(dashboard, static_files_public_and_cached)
               "CSP %s", csp);
     tu_resp_free(&r);
     char e[128];
-    cr_assert_eq(get_tagged("/static/app.js", NULL, e, NULL), 200);
-    cr_assert(e[0]);
-    cr_assert_eq(get_tagged("/static/app.js", e, NULL, NULL), 304);
+    assert_revalidates("/static/app.js", e);
     cr_assert_eq(get_tagged("/static/style.css", NULL, NULL, NULL), 200);
     cr_assert_eq(get_tagged("/static/nope.js", NULL, NULL, NULL), 404);
     cr_assert_eq(get_tagged("/static/..%2Fcapd.db", NULL, NULL, NULL), 404);

@@ -128,6 +128,38 @@ static bool alive(long pid)
     return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
 }
 
+/* Gives process PID up to five seconds to go; true when it has gone. */
+static bool gone_soon(long pid)
+{
+    for (int i = 0; i < 50 && alive(pid); i++)
+        usleep(100000);
+    return !alive(pid);
+}
+
+/* Asserts that CELL of JOB was forked from a zygote, naming the cell by WHAT
+ * (with its log) when it was not; its pid and the zygote's land in CELL_PID
+ * and ZYGOTE_PID. */
+static void assert_forked(struct tu_capd *c, const char *job, json_t *cell, const char *what,
+                          long *cell_pid, long *zygote_pid)
+{
+    char *log = cell_log(c, job, tu_str(cell, "id"));
+    cr_assert(forked_pids(log, cell_pid, zygote_pid), "%s was forked; log:\n%s", what, log);
+    free(log);
+}
+
+/* Submits one pfmodels MODEL of build pf at COMMIT with OPTIONS, waits for
+ * the job and asserts that its only cell ended in state WANT; returns the
+ * job (its id in *ID). */
+static json_t *run_one(struct tu_capd *c, const char *commit, const char *model,
+                       const char *options, const char *want, char **id)
+{
+    *id = submit(c, "pf", commit, NULL, model, "\"avx2\"", "\"forward\"", options);
+    json_t *job = af_wait_job(c, *id, JOB_S);
+    json_t *cell = only_cell(job, 0);
+    cr_assert_str_eq(tu_str(cell, "state"), want, "%s", tu_str(cell, "reason"));
+    return job;
+}
+
 /* The build field: a boolean, shown with its verification state. */
 Test(prefork, build_field)
 {
@@ -266,57 +298,39 @@ Test(prefork, crash_timeout_and_dead_zygote, .timeout = 1200)
     cr_assert_str_eq(tu_str(crash, "state"), "crashed", "%s", tu_str(crash, "reason"));
     cr_assert_str_eq(tu_str(crash, "signal"), "SIGSEGV");
     cr_assert_str_eq(tu_str(ok, "state"), "ok", "%s", tu_str(ok, "reason"));
-    char *l1 = cell_log(&c, j1, tu_str(crash, "id"));
-    char *l2 = cell_log(&c, j1, tu_str(ok, "id"));
     long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
-    cr_assert(forked_pids(l1, &p1, &z1), "the crashing cell was forked; log:\n%s", l1);
-    cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
+    assert_forked(&c, j1, crash, "the crashing cell", &p1, &z1);
+    assert_forked(&c, j1, ok, "the next cell", &p2, &z2);
     cr_assert_eq(z1, z2, "the crash did not take the zygote down");
     cr_assert(alive(z1), "zygote %ld alive after a cell crashed", z1);
     cr_assert_neq(p1, p2);
-    free(l1);
-    free(l2);
     json_decref(job);
 
     /* A timeout: SIGTERM to the cell's group (through capd-exec), and the
      * child is gone once the cell has ended. */
-    char *j2 = submit(&c, "pf", "a200000", NULL, "\"pfmodels:hang\"", "\"avx2\"", "\"forward\"",
-                      "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}");
-    job = af_wait_job(&c, j2, JOB_S);
-    json_t *hang = only_cell(job, 0);
-    cr_assert_str_eq(tu_str(hang, "state"), "timeout", "%s", tu_str(hang, "reason"));
-    char *l3 = cell_log(&c, j2, tu_str(hang, "id"));
+    char *j2;
+    job = run_one(&c, "a200000", "\"pfmodels:hang\"",
+                  "{\"iterations\":1,\"warmup\":0,\"timeout_s\":3}", "timeout", &j2);
     long p3 = 0, z3 = 0;
-    cr_assert(forked_pids(l3, &p3, &z3), "the hanging cell was forked; log:\n%s", l3);
+    assert_forked(&c, j2, only_cell(job, 0), "the hanging cell", &p3, &z3);
     cr_assert_eq(z3, z1);
-    for (int i = 0; i < 50 && alive(p3); i++)
-        usleep(100000);
-    cr_assert(!alive(p3), "the timed-out child %ld is gone", p3);
-    free(l3);
+    cr_assert(gone_soon(p3), "the timed-out child %ld is gone", p3);
     json_decref(job);
 
     /* The zygote dies: the next prefork cell gets a new one. */
     cr_assert_eq(kill((pid_t)z1, SIGKILL), 0);
-    for (int i = 0; i < 50 && alive(z1); i++)
-        usleep(100000);
-    char *j3 = submit(&c, "pf", "a300000", NULL, "\"pfmodels:ok\"", "\"avx2\"", "\"forward\"",
-                      "{\"iterations\":1,\"warmup\":0}");
-    job = af_wait_job(&c, j3, JOB_S);
-    json_t *again = only_cell(job, 0);
-    cr_assert_str_eq(tu_str(again, "state"), "ok", "%s", tu_str(again, "reason"));
-    char *l4 = cell_log(&c, j3, tu_str(again, "id"));
+    gone_soon(z1);
+    char *j3;
+    job = run_one(&c, "a300000", "\"pfmodels:ok\"", "{\"iterations\":1,\"warmup\":0}", "ok", &j3);
     long p4 = 0, z4 = 0;
-    cr_assert(forked_pids(l4, &p4, &z4), "forked again after the zygote died; log:\n%s", l4);
+    assert_forked(&c, j3, only_cell(job, 0), "the cell after the zygote died", &p4, &z4);
     cr_assert_neq(z4, z1, "a new zygote");
-    free(l4);
     json_decref(job);
     free(j1);
     free(j2);
     free(j3);
     tu_capd_stop(&c);
-    for (int i = 0; i < 50 && alive(z4); i++)
-        usleep(100000);
-    cr_assert(!alive(z4), "the zygote goes with capd");
+    cr_assert(gone_soon(z4), "the zygote goes with capd");
 }
 
 /*
@@ -367,14 +381,11 @@ static void prefork_memory_case(const char *config_json, const char *want_mech)
     cr_assert_str_eq(tu_str(hog, "state"), "oom", "%s: %s", mech, reason);
     cr_assert(strstr(reason, "limit 1073741824 bytes") && strstr(reason, mech), "%s", reason);
     cr_assert_str_eq(tu_str(ok, "state"), "ok", "%s", tu_str(ok, "reason"));
-    char *l1 = cell_log(&c, j1, tu_str(hog, "id")), *l2 = cell_log(&c, j1, tu_str(ok, "id"));
     long p1 = 0, z1 = 0, p2 = 0, z2 = 0;
-    cr_assert(forked_pids(l1, &p1, &z1), "the oom cell was forked; log:\n%s", l1);
-    cr_assert(forked_pids(l2, &p2, &z2), "the next cell was forked; log:\n%s", l2);
+    assert_forked(&c, j1, hog, "the oom cell", &p1, &z1);
+    assert_forked(&c, j1, ok, "the next cell", &p2, &z2);
     cr_assert_eq(z1, z2, "the oom kill did not take the zygote down");
     cr_assert(!alive(p1), "the oom child %ld is gone", p1);
-    free(l1);
-    free(l2);
     json_decref(job);
     free(j1);
     tu_capd_stop(&c);

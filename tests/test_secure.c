@@ -41,6 +41,15 @@ static void start(struct tu_capd *c, const char *dir, bool with_config)
     af_start_capd(c, dir, with_config ? extra : NULL);
 }
 
+/* A fresh_dir(CONFIG) with capd started on it (reading its capd.json when
+ * CONFIG is given); returns the directory, for stop_and_remove. */
+static char *start_fresh(struct tu_capd *c, const char *config)
+{
+    char *dir = fresh_dir(config);
+    start(c, dir, config != NULL);
+    return dir;
+}
+
 /* Runs capd on DIR with DIR/capd.json and EXTRA_FLAGS, expecting it to
  * refuse to start; returns its stderr (malloc'd). */
 static char *refused_start(const char *dir, const char *extra_flags)
@@ -120,9 +129,8 @@ static bool has_token_file(const char *dir)
 
 Test(defaults, first_start_writes_an_admin_token_and_anonymous_writes_are_401)
 {
-    char *dir = fresh_dir(NULL);
     struct tu_capd c;
-    start(&c, dir, false);
+    char *dir = start_fresh(&c, NULL);
     char path[400];
     snprintf(path, sizeof path, "%s/data/admin.token", dir);
     struct stat sb;
@@ -204,9 +212,8 @@ Test(defaults, auth_off_is_explicit_warned_and_loopback_only)
 
 Test(host, rebinding_host_is_421_and_touches_nothing)
 {
-    char *dir = fresh_dir("{\"allowed_hosts\": [\"capd.example\", \"ci.example:9\"]}");
     struct tu_capd c;
-    start(&c, dir, true);
+    char *dir = start_fresh(&c, "{\"allowed_hosts\": [\"capd.example\", \"ci.example:9\"]}");
     char *bb = build_body(&c, "fake", NULL), *body = NULL;
     char evil[128], other_port[128], ok[3][128];
     snprintf(evil, sizeof evil, "Host: evil.example:%d", c.port);
@@ -240,9 +247,8 @@ Test(host, rebinding_host_is_421_and_touches_nothing)
 
 Test(origin, foreign_origin_writes_are_403_and_no_cors_headers)
 {
-    char *dir = fresh_dir(NULL);
     struct tu_capd c;
-    start(&c, dir, false);
+    char *dir = start_fresh(&c, NULL);
     char *bb = build_body(&c, "fake", NULL), *body = NULL, *hdrs = NULL;
     char same[128];
     snprintf(same, sizeof same, "Origin: http://127.0.0.1:%d", c.port);
@@ -290,9 +296,8 @@ static char *token_of(const char *dir, const char *scope)
 
 Test(builds, only_admin_changes_builds_and_submit_names_registered_ones)
 {
-    char *dir = fresh_dir("{\"public_reads\": true}");
     struct tu_capd c;
-    start(&c, dir, true);
+    char *dir = start_fresh(&c, "{\"public_reads\": true}");
     char *sub = token_of(dir, "submit"), *rd = token_of(dir, "read");
     char *bb = build_body(&c, "fake", NULL);
     char as_sub[200], as_rd[200];
@@ -328,9 +333,8 @@ Test(builds, only_admin_changes_builds_and_submit_names_registered_ones)
 
 Test(builds, loader_and_interpreter_hooks_need_allow_env)
 {
-    char *dir = fresh_dir(NULL);
     struct tu_capd c;
-    start(&c, dir, false);
+    char *dir = start_fresh(&c, NULL);
     const char *hooks[] = {
         "LD_PRELOAD", "LD_AUDIT",   "PYTHONSTARTUP", "PYTHONINSPECT",  "BASH_ENV",
         "ENV",        "PYTHONHOME", "GCONV_PATH",    "PYTHONUSERBASE", "PYTHONBREAKPOINT"};

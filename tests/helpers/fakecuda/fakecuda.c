@@ -99,30 +99,36 @@ cudaError_t cudaDriverGetVersion(int *v)
     return cudaSuccess;
 }
 
+/* The errors the fake answers with, by name and message; any other code
+ * reads as cudaErrorInvalidDevice, and a code without a message of its own
+ * reads as "fake error". */
+static const struct {
+    cudaError_t code;
+    const char *name, *text;
+} errors[] = {
+    {cudaSuccess, "cudaSuccess", NULL},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", NULL},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+};
+
+static int error_index(cudaError_t e)
+{
+    for (int i = 0; i < (int)(sizeof errors / sizeof errors[0]); i++)
+        if (errors[i].code == e)
+            return i;
+    return -1;
+}
+
 const char *cudaGetErrorName(cudaError_t e)
 {
-    switch (e) {
-    case cudaSuccess:
-        return "cudaSuccess";
-    case cudaErrorInvalidValue:
-        return "cudaErrorInvalidValue";
-    case cudaErrorInsufficientDriver:
-        return "cudaErrorInsufficientDriver";
-    case cudaErrorNoDevice:
-        return "cudaErrorNoDevice";
-    default:
-        return "cudaErrorInvalidDevice";
-    }
+    int i = error_index(e);
+    return i < 0 ? "cudaErrorInvalidDevice" : errors[i].name;
 }
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-    switch (e) {
-    case cudaErrorNoDevice:
-        return "no CUDA-capable device is detected";
-    case cudaErrorInsufficientDriver:
-        return "CUDA driver version is insufficient for CUDA runtime version";
-    default:
-        return "fake error";
-    }
+    int i = error_index(e);
+    return i < 0 || !errors[i].text ? "fake error" : errors[i].text;
 }
