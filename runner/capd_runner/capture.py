@@ -452,7 +452,7 @@ class Recorder(object):
             line = F.tensor_header_line(
                 F.tensor_header_prefix(seq, key, module, call, phase, role, index,
                                        T.dtype_name(dtype), shape, numel, op),
-                an.stats, an.hash, kind, n)
+                an.stats, an.hash, kind, n, T.HASH_ALG)
         except ValueError:
             # Not a value the fast encoder writes (cannot happen with the
             # engine's stats): the dict through json, which says what is wrong.
@@ -463,7 +463,8 @@ class Recorder(object):
             }
             if op is not None:
                 header["op"], header["op_index"] = op
-            header.update({"stats": an.stats, "hash": an.hash, "capture": kind})
+            header.update({"stats": an.stats, "hash": an.hash, "hash_alg": T.HASH_ALG,
+                           "capture": kind})
             if kind == "sample":
                 header["sample_positions"] = "stride"
             self.writer.frame(header, payload)

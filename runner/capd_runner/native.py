@@ -19,7 +19,7 @@ import os
 
 import torch
 
-ABI = 2
+ABI = 3
 OUT_N = 10
 
 # dtype codes of runner/native/capd_analysis.h (CAPD_DT_*)
@@ -101,6 +101,8 @@ def stats(t):
 
 
 CAP_STATS, CAP_SAMPLE = 0, 1
+# The equality hash the pipe writes in every record's "hash_alg".
+HASH_ALG = "xxh3-128"
 
 
 class PipeError(OSError):

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define CAPD_ANALYSIS_ABI 2
+#define CAPD_ANALYSIS_ABI 3
 
 /* dtype codes (native.py's _CODES). */
 enum {
