@@ -284,6 +284,7 @@ static int judge_rows(struct cmp__cellcmp *k, struct cmp_scratch *s)
         else
             w->cls = CMP__T_DIVERGED;
         k->ncls[w->cls]++;
+        k->nmixed += w->m.hash_alg_mixed;
         if (w->h->phase == CMP__PH_INIT && w->cls != CMP__T_IDENTICAL)
             k->params_differed = true;
     }
