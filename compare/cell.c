@@ -588,8 +588,11 @@ int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t)
     }
     if (r.hash != NULL && (r.hash = arena_strndup(&cell->arena, r.hash, strlen(r.hash))) == NULL)
         return -ENOMEM;
-    if (strcmp(r.hash_alg, CMP_HASH_ALG_DEFAULT) != 0 &&
-        (r.hash_alg = arena_strndup(&cell->arena, r.hash_alg, strlen(r.hash_alg))) == NULL)
+    /* The caller's string is borrowed: the default becomes the literal, any
+     * other name a copy in the arena. */
+    if (strcmp(r.hash_alg, CMP_HASH_ALG_DEFAULT) == 0)
+        r.hash_alg = CMP_HASH_ALG_DEFAULT;
+    else if ((r.hash_alg = arena_strndup(&cell->arena, r.hash_alg, strlen(r.hash_alg))) == NULL)
         return -ENOMEM;
     struct cmp__opkey ok;
     if (cmp__op_key(r.key, &ok)) {
