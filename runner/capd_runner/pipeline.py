@@ -3,8 +3,8 @@ thread.
 
 A capture hook only snapshots the tensor (one copy into a reused CPU buffer
 of the same shape) and queues a job. Worker threads (one per core the
-model's threads leave free, 1 or 2) compute the stats and the BLAKE2b hash
-of snapshots; hashing and torch's kernels release the GIL, so they overlap
+model's threads leave free, 1 or 2) compute the stats and the BLAKE2b-128
+hash (tensors.HASH_ALG; the native pipe uses XXH3-128) of snapshots; hashing and torch's kernels release the GIL, so they overlap
 with the model's own kernels. Every Python step of a worker holds the GIL
 the model's thread needs between its kernels, so the workers are kept
 GIL-light: a worker is woken only for new work (a fresh snapshot), takes
