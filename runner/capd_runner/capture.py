@@ -278,13 +278,18 @@ class Recorder(object):
         if code is None or p.device.type != "cpu":
             return None
         n = p.numel()
+        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
+        if self.pipeline.native_inline_ok() and p.is_contiguous():
+            aid = self.pipeline.native_analyze_now(p.data_ptr() if n else 0, n, code, self.emit,
+                                                   sample_k)
+            self._cache_put(t, sig, aid)
+            return aid
         entry, ptr, nbytes = None, 0, 0
         if n:
             entry = self.pipeline.pool.take(p.dtype, p.shape)
             entry[1].copy_(p)
             ptr = entry[0].data_ptr()
             nbytes = n * p.element_size()
-        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
         aid = self.pipeline.native_analyze(entry, ptr, n, code, self.emit, sample_k, nbytes)
         self._cache_put(t, sig, aid)
         return aid

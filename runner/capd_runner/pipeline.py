@@ -157,6 +157,10 @@ class Pipeline(object):
         self._threads = []
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
+        # Native analyses of C-contiguous tensors run in the hook itself
+        # (capd_pipe_analyze_now: no snapshot copy, no thread hand-off);
+        # off by default, bench_runner_capture.py measures both.
+        self.native_inline = os.environ.get("CAPD_RUNNER_NATIVE_INLINE", "") not in ("", "0")
         self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
             for i in range(self._nworkers):
@@ -250,6 +254,18 @@ class Pipeline(object):
         except OSError as e:
             self._pipe_failed(e)
         return aid
+
+    def native_inline_ok(self):
+        return self.native_inline and self._pipe.analyze_now_fn is not None
+
+    def native_analyze_now(self, ptr, numel, code, want_stats, sample_k):
+        """Analyse the tensor at ``ptr`` now, on this thread; its id."""
+        if self.writer._parts:
+            self.writer.flush()  # frames written before stay before
+        try:
+            return self._pipe.analyze_now(ptr, numel, code, want_stats, sample_k)
+        except OSError as e:
+            self._pipe_failed(e)
 
     def native_emit(self, aid, prefix, capture):
         try:

@@ -138,13 +138,14 @@ class RecorderTest(_Base):
     """A whole capture through the pipe and through the Python pipeline."""
 
     def capture(self, model_name, level, use_native, pass_="forward", extra=None,
-                max_bytes=None):
+                max_bytes=None, inline=False):
         torch.manual_seed(0)
         model, inputs = zoo.build(model_name, 0, 2)
         fd, path = tempfile.mkstemp(prefix="capd-rec-")
         self.addCleanup(os.unlink, path)
         writer = FrameWriter(fd)
         pipe = P.Pipeline(writer, sync=False, workers=1, native=use_native)
+        pipe.native_inline = inline
         old = P.MAX_BYTES
         if max_bytes is not None:
             P.MAX_BYTES = max_bytes
@@ -248,6 +249,21 @@ class RecorderTest(_Base):
         keys = [f["key"] for f in a[0]]
         self.assertEqual(keys[-2:], ["extra.0.forward.output.0", "extra.1.forward.output.0"])
         self.assertEqual([f["seq"] for f in a[0]], list(range(len(a[0]))))
+
+    def test_inline_analysis_writes_the_same_frames(self):
+        # CAPD_RUNNER_NATIVE_INLINE: the analysis in the hook, on the
+        # tensor's own bytes; the frames are those of the threaded pipe, and
+        # agree with the Python path's as the pipe's do (a backward pass's
+        # gradients and the taps' clones included).
+        for name, level, pass_ in (("cnn", "sample", "forward"), ("transformer", "stats", "forward"),
+                                   ("cnn", "sample", "backward")):
+            a = self.capture(name, level, True, pass_=pass_, inline=True)
+            t = self.capture(name, level, True, pass_=pass_)
+            b = self.capture(name, level, False, pass_=pass_)
+            self.assertEqual([(f.header, f.payload) for f in a[0]],
+                             [(f.header, f.payload) for f in t[0]], name)
+            self.assertEqual(a[1:5], t[1:5], name)
+            self.assertSameCapture(a, b)
 
     def test_bounded_snapshot_memory(self):
         # With room for almost nothing in flight, the hooks wait for the pipe
