@@ -450,6 +450,8 @@ static bool tensor_ok(const struct cmp_tensor *t)
         return false;
     if (t->hash != NULL && strlen(t->hash) >= CMP_MAX_KEY)
         return false;
+    if (t->hash_alg != NULL && strlen(t->hash_alg) >= CMP_MAX_KEY)
+        return false;
     if (t->module != NULL && strlen(t->module) >= CMP_MAX_KEY)
         return false;
     if (t->dtype != NULL && strlen(t->dtype) >= CMP_MAX_KEY)
@@ -552,6 +554,7 @@ int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const c
     r->numel = t->numel;
     r->stats = t->stats;
     r->hash = (t->hash && t->hash[0]) ? t->hash : NULL;
+    r->hash_alg = (t->hash_alg && t->hash_alg[0]) ? t->hash_alg : CMP_HASH_ALG_DEFAULT;
     r->nondet = t->nondeterministic;
     rec_key_parts(t, r, module_out, module_len_out);
     return rec_payload(t, r);
@@ -584,6 +587,12 @@ int cmp_cell_add_tensor(struct cmp_cell *cell, const struct cmp_tensor *t)
             return -ENOMEM;
     }
     if (r.hash != NULL && (r.hash = arena_strndup(&cell->arena, r.hash, strlen(r.hash))) == NULL)
+        return -ENOMEM;
+    /* The caller's string is borrowed: the default becomes the literal, any
+     * other name a copy in the arena. */
+    if (strcmp(r.hash_alg, CMP_HASH_ALG_DEFAULT) == 0)
+        r.hash_alg = CMP_HASH_ALG_DEFAULT;
+    else if ((r.hash_alg = arena_strndup(&cell->arena, r.hash_alg, strlen(r.hash_alg))) == NULL)
         return -ENOMEM;
     struct cmp__opkey ok;
     if (cmp__op_key(r.key, &ok)) {

@@ -137,11 +137,19 @@ struct cmp_tensor {
     int64_t numel;
     struct cmp_stats stats;
     const char *hash; /* NULL or "" = unknown: never bit-identical */
+    /* The algorithm of hash (the protocol's "hash_alg"); NULL or "" is
+     * CMP_HASH_ALG_DEFAULT. Two records of different algorithms are never
+     * identical by hash: they are judged on payloads and statistics and
+     * the pair says so (cmp_metrics.hash_alg_mixed). */
+    const char *hash_alg;
     enum cmp_capture capture;
     const void *payload;
     size_t payload_len;
     bool nondeterministic;
 };
+
+/* The algorithm of a record that names none (every runner before "hash_alg"). */
+#define CMP_HASH_ALG_DEFAULT "blake2b-128"
 
 /* The cells of one side of a comparison (usually: one job). Opaque. */
 struct cmp_side;
@@ -355,9 +363,10 @@ enum cmp_mismatch { CMP_MISMATCH_NONE, CMP_MISMATCH_DTYPE, CMP_MISMATCH_SHAPE };
 struct cmp_metrics {
     enum cmp_basis basis;
     enum cmp_mismatch mismatch;
-    bool within_tol;   /* identical, or no violation and nothing one-sided */
-    double atol, rtol; /* the tolerance that was applied */
-    int64_t n;         /* positions compared */
+    bool within_tol;     /* identical, or no violation and nothing one-sided */
+    bool hash_alg_mixed; /* both hashed, by different algorithms: not judged by hash */
+    double atol, rtol;   /* the tolerance that was applied */
+    int64_t n;           /* positions compared */
     int64_t n_finite;
     double max_abs, mean_abs, p99_abs;
     double max_rel, mean_rel;

@@ -36,8 +36,9 @@ enum cmp__outcome {
 /* One stored record. Strings live in the cell's arena. */
 struct cmp__rec {
     const char *key;
-    const char *module; /* NULL when neither given nor parseable */
-    const char *hash;   /* NULL when unknown */
+    const char *module;   /* NULL when neither given nor parseable */
+    const char *hash;     /* NULL when unknown */
+    const char *hash_alg; /* never NULL: CMP_HASH_ALG_DEFAULT when unnamed */
     const char *dtype_name;
     int64_t seq, call, numel;
     int64_t shape[CMP_MAX_NDIM];
@@ -159,6 +160,8 @@ int cmp__rec_compare(const struct cmp__rec *head, const struct cmp__rec *control
                      const struct cmp_tol *tol, struct cmp_scratch *scratch,
                      struct cmp_metrics *out);
 bool cmp__recs_identical(const struct cmp__rec *a, const struct cmp__rec *b);
+/* Both records hashed, by different algorithms (metrics_pair.c). */
+bool cmp__hash_alg_mixed(const struct cmp__rec *a, const struct cmp__rec *b);
 
 /* options.c */
 struct cmp_tol cmp__tol_for(const struct cmp_options *opt, const char *key, enum cmp_dtype dt);

@@ -288,6 +288,7 @@ static int judge_rows(struct cmp__cellcmp *k, struct cmp_scratch *s)
         if (w->cls == CMP__T_DIVERGED && k->o->reference != CMP_REF_NONE)
             cmp__reference_judge(k, w);
         k->ncls[w->cls]++;
+        k->nmixed += w->m.hash_alg_mixed;
         if (w->h->phase == CMP__PH_INIT && w->cls != CMP__T_IDENTICAL)
             k->params_differed = true;
     }

@@ -79,6 +79,7 @@ struct cmp__cellcmp {
     struct cmp__gidx *grp;            /* rows by module call */
     size_t nrows, nmiss, nextra;
     int64_t ncls[4]; /* rows per enum cmp__tclass */
+    int64_t nmixed;  /* rows whose two hashes are of different algorithms */
     bool params_differed;
     const char *dev_check; /* "unknown", "same", "mismatch_allowed", "mismatch_refused" */
     bool dev_refused;

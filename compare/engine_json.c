@@ -123,6 +123,11 @@ static json_t *row_json(const struct cmp__row *r)
         rc |= cmp__set(o, "reason", json_string(diverge_reason(m)));
     rc |= cmp__set(o, "basis", json_string(basis_name(m->basis)));
     rc |= cmp__reference_row_json(r, o);
+    if (m->hash_alg_mixed) { /* the hashes said nothing: judged on payloads and statistics */
+        rc |= cmp__set(o, "hash_alg_mixed", json_true());
+        rc |= cmp__set(o, "head_hash_alg", json_string(h->hash_alg));
+        rc |= cmp__set(o, "control_hash_alg", json_string(c->hash_alg));
+    }
     if (m->basis == CMP_BASIS_EXACT)
         goto done;
     if (m->mismatch != CMP_MISMATCH_NONE) {
@@ -256,6 +261,8 @@ static int cell_records_json(const struct cmp__cellcmp *k, json_t *cj)
     e |= cmp__set(cj, "tensors_within_tolerance", json_integer(k->ncls[CMP__T_WITHIN]));
     e |= cmp__set(cj, "tensors_diverged", json_integer(k->ncls[CMP__T_DIVERGED]));
     e |= cmp__set(cj, "tensors_nondeterministic", json_integer(k->ncls[CMP__T_NONDET]));
+    if (k->nmixed > 0) /* only then, so that results of one algorithm keep their bytes */
+        e |= cmp__set(cj, "tensors_hash_alg_mixed", json_integer(k->nmixed));
     e |= cmp__set(cj, "missing_keys", json_integer((json_int_t)k->nmiss));
     e |= cmp__set(cj, "extra_keys", json_integer((json_int_t)k->nextra));
     e |= cmp__set(cj, "missing_key_names", names_json(k->missing, k->nmiss));

@@ -11,9 +11,12 @@
 
 #include "compare/metrics_int.h"
 
+/* Equal hashes of one algorithm; hashes of two algorithms prove nothing
+ * either way (cmp__hash_alg_mixed). */
 bool cmp__recs_identical(const struct cmp__rec *a, const struct cmp__rec *b)
 {
-    if (a->hash == NULL || b->hash == NULL || strcmp(a->hash, b->hash) != 0)
+    if (a->hash == NULL || b->hash == NULL || cmp__hash_alg_mixed(a, b) ||
+        strcmp(a->hash, b->hash) != 0)
         return false;
     if (a->dtype != b->dtype || strcmp(a->dtype_name, b->dtype_name) != 0)
         return false;
@@ -23,6 +26,11 @@ bool cmp__recs_identical(const struct cmp__rec *a, const struct cmp__rec *b)
         if (a->shape[i] != b->shape[i])
             return false;
     return true;
+}
+
+bool cmp__hash_alg_mixed(const struct cmp__rec *a, const struct cmp__rec *b)
+{
+    return a->hash != NULL && b->hash != NULL && strcmp(a->hash_alg, b->hash_alg) != 0;
 }
 
 static bool same_shape(const struct cmp__rec *a, const struct cmp__rec *b)
@@ -132,6 +140,7 @@ int cmp__rec_compare(const struct cmp__rec *h, const struct cmp__rec *c, const s
     m->rtol = tol->rtol;
     cmp__clear_elements(m);
     m->d_min = m->d_max = m->d_mean = m->d_l2 = NAN;
+    m->hash_alg_mixed = cmp__hash_alg_mixed(h, c);
 
     if (cmp__recs_identical(h, c)) {
         m->basis = CMP_BASIS_EXACT;

@@ -73,6 +73,19 @@ enum frame_capture {
     FRAME_CAPTURE_FULL    /* payload: every element, raw, C-contiguous */
 };
 
+/* The algorithm of a tensor's "hash" (its "hash_alg"; absent means
+ * blake2b-128, what every runner wrote before the field). Both name 128
+ * bits, 32 hex digits. Hashes of different algorithms say nothing about
+ * each other: the comparison falls back to statistics and samples. */
+enum frame_hash_alg {
+    FRAME_HASH_BLAKE2B_128, /* "blake2b-128" */
+    FRAME_HASH_XXH3_128,    /* "xxh3-128", non-cryptographic */
+    FRAME_HASH_ALG_COUNT
+};
+
+/* The protocol's name of an algorithm ("blake2b-128", "xxh3-128"). */
+const char *frame_hash_alg_name(enum frame_hash_alg a);
+
 /* The statistics of a tensor header, from frame_tensor_stats(). A real that
  * is null (no finite element) or absent is NAN; a count that is absent is -1. */
 struct frame_stats {
@@ -88,6 +101,7 @@ struct frame_tensor {
     size_t key_len;
     const char *dtype;
     const char *hash; /* lowercase hex, FRAME_HASH_MIN..FRAME_HASH_MAX digits */
+    enum frame_hash_alg hash_alg;
     enum frame_capture capture;
     int ndim;
     int64_t shape[FRAME_MAX_NDIM];

@@ -224,6 +224,24 @@ enum frame__pay frame__payload_check(const struct frame_tensor *t, unsigned isz,
     return FRAME__PAY_OK;
 }
 
+static const char *const hash_alg_names[FRAME_HASH_ALG_COUNT] = {
+    [FRAME_HASH_BLAKE2B_128] = "blake2b-128",
+    [FRAME_HASH_XXH3_128] = "xxh3-128",
+};
+
+const char *frame_hash_alg_name(enum frame_hash_alg a)
+{
+    return (unsigned)a < FRAME_HASH_ALG_COUNT ? hash_alg_names[a] : "?";
+}
+
+int frame__hash_alg_of(const char *s, size_t n)
+{
+    for (int a = 0; a < FRAME_HASH_ALG_COUNT; a++)
+        if (strlen(hash_alg_names[a]) == n && memcmp(hash_alg_names[a], s, n) == 0)
+            return a;
+    return -1;
+}
+
 bool frame__hash_ok(const char *s, size_t n)
 {
     if (n < FRAME_HASH_MIN || n > FRAME_HASH_MAX)
@@ -316,6 +334,30 @@ static int tensor_shape(struct frame_parser *p, json_t *h)
     return 0;
 }
 
+/* The optional "hash_alg": absent is the protocol's first algorithm,
+ * blake2b-128 (a runner from before the field); a name capd does not know
+ * is refused, since its hashes could not be compared with anything. A
+ * named algorithm's hash has its exact length. */
+static int tensor_hash_alg(struct frame_parser *p, json_t *h, size_t hash_len)
+{
+    json_t *v;
+    int rc;
+
+    p->cur.tensor.hash_alg = FRAME_HASH_BLAKE2B_128;
+    if ((rc = get_field(p, h, "tensor", "hash_alg", JSON_STRING, "string", false, &v)) || !v)
+        return rc;
+    int a = frame__hash_alg_of(json_string_value(v), json_string_length(v));
+    if (a < 0)
+        return frame__bad(p,
+                          "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"%.32s\"",
+                          json_string_value(v));
+    if (hash_len != FRAME__HASH_ALG_DIGITS)
+        return frame__bad(p, "tensor hash of hash_alg \"%s\" must be %d hex digits, got %zu",
+                          hash_alg_names[a], FRAME__HASH_ALG_DIGITS, hash_len);
+    p->cur.tensor.hash_alg = (enum frame_hash_alg)a;
+    return 0;
+}
+
 /* What the tensor holds: its stats, its hash, and the capture level. */
 static int tensor_content(struct frame_parser *p, json_t *h)
 {
@@ -338,6 +380,8 @@ static int tensor_content(struct frame_parser *p, json_t *h)
     if (!frame__hash_ok(s, n))
         return frame__bad(p, "tensor hash must be lowercase hex, got \"%.130s\"", s);
     t->hash = s;
+    if ((rc = tensor_hash_alg(p, h, n)))
+        return rc;
 
     if ((rc = need_str(p, h, "tensor", "capture", &v)))
         return rc;

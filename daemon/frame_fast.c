@@ -394,6 +394,7 @@ enum {
     K_SAMPLE_POS,
     K_CALL,
     K_INDEX,
+    K_HASH_ALG,
     K_COUNT
 };
 
@@ -401,14 +402,15 @@ static const struct {
     const char *name;
     size_t len;
 } fast_keys[K_COUNT] = {
-    [K_KIND] = {"kind", 4},       [K_SEQ] = {"seq", 3},
-    [K_KEY] = {"key", 3},         [K_DTYPE] = {"dtype", 5},
-    [K_SHAPE] = {"shape", 5},     [K_NUMEL] = {"numel", 5},
-    [K_STATS] = {"stats", 5},     [K_HASH] = {"hash", 4},
-    [K_CAPTURE] = {"capture", 7}, [K_NBYTES] = {"nbytes", 6},
-    [K_MODULE] = {"module", 6},   [K_PHASE] = {"phase", 5},
-    [K_ROLE] = {"role", 4},       [K_SAMPLE_POS] = {"sample_positions", 16},
-    [K_CALL] = {"call", 4},       [K_INDEX] = {"index", 5},
+    [K_KIND] = {"kind", 4},         [K_SEQ] = {"seq", 3},
+    [K_KEY] = {"key", 3},           [K_DTYPE] = {"dtype", 5},
+    [K_SHAPE] = {"shape", 5},       [K_NUMEL] = {"numel", 5},
+    [K_STATS] = {"stats", 5},       [K_HASH] = {"hash", 4},
+    [K_CAPTURE] = {"capture", 7},   [K_NBYTES] = {"nbytes", 6},
+    [K_MODULE] = {"module", 6},     [K_PHASE] = {"phase", 5},
+    [K_ROLE] = {"role", 4},         [K_SAMPLE_POS] = {"sample_positions", 16},
+    [K_CALL] = {"call", 4},         [K_INDEX] = {"index", 5},
+    [K_HASH_ALG] = {"hash_alg", 8},
 };
 
 static int fast_key(const struct fast_val *k)
@@ -530,6 +532,15 @@ static bool fast_rules(struct frame_parser *p, struct fast_hdr *h)
         return false;
     if (vals[K_HASH].t != T_STR || !frame__hash_ok(vals[K_HASH].s, vals[K_HASH].n))
         return false;
+    t->hash_alg = FRAME_HASH_BLAKE2B_128;
+    if (h->seen & (1u << K_HASH_ALG)) {
+        int a = vals[K_HASH_ALG].t == T_STR
+                    ? frame__hash_alg_of(vals[K_HASH_ALG].s, vals[K_HASH_ALG].n)
+                    : -1;
+        if (a < 0 || vals[K_HASH].n != FRAME__HASH_ALG_DIGITS)
+            return false;
+        t->hash_alg = (enum frame_hash_alg)a;
+    }
     if (f_is(&vals[K_CAPTURE], "stats"))
         t->capture = FRAME_CAPTURE_STATS;
     else if (f_is(&vals[K_CAPTURE], "sample"))

@@ -87,6 +87,11 @@ unsigned frame__dtype_size(const char *d);
 /* Whether s[0..n) is FRAME_HASH_MIN..FRAME_HASH_MAX lowercase hex digits. */
 bool frame__hash_ok(const char *s, size_t n);
 
+/* The algorithm named by s[0..n), or -1 when the protocol knows no such
+ * name; a hash of a named algorithm must be FRAME__HASH_ALG_DIGITS long. */
+#define FRAME__HASH_ALG_DIGITS 32
+int frame__hash_alg_of(const char *s, size_t n);
+
 enum frame__pay {
     FRAME__PAY_OK,
     FRAME__PAY_STATS_WITH_PAYLOAD,

@@ -231,12 +231,14 @@ static int on_frame(void *ud, const struct frame *f)
         if (w)
             snprintf(s->effective_width, sizeof s->effective_width, "%s", w);
     }
-    const char *key = f->kind == FRAME_TENSOR ? f->tensor.key : NULL;
+    bool tensor = f->kind == FRAME_TENSOR;
+    const char *key = tensor ? f->tensor.key : NULL;
+    const char *alg = tensor ? frame_hash_alg_name(f->tensor.hash_alg) : NULL;
     /* Records after a lost batch would follow a hole: stop at the loss. */
-    int rc = records_lost(s)
-                 ? -ENOSPC
-                 : store_record_add(s->st, s->run.attempt_id, s->rec_seq, frame_kind_name(f->kind),
-                                    key, f->hdr_text, f->hdr_len, f->payload, (size_t)f->nbytes);
+    int rc = records_lost(s) ? -ENOSPC
+                             : store_record_add(s->st, s->run.attempt_id, s->rec_seq,
+                                                frame_kind_name(f->kind), key, alg, f->hdr_text,
+                                                f->hdr_len, f->payload, (size_t)f->nbytes);
     if (rc) {
         char msg[512];
         if (rc == -ENOSPC)

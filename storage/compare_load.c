@@ -49,7 +49,7 @@ static double num(json_t *o, const char *k)
 }
 
 static int add_tensor(struct store *s, struct cmp_cell *cell, json_t *h, const char *blob,
-                      struct store_payloads *pl)
+                      const char *hash_alg, struct store_payloads *pl)
 {
     struct cmp_tensor t;
     memset(&t, 0, sizeof t);
@@ -81,6 +81,7 @@ static int add_tensor(struct store *s, struct cmp_cell *cell, json_t *h, const c
     t.stats.ninf = json_integer_value(json_object_get(st, "ninf"));
     t.stats.zeros = json_integer_value(json_object_get(st, "zeros"));
     t.hash = json_string_value(json_object_get(h, "hash"));
+    t.hash_alg = hash_alg; /* the row's column: old rows say blake2b-128 (migration 009) */
     const char *cap = json_string_value(json_object_get(h, "capture"));
     t.capture = !cap || strcmp(cap, "stats") == 0 ? CMP_CAPTURE_NONE
                 : strcmp(cap, "full") == 0        ? CMP_CAPTURE_FULL
@@ -166,7 +167,7 @@ static int load_record(sqlite3_stmt *st, void *arg)
     json_t *h = store_col_json(st, 1);
     int rc = 0;
     if (strcmp(kind, "tensor") == 0) {
-        rc = add_tensor(c->s, c->cell, h, blob, c->pl);
+        rc = add_tensor(c->s, c->cell, h, blob, (const char *)sqlite3_column_text(st, 3), c->pl);
     } else if (strcmp(kind, "nondeterministic") == 0) {
         size_t i;
         json_t *k;
@@ -224,7 +225,7 @@ static int load_cell(sqlite3_stmt *st, void *arg)
     if (attempt <= 0)
         return 0;
     return store_each(c->s,
-                      "SELECT kind, header, blob_hash FROM records WHERE attempt_id = ? "
+                      "SELECT kind, header, blob_hash, hash_alg FROM records WHERE attempt_id = ? "
                       "AND kind IN ('env','tensor','nondeterministic','timing','memory') "
                       "ORDER BY seq",
                       load_record, c, "I", attempt);

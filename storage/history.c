@@ -25,6 +25,7 @@
 /* One tensor record of a cell, for the first divergent key. */
 struct tkey {
     char *key, *hash;
+    bool other_alg; /* hashed by another algorithm than blake2b-128 (xxh3-128) */
     int64_t seq;
 };
 
@@ -62,16 +63,19 @@ static int tkey_row(sqlite3_stmt *st, void *ctx)
     k->key = strdup((const char *)sqlite3_column_text(st, 0));
     k->hash = h ? strdup(h) : NULL;
     k->seq = sqlite3_column_int64(st, 2);
+    const char *alg = (const char *)sqlite3_column_text(st, 3);
+    k->other_alg = alg && strcmp(alg, CMP_HASH_ALG_DEFAULT) != 0;
     return !k->key || (h && !k->hash) ? -ENOMEM : 0;
 }
 
 /* The (key, hash, seq) of every tensor record of ATTEMPT, in key order. */
 static int tkeys_load(struct store *s, int64_t attempt, struct tkeys *out)
 {
-    return store_each(s,
-                      "SELECT key, json_extract(header, '$.hash'), seq FROM records WHERE "
-                      "attempt_id = ? AND kind = 'tensor' AND key IS NOT NULL ORDER BY key",
-                      tkey_row, out, "I", attempt);
+    return store_each(
+        s,
+        "SELECT key, json_extract(header, '$.hash'), seq, hash_alg FROM records WHERE "
+        "attempt_id = ? AND kind = 'tensor' AND key IS NOT NULL ORDER BY key",
+        tkey_row, out, "I", attempt);
 }
 
 /*
@@ -98,8 +102,10 @@ static char *first_divergent_key(const struct tkeys *prev, const struct tkeys *c
     return best ? strdup(best) : NULL;
 }
 
-/* A digest of the cell's tensors: XXH3-128 of key and hash in key order;
- * "" when a tensor has no hash or there is none (numerics unknown). */
+/* A digest of the cell's tensors: XXH3-128 of key and hash in key order,
+ * and the algorithm of a hash that is not blake2b-128 (so the digests of
+ * records before "hash_alg" stay what they were); "" when a tensor has no
+ * hash or there is none (numerics unknown). */
 static void tensor_digest(const struct tkeys *t, char out[33])
 {
     out[0] = 0;
@@ -116,6 +122,8 @@ static void tensor_digest(const struct tkeys *t, char out[33])
         }
         XXH3_128bits_update(x, t->v[i].key, strlen(t->v[i].key) + 1);
         XXH3_128bits_update(x, t->v[i].hash, strlen(t->v[i].hash) + 1);
+        if (t->v[i].other_alg)
+            XXH3_128bits_update(x, "xxh3-128", sizeof "xxh3-128");
     }
     XXH128_hash_t h = XXH3_128bits_digest(x);
     XXH3_freeState(x);
@@ -202,6 +210,21 @@ static int point_near(struct store *s, int64_t series, const struct pt *ref, con
     return rc == -ENOENT ? 0 : rc;
 }
 
+/* Whether a key both cells have was hashed by different algorithms: then
+ * unequal hashes prove nothing and the numerics are unknown. */
+static bool algs_mixed(const struct tkeys *a, const struct tkeys *b)
+{
+    size_t i = 0, j = 0;
+    while (i < a->n && j < b->n) {
+        int c = strcmp(a->v[i].key, b->v[j].key);
+        if (c == 0 && a->v[i].other_alg != b->v[j].other_alg)
+            return true;
+        i += c <= 0;
+        j += c >= 0;
+    }
+    return false;
+}
+
 /* Sets the numerics of point P against the point before it. */
 static int drift_update(struct store *s, int64_t series, const struct pt *p)
 {
@@ -217,10 +240,12 @@ static int drift_update(struct store *s, int64_t series, const struct pt *p)
     } else if (p->digest[0] && prev.digest[0] && strcmp(p->digest, prev.digest) == 0) {
         state = "identical";
     } else if (p->digest[0] && prev.digest[0]) {
-        state = "diverged";
         if ((rc = tkeys_load(s, prev.attempt, &a)) != 0 || (rc = tkeys_load(s, p->attempt, &b)))
             goto out;
-        key = first_divergent_key(&a, &b);
+        if (!algs_mixed(&a, &b)) {
+            state = "diverged";
+            key = first_divergent_key(&a, &b);
+        }
     }
     rc = store_run(s,
                    "UPDATE history_points SET numerics = ?, first_divergent_key = ? "

@@ -21,12 +21,14 @@
 #include "storage/store_int.h"
 #include "util/path.h"
 
-/* A blob file name: 'x' and 32 hex digits (XXH3-128, records.c). */
+/* A blob file name (records.c): 's' and 64 hex digits (SHA-256), or 'x'
+ * and 32 (XXH3-128, the names of blobs stored before SHA-256 keys). */
 bool store__is_blob_name(const char *n)
 {
-    if (n[0] != 'x' || strlen(n) != 33)
+    size_t len = strlen(n);
+    if (!((n[0] == 's' && len == 65) || (n[0] == 'x' && len == 33)))
         return false;
-    for (int i = 1; i < 33; i++)
+    for (size_t i = 1; i < len; i++)
         if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f')))
             return false;
     return true;

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #include "storage/layout.h"
@@ -63,18 +62,25 @@ void store_blob_path(const struct store *s, const char *hash, char *out, size_t 
 }
 
 /*
- * Payloads are content-addressed by XXH3-128 of the raw bytes (computed
- * here, never trusted from the child) and stored once, as a file renamed
- * into place, so a blob exists whole or not at all. Before paying for
+ * Payloads are content-addressed by SHA-256 of the raw bytes, computed
+ * here and never trusted from the child: 's' and 64 hex digits. The key
+ * must be collision-resistant, since a blob found under it is taken to be
+ * these bytes without reading it; the runner's record hash (XXH3-128 or
+ * BLAKE2b-128, "hash_alg") only says whether two tensors are equal and
+ * never names a blob. Blobs stored under the earlier XXH3-128 names ('x'
+ * and 32 hex digits) stay readable under those names. A blob is stored
+ * once, as a file renamed into place, so it exists whole or not at all. Before paying for
  * compression the first 64 KiB are tried: float activations rarely
  * compress, and zstd over incompressible bytes would be the slowest step
  * of ingest. A blob that saves at least 1/8 there is compressed whole.
  */
-static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
+static int put_blob(struct store *s, const void *data, size_t n, char hash[STORE_BLOB_NAME_MAX])
 {
-    XXH128_hash_t h = XXH3_128bits(data, n);
-    snprintf(hash, 40, "x%016llx%016llx", (unsigned long long)h.high64,
-             (unsigned long long)h.low64);
+    unsigned char d[32];
+    store_sha256(data, n, d);
+    hash[0] = 's';
+    for (int i = 0; i < 32; i++)
+        snprintf(hash + 1 + 2 * i, 3, "%02x", d[i]);
     sqlite3_stmt *st;
     int rc = cached(s, SC_BLOB_EXISTS, "SELECT 1 FROM blobs WHERE hash = ?", &st);
     if (rc)
@@ -134,8 +140,8 @@ static int put_blob(struct store *s, const void *data, size_t n, char hash[40])
 }
 
 int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const char *kind,
-                     const char *key, const char *header, size_t header_len, const void *payload,
-                     size_t nbytes)
+                     const char *key, const char *hash_alg, const char *header, size_t header_len,
+                     const void *payload, size_t nbytes)
 {
     int rc;
     if (!s->batch_open) {
@@ -143,13 +149,13 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
             return rc;
         s->batch_open = true;
     }
-    char hash[40] = "";
+    char hash[STORE_BLOB_NAME_MAX] = "";
     if (nbytes > 0 && (rc = put_blob(s, payload, nbytes, hash)) != 0)
         return batch_fail(s, rc);
     sqlite3_stmt *st;
     if ((rc = cached(s, SC_RECORD_INSERT,
-                     "INSERT INTO records(attempt_id, seq, kind, key, header, blob_hash) "
-                     "VALUES (?,?,?,?,?,?)",
+                     "INSERT INTO records(attempt_id, seq, kind, key, header, blob_hash, "
+                     "hash_alg) VALUES (?,?,?,?,?,?,?)",
                      &st)) != 0)
         return batch_fail(s, rc);
     sqlite3_bind_int64(st, 1, attempt_id);
@@ -160,6 +166,8 @@ int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const cha
     sqlite3_bind_text(st, 5, header, (int)header_len, SQLITE_STATIC);
     if (nbytes > 0)
         sqlite3_bind_text(st, 6, hash, -1, SQLITE_STATIC);
+    if (hash_alg)
+        sqlite3_bind_text(st, 7, hash_alg, -1, SQLITE_STATIC);
     rc = store_rc(s, sqlite3_step(st));
     sqlite3_reset(st);
     if (rc)

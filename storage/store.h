@@ -131,10 +131,12 @@ int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_
 int store_next_cell_numerics(struct store *s, bool *numerics);
 
 /* Ingest: records of an open attempt. Writes are batched in one transaction
- * that store_flush() (or a finishing cell) commits. */
+ * that store_flush() (or a finishing cell) commits. HASH_ALG names the
+ * algorithm of a tensor record's hash ("blake2b-128", "xxh3-128"; NULL for
+ * other kinds). A payload is stored once, keyed by its SHA-256. */
 int store_record_add(struct store *s, int64_t attempt_id, int64_t seq, const char *kind,
-                     const char *key, const char *header, size_t header_len, const void *payload,
-                     size_t nbytes);
+                     const char *key, const char *hash_alg, const char *header, size_t header_len,
+                     const void *payload, size_t nbytes);
 int store_flush(struct store *s);
 /*
  * How many ingest transactions were lost so far: a record or a commit that
@@ -304,6 +306,11 @@ const char *store_scope_name(int scope);
 int store_scope_parse(const char *s);
 
 void store_sha256(const void *data, size_t n, unsigned char out[32]);
+
+/* A payload blob's name ("blob" of a record): 's' and the 64 hex digits of
+ * the SHA-256 of its bytes (older blobs: 'x' and 32, XXH3-128), with its
+ * NUL. */
+#define STORE_BLOB_NAME_MAX 66
 
 /* Creates a token; TOKEN_OUT gets the only copy of its secret. EXPIRES_AT
  * is in ms since the epoch, 0 for never. *info (optional) describes it as

@@ -182,6 +182,43 @@ Test(metrics, identical_hash_computes_nothing)
     cr_assert(isnan(m.max_abs), "nothing else is computed");
 }
 
+/* Hashes of two algorithms say nothing about each other: equal ones are not
+ * "identical" and unequal ones not "diverged"; the payloads decide. */
+Test(metrics, mixed_hash_alg_is_judged_on_payloads)
+{
+    double v[3] = {1, 2, 3}, w[3] = {9, 9, 9};
+    struct cmp_tensor c = f64_tensor("a.0.forward.output.0", 0, v, 3, "abc");
+    struct cmp_tensor h = f64_tensor("a.0.forward.output.0", 0, w, 3, "abc");
+    h.hash_alg = "xxh3-128";
+    struct cmp_metrics m = compare(&h, &c, NULL);
+    cr_assert_neq(m.basis, CMP_BASIS_EXACT, "equal hashes of two algorithms are not identity");
+    cr_assert_eq(m.basis, CMP_BASIS_FULL);
+    cr_assert(m.hash_alg_mixed);
+    cr_assert_not(m.within_tol, "the payloads differ");
+    cr_assert_eq(m.max_abs, 8.0);
+
+    /* Unequal hashes, equal bytes: within tolerance on the payloads. */
+    struct cmp_tensor h2 = f64_tensor("a.0.forward.output.0", 0, v, 3, "def");
+    h2.hash_alg = "xxh3-128";
+    m = compare(&h2, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_FULL);
+    cr_assert(m.hash_alg_mixed);
+    cr_assert(m.within_tol);
+    cr_assert_eq(m.max_abs, 0.0);
+
+    /* Unnamed is the default algorithm: equal hashes stay identical. */
+    struct cmp_tensor h3 = f64_tensor("a.0.forward.output.0", 0, w, 3, "abc");
+    h3.hash_alg = CMP_HASH_ALG_DEFAULT;
+    m = compare(&h3, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_EXACT);
+    cr_assert_not(m.hash_alg_mixed);
+    /* Both named alike, equal hashes: identical too. */
+    c.hash_alg = "xxh3-128";
+    m = compare(&h, &c, NULL);
+    cr_assert_eq(m.basis, CMP_BASIS_EXACT);
+    cr_assert_not(m.hash_alg_mixed);
+}
+
 /*
  * b = [1, 2, 0, -4], a = [1, 2.5, 0, -4.25], all exact in binary:
  *   d = [0, .5, 0, -.25]; |d| = [0, .5, 0, .25]
@@ -1065,6 +1102,48 @@ Test(engine, identical)
     };
     jw_expect_all(r, w);
     duo_free(&s, r);
+}
+
+/* A control hashed with BLAKE2b and a head with XXH3, the same values:
+ * never identical by hash, so within tolerance on the payloads, and the
+ * cell and every pair say why. */
+Test(engine, mixed_hash_alg)
+{
+    struct duo s = duo_cells("mlp", "forward");
+    for (int k = 0; k < 8; k++) {
+        add_record(s.cc, mlp_keys[k], k, 0, false);
+        double v[4] = {(double)k + 1, -(double)k - 2, 0.5 * (double)k, 3};
+        char hash[64];
+        snprintf(hash, sizeof hash, "xxh-%d", k);
+        struct cmp_tensor t = f64_tensor(mlp_keys[k], k, v, 4, hash);
+        t.hash_alg = "xxh3-128";
+        cr_assert_eq(cmp_cell_add_tensor(s.hc, &t), 0);
+    }
+    struct cmp_options o;
+    cmp_options_init(&o);
+    o.include_tensors = true;
+    json_t *r = duo_compare(&s, &o);
+    static const struct jw_want w[] = {
+        JW_S("verdict", "pass"),
+        JW_S("cells.0.status", "within_tolerance"),
+        JW_I("cells.0.tensors_identical", 0),
+        JW_I("cells.0.tensors_diverged", 0),
+        JW_I("cells.0.tensors_within_tolerance", 8),
+        JW_I("cells.0.tensors_hash_alg_mixed", 8),
+        JW_T("cells.0.tensors.0.hash_alg_mixed"),
+        JW_S("cells.0.tensors.0.basis", "full"),
+        JW_S("cells.0.tensors.0.head_hash_alg", "xxh3-128"),
+        JW_S("cells.0.tensors.0.control_hash_alg", "blake2b-128"),
+        JW_T("cells.0.tensors.7.hash_alg_mixed"),
+    };
+    jw_expect_all(r, w);
+    duo_free(&s, r);
+    /* One algorithm on both sides: no such field at all. */
+    struct duo d = duo_mlp(NULL, "ok");
+    r = duo_compare(&d, NULL);
+    cr_assert_null(
+        json_object_get(json_array_get(json_object_get(r, "cells"), 0), "tensors_hash_alg_mixed"));
+    duo_free(&d, r);
 }
 
 Test(engine, within_tolerance)

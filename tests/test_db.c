@@ -227,9 +227,18 @@ static void check_data_dir(const char *data_dir)
                         "committed_attempt NOT IN (SELECT id FROM attempts WHERE "
                         "state = 'committed')"),
                  0, "visible attempts are committed");
+    /* Tensor records name their hash's algorithm (blake2b-128 when the
+     * runner named none); no other kind has one. */
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records WHERE kind = 'tensor' AND hash_alg NOT IN "
+                        "('blake2b-128', 'xxh3-128')"),
+                 0, "every tensor record has a hash_alg");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM records WHERE kind != 'tensor' AND hash_alg IS NOT "
+                        "NULL"),
+                 0, "only tensor records have a hash_alg");
     sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT hash, stored_size FROM blobs", -1, &st, NULL),
-                 SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_prepare_v2(db, "SELECT hash, stored_size, codec FROM blobs", -1, &st, NULL),
+        SQLITE_OK);
     int n = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
         const char *h = (const char *)sqlite3_column_text(st, 0);
@@ -238,6 +247,18 @@ static void check_data_dir(const char *data_dir)
         snprintf(p, sizeof p, "%s/blobs/%.2s/%s", data_dir, h + 1, h);
         cr_assert_eq(stat(p, &sb), 0, "blob file %s exists", p);
         cr_assert_eq((int64_t)sb.st_size, sqlite3_column_int64(st, 1), "size of %s", p);
+        /* Named by the SHA-256 of its bytes, as sha256sum computes it. */
+        cr_assert(h[0] == 's' && strlen(h) == 65, "blob name %s", h);
+        if (strcmp((const char *)sqlite3_column_text(st, 2), "raw") == 0 && n < 4) {
+            char cmd[700], sum[80] = "";
+            snprintf(cmd, sizeof cmd, "sha256sum '%s'", p);
+            FILE *f = popen(cmd, "r");
+            cr_assert_not_null(f);
+            cr_assert_not_null(fgets(sum, sizeof sum, f));
+            pclose(f);
+            cr_assert(strncmp(sum, h + 1, 64) == 0, "blob %s holds bytes whose SHA-256 is %.64s", h,
+                      sum);
+        }
         n++;
     }
     sqlite3_finalize(st);

@@ -225,6 +225,7 @@ static void rec_assert_equal(const struct rec *a, const struct rec *b, const cha
         cr_assert_str_eq(x->hash, y->hash);
         cr_assert_eq(x->t.key_len, y->t.key_len);
         cr_assert_eq(x->t.capture, y->t.capture);
+        cr_assert_eq(x->t.hash_alg, y->t.hash_alg, "%s: frame %zu hash_alg", what, i);
         cr_assert_eq(x->t.ndim, y->t.ndim);
         for (int d = 0; d < x->t.ndim; d++)
             cr_assert_eq(x->t.shape[d], y->t.shape[d]);
@@ -795,6 +796,12 @@ static const struct tensor_case tensor_cases[] = {
     {"hash", "\"abc1234\"", "tensor hash must be 8..128 hex digits, got 7"},
     {"hash", "\"ABCDEF12\"", "tensor hash must be lowercase hex"},
     {"hash", "\"zzzzzzzz\"", "tensor hash must be lowercase hex"},
+    {"hash_alg", "\"sha1\"",
+     "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"sha1\""},
+    {"hash_alg", "\"XXH3-128\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\""},
+    {"hash_alg", "\"\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"\""},
+    {"hash_alg", "7", "tensor field \"hash_alg\" must be a string, got integer"},
+    {"hash_alg", "null", "tensor field \"hash_alg\" must be a string, got null"},
     {"capture", NULL, "tensor header missing string field \"capture\""},
     {"capture", "\"partial\"", "tensor capture must be stats, sample or full, got \"partial\""},
     {"nbytes", "16", "tensor with capture \"stats\" must not carry a payload (nbytes 16)"},
@@ -877,6 +884,61 @@ static void sb_keyed_tensor(struct sb *s, const char *key)
               "{\"kind\":\"tensor\",\"seq\":5,\"key\":\"%s\",\"dtype\":\"uint8\",\"shape\":[1],"
               "\"numel\":1,\"stats\":{},\"hash\":\"" HASH "\",\"capture\":\"stats\"}\n",
               key);
+}
+
+/* The hash's algorithm as delivered for one tensor header whose hash_alg
+ * member is ALG (NULL: absent) and whose hash is HASH_HEX; both paths and
+ * every way of feeding agree (run_all). Returns the parser's rc. */
+static int hash_alg_run(const char *alg, const char *hash_hex, enum frame_hash_alg *got,
+                        struct result *res)
+{
+    struct sb s = {0};
+    struct rec r = {0};
+    json_t *t = base_tensor();
+
+    json_object_set_new(t, "hash", json_string(hash_hex));
+    if (alg)
+        json_object_set_new(t, "hash_alg", json_string(alg));
+    sb_str(&s, HELLO ENV);
+    sb_json_line(&s, t);
+    sb_str(&s, END_OK);
+    run_all(s.b, s.n, NULL, &r, res);
+    if (res->rc == 0) {
+        cr_assert_eq(r.n, 4);
+        *got = r.v[2].t.hash_alg;
+        cr_assert(r.v[2].fast, "the fast path takes a tensor with hash_alg too");
+    }
+    rec_free(&r);
+    json_decref(t);
+    sb_free(&s);
+    return res->rc;
+}
+
+Test(frame, tensor_hash_alg)
+{
+    struct result res;
+    enum frame_hash_alg got = FRAME_HASH_ALG_COUNT;
+
+    /* Absent: the algorithm every runner used before the field. */
+    cr_assert_eq(hash_alg_run(NULL, HASH, &got, &res), 0, "%s", res.err);
+    cr_assert_eq(got, FRAME_HASH_BLAKE2B_128);
+    cr_assert_eq(hash_alg_run(NULL, "0123456789abcdef", &got, &res), 0, "%s", res.err);
+    cr_assert_eq(got, FRAME_HASH_BLAKE2B_128);
+    for (int a = 0; a < FRAME_HASH_ALG_COUNT; a++) {
+        got = FRAME_HASH_ALG_COUNT;
+        cr_assert_eq(hash_alg_run(frame_hash_alg_name((enum frame_hash_alg)a), HASH, &got, &res), 0,
+                     "%s: %s", frame_hash_alg_name((enum frame_hash_alg)a), res.err);
+        cr_assert_eq(got, (enum frame_hash_alg)a);
+    }
+    cr_assert_str_eq(frame_hash_alg_name(FRAME_HASH_XXH3_128), "xxh3-128");
+    cr_assert_str_eq(frame_hash_alg_name(FRAME_HASH_BLAKE2B_128), "blake2b-128");
+    /* A named algorithm has exactly 128 bits: 32 digits, no fewer, no more. */
+    cr_assert_eq(hash_alg_run("xxh3-128", "0123456789abcdef", &got, &res), -EPROTO);
+    cr_assert_not_null(
+        strstr(res.err, "tensor hash of hash_alg \"xxh3-128\" must be 32 hex digits, got 16"), "%s",
+        res.err);
+    cr_assert_eq(hash_alg_run("blake2b-128", HASH "0", &got, &res), -EPROTO);
+    cr_assert_not_null(strstr(res.err, "must be 32 hex digits, got 33"), "%s", res.err);
 }
 
 Test(frame, tensor_key_length_and_seq_order)

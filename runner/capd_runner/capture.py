@@ -279,13 +279,18 @@ class Recorder(object):
         if code is None or p.device.type != "cpu":
             return None
         n = p.numel()
+        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
+        if self.pipeline.native_inline_ok() and p.is_contiguous():
+            aid = self.pipeline.native_analyze_now(p.data_ptr() if n else 0, n, code, self.emit,
+                                                   sample_k)
+            self._cache_put(t, sig, aid)
+            return aid
         entry, ptr, nbytes = None, 0, 0
         if n:
             entry = self.pipeline.pool.take(p.dtype, p.shape)
             entry[1].copy_(p)
             ptr = entry[0].data_ptr()
             nbytes = n * p.element_size()
-        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
         aid = self.pipeline.native_analyze(entry, ptr, n, code, self.emit, sample_k, nbytes)
         self._cache_put(t, sig, aid)
         return aid
@@ -454,7 +459,7 @@ class Recorder(object):
             line = F.tensor_header_line(
                 F.tensor_header_prefix(seq, key, module, call, phase, role, index,
                                        T.dtype_name(dtype), shape, numel, op),
-                an.stats, an.hash, kind, n)
+                an.stats, an.hash, kind, n, T.HASH_ALG)
         except ValueError:
             # Not a value the fast encoder writes (cannot happen with the
             # engine's stats): the dict through json, which says what is wrong.
@@ -465,7 +470,8 @@ class Recorder(object):
             }
             if op is not None:
                 header["op"], header["op_index"] = op
-            header.update({"stats": an.stats, "hash": an.hash, "capture": kind})
+            header.update({"stats": an.stats, "hash": an.hash, "hash_alg": T.HASH_ALG,
+                           "capture": kind})
             if kind == "sample":
                 header["sample_positions"] = "stride"
             self.writer.frame(header, payload)

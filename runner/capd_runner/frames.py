@@ -78,10 +78,11 @@ def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shap
     return line
 
 
-def tensor_header_line(prefix, stats, hash_hex, capture, nbytes):
+def tensor_header_line(prefix, stats, hash_hex, capture, nbytes, hash_alg):
     """The whole ``tensor`` header line (bytes): ``prefix`` (see
-    tensor_header_prefix) then stats, hash, capture, sample_positions (for
-    samples) and nbytes (when > 0), the key order of the runner's dict."""
+    tensor_header_prefix) then stats, hash, hash_alg, capture,
+    sample_positions (for samples) and nbytes (when > 0), the key order of
+    the runner's dict."""
     if stats is None:
         st = "null"
     else:
@@ -89,7 +90,8 @@ def tensor_header_line(prefix, stats, hash_hex, capture, nbytes):
         # builds its dict in another order than the common one).
         st = "{" + ",".join([_json_str(k) + ":" + _json_scalar(v)
                              for k, v in stats.items()]) + "}"
-    tail = ',"stats":%s,"hash":%s,"capture":"%s"' % (st, _json_str(hash_hex), capture)
+    tail = ',"stats":%s,"hash":%s,"hash_alg":%s,"capture":"%s"' % (
+        st, _json_str(hash_hex), _json_str(hash_alg), capture)
     if capture == "sample":
         tail += ',"sample_positions":"stride"'
     if nbytes:

@@ -19,7 +19,7 @@ import os
 
 import torch
 
-ABI = 2
+ABI = 3
 OUT_N = 10
 
 # dtype codes of runner/native/capd_analysis.h (CAPD_DT_*)
@@ -101,6 +101,8 @@ def stats(t):
 
 
 CAP_STATS, CAP_SAMPLE = 0, 1
+# The equality hash the pipe writes in every record's "hash_alg".
+HASH_ALG = "xxh3-128"
 
 
 class PipeError(OSError):
@@ -147,6 +149,12 @@ class Pipe(object):
         if not self._p:
             raise PipeError("capd_pipe_new failed")
         self.analyze_fn = quick.capd_pipe_analyze
+        # On the caller's thread, no snapshot (a library of the same ABI
+        # built before it may lack it: then None).
+        self.analyze_now_fn = getattr(quick, "capd_pipe_analyze_now", None)
+        if self.analyze_now_fn is not None:
+            self.analyze_now_fn.restype = i64
+            self.analyze_now_fn.argtypes = [vp, vp, i64, ctypes.c_int, ctypes.c_int, i64]
         self.emit_fn = quick.capd_pipe_emit
         self.analyzed_fn = quick.capd_pipe_analyzed
         self._counted = (0, 0)
@@ -163,6 +171,11 @@ class Pipe(object):
 
     def analyze(self, ptr, numel, code, want_stats, sample_k):
         return self._check(self.analyze_fn(self._p, ptr, numel, code, want_stats, sample_k),
+                           "analyze")
+
+    def analyze_now(self, ptr, numel, code, want_stats, sample_k):
+        """analyze(), done before it returns: ``ptr`` need not outlive it."""
+        return self._check(self.analyze_now_fn(self._p, ptr, numel, code, want_stats, sample_k),
                            "analyze")
 
     def emit(self, aid, prefix, capture):

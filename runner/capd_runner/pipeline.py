@@ -3,8 +3,8 @@ thread.
 
 A capture hook only snapshots the tensor (one copy into a reused CPU buffer
 of the same shape) and queues a job. Worker threads (one per core the
-model's threads leave free, 1 or 2) compute the stats and the BLAKE2b hash
-of snapshots; hashing and torch's kernels release the GIL, so they overlap
+model's threads leave free, 1 or 2) compute the stats and the BLAKE2b-128
+hash (tensors.HASH_ALG; the native pipe uses XXH3-128) of snapshots; hashing and torch's kernels release the GIL, so they overlap
 with the model's own kernels. Every Python step of a worker holds the GIL
 the model's thread needs between its kernels, so the workers are kept
 GIL-light: a worker is woken only for new work (a fresh snapshot), takes
@@ -157,6 +157,10 @@ class Pipeline(object):
         self._threads = []
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
+        # Native analyses of C-contiguous tensors run in the hook itself
+        # (capd_pipe_analyze_now: no snapshot copy, no thread hand-off);
+        # off by default, bench_runner_capture.py measures both.
+        self.native_inline = os.environ.get("CAPD_RUNNER_NATIVE_INLINE", "") not in ("", "0")
         self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
             for i in range(self._nworkers):
@@ -250,6 +254,18 @@ class Pipeline(object):
         except OSError as e:
             self._pipe_failed(e)
         return aid
+
+    def native_inline_ok(self):
+        return self.native_inline and self._pipe.analyze_now_fn is not None
+
+    def native_analyze_now(self, ptr, numel, code, want_stats, sample_k):
+        """Analyse the tensor at ``ptr`` now, on this thread; its id."""
+        if self.writer._parts:
+            self.writer.flush()  # frames written before stay before
+        try:
+            return self._pipe.analyze_now(ptr, numel, code, want_stats, sample_k)
+        except OSError as e:
+            self._pipe_failed(e)
 
     def native_emit(self, aid, prefix, capture):
         try:

@@ -86,6 +86,13 @@ def raw_bytes(t):
     return buf
 
 
+# The Python path's equality hash, named in its records' "hash_alg": the
+# standard library has no XXH3, so it keeps BLAKE2b-128 (the native pipe's
+# records say "xxh3-128"; capd compares records of different algorithms by
+# their statistics and samples, docs/compare.md).
+HASH_ALG = "blake2b-128"
+
+
 def hash_bytes(buf):
     """The content hash (BLAKE2b-128, hex) of little-endian raw bytes."""
     return hashlib.blake2b(buf, digest_size=16).hexdigest()

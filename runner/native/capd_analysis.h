@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define CAPD_ANALYSIS_ABI 2
+#define CAPD_ANALYSIS_ABI 3
 
 /* dtype codes (native.py's _CODES). */
 enum {
@@ -53,6 +53,9 @@ int capd_stats(const void *data, int64_t n, int dtype, double *out);
 void *capd_pipe_new(int fd, int threads);
 int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
                           int64_t sample_k);
+/* capd_pipe_analyze, run on the caller's thread before it returns. */
+int64_t capd_pipe_analyze_now(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
+                              int64_t sample_k);
 int capd_pipe_emit(void *pipe, int64_t aid, const char *prefix, int64_t len, int capture);
 int64_t capd_pipe_analyzed(void *pipe);
 int capd_pipe_wait_analyzed(void *pipe, int64_t count);

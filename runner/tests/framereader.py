@@ -25,7 +25,7 @@ _REQUIRED = {
     "env": {"fingerprint": dict, "effective_width": str},
     "tensor": {"seq": int, "key": str, "module": str, "call": int, "phase": str, "role": str,
                "dtype": str, "shape": list, "numel": int, "stats": dict, "hash": str,
-               "capture": str},
+               "hash_alg": str, "capture": str},
     "nondeterministic": {"keys": list},
     "timing": {"phase": str, "samples_ns": list, "warmup": int, "iterations": int,
                "threads": int},
@@ -150,6 +150,8 @@ def check_tensor(f):
         raise ProtocolError("index must be an integer: %r" % h)
     if not re.match(r"^[0-9a-f]{32}$", h["hash"]):
         raise ProtocolError("hash is not 32 hex digits: %r" % h["hash"])
+    if h["hash_alg"] not in ("xxh3-128", "blake2b-128"):
+        raise ProtocolError("unknown hash_alg: %r" % h["hash_alg"])
     numel = 1
     for d in h["shape"]:
         numel *= d

@@ -169,7 +169,7 @@ class CaptureLevelTest(unittest.TestCase):
         t = [t for t in r.tensors if t["key"] == "model.0.forward.output.0"][0]
         self.assertEqual(t["nbytes"], 1000 * 4)
         self.assertEqual(util.floats(t.payload, "float32"), [float(i) for i in range(1000)])
-        self.assertEqual(util.blake(t.payload), t["hash"])
+        self.assertEqual(util.record_hash(t, t.payload), t["hash"])
 
     def test_full_past_one_payload_limit_falls_back(self):
         # capd's frame_max_payload reaches the runner as max_one_payload_bytes:
@@ -192,7 +192,7 @@ class CaptureLevelTest(unittest.TestCase):
         for t in ts:
             if t["capture"] == "full":
                 self.assertEqual(t["nbytes"], t["numel"] * 4)
-                self.assertEqual(util.blake(t.payload), t["hash"])
+                self.assertEqual(util.record_hash(t, t.payload), t["hash"])
         first_sample = caps.index("sample")
         self.assertNotIn("full", caps[first_sample:])
         self.assertIn("stats", caps)  # budget exhausted in the end
@@ -212,7 +212,7 @@ class CaptureLevelTest(unittest.TestCase):
         self.assertTrue(floats)
         for t in floats:
             self.assertEqual(t["nbytes"], t["numel"] * 2)
-            self.assertEqual(util.blake(t.payload), t["hash"])
+            self.assertEqual(util.record_hash(t, t.payload), t["hash"])
         w = [t for t in r.tensors if t["key"] == "fc1.0.init.param.weight"][0]
         vals = util.floats(w.payload, "bfloat16")
         self.assertAlmostEqual(min(vals), w["stats"]["min"])
@@ -229,7 +229,7 @@ class CaptureLevelTest(unittest.TestCase):
         t = [t for t in r.tensors if t["key"] == "model.0.forward.output.0"][0]
         self.assertEqual(t["dtype"], "float16")
         self.assertEqual(util.floats(t.payload, "float16"), [float(i) for i in range(1000)])
-        self.assertEqual(util.blake(t.payload), t["hash"])
+        self.assertEqual(util.record_hash(t, t.payload), t["hash"])
         # The zoo in float16: fine on GPU and recent CPU builds; older CPU builds
         # lack half matmul, which must end failed with the reason, not crash.
         r = self.res["fp16_mlp"]
@@ -251,7 +251,7 @@ class CaptureLevelTest(unittest.TestCase):
         self.assertAlmostEqual(s["mean"], -1.0 / 3)
         self.assertAlmostEqual(s["std"], (((1 + 1 / 3.0) ** 2 + (1 / 3.0) ** 2 + (-2 + 1 / 3.0) ** 2) / 3) ** 0.5)
         self.assertAlmostEqual(s["l2"], 5 ** 0.5)
-        self.assertEqual(util.blake(t.payload), t["hash"])
+        self.assertEqual(util.record_hash(t, t.payload), t["hash"])
 
     def test_float64(self):
         r = self.ok("float64")

@@ -3,7 +3,6 @@ against the Python pipeline it stands in for: the same frames, the same
 hashes, in the same order, and every failure said clearly."""
 
 import errno
-import hashlib
 import json
 import os
 import tempfile
@@ -27,6 +26,16 @@ def _read_frames(path):
         return parse(f.read(), sequence=False)
 
 
+_SIZES = {"float32": 4, "float64": 8, "int64": 8}
+
+
+def _whole(f):
+    """Whether the payload of tensor record ``f`` is all of the tensor (the
+    bytes its hash is over)."""
+    return (f["numel"] > 0 and f["dtype"] in _SIZES
+            and len(f.payload) == f["numel"] * _SIZES[f["dtype"]])
+
+
 class PipeTest(_Base):
     def pipe_to_file(self, threads=1):
         fd, path = tempfile.mkstemp(prefix="capd-pipe-")
@@ -35,7 +44,7 @@ class PipeTest(_Base):
         self.addCleanup(os.close, fd)
         return pipe, path
 
-    def test_hash_is_blake2b_128_of_the_bytes(self):
+    def test_hash_is_xxh3_128_of_the_bytes(self):
         pipe, _path = self.pipe_to_file(threads=2)
         try:
             datas = []
@@ -47,7 +56,9 @@ class PipeTest(_Base):
             got = pipe.hashes(0, len(datas))
         finally:
             pipe.close()
-        want = [hashlib.blake2b(bytes(x.tolist()), digest_size=16).hexdigest() for x in datas]
+        # XXH3-128 as the system's libxxhash computes it (util.xxh3_128),
+        # not as the pipe's own build of the algorithm does.
+        want = [util.xxh3_128(bytes(x.tolist())) for x in datas]
         self.assertEqual(got, want)
 
     def test_frames_and_sample_positions(self):
@@ -68,7 +79,8 @@ class PipeTest(_Base):
         self.assertEqual([f["seq"] for f in frames], [0, 1])
         ref = T.StatsEngine(use_native=False).stats(x)
         for f in frames:
-            self.assertEqual(f["hash"], util.blake(T.raw_bytes(x)))
+            self.assertEqual(f["hash_alg"], "xxh3-128")
+            self.assertEqual(f["hash"], util.xxh3_128(T.raw_bytes(x)))
             for k in ("nan", "pinf", "ninf", "zeros", "min", "max"):
                 self.assertEqual(f["stats"][k], ref[k], k)
             for k in ("mean", "std", "l2"):
@@ -126,13 +138,14 @@ class RecorderTest(_Base):
     """A whole capture through the pipe and through the Python pipeline."""
 
     def capture(self, model_name, level, use_native, pass_="forward", extra=None,
-                max_bytes=None):
+                max_bytes=None, inline=False):
         torch.manual_seed(0)
         model, inputs = zoo.build(model_name, 0, 2)
         fd, path = tempfile.mkstemp(prefix="capd-rec-")
         self.addCleanup(os.unlink, path)
         writer = FrameWriter(fd)
         pipe = P.Pipeline(writer, sync=False, workers=1, native=use_native)
+        pipe.native_inline = inline
         old = P.MAX_BYTES
         if max_bytes is not None:
             P.MAX_BYTES = max_bytes
@@ -165,13 +178,34 @@ class RecorderTest(_Base):
         os.close(fd)
         return _read_frames(path), hashes, rec.order, second.hashes, writer.frames, pool_free
 
+    def assertSameHashes(self, pairs, what):
+        """The pipe hashes with XXH3-128, the Python path with BLAKE2b-128:
+        equal algorithms must give equal hashes, and across the two, tensors
+        equal on one side must be equal on the other (a bijection)."""
+        fwd, back = {}, {}
+        for (alg_x, x), (alg_y, y) in pairs:
+            if alg_x == alg_y:
+                self.assertEqual(x, y, what)
+            self.assertEqual(fwd.setdefault(x, y), y, what)
+            self.assertEqual(back.setdefault(y, x), x, what)
+
     def assertSameCapture(self, a, b):
         fa, fb = a[0], b[0]
         self.assertEqual(len(fa), len(fb))
+        pairs = []
         for x, y in zip(fa, fb):
             hx, hy = dict(x.header), dict(y.header)
             sx, sy = hx.pop("stats"), hy.pop("stats")
-            self.assertEqual(hx, hy)
+            pairs.append(((hx.pop("hash_alg"), hx.pop("hash")), (hy.pop("hash_alg"), hy.pop("hash"))))
+            self.assertEqual(hy, dict(hx))
+            # the Python pipeline's records say so; the pipe's too, bar the
+            # tensors it cannot read (test_tensor_the_library_cannot_read...)
+            self.assertEqual(pairs[-1][1][0], "blake2b-128")
+            if x["dtype"] != "complex64":
+                self.assertEqual(pairs[-1][0][0], "xxh3-128")
+            for f in (x, y):
+                if _whole(f):
+                    self.assertEqual(f["hash"], util.record_hash(f, f.payload), f["key"])
             self.assertEqual(x.payload, y.payload, hx["key"])
             for k in ("nan", "pinf", "ninf", "zeros", "min", "max"):
                 self.assertEqual(sx[k], sy[k], "%s %s" % (hx["key"], k))
@@ -181,9 +215,12 @@ class RecorderTest(_Base):
                 else:
                     self.assertLessEqual(abs(sx[k] - sy[k]), 1e-11 * abs(sy[k]) + 1e-300,
                                          "%s %s" % (hx["key"], k))
-        self.assertEqual(a[1], b[1])  # hashes of the emitted run
+        self.assertSameHashes(pairs, "frames")
+        # the hashes of the emitted run and of the hash-only run
+        for i in (1, 3):
+            self.assertEqual(sorted(a[i]), sorted(b[i]))
+            self.assertSameHashes([((None, a[i][k]), ("", b[i][k])) for k in a[i]], "run %d" % i)
         self.assertEqual(a[2], b[2])  # record order
-        self.assertEqual(a[3], b[3])  # hash-only run
         self.assertEqual(a[4], b[4])  # frames counted by the writer
 
     def test_forward_models_both_levels(self):
@@ -212,6 +249,21 @@ class RecorderTest(_Base):
         keys = [f["key"] for f in a[0]]
         self.assertEqual(keys[-2:], ["extra.0.forward.output.0", "extra.1.forward.output.0"])
         self.assertEqual([f["seq"] for f in a[0]], list(range(len(a[0]))))
+
+    def test_inline_analysis_writes_the_same_frames(self):
+        # CAPD_RUNNER_NATIVE_INLINE: the analysis in the hook, on the
+        # tensor's own bytes; the frames are those of the threaded pipe, and
+        # agree with the Python path's as the pipe's do (a backward pass's
+        # gradients and the taps' clones included).
+        for name, level, pass_ in (("cnn", "sample", "forward"), ("transformer", "stats", "forward"),
+                                   ("cnn", "sample", "backward")):
+            a = self.capture(name, level, True, pass_=pass_, inline=True)
+            t = self.capture(name, level, True, pass_=pass_)
+            b = self.capture(name, level, False, pass_=pass_)
+            self.assertEqual([(f.header, f.payload) for f in a[0]],
+                             [(f.header, f.payload) for f in t[0]], name)
+            self.assertEqual(a[1:5], t[1:5], name)
+            self.assertSameCapture(a, b)
 
     def test_bounded_snapshot_memory(self):
         # With room for almost nothing in flight, the hooks wait for the pipe
@@ -248,8 +300,12 @@ class CellTest(_Base):
         self.assertEqual(fp, {"name": "torch", "reason": "CAPD_RUNNER_NATIVE not set"})
         ta = [f for f in results[0] if f.kind == "tensor"]
         tb = [f for f in results[1] if f.kind == "tensor"]
-        self.assertEqual([(f["key"], f["hash"], f.payload) for f in ta],
-                         [(f["key"], f["hash"], f.payload) for f in tb])
+        self.assertEqual([(f["key"], f.payload) for f in ta], [(f["key"], f.payload) for f in tb])
+        self.assertEqual(set(f["hash_alg"] for f in ta), {"xxh3-128"})
+        self.assertEqual(set(f["hash_alg"] for f in tb), {"blake2b-128"})
+        for f in ta + tb:
+            if _whole(f):
+                self.assertEqual(f["hash"], util.record_hash(f, f.payload), f["key"])
         nd = [[f["keys"] for f in fr if f.kind == "nondeterministic"] for fr in results]
         self.assertEqual(nd[0], nd[1])
 

@@ -122,7 +122,7 @@ class OpCaptureTest(unittest.TestCase):
         t = am[0]
         self.assertEqual(t["dtype"], "int64")
         self.assertEqual(t["capture"], "full")
-        self.assertEqual(t["hash"], util.blake(t.payload))
+        self.assertEqual(t["hash"], util.record_hash(t, t.payload))
         vals = struct.unpack("<%dq" % t["numel"], t.payload)
         self.assertTrue(all(0 <= v < 4 for v in vals), vals)  # rows of z = y.t(): batch 2
 

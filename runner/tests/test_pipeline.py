@@ -21,7 +21,7 @@ class HeaderEncodingTest(unittest.TestCase):
         header = {"kind": "tensor", "seq": seq, "key": key, "module": module, "call": call,
                   "phase": phase, "role": role, "index": index, "dtype": dtype,
                   "shape": list(shape), "numel": numel, "stats": stats, "hash": hash_hex,
-                  "capture": capture_kind}
+                  "hash_alg": T.HASH_ALG, "capture": capture_kind}
         if capture_kind == "sample":
             header["sample_positions"] = "stride"
         if nbytes:
@@ -32,7 +32,7 @@ class HeaderEncodingTest(unittest.TestCase):
              hash_hex, capture_kind, nbytes):
         return F.tensor_header_line(
             F.tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shape,
-                                   numel), stats, hash_hex, capture_kind, nbytes)
+                                   numel), stats, hash_hex, capture_kind, nbytes, T.HASH_ALG)
 
     def test_same_bytes(self):
         eng = T.StatsEngine()

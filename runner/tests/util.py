@@ -1,6 +1,8 @@
 """Shared helpers of the runner tests."""
 
 import atexit
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import shutil
@@ -49,6 +51,42 @@ def cpu_flags():
 
 def blake(data):
     return hashlib.blake2b(bytes(data), digest_size=16).hexdigest()
+
+
+class _XXH128(ctypes.Structure):
+    _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]
+
+
+_xxhash = None
+
+
+def xxh3_128(data):
+    """XXH3-128 of ``data`` in the canonical hex (high half first), computed
+    by the system's libxxhash (what storage links), not by the runner's own
+    build of it."""
+    global _xxhash
+    if _xxhash is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+        lib.XXH3_128bits.restype = _XXH128
+        lib.XXH3_128bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        _xxhash = lib
+    raw = bytes(data)
+    h = _xxhash.XXH3_128bits(raw, len(raw))
+    return "%016x%016x" % (h.high64, h.low64)
+
+
+def content_hash(alg, data):
+    """The hash a record of algorithm ``alg`` ("hash_alg") must carry."""
+    if alg == "xxh3-128":
+        return xxh3_128(data)
+    if alg == "blake2b-128":
+        return blake(data)
+    raise AssertionError("unknown hash_alg %r" % alg)
+
+
+def record_hash(frame, data):
+    """The hash ``frame`` (a tensor record) must carry for ``data``."""
+    return content_hash(frame["hash_alg"], data)
 
 
 def floats(payload, dtype):
