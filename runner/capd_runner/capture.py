@@ -161,7 +161,7 @@ class Recorder(object):
     hook side, in record order.
     """
 
-    def __init__(self, writer, pipeline, level, sample_size, budget, emit=True):
+    def __init__(self, writer, pipeline, level, sample_size, budget, emit=True, like=None):
         self.writer = writer
         self.pipeline = pipeline
         self.level = level
@@ -181,8 +181,13 @@ class Recorder(object):
         self.ndim_noted = False
         # The native pipe does the analysis and the frames when there is
         # one (CPU cells, capd_runner/native.py), except at level full
-        # (payloads of whole snapshots stay on the Python pipeline).
+        # (payloads of whole snapshots stay on the Python pipeline). A
+        # recorder whose hashes are compared with LIKE's (the determinism
+        # run) hashes the way LIKE does: the two paths use different
+        # algorithms (hash_alg), so equal tensors would differ.
         pipe = pipeline.native_pipe if level != "full" else None
+        if like is not None and like.native is None:
+            pipe = None
         self.native = pipe
         self._pending = []  # (key, analysis id or hash) until sync()
         if pipe is not None:

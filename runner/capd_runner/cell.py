@@ -438,7 +438,8 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
     try:
         capture_run(torch, model, call, spec, first, projection)
         _restore_buffers(torch, snap)
-        second = Recorder(writer, pipeline, "stats", spec.sample_size, budget, emit=False)
+        second = Recorder(writer, pipeline, "stats", spec.sample_size, budget, emit=False,
+                          like=first)
         capture_run(torch, model, call, spec, second, projection)
         _restore_buffers(torch, snap)
         if spec.options.get("reference") == "float64":

@@ -184,6 +184,16 @@ class CaptureLevelTest(unittest.TestCase):
         self.assertTrue(any("max_one_payload_bytes 1024" in m and "falling back to sample" in m
                             for m in warns), warns)
 
+    def test_full_capture_is_deterministic(self):
+        # The determinism run hashes the way the capture run did: at level
+        # full both take the Python path, whose hash_alg differs from the
+        # native pipe's, so equal tensors must not be called nondeterministic.
+        for name in ("full_cap", "full_one", "fp16_user"):
+            r = self.ok(name)
+            self.assertEqual(r.one("nondeterministic")["keys"], [], name)
+            self.assertTrue(name == "full_one" or any(t["capture"] == "full" for t in r.tensors),
+                            name)
+
     def test_full_with_payload_cap_fallback(self):
         r = self.ok("full_cap")
         ts = r.tensors
