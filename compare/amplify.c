@@ -80,20 +80,8 @@ struct amp_ix {
 static int by_call(const void *a, const void *b)
 {
     const struct amp_ix *p = a, *q = b;
-    const struct cmp__rec *x = p->h, *y = q->h;
-    int c = strcmp(x->module, y->module);
-    if (c)
-        return c;
-    if (x->call != y->call)
-        return (x->call > y->call) - (x->call < y->call);
-    if (x->phase != y->phase)
-        return (int)x->phase - (int)y->phase;
-    return (p->row > q->row) - (p->row < q->row);
-}
-
-static bool same_call(const struct cmp__rec *x, const struct cmp__rec *y)
-{
-    return strcmp(x->module, y->module) == 0 && x->call == y->call && x->phase == y->phase;
+    int c = cmp__call_cmp(p->h, q->h);
+    return c ? c : (p->row > q->row) - (p->row < q->row);
 }
 
 /* What the walk found: per row its input error and the input it came from. */
@@ -153,7 +141,7 @@ static int amp_walk(struct amp *a, const struct cmp__row *rows, size_t n)
     }
     qsort(a->idx, ni, sizeof(*a->idx), by_call);
     for (size_t lo = 0, hi; lo < ni; lo = hi) {
-        for (hi = lo + 1; hi < ni && same_call(a->idx[hi].h, a->idx[lo].h); hi++)
+        for (hi = lo + 1; hi < ni && cmp__call_cmp(a->idx[hi].h, a->idx[lo].h) == 0; hi++)
             ;
         call_inputs(a, rows, lo, hi);
     }

@@ -144,6 +144,10 @@ enum cmp__role cmp__role_from(const char *s, size_t n);
  * *out is a new object, or NULL when every record is finite.
  */
 int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out);
+/* Orders records by module call and phase: module name, call index,
+ * phase (ops.c). Both records need a module. */
+int cmp__call_cmp(const struct cmp__rec *x, const struct cmp__rec *y);
+
 /* A qsort comparator of record pointers (const struct cmp__rec **) in
  * execution order (seq): the order every sort of records ends on (ops.c). */
 int cmp__rec_by_seq(const void *a, const void *b);

@@ -98,19 +98,21 @@ int cmp__rec_by_seq(const void *a, const void *b)
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* Module call, then phase, then execution order. */
-static int by_group(const void *a, const void *b)
+int cmp__call_cmp(const struct cmp__rec *x, const struct cmp__rec *y)
 {
-    const struct cmp__rec *x = *(const struct cmp__rec *const *)a;
-    const struct cmp__rec *y = *(const struct cmp__rec *const *)b;
     int c = strcmp(x->module, y->module);
     if (c)
         return c;
     if (x->call != y->call)
         return (x->call > y->call) - (x->call < y->call);
-    if (x->phase != y->phase)
-        return (int)x->phase - (int)y->phase;
-    return cmp__rec_by_seq(a, b);
+    return (int)x->phase - (int)y->phase;
+}
+
+/* Module call, then phase, then execution order. */
+static int by_group(const void *a, const void *b)
+{
+    int c = cmp__call_cmp(*(const struct cmp__rec *const *)a, *(const struct cmp__rec *const *)b);
+    return c ? c : cmp__rec_by_seq(a, b);
 }
 
 /* The role that feeds a call in this phase, and the role of its results. */

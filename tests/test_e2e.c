@@ -446,12 +446,15 @@ static char *submit_op(struct tu_capd *c, const char *build, const char *commit,
 }
 
 /*
- * Two builds of the gelumlp user model (fc1, act = GELU, fc2): "control",
- * and "gelu", whose aten::gelu kernel examples/perturbed-gelu replaces at
- * WIDTH (EXTRA_ENV: more "name":"value" pairs for its env, or "").
+ * Starts C with two builds of the gelumlp user model (fc1, act = GELU,
+ * fc2): "control", and "gelu", whose aten::gelu kernel
+ * examples/perturbed-gelu replaces at the widest width the host runs, which
+ * it returns (EXTRA_ENV: more "name":"value" pairs for its env, or "").
  */
-static void gelu_builds(struct tu_capd *c, const char *width, const char *extra_env)
+static const char *gelu_start(struct tu_capd *c, const char *extra_env)
 {
+    cr_assert_eq(tu_capd_start(c, NULL, NULL), 0);
+    const char *width = tu_widest_width(c);
     char roots[512], path[700];
     snprintf(roots, sizeof roots, "%s/roots", c->dir);
     mkdir(roots, 0755);
@@ -474,6 +477,7 @@ static void gelu_builds(struct tu_capd *c, const char *width, const char *extra_
                  tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width, extra_env);
     cr_assert_eq(st, 201);
     json_decref(b);
+    return width;
 }
 
 /*
@@ -486,10 +490,8 @@ static void gelu_builds(struct tu_capd *c, const char *width, const char *extra_
 Test(e2e, per_op_names_the_kernel, .timeout = 900)
 {
     struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    const char *width = tu_widest_width(&c);
     long st = 0;
-    gelu_builds(&c, width, "");
+    const char *width = gelu_start(&c, "");
     /* what capctl submit --source-tree sends for a tree holding two wrappers */
     static const char prov[] =
         "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
@@ -549,10 +551,8 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
 Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
 {
     struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    const char *width = tu_widest_width(&c);
     long st = 0;
-    gelu_builds(&c, width, ",\"CAPD_PERTURB_NAN\":\"1\"");
+    const char *width = gelu_start(&c, ",\"CAPD_PERTURB_NAN\":\"1\"");
     char *j1 = submit_op(&c, "control", "8888881", NULL, width, NULL);
     char *j2 = submit_op(&c, "gelu", "8888882", "8888881", width, NULL);
     json_decref(af_wait_job(&c, j1, JOB_S));
