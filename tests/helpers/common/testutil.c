@@ -72,7 +72,8 @@ void tu_anonymous(struct tu_capd *c)
  * at its first failed assertion, before the test's own tu_capd_stop; the
  * test's process then exits, and this kills what is left so that a failed
  * run leaves no daemon behind (capd's cells die with it: parent-death
- * signal).
+ * signal). A test process killed outright (a timeout) runs no atexit: its
+ * capd was started through die_with_parent, which the kernel then kills.
  */
 #define TU_MAX_LIVE 64
 static pid_t live[TU_MAX_LIVE];
@@ -136,12 +137,19 @@ int tu_capd_start(struct tu_capd *c, const char *dir, const char *const *extra)
     int a = 0;
     char datadir[300];
     snprintf(datadir, sizeof datadir, "%s/data", c->dir);
+    /* through die_with_parent: a test killed at its timeout runs no
+     * atexit, and its capd must die with it all the same */
+    static char guard[600], me[32];
+    snprintf(guard, sizeof guard, "%s/die_with_parent", tu_bin("CAPD_HELPER_DIR"));
+    snprintf(me, sizeof me, "%ld", (long)getpid());
+    argv[a++] = guard;
+    argv[a++] = me;
     argv[a++] = tu_bin("CAPD_BIN");
     argv[a++] = "--listen";
     argv[a++] = "127.0.0.1:0";
     argv[a++] = "--data-dir";
     argv[a++] = datadir;
-    for (int i = 0; extra && extra[i] && a < 62; i++)
+    for (int i = 0; extra && extra[i] && a < 63; i++)
         argv[a++] = extra[i];
     argv[a] = NULL;
     const struct tu_fd fds[3] = {
