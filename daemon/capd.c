@@ -60,6 +60,10 @@ struct capd {
 
     struct sup_node *running;
     unsigned nrunning;
+    /* nrunning as /healthz reads it (another thread), set once the loop has
+     * settled: a cell handed straight to the next one (on_cell_next) never
+     * shows as none running in between. */
+    unsigned nrunning_shown;
     unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
     struct devices *dev;        /* the GPUs (daemon/devices.h) */
     struct cpus_pool cpus;      /* which CPUs each running cell holds */
@@ -74,7 +78,12 @@ const struct capd_config *capd_cfg(const struct capd *d)
 
 unsigned capd_running_cells(const struct capd *d)
 {
-    return __atomic_load_n(&d->nrunning, __ATOMIC_RELAXED);
+    return __atomic_load_n(&d->nrunning_shown, __ATOMIC_RELAXED);
+}
+
+static void show_running(struct capd *d)
+{
+    __atomic_store_n(&d->nrunning_shown, d->nrunning, __ATOMIC_RELAXED);
 }
 
 void capd_notify_work(struct capd *d)
@@ -170,7 +179,7 @@ static void on_cell_done(void *ud, struct sup *s)
             cpus_release(&d->cpus, !n->numerics, &n->cpus);
             d->nnumerics -= n->numerics;
             free(n);
-            __atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
+            d->nrunning--;
             break;
         }
     }
@@ -182,6 +191,7 @@ static void on_cell_done(void *ud, struct sup *s)
         /* Claimed just before the stop: start-up recovery's re-queue at the
          * end of shutdown puts it back, as for a cell that was running. */
         store_cell_run_clear(&next);
+        show_running(d);
         return;
     }
     schedule_and_bisect(d, have_next ? &next : NULL);
@@ -281,7 +291,7 @@ static bool host_refuses(struct capd *d, struct store_cell_run *run)
  * queued and CPU cells behind them are started instead. CLAIMED, when not
  * NULL, is a cell already claimed (with the outcome of the cell that just
  * ended, on_cell_next): it is started first. */
-static void schedule(struct capd *d, struct store_cell_run *claimed)
+static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
 {
     while (claimed ||
            (!d->stopping && (d->nrunning < (unsigned)d->cfg.max_parallel || numerics_room(d)))) {
@@ -342,8 +352,14 @@ static void schedule(struct capd *d, struct store_cell_run *claimed)
         d->nnumerics += n->numerics;
         n->next = d->running;
         d->running = n;
-        __atomic_add_fetch(&d->nrunning, 1, __ATOMIC_RELAXED);
+        d->nrunning++;
     }
+}
+
+static void schedule(struct capd *d, struct store_cell_run *claimed)
+{
+    schedule_cells(d, claimed);
+    show_running(d);
 }
 
 /* A new device list may let queued GPU cells start. */
