@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from capd_runner import frames as F
+from capd_runner import native as native_lib
 from capd_runner import tensors as T
 from capd_runner.pipeline import Job
 
@@ -85,6 +86,9 @@ class _Tap(torch.autograd.Function):
         ctx.callback(grads)
         return (None,) + tuple(grads)
 
+
+_HAS_IS_CPU = hasattr(torch.Tensor, "is_cpu")
+_CODES = native_lib.CODES
 
 # The protocol caps keys at 512 bytes and forbids control characters.
 MAX_FQN = 400
@@ -190,8 +194,10 @@ class Recorder(object):
             pipe = None
         self.native = pipe
         self._pending = []  # (key, analysis id or hash) until sync()
+        self._one_call = False
         if pipe is not None:
             pipeline.native_reset()
+            self._one_call = pipeline.native_record_ok()
 
     # -- hook side -----------------------------------------------------------
     @staticmethod
@@ -300,6 +306,61 @@ class Recorder(object):
         self._cache_put(t, sig, aid)
         return aid
 
+    def _native_record(self, key, module, call, phase, role, index, t, op):
+        """One record through the pipe in one foreign call (capd_pipe_record:
+        the analysis, in the hook or on a snapshot, and the frame), or a
+        second record of a tensor version already analysed; False when ``t``
+        takes the Python path (a dtype or device the library does not read).
+        The steps and their order are those of _native_analysis and the
+        two-call path in record(), so the frames are the same; _cached and
+        _cache_put are written out here, the hot path of every record."""
+        try:
+            sig = (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
+                   t.device)
+        except Exception:
+            sig = None
+        tid = id(t)
+        ent = self._cache.get(tid) if sig is not None else None
+        if ent is not None and ent[1] == sig and ent[0]() is t:
+            aid = ent[2]
+            if type(aid) is not int:
+                return False  # an analysis of the Python path
+            prefix, kind = self._prefix(key, module, call, phase, role, index, t, op)
+            if prefix is not None:
+                self.pipeline.native_emit(aid, prefix, kind)
+            self._pending.append((key, aid))
+            return True
+        p = self._plain(t)
+        code = _CODES.get(p.dtype)
+        if code is None or not (p.is_cpu if _HAS_IS_CPU else p.device.type == "cpu"):
+            return False
+        if not p.is_contiguous():
+            p = p.contiguous()
+        n = p.numel()
+        sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
+        prefix, kind = self._prefix(key, module, call, phase, role, index, t, op)
+        aid = self.pipeline.native_record(p.data_ptr() if n else 0, n, code, self.emit, sample_k,
+                                          prefix, kind)
+        if sig is not None:
+            try:
+                ref = weakref.ref(t, lambda r, k=tid: self._drop(k, r))
+                self._cache[tid] = (ref, sig, aid)
+            except TypeError:
+                pass
+        self._pending.append((key, aid))
+        return True
+
+    def _prefix(self, key, module, call, phase, role, index, t, op):
+        """(header prefix, pipe capture code) of the next record, or (None, 0)
+        when nothing is emitted."""
+        if not self.emit:
+            return None, 0
+        prefix = F.tensor_header_prefix(self.seq, key, module, call, phase, role, index,
+                                        T.dtype_name(t.dtype), t.shape, t.numel(),
+                                        op).encode("ascii")
+        self.seq += 1
+        return prefix, 1 if self._decide(key, t) == "sample" else 0
+
     def clear_cache(self):
         with self.lock:
             self._cache.clear()
@@ -342,7 +403,14 @@ class Recorder(object):
                     self.pipeline.note(lambda: self.writer.note("warn", msg))
                 return
             inline = False
-            if self.native is not None:
+            if self._one_call:
+                if self._native_record(key, module, call, phase, role, index, t, op):
+                    return
+                # A tensor the library cannot read: the Python path, inline,
+                # after everything the pipe has queued.
+                self.pipeline.drain()
+                inline = True
+            elif self.native is not None:
                 aid = self._native_analysis(t)
                 if type(aid) is int:
                     self._pending.append((key, aid))
@@ -502,6 +570,8 @@ class Capture(object):
         self.calls = {}
         self.active = {}
         self.handles = []
+        # hook_done() flushes only an inline (sync) pipeline's frames
+        self._sync = getattr(getattr(recorder, "pipeline", None), "sync", True)
 
     def __enter__(self):
         for m in self.modules:
@@ -528,53 +598,54 @@ class Capture(object):
         self.rec.pipeline.hook_done()
 
     # -- hooks -------------------------------------------------------------
+    # Each hook counts itself in ``quiet`` while it runs (its own torch calls
+    # are no model ops) and writes its body out rather than call a helper:
+    # the hooks run twice per module call, on the model's thread.
     def _pre(self, module, inputs):
         self.quiet += 1
         try:
-            return self._pre_hook(module, inputs)
+            mid = id(module)
+            fqn = self.names.get(mid, "model")
+            call = self.calls.get(mid, 0)
+            self.calls[mid] = call + 1
+            self.active.setdefault(mid, []).append(call)
+            flat = flatten(inputs)
+            record = self.rec.record
+            for i, t in enumerate(flat):
+                record(fqn, call, "forward", "input", i, t)
+            if self._sync:
+                self.flush()
+            new = self._tap(flat, fqn, call, "grad_input") if self.taps else None
+            if self.ops is not None:
+                self.ops.enter(fqn, call)
+            if new is not None:
+                return rebuild(inputs, iter(new))
+            return None
         finally:
             self.quiet -= 1
 
     def _post(self, module, inputs, output):
         self.quiet += 1
         try:
-            return self._post_hook(module, inputs, output)
+            mid = id(module)
+            fqn = self.names.get(mid, "model")
+            stack = self.active.get(mid)
+            call = stack.pop() if stack else self.calls.get(mid, 1) - 1
+            if self.ops is not None:
+                self.ops.leave(fqn, call)
+            flat = flatten(output)
+            record = self.rec.record
+            for i, t in enumerate(flat):
+                record(fqn, call, "forward", "output", i, t)
+            if self._sync:
+                self.flush()
+            if self.taps:
+                new = self._tap(flat, fqn, call, "grad_output")
+                if new is not None:
+                    return rebuild(output, iter(new))
+            return None
         finally:
             self.quiet -= 1
-
-    def _pre_hook(self, module, inputs):
-        mid = id(module)
-        fqn = self.names.get(mid, "model")
-        call = self.calls.get(mid, 0)
-        self.calls[mid] = call + 1
-        self.active.setdefault(mid, []).append(call)
-        flat = flatten(inputs)
-        for i, t in enumerate(flat):
-            self.rec.record(fqn, call, "forward", "input", i, t)
-        self.flush()
-        new = self._tap(flat, fqn, call, "grad_input") if self.taps else None
-        if self.ops is not None:
-            self.ops.enter(fqn, call)
-        if new is not None:
-            return rebuild(inputs, iter(new))
-        return None
-
-    def _post_hook(self, module, inputs, output):
-        mid = id(module)
-        fqn = self.names.get(mid, "model")
-        stack = self.active.get(mid)
-        call = stack.pop() if stack else self.calls.get(mid, 1) - 1
-        if self.ops is not None:
-            self.ops.leave(fqn, call)
-        flat = flatten(output)
-        for i, t in enumerate(flat):
-            self.rec.record(fqn, call, "forward", "output", i, t)
-        self.flush()
-        if self.taps:
-            new = self._tap(flat, fqn, call, "grad_output")
-            if new is not None:
-                return rebuild(output, iter(new))
-        return None
 
     def _tap(self, flat, fqn, call, role):
         """Route the tensors that need grad through a _Tap; None if none do."""

@@ -62,6 +62,35 @@ def _json_scalar(v):
     raise ValueError(v)
 
 
+# Texts that repeat from record to record (module names, phases, roles,
+# dtypes; shapes), each made once: a capture hook builds a header per
+# record. Bounded: past CACHE_MAX entries a cache starts again.
+CACHE_MAX = 4096
+_JSON_TEXT = {}
+_SHAPE_TEXT = {}
+
+
+def _json_cached(s):
+    j = _JSON_TEXT.get(s)
+    if j is None:
+        if len(_JSON_TEXT) >= CACHE_MAX:
+            _JSON_TEXT.clear()
+        j = _JSON_TEXT[s] = _json_str(s)
+    return j
+
+
+def _shape_text(shape):
+    try:
+        text = _SHAPE_TEXT.get(shape)
+    except TypeError:  # a list: not a key
+        return ",".join([_int_repr(int(d)) for d in shape])
+    if text is None:
+        if len(_SHAPE_TEXT) >= CACHE_MAX:
+            _SHAPE_TEXT.clear()
+        text = _SHAPE_TEXT[shape] = ",".join([_int_repr(int(d)) for d in shape])
+    return text
+
+
 def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shape, numel,
                          op=None):
     """The start of a ``tensor`` header, exactly as encode_header writes the
@@ -70,9 +99,9 @@ def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shap
     ``op`` and ``op_index`` fields after ``numel``."""
     line = ('{"kind":"tensor","seq":%d,"key":%s,"module":%s,"call":%d,"phase":%s,"role":%s,'
             '"index":%s,"dtype":%s,"shape":[%s],"numel":%d'
-            % (seq, _json_str(key), _json_str(module), call, _json_str(phase), _json_str(role),
-               _int_repr(index) if type(index) is int else _json_str(index), _json_str(dtype),
-               ",".join([_int_repr(int(d)) for d in shape]), numel))
+            % (seq, _json_str(key), _json_cached(module), call, _json_cached(phase),
+               _json_cached(role), _int_repr(index) if type(index) is int else _json_str(index),
+               _json_cached(dtype), _shape_text(shape), numel))
     if op is not None:
         line += ',"op":%s,"op_index":%d' % (_json_str(op[0]), op[1])
     return line

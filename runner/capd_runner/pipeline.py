@@ -157,10 +157,18 @@ class Pipeline(object):
         self._threads = []
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
-        # Native analyses of C-contiguous tensors run in the hook itself
-        # (capd_pipe_analyze_now: no snapshot copy, no thread hand-off);
-        # off by default, bench_runner_capture.py measures both.
-        self.native_inline = os.environ.get("CAPD_RUNNER_NATIVE_INLINE", "") not in ("", "0")
+        # Where the native pipe analyses a tensor: True, in its hook, over
+        # its own bytes (no snapshot copy, no hand-off); False, copied for
+        # the analysis threads; an int, in the hook up to that many bytes.
+        # In the hook is the default: on a host whose cores are busy the
+        # copy alone costs about what the analysis does (memory bound both)
+        # and the threads then only add hand-offs (docs/performance.md).
+        # CAPD_RUNNER_NATIVE_INLINE=0 chooses the threads.
+        self.native_inline = os.environ.get("CAPD_RUNNER_NATIVE_INLINE", "") != "0"
+        # Each record in one foreign call (capd_pipe_record) when the library
+        # has it; False keeps the snapshot in the pool and two calls (the
+        # tests compare the two).
+        self.native_one_call = True
         self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
             for i in range(self._nworkers):
@@ -255,6 +263,19 @@ class Pipeline(object):
             self._pipe_failed(e)
         return aid
 
+    def native_record_ok(self):
+        return self.native_one_call and self._pipe.record_fn is not None
+
+    def native_record(self, ptr, numel, code, want_stats, sample_k, prefix, capture):
+        """Analyse the tensor at ``ptr`` and, unless ``prefix`` is None, queue
+        its frame, in one call; its analysis id."""
+        if self.writer._parts:
+            self.writer.flush()  # frames written before stay before
+        try:
+            return self._pipe.record(ptr, numel, code, want_stats, sample_k, prefix, capture)
+        except OSError as e:
+            self._pipe_failed(e)
+
     def native_inline_ok(self):
         return self.native_inline and self._pipe.analyze_now_fn is not None
 
@@ -294,8 +315,13 @@ class Pipeline(object):
         self.writer.payload_bytes += payload
 
     def native_reset(self):
-        """Drain the pipe and start its analysis numbering again."""
+        """Drain the pipe and start its analysis numbering again (and take
+        the bounds of its one-call records from native_inline and MAX_BYTES)."""
         self._native_drain(reset=True)
+        if self._pipe.record_fn is not None:
+            inline = self.native_inline
+            self._pipe.set_limits(inline if type(inline) is int else (1 << 62) * inline,
+                                  MAX_BYTES)
 
     def drain(self):
         """Wait until every queued job is emitted; raise a worker's error.

@@ -23,9 +23,15 @@ _HAS_AMINMAX = hasattr(torch, "aminmax")
 _INF = float("inf")
 
 
+_DTYPE_NAMES = {}
+
+
 def dtype_name(dtype):
-    s = str(dtype)
-    return s[6:] if s.startswith("torch.") else s
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        s = str(dtype)
+        name = _DTYPE_NAMES[dtype] = s[6:] if s.startswith("torch.") else s
+    return name
 
 
 PLAIN_DTYPES = _PLAIN = frozenset([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
