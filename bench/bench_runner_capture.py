@@ -7,9 +7,9 @@ forwards (hooks computing stats + the record hash, XXH3-128 on the native
 pipe and BLAKE2b-128 on the Python path, for every module's inputs and
 outputs, frames encoded and written to /dev/null) at capture levels ``stats``
 and ``sample``, plus the hash-only run used for the determinism check, and
-``stats`` with the native analysis run in the hooks themselves
-(``stats_inline``, CAPD_RUNNER_NATIVE_INLINE=1: no snapshot copy, no thread
-hand-off), and ``stats`` through the Python analysis workers (the path without the native
+``stats`` with the native analysis on the pipe's threads instead of in the
+hooks (``stats_threaded``, CAPD_RUNNER_NATIVE_INLINE=0: a snapshot copy per
+tensor and a hand-off), and ``stats`` through the Python analysis workers (the path without the native
 library), and ``stats`` with the analysis done inline in the hooks
 (CAPD_RUNNER_SYNC=1), and ``op_stats``: stats at granularity op (one record
 per ATen op inside each module call too, capd_runner/opcapture.py). The capture levels use the native capture pipe when
@@ -73,14 +73,13 @@ def main():
     # Python workers alone, for reference.
     pipelines = {"async": Pipeline(writer, sync=False, workers=nworkers, native=True,
                                    native_threads=default_native_threads(args.threads)),
-                 "inline": Pipeline(writer, sync=False, workers=nworkers, native=True,
-                                    native_threads=default_native_threads(args.threads)),
+                 "threaded": Pipeline(writer, sync=False, workers=nworkers, native=True,
+                                      native_threads=default_native_threads(args.threads)),
                  "python": Pipeline(writer, sync=False, workers=nworkers),
                  "sync": Pipeline(writer, sync=True)}
     workers = len(pipelines["async"]._threads)
     pipelines["async"].stats_in_hook = args.stats_in_hook
-    pipelines["async"].native_inline = False
-    pipelines["inline"].native_inline = True
+    pipelines["threaded"].native_inline = False
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
 
@@ -104,7 +103,7 @@ def main():
 
     variants = [("plain", plain), ("stats", capture("stats")), ("sample", capture("sample")),
                 ("hash_only", capture("stats", emit=False)),
-                ("stats_inline", capture("stats", mode="inline")),
+                ("stats_threaded", capture("stats", mode="threaded")),
                 ("stats_python", capture("stats", mode="python")),
                 ("stats_sync", capture("stats", mode="sync")),
                 ("op_stats", capture("stats", granularity="op"))]

@@ -89,6 +89,7 @@ class _Tap(torch.autograd.Function):
 
 _HAS_IS_CPU = hasattr(torch.Tensor, "is_cpu")
 _CODES = native_lib.CODES
+_STRIDED = torch.strided
 
 # The protocol caps keys at 512 bytes and forbids control characters.
 MAX_FQN = 400
@@ -330,8 +331,11 @@ class Recorder(object):
                 self.pipeline.native_emit(aid, prefix, kind)
             self._pending.append((key, aid))
             return True
-        p = self._plain(t)
-        code = _CODES.get(p.dtype)
+        p = t
+        code = _CODES.get(t.dtype)  # the plain dtypes (T.PLAIN_DTYPES): _plain, written out
+        if code is None or t.requires_grad or t.layout != _STRIDED:
+            p = T.prepare(t)
+            code = _CODES.get(p.dtype)
         if code is None or not (p.is_cpu if _HAS_IS_CPU else p.device.type == "cpu"):
             return False
         if not p.is_contiguous():
@@ -359,6 +363,8 @@ class Recorder(object):
                                         T.dtype_name(t.dtype), t.shape, t.numel(),
                                         op).encode("ascii")
         self.seq += 1
+        if self.level == "stats":  # what _decide says, without the call
+            return prefix, 0
         return prefix, 1 if self._decide(key, t) == "sample" else 0
 
     def clear_cache(self):

@@ -271,8 +271,15 @@ class Pipeline(object):
         its frame, in one call; its analysis id."""
         if self.writer._parts:
             self.writer.flush()  # frames written before stay before
+        pipe = self._pipe
+        # The common case straight through ctypes; a refusal (which did
+        # nothing) again through Pipe.record, which waits or raises.
+        aid = pipe.record_fn(pipe._p, ptr, numel, code, want_stats, sample_k, prefix,
+                             len(prefix) if prefix is not None else 0, capture)
+        if aid >= 0:
+            return aid
         try:
-            return self._pipe.record(ptr, numel, code, want_stats, sample_k, prefix, capture)
+            return pipe.record(ptr, numel, code, want_stats, sample_k, prefix, capture)
         except OSError as e:
             self._pipe_failed(e)
 
@@ -289,8 +296,11 @@ class Pipeline(object):
             self._pipe_failed(e)
 
     def native_emit(self, aid, prefix, capture):
+        pipe = self._pipe
+        if pipe.emit_fn(pipe._p, aid, prefix, len(prefix), capture) == 0:
+            return
         try:
-            self._pipe.emit(aid, prefix, capture)
+            pipe.emit(aid, prefix, capture)
         except OSError as e:
             self._pipe_failed(e)
 

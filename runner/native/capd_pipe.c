@@ -43,6 +43,21 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#ifdef CAPD_XXH3_AVX2
+XXH128_hash_t capd__xxh3_128_avx2(const void *data, size_t len); /* capd_xxh3_avx2.c */
+#endif
+
+/* XXH3-128 of LEN bytes, by the AVX2 build where the CPU has it (the same
+ * hash either way). */
+static XXH128_hash_t hash128(const void *data, size_t len)
+{
+#ifdef CAPD_XXH3_AVX2
+    if (__builtin_cpu_supports("avx2"))
+        return capd__xxh3_128_avx2(data, len);
+#endif
+    return XXH3_128bits(data, len);
+}
+
 #define AN_BLOCK     1024
 #define AN_BLOCKS    65536
 #define OUT_FLUSH_AT (64u << 10)
@@ -214,7 +229,7 @@ static int fmt_double(char *buf, size_t cap, double v)
 static void run_analyze(struct capd_pipe *p, const struct job *j, struct analysis *a)
 {
     size_t el = (size_t)elsize_of[j->dtype], bytes = (size_t)j->n * el;
-    XXH128_hash_t h = XXH3_128bits(j->data, bytes); /* NULL is fine when bytes is 0 */
+    XXH128_hash_t h = hash128(j->data, bytes); /* NULL is fine when bytes is 0 */
     snprintf(a->hash, sizeof a->hash, "%016llx%016llx", (unsigned long long)h.high64,
              (unsigned long long)h.low64);
     if (j->want_stats)
