@@ -196,9 +196,11 @@ class Recorder(object):
         self.native = pipe
         self._pending = []  # (key, analysis id or hash) until sync()
         self._one_call = False
+        self._inline_max = None
         if pipe is not None:
             pipeline.native_reset()
             self._one_call = pipeline.native_record_ok()
+            self._inline_max = pipeline.native_inline_max()
 
     # -- hook side -----------------------------------------------------------
     @staticmethod
@@ -309,9 +311,11 @@ class Recorder(object):
 
     def _native_record(self, key, module, call, phase, role, index, t, op):
         """One record through the pipe in one foreign call (capd_pipe_record:
-        the analysis, in the hook or on a snapshot, and the frame), or a
-        second record of a tensor version already analysed; False when ``t``
-        takes the Python path (a dtype or device the library does not read).
+        the analysis, in the hook, and the frame), or a second record of a
+        tensor version already analysed: True. False when ``t`` takes the
+        Python path (a dtype or device the library does not read); None,
+        having done nothing, when it is over the pipeline's inline bound
+        (the two-call path: a snapshot for the analysis threads).
         The steps and their order are those of _native_analysis and the
         two-call path in record(), so the frames are the same; _cached and
         _cache_put are written out here, the hot path of every record."""
@@ -338,9 +342,11 @@ class Recorder(object):
             code = _CODES.get(p.dtype)
         if code is None or not (p.is_cpu if _HAS_IS_CPU else p.device.type == "cpu"):
             return False
+        n = p.numel()
+        if self._inline_max is not None and n * p.element_size() > self._inline_max:
+            return None  # too big to analyse in the hook: the two-call path
         if not p.is_contiguous():
             p = p.contiguous()
-        n = p.numel()
         sample_k = min(self.sample_size, n) if self.emit and self.level == "sample" else 0
         prefix, kind = self._prefix(key, module, call, phase, role, index, t, op)
         aid = self.pipeline.native_record(p.data_ptr() if n else 0, n, code, self.emit, sample_k,
@@ -409,9 +415,12 @@ class Recorder(object):
                     self.pipeline.note(lambda: self.writer.note("warn", msg))
                 return
             inline = False
+            done = None
             if self._one_call:
-                if self._native_record(key, module, call, phase, role, index, t, op):
+                done = self._native_record(key, module, call, phase, role, index, t, op)
+                if done:
                     return
+            if done is False:
                 # A tensor the library cannot read: the Python path, inline,
                 # after everything the pipe has queued.
                 self.pipeline.drain()

@@ -14,7 +14,6 @@ ABI, so one build of it serves every interpreter and torch version.
 """
 
 import ctypes
-import errno
 import math
 import os
 
@@ -30,9 +29,6 @@ _CODES = {
     torch.bool: 9,
 }
 CODES = _CODES
-
-# element sizes by code (capd_pipe.c's elsize_of)
-_SIZES = (4, 8, 2, 2, 8, 4, 2, 1, 1, 1)
 
 _lib = None
 _state = None  # None: not tried yet; else (True, path) or (False, reason)
@@ -160,20 +156,13 @@ class Pipe(object):
         if self.analyze_now_fn is not None:
             self.analyze_now_fn.restype = i64
             self.analyze_now_fn.argtypes = [vp, vp, i64, ctypes.c_int, ctypes.c_int, i64]
-        # One foreign call per record (capd_pipe_record), with its wait for
-        # room and its bounds; None in a library of the same ABI built before.
+        # One foreign call per record (capd_pipe_record); None in a library
+        # of the same ABI built before it.
         self.record_fn = getattr(quick, "capd_pipe_record", None)
         if self.record_fn is not None:
             self.record_fn.restype = i64
             self.record_fn.argtypes = [vp, vp, i64, ctypes.c_int, ctypes.c_int, i64,
                                        ctypes.c_char_p, i64, ctypes.c_int]
-            _lib.capd_pipe_wait_room.restype = ctypes.c_int
-            _lib.capd_pipe_wait_room.argtypes = [vp, i64]
-            for lib in (_lib, quick):
-                lib.capd_pipe_set_limits.restype = None
-                lib.capd_pipe_set_limits.argtypes = [vp, i64, i64]
-                lib.capd_pipe_snapshots.restype = None
-                lib.capd_pipe_snapshots.argtypes = [vp, ctypes.POINTER(i64)]
         self.emit_fn = quick.capd_pipe_emit
         self.analyzed_fn = quick.capd_pipe_analyzed
         self._counted = (0, 0)
@@ -198,29 +187,10 @@ class Pipe(object):
                            "analyze")
 
     def record(self, ptr, numel, code, want_stats, sample_k, prefix, capture):
-        """analyze() and, unless ``prefix`` is None, emit() in one call;
-        ``ptr`` need not outlive it (see capd_pipe_record)."""
-        fn, p = self.record_fn, self._p
+        """analyze_now() and, unless ``prefix`` is None, emit() in one call."""
         n = len(prefix) if prefix is not None else 0
-        while True:
-            rc = fn(p, ptr, numel, code, want_stats, sample_k, prefix, n, capture)
-            if rc >= 0:
-                return rc
-            if rc != -errno.EAGAIN:
-                return self._check(rc, "record")
-            # The snapshots queued are at their bound: wait, GIL released.
-            self._check(_lib.capd_pipe_wait_room(p, numel * _SIZES[code]), "write")
-
-    def set_limits(self, inline_max, snap_max):
-        """record()'s bounds in bytes: analysed inline up to ``inline_max``,
-        at most ``snap_max`` of snapshots queued (-1 keeps one)."""
-        self._q.capd_pipe_set_limits(self._p, inline_max, snap_max)
-
-    def snapshots(self):
-        """(snapshot bytes queued for analysis, bytes in the pipe's pool)."""
-        out = (ctypes.c_int64 * 2)()
-        self._q.capd_pipe_snapshots(self._p, out)
-        return out[0], out[1]
+        return self._check(self.record_fn(self._p, ptr, numel, code, want_stats, sample_k,
+                                          prefix, n, capture), "record")
 
     def emit(self, aid, prefix, capture):
         self._check(self.emit_fn(self._p, aid, prefix, len(prefix), capture), "emit")

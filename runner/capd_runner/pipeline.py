@@ -158,16 +158,17 @@ class Pipeline(object):
         # Compute CPU stats in the hook instead of the workers (experiments).
         self.stats_in_hook = False
         # Where the native pipe analyses a tensor: True, in its hook, over
-        # its own bytes (no snapshot copy, no hand-off); False, copied for
-        # the analysis threads; an int, in the hook up to that many bytes.
-        # In the hook is the default: on a host whose cores are busy the
-        # copy alone costs about what the analysis does (memory bound both)
-        # and the threads then only add hand-offs (docs/performance.md).
+        # its own bytes, in one foreign call (capd_pipe_record); False, on a
+        # snapshot in the pool, by the analysis threads (two calls); an int,
+        # in the hook up to that many bytes. In the hook is the default: on
+        # a host whose cores are busy the copy alone costs about what the
+        # analysis does (memory bound both) and the threads then only add
+        # hand-offs (docs/performance.md, stats against stats_threaded).
         # CAPD_RUNNER_NATIVE_INLINE=0 chooses the threads.
         self.native_inline = os.environ.get("CAPD_RUNNER_NATIVE_INLINE", "") != "0"
-        # Each record in one foreign call (capd_pipe_record) when the library
-        # has it; False keeps the snapshot in the pool and two calls (the
-        # tests compare the two).
+        # Records in one foreign call (capd_pipe_record) where the library
+        # has it and native_inline allows; False: always the snapshot in the
+        # pool and two calls (the tests compare the two).
         self.native_one_call = True
         self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
@@ -264,7 +265,14 @@ class Pipeline(object):
         return aid
 
     def native_record_ok(self):
-        return self.native_one_call and self._pipe.record_fn is not None
+        """Whether records may go in one call (capd_pipe_record)."""
+        return (self.native_one_call and self.native_inline is not False
+                and self._pipe.record_fn is not None)
+
+    def native_inline_max(self):
+        """Bytes up to which a tensor is analysed in its hook; None: all."""
+        inline = self.native_inline
+        return None if inline is True else inline
 
     def native_record(self, ptr, numel, code, want_stats, sample_k, prefix, capture):
         """Analyse the tensor at ``ptr`` and, unless ``prefix`` is None, queue
@@ -272,8 +280,8 @@ class Pipeline(object):
         if self.writer._parts:
             self.writer.flush()  # frames written before stay before
         pipe = self._pipe
-        # The common case straight through ctypes; a refusal (which did
-        # nothing) again through Pipe.record, which waits or raises.
+        # Straight through ctypes; a refusal (which did nothing) again
+        # through Pipe.record, which says why.
         aid = pipe.record_fn(pipe._p, ptr, numel, code, want_stats, sample_k, prefix,
                              len(prefix) if prefix is not None else 0, capture)
         if aid >= 0:
@@ -284,7 +292,7 @@ class Pipeline(object):
             self._pipe_failed(e)
 
     def native_inline_ok(self):
-        return self.native_inline and self._pipe.analyze_now_fn is not None
+        return self.native_inline is True and self._pipe.analyze_now_fn is not None
 
     def native_analyze_now(self, ptr, numel, code, want_stats, sample_k):
         """Analyse the tensor at ``ptr`` now, on this thread; its id."""
@@ -325,13 +333,8 @@ class Pipeline(object):
         self.writer.payload_bytes += payload
 
     def native_reset(self):
-        """Drain the pipe and start its analysis numbering again (and take
-        the bounds of its one-call records from native_inline and MAX_BYTES)."""
+        """Drain the pipe and start its analysis numbering again."""
         self._native_drain(reset=True)
-        if self._pipe.record_fn is not None:
-            inline = self.native_inline
-            self._pipe.set_limits(inline if type(inline) is int else (1 << 62) * inline,
-                                  MAX_BYTES)
 
     def drain(self):
         """Wait until every queued job is emitted; raise a worker's error.

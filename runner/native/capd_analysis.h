@@ -57,14 +57,9 @@ int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, in
 int64_t capd_pipe_analyze_now(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
                               int64_t sample_k);
 int capd_pipe_emit(void *pipe, int64_t aid, const char *prefix, int64_t len, int capture);
-/* Analysis and frame of one record in one call: small tensors analysed on
- * the caller's thread, bigger ones copied for the analysis threads;
- * -EAGAIN while the copies queued are at their bound (capd_pipe_wait_room). */
+/* capd_pipe_analyze_now and capd_pipe_emit (unless PREFIX is NULL) in one call. */
 int64_t capd_pipe_record(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
                          int64_t sample_k, const char *prefix, int64_t len, int capture);
-int capd_pipe_wait_room(void *pipe, int64_t bytes);
-void capd_pipe_set_limits(void *pipe, int64_t inline_max, int64_t snap_max);
-void capd_pipe_snapshots(void *pipe, int64_t *out);
 int64_t capd_pipe_analyzed(void *pipe);
 int capd_pipe_wait_analyzed(void *pipe, int64_t count);
 int capd_pipe_drain(void *pipe);

@@ -2,12 +2,14 @@
  * runner/native/capd_pipe.c - the native capture pipe (capd_pipe_*, whose
  * ABI is in capd_analysis.h).
  *
- * The runner's hooks hand the pipe snapshots (analyze) and records (emit). Analysis threads (one
+ * The runner's hooks hand the pipe records, each in one call (capd_pipe_record: the analysis,
+ * in the hook over the tensor's own bytes, and the frame), or snapshots (analyze) and records
+ * (emit) in two. Analysis threads (one
  * per core the model leaves free) compute the stats, the XXH3-128 hash and the sample of each
  * snapshot; one writer thread writes the tensor frames to the frame fd strictly in submission
  * order, each once its analysis is done. No thread of the pipe ever touches
  * Python, so none competes with the model's thread for the GIL: a hook's
- * cost is the snapshot copy and two short foreign calls (docs/runner.md,
+ * cost is one short foreign call and the analysis, or a copy and two calls (docs/runner.md,
  * "What bounds the cost").
  *
  * Analyses are numbered from 0 after each reset; a record names the analysis
@@ -63,12 +65,6 @@ static XXH128_hash_t hash128(const void *data, size_t len)
 #define OUT_FLUSH_AT (64u << 10)
 #define MAX_HEADER   65536
 #define MAX_THREADS  16
-/* Snapshot buffers hold 2^c bytes, SNAP_MIN_CLASS <= c < SNAP_CLASSES. */
-#define SNAP_MIN_CLASS 12
-#define SNAP_CLASSES   48
-#define SNAP_POOL_MAX  (256u << 20)
-#define SNAP_MAX       (128u << 20)
-#define INLINE_MAX     SIZE_MAX /* capd_pipe_set_limits */
 
 enum { CAP_STATS, CAP_SAMPLE };
 
@@ -84,8 +80,6 @@ struct job {
     int dtype, want_stats, capture;
     int64_t aid, n, sample_k;
     const unsigned char *data;
-    unsigned char *own; /* the pipe's snapshot of data (capd_pipe_record), or NULL */
-    int own_class;
     char *prefix;
     size_t prefix_len;
 };
@@ -111,10 +105,6 @@ struct capd_pipe {
     unsigned char *ob; /* the writer's own */
     size_t olen, ocap;
     int64_t frames, payload_bytes;
-    /* capd_pipe_record's snapshots: free buffers by size class, the bytes
-     * they hold, the bytes queued for analysis and the bounds of both */
-    unsigned char *snap_free[SNAP_CLASSES];
-    size_t snap_pooled, snap_queued, snap_max, inline_max;
 };
 
 static const int elsize_of[] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1};
@@ -350,22 +340,6 @@ static void analysis_done(struct capd_pipe *p, struct analysis *a)
     finished(p);
 }
 
-/* The pipe's lock held: a snapshot buffer of class C back to the pool
- * (freed past SNAP_POOL_MAX), its bytes no longer queued; a caller waiting
- * for room (capd_pipe_wait_room) hears of it through analysis_done. */
-static void snap_give(struct capd_pipe *p, unsigned char *buf, int c)
-{
-    size_t cap = (size_t)1 << c;
-    p->snap_queued -= cap;
-    if (p->snap_pooled + cap > SNAP_POOL_MAX) {
-        free(buf);
-        return;
-    }
-    memcpy(buf, &p->snap_free[c], sizeof buf);
-    p->snap_free[c] = buf;
-    p->snap_pooled += cap;
-}
-
 static void *analysis_thread(void *arg)
 {
     struct capd_pipe *p = arg;
@@ -380,8 +354,6 @@ static void *analysis_thread(void *arg)
         pthread_mutex_unlock(&p->mu);
         run_analyze(p, &j, a);
         pthread_mutex_lock(&p->mu);
-        if (j.own)
-            snap_give(p, j.own, j.own_class);
         analysis_done(p, a);
     }
     pthread_mutex_unlock(&p->mu);
@@ -442,13 +414,6 @@ static void pipe_release(struct capd_pipe *p)
     pthread_cond_destroy(&p->ework);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
-    for (int c = 0; c < SNAP_CLASSES; c++) {
-        while (p->snap_free[c]) {
-            unsigned char *buf = p->snap_free[c];
-            memcpy(&p->snap_free[c], buf, sizeof buf);
-            free(buf);
-        }
-    }
     free(p->blocks);
     free(p->aq.q);
     free(p->eq.q);
@@ -464,8 +429,6 @@ void *capd_pipe_new(int fd, int threads)
         return NULL;
     p->fd = fd;
     p->flushed = 1;
-    p->snap_max = SNAP_MAX;
-    p->inline_max = INLINE_MAX;
     p->nthreads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     if (!(p->blocks = calloc(AN_BLOCKS, sizeof *p->blocks)) || pthread_mutex_init(&p->mu, NULL)) {
         free(p->blocks);
@@ -683,72 +646,14 @@ void capd_pipe_free(void *pipe)
     pipe_release(p);
 }
 
-/* The size class of a snapshot of BYTES, or -E2BIG. */
-static int snap_class(size_t bytes)
-{
-    int c = SNAP_MIN_CLASS;
-    while (c < SNAP_CLASSES && ((size_t)1 << c) < bytes)
-        c++;
-    return c < SNAP_CLASSES ? c : -E2BIG;
-}
-
-/* J's data copied into a pooled buffer that J then owns; -EAGAIN when the
- * bytes queued for analysis would pass snap_max (and some are queued: one
- * snapshot bigger than the bound still goes through alone). */
-static int snapshot(struct capd_pipe *p, struct job *j, size_t bytes)
-{
-    int c = snap_class(bytes);
-    if (c < 0)
-        return c;
-    size_t cap = (size_t)1 << c;
-    pthread_mutex_lock(&p->mu);
-    if (p->snap_queued && p->snap_queued + cap > p->snap_max) {
-        pthread_mutex_unlock(&p->mu);
-        return -EAGAIN;
-    }
-    unsigned char *buf = p->snap_free[c];
-    if (buf) {
-        memcpy(&p->snap_free[c], buf, sizeof buf);
-        p->snap_pooled -= cap;
-    }
-    p->snap_queued += cap;
-    pthread_mutex_unlock(&p->mu);
-    if (!buf && !(buf = malloc(cap))) {
-        pthread_mutex_lock(&p->mu);
-        p->snap_queued -= cap;
-        pthread_mutex_unlock(&p->mu);
-        return -ENOMEM;
-    }
-    memcpy(buf, j->data, bytes);
-    j->data = j->own = buf;
-    j->own_class = c;
-    return 0;
-}
-
-/* The pipe's lock held: BYTES more are queued for analysis; the analysers
- * are woken per batch, as capd_pipe_analyze does. */
-static void queued_for_analysis(struct capd_pipe *p, size_t bytes)
-{
-    p->unwoken_bytes += bytes;
-    if (++p->unwoken_jobs >= WAKE_JOBS || p->unwoken_bytes >= WAKE_BYTES) {
-        p->unwoken_bytes = 0;
-        p->unwoken_jobs = 0;
-        if (p->asleep)
-            pthread_cond_broadcast(&p->awork);
-    }
-}
-
 /*
  * One record in one call, for a hook that would otherwise make three
- * (snapshot, analyze, emit): the analysis of N elements at DATA, and unless
- * PREFIX is NULL the record's frame (capd_pipe_emit's PREFIX, LEN and
- * CAPTURE). A tensor of at most inline_max bytes is analysed now, on the
- * caller's thread and over its own bytes: for a small tensor that costs
- * less than a copy, a queueing and a wake-up. A bigger one is copied into a
- * pooled snapshot for the analysis threads, so the caller pays one memcpy.
- * DATA need not outlive the call either way. Returns the analysis id;
- * -EAGAIN, having done nothing, when the snapshot would take the bytes
- * queued past snap_max (capd_pipe_wait_room, then call again); or -errno.
+ * (snapshot, analyze, emit): the analysis of N elements at DATA, run now on
+ * the caller's thread over its own bytes, which need not outlive the call
+ * (capd_pipe_analyze_now), and unless PREFIX is NULL the record's frame
+ * (capd_pipe_emit's PREFIX, LEN and CAPTURE), queued for the writer. Returns
+ * the analysis id or -errno; a refused record is neither numbered nor
+ * queued.
  */
 int64_t capd_pipe_record(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
                          int64_t sample_k, const char *prefix, int64_t len, int capture)
@@ -760,99 +665,33 @@ int64_t capd_pipe_record(void *pipe, const void *data, int64_t n, int dtype, int
         return rc;
     if (prefix && (len < 0 || len > MAX_HEADER || (capture != CAP_STATS && capture != CAP_SAMPLE)))
         return -EINVAL;
-    size_t bytes = (size_t)n * (size_t)elsize_of[dtype];
-    int copy = bytes > p->inline_max;
-    if (copy && (rc = snapshot(p, &j, bytes)))
-        return rc;
     if (prefix) {
-        if (!(e.prefix = malloc((size_t)len + 1))) {
-            rc = -ENOMEM;
-            goto out;
-        }
+        if (!(e.prefix = malloc((size_t)len + 1)))
+            return -ENOMEM;
         memcpy(e.prefix, prefix, (size_t)len);
     }
     pthread_mutex_lock(&p->mu);
     int64_t aid = rc = next_slot(p);
-    if (rc >= 0 && copy)
-        rc = fifo_room(&p->aq);
     if (rc >= 0 && prefix)
         rc = fifo_room(&p->eq);
     if (rc < 0) {
         pthread_mutex_unlock(&p->mu);
-        goto out;
+        free(e.prefix);
+        return rc;
     }
-    /* Room made in both queues: nothing below fails. */
     j.aid = e.aid = aid;
     p->next_aid++;
-    if (copy) {
-        fifo_push(&p->aq, &j);
-        queued_for_analysis(p, bytes);
-    }
     if (prefix) {
-        fifo_push(&p->eq, &e);
+        fifo_push(&p->eq, &e); /* cannot fail: room made above */
         p->flushed = 0;
         if (p->eq.len >= EMIT_BACKLOG && p->wasleep)
             pthread_cond_signal(&p->ework);
     }
     struct analysis *a = entry(p, aid);
     pthread_mutex_unlock(&p->mu);
-    if (!copy) {
-        run_analyze(p, &j, a);
-        pthread_mutex_lock(&p->mu);
-        analysis_done(p, a);
-        pthread_mutex_unlock(&p->mu);
-    }
+    run_analyze(p, &j, a);
+    pthread_mutex_lock(&p->mu);
+    analysis_done(p, a);
+    pthread_mutex_unlock(&p->mu);
     return aid;
-out:
-    free(e.prefix);
-    if (j.own) {
-        pthread_mutex_lock(&p->mu);
-        snap_give(p, j.own, j.own_class);
-        pthread_mutex_unlock(&p->mu);
-    }
-    return rc;
-}
-
-/* Waits until a snapshot of BYTES fits under snap_max (capd_pipe_record's
- * -EAGAIN); 0 or a write error. */
-int capd_pipe_wait_room(void *pipe, int64_t bytes)
-{
-    struct capd_pipe *p = pipe;
-    int c = snap_class(bytes < 0 ? 0 : (size_t)bytes);
-    if (c < 0)
-        return c;
-    size_t cap = (size_t)1 << c;
-    pthread_mutex_lock(&p->mu);
-    p->waiters++;
-    wake_all(p); /* the queued snapshots may be below a batch */
-    while (p->snap_queued && p->snap_queued + cap > p->snap_max)
-        pthread_cond_wait(&p->done, &p->mu);
-    p->waiters--;
-    int err = p->err;
-    pthread_mutex_unlock(&p->mu);
-    return -err;
-}
-
-/* capd_pipe_record's bounds: tensors of at most INLINE_MAX bytes are
- * analysed on the caller's thread, and at most SNAP_MAX bytes of snapshots
- * wait for analysis (a negative value keeps the bound). */
-void capd_pipe_set_limits(void *pipe, int64_t inline_max, int64_t snap_max)
-{
-    struct capd_pipe *p = pipe;
-    pthread_mutex_lock(&p->mu);
-    if (inline_max >= 0)
-        p->inline_max = (size_t)inline_max;
-    if (snap_max >= 0)
-        p->snap_max = (size_t)snap_max;
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* out[0]: snapshot bytes queued for analysis; out[1]: bytes in the pool. */
-void capd_pipe_snapshots(void *pipe, int64_t *out)
-{
-    struct capd_pipe *p = pipe;
-    pthread_mutex_lock(&p->mu);
-    out[0] = (int64_t)p->snap_queued;
-    out[1] = (int64_t)p->snap_pooled;
-    pthread_mutex_unlock(&p->mu);
 }

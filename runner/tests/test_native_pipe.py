@@ -134,11 +134,101 @@ class PipeTest(_Base):
         pipe.close()
 
 
+class RecordCallTest(_Base):
+    """capd_pipe_record: the analysis and the frame of a record in one call."""
+
+    def pipe_to_file(self, threads=1):
+        fd, path = tempfile.mkstemp(prefix="capd-pipe-")
+        self.addCleanup(os.unlink, path)
+        pipe = native.Pipe(fd, threads)
+        self.addCleanup(os.close, fd)
+        if pipe.record_fn is None:
+            pipe.close()
+            self.skipTest("library without capd_pipe_record")
+        return pipe, path
+
+    def _prefix(self, seq, n):
+        return (b'{"kind":"tensor","seq":%d,"key":"m.%d.forward.output.0","module":"m",'
+                b'"call":%d,"phase":"forward","role":"output","index":0,"dtype":"float32",'
+                b'"shape":[%d],"numel":%d' % (seq, seq, seq, n, n))
+
+    def frames_of(self, one_call, sizes):
+        """The file the pipe writes for one record per size, in one call
+        (the tensors overwritten as soon as it returns: the pipe must not
+        read them later) or in two (analyze, emit), and the hashes it kept."""
+        pipe, path = self.pipe_to_file(threads=2)
+        xs, live = [], []
+        try:
+            for seq, n in enumerate(sizes):
+                x = T.det_normalish((n,), T.generator(seq), torch.float32)
+                xs.append(x.clone())
+                ptr, k, prefix = x.data_ptr() if n else 0, min(n, 5), self._prefix(seq, n)
+                if one_call:
+                    aid = pipe.record(ptr, n, 0, 1, k, prefix, seq % 2)
+                    x.fill_(float("nan"))
+                else:
+                    aid = pipe.analyze(ptr, n, 0, 1, k)
+                    pipe.emit(aid, prefix, seq % 2)
+                    live.append(x)  # read by the threads until drain
+                self.assertEqual(aid, seq)
+            pipe.drain()
+            hashes = pipe.hashes(0, len(sizes))
+        finally:
+            pipe.close()
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertEqual(hashes, [util.xxh3_128(bytes(T.raw_bytes(x))) for x in xs])
+        return data, hashes
+
+    def test_one_call_writes_what_two_calls_do(self):
+        sizes = [0, 1, 7, 1000, 4096, 70000, 3, 1 << 18]
+        one = self.frames_of(True, sizes)
+        self.assertEqual(one, self.frames_of(False, sizes))
+        frames = parse(one[0], sequence=False)
+        self.assertEqual([f["seq"] for f in frames], list(range(len(sizes))))
+        self.assertEqual([f["capture"] for f in frames[:3]], ["stats", "sample", "stats"])
+        self.assertEqual(len(frames[1].payload), 4)
+
+    def test_hash_only_records_write_nothing(self):
+        pipe, path = self.pipe_to_file()
+        x = torch.arange(10.0)
+        try:
+            self.assertEqual(pipe.record(x.data_ptr(), 10, 0, 0, 0, None, 0), 0)
+            pipe.drain()
+            self.assertEqual(pipe.hashes(0, 1), [util.xxh3_128(bytes(T.raw_bytes(x)))])
+            self.assertEqual(pipe.take_counts(), (0, 0))
+        finally:
+            pipe.close()
+        self.assertEqual(os.path.getsize(path), 0)
+
+    def test_bad_records_are_refused_and_leave_nothing(self):
+        pipe, path = self.pipe_to_file()
+        x = torch.ones(4)
+        prefix = self._prefix(0, 4)
+        try:
+            for args in ((x.data_ptr(), 4, 99, 1, 0, prefix, 0),  # no such dtype
+                         (0, 4, 0, 1, 0, prefix, 0),  # data missing
+                         (x.data_ptr(), -1, 0, 1, 0, prefix, 0),  # negative count
+                         (x.data_ptr(), 4, 0, 1, 0, prefix, 2),  # no such capture
+                         (x.data_ptr(), 4, 0, 1, 0, b"{" + b"x" * 65536, 0)):  # over MAX_HEADER
+                with self.assertRaises(native.PipeError) as e:
+                    pipe.record(*args)
+                self.assertEqual(e.exception.errno, errno.EINVAL, args[1:])
+                self.assertIn("capture pipe record", str(e.exception))
+            # nothing was numbered or queued: the next record is analysis 0
+            self.assertEqual(pipe.record(x.data_ptr(), 4, 0, 1, 0, prefix, 0), 0)
+            pipe.drain()
+            self.assertEqual(pipe.take_counts(), (1, 0))
+        finally:
+            pipe.close()
+        self.assertEqual(len(_read_frames(path)), 1)
+
+
 class RecorderTest(_Base):
     """A whole capture through the pipe and through the Python pipeline."""
 
     def capture(self, model_name, level, use_native, pass_="forward", extra=None,
-                max_bytes=None, inline=False):
+                max_bytes=None, inline=False, one_call=True):
         torch.manual_seed(0)
         model, inputs = zoo.build(model_name, 0, 2)
         fd, path = tempfile.mkstemp(prefix="capd-rec-")
@@ -146,6 +236,7 @@ class RecorderTest(_Base):
         writer = FrameWriter(fd)
         pipe = P.Pipeline(writer, sync=False, workers=1, native=use_native)
         pipe.native_inline = inline
+        pipe.native_one_call = one_call
         old = P.MAX_BYTES
         if max_bytes is not None:
             P.MAX_BYTES = max_bytes
@@ -267,11 +358,36 @@ class RecorderTest(_Base):
 
     def test_bounded_snapshot_memory(self):
         # With room for almost nothing in flight, the hooks wait for the pipe
-        # and every snapshot still comes back to the pool.
-        a = self.capture("cnn", "stats", True, max_bytes=1)
+        # and every snapshot still comes back to the pool (the threads alone,
+        # and the threads for the tensors over an inline bound).
         b = self.capture("cnn", "stats", False)
-        self.assertSameCapture(a, b)
-        self.assertGreater(a[5], 0)
+        for inline in (False, 256):
+            a = self.capture("cnn", "stats", True, max_bytes=1, inline=inline)
+            self.assertSameCapture(a, b)
+            self.assertGreater(a[5], 0)
+
+    def test_one_call_writes_the_frames_of_two_calls(self):
+        # capd_pipe_record (one foreign call a record, the analysis in the
+        # hook; for some tensors only, by size) writes byte for byte the
+        # frames of the two-call path (snapshot in the runner's pool,
+        # analyze, emit), with the same hashes and record order, forward and
+        # backward (taps' clones and gradients included).
+        cases = [("cnn", "sample", "forward"), ("transformer", "stats", "forward"),
+                 ("lstm", "sample", "forward"), ("cnn", "sample", "backward")]
+        try:
+            zoo.build("resnet18", 0, 1)
+            cases.append(("resnet18", "stats", "forward"))
+        except zoo.ModelError:
+            pass
+        for name, level, pass_ in cases:
+            old = self.capture(name, level, True, pass_=pass_, one_call=False)
+            for inline in (True, 4096):
+                new = self.capture(name, level, True, pass_=pass_, inline=inline)
+                what = "%s %s %s inline=%s" % (name, level, pass_, inline)
+                self.assertGreater(len(new[0]), 5, what)
+                self.assertEqual([(f.header, f.payload) for f in new[0]],
+                                 [(f.header, f.payload) for f in old[0]], what)
+                self.assertEqual(new[1:5], old[1:5], what)
 
     def test_level_full_stays_on_the_python_pipeline(self):
         fd, path = tempfile.mkstemp()
