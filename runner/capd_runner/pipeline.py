@@ -280,14 +280,13 @@ class Pipeline(object):
         if self.writer._parts:
             self.writer.flush()  # frames written before stay before
         pipe = self._pipe
-        # Straight through ctypes; a refusal (which did nothing) again
-        # through Pipe.record, which says why.
+        # Straight through ctypes (Pipe.record, written out: the hot path).
         aid = pipe.record_fn(pipe._p, ptr, numel, code, want_stats, sample_k, prefix,
                              len(prefix) if prefix is not None else 0, capture)
         if aid >= 0:
             return aid
         try:
-            return pipe.record(ptr, numel, code, want_stats, sample_k, prefix, capture)
+            pipe._check(aid, "record")
         except OSError as e:
             self._pipe_failed(e)
 
@@ -305,10 +304,11 @@ class Pipeline(object):
 
     def native_emit(self, aid, prefix, capture):
         pipe = self._pipe
-        if pipe.emit_fn(pipe._p, aid, prefix, len(prefix), capture) == 0:
+        rc = pipe.emit_fn(pipe._p, aid, prefix, len(prefix), capture)  # Pipe.emit, written out
+        if rc == 0:
             return
         try:
-            pipe.emit(aid, prefix, capture)
+            pipe._check(rc, "emit")
         except OSError as e:
             self._pipe_failed(e)
 

@@ -224,6 +224,27 @@ class RecordCallTest(_Base):
         self.assertEqual(len(_read_frames(path)), 1)
 
 
+    def test_a_refused_record_fails_the_capture_clearly(self):
+        # The pipeline's straight ctypes path still says what was refused.
+        pl = P.Pipeline(FrameWriter(os.open(os.devnull, os.O_WRONLY)), sync=False, workers=1,
+                        native=True)
+        try:
+            if pl.native_pipe.record_fn is None:
+                self.skipTest("library without capd_pipe_record")
+            x = torch.ones(4)
+            for args in ((x.data_ptr(), 4, 99, 1, 0, b'{"kind":"tensor"', 0),
+                         (x.data_ptr(), 4, 0, 1, 0, b'{"kind":"tensor"', 7)):
+                with self.assertRaises(P.WorkerError) as e:
+                    pl.native_record(*args)
+                self.assertIn("capture pipe record: Invalid argument", str(e.exception))
+            with self.assertRaises(P.WorkerError) as e:
+                pl.native_emit(5, b'{"kind":"tensor"', 0)  # no such analysis
+            self.assertIn("capture pipe emit: Invalid argument", str(e.exception))
+        finally:
+            pl.stop()
+            os.close(pl.writer.fd)
+
+
 class RecorderTest(_Base):
     """A whole capture through the pipe and through the Python pipeline."""
 
