@@ -74,6 +74,8 @@ struct analysis {
     int done;
     unsigned char *sample;
     size_t sample_len;
+    char *text; /* its frames' stats and hash fields, made by the writer (stats_text) */
+    size_t text_len;
 };
 
 struct job {
@@ -245,36 +247,58 @@ static void run_analyze(struct capd_pipe *p, const struct job *j, struct analysi
     }
 }
 
-static void run_emit(struct capd_pipe *p, const struct job *j, const struct analysis *a)
+/* The writer's: A's stats, hash and hash_alg fields, formatted at its
+ * first frame and kept for the others (a tensor recorded twice, one
+ * module's output and the next one's input, writes the same text, and the
+ * shortest-round-trip floats cost a few snprintf each); 0 or -ENOMEM. */
+static int stats_text(struct analysis *a)
 {
     static const char *names[] = {"min", "max", "mean", "std", "l2"};
     static const char *counts[] = {"nan", "pinf", "ninf", "zeros"};
-    char tail[1024], num[40];
+    char text[512], num[40];
     size_t t = 0;
-    t += (size_t)snprintf(tail + t, sizeof tail - t, ",\"stats\":{");
+    if (a->text)
+        return 0;
+    t += (size_t)snprintf(text + t, sizeof text - t, ",\"stats\":{");
     for (int i = 0; i < 5; i++) {
         fmt_double(num, sizeof num, a->st[CAPD_OUT_MIN + i]);
         t +=
-            (size_t)snprintf(tail + t, sizeof tail - t, "%s\"%s\":%s", i ? "," : "", names[i], num);
+            (size_t)snprintf(text + t, sizeof text - t, "%s\"%s\":%s", i ? "," : "", names[i], num);
     }
     for (int i = 0; i < 4; i++)
-        t += (size_t)snprintf(tail + t, sizeof tail - t, ",\"%s\":%lld", counts[i],
+        t += (size_t)snprintf(text + t, sizeof text - t, ",\"%s\":%lld", counts[i],
                               (long long)a->st[CAPD_OUT_NAN + i]);
+    t += (size_t)snprintf(text + t, sizeof text - t, "},\"hash\":\"%s\",\"hash_alg\":\"xxh3-128\"",
+                          a->hash);
+    if (!(a->text = malloc(t)))
+        return -ENOMEM;
+    memcpy(a->text, text, t);
+    a->text_len = t;
+    return 0;
+}
+
+static void run_emit(struct capd_pipe *p, const struct job *j, struct analysis *a)
+{
+    char tail[128];
+    size_t t = 0;
+    if (stats_text(a)) {
+        fail(p, ENOMEM);
+        return;
+    }
     int sample = j->capture == CAP_SAMPLE;
     size_t payload = sample ? a->sample_len : 0;
-    t += (size_t)snprintf(tail + t, sizeof tail - t,
-                          "},\"hash\":\"%s\",\"hash_alg\":\"xxh3-128\",\"capture\":\"%s\"%s",
-                          a->hash, sample ? "sample" : "stats",
+    t += (size_t)snprintf(tail + t, sizeof tail - t, ",\"capture\":\"%s\"%s",
+                          sample ? "sample" : "stats",
                           sample ? ",\"sample_positions\":\"stride\"" : "");
     if (payload)
         t += (size_t)snprintf(tail + t, sizeof tail - t, ",\"nbytes\":%zu", payload);
     t += (size_t)snprintf(tail + t, sizeof tail - t, "}\n");
-    if (j->prefix_len + t > MAX_HEADER) {
+    if (j->prefix_len + a->text_len + t > MAX_HEADER) {
         fail(p, EMSGSIZE);
         return;
     }
-    if (out_put(p, j->prefix, j->prefix_len) || out_put(p, tail, t) ||
-        (payload && out_put(p, a->sample, payload))) {
+    if (out_put(p, j->prefix, j->prefix_len) || out_put(p, a->text, a->text_len) ||
+        out_put(p, tail, t) || (payload && out_put(p, a->sample, payload))) {
         fail(p, ENOMEM);
         return;
     }
@@ -383,7 +407,7 @@ static void *writer_thread(void *arg)
         if (p->stop)
             break;
         struct job j = fifo_pop(&p->eq);
-        const struct analysis *a = entry(p, j.aid);
+        struct analysis *a = entry(p, j.aid);
         p->writing = 1;
         pthread_mutex_unlock(&p->mu);
         run_emit(p, &j, a);
@@ -410,6 +434,8 @@ static void pipe_stop(struct capd_pipe *p, int analysers)
 /* Frees the pipe and its synchronisation, every thread of it joined. */
 static void pipe_release(struct capd_pipe *p)
 {
+    if (p->blocks)
+        free(p->blocks[0]); /* the one capd_pipe_reset keeps */
     pthread_cond_destroy(&p->awork);
     pthread_cond_destroy(&p->ework);
     pthread_cond_destroy(&p->done);
@@ -616,11 +642,20 @@ int capd_pipe_reset(void *pipe)
     int rc = capd_pipe_drain(p);
     pthread_mutex_lock(&p->mu);
     for (int64_t b = 0; b < AN_BLOCKS && p->blocks[b]; b++) {
-        for (int i = 0; i < AN_BLOCK; i++)
+        for (int i = 0; i < AN_BLOCK; i++) {
             free(p->blocks[b][i].sample);
-        free(p->blocks[b]);
-        p->blocks[b] = NULL;
+            free(p->blocks[b][i].text);
+        }
+        if (b > 0) {
+            free(p->blocks[b]);
+            p->blocks[b] = NULL;
+        }
     }
+    /* The first block stays, cleared, for the next capture: made anew it
+     * would be mapped and faulted in again each time. */
+    if (p->blocks[0])
+        memset(p->blocks[0], 0,
+               (size_t)(p->next_aid < AN_BLOCK ? p->next_aid : AN_BLOCK) * sizeof **p->blocks);
     p->next_aid = p->analyzed = 0;
     pthread_mutex_unlock(&p->mu);
     return rc;
