@@ -31,9 +31,14 @@ const struct ctl_opt ctl_json_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+const struct ctl_opt *ctl_cmd_opts(const struct ctl_cmd *cmd)
+{
+    return cmd->show.print ? ctl_json_opts : cmd->opts;
+}
+
 static const struct ctl_opt *find_opt(const struct ctl_cmd *cmd, const char *name, size_t n)
 {
-    for (const struct ctl_opt *o = cmd->opts; o && o->name; o++)
+    for (const struct ctl_opt *o = ctl_cmd_opts(cmd); o && o->name; o++)
         if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
             return o;
     for (const struct ctl_opt *o = ctl_global_opts; o->name; o++)
@@ -71,9 +76,10 @@ void ctl_help(const struct ctl_cmd *cmd, FILE *f)
     fprintf(f, "usage: capctl %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
     if (cmd->details)
         fprintf(f, "\n%s\n", cmd->details);
-    if (cmd->opts && cmd->opts->name) {
+    const struct ctl_opt *opts = ctl_cmd_opts(cmd);
+    if (opts && opts->name) {
         fprintf(f, "\noptions:\n");
-        help_opts(cmd->opts, f);
+        help_opts(opts, f);
     }
     fprintf(f, "\nglobal options:\n");
     help_opts(ctl_global_opts, f);
@@ -139,10 +145,12 @@ int ctl_parse(const struct ctl_cmd *cmd, int argc, char **argv, struct ctl_args 
         a->items[a->nitems].val = val;
         a->nitems++;
     }
-    if (a->npos < cmd->min_pos)
+    /* A SHOW command takes exactly its one ID. */
+    int min_pos = cmd->show.print ? 1 : cmd->min_pos, max_pos = cmd->show.print ? 1 : cmd->max_pos;
+    if (a->npos < min_pos)
         return ctl_usage_error(cmd, "missing argument: usage: capctl %s %s", cmd->name, cmd->usage);
-    if (a->npos > cmd->max_pos)
-        return ctl_usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->max_pos]);
+    if (a->npos > max_pos)
+        return ctl_usage_error(cmd, "unexpected argument '%s'", a->pos[max_pos]);
     return 0;
 }
 

@@ -8,9 +8,11 @@
  * hooks. ctl_main() runs every command the same way: parse the flags
  * (--help exits 0), CHECK them before the network is touched, open the
  * client, RUN, and free what it opened. The hooks share the command's own
- * state through CTX, which the caller owns and frees after ctl_main():
+ * state through CTX, which the caller owns and frees after ctl_main(). A
+ * command that only prints what one GET returns has no hooks: its table
+ * names the GET and the printer (SHOW for one object, LIST for a list).
+ * Each cmd_*.c defines its tables below the functions they name:
  *
- *     static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
  *     static const struct ctl_cmd cmd_show = {.name = "show", ..., .run = show_run};
  *     int ctl_cmd_show(int argc, char **argv) { return ctl_main(&cmd_show, argc, argv, NULL); }
  */
@@ -78,8 +80,23 @@ struct ctl_cmd {
     /* Checks the flags before the network is touched; NULL when the
      * parser's checks are all. 0, or the exit code after saying why. */
     int (*check)(const struct ctl_args *a, void *ctx);
-    /* The command itself, with the client open: its exit code. */
+    /* The command itself, with the client open: its exit code. NULL for
+     * a command that SHOW or LIST describes. */
     int (*run)(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+    /* Without RUN, with PRINT set: ctl_show_object() of BASE/ID, where ID
+     * is the one positional (WHAT names it in errors); such a command
+     * takes that positional and the flags of ctl_json_opts (ctl_cmd_opts),
+     * and leaves OPTS, MIN_POS and MAX_POS unset. */
+    struct {
+        const char *base, *what;
+        void (*print)(json_t *obj);
+    } show;
+    /* Without RUN and SHOW: ctl_show_list() of PATH, printing the array
+     * KEY (NULL: the whole reply) through PRINT. */
+    struct {
+        const char *path, *key;
+        int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list);
+    } list;
 };
 
 struct ctl_item {
@@ -101,6 +118,8 @@ extern const struct ctl_opt ctl_global_opts[];
  * JSON"). */
 extern const struct ctl_opt ctl_json_opts[];
 
+/* The flags of CMD: its OPTS, or ctl_json_opts for a SHOW command. */
+const struct ctl_opt *ctl_cmd_opts(const struct ctl_cmd *cmd);
 /* Parses ARGV[0..ARGC) (the words after the command name) against CMD.
  * Returns 0 on success; 1 when --help was asked for (help printed); 2
  * after printing a usage error. */

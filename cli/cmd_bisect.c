@@ -14,48 +14,6 @@
 
 #define BISECT_POLL_S 0.5
 
-static const struct ctl_opt bisect_opts[] = {
-    {"project", CTL_VALUE, "P", "the project (required to start one)"},
-    {"build", CTL_VALUE, "B", "the build, usually a template with {commit} (required)"},
-    {"good", CTL_VALUE, "SHA", "a commit that is good (required)"},
-    {"bad", CTL_VALUE, "SHA", "a later commit that is bad (required)"},
-    {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
-    {"commits-from-git", CTL_VALUE, "DIR",
-     "take the commits from git: the first-parent line GOOD..BAD in DIR"},
-    {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
-    {"models", CTL_VALUE, "a,b", "models, comma-separated (required)"},
-    {"widths", CTL_VALUE, "x,y", "widths, comma-separated (required)"},
-    {"passes", CTL_VALUE, "p,q", "passes, comma-separated (required)"},
-    {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
-    {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
-    {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
-    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
-    {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
-    {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int bisect_check(const struct ctl_args *a, void *ctx);
-static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_bisect = {
-    .name = "bisect",
-    .usage = "--project P --build B --good X --bad Y [--commits a,b,c | --commits-from-git DIR "
-             "| --branch B] --models m --widths w --passes p [--predicate P] [--threshold F] "
-             "[--wait [--timeout S]] [--json] | ID [--wait | --cancel] [--json]",
-    .summary = "Find the first commit between a good and a bad one whose cells are bad by a\n"
-               "predicate: numerics (diverged from good), outcome, or perf (slower than good by\n"
-               "the threshold, paired). capd runs two commits a round and skips commits whose\n"
-               "build does not start.",
-    .details = "Exit status with --wait: 0 when it found the first bad commit, 3 when it failed\n"
-               "or was cancelled, 2 on errors.",
-    .opts = bisect_opts,
-    .max_pos = 1,
-    .check = bisect_check,
-    .run = bisect_run,
-};
-
 static int bisect_check(const struct ctl_args *a, void *ctx)
 {
     static const char *const required[] = {"project", "build",  "good",   "bad",
@@ -292,6 +250,45 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     }
     return finish(a, b);
 }
+
+static const struct ctl_opt bisect_opts[] = {
+    {"project", CTL_VALUE, "P", "the project (required to start one)"},
+    {"build", CTL_VALUE, "B", "the build, usually a template with {commit} (required)"},
+    {"good", CTL_VALUE, "SHA", "a commit that is good (required)"},
+    {"bad", CTL_VALUE, "SHA", "a later commit that is bad (required)"},
+    {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
+    {"commits-from-git", CTL_VALUE, "DIR",
+     "take the commits from git: the first-parent line GOOD..BAD in DIR"},
+    {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
+    {"models", CTL_VALUE, "a,b", "models, comma-separated (required)"},
+    {"widths", CTL_VALUE, "x,y", "widths, comma-separated (required)"},
+    {"passes", CTL_VALUE, "p,q", "passes, comma-separated (required)"},
+    {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
+    {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
+    {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
+    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
+    {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
+    {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_bisect = {
+    .name = "bisect",
+    .usage = "--project P --build B --good X --bad Y [--commits a,b,c | --commits-from-git DIR "
+             "| --branch B] --models m --widths w --passes p [--predicate P] [--threshold F] "
+             "[--wait [--timeout S]] [--json] | ID [--wait | --cancel] [--json]",
+    .summary = "Find the first commit between a good and a bad one whose cells are bad by a\n"
+               "predicate: numerics (diverged from good), outcome, or perf (slower than good by\n"
+               "the threshold, paired). capd runs two commits a round and skips commits whose\n"
+               "build does not start.",
+    .details = "Exit status with --wait: 0 when it found the first bad commit, 3 when it failed\n"
+               "or was cancelled, 2 on errors.",
+    .opts = bisect_opts,
+    .max_pos = 1,
+    .check = bisect_check,
+    .run = bisect_run,
+};
 
 int ctl_cmd_bisect(int argc, char **argv)
 {

@@ -7,64 +7,6 @@
 
 #include "cli/capctl.h"
 
-static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int register_check(const struct ctl_args *a, void *ctx);
-static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_list = {
-    .name = "builds list",
-    .usage = "[--json]",
-    .summary = "List the registered builds: name, interpreter and description.",
-    .opts = ctl_json_opts,
-    .run = list_run,
-};
-
-static const struct ctl_opt register_opts[] = {
-    {"name", CTL_VALUE, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
-    {"python", CTL_VALUE, "PATH", "absolute path of the interpreter (required)"},
-    {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
-    {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
-    {"allow-env", CTL_MULTI, "NAME",
-     "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
-    {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
-    {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
-    {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static const struct ctl_field_flag register_fields[] = {
-    {"model_roots", "--model-root"},
-    {NULL, NULL},
-};
-
-static const struct ctl_cmd cmd_register = {
-    .name = "builds register",
-    .usage =
-        "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
-    .summary = "Register a build: the interpreter that runs cells and its environment.",
-    .details =
-        "Without --replace an existing build of that name is an error (409); with it the build\n"
-        "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
-        "example:\n"
-        "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
-        "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
-    .opts = register_opts,
-    .fields = register_fields,
-    .check = register_check,
-    .run = register_run,
-};
-
-static const struct ctl_cmd cmd_show = {
-    .name = "builds show",
-    .usage = "NAME [--json]",
-    .summary = "Show one build: interpreter, environment, model roots.",
-    .opts = ctl_json_opts,
-    .min_pos = 1,
-    .max_pos = 1,
-    .run = show_run,
-};
-
 static void builds_help(FILE *f)
 {
     fprintf(f,
@@ -106,12 +48,6 @@ static int print_builds(struct ctl_client *c, const struct ctl_args *a, json_t *
         ctl_table_row(t, row);
     }
     return ctl_table_emit(t, stdout);
-}
-
-static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_list(c, a, "/v1/builds", "builds", print_builds);
 }
 
 /* --model-root DIR, repeated, into ROOTS: absolute paths only (the server
@@ -256,11 +192,55 @@ static void print_build(json_t *j)
     printf("updated      %s\n", ctl_jtext(json_object_get(j, "updated_at"), b, sizeof b));
 }
 
-static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_object(c, a, "/v1/builds", "build name", print_build);
-}
+static const struct ctl_cmd cmd_list = {
+    .name = "builds list",
+    .usage = "[--json]",
+    .summary = "List the registered builds: name, interpreter and description.",
+    .opts = ctl_json_opts,
+    .list = {"/v1/builds", "builds", print_builds},
+};
+
+static const struct ctl_opt register_opts[] = {
+    {"name", CTL_VALUE, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
+    {"python", CTL_VALUE, "PATH", "absolute path of the interpreter (required)"},
+    {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
+    {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
+    {"allow-env", CTL_MULTI, "NAME",
+     "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
+    {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
+    {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
+    {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_field_flag register_fields[] = {
+    {"model_roots", "--model-root"},
+    {NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_register = {
+    .name = "builds register",
+    .usage =
+        "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
+    .summary = "Register a build: the interpreter that runs cells and its environment.",
+    .details =
+        "Without --replace an existing build of that name is an error (409); with it the build\n"
+        "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
+        "example:\n"
+        "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
+        "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
+    .opts = register_opts,
+    .fields = register_fields,
+    .check = register_check,
+    .run = register_run,
+};
+
+static const struct ctl_cmd cmd_show = {
+    .name = "builds show",
+    .usage = "NAME [--json]",
+    .summary = "Show one build: interpreter, environment, model roots.",
+    .show = {"/v1/builds", "build name", print_build},
+};
 
 static int builds_list(int argc, char **argv)
 {

@@ -11,29 +11,6 @@
 
 #include "cli/capctl.h"
 
-static const struct ctl_opt cancel_opts[] = {
-    {"wait", CTL_FLAG, NULL, "wait until every cell has stopped"},
-    {"json", CTL_FLAG, NULL, "print the job as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_cancel = {
-    .name = "cancel",
-    .usage = "JOB [--wait] [--json]",
-    .summary = "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
-    .details = "exit codes: 0 cancelled (or being cancelled), 2 error: no such job, the job\n"
-               "has already ended (job_finished), not allowed, network.\n\n"
-               "examples:\n"
-               "  capctl cancel j7c1f3a9e2b4d\n"
-               "  capctl cancel j7c1f3a9e2b4d --wait",
-    .opts = cancel_opts,
-    .min_pos = 1,
-    .max_pos = 1,
-    .run = cancel_run,
-};
-
 /* POST the cancellation; with --wait, the job once every cell has stopped
  * is what gets printed. */
 static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
@@ -69,6 +46,27 @@ out:
     ctl_resp_free(&r);
     return rc;
 }
+
+static const struct ctl_opt cancel_opts[] = {
+    {"wait", CTL_FLAG, NULL, "wait until every cell has stopped"},
+    {"json", CTL_FLAG, NULL, "print the job as JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_cancel = {
+    .name = "cancel",
+    .usage = "JOB [--wait] [--json]",
+    .summary = "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
+    .details = "exit codes: 0 cancelled (or being cancelled), 2 error: no such job, the job\n"
+               "has already ended (job_finished), not allowed, network.\n\n"
+               "examples:\n"
+               "  capctl cancel j7c1f3a9e2b4d\n"
+               "  capctl cancel j7c1f3a9e2b4d --wait",
+    .opts = cancel_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .run = cancel_run,
+};
 
 int ctl_cmd_cancel(int argc, char **argv)
 {

@@ -7,25 +7,6 @@
 
 #include "cli/capctl.h"
 
-static const struct ctl_opt widths_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
-    {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_widths = {
-    .name = "widths",
-    .usage = "[--json | --runnable]",
-    .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
-               "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
-    .details = "The host line names the CPU capd read at start and the features hidden by its\n"
-               "cpu_features_hide setting (docs/widths.md).",
-    .opts = widths_opts,
-    .run = widths_run,
-};
-
 /* "avx512f,avx512bw" from a JSON array of names; "-" when empty. */
 static void join(json_t *arr, char *buf, size_t cap)
 {
@@ -102,11 +83,22 @@ static int print_widths(struct ctl_client *c, const struct ctl_args *a, json_t *
     return rc;
 }
 
-static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_list(c, a, "/v1/widths", "widths", print_widths);
-}
+static const struct ctl_opt widths_opts[] = {
+    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
+    {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_widths = {
+    .name = "widths",
+    .usage = "[--json | --runnable]",
+    .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
+               "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
+    .details = "The host line names the CPU capd read at start and the features hidden by its\n"
+               "cpu_features_hide setting (docs/widths.md).",
+    .opts = widths_opts,
+    .list = {"/v1/widths", "widths", print_widths},
+};
 
 int ctl_cmd_widths(int argc, char **argv)
 {

@@ -12,7 +12,8 @@
 #include "cli/capctl.h"
 
 /* One order for every command, so flags are all checked before the
- * network is touched and whatever was opened is closed on every path. */
+ * network is touched and whatever was opened is closed on every path; a
+ * command without RUN is the GET its table names. */
 int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv, void *ctx)
 {
     struct ctl_args a;
@@ -26,7 +27,12 @@ int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv, void *ctx)
         goto out;
     if ((rc = ctl_client_open(&c, &a)) != 0)
         goto out;
-    rc = cmd->run(&c, &a, ctx);
+    if (cmd->run)
+        rc = cmd->run(&c, &a, ctx);
+    else if (cmd->show.print)
+        rc = ctl_show_object(&c, &a, cmd->show.base, cmd->show.what, cmd->show.print);
+    else
+        rc = ctl_show_list(&c, &a, cmd->list.path, cmd->list.key, cmd->list.print);
 out:
     ctl_client_close(&c);
     ctl_args_free(&a);
