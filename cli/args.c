@@ -31,14 +31,14 @@ const struct ctl_opt ctl_json_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-const struct ctl_opt *ctl_cmd_opts(const struct ctl_cmd *cmd)
+const struct ctl_opt *ctl_opts_of(const struct ctl_cmd *cmd)
 {
     return cmd->show.print ? ctl_json_opts : cmd->opts;
 }
 
 static const struct ctl_opt *find_opt(const struct ctl_cmd *cmd, const char *name, size_t n)
 {
-    for (const struct ctl_opt *o = ctl_cmd_opts(cmd); o && o->name; o++)
+    for (const struct ctl_opt *o = ctl_opts_of(cmd); o && o->name; o++)
         if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
             return o;
     for (const struct ctl_opt *o = ctl_global_opts; o->name; o++)
@@ -76,7 +76,7 @@ void ctl_help(const struct ctl_cmd *cmd, FILE *f)
     fprintf(f, "usage: capctl %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
     if (cmd->details)
         fprintf(f, "\n%s\n", cmd->details);
-    const struct ctl_opt *opts = ctl_cmd_opts(cmd);
+    const struct ctl_opt *opts = ctl_opts_of(cmd);
     if (opts && opts->name) {
         fprintf(f, "\noptions:\n");
         help_opts(opts, f);

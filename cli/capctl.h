@@ -2,19 +2,19 @@
  * cli/capctl.h - what the files of capctl share: exit codes, the flag
  * parser, the command runner, the HTTP client and the output helpers. Each
  * subcommand group lives in its own cmd_*.c file and is reached through
- * ctl_cmd_*().
+ * its table ctl_cmd_*, which capctl.c lists.
  *
  * A command is a table (struct ctl_cmd): its flags and help, and two
  * hooks. ctl_main() runs every command the same way: parse the flags
  * (--help exits 0), CHECK them before the network is touched, open the
  * client, RUN, and free what it opened. The hooks share the command's own
- * state through CTX, which the caller owns and frees after ctl_main(). A
- * command that only prints what one GET returns has no hooks: its table
- * names the GET and the printer (SHOW for one object, LIST for a list).
- * Each cmd_*.c defines its tables below the functions they name:
+ * state through CTX, CTX_SIZE zeroed bytes that ctl_main() hands to DONE
+ * at the end. A command that only prints what one GET returns has no
+ * hooks: its table names the GET and the printer (SHOW for one object,
+ * LIST for a list). A group (builds) is a table of SUBS. Each cmd_*.c
+ * defines its tables below the functions they name:
  *
- *     static const struct ctl_cmd cmd_show = {.name = "show", ..., .run = show_run};
- *     int ctl_cmd_show(int argc, char **argv) { return ctl_main(&cmd_show, argc, argv, NULL); }
+ *     const struct ctl_cmd ctl_cmd_cancel = {.name = "cancel", ..., .run = cancel_run};
  */
 #ifndef CAPD_CLI_CAPCTL_H
 #define CAPD_CLI_CAPCTL_H
@@ -69,7 +69,7 @@ struct ctl_client;
 
 struct ctl_cmd {
     const char *name;  /* "builds register": used in messages */
-    const char *usage; /* after "capctl NAME " */
+    const char *usage; /* after "capctl NAME "; a group's whole --help */
     const char *summary;
     const char *details;        /* more help text, may be NULL */
     const struct ctl_opt *opts; /* terminated by a NULL name */
@@ -85,7 +85,7 @@ struct ctl_cmd {
     int (*run)(struct ctl_client *c, const struct ctl_args *a, void *ctx);
     /* Without RUN, with PRINT set: ctl_show_object() of BASE/ID, where ID
      * is the one positional (WHAT names it in errors); such a command
-     * takes that positional and the flags of ctl_json_opts (ctl_cmd_opts),
+     * takes that positional and the flags of ctl_json_opts (ctl_opts_of),
      * and leaves OPTS, MIN_POS and MAX_POS unset. */
     struct {
         const char *base, *what;
@@ -97,6 +97,15 @@ struct ctl_cmd {
         const char *path, *key;
         int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list);
     } list;
+    /* The state of CHECK and RUN: CTX_SIZE zeroed bytes (CTX is NULL for
+     * 0), given to DONE (may be NULL) to free what they hold. */
+    size_t ctx_size;
+    void (*done)(void *ctx);
+    /* A group: the subcommands (NULL-terminated) that its first word
+     * names, each NAME being "GROUP WORD"; no word, or a flag other than
+     * --help, is the first of them. USAGE is the group's --help and the
+     * other fields are unset. */
+    const struct ctl_cmd *const *subs;
 };
 
 struct ctl_item {
@@ -119,7 +128,7 @@ extern const struct ctl_opt ctl_global_opts[];
 extern const struct ctl_opt ctl_json_opts[];
 
 /* The flags of CMD: its OPTS, or ctl_json_opts for a SHOW command. */
-const struct ctl_opt *ctl_cmd_opts(const struct ctl_cmd *cmd);
+const struct ctl_opt *ctl_opts_of(const struct ctl_cmd *cmd);
 /* Parses ARGV[0..ARGC) (the words after the command name) against CMD.
  * Returns 0 on success; 1 when --help was asked for (help printed); 2
  * after printing a usage error. */
@@ -149,9 +158,11 @@ int ctl_pairs_arg(const struct ctl_args *a, const char *flag, const char *form, 
 /* ---- running a command (cli/command.c) ---- */
 
 /* Runs CMD on ARGV[0..ARGC) (the words after its name): ctl_parse(), then
- * CMD->check, ctl_client_open() and CMD->run, each given CTX. Returns the
- * exit code: 0 after --help, the first stage's error, else what run says. */
-int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv, void *ctx);
+ * CMD->check, ctl_client_open() and CMD->run (or its SHOW or LIST), each
+ * given its CTX; for a group, the subcommand its first word names. Returns
+ * the exit code: 0 after --help, the first stage's error, else what run
+ * says. */
+int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv);
 
 /* Seconds on the monotonic clock, and a sleep that rides out signals. */
 double ctl_now_s(void);
@@ -285,16 +296,16 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
 
 /* ---- commands ---- */
 
-int ctl_cmd_builds(int argc, char **argv);
-int ctl_cmd_submit(int argc, char **argv);
-int ctl_cmd_status(int argc, char **argv);
-int ctl_cmd_wait(int argc, char **argv);
-int ctl_cmd_cancel(int argc, char **argv);
-int ctl_cmd_diff(int argc, char **argv);
-int ctl_cmd_widths(int argc, char **argv);
-int ctl_cmd_history(int argc, char **argv); /* cli/cmd_history.c */
-int ctl_cmd_alerts(int argc, char **argv);
-int ctl_cmd_bisect(int argc, char **argv); /* cli/cmd_bisect.c */
+extern const struct ctl_cmd ctl_cmd_builds;  /* cli/cmd_builds.c */
+extern const struct ctl_cmd ctl_cmd_submit;  /* cli/cmd_jobs.c */
+extern const struct ctl_cmd ctl_cmd_status;  /* cli/cmd_wait.c */
+extern const struct ctl_cmd ctl_cmd_wait;    /* cli/cmd_wait.c */
+extern const struct ctl_cmd ctl_cmd_cancel;  /* cli/cmd_cancel.c */
+extern const struct ctl_cmd ctl_cmd_diff;    /* cli/cmd_diff.c */
+extern const struct ctl_cmd ctl_cmd_widths;  /* cli/cmd_widths.c */
+extern const struct ctl_cmd ctl_cmd_history; /* cli/cmd_history.c */
+extern const struct ctl_cmd ctl_cmd_alerts;  /* cli/cmd_history.c */
+extern const struct ctl_cmd ctl_cmd_bisect;  /* cli/cmd_bisect.c */
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

@@ -365,7 +365,7 @@ static const char *field_flag(const struct ctl_cmd *cmd, const char *field, char
     snprintf(buf, cap, "--%s", last ? last + 1 : field);
     for (char *p = buf; *p; p++)
         *p = *p == '_' ? '-' : *p;
-    for (const struct ctl_opt *o = ctl_cmd_opts(cmd); o && o->name; o++)
+    for (const struct ctl_opt *o = ctl_opts_of(cmd); o && o->name; o++)
         if (strcmp(o->name, buf + 2) == 0)
             return buf;
     for (const struct ctl_field_flag *m = cmd->fields; m && m->field; m++) {

@@ -273,7 +273,7 @@ static const struct ctl_opt bisect_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_bisect = {
+const struct ctl_cmd ctl_cmd_bisect = {
     .name = "bisect",
     .usage = "--project P --build B --good X --bad Y [--commits a,b,c | --commits-from-git DIR "
              "| --branch B] --models m --widths w --passes p [--predicate P] [--threshold F] "
@@ -289,8 +289,3 @@ static const struct ctl_cmd cmd_bisect = {
     .check = bisect_check,
     .run = bisect_run,
 };
-
-int ctl_cmd_bisect(int argc, char **argv)
-{
-    return ctl_main(&cmd_bisect, argc, argv, NULL);
-}

@@ -7,24 +7,6 @@
 
 #include "cli/capctl.h"
 
-static void builds_help(FILE *f)
-{
-    fprintf(f,
-            "usage: capctl builds [list] [--json]\n"
-            "       capctl builds register --name N --python PATH [--env K=V]... "
-            "[--model-root DIR]...\n"
-            "                              [--description D] [--replace]\n"
-            "       capctl builds show NAME [--json]\n\n"
-            "A build is a registered way to run the framework under test: an interpreter and\n"
-            "its environment. Jobs name builds; a job can never name an executable.\n\n"
-            "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
-            "global options:\n"
-            "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
-            "  --token T     bearer token (default: $CAPD_TOKEN)\n"
-            "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
-            CTL_DEFAULT_SERVER);
-}
-
 /* NAME, PYTHON, DESCRIPTION: one row a build; an empty list is no error,
  * it says how to register a build. */
 static int print_builds(struct ctl_client *c, const struct ctl_args *a, json_t *arr)
@@ -218,6 +200,11 @@ static const struct ctl_field_flag register_fields[] = {
     {NULL, NULL},
 };
 
+static void register_done(void *ctx)
+{
+    json_decref(*(json_t **)ctx);
+}
+
 static const struct ctl_cmd cmd_register = {
     .name = "builds register",
     .usage =
@@ -233,6 +220,8 @@ static const struct ctl_cmd cmd_register = {
     .fields = register_fields,
     .check = register_check,
     .run = register_run,
+    .ctx_size = sizeof(json_t *),
+    .done = register_done,
 };
 
 static const struct ctl_cmd cmd_show = {
@@ -242,37 +231,21 @@ static const struct ctl_cmd cmd_show = {
     .show = {"/v1/builds", "build name", print_build},
 };
 
-static int builds_list(int argc, char **argv)
-{
-    return ctl_main(&cmd_list, argc, argv, NULL);
-}
-
-static int builds_register(int argc, char **argv)
-{
-    json_t *body = NULL;
-    int rc = ctl_main(&cmd_register, argc, argv, &body);
-    json_decref(body);
-    return rc;
-}
-
-int ctl_cmd_builds(int argc, char **argv)
-{
-    if (argc == 0 || argv[0][0] == '-') {
-        if (argc > 0 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-            builds_help(stdout);
-            return 0;
-        }
-        return builds_list(argc, argv);
-    }
-    if (strcmp(argv[0], "list") == 0)
-        return builds_list(argc - 1, argv + 1);
-    if (strcmp(argv[0], "register") == 0)
-        return builds_register(argc - 1, argv + 1);
-    if (strcmp(argv[0], "show") == 0)
-        return ctl_main(&cmd_show, argc - 1, argv + 1, NULL);
-    fprintf(stderr,
-            "capctl builds: unknown subcommand '%s' (list, register or show; see 'capctl builds "
-            "--help')\n",
-            argv[0]);
-    return CTL_EXIT_ERROR;
-}
+/* The group's help names every subcommand; each has its own --help. */
+const struct ctl_cmd ctl_cmd_builds = {
+    .name = "builds",
+    .usage =
+        "usage: capctl builds [list] [--json]\n"
+        "       capctl builds register --name N --python PATH [--env K=V]... "
+        "[--model-root DIR]...\n"
+        "                              [--description D] [--replace]\n"
+        "       capctl builds show NAME [--json]\n\n"
+        "A build is a registered way to run the framework under test: an interpreter and\n"
+        "its environment. Jobs name builds; a job can never name an executable.\n\n"
+        "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
+        "global options:\n"
+        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
+        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
+        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+    .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_register, &cmd_show, NULL},
+};

@@ -53,7 +53,7 @@ static const struct ctl_opt cancel_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_cancel = {
+const struct ctl_cmd ctl_cmd_cancel = {
     .name = "cancel",
     .usage = "JOB [--wait] [--json]",
     .summary = "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
@@ -67,8 +67,3 @@ static const struct ctl_cmd cmd_cancel = {
     .max_pos = 1,
     .run = cancel_run,
 };
-
-int ctl_cmd_cancel(int argc, char **argv)
-{
-    return ctl_main(&cmd_cancel, argc, argv, NULL);
-}

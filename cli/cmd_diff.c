@@ -101,6 +101,7 @@ static int diff_form(const struct ctl_args *a, struct diff *d)
 static int diff_check(const struct ctl_args *a, void *ctx)
 {
     struct diff *d = ctx;
+    d->wait_timeout = -1;
     int rc = diff_form(a, d);
     if (rc != 0)
         return rc;
@@ -310,7 +311,7 @@ static const struct ctl_field_flag diff_fields[] = {
     {NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_diff = {
+const struct ctl_cmd ctl_cmd_diff = {
     .name = "diff",
     .usage = "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
              "                   [--model M] [--width W] [--pass P] [--reference R]\n"
@@ -332,10 +333,5 @@ static const struct ctl_cmd cmd_diff = {
     .fields = diff_fields,
     .check = diff_check,
     .run = diff_run,
+    .ctx_size = sizeof(struct diff),
 };
-
-int ctl_cmd_diff(int argc, char **argv)
-{
-    struct diff d = {.wait_timeout = -1};
-    return ctl_main(&cmd_diff, argc, argv, &d);
-}

@@ -159,7 +159,7 @@ static const struct ctl_opt alerts_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_alerts = {
+const struct ctl_cmd ctl_cmd_alerts = {
     .name = "alerts",
     .usage =
         "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
@@ -173,11 +173,6 @@ static const struct ctl_cmd cmd_alerts = {
     .check = alerts_check,
     .run = alerts_run,
 };
-
-int ctl_cmd_alerts(int argc, char **argv)
-{
-    return ctl_main(&cmd_alerts, argc, argv, NULL);
-}
 
 /* The alert (change point or event) at COMMIT, as "perf regression". */
 static void mark_of(json_t *doc, const char *commit, char *buf, size_t cap)
@@ -270,7 +265,7 @@ static const struct ctl_opt history_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_history = {
+const struct ctl_cmd ctl_cmd_history = {
     .name = "history",
     .usage = "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
     .summary =
@@ -282,8 +277,3 @@ static const struct ctl_cmd cmd_history = {
     .check = history_check,
     .run = history_run,
 };
-
-int ctl_cmd_history(int argc, char **argv)
-{
-    return ctl_main(&cmd_history, argc, argv, NULL);
-}

@@ -364,7 +364,14 @@ static const struct ctl_field_flag submit_fields[] = {
     {NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_submit = {
+static void submit_done(void *ctx)
+{
+    struct submit *s = ctx;
+    json_decref(s->body);
+    free(s->idem_hdr);
+}
+
+const struct ctl_cmd ctl_cmd_submit = {
     .name = "submit",
     .usage = "--project P --commit SHA --build B --models a,b --widths x,y --passes "
              "forward,backward [options]",
@@ -384,13 +391,6 @@ static const struct ctl_cmd cmd_submit = {
     .fields = submit_fields,
     .check = submit_check,
     .run = submit_run,
+    .ctx_size = sizeof(struct submit),
+    .done = submit_done,
 };
-
-int ctl_cmd_submit(int argc, char **argv)
-{
-    struct submit s = {0};
-    int rc = ctl_main(&cmd_submit, argc, argv, &s);
-    json_decref(s.body);
-    free(s.idem_hdr);
-    return rc;
-}

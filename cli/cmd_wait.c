@@ -352,17 +352,12 @@ static void print_job(json_t *j)
     ctl_table_free(t);
 }
 
-static const struct ctl_cmd cmd_status = {
+const struct ctl_cmd ctl_cmd_status = {
     .name = "status",
     .usage = "JOB [--json]",
     .summary = "Show a job: its request, state, findings and a table of cells.",
     .show = {"/v1/jobs", "job id", print_job},
 };
-
-int ctl_cmd_status(int argc, char **argv)
-{
-    return ctl_main(&cmd_status, argc, argv, NULL);
-}
 
 /* CTX is the double the timeout goes into (0: none). */
 static int wait_check(const struct ctl_args *a, void *ctx)
@@ -387,7 +382,7 @@ static const struct ctl_opt wait_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_wait = {
+const struct ctl_cmd ctl_cmd_wait = {
     .name = "wait",
     .usage = "JOB [--wait-timeout S] [--json]",
     .summary = "Wait for a job to finish, showing progress on stderr.",
@@ -401,10 +396,5 @@ static const struct ctl_cmd cmd_wait = {
     .max_pos = 1,
     .check = wait_check,
     .run = wait_run,
+    .ctx_size = sizeof(double),
 };
-
-int ctl_cmd_wait(int argc, char **argv)
-{
-    double timeout = 0;
-    return ctl_main(&cmd_wait, argc, argv, &timeout);
-}

@@ -89,7 +89,7 @@ static const struct ctl_opt widths_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static const struct ctl_cmd cmd_widths = {
+const struct ctl_cmd ctl_cmd_widths = {
     .name = "widths",
     .usage = "[--json | --runnable]",
     .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
@@ -99,8 +99,3 @@ static const struct ctl_cmd cmd_widths = {
     .opts = widths_opts,
     .list = {"/v1/widths", "widths", print_widths},
 };
-
-int ctl_cmd_widths(int argc, char **argv)
-{
-    return ctl_main(&cmd_widths, argc, argv, NULL);
-}
