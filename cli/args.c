@@ -184,6 +184,16 @@ const char *ctl_arg_next(const struct ctl_args *a, const char *name, int *it)
     return NULL;
 }
 
+int ctl_required(const struct ctl_args *a, bool nonempty)
+{
+    for (const struct ctl_opt *o = ctl_opts_of(a->cmd); o && o->name; o++) {
+        const char *v = ctl_arg(a, o->name);
+        if (o->kind == CTL_REQUIRED && (!v || (nonempty && !*v)))
+            return ctl_usage_error(a->cmd, "--%s is required", o->name);
+    }
+    return 0;
+}
+
 int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long long min,
                 long long max, long long *out)
 {

@@ -48,6 +48,10 @@
 enum ctl_opt_kind {
     CTL_FLAG,  /* --name */
     CTL_VALUE, /* --name V, once */
+    /* --name V, once, and a value the command needs: its CHECK says so
+     * through ctl_required() (the parser itself lets it be left out, so
+     * that a command can need it only in one of its forms). */
+    CTL_REQUIRED,
     CTL_MULTI, /* --name V, repeatable */
 };
 
@@ -142,6 +146,10 @@ void ctl_help(const struct ctl_cmd *cmd, FILE *f);
 /* Prints "capctl CMD: MESSAGE" and a pointer to --help; returns 2. */
 int ctl_usage_error(const struct ctl_cmd *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* "--NAME is required" for the first CTL_REQUIRED flag of A's command (in
+ * the order of its table) that was not given, or with NONEMPTY was given
+ * empty: the usage error's exit code, else 0. */
+int ctl_required(const struct ctl_args *a, bool nonempty);
 /* Parses an integer flag value; prints a usage error naming the flag. */
 int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long long min,
                 long long max, long long *out);

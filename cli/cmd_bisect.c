@@ -16,8 +16,6 @@
 
 static int bisect_check(const struct ctl_args *a, void *ctx)
 {
-    static const char *const required[] = {"project", "build",  "good",   "bad",
-                                           "models",  "widths", "passes", NULL};
     (void)ctx;
     if (a->npos == 1) {
         if (ctl_has(a, "cancel") && ctl_has(a, "wait"))
@@ -26,9 +24,9 @@ static int bisect_check(const struct ctl_args *a, void *ctx)
     }
     if (ctl_has(a, "cancel"))
         return ctl_usage_error(a->cmd, "--cancel needs a bisection ID");
-    for (size_t i = 0; required[i]; i++)
-        if (!ctl_arg(a, required[i]))
-            return ctl_usage_error(a->cmd, "--%s is required", required[i]);
+    int rc = ctl_required(a, false);
+    if (rc)
+        return rc;
     if (ctl_has(a, "commits") && ctl_has(a, "commits-from-git"))
         return ctl_usage_error(a->cmd, "--commits and --commits-from-git do not go together");
     if (!ctl_has(a, "commits") && !ctl_has(a, "commits-from-git") && !ctl_has(a, "branch"))
@@ -252,17 +250,17 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 }
 
 static const struct ctl_opt bisect_opts[] = {
-    {"project", CTL_VALUE, "P", "the project (required to start one)"},
-    {"build", CTL_VALUE, "B", "the build, usually a template with {commit} (required)"},
-    {"good", CTL_VALUE, "SHA", "a commit that is good (required)"},
-    {"bad", CTL_VALUE, "SHA", "a later commit that is bad (required)"},
+    {"project", CTL_REQUIRED, "P", "the project (required to start one)"},
+    {"build", CTL_REQUIRED, "B", "the build, usually a template with {commit} (required)"},
+    {"good", CTL_REQUIRED, "SHA", "a commit that is good (required)"},
+    {"bad", CTL_REQUIRED, "SHA", "a later commit that is bad (required)"},
     {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
     {"commits-from-git", CTL_VALUE, "DIR",
      "take the commits from git: the first-parent line GOOD..BAD in DIR"},
     {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
-    {"models", CTL_VALUE, "a,b", "models, comma-separated (required)"},
-    {"widths", CTL_VALUE, "x,y", "widths, comma-separated (required)"},
-    {"passes", CTL_VALUE, "p,q", "passes, comma-separated (required)"},
+    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required)"},
+    {"widths", CTL_REQUIRED, "x,y", "widths, comma-separated (required)"},
+    {"passes", CTL_REQUIRED, "p,q", "passes, comma-separated (required)"},
     {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
     {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
     {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},

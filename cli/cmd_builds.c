@@ -78,12 +78,11 @@ static int register_check(const struct ctl_args *a, void *ctx)
 {
     json_t **body = ctx;
     const char *name = ctl_arg(a, "name"), *python = ctl_arg(a, "python");
-    if (!name || !*name)
-        return ctl_usage_error(a->cmd, "--name is required");
-    if (!python || !*python)
-        return ctl_usage_error(a->cmd, "--python is required");
+    int rc = ctl_required(a, true);
+    if (rc)
+        return rc;
     json_t *env = json_object(), *roots = json_array();
-    int rc = CTL_EXIT_ERROR;
+    rc = CTL_EXIT_ERROR;
     if (!env || !roots)
         goto out;
     if ((rc = ctl_pairs_arg(a, "env", "NAME=VALUE", 256, true, env)) != 0 ||
@@ -183,8 +182,8 @@ static const struct ctl_cmd cmd_list = {
 };
 
 static const struct ctl_opt register_opts[] = {
-    {"name", CTL_VALUE, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
-    {"python", CTL_VALUE, "PATH", "absolute path of the interpreter (required)"},
+    {"name", CTL_REQUIRED, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
+    {"python", CTL_REQUIRED, "PATH", "absolute path of the interpreter (required)"},
     {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
     {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
     {"allow-env", CTL_MULTI, "NAME",

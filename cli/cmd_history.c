@@ -226,14 +226,12 @@ static int print_history(json_t *doc)
 static const char *const history_keys[] = {"project", "branch", "model", "width",
                                            "pass",    "limit",  NULL};
 
-/* Every key but --limit names the cell and the branch: all are required. */
+/* The cell and the branch must be named (an empty name is the server's
+ * to refuse). */
 static int history_check(const struct ctl_args *a, void *ctx)
 {
     (void)ctx;
-    for (size_t i = 0; i < 5; i++)
-        if (!ctl_arg(a, history_keys[i]))
-            return ctl_usage_error(a->cmd, "--%s is required", history_keys[i]);
-    return 0;
+    return ctl_required(a, false);
 }
 
 static int history_print(struct ctl_client *c, const struct ctl_args *a, json_t *doc)
@@ -255,11 +253,11 @@ static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx
 }
 
 static const struct ctl_opt history_opts[] = {
-    {"project", CTL_VALUE, "P", "the project (required)"},
-    {"branch", CTL_VALUE, "B", "the branch (required)"},
-    {"model", CTL_VALUE, "M", "the cell's model (required)"},
-    {"width", CTL_VALUE, "W", "the cell's width (required)"},
-    {"pass", CTL_VALUE, "P", "the cell's pass (required)"},
+    {"project", CTL_REQUIRED, "P", "the project (required)"},
+    {"branch", CTL_REQUIRED, "B", "the branch (required)"},
+    {"model", CTL_REQUIRED, "M", "the cell's model (required)"},
+    {"width", CTL_REQUIRED, "W", "the cell's width (required)"},
+    {"pass", CTL_REQUIRED, "P", "the cell's pass (required)"},
     {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
     {"json", CTL_FLAG, NULL, "print the server's JSON"},
     {NULL, CTL_FLAG, NULL, NULL},

@@ -92,18 +92,6 @@ struct submit {
     double wait_timeout;
 };
 
-static int submit_required(const struct ctl_args *a)
-{
-    static const char *const required[] = {"project", "commit", "build", "models",
-                                           "widths",  "passes", NULL};
-    for (int i = 0; required[i]; i++) {
-        const char *v = ctl_arg(a, required[i]);
-        if (!v || !*v)
-            return ctl_usage_error(a->cmd, "--%s is required", required[i]);
-    }
-    return 0;
-}
-
 static int submit_matrix(const struct ctl_args *a, json_t *matrix)
 {
     static const char *const axes[] = {"models", "widths", "passes"};
@@ -204,7 +192,7 @@ static int submit_check(const struct ctl_args *a, void *ctx)
 {
     struct submit *s = ctx;
     json_t *matrix = json_object(), *opts = json_object(), *labels = json_object();
-    int rc = submit_required(a);
+    int rc = ctl_required(a, true);
     if (rc != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
@@ -319,14 +307,14 @@ out:
 }
 
 static const struct ctl_opt submit_opts[] = {
-    {"project", CTL_VALUE, "P", "project name (required)"},
-    {"commit", CTL_VALUE, "SHA", "commit under test, 7 to 64 hex digits (required)"},
-    {"build", CTL_VALUE, "B", "registered build to run (required)"},
+    {"project", CTL_REQUIRED, "P", "project name (required)"},
+    {"commit", CTL_REQUIRED, "SHA", "commit under test, 7 to 64 hex digits (required)"},
+    {"build", CTL_REQUIRED, "B", "registered build to run (required)"},
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
-    {"models", CTL_VALUE, "a,b", "models, comma-separated (required; GET /v1/models)"},
-    {"widths", CTL_VALUE, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
-    {"passes", CTL_VALUE, "forward,backward", "passes, comma-separated (required)"},
+    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required; GET /v1/models)"},
+    {"widths", CTL_REQUIRED, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
+    {"passes", CTL_REQUIRED, "forward,backward", "passes, comma-separated (required)"},
     {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
     {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
     {"timing-min-ms", CTL_VALUE, "MS",
