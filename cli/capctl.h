@@ -220,6 +220,11 @@ int ctl_request(struct ctl_client *c, const char *method, const char *path, cons
                 const char *const *headers, struct ctl_resp *r);
 void ctl_resp_free(struct ctl_resp *r);
 json_t *ctl_resp_json(const struct ctl_resp *r);
+/* ctl_request() that expects status WANT: 0 with *OUT the reply's JSON
+ * (owned; NULL when the body is not JSON), else CTL_EXIT_ERROR after
+ * ctl_report(). */
+int ctl_call(struct ctl_client *c, const char *method, const char *path, const json_t *body,
+             long want, json_t **out);
 /* Prints why a request failed: the transport error, or the server's
  * {"error":{code,message,field}} as "capctl: MESSAGE (CODE, field FIELD)". */
 void ctl_report(const struct ctl_client *c, const struct ctl_resp *r);
@@ -247,12 +252,12 @@ void ctl_url_init(struct ctl_url *u, const char *path);
 /* GET PATH and the array KEY of its reply (*DOC owns it); CTL_EXIT_ERROR,
  * reported, on an error reply or a reply without that array. With KEY
  * NULL, *LIST is the whole reply, whatever its shape. */
-int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
-                 json_t **doc, json_t **list);
+int ctl_get_list(struct ctl_client *c, const char *path, const char *key, json_t **doc,
+                 json_t **list);
 /* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
  * code after saying why (a too-long ID is a usage error of CMD). */
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
-                   const char *id, const char *what, struct ctl_resp *r, json_t **out);
+                   const char *id, const char *what, json_t **out);
 /* ctl_get_object() of the command's one positional argument, printed as
  * the server's JSON with --json, else by PRINT. */
 int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *base,

@@ -166,11 +166,9 @@ static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const cha
     struct ctl_progress pg;
     ctl_progress_init(&pg);
     while (rc == 0) {
-        struct ctl_resp r = {0};
         json_t *b = NULL;
-        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", id, "bisection", &r, &b)) != 0)
+        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", id, "bisection", &b)) != 0)
             break;
-        ctl_resp_free(&r);
         char line[200];
         snprintf(line, sizeof line, "bisection %s: %s, round %lld", id, ctl_jstr(b, "state"),
                  (long long)json_integer_value(json_object_get(b, "round")));
@@ -200,18 +198,12 @@ static int finish(const struct ctl_args *a, json_t *b)
     return rc;
 }
 
+/* A POST whose reply must be the bisection: one that is not JSON is an
+ * error too. */
 static int post(struct ctl_client *c, const char *path, json_t *body, long want, json_t **out)
 {
-    struct ctl_resp r = {0};
-    int rc = ctl_request(c, "POST", path, body, NULL, &r);
-    if (rc != 0 || r.status != want) {
-        ctl_report(c, &r);
-        ctl_resp_free(&r);
-        return CTL_EXIT_ERROR;
-    }
-    *out = ctl_resp_json(&r);
-    ctl_resp_free(&r);
-    return *out ? 0 : CTL_EXIT_ERROR;
+    int rc = ctl_call(c, "POST", path, body, want, out);
+    return rc ? rc : *out ? 0 : CTL_EXIT_ERROR;
 }
 
 static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
@@ -226,10 +218,7 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
         return (rc = post(c, path, NULL, 202, &b)) != 0 ? rc : finish(a, b);
     }
     if (a->npos == 1) {
-        struct ctl_resp r = {0};
-        rc = ctl_get_object(c, a->cmd, "/v1/bisect", a->pos[0], "bisection", &r, &b);
-        ctl_resp_free(&r);
-        if (rc)
+        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", a->pos[0], "bisection", &b)) != 0)
             return rc;
     } else {
         if ((rc = bisect_body(a, &body)) != 0)

@@ -16,7 +16,6 @@
 static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
     (void)ctx;
-    struct ctl_resp r = {0};
     json_t *j = NULL;
     struct ctl_url u;
     ctl_url_init(&u, "/v1/jobs");
@@ -25,15 +24,14 @@ static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     if (u.overflow)
         return ctl_usage_error(a->cmd, "the job id is too long");
     int rc = CTL_EXIT_ERROR;
-    if (ctl_request(c, "POST", u.buf, NULL, NULL, &r) != 0 || r.status != 202) {
-        ctl_report(c, &r);
+    if (ctl_call(c, "POST", u.buf, NULL, 202, &j) != 0)
         goto out;
-    }
     /* The cells were cancelled, not failed: only an error says 2. */
-    if (ctl_has(a, "wait") && ctl_wait_job(c, a->pos[0], 0, &j) == CTL_EXIT_ERROR)
-        goto out;
-    if (!ctl_has(a, "wait"))
-        j = ctl_resp_json(&r);
+    if (ctl_has(a, "wait")) {
+        json_decref(j);
+        if (ctl_wait_job(c, a->pos[0], 0, &j) == CTL_EXIT_ERROR)
+            goto out;
+    }
     if (ctl_has(a, "json")) {
         ctl_print_json(stdout, j);
     } else {
@@ -43,7 +41,6 @@ static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     rc = CTL_EXIT_OK;
 out:
     json_decref(j);
-    ctl_resp_free(&r);
     return rc;
 }
 

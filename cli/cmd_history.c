@@ -88,7 +88,6 @@ static int print_alerts(json_t *list, bool md)
 static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char *id)
 {
     struct ctl_url u;
-    struct ctl_resp r = {0};
     ctl_url_init(&u, "/v1/alerts");
     ctl_url_seg(c, &u, id);
     if (u.overflow)
@@ -96,17 +95,12 @@ static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char 
     json_t *body = json_pack("{s:s}", "status", ctl_arg(a, "set"));
     if (ctl_arg(a, "note"))
         json_object_set_new(body, "note", json_string(ctl_arg(a, "note")));
-    int rc = CTL_EXIT_ERROR;
-    if (ctl_request(c, "POST", u.buf, body, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-    } else {
-        json_t *j = ctl_resp_json(&r);
+    json_t *j;
+    int rc = ctl_call(c, "POST", u.buf, body, 200, &j);
+    if (rc == 0)
         printf("%s %s\n", ctl_jstr(j, "id"), ctl_jstr(j, "status"));
-        json_decref(j);
-        rc = 0;
-    }
+    json_decref(j);
     json_decref(body);
-    ctl_resp_free(&r);
     return rc;
 }
 

@@ -26,13 +26,9 @@ static void join(json_t *arr, char *buf, size_t cap)
 
 static int print_host(struct ctl_client *c)
 {
-    struct ctl_resp r = {0};
-    if (ctl_request(c, "GET", "/v1/host", NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-        ctl_resp_free(&r);
+    json_t *h;
+    if (ctl_call(c, "GET", "/v1/host", NULL, 200, &h) != 0)
         return CTL_EXIT_ERROR;
-    }
-    json_t *h = ctl_resp_json(&r);
     char hidden[256], model[128];
     join(json_object_get(h, "hidden"), hidden, sizeof hidden);
     printf("host: %s, %s, %lld cores usable; hidden features: %s\n\n",
@@ -40,7 +36,6 @@ static int print_host(struct ctl_client *c)
            ctl_clean(json_string_value(json_object_get(h, "model")), model, sizeof model),
            (long long)json_integer_value(json_object_get(h, "cores_usable")), hidden);
     json_decref(h);
-    ctl_resp_free(&r);
     return 0;
 }
 
