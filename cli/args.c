@@ -31,9 +31,14 @@ const struct ctl_opt ctl_json_opts[] = {
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
+const struct ctl_opt *ctl_opts_of(const struct ctl_cmd *cmd)
+{
+    return cmd->show.print ? ctl_json_opts : cmd->opts;
+}
+
 static const struct ctl_opt *find_opt(const struct ctl_cmd *cmd, const char *name, size_t n)
 {
-    for (const struct ctl_opt *o = cmd->opts; o && o->name; o++)
+    for (const struct ctl_opt *o = ctl_opts_of(cmd); o && o->name; o++)
         if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
             return o;
     for (const struct ctl_opt *o = ctl_global_opts; o->name; o++)
@@ -71,9 +76,10 @@ void ctl_help(const struct ctl_cmd *cmd, FILE *f)
     fprintf(f, "usage: capctl %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
     if (cmd->details)
         fprintf(f, "\n%s\n", cmd->details);
-    if (cmd->opts && cmd->opts->name) {
+    const struct ctl_opt *opts = ctl_opts_of(cmd);
+    if (opts && opts->name) {
         fprintf(f, "\noptions:\n");
-        help_opts(cmd->opts, f);
+        help_opts(opts, f);
     }
     fprintf(f, "\nglobal options:\n");
     help_opts(ctl_global_opts, f);
@@ -139,10 +145,12 @@ int ctl_parse(const struct ctl_cmd *cmd, int argc, char **argv, struct ctl_args 
         a->items[a->nitems].val = val;
         a->nitems++;
     }
-    if (a->npos < cmd->min_pos)
+    /* A SHOW command takes exactly its one ID. */
+    int min_pos = cmd->show.print ? 1 : cmd->min_pos, max_pos = cmd->show.print ? 1 : cmd->max_pos;
+    if (a->npos < min_pos)
         return ctl_usage_error(cmd, "missing argument: usage: capctl %s %s", cmd->name, cmd->usage);
-    if (a->npos > cmd->max_pos)
-        return ctl_usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->max_pos]);
+    if (a->npos > max_pos)
+        return ctl_usage_error(cmd, "unexpected argument '%s'", a->pos[max_pos]);
     return 0;
 }
 
@@ -174,6 +182,16 @@ const char *ctl_arg_next(const struct ctl_args *a, const char *name, int *it)
             return a->items[(*it)++].val;
     }
     return NULL;
+}
+
+int ctl_required(const struct ctl_args *a, bool nonempty)
+{
+    for (const struct ctl_opt *o = ctl_opts_of(a->cmd); o && o->name; o++) {
+        const char *v = ctl_arg(a, o->name);
+        if (o->kind == CTL_REQUIRED && (!v || (nonempty && !*v)))
+            return ctl_usage_error(a->cmd, "--%s is required", o->name);
+    }
+    return 0;
 }
 
 int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long long min,

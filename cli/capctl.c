@@ -9,21 +9,22 @@
 
 #include "cli/capctl.h"
 
+/* The commands in the order capctl --help lists them, each with the line
+ * it says there. */
 static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
+    const struct ctl_cmd *cmd;
     const char *summary;
 } commands[] = {
-    {"builds", ctl_cmd_builds, "list, register and show builds (how the framework is run)"},
-    {"submit", ctl_cmd_submit, "submit a capture job (optionally wait for it)"},
-    {"status", ctl_cmd_status, "show a job and the state of its cells"},
-    {"wait", ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
-    {"cancel", ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
-    {"diff", ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
-    {"widths", ctl_cmd_widths, "list the widths and which of them capd's host runs"},
-    {"history", ctl_cmd_history, "show one cell's series along a branch, with change points"},
-    {"bisect", ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
-    {"alerts", ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
+    {&ctl_cmd_builds, "list, register and show builds (how the framework is run)"},
+    {&ctl_cmd_submit, "submit a capture job (optionally wait for it)"},
+    {&ctl_cmd_status, "show a job and the state of its cells"},
+    {&ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
+    {&ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
+    {&ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
+    {&ctl_cmd_widths, "list the widths and which of them capd's host runs"},
+    {&ctl_cmd_history, "show one cell's series along a branch, with change points"},
+    {&ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
+    {&ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
 };
 
 static void usage(FILE *f)
@@ -35,7 +36,7 @@ static void usage(FILE *f)
                "capture jobs, waits for them, and compares a control against a branch head.\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s  %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-8s  %s\n", commands[i].cmd->name, commands[i].summary);
     fprintf(f,
             "\nglobal options (also accepted after the command):\n"
             "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
@@ -128,27 +129,27 @@ int main(int argc, char **argv)
         }
         cmd = argv[i + 1];
         for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
-            if (strcmp(commands[k].name, cmd) == 0) {
+            if (strcmp(commands[k].cmd->name, cmd) == 0) {
                 char help[] = "--help";
                 char *hv[] = {help, NULL};
                 /* "help builds register" shows the subcommand's help. */
                 if (i + 2 < argc) {
                     char *sv[] = {argv[i + 2], help, NULL};
-                    return commands[k].run(2, sv);
+                    return ctl_main(commands[k].cmd, 2, sv);
                 }
-                return commands[k].run(1, hv);
+                return ctl_main(commands[k].cmd, 1, hv);
             }
         }
         fprintf(stderr, "capctl: unknown command '%s' (see 'capctl --help')\n", cmd);
         return CTL_EXIT_ERROR;
     }
     for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
-        if (strcmp(commands[k].name, cmd) == 0) {
+        if (strcmp(commands[k].cmd->name, cmd) == 0) {
             if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
                 fprintf(stderr, "capctl: cannot initialize libcurl\n");
                 return CTL_EXIT_ERROR;
             }
-            code = commands[k].run(argc - i - 1, argv + i + 1);
+            code = ctl_main(commands[k].cmd, argc - i - 1, argv + i + 1);
             curl_global_cleanup();
             return code;
         }

@@ -2,17 +2,19 @@
  * cli/capctl.h - what the files of capctl share: exit codes, the flag
  * parser, the command runner, the HTTP client and the output helpers. Each
  * subcommand group lives in its own cmd_*.c file and is reached through
- * ctl_cmd_*().
+ * its table ctl_cmd_*, which capctl.c lists.
  *
  * A command is a table (struct ctl_cmd): its flags and help, and two
  * hooks. ctl_main() runs every command the same way: parse the flags
  * (--help exits 0), CHECK them before the network is touched, open the
  * client, RUN, and free what it opened. The hooks share the command's own
- * state through CTX, which the caller owns and frees after ctl_main():
+ * state through CTX, CTX_SIZE zeroed bytes that ctl_main() hands to DONE
+ * at the end. A command that only prints what one GET returns has no
+ * hooks: its table names the GET and the printer (SHOW for one object,
+ * LIST for a list). A group (builds) is a table of SUBS. Each cmd_*.c
+ * defines its tables below the functions they name:
  *
- *     static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
- *     static const struct ctl_cmd cmd_show = {.name = "show", ..., .run = show_run};
- *     int ctl_cmd_show(int argc, char **argv) { return ctl_main(&cmd_show, argc, argv, NULL); }
+ *     const struct ctl_cmd ctl_cmd_cancel = {.name = "cancel", ..., .run = cancel_run};
  */
 #ifndef CAPD_CLI_CAPCTL_H
 #define CAPD_CLI_CAPCTL_H
@@ -46,6 +48,10 @@
 enum ctl_opt_kind {
     CTL_FLAG,  /* --name */
     CTL_VALUE, /* --name V, once */
+    /* --name V, once, and a value the command needs: its CHECK says so
+     * through ctl_required() (the parser itself lets it be left out, so
+     * that a command can need it only in one of its forms). */
+    CTL_REQUIRED,
     CTL_MULTI, /* --name V, repeatable */
 };
 
@@ -67,7 +73,7 @@ struct ctl_client;
 
 struct ctl_cmd {
     const char *name;  /* "builds register": used in messages */
-    const char *usage; /* after "capctl NAME " */
+    const char *usage; /* after "capctl NAME "; a group's whole --help */
     const char *summary;
     const char *details;        /* more help text, may be NULL */
     const struct ctl_opt *opts; /* terminated by a NULL name */
@@ -78,8 +84,32 @@ struct ctl_cmd {
     /* Checks the flags before the network is touched; NULL when the
      * parser's checks are all. 0, or the exit code after saying why. */
     int (*check)(const struct ctl_args *a, void *ctx);
-    /* The command itself, with the client open: its exit code. */
+    /* The command itself, with the client open: its exit code. NULL for
+     * a command that SHOW or LIST describes. */
     int (*run)(struct ctl_client *c, const struct ctl_args *a, void *ctx);
+    /* Without RUN, with PRINT set: ctl_show_object() of BASE/ID, where ID
+     * is the one positional (WHAT names it in errors); such a command
+     * takes that positional and the flags of ctl_json_opts (ctl_opts_of),
+     * and leaves OPTS, MIN_POS and MAX_POS unset. */
+    struct {
+        const char *base, *what;
+        void (*print)(json_t *obj);
+    } show;
+    /* Without RUN and SHOW: ctl_show_list() of PATH, printing the array
+     * KEY (NULL: the whole reply) through PRINT. */
+    struct {
+        const char *path, *key;
+        int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list);
+    } list;
+    /* The state of CHECK and RUN: CTX_SIZE zeroed bytes (CTX is NULL for
+     * 0), given to DONE (may be NULL) to free what they hold. */
+    size_t ctx_size;
+    void (*done)(void *ctx);
+    /* A group: the subcommands (NULL-terminated) that its first word
+     * names, each NAME being "GROUP WORD"; no word, or a flag other than
+     * --help, is the first of them. USAGE is the group's --help and the
+     * other fields are unset. */
+    const struct ctl_cmd *const *subs;
 };
 
 struct ctl_item {
@@ -101,6 +131,8 @@ extern const struct ctl_opt ctl_global_opts[];
  * JSON"). */
 extern const struct ctl_opt ctl_json_opts[];
 
+/* The flags of CMD: its OPTS, or ctl_json_opts for a SHOW command. */
+const struct ctl_opt *ctl_opts_of(const struct ctl_cmd *cmd);
 /* Parses ARGV[0..ARGC) (the words after the command name) against CMD.
  * Returns 0 on success; 1 when --help was asked for (help printed); 2
  * after printing a usage error. */
@@ -114,6 +146,10 @@ void ctl_help(const struct ctl_cmd *cmd, FILE *f);
 /* Prints "capctl CMD: MESSAGE" and a pointer to --help; returns 2. */
 int ctl_usage_error(const struct ctl_cmd *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* "--NAME is required" for the first CTL_REQUIRED flag of A's command (in
+ * the order of its table) that was not given, or with NONEMPTY was given
+ * empty: the usage error's exit code, else 0. */
+int ctl_required(const struct ctl_args *a, bool nonempty);
 /* Parses an integer flag value; prints a usage error naming the flag. */
 int ctl_int_arg(const struct ctl_cmd *cmd, const char *flag, const char *s, long long min,
                 long long max, long long *out);
@@ -130,9 +166,11 @@ int ctl_pairs_arg(const struct ctl_args *a, const char *flag, const char *form, 
 /* ---- running a command (cli/command.c) ---- */
 
 /* Runs CMD on ARGV[0..ARGC) (the words after its name): ctl_parse(), then
- * CMD->check, ctl_client_open() and CMD->run, each given CTX. Returns the
- * exit code: 0 after --help, the first stage's error, else what run says. */
-int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv, void *ctx);
+ * CMD->check, ctl_client_open() and CMD->run (or its SHOW or LIST), each
+ * given its CTX; for a group, the subcommand its first word names. Returns
+ * the exit code: 0 after --help, the first stage's error, else what run
+ * says. */
+int ctl_main(const struct ctl_cmd *cmd, int argc, char **argv);
 
 /* Seconds on the monotonic clock, and a sleep that rides out signals. */
 double ctl_now_s(void);
@@ -182,6 +220,11 @@ int ctl_request(struct ctl_client *c, const char *method, const char *path, cons
                 const char *const *headers, struct ctl_resp *r);
 void ctl_resp_free(struct ctl_resp *r);
 json_t *ctl_resp_json(const struct ctl_resp *r);
+/* ctl_request() that expects status WANT: 0 with *OUT the reply's JSON
+ * (owned; NULL when the body is not JSON), else CTL_EXIT_ERROR after
+ * ctl_report(). */
+int ctl_call(struct ctl_client *c, const char *method, const char *path, const json_t *body,
+             long want, json_t **out);
 /* Prints why a request failed: the transport error, or the server's
  * {"error":{code,message,field}} as "capctl: MESSAGE (CODE, field FIELD)". */
 void ctl_report(const struct ctl_client *c, const struct ctl_resp *r);
@@ -209,12 +252,12 @@ void ctl_url_init(struct ctl_url *u, const char *path);
 /* GET PATH and the array KEY of its reply (*DOC owns it); CTL_EXIT_ERROR,
  * reported, on an error reply or a reply without that array. With KEY
  * NULL, *LIST is the whole reply, whatever its shape. */
-int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
-                 json_t **doc, json_t **list);
+int ctl_get_list(struct ctl_client *c, const char *path, const char *key, json_t **doc,
+                 json_t **list);
 /* GET BASE/ID and expect a JSON object: 0 with *OUT set (owned), or an exit
  * code after saying why (a too-long ID is a usage error of CMD). */
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
-                   const char *id, const char *what, struct ctl_resp *r, json_t **out);
+                   const char *id, const char *what, json_t **out);
 /* ctl_get_object() of the command's one positional argument, printed as
  * the server's JSON with --json, else by PRINT. */
 int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *base,
@@ -266,16 +309,16 @@ int ctl_wait_job(struct ctl_client *c, const char *id, double timeout_s, json_t 
 
 /* ---- commands ---- */
 
-int ctl_cmd_builds(int argc, char **argv);
-int ctl_cmd_submit(int argc, char **argv);
-int ctl_cmd_status(int argc, char **argv);
-int ctl_cmd_wait(int argc, char **argv);
-int ctl_cmd_cancel(int argc, char **argv);
-int ctl_cmd_diff(int argc, char **argv);
-int ctl_cmd_widths(int argc, char **argv);
-int ctl_cmd_history(int argc, char **argv); /* cli/cmd_history.c */
-int ctl_cmd_alerts(int argc, char **argv);
-int ctl_cmd_bisect(int argc, char **argv); /* cli/cmd_bisect.c */
+extern const struct ctl_cmd ctl_cmd_builds;  /* cli/cmd_builds.c */
+extern const struct ctl_cmd ctl_cmd_submit;  /* cli/cmd_jobs.c */
+extern const struct ctl_cmd ctl_cmd_status;  /* cli/cmd_wait.c */
+extern const struct ctl_cmd ctl_cmd_wait;    /* cli/cmd_wait.c */
+extern const struct ctl_cmd ctl_cmd_cancel;  /* cli/cmd_cancel.c */
+extern const struct ctl_cmd ctl_cmd_diff;    /* cli/cmd_diff.c */
+extern const struct ctl_cmd ctl_cmd_widths;  /* cli/cmd_widths.c */
+extern const struct ctl_cmd ctl_cmd_history; /* cli/cmd_history.c */
+extern const struct ctl_cmd ctl_cmd_alerts;  /* cli/cmd_history.c */
+extern const struct ctl_cmd ctl_cmd_bisect;  /* cli/cmd_bisect.c */
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

@@ -365,7 +365,7 @@ static const char *field_flag(const struct ctl_cmd *cmd, const char *field, char
     snprintf(buf, cap, "--%s", last ? last + 1 : field);
     for (char *p = buf; *p; p++)
         *p = *p == '_' ? '-' : *p;
-    for (const struct ctl_opt *o = cmd->opts; o && o->name; o++)
+    for (const struct ctl_opt *o = ctl_opts_of(cmd); o && o->name; o++)
         if (strcmp(o->name, buf + 2) == 0)
             return buf;
     for (const struct ctl_field_flag *m = cmd->fields; m && m->field; m++) {
@@ -456,15 +456,30 @@ void ctl_url_query_args(struct ctl_client *c, struct ctl_url *u, const struct ct
     }
 }
 
-int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct ctl_resp *r,
-                 json_t **doc, json_t **list)
+/* Every command that expects one status of one request says why it did
+ * not get it the same way. */
+int ctl_call(struct ctl_client *c, const char *method, const char *path, const json_t *body,
+             long want, json_t **out)
 {
-    *doc = *list = NULL;
-    if (ctl_request(c, "GET", path, NULL, NULL, r) != 0 || r->status != 200) {
-        ctl_report(c, r);
-        return CTL_EXIT_ERROR;
+    struct ctl_resp r = {0};
+    int rc = CTL_EXIT_ERROR;
+    *out = NULL;
+    if (ctl_request(c, method, path, body, NULL, &r) != 0 || r.status != want) {
+        ctl_report(c, &r);
+    } else {
+        *out = ctl_resp_json(&r);
+        rc = 0;
     }
-    *doc = ctl_resp_json(r);
+    ctl_resp_free(&r);
+    return rc;
+}
+
+int ctl_get_list(struct ctl_client *c, const char *path, const char *key, json_t **doc,
+                 json_t **list)
+{
+    *list = NULL;
+    if (ctl_call(c, "GET", path, NULL, 200, doc) != 0)
+        return CTL_EXIT_ERROR;
     *list = key ? json_object_get(*doc, key) : *doc;
     if (key && !json_is_array(*list)) {
         fprintf(stderr, "capctl: unexpected reply from GET %s\n", path);
@@ -474,20 +489,19 @@ int ctl_get_list(struct ctl_client *c, const char *path, const char *key, struct
 }
 
 int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *base,
-                   const char *id, const char *what, struct ctl_resp *r, json_t **out)
+                   const char *id, const char *what, json_t **out)
 {
     struct ctl_url u;
     ctl_url_init(&u, base);
     ctl_url_seg(c, &u, id);
     if (u.overflow)
         return ctl_usage_error(cmd, "the %s is too long", what);
-    if (ctl_request(c, "GET", u.buf, NULL, NULL, r) != 0 || r->status != 200) {
-        ctl_report(c, r);
+    if (ctl_call(c, "GET", u.buf, NULL, 200, out) != 0)
         return CTL_EXIT_ERROR;
-    }
-    *out = ctl_resp_json(r);
     if (!json_is_object(*out)) {
         fprintf(stderr, "capctl: unexpected reply from GET %s\n", u.buf);
+        json_decref(*out);
+        *out = NULL;
         return CTL_EXIT_ERROR;
     }
     return 0;
@@ -498,15 +512,13 @@ int ctl_get_object(struct ctl_client *c, const struct ctl_cmd *cmd, const char *
 int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *base,
                     const char *what, void (*print)(json_t *obj))
 {
-    struct ctl_resp r = {0};
     json_t *j = NULL;
-    int rc = ctl_get_object(c, a->cmd, base, a->pos[0], what, &r, &j);
+    int rc = ctl_get_object(c, a->cmd, base, a->pos[0], what, &j);
     if (rc == 0 && ctl_has(a, "json"))
         ctl_print_json(stdout, j);
     else if (rc == 0)
         print(j);
     json_decref(j);
-    ctl_resp_free(&r);
     return rc;
 }
 
@@ -515,14 +527,12 @@ int ctl_show_object(struct ctl_client *c, const struct ctl_args *a, const char *
 int ctl_show_list(struct ctl_client *c, const struct ctl_args *a, const char *path, const char *key,
                   int (*print)(struct ctl_client *c, const struct ctl_args *a, json_t *list))
 {
-    struct ctl_resp r = {0};
     json_t *doc = NULL, *list;
-    int rc = ctl_get_list(c, path, key, &r, &doc, &list);
+    int rc = ctl_get_list(c, path, key, &doc, &list);
     if (rc == 0 && ctl_has(a, "json"))
         ctl_print_json(stdout, doc);
     else if (rc == 0)
         rc = print(c, a, list);
     json_decref(doc);
-    ctl_resp_free(&r);
     return rc;
 }

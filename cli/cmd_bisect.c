@@ -14,52 +14,8 @@
 
 #define BISECT_POLL_S 0.5
 
-static const struct ctl_opt bisect_opts[] = {
-    {"project", CTL_VALUE, "P", "the project (required to start one)"},
-    {"build", CTL_VALUE, "B", "the build, usually a template with {commit} (required)"},
-    {"good", CTL_VALUE, "SHA", "a commit that is good (required)"},
-    {"bad", CTL_VALUE, "SHA", "a later commit that is bad (required)"},
-    {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
-    {"commits-from-git", CTL_VALUE, "DIR",
-     "take the commits from git: the first-parent line GOOD..BAD in DIR"},
-    {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
-    {"models", CTL_VALUE, "a,b", "models, comma-separated (required)"},
-    {"widths", CTL_VALUE, "x,y", "widths, comma-separated (required)"},
-    {"passes", CTL_VALUE, "p,q", "passes, comma-separated (required)"},
-    {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
-    {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
-    {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
-    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
-    {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
-    {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int bisect_check(const struct ctl_args *a, void *ctx);
-static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_bisect = {
-    .name = "bisect",
-    .usage = "--project P --build B --good X --bad Y [--commits a,b,c | --commits-from-git DIR "
-             "| --branch B] --models m --widths w --passes p [--predicate P] [--threshold F] "
-             "[--wait [--timeout S]] [--json] | ID [--wait | --cancel] [--json]",
-    .summary = "Find the first commit between a good and a bad one whose cells are bad by a\n"
-               "predicate: numerics (diverged from good), outcome, or perf (slower than good by\n"
-               "the threshold, paired). capd runs two commits a round and skips commits whose\n"
-               "build does not start.",
-    .details = "Exit status with --wait: 0 when it found the first bad commit, 3 when it failed\n"
-               "or was cancelled, 2 on errors.",
-    .opts = bisect_opts,
-    .max_pos = 1,
-    .check = bisect_check,
-    .run = bisect_run,
-};
-
 static int bisect_check(const struct ctl_args *a, void *ctx)
 {
-    static const char *const required[] = {"project", "build",  "good",   "bad",
-                                           "models",  "widths", "passes", NULL};
     (void)ctx;
     if (a->npos == 1) {
         if (ctl_has(a, "cancel") && ctl_has(a, "wait"))
@@ -68,9 +24,9 @@ static int bisect_check(const struct ctl_args *a, void *ctx)
     }
     if (ctl_has(a, "cancel"))
         return ctl_usage_error(a->cmd, "--cancel needs a bisection ID");
-    for (size_t i = 0; required[i]; i++)
-        if (!ctl_arg(a, required[i]))
-            return ctl_usage_error(a->cmd, "--%s is required", required[i]);
+    int rc = ctl_required(a, false);
+    if (rc)
+        return rc;
     if (ctl_has(a, "commits") && ctl_has(a, "commits-from-git"))
         return ctl_usage_error(a->cmd, "--commits and --commits-from-git do not go together");
     if (!ctl_has(a, "commits") && !ctl_has(a, "commits-from-git") && !ctl_has(a, "branch"))
@@ -210,11 +166,9 @@ static int wait_bisect(struct ctl_client *c, const struct ctl_args *a, const cha
     struct ctl_progress pg;
     ctl_progress_init(&pg);
     while (rc == 0) {
-        struct ctl_resp r = {0};
         json_t *b = NULL;
-        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", id, "bisection", &r, &b)) != 0)
+        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", id, "bisection", &b)) != 0)
             break;
-        ctl_resp_free(&r);
         char line[200];
         snprintf(line, sizeof line, "bisection %s: %s, round %lld", id, ctl_jstr(b, "state"),
                  (long long)json_integer_value(json_object_get(b, "round")));
@@ -244,18 +198,12 @@ static int finish(const struct ctl_args *a, json_t *b)
     return rc;
 }
 
+/* A POST whose reply must be the bisection: one that is not JSON is an
+ * error too. */
 static int post(struct ctl_client *c, const char *path, json_t *body, long want, json_t **out)
 {
-    struct ctl_resp r = {0};
-    int rc = ctl_request(c, "POST", path, body, NULL, &r);
-    if (rc != 0 || r.status != want) {
-        ctl_report(c, &r);
-        ctl_resp_free(&r);
-        return CTL_EXIT_ERROR;
-    }
-    *out = ctl_resp_json(&r);
-    ctl_resp_free(&r);
-    return *out ? 0 : CTL_EXIT_ERROR;
+    int rc = ctl_call(c, "POST", path, body, want, out);
+    return rc ? rc : *out ? 0 : CTL_EXIT_ERROR;
 }
 
 static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
@@ -270,10 +218,7 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
         return (rc = post(c, path, NULL, 202, &b)) != 0 ? rc : finish(a, b);
     }
     if (a->npos == 1) {
-        struct ctl_resp r = {0};
-        rc = ctl_get_object(c, a->cmd, "/v1/bisect", a->pos[0], "bisection", &r, &b);
-        ctl_resp_free(&r);
-        if (rc)
+        if ((rc = ctl_get_object(c, a->cmd, "/v1/bisect", a->pos[0], "bisection", &b)) != 0)
             return rc;
     } else {
         if ((rc = bisect_body(a, &body)) != 0)
@@ -293,7 +238,41 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     return finish(a, b);
 }
 
-int ctl_cmd_bisect(int argc, char **argv)
-{
-    return ctl_main(&cmd_bisect, argc, argv, NULL);
-}
+static const struct ctl_opt bisect_opts[] = {
+    {"project", CTL_REQUIRED, "P", "the project (required to start one)"},
+    {"build", CTL_REQUIRED, "B", "the build, usually a template with {commit} (required)"},
+    {"good", CTL_REQUIRED, "SHA", "a commit that is good (required)"},
+    {"bad", CTL_REQUIRED, "SHA", "a later commit that is bad (required)"},
+    {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
+    {"commits-from-git", CTL_VALUE, "DIR",
+     "take the commits from git: the first-parent line GOOD..BAD in DIR"},
+    {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
+    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required)"},
+    {"widths", CTL_REQUIRED, "x,y", "widths, comma-separated (required)"},
+    {"passes", CTL_REQUIRED, "p,q", "passes, comma-separated (required)"},
+    {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
+    {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
+    {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
+    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
+    {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
+    {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+const struct ctl_cmd ctl_cmd_bisect = {
+    .name = "bisect",
+    .usage = "--project P --build B --good X --bad Y [--commits a,b,c | --commits-from-git DIR "
+             "| --branch B] --models m --widths w --passes p [--predicate P] [--threshold F] "
+             "[--wait [--timeout S]] [--json] | ID [--wait | --cancel] [--json]",
+    .summary = "Find the first commit between a good and a bad one whose cells are bad by a\n"
+               "predicate: numerics (diverged from good), outcome, or perf (slower than good by\n"
+               "the threshold, paired). capd runs two commits a round and skips commits whose\n"
+               "build does not start.",
+    .details = "Exit status with --wait: 0 when it found the first bad commit, 3 when it failed\n"
+               "or was cancelled, 2 on errors.",
+    .opts = bisect_opts,
+    .max_pos = 1,
+    .check = bisect_check,
+    .run = bisect_run,
+};

@@ -7,82 +7,6 @@
 
 #include "cli/capctl.h"
 
-static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int register_check(const struct ctl_args *a, void *ctx);
-static int register_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_list = {
-    .name = "builds list",
-    .usage = "[--json]",
-    .summary = "List the registered builds: name, interpreter and description.",
-    .opts = ctl_json_opts,
-    .run = list_run,
-};
-
-static const struct ctl_opt register_opts[] = {
-    {"name", CTL_VALUE, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
-    {"python", CTL_VALUE, "PATH", "absolute path of the interpreter (required)"},
-    {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
-    {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
-    {"allow-env", CTL_MULTI, "NAME",
-     "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
-    {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
-    {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
-    {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static const struct ctl_field_flag register_fields[] = {
-    {"model_roots", "--model-root"},
-    {NULL, NULL},
-};
-
-static const struct ctl_cmd cmd_register = {
-    .name = "builds register",
-    .usage =
-        "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
-    .summary = "Register a build: the interpreter that runs cells and its environment.",
-    .details =
-        "Without --replace an existing build of that name is an error (409); with it the build\n"
-        "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
-        "example:\n"
-        "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
-        "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
-    .opts = register_opts,
-    .fields = register_fields,
-    .check = register_check,
-    .run = register_run,
-};
-
-static const struct ctl_cmd cmd_show = {
-    .name = "builds show",
-    .usage = "NAME [--json]",
-    .summary = "Show one build: interpreter, environment, model roots.",
-    .opts = ctl_json_opts,
-    .min_pos = 1,
-    .max_pos = 1,
-    .run = show_run,
-};
-
-static void builds_help(FILE *f)
-{
-    fprintf(f,
-            "usage: capctl builds [list] [--json]\n"
-            "       capctl builds register --name N --python PATH [--env K=V]... "
-            "[--model-root DIR]...\n"
-            "                              [--description D] [--replace]\n"
-            "       capctl builds show NAME [--json]\n\n"
-            "A build is a registered way to run the framework under test: an interpreter and\n"
-            "its environment. Jobs name builds; a job can never name an executable.\n\n"
-            "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
-            "global options:\n"
-            "  --server URL  capd to talk to (default: $CAPD_SERVER, else %s)\n"
-            "  --token T     bearer token (default: $CAPD_TOKEN)\n"
-            "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
-            CTL_DEFAULT_SERVER);
-}
-
 /* NAME, PYTHON, DESCRIPTION: one row a build; an empty list is no error,
  * it says how to register a build. */
 static int print_builds(struct ctl_client *c, const struct ctl_args *a, json_t *arr)
@@ -106,12 +30,6 @@ static int print_builds(struct ctl_client *c, const struct ctl_args *a, json_t *
         ctl_table_row(t, row);
     }
     return ctl_table_emit(t, stdout);
-}
-
-static int list_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_list(c, a, "/v1/builds", "builds", print_builds);
 }
 
 /* --model-root DIR, repeated, into ROOTS: absolute paths only (the server
@@ -160,12 +78,11 @@ static int register_check(const struct ctl_args *a, void *ctx)
 {
     json_t **body = ctx;
     const char *name = ctl_arg(a, "name"), *python = ctl_arg(a, "python");
-    if (!name || !*name)
-        return ctl_usage_error(a->cmd, "--name is required");
-    if (!python || !*python)
-        return ctl_usage_error(a->cmd, "--python is required");
+    int rc = ctl_required(a, true);
+    if (rc)
+        return rc;
     json_t *env = json_object(), *roots = json_array();
-    int rc = CTL_EXIT_ERROR;
+    rc = CTL_EXIT_ERROR;
     if (!env || !roots)
         goto out;
     if ((rc = ctl_pairs_arg(a, "env", "NAME=VALUE", 256, true, env)) != 0 ||
@@ -256,43 +173,78 @@ static void print_build(json_t *j)
     printf("updated      %s\n", ctl_jtext(json_object_get(j, "updated_at"), b, sizeof b));
 }
 
-static int show_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+static const struct ctl_cmd cmd_list = {
+    .name = "builds list",
+    .usage = "[--json]",
+    .summary = "List the registered builds: name, interpreter and description.",
+    .opts = ctl_json_opts,
+    .list = {"/v1/builds", "builds", print_builds},
+};
+
+static const struct ctl_opt register_opts[] = {
+    {"name", CTL_REQUIRED, "N", "build name, [A-Za-z0-9._-]{1,64} (required)"},
+    {"python", CTL_REQUIRED, "PATH", "absolute path of the interpreter (required)"},
+    {"env", CTL_MULTI, "K=V", "environment variable for every cell of this build"},
+    {"model-root", CTL_MULTI, "DIR", "directory user models may be imported from"},
+    {"allow-env", CTL_MULTI, "NAME",
+     "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
+    {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
+    {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
+    {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_field_flag register_fields[] = {
+    {"model_roots", "--model-root"},
+    {NULL, NULL},
+};
+
+static void register_done(void *ctx)
 {
-    (void)ctx;
-    return ctl_show_object(c, a, "/v1/builds", "build name", print_build);
+    json_decref(*(json_t **)ctx);
 }
 
-static int builds_list(int argc, char **argv)
-{
-    return ctl_main(&cmd_list, argc, argv, NULL);
-}
+static const struct ctl_cmd cmd_register = {
+    .name = "builds register",
+    .usage =
+        "--name N --python PATH [--env K=V]... [--model-root DIR]... [--description D] [--replace]",
+    .summary = "Register a build: the interpreter that runs cells and its environment.",
+    .details =
+        "Without --replace an existing build of that name is an error (409); with it the build\n"
+        "is replaced. The interpreter must exist and be executable on the capd host.\n\n"
+        "example:\n"
+        "  capctl builds register --name torch-main --python /opt/torch-main/bin/python \\\n"
+        "      --env PYTHONPATH=/src/pytorch/build/lib --description 'main, gcc 12'",
+    .opts = register_opts,
+    .fields = register_fields,
+    .check = register_check,
+    .run = register_run,
+    .ctx_size = sizeof(json_t *),
+    .done = register_done,
+};
 
-static int builds_register(int argc, char **argv)
-{
-    json_t *body = NULL;
-    int rc = ctl_main(&cmd_register, argc, argv, &body);
-    json_decref(body);
-    return rc;
-}
+static const struct ctl_cmd cmd_show = {
+    .name = "builds show",
+    .usage = "NAME [--json]",
+    .summary = "Show one build: interpreter, environment, model roots.",
+    .show = {"/v1/builds", "build name", print_build},
+};
 
-int ctl_cmd_builds(int argc, char **argv)
-{
-    if (argc == 0 || argv[0][0] == '-') {
-        if (argc > 0 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-            builds_help(stdout);
-            return 0;
-        }
-        return builds_list(argc, argv);
-    }
-    if (strcmp(argv[0], "list") == 0)
-        return builds_list(argc - 1, argv + 1);
-    if (strcmp(argv[0], "register") == 0)
-        return builds_register(argc - 1, argv + 1);
-    if (strcmp(argv[0], "show") == 0)
-        return ctl_main(&cmd_show, argc - 1, argv + 1, NULL);
-    fprintf(stderr,
-            "capctl builds: unknown subcommand '%s' (list, register or show; see 'capctl builds "
-            "--help')\n",
-            argv[0]);
-    return CTL_EXIT_ERROR;
-}
+/* The group's help names every subcommand; each has its own --help. */
+const struct ctl_cmd ctl_cmd_builds = {
+    .name = "builds",
+    .usage =
+        "usage: capctl builds [list] [--json]\n"
+        "       capctl builds register --name N --python PATH [--env K=V]... "
+        "[--model-root DIR]...\n"
+        "                              [--description D] [--replace]\n"
+        "       capctl builds show NAME [--json]\n\n"
+        "A build is a registered way to run the framework under test: an interpreter and\n"
+        "its environment. Jobs name builds; a job can never name an executable.\n\n"
+        "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
+        "global options:\n"
+        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
+        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
+        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+    .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_register, &cmd_show, NULL},
+};

@@ -11,15 +11,46 @@
 
 #include "cli/capctl.h"
 
+/* POST the cancellation; with --wait, the job once every cell has stopped
+ * is what gets printed. */
+static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    (void)ctx;
+    json_t *j = NULL;
+    struct ctl_url u;
+    ctl_url_init(&u, "/v1/jobs");
+    ctl_url_seg(c, &u, a->pos[0]);
+    ctl_url_lit(&u, "/cancel");
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "the job id is too long");
+    int rc = CTL_EXIT_ERROR;
+    if (ctl_call(c, "POST", u.buf, NULL, 202, &j) != 0)
+        goto out;
+    /* The cells were cancelled, not failed: only an error says 2. */
+    if (ctl_has(a, "wait")) {
+        json_decref(j);
+        if (ctl_wait_job(c, a->pos[0], 0, &j) == CTL_EXIT_ERROR)
+            goto out;
+    }
+    if (ctl_has(a, "json")) {
+        ctl_print_json(stdout, j);
+    } else {
+        char b[64];
+        printf("job %s: %s\n", a->pos[0], ctl_jtext(json_object_get(j, "state"), b, sizeof b));
+    }
+    rc = CTL_EXIT_OK;
+out:
+    json_decref(j);
+    return rc;
+}
+
 static const struct ctl_opt cancel_opts[] = {
     {"wait", CTL_FLAG, NULL, "wait until every cell has stopped"},
     {"json", CTL_FLAG, NULL, "print the job as JSON"},
     {NULL, CTL_FLAG, NULL, NULL},
 };
 
-static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_cancel = {
+const struct ctl_cmd ctl_cmd_cancel = {
     .name = "cancel",
     .usage = "JOB [--wait] [--json]",
     .summary = "Cancel a job: its queued cells end cancelled, its running cells are stopped.",
@@ -33,44 +64,3 @@ static const struct ctl_cmd cmd_cancel = {
     .max_pos = 1,
     .run = cancel_run,
 };
-
-/* POST the cancellation; with --wait, the job once every cell has stopped
- * is what gets printed. */
-static int cancel_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    struct ctl_resp r = {0};
-    json_t *j = NULL;
-    struct ctl_url u;
-    ctl_url_init(&u, "/v1/jobs");
-    ctl_url_seg(c, &u, a->pos[0]);
-    ctl_url_lit(&u, "/cancel");
-    if (u.overflow)
-        return ctl_usage_error(a->cmd, "the job id is too long");
-    int rc = CTL_EXIT_ERROR;
-    if (ctl_request(c, "POST", u.buf, NULL, NULL, &r) != 0 || r.status != 202) {
-        ctl_report(c, &r);
-        goto out;
-    }
-    /* The cells were cancelled, not failed: only an error says 2. */
-    if (ctl_has(a, "wait") && ctl_wait_job(c, a->pos[0], 0, &j) == CTL_EXIT_ERROR)
-        goto out;
-    if (!ctl_has(a, "wait"))
-        j = ctl_resp_json(&r);
-    if (ctl_has(a, "json")) {
-        ctl_print_json(stdout, j);
-    } else {
-        char b[64];
-        printf("job %s: %s\n", a->pos[0], ctl_jtext(json_object_get(j, "state"), b, sizeof b));
-    }
-    rc = CTL_EXIT_OK;
-out:
-    json_decref(j);
-    ctl_resp_free(&r);
-    return rc;
-}
-
-int ctl_cmd_cancel(int argc, char **argv)
-{
-    return ctl_main(&cmd_cancel, argc, argv, NULL);
-}

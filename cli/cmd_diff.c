@@ -16,66 +16,12 @@
 
 #define CTL_DIFF_POLL_S 1.0
 
-static const struct ctl_opt diff_opts[] = {
-    {"control", CTL_VALUE, "X", "control side: a job id or a commit (its newest finished job)"},
-    {"head", CTL_VALUE, "Y", "head side: a job id or a commit"},
-    {"commit", CTL_VALUE, "SHA", "a head commit against its control (see below)"},
-    {"job", CTL_VALUE, "J", "cross-width: compare two widths of one job (id or commit)"},
-    {"control-width", CTL_VALUE, "W", "cross-width: the reference width (e.g. default)"},
-    {"head-width", CTL_VALUE, "W", "cross-width: the width under test (e.g. avx512)"},
-    {"model", CTL_VALUE, "M", "only cells of this model"},
-    {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
-    {"pass", CTL_VALUE, "P", "only cells of this pass"},
-    {"reference", CTL_VALUE, "none|float64|default-width",
-     "judge tensors out of tolerance against this reference (default: the head job's option)"},
-    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
-    {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
-     "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "
-     "cell's perf is unknown or unstable; numerics: only on outcome or numeric ones, perf "
-     "reported but not gating; never"},
-    {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
 /* The form of the comparison and the flags that shape its outcome,
  * checked once before the network is touched. */
 struct diff {
     bool commit, cross; /* --commit SHA; --job J --control-width W --head-width W */
     const char *format, *fail_on;
     double wait_timeout; /* < 0: no --wait-timeout */
-};
-
-static const struct ctl_field_flag diff_fields[] = {
-    {"control_commit", "--commit (the head job's control commit)"},
-    {"sha", "--commit"},
-    {NULL, NULL},
-};
-
-static int diff_check(const struct ctl_args *a, void *ctx);
-static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_diff = {
-    .name = "diff",
-    .usage = "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
-             "                   [--model M] [--width W] [--pass P] [--reference R]\n"
-             "                   [--format md|json|text]\n"
-             "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
-    .summary = "Compare a control and a head and exit with the verdict.",
-    .details = "--commit SHA compares the newest job of SHA with the control its job names\n"
-               "(submit --control-commit), else the control set for its branch.\n\n"
-               "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
-               "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
-               "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
-               "2 error (bad flags, network, a server error, still pending, a --model,\n"
-               "--width or --pass that matches no cell, or no cell compared at all).\n\n"
-               "examples:\n"
-               "  capctl diff --commit $SHA --format md > report.md\n"
-               "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
-               "  capctl diff --job j7c1f3a9e2b4d --control-width default --head-width avx512",
-    .opts = diff_opts,
-    .fields = diff_fields,
-    .check = diff_check,
-    .run = diff_run,
 };
 
 static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a)
@@ -155,6 +101,7 @@ static int diff_form(const struct ctl_args *a, struct diff *d)
 static int diff_check(const struct ctl_args *a, void *ctx)
 {
     struct diff *d = ctx;
+    d->wait_timeout = -1;
     int rc = diff_form(a, d);
     if (rc != 0)
         return rc;
@@ -213,8 +160,8 @@ static void result_url(struct ctl_client *c, const struct ctl_args *a, const str
 /* GETs the result until it is no longer 409 pending, for up to
  * --wait-timeout seconds: 0 with a 200 in R, or CTL_EXIT_ERROR after
  * saying why (with a hint for a pending one). */
-static int fetch_result(struct ctl_client *c, const struct diff *d, const char *url,
-                        struct ctl_resp *r)
+static int fetch_result(struct ctl_client *c, const struct ctl_cmd *cmd, const struct diff *d,
+                        const char *url, struct ctl_resp *r)
 {
     struct ctl_progress p;
     char line[512], code[64];
@@ -232,7 +179,7 @@ static int fetch_result(struct ctl_client *c, const struct diff *d, const char *
         bool pending = r->status == 409 && strcmp(code, "pending") == 0;
         if (!pending || d->wait_timeout < 0 || ctl_now_s() - t0 >= d->wait_timeout) {
             ctl_progress_end(&p);
-            ctl_report_fields(c, r, &cmd_diff);
+            ctl_report_fields(c, r, cmd);
             if (pending && d->wait_timeout < 0)
                 fprintf(stderr, "capctl: add --wait-timeout SECONDS to wait for the jobs\n");
             else if (pending)
@@ -319,7 +266,7 @@ static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     result_url(c, a, d, &u);
     if (u.overflow)
         return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
-    if (fetch_result(c, d, u.buf, &r) != 0)
+    if (fetch_result(c, a->cmd, d, u.buf, &r) != 0)
         goto out;
     result = ctl_resp_json(&r);
     ctl_resp_free(&r);
@@ -337,8 +284,54 @@ out:
     return rc;
 }
 
-int ctl_cmd_diff(int argc, char **argv)
-{
-    struct diff d = {.wait_timeout = -1};
-    return ctl_main(&cmd_diff, argc, argv, &d);
-}
+static const struct ctl_opt diff_opts[] = {
+    {"control", CTL_VALUE, "X", "control side: a job id or a commit (its newest finished job)"},
+    {"head", CTL_VALUE, "Y", "head side: a job id or a commit"},
+    {"commit", CTL_VALUE, "SHA", "a head commit against its control (see below)"},
+    {"job", CTL_VALUE, "J", "cross-width: compare two widths of one job (id or commit)"},
+    {"control-width", CTL_VALUE, "W", "cross-width: the reference width (e.g. default)"},
+    {"head-width", CTL_VALUE, "W", "cross-width: the width under test (e.g. avx512)"},
+    {"model", CTL_VALUE, "M", "only cells of this model"},
+    {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
+    {"pass", CTL_VALUE, "P", "only cells of this pass"},
+    {"reference", CTL_VALUE, "none|float64|default-width",
+     "judge tensors out of tolerance against this reference (default: the head job's option)"},
+    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
+    {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
+     "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "
+     "cell's perf is unknown or unstable; numerics: only on outcome or numeric ones, perf "
+     "reported but not gating; never"},
+    {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+static const struct ctl_field_flag diff_fields[] = {
+    {"control_commit", "--commit (the head job's control commit)"},
+    {"sha", "--commit"},
+    {NULL, NULL},
+};
+
+const struct ctl_cmd ctl_cmd_diff = {
+    .name = "diff",
+    .usage = "(--control X --head Y | --commit SHA | --job J --control-width W --head-width W)\n"
+             "                   [--model M] [--width W] [--pass P] [--reference R]\n"
+             "                   [--format md|json|text]\n"
+             "                   [--fail-on regression|unknown|numerics|never] [--wait-timeout S]",
+    .summary = "Compare a control and a head and exit with the verdict.",
+    .details = "--commit SHA compares the newest job of SHA with the control its job names\n"
+               "(submit --control-commit), else the control set for its branch.\n\n"
+               "exit codes: 0 pass, 1 regression (with --fail-on regression, the default, or\n"
+               "numerics: perf regressions do not fail, for CI machines shared with other work;\n"
+               "--fail-on unknown also fails when a cell's perf verdict is unknown or unstable),\n"
+               "2 error (bad flags, network, a server error, still pending, a --model,\n"
+               "--width or --pass that matches no cell, or no cell compared at all).\n\n"
+               "examples:\n"
+               "  capctl diff --commit $SHA --format md > report.md\n"
+               "  capctl diff --control main-sha --head pr-sha --wait-timeout 1800\n"
+               "  capctl diff --job j7c1f3a9e2b4d --control-width default --head-width avx512",
+    .opts = diff_opts,
+    .fields = diff_fields,
+    .check = diff_check,
+    .run = diff_run,
+    .ctx_size = sizeof(struct diff),
+};

@@ -9,65 +9,6 @@
 
 #include "cli/capctl.h"
 
-static const struct ctl_opt history_opts[] = {
-    {"project", CTL_VALUE, "P", "the project (required)"},
-    {"branch", CTL_VALUE, "B", "the branch (required)"},
-    {"model", CTL_VALUE, "M", "the cell's model (required)"},
-    {"width", CTL_VALUE, "W", "the cell's width (required)"},
-    {"pass", CTL_VALUE, "P", "the cell's pass (required)"},
-    {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int history_check(const struct ctl_args *a, void *ctx);
-static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int alerts_check(const struct ctl_args *a, void *ctx);
-static int alerts_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_history = {
-    .name = "history",
-    .usage = "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
-    .summary =
-        "Show one cell's series along a branch, oldest first: outcome, perf observation\n"
-        "(median of the timing samples), peak memory and numerics against the previous commit,\n"
-        "with the change points and events found in it.",
-    .details = "A commit ordered by submission time (the job had no commit_time) is marked '~'.",
-    .opts = history_opts,
-    .check = history_check,
-    .run = history_run,
-};
-
-static const struct ctl_opt alerts_opts[] = {
-    {"project", CTL_VALUE, "P", "only this project"},
-    {"branch", CTL_VALUE, "B", "only this branch"},
-    {"kind", CTL_VALUE, "K", "only perf, memory, numerics or outcome"},
-    {"status", CTL_VALUE, "S", "open (default), acknowledged, false_positive, expected or all"},
-    {"limit", CTL_VALUE, "N", "at most N alerts (1..1000, default 100)"},
-    {"set", CTL_VALUE, "S",
-     "with an alert ID: set its status (acknowledged, false_positive, "
-     "expected, open)"},
-    {"note", CTL_VALUE, "TEXT", "with --set: a note kept with the alert"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {"markdown", CTL_FLAG, NULL, "print a Markdown table"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static const struct ctl_cmd cmd_alerts = {
-    .name = "alerts",
-    .usage =
-        "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
-        "[--note TEXT]",
-    .summary = "List the alerts along branches (change points of perf and memory, numerics and\n"
-               "outcome changes), newest first, or give feedback on one.",
-    .details =
-        "Each alert names its first bad and last good commit. Feedback needs an admin token.",
-    .opts = alerts_opts,
-    .max_pos = 1,
-    .check = alerts_check,
-    .run = alerts_run,
-};
-
 static void short_sha(const char *s, char out[13])
 {
     snprintf(out, 13, "%.12s", s);
@@ -147,25 +88,19 @@ static int print_alerts(json_t *list, bool md)
 static int set_alert(struct ctl_client *c, const struct ctl_args *a, const char *id)
 {
     struct ctl_url u;
-    struct ctl_resp r = {0};
     ctl_url_init(&u, "/v1/alerts");
     ctl_url_seg(c, &u, id);
     if (u.overflow)
-        return ctl_usage_error(&cmd_alerts, "the alert id is too long");
+        return ctl_usage_error(a->cmd, "the alert id is too long");
     json_t *body = json_pack("{s:s}", "status", ctl_arg(a, "set"));
     if (ctl_arg(a, "note"))
         json_object_set_new(body, "note", json_string(ctl_arg(a, "note")));
-    int rc = CTL_EXIT_ERROR;
-    if (ctl_request(c, "POST", u.buf, body, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-    } else {
-        json_t *j = ctl_resp_json(&r);
+    json_t *j;
+    int rc = ctl_call(c, "POST", u.buf, body, 200, &j);
+    if (rc == 0)
         printf("%s %s\n", ctl_jstr(j, "id"), ctl_jstr(j, "status"));
-        json_decref(j);
-        rc = 0;
-    }
+    json_decref(j);
     json_decref(body);
-    ctl_resp_free(&r);
     return rc;
 }
 
@@ -182,7 +117,7 @@ static int list_alerts(struct ctl_client *c, const struct ctl_args *a)
     ctl_url_init(&u, "/v1/alerts");
     ctl_url_query_args(c, &u, a, keys);
     if (u.overflow)
-        return ctl_usage_error(&cmd_alerts, "the filters are too long");
+        return ctl_usage_error(a->cmd, "the filters are too long");
     return ctl_show_list(c, a, u.buf, "alerts", alerts_print);
 }
 
@@ -203,10 +138,35 @@ static int alerts_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     return a->npos == 1 ? set_alert(c, a, a->pos[0]) : list_alerts(c, a);
 }
 
-int ctl_cmd_alerts(int argc, char **argv)
-{
-    return ctl_main(&cmd_alerts, argc, argv, NULL);
-}
+static const struct ctl_opt alerts_opts[] = {
+    {"project", CTL_VALUE, "P", "only this project"},
+    {"branch", CTL_VALUE, "B", "only this branch"},
+    {"kind", CTL_VALUE, "K", "only perf, memory, numerics or outcome"},
+    {"status", CTL_VALUE, "S", "open (default), acknowledged, false_positive, expected or all"},
+    {"limit", CTL_VALUE, "N", "at most N alerts (1..1000, default 100)"},
+    {"set", CTL_VALUE, "S",
+     "with an alert ID: set its status (acknowledged, false_positive, "
+     "expected, open)"},
+    {"note", CTL_VALUE, "TEXT", "with --set: a note kept with the alert"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {"markdown", CTL_FLAG, NULL, "print a Markdown table"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+const struct ctl_cmd ctl_cmd_alerts = {
+    .name = "alerts",
+    .usage =
+        "[--project P] [--branch B] [--kind K] [--status S] [--json | --markdown] | ID --set S "
+        "[--note TEXT]",
+    .summary = "List the alerts along branches (change points of perf and memory, numerics and\n"
+               "outcome changes), newest first, or give feedback on one.",
+    .details =
+        "Each alert names its first bad and last good commit. Feedback needs an admin token.",
+    .opts = alerts_opts,
+    .max_pos = 1,
+    .check = alerts_check,
+    .run = alerts_run,
+};
 
 /* The alert (change point or event) at COMMIT, as "perf regression". */
 static void mark_of(json_t *doc, const char *commit, char *buf, size_t cap)
@@ -260,14 +220,12 @@ static int print_history(json_t *doc)
 static const char *const history_keys[] = {"project", "branch", "model", "width",
                                            "pass",    "limit",  NULL};
 
-/* Every key but --limit names the cell and the branch: all are required. */
+/* The cell and the branch must be named (an empty name is the server's
+ * to refuse). */
 static int history_check(const struct ctl_args *a, void *ctx)
 {
     (void)ctx;
-    for (size_t i = 0; i < 5; i++)
-        if (!ctl_arg(a, history_keys[i]))
-            return ctl_usage_error(a->cmd, "--%s is required", history_keys[i]);
-    return 0;
+    return ctl_required(a, false);
 }
 
 static int history_print(struct ctl_client *c, const struct ctl_args *a, json_t *doc)
@@ -288,7 +246,26 @@ static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx
     return ctl_show_list(c, a, u.buf, NULL, history_print);
 }
 
-int ctl_cmd_history(int argc, char **argv)
-{
-    return ctl_main(&cmd_history, argc, argv, NULL);
-}
+static const struct ctl_opt history_opts[] = {
+    {"project", CTL_REQUIRED, "P", "the project (required)"},
+    {"branch", CTL_REQUIRED, "B", "the branch (required)"},
+    {"model", CTL_REQUIRED, "M", "the cell's model (required)"},
+    {"width", CTL_REQUIRED, "W", "the cell's width (required)"},
+    {"pass", CTL_REQUIRED, "P", "the cell's pass (required)"},
+    {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
+    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+const struct ctl_cmd ctl_cmd_history = {
+    .name = "history",
+    .usage = "--project P --branch B --model M --width W --pass P [--limit N] [--json]",
+    .summary =
+        "Show one cell's series along a branch, oldest first: outcome, perf observation\n"
+        "(median of the timing samples), peak memory and numerics against the previous commit,\n"
+        "with the change points and events found in it.",
+    .details = "A commit ordered by submission time (the job had no commit_time) is marked '~'.",
+    .opts = history_opts,
+    .check = history_check,
+    .run = history_run,
+};

@@ -16,79 +16,8 @@
 
 #define CTL_MAX_PROVENANCE_WARNINGS 10
 
-static const struct ctl_opt submit_opts[] = {
-    {"project", CTL_VALUE, "P", "project name (required)"},
-    {"commit", CTL_VALUE, "SHA", "commit under test, 7 to 64 hex digits (required)"},
-    {"build", CTL_VALUE, "B", "registered build to run (required)"},
-    {"branch", CTL_VALUE, "BR", "branch of the commit"},
-    {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
-    {"models", CTL_VALUE, "a,b", "models, comma-separated (required; GET /v1/models)"},
-    {"widths", CTL_VALUE, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
-    {"passes", CTL_VALUE, "forward,backward", "passes, comma-separated (required)"},
-    {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
-    {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
-    {"timing-min-ms", CTL_VALUE, "MS",
-     "least milliseconds a timing process's samples add up to (50)"},
-    {"timing-processes", CTL_VALUE, "N", "separate timing processes per cell (default 5)"},
-    {"timing-pairs", CTL_VALUE, "N", "control/head pairs a round when paired (default 8)"},
-    {"max-timing-rounds", CTL_VALUE, "N", "rounds of pairs at most while unknown (default 3)"},
-    {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
-    {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
-    {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
-    {"seed", CTL_VALUE, "N", "random seed (default 0)"},
-    {"batch", CTL_VALUE, "N", "batch size (default 2)"},
-    {"sample-size", CTL_VALUE, "N", "elements kept per tensor with --capture sample (256)"},
-    {"dtype", CTL_VALUE, "T", "float32, float64, float16 or bfloat16 (default float32)"},
-    {"granularity", CTL_VALUE, "module|op", "records per module, or per ATen op too (module)"},
-    {"reference", CTL_VALUE, "none|float64|default-width",
-     "the reference a tensor out of tolerance is judged against (none)"},
-    {"label", CTL_MULTI, "k=v", "label stored with the job"},
-    {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
-    {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
-    {"wait", CTL_FLAG, NULL, "wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"},
-    {"wait-timeout", CTL_VALUE, "S", "with --wait: give up (exit 2) after S seconds"},
-    {"json", CTL_FLAG, NULL, "print the job as JSON (the final job with --wait)"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-/* The fields whose flag is not named like them: the rest (matrix.models,
- * options.seed, control_commit) are set by the option of their last part. */
-static const struct ctl_field_flag submit_fields[] = {
-    {"matrix", "--models, --widths and --passes"},
-    {"options.timeout_s", "--timeout"},
-    {"labels", "--label"},
-    {"provenance", "--source-tree"},
-    {"Idempotency-Key", "--idempotency-key"},
-    {NULL, NULL},
-};
-
-static int submit_check(const struct ctl_args *a, void *ctx);
-static int submit_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_submit = {
-    .name = "submit",
-    .usage = "--project P --commit SHA --build B --models a,b --widths x,y --passes "
-             "forward,backward [options]",
-    .summary = "Submit a capture job: one cell per model x width x pass. Prints the job id.",
-    .details =
-        "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
-        "they show as the job's provenance, with findings (generated dispatch sources such as\n"
-        "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
-        "comparison involving the job shows as warnings. It also sends the commit's committer\n"
-        "time and parents (git log), which order the branch's history (docs/history.md).\n"
-        "See docs/capctl.md.\n\n"
-        "example:\n"
-        "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
-        "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
-        "      --source-tree ~/src/pytorch --wait",
-    .opts = submit_opts,
-    .fields = submit_fields,
-    .check = submit_check,
-    .run = submit_run,
-};
-
 /* "a,b" to ["a","b"]; an empty item is a usage error naming FLAG. */
-static int split_list(const char *flag, const char *s, json_t **out)
+static int split_list(const struct ctl_cmd *cmd, const char *flag, const char *s, json_t **out)
 {
     json_t *arr = json_array();
     const char *p = s;
@@ -105,12 +34,12 @@ static int split_list(const char *flag, const char *s, json_t **out)
             n--;
         if (n == 0) {
             json_decref(arr);
-            return ctl_usage_error(&cmd_submit, "--%s has an empty item in '%s'", flag, s);
+            return ctl_usage_error(cmd, "--%s has an empty item in '%s'", flag, s);
         }
         json_t *v = json_stringn(p, n);
         if (!v) {
             json_decref(arr);
-            return ctl_usage_error(&cmd_submit, "--%s is not valid UTF-8", flag);
+            return ctl_usage_error(cmd, "--%s is not valid UTF-8", flag);
         }
         json_array_append_new(arr, v);
         if (!e)
@@ -163,24 +92,12 @@ struct submit {
     double wait_timeout;
 };
 
-static int submit_required(const struct ctl_args *a)
-{
-    static const char *const required[] = {"project", "commit", "build", "models",
-                                           "widths",  "passes", NULL};
-    for (int i = 0; required[i]; i++) {
-        const char *v = ctl_arg(a, required[i]);
-        if (!v || !*v)
-            return ctl_usage_error(a->cmd, "--%s is required", required[i]);
-    }
-    return 0;
-}
-
 static int submit_matrix(const struct ctl_args *a, json_t *matrix)
 {
     static const char *const axes[] = {"models", "widths", "passes"};
     for (int i = 0; i < 3; i++) {
         json_t *l = NULL;
-        int rc = split_list(axes[i], ctl_arg(a, axes[i]), &l);
+        int rc = split_list(a->cmd, axes[i], ctl_arg(a, axes[i]), &l);
         if (rc != 0)
             return rc;
         json_object_set_new(matrix, axes[i], l);
@@ -275,7 +192,7 @@ static int submit_check(const struct ctl_args *a, void *ctx)
 {
     struct submit *s = ctx;
     json_t *matrix = json_object(), *opts = json_object(), *labels = json_object();
-    int rc = submit_required(a);
+    int rc = ctl_required(a, true);
     if (rc != 0)
         goto out;
     rc = CTL_EXIT_ERROR;
@@ -326,7 +243,8 @@ static int submit_provenance(const struct ctl_args *a, json_t *body)
 
 /* POST /v1/jobs: the job (*JOB, owned) and its id, or NULL after saying
  * why. A 200 is a job that already existed for the idempotency key. */
-static const char *submit_post(struct ctl_client *c, const struct submit *s, json_t **job)
+static const char *submit_post(struct ctl_client *c, const struct ctl_cmd *cmd,
+                               const struct submit *s, json_t **job)
 {
     struct ctl_resp r = {0};
     const char *hdrs[] = {s->idem_hdr, NULL};
@@ -334,7 +252,7 @@ static const char *submit_post(struct ctl_client *c, const struct submit *s, jso
     char ib[64];
     if (ctl_request(c, "POST", "/v1/jobs", s->body, s->idem_hdr ? hdrs : NULL, &r) != 0 ||
         (r.status != 200 && r.status != 201)) {
-        ctl_report_fields(c, &r, &cmd_submit);
+        ctl_report_fields(c, &r, cmd);
         goto out;
     }
     *job = ctl_resp_json(&r);
@@ -364,7 +282,7 @@ static int submit_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     if (rc != 0)
         return rc;
     rc = CTL_EXIT_ERROR;
-    const char *id = submit_post(c, s, &job);
+    const char *id = submit_post(c, a->cmd, s, &job);
     if (!id)
         goto out;
     if (!ctl_has(a, "wait")) {
@@ -388,11 +306,79 @@ out:
     return rc;
 }
 
-int ctl_cmd_submit(int argc, char **argv)
+static const struct ctl_opt submit_opts[] = {
+    {"project", CTL_REQUIRED, "P", "project name (required)"},
+    {"commit", CTL_REQUIRED, "SHA", "commit under test, 7 to 64 hex digits (required)"},
+    {"build", CTL_REQUIRED, "B", "registered build to run (required)"},
+    {"branch", CTL_VALUE, "BR", "branch of the commit"},
+    {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
+    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required; GET /v1/models)"},
+    {"widths", CTL_REQUIRED, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
+    {"passes", CTL_REQUIRED, "forward,backward", "passes, comma-separated (required)"},
+    {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
+    {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
+    {"timing-min-ms", CTL_VALUE, "MS",
+     "least milliseconds a timing process's samples add up to (50)"},
+    {"timing-processes", CTL_VALUE, "N", "separate timing processes per cell (default 5)"},
+    {"timing-pairs", CTL_VALUE, "N", "control/head pairs a round when paired (default 8)"},
+    {"max-timing-rounds", CTL_VALUE, "N", "rounds of pairs at most while unknown (default 3)"},
+    {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
+    {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
+    {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
+    {"seed", CTL_VALUE, "N", "random seed (default 0)"},
+    {"batch", CTL_VALUE, "N", "batch size (default 2)"},
+    {"sample-size", CTL_VALUE, "N", "elements kept per tensor with --capture sample (256)"},
+    {"dtype", CTL_VALUE, "T", "float32, float64, float16 or bfloat16 (default float32)"},
+    {"granularity", CTL_VALUE, "module|op", "records per module, or per ATen op too (module)"},
+    {"reference", CTL_VALUE, "none|float64|default-width",
+     "the reference a tensor out of tolerance is judged against (none)"},
+    {"label", CTL_MULTI, "k=v", "label stored with the job"},
+    {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
+    {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
+    {"wait", CTL_FLAG, NULL, "wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"},
+    {"wait-timeout", CTL_VALUE, "S", "with --wait: give up (exit 2) after S seconds"},
+    {"json", CTL_FLAG, NULL, "print the job as JSON (the final job with --wait)"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+/* The fields whose flag is not named like them: the rest (matrix.models,
+ * options.seed, control_commit) are set by the option of their last part. */
+static const struct ctl_field_flag submit_fields[] = {
+    {"matrix", "--models, --widths and --passes"},
+    {"options.timeout_s", "--timeout"},
+    {"labels", "--label"},
+    {"provenance", "--source-tree"},
+    {"Idempotency-Key", "--idempotency-key"},
+    {NULL, NULL},
+};
+
+static void submit_done(void *ctx)
 {
-    struct submit s = {0};
-    int rc = ctl_main(&cmd_submit, argc, argv, &s);
-    json_decref(s.body);
-    free(s.idem_hdr);
-    return rc;
+    struct submit *s = ctx;
+    json_decref(s->body);
+    free(s->idem_hdr);
 }
+
+const struct ctl_cmd ctl_cmd_submit = {
+    .name = "submit",
+    .usage = "--project P --commit SHA --build B --models a,b --widths x,y --passes "
+             "forward,backward [options]",
+    .summary = "Submit a capture job: one cell per model x width x pass. Prints the job id.",
+    .details =
+        "--source-tree DIR runs 'git status' and 'git submodule status' in DIR and sends what\n"
+        "they show as the job's provenance, with findings (generated dispatch sources such as\n"
+        "Activation.cpp.DEFAULT.cpp, stale Config.h/CUDAConfig.h, dirty submodules) that every\n"
+        "comparison involving the job shows as warnings. It also sends the commit's committer\n"
+        "time and parents (git log), which order the branch's history (docs/history.md).\n"
+        "See docs/capctl.md.\n\n"
+        "example:\n"
+        "  capctl submit --project pytorch --commit $SHA --branch $BRANCH --build torch-pr \\\n"
+        "      --models mlp,cnn --widths default,avx2 --passes forward,backward \\\n"
+        "      --source-tree ~/src/pytorch --wait",
+    .opts = submit_opts,
+    .fields = submit_fields,
+    .check = submit_check,
+    .run = submit_run,
+    .ctx_size = sizeof(struct submit),
+    .done = submit_done,
+};

@@ -22,42 +22,6 @@ static const char *const terminal_order[] = {
     "ok",          "failed",         "crashed",   "timeout",     "oom",
     "unsupported", "protocol_error", "cancelled", "interrupted", NULL};
 
-static int status_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-static int wait_check(const struct ctl_args *a, void *ctx);
-static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_status = {
-    .name = "status",
-    .usage = "JOB [--json]",
-    .summary = "Show a job: its request, state, findings and a table of cells.",
-    .opts = ctl_json_opts,
-    .min_pos = 1,
-    .max_pos = 1,
-    .run = status_run,
-};
-
-static const struct ctl_opt wait_opts[] = {
-    {"wait-timeout", CTL_VALUE, "S", "give up (exit 2) after S seconds"},
-    {"json", CTL_FLAG, NULL, "print the finished job as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static const struct ctl_cmd cmd_wait = {
-    .name = "wait",
-    .usage = "JOB [--wait-timeout S] [--json]",
-    .summary = "Wait for a job to finish, showing progress on stderr.",
-    .details =
-        "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
-        "2 error (unknown job, server unreachable, --wait-timeout passed). Cells at a width\n"
-        "capd's host cannot run (unsupported, with host_missing) are listed apart as not run\n"
-        "and do not make the exit code 3.",
-    .opts = wait_opts,
-    .min_pos = 1,
-    .max_pos = 1,
-    .check = wait_check,
-    .run = wait_run,
-};
-
 static bool is_done_state(const char *st)
 {
     return st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0;
@@ -388,16 +352,12 @@ static void print_job(json_t *j)
     ctl_table_free(t);
 }
 
-static int status_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_object(c, a, "/v1/jobs", "job id", print_job);
-}
-
-int ctl_cmd_status(int argc, char **argv)
-{
-    return ctl_main(&cmd_status, argc, argv, NULL);
-}
+const struct ctl_cmd ctl_cmd_status = {
+    .name = "status",
+    .usage = "JOB [--json]",
+    .summary = "Show a job: its request, state, findings and a table of cells.",
+    .show = {"/v1/jobs", "job id", print_job},
+};
 
 /* CTX is the double the timeout goes into (0: none). */
 static int wait_check(const struct ctl_args *a, void *ctx)
@@ -416,8 +376,25 @@ static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     return rc;
 }
 
-int ctl_cmd_wait(int argc, char **argv)
-{
-    double timeout = 0;
-    return ctl_main(&cmd_wait, argc, argv, &timeout);
-}
+static const struct ctl_opt wait_opts[] = {
+    {"wait-timeout", CTL_VALUE, "S", "give up (exit 2) after S seconds"},
+    {"json", CTL_FLAG, NULL, "print the finished job as JSON"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
+
+const struct ctl_cmd ctl_cmd_wait = {
+    .name = "wait",
+    .usage = "JOB [--wait-timeout S] [--json]",
+    .summary = "Wait for a job to finish, showing progress on stderr.",
+    .details =
+        "exit codes: 0 every cell ok, 3 the job finished with some cell not ok (they are listed),\n"
+        "2 error (unknown job, server unreachable, --wait-timeout passed). Cells at a width\n"
+        "capd's host cannot run (unsupported, with host_missing) are listed apart as not run\n"
+        "and do not make the exit code 3.",
+    .opts = wait_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .check = wait_check,
+    .run = wait_run,
+    .ctx_size = sizeof(double),
+};

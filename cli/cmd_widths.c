@@ -7,25 +7,6 @@
 
 #include "cli/capctl.h"
 
-static const struct ctl_opt widths_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
-    {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
-    {NULL, CTL_FLAG, NULL, NULL},
-};
-
-static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx);
-
-static const struct ctl_cmd cmd_widths = {
-    .name = "widths",
-    .usage = "[--json | --runnable]",
-    .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
-               "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
-    .details = "The host line names the CPU capd read at start and the features hidden by its\n"
-               "cpu_features_hide setting (docs/widths.md).",
-    .opts = widths_opts,
-    .run = widths_run,
-};
-
 /* "avx512f,avx512bw" from a JSON array of names; "-" when empty. */
 static void join(json_t *arr, char *buf, size_t cap)
 {
@@ -45,13 +26,9 @@ static void join(json_t *arr, char *buf, size_t cap)
 
 static int print_host(struct ctl_client *c)
 {
-    struct ctl_resp r = {0};
-    if (ctl_request(c, "GET", "/v1/host", NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-        ctl_resp_free(&r);
+    json_t *h;
+    if (ctl_call(c, "GET", "/v1/host", NULL, 200, &h) != 0)
         return CTL_EXIT_ERROR;
-    }
-    json_t *h = ctl_resp_json(&r);
     char hidden[256], model[128];
     join(json_object_get(h, "hidden"), hidden, sizeof hidden);
     printf("host: %s, %s, %lld cores usable; hidden features: %s\n\n",
@@ -59,7 +36,6 @@ static int print_host(struct ctl_client *c)
            ctl_clean(json_string_value(json_object_get(h, "model")), model, sizeof model),
            (long long)json_integer_value(json_object_get(h, "cores_usable")), hidden);
     json_decref(h);
-    ctl_resp_free(&r);
     return 0;
 }
 
@@ -102,13 +78,19 @@ static int print_widths(struct ctl_client *c, const struct ctl_args *a, json_t *
     return rc;
 }
 
-static int widths_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
-{
-    (void)ctx;
-    return ctl_show_list(c, a, "/v1/widths", "widths", print_widths);
-}
+static const struct ctl_opt widths_opts[] = {
+    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
+    {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
+    {NULL, CTL_FLAG, NULL, NULL},
+};
 
-int ctl_cmd_widths(int argc, char **argv)
-{
-    return ctl_main(&cmd_widths, argc, argv, NULL);
-}
+const struct ctl_cmd ctl_cmd_widths = {
+    .name = "widths",
+    .usage = "[--json | --runnable]",
+    .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
+               "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
+    .details = "The host line names the CPU capd read at start and the features hidden by its\n"
+               "cpu_features_hide setting (docs/widths.md).",
+    .opts = widths_opts,
+    .list = {"/v1/widths", "widths", print_widths},
+};
