@@ -10,8 +10,8 @@
 
 #include "compare/cmp.h"
 
-#define CF_EPS 1e-15
-#define CF_TINY 1e-300
+#define CF_EPS       1e-15
+#define CF_TINY      1e-300
 #define CF_MAX_TERMS 500
 
 /* 1 + d1/(1 + d2/(1 + ...)) of I_x(a, b), with d_{2m+1} = -(a+m)(a+b+m)x /
