@@ -456,11 +456,11 @@ struct cmp_perf {
     size_t n_control, n_head;             /* observations: timing processes (pairs when paired) */
     size_t samples_control, samples_head; /* iteration samples behind them (display) */
     double control_median_ns, head_median_ns; /* medians of the process medians */
-    double ratio;        /* head / control: of medians, or exp(median log pair ratio) */
-    double ci_lo, ci_hi; /* bootstrap 99% interval of the ratio; NaN if none */
-    double u;            /* Mann-Whitney U of the head (unpaired) or W+ (paired) */
+    double ratio;        /* head / control: of medians, or exp(mean log pair ratio) */
+    double ci_lo, ci_hi; /* 99% interval of the ratio (bootstrap; t paired); NaN if none */
+    double u;            /* Mann-Whitney U of the head (unpaired) or t (paired) */
     double p_value;      /* two-sided; NaN when not tested */
-    bool p_exact;        /* exact distribution (else normal approximation) */
+    bool p_exact;        /* exact distribution (else normal approximation; paired: t) */
     double min_p;        /* the smallest p this design and n can give */
     size_t min_n;        /* observations a side (pairs) the test needs to reach alpha */
     double hl_shift_ns;  /* Hodges-Lehmann shift (unpaired), median pair difference (paired) */
@@ -480,14 +480,12 @@ int cmp_perf_compare(const double *control, size_t n_control, const double *head
                      struct cmp_perf *out);
 
 /*
- * Wilcoxon signed-rank test of the differences d, two-sided; zeros are
- * dropped. w_out is W+ (the rank sum of the positive differences), n_out the
- * differences left. Exact null distribution when n <= 60 and no |d| is tied,
- * else the normal approximation with tie and continuity correction. -EINVAL
- * when d is NULL or n is past CMP_MAX_TIMING_PROCESSES.
+ * Student's t with DF degrees of freedom (compare/student_t.c): the
+ * two-sided p of T, P(|t| >= |T|), and the t whose two-sided p is P (the
+ * 1 - P/2 quantile). NaN for DF <= 0, P outside (0, 1) or a NaN T.
  */
-int cmp_signed_rank(const double *d, size_t n, double *w_out, size_t *n_out, double *p_out,
-                    bool *exact_out);
+double cmp_t_p(double t, double df);
+double cmp_t_quantile(double p, double df);
 
 /*
  * Mann-Whitney U test of x against y, two-sided. u_out is U of x (pairs with

@@ -1,14 +1,18 @@
 /*
  * compare/perf.c - is the head slower, and can we tell?
  *
- * Timing samples are neither normal nor independent of the machine's mood, so
- * everything here is rank based or resampled: the Mann-Whitney U test says
- * whether the two samples differ at all, the Hodges-Lehmann estimator says by
- * how much in nanoseconds (robust to the odd slow iteration), and a bootstrap
+ * Timing samples are neither normal nor independent of the machine's mood.
+ * Unpaired, everything is rank based or resampled: the Mann-Whitney U test
+ * says whether the two sides differ at all, the Hodges-Lehmann estimator by
+ * how much in nanoseconds (robust to the odd slow process), and a bootstrap
  * gives a confidence interval for the ratio of medians, the number people
- * actually read ("5% slower"). A regression needs both: significance alone
- * flags a 0.1% change on a quiet machine, a large ratio alone flags noise on
- * a busy one.
+ * actually read ("5% slower"). Paired, the unit is the pair's log ratio,
+ * whose drift the interleaving cancelled: a t test and t interval on them
+ * (a rank test needs 8 pairs to reach alpha 0.01, the t test decides from
+ * the 5 a side's processes give when the pairs agree). A regression needs
+ * both significance and an interval past the threshold: significance alone
+ * flags a 0.1% change on a quiet machine, a large ratio alone noise on a
+ * busy one.
  */
 #include <errno.h>
 #include <math.h>
@@ -318,95 +322,6 @@ out:
     return rc;
 }
 
-/* ---------------------------------------------------- Wilcoxon signed-rank */
-
-#define SR_EXACT_MAX 60 /* exact W+ distribution up to this many differences */
-
-struct absd {
-    double a;
-    int pos;
-};
-
-static bool absd_same(const void *v, size_t i, size_t j)
-{
-    const struct absd *d = v;
-    return d[i].a == d[j].a;
-}
-
-static bool absd_marked(const void *v, size_t i)
-{
-    return ((const struct absd *)v)[i].pos;
-}
-
-static int cmp_absd(const void *x, const void *y)
-{
-    double a = ((const struct absd *)x)->a, b = ((const struct absd *)y)->a;
-    return (a > b) - (a < b);
-}
-
-/*
- * Two-sided exact p of W+ = w for n differences without ties: the number of
- * subsets of {1..n} with rank sum k is built up one rank at a time; the
- * counts stay below 2^60, where doubles are exact enough for a p-value.
- */
-static double sr_exact_p(size_t n, double w)
-{
-    size_t max = n * (n + 1) / 2;
-    double c[SR_EXACT_MAX * (SR_EXACT_MAX + 1) / 2 + 1] = {0};
-    c[0] = 1;
-    for (size_t r = 1; r <= n; r++)
-        for (size_t k = max; k >= r; k--)
-            c[k] += c[k - r];
-    double lo = 0, hi = 0, total = ldexp(1.0, (int)n);
-    for (size_t k = 0; k <= max; k++) {
-        if ((double)k <= w)
-            lo += c[k];
-        if ((double)k >= w)
-            hi += c[k];
-    }
-    double p = 2.0 * (lo < hi ? lo : hi) / total;
-    return p > 1.0 ? 1.0 : p;
-}
-
-int cmp_signed_rank(const double *d, size_t n, double *w_out, size_t *n_out, double *p_out,
-                    bool *exact_out)
-{
-    if (d == NULL || n > CMP_MAX_TIMING_PROCESSES)
-        return -EINVAL;
-    struct absd *v = malloc((n ? n : 1) * sizeof(*v));
-    if (v == NULL)
-        return -ENOMEM;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (d[i] != 0 && !isnan(d[i]))
-            v[m++] = (struct absd){fabs(d[i]), d[i] > 0};
-    qsort(v, m, sizeof(*v), cmp_absd);
-    double tie;
-    double w = mid_rank_sum(v, m, absd_same, absd_marked, &tie);
-    free(v);
-    *w_out = w;
-    *n_out = m;
-    double mm = (double)m;
-    if (m == 0) {
-        *p_out = 1.0;
-        *exact_out = true;
-    } else if (m <= SR_EXACT_MAX && tie == 0) {
-        *p_out = sr_exact_p(m, w);
-        *exact_out = true;
-    } else {
-        double mean = mm * (mm + 1) / 4.0;
-        double var = mm * (mm + 1) * (2 * mm + 1) / 24.0 - tie / 48.0;
-        double p = 1.0;
-        if (var > 0) {
-            double z = (fabs(w - mean) - 0.5) / sqrt(var);
-            p = z > 0 ? erfc(z / sqrt(2.0)) : 1.0;
-        }
-        *p_out = p > 1.0 ? 1.0 : p;
-        *exact_out = false;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------ bootstrap */
 
 static double median_d(double *tmp, size_t n)
@@ -431,18 +346,16 @@ static double median_copy(const double *v, size_t n, double *tmp)
 }
 
 /*
- * Percentile bootstrap, B resamples, 0.5% and 99.5% points of the ratios
- * (numpy's linear interpolation). Paired: resample the pairs' log ratios and
- * take exp of their median. Unpaired: resample each side's observations and
- * take the ratio of the medians; resamples whose control median is 0 are
- * dropped. With none left the interval is NaN.
+ * Percentile bootstrap of the unpaired ratio, B resamples, 0.5% and 99.5%
+ * points (numpy's linear interpolation): resample each side's observations
+ * and take the ratio of the medians; resamples whose control median is 0
+ * are dropped. With none left the interval is NaN.
  */
-static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, const double *logr,
-                        size_t np, int b, uint64_t seed, double *lo, double *hi)
+static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, int b,
+                        uint64_t seed, double *lo, double *hi)
 {
     int rc = -ENOMEM;
     size_t nmax = nc > nh ? nc : nh;
-    nmax = nmax > np ? nmax : np;
     double *tmp = malloc((nmax + 1) * sizeof(*tmp));
     double *ratios = malloc((size_t)b * sizeof(*ratios));
     struct rng r;
@@ -453,12 +366,6 @@ static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, 
         goto out;
     rng_seed(&r, seed);
     for (int i = 0; i < b; i++) {
-        if (logr != NULL) {
-            for (size_t k = 0; k < np; k++)
-                tmp[k] = logr[rng_below(&r, np)];
-            ratios[nr++] = exp(median_d(tmp, np));
-            continue;
-        }
         for (size_t k = 0; k < nh; k++)
             tmp[k] = h[rng_below(&r, nh)];
         double mh = median_d(tmp, nh);
@@ -543,12 +450,13 @@ static double sample_var(const double *v, size_t n)
 /*
  * The smallest p the test can give at these sizes, and the size (pairs, or
  * processes a side for a balanced unpaired design) it needs to go below
- * alpha: 2 / 2^n for the signed-rank test, 2 / C(m+n, m) for Mann-Whitney.
+ * alpha: the paired t test reaches any p from 2 pairs on (given pairs that
+ * agree closely enough); Mann-Whitney no lower than 2 / C(m+n, m).
  */
 static double min_p_of(enum cmp_perf_design d, size_t nc, size_t nh)
 {
     if (d == CMP_PERF_PAIRED)
-        return nc >= 1 ? fmin(1.0, 2.0 / ldexp(1.0, (int)(nc < 1000 ? nc : 1000))) : 1.0;
+        return nc >= 2 ? 0.0 : 1.0;
     if (nc == 0 || nh == 0)
         return 1.0;
     double lc = lgamma((double)(nc + nh) + 1) - lgamma((double)nc + 1) - lgamma((double)nh + 1);
@@ -565,15 +473,17 @@ static size_t min_n_of(enum cmp_perf_design d, double alpha)
 
 /*
  * The smallest change the test would call significant four times out of
- * five at this noise (power 0.8, normal approximation on the log scale): for
- * pairs, (z_{1-a/2} + z_{0.8}) s / sqrt(n); unpaired, with the pooled s and
- * sqrt(1/m + 1/n).
+ * five at this noise (power 0.8, on the log scale): (q_{1-a/2} + q_{0.8}) s
+ * k, with the t quantiles at DF for pairs (k = 1/sqrt(n)) and the normal
+ * ones unpaired (DF 0; the pooled s, k = sqrt(1/m + 1/n)).
  */
-static double mde_of(const struct cmp_perf *p, double alpha, double var, double se_scale)
+static double mde_of(const struct cmp_perf *p, double alpha, double var, double se_scale, double df)
 {
     if (p->min_p >= alpha || isnan(var))
         return NAN;
-    return expm1((z_upper(alpha / 2) + z_upper(0.2)) * sqrt(var) * se_scale);
+    double q = df > 0 ? cmp_t_quantile(alpha, df) + cmp_t_quantile(0.4, df)
+                      : z_upper(alpha / 2) + z_upper(0.2);
+    return expm1(q * sqrt(var) * se_scale);
 }
 
 /* ------------------------------------------------------------- verdicts */
@@ -607,27 +517,43 @@ static bool obs_ok(const double *v, size_t n)
     return true;
 }
 
-/* Paired: log ratios, signed-rank, the median pair difference, the spread of the pairs. */
+/*
+ * Paired: the per-pair log ratios, their mean (the ratio is its exp), a
+ * paired t test and its 99% t interval, the median pair difference and the
+ * spread of the pairs. A rank test cannot go below alpha 0.01 under 8
+ * pairs; the t test decides from 2, so a cell pays for no more pairs than
+ * its noise needs (docs/compare.md, "Paired timing").
+ */
 static int paired(const double *c, const double *h, size_t n, double *tmp, double *logr,
                   const struct cmp_options *o, struct cmp_perf *out)
 {
-    size_t m = 0;
+    double mean = 0;
     for (size_t i = 0; i < n; i++) {
         logr[i] = c[i] > 0 && h[i] > 0 ? log(h[i] / c[i]) : 0;
         tmp[i] = h[i] - c[i];
+        mean += logr[i];
     }
+    mean /= (double)n;
     out->hl_shift_ns = median_d(tmp, n);
-    out->ratio = exp(median_copy(logr, n, tmp));
-    int rc = cmp_signed_rank(logr, n, &out->u, &m, &out->p_value, &out->p_exact);
-    if (rc < 0)
-        return rc;
-    out->min_p = min_p_of(CMP_PERF_PAIRED, m, m);
+    out->ratio = exp(mean);
+    out->min_p = min_p_of(CMP_PERF_PAIRED, n, n);
     out->spread = robust_sd(logr, n, tmp);
-    double var = sample_var(logr, n);
-    out->mde = mde_of(out, o->alpha, var, 1.0 / sqrt((double)n));
-    if (o->bootstrap_resamples > 0)
-        return bootstrap_ci(NULL, 0, NULL, 0, logr, n, o->bootstrap_resamples, o->bootstrap_seed,
-                            &out->ci_lo, &out->ci_hi);
+    out->p_exact = false;
+    if (n < 2)
+        return 0;
+    double var = sample_var(logr, n), df = (double)(n - 1), se = sqrt(var / (double)n);
+    if (se > 0) {
+        out->u = mean / se;
+        out->p_value = cmp_t_p(out->u, df);
+    } else {
+        /* every pair the same ratio: no noise to test against */
+        out->u = mean == 0 ? 0 : copysign(INFINITY, mean);
+        out->p_value = mean == 0 ? 1.0 : 0.0;
+    }
+    double half = cmp_t_quantile(0.01, df) * se;
+    out->ci_lo = exp(mean - half);
+    out->ci_hi = exp(mean + half);
+    out->mde = mde_of(out, o->alpha, var, 1.0 / sqrt((double)n), df);
     return 0;
 }
 
@@ -655,11 +581,11 @@ static int unpaired(const double *c, size_t nc, const double *h, size_t nh, doub
     double var = NAN;
     if (!isnan(vc) && !isnan(vh))
         var = (vc * (double)(nc - 1) + vh * (double)(nh - 1)) / (double)(nc + nh - 2);
-    out->mde = mde_of(out, o->alpha, var, sqrt(1.0 / (double)nc + 1.0 / (double)nh));
+    out->mde = mde_of(out, o->alpha, var, sqrt(1.0 / (double)nc + 1.0 / (double)nh), 0);
     rc = 0;
     if (o->bootstrap_resamples > 0)
-        rc = bootstrap_ci(c, nc, h, nh, NULL, 0, o->bootstrap_resamples, o->bootstrap_seed,
-                          &out->ci_lo, &out->ci_hi);
+        rc = bootstrap_ci(c, nc, h, nh, o->bootstrap_resamples, o->bootstrap_seed, &out->ci_lo,
+                          &out->ci_hi);
 out:
     free(ic);
     free(ih);

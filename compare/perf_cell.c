@@ -140,12 +140,11 @@ int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json
     rc |= cmp__set_real(o, "ratio", p->ratio);
     rc |= ci_json(o, p);
     rc |= cmp__set_real(o, "p_value", p->p_value);
-    rc |= cmp__set(o, "p_method",
-                   tested ? json_string(p->p_exact ? "exact" : "normal") : json_null());
-    rc |= cmp__set(
-        o, "test",
-        json_string(p->design == CMP_PERF_PAIRED ? "wilcoxon_signed_rank" : "mann_whitney"));
-    rc |= cmp__set_real(o, p->design == CMP_PERF_PAIRED ? "w" : "u", p->u);
+    bool paired = p->design == CMP_PERF_PAIRED;
+    const char *method = paired ? "t" : p->p_exact ? "exact" : "normal";
+    rc |= cmp__set(o, "p_method", tested ? json_string(method) : json_null());
+    rc |= cmp__set(o, "test", json_string(paired ? "paired_t" : "mann_whitney"));
+    rc |= cmp__set_real(o, paired ? "t" : "u", p->u);
     rc |= cmp__set_real(o, "hl_shift_ns", p->hl_shift_ns);
     rc |= cmp__set_real(o, "min_p", p->min_p);
     rc |= cmp__set(o, "min_n", json_integer((json_int_t)p->min_n));

@@ -8,6 +8,7 @@
 #include "util/log.h"
 #include "daemon/reference.h"
 #include "daemon/widths.h"
+#include "daemon/zygote.h"
 
 /* The control commit of HEAD: its own control_commit, else its branch's;
  * a copy in OUT, false when there is none. */
@@ -87,6 +88,29 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
     return NULL;
 }
 
+/*
+ * A control build with a prefork zygote for this environment starts its
+ * timing template there, as the head's own template is forked from the
+ * head's zygote (docs/prefork.md): the reference names the socket and
+ * capd-exec, which hands the template to the zygote or, when the zygote
+ * cannot serve it, execs it afresh. Without one the runner starts the
+ * control build's interpreter itself.
+ */
+static void add_zygote(const struct capd_config *cfg, struct store *st, json_t *b,
+                       const json_t *spec, json_t *ref)
+{
+    char sock[128]; /* as the head's own (sup_int.h zsock) */
+    int64_t rev = 0;
+    if (store_build_rev(st, json_string_value(json_object_get(b, "name")), &rev) != 0)
+        return;
+    json_object_set_new(b, "rev", json_integer((json_int_t)rev));
+    char **env = cellenv_strv(json_object_get(ref, "env"));
+    if (env && zyg_for_cell(b, spec, env, sock, sizeof sock) == 0)
+        json_object_set_new(ref, "zygote",
+                            json_pack("{s:s,s:s}", "socket", sock, "exec", cfg->exec_bin));
+    cellenv_free(env);
+}
+
 json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
                      const struct store_cell_run *run, const char *scratch, const char *spec_path,
                      char *why, size_t wlen)
@@ -109,6 +133,8 @@ json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
               : NULL;
     if (!out)
         snprintf(why, wlen, "out of memory");
+    else
+        add_zygote(cfg, st, b, run->spec, out);
 out:
     json_decref(head);
     json_decref(job);

@@ -291,7 +291,7 @@ static int write_verify(const char *path, const char *scratch, char *const *zenv
 struct zyg_setup {
     int lfd, logfd, sp[2];
     char dir[600], logp[700], vpath[800], reason[2048];
-    char me[24], idle[16], home[720];
+    char me[24], cells[24], idle[16], home[720];
     struct launch_argv la;
 };
 
@@ -302,10 +302,20 @@ static int zyg_paths(struct zyg *z, struct zyg_setup *s)
 {
     const struct capd_config *cfg = Z.cfg;
     int rc;
+    struct launch_limits cells;
+    launch_zygote_limits(cfg, &cells);
     snprintf(s->dir, sizeof s->dir, "%s/zygote", cfg->data_dir);
     if ((rc = mkdir_mode(s->dir, 0700)) != 0)
         return rc;
-    chmod(s->dir, 0700);
+    /* Cells of another user (run_as_user) reach the sockets too: a paired
+     * cell hands its control build's timing template to that build's
+     * zygote (daemon/reference.h), which forks only its own runner, in its
+     * own environment, as that same user. The directory is searchable, not
+     * listable, for their group. */
+    if (cells.gid >= 0 && chown(s->dir, (uid_t)-1, (gid_t)cells.gid) == 0)
+        chmod(s->dir, 0710);
+    else
+        chmod(s->dir, 0700);
     Z.gen++;
     if ((size_t)snprintf(z->sock, sizeof z->sock, "%s/%u-%d.sock", s->dir, Z.gen, (int)getpid()) >=
         sizeof z->sock) {
@@ -341,6 +351,10 @@ static int zyg_open_fds(struct zyg *z, struct zyg_setup *s)
         snprintf(s->reason, sizeof s->reason, "cannot listen on %s: %s", z->sock, strerror(-rc));
         return rc;
     }
+    struct launch_limits cells;
+    launch_zygote_limits(Z.cfg, &cells);
+    if (cells.gid >= 0 && chown(z->sock, (uid_t)-1, (gid_t)cells.gid) == 0)
+        chmod(z->sock, 0660);
     if (layout_zygote_log(s->logp, sizeof s->logp, Z.cfg->data_dir, z->build) != 0) {
         snprintf(s->reason, sizeof s->reason, "the zygote's log path below %s is too long",
                  Z.cfg->data_dir);
@@ -364,15 +378,28 @@ static int zyg_open_fds(struct zyg *z, struct zyg_setup *s)
 static int zyg_argv(struct zyg_setup *s, const json_t *build, bool verify)
 {
     const char *python = json_string_value(json_object_get(build, "python"));
-    snprintf(s->me, sizeof s->me, "%u", (unsigned)geteuid());
-    snprintf(s->idle, sizeof s->idle, "%d", ZYG_IDLE_EXIT_S);
-    char *prog[] = {(char *)python,  "-m",          "capd_runner.zygote",
-                    "--listen-fd",   "3",           "--cell-keys",
-                    Z.keys_csv,      "--allow-uid", s->me,
-                    "--idle-exit-s", s->idle,       verify ? "--verify" : NULL,
-                    s->vpath,        NULL}; /* a NULL ends it early */
     struct launch_exec le = {.rusage_fd = -1};
     launch_zygote_limits(Z.cfg, &le.lim);
+    /* capd's own user, and the cells' when they run as another (see zyg_paths) */
+    snprintf(s->me, sizeof s->me, "%u", (unsigned)geteuid());
+    snprintf(s->cells, sizeof s->cells, "%ld", le.lim.uid >= 0 ? le.lim.uid : (long)geteuid());
+    snprintf(s->idle, sizeof s->idle, "%d", ZYG_IDLE_EXIT_S);
+    char *prog[] = {(char *)python,
+                    "-m",
+                    "capd_runner.zygote",
+                    "--listen-fd",
+                    "3",
+                    "--cell-keys",
+                    Z.keys_csv,
+                    "--allow-uid",
+                    s->me,
+                    "--allow-uid",
+                    s->cells,
+                    "--idle-exit-s",
+                    s->idle,
+                    verify ? "--verify" : NULL,
+                    s->vpath,
+                    NULL}; /* a NULL ends it early */
     int rc = launch_exec_argv(Z.cfg->exec_bin, &le, prog, &s->la);
     if (rc != 0)
         snprintf(s->reason, sizeof s->reason, "the capd-exec command line is too long");

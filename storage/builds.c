@@ -29,6 +29,16 @@ static json_t *build_row(sqlite3_stmt *st)
     "name, python, env_json, model_roots, description, created_at, updated_at, prefork, "          \
     "prefork_state, prefork_reason, prefork_checked_at"
 
+int store_build_rev(struct store *s, const char *name, int64_t *rev)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st, "SELECT updated_at FROM builds WHERE name = ?", "t", name);
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
+        *rev = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int store_build_get(struct store *s, const char *name, json_t **out)
 {
     return store_get_row(s, "SELECT " BUILD_COLS " FROM builds WHERE name = ?", build_row, out, "t",

@@ -60,6 +60,9 @@ void store_new_id(char prefix, char out[16]);
 /* BUILD is the validated request body; replace selects PUT semantics. */
 int store_build_put(struct store *s, const char *name, json_t *build, bool replace, json_t **out);
 int store_build_get(struct store *s, const char *name, json_t **out);
+/* The build's revision: its updated_at in ms, what a claimed cell's build
+ * carries as "rev" (a zygote serves one revision). -ENOENT when unknown. */
+int store_build_rev(struct store *s, const char *name, int64_t *rev);
 int store_build_list(struct store *s, json_t **out);
 /*
  * Build templates (docs/history.md, "Bisection"): a build whose python or

@@ -883,27 +883,31 @@ Test(perf, unstable_and_insufficient)
     cr_assert_eq(cmp_perf_compare(c, 2, h, 3, CMP_PERF_PAIRED, NULL, &p), -EINVAL);
 }
 
-/* Exact signed-rank p by hand: W+ of {-1,2,3,4,5} is 14; of the 32 sign
- * patterns, 2 have W+ >= 14 ({2,3,4,5} and all), so p = 2 * 2/32. */
-Test(perf, signed_rank_exact)
+/* Student's t against the printed tables (two-sided 0.05 and 0.01 points)
+ * and the closed forms at 1 and 2 degrees of freedom: p = 1 - 2 atan(t)/pi
+ * and p = 1 - t / sqrt(2 + t^2). */
+Test(perf, student_t)
 {
-    double d[5] = {-1, 2, 3, 4, 5}, w, p;
-    size_t n;
-    bool exact;
-    cr_assert_eq(cmp_signed_rank(d, 5, &w, &n, &p, &exact), 0);
-    cr_assert_eq(w, 14.0);
-    cr_assert_eq(n, 5);
-    cr_assert(exact);
-    cr_assert_float_eq(p, 0.125, 1e-15);
-    double z[6] = {0, 1, 2, 3, 4, 5};
-    cr_assert_eq(cmp_signed_rank(z, 6, &w, &n, &p, &exact), 0);
-    cr_assert_eq(n, 5, "zeros are dropped");
-    cr_assert_float_eq(p, 2.0 / 32.0, 1e-15);
-    /* ties: normal approximation, symmetric data has p 1 */
-    double t[6] = {-1, 1, -2, 2, -3, 3};
-    cr_assert_eq(cmp_signed_rank(t, 6, &w, &n, &p, &exact), 0);
-    cr_assert_not(exact);
-    cr_assert_float_eq(p, 1.0, 1e-12);
+    static const struct {
+        double df, t05, t01;
+    } table[] = {{1, 12.706, 63.657}, {4, 2.776, 4.604}, {9, 2.262, 3.250}, {30, 2.042, 2.750}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        cr_assert_float_eq(cmp_t_quantile(0.05, table[i].df), table[i].t05, 1e-3, "df %g",
+                           table[i].df);
+        cr_assert_float_eq(cmp_t_quantile(0.01, table[i].df), table[i].t01, 1e-3, "df %g",
+                           table[i].df);
+        cr_assert_float_eq(cmp_t_p(table[i].t01, table[i].df), 0.01, 1e-5, "df %g", table[i].df);
+    }
+    for (double t = 0; t < 50; t += 0.7) {
+        cr_assert_float_eq(cmp_t_p(t, 1), 1 - 2 * atan(t) / M_PI, 1e-12, "t %g", t);
+        cr_assert_float_eq(cmp_t_p(-t, 2), 1 - t / sqrt(2 + t * t), 1e-12, "t %g", t);
+        cr_assert_float_eq(cmp_t_p(cmp_t_quantile(cmp_t_p(t + 0.1, 7), 7), 7), cmp_t_p(t + 0.1, 7),
+                           1e-9, "the quantile inverts p at t %g", t);
+    }
+    cr_assert_eq(cmp_t_p(INFINITY, 3), 0.0);
+    cr_assert(isnan(cmp_t_p(1, 0)) && isnan(cmp_t_p(NAN, 3)));
+    cr_assert(isnan(cmp_t_quantile(0, 3)) && isnan(cmp_t_quantile(1, 3)) &&
+              isnan(cmp_t_quantile(0.5, -1)));
 }
 
 Test(perf, paired_verdicts)
@@ -921,7 +925,8 @@ Test(perf, paired_verdicts)
     cr_assert_eq(p.design, CMP_PERF_PAIRED);
     cr_assert_eq(p.verdict, CMP_PERF_REGRESSION, "ci %g-%g p %g spread %g", p.ci_lo, p.ci_hi,
                  p.p_value, p.spread);
-    cr_assert_float_eq(p.p_value, 2.0 / 4096.0, 1e-12, "every pair slower: 2/2^12");
+    cr_assert(p.p_value < 1e-6, "every pair about 10%% slower: p %g", p.p_value);
+    cr_assert(p.ci_lo > 1.05 && p.ci_hi < 1.15, "ci %g-%g", p.ci_lo, p.ci_hi);
     cr_assert(p.ratio > 1.08 && p.ratio < 1.12, "ratio %g", p.ratio);
     cr_assert(p.mde < 0.05, "mde %g", p.mde);
     /* the same drift unpaired is hopeless */
@@ -931,14 +936,40 @@ Test(perf, paired_verdicts)
     for (int i = 0; i < 12; i++)
         h[i] *= drift[i];
     cr_assert_eq(perf_of(c, 12, h, 12, CMP_PERF_PAIRED).verdict, CMP_PERF_SAME);
-    /* seven pairs cannot reach 0.01 (2/2^7 = 0.016), eight can */
+    /* one pair cannot be tested; the t test decides from two, and five
+     * pairs (one round at the default timing_pairs) settle a 50% change */
     observations(h, 12, 1.5e6, 0.01, 15);
     for (int i = 0; i < 12; i++)
         h[i] *= drift[i];
-    p = perf_of(c, 7, h, 7, CMP_PERF_PAIRED);
+    p = perf_of(c, 1, h, 1, CMP_PERF_PAIRED);
     cr_assert_eq(p.verdict, CMP_PERF_INSUFFICIENT_DATA);
-    cr_assert_eq(p.min_n, 8);
-    cr_assert_eq(perf_of(c, 8, h, 8, CMP_PERF_PAIRED).verdict, CMP_PERF_REGRESSION);
+    cr_assert_eq(p.min_n, 2);
+    cr_assert_eq(perf_of(c, 5, h, 5, CMP_PERF_PAIRED).verdict, CMP_PERF_REGRESSION);
+    /* pairs that all agree exactly: no noise, p 0 and a point interval */
+    for (int i = 0; i < 5; i++)
+        h[i] = 2 * c[i];
+    p = perf_of(c, 5, h, 5, CMP_PERF_PAIRED);
+    cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
+    cr_assert_eq(p.p_value, 0.0);
+    cr_assert_float_eq(p.ci_lo, 2.0, 1e-12);
+    cr_assert_float_eq(p.ci_hi, 2.0, 1e-12);
+}
+
+/* The paired t interval by hand: log ratios {0.1, 0.2, 0.3} have mean 0.2
+ * and standard error 0.1/sqrt(3); the 99% point of t at 2 degrees of
+ * freedom is 9.925 (tables), so the interval is exp(0.2 +- 0.573). */
+Test(perf, paired_t_interval)
+{
+    double c[3] = {1e6, 1e6, 1e6}, h[3];
+    for (int i = 0; i < 3; i++)
+        h[i] = c[i] * exp(0.1 * (i + 1));
+    struct cmp_perf p = perf_of(c, 3, h, 3, CMP_PERF_PAIRED);
+    double half = 9.925 * 0.1 / sqrt(3.0);
+    cr_assert_float_eq(p.ratio, exp(0.2), 1e-12);
+    cr_assert_float_eq(p.u, 0.2 / (0.1 / sqrt(3.0)), 1e-9, "t %g", p.u);
+    cr_assert_float_eq(p.ci_lo, exp(0.2 - half), 1e-3);
+    cr_assert_float_eq(p.ci_hi, exp(0.2 + half), 1e-3);
+    cr_assert_eq(p.verdict, CMP_PERF_UNSTABLE, "the pairs spread %g", p.spread);
 }
 
 Test(perf, bootstrap_is_deterministic)
@@ -949,7 +980,14 @@ Test(perf, bootstrap_is_deterministic)
     observations(c, 10, 1e6, 0.02, 7);
     observations(h, 10, 1.1e6, 0.02, 8);
     cmp_options_init(&o);
-    for (int d = CMP_PERF_UNPAIRED; d <= CMP_PERF_PAIRED; d++) {
+    /* the paired interval is Student's: no resampling, no seed */
+    cr_assert_eq(cmp_perf_compare(c, 10, h, 10, CMP_PERF_PAIRED, &o, &p1), 0);
+    o.bootstrap_seed = 99;
+    o.bootstrap_resamples = 0;
+    cr_assert_eq(cmp_perf_compare(c, 10, h, 10, CMP_PERF_PAIRED, &o, &p2), 0);
+    cr_assert(p1.ci_lo == p2.ci_lo && p1.ci_hi == p2.ci_hi && !isnan(p2.ci_lo));
+    cmp_options_init(&o);
+    for (int d = CMP_PERF_UNPAIRED; d <= CMP_PERF_UNPAIRED; d++) {
         cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p1), 0);
         cr_assert_eq(cmp_perf_compare(c, 10, h, 10, d, &o, &p2), 0);
         cr_assert_eq(p1.ci_lo, p2.ci_lo);
@@ -1516,7 +1554,7 @@ Test(engine, reference_processes_make_pairs)
     json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.perf.design", "paired"),
-        JW_S("cells.0.perf.test", "wilcoxon_signed_rank"),
+        JW_S("cells.0.perf.test", "paired_t"),
         JW_I("cells.0.perf.pairs", 10),
         JW_S("cells.0.perf.verdict", "regression"),
     };

@@ -139,7 +139,7 @@ Test(pairs, head_interleaves_the_control_build, .init = start, .fini = stop, .ti
     json_t *ts = paired_jobs("slow", "1.0", "1.5", &c, &h);
     size_t i;
     json_t *t;
-    cr_assert_eq(json_array_size(ts), 16, "8 pairs, one round: %zu", json_array_size(ts));
+    cr_assert_eq(json_array_size(ts), 10, "5 pairs, one round: %zu", json_array_size(ts));
     json_array_foreach(ts, i, t)
     {
         /* control, head, control, head, ...: pair i/2, the even ones the reference */
@@ -155,7 +155,7 @@ Test(pairs, head_interleaves_the_control_build, .init = start, .fini = stop, .ti
     json_decref(ts);
     json_t *p = perf(c, h);
     cr_assert_str_eq(pstr(p, "design"), "paired");
-    cr_assert_eq(pint(p, "pairs"), 8);
+    cr_assert_eq(pint(p, "pairs"), 5);
     cr_assert_str_eq(pstr(p, "verdict"), "regression");
     json_decref(p);
     /* the control's own job has no control: unpaired */
@@ -177,7 +177,7 @@ Test(pairs, branch_control_pairs_too, .init = start, .fini = stop, .timeout = 12
     char *h = job("ctl", "bbbbbbb", "\"branch\":\"main\",", NULL);
     json_t *p = perf(c, h);
     cr_assert_str_eq(pstr(p, "design"), "paired");
-    cr_assert_eq(pint(p, "pairs"), 8);
+    cr_assert_eq(pint(p, "pairs"), 5);
     cr_assert_str_eq(pstr(p, "verdict"), "same", "an A/A on pairs");
     json_decref(p);
     free(c);
@@ -190,11 +190,11 @@ Test(pairs, unknown_pairs_get_more_rounds, .init = start, .fini = stop, .timeout
 {
     char *c, *h;
     json_t *ts = paired_jobs("head", "1.05", "1.0", &c, &h);
-    cr_assert_eq(json_array_size(ts), 48, "3 rounds of 8 pairs: %zu", json_array_size(ts));
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(ts, 47), "round")), 2);
+    cr_assert_eq(json_array_size(ts), 30, "3 rounds of 5 pairs: %zu", json_array_size(ts));
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(ts, 29), "round")), 2);
     json_decref(ts);
     json_t *p = perf(c, h);
-    cr_assert_eq(pint(p, "pairs"), 24);
+    cr_assert_eq(pint(p, "pairs"), 15);
     json_decref(p);
     char *h2 = job("head", "ccccccc", "\"control_commit\":\"aaaaaaa\",",
                    "{\"iterations\":10,\"timing_pairs\":4,\"max_timing_rounds\":2}");
@@ -253,7 +253,7 @@ Test(pairs, unpaired_without_a_runnable_control_build, .init = start, .fini = st
     char *c2 = job("ctl", "aaaaaaa", NULL, NULL);
     char *h3 = job("head", "bbbbbb3", "\"control_commit\":\"aaaaaaa\",", NULL);
     ts = timings(h3);
-    cr_assert_eq(json_array_size(ts), 16);
+    cr_assert_eq(json_array_size(ts), 10);
     json_decref(ts);
     free(fake);
     free(c);

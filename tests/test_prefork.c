@@ -278,6 +278,49 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     tu_capd_stop(&c);
 }
 
+#define TEMPLATE_FORKED "capd prefork: control build's timing template pid "
+
+/*
+ * Paired timing with a prefork control build: the control build's timing
+ * template is forked by that build's zygote (here the head's own, the same
+ * build and environment) instead of starting an interpreter, and the pairs
+ * it times are stored as the head's reference processes.
+ */
+Test(prefork, paired_control_template_forked_from_its_zygote, .timeout = 1200)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    register_build(&c, "pf", true, NULL);
+    const char *opts = "{\"iterations\":3,\"warmup\":1,\"timing_processes\":2,"
+                       "\"timing_pairs\":2,\"max_timing_rounds\":1,\"timing_min_ms\":5}";
+    char *jc = submit(&c, "pf", "c000000", NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
+    json_decref(af_wait_job(&c, jc, JOB_S));
+    char *jh =
+        submit(&c, "pf", "d000000", "c000000", "\"mlp\"", "\"default\"", "\"forward\"", opts);
+    json_t *head = af_wait_job(&c, jh, JOB_S);
+    json_t *cell = only_cell(head, 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
+    long cp = 0, zp = 0, tp = 0, tz = 0;
+    char *log = cell_log(&c, jh, tu_str(cell, "id"));
+    cr_assert(forked_pids(log, &cp, &zp), "the head cell was forked; log:\n%s", log);
+    const char *t = strstr(log, TEMPLATE_FORKED);
+    cr_assert(t && sscanf(t, TEMPLATE_FORKED "%ld forked from zygote pid %ld", &tp, &tz) == 2,
+              "the control's template was forked; log:\n%s", log);
+    cr_assert_eq(tz, zp, "one build, one environment: one zygote");
+    cr_assert_neq(tp, cp);
+    free(log);
+    json_t *ts = af_cell_records(&c, jh, tu_str(cell, "id"), "timing");
+    cr_assert_eq(json_array_size(ts), 4, "2 pairs: %zu timing records", json_array_size(ts));
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(json_is_true(json_object_get(json_array_get(ts, i), "reference")), i % 2 == 0,
+                     "record %zu", i);
+    json_decref(ts);
+    json_decref(head);
+    free(jc);
+    free(jh);
+    tu_capd_stop(&c);
+}
+
 /*
  * Isolation: a prefork cell that crashes is reported crashed (SIGSEGV) and
  * takes nothing else down: the next cell is forked from the same zygote. A

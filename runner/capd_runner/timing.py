@@ -23,18 +23,21 @@ pipe closes. Where fork is impossible the cell times in its own process, as
 one process.
 
 A paired head cell (the spec has a ``reference``: docs/runner.md, "Paired
-timing") has a second template, the control build's: its interpreter
-started fresh (``python -m capd_runner --timing-template CMD_FD RES_FD``)
-with the environment capd built for a cell of that build, which imports
-torch and serves the same requests over the same pipes, so both sides'
-timing processes are forks of a template that did nothing but import torch.
+timing") has a second template, the control build's, in the environment
+capd built for a cell of that build (``python -m capd_runner
+--timing-template 0 3``: requests on fd 0, results on fd 3). When the
+reference names the control build's prefork zygote, capd-exec hands the
+template to that zygote, which forks it with torch already imported, as the
+head's own template is a fork of the head's zygote-forked cell; otherwise
+(or when the zygote cannot serve it) the interpreter starts afresh and
+imports torch itself, a second or more. Either way both sides' timing
+processes are forks of a template that did nothing but import torch.
 """
 
 import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -206,12 +209,52 @@ class Forker(object):
         self.pid = None
 
 
+def _limit_flags():
+    """capd-exec's flags for this cell's own soft limits, which a template
+    forked by a zygote (no child of this cell) must get too."""
+    import resource
+    out = []
+    for flag, res in (("--as", resource.RLIMIT_AS), ("--cpu", resource.RLIMIT_CPU),
+                      ("--nofile", resource.RLIMIT_NOFILE), ("--nproc", resource.RLIMIT_NPROC)):
+        soft = resource.getrlimit(res)[0]
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            out += [flag, str(soft)]
+    return out
+
+
+def _own_cgroup():
+    """This cell's cgroup v2 directory when it may put a process there (its
+    memory group), else None: the template then stays in the zygote's."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    d = "/sys/fs/cgroup" + line[3:].strip()
+                    return d if os.access(os.path.join(d, "cgroup.procs"), os.W_OK) else None
+    except OSError:
+        pass
+    return None
+
+
+def _template_argv(ref):
+    """The control build's template command line: through capd-exec and
+    the control build's zygote when the reference names one."""
+    prog = [ref["python"], "-m", "capd_runner", "--timing-template", "0", "3"]
+    z = ref.get("zygote")
+    if not isinstance(z, dict) or not z.get("socket") or not z.get("exec"):
+        return prog
+    flags = _limit_flags() + ["--zygote", z["socket"]]
+    cg = _own_cgroup()
+    if cg:
+        flags += ["--cgroup", cg]
+    return [z["exec"]] + flags + ["--"] + prog
+
+
 class ReferenceForker(Forker):
     """The control build's template (see the module's text)."""
 
     def __init__(self, spec):
         self.pid = None
-        self.proc = None
         self.error = None
         ref = spec.reference
         cmd_r, cmd_w = os.pipe()
@@ -220,30 +263,25 @@ class ReferenceForker(Forker):
         # The same spec file as this cell's (capd names it in both envs).
         if os.environ.get("CAPD_CELL_SPEC"):
             env["CAPD_CELL_SPEC"] = os.environ["CAPD_CELL_SPEC"]
+        argv = _template_argv(ref)
         sys.stdout.flush()
         sys.stderr.flush()
+        pid = None
         try:
-            self.proc = subprocess.Popen(
-                [ref["python"], "-m", "capd_runner", "--timing-template", str(cmd_r), str(res_w)],
-                env=env, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, res_w),
-                close_fds=True, cwd=spec.scratch or None)
+            # posix_spawn puts the pipes on fds 0 and 3 (3 is this cell's
+            # frame pipe, which the template must not get) without running
+            # Python in the child, safe beside the capture's threads.
+            pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+                (os.POSIX_SPAWN_DUP2, cmd_r, 0), (os.POSIX_SPAWN_DUP2, res_w, 3)])
         except (OSError, ValueError) as e:
-            self.error = "cannot start the control build's interpreter %s: %s" % (ref["python"], e)
+            self.error = "cannot start the control build's interpreter %s: %s" % (argv[0], e)
         os.close(cmd_r)
         os.close(res_w)
-        if self.proc is None:
+        if pid is None:
             os.close(cmd_w)
             os.close(res_r)
             return
-        self.pid, self.cmd, self.res = self.proc.pid, cmd_w, res_r
-
-    def close(self):
-        if self.pid is None:
-            return
-        os.close(self.cmd)
-        os.close(self.res)
-        self.proc.wait()
-        self.pid = None
+        self.pid, self.cmd, self.res = pid, cmd_w, res_r
 
 
 def template_main(cmd_fd, res_fd):

@@ -52,6 +52,9 @@ import time
 import traceback
 
 EXIT_REFUSED = 78  # EX_CONFIG: the build cannot use prefork
+# A paired head cell's control-build timing template (capd_runner.timing:
+# commands on fd 0, results on fd 3), the one other program a zygote forks.
+TEMPLATE_ARGS = ["--timing-template", "0", "3"]
 MAX_REQUEST = 4 << 20
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -252,11 +255,12 @@ def _run_cell(req, fds, zygote_pid, force_exec=False, note_fd=-1):
         if note_fd >= 0:
             os.write(note_fd, b"P")
             os.close(note_fd)
-        sys.stderr.write(LOG_PREFIX + "cell pid %d forked from zygote pid %d (framework "
-                         "imported once, before any operator)\n" % (os.getpid(), zygote_pid))
+        what = "cell" if len(argv) == 3 else "control build's timing template"
+        sys.stderr.write(LOG_PREFIX + "%s pid %d forked from zygote pid %d (framework "
+                         "imported once, before any operator)\n" % (what, os.getpid(), zygote_pid))
         sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
         from capd_runner import main as mainmod
-        code = mainmod.main([])
+        code = mainmod.main(argv[3:])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
@@ -404,9 +408,9 @@ class Zygote(object):
     def _check(self, req):
         """None when the request may be served by a fork, else why not."""
         argv = req.get("argv")
-        if (not isinstance(argv, list) or len(argv) != 3 or argv[1:] != ["-m", "capd_runner"]
-                or not isinstance(argv[0], str)):
-            return "the cell does not run '-m capd_runner'"
+        if (not isinstance(argv, list) or argv[1:3] != ["-m", "capd_runner"]
+                or argv[3:] not in ([], TEMPLATE_ARGS) or not isinstance(argv[0], str)):
+            return "the cell does not run '-m capd_runner' (or its timing template)"
         try:
             same = os.path.realpath(argv[0]) == self.argv0
         except Exception:

@@ -984,14 +984,14 @@ static json_t *load_spec(struct cell *c)
     OPT_INT(threads, 1);
     OPT_INT(sample_size, 256);
     OPT_INT(timing_processes, 5);
-    OPT_INT(timing_pairs, 8);
+    OPT_INT(timing_pairs, 5);
     OPT_INT(max_timing_rounds, 3);
 #undef OPT_INT
     c->reference = json_is_object(json_object_get(spec, "reference"))
                        ? json_object_get(spec, "reference")
                        : NULL;
     if (c->timing_pairs < 0 || c->timing_pairs > 64)
-        c->timing_pairs = 8;
+        c->timing_pairs = 5;
     if (c->max_timing_rounds < 1 || c->max_timing_rounds > 8)
         c->max_timing_rounds = 3;
     if (c->timing_processes < 1 || c->timing_processes > 64)
