@@ -70,25 +70,18 @@ static bool input_role(enum cmp__phase ph, enum cmp__role *in)
     return true;
 }
 
-/* A row of the index: its head record and its place in execution order. */
-struct amp_ix {
-    const struct cmp__rec *h;
-    size_t row;
-};
-
 /* Module call, then phase, then execution order. */
 static int by_call(const void *a, const void *b)
 {
-    const struct amp_ix *p = a, *q = b;
-    int c = cmp__call_cmp(p->h, q->h);
-    return c ? c : (p->row > q->row) - (p->row < q->row);
+    const struct cmp__rowix *p = a, *q = b;
+    return cmp__rowix_then(cmp__call_cmp(p->h, q->h), p, q);
 }
 
 /* What the walk found: per row its input error and the input it came from. */
 struct amp {
-    double *out, *in;   /* per row; in is NaN when unknown */
-    size_t *from;       /* per row: the row of its largest input error */
-    struct amp_ix *idx; /* rows with a module and a phase that has inputs */
+    double *out, *in;       /* per row; in is NaN when unknown */
+    size_t *from;           /* per row: the row of its largest input error */
+    struct cmp__rowix *idx; /* rows with a module and a phase that has inputs */
 };
 
 /*
@@ -137,7 +130,7 @@ static int amp_walk(struct amp *a, const struct cmp__row *rows, size_t n)
         a->out[r] = rel_err(&rows[r]);
         a->in[r] = NAN;
         if (rows[r].h->module != NULL && input_role(rows[r].h->phase, &want))
-            a->idx[ni++] = (struct amp_ix){rows[r].h, r};
+            a->idx[ni++] = (struct cmp__rowix){rows[r].h, r};
     }
     qsort(a->idx, ni, sizeof(*a->idx), by_call);
     for (size_t lo = 0, hi; lo < ni; lo = hi) {

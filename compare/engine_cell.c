@@ -42,18 +42,10 @@ static int group_cmp(const struct cmp__rec *x, const struct cmp__rec *y)
 }
 
 /* The module-call index: pairs sorted by group, then by head execution order. */
-struct cmp__gidx {
-    const struct cmp__rec *h;
-    size_t row;
-};
-
 static int gidx_cmp(const void *a, const void *b)
 {
-    const struct cmp__gidx *x = a, *y = b;
-    int c = group_cmp(x->h, y->h);
-    if (c)
-        return c;
-    return (x->row > y->row) - (x->row < y->row);
+    const struct cmp__rowix *x = a, *y = b;
+    return cmp__rowix_then(group_cmp(x->h, y->h), x, y);
 }
 
 /* A sorted copy of a cell's record pointers, by key. */
@@ -125,7 +117,7 @@ static bool close_enough(enum cmp__tclass k)
  * the origin when nothing diverged before it; otherwise it introduced error
  * exactly when all of its inputs were identical or within tolerance.
  */
-static bool introduces(const struct cmp__row *rows, const struct cmp__gidx *grp, size_t ngrp,
+static bool introduces(const struct cmp__row *rows, const struct cmp__rowix *grp, size_t ngrp,
                        size_t ri, bool first_divergent)
 {
     const struct cmp__rec *r = rows[ri].h;
@@ -303,7 +295,7 @@ static int find_origins(struct cmp__cellcmp *k)
     if (k->grp == NULL)
         return -ENOMEM;
     for (size_t r = 0; r < k->nrows; r++)
-        k->grp[r] = (struct cmp__gidx){k->rows[r].h, r};
+        k->grp[r] = (struct cmp__rowix){k->rows[r].h, r};
     qsort(k->grp, k->nrows, sizeof(*k->grp), gidx_cmp);
 
     for (size_t r = 0; r < k->nrows && k->first_intro == NULL; r++) {

@@ -66,7 +66,25 @@ struct cmp__counts {
  * stage; engine_json.c writes its object). Arrays are owned and freed by
  * engine_cell.c; rows, missing and extra are in execution order.
  */
-struct cmp__gidx;
+/*
+ * An entry of an index over a cell pair's rows: the row's head record and
+ * its place in execution order. engine_cell.c sorts one by module call to
+ * find where an error came in, amplify.c one by module call and phase;
+ * both sort records that compare equal in execution order, through
+ * cmp__rowix_then.
+ */
+struct cmp__rowix {
+    const struct cmp__rec *h;
+    size_t row;
+};
+
+/* C, the order of X's and Y's records, where it is not 0, else their
+ * order of execution: the tail of a qsort comparator of cmp__rowix. */
+static inline int cmp__rowix_then(int c, const struct cmp__rowix *x, const struct cmp__rowix *y)
+{
+    return c ? c : (x->row > y->row) - (x->row < y->row);
+}
+
 struct cmp__cellcmp {
     const struct cmp_cell *c, *h; /* control, head */
     const struct cmp_options *o;
@@ -76,7 +94,7 @@ struct cmp__cellcmp {
     struct cmp__row *rows;            /* keys on both sides */
     const struct cmp__rec **missing;  /* keys of the control only */
     const struct cmp__rec **extra;    /* keys of the head only */
-    struct cmp__gidx *grp;            /* rows by module call */
+    struct cmp__rowix *grp;           /* rows by module call */
     size_t nrows, nmiss, nextra;
     int64_t ncls[4]; /* rows per enum cmp__tclass */
     int64_t nmixed;  /* rows whose two hashes are of different algorithms */

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,25 +167,30 @@ static double mw_exact_p(size_t m, size_t n, double u)
     return p > 1.0 ? 1.0 : p;
 }
 
-/* Over the N sorted elements of A, where SAME(A, i, j) says elements i
- * and j tie and MARKED(A, i) picks the ones counted: the sum of the marked
- * elements' ranks (from 1; tied elements share their mid-rank), and the
- * tie term sum(t^3 - t) over the groups of ties in *TIE. */
-static double mid_rank_sum(const void *a, size_t n, bool (*same)(const void *, size_t, size_t),
-                           bool (*marked)(const void *, size_t), double *tie)
+/* Over the N sorted elements of A, each SIZE bytes, where CMP (the
+ * comparator A was sorted with) returning 0 says two elements tie and the
+ * int at byte FLAG of an element picks the ones counted: the sum of the
+ * counted elements' ranks (from 1; tied elements share their mid-rank),
+ * and the tie term sum(t^3 - t) over the groups of ties in *TIE. */
+static double mid_rank_sum(const void *a, size_t n, size_t size,
+                           int (*cmp)(const void *, const void *), size_t flag, double *tie)
 {
+    const char *e = a;
     double sum = 0;
 
     *tie = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i;
-        while (j + 1 < n && same(a, j + 1, i))
+        while (j + 1 < n && cmp(e + (j + 1) * size, e + i * size) == 0)
             j++;
         double rank = ((double)i + (double)j) / 2.0 + 1.0, t = (double)(j - i + 1);
         *tie += t * t * t - t;
-        for (size_t k = i; k <= j; k++)
-            if (marked(a, k))
+        for (size_t k = i; k <= j; k++) {
+            int counted;
+            memcpy(&counted, e + k * size + flag, sizeof counted);
+            if (counted)
                 sum += rank;
+        }
         i = j + 1;
     }
     return sum;
@@ -195,17 +201,6 @@ struct tagged {
     int64_t v;
     int from_x;
 };
-
-static bool tagged_same(const void *a, size_t i, size_t j)
-{
-    const struct tagged *t = a;
-    return t[i].v == t[j].v;
-}
-
-static bool tagged_marked(const void *a, size_t i)
-{
-    return ((const struct tagged *)a)[i].from_x;
-}
 
 int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, double *u_out,
                      double *p_out, bool *exact_out)
@@ -228,7 +223,7 @@ int cmp_mann_whitney(const int64_t *x, size_t nx, const int64_t *y, size_t ny, d
     qsort(all, n, sizeof(*all), cmp_i64); /* v is the first member */
 
     double tie;
-    double rx = mid_rank_sum(all, n, tagged_same, tagged_marked, &tie);
+    double rx = mid_rank_sum(all, n, sizeof(*all), cmp_i64, offsetof(struct tagged, from_x), &tie);
     double u = rx - (double)nx * ((double)nx + 1) / 2.0;
     double mn = (double)nx * (double)ny;
     *u_out = u;
@@ -403,27 +398,31 @@ static double z_upper(double q)
     return (lo + hi) / 2;
 }
 
+/* The median absolute deviation of v, with the median in *MED (TMP holds
+ * n values); both NaN under 3 values, too few for a spread. */
+static double mad_of(const double *v, size_t n, double *tmp, double *med)
+{
+    *med = NAN;
+    if (n < 3)
+        return NAN;
+    *med = median_copy(v, n, tmp);
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = fabs(v[i] - *med);
+    return median_d(tmp, n);
+}
+
 /* 1.4826 * MAD / median of v (a robust coefficient of variation); NaN under 3 values. */
 static double robust_cv(const double *v, size_t n, double *tmp)
 {
-    if (n < 3)
-        return NAN;
-    double med = median_copy(v, n, tmp);
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = fabs(v[i] - med);
-    double mad = median_d(tmp, n);
+    double med, mad = mad_of(v, n, tmp, &med);
     return med > 0 ? 1.4826 * mad / med : NAN;
 }
 
-/* 1.4826 * MAD of log ratios, as a fraction: the spread of the pairs. */
+/* 1.4826 * MAD of log ratios, as a fraction: the spread of the pairs; NaN under 3 values. */
 static double robust_sd(const double *v, size_t n, double *tmp)
 {
-    if (n < 3)
-        return NAN;
-    double med = median_copy(v, n, tmp);
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = fabs(v[i] - med);
-    return expm1(1.4826 * median_d(tmp, n));
+    double med;
+    return expm1(1.4826 * mad_of(v, n, tmp, &med));
 }
 
 /* Sample variance of v, or of log(v) when logs; NaN under 2 values. */

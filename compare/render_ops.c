@@ -162,66 +162,84 @@ char *cmp__growth_note(const json_t *cell)
     return out;
 }
 
-/* Where each diverged cell's error grew most (amplify.c); false when none. */
-static bool amp_lines(FILE *f, const json_t *result, bool md)
+/*
+ * One titled section of the ops block over the result's cells: a cell
+ * writer calls section_open before its first line, so the title goes out
+ * once, ahead of the first cell with something to say, and never for a
+ * section with nothing in it.
+ */
+struct section {
+    FILE *f;
+    bool md, any;
+    const char *title_md, *title;
+};
+
+static void section_open(struct section *s)
 {
-    size_t i;
-    const json_t *cell;
-    bool any = false;
-    json_array_foreach(json_object_get(result, "cells"), i, cell)
-    {
-        const json_t *a = json_object_get(cell, "max_amplification");
-        if (!json_is_object(a))
-            continue;
-        if (!any)
-            fputs(md ? "\n### Error amplification\n\n" : "amplification:\n", f);
-        any = true;
-        cell_id(f, cell, md);
-        fputs(md ? "largest at `" : "largest at ", f);
-        put(f, js(a, "key"), md);
-        fputs(md ? "` (" : " (", f);
-        where(f, a, md);
-        fprintf(f, "): relative error %.3g → %.3g, %.3gx, fed by %s", jreal(a, "in_rel_err"),
-                jreal(a, "out_rel_err"), jreal(a, "ratio"), md ? "`" : "");
-        put(f, js(a, "input_key"), md);
-        fputs(md ? "`\n" : "\n", f);
-    }
-    return any;
+    if (!s->any)
+        fputs(s->md ? s->title_md : s->title, s->f);
+    s->any = true;
 }
 
-/* The kernel of each first divergent op and each head non-finite origin
- * the control does not share; false when none. */
-static bool kernel_lines(FILE *f, const json_t *result, bool md)
+/* Where a diverged cell's error grew most (amplify.c), when it did. */
+static void amp_cell(struct section *s, const json_t *cell)
 {
+    FILE *f = s->f;
+    bool md = s->md;
+    const json_t *a = json_object_get(cell, "max_amplification");
+    if (!json_is_object(a))
+        return;
+    section_open(s);
+    cell_id(f, cell, md);
+    fputs(md ? "largest at `" : "largest at ", f);
+    put(f, js(a, "key"), md);
+    fputs(md ? "` (" : " (", f);
+    where(f, a, md);
+    fprintf(f, "): relative error %.3g → %.3g, %.3gx, fed by %s", jreal(a, "in_rel_err"),
+            jreal(a, "out_rel_err"), jreal(a, "ratio"), md ? "`" : "");
+    put(f, js(a, "input_key"), md);
+    fputs(md ? "`\n" : "\n", f);
+}
+
+/* The kernel of a cell's first divergent op and of its head non-finite
+ * origin when the control does not share it. */
+static void kernel_cell(struct section *s, const json_t *cell)
+{
+    FILE *f = s->f;
+    bool md = s->md;
+    const json_t *d = json_object_get(cell, "first_divergence");
+    const json_t *nf = json_object_get(cell, "first_nonfinite");
+    const json_t *cnf = json_object_get(cell, "control_first_nonfinite");
+    bool div = json_is_object(json_object_get(d, "kernel"));
+    /* non-finite values the control shares are no finding of the head */
+    bool head_nf =
+        json_is_object(nf) && !(json_is_object(cnf) && strcmp(js(nf, "key"), js(cnf, "key")) == 0);
+    if (div) {
+        section_open(s);
+        cell_id(f, cell, md);
+        kernel_line(f, d, md);
+        fputc('\n', f);
+    }
+    if (head_nf) {
+        section_open(s);
+        cell_id(f, cell, md);
+        nonfinite_line(f, nf, "head", md);
+        fputc('\n', f);
+    }
+}
+
+/* The section CELL_LINES writes over every cell; false when it wrote none. */
+static bool section(FILE *f, const json_t *result, bool md, const char *title_md, const char *title,
+                    void (*cell_lines)(struct section *, const json_t *))
+{
+    struct section s = {.f = f, .md = md, .title_md = title_md, .title = title};
     size_t i;
     const json_t *cell;
-    bool any = false;
     json_array_foreach(json_object_get(result, "cells"), i, cell)
     {
-        const json_t *d = json_object_get(cell, "first_divergence");
-        const json_t *nf = json_object_get(cell, "first_nonfinite");
-        const json_t *cnf = json_object_get(cell, "control_first_nonfinite");
-        bool div = json_is_object(json_object_get(d, "kernel"));
-        /* non-finite values the control shares are no finding of the head */
-        bool head_nf = json_is_object(nf) &&
-                       !(json_is_object(cnf) && strcmp(js(nf, "key"), js(cnf, "key")) == 0);
-        if (!div && !head_nf)
-            continue;
-        if (!any)
-            fputs(md ? "\n### Down to the kernel\n\n" : "kernels:\n", f);
-        any = true;
-        if (div) {
-            cell_id(f, cell, md);
-            kernel_line(f, d, md);
-            fputc('\n', f);
-        }
-        if (head_nf) {
-            cell_id(f, cell, md);
-            nonfinite_line(f, nf, "head", md);
-            fputc('\n', f);
-        }
+        cell_lines(&s, cell);
     }
-    return any;
+    return s.any;
 }
 
 char *cmp__ops_block(const json_t *result, bool md)
@@ -231,8 +249,8 @@ char *cmp__ops_block(const json_t *result, bool md)
     FILE *f = open_memstream(&out, &n);
     if (f == NULL)
         return NULL;
-    bool any = kernel_lines(f, result, md);
-    any |= amp_lines(f, result, md);
+    bool any = section(f, result, md, "\n### Down to the kernel\n\n", "kernels:\n", kernel_cell);
+    any |= section(f, result, md, "\n### Error amplification\n\n", "amplification:\n", amp_cell);
     if (fclose(f) != 0 || !any) {
         free(out);
         return NULL;

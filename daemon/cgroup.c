@@ -122,50 +122,74 @@ static bool has_word(const char *list, const char *word)
 
 /* ---- where capd sits ---- */
 
-/* capd's cgroup path for CONTROLLER ("" means the v2 line "0::"). */
-static int own_path(const char *controller, char *out, size_t len)
+/* The value PICK finds in a line of the /proc file PATH (a string inside
+ * the line, or NULL for a line that is not the one sought), copied into OUT
+ * from the first line whose value fits LEN; -ENOENT when none does. */
+static int proc_value(const char *path, char *(*pick)(char *line, const void *arg), const void *arg,
+                      char *out, size_t len)
 {
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[1024];
+    FILE *f = fopen(path, "re");
+    char line[2048];
     int rc = -ENOENT;
     if (!f)
         return -errno;
     while (rc && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c2 = 0;
-        bool match = controller[0] ? has_word(c1 + 1, controller) : c1[1] == 0;
-        if (match && (size_t)snprintf(out, len, "%s", c2 + 1) < len)
+        const char *v = pick(line, arg);
+        if (v && (size_t)snprintf(out, len, "%s", v) < len)
             rc = 0;
     }
     fclose(f);
     return rc;
 }
 
+/* The path of a /proc/self/cgroup line for the controller ARG names ("" is
+ * the v2 line "0::"). */
+static char *cgroup_path_of(char *line, const void *arg)
+{
+    const char *controller = arg;
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+        return NULL;
+    *c2 = 0;
+    bool match = controller[0] ? has_word(c1 + 1, controller) : c1[1] == 0;
+    return match ? c2 + 1 : NULL;
+}
+
+/* capd's cgroup path for CONTROLLER ("" means the v2 line "0::"). */
+static int own_path(const char *controller, char *out, size_t len)
+{
+    return proc_value("/proc/self/cgroup", cgroup_path_of, controller, out, len);
+}
+
+/* A hierarchy sought in /proc/self/mountinfo: its FSTYPE and, for v1, a
+ * super option that names its controller (NULL for v2). */
+struct mount_want {
+    const char *fstype, *option;
+};
+
+/* The mount point of a mountinfo line of the hierarchy ARG wants. */
+static char *mount_point_of(char *line, const void *arg)
+{
+    const struct mount_want *w = arg;
+    char type[64], src[256], sopts[512] = "";
+    char *dash = strstr(line, " - ");
+    int at = -1, end = -1;
+    if (!dash || (sscanf(line, "%*s %*s %*s %*s %n%*s%n", &at, &end), end < 0) ||
+        sscanf(dash + 3, "%63s %255s %511s", type, src, sopts) < 2 || strcmp(type, w->fstype) != 0)
+        return NULL;
+    if (w->option && !has_word(sopts, w->option))
+        return NULL;
+    line[end] = 0;
+    return line + at;
+}
+
 /* The mount point of the v2 hierarchy (FSTYPE cgroup2) or of the v1
  * hierarchy whose super options name OPTION. */
 static int mount_of(const char *fstype, const char *option, char *out, size_t len)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    char line[2048];
-    int rc = -ENOENT;
-    if (!f)
-        return -errno;
-    while (rc && fgets(line, sizeof line, f)) {
-        char root[512], mnt[512], type[64], src[256], sopts[512] = "";
-        char *dash = strstr(line, " - ");
-        if (!dash || sscanf(line, "%*s %*s %*s %511s %511s", root, mnt) != 2 ||
-            sscanf(dash + 3, "%63s %255s %511s", type, src, sopts) < 2 || strcmp(type, fstype) != 0)
-            continue;
-        if (option && !has_word(sopts, option))
-            continue;
-        if ((size_t)snprintf(out, len, "%s", mnt) < len)
-            rc = 0;
-    }
-    fclose(f);
-    return rc;
+    struct mount_want w = {fstype, option};
+    return proc_value("/proc/self/mountinfo", mount_point_of, &w, out, len);
 }
 
 /* Removes the capd.PID subtrees that capds no longer running left in DIR. */

@@ -24,115 +24,117 @@
 
 enum ctype { T_STR, T_INT, T_U64, T_SIZE, T_BOOL, T_LIST };
 
+/*
+ * One row a key: its name is its field's (F), and DEF (SDEF for a string)
+ * is its default, which config_defaults() applies, so that a key's type,
+ * range and default stand in one place. listen and the two lists have no
+ * field of their own (size 0) and are set by their own code.
+ */
 struct ckey {
     const char *name;
-    enum ctype type;
     size_t off;
     size_t size; /* for strings */
+    enum ctype type;
     int64_t min, max;
+    int64_t def;
+    const char *sdef;
 };
 
-#define F(field) offsetof(struct capd_config, field)
-#define S(field) sizeof(((struct capd_config *)0)->field)
+#define F(f)                                                                                       \
+    .name = #f, .off = offsetof(struct capd_config, f), .size = sizeof(((struct capd_config *)0)->f)
 static const struct ckey keys[] = {
-    {"listen", T_STR, 0, 0, 0, 0}, /* special: ADDR:PORT */
-    {"data_dir", T_STR, F(data_dir), S(data_dir), 0, 0},
-    {"log_level", T_STR, F(log_level), S(log_level), 0, 0},
-    {"http_threads", T_INT, F(http_threads), 0, 1, 256},
-    {"max_body_bytes", T_SIZE, F(max_body_bytes), 0, 1024, INT64_C(1) << 32},
-    {"max_cells_per_job", T_INT, F(max_cells_per_job), 0, 1, 100000},
-    {"max_queued_jobs", T_INT, F(max_queued_jobs), 0, 0, 1000000},
-    {"max_parallel", T_INT, F(max_parallel), 0, 1, 1024},
-    {"max_parallel_numerics", T_INT, F(max_parallel_numerics), 0, 0, 1024},
-    {"max_attempts", T_INT, F(max_attempts), 0, 1, 100},
-    {"shutdown_deadline_ms", T_INT, F(shutdown_deadline_ms), 0, 0, 3600000},
-    {"kill_grace_ms", T_INT, F(kill_grace_ms), 0, 0, 600000},
-    {"keep_scratch", T_BOOL, F(keep_scratch), 0, 0, 0},
-    {"unshare_net", T_BOOL, F(unshare_net), 0, 0, 0},
-    {"cell_log_max_bytes", T_U64, F(cell_log_max_bytes), 0, 1024, INT64_MAX},
-    {"rlimit_as_bytes", T_U64, F(rlimit_as_bytes), 0, 0, INT64_MAX},
-    {"cell_memory_mechanism", T_STR, F(cell_memory_mechanism), S(cell_memory_mechanism), 0, 0},
-    {"cell_memory_max_bytes", T_U64, F(cell_memory_max_bytes), 0, 0, INT64_MAX},
-    {"rlimit_cpu_s", T_U64, F(rlimit_cpu_s), 0, 0, INT64_MAX},
-    {"rlimit_nofile", T_U64, F(rlimit_nofile), 0, 0, 1 << 20},
-    {"rlimit_nproc", T_U64, F(rlimit_nproc), 0, 0, 1 << 22},
-    {"frame_max_header", T_U64, F(frame_max_header), 0, 256, 1 << 24},
-    {"frame_max_payload", T_U64, F(frame_max_payload), 0, 0, INT64_C(1) << 34},
-    {"frame_max_frames", T_U64, F(frame_max_frames), 0, 1, INT64_MAX},
-    {"frame_max_total_payload", T_U64, F(frame_max_total_payload), 0, 0, INT64_MAX},
-    {"runner_dir", T_STR, F(runner_dir), S(runner_dir), 0, 0},
-    {"exec_bin", T_STR, F(exec_bin), S(exec_bin), 0, 0},
-    {"gpuinfo_bin", T_STR, F(gpuinfo_bin), S(gpuinfo_bin), 0, 0},
-    {"analysis_lib", T_STR, F(analysis_lib), S(analysis_lib), 0, 0},
-    {"gpuinfo_timeout_ms", T_INT, F(gpuinfo_timeout_ms), 0, 100, 600000},
-    {"env_allow", T_LIST, 0, 0, 0, 0},
-    {"cpu_features_hide", T_STR, F(cpu_features_hide), S(cpu_features_hide), 0, 0},
-    {"auth_required", T_BOOL, F(auth_required), 0, 0, 0},
-    {"public_reads", T_BOOL, F(public_reads), 0, 0, 0},
-    {"metrics_public", T_BOOL, F(metrics_public), 0, 0, 0},
-    {"max_connections", T_INT, F(max_connections), 0, 1, 65536},
-    {"max_connections_per_ip", T_INT, F(max_connections_per_ip), 0, 1, 65536},
-    {"request_timeout_s", T_INT, F(request_timeout_s), 0, 1, 86400},
-    {"connection_memory_bytes", T_SIZE, F(connection_memory_bytes), 0, 8192, 64 << 20},
-    {"max_queued_jobs_per_token", T_INT, F(max_queued_jobs_per_token), 0, 0, 1000000},
-    {"max_event_streams", T_INT, F(max_event_streams), 0, 0, 1000000},
-    {"event_heartbeat_s", T_INT, F(event_heartbeat_s), 0, 1, 3600},
-    {"tls_cert", T_STR, F(tls_cert), S(tls_cert), 0, 0},
-    {"tls_key", T_STR, F(tls_key), S(tls_key), 0, 0},
-    {"run_as_user", T_STR, F(run_as_user), S(run_as_user), 0, 0},
-    {"allow_root_cells", T_BOOL, F(allow_root_cells), 0, 0, 0},
-    {"allowed_hosts", T_LIST, 0, 0, 0, 0},
-    {"retention_keep_heads_per_branch", T_INT, F(retention_keep_heads_per_branch), 0, 0, 1000000},
-    {"retention_interval_s", T_INT, F(retention_interval_s), 0, 0, 30 * 86400},
+    {.name = "listen", .type = T_STR}, /* special: ADDR:PORT */
+    {F(data_dir), .type = T_STR, .sdef = "/var/lib/capd"},
+    {F(log_level), .type = T_STR, .sdef = "info"},
+    {F(http_threads), .type = T_INT, .min = 1, .max = 256, .def = 4},
+    {F(max_body_bytes), .type = T_SIZE, .min = 1024, .max = INT64_C(1) << 32, .def = 1 << 20},
+    {F(max_cells_per_job), .type = T_INT, .min = 1, .max = 100000, .def = 256},
+    {F(max_queued_jobs), .type = T_INT, .min = 0, .max = 1000000, .def = 1000},
+    {F(max_parallel), .type = T_INT, .min = 1, .max = 1024, .def = 1},
+    {F(max_parallel_numerics), .type = T_INT, .min = 0, .max = 1024},
+    {F(max_attempts), .type = T_INT, .min = 1, .max = 100, .def = 3},
+    {F(shutdown_deadline_ms), .type = T_INT, .min = 0, .max = 3600000, .def = 10000},
+    {F(kill_grace_ms), .type = T_INT, .min = 0, .max = 600000, .def = 5000},
+    {F(keep_scratch), .type = T_BOOL},
+    {F(unshare_net), .type = T_BOOL},
+    {F(cell_log_max_bytes), .type = T_U64, .min = 1024, .max = INT64_MAX, .def = 4 << 20},
+    /* Address space is not memory (docs/configuration.md): no cap unless
+     * asked for; cells' memory is limited by daemon/memlimit.h. */
+    {F(rlimit_as_bytes), .type = T_U64, .min = 0, .max = INT64_MAX, .def = 0},
+    {F(cell_memory_mechanism), .type = T_STR, .sdef = "auto"},
+    {F(cell_memory_max_bytes), .type = T_U64, .min = 0, .max = INT64_MAX},
+    {F(rlimit_cpu_s), .type = T_U64, .min = 0, .max = INT64_MAX, .def = 3600},
+    {F(rlimit_nofile), .type = T_U64, .min = 0, .max = 1 << 20, .def = 1024},
+    {F(rlimit_nproc), .type = T_U64, .min = 0, .max = 1 << 22, .def = 4096},
+    /* The frame parser's own defaults: one source (daemon/frame.h). */
+    {F(frame_max_header), .type = T_U64, .min = 256, .max = 1 << 24,
+     .def = FRAME_DEFAULT_MAX_HEADER},
+    {F(frame_max_payload), .type = T_U64, .min = 0, .max = INT64_C(1) << 34,
+     .def = FRAME_DEFAULT_MAX_PAYLOAD},
+    {F(frame_max_frames), .type = T_U64, .min = 1, .max = INT64_MAX,
+     .def = FRAME_DEFAULT_MAX_FRAMES},
+    {F(frame_max_total_payload), .type = T_U64, .min = 0, .max = INT64_MAX,
+     .def = FRAME_DEFAULT_MAX_TOTAL_PAYLOAD},
+    {F(runner_dir), .type = T_STR},
+    {F(exec_bin), .type = T_STR},
+    {F(gpuinfo_bin), .type = T_STR},
+    {F(analysis_lib), .type = T_STR},
+    {F(gpuinfo_timeout_ms), .type = T_INT, .min = 100, .max = 600000, .def = 30000},
+    {.name = "env_allow", .type = T_LIST},
+    {F(cpu_features_hide), .type = T_STR},
+    /* Secure by default (docs/security.md): tokens are needed unless the
+     * operator turns them off on purpose, on loopback only. */
+    {F(auth_required), .type = T_BOOL, .def = true},
+    {F(public_reads), .type = T_BOOL},
+    {F(metrics_public), .type = T_BOOL},
+    {F(max_connections), .type = T_INT, .min = 1, .max = 65536, .def = 1024},
+    {F(max_connections_per_ip), .type = T_INT, .min = 1, .max = 65536, .def = 256},
+    {F(request_timeout_s), .type = T_INT, .min = 1, .max = 86400, .def = 30},
+    {F(connection_memory_bytes), .type = T_SIZE, .min = 8192, .max = 64 << 20, .def = 64 * 1024},
+    {F(max_queued_jobs_per_token), .type = T_INT, .min = 0, .max = 1000000, .def = 100},
+    {F(max_event_streams), .type = T_INT, .min = 0, .max = 1000000, .def = 256},
+    {F(event_heartbeat_s), .type = T_INT, .min = 1, .max = 3600, .def = 15},
+    {F(tls_cert), .type = T_STR},
+    {F(tls_key), .type = T_STR},
+    {F(run_as_user), .type = T_STR, .sdef = "nobody"},
+    {F(allow_root_cells), .type = T_BOOL},
+    {.name = "allowed_hosts", .type = T_LIST},
+    {F(retention_keep_heads_per_branch), .type = T_INT, .min = 0, .max = 1000000},
+    {F(retention_interval_s), .type = T_INT, .min = 0, .max = 30 * 86400},
 };
 #undef F
-#undef S
 
 const char *config_key_name(size_t i)
 {
     return i < sizeof keys / sizeof keys[0] ? keys[i].name : NULL;
 }
 
+/* N into the integer, size or boolean field of K. */
+static void put_number(struct capd_config *c, const struct ckey *k, int64_t n)
+{
+    char *base = (char *)c;
+    if (k->type == T_INT)
+        *(int *)(base + k->off) = (int)n;
+    else if (k->type == T_SIZE)
+        *(size_t *)(base + k->off) = (size_t)n;
+    else if (k->type == T_U64)
+        *(uint64_t *)(base + k->off) = (uint64_t)n;
+    else if (k->type == T_BOOL)
+        *(bool *)(base + k->off) = n != 0;
+}
+
 void config_defaults(struct capd_config *c)
 {
     memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const struct ckey *k = &keys[i];
+        if (k->type == T_STR && k->sdef)
+            snprintf((char *)c + k->off, k->size, "%s", k->sdef);
+        else if (k->size)
+            put_number(c, k, k->def);
+    }
     snprintf(c->listen_addr, sizeof c->listen_addr, "127.0.0.1");
     c->listen_port = 8470;
-    snprintf(c->data_dir, sizeof c->data_dir, "/var/lib/capd");
-    snprintf(c->log_level, sizeof c->log_level, "info");
-    c->http_threads = 4;
-    c->max_body_bytes = 1 << 20;
-    c->max_cells_per_job = 256;
-    c->max_queued_jobs = 1000;
-    c->max_parallel = 1;
-    c->max_attempts = 3;
-    c->shutdown_deadline_ms = 10000;
-    c->kill_grace_ms = 5000;
-    c->cell_log_max_bytes = 4u << 20;
-    /* Address space is not memory (docs/configuration.md): no cap unless
-     * asked for; cells' memory is limited by daemon/memlimit.h. */
-    c->rlimit_as_bytes = 0;
-    snprintf(c->cell_memory_mechanism, sizeof c->cell_memory_mechanism, "auto");
-    c->rlimit_cpu_s = 3600;
-    c->rlimit_nofile = 1024;
-    c->rlimit_nproc = 4096;
-    /* The frame parser's own defaults: one source (daemon/frame.h). */
-    c->frame_max_header = FRAME_DEFAULT_MAX_HEADER;
-    c->frame_max_payload = FRAME_DEFAULT_MAX_PAYLOAD;
-    c->frame_max_frames = FRAME_DEFAULT_MAX_FRAMES;
-    c->frame_max_total_payload = FRAME_DEFAULT_MAX_TOTAL_PAYLOAD;
-    c->gpuinfo_timeout_ms = 30000;
-    c->max_connections = 1024;
-    c->max_connections_per_ip = 256;
-    c->request_timeout_s = 30;
-    c->connection_memory_bytes = 64 * 1024;
-    c->max_queued_jobs_per_token = 100;
-    c->max_event_streams = 256;
-    c->event_heartbeat_s = 15;
-    /* Secure by default (docs/security.md): tokens are needed unless the
-     * operator turns them off on purpose, on loopback only. */
-    c->auth_required = true;
-    snprintf(c->run_as_user, sizeof c->run_as_user, "nobody");
     c->run_uid = c->run_gid = -1;
     static const char *allow[] = {"PATH", "LANG", "LC_*", "TZ", "HOME", "OPENBLAS_*"};
     for (size_t i = 0; i < sizeof allow / sizeof allow[0]; i++)
@@ -201,18 +203,13 @@ static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char 
         if (!json_is_boolean(v))
             what = "true or false";
         else
-            *(bool *)(base + k->off) = json_is_true(v);
+            put_number(c, k, json_is_true(v));
     } else {
         json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (!json_is_integer(v) || n < k->min || n > k->max) {
+        if (!json_is_integer(v) || n < k->min || n > k->max)
             what = "an integer in range";
-        } else if (k->type == T_INT) {
-            *(int *)(base + k->off) = (int)n;
-        } else if (k->type == T_SIZE) {
-            *(size_t *)(base + k->off) = (size_t)n;
-        } else {
-            *(uint64_t *)(base + k->off) = (uint64_t)n;
-        }
+        else
+            put_number(c, k, n);
     }
     if (what) {
         if (k->type != T_STR && k->type != T_BOOL && k->type != T_LIST &&

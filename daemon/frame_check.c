@@ -118,6 +118,31 @@ static int check_enum(struct frame_parser *p, json_t *h, const char *kind, const
     return frame__bad(p, "%s field \"%s\" has invalid value \"%.64s\"", kind, name, s);
 }
 
+/* The required array NAME of a KIND frame, at most MAX elements, each a
+ * non-negative integer, into *OUT. Too many is "SUBJECT has N WHAT, more
+ * than MAX"; a bad element is named "KIND NAME[i]". */
+static int check_counts(struct frame_parser *p, json_t *h, const char *kind, const char *name,
+                        size_t max, const char *subject, const char *what, json_t **out)
+{
+    json_t *v;
+    size_t n;
+    int rc;
+
+    if ((rc = get_field(p, h, kind, name, JSON_ARRAY, "array", true, &v)))
+        return rc;
+    n = json_array_size(v);
+    if (n > max)
+        return frame__bad(p, "%s has %zu %s, more than %zu", subject, n, what, max);
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_array_get(v, i);
+
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return frame__bad(p, "%s %s[%zu] must be a non-negative integer", kind, name, i);
+    }
+    *out = v;
+    return 0;
+}
+
 /* True when the UTF-8 string holds a C0 or C1 control character or DEL;
  * jansson already guarantees the encoding is valid. */
 static bool has_control(const char *s, size_t n)
@@ -306,17 +331,12 @@ static int tensor_shape(struct frame_parser *p, json_t *h)
     size_t n, i;
     int rc;
 
-    if ((rc = get_field(p, h, "tensor", "shape", JSON_ARRAY, "array", true, &v)))
+    if ((rc = check_counts(p, h, "tensor", "shape", FRAME_MAX_NDIM, "tensor shape", "dimensions",
+                           &v)))
         return rc;
     n = json_array_size(v);
-    if (n > FRAME_MAX_NDIM)
-        return frame__bad(p, "tensor shape has %zu dimensions, more than %d", n, FRAME_MAX_NDIM);
     for (i = 0; i < n; i++) {
-        json_t *d = json_array_get(v, i);
-
-        if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return frame__bad(p, "tensor shape[%zu] must be a non-negative integer", i);
-        t->shape[i] = json_integer_value(d);
+        t->shape[i] = json_integer_value(json_array_get(v, i));
         if (prod >= 0 && __builtin_mul_overflow(prod, t->shape[i], &prod))
             prod = -1; /* overflowed; no numel can match */
     }
@@ -467,22 +487,13 @@ static const char *const statuses[] = {"ok", "unsupported", "failed", "oom", NUL
 static int check_timing(struct frame_parser *p, json_t *h)
 {
     json_t *v;
-    size_t n;
     int rc;
 
     if ((rc = check_enum(p, h, "timing", "phase", true, phases, NULL)))
         return rc;
-    if ((rc = get_field(p, h, "timing", "samples_ns", JSON_ARRAY, "array", true, &v)))
+    if ((rc = check_counts(p, h, "timing", "samples_ns", FRAME_MAX_TIMING_SAMPLES, "timing",
+                           "samples", &v)))
         return rc;
-    n = json_array_size(v);
-    if (n > FRAME_MAX_TIMING_SAMPLES)
-        return frame__bad(p, "timing has %zu samples, more than %d", n, FRAME_MAX_TIMING_SAMPLES);
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(v, i);
-
-        if (!json_is_integer(s) || json_integer_value(s) < 0)
-            return frame__bad(p, "timing samples_ns[%zu] must be a non-negative integer", i);
-    }
     if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
         (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||
         (rc = check_int(p, h, "timing", "threads", true, NULL)) ||

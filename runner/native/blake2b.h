@@ -24,7 +24,9 @@ static const uint64_t b2b_iv[8] = {
     0x510E527FADE682D1ull, 0x9B05688C2B3E6C1Full, 0x1F83D9ABFB41BD6Bull, 0x5BE0CD19137E2179ull,
 };
 
-static const uint8_t b2b_sigma[12][16] = {
+/* The message schedule of the ten distinct rounds; rounds 10 and 11 take
+ * rows 0 and 1 again (RFC 7693 section 3.2: SIGMA[i mod 10]). */
+static const uint8_t b2b_sigma[10][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
     {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
@@ -35,8 +37,6 @@ static const uint8_t b2b_sigma[12][16] = {
     {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
     {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
     {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
 };
 
 static inline uint64_t rotr64(uint64_t x, unsigned n)
@@ -79,7 +79,7 @@ static inline void b2b_compress(struct b2b *ctx, const uint8_t *blk, bool last)
      * (about 1.5x the speed of the rolled loop). */
 #pragma GCC unroll 12
     for (int i = 0; i < 12; i++) {
-        const uint8_t *s = b2b_sigma[i];
+        const uint8_t *s = b2b_sigma[i % 10];
 
         B2B_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
         B2B_G(1, 5, 9, 13, m[s[2]], m[s[3]]);

@@ -115,42 +115,34 @@ static void acc_init(struct acc *a)
         (a)->nz[j] += (v) != 0.0;                                                                  \
     } while (0)
 
-/* Lane j takes elements i with i % LANES == j. */
-#define ACC_LOOP(T, CONV)                                                                          \
-    do {                                                                                           \
+/* The case of dtype DT, whose elements are C type T read in place: lane j
+ * takes elements i with i % LANES == j. */
+#define ACC_CASE(DT, T)                                                                            \
+    case DT: {                                                                                     \
         const T *x = (const T *)(const void *)p;                                                   \
         int64_t full = n - n % LANES;                                                              \
         for (int64_t i = 0; i < full; i += LANES) {                                                \
             for (int j = 0; j < LANES; j++) {                                                      \
-                double v = CONV(x[i + j]);                                                         \
+                double v = (double)x[i + j];                                                       \
                 ACC_ONE(a, j, v);                                                                  \
             }                                                                                      \
         }                                                                                          \
         for (int64_t i = full; i < n; i++) {                                                       \
-            double v = CONV(x[i]);                                                                 \
+            double v = (double)x[i];                                                               \
             ACC_ONE(a, i - full, v);                                                               \
         }                                                                                          \
-    } while (0)
-
-#define AS_DOUBLE(v) ((double)(v))
+        return;                                                                                    \
+    }
 
 /* The fast pass for the dtypes read in place; the others go through load(). */
 __attribute__((target_clones("avx2", "default"))) static void
 accumulate(const unsigned char *p, int64_t n, int dt, struct acc *a)
 {
     switch (dt) {
-    case CAPD_DT_F32:
-        ACC_LOOP(float, AS_DOUBLE);
-        return;
-    case CAPD_DT_F64:
-        ACC_LOOP(double, AS_DOUBLE);
-        return;
-    case CAPD_DT_I32:
-        ACC_LOOP(int32_t, AS_DOUBLE);
-        return;
-    case CAPD_DT_I64:
-        ACC_LOOP(int64_t, AS_DOUBLE);
-        return;
+        ACC_CASE(CAPD_DT_F32, float)
+        ACC_CASE(CAPD_DT_F64, double)
+        ACC_CASE(CAPD_DT_I32, int32_t)
+        ACC_CASE(CAPD_DT_I64, int64_t)
     default:
         break;
     }

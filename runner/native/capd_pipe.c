@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -505,10 +506,19 @@ static int64_t next_slot(struct capd_pipe *p)
     return aid;
 }
 
-int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
-                          int64_t sample_k)
+/*
+ * One analysis claimed under the pipe's lock: queued for an analysis
+ * thread (NOW false), or run at once on the caller's thread over the
+ * caller's bytes (NOW true), which then need not outlive the call: no
+ * snapshot copy, no hand-off and nothing left for drain to wait on. XXH3
+ * and the stats read a resnet18 activation in less time than the copy and
+ * the wake-up of a sleeping thread cost the hook when the cores are busy;
+ * either way the record goes out through the writer, in order. The id, or
+ * a negative errno with nothing claimed.
+ */
+static int64_t analyze(struct capd_pipe *p, const void *data, int64_t n, int dtype, int want_stats,
+                       int64_t sample_k, bool now)
 {
-    struct capd_pipe *p = pipe;
     struct job j;
     int64_t rc = job_of(&j, data, n, dtype, want_stats, sample_k);
     if (rc)
@@ -517,51 +527,40 @@ int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, in
     int64_t aid = rc = next_slot(p);
     if (aid >= 0) {
         j.aid = aid;
-        if (!(rc = fifo_push(&p->aq, &j))) {
-            p->next_aid++;
-            p->unwoken_bytes += (size_t)n * (size_t)elsize_of[dtype];
-            if (++p->unwoken_jobs >= WAKE_JOBS || p->unwoken_bytes >= WAKE_BYTES) {
-                p->unwoken_bytes = 0;
-                p->unwoken_jobs = 0;
-                if (p->asleep)
-                    pthread_cond_broadcast(&p->awork);
-            }
+        rc = now ? 0 : fifo_push(&p->aq, &j);
+    }
+    if (!rc && !now) {
+        p->unwoken_bytes += (size_t)n * (size_t)elsize_of[dtype];
+        if (++p->unwoken_jobs >= WAKE_JOBS || p->unwoken_bytes >= WAKE_BYTES) {
+            p->unwoken_bytes = 0;
+            p->unwoken_jobs = 0;
+            if (p->asleep)
+                pthread_cond_broadcast(&p->awork);
         }
     }
-    pthread_mutex_unlock(&p->mu);
-    return rc ? rc : aid;
-}
-
-/*
- * The same analysis, run now on the caller's thread over the caller's
- * bytes, which need not outlive the call: no snapshot copy, no hand-off to
- * an analysis thread and nothing left for drain to wait on. XXH3 and the
- * stats read a resnet18 activation in less time than the copy and the
- * wake-up of a sleeping thread cost the hook when the cores are busy; the
- * record still goes out through the writer, in order.
- */
-int64_t capd_pipe_analyze_now(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
-                              int64_t sample_k)
-{
-    struct capd_pipe *p = pipe;
-    struct job j;
-    int64_t rc = job_of(&j, data, n, dtype, want_stats, sample_k);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&p->mu);
-    int64_t aid = next_slot(p);
-    if (aid >= 0)
+    if (!rc)
         p->next_aid++;
-    struct analysis *a = aid >= 0 ? entry(p, aid) : NULL;
+    struct analysis *a = !rc && now ? entry(p, aid) : NULL;
     pthread_mutex_unlock(&p->mu);
-    if (aid < 0)
-        return aid;
-    j.aid = aid;
+    if (rc || !now)
+        return rc ? rc : aid;
     run_analyze(p, &j, a);
     pthread_mutex_lock(&p->mu);
     analysis_done(p, a);
     pthread_mutex_unlock(&p->mu);
     return aid;
+}
+
+int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
+                          int64_t sample_k)
+{
+    return analyze(pipe, data, n, dtype, want_stats, sample_k, false);
+}
+
+int64_t capd_pipe_analyze_now(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
+                              int64_t sample_k)
+{
+    return analyze(pipe, data, n, dtype, want_stats, sample_k, true);
 }
 
 int capd_pipe_emit(void *pipe, int64_t aid, const char *prefix, int64_t len, int capture)
