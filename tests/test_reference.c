@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/json_want.h"
 
 #define N   100 /* elements of a large record */
 #define KEY "fc.0.forward.output.0"
@@ -143,33 +144,22 @@ static json_t *compare(struct fixture *f, const char *reference)
     return r;
 }
 
-static json_t *cell0(json_t *r)
-{
-    return json_array_get(json_object_get(r, "cells"), 0);
-}
-
-static const char *str(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "(none)";
-}
-
 Test(reference, an_equally_accurate_head_passes_by_float64)
 {
     struct fixture f;
     build(&f, N, 0.01, true, CMP_CAPTURE_FULL, false);
     json_t *r = compare(&f, "float64");
-    json_t *c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "within_tolerance");
-    cr_assert_str_eq(str(c, "rule"), "reference_float64");
+    json_t *c = jw_path(r, "cells.0");
+    cr_assert_str_eq(jw_str(c, "status"), "within_tolerance");
+    cr_assert_str_eq(jw_str(c, "rule"), "reference_float64");
     cr_assert_eq(json_integer_value(json_object_get(c, "tensors_compared")), 1,
                  "the reference's record is not a pair");
     cr_assert_eq(json_integer_value(json_object_get(c, "missing_keys")), 0);
     json_t *ref = json_object_get(c, "reference");
-    cr_assert_str_eq(str(ref, "kind"), "float64");
+    cr_assert_str_eq(jw_str(ref, "kind"), "float64");
     cr_assert_eq(json_integer_value(json_object_get(ref, "passed")), 1);
     json_t *row = json_array_get(json_object_get(c, "tensors"), 0);
-    cr_assert_str_eq(str(row, "rule"), "reference_float64");
+    cr_assert_str_eq(jw_str(row, "rule"), "reference_float64");
     json_t *rj = json_object_get(row, "reference");
     cr_assert(json_is_true(json_object_get(rj, "passed")));
     double eh = json_real_value(json_object_get(rj, "err_head"));
@@ -178,15 +168,15 @@ Test(reference, an_equally_accurate_head_passes_by_float64)
     cr_assert_float_eq(ec, rms(f.cv, N), 1e-12);
     cr_assert_float_eq(json_real_value(json_object_get(rj, "k")), 2.0, 0);
     cr_assert_float_eq(json_real_value(json_object_get(rj, "tol")), 1e-6, 1e-18);
-    cr_assert_str_eq(str(json_object_get(r, "thresholds"), "reference"), "float64");
-    cr_assert_str_eq(str(r, "verdict"), "pass");
+    cr_assert_str_eq(jw_str(json_object_get(r, "thresholds"), "reference"), "float64");
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass");
     json_decref(r);
 
     /* The same pair without the arbiter: the tolerance rule diverges it. */
     r = compare(&f, "none");
-    c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "diverged");
-    cr_assert_str_eq(str(c, "rule"), "tolerance");
+    c = jw_path(r, "cells.0");
+    cr_assert_str_eq(jw_str(c, "status"), "diverged");
+    cr_assert_str_eq(jw_str(c, "rule"), "tolerance");
     cr_assert(json_is_null(json_object_get(c, "reference")));
     cr_assert_null(json_object_get(json_object_get(c, "first_divergence"), "rule"));
     json_decref(r);
@@ -198,18 +188,18 @@ Test(reference, a_head_three_times_further_from_the_truth_diverges)
     struct fixture f;
     build(&f, N, 0.03, false, CMP_CAPTURE_FULL, false);
     json_t *r = compare(&f, "float64");
-    json_t *c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "diverged");
-    cr_assert_str_eq(str(c, "rule"), "reference_float64", "the arbiter judged and refused it");
+    json_t *c = jw_path(r, "cells.0");
+    cr_assert_str_eq(jw_str(c, "status"), "diverged");
+    cr_assert_str_eq(jw_str(c, "rule"), "reference_float64", "the arbiter judged and refused it");
     json_t *d = json_object_get(c, "first_divergence");
-    cr_assert_str_eq(str(d, "rule"), "reference_float64");
+    cr_assert_str_eq(jw_str(d, "rule"), "reference_float64");
     json_t *rj = json_object_get(d, "reference");
     cr_assert(json_is_false(json_object_get(rj, "passed")));
     double eh = json_real_value(json_object_get(rj, "err_head"));
     double ec = json_real_value(json_object_get(rj, "err_control"));
     cr_assert_float_eq(eh, rms(f.hv, N), 1e-12);
     cr_assert_gt(eh, 2 * ec + 1e-6, "%g vs %g", eh, ec);
-    cr_assert_str_eq(str(r, "verdict"), "regression");
+    cr_assert_str_eq(jw_str(r, "verdict"), "regression");
     /* Both reports say which rule decided, and by how much. */
     char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     cr_assert(strstr(md, "diverged (rule reference_float64)"), "%s", md);
@@ -234,8 +224,8 @@ Test(reference, a_small_tensor_gets_k_three)
         struct fixture f;
         build(&f, cases[i].n, 0.025, false, CMP_CAPTURE_FULL, false);
         json_t *r = compare(&f, "float64");
-        json_t *c = cell0(r);
-        cr_assert_str_eq(str(c, "status"), cases[i].status, "n %d", cases[i].n);
+        json_t *c = jw_path(r, "cells.0");
+        cr_assert_str_eq(jw_str(c, "status"), cases[i].status, "n %d", cases[i].n);
         json_t *row = json_array_get(json_object_get(c, "tensors"), 0);
         cr_assert_float_eq(json_real_value(json_object_get(json_object_get(row, "reference"), "k")),
                            cases[i].k, 0, "n %d", cases[i].n);
@@ -258,12 +248,12 @@ Test(reference, no_values_or_no_record_falls_back_with_a_reason)
         struct fixture f;
         build(&f, N, 0.01, true, cases[i].cap, cases[i].no_ref);
         json_t *r = compare(&f, "float64");
-        json_t *c = cell0(r);
-        cr_assert_str_eq(str(c, "status"), "diverged", "%s", cases[i].why);
-        cr_assert_str_eq(str(c, "rule"), "tolerance", "%s", cases[i].why);
+        json_t *c = jw_path(r, "cells.0");
+        cr_assert_str_eq(jw_str(c, "status"), "diverged", "%s", cases[i].why);
+        cr_assert_str_eq(jw_str(c, "rule"), "tolerance", "%s", cases[i].why);
         json_t *d = json_object_get(c, "first_divergence");
-        cr_assert_str_eq(str(d, "rule"), "tolerance");
-        cr_assert_str_eq(str(json_object_get(d, "reference"), "reason"), cases[i].why);
+        cr_assert_str_eq(jw_str(d, "rule"), "tolerance");
+        cr_assert_str_eq(jw_str(json_object_get(d, "reference"), "reason"), cases[i].why);
         cr_assert(json_is_false(json_object_get(json_object_get(d, "reference"), "judged")));
         char *txt = cmp_result_to_text(r), want[96];
         snprintf(want, sizeof want, "tolerance rule: reference %s", cases[i].why);
@@ -290,16 +280,16 @@ Test(reference, default_width_is_the_control_sides_default_cell)
         snprintf(o.head_width, sizeof o.head_width, "avx2");
         json_t *r = NULL;
         cr_assert_eq(cmp_compare(f.c, f.h, &o, &r), 0);
-        json_t *c = cell0(r);
+        json_t *c = jw_path(r, "cells.0");
         json_t *ref = json_object_get(c, "reference");
         if (with_default) {
-            cr_assert_str_eq(str(c, "status"), "within_tolerance");
-            cr_assert_str_eq(str(c, "rule"), "reference_default_width");
+            cr_assert_str_eq(jw_str(c, "status"), "within_tolerance");
+            cr_assert_str_eq(jw_str(c, "rule"), "reference_default_width");
             cr_assert(json_is_null(json_object_get(ref, "reason")));
         } else {
-            cr_assert_str_eq(str(c, "status"), "diverged");
-            cr_assert_str_eq(str(c, "rule"), "tolerance");
-            cr_assert_str_eq(str(ref, "reason"), "no_default_width_cell");
+            cr_assert_str_eq(jw_str(c, "status"), "diverged");
+            cr_assert_str_eq(jw_str(c, "rule"), "tolerance");
+            cr_assert_str_eq(jw_str(ref, "reason"), "no_default_width_cell");
         }
         json_decref(r);
         done(&f);
@@ -324,8 +314,9 @@ Test(reference, reference_records_are_never_pairs)
         }
         for (int mode = 0; mode < 2; mode++) {
             json_t *r = compare(&f, mode ? "float64" : "none");
-            json_t *c = cell0(r);
-            cr_assert_str_eq(str(c, "status"), "identical", "head_has %d mode %d", head_has, mode);
+            json_t *c = jw_path(r, "cells.0");
+            cr_assert_str_eq(jw_str(c, "status"), "identical", "head_has %d mode %d", head_has,
+                             mode);
             cr_assert_eq(json_integer_value(json_object_get(c, "tensors_compared")), 1);
             cr_assert_eq(json_integer_value(json_object_get(c, "missing_keys")), 0);
             cr_assert_eq(json_integer_value(json_object_get(c, "extra_keys")), 0);
