@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
 
 /* ----------------------------------------------------------------- helpers */
@@ -33,6 +34,7 @@ static size_t pool_used;
 static void reset_pool(void)
 {
     pool_used = 0;
+    crec_reset();
 }
 
 TestSuite(metrics, .init = reset_pool);
@@ -94,19 +96,7 @@ static struct cmp_stats stats_of(const double *v, size_t n)
 static struct cmp_tensor f64_tensor(const char *key, int64_t seq, const double *v, size_t n,
                                     const char *hash)
 {
-    struct cmp_tensor t = {0};
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = (int64_t)n;
-    t.numel = (int64_t)n;
-    t.stats = stats_of(v, n);
-    t.hash = hash;
-    t.capture = CMP_CAPTURE_FULL;
-    t.payload = keep(v, n * sizeof(double));
-    t.payload_len = n * sizeof(double);
-    return t;
+    return crec_f64(key, seq, v, n, stats_of(v, n), hash, CMP_CAPTURE_FULL);
 }
 
 /* A 1-D record of raw bits of any dtype (stats left empty: payload basis only). */

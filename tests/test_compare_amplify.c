@@ -14,11 +14,8 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
-
-/* Payloads are borrowed: kept here for the test's lifetime. */
-static double pool[1 << 12];
-static size_t used;
 
 /* Every record's control values; the head moves element AT by DELTA. */
 static const double base[4] = {1, 2, 3, 400};
@@ -39,29 +36,14 @@ static double rel(double delta)
 static void add_at(struct cmp_cell *c, const char *key, int64_t seq, double delta, int at,
                    enum cmp_capture cap)
 {
-    double *v = &pool[used];
-    struct cmp_tensor t = {0};
+    double v[4];
     char hash[128];
-    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
-    used += 4;
     memcpy(v, base, sizeof base);
     v[at] += delta;
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = 4;
-    t.numel = 4;
-    t.stats = (struct cmp_stats){.has_finite = true, .min = v[0], .max = v[3], .l2 = BASE_NORM};
-    t.stats.mean = (v[0] + v[1] + v[2] + v[3]) / 4;
+    struct cmp_stats st = {.has_finite = true, .min = v[0], .max = v[3], .l2 = BASE_NORM};
+    st.mean = (v[0] + v[1] + v[2] + v[3]) / 4;
     snprintf(hash, sizeof hash, "%s-%a-%d", key, delta, at);
-    t.hash = hash;
-    t.capture = cap;
-    if (cap == CMP_CAPTURE_FULL) {
-        t.payload = v;
-        t.payload_len = 4 * sizeof(double);
-    }
-    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+    crec_add_f64(c, key, seq, v, 4, st, hash, cap);
 }
 
 static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta)
@@ -78,10 +60,7 @@ struct rec {
 
 static struct cmp_cell *new_cell(struct cmp_side *s, const char *pass)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mlp", "avx2", pass);
 }
 
 /* The control (every delta 0) and the head of one cell of records v[0..n). */

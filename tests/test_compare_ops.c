@@ -15,11 +15,8 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
-
-/* Payloads are borrowed: kept here for the test's lifetime. */
-static double pool[1 << 14];
-static size_t used;
 
 /*
  * A record of four float64 values v0..v3 = base, -base, 1, 2 (+delta on
@@ -28,41 +25,18 @@ static size_t used;
 static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta, int nan)
 {
     double base = (double)seq + 1;
-    double *v = &pool[used];
-    struct cmp_tensor t = {0};
+    double v[4] = {base + delta, -base, 1, 2};
     char hash[96];
-    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
-    used += 4;
-    v[0] = base + delta;
-    v[1] = -base;
-    v[2] = 1;
-    v[3] = 2;
     for (int i = 0; i < nan && i < 4; i++)
         v[i] = NAN;
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = 4;
-    t.numel = 4;
-    t.stats.has_finite = nan < 4;
-    t.stats.nan = nan;
-    t.stats.min = -base;
-    t.stats.max = 2;
+    struct cmp_stats st = {.has_finite = nan < 4, .nan = nan, .min = -base, .max = 2};
     snprintf(hash, sizeof hash, "%s-%g-%d", key, delta, nan);
-    t.hash = hash;
-    t.capture = CMP_CAPTURE_FULL;
-    t.payload = v;
-    t.payload_len = 4 * sizeof(double);
-    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+    crec_add_f64(c, key, seq, v, 4, st, hash, CMP_CAPTURE_FULL);
 }
 
 static struct cmp_cell *cell(struct cmp_side *s, const char *pass)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mlp", "avx2", pass);
 }
 
 static long long ji(json_t *r, const char *path)

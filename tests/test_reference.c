@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
 
 #define N   100 /* elements of a large record */
@@ -85,10 +86,7 @@ static void add(struct cmp_cell *c, const char *key, int64_t seq, const char *dt
 
 static struct cmp_cell *cell(struct cmp_side *s, const char *width)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mm", width, "forward", &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mm", width, "forward");
 }
 
 /* The RMS difference of a[0..n) from the float64 truth. */
