@@ -49,16 +49,25 @@ static void env_start(struct af_env *e, const char *config_json, const char *ext
     af_start_capd(&e->c, e->dir, extra);
 }
 
+/* Every token make_token hands out in the running test, freed by
+ * env_stop: a test reads its tokens until its capd stops. */
+#define MAX_TEST_TOKENS 8
+static char *tokens[MAX_TEST_TOKENS];
+static int ntokens;
+
 static void env_stop(struct af_env *e)
 {
     if (e->c.pid > 0)
         cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
     tu_sh("rm -rf '%s'", e->dir);
+    while (ntokens > 0)
+        free(tokens[--ntokens]);
 }
 
-/* `capd token create`; returns the malloc'd token (NULL on failure). */
+/* `capd token create`; returns the token, valid until env_stop. */
 static char *make_token(const struct af_env *e, const char *scope, const char *expires)
 {
+    cr_assert_lt(ntokens, MAX_TEST_TOKENS, "a test makes at most %d tokens", MAX_TEST_TOKENS);
     char out[400];
     snprintf(out, sizeof out, "%s/token.%s.out", e->dir, scope);
     int rc = tu_sh("'%s' token create --data-dir '%s' --scope %s --name t-%s%s%s >'%s' 2>/dev/null",
@@ -71,11 +80,12 @@ static char *make_token(const struct af_env *e, const char *scope, const char *e
     cr_assert_not_null(nl, "one line: %s", t);
     *nl = 0;
     cr_assert_eq(strlen(t), STORE_TOKEN_LEN, "token shape: %s", t);
+    tokens[ntokens++] = t;
     return t;
 }
 
 /* Initialises E, makes one token per SCOPE of the NULL-terminated pairs
- * (scope, char **token: owned by the caller) that follow, then starts capd
+ * (scope, char **token: valid until env_stop) that follow, then starts capd
  * with CONFIG_JSON and LOG_LEVEL (may be NULL) as env_start does. */
 static void start_with_tokens(struct af_env *e, const char *config_json, const char *log_level, ...)
 {
@@ -333,8 +343,6 @@ Test(tokens, capd_token_cli)
     cr_assert_eq(call(&e, "GET", "/v1/builds", t, NULL, "unauthorized"), 401);
     char *t2 = make_token(&e, "read", NULL); /* while capd runs */
     cr_assert_eq(call(&e, "GET", "/v1/builds", t2, NULL, NULL), 200);
-    free(t);
-    free(t2);
     env_stop(&e);
 }
 
@@ -411,9 +419,6 @@ Test(auth, scopes_gate_every_route)
     cr_assert_null(strstr(r.body, "hash"), "token list leaks hashes: %s", r.body);
     cr_assert_null(strstr(r.body, ad + 19), "token list leaks a secret");
     tu_resp_free(&r);
-    free(rd);
-    free(sb);
-    free(ad);
     free(bb);
     free(job);
     env_stop(&e);
@@ -451,7 +456,6 @@ Test(auth, tokens_api_create_use_revoke)
     tu_resp_free(&r);
     cr_assert_eq(call(&e, "DELETE", "/v1/tokens/t000000000000", ad, NULL, "not_found"), 404);
     json_decref(j);
-    free(ad);
     env_stop(&e);
 }
 
@@ -466,7 +470,6 @@ Test(auth, expired_token_is_refused)
     cr_assert_eq(req(&e, "GET", "/v1/builds", t, NULL, &r), 401);
     cr_assert(strstr(r.body, "expired"), "%s", r.body);
     tu_resp_free(&r);
-    free(t);
     env_stop(&e);
 }
 
@@ -494,9 +497,6 @@ Test(auth, submit_token_cancels_only_its_own_jobs)
     cr_assert_eq(call(&e, "POST", pa, a, "{}", NULL), 202);
     cr_assert_eq(call(&e, "POST", pb, ad, "{}", NULL), 202);
     cr_assert_eq(call(&e, "POST", "/v1/jobs/j000000000000/cancel", a, "{}", "not_found"), 404);
-    free(a);
-    free(b);
-    free(ad);
     free(bb);
     free(ja);
     free(jb);
@@ -523,7 +523,6 @@ Test(auth, public_reads_and_disabled_auth)
     cr_assert_eq(call(&e, "POST", "/v1/builds", NULL, bb, NULL), 201);
     cr_assert_eq(call(&e, "GET", "/v1/builds", "garbage", NULL, NULL), 200);
     free(bb);
-    free(ad);
     env_stop(&e);
 }
 
@@ -548,7 +547,6 @@ Test(auth, anonymous_upload_refused_before_the_body)
     cr_assert_eq(count_of(&e, "/v1/builds", "builds", ad), 0);
     cr_assert_eq(call(&e, "GET", "/healthz", NULL, NULL, NULL), 200, "still serving");
     free(body);
-    free(ad);
     env_stop(&e);
 }
 
@@ -603,8 +601,6 @@ Test(auth, secrets_never_logged_or_echoed)
     cr_assert_null(strcasestr(log, "Authorization:"), "an Authorization header in the log");
     free(log);
     free(minted);
-    free(ad);
-    free(sb);
     free(bb);
     free(job);
     env_stop(&e);
