@@ -10,8 +10,7 @@ struct cmp_cell *crec_cell(struct cmp_side *s, const char *model, const char *wi
                            const char *pass)
 {
     struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, model, width, pass, &c), 0, "%s/%s/%s", model, width,
-                 pass);
+    cr_assert_eq(cmp_side_add_cell(s, model, width, pass, &c), 0, "%s/%s/%s", model, width, pass);
     cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
     return c;
 }
