@@ -158,9 +158,14 @@ Test(devices, hip_probe_answers_without_gpu)
 
 /* ---- the daemon with the fake probe ---- */
 
+/* A test's capd and its probe's file, and the ids of the jobs submit
+ * gave it, which stop frees. */
+#define ENV_MAX_JOBS 8
 struct env {
     struct tu_capd c;
     char devfile[512];
+    char *jobs[ENV_MAX_JOBS];
+    int njobs;
 };
 
 static void write_file(const char *path, const char *text)
@@ -196,6 +201,7 @@ static void start(struct env *e, int devices, const char *platform, const char *
 {
     char *dir = tu_tmpdir();
     cr_assert_not_null(dir);
+    e->njobs = 0;
     snprintf(e->devfile, sizeof e->devfile, "%s/devices.json", dir);
     if (devices >= 0)
         write_devices(e, devices, platform);
@@ -218,6 +224,8 @@ static void start(struct env *e, int devices, const char *platform, const char *
 static void stop(struct env *e)
 {
     cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+    while (e->njobs > 0)
+        free(e->jobs[--e->njobs]);
 }
 
 static json_t *get_devices(struct env *e)
@@ -254,7 +262,7 @@ static json_t *refresh(struct env *e)
 }
 
 /* POSTs a job of MODELS (a JSON array text) x avx2 x PASSES; returns its
- * id or NULL, and the status. */
+ * id (valid until stop) or NULL, and the status. */
 static char *submit(struct env *e, const char *models, const char *passes, const char *device,
                     long *status, json_t **reply)
 {
@@ -265,6 +273,10 @@ static char *submit(struct env *e, const char *models, const char *passes, const
                          models, passes, device);
     const char *id = json_string_value(json_object_get(j, "id"));
     char *r = *status == 201 && id ? strdup(id) : NULL;
+    if (r) {
+        cr_assert_lt(e->njobs, ENV_MAX_JOBS, "a test submits at most %d jobs", ENV_MAX_JOBS);
+        e->jobs[e->njobs++] = r;
+    }
     if (reply)
         *reply = j;
     else
@@ -272,7 +284,8 @@ static char *submit(struct env *e, const char *models, const char *passes, const
     return r;
 }
 
-/* submit, asserting that the job is accepted (201); returns its id. */
+/* submit, asserting that the job is accepted (201); returns its id (valid
+ * until stop). */
 static char *submit_ok(struct env *e, const char *models, const char *passes, const char *device)
 {
     long st = 0;
@@ -361,7 +374,6 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
     json_decref(r);
     job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
     cr_assert_eq(st, 201, "CPU jobs are unaffected");
-    free(job);
     stop(&e);
 }
 
@@ -419,7 +431,6 @@ Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
     json_decref(j);
-    free(job);
     d = get_devices(&e);
     cr_assert_eq(jint(d, "free"), 1, "the device was given back");
     json_decref(d);
@@ -522,7 +533,6 @@ Test(devices, gpu_cell_sees_only_its_device)
                  "a CPU cell has no address-space cap by default (memory is limited as memory)");
     json_decref(echo);
     json_decref(j);
-    free(job);
     stop(&e);
 }
 
@@ -550,7 +560,6 @@ Test(devices, amd_visibility_stacks)
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     json_decref(env);
     json_decref(j);
-    free(job);
     stop(&e);
 }
 
@@ -602,8 +611,6 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     json_t *d = get_devices(&e);
     cr_assert_eq(jint(d, "free"), 1, "given back");
     json_decref(d);
-    free(a);
-    free(b);
     stop(&e);
 }
 
@@ -628,7 +635,6 @@ Test(devices, two_devices_two_cells_at_once)
     cr_assert(both, "both devices were in use at once");
     json_t *j = wait_ended(&e, a);
     json_decref(j);
-    free(a);
     stop(&e);
 }
 
@@ -654,8 +660,6 @@ Test(devices, gpu_cell_fails_when_the_devices_went_away)
     j = tu_wait_job(&e.c, cpu, 60);
     cr_assert_str_eq(s_(cell_of(j, 0), "state"), "ok");
     json_decref(j);
-    free(cpu);
-    free(gpu);
     stop(&e);
 }
 
@@ -703,7 +707,6 @@ Test(devices, replies_match_the_openapi_spec)
     }
     cr_assert(busy);
     json_decref(tu_wait_job(&e.c, job, 60));
-    free(job);
     char out[700];
     snprintf(out, sizeof out, "%s/checker.out", dir);
     int rc = tu_sh("/usr/bin/python3 '%s/tests/check_openapi.py' validate "
