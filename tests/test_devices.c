@@ -24,7 +24,8 @@
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-TestSuite(devices, .timeout = 120);
+static void devices_fini(void);
+TestSuite(devices, .timeout = 120, .fini = devices_fini);
 
 /* ---- the probe ---- */
 
@@ -228,6 +229,16 @@ static void stop(struct env *e)
         free(e->jobs[--e->njobs]);
 }
 
+/* The daemon tests' env: start fills it, and the suite's fini stops its
+ * capd (checking that it exits 0) even when the test failed. */
+static struct env dev;
+
+static void devices_fini(void)
+{
+    if (dev.c.pid > 0)
+        stop(&dev);
+}
+
 static json_t *get_devices(struct env *e)
 {
     long st = 0;
@@ -344,16 +355,15 @@ static json_t *cell_environ(struct env *e, const char *job, const char *cell)
 
 Test(devices, no_probe_means_no_gpu_not_an_error)
 {
-    struct env e;
     char *dir = tu_tmpdir();
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
     write_file(cfg, "{\"gpuinfo_bin\":\"/nonexistent/capd-gpuinfo\"}");
     const char *extra[] = {"--config", cfg, NULL};
-    cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0, "capd starts without a probe");
+    cr_assert_eq(tu_capd_start(&dev.c, dir, extra), 0, "capd starts without a probe");
     free(dir);
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
-    json_t *d = get_devices(&e);
+    cr_assert_eq(tu_fake_build(&dev.c, "fake", NULL), 201);
+    json_t *d = get_devices(&dev);
     cr_assert_eq(json_array_size(json_object_get(d, "devices")), 0);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert(strstr(s_(d, "reason"), "cannot run the GPU probe /nonexistent/capd-gpuinfo"), "%s",
@@ -363,7 +373,7 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
 
     long st = 0;
     json_t *r = NULL;
-    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, &r);
+    char *job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, &r);
     cr_assert_null(job);
     cr_assert_eq(st, 400);
     json_t *err = json_object_get(r, "error");
@@ -372,16 +382,14 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
     cr_assert(strstr(s_(err, "message"), "cannot run the GPU probe"), "the reason is given: %s",
               s_(err, "message"));
     json_decref(r);
-    job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
+    job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
     cr_assert_eq(st, 201, "CPU jobs are unaffected");
-    stop(&e);
 }
 
 Test(devices, lists_what_the_probe_found)
 {
-    struct env e;
-    start(&e, 2, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, 2, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 2);
     cr_assert_eq(jint(d, "free"), 2);
     cr_assert(json_is_null(json_object_get(d, "reason")));
@@ -396,7 +404,7 @@ Test(devices, lists_what_the_probe_found)
     json_decref(d);
     /* The probe ran once, with the device order pinned to PCI bus order. */
     char runs[600], line[256];
-    snprintf(runs, sizeof runs, "%s.runs", e.devfile);
+    snprintf(runs, sizeof runs, "%s.runs", dev.devfile);
     FILE *f = fopen(runs, "r");
     cr_assert_not_null(f);
     int n = 0;
@@ -406,41 +414,37 @@ Test(devices, lists_what_the_probe_found)
     }
     fclose(f);
     cr_assert_eq(n, 1, "one probe at start-up");
-    stop(&e);
 }
 
 Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
 {
-    struct env e;
-    start(&e, 0, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, 0, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
     long st = 0;
-    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
+    char *job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
     cr_assert_eq(st, 400, "no GPU yet");
 
-    write_devices(&e, 1, "nvidia");
-    d = refresh(&e);
+    write_devices(&dev, 1, "nvidia");
+    d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 1);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     json_decref(d);
-    job = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
-    json_t *j = wait_ended(&e, job);
+    job = submit_ok(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
+    json_t *j = wait_ended(&dev, job);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
     json_decref(j);
-    d = get_devices(&e);
+    d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "the device was given back");
     json_decref(d);
-    stop(&e);
 }
 
 Test(devices, a_failed_refresh_keeps_the_list)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
+    start(&dev, 1, "nvidia", "");
     static const struct {
         const char *file, *want;
     } cases[] = {
@@ -454,66 +458,62 @@ Test(devices, a_failed_refresh_keeps_the_list)
         {"{\"devices\":{}}", "devices array"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        write_file(e.devfile, cases[i].file);
-        json_t *d = refresh(&e);
+        write_file(dev.devfile, cases[i].file);
+        json_t *d = refresh(&dev);
         cr_assert(strstr(s_(d, "probe_error"), cases[i].want), "%s: probe_error is %s",
                   cases[i].file, s_(d, "probe_error"));
         cr_assert_eq(jint(d, "count"), 1, "%s: the last good list stays", cases[i].file);
         json_decref(d);
     }
     /* A good answer clears the error, and an empty one is an answer. */
-    write_devices(&e, 0, "nvidia");
-    json_t *d = refresh(&e);
+    write_devices(&dev, 0, "nvidia");
+    json_t *d = refresh(&dev);
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
-    stop(&e);
 }
 
 Test(devices, a_broken_probe_at_start_up_is_the_reason)
 {
-    struct env e;
-    start(&e, -2, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, -2, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert(strstr(s_(d, "reason"), "probe output is not JSON"), "%s", s_(d, "reason"));
     cr_assert(strstr(s_(d, "probe_error"), "probe output is not JSON"));
     json_decref(d);
-    write_devices(&e, 1, "nvidia");
-    d = refresh(&e);
+    write_devices(&dev, 1, "nvidia");
+    d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 1);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
     json_decref(d);
-    stop(&e);
 }
 
 Test(devices, gpu_cell_sees_only_its_device)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
+    start(&dev, 1, "nvidia", "");
     /* A build variable must not move the cell to another device. */
-    cr_assert_eq(tu_fake_build(&e.c, "fake2", "{\"CUDA_VISIBLE_DEVICES\":\"7\"}"), 201);
+    cr_assert_eq(tu_fake_build(&dev.c, "fake2", "{\"CUDA_VISIBLE_DEVICES\":\"7\"}"), 201);
     long st = 0;
-    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &st,
+    json_t *j = tu_jsonf(&dev.c, "POST", "/v1/jobs", &st,
                          "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake2\","
                          "\"matrix\":{\"models\":[\"fake:echo_env\"],\"widths\":[\"avx2\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"device\":\"gpu\"}}");
     cr_assert_eq(st, 201);
     char *job = strdup(s_(j, "id"));
     json_decref(j);
-    j = tu_wait_job(&e.c, job, 60);
+    j = tu_wait_job(&dev.c, job, 60);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
-    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    json_t *env = cell_environ(&dev, job, s_(cell, "id"));
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
     json_decref(env);
     /* GPU runtimes reserve address space for all memory: no RLIMIT_AS. */
-    json_t *echo = cell_echo(&e, job, s_(cell, "id"));
+    json_t *echo = cell_echo(&dev, job, s_(cell, "id"));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
                  "a GPU cell has no address-space cap");
     json_decref(echo);
@@ -521,29 +521,27 @@ Test(devices, gpu_cell_sees_only_its_device)
     free(job);
 
     /* A CPU cell gets none of them from capd. */
-    job = submit(&e, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
-    j = tu_wait_job(&e.c, job, 60);
+    job = submit(&dev, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
+    j = tu_wait_job(&dev.c, job, 60);
     cell = cell_of(j, 0);
-    env = cell_environ(&e, job, s_(cell, "id"));
+    env = cell_environ(&dev, job, s_(cell, "id"));
     cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
     json_decref(env);
-    echo = cell_echo(&e, job, s_(cell, "id"));
+    echo = cell_echo(&dev, job, s_(cell, "id"));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
                  "a CPU cell has no address-space cap by default (memory is limited as memory)");
     json_decref(echo);
     json_decref(j);
-    stop(&e);
 }
 
 /* On AMD the visibility layers stack: ROCr picks the device, and HIP and
  * CUDA then see it as device 0. */
 Test(devices, amd_visibility_stacks)
 {
-    struct env e;
-    start(&e, 2, "amd", "\"max_parallel\":2");
-    char *job = submit_ok(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu");
-    json_t *j = tu_wait_job(&e.c, job, 60);
+    start(&dev, 2, "amd", "\"max_parallel\":2");
+    char *job = submit_ok(&dev, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu");
+    json_t *j = tu_wait_job(&dev.c, job, 60);
     json_t *cell = NULL;
     size_t i;
     json_t *c;
@@ -553,14 +551,13 @@ Test(devices, amd_visibility_stacks)
         if (strcmp(s_(c, "model"), "fake:echo_env") == 0)
             cell = c;
     }
-    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    json_t *env = cell_environ(&dev, job, s_(cell, "id"));
     /* The slow cell took device 0 first, so echo_env ran on device 1. */
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "1");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     json_decref(env);
     json_decref(j);
-    stop(&e);
 }
 
 /*
@@ -570,15 +567,14 @@ Test(devices, amd_visibility_stacks)
  */
 Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "\"max_parallel\":3");
-    char *a = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu");
-    char *b = submit_ok(&e, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu");
+    start(&dev, 1, "nvidia", "\"max_parallel\":3");
+    char *a = submit_ok(&dev, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu");
+    char *b = submit_ok(&dev, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu");
 
     /* While A runs, the device is in use by one of its cells. */
     bool seen_busy = false;
     for (int i = 0; i < 100 && !seen_busy; i++) {
-        json_t *d = get_devices(&e);
+        json_t *d = get_devices(&dev);
         json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
         if (json_is_true(json_object_get(d0, "in_use"))) {
             seen_busy = true;
@@ -590,7 +586,7 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     }
     cr_assert(seen_busy, "the device was seen in use");
 
-    json_t *ja = wait_ended(&e, a), *jb = wait_ended(&e, b);
+    json_t *ja = wait_ended(&dev, a), *jb = wait_ended(&dev, b);
     json_t *c0 = cell_of(ja, 0);
     json_t *c1 = cell_of(ja, 1);
     json_t *cb = cell_of(jb, 0);
@@ -608,21 +604,19 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     cr_assert_lt(sb, second_end);
     json_decref(ja);
     json_decref(jb);
-    json_t *d = get_devices(&e);
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "given back");
     json_decref(d);
-    stop(&e);
 }
 
 /* Two devices: two GPU cells run at once, each on its own device. */
 Test(devices, two_devices_two_cells_at_once)
 {
-    struct env e;
-    start(&e, 2, "nvidia", "\"max_parallel\":2");
-    char *a = submit_ok(&e, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu");
+    start(&dev, 2, "nvidia", "\"max_parallel\":2");
+    char *a = submit_ok(&dev, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu");
     bool both = false;
     for (int i = 0; i < 100 && !both; i++) {
-        json_t *d = get_devices(&e);
+        json_t *d = get_devices(&dev);
         both = jint(d, "free") == 0;
         if (both) {
             json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
@@ -633,9 +627,8 @@ Test(devices, two_devices_two_cells_at_once)
         usleep(20 * 1000);
     }
     cr_assert(both, "both devices were in use at once");
-    json_t *j = wait_ended(&e, a);
+    json_t *j = wait_ended(&dev, a);
     json_decref(j);
-    stop(&e);
 }
 
 /* A GPU job accepted while a device existed, whose device is gone when its
@@ -643,24 +636,22 @@ Test(devices, two_devices_two_cells_at_once)
  * forever. */
 Test(devices, gpu_cell_fails_when_the_devices_went_away)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
-    char *cpu = submit_ok(&e, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu");
-    char *gpu = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
-    write_devices(&e, 0, "nvidia");
-    json_t *d = refresh(&e);
+    start(&dev, 1, "nvidia", "");
+    char *cpu = submit_ok(&dev, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu");
+    char *gpu = submit_ok(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
+    write_devices(&dev, 0, "nvidia");
+    json_t *d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     json_decref(d);
-    json_t *j = wait_ended(&e, gpu);
+    json_t *j = wait_ended(&dev, gpu);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "failed");
     cr_assert(strstr(s_(cell, "reason"), "no GPU device (fake: no device)"), "%s",
               s_(cell, "reason"));
     json_decref(j);
-    j = tu_wait_job(&e.c, cpu, 60);
+    j = tu_wait_job(&dev.c, cpu, 60);
     cr_assert_str_eq(s_(cell_of(j, 0), "state"), "ok");
     json_decref(j);
-    stop(&e);
 }
 
 /* Writes one reply as a sample for tests/check_openapi.py validate. */
@@ -679,26 +670,25 @@ static void sample(const char *dir, int n, const char *method, const char *route
  * schema/openapi.yaml. */
 Test(devices, replies_match_the_openapi_spec)
 {
-    struct env e;
-    start(&e, 0, "nvidia", "");
+    start(&dev, 0, "nvidia", "");
     char *dir = tu_tmpdir();
     int n = 0;
-    json_t *d = get_devices(&e);
+    json_t *d = get_devices(&dev);
     sample(dir, n++, "GET", "/v1/devices", 200, d);
     json_decref(d);
-    write_devices(&e, 1, "amd");
+    write_devices(&dev, 1, "amd");
     long st = 0;
-    json_t *r = tu_json(&e.c, "POST", "/v1/devices/refresh", NULL, &st);
+    json_t *r = tu_json(&dev.c, "POST", "/v1/devices/refresh", NULL, &st);
     cr_assert_eq(st, 202);
     sample(dir, n++, "POST", "/v1/devices/refresh", st, r);
     json_decref(r);
-    d = refresh(&e);
+    d = refresh(&dev);
     sample(dir, n++, "GET", "/v1/devices", 200, d);
     json_decref(d);
-    char *job = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu");
+    char *job = submit_ok(&dev, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu");
     bool busy = false;
     for (int i = 0; i < 100 && !busy; i++) {
-        d = get_devices(&e);
+        d = get_devices(&dev);
         busy = jint(d, "free") == 0;
         if (busy)
             sample(dir, n++, "GET", "/v1/devices", 200, d);
@@ -706,7 +696,7 @@ Test(devices, replies_match_the_openapi_spec)
         usleep(20 * 1000);
     }
     cr_assert(busy);
-    json_decref(tu_wait_job(&e.c, job, 60));
+    json_decref(tu_wait_job(&dev.c, job, 60));
     char out[700];
     snprintf(out, sizeof out, "%s/checker.out", dir);
     int rc = tu_sh("/usr/bin/python3 '%s/tests/check_openapi.py' validate "
@@ -717,5 +707,4 @@ Test(devices, replies_match_the_openapi_spec)
     cr_assert_eq(rc, 0, "replies of /v1/devices that do not match schema/openapi.yaml");
     tu_sh("rm -rf '%s'", dir);
     free(dir);
-    stop(&e);
 }
