@@ -53,12 +53,21 @@ static const char *s_(json_t *o, const char *k)
     return v ? v : "";
 }
 
-Test(devices, fakecuda_probe_without_device)
+/* Runs the fake CUDA probe with the shell variables VARS; it must exit 0
+ * (no device, or no driver, is an answer, not an error). Returns its JSON. */
+static json_t *run_fakecuda(const char *vars)
 {
     char *probe = tu_helper("capd-gpuinfo-fakecuda");
     int rc = -1;
-    json_t *j = run_probe("", probe, &rc);
-    cr_assert_eq(rc, 0, "no device is not an error");
+    json_t *j = run_probe(vars, probe, &rc);
+    cr_assert_eq(rc, 0, "capd-gpuinfo-fakecuda with '%s' exits 0", vars);
+    free(probe);
+    return j;
+}
+
+Test(devices, fakecuda_probe_without_device)
+{
+    json_t *j = run_fakecuda("");
     cr_assert_str_eq(s_(j, "probe"), "capd-gpuinfo");
     cr_assert_str_eq(s_(j, "runtime"), "cuda");
     cr_assert_str_eq(s_(j, "platform"), "nvidia");
@@ -67,32 +76,24 @@ Test(devices, fakecuda_probe_without_device)
     cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
     cr_assert_str_eq(s_(j, "reason"), "cudaErrorNoDevice: no CUDA-capable device is detected");
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_without_driver)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
-    json_t *j = run_probe("FAKE_CUDA_NO_DRIVER=1", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_NO_DRIVER=1");
     cr_assert(json_is_null(json_object_get(j, "driver_version")));
     cr_assert(json_is_null(json_object_get(j, "driver_version_raw")));
     cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
     cr_assert(strstr(s_(j, "reason"), "cudaErrorInsufficientDriver") != NULL, "%s",
               s_(j, "reason"));
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_lists_devices)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
     /* A name with a quote, a backslash and a tab must still give JSON. */
     setenv("FAKE_CUDA_NAME", "Fake \"H\\200\t", 1);
-    json_t *j = run_probe("FAKE_CUDA_DEVICES=2", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_DEVICES=2");
     json_t *devs = json_object_get(j, "devices");
     cr_assert_eq(json_array_size(devs), 2);
     cr_assert(json_is_null(json_object_get(j, "reason")));
@@ -117,15 +118,11 @@ Test(devices, fakecuda_probe_lists_devices)
     cr_assert_str_eq(s_(json_array_get(devs, 1), "uuid"),
                      "GPU-01020304-0506-0708-090a-0b0c0d0e0f10");
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_half_described_device)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
-    json_t *j = run_probe("FAKE_CUDA_DEVICES=1 FAKE_CUDA_MEMINFO_FAILS=1", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_DEVICES=1 FAKE_CUDA_MEMINFO_FAILS=1");
     json_t *d = json_array_get(json_object_get(j, "devices"), 0);
     cr_assert_not_null(d, "the device is still listed");
     cr_assert(json_is_null(json_object_get(d, "free_memory_bytes")));
@@ -133,7 +130,6 @@ Test(devices, fakecuda_probe_half_described_device)
                  "total falls back to the properties");
     cr_assert(strstr(s_(d, "error"), "cudaErrorInvalidValue") != NULL, "%s", s_(d, "error"));
     json_decref(j);
-    free(probe);
 }
 
 /* The HIP build, when this host could build it (libamdhip64-dev). CI has
