@@ -60,17 +60,20 @@ static void env_stop(struct af_env *e)
     if (e->c.pid > 0)
         cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
     tu_sh("rm -rf '%s'", e->dir);
+    e->dir[0] = '\0';
     while (ntokens > 0)
         free(tokens[--ntokens]);
 }
 
-/* The test's env: env_init fills it, and the suites' fini stops its capd
- * (checking that it exits 0) and removes its dir even when the test
- * failed. */
+/* The test's env: env_init fills it and each test ends with env_stop
+ * (which checks that capd exits 0); the suites' fini stops and removes
+ * what a failed test left. */
 static struct af_env ae;
 
 static void env_fini(void)
 {
+    if (ae.c.pid > 0)
+        tu_capd_stop(&ae.c);
     if (ae.dir[0])
         env_stop(&ae);
 }
@@ -313,6 +316,7 @@ Test(tokens, create_check_revoke_expire_in_the_store)
     char *got = tu_slurp(out);
     cr_assert(strncmp(got, h, 64) == 0, "stored %s, want %s", got, h);
     free(got);
+    env_stop(&ae);
 }
 
 /* ===================================================== the CLI */
@@ -356,6 +360,7 @@ Test(tokens, capd_token_cli)
     cr_assert_eq(call(&ae, "GET", "/v1/builds", t, NULL, "unauthorized"), 401);
     char *t2 = make_token(&ae, "read", NULL); /* while capd runs */
     cr_assert_eq(call(&ae, "GET", "/v1/builds", t2, NULL, NULL), 200);
+    env_stop(&ae);
 }
 
 /* ===================================================== scopes over HTTP */
@@ -432,6 +437,7 @@ Test(auth, scopes_gate_every_route)
     tu_resp_free(&r);
     free(bb);
     free(job);
+    env_stop(&ae);
 }
 
 Test(auth, tokens_api_create_use_revoke)
@@ -465,6 +471,7 @@ Test(auth, tokens_api_create_use_revoke)
     tu_resp_free(&r);
     cr_assert_eq(call(&ae, "DELETE", "/v1/tokens/t000000000000", ad, NULL, "not_found"), 404);
     json_decref(j);
+    env_stop(&ae);
 }
 
 Test(auth, expired_token_is_refused)
@@ -477,6 +484,7 @@ Test(auth, expired_token_is_refused)
     cr_assert_eq(req(&ae, "GET", "/v1/builds", t, NULL, &r), 401);
     cr_assert(strstr(r.body, "expired"), "%s", r.body);
     tu_resp_free(&r);
+    env_stop(&ae);
 }
 
 /* A submit token cancels its own jobs only; admin cancels any. */
@@ -505,6 +513,7 @@ Test(auth, submit_token_cancels_only_its_own_jobs)
     free(bb);
     free(ja);
     free(jb);
+    env_stop(&ae);
 }
 
 Test(auth, public_reads_and_disabled_auth)
@@ -526,6 +535,7 @@ Test(auth, public_reads_and_disabled_auth)
     cr_assert_eq(call(&ae, "POST", "/v1/builds", NULL, bb, NULL), 201);
     cr_assert_eq(call(&ae, "GET", "/v1/builds", "garbage", NULL, NULL), 200);
     free(bb);
+    env_stop(&ae);
 }
 
 /* A write without a token is refused before its body is read: a 512 KiB
@@ -548,6 +558,7 @@ Test(auth, anonymous_upload_refused_before_the_body)
     cr_assert_eq(count_of(&ae, "/v1/builds", "builds", ad), 0);
     cr_assert_eq(call(&ae, "GET", "/healthz", NULL, NULL, NULL), 200, "still serving");
     free(body);
+    env_stop(&ae);
 }
 
 /* ===================================================== secrets */
@@ -602,6 +613,7 @@ Test(auth, secrets_never_logged_or_echoed)
     free(minted);
     free(bb);
     free(job);
+    env_stop(&ae);
 }
 
 /* ===================================================== what a job runs as */
@@ -757,6 +769,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
     }
     json_decref(j);
     free(job);
+    env_stop(&ae);
 }
 
 Test(runas, unknown_user_refused_at_start)
@@ -779,4 +792,5 @@ Test(runas, unknown_user_refused_at_start)
         cr_assert(strstr(err, "listening"), "ignored when not root: %s", err);
     }
     free(err);
+    env_stop(&ae);
 }

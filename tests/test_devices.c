@@ -225,14 +225,15 @@ static void stop(struct env *e)
         free(e->jobs[--e->njobs]);
 }
 
-/* The daemon tests' env: start fills it, and the suite's fini stops its
- * capd (checking that it exits 0) even when the test failed. */
+/* The daemon tests' env: start fills it and each test stops it (checking
+ * that capd exits 0); the suite's fini stops a capd a failed test left
+ * running. */
 static struct env dev;
 
 static void devices_fini(void)
 {
     if (dev.c.pid > 0)
-        stop(&dev);
+        tu_capd_stop(&dev.c);
 }
 
 static json_t *get_devices(struct env *e)
@@ -380,6 +381,7 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
     json_decref(r);
     job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
     cr_assert_eq(st, 201, "CPU jobs are unaffected");
+    stop(&dev);
 }
 
 Test(devices, lists_what_the_probe_found)
@@ -410,6 +412,7 @@ Test(devices, lists_what_the_probe_found)
     }
     fclose(f);
     cr_assert_eq(n, 1, "one probe at start-up");
+    stop(&dev);
 }
 
 Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
@@ -436,6 +439,7 @@ Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
     d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "the device was given back");
     json_decref(d);
+    stop(&dev);
 }
 
 Test(devices, a_failed_refresh_keeps_the_list)
@@ -468,6 +472,7 @@ Test(devices, a_failed_refresh_keeps_the_list)
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
+    stop(&dev);
 }
 
 Test(devices, a_broken_probe_at_start_up_is_the_reason)
@@ -484,6 +489,7 @@ Test(devices, a_broken_probe_at_start_up_is_the_reason)
     cr_assert(json_is_null(json_object_get(d, "reason")));
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
     json_decref(d);
+    stop(&dev);
 }
 
 Test(devices, gpu_cell_sees_only_its_device)
@@ -529,6 +535,7 @@ Test(devices, gpu_cell_sees_only_its_device)
                  "a CPU cell has no address-space cap by default (memory is limited as memory)");
     json_decref(echo);
     json_decref(j);
+    stop(&dev);
 }
 
 /* On AMD the visibility layers stack: ROCr picks the device, and HIP and
@@ -554,6 +561,7 @@ Test(devices, amd_visibility_stacks)
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     json_decref(env);
     json_decref(j);
+    stop(&dev);
 }
 
 /*
@@ -603,6 +611,7 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "given back");
     json_decref(d);
+    stop(&dev);
 }
 
 /* Two devices: two GPU cells run at once, each on its own device. */
@@ -625,6 +634,7 @@ Test(devices, two_devices_two_cells_at_once)
     cr_assert(both, "both devices were in use at once");
     json_t *j = wait_ended(&dev, a);
     json_decref(j);
+    stop(&dev);
 }
 
 /* A GPU job accepted while a device existed, whose device is gone when its
@@ -648,6 +658,7 @@ Test(devices, gpu_cell_fails_when_the_devices_went_away)
     j = tu_wait_job(&dev.c, cpu, 60);
     cr_assert_str_eq(s_(cell_of(j, 0), "state"), "ok");
     json_decref(j);
+    stop(&dev);
 }
 
 /* Writes one reply as a sample for tests/check_openapi.py validate. */
@@ -703,4 +714,5 @@ Test(devices, replies_match_the_openapi_spec)
     cr_assert_eq(rc, 0, "replies of /v1/devices that do not match schema/openapi.yaml");
     tu_sh("rm -rf '%s'", dir);
     free(dir);
+    stop(&dev);
 }
