@@ -49,16 +49,43 @@ static void env_start(struct af_env *e, const char *config_json, const char *ext
     af_start_capd(&e->c, e->dir, extra);
 }
 
+/* Every token make_token hands out in the running test, freed by
+ * env_stop: a test reads its tokens until its capd stops. */
+#define MAX_TEST_TOKENS 8
+static char *tokens[MAX_TEST_TOKENS];
+static int ntokens;
+
 static void env_stop(struct af_env *e)
 {
     if (e->c.pid > 0)
         cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
     tu_sh("rm -rf '%s'", e->dir);
+    e->dir[0] = '\0';
+    while (ntokens > 0)
+        free(tokens[--ntokens]);
 }
 
-/* `capd token create`; returns the malloc'd token (NULL on failure). */
+/* The test's env: env_init fills it and each test ends with env_stop
+ * (which checks that capd exits 0); the suites' fini stops and removes
+ * what a failed test left. */
+static struct af_env ae;
+
+static void env_fini(void)
+{
+    if (ae.c.pid > 0)
+        tu_capd_stop(&ae.c);
+    if (ae.dir[0])
+        env_stop(&ae);
+}
+
+TestSuite(tokens, .fini = env_fini);
+TestSuite(auth, .fini = env_fini);
+TestSuite(runas, .fini = env_fini);
+
+/* `capd token create`; returns the token, valid until env_stop. */
 static char *make_token(const struct af_env *e, const char *scope, const char *expires)
 {
+    cr_assert_lt(ntokens, MAX_TEST_TOKENS, "a test makes at most %d tokens", MAX_TEST_TOKENS);
     char out[400];
     snprintf(out, sizeof out, "%s/token.%s.out", e->dir, scope);
     int rc = tu_sh("'%s' token create --data-dir '%s' --scope %s --name t-%s%s%s >'%s' 2>/dev/null",
@@ -71,11 +98,12 @@ static char *make_token(const struct af_env *e, const char *scope, const char *e
     cr_assert_not_null(nl, "one line: %s", t);
     *nl = 0;
     cr_assert_eq(strlen(t), STORE_TOKEN_LEN, "token shape: %s", t);
+    tokens[ntokens++] = t;
     return t;
 }
 
 /* Initialises E, makes one token per SCOPE of the NULL-terminated pairs
- * (scope, char **token: owned by the caller) that follow, then starts capd
+ * (scope, char **token: valid until env_stop) that follow, then starts capd
  * with CONFIG_JSON and LOG_LEVEL (may be NULL) as env_start does. */
 static void start_with_tokens(struct af_env *e, const char *config_json, const char *log_level, ...)
 {
@@ -218,12 +246,11 @@ Test(sha256, fips_180_examples_and_padding_boundaries)
 
 Test(tokens, create_check_revoke_expire_in_the_store)
 {
-    struct af_env e;
-    env_init(&e);
-    mkdir(e.data, 0700);
+    env_init(&ae);
+    mkdir(ae.data, 0700);
     struct store *s = NULL;
     char *err = NULL;
-    cr_assert_eq(store_open(e.data, true, &s, &err), 0, "%s", err ? err : "");
+    cr_assert_eq(store_open(ae.data, true, &s, &err), 0, "%s", err ? err : "");
     char tok[STORE_TOKEN_LEN + 1], id[16];
     int scope = -1;
     json_t *info = NULL;
@@ -276,41 +303,40 @@ Test(tokens, create_check_revoke_expire_in_the_store)
 
     /* Only hashes reach the disk: no file of the database holds a secret,
      * and the stored hash is SHA-256 of the whole token. */
-    cr_assert_neq(tu_sh("cat '%s'/capd.db* | grep -q -a '%s'", e.data, tok2 + 19), 0,
+    cr_assert_neq(tu_sh("cat '%s'/capd.db* | grep -q -a '%s'", ae.data, tok2 + 19), 0,
                   "a secret is stored in clear");
     unsigned char d[32];
     char h[65], out[400];
     store_sha256(tok2, strlen(tok2), d);
     hex(d, h);
-    snprintf(out, sizeof out, "%s/hash.out", e.dir);
+    snprintf(out, sizeof out, "%s/hash.out", ae.dir);
     cr_assert_eq(tu_sh("sqlite3 '%s/capd.db' \"SELECT hash FROM tokens WHERE scope='read'\" >'%s'",
-                       e.data, out),
+                       ae.data, out),
                  0);
     char *got = tu_slurp(out);
     cr_assert(strncmp(got, h, 64) == 0, "stored %s, want %s", got, h);
     free(got);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 /* ===================================================== the CLI */
 
 Test(tokens, capd_token_cli)
 {
-    struct af_env e;
-    env_init(&e);
+    env_init(&ae);
     const char *capd = tu_bin("CAPD_BIN");
     cr_assert_eq(
-        tu_sh("'%s' token create --data-dir '%s' --scope root >/dev/null 2>&1", capd, e.data), 2,
+        tu_sh("'%s' token create --data-dir '%s' --scope root >/dev/null 2>&1", capd, ae.data), 2,
         "unknown scope is a usage error");
     cr_assert_eq(tu_sh("'%s' token create --data-dir '%s' --scope read --expires 5x "
                        ">/dev/null 2>&1",
-                       capd, e.data),
+                       capd, ae.data),
                  2, "bad duration");
-    cr_assert_eq(tu_sh("'%s' token frobnicate --data-dir '%s' >/dev/null 2>&1", capd, e.data), 2);
-    char *t = make_token(&e, "admin", "30d");
+    cr_assert_eq(tu_sh("'%s' token frobnicate --data-dir '%s' >/dev/null 2>&1", capd, ae.data), 2);
+    char *t = make_token(&ae, "admin", "30d");
     char out[400];
-    snprintf(out, sizeof out, "%s/list.out", e.dir);
-    cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' >'%s'", capd, e.data, out), 0);
+    snprintf(out, sizeof out, "%s/list.out", ae.dir);
+    cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' >'%s'", capd, ae.data, out), 0);
     char *list = tu_slurp(out);
     char id[14];
     memcpy(id, t + 5, 13);
@@ -319,41 +345,39 @@ Test(tokens, capd_token_cli)
     cr_assert(strstr(list, "admin") && strstr(list, "active"), "%s", list);
     cr_assert_null(strstr(list, t + 19), "list must never show a secret");
     free(list);
-    cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' t000000000000 2>/dev/null", capd, e.data),
-                 1, "unknown id");
-    cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' %s 2>/dev/null", capd, e.data, id), 0);
-    cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' --json >'%s'", capd, e.data, out), 0);
+    cr_assert_eq(
+        tu_sh("'%s' token revoke --data-dir '%s' t000000000000 2>/dev/null", capd, ae.data), 1,
+        "unknown id");
+    cr_assert_eq(tu_sh("'%s' token revoke --data-dir '%s' %s 2>/dev/null", capd, ae.data, id), 0);
+    cr_assert_eq(tu_sh("'%s' token list --data-dir '%s' --json >'%s'", capd, ae.data, out), 0);
     json_t *j = json_load_file(out, 0, NULL);
     json_t *t0 = json_array_get(json_object_get(j, "tokens"), 0);
     cr_assert(json_is_string(json_object_get(t0, "revoked_at")), "revoked_at is set");
     json_decref(j);
 
     /* The revoked token no longer opens anything on a running capd. */
-    env_start(&e, "{\"auth_required\": true}", NULL);
-    cr_assert_eq(call(&e, "GET", "/v1/builds", t, NULL, "unauthorized"), 401);
-    char *t2 = make_token(&e, "read", NULL); /* while capd runs */
-    cr_assert_eq(call(&e, "GET", "/v1/builds", t2, NULL, NULL), 200);
-    free(t);
-    free(t2);
-    env_stop(&e);
+    env_start(&ae, "{\"auth_required\": true}", NULL);
+    cr_assert_eq(call(&ae, "GET", "/v1/builds", t, NULL, "unauthorized"), 401);
+    char *t2 = make_token(&ae, "read", NULL); /* while capd runs */
+    cr_assert_eq(call(&ae, "GET", "/v1/builds", t2, NULL, NULL), 200);
+    env_stop(&ae);
 }
 
 /* ===================================================== scopes over HTTP */
 
 Test(auth, scopes_gate_every_route)
 {
-    struct af_env e;
     char *rd, *sb, *ad;
-    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "read", &rd, "submit", &sb, "admin",
+    start_with_tokens(&ae, "{\"auth_required\": true}", NULL, "read", &rd, "submit", &sb, "admin",
                       &ad, NULL);
 
     /* /healthz is always open, even with a bad token. */
-    cr_assert_eq(call(&e, "GET", "/healthz", NULL, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "GET", "/healthz", "nonsense", NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/healthz", NULL, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/healthz", "nonsense", NULL, NULL), 200);
 
     /* No token: 401 with the challenge. */
     struct tu_resp r;
-    cr_assert_eq(req(&e, "GET", "/v1/builds", NULL, NULL, &r), 401);
+    cr_assert_eq(req(&ae, "GET", "/v1/builds", NULL, NULL, &r), 401);
     cr_assert(strcasestr(r.headers, "WWW-Authenticate: Bearer realm=\"capd\""), "%s", r.headers);
     json_t *j = json_loadb(r.body, r.len, 0, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
@@ -364,74 +388,70 @@ Test(auth, scopes_gate_every_route)
     char wrong[STORE_TOKEN_LEN + 1];
     snprintf(wrong, sizeof wrong, "%s", ad);
     wrong[STORE_TOKEN_LEN - 1] = wrong[STORE_TOKEN_LEN - 1] == 'a' ? 'b' : 'a';
-    cr_assert_eq(req(&e, "GET", "/v1/builds", wrong, NULL, &r), 401);
+    cr_assert_eq(req(&ae, "GET", "/v1/builds", wrong, NULL, &r), 401);
     cr_assert(strcasestr(r.headers, "error=\"invalid_token\""), "%s", r.headers);
     tu_resp_free(&r);
     const char *basic[] = {"Authorization: Basic YWRtaW46YWRtaW4=", NULL};
-    tu_http(&e.c, "GET", "/v1/builds", NULL, 0, basic, &r);
+    tu_http(&ae.c, "GET", "/v1/builds", NULL, 0, basic, &r);
     cr_assert_eq(r.status, 401);
     cr_assert(strcasestr(r.headers, "error=\"invalid_request\""), "%s", r.headers);
     tu_resp_free(&r);
 
     /* Reads need read. */
-    cr_assert_eq(call(&e, "GET", "/v1/builds", rd, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "GET", "/v1/jobs", sb, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "GET", "/v1/models", ad, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/builds", rd, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/jobs", sb, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/models", ad, NULL, NULL), 200);
 
     /* Builds are admin's; refused writes store nothing. */
-    char *bb = build_body(&e, "fake");
-    cr_assert_eq(call(&e, "POST", "/v1/builds", NULL, bb, "unauthorized"), 401);
-    cr_assert_eq(call(&e, "POST", "/v1/builds", rd, bb, "forbidden"), 403);
-    cr_assert_eq(call(&e, "POST", "/v1/builds", sb, bb, "forbidden"), 403);
-    cr_assert_eq(call(&e, "PUT", "/v1/builds/fake", sb, bb, "forbidden"), 403);
-    cr_assert_eq(count_of(&e, "/v1/builds", "builds", rd), 0, "refused writes stored a build");
-    cr_assert_eq(call(&e, "POST", "/v1/builds", ad, bb, NULL), 201);
+    char *bb = build_body(&ae, "fake");
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", NULL, bb, "unauthorized"), 401);
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", rd, bb, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", sb, bb, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "PUT", "/v1/builds/fake", sb, bb, "forbidden"), 403);
+    cr_assert_eq(count_of(&ae, "/v1/builds", "builds", rd), 0, "refused writes stored a build");
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", ad, bb, NULL), 201);
 
     /* Branches are admin's. */
     const char *br = "{\"control_commit\":\"abcdef1\"}";
-    cr_assert_eq(call(&e, "PUT", "/v1/branches/main", sb, br, "forbidden"), 403);
-    cr_assert_eq(call(&e, "GET", "/v1/branches/main", rd, NULL, "not_found"), 404);
-    cr_assert_eq(call(&e, "PUT", "/v1/branches/main", ad, br, NULL), 200);
+    cr_assert_eq(call(&ae, "PUT", "/v1/branches/main", sb, br, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "GET", "/v1/branches/main", rd, NULL, "not_found"), 404);
+    cr_assert_eq(call(&ae, "PUT", "/v1/branches/main", ad, br, NULL), 200);
 
     /* Jobs need submit. */
-    cr_assert_eq(call(&e, "POST", "/v1/jobs", NULL, job_hang, "unauthorized"), 401);
-    cr_assert_eq(call(&e, "POST", "/v1/jobs", wrong, job_hang, "unauthorized"), 401);
-    cr_assert_eq(call(&e, "POST", "/v1/jobs", rd, job_hang, "forbidden"), 403);
-    cr_assert_eq(count_of(&e, "/v1/jobs", "jobs", rd), 0, "refused posts stored a job");
-    char *job = post_job(&e, sb, job_hang);
+    cr_assert_eq(call(&ae, "POST", "/v1/jobs", NULL, job_hang, "unauthorized"), 401);
+    cr_assert_eq(call(&ae, "POST", "/v1/jobs", wrong, job_hang, "unauthorized"), 401);
+    cr_assert_eq(call(&ae, "POST", "/v1/jobs", rd, job_hang, "forbidden"), 403);
+    cr_assert_eq(count_of(&ae, "/v1/jobs", "jobs", rd), 0, "refused posts stored a job");
+    char *job = post_job(&ae, sb, job_hang);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
-    cr_assert_eq(call(&e, "POST", path, rd, "{}", "forbidden"), 403);
-    cr_assert_eq(call(&e, "POST", path, sb, "{}", NULL), 202);
+    cr_assert_eq(call(&ae, "POST", path, rd, "{}", "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", path, sb, "{}", NULL), 202);
 
     /* Tokens are admin's, reads included. */
-    cr_assert_eq(call(&e, "GET", "/v1/tokens", sb, NULL, "forbidden"), 403);
-    cr_assert_eq(call(&e, "GET", "/v1/tokens", rd, NULL, "forbidden"), 403);
-    cr_assert_eq(req(&e, "GET", "/v1/tokens", ad, NULL, &r), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/tokens", sb, NULL, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "GET", "/v1/tokens", rd, NULL, "forbidden"), 403);
+    cr_assert_eq(req(&ae, "GET", "/v1/tokens", ad, NULL, &r), 200);
     cr_assert_null(strstr(r.body, "hash"), "token list leaks hashes: %s", r.body);
     cr_assert_null(strstr(r.body, ad + 19), "token list leaks a secret");
     tu_resp_free(&r);
-    free(rd);
-    free(sb);
-    free(ad);
     free(bb);
     free(job);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 Test(auth, tokens_api_create_use_revoke)
 {
-    struct af_env e;
     char *ad;
-    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
+    start_with_tokens(&ae, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
     struct tu_resp r;
-    cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"root\"}", "invalid_field"), 400);
-    cr_assert_eq(call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"expires_in_s\":0}",
+    cr_assert_eq(call(&ae, "POST", "/v1/tokens", ad, "{\"scope\":\"root\"}", "invalid_field"), 400);
+    cr_assert_eq(call(&ae, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"expires_in_s\":0}",
                       "invalid_field"),
                  400);
     cr_assert_eq(
-        call(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"x\":1}", "unknown_field"), 400);
-    cr_assert_eq(req(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"name\":\"dash\"}", &r),
+        call(&ae, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"x\":1}", "unknown_field"), 400);
+    cr_assert_eq(req(&ae, "POST", "/v1/tokens", ad, "{\"scope\":\"read\",\"name\":\"dash\"}", &r),
                  201);
     cr_assert(strstr(r.headers, "no-store"), "the secret must not be cached: %s", r.headers);
     json_t *j = json_loadb(r.body, r.len, 0, NULL);
@@ -439,101 +459,91 @@ Test(auth, tokens_api_create_use_revoke)
     const char *tok = json_string_value(json_object_get(j, "token"));
     const char *id = json_string_value(json_object_get(j, "id"));
     cr_assert(tok && id);
-    cr_assert_eq(call(&e, "GET", "/v1/jobs", tok, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "POST", "/v1/tokens", tok, "{\"scope\":\"admin\"}", "forbidden"), 403,
+    cr_assert_eq(call(&ae, "GET", "/v1/jobs", tok, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "POST", "/v1/tokens", tok, "{\"scope\":\"admin\"}", "forbidden"), 403,
                  "a read token cannot mint an admin one");
     char path[64];
     snprintf(path, sizeof path, "/v1/tokens/%s", id);
-    cr_assert_eq(call(&e, "DELETE", path, tok, NULL, "forbidden"), 403);
-    cr_assert_eq(call(&e, "DELETE", path, ad, NULL, NULL), 200);
-    cr_assert_eq(req(&e, "GET", "/v1/jobs", tok, NULL, &r), 401);
+    cr_assert_eq(call(&ae, "DELETE", path, tok, NULL, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "DELETE", path, ad, NULL, NULL), 200);
+    cr_assert_eq(req(&ae, "GET", "/v1/jobs", tok, NULL, &r), 401);
     cr_assert(strstr(r.body, "revoked"), "%s", r.body);
     tu_resp_free(&r);
-    cr_assert_eq(call(&e, "DELETE", "/v1/tokens/t000000000000", ad, NULL, "not_found"), 404);
+    cr_assert_eq(call(&ae, "DELETE", "/v1/tokens/t000000000000", ad, NULL, "not_found"), 404);
     json_decref(j);
-    free(ad);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 Test(auth, expired_token_is_refused)
 {
-    struct af_env e;
-    env_init(&e);
-    char *t = make_token(&e, "admin", "1s");
-    env_start(&e, "{\"auth_required\": true}", NULL);
+    env_init(&ae);
+    char *t = make_token(&ae, "admin", "1s");
+    env_start(&ae, "{\"auth_required\": true}", NULL);
     usleep(1300 * 1000);
     struct tu_resp r;
-    cr_assert_eq(req(&e, "GET", "/v1/builds", t, NULL, &r), 401);
+    cr_assert_eq(req(&ae, "GET", "/v1/builds", t, NULL, &r), 401);
     cr_assert(strstr(r.body, "expired"), "%s", r.body);
     tu_resp_free(&r);
-    free(t);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 /* A submit token cancels its own jobs only; admin cancels any. */
 Test(auth, submit_token_cancels_only_its_own_jobs)
 {
-    struct af_env e;
     char *a, *b, *ad;
-    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "submit", &a, "submit", &b, "admin",
+    start_with_tokens(&ae, "{\"auth_required\": true}", NULL, "submit", &a, "submit", &b, "admin",
                       &ad, NULL);
-    char *bb = build_body(&e, "fake");
-    cr_assert_eq(call(&e, "POST", "/v1/builds", ad, bb, NULL), 201);
-    char *ja = post_job(&e, a, job_hang), *jb = post_job(&e, b, job_hang);
+    char *bb = build_body(&ae, "fake");
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", ad, bb, NULL), 201);
+    char *ja = post_job(&ae, a, job_hang), *jb = post_job(&ae, b, job_hang);
     char pa[128], pb[128];
     snprintf(pa, sizeof pa, "/v1/jobs/%s/cancel", ja);
     snprintf(pb, sizeof pb, "/v1/jobs/%s/cancel", jb);
-    cr_assert_eq(call(&e, "POST", pa, b, "{}", "forbidden"), 403);
-    cr_assert_eq(call(&e, "POST", pb, a, "{}", "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", pa, b, "{}", "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", pb, a, "{}", "forbidden"), 403);
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%s", ja);
     struct tu_resp r;
-    req(&e, "GET", p, a, NULL, &r);
+    req(&ae, "GET", p, a, NULL, &r);
     cr_assert_null(strstr(r.body, "\"cancelled\""), "a refused cancel changed the job: %s", r.body);
     tu_resp_free(&r);
-    cr_assert_eq(call(&e, "POST", pa, a, "{}", NULL), 202);
-    cr_assert_eq(call(&e, "POST", pb, ad, "{}", NULL), 202);
-    cr_assert_eq(call(&e, "POST", "/v1/jobs/j000000000000/cancel", a, "{}", "not_found"), 404);
-    free(a);
-    free(b);
-    free(ad);
+    cr_assert_eq(call(&ae, "POST", pa, a, "{}", NULL), 202);
+    cr_assert_eq(call(&ae, "POST", pb, ad, "{}", NULL), 202);
+    cr_assert_eq(call(&ae, "POST", "/v1/jobs/j000000000000/cancel", a, "{}", "not_found"), 404);
     free(bb);
     free(ja);
     free(jb);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 Test(auth, public_reads_and_disabled_auth)
 {
-    struct af_env e;
     char *ad;
-    start_with_tokens(&e, "{\"auth_required\": true, \"public_reads\": true}", NULL, "admin", &ad,
+    start_with_tokens(&ae, "{\"auth_required\": true, \"public_reads\": true}", NULL, "admin", &ad,
                       NULL);
-    cr_assert_eq(call(&e, "GET", "/v1/builds", NULL, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "GET", "/v1/jobs", NULL, NULL, NULL), 200);
-    cr_assert_eq(call(&e, "GET", "/v1/tokens", NULL, NULL, "unauthorized"), 401,
+    cr_assert_eq(call(&ae, "GET", "/v1/builds", NULL, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/jobs", NULL, NULL, NULL), 200);
+    cr_assert_eq(call(&ae, "GET", "/v1/tokens", NULL, NULL, "unauthorized"), 401,
                  "token lists are never public");
-    char *bb = build_body(&e, "fake");
-    cr_assert_eq(call(&e, "POST", "/v1/builds", NULL, bb, "unauthorized"), 401);
-    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    char *bb = build_body(&ae, "fake");
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", NULL, bb, "unauthorized"), 401);
+    cr_assert_eq(tu_capd_stop(&ae.c), 0);
 
     /* auth_required false, chosen explicitly: no token needed, and a bad
      * Authorization header is ignored rather than refused. */
-    env_start(&e, "{\"auth_required\": false}", NULL);
-    cr_assert_eq(call(&e, "POST", "/v1/builds", NULL, bb, NULL), 201);
-    cr_assert_eq(call(&e, "GET", "/v1/builds", "garbage", NULL, NULL), 200);
+    env_start(&ae, "{\"auth_required\": false}", NULL);
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", NULL, bb, NULL), 201);
+    cr_assert_eq(call(&ae, "GET", "/v1/builds", "garbage", NULL, NULL), 200);
     free(bb);
-    free(ad);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 /* A write without a token is refused before its body is read: a 512 KiB
  * anonymous upload gets its 401 and nothing is stored. */
 Test(auth, anonymous_upload_refused_before_the_body)
 {
-    struct af_env e;
     char *ad;
-    start_with_tokens(&e, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
+    start_with_tokens(&ae, "{\"auth_required\": true}", NULL, "admin", &ad, NULL);
     size_t n = 512 * 1024;
     char *body = malloc(n + 1);
     memset(body, ' ', n);
@@ -542,14 +552,13 @@ Test(auth, anonymous_upload_refused_before_the_body)
     body[n] = 0;
     const char *hdr[] = {"Content-Type: application/json", NULL};
     struct tu_resp r;
-    tu_http(&e.c, "POST", "/v1/builds", body, n, hdr, &r);
+    tu_http(&ae.c, "POST", "/v1/builds", body, n, hdr, &r);
     cr_assert_eq(r.status, 401, "got %ld", r.status);
     tu_resp_free(&r);
-    cr_assert_eq(count_of(&e, "/v1/builds", "builds", ad), 0);
-    cr_assert_eq(call(&e, "GET", "/healthz", NULL, NULL, NULL), 200, "still serving");
+    cr_assert_eq(count_of(&ae, "/v1/builds", "builds", ad), 0);
+    cr_assert_eq(call(&ae, "GET", "/healthz", NULL, NULL, NULL), 200, "still serving");
     free(body);
-    free(ad);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 /* ===================================================== secrets */
@@ -559,12 +568,11 @@ Test(auth, anonymous_upload_refused_before_the_body)
  * never echo a presented token. */
 Test(auth, secrets_never_logged_or_echoed)
 {
-    struct af_env e;
     char *ad, *sb;
-    start_with_tokens(&e, "{\"auth_required\": true}", "debug", "admin", &ad, "submit", &sb, NULL);
-    char *bb = build_body(&e, "fake");
-    cr_assert_eq(call(&e, "POST", "/v1/builds", ad, bb, NULL), 201);
-    char *job = post_job(&e, sb, job_hang);
+    start_with_tokens(&ae, "{\"auth_required\": true}", "debug", "admin", &ad, "submit", &sb, NULL);
+    char *bb = build_body(&ae, "fake");
+    cr_assert_eq(call(&ae, "POST", "/v1/builds", ad, bb, NULL), 201);
+    char *job = post_job(&ae, sb, job_hang);
     char wrong[STORE_TOKEN_LEN + 1];
     snprintf(wrong, sizeof wrong, "%s", sb);
     memcpy(wrong + 19, "deadbeefdeadbeef", 16);
@@ -572,27 +580,27 @@ Test(auth, secrets_never_logged_or_echoed)
     const char *presented[] = {wrong, junk, sb};
     for (int i = 0; i < 3; i++) {
         struct tu_resp r;
-        req(&e, "POST", "/v1/builds", presented[i], bb, &r);
+        req(&ae, "POST", "/v1/builds", presented[i], bb, &r);
         cr_assert(r.status == 401 || r.status == 403, "status %ld", r.status);
         cr_assert_null(strstr(r.body, presented[i] + 19), "error body echoes a token: %s", r.body);
         tu_resp_free(&r);
-        req(&e, "GET", "/v1/jobs/jnothere/cells/cnothere", presented[i], NULL, &r);
+        req(&ae, "GET", "/v1/jobs/jnothere/cells/cnothere", presented[i], NULL, &r);
         cr_assert_null(strstr(r.body, presented[i] + 19), "error body echoes a token: %s", r.body);
         tu_resp_free(&r);
     }
     /* A POST /v1/tokens reply carries a secret; it must not be logged. */
     struct tu_resp r;
-    cr_assert_eq(req(&e, "POST", "/v1/tokens", ad, "{\"scope\":\"read\"}", &r), 201);
+    cr_assert_eq(req(&ae, "POST", "/v1/tokens", ad, "{\"scope\":\"read\"}", &r), 201);
     json_t *j = json_loadb(r.body, r.len, 0, NULL);
     char *minted = strdup(json_string_value(json_object_get(j, "token")));
     json_decref(j);
     tu_resp_free(&r);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
-    cr_assert_eq(call(&e, "POST", path, sb, "{}", NULL), 202);
-    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    cr_assert_eq(call(&ae, "POST", path, sb, "{}", NULL), 202);
+    cr_assert_eq(tu_capd_stop(&ae.c), 0);
 
-    char *log = tu_slurp(e.c.errlog);
+    char *log = tu_slurp(ae.c.errlog);
     cr_assert(strstr(log, "auth_refused"), "refusals are logged: %s", log);
     cr_assert(strstr(log, "http_reply"), "debug logging was on");
     const char *secrets[] = {ad + 19, sb + 19, wrong + 19, "SECRETJUNK", minted + 19};
@@ -603,11 +611,9 @@ Test(auth, secrets_never_logged_or_echoed)
     cr_assert_null(strcasestr(log, "Authorization:"), "an Authorization header in the log");
     free(log);
     free(minted);
-    free(ad);
-    free(sb);
     free(bb);
     free(job);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 /* ===================================================== what a job runs as */
@@ -666,23 +672,22 @@ static long status_field(pid_t pid, const char *name, char *rest, size_t n)
 
 Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
 {
-    struct af_env e;
-    env_init(&e);
+    env_init(&ae);
     /* No address-space limit: an ASan-built fake runner needs its shadow. */
-    env_start(&e, "{\"rlimit_as_bytes\": 0}", NULL);
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
+    env_start(&ae, "{\"rlimit_as_bytes\": 0}", NULL);
+    cr_assert_eq(tu_fake_build(&ae.c, "fake", NULL), 201);
     struct passwd *pw = getpwnam("nobody");
     bool root = geteuid() == 0;
     cr_assert(!root || pw, "this test needs a 'nobody' user when run as root");
     long want_uid = root ? (long)pw->pw_uid : (long)geteuid();
     long want_gid = root ? (long)pw->pw_gid : (long)getegid();
 
-    char *job = tu_submit(&e.c, "fake", "fake:hang", NULL);
+    char *job = tu_submit(&ae.c, "fake", "fake:hang", NULL);
     cr_assert_not_null(job);
     pid_t runner = 0;
     for (int i = 0; i < 200 && !runner; i++) {
         usleep(50 * 1000);
-        runner = find_runner(e.c.pid);
+        runner = find_runner(ae.c.pid);
     }
     cr_assert_gt(runner, 0, "the runner process appears");
     /* Wait until the child has exec'd the runner (final credentials). */
@@ -708,7 +713,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
         cr_assert(strspn(rest, " \t\n") == strlen(rest), "no supplementary groups: '%s'", rest);
         /* The scratch dir belongs to the user, the database does not. */
         char scratch[600];
-        snprintf(scratch, sizeof scratch, "%s/scratch", e.data);
+        snprintf(scratch, sizeof scratch, "%s/scratch", ae.data);
         DIR *d = opendir(scratch);
         struct dirent *de;
         int checked = 0;
@@ -728,22 +733,22 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
         cr_assert_eq(checked, 1);
         char db[400];
         struct stat sb;
-        snprintf(db, sizeof db, "%s/capd.db", e.data);
+        snprintf(db, sizeof db, "%s/capd.db", ae.data);
         cr_assert_eq(stat(db, &sb), 0);
         cr_assert_eq(sb.st_mode & 07, 0, "capd.db must not be readable by other users");
     }
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
     long st;
-    json_decref(tu_json(&e.c, "POST", path, "{}", &st));
+    json_decref(tu_json(&ae.c, "POST", path, "{}", &st));
     cr_assert_eq(st, 202);
-    json_decref(tu_wait_job(&e.c, job, 30));
+    json_decref(tu_wait_job(&ae.c, job, 30));
     free(job);
 
     /* A whole cell still works as that user: spec read, frames written,
      * HOME pointing at its scratch dir. */
-    job = tu_submit(&e.c, "fake", "fake:echo_env", NULL);
-    json_t *j = tu_wait_job(&e.c, job, 60);
+    job = tu_submit(&ae.c, "fake", "fake:echo_env", NULL);
+    json_t *j = tu_wait_job(&ae.c, job, 60);
     cr_assert_not_null(j);
     json_t *c0 = json_array_get(json_object_get(j, "cells"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(c0, "state")), "ok", "%s",
@@ -751,7 +756,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
     if (root) {
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/records?kind=note", job,
                  json_string_value(json_object_get(c0, "id")));
-        json_t *notes = tu_json(&e.c, "GET", path, NULL, NULL);
+        json_t *notes = tu_json(&ae.c, "GET", path, NULL, NULL);
         const char *msg = json_string_value(
             json_object_get(json_array_get(json_object_get(notes, "records"), 0), "message"));
         json_t *rep = msg ? json_loads(msg, 0, NULL) : NULL;
@@ -764,22 +769,21 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
     }
     json_decref(j);
     free(job);
-    env_stop(&e);
+    env_stop(&ae);
 }
 
 Test(runas, unknown_user_refused_at_start)
 {
-    struct af_env e;
-    env_init(&e);
+    env_init(&ae);
     char cfg[400], out[400];
-    snprintf(cfg, sizeof cfg, "%s/capd.json", e.dir);
-    snprintf(out, sizeof out, "%s/err", e.dir);
+    snprintf(cfg, sizeof cfg, "%s/capd.json", ae.dir);
+    snprintf(out, sizeof out, "%s/err", ae.dir);
     FILE *f = fopen(cfg, "w");
     fputs("{\"run_as_user\": \"no-such-user-capd\"}", f);
     fclose(f);
     int rc = tu_sh("timeout 10 '%s' --listen 127.0.0.1:0 --data-dir '%s' --config '%s' "
                    ">/dev/null 2>'%s' & sleep 1; kill $! 2>/dev/null; wait $!",
-                   tu_bin("CAPD_BIN"), e.data, cfg, out);
+                   tu_bin("CAPD_BIN"), ae.data, cfg, out);
     char *err = tu_slurp(out);
     if (geteuid() == 0) {
         cr_assert(rc != 0 && rc < 128, "capd started with an unknown run_as_user (rc %d)", rc);
@@ -788,5 +792,5 @@ Test(runas, unknown_user_refused_at_start)
         cr_assert(strstr(err, "listening"), "ignored when not root: %s", err);
     }
     free(err);
-    env_stop(&e);
+    env_stop(&ae);
 }

@@ -1049,24 +1049,41 @@ Test(capctl, wait_timeout_is_an_error, .timeout = 120)
 
 /* ---- provenance ---- */
 
+/*
+ * Makes git work tree C->dir/NAME, runs the shell line FMT... inside it,
+ * and submits a job with --source-tree pointing at it: R holds capctl's
+ * run (exit 0 asserted) and ID the job's id.
+ */
+static void submit_with_tree(struct tu_capd *c, const char *name, struct run *r, char id[64],
+                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void submit_with_tree(struct tu_capd *c, const char *name, struct run *r, char id[64],
+                             const char *fmt, ...)
+{
+    char tree[400];
+    snprintf(tree, sizeof tree, "%s/%s", c->dir, name);
+    va_list ap;
+    va_start(ap, fmt);
+    char *script = tu_vfmt(fmt, ap);
+    va_end(ap);
+    cr_assert_not_null(script);
+    cr_assert_eq(tu_sh("git init -q '%s' && cd '%s' && %s", tree, tree, script), 0, "%s", script);
+    free(script);
+    ctl(r, c, SUBMIT_BASE, "--source-tree", tree, NULL);
+    cr_assert_eq(r->code, 0, SHOW(*r));
+    snprintf(id, 64, "%.*s", (int)strcspn(r->out, "\n"), r->out);
+}
+
 Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 {
     struct tu_capd c;
     start_true(&c);
-    char tree[400];
-    snprintf(tree, sizeof tree, "%s/pytorch", c.dir);
-    cr_assert_eq(tu_sh("git init -q '%s' && mkdir -p '%s/aten/src/ATen/native/cpu' && "
-                       "echo x > '%s/aten/src/ATen/native/cpu/Activation.cpp' && "
-                       "git -C '%s' add . && git -C '%s' -c user.email=t@t -c user.name=t "
-                       "commit -qm init && "
-                       "touch '%s/aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp'",
-                       tree, tree, tree, tree, tree, tree),
-                 0);
     struct run r;
-    ctl(&r, &c, SUBMIT_BASE, "--source-tree", tree, NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
     char id[64];
-    snprintf(id, sizeof id, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    submit_with_tree(&c, "pytorch", &r, id,
+                     "mkdir -p aten/src/ATen/native/cpu && "
+                     "echo x > aten/src/ATen/native/cpu/Activation.cpp && "
+                     "git add . && git -c user.email=t@t -c user.name=t commit -qm init && "
+                     "touch aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp");
     cr_assert(strstr(r.err, "warning: provenance: untracked generated dispatch source "
                             "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp"),
               SHOW(r));
@@ -1123,19 +1140,13 @@ Test(capctl, source_tree_limits, .timeout = 180)
 {
     struct tu_capd c;
     start_true(&c);
-    char tree[400];
-    snprintf(tree, sizeof tree, "%s/big", c.dir);
-    cr_assert_eq(tu_sh("git init -q '%s' && mkdir -p '%s/a' '%s/z' && cd '%s/a' && "
-                       "seq -f 'f%%05g' 1 %d | xargs touch && cd '%s/z' && "
-                       "seq -f 'K%%02g.cpp.AVX2.cpp' 1 30 | xargs touch",
-                       tree, tree, tree, tree, PROV_MAX_STATUS_LINES + 50, tree),
-                 0);
     struct run r;
-    ctl(&r, &c, SUBMIT_BASE, "--source-tree", tree, NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.err, "only the first"), SHOW(r));
     char id[64];
-    snprintf(id, sizeof id, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    submit_with_tree(&c, "big", &r, id,
+                     "mkdir -p a z && (cd a && seq -f 'f%%05g' 1 %d | xargs touch) && "
+                     "(cd z && seq -f 'K%%02g.cpp.AVX2.cpp' 1 30 | xargs touch)",
+                     PROV_MAX_STATUS_LINES + 50);
+    cr_assert(strstr(r.err, "only the first"), SHOW(r));
     run_free(&r);
     json_t *j = get_job(&c, id);
     json_t *prov = json_object_get(j, "provenance");

@@ -18,7 +18,9 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/text_want.h"
 
 /* ----------------------------------------------------------------- helpers */
 
@@ -33,6 +35,7 @@ static size_t pool_used;
 static void reset_pool(void)
 {
     pool_used = 0;
+    crec_reset();
 }
 
 TestSuite(metrics, .init = reset_pool);
@@ -94,19 +97,7 @@ static struct cmp_stats stats_of(const double *v, size_t n)
 static struct cmp_tensor f64_tensor(const char *key, int64_t seq, const double *v, size_t n,
                                     const char *hash)
 {
-    struct cmp_tensor t = {0};
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = (int64_t)n;
-    t.numel = (int64_t)n;
-    t.stats = stats_of(v, n);
-    t.hash = hash;
-    t.capture = CMP_CAPTURE_FULL;
-    t.payload = keep(v, n * sizeof(double));
-    t.payload_len = n * sizeof(double);
-    return t;
+    return crec_f64(key, seq, v, n, stats_of(v, n), hash, CMP_CAPTURE_FULL);
 }
 
 /* A 1-D record of raw bits of any dtype (stats left empty: payload basis only). */
@@ -2041,37 +2032,31 @@ Test(render, markdown)
     json_t *r = report_fixture();
     char *md = cmp_result_to_markdown(r);
     cr_assert_not_null(md);
-    cr_assert(strstr(md, "## capd comparison: **regression**\n"), "%s", md);
-    cr_assert(strstr(md, "3 cells compared, 1 identical, 1 diverged, 1 incomparable"), "%s", md);
+    tw_expect_has(md, "## capd comparison: **regression**\n",
+                  "3 cells compared, 1 identical, 1 diverged, 1 incomparable", NULL);
     cr_assert(
         strstr(md, "### Outcome regressions\n\n- `mlp` / avx2 / backward: ok -> **crashed**\n"),
         "%s", md);
     cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
     /* act's input moved by 1e-9: act amplified that error (amplify.c) */
-    cr_assert(strstr(md, "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
-                         "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified "),
-              "%s", md);
-    cr_assert(strstr(md, " out | same |\n"), "%s", md);
-    cr_assert(strstr(md, "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |"), "%s",
-              md);
-    cr_assert(strstr(md, "### Performance changes\n"), "%s", md);
-    cr_assert(strstr(md, "| evidence | detects |"), "%s", md);
-    cr_assert(strstr(md, " | 6/6 processes | "), "%s", md);
-    cr_assert(strstr(md, "| mlp | default | forward | "), "%s", md);
-    cr_assert(strstr(md, "| regression |\n"), "%s", md);
+    tw_expect_has(md,
+                  "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
+                  "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified ",
+                  " out | same |\n",
+                  "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |",
+                  "### Performance changes\n", "| evidence | detects |", " | 6/6 processes | ",
+                  "| mlp | default | forward | ", "| regression |\n", NULL);
     cr_assert_null(strstr(md, "| mlp | default | forward | identical"), "identical cells omitted");
     free(md);
 
     char *txt = cmp_result_to_text(r);
     cr_assert_not_null(txt);
-    cr_assert(strstr(txt, "capd comparison: REGRESSION\n"), "%s", txt);
-    cr_assert(strstr(txt, "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n"), "%s", txt);
-    cr_assert(strstr(txt, "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
-                          "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified "),
-              "%s", txt);
-    cr_assert(strstr(txt, " out; introduced at same\n"), "%s", txt);
-    cr_assert(strstr(txt, "PERF REGRESSION mlp/default/forward: "), "%s", txt);
-    cr_assert(strstr(txt, "6/6 processes, detects >= "), "%s", txt);
+    tw_expect_has(txt, "capd comparison: REGRESSION\n",
+                  "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n",
+                  "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
+                  "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified ",
+                  " out; introduced at same\n",
+                  "PERF REGRESSION mlp/default/forward: ", "6/6 processes, detects >= ", NULL);
     free(txt);
     json_decref(r);
 }
@@ -2081,12 +2066,12 @@ Test(render, introduced_elsewhere)
     struct duo s = duo_unclean_inputs();
     json_t *r = duo_compare(&s, NULL);
     char *md = cmp_result_to_markdown(r);
-    cr_assert(strstr(md, "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off); "
-                         "error carried, not grown: "),
-              "%s", md);
-    cr_assert(strstr(md, " out | `act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, "
-                         "1/4 off) |\n"),
-              "%s", md);
+    tw_expect_has(md,
+                  "| `fc1.0.forward.output.0` (seq 2, tolerance, max rel 0.075, 1/4 off); "
+                  "error carried, not grown: ",
+                  " out | `act.0.forward.output.0` (seq 4, tolerance, max rel 0.0667, "
+                  "1/4 off) |\n",
+                  NULL);
     free(md);
     duo_free(&s, r);
 }
@@ -2450,11 +2435,10 @@ Test(environment, perturbed_build_env_and_pythonpath)
         cr_assert_null(strstr(outs[i], "secret-value"), "a credential leaked: %s", outs[i]);
         cr_assert_null(strstr(outs[i], "not-listed"), "%s", outs[i]);
     }
-    cr_assert(strstr(md, "- environment `env.PYTHONPATH`: `/opt/capd/runner` -> "
-                         "`/src/examples/perturbed-build:/opt/capd/runner`\n"),
-              "%s", md);
-    cr_assert(strstr(md, "- environment `env.MKL_LICENSE_KEY`: changed (value not shown)\n"), "%s",
-              md);
+    tw_expect_has(md,
+                  "- environment `env.PYTHONPATH`: `/opt/capd/runner` -> "
+                  "`/src/examples/perturbed-build:/opt/capd/runner`\n",
+                  "- environment `env.MKL_LICENSE_KEY`: changed (value not shown)\n", NULL);
     cr_assert(strstr(txt, "  environment env.PYTHONPATH: /opt/capd/runner -> "
                           "/src/examples/perturbed-build:/opt/capd/runner\n"),
               "%s", txt);

@@ -14,11 +14,9 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
-
-/* Payloads are borrowed: kept here for the test's lifetime. */
-static double pool[1 << 12];
-static size_t used;
+#include "tests/helpers/common/text_want.h"
 
 /* Every record's control values; the head moves element AT by DELTA. */
 static const double base[4] = {1, 2, 3, 400};
@@ -39,29 +37,14 @@ static double rel(double delta)
 static void add_at(struct cmp_cell *c, const char *key, int64_t seq, double delta, int at,
                    enum cmp_capture cap)
 {
-    double *v = &pool[used];
-    struct cmp_tensor t = {0};
+    double v[4];
     char hash[128];
-    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
-    used += 4;
     memcpy(v, base, sizeof base);
     v[at] += delta;
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = 4;
-    t.numel = 4;
-    t.stats = (struct cmp_stats){.has_finite = true, .min = v[0], .max = v[3], .l2 = BASE_NORM};
-    t.stats.mean = (v[0] + v[1] + v[2] + v[3]) / 4;
+    struct cmp_stats st = {.has_finite = true, .min = v[0], .max = v[3], .l2 = BASE_NORM};
+    st.mean = (v[0] + v[1] + v[2] + v[3]) / 4;
     snprintf(hash, sizeof hash, "%s-%a-%d", key, delta, at);
-    t.hash = hash;
-    t.capture = cap;
-    if (cap == CMP_CAPTURE_FULL) {
-        t.payload = v;
-        t.payload_len = 4 * sizeof(double);
-    }
-    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+    crec_add_f64(c, key, seq, v, 4, st, hash, cap);
 }
 
 static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta)
@@ -78,18 +61,17 @@ struct rec {
 
 static struct cmp_cell *new_cell(struct cmp_side *s, const char *pass)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mlp", "avx2", pass);
 }
 
-/* The control (every delta 0) and the head of one cell of records v[0..n). */
-static void sides(struct cmp_side **c, struct cmp_side **h, const struct rec *v, size_t n)
+/* The control (every delta 0) and the head of one cell of PASS holding
+ * records v[0..n). */
+static void sides(struct cmp_side **c, struct cmp_side **h, const struct rec *v, size_t n,
+                  const char *pass)
 {
     cr_assert_eq(cmp_side_new(c), 0);
     cr_assert_eq(cmp_side_new(h), 0);
-    struct cmp_cell *cc = new_cell(*c, "forward"), *hc = new_cell(*h, "forward");
+    struct cmp_cell *cc = new_cell(*c, pass), *hc = new_cell(*h, pass);
     for (size_t i = 0; i < n; i++) {
         add_at(cc, v[i].key, (int64_t)i, 0, v[i].at, CMP_CAPTURE_FULL);
         add_at(hc, v[i].key, (int64_t)i, v[i].delta, v[i].at, CMP_CAPTURE_FULL);
@@ -128,11 +110,26 @@ static void expect_close(double got, double want)
     cr_assert(fabs(got - want) <= 1e-9 * fabs(want), "%.17g, want %.17g", got, want);
 }
 
-static void sides_free(json_t *r, struct cmp_side *c, struct cmp_side *h)
+/* A test's two sides and the result of comparing them, freed by the
+ * suite's fini even when the test fails. */
+static struct cmp_side *ctl, *head;
+static json_t *res;
+
+static void amplify_fini(void)
 {
-    json_decref(r);
-    cmp_side_free(c);
-    cmp_side_free(h);
+    json_decref(res);
+    cmp_side_free(ctl);
+    cmp_side_free(head);
+}
+
+TestSuite(amplify, .fini = amplify_fini);
+
+/* The comparison of one cell of PASS holding records v[0..n), its head
+ * moved as they say. */
+static json_t *compare_recs(const struct rec *v, size_t n, const char *pass)
+{
+    sides(&ctl, &head, v, n, pass);
+    return compare(ctl, head);
 }
 
 /*
@@ -154,13 +151,11 @@ static const struct rec chain[] = {
 
 Test(amplify, the_largest_ratio_is_found_and_an_exact_input_introduces)
 {
-    struct cmp_side *c, *h;
-    sides(&c, &h, chain, NCHAIN);
-    json_t *r = compare(c, h);
-    cr_assert_str_eq(json_string_value(field(r, "status")), "diverged");
+    res = compare_recs(chain, NCHAIN, "forward");
+    cr_assert_str_eq(json_string_value(field(res, "status")), "diverged");
 
-    json_t *a = field(r, "max_amplification");
-    cr_assert(json_is_object(a), "%s", json_dumps(field(r, "max_amplification"), 0));
+    json_t *a = field(res, "max_amplification");
+    cr_assert(json_is_object(a), "%s", json_dumps(field(res, "max_amplification"), 0));
     cr_assert_str_eq(str(a, "key"), chain[4].key);
     cr_assert_str_eq(str(a, "op"), "aten::exp");
     cr_assert_str_eq(str(a, "module"), "l2");
@@ -171,14 +166,13 @@ Test(amplify, the_largest_ratio_is_found_and_an_exact_input_introduces)
     expect_close(real(a, "ratio"), rel(5e-2) / rel(1e-3));
 
     /* the first divergence is l1's op, fed by an exact input */
-    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), chain[1].key);
-    json_t *g = field(r, "first_divergence_growth");
+    cr_assert_str_eq(str(field(res, "first_divergence"), "key"), chain[1].key);
+    json_t *g = field(res, "first_divergence_growth");
     cr_assert_str_eq(str(g, "kind"), "introduced");
     cr_assert_str_eq(str(g, "input_key"), chain[0].key);
     cr_assert(json_is_null(json_object_get(g, "ratio")));
     cr_assert_eq(json_number_value(json_object_get(g, "in_rel_err")), 0);
     expect_close(real(g, "out_rel_err"), rel(1e-3));
-    sides_free(r, c, h);
 }
 
 /* All inputs exact: every divergent row introduced its error, none grew any. */
@@ -189,12 +183,20 @@ Test(amplify, all_inputs_exact_is_null)
         {"l1.0.forward/op.aten::gelu.0.output.0", 1e-3, 0},
         {"l1.0.forward.output.0", 2e-3, 0},
     };
-    struct cmp_side *c, *h;
-    sides(&c, &h, v, 3);
-    json_t *r = compare(c, h);
-    cr_assert(json_is_null(field(r, "max_amplification")));
-    cr_assert_str_eq(str(field(r, "first_divergence_growth"), "kind"), "introduced");
-    sides_free(r, c, h);
+    res = compare_recs(v, 3, "forward");
+    cr_assert(json_is_null(field(res, "max_amplification")));
+    cr_assert_str_eq(str(field(res, "first_divergence_growth"), "kind"), "introduced");
+}
+
+/* Compares an input and its output V, checks the output is the first
+ * divergence and its growth of KIND, and returns the growth. */
+static json_t *growth_of_the_output(const struct rec v[2], const char *kind)
+{
+    res = compare_recs(v, 2, "forward");
+    cr_assert_str_eq(str(field(res, "first_divergence"), "key"), v[1].key);
+    json_t *g = field(res, "first_divergence_growth");
+    cr_assert_str_eq(str(g, "kind"), kind);
+    return g;
 }
 
 /* An input within tolerance but not exact: the first divergence amplified it. */
@@ -204,15 +206,9 @@ Test(amplify, an_input_within_tolerance_is_amplified)
         {"l1.0.forward.input.0", 1e-9, 0},
         {"l1.0.forward.output.0", 1e-3, 0},
     };
-    struct cmp_side *c, *h;
-    sides(&c, &h, v, 2);
-    json_t *r = compare(c, h);
-    json_t *g = field(r, "first_divergence_growth");
-    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[1].key);
-    cr_assert_str_eq(str(g, "kind"), "amplified");
+    json_t *g = growth_of_the_output(v, "amplified");
     expect_close(real(g, "ratio"), rel(1e-3) / rel(1e-9));
-    cr_assert_str_eq(str(field(r, "max_amplification"), "key"), v[1].key);
-    sides_free(r, c, h);
+    cr_assert_str_eq(str(field(res, "max_amplification"), "key"), v[1].key);
 }
 
 /*
@@ -225,19 +221,13 @@ Test(amplify, a_smaller_error_past_tolerance_is_carried)
         {"l1.0.forward.input.0", 1e-5, 3},
         {"l1.0.forward.output.0", 1e-6, 0},
     };
-    struct cmp_side *c, *h;
-    sides(&c, &h, v, 2);
-    json_t *r = compare(c, h);
-    json_t *g = field(r, "first_divergence_growth");
-    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[1].key);
-    cr_assert_str_eq(str(g, "kind"), "carried");
+    json_t *g = growth_of_the_output(v, "carried");
     cr_assert(real(g, "ratio") < 1);
     /* the largest ratio is still reported, though it is below 1 */
-    expect_close(real(field(r, "max_amplification"), "ratio"), rel(1e-6) / rel_at(1e-5, 3));
-    char *txt = cmp_result_to_text(r);
+    expect_close(real(field(res, "max_amplification"), "ratio"), rel(1e-6) / rel_at(1e-5, 3));
+    char *txt = cmp_result_to_text(res);
     cr_assert(strstr(txt, "; error carried, not grown: relative error "), "%s", txt);
     free(txt);
-    sides_free(r, c, h);
 }
 
 /* Several inputs: the largest error feeding the call is the input error. */
@@ -248,13 +238,10 @@ Test(amplify, the_largest_input_error_is_used)
         {"add.0.forward.input.1", 1e-3, 0},
         {"add.0.forward.output.0", 2e-2, 0},
     };
-    struct cmp_side *c, *h;
-    sides(&c, &h, v, 3);
-    json_t *r = compare(c, h);
-    json_t *a = field(r, "max_amplification");
+    res = compare_recs(v, 3, "forward");
+    json_t *a = field(res, "max_amplification");
     cr_assert_str_eq(str(a, "input_key"), v[1].key);
     expect_close(real(a, "ratio"), rel(2e-2) / rel(1e-3));
-    sides_free(r, c, h);
 }
 
 /* Backward: a call's grad_output feeds its grad_input and param_grad. */
@@ -266,32 +253,22 @@ Test(amplify, backward_grad_output_feeds_the_call)
         {"fc.0.backward.param_grad.weight", 3e-2, 0},
         {"fc.0.backward.grad_input.0", 4e-3, 0},
     };
-    struct cmp_side *c, *h;
-    cr_assert_eq(cmp_side_new(&c), 0);
-    cr_assert_eq(cmp_side_new(&h), 0);
-    struct cmp_cell *cc = new_cell(c, "backward"), *hc = new_cell(h, "backward");
-    for (size_t i = 0; i < 4; i++) {
-        add(cc, v[i].key, (int64_t)i, 0);
-        add(hc, v[i].key, (int64_t)i, v[i].delta);
-    }
-    json_t *r = compare(c, h);
-    json_t *a = field(r, "max_amplification");
+    res = compare_recs(v, 4, "backward");
+    json_t *a = field(res, "max_amplification");
     cr_assert_str_eq(str(a, "key"), v[2].key);
     cr_assert_str_eq(str(a, "input_key"), v[0].key);
     expect_close(real(a, "ratio"), rel(3e-2) / rel(1e-3));
     /* the first divergence is the grad_output, an input: nothing feeds it */
-    cr_assert_str_eq(str(field(r, "first_divergence"), "key"), v[0].key);
-    cr_assert(json_is_null(field(r, "first_divergence_growth")));
-    sides_free(r, c, h);
+    cr_assert_str_eq(str(field(res, "first_divergence"), "key"), v[0].key);
+    cr_assert(json_is_null(field(res, "first_divergence_growth")));
 }
 
 /* An input of unknown error (stats basis) feeds no known error. */
 Test(amplify, an_input_on_the_stats_basis_is_unknown)
 {
-    struct cmp_side *c, *h;
-    cr_assert_eq(cmp_side_new(&c), 0);
-    cr_assert_eq(cmp_side_new(&h), 0);
-    struct cmp_cell *cc = new_cell(c, "forward"), *hc = new_cell(h, "forward");
+    cr_assert_eq(cmp_side_new(&ctl), 0);
+    cr_assert_eq(cmp_side_new(&head), 0);
+    struct cmp_cell *cc = new_cell(ctl, "forward"), *hc = new_cell(head, "forward");
     add_at(cc, "l1.0.forward.input.0", 0, 0, 0, CMP_CAPTURE_NONE);
     add_at(hc, "l1.0.forward.input.0", 0, 1e-9, 0, CMP_CAPTURE_NONE);
     add(cc, "l1.0.forward.output.0", 1, 0);
@@ -299,11 +276,10 @@ Test(amplify, an_input_on_the_stats_basis_is_unknown)
     /* a call with no captured input at all */
     add(cc, "l2.0.forward.output.0", 2, 0);
     add(hc, "l2.0.forward.output.0", 2, 1e-2);
-    json_t *r = compare(c, h);
-    cr_assert_str_eq(json_string_value(field(r, "status")), "diverged");
-    cr_assert(json_is_null(field(r, "max_amplification")));
-    cr_assert(json_is_null(field(r, "first_divergence_growth")));
-    sides_free(r, c, h);
+    res = compare(ctl, head);
+    cr_assert_str_eq(json_string_value(field(res, "status")), "diverged");
+    cr_assert(json_is_null(field(res, "max_amplification")));
+    cr_assert(json_is_null(field(res, "first_divergence_growth")));
 }
 
 /* No divergence: null on an identical cell and on one within tolerance. */
@@ -313,30 +289,25 @@ Test(amplify, no_divergence_is_null)
         {"l1.0.forward.input.0", 1e-9, 0},
         {"l1.0.forward.output.0", 1e-8, 0},
     };
-    struct cmp_side *c, *h;
-    sides(&c, &h, v, 2);
-    json_t *r = compare(c, h);
-    cr_assert_str_eq(json_string_value(field(r, "status")), "within_tolerance");
-    cr_assert(json_is_null(field(r, "max_amplification")));
-    cr_assert(json_is_null(field(r, "first_divergence_growth")));
-    json_decref(r);
-    r = compare(c, c);
-    cr_assert_str_eq(json_string_value(field(r, "status")), "identical");
-    cr_assert(json_is_null(field(r, "max_amplification")));
-    cr_assert(json_is_null(field(r, "first_divergence_growth")));
-    char *md = cmp_result_to_markdown(r);
+    res = compare_recs(v, 2, "forward");
+    cr_assert_str_eq(json_string_value(field(res, "status")), "within_tolerance");
+    cr_assert(json_is_null(field(res, "max_amplification")));
+    cr_assert(json_is_null(field(res, "first_divergence_growth")));
+    json_decref(res);
+    res = compare(ctl, ctl);
+    cr_assert_str_eq(json_string_value(field(res, "status")), "identical");
+    cr_assert(json_is_null(field(res, "max_amplification")));
+    cr_assert(json_is_null(field(res, "first_divergence_growth")));
+    char *md = cmp_result_to_markdown(res);
     cr_assert_null(strstr(md, "amplif"), "%s", md);
     free(md);
-    sides_free(r, c, h);
 }
 
 /* The reports: the growth beside the first divergence, the largest
  * amplification, and the kernel with its stale wrappers, paths included. */
 Test(amplify, reports_say_introduced_amplified_and_the_kernel)
 {
-    struct cmp_side *c, *h;
-    sides(&c, &h, chain, NCHAIN);
-    json_t *r = compare(c, h);
+    res = compare_recs(chain, NCHAIN, "forward");
     json_t *table = json_loads("{\"ops\": {\"aten::mul\": {\"kind\": \"stub\", \"stub\": "
                                "\"mul_stub\", \"file\": \"native/cpu/BinaryOpsKernel.cpp\"}}}",
                                0, NULL);
@@ -349,29 +320,25 @@ Test(amplify, reports_say_introduced_amplified_and_the_kernel)
             json_object_get(prov, "findings"),
             json_pack("{s:s, s:s, s:s}", "kind", "generated_source", "path", p, "message", "m"));
     }
-    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
-    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
-    cr_assert(strstr(md, "(seq 1, tolerance, max rel 0.001, 1/4 off); error introduced here: "
-                         "inputs exact, relative error "),
-              "%s", md);
-    cr_assert(strstr(md, "### Error amplification\n\n- `mlp` / avx2 / forward: largest at "
-                         "`l2.0.forward/op.aten::exp.0.output.0` (`aten::exp` in `l2`): "
-                         "relative error "),
-              "%s", md);
-    cr_assert(strstr(md, "x, fed by `l2.0.forward.input.0`\n"), "%s", md);
-    cr_assert(strstr(md, "`aten::mul` in `l1` → mul_stub, native/cpu/BinaryOpsKernel.cpp — 7 "
-                         "stale generated wrappers of this file in the source tree: "
-                         "`native/cpu/BinaryOpsKernel.cpp.AVX0.cpp`, "),
-              "%s", md);
-    cr_assert(strstr(md, "`native/cpu/BinaryOpsKernel.cpp.AVX4.cpp` and 2 more\n"), "%s", md);
-    cr_assert(strstr(txt, "; error introduced here: inputs exact"), "%s", txt);
-    cr_assert(strstr(txt, "amplification:\n  mlp / avx2 / forward: largest at "
-                          "l2.0.forward/op.aten::exp.0.output.0 (aten::exp in l2): "),
-              "%s", txt);
-    cr_assert(strstr(txt, "source tree: native/cpu/BinaryOpsKernel.cpp.AVX0.cpp, "), "%s", txt);
+    cr_assert_eq(cmp_attribute_kernels(res, table, prov), 0);
+    char *md = cmp_result_to_markdown(res), *txt = cmp_result_to_text(res);
+    tw_expect_has(md,
+                  "(seq 1, tolerance, max rel 0.001, 1/4 off); error introduced here: "
+                  "inputs exact, relative error ",
+                  "### Error amplification\n\n- `mlp` / avx2 / forward: largest at "
+                  "`l2.0.forward/op.aten::exp.0.output.0` (`aten::exp` in `l2`): "
+                  "relative error ",
+                  "x, fed by `l2.0.forward.input.0`\n",
+                  "`aten::mul` in `l1` → mul_stub, native/cpu/BinaryOpsKernel.cpp — 7 "
+                  "stale generated wrappers of this file in the source tree: "
+                  "`native/cpu/BinaryOpsKernel.cpp.AVX0.cpp`, ",
+                  "`native/cpu/BinaryOpsKernel.cpp.AVX4.cpp` and 2 more\n", NULL);
+    tw_expect_has(txt, "; error introduced here: inputs exact",
+                  "amplification:\n  mlp / avx2 / forward: largest at "
+                  "l2.0.forward/op.aten::exp.0.output.0 (aten::exp in l2): ",
+                  "source tree: native/cpu/BinaryOpsKernel.cpp.AVX0.cpp, ", NULL);
     free(md);
     free(txt);
     json_decref(table);
     json_decref(prov);
-    sides_free(r, c, h);
 }

@@ -15,11 +15,8 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
 #include "tests/helpers/common/json_want.h"
-
-/* Payloads are borrowed: kept here for the test's lifetime. */
-static double pool[1 << 14];
-static size_t used;
 
 /*
  * A record of four float64 values v0..v3 = base, -base, 1, 2 (+delta on
@@ -28,41 +25,18 @@ static size_t used;
 static void add(struct cmp_cell *c, const char *key, int64_t seq, double delta, int nan)
 {
     double base = (double)seq + 1;
-    double *v = &pool[used];
-    struct cmp_tensor t = {0};
+    double v[4] = {base + delta, -base, 1, 2};
     char hash[96];
-    cr_assert(used + 4 <= sizeof pool / sizeof pool[0]);
-    used += 4;
-    v[0] = base + delta;
-    v[1] = -base;
-    v[2] = 1;
-    v[3] = 2;
     for (int i = 0; i < nan && i < 4; i++)
         v[i] = NAN;
-    t.key = key;
-    t.seq = seq;
-    t.dtype = "float64";
-    t.ndim = 1;
-    t.shape[0] = 4;
-    t.numel = 4;
-    t.stats.has_finite = nan < 4;
-    t.stats.nan = nan;
-    t.stats.min = -base;
-    t.stats.max = 2;
+    struct cmp_stats st = {.has_finite = nan < 4, .nan = nan, .min = -base, .max = 2};
     snprintf(hash, sizeof hash, "%s-%g-%d", key, delta, nan);
-    t.hash = hash;
-    t.capture = CMP_CAPTURE_FULL;
-    t.payload = v;
-    t.payload_len = 4 * sizeof(double);
-    cr_assert_eq(cmp_cell_add_tensor(c, &t), 0, "%s", key);
+    crec_add_f64(c, key, seq, v, 4, st, hash, CMP_CAPTURE_FULL);
 }
 
 static struct cmp_cell *cell(struct cmp_side *s, const char *pass)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mlp", "avx2", pass, &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mlp", "avx2", pass);
 }
 
 static long long ji(json_t *r, const char *path)
@@ -265,14 +239,36 @@ static json_t *provenance(void)
     return p;
 }
 
+/* A kernels test's comparison of the gelu cells, the kernel table and the
+ * provenance it attributes with: made by kernels_compare, freed by the
+ * suite's fini even when the test fails. */
+static struct cmp_side *kc, *kh;
+static json_t *kr, *ktable, *kprov;
+
+static void kernels_fini(void)
+{
+    json_decref(ktable);
+    json_decref(kprov);
+    sides_free(kr, kc, kh);
+}
+
+TestSuite(kernels, .fini = kernels_fini);
+
+/* Compares the gelu cells, the head's records off by DELTA, and loads the
+ * test table, and the provenance when WITH_PROV. */
+static void kernels_compare(const double *delta, bool with_prov)
+{
+    kr = gelu_compare(&kc, &kh, delta, NULL);
+    ktable = json_loads(table_text, 0, NULL);
+    cr_assert_not_null(ktable);
+    kprov = with_prov ? provenance() : NULL;
+}
+
 Test(kernels, gelu_named_with_its_stale_wrappers)
 {
-    struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
-    json_t *r = gelu_compare(&c, &h, d, NULL), *table = json_loads(table_text, 0, NULL),
-           *prov = provenance();
-    cr_assert_not_null(table);
-    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    kernels_compare(d, true);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, kprov), 0);
     /* two wrappers of Activation.cpp; not BinaryOps, not MyActivation, not the summary */
     static const struct jw_want w[] = {
         JW_S("op", "aten::gelu"),
@@ -282,10 +278,10 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
         JW_I("stale_wrappers", 2),
         JW_S("stale_wrapper_paths.1", "aten/src/ATen/native/cpu/Activation.cpp.AVX2.cpp.AVX2.cpp"),
     };
-    jw_expect_all(json_object_get(field(r, "first_divergence"), "kernel"), w);
-    cr_assert_str_eq(jw_str(r, "kernel_table.torch_versions.0"), "1.13");
+    jw_expect_all(json_object_get(field(kr, "first_divergence"), "kernel"), w);
+    cr_assert_str_eq(jw_str(kr, "kernel_table.torch_versions.0"), "1.13");
 
-    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
+    char *md = cmp_result_to_markdown(kr), *txt = cmp_result_to_text(kr);
     cr_assert_not_null(md);
     cr_assert_not_null(txt);
     cr_assert(strstr(md, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
@@ -297,22 +293,19 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
               "%s", txt);
     free(md);
     free(txt);
-    json_decref(r);
+    json_decref(kr);
 
     /* without provenance: the kernel, no stale count and no note */
-    r = compare(c, h);
-    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
-    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    kr = compare(kc, kh);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, NULL), 0);
+    json_t *k = json_object_get(field(kr, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
     cr_assert_null(json_object_get(k, "stale_wrappers"));
-    md = cmp_result_to_markdown(r);
+    md = cmp_result_to_markdown(kr);
     cr_assert(strstr(md, "GeluKernel, aten/src/ATen/native/cpu/Activation.cpp\n") != NULL, "%s",
               md);
     cr_assert(strstr(md, "stale") == NULL, "%s", md);
     free(md);
-    json_decref(table);
-    json_decref(prov);
-    sides_free(r, c, h);
 }
 
 /* A kernel map derived from the source tree names the op before the table
@@ -320,70 +313,62 @@ Test(kernels, gelu_named_with_its_stale_wrappers)
  * string fields are taken. */
 Test(kernels, source_tree_map_comes_before_the_table)
 {
-    struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0, 0, 0, 0.25, 0.25, 0.25};
-    json_t *r = gelu_compare(&c, &h, d, NULL), *table = json_loads(table_text, 0, NULL),
-           *prov = provenance();
-    cr_assert_eq(json_object_set_new(prov, "kernel_map",
+    kernels_compare(d, true);
+    cr_assert_eq(json_object_set_new(kprov, "kernel_map",
                                      json_pack("{s:{s:{s:s, s:s, s:s, s:s, s:i}}}", "ops",
                                                "aten::gelu", "kind", "stub", "stub", "gelu_stub",
                                                "file", "aten/src/ATen/native/cpu/Activation.cpp",
                                                "cpu_function", "gelu_out_cpu", "extra", 7)),
                  0);
-    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, kprov), 0);
     static const struct jw_want w[] = {
         JW_S("op", "aten::gelu"),      JW_S("stub", "gelu_stub"),
         JW_S("source", "source_tree"), JW_S("cpu_function", "gelu_out_cpu"),
         JW_I("stale_wrappers", 2),
     };
-    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    json_t *k = json_object_get(field(kr, "first_divergence"), "kernel");
     jw_expect_all(k, w);
     cr_assert_null(json_object_get(k, "extra"), "only the map's string fields are taken");
     cr_assert_eq(
-        json_integer_value(json_object_get(json_object_get(r, "kernel_table"), "source_tree_ops")),
+        json_integer_value(json_object_get(json_object_get(kr, "kernel_table"), "source_tree_ops")),
         1);
-    char *txt = cmp_result_to_text(r);
+    char *txt = cmp_result_to_text(kr);
     cr_assert(strstr(txt, "gelu_stub, aten/src/ATen/native/cpu/Activation.cpp (mapped from the "
                           "source tree) — 2 stale generated wrappers") != NULL,
               "%s", txt);
     free(txt);
-    json_decref(r);
+    json_decref(kr);
 
     /* an entry without a stub name is no entry: the table names the kernel */
-    json_object_set_new(json_object_get(json_object_get(prov, "kernel_map"), "ops"), "aten::gelu",
+    json_object_set_new(json_object_get(json_object_get(kprov, "kernel_map"), "ops"), "aten::gelu",
                         json_pack("{s:s, s:i}", "kind", "stub", "stub", 3));
-    r = compare(c, h);
-    cr_assert_eq(cmp_attribute_kernels(r, table, prov), 0);
-    k = json_object_get(field(r, "first_divergence"), "kernel");
+    kr = compare(kc, kh);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, kprov), 0);
+    k = json_object_get(field(kr, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "stub")), "GeluKernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "source")), "table");
-    json_decref(table);
-    json_decref(prov);
-    sides_free(r, c, h);
 }
 
 Test(kernels, blas_and_unknown_ops)
 {
-    struct cmp_side *c, *h;
     double d[NKEYS] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
-    json_t *r = gelu_compare(&c, &h, d, NULL), *table = json_loads(table_text, 0, NULL);
-    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
-    json_t *k = json_object_get(field(r, "first_divergence"), "kernel");
+    kernels_compare(d, false);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, NULL), 0);
+    json_t *k = json_object_get(field(kr, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "blas");
-    char *txt = cmp_result_to_text(r);
+    char *txt = cmp_result_to_text(kr);
     cr_assert(strstr(txt, "aten::addmm in fc1 → BLAS kernel") != NULL, "%s", txt);
     free(txt);
-    json_decref(r);
-    json_decref(table);
+    json_decref(kr);
+    json_decref(ktable);
     /* an op the table lacks */
-    table = json_loads("{\"ops\": {}}", 0, NULL);
-    r = compare(c, h);
-    cr_assert_eq(cmp_attribute_kernels(r, table, NULL), 0);
-    k = json_object_get(field(r, "first_divergence"), "kernel");
+    ktable = json_loads("{\"ops\": {}}", 0, NULL);
+    kr = compare(kc, kh);
+    cr_assert_eq(cmp_attribute_kernels(kr, ktable, NULL), 0);
+    k = json_object_get(field(kr, "first_divergence"), "kernel");
     cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "unknown");
-    cr_assert_eq(cmp_attribute_kernels(r, NULL, NULL), -EINVAL);
-    json_decref(table);
-    sides_free(r, c, h);
+    cr_assert_eq(cmp_attribute_kernels(kr, NULL, NULL), -EINVAL);
 }
 
 /* The table capd ships: the entries the docs promise. */

@@ -24,7 +24,8 @@
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/testutil.h"
 
-TestSuite(devices, .timeout = 120);
+static void devices_fini(void);
+TestSuite(devices, .timeout = 120, .fini = devices_fini);
 
 /* ---- the probe ---- */
 
@@ -52,12 +53,21 @@ static const char *s_(json_t *o, const char *k)
     return v ? v : "";
 }
 
-Test(devices, fakecuda_probe_without_device)
+/* Runs the fake CUDA probe with the shell variables VARS; it must exit 0
+ * (no device, or no driver, is an answer, not an error). Returns its JSON. */
+static json_t *run_fakecuda(const char *vars)
 {
     char *probe = tu_helper("capd-gpuinfo-fakecuda");
     int rc = -1;
-    json_t *j = run_probe("", probe, &rc);
-    cr_assert_eq(rc, 0, "no device is not an error");
+    json_t *j = run_probe(vars, probe, &rc);
+    cr_assert_eq(rc, 0, "capd-gpuinfo-fakecuda with '%s' exits 0", vars);
+    free(probe);
+    return j;
+}
+
+Test(devices, fakecuda_probe_without_device)
+{
+    json_t *j = run_fakecuda("");
     cr_assert_str_eq(s_(j, "probe"), "capd-gpuinfo");
     cr_assert_str_eq(s_(j, "runtime"), "cuda");
     cr_assert_str_eq(s_(j, "platform"), "nvidia");
@@ -66,32 +76,24 @@ Test(devices, fakecuda_probe_without_device)
     cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
     cr_assert_str_eq(s_(j, "reason"), "cudaErrorNoDevice: no CUDA-capable device is detected");
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_without_driver)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
-    json_t *j = run_probe("FAKE_CUDA_NO_DRIVER=1", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_NO_DRIVER=1");
     cr_assert(json_is_null(json_object_get(j, "driver_version")));
     cr_assert(json_is_null(json_object_get(j, "driver_version_raw")));
     cr_assert_eq(json_array_size(json_object_get(j, "devices")), 0);
     cr_assert(strstr(s_(j, "reason"), "cudaErrorInsufficientDriver") != NULL, "%s",
               s_(j, "reason"));
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_lists_devices)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
     /* A name with a quote, a backslash and a tab must still give JSON. */
     setenv("FAKE_CUDA_NAME", "Fake \"H\\200\t", 1);
-    json_t *j = run_probe("FAKE_CUDA_DEVICES=2", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_DEVICES=2");
     json_t *devs = json_object_get(j, "devices");
     cr_assert_eq(json_array_size(devs), 2);
     cr_assert(json_is_null(json_object_get(j, "reason")));
@@ -116,15 +118,11 @@ Test(devices, fakecuda_probe_lists_devices)
     cr_assert_str_eq(s_(json_array_get(devs, 1), "uuid"),
                      "GPU-01020304-0506-0708-090a-0b0c0d0e0f10");
     json_decref(j);
-    free(probe);
 }
 
 Test(devices, fakecuda_probe_half_described_device)
 {
-    char *probe = tu_helper("capd-gpuinfo-fakecuda");
-    int rc = -1;
-    json_t *j = run_probe("FAKE_CUDA_DEVICES=1 FAKE_CUDA_MEMINFO_FAILS=1", probe, &rc);
-    cr_assert_eq(rc, 0);
+    json_t *j = run_fakecuda("FAKE_CUDA_DEVICES=1 FAKE_CUDA_MEMINFO_FAILS=1");
     json_t *d = json_array_get(json_object_get(j, "devices"), 0);
     cr_assert_not_null(d, "the device is still listed");
     cr_assert(json_is_null(json_object_get(d, "free_memory_bytes")));
@@ -132,7 +130,6 @@ Test(devices, fakecuda_probe_half_described_device)
                  "total falls back to the properties");
     cr_assert(strstr(s_(d, "error"), "cudaErrorInvalidValue") != NULL, "%s", s_(d, "error"));
     json_decref(j);
-    free(probe);
 }
 
 /* The HIP build, when this host could build it (libamdhip64-dev). CI has
@@ -158,9 +155,14 @@ Test(devices, hip_probe_answers_without_gpu)
 
 /* ---- the daemon with the fake probe ---- */
 
+/* A test's capd and its probe's file, and the ids of the jobs submit
+ * gave it, which stop frees. */
+#define ENV_MAX_JOBS 8
 struct env {
     struct tu_capd c;
     char devfile[512];
+    char *jobs[ENV_MAX_JOBS];
+    int njobs;
 };
 
 static void write_file(const char *path, const char *text)
@@ -196,6 +198,7 @@ static void start(struct env *e, int devices, const char *platform, const char *
 {
     char *dir = tu_tmpdir();
     cr_assert_not_null(dir);
+    e->njobs = 0;
     snprintf(e->devfile, sizeof e->devfile, "%s/devices.json", dir);
     if (devices >= 0)
         write_devices(e, devices, platform);
@@ -218,6 +221,19 @@ static void start(struct env *e, int devices, const char *platform, const char *
 static void stop(struct env *e)
 {
     cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+    while (e->njobs > 0)
+        free(e->jobs[--e->njobs]);
+}
+
+/* The daemon tests' env: start fills it and each test stops it (checking
+ * that capd exits 0); the suite's fini stops a capd a failed test left
+ * running. */
+static struct env dev;
+
+static void devices_fini(void)
+{
+    if (dev.c.pid > 0)
+        tu_capd_stop(&dev.c);
 }
 
 static json_t *get_devices(struct env *e)
@@ -254,7 +270,7 @@ static json_t *refresh(struct env *e)
 }
 
 /* POSTs a job of MODELS (a JSON array text) x avx2 x PASSES; returns its
- * id or NULL, and the status. */
+ * id (valid until stop) or NULL, and the status. */
 static char *submit(struct env *e, const char *models, const char *passes, const char *device,
                     long *status, json_t **reply)
 {
@@ -265,6 +281,10 @@ static char *submit(struct env *e, const char *models, const char *passes, const
                          models, passes, device);
     const char *id = json_string_value(json_object_get(j, "id"));
     char *r = *status == 201 && id ? strdup(id) : NULL;
+    if (r) {
+        cr_assert_lt(e->njobs, ENV_MAX_JOBS, "a test submits at most %d jobs", ENV_MAX_JOBS);
+        e->jobs[e->njobs++] = r;
+    }
     if (reply)
         *reply = j;
     else
@@ -272,7 +292,8 @@ static char *submit(struct env *e, const char *models, const char *passes, const
     return r;
 }
 
-/* submit, asserting that the job is accepted (201); returns its id. */
+/* submit, asserting that the job is accepted (201); returns its id (valid
+ * until stop). */
 static char *submit_ok(struct env *e, const char *models, const char *passes, const char *device)
 {
     long st = 0;
@@ -331,16 +352,15 @@ static json_t *cell_environ(struct env *e, const char *job, const char *cell)
 
 Test(devices, no_probe_means_no_gpu_not_an_error)
 {
-    struct env e;
     char *dir = tu_tmpdir();
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
     write_file(cfg, "{\"gpuinfo_bin\":\"/nonexistent/capd-gpuinfo\"}");
     const char *extra[] = {"--config", cfg, NULL};
-    cr_assert_eq(tu_capd_start(&e.c, dir, extra), 0, "capd starts without a probe");
+    cr_assert_eq(tu_capd_start(&dev.c, dir, extra), 0, "capd starts without a probe");
     free(dir);
-    cr_assert_eq(tu_fake_build(&e.c, "fake", NULL), 201);
-    json_t *d = get_devices(&e);
+    cr_assert_eq(tu_fake_build(&dev.c, "fake", NULL), 201);
+    json_t *d = get_devices(&dev);
     cr_assert_eq(json_array_size(json_object_get(d, "devices")), 0);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert(strstr(s_(d, "reason"), "cannot run the GPU probe /nonexistent/capd-gpuinfo"), "%s",
@@ -350,7 +370,7 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
 
     long st = 0;
     json_t *r = NULL;
-    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, &r);
+    char *job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, &r);
     cr_assert_null(job);
     cr_assert_eq(st, 400);
     json_t *err = json_object_get(r, "error");
@@ -359,17 +379,15 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
     cr_assert(strstr(s_(err, "message"), "cannot run the GPU probe"), "the reason is given: %s",
               s_(err, "message"));
     json_decref(r);
-    job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
+    job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "cpu", &st, NULL);
     cr_assert_eq(st, 201, "CPU jobs are unaffected");
-    free(job);
-    stop(&e);
+    stop(&dev);
 }
 
 Test(devices, lists_what_the_probe_found)
 {
-    struct env e;
-    start(&e, 2, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, 2, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 2);
     cr_assert_eq(jint(d, "free"), 2);
     cr_assert(json_is_null(json_object_get(d, "reason")));
@@ -384,7 +402,7 @@ Test(devices, lists_what_the_probe_found)
     json_decref(d);
     /* The probe ran once, with the device order pinned to PCI bus order. */
     char runs[600], line[256];
-    snprintf(runs, sizeof runs, "%s.runs", e.devfile);
+    snprintf(runs, sizeof runs, "%s.runs", dev.devfile);
     FILE *f = fopen(runs, "r");
     cr_assert_not_null(f);
     int n = 0;
@@ -394,42 +412,39 @@ Test(devices, lists_what_the_probe_found)
     }
     fclose(f);
     cr_assert_eq(n, 1, "one probe at start-up");
-    stop(&e);
+    stop(&dev);
 }
 
 Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
 {
-    struct env e;
-    start(&e, 0, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, 0, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
     long st = 0;
-    char *job = submit(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
+    char *job = submit(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu", &st, NULL);
     cr_assert_eq(st, 400, "no GPU yet");
 
-    write_devices(&e, 1, "nvidia");
-    d = refresh(&e);
+    write_devices(&dev, 1, "nvidia");
+    d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 1);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     json_decref(d);
-    job = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
-    json_t *j = wait_ended(&e, job);
+    job = submit_ok(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
+    json_t *j = wait_ended(&dev, job);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
     json_decref(j);
-    free(job);
-    d = get_devices(&e);
+    d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "the device was given back");
     json_decref(d);
-    stop(&e);
+    stop(&dev);
 }
 
 Test(devices, a_failed_refresh_keeps_the_list)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
+    start(&dev, 1, "nvidia", "");
     static const struct {
         const char *file, *want;
     } cases[] = {
@@ -443,66 +458,64 @@ Test(devices, a_failed_refresh_keeps_the_list)
         {"{\"devices\":{}}", "devices array"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        write_file(e.devfile, cases[i].file);
-        json_t *d = refresh(&e);
+        write_file(dev.devfile, cases[i].file);
+        json_t *d = refresh(&dev);
         cr_assert(strstr(s_(d, "probe_error"), cases[i].want), "%s: probe_error is %s",
                   cases[i].file, s_(d, "probe_error"));
         cr_assert_eq(jint(d, "count"), 1, "%s: the last good list stays", cases[i].file);
         json_decref(d);
     }
     /* A good answer clears the error, and an empty one is an answer. */
-    write_devices(&e, 0, "nvidia");
-    json_t *d = refresh(&e);
+    write_devices(&dev, 0, "nvidia");
+    json_t *d = refresh(&dev);
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
-    stop(&e);
+    stop(&dev);
 }
 
 Test(devices, a_broken_probe_at_start_up_is_the_reason)
 {
-    struct env e;
-    start(&e, -2, "nvidia", "");
-    json_t *d = get_devices(&e);
+    start(&dev, -2, "nvidia", "");
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     cr_assert(strstr(s_(d, "reason"), "probe output is not JSON"), "%s", s_(d, "reason"));
     cr_assert(strstr(s_(d, "probe_error"), "probe output is not JSON"));
     json_decref(d);
-    write_devices(&e, 1, "nvidia");
-    d = refresh(&e);
+    write_devices(&dev, 1, "nvidia");
+    d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 1);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
     json_decref(d);
-    stop(&e);
+    stop(&dev);
 }
 
 Test(devices, gpu_cell_sees_only_its_device)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
+    start(&dev, 1, "nvidia", "");
     /* A build variable must not move the cell to another device. */
-    cr_assert_eq(tu_fake_build(&e.c, "fake2", "{\"CUDA_VISIBLE_DEVICES\":\"7\"}"), 201);
+    cr_assert_eq(tu_fake_build(&dev.c, "fake2", "{\"CUDA_VISIBLE_DEVICES\":\"7\"}"), 201);
     long st = 0;
-    json_t *j = tu_jsonf(&e.c, "POST", "/v1/jobs", &st,
+    json_t *j = tu_jsonf(&dev.c, "POST", "/v1/jobs", &st,
                          "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"fake2\","
                          "\"matrix\":{\"models\":[\"fake:echo_env\"],\"widths\":[\"avx2\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"device\":\"gpu\"}}");
     cr_assert_eq(st, 201);
     char *job = strdup(s_(j, "id"));
     json_decref(j);
-    j = tu_wait_job(&e.c, job, 60);
+    j = tu_wait_job(&dev.c, job, 60);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "ok", "%s", s_(cell, "reason"));
-    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    json_t *env = cell_environ(&dev, job, s_(cell, "id"));
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
     json_decref(env);
     /* GPU runtimes reserve address space for all memory: no RLIMIT_AS. */
-    json_t *echo = cell_echo(&e, job, s_(cell, "id"));
+    json_t *echo = cell_echo(&dev, job, s_(cell, "id"));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
                  "a GPU cell has no address-space cap");
     json_decref(echo);
@@ -510,30 +523,28 @@ Test(devices, gpu_cell_sees_only_its_device)
     free(job);
 
     /* A CPU cell gets none of them from capd. */
-    job = submit(&e, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
-    j = tu_wait_job(&e.c, job, 60);
+    job = submit(&dev, "[\"fake:echo_env\"]", "[\"forward\"]", "cpu", &st, NULL);
+    j = tu_wait_job(&dev.c, job, 60);
     cell = cell_of(j, 0);
-    env = cell_environ(&e, job, s_(cell, "id"));
+    env = cell_environ(&dev, job, s_(cell, "id"));
     cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
     json_decref(env);
-    echo = cell_echo(&e, job, s_(cell, "id"));
+    echo = cell_echo(&dev, job, s_(cell, "id"));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
                  "a CPU cell has no address-space cap by default (memory is limited as memory)");
     json_decref(echo);
     json_decref(j);
-    free(job);
-    stop(&e);
+    stop(&dev);
 }
 
 /* On AMD the visibility layers stack: ROCr picks the device, and HIP and
  * CUDA then see it as device 0. */
 Test(devices, amd_visibility_stacks)
 {
-    struct env e;
-    start(&e, 2, "amd", "\"max_parallel\":2");
-    char *job = submit_ok(&e, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu");
-    json_t *j = tu_wait_job(&e.c, job, 60);
+    start(&dev, 2, "amd", "\"max_parallel\":2");
+    char *job = submit_ok(&dev, "[\"fake:slow__800\",\"fake:echo_env\"]", "[\"forward\"]", "gpu");
+    json_t *j = tu_wait_job(&dev.c, job, 60);
     json_t *cell = NULL;
     size_t i;
     json_t *c;
@@ -543,15 +554,14 @@ Test(devices, amd_visibility_stacks)
         if (strcmp(s_(c, "model"), "fake:echo_env") == 0)
             cell = c;
     }
-    json_t *env = cell_environ(&e, job, s_(cell, "id"));
+    json_t *env = cell_environ(&dev, job, s_(cell, "id"));
     /* The slow cell took device 0 first, so echo_env ran on device 1. */
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "1");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     json_decref(env);
     json_decref(j);
-    free(job);
-    stop(&e);
+    stop(&dev);
 }
 
 /*
@@ -561,15 +571,14 @@ Test(devices, amd_visibility_stacks)
  */
 Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "\"max_parallel\":3");
-    char *a = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu");
-    char *b = submit_ok(&e, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu");
+    start(&dev, 1, "nvidia", "\"max_parallel\":3");
+    char *a = submit_ok(&dev, "[\"fake:slow__1000\"]", "[\"forward\",\"backward\"]", "gpu");
+    char *b = submit_ok(&dev, "[\"fake:slow__300\"]", "[\"forward\"]", "cpu");
 
     /* While A runs, the device is in use by one of its cells. */
     bool seen_busy = false;
     for (int i = 0; i < 100 && !seen_busy; i++) {
-        json_t *d = get_devices(&e);
+        json_t *d = get_devices(&dev);
         json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
         if (json_is_true(json_object_get(d0, "in_use"))) {
             seen_busy = true;
@@ -581,7 +590,7 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     }
     cr_assert(seen_busy, "the device was seen in use");
 
-    json_t *ja = wait_ended(&e, a), *jb = wait_ended(&e, b);
+    json_t *ja = wait_ended(&dev, a), *jb = wait_ended(&dev, b);
     json_t *c0 = cell_of(ja, 0);
     json_t *c1 = cell_of(ja, 1);
     json_t *cb = cell_of(jb, 0);
@@ -599,23 +608,20 @@ Test(devices, gpu_cells_hold_a_whole_device_and_cpu_cells_pass_them)
     cr_assert_lt(sb, second_end);
     json_decref(ja);
     json_decref(jb);
-    json_t *d = get_devices(&e);
+    json_t *d = get_devices(&dev);
     cr_assert_eq(jint(d, "free"), 1, "given back");
     json_decref(d);
-    free(a);
-    free(b);
-    stop(&e);
+    stop(&dev);
 }
 
 /* Two devices: two GPU cells run at once, each on its own device. */
 Test(devices, two_devices_two_cells_at_once)
 {
-    struct env e;
-    start(&e, 2, "nvidia", "\"max_parallel\":2");
-    char *a = submit_ok(&e, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu");
+    start(&dev, 2, "nvidia", "\"max_parallel\":2");
+    char *a = submit_ok(&dev, "[\"fake:slow__1200\"]", "[\"forward\",\"backward\"]", "gpu");
     bool both = false;
     for (int i = 0; i < 100 && !both; i++) {
-        json_t *d = get_devices(&e);
+        json_t *d = get_devices(&dev);
         both = jint(d, "free") == 0;
         if (both) {
             json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
@@ -626,10 +632,9 @@ Test(devices, two_devices_two_cells_at_once)
         usleep(20 * 1000);
     }
     cr_assert(both, "both devices were in use at once");
-    json_t *j = wait_ended(&e, a);
+    json_t *j = wait_ended(&dev, a);
     json_decref(j);
-    free(a);
-    stop(&e);
+    stop(&dev);
 }
 
 /* A GPU job accepted while a device existed, whose device is gone when its
@@ -637,26 +642,23 @@ Test(devices, two_devices_two_cells_at_once)
  * forever. */
 Test(devices, gpu_cell_fails_when_the_devices_went_away)
 {
-    struct env e;
-    start(&e, 1, "nvidia", "");
-    char *cpu = submit_ok(&e, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu");
-    char *gpu = submit_ok(&e, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
-    write_devices(&e, 0, "nvidia");
-    json_t *d = refresh(&e);
+    start(&dev, 1, "nvidia", "");
+    char *cpu = submit_ok(&dev, "[\"fake:slow__1500\"]", "[\"forward\"]", "cpu");
+    char *gpu = submit_ok(&dev, "[\"fake:ok\"]", "[\"forward\"]", "gpu");
+    write_devices(&dev, 0, "nvidia");
+    json_t *d = refresh(&dev);
     cr_assert_eq(jint(d, "count"), 0);
     json_decref(d);
-    json_t *j = wait_ended(&e, gpu);
+    json_t *j = wait_ended(&dev, gpu);
     json_t *cell = cell_of(j, 0);
     cr_assert_str_eq(s_(cell, "state"), "failed");
     cr_assert(strstr(s_(cell, "reason"), "no GPU device (fake: no device)"), "%s",
               s_(cell, "reason"));
     json_decref(j);
-    j = tu_wait_job(&e.c, cpu, 60);
+    j = tu_wait_job(&dev.c, cpu, 60);
     cr_assert_str_eq(s_(cell_of(j, 0), "state"), "ok");
     json_decref(j);
-    free(cpu);
-    free(gpu);
-    stop(&e);
+    stop(&dev);
 }
 
 /* Writes one reply as a sample for tests/check_openapi.py validate. */
@@ -675,26 +677,25 @@ static void sample(const char *dir, int n, const char *method, const char *route
  * schema/openapi.yaml. */
 Test(devices, replies_match_the_openapi_spec)
 {
-    struct env e;
-    start(&e, 0, "nvidia", "");
+    start(&dev, 0, "nvidia", "");
     char *dir = tu_tmpdir();
     int n = 0;
-    json_t *d = get_devices(&e);
+    json_t *d = get_devices(&dev);
     sample(dir, n++, "GET", "/v1/devices", 200, d);
     json_decref(d);
-    write_devices(&e, 1, "amd");
+    write_devices(&dev, 1, "amd");
     long st = 0;
-    json_t *r = tu_json(&e.c, "POST", "/v1/devices/refresh", NULL, &st);
+    json_t *r = tu_json(&dev.c, "POST", "/v1/devices/refresh", NULL, &st);
     cr_assert_eq(st, 202);
     sample(dir, n++, "POST", "/v1/devices/refresh", st, r);
     json_decref(r);
-    d = refresh(&e);
+    d = refresh(&dev);
     sample(dir, n++, "GET", "/v1/devices", 200, d);
     json_decref(d);
-    char *job = submit_ok(&e, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu");
+    char *job = submit_ok(&dev, "[\"fake:slow__1000\"]", "[\"forward\"]", "gpu");
     bool busy = false;
     for (int i = 0; i < 100 && !busy; i++) {
-        d = get_devices(&e);
+        d = get_devices(&dev);
         busy = jint(d, "free") == 0;
         if (busy)
             sample(dir, n++, "GET", "/v1/devices", 200, d);
@@ -702,8 +703,7 @@ Test(devices, replies_match_the_openapi_spec)
         usleep(20 * 1000);
     }
     cr_assert(busy);
-    json_decref(tu_wait_job(&e.c, job, 60));
-    free(job);
+    json_decref(tu_wait_job(&dev.c, job, 60));
     char out[700];
     snprintf(out, sizeof out, "%s/checker.out", dir);
     int rc = tu_sh("/usr/bin/python3 '%s/tests/check_openapi.py' validate "
@@ -714,5 +714,5 @@ Test(devices, replies_match_the_openapi_spec)
     cr_assert_eq(rc, 0, "replies of /v1/devices that do not match schema/openapi.yaml");
     tu_sh("rm -rf '%s'", dir);
     free(dir);
-    stop(&e);
+    stop(&dev);
 }

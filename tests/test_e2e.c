@@ -9,6 +9,7 @@
  * right layer, and what cannot run at a width is never silently captured.
  */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,31 @@ static json_t *find_cell(json_t *result, const char *model, const char *width, c
 }
 
 static const char *const all_widths[] = {"default", "avx2", "avx512"};
+
+/* Waits up to JOB_S for each job of the NULL-terminated ids that follow
+ * to end. */
+static void wait_jobs(const struct tu_capd *c, ...)
+{
+    va_list ap;
+    va_start(ap, c);
+    for (const char *id = va_arg(ap, const char *); id; id = va_arg(ap, const char *))
+        json_decref(af_wait_job(c, id, JOB_S));
+    va_end(ap);
+}
+
+/* GETs PATH of C, which must answer 200, and returns the reply's cell of
+ * gelumlp:factory at WIDTH, forward, which must be there; *RESULT owns
+ * the reply. */
+static json_t *gelu_cell(const struct tu_capd *c, const char *path, const char *width,
+                         json_t **result)
+{
+    long st = 0;
+    *result = tu_json(c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200, "GET %s", path);
+    json_t *cell = find_cell(*result, "gelumlp:factory", width, "forward");
+    cr_assert_not_null(cell, "GET %s has no gelumlp:factory cell at %s", path, width);
+    return cell;
+}
 
 /* Checks job 1 of the main test: every cell at a width this host runs is
  * ok at that width with records in order; every other one is unsupported
@@ -308,8 +334,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     /* After the control finished: the heads pair with its build. */
     char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
     char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
-    json_decref(af_wait_job(&c, j2, JOB_S));
-    json_decref(af_wait_job(&c, j3, JOB_S));
+    wait_jobs(&c, j2, j3, NULL);
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed, nrun);
     stop_e2e(&c, (char *[]){j1, j2, j3}, 3);
@@ -339,8 +364,7 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
     cr_assert(reason && strstr(reason, "lacks avx512f (needed by width avx512)"), "%s", reason);
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 50);
     json_decref(job);
-    json_decref(af_wait_job(&c, j2, JOB_S));
-    json_decref(af_wait_job(&c, j3, JOB_S));
+    wait_jobs(&c, j2, j3, NULL);
 
     char path[256];
     snprintf(path, sizeof path,
@@ -490,7 +514,6 @@ static const char *gelu_start(struct tu_capd *c, const char *extra_env)
 Test(e2e, per_op_names_the_kernel, .timeout = 900)
 {
     struct tu_capd c;
-    long st = 0;
     const char *width = gelu_start(&c, "");
     /* what capctl submit --source-tree sends for a tree holding two wrappers */
     static const char prov[] =
@@ -501,22 +524,16 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     char *j1 = submit_op(&c, "control", "7777771", NULL, width, NULL);
     char *j2 = submit_op(&c, "control", "7777772", "7777771", width, NULL);
     char *j3 = submit_op(&c, "gelu", "7777773", "7777771", width, prov);
-    json_decref(af_wait_job(&c, j1, JOB_S));
-    json_decref(af_wait_job(&c, j2, JOB_S));
-    json_decref(af_wait_job(&c, j3, JOB_S));
+    wait_jobs(&c, j1, j2, j3, NULL);
 
-    json_t *aa = tu_json(&c, "GET", "/v1/commits/7777772/diff", NULL, &st);
-    cr_assert_eq(st, 200);
-    json_t *cell = find_cell(aa, "gelumlp:factory", width, "forward");
-    cr_assert_not_null(cell);
+    json_t *aa;
+    json_t *cell = gelu_cell(&c, "/v1/commits/7777772/diff", width, &aa);
     cr_assert_str_eq(tu_jstr(cell, "status"), "identical");
     cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
     json_decref(aa);
 
-    json_t *diff = tu_json(&c, "GET", "/v1/commits/7777773/diff", NULL, &st);
-    cr_assert_eq(st, 200);
-    cell = find_cell(diff, "gelumlp:factory", width, "forward");
-    cr_assert_not_null(cell);
+    json_t *diff;
+    cell = gelu_cell(&c, "/v1/commits/7777773/diff", width, &diff);
     cr_assert_str_eq(tu_jstr(cell, "status"), "diverged");
     json_t *fd = json_object_get(cell, "first_divergence");
     char *fds = json_dumps(fd, JSON_COMPACT);
@@ -551,17 +568,13 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
 Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
 {
     struct tu_capd c;
-    long st = 0;
     const char *width = gelu_start(&c, ",\"CAPD_PERTURB_NAN\":\"1\"");
     char *j1 = submit_op(&c, "control", "8888881", NULL, width, NULL);
     char *j2 = submit_op(&c, "gelu", "8888882", "8888881", width, NULL);
-    json_decref(af_wait_job(&c, j1, JOB_S));
-    json_decref(af_wait_job(&c, j2, JOB_S));
+    wait_jobs(&c, j1, j2, NULL);
 
-    json_t *diff = tu_json(&c, "GET", "/v1/commits/8888882/diff", NULL, &st);
-    cr_assert_eq(st, 200);
-    json_t *cell = find_cell(diff, "gelumlp:factory", width, "forward");
-    cr_assert_not_null(cell);
+    json_t *diff;
+    json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
     json_t *nf = json_object_get(cell, "first_nonfinite");
     char *nfs = json_dumps(nf, JSON_COMPACT);
     cr_assert_str_eq(tu_jstr(nf, "op"), "aten::gelu", "%s", nfs);
@@ -575,9 +588,8 @@ Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
 
     char path[200];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j2);
-    json_t *self = tu_json(&c, "GET", path, NULL, &st);
-    cr_assert_eq(st, 200);
-    cell = find_cell(self, "gelumlp:factory", width, "forward");
+    json_t *self;
+    cell = gelu_cell(&c, path, width, &self);
     cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_nonfinite"), "op"), "aten::gelu");
     json_decref(self);
     free(j1);

@@ -18,6 +18,9 @@
 #include <jansson.h>
 
 #include "compare/cmp.h"
+#include "tests/helpers/common/cmp_records.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/text_want.h"
 
 #define N   100 /* elements of a large record */
 #define KEY "fc.0.forward.output.0"
@@ -84,10 +87,7 @@ static void add(struct cmp_cell *c, const char *key, int64_t seq, const char *dt
 
 static struct cmp_cell *cell(struct cmp_side *s, const char *width)
 {
-    struct cmp_cell *c;
-    cr_assert_eq(cmp_side_add_cell(s, "mm", width, "forward", &c), 0);
-    cr_assert_eq(cmp_cell_set_outcome(c, "ok"), 0);
-    return c;
+    return crec_cell(s, "mm", width, "forward");
 }
 
 /* The RMS difference of a[0..n) from the float64 truth. */
@@ -99,9 +99,12 @@ static double rms(const double *a, int n)
     return sqrt(s / n);
 }
 
+/* Two sides, the values their records hold, and the last comparison of
+ * them (r), which done frees with the sides. */
 struct fixture {
     struct cmp_side *c, *h;
     double hv[N], cv[N];
+    json_t *r;
 };
 
 /*
@@ -114,6 +117,7 @@ static void build(struct fixture *f, int n, double head_err, bool flip, enum cmp
                   bool no_ref)
 {
     used = 0;
+    f->r = NULL;
     cr_assert_eq(cmp_side_new(&f->c), 0);
     cr_assert_eq(cmp_side_new(&f->h), 0);
     struct cmp_cell *cc = cell(f->c, "avx2"), *hc = cell(f->h, "avx2");
@@ -125,10 +129,13 @@ static void build(struct fixture *f, int n, double head_err, bool flip, enum cmp
 
 static void done(struct fixture *f)
 {
+    json_decref(f->r);
     cmp_side_free(f->c);
     cmp_side_free(f->h);
 }
 
+/* Compares F's sides judged by REFERENCE into F->r (freeing the last
+ * comparison) and returns its first cell. */
 static json_t *compare(struct fixture *f, const char *reference)
 {
     struct cmp_options o;
@@ -138,58 +145,56 @@ static json_t *compare(struct fixture *f, const char *reference)
     json_t *ov = json_pack("{s:s}", "reference", reference);
     cr_assert_eq(cmp_options_apply_json(&o, ov, &e), 0, "%s: %s", e.field, e.message);
     json_decref(ov);
-    json_t *r = NULL;
-    cr_assert_eq(cmp_compare(f->c, f->h, &o, &r), 0);
-    return r;
+    json_decref(f->r);
+    f->r = NULL;
+    cr_assert_eq(cmp_compare(f->c, f->h, &o, &f->r), 0);
+    return jw_path(f->r, "cells.0");
 }
 
-static json_t *cell0(json_t *r)
+/* The float64 arbiter's judgement of HOLDER (a tensor's row or a first
+ * divergence): checks that it PASSED or not and that its head error is
+ * the RMS of F's head, and gives the head and control errors. */
+static json_t *judgement(json_t *holder, const struct fixture *f, bool passed, double *eh,
+                         double *ec)
 {
-    return json_array_get(json_object_get(r, "cells"), 0);
-}
-
-static const char *str(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "(none)";
+    json_t *rj = json_object_get(holder, "reference");
+    cr_assert_eq(json_is_true(json_object_get(rj, "passed")), passed);
+    cr_assert(json_is_boolean(json_object_get(rj, "passed")));
+    *eh = json_real_value(json_object_get(rj, "err_head"));
+    *ec = json_real_value(json_object_get(rj, "err_control"));
+    cr_assert_float_eq(*eh, rms(f->hv, N), 1e-12);
+    return rj;
 }
 
 Test(reference, an_equally_accurate_head_passes_by_float64)
 {
     struct fixture f;
     build(&f, N, 0.01, true, CMP_CAPTURE_FULL, false);
-    json_t *r = compare(&f, "float64");
-    json_t *c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "within_tolerance");
-    cr_assert_str_eq(str(c, "rule"), "reference_float64");
+    json_t *c = compare(&f, "float64");
+    cr_assert_str_eq(jw_str(c, "status"), "within_tolerance");
+    cr_assert_str_eq(jw_str(c, "rule"), "reference_float64");
     cr_assert_eq(json_integer_value(json_object_get(c, "tensors_compared")), 1,
                  "the reference's record is not a pair");
     cr_assert_eq(json_integer_value(json_object_get(c, "missing_keys")), 0);
     json_t *ref = json_object_get(c, "reference");
-    cr_assert_str_eq(str(ref, "kind"), "float64");
+    cr_assert_str_eq(jw_str(ref, "kind"), "float64");
     cr_assert_eq(json_integer_value(json_object_get(ref, "passed")), 1);
     json_t *row = json_array_get(json_object_get(c, "tensors"), 0);
-    cr_assert_str_eq(str(row, "rule"), "reference_float64");
-    json_t *rj = json_object_get(row, "reference");
-    cr_assert(json_is_true(json_object_get(rj, "passed")));
-    double eh = json_real_value(json_object_get(rj, "err_head"));
-    double ec = json_real_value(json_object_get(rj, "err_control"));
-    cr_assert_float_eq(eh, rms(f.hv, N), 1e-12);
+    cr_assert_str_eq(jw_str(row, "rule"), "reference_float64");
+    double eh, ec;
+    json_t *rj = judgement(row, &f, true, &eh, &ec);
     cr_assert_float_eq(ec, rms(f.cv, N), 1e-12);
     cr_assert_float_eq(json_real_value(json_object_get(rj, "k")), 2.0, 0);
     cr_assert_float_eq(json_real_value(json_object_get(rj, "tol")), 1e-6, 1e-18);
-    cr_assert_str_eq(str(json_object_get(r, "thresholds"), "reference"), "float64");
-    cr_assert_str_eq(str(r, "verdict"), "pass");
-    json_decref(r);
+    cr_assert_str_eq(jw_str(json_object_get(f.r, "thresholds"), "reference"), "float64");
+    cr_assert_str_eq(jw_str(f.r, "verdict"), "pass");
 
     /* The same pair without the arbiter: the tolerance rule diverges it. */
-    r = compare(&f, "none");
-    c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "diverged");
-    cr_assert_str_eq(str(c, "rule"), "tolerance");
+    c = compare(&f, "none");
+    cr_assert_str_eq(jw_str(c, "status"), "diverged");
+    cr_assert_str_eq(jw_str(c, "rule"), "tolerance");
     cr_assert(json_is_null(json_object_get(c, "reference")));
     cr_assert_null(json_object_get(json_object_get(c, "first_divergence"), "rule"));
-    json_decref(r);
     done(&f);
 }
 
@@ -197,27 +202,22 @@ Test(reference, a_head_three_times_further_from_the_truth_diverges)
 {
     struct fixture f;
     build(&f, N, 0.03, false, CMP_CAPTURE_FULL, false);
-    json_t *r = compare(&f, "float64");
-    json_t *c = cell0(r);
-    cr_assert_str_eq(str(c, "status"), "diverged");
-    cr_assert_str_eq(str(c, "rule"), "reference_float64", "the arbiter judged and refused it");
+    json_t *c = compare(&f, "float64");
+    cr_assert_str_eq(jw_str(c, "status"), "diverged");
+    cr_assert_str_eq(jw_str(c, "rule"), "reference_float64", "the arbiter judged and refused it");
     json_t *d = json_object_get(c, "first_divergence");
-    cr_assert_str_eq(str(d, "rule"), "reference_float64");
-    json_t *rj = json_object_get(d, "reference");
-    cr_assert(json_is_false(json_object_get(rj, "passed")));
-    double eh = json_real_value(json_object_get(rj, "err_head"));
-    double ec = json_real_value(json_object_get(rj, "err_control"));
-    cr_assert_float_eq(eh, rms(f.hv, N), 1e-12);
+    cr_assert_str_eq(jw_str(d, "rule"), "reference_float64");
+    double eh, ec;
+    judgement(d, &f, false, &eh, &ec);
     cr_assert_gt(eh, 2 * ec + 1e-6, "%g vs %g", eh, ec);
-    cr_assert_str_eq(str(r, "verdict"), "regression");
+    cr_assert_str_eq(jw_str(f.r, "verdict"), "regression");
     /* Both reports say which rule decided, and by how much. */
-    char *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
-    cr_assert(strstr(md, "diverged (rule reference_float64)"), "%s", md);
-    cr_assert(strstr(md, "reference_float64: err 0.03 > 2 x 0.01 + 1e-06"), "%s", md);
+    char *md = cmp_result_to_markdown(f.r), *txt = cmp_result_to_text(f.r);
+    tw_expect_has(md, "diverged (rule reference_float64)",
+                  "reference_float64: err 0.03 > 2 x 0.01 + 1e-06", NULL);
     cr_assert(strstr(txt, "diverged mm/avx2/forward (rule reference_float64)"), "%s", txt);
     free(md);
     free(txt);
-    json_decref(r);
     done(&f);
 }
 
@@ -233,13 +233,11 @@ Test(reference, a_small_tensor_gets_k_three)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture f;
         build(&f, cases[i].n, 0.025, false, CMP_CAPTURE_FULL, false);
-        json_t *r = compare(&f, "float64");
-        json_t *c = cell0(r);
-        cr_assert_str_eq(str(c, "status"), cases[i].status, "n %d", cases[i].n);
+        json_t *c = compare(&f, "float64");
+        cr_assert_str_eq(jw_str(c, "status"), cases[i].status, "n %d", cases[i].n);
         json_t *row = json_array_get(json_object_get(c, "tensors"), 0);
         cr_assert_float_eq(json_real_value(json_object_get(json_object_get(row, "reference"), "k")),
                            cases[i].k, 0, "n %d", cases[i].n);
-        json_decref(r);
         done(&f);
     }
 }
@@ -257,19 +255,17 @@ Test(reference, no_values_or_no_record_falls_back_with_a_reason)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture f;
         build(&f, N, 0.01, true, cases[i].cap, cases[i].no_ref);
-        json_t *r = compare(&f, "float64");
-        json_t *c = cell0(r);
-        cr_assert_str_eq(str(c, "status"), "diverged", "%s", cases[i].why);
-        cr_assert_str_eq(str(c, "rule"), "tolerance", "%s", cases[i].why);
+        json_t *c = compare(&f, "float64");
+        cr_assert_str_eq(jw_str(c, "status"), "diverged", "%s", cases[i].why);
+        cr_assert_str_eq(jw_str(c, "rule"), "tolerance", "%s", cases[i].why);
         json_t *d = json_object_get(c, "first_divergence");
-        cr_assert_str_eq(str(d, "rule"), "tolerance");
-        cr_assert_str_eq(str(json_object_get(d, "reference"), "reason"), cases[i].why);
+        cr_assert_str_eq(jw_str(d, "rule"), "tolerance");
+        cr_assert_str_eq(jw_str(json_object_get(d, "reference"), "reason"), cases[i].why);
         cr_assert(json_is_false(json_object_get(json_object_get(d, "reference"), "judged")));
-        char *txt = cmp_result_to_text(r), want[96];
+        char *txt = cmp_result_to_text(f.r), want[96];
         snprintf(want, sizeof want, "tolerance rule: reference %s", cases[i].why);
         cr_assert(strstr(txt, "mm/avx2/forward (rule tolerance)") && strstr(txt, want), "%s", txt);
         free(txt);
-        json_decref(r);
         done(&f);
     }
 }
@@ -288,20 +284,18 @@ Test(reference, default_width_is_the_control_sides_default_cell)
         o.reference = CMP_REF_DEFAULT_WIDTH;
         snprintf(o.control_width, sizeof o.control_width, "avx2");
         snprintf(o.head_width, sizeof o.head_width, "avx2");
-        json_t *r = NULL;
-        cr_assert_eq(cmp_compare(f.c, f.h, &o, &r), 0);
-        json_t *c = cell0(r);
+        cr_assert_eq(cmp_compare(f.c, f.h, &o, &f.r), 0);
+        json_t *c = jw_path(f.r, "cells.0");
         json_t *ref = json_object_get(c, "reference");
         if (with_default) {
-            cr_assert_str_eq(str(c, "status"), "within_tolerance");
-            cr_assert_str_eq(str(c, "rule"), "reference_default_width");
+            cr_assert_str_eq(jw_str(c, "status"), "within_tolerance");
+            cr_assert_str_eq(jw_str(c, "rule"), "reference_default_width");
             cr_assert(json_is_null(json_object_get(ref, "reason")));
         } else {
-            cr_assert_str_eq(str(c, "status"), "diverged");
-            cr_assert_str_eq(str(c, "rule"), "tolerance");
-            cr_assert_str_eq(str(ref, "reason"), "no_default_width_cell");
+            cr_assert_str_eq(jw_str(c, "status"), "diverged");
+            cr_assert_str_eq(jw_str(c, "rule"), "tolerance");
+            cr_assert_str_eq(jw_str(ref, "reason"), "no_default_width_cell");
         }
-        json_decref(r);
         done(&f);
     }
 }
@@ -323,13 +317,12 @@ Test(reference, reference_records_are_never_pairs)
             add(hc, "ref.float64/" KEY, 1, "float64", N, 0.5, false, CMP_CAPTURE_FULL, NULL);
         }
         for (int mode = 0; mode < 2; mode++) {
-            json_t *r = compare(&f, mode ? "float64" : "none");
-            json_t *c = cell0(r);
-            cr_assert_str_eq(str(c, "status"), "identical", "head_has %d mode %d", head_has, mode);
+            json_t *c = compare(&f, mode ? "float64" : "none");
+            cr_assert_str_eq(jw_str(c, "status"), "identical", "head_has %d mode %d", head_has,
+                             mode);
             cr_assert_eq(json_integer_value(json_object_get(c, "tensors_compared")), 1);
             cr_assert_eq(json_integer_value(json_object_get(c, "missing_keys")), 0);
             cr_assert_eq(json_integer_value(json_object_get(c, "extra_keys")), 0);
-            json_decref(r);
         }
         done(&f);
     }

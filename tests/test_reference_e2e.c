@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
 #include "tests/helpers/common/testutil.h"
 
 /* The user model: its float32 forward follows REFTEST_MM; the float64
@@ -121,17 +122,6 @@ static json_t *compare(const char *ctl, const char *head, const char *reference,
     return r;
 }
 
-static json_t *cell0(json_t *r)
-{
-    return json_array_get(json_object_get(r, "cells"), 0);
-}
-
-static const char *s(json_t *o, const char *k)
-{
-    const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : "(none)";
-}
-
 Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = start, .fini = stop,
      .timeout = 900)
 {
@@ -142,15 +132,15 @@ Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = s
 
     /* split under float64 (the head job's option): within tolerance, by the reference. */
     json_t *r = compare(ctl, split, NULL, &text);
-    json_t *c = cell0(r);
+    json_t *c = jw_path(r, "cells.0");
     char *dump = json_dumps(c, JSON_COMPACT);
-    cr_assert_str_eq(s(c, "status"), "within_tolerance", "%s", dump);
-    cr_assert_str_eq(s(c, "rule"), "reference_float64", "%s", dump);
+    cr_assert_str_eq(jw_str(c, "status"), "within_tolerance", "%s", dump);
+    cr_assert_str_eq(jw_str(c, "rule"), "reference_float64", "%s", dump);
     json_t *ref = json_object_get(c, "reference");
     cr_assert_gt(json_integer_value(json_object_get(ref, "passed")), 0, "%s", dump);
     cr_log_info("split, float64: %s", text);
     cr_assert_eq(json_integer_value(json_object_get(c, "missing_keys")), 0, "%s", dump);
-    cr_assert_str_eq(s(r, "verdict"), "pass", "%s", dump);
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", dump);
     cr_assert(strstr(text, "within_tolerance refmm:mm/default/forward (rule reference_float64)"),
               "%s", text);
     free(dump);
@@ -159,11 +149,12 @@ Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = s
 
     /* split without the arbiter: the tolerance rule diverges it. */
     r = compare(ctl, split, "none", &text);
-    c = cell0(r);
+    c = jw_path(r, "cells.0");
     dump = json_dumps(c, JSON_COMPACT);
-    cr_assert_str_eq(s(c, "status"), "diverged", "%s", dump);
-    cr_assert_str_eq(s(c, "rule"), "tolerance", "%s", dump);
-    cr_assert_str_eq(s(json_object_get(c, "first_divergence"), "reason"), "tolerance", "%s", dump);
+    cr_assert_str_eq(jw_str(c, "status"), "diverged", "%s", dump);
+    cr_assert_str_eq(jw_str(c, "rule"), "tolerance", "%s", dump);
+    cr_assert_str_eq(jw_str(json_object_get(c, "first_divergence"), "reason"), "tolerance", "%s",
+                     dump);
     cr_log_info("split, none: %s", text);
     free(dump);
     free(text);
@@ -173,12 +164,12 @@ Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = s
     static const char *const refs[] = {"float64", "none"};
     for (size_t i = 0; i < 2; i++) {
         r = compare(ctl, nudge, refs[i], &text);
-        c = cell0(r);
+        c = jw_path(r, "cells.0");
         dump = json_dumps(c, JSON_COMPACT);
-        cr_assert_str_eq(s(c, "status"), "diverged", "%s: %s", refs[i], dump);
-        cr_assert_str_eq(s(r, "verdict"), "regression");
+        cr_assert_str_eq(jw_str(c, "status"), "diverged", "%s: %s", refs[i], dump);
+        cr_assert_str_eq(jw_str(r, "verdict"), "regression");
         if (i == 0) {
-            cr_assert_str_eq(s(c, "rule"), "reference_float64", "%s", dump);
+            cr_assert_str_eq(jw_str(c, "rule"), "reference_float64", "%s", dump);
             json_t *rj = json_object_get(json_object_get(c, "first_divergence"), "reference");
             cr_assert(json_is_false(json_object_get(rj, "passed")), "%s", dump);
             double eh = json_real_value(json_object_get(rj, "err_head"));
@@ -188,7 +179,7 @@ Test(reference_e2e, equally_accurate_passes_a_perturbed_head_does_not, .init = s
             cr_assert(strstr(text, "(rule reference_float64)"), "%s", text);
             cr_assert(strstr(text, "reference_float64: err "), "%s", text);
         } else {
-            cr_assert_str_eq(s(c, "rule"), "tolerance", "%s", dump);
+            cr_assert_str_eq(jw_str(c, "rule"), "tolerance", "%s", dump);
             cr_assert(strstr(text, "(rule") == NULL, "no arbiter, no rule note: %s", text);
         }
         free(dump);
