@@ -59,7 +59,10 @@ class Capd(object):
             [binary, "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--runner-dir",
              runner_dir, "--max-parallel", str(max_parallel),
              # numerics-only jobs as the performance table measures them
-             "--max-parallel-numerics", str(os.cpu_count() or 1), "--log-level", "info"],
+             "--max-parallel-numerics", str(os.cpu_count() or 1), "--log-level", "info"]
+            # a host's own settings, e.g. who runs the cells where capd is root
+            + (["--config", os.environ["CAPD_BENCH_CONFIG"]]
+               if os.environ.get("CAPD_BENCH_CONFIG") else []),
             stdout=subprocess.PIPE, stderr=self.log)
         line = self.proc.stdout.readline().decode()
         if "listening on" not in line:
