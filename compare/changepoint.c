@@ -59,74 +59,7 @@ int cmp_perf_observation(const int64_t *samples_ns, size_t n, double *out)
     return 0;
 }
 
-/* ------------------------------------------------------- Student's t */
-
-/* The continued fraction of the regularized incomplete beta function
- * (Lentz's method, as in Numerical Recipes' betacf). */
-static double betacf(double a, double b, double x)
-{
-    const double tiny = 1e-300;
-    double qab = a + b, qap = a + 1, qam = a - 1;
-    double c = 1, d = 1 - qab * x / qap;
-    d = fabs(d) < tiny ? tiny : d;
-    d = 1 / d;
-    double h = d;
-    for (int m = 1; m <= 300; m++) {
-        int m2 = 2 * m;
-        double aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1 + aa * d;
-        d = fabs(d) < tiny ? tiny : d;
-        c = 1 + aa / c;
-        c = fabs(c) < tiny ? tiny : c;
-        d = 1 / d;
-        h *= d * c;
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1 + aa * d;
-        d = fabs(d) < tiny ? tiny : d;
-        c = 1 + aa / c;
-        c = fabs(c) < tiny ? tiny : c;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15)
-            break;
-    }
-    return h;
-}
-
-static double betai(double a, double b, double x)
-{
-    if (x <= 0)
-        return 0;
-    if (x >= 1)
-        return 1;
-    double lbt = lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x);
-    if (x < (a + 1) / (a + b + 2))
-        return exp(lbt) * betacf(a, b, x) / a;
-    return 1 - exp(lbt) * betacf(b, a, 1 - x) / b;
-}
-
-/* Two-sided tail probability of |T| >= t for Student's t with DF degrees. */
-static double t_two_sided(double t, double df)
-{
-    if (!isfinite(t))
-        return 0;
-    return betai(df / 2, 0.5, df / (df + t * t));
-}
-
-/* The t with two-sided tail probability P (bisection: monotone, cheap). */
-static double t_quantile(double p, double df)
-{
-    double lo = 0, hi = 1e6;
-    for (int i = 0; i < 200; i++) {
-        double mid = (lo + hi) / 2;
-        if (t_two_sided(mid, df) > p)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return (lo + hi) / 2;
-}
+/* Student's t: compare/student_t.c (cmp_t_p, cmp_t_quantile). */
 
 struct moments {
     size_t n;
@@ -165,7 +98,7 @@ double cmp_ttest_p(const double *x, size_t nx, const double *y, size_t ny)
         return 1;
     double df, se;
     double t = student(moments_of(x, nx), moments_of(y, ny), &df, &se);
-    return t_two_sided(fabs(t), df);
+    return isfinite(t) ? cmp_t_p(t, df) : 0;
 }
 
 /* ------------------------------------------------------ E-Divisive */
@@ -335,7 +268,7 @@ static void cp_stats(const double *x, size_t n, const struct idxset *s, size_t i
     double df = 1, se = 0;
     if (a.n >= 2 && b.n >= 2)
         student(a, b, &df, &se);
-    double half = se > 0 ? t_quantile(0.01, df) * se : 0;
+    double half = se > 0 ? cmp_t_quantile(0.01, df) * se : 0;
     double d = b.mean - a.mean;
     cp->magnitude = a.mean != 0 ? d / a.mean : NAN;
     cp->mag_lo = a.mean != 0 ? (d - half) / fabs(a.mean) : NAN;
