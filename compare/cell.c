@@ -8,6 +8,7 @@
  * thing not copied: they can be a gigabyte, and storage already holds them.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -383,9 +384,29 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
         return -ENOMEM;
     double med = cmp__median_i64(samples_ns, n, tmp);
     free(tmp);
-    cell->procs[cell->n_procs++] = (struct cmp__tproc){
-        .median_ns = med, .n_samples = n, .pair = pair < 0 ? -1 : pair, .reference = reference};
+    cell->procs[cell->n_procs++] = (struct cmp__tproc){.median_ns = med,
+                                                       .cpu_median_ns = NAN,
+                                                       .n_samples = n,
+                                                       .pair = pair < 0 ? -1 : pair,
+                                                       .reference = reference};
     cell->n_timing += n;
+    return 0;
+}
+
+int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n)
+{
+    if (cell == NULL || cell->n_procs == 0 || (cpu_ns == NULL && n > 0))
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (cpu_ns[i] < 0 || cpu_ns[i] > CMP_MAX_TIMING_NS)
+            return -EINVAL;
+    if (n == 0)
+        return 0;
+    int64_t *tmp = malloc(n * sizeof(*tmp));
+    if (tmp == NULL)
+        return -ENOMEM;
+    cell->procs[cell->n_procs - 1].cpu_median_ns = cmp__median_i64(cpu_ns, n, tmp);
+    free(tmp);
     return 0;
 }
 

@@ -217,6 +217,16 @@ void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t 
  */
 int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns, size_t n,
                                 int64_t pair, bool reference);
+/*
+ * The same samples of the process added last, in its thread's CPU time
+ * (the runner's cpu_samples_ns: a process that shares its CPU with another
+ * does not accrue CPU time while it waits). Its median becomes the
+ * process's CPU observation; a comparison whose every process has one
+ * judges on them (perf basis "cpu"), else on the wall-clock medians.
+ * -EINVAL as for add_timing_process, or when no process was added; N 0 is
+ * ignored.
+ */
+int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n);
 /* One unpaired process of this cell's own build: add_timing_process(.., -1, false). */
 int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n);
 /*
@@ -466,6 +476,7 @@ struct cmp_perf {
     double hl_shift_ns;  /* Hodges-Lehmann shift (unpaired), median pair difference (paired) */
     double spread;       /* within-side robust spread, a fraction (1.4826 MAD / median) */
     double mde;          /* minimum detectable effect at this noise, a fraction; NaN if none */
+    bool cpu_time;       /* judged on CPU-time medians (else wall clock): cmp__perf_cells */
     enum cmp_perf_verdict verdict;
 };
 

@@ -58,6 +58,7 @@ struct cmp__rec {
 /* One timing process of a cell: its observation and where it belongs. */
 struct cmp__tproc {
     double median_ns;
+    double cpu_median_ns; /* of the CPU-time samples; NaN when there are none */
     size_t n_samples;
     int64_t pair;   /* -1: not part of a pair */
     bool reference; /* the control's build, timed in this cell's job */

@@ -7,7 +7,11 @@
  * on those pairs: both members of a pair ran back to back on the same CPUs,
  * so drift between jobs cancels. Any other cell is compared unpaired, its
  * own processes against the control cell's own processes. Either way each
- * process is one observation, its median (cell.c); a cell from before
+ * process is one observation, its median (cell.c), of its CPU-time
+ * samples when every process the design uses has them (basis cpu_time: a
+ * process that shared its CPU with another tenant accrued no CPU time
+ * while it waited, where its wall clock ran on), else of its wall-clock
+ * samples (wall_time: older runners, several threads, GPUs); a cell from before
  * processes were recorded has one timing frame, i.e. one observation, and
  * says insufficient_data rather than raising a false alarm.
  */
@@ -35,16 +39,40 @@ static bool has_reference(const struct cmp_cell *h)
     return false;
 }
 
+/* A process's observation: its CPU-time median on the CPU basis. */
+static double obs(const struct cmp__tproc *p, bool cpu)
+{
+    return cpu ? p->cpu_median_ns : p->median_ns;
+}
+
 /* Own processes of a cell; samples counted into *ns. */
-static size_t own_obs(const struct cmp_cell *c, double *v, size_t *ns)
+static size_t own_obs(const struct cmp_cell *c, bool cpu, double *v, size_t *ns)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->n_procs; i++)
         if (!c->procs[i].reference) {
-            v[n++] = c->procs[i].median_ns;
+            v[n++] = obs(&c->procs[i], cpu);
             *ns += c->procs[i].n_samples;
         }
     return n;
+}
+
+/* Whether every process the design uses has CPU-time samples; paired,
+ * those of the head cell, else the own ones of both cells. */
+static bool all_cpu(const struct cmp_cell *c, const struct cmp_cell *h, bool paired)
+{
+    size_t n = 0;
+    for (int side = paired; side < 2; side++) {
+        const struct cmp_cell *x = side ? h : c;
+        for (size_t i = 0; i < x->n_procs; i++) {
+            if (!paired && x->procs[i].reference)
+                continue;
+            if (isnan(x->procs[i].cpu_median_ns))
+                return false;
+            n++;
+        }
+    }
+    return n > 0;
 }
 
 int cmp__perf_cells(const struct cmp_cell *c, const struct cmp_cell *h, bool refused,
@@ -55,27 +83,31 @@ int cmp__perf_cells(const struct cmp_cell *c, const struct cmp_cell *h, bool ref
     size_t nc = 0, nh = 0, sc = 0, sh = 0;
     enum cmp_perf_design d = CMP_PERF_UNPAIRED;
     int rc = -ENOMEM;
+    bool cpu = false;
 
     if (vc == NULL || vh == NULL)
         goto out;
     if (!refused && has_reference(h)) {
         d = CMP_PERF_PAIRED;
+        cpu = all_cpu(c, h, true);
         for (size_t i = 0; i < h->n_procs; i++) {
             const struct cmp__tproc *p = &h->procs[i], *r;
             if (p->reference || p->pair < 0 || (r = find_ref(h, p->pair)) == NULL)
                 continue;
-            vc[nc++] = r->median_ns;
-            vh[nh++] = p->median_ns;
+            vc[nc++] = obs(r, cpu);
+            vh[nh++] = obs(p, cpu);
             sc += r->n_samples;
             sh += p->n_samples;
         }
     } else if (!refused) {
-        nc = own_obs(c, vc, &sc);
-        nh = own_obs(h, vh, &sh);
+        cpu = all_cpu(c, h, false);
+        nc = own_obs(c, cpu, vc, &sc);
+        nh = own_obs(h, cpu, vh, &sh);
     }
     rc = cmp_perf_compare(vc, nc, vh, nh, d, o, out);
     out->samples_control = sc;
     out->samples_head = sh;
+    out->cpu_time = cpu;
 out:
     free(vc);
     free(vh);
@@ -135,6 +167,7 @@ int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json
     reason(p, opt, why, sizeof why);
     bool tested = p->n_control && p->n_head;
     rc |= cmp__set(o, "design", json_string(p->design == CMP_PERF_PAIRED ? "paired" : "unpaired"));
+    rc |= cmp__set(o, "basis", json_string(p->cpu_time ? "cpu_time" : "wall_time"));
     rc |= cmp__set_real(o, "control_median_ns", p->control_median_ns);
     rc |= cmp__set_real(o, "head_median_ns", p->head_median_ns);
     rc |= cmp__set_real(o, "ratio", p->ratio);

@@ -494,6 +494,15 @@ static int check_timing(struct frame_parser *p, json_t *h)
     if ((rc = check_counts(p, h, "timing", "samples_ns", FRAME_MAX_TIMING_SAMPLES, "timing",
                            "samples", &v)))
         return rc;
+    size_t n = json_array_size(v);
+    json_t *cpu;
+    if (json_object_get(h, "cpu_samples_ns") &&
+        ((rc = check_counts(p, h, "timing", "cpu_samples_ns", FRAME_MAX_TIMING_SAMPLES, "timing",
+                            "CPU-time samples", &cpu)) ||
+         (json_array_size(cpu) != n &&
+          (rc = frame__bad(p, "timing cpu_samples_ns has %zu samples, samples_ns %zu",
+                           json_array_size(cpu), n)))))
+        return rc;
     if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
         (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||
         (rc = check_int(p, h, "timing", "threads", true, NULL)) ||

@@ -145,6 +145,13 @@ static int add_timing(struct cmp_cell *cell, json_t *h)
     int rc = cmp_cell_add_timing_process(cell, v, n,
                                          json_is_integer(pair) ? json_integer_value(pair) : -1,
                                          json_is_true(json_object_get(h, "reference")));
+    /* the same samples in CPU time (docs/protocol.md), when the runner sent them */
+    json_t *cpu = json_object_get(h, "cpu_samples_ns");
+    if (rc == 0 && json_array_size(cpu) == n && n > 0) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = json_integer_value(json_array_get(cpu, i));
+        rc = cmp_cell_set_process_cpu(cell, v, n);
+    }
     free(v);
     return rc == -EINVAL || rc == -E2BIG ? 0 : rc;
 }

@@ -1554,6 +1554,43 @@ Test(engine, reference_processes_make_pairs)
     duo_free(&s, r);
 }
 
+/* Pairs whose wall clocks say 20% slower (the head's processes shared
+ * their CPU) but whose CPU times agree are judged on the CPU times when
+ * every process has them (basis cpu_time), and on the wall clocks as soon
+ * as one lacks them. */
+Test(engine, cpu_time_basis_when_every_process_has_it)
+{
+    int64_t t[10], cpu[10];
+    for (int lacking = 0; lacking < 2; lacking++) {
+        struct duo s = duo_mlp(NULL, "ok");
+        for (int i = 0; i < 8; i++) {
+            timings(t, 10, 1e6, 100 + (uint64_t)i);
+            timings(cpu, 10, 0.98e6, 300 + (uint64_t)i);
+            cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, i, true), 0);
+            cr_assert_eq(cmp_cell_set_process_cpu(s.hc, cpu, 10), 0);
+            timings(t, 10, 1.2e6, 200 + (uint64_t)i);
+            timings(cpu, 10, 0.98e6, 400 + (uint64_t)i);
+            cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, i, false), 0);
+            if (!lacking || i != 5)
+                cr_assert_eq(cmp_cell_set_process_cpu(s.hc, cpu, 10), 0);
+        }
+        json_t *r = duo_compare(&s, NULL);
+        cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), lacking ? "wall_time" : "cpu_time");
+        cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), lacking ? "regression" : "same",
+                         "ratio %g", jd(r, "cells.0.perf.ratio"));
+        duo_free(&s, r);
+    }
+    struct cmp_side *side;
+    struct cmp_cell *none;
+    cr_assert_eq(cmp_side_new(&side), 0);
+    cr_assert_eq(cmp_side_add_cell(side, "m", "default", "forward", &none), 0);
+    cr_assert_eq(cmp_cell_set_process_cpu(none, t, 10), -EINVAL, "no process to set");
+    cr_assert_eq(cmp_cell_add_timing_process(none, t, 10, -1, false), 0);
+    cpu[3] = -1;
+    cr_assert_eq(cmp_cell_set_process_cpu(none, cpu, 10), -EINVAL, "a negative CPU time");
+    cmp_side_free(side);
+}
+
 Test(engine, cross_width)
 {
     struct cmp_side *job;

@@ -412,7 +412,7 @@ static void build_full_stream(struct sb *s, uint64_t *payload_total)
     total += 10;
     sb_str(s, "{\"kind\":\"nondeterministic\",\"keys\":[\"layer3.0.forward.output.0\"]}\n");
     sb_str(s, "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[1200,1100,1300],"
-              "\"warmup\":3,\"iterations\":3,\"threads\":1}\n");
+              "\"cpu_samples_ns\":[1190,1090,1000],\"warmup\":3,\"iterations\":3,\"threads\":1}\n");
     sb_str(s, "{\"kind\":\"memory\",\"peak_rss_bytes\":123456789,\"device_peak_bytes\":0}\n");
     sb_str(s, "{\"kind\":\"end\",\"status\":\"ok\",\"reason\":\"fine\"}\n");
     *payload_total = total;
@@ -692,6 +692,14 @@ static const struct raw_case raw_cases[] = {
      "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":{},\"warmup\":1,"
      "\"iterations\":1,\"threads\":1}\n",
      "timing field \"samples_ns\" must be an array, got object"},
+    {"timing cpu samples of another length", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"cpu_samples_ns\":[5],"
+     "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing cpu_samples_ns has 1 samples, samples_ns 2"},
+    {"timing negative cpu sample", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"cpu_samples_ns\":[5,-6],"
+     "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing cpu_samples_ns[1] must be a non-negative integer"},
     {"timing phase", 2,
      "{\"kind\":\"timing\",\"phase\":\"sideways\",\"samples_ns\":[],\"warmup\":1,"
      "\"iterations\":1,\"threads\":1}\n",

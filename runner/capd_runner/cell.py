@@ -221,9 +221,14 @@ def timing_run(torch, model, call, spec, projection, device):
     iterations would add up to less than ``timing_min_ms``, and then enough
     for that, estimated from the fastest warmup iteration (a model of 40 us
     an iteration gets a stable median without thousands of samples).
-    Returns (samples, loops)."""
+    Returns (samples, loops, cpu_samples): cpu_samples are the same
+    samples in this thread's CPU time, which a process that shares its CPU
+    with another does not accrue while it waits, or None when the work is
+    not all on this thread (more than one intra-op thread, or a GPU)."""
     cuda = device.type == "cuda"
     backward = spec.pass_ != "forward"
+    cpu_clock = not cuda and torch.get_num_threads() == 1 and hasattr(time, "thread_time_ns")
+    cpu = []
 
     def sync():
         if cuda:
@@ -233,6 +238,7 @@ def timing_run(torch, model, call, spec, projection, device):
         if backward:
             model.zero_grad(set_to_none=True)
         sync()
+        c0 = time.thread_time_ns() if cpu_clock else 0
         t0 = _now_ns()
         for i in range(loops):
             if backward and i:
@@ -241,17 +247,21 @@ def timing_run(torch, model, call, spec, projection, device):
             if backward:
                 projection.loss(out).backward()
         sync()
-        return (_now_ns() - t0) // loops
+        wall = (_now_ns() - t0) // loops
+        if cpu_clock:
+            cpu.append((time.thread_time_ns() - c0) // loops)
+        return wall
 
     model.train() if backward else model.eval()
     with (torch.enable_grad() if backward else torch.no_grad()):
         fastest = min([timed(1) for _ in range(spec.warmup)] or [0])
         want = spec.timing_min_ms * 1000000 // max(spec.iterations, 1)
         loops = 1 if fastest <= 0 else max(1, min(MAX_LOOPS, -(-want // fastest)))
+        del cpu[:]
         samples = [timed(loops) for _ in range(spec.iterations)]
     if backward:
         model.zero_grad(set_to_none=True)
-    return samples, loops
+    return samples, loops, (cpu if cpu_clock else None)
 
 
 def peak_rss_bytes():
@@ -508,9 +518,11 @@ def _timing(torch, spec, writer, forkers, in_cell):
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
     if forker is None or forker.pid is None:
-        samples, loops = in_cell()
+        samples, loops, cpu = in_cell()
         frame.update({"samples_ns": samples, "loops": loops, "threads": torch.get_num_threads(),
                       "process": 0, "processes": 1})
+        if cpu is not None:
+            frame["cpu_samples_ns"] = cpu
         writer.frame(frame)
         writer.flush()
         return
@@ -535,7 +547,7 @@ def _run_one(writer, forker, i, n, what):
 def _timing_frame(frame, res, i, n, **extra):
     f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
              processes=n, **extra)
-    for k in ("loops", "cpus", "started_ns", "ended_ns"):
+    for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns"):
         if k in res:
             f[k] = res[k]
     return f
@@ -566,10 +578,18 @@ def _paired(spec, writer, forker, ref, frame):
             writer.frame(_timing_frame(frame, h, i, n, pair=i, round=rnd))
         writer.flush()
         done += got
-        if not pairs.wants_more([median(c["samples_ns"]) for c, _ in done],
-                                [median(h["samples_ns"]) for _, h in done]):
+        if not pairs.wants_more(*observations(done)):
             break
     return True
+
+
+def observations(done):
+    """The pairs' process medians, as capd's comparison takes them: of the
+    CPU-time samples when every process of both sides has them, else of the
+    wall-clock samples (compare/perf_cell.c, "basis")."""
+    key = ("cpu_samples_ns" if all("cpu_samples_ns" in r for pair in done for r in pair)
+           else "samples_ns")
+    return [median(c[key]) for c, _ in done], [median(h[key]) for _, h in done]
 
 
 def median(v):

@@ -97,10 +97,12 @@ def _one_process(spec, index, out_fd):
     call = cell.Call(cell._place(torch, inputs, device, dtype))
     projection = cell.Projection(torch, spec.seed)
     started = _monotonic_ns()
-    samples, loops = cell.timing_run(torch, model, call, spec, projection, device)
+    samples, loops, cpu = cell.timing_run(torch, model, call, spec, projection, device)
     res = {"process": index, "samples_ns": samples, "loops": loops,
            "threads": torch.get_num_threads(),
            "started_ns": started, "ended_ns": _monotonic_ns()}
+    if cpu is not None:
+        res["cpu_samples_ns"] = cpu
     if hasattr(os, "sched_getaffinity"):
         res["cpus"] = sorted(os.sched_getaffinity(0))
     os.write(out_fd, (json.dumps(res) + "\n").encode())

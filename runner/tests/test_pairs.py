@@ -91,6 +91,14 @@ class PairsTest(unittest.TestCase):
         self.assertLess(head / ctl, 1.6)
         keys = [t["key"] for t in r.tensors]
         self.assertEqual(len(keys), len(set(keys)), "numerics captured once")
+        # One intra-op thread on the CPU: each sample also in the thread's
+        # CPU time, which a busy-wait accrues no faster than the wall clock.
+        for t in ts:
+            self.assertEqual(t["threads"], 1)
+            self.assertEqual(len(t["cpu_samples_ns"]), len(t["samples_ns"]))
+            for c, w in zip(t["cpu_samples_ns"], t["samples_ns"]):
+                self.assertLessEqual(c, w * 1.01 + 100000, t)
+                self.assertGreater(c, 0)
 
     def test_undecided_pairs_get_more_rounds(self):
         # One pair a round. One pair cannot be tested at all; then the head
