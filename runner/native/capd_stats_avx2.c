@@ -47,8 +47,7 @@ void capd__acc_f32_avx2(const float *x, int64_t n, double *s, double *q, double 
             vlo = _mm256_min_ps(v, vlo);
             vhi = _mm256_max_ps(v, vhi);
             /* all ones (-1) where v != 0, NaN included, as (v) != 0.0 */
-            cnt = _mm256_sub_epi32(cnt,
-                                   _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
+            cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
             __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
             __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
             s0 = _mm256_add_pd(s0, d0);
