@@ -95,6 +95,15 @@ _STRIDED = torch.strided
 MAX_FQN = 400
 MAX_NDIM = 16
 
+# The text of a tensor header prefix after its "seq" (frames.tensor_header_prefix),
+# by everything it is made of: the same modules record the same keys, dtypes
+# and shapes at every capture of a cell, and the formatting is the dearest
+# part of a record's header. Emptied when it holds PREFIX_TAILS_MAX texts
+# (a model whose keys never repeat still pays only the formatting).
+_PREFIX_TAILS = {}
+PREFIX_TAILS_MAX = 1 << 16
+_SEQ_HEAD = b'{"kind":"tensor","seq":%d'
+
 
 def safe_fqn(name):
     """Module fqn usable in a key: control characters become '?', and an
@@ -365,9 +374,18 @@ class Recorder(object):
         when nothing is emitted."""
         if not self.emit:
             return None, 0
-        prefix = F.tensor_header_prefix(self.seq, key, module, call, phase, role, index,
-                                        T.dtype_name(t.dtype), t.shape, t.numel(),
-                                        op).encode("ascii")
+        shape = t.shape
+        cache_key = (key, module, call, phase, role, index, t.dtype, shape, op)
+        tail = _PREFIX_TAILS.get(cache_key)
+        if tail is None:
+            whole = F.tensor_header_prefix(0, key, module, call, phase, role, index,
+                                           T.dtype_name(t.dtype), shape, t.numel(),
+                                           op).encode("ascii")
+            tail = whole[len(_SEQ_HEAD % 0):]
+            if len(_PREFIX_TAILS) >= PREFIX_TAILS_MAX:
+                _PREFIX_TAILS.clear()
+            _PREFIX_TAILS[cache_key] = tail
+        prefix = _SEQ_HEAD % self.seq + tail
         self.seq += 1
         if self.level == "stats":  # what _decide says, without the call
             return prefix, 0

@@ -27,6 +27,11 @@
 
 #define LANES 8
 
+#ifdef CAPD_STATS_AVX2
+void capd__acc_f32_avx2(const float *x, int64_t n, double *s, double *q, double *lo, double *hi,
+                        int64_t *nz); /* capd_stats_avx2.c */
+#endif
+
 int capd_analysis_abi(void)
 {
     return CAPD_ANALYSIS_ABI;
@@ -238,7 +243,14 @@ int capd_stats(const void *data, int64_t n, int dtype, double *out)
     }
     struct acc a;
     acc_init(&a);
-    accumulate(p, n, dtype, &a);
+#ifdef CAPD_STATS_AVX2
+    /* float32 (nearly every tensor a model records) by the AVX2 loop where
+     * the CPU has it: the same lanes, the same bits (capd_stats_avx2.c). */
+    if (dtype == CAPD_DT_F32 && __builtin_cpu_supports("avx2"))
+        capd__acc_f32_avx2(data, n, a.s, a.q, a.lo, a.hi, a.nz);
+    else
+#endif
+        accumulate(p, n, dtype, &a);
     double total = 0.0, sumsq = 0.0, lo = INFINITY, hi = -INFINITY;
     int64_t nonzero = 0;
     for (int j = 0; j < LANES; j++) {

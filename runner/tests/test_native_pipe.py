@@ -461,3 +461,41 @@ class CellTest(_Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PrefixCacheTest(unittest.TestCase):
+    """The header prefix of a record comes from a cache of its text after
+    "seq": the same bytes as frames.tensor_header_prefix, for every seq,
+    across the cache's emptying at its bound."""
+
+    def test_cached_prefix_is_the_formatted_one(self):
+        import types
+        from capd_runner import frames as F
+        saved = capture.PREFIX_TAILS_MAX
+        capture.PREFIX_TAILS_MAX = 3
+        capture._PREFIX_TAILS.clear()
+        try:
+            rec = types.SimpleNamespace(emit=True, seq=7, level="stats")
+            tensors = [torch.zeros(2, 3), torch.zeros(5, dtype=torch.float64),
+                       torch.zeros(2, 3, dtype=torch.int32), torch.zeros(())]
+            cases = [("m.0.forward.input.0", "m", 0, "forward", "input", 0, None),
+                     ("m\u00e9.1.backward.param_grad.w", "m\u00e9", 1, "backward",
+                      "param_grad", "w", None),
+                     ("m.0.forward/op.aten::add.2.output.0", "m", 0, "forward", "output", 0,
+                      ("aten::add", 2))]
+            for rnd in range(3):  # hits, and misses after each emptying
+                for t in tensors:
+                    for key, module, call, phase, role, index, op in cases:
+                        seq = rec.seq
+                        prefix, kind = capture.Recorder._prefix(rec, key, module, call, phase,
+                                                                role, index, t, op)
+                        want = F.tensor_header_prefix(seq, key, module, call, phase, role,
+                                                      index, T.dtype_name(t.dtype), t.shape,
+                                                      t.numel(), op).encode("ascii")
+                        self.assertEqual(prefix, want)
+                        self.assertEqual(kind, 0)
+                        self.assertEqual(rec.seq, seq + 1)
+                        self.assertLessEqual(len(capture._PREFIX_TAILS), 3)
+        finally:
+            capture.PREFIX_TAILS_MAX = saved
+            capture._PREFIX_TAILS.clear()

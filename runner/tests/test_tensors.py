@@ -239,6 +239,32 @@ class NativeFusedStatsTest(FusedStatsTest):
         self.assertEqual(native.stats(x.clone()), whole)
         self.assertFalse(native.supports(x[::2]), "a strided view goes through torch")
 
+    def test_float32_sums_keep_the_lane_order(self):
+        """Whatever loop the CPU gets (AVX2 or generic), float32 sums are the
+        documented ones: lane i % 8, a double sum and sum of squares each,
+        then the lanes in order; min, max and zeros exact, -0.0 included."""
+        from capd_runner import native
+        for n in (2, 7, 8, 9, 10, 64, 1003):
+            x = T.det_normalish((n,), T.generator(n), torch.float32) * 3 + 0.25
+            x[::5] = 0.0
+            x[1::7] = -0.0
+            for t in (x, x[1:].clone()):
+                vals = [float(v) for v in t.tolist()]
+                s, q = [0.0] * 8, [0.0] * 8
+                for i, v in enumerate(vals):
+                    s[i % 8] += v
+                    q[i % 8] += v * v
+                total, sumsq = 0.0, 0.0
+                for j in range(8):
+                    total += s[j]
+                    sumsq += q[j]
+                got = native.stats(t)
+                self.assertEqual(got["mean"], total / len(vals), n)
+                self.assertEqual(got["l2"], math.sqrt(sumsq), n)
+                self.assertEqual(got["min"], min(vals), n)
+                self.assertEqual(got["max"], max(vals), n)
+                self.assertEqual(got["zeros"], sum(1 for v in vals if v == 0), n)
+
 
 class BytesHashTest(unittest.TestCase):
     def test_raw_bytes_match_struct(self):
