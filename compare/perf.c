@@ -493,14 +493,22 @@ static enum cmp_perf_verdict decide(const struct cmp_perf *p, const struct cmp_o
     bool ci = !isnan(p->ci_lo) && !isnan(p->ci_hi);
     if (p->n_control == 0 || p->n_head == 0 || p->min_p >= o->alpha)
         return CMP_PERF_INSUFFICIENT_DATA;
+    /* Paired, a change whose interval lies wholly past the threshold at
+     * alpha is decided whatever the spread: both members of a pair ran
+     * under the same conditions, so the interval of the ratios carries all
+     * the noise. Unpaired, the two sides may have been timed hours apart
+     * under other loads, which no interval sees: spread comes first. */
+    enum cmp_perf_verdict alarm = CMP_PERF_UNKNOWN; /* none */
+    if (ci && p->p_value < o->alpha && p->ci_lo > 1.0 + t)
+        alarm = CMP_PERF_REGRESSION;
+    else if (ci && p->p_value < o->alpha && p->ci_hi < 1.0 - t)
+        alarm = CMP_PERF_IMPROVEMENT;
+    if (alarm != CMP_PERF_UNKNOWN && p->design == CMP_PERF_PAIRED)
+        return alarm;
     if (p->spread > t)
         return CMP_PERF_UNSTABLE;
-    if (!ci)
-        return CMP_PERF_UNKNOWN;
-    if (p->p_value < o->alpha && p->ci_lo > 1.0 + t)
-        return CMP_PERF_REGRESSION;
-    if (p->p_value < o->alpha && p->ci_hi < 1.0 - t)
-        return CMP_PERF_IMPROVEMENT;
+    if (alarm != CMP_PERF_UNKNOWN || !ci)
+        return alarm;
     if (p->ci_lo >= 1.0 - t && p->ci_hi <= 1.0 + t)
         return CMP_PERF_SAME;
     return CMP_PERF_UNKNOWN;

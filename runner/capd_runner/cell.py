@@ -554,13 +554,15 @@ def _timing_frame(frame, res, i, n, **extra):
 
 
 def _paired(spec, writer, forker, ref, frame):
-    """Rounds of ``timing_pairs`` pairs, each pair the control build's
-    process then this build's, while the pairs so far leave the verdict
-    unknown (capd_runner/pairs.py), ``max_timing_rounds`` at most. False
-    when the control build failed before any pair (time unpaired then)."""
+    """Rounds of pairs, each pair the control build's process then this
+    build's: ``timing_pairs`` first, then half as many (rounded up) a round
+    while the pairs so far leave the verdict unknown (capd_runner/pairs.py),
+    ``max_timing_rounds`` rounds at most. False when the control build
+    failed before any pair (time unpaired then)."""
     from capd_runner import pairs
-    k, done = spec.timing_pairs, []
+    done = []
     for rnd in range(spec.max_timing_rounds):
+        k = pairs.round_size(spec.timing_pairs, rnd)
         got = []
         for i in range(len(done), len(done) + k):
             c = ref.run(i) if ref.pid is not None else {"error": ref.error}

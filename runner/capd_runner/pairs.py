@@ -1,9 +1,9 @@
 """The paired verdict of a cell's pairs so far, for the round rule.
 
 A paired head cell (docs/runner.md, "Paired timing") times
-``options.timing_pairs`` pairs a round and, while the pairs so far give
-``unknown`` (or cannot be tested yet), another round, up to
-``options.max_timing_rounds``. This is the same decision as capd's
+``options.timing_pairs`` pairs and, while the pairs so far give
+``unknown`` (or cannot be tested yet), another round of half as many
+(rounded up), up to ``options.max_timing_rounds`` rounds in all. This is the same decision as capd's
 comparison (compare/perf.c and compare/student_t.c: a paired t test on the
 per-pair log ratios of the process medians, its 99% t interval, the spread
 1.4826 MAD of the log ratios) at the comparison's defaults (perf_threshold
@@ -88,10 +88,6 @@ def verdict(control, head, threshold=THRESHOLD, alpha=ALPHA):
     logr = [math.log(h / c) if c > 0 and h > 0 else 0.0 for c, h in zip(control, head)]
     if n < 2:
         return "insufficient_data"
-    if n >= 3:
-        med = median(logr)
-        if math.expm1(1.4826 * median([abs(x - med) for x in logr])) > threshold:
-            return "unstable"
     mean = sum(logr) / n
     se = math.sqrt(sum((x - mean) ** 2 for x in logr) / (n - 1) / n)
     if se > 0:
@@ -104,9 +100,19 @@ def verdict(control, head, threshold=THRESHOLD, alpha=ALPHA):
         return "regression"
     if p < alpha and hi < 1.0 - threshold:
         return "improvement"
+    if n >= 3:
+        med = median(logr)
+        if math.expm1(1.4826 * median([abs(x - med) for x in logr])) > threshold:
+            return "unstable"
     if lo >= 1.0 - threshold and hi <= 1.0 + threshold:
         return "same"
     return "unknown"
+
+
+def round_size(timing_pairs, rnd):
+    """Pairs of round RND (0 the first): a later round only has to settle
+    what the first left open, so it takes half as many, at least 1."""
+    return timing_pairs if rnd == 0 else max(1, (timing_pairs + 1) // 2)
 
 
 def wants_more(control, head):

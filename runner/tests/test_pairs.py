@@ -4,6 +4,7 @@ processes, from its own interpreter and environment, with its own; more
 rounds while the pairs leave the verdict unknown; unpaired when the control
 build cannot run."""
 
+import math
 import os
 import sys
 import unittest
@@ -134,6 +135,18 @@ class PairsTest(unittest.TestCase):
             self.assertEqual(got, want, head)
             self.assertEqual(pairs.wants_more(ctl[:len(head)], head),
                              want in ("unknown", "insufficient_data"), want)
+
+    def test_decisive_change_before_spread_and_round_sizes(self):
+        # About 25% slower with a 6% spread (capd's compare/perf.c decides
+        # the same, tests/test_compare.c): a regression, not unstable.
+        lr = [0.270, 0.309, 0.269, 0.210, 0.190]
+        ctl = [1.0] * 5
+        self.assertEqual(pairs.verdict(ctl, [math.exp(x) for x in lr]), "regression")
+        self.assertEqual(pairs.verdict(ctl, [math.exp(x - 0.25) for x in lr]), "unstable")
+        # The first round takes timing_pairs, later ones half, rounded up.
+        self.assertEqual([pairs.round_size(4, r) for r in range(3)], [4, 2, 2])
+        self.assertEqual([pairs.round_size(5, r) for r in range(3)], [5, 3, 3])
+        self.assertEqual([pairs.round_size(1, r) for r in range(3)], [1, 1, 1])
 
     def test_student_t_against_the_tables(self):
         # Two-sided 0.01 points of t (printed tables); the C twin of these

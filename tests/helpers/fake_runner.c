@@ -22,8 +22,8 @@
  *                   With a "reference" in the spec (paired timing), the
  *                   timing frames come in pairs, a reference frame scaled
  *                   by the reference env's FAKE_TIMING_SCALE then the
- *                   head's, options.timing_pairs a round, more rounds (up
- *                   to options.max_timing_rounds) while the pairs' ratios
+ *                   head's, options.timing_pairs, more rounds of half as
+ *                   many (up to options.max_timing_rounds) while the pairs' ratios
  *                   straddle +-5%.
  *                   $FAKE_ENV_FILE names a file of NAME=VALUE lines that
  *                   are set as environment variables first (a missing file
@@ -517,8 +517,8 @@ static bool pairs_decide(const double *r, json_int_t n)
 /*
  * Paired timing (docs/protocol.md): per pair, a reference frame (the
  * control build's, scaled by the reference env's $FAKE_TIMING_SCALE) then
- * the head's; timing_pairs pairs a round, another round while the pairs do
- * not decide, up to max_timing_rounds.
+ * the head's; timing_pairs pairs, then rounds of half as many (rounded up)
+ * while the pairs do not decide, up to max_timing_rounds rounds.
  */
 static void paired_timing(const struct cell *c)
 {
@@ -528,7 +528,8 @@ static void paired_timing(const struct cell *c)
     json_int_t n = 0;
 
     for (json_int_t round = 0; round < c->max_timing_rounds; round++) {
-        json_int_t planned = n + c->timing_pairs;
+        /* runner/capd_runner/pairs.py round_size: later rounds take half */
+        json_int_t planned = n + (round == 0 ? c->timing_pairs : (c->timing_pairs + 1) / 2);
         if (planned > FAKE_MAX_PAIRS) {
             fprintf(stderr, "fake_runner: more than %d pairs\n", FAKE_MAX_PAIRS);
             exit(1);
@@ -984,14 +985,14 @@ static json_t *load_spec(struct cell *c)
     OPT_INT(threads, 1);
     OPT_INT(sample_size, 256);
     OPT_INT(timing_processes, 5);
-    OPT_INT(timing_pairs, 5);
+    OPT_INT(timing_pairs, 4);
     OPT_INT(max_timing_rounds, 3);
 #undef OPT_INT
     c->reference = json_is_object(json_object_get(spec, "reference"))
                        ? json_object_get(spec, "reference")
                        : NULL;
     if (c->timing_pairs < 0 || c->timing_pairs > 64)
-        c->timing_pairs = 5;
+        c->timing_pairs = 4;
     if (c->max_timing_rounds < 1 || c->max_timing_rounds > 8)
         c->max_timing_rounds = 3;
     if (c->timing_processes < 1 || c->timing_processes > 64)
