@@ -48,7 +48,10 @@ int cpus_take(struct cpus_pool *p, bool timing, int want, cpu_set_t *out)
 {
     int got = 0;
     CPU_ZERO(out);
-    for (int cpu = 0; cpu < CPU_SETSIZE && (!timing || got < want); cpu++) {
+    /* Timing from the highest CPU down (see the header); numerics-only
+     * cells take every free CPU, so their order does not matter. */
+    for (int i = 0; i < CPU_SETSIZE && (!timing || got < want); i++) {
+        int cpu = timing ? CPU_SETSIZE - 1 - i : i;
         if (!free_for(p, cpu, timing))
             continue;
         CPU_SET(cpu, out);

@@ -3,7 +3,12 @@
  * process never shares its CPUs with another cell's work.
  *
  * A cell that times (options.iterations > 0 on the CPU) takes an exclusive
- * set: as many CPUs as its threads, none held by any other running cell. A
+ * set: as many CPUs as its threads, none held by any other running cell,
+ * the highest-numbered free ones first. CPU 0 is where Linux does most of
+ * its housekeeping and interrupt work on common hosts: on a 16-CPU KVM
+ * guest, CPU 0 had spent 20 times the system time of any other, and every
+ * timing process pinned there saw pair ratios off by up to 1.8x in CPU
+ * time (docs/performance.md). A
  * numerics-only cell (nothing timed) takes every CPU no timing cell holds,
  * shared with other numerics-only cells. The scheduler asks cpus_can_start()
  * before claiming, so a timing cell waits until enough CPUs are free; on a
