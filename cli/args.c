@@ -23,12 +23,12 @@ const struct ctl_opt ctl_global_opts[] = {
      "PEM CA certificate(s) to verify an https:// server against, e.g. a self-signed capd "
      "certificate (default: $CAPD_CACERT, else the system's CAs)"},
     {"help", CTL_FLAG, NULL, "show this help"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 const struct ctl_opt ctl_json_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_JSON,
+    CTL_OPT_END,
 };
 
 const struct ctl_opt *ctl_opts_of(const struct ctl_cmd *cmd)

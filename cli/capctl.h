@@ -53,6 +53,13 @@ enum ctl_opt_kind {
      * that a command can need it only in one of its forms). */
     CTL_REQUIRED,
     CTL_MULTI, /* --name V, repeatable */
+    /* --name V, once, that sets the cell option options.FIELD of the job
+     * the command sends: FIELD is NAME with '_' for '-', or the field
+     * "options.FIELD" that the command's FIELDS pairs with --NAME. INT: a
+     * whole number (its syntax checked by capctl, its range by capd);
+     * STR: a string. */
+    CTL_OPTION_INT,
+    CTL_OPTION_STR,
 };
 
 struct ctl_opt {
@@ -61,6 +68,36 @@ struct ctl_opt {
     const char *metavar;
     const char *help;
 };
+
+/* Rows that several commands share, so that a flag which means the same
+ * everywhere is written once. CTL_OPT_END ends every table. */
+#define CTL_OPT_END                                                                                \
+    {                                                                                              \
+        NULL, CTL_FLAG, NULL, NULL                                                                 \
+    }
+/* --json where the server's reply is printed as it came. */
+#define CTL_OPT_JSON                                                                               \
+    {                                                                                              \
+        "json", CTL_FLAG, NULL, "print the server's JSON"                                          \
+    }
+/* --wait-timeout of the commands that follow a job to its end; WHEN is
+ * the condition the command puts first ("with --wait: "), or "". */
+#define CTL_OPT_WAIT_TIMEOUT(when)                                                                 \
+    {                                                                                              \
+        "wait-timeout", CTL_VALUE, "S", when "give up (exit 2) after S seconds"                    \
+    }
+/* The matrix of a job (submit) or of each commit (bisect): --models,
+ * --widths and --passes, each a required comma-separated list. The
+ * arguments are the command's own words: what follows "(required" for
+ * models and for widths, the word before "widths", the metavar of
+ * --passes. */
+#define CTL_OPTS_MATRIX(models_note, widths_word, widths_note, passes_metavar)                     \
+    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required" models_note ")"},          \
+        {"widths", CTL_REQUIRED, "x,y",                                                            \
+         widths_word "widths, comma-separated (required" widths_note ")"},                         \
+    {                                                                                              \
+        "passes", CTL_REQUIRED, passes_metavar, "passes, comma-separated (required)"               \
+    }
 
 /* A request field whose flag is not named like it, for error hints. */
 struct ctl_field_flag {

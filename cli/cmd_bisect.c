@@ -247,17 +247,15 @@ static const struct ctl_opt bisect_opts[] = {
     {"commits-from-git", CTL_VALUE, "DIR",
      "take the commits from git: the first-parent line GOOD..BAD in DIR"},
     {"branch", CTL_VALUE, "B", "without commits: the commits of this branch's history"},
-    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required)"},
-    {"widths", CTL_REQUIRED, "x,y", "widths, comma-separated (required)"},
-    {"passes", CTL_REQUIRED, "p,q", "passes, comma-separated (required)"},
+    CTL_OPTS_MATRIX("", "", "", "p,q"),
     {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
     {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
     {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
     {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
     {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
     {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_JSON,
+    CTL_OPT_END,
 };
 
 const struct ctl_cmd ctl_cmd_bisect = {

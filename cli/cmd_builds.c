@@ -191,7 +191,7 @@ static const struct ctl_opt register_opts[] = {
     {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
     {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
     {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 static const struct ctl_field_flag register_fields[] = {

@@ -47,7 +47,7 @@ out:
 static const struct ctl_opt cancel_opts[] = {
     {"wait", CTL_FLAG, NULL, "wait until every cell has stopped"},
     {"json", CTL_FLAG, NULL, "print the job as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 const struct ctl_cmd ctl_cmd_cancel = {

@@ -302,7 +302,7 @@ static const struct ctl_opt diff_opts[] = {
      "cell's perf is unknown or unstable; numerics: only on outcome or numeric ones, perf "
      "reported but not gating; never"},
     {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 static const struct ctl_field_flag diff_fields[] = {

@@ -148,9 +148,9 @@ static const struct ctl_opt alerts_opts[] = {
      "with an alert ID: set its status (acknowledged, false_positive, "
      "expected, open)"},
     {"note", CTL_VALUE, "TEXT", "with --set: a note kept with the alert"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
+    CTL_OPT_JSON,
     {"markdown", CTL_FLAG, NULL, "print a Markdown table"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 const struct ctl_cmd ctl_cmd_alerts = {
@@ -253,8 +253,8 @@ static const struct ctl_opt history_opts[] = {
     {"width", CTL_REQUIRED, "W", "the cell's width (required)"},
     {"pass", CTL_REQUIRED, "P", "the cell's pass (required)"},
     {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
-    {"json", CTL_FLAG, NULL, "print the server's JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_JSON,
+    CTL_OPT_END,
 };
 
 const struct ctl_cmd ctl_cmd_history = {

@@ -120,38 +120,46 @@ static int set_strings(const struct ctl_args *a, const char *const (*map)[2], si
     return 0;
 }
 
-/* Integer options: syntax is checked here, ranges by the server (its
- * error names the field; the hint names the flag). */
+/* The field "options.FIELD" of the cell option --NAME sets: the one the
+ * command's FIELDS pairs with it, else NAME with '_' for '-'. */
+static void option_field(const struct ctl_cmd *cmd, const char *name, char *buf, size_t cap)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", name);
+    for (const struct ctl_field_flag *m = cmd->fields; m && m->field; m++)
+        if (strncmp(m->field, "options.", 8) == 0 && strcmp(m->flag, flag) == 0) {
+            snprintf(buf, cap, "%s", m->field + 8);
+            return;
+        }
+    snprintf(buf, cap, "%s", name);
+    for (char *p = buf; *p; p++)
+        *p = *p == '-' ? '_' : *p;
+}
+
+/* The cell options of the table's CTL_OPTION_* rows that were given:
+ * integers' syntax is checked here, ranges by the server (its error names
+ * the field; the hint names the flag). */
 static int submit_options(const struct ctl_args *a, json_t *opts)
 {
-    static const char *const ints[][2] = {
-        {"iterations", "iterations"},
-        {"warmup", "warmup"},
-        {"threads", "threads"},
-        {"timeout", "timeout_s"},
-        {"seed", "seed"},
-        {"batch", "batch"},
-        {"sample-size", "sample_size"},
-        {"timing-min-ms", "timing_min_ms"},
-        {"timing-processes", "timing_processes"},
-        {"timing-pairs", "timing_pairs"},
-        {"max-timing-rounds", "max_timing_rounds"},
-    };
-    static const char *const strs[][2] = {{"capture", "capture"},
-                                          {"dtype", "dtype"},
-                                          {"granularity", "granularity"},
-                                          {"reference", "reference"}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        const char *v = ctl_arg(a, ints[i][0]);
+    for (const struct ctl_opt *o = ctl_opts_of(a->cmd); o->name; o++) {
+        const char *v = ctl_arg(a, o->name);
+        char field[64];
         long long n;
-        if (!v)
+        json_t *j;
+        if (!v || (o->kind != CTL_OPTION_INT && o->kind != CTL_OPTION_STR))
             continue;
-        int rc = ctl_int_arg(a->cmd, ints[i][0], v, 0, LLONG_MAX, &n);
-        if (rc != 0)
-            return rc;
-        json_object_set_new(opts, ints[i][1], json_integer((json_int_t)n));
+        if (o->kind == CTL_OPTION_INT) {
+            int rc = ctl_int_arg(a->cmd, o->name, v, 0, LLONG_MAX, &n);
+            if (rc != 0)
+                return rc;
+            j = json_integer((json_int_t)n);
+        } else if (!(j = json_string(v))) {
+            return ctl_usage_error(a->cmd, "--%s is not valid UTF-8", o->name);
+        }
+        option_field(a->cmd, o->name, field, sizeof field);
+        json_object_set_new(opts, field, j);
     }
-    return set_strings(a, strs, sizeof strs / sizeof strs[0], opts);
+    return 0;
 }
 
 /* The Idempotency-Key header: an HTTP header value, printable ASCII only
@@ -312,33 +320,31 @@ static const struct ctl_opt submit_opts[] = {
     {"build", CTL_REQUIRED, "B", "registered build to run (required)"},
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
-    {"models", CTL_REQUIRED, "a,b", "models, comma-separated (required; GET /v1/models)"},
-    {"widths", CTL_REQUIRED, "x,y", "SIMD widths, comma-separated (required; GET /v1/widths)"},
-    {"passes", CTL_REQUIRED, "forward,backward", "passes, comma-separated (required)"},
-    {"iterations", CTL_VALUE, "N", "timed iterations per cell (server default 20)"},
-    {"warmup", CTL_VALUE, "N", "warm-up iterations (default 3)"},
-    {"timing-min-ms", CTL_VALUE, "MS",
+    CTL_OPTS_MATRIX("; GET /v1/models", "SIMD ", "; GET /v1/widths", "forward,backward"),
+    {"iterations", CTL_OPTION_INT, "N", "timed iterations per cell (server default 20)"},
+    {"warmup", CTL_OPTION_INT, "N", "warm-up iterations (default 3)"},
+    {"timing-min-ms", CTL_OPTION_INT, "MS",
      "least milliseconds a timing process's samples add up to (50)"},
-    {"timing-processes", CTL_VALUE, "N", "separate timing processes per cell (default 5)"},
-    {"timing-pairs", CTL_VALUE, "N", "control/head pairs a round when paired (default 8)"},
-    {"max-timing-rounds", CTL_VALUE, "N", "rounds of pairs at most while unknown (default 3)"},
-    {"threads", CTL_VALUE, "N", "intra-op threads (default 1)"},
-    {"timeout", CTL_VALUE, "S", "per-cell timeout in seconds (default 600)"},
-    {"capture", CTL_VALUE, "stats|sample|full", "what is stored per tensor (default stats)"},
-    {"seed", CTL_VALUE, "N", "random seed (default 0)"},
-    {"batch", CTL_VALUE, "N", "batch size (default 2)"},
-    {"sample-size", CTL_VALUE, "N", "elements kept per tensor with --capture sample (256)"},
-    {"dtype", CTL_VALUE, "T", "float32, float64, float16 or bfloat16 (default float32)"},
-    {"granularity", CTL_VALUE, "module|op", "records per module, or per ATen op too (module)"},
-    {"reference", CTL_VALUE, "none|float64|default-width",
+    {"timing-processes", CTL_OPTION_INT, "N", "separate timing processes per cell (default 5)"},
+    {"timing-pairs", CTL_OPTION_INT, "N", "control/head pairs a round when paired (default 5)"},
+    {"max-timing-rounds", CTL_OPTION_INT, "N", "rounds of pairs at most while unknown (default 3)"},
+    {"threads", CTL_OPTION_INT, "N", "intra-op threads (default 1)"},
+    {"timeout", CTL_OPTION_INT, "S", "per-cell timeout in seconds (default 600)"},
+    {"capture", CTL_OPTION_STR, "stats|sample|full", "what is stored per tensor (default stats)"},
+    {"seed", CTL_OPTION_INT, "N", "random seed (default 0)"},
+    {"batch", CTL_OPTION_INT, "N", "batch size (default 2)"},
+    {"sample-size", CTL_OPTION_INT, "N", "elements kept per tensor with --capture sample (256)"},
+    {"dtype", CTL_OPTION_STR, "T", "float32, float64, float16 or bfloat16 (default float32)"},
+    {"granularity", CTL_OPTION_STR, "module|op", "records per module, or per ATen op too (module)"},
+    {"reference", CTL_OPTION_STR, "none|float64|default-width",
      "the reference a tensor out of tolerance is judged against (none)"},
     {"label", CTL_MULTI, "k=v", "label stored with the job"},
     {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
     {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
     {"wait", CTL_FLAG, NULL, "wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"},
-    {"wait-timeout", CTL_VALUE, "S", "with --wait: give up (exit 2) after S seconds"},
+    CTL_OPT_WAIT_TIMEOUT("with --wait: "),
     {"json", CTL_FLAG, NULL, "print the job as JSON (the final job with --wait)"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 /* The fields whose flag is not named like them: the rest (matrix.models,

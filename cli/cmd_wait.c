@@ -377,9 +377,9 @@ static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 }
 
 static const struct ctl_opt wait_opts[] = {
-    {"wait-timeout", CTL_VALUE, "S", "give up (exit 2) after S seconds"},
+    CTL_OPT_WAIT_TIMEOUT(""),
     {"json", CTL_FLAG, NULL, "print the finished job as JSON"},
-    {NULL, CTL_FLAG, NULL, NULL},
+    CTL_OPT_END,
 };
 
 const struct ctl_cmd ctl_cmd_wait = {
