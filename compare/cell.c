@@ -358,14 +358,20 @@ void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t 
     cell->device_peak = device_peak_bytes < 0 ? -1 : device_peak_bytes;
 }
 
+/* A process's samples (wall or CPU): each within 0..CMP_MAX_TIMING_NS. */
+static bool samples_ok(const int64_t *ns, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ns[i] < 0 || ns[i] > CMP_MAX_TIMING_NS)
+            return false;
+    return true;
+}
+
 int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns, size_t n,
                                 int64_t pair, bool reference)
 {
-    if (cell == NULL || (samples_ns == NULL && n > 0))
+    if (cell == NULL || (samples_ns == NULL && n > 0) || !samples_ok(samples_ns, n))
         return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (samples_ns[i] < 0 || samples_ns[i] > CMP_MAX_TIMING_NS)
-            return -EINVAL;
     if (n == 0)
         return 0;
     if (n > CMP_MAX_TIMING_SAMPLES - cell->n_timing)
@@ -379,11 +385,10 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
         return rc;
     memcpy(cell->timing + cell->n_timing, samples_ns, n * sizeof(*samples_ns));
     /* the observation this process contributes */
-    int64_t *tmp = malloc(n * sizeof(*tmp));
-    if (tmp == NULL)
-        return -ENOMEM;
-    double med = cmp__median_i64(samples_ns, n, tmp);
-    free(tmp);
+    double med;
+    rc = cmp__median_ns(samples_ns, n, &med);
+    if (rc < 0)
+        return rc;
     cell->procs[cell->n_procs++] = (struct cmp__tproc){.median_ns = med,
                                                        .cpu_median_ns = NAN,
                                                        .n_samples = n,
@@ -395,19 +400,11 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
 
 int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n)
 {
-    if (cell == NULL || cell->n_procs == 0 || (cpu_ns == NULL && n > 0))
+    if (cell == NULL || cell->n_procs == 0 || (cpu_ns == NULL && n > 0) || !samples_ok(cpu_ns, n))
         return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (cpu_ns[i] < 0 || cpu_ns[i] > CMP_MAX_TIMING_NS)
-            return -EINVAL;
     if (n == 0)
         return 0;
-    int64_t *tmp = malloc(n * sizeof(*tmp));
-    if (tmp == NULL)
-        return -ENOMEM;
-    cell->procs[cell->n_procs - 1].cpu_median_ns = cmp__median_i64(cpu_ns, n, tmp);
-    free(tmp);
-    return 0;
+    return cmp__median_ns(cpu_ns, n, &cell->procs[cell->n_procs - 1].cpu_median_ns);
 }
 
 int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n)
@@ -577,7 +574,13 @@ int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *r, const c
     r->hash = (t->hash && t->hash[0]) ? t->hash : NULL;
     r->hash_alg = (t->hash_alg && t->hash_alg[0]) ? t->hash_alg : CMP_HASH_ALG_DEFAULT;
     r->nondet = t->nondeterministic;
-    rec_key_parts(t, r, module_out, module_len_out);
+    const char *module;
+    size_t module_len;
+    rec_key_parts(t, r, &module, &module_len);
+    if (module_out != NULL) {
+        *module_out = module;
+        *module_len_out = module_len;
+    }
     return rec_payload(t, r);
 }
 

@@ -51,12 +51,7 @@ int cmp_perf_observation(const int64_t *samples_ns, size_t n, double *out)
 {
     if (!samples_ns || n == 0 || n > CMP_MAX_TIMING_SAMPLES)
         return -EINVAL;
-    int64_t *tmp = malloc(n * sizeof *tmp);
-    if (!tmp)
-        return -ENOMEM;
-    *out = cmp__median_i64(samples_ns, n, tmp);
-    free(tmp);
-    return 0;
+    return cmp__median_ns(samples_ns, n, out);
 }
 
 /* Student's t: compare/student_t.c (cmp_t_p, cmp_t_quantile). */

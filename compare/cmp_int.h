@@ -119,7 +119,9 @@ const char *cmp__outcome_name(enum cmp__outcome o);
 const char *cmp__phase_name(enum cmp__phase p);
 const char *cmp__role_name(enum cmp__role r);
 size_t cmp__dtype_size(enum cmp_dtype dt);
-/* Fills rec (strings pointing at t's, not copied) from a public tensor. */
+/* Fills rec (strings pointing at t's, not copied) from a public tensor, and
+ * the module it names (into t->module or t->key, NULL when none) where
+ * module_out is not NULL: a cell copies it, a lone comparison needs none. */
 int cmp__rec_from_tensor(const struct cmp_tensor *t, struct cmp__rec *rec, const char **module_out,
                          size_t *module_len_out);
 
@@ -173,6 +175,9 @@ struct cmp_tol cmp__tol_for(const struct cmp_options *opt, const char *key, enum
 
 /* perf.c: median of a copy of v (v untouched); NaN when n == 0 */
 double cmp__median_i64(const int64_t *v, size_t n, int64_t *tmp);
+/* perf.c: the same median through a scratch copy it allocates and frees
+ * (n > 0), for callers without one; -ENOMEM leaves out untouched. */
+int cmp__median_ns(const int64_t *v, size_t n, double *out);
 
 /* perf_cell.c: a matched cell pair's perf, and its JSON object */
 int cmp__perf_cells(const struct cmp_cell *control, const struct cmp_cell *head, bool refused,

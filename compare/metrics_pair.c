@@ -178,18 +178,16 @@ int cmp_tensor_compare(const struct cmp_tensor *head, const struct cmp_tensor *c
                        struct cmp_metrics *out)
 {
     struct cmp__rec h, c;
-    const char *mod;
-    size_t mlen;
     struct cmp_scratch *own = NULL;
     struct cmp_tol t;
     int rc;
 
     if (out == NULL)
         return -EINVAL;
-    rc = cmp__rec_from_tensor(head, &h, &mod, &mlen);
+    rc = cmp__rec_from_tensor(head, &h, NULL, NULL);
     if (rc < 0)
         goto out;
-    rc = cmp__rec_from_tensor(control, &c, &mod, &mlen);
+    rc = cmp__rec_from_tensor(control, &c, NULL, NULL);
     if (rc < 0)
         goto out;
     if (tol != NULL) {

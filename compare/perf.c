@@ -103,6 +103,16 @@ double cmp__median_i64(const int64_t *v, size_t n, int64_t *tmp)
     return median_inplace(tmp, n);
 }
 
+int cmp__median_ns(const int64_t *v, size_t n, double *out)
+{
+    int64_t *tmp = malloc(n * sizeof(*tmp));
+    if (tmp == NULL)
+        return -ENOMEM;
+    *out = cmp__median_i64(v, n, tmp);
+    free(tmp);
+    return 0;
+}
+
 static double percentile_sorted(const double *v, size_t n, double q)
 {
     double h = q * (double)(n - 1);

@@ -365,6 +365,19 @@ static void analysis_done(struct capd_pipe *p, struct analysis *a)
     finished(p);
 }
 
+/* The pipe's lock held: job J's analysis, run with the lock let go (its
+ * entry is J's alone until it is done) and then marked done; returns with
+ * the lock held again. An analysis thread and a caller running its own
+ * analysis at once both go through here. */
+static void analyze_unlocked(struct capd_pipe *p, const struct job *j)
+{
+    struct analysis *a = entry(p, j->aid);
+    pthread_mutex_unlock(&p->mu);
+    run_analyze(p, j, a);
+    pthread_mutex_lock(&p->mu);
+    analysis_done(p, a);
+}
+
 static void *analysis_thread(void *arg)
 {
     struct capd_pipe *p = arg;
@@ -375,11 +388,7 @@ static void *analysis_thread(void *arg)
         if (p->aq.len == 0)
             break;
         struct job j = fifo_pop(&p->aq);
-        struct analysis *a = entry(p, j.aid);
-        pthread_mutex_unlock(&p->mu);
-        run_analyze(p, &j, a);
-        pthread_mutex_lock(&p->mu);
-        analysis_done(p, a);
+        analyze_unlocked(p, &j);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -540,15 +549,10 @@ static int64_t analyze(struct capd_pipe *p, const void *data, int64_t n, int dty
     }
     if (!rc)
         p->next_aid++;
-    struct analysis *a = !rc && now ? entry(p, aid) : NULL;
+    if (!rc && now)
+        analyze_unlocked(p, &j);
     pthread_mutex_unlock(&p->mu);
-    if (rc || !now)
-        return rc ? rc : aid;
-    run_analyze(p, &j, a);
-    pthread_mutex_lock(&p->mu);
-    analysis_done(p, a);
-    pthread_mutex_unlock(&p->mu);
-    return aid;
+    return rc ? rc : aid;
 }
 
 int64_t capd_pipe_analyze(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
@@ -721,11 +725,7 @@ int64_t capd_pipe_record(void *pipe, const void *data, int64_t n, int dtype, int
         if (p->eq.len >= EMIT_BACKLOG && p->wasleep)
             pthread_cond_signal(&p->ework);
     }
-    struct analysis *a = entry(p, aid);
-    pthread_mutex_unlock(&p->mu);
-    run_analyze(p, &j, a);
-    pthread_mutex_lock(&p->mu);
-    analysis_done(p, a);
+    analyze_unlocked(p, &j);
     pthread_mutex_unlock(&p->mu);
     return aid;
 }
