@@ -132,6 +132,19 @@ static json_t *compare_recs(const struct rec *v, size_t n, const char *pass)
     return compare(ctl, head);
 }
 
+/* The largest amplification of comparing v[0..n) in PASS (left in res),
+ * checked to come from INPUT_KEY with ratio RATIO; the tests that judge
+ * which input feeds a call share these steps and check the rest. */
+static json_t *max_amp_from(const struct rec *v, size_t n, const char *pass, const char *input_key,
+                            double ratio)
+{
+    res = compare_recs(v, n, pass);
+    json_t *a = field(res, "max_amplification");
+    cr_assert_str_eq(str(a, "input_key"), input_key);
+    expect_close(real(a, "ratio"), ratio);
+    return a;
+}
+
 /*
  * Three layers: l1's op introduces error from an exact input, l2's op grows
  * it 50 times, l3 doubles it. l2's output grows it 50 times too: the tie
@@ -238,10 +251,7 @@ Test(amplify, the_largest_input_error_is_used)
         {"add.0.forward.input.1", 1e-3, 0},
         {"add.0.forward.output.0", 2e-2, 0},
     };
-    res = compare_recs(v, 3, "forward");
-    json_t *a = field(res, "max_amplification");
-    cr_assert_str_eq(str(a, "input_key"), v[1].key);
-    expect_close(real(a, "ratio"), rel(2e-2) / rel(1e-3));
+    max_amp_from(v, 3, "forward", v[1].key, rel(2e-2) / rel(1e-3));
 }
 
 /* Backward: a call's grad_output feeds its grad_input and param_grad. */
@@ -253,11 +263,8 @@ Test(amplify, backward_grad_output_feeds_the_call)
         {"fc.0.backward.param_grad.weight", 3e-2, 0},
         {"fc.0.backward.grad_input.0", 4e-3, 0},
     };
-    res = compare_recs(v, 4, "backward");
-    json_t *a = field(res, "max_amplification");
+    json_t *a = max_amp_from(v, 4, "backward", v[0].key, rel(3e-2) / rel(1e-3));
     cr_assert_str_eq(str(a, "key"), v[2].key);
-    cr_assert_str_eq(str(a, "input_key"), v[0].key);
-    expect_close(real(a, "ratio"), rel(3e-2) / rel(1e-3));
     /* the first divergence is the grad_output, an input: nothing feeds it */
     cr_assert_str_eq(str(field(res, "first_divergence"), "key"), v[0].key);
     cr_assert(json_is_null(field(res, "first_divergence_growth")));

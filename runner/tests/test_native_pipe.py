@@ -20,6 +20,14 @@ class _Base(unittest.TestCase):
     def setUp(self):
         util.require_native(self)
 
+    def pipe_to_file(self, threads=1):
+        """A pipe writing to a fresh temp file, both removed at cleanup."""
+        fd, path = tempfile.mkstemp(prefix="capd-pipe-")
+        self.addCleanup(os.unlink, path)
+        pipe = native.Pipe(fd, threads)
+        self.addCleanup(os.close, fd)
+        return pipe, path
+
 
 def _read_frames(path):
     with open(path, "rb") as f:
@@ -37,13 +45,6 @@ def _whole(f):
 
 
 class PipeTest(_Base):
-    def pipe_to_file(self, threads=1):
-        fd, path = tempfile.mkstemp(prefix="capd-pipe-")
-        self.addCleanup(os.unlink, path)
-        pipe = native.Pipe(fd, threads)
-        self.addCleanup(os.close, fd)
-        return pipe, path
-
     def test_hash_is_xxh3_128_of_the_bytes(self):
         pipe, _path = self.pipe_to_file(threads=2)
         try:
@@ -138,10 +139,7 @@ class RecordCallTest(_Base):
     """capd_pipe_record: the analysis and the frame of a record in one call."""
 
     def pipe_to_file(self, threads=1):
-        fd, path = tempfile.mkstemp(prefix="capd-pipe-")
-        self.addCleanup(os.unlink, path)
-        pipe = native.Pipe(fd, threads)
-        self.addCleanup(os.close, fd)
+        pipe, path = super().pipe_to_file(threads)
         if pipe.record_fn is None:
             pipe.close()
             self.skipTest("library without capd_pipe_record")
