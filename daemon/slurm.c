@@ -29,8 +29,7 @@ void slurm_argv_free(struct slurm_argv *a)
 int slurm_argv_addf(struct slurm_argv *a, char **err, const char *fmt, ...)
 {
     if (a->argc >= SLURM_ARGV_MAX)
-        return util_errf(err, -E2BIG, "a Slurm command line has at most %d words",
-                         SLURM_ARGV_MAX);
+        return util_errf(err, -E2BIG, "a Slurm command line has at most %d words", SLURM_ARGV_MAX);
     va_list ap;
     va_start(ap, fmt);
     char *w = NULL;
@@ -108,8 +107,9 @@ int slurm_sbatch_argv(const struct slurm_submit *s, struct slurm_argv *a, char *
         (rc = add_opt(a, "export", s->export_env, SLURM_STR_MAX, false, err)))
         return rc;
     if (s->array_last >= 0) {
-        rc = s->throttle > 0 ? slurm_argv_addf(a, err, "--array=0-%d%%%d", s->array_last, s->throttle)
-                             : slurm_argv_addf(a, err, "--array=0-%d", s->array_last);
+        rc = s->throttle > 0
+                 ? slurm_argv_addf(a, err, "--array=0-%d%%%d", s->array_last, s->throttle)
+                 : slurm_argv_addf(a, err, "--array=0-%d", s->array_last);
         if (rc)
             return rc;
     }
@@ -203,7 +203,8 @@ int slurm_parse_squeue(const char *text, struct slurm_job_state *rows, size_t ma
             !copy_field(r->state, sizeof(r->state), q + 1, bar) ||
             !copy_field(r->reason, sizeof(r->reason), bar + 1, eol) ||
             memchr(bar + 1, '|', (size_t)(eol - bar - 1)))
-            return util_errf(err, -EINVAL, "squeue line %d '%.80s' is not ID|STATE|REASON", line, p);
+            return util_errf(err, -EINVAL, "squeue line %d '%.80s' is not ID|STATE|REASON", line,
+                             p);
         r->known = true;
         (*n)++;
         p = *eol ? eol + 1 : eol;

@@ -40,15 +40,15 @@
 
 #include "util/buf.h"
 
-#define SLURM_ARGV_MAX 64
-#define SLURM_NAME_MAX 128
-#define SLURM_STR_MAX 4096
+#define SLURM_ARGV_MAX       64
+#define SLURM_NAME_MAX       128
+#define SLURM_STR_MAX        4096
 #define SLURM_ARRAY_LAST_MAX 1000
-#define SLURM_TIME_MAX_MIN (366 * 24 * 60)
-#define SLURM_QUERY_MAX 1024
-#define SLURM_STDERR_MAX 4096
-#define SLURM_STATE_MAX 32
-#define SLURM_REASON_MAX 128
+#define SLURM_TIME_MAX_MIN   (366 * 24 * 60)
+#define SLURM_QUERY_MAX      1024
+#define SLURM_STDERR_MAX     4096
+#define SLURM_STATE_MAX      32
+#define SLURM_REASON_MAX     128
 
 /* How the commands run. bin_dir: the folder of sbatch & co (NULL: PATH).
  * slurm_conf: SLURM_CONF for the children (NULL: the environment's own
@@ -176,8 +176,7 @@ int slurm_run(struct slurm_ctx *ctx, const struct slurm_argv *argv, struct slurm
 /* Submits S: 0 and *JOB_ID; -ENOTSUP when sbatch refuses the constraint
  * (no node has the feature: the width is unsupported), other errors with
  * sbatch's stderr in the message. */
-int slurm_submit(struct slurm_ctx *ctx, const struct slurm_submit *s, uint32_t *job_id,
-                 char **err);
+int slurm_submit(struct slurm_ctx *ctx, const struct slurm_submit *s, uint32_t *job_id, char **err);
 
 /* The states of WANT[0..n-1] (job_id and task_id set by the caller),
  * filled in place: one squeue, and one scontrol only when squeue left

@@ -44,16 +44,16 @@ static char **child_env(const struct slurm_ctx *ctx, char *conf_kv)
     return env;
 }
 
-static int spawn(const struct slurm_ctx *ctx, const struct slurm_argv *a, int out_fd, int err_fd,
+static int spawn(struct slurm_ctx *ctx, const struct slurm_argv *a, int out_fd, int err_fd,
                  pid_t *pid, char **err)
 {
     char path[SLURM_STR_MAX + 64];
     char conf_kv[SLURM_STR_MAX + 16];
-    if (ctx->bin_dir)
-        snprintf(path, sizeof(path), "%s/%s", ctx->bin_dir, a->argv[0]);
-    if (ctx->slurm_conf &&
-        (size_t)snprintf(conf_kv, sizeof(conf_kv), "SLURM_CONF=%s", ctx->slurm_conf) >=
-            sizeof(conf_kv))
+    if (ctx->bin_dir &&
+        (size_t)snprintf(path, sizeof(path), "%s/%s", ctx->bin_dir, a->argv[0]) >= sizeof(path))
+        return util_errf(err, -ENAMETOOLONG, "the Slurm bin dir is too long");
+    if (ctx->slurm_conf && (size_t)snprintf(conf_kv, sizeof(conf_kv), "SLURM_CONF=%s",
+                                            ctx->slurm_conf) >= sizeof(conf_kv))
         return util_errf(err, -ENAMETOOLONG, "SLURM_CONF is too long");
     char **env = child_env(ctx, conf_kv);
     if (!env)
@@ -81,7 +81,7 @@ static int spawn(const struct slurm_ctx *ctx, const struct slurm_argv *a, int ou
     if (rc != 0)
         return util_errf(err, -rc, "cannot start %s: %s", ctx->bin_dir ? path : a->argv[0],
                          strerror(rc));
-    atomic_fetch_add(&((struct slurm_ctx *)ctx)->spawns, 1);
+    atomic_fetch_add(&ctx->spawns, 1);
     return 0;
 }
 
@@ -148,8 +148,7 @@ static int wait_child(const struct slurm_ctx *ctx, pid_t pid, int pfd, int ofd, 
     return rc;
 }
 
-int slurm_run(struct slurm_ctx *ctx, const struct slurm_argv *a, struct slurm_result *r,
-              char **err)
+int slurm_run(struct slurm_ctx *ctx, const struct slurm_argv *a, struct slurm_result *r, char **err)
 {
     memset(r, 0, sizeof(*r));
     ubuf_init(&r->out, ctx->out_max);
@@ -202,8 +201,7 @@ static const char *first_line(struct slurm_result *r)
     return r->errtext[0] ? r->errtext : "(nothing on stderr)";
 }
 
-int slurm_submit(struct slurm_ctx *ctx, const struct slurm_submit *s, uint32_t *job_id,
-                 char **err)
+int slurm_submit(struct slurm_ctx *ctx, const struct slurm_submit *s, uint32_t *job_id, char **err)
 {
     struct slurm_argv a;
     struct slurm_result r;
@@ -255,8 +253,7 @@ static int listing(struct slurm_ctx *ctx, struct slurm_argv *a,
 
 /* The fallback for the rows squeue left out: one scontrol of every job
  * the controller keeps. */
-static int query_scontrol(struct slurm_ctx *ctx, struct slurm_job_state *want, size_t n,
-                          char **err)
+static int query_scontrol(struct slurm_ctx *ctx, struct slurm_job_state *want, size_t n, char **err)
 {
     struct slurm_argv a;
     size_t got = 0, max = 4 * SLURM_QUERY_MAX;
@@ -269,8 +266,8 @@ static int query_scontrol(struct slurm_ctx *ctx, struct slurm_job_state *want, s
         !(rc = slurm_argv_addf(&a, err, "job")))
         rc = listing(ctx, &a, slurm_parse_scontrol, rows, max, &got, err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        struct slurm_job_state *f = want[i].known ? NULL : find(rows, got, want[i].job_id,
-                                                                  want[i].task_id);
+        struct slurm_job_state *f =
+            want[i].known ? NULL : find(rows, got, want[i].job_id, want[i].task_id);
         if (f)
             want[i] = *f;
     }
@@ -282,8 +279,8 @@ static int query_scontrol(struct slurm_ctx *ctx, struct slurm_job_state *want, s
 int slurm_query(struct slurm_ctx *ctx, struct slurm_job_state *want, size_t n, char **err)
 {
     if (n > SLURM_QUERY_MAX)
-        return util_errf(err, -E2BIG, "a Slurm query has at most %d jobs, not %zu",
-                         SLURM_QUERY_MAX, n);
+        return util_errf(err, -E2BIG, "a Slurm query has at most %d jobs, not %zu", SLURM_QUERY_MAX,
+                         n);
     if (n == 0)
         return 0;
     struct ubuf ids;

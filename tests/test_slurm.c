@@ -151,9 +151,9 @@ Test(slurm, parsable)
     cr_assert_eq(id, 7);
     cr_assert_eq(slurm_parse_parsable("4294967295", &id, &err), 0);
     cr_assert_eq(id, 4294967295u);
-    const char *bad[] = {"",          "\n",       "x12",      "12 ",        "12\n\n",
-                         "12;",       "12;a b",   "-1",       "4294967296", "0",
-                         "12;c\nxx", "12abc",    " 12",      "12;c;d",     "123456789012"};
+    const char *bad[] = {"",         "\n",     "x12", "12 ",        "12\n\n",
+                         "12;",      "12;a b", "-1",  "4294967296", "0",
+                         "12;c\nxx", "12abc",  " 12", "12;c;d",     "123456789012"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cr_assert_eq(slurm_parse_parsable(bad[i], &id, &err), -EINVAL, "'%s' accepted", bad[i]);
         cr_assert(strstr(err, "sbatch's reply"), "%s", err);
@@ -179,9 +179,9 @@ Test(slurm, squeue_parse)
     cr_assert(r[2].job_id == 13 && r[2].task_id == -1);
     cr_assert_eq(slurm_parse_squeue("", r, 4, &n, &err), 0);
     cr_assert_eq(n, 0);
-    const char *bad[] = {"12|RUNNING\n", "12_|RUNNING|None\n", "x|RUNNING|None\n",
-                         "12||None\n",    "12|RUNNING|\n",      "12_[0-3]|PENDING|None\n",
-                         "12|A|B|C\n",    "\n"};
+    const char *bad[] = {
+        "12|RUNNING\n",  "12_|RUNNING|None\n",      "x|RUNNING|None\n", "12||None\n",
+        "12|RUNNING|\n", "12_[0-3]|PENDING|None\n", "12|A|B|C\n",       "\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cr_assert_eq(slurm_parse_squeue(bad[i], r, 4, &n, &err), -EINVAL, "'%s' accepted", bad[i]);
         cr_assert(strstr(err, "is not ID|STATE|REASON"), "%s", err);
@@ -210,8 +210,10 @@ Test(slurm, scontrol_parse)
     cr_assert_str_eq(r[0].state, "FAILED");
     cr_assert_str_eq(r[0].reason, "NonZeroExitCode");
     cr_assert(r[1].job_id == 9 && r[1].task_id == -1 && r[1].signal == 15);
-    const char *bad[] = {"JobName=x JobState=FAILED\n", "JobId=x JobState=FAILED\n",
-                         "JobId=3 ExitCode=0:0\n", "JobId=3 JobState=FAILED ExitCode=3\n",
+    const char *bad[] = {"JobName=x JobState=FAILED\n",
+                         "JobId=x JobState=FAILED\n",
+                         "JobId=3 ExitCode=0:0\n",
+                         "JobId=3 JobState=FAILED ExitCode=3\n",
                          "JobId=3 JobState=FAILED ExitCode=256:0\n",
                          "JobId=3 ArrayJobId=1 JobState=FAILED\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -284,8 +286,8 @@ Test(slurm, runner_status_stderr_and_env)
     struct slurm_argv a;
     struct slurm_result r;
     char *err = NULL;
-    words(&a, (const char *const[]){"sh", "-c", "echo \"$SLURM_CONF\"; echo bad >&2; exit 4",
-                                    NULL});
+    words(&a,
+          (const char *const[]){"sh", "-c", "echo \"$SLURM_CONF\"; echo bad >&2; exit 4", NULL});
     cr_assert_eq(slurm_run(&ctx, &a, &r, &err), 0, "%s", err);
     cr_assert_eq(r.status, 4);
     cr_assert_str_eq(r.out.p, "/etc/capd-test/slurm.conf\n");

@@ -81,8 +81,11 @@ static uint32_t submit(struct slurm_ctx *ctx, const char *path, int array_last)
 {
     char out[4200];
     snprintf(out, sizeof(out), "%s/out-%%A_%%a.txt", dir);
-    struct slurm_submit s = {.job_name = "capd-test", .script = path, .array_last = array_last,
-                             .output = out, .workdir = dir};
+    struct slurm_submit s = {.job_name = "capd-test",
+                             .script = path,
+                             .array_last = array_last,
+                             .output = out,
+                             .workdir = dir};
     uint32_t id = 0;
     char *err = NULL;
     cr_assert_eq(slurm_submit(ctx, &s, &id, &err), 0, "%s", err);
@@ -117,7 +120,8 @@ Test(slurm_cluster, array_completes_and_queries_are_one_call)
 {
     struct slurm_ctx ctx = cluster_up();
     char *body = NULL;
-    cr_assert(asprintf(&body, "echo task $SLURM_ARRAY_TASK_ID > %s/t$SLURM_ARRAY_TASK_ID", dir) > 0);
+    cr_assert(asprintf(&body, "echo task $SLURM_ARRAY_TASK_ID > %s/t$SLURM_ARRAY_TASK_ID", dir) >
+              0);
     char *p = script("array", body);
     uint32_t id = submit(&ctx, p, 1);
     struct slurm_job_state w[2] = {{.job_id = id, .task_id = 0}, {.job_id = id, .task_id = 1}};
@@ -127,8 +131,8 @@ Test(slurm_cluster, array_completes_and_queries_are_one_call)
     unsigned long one = atomic_load(&ctx.spawns) - before;
     /* Listed by squeue (pending or running): one call; already gone from
      * it: one squeue and one scontrol. Never one per job. */
-    cr_assert(one == 1 || (one == 2 && (!strcmp(w[0].state, "COMPLETED") ||
-                                        !strcmp(w[1].state, "COMPLETED"))),
+    cr_assert(one == 1 || (one == 2 &&
+                           (!strcmp(w[0].state, "COMPLETED") || !strcmp(w[1].state, "COMPLETED"))),
               "%lu spawns for one query", one);
     wait_done(&ctx, w, 2);
     before = atomic_load(&ctx.spawns);
