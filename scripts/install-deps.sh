@@ -13,9 +13,12 @@ libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python
 groff-base man-db
 libamdhip64-dev
 openssl
-chromium"
+chromium
+slurm-wlm munge"
 # openssl: tests/test_tls.c makes a self-signed certificate with it at run
 # time (libmicrohttpd's TLS itself is GnuTLS, part of libmicrohttpd-dev).
+# slurm-wlm + munge: tests/slurm/cluster.sh runs a one-node Slurm for
+# tests/test_slurm_cluster.c (docs/scale.md).
 # chromium: the dashboard's browser tests (tests/browser, with playwright-core
 # from npm, which needs Node.js 20 or newer; Debian's own nodejs is older, so
 # it is only installed when there is no node at all).
