@@ -177,6 +177,15 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
         fprintf(stderr, "e2e: WARNING: paired A/A raised %lld perf alarm(s) on this host\n",
                 (long long)(perf_reg + perf_imp));
     cr_assert_str_eq(tu_jstr(same, "verdict"), perf_reg ? "regression" : "pass", "%s", dump);
+    /* the head's first round: the job's own timing_pairs, its default filled in */
+    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
+    json_t *head = tu_json(c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *hopts = json_object_get(head, "options");
+    json_int_t first_round = json_integer_value(json_object_get(hopts, "timing_pairs"));
+    json_int_t iterations = json_integer_value(json_object_get(hopts, "iterations"));
+    json_decref(head);
+    cr_assert_gt(first_round, 0, "the head job pairs");
     json_int_t seen_reg = 0;
     size_t ci;
     json_t *cc;
@@ -188,9 +197,10 @@ static void check_same_build(struct tu_capd *c, const char *j1, const char *j2, 
         if (!strcmp(tu_jstr(cc, "status"), "not_run"))
             continue;
         cr_assert_str_eq(tu_jstr(perf, "design"), "paired");
-        cr_assert_geq(json_integer_value(json_object_get(perf, "pairs")), 5,
+        cr_assert_geq(json_integer_value(json_object_get(perf, "pairs")), first_round,
                       "at least one round of pairs");
-        cr_assert_geq(json_integer_value(json_object_get(perf, "samples_control")), 5 * 30);
+        cr_assert_geq(json_integer_value(json_object_get(perf, "samples_control")),
+                      first_round * iterations);
         fprintf(stderr, "e2e: A/A %s/%s/%s: %s ratio %.4f ci99 [%.4f, %.4f] pairs %lld\n",
                 tu_jstr(cc, "model"), tu_jstr(cc, "width"), tu_jstr(cc, "pass"), pv,
                 json_number_value(json_object_get(perf, "ratio")),
