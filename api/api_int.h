@@ -40,6 +40,10 @@ struct api_req {
     bool has_token;    /* an Authorization header was presented */
     bool replied;      /* a reply was queued before the body was read */
     char token_id[16]; /* "" when no token (or auth disabled) */
+    /* A remote attempt's worker (/v1/attempts/..., api/api_attempts.c):
+     * its token's check (0, -ESTALE, -EKEYEXPIRED) and the attempt. */
+    int attempt_rc;
+    struct store_attempt_ref att;
     /* Extra headers for the next reply (WWW-Authenticate, Retry-After). */
     int nxhdr;
     char xhdr[API_MAX_XHDR][2][96];
@@ -190,6 +194,13 @@ enum MHD_Result api_bisect_create(struct api_req *r); /* api/api_bisect.c */
 enum MHD_Result api_bisect_list(struct api_req *r);
 enum MHD_Result api_bisect_get(struct api_req *r);
 enum MHD_Result api_bisect_cancel(struct api_req *r);
+enum MHD_Result api_attempt_spec(struct api_req *r); /* api/api_attempts.c */
+enum MHD_Result api_attempt_frames(struct api_req *r);
+enum MHD_Result api_attempt_log(struct api_req *r);
+enum MHD_Result api_attempt_finish(struct api_req *r);
+/* A request to /v1/attempts/...: its attempt token is checked before the
+ * body is read (401 without a valid one, whatever auth_required says). */
+bool api_attempt_auth_refused(struct api_req *r, enum MHD_Result *ret);
 /* A job request's commit_time and parents, checked and copied into NORM
  * (api/api_history.c); -EINVAL with ERR filled. */
 int api_history_order(json_t *body, json_t *norm, struct api_verr *err);

@@ -49,6 +49,9 @@ static int required_scope(const struct capd_config *cfg, const char *method, con
         return cfg->metrics_public ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
     if (strncmp(pattern, "/v1/tokens", 10) == 0)
         return STORE_SCOPE_ADMIN;
+    /* A worker's attempt token was checked already (api_attempt_auth_refused). */
+    if (strncmp(pattern, "/v1/attempts/", 13) == 0)
+        return STORE_SCOPE_NONE;
     /* A build names what the host executes: changing one is admin's alone,
      * whatever else the config opens up. */
     if (strncmp(pattern, "/v1/builds", 10) == 0 && !is_read_method(method))
@@ -126,6 +129,8 @@ bool api_auth_refused(struct api_req *r, enum MHD_Result *ret)
     const struct capd_config *cfg = api_cfg(r);
     r->token_id[0] = 0;
     r->auth_rc = 0;
+    if (strncmp(r->url, "/v1/attempts/", 13) == 0)
+        return api_attempt_auth_refused(r, ret);
     if (!cfg->auth_required) {
         r->scope = STORE_SCOPE_ADMIN;
         return false;

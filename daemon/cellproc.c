@@ -36,7 +36,9 @@
 
 void sup__kill_group(struct sup *s, int sig)
 {
-    if (s->pid > 0)
+    if (s->remote)
+        sup__remote_stop(s);
+    else if (s->pid > 0)
         kill(-s->pid, sig);
 }
 
@@ -53,7 +55,7 @@ int sup__log_open(struct sup *s)
     return s->log_fd < 0 ? -errno : 0;
 }
 
-static void log_write(struct sup *s, const char *data, size_t n)
+void sup__log_write(struct sup *s, const char *data, size_t n)
 {
     if (s->log_fd < 0)
         return;
@@ -331,7 +333,7 @@ static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
 {
     struct sup *s = h->data;
     if (n > 0) {
-        log_write(s, b->base, (size_t)n);
+        sup__log_write(s, b->base, (size_t)n);
         return;
     }
     if (n == 0)

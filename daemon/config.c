@@ -99,6 +99,10 @@ static const struct ckey keys[] = {
     {F(run_as_user), .type = T_STR, .sdef = "nobody"},
     {F(allow_root_cells), .type = T_BOOL},
     {.name = "allowed_hosts", .type = T_LIST},
+    {F(executor), .type = T_STR, .sdef = "local"},
+    {F(remote_url), .type = T_STR},
+    {F(remote_launch), .type = T_STR},
+    {F(remote_start_timeout_s), .type = T_INT, .min = 1, .max = 30 * 86400, .def = 3600},
     {F(retention_keep_heads_per_branch), .type = T_INT, .min = 0, .max = 1000000},
     {F(retention_interval_s), .type = T_INT, .min = 0, .max = 30 * 86400},
 };
@@ -445,6 +449,23 @@ static int check_tls(const struct capd_config *c, char **err)
     return 0;
 }
 
+/* The executor is one of two; remote cells need a way to start. */
+static int check_executor(const struct capd_config *c, char **err)
+{
+    if (strcmp(c->executor, "local") != 0 && strcmp(c->executor, "remote") != 0)
+        return util_errf(err, -EINVAL, "executor must be \"local\" or \"remote\", not \"%s\"",
+                         c->executor);
+    if (strcmp(c->executor, "remote") == 0 && !c->remote_launch[0])
+        return util_errf(err, -EINVAL,
+                         "executor \"remote\" needs remote_launch: the command that starts "
+                         "capd-cell for an attempt (docs/scale.md)");
+    if (c->remote_url[0] && strncmp(c->remote_url, "http://", 7) != 0 &&
+        strncmp(c->remote_url, "https://", 8) != 0)
+        return util_errf(err, -EINVAL, "remote_url must start with http:// or https://: %s",
+                         c->remote_url);
+    return 0;
+}
+
 /* Once the file and the flags are in: the paths left empty, the checks
  * that span several keys, and run_as_user's ids (runas_resolve). */
 int config_finish(struct capd_config *c, const char *argv0, char **err)
@@ -460,7 +481,7 @@ int config_finish(struct capd_config *c, const char *argv0, char **err)
                          c->max_connections_per_ip, c->max_connections);
     }
     int rc = check_tls(c, err);
-    if (rc)
+    if (rc || (rc = check_executor(c, err)) != 0)
         return rc;
     if (!c->auth_required && !config_listen_is_loopback(c)) {
         return util_errf(err, -EINVAL,

@@ -74,6 +74,14 @@ struct capd_config {
     char allowed_hosts[CAPD_MAX_ALLOWED_HOST][256];
     long run_uid, run_gid; /* resolved by config_finish; -1 = do not switch */
 
+    /* Where cells run (docs/scale.md): "local" (children of capd) or
+     * "remote" (remote_launch starts capd-cell, which streams back over
+     * HTTP to remote_url; "" = this daemon's own listen address). */
+    char executor[16];
+    char remote_url[512];
+    char remote_launch[1024];
+    int remote_start_timeout_s; /* a worker must fetch its spec within this */
+
     /* Retention (docs/operations.md): 0 = keep everything / no timer. */
     int retention_keep_heads_per_branch;
     int retention_interval_s;

@@ -205,6 +205,10 @@ static void finish_tail(struct sup *s)
     if (!s->cfg->keep_scratch && s->scratch[0])
         util_rm_tree(s->scratch);
     sup__close_handle(s, (uv_handle_t *)&s->timer);
+    if (s->remote) {
+        sup__remote_close(s);
+        return;
+    }
     sup__close_handle(s, (uv_handle_t *)&s->frames);
     sup__close_handle(s, (uv_handle_t *)&s->logp);
 }
@@ -260,31 +264,41 @@ static int on_frame(void *ud, const struct frame *f)
     return 0;
 }
 
-void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+void sup__frames_bytes(struct sup *s, const char *data, size_t n)
 {
-    struct sup *s = h->data;
-    if (n > 0) {
-        if (s->fail_state)
-            return; /* already ending: drain and drop */
-        int rc = frame_feed(s->fp, b->base, (size_t)n);
-        if (rc) {
-            if (rc == -EPROTO)
-                set_fail(s, "protocol_error", frame_error(s->fp));
-            log_warn("cell_protocol_error", "job=%s cell=%s reason=%s", s->run.job_id,
-                     s->run.cell_id, log_q(s->fail_reason));
-            sup__kill_group(s, SIGKILL);
-        }
-        return;
+    if (s->fail_state)
+        return; /* already ending: drain and drop */
+    int rc = frame_feed(s->fp, data, n);
+    if (rc) {
+        if (rc == -EPROTO)
+            set_fail(s, "protocol_error", frame_error(s->fp));
+        log_warn("cell_protocol_error", "job=%s cell=%s reason=%s", s->run.job_id, s->run.cell_id,
+                 log_q(s->fail_reason));
+        sup__kill_group(s, SIGKILL);
     }
-    if (n == 0)
-        return;
-    uv_read_stop(h);
+}
+
+void sup__frames_end(struct sup *s)
+{
     s->frames_eof = true;
     if (!s->fail_state) {
         int rc = frame_finish(s->fp);
         if (rc == -EPROTO)
             set_fail(s, "protocol_error", frame_error(s->fp));
     }
+}
+
+void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+{
+    struct sup *s = h->data;
+    if (n > 0) {
+        sup__frames_bytes(s, b->base, (size_t)n);
+        return;
+    }
+    if (n == 0)
+        return;
+    uv_read_stop(h);
+    sup__frames_end(s);
     sup__finish(s);
 }
 
@@ -430,7 +444,8 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
         snprintf(reason, rlen, "cannot write the cell spec %s", *spec_path);
         goto out;
     }
-    rc = runas_prepare_cell(cfg, s->scratch, *spec_path, reason, rlen);
+    /* A remote attempt's scratch holds capd's spool, not the cell's files. */
+    rc = sup_is_remote(cfg) ? 0 : runas_prepare_cell(cfg, s->scratch, *spec_path, reason, rlen);
 out:
     return rc;
 }
@@ -541,8 +556,17 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     };
     if (!s->buf || frame_parser_new(&lim, on_frame, s, &s->fp) != 0)
         goto fail;
-    if ((rc = prepare_files(s, &spec_path, reason, sizeof reason)) != 0 ||
-        (rc = open_pipes(s, fpipe, lpipe, reason, sizeof reason)) != 0)
+    if ((rc = prepare_files(s, &spec_path, reason, sizeof reason)) != 0)
+        goto fail;
+    if (sup_is_remote(cfg)) {
+        rc = -ENOMEM;
+        if (!(env = build_env(s, spec_path)) ||
+            (rc = sup__remote_start(s, env, spec_path, reason, sizeof reason)) != 0)
+            goto fail;
+        *out = s;
+        goto out;
+    }
+    if ((rc = open_pipes(s, fpipe, lpipe, reason, sizeof reason)) != 0)
         goto fail;
     if (!(env = build_env(s, spec_path)))
         goto fail;

@@ -50,6 +50,9 @@ void sup_cancel(struct sup *s);
  * outcome (daemon shutdown: start-up recovery re-queues the cell). */
 void sup_abandon(struct sup *s);
 
+/* Whether CFG runs cells remotely (executor "remote", daemon/remote.h). */
+bool sup_is_remote(const struct capd_config *cfg);
+
 const char *sup_job_id(const struct sup *s);
 const char *sup_cell_id(const struct sup *s);
 

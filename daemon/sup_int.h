@@ -10,6 +10,10 @@
  *                pipe, the timeout and the SIGTERM-then-SIGKILL sequence
  *   cellstart.c  the start-up backends behind struct sup__backend: fresh
  *                exec (spawn_cell) and prefork (capd-exec --zygote)
+ *   cellremote.c a remote attempt (executor "remote", daemon/remote.h):
+ *                no local process; remote_launch starts capd-cell, whose
+ *                frames and log arrive through the API's spool files and
+ *                are read into the same parser and capped log
  *
  * Whatever starts it, the cell's process is a process group leader in a
  * new session, started in the scratch dir with:
@@ -69,6 +73,12 @@ struct sup {
     /* The start-up backend and what it keeps between prepare and spawn. */
     const struct sup__backend *backend;
     char zsock[128]; /* prefork: the zygote's socket */
+
+    /* A remote attempt (cellremote.c): its spool table entry and the
+     * handle the API wakes the loop with; no pid, pipes or exit watch. */
+    struct remote_att *remote;
+    uv_async_t wake;
+    bool remote_running; /* the worker has started: the timeout runs */
 
     bool exited, frames_eof, log_eof, finished;
     bool timed_out, cancelled, abandoned, kill_sent;
@@ -153,10 +163,28 @@ void sup__kill_group(struct sup *s, int sig);
 void sup__kill_reap(pid_t pid);
 void sup__close_handle(struct sup *s, uv_handle_t *h);
 
+/* Writes N bytes of the cell's output to the capped log. */
+void sup__log_write(struct sup *s, const char *data, size_t n);
+
+/* ---- a remote attempt (cellremote.c) ---- */
+
+/* Starts remote attempt S, whose spec is at SPEC_PATH and environment ENV:
+ * its spool, its token, the launcher, the start timeout. 0, or -errno
+ * with REASON (S is then the caller's to fail). */
+int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
+                      size_t rlen);
+/* Tells the worker the attempt is over (sup__kill_group's remote side). */
+void sup__remote_stop(struct sup *s);
+/* Unregisters the attempt and closes its handles (finish_tail's side). */
+void sup__remote_close(struct sup *s);
+
 /* ---- the attempt (sup.c) ---- */
 
-/* The frame pipe's read callback. */
+/* The frame pipe's read callback, and its two halves, which a remote
+ * attempt's spool is read into: N bytes of the stream, and its end. */
 void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b);
+void sup__frames_bytes(struct sup *s, const char *data, size_t n);
+void sup__frames_end(struct sup *s);
 /* Ends the attempt once the process has exited and both pipes are done. */
 void sup__finish(struct sup *s);
 /* Frees S once its last handle has closed. */

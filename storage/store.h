@@ -326,6 +326,28 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
  * that no longer counts. */
 int store_token_check(struct store *s, const char *token, char id_out[16], int *scope_out);
 
+/*
+ * Attempt tokens: the capability of one remote attempt (docs/scale.md,
+ * "Remote attempts"), "capd_at_<attempt id>_<64 hex digits>", only its
+ * SHA-256 stored. Create makes (or replaces) the attempt's token, valid
+ * until EXPIRES_AT (ms since the epoch); TOKEN_OUT gets the only copy.
+ */
+#define STORE_ATTEMPT_TOKEN_MAX 96
+int store_attempt_token_create(struct store *s, int64_t attempt_id, int64_t expires_at,
+                               char token_out[STORE_ATTEMPT_TOKEN_MAX]);
+/* Whether TOKEN has an attempt token's shape (nothing is looked up). */
+bool store_attempt_token_shaped(const char *token);
+/* The attempt a presented token is for. 0: valid, the attempt open and
+ * running; -ENOENT malformed, unknown or a wrong secret; -ESTALE the right
+ * secret of an attempt that has ended (OUT filled, cell_state says how
+ * the cell stands); -EKEYEXPIRED past its expiry (OUT filled). */
+struct store_attempt_ref {
+    int64_t attempt_id;
+    int attempt;
+    char job_id[16], cell_id[16], cell_state[24];
+};
+int store_attempt_token_check(struct store *s, const char *token, struct store_attempt_ref *out);
+
 /* {"tokens":[{id,name,scope,created_at,expires_at,revoked_at}]}, newest first. */
 int store_token_list(struct store *s, json_t **out);
 

@@ -199,3 +199,98 @@ int store_job_token(struct store *s, const char *job_id, char id_out[16])
     sqlite3_finalize(st);
     return rc;
 }
+
+/* ---- attempt tokens: "capd_at_<attempt id>_<64 hex>" ---- */
+
+#define ATOKEN_PREFIX "capd_at_"
+
+int store_attempt_token_create(struct store *s, int64_t attempt_id, int64_t expires_at,
+                               char token_out[STORE_ATTEMPT_TOKEN_MAX])
+{
+    unsigned char secret[TOKEN_SECRET_BYTES], digest[32];
+    char hex[2 * TOKEN_SECRET_BYTES + 1], dhex[65];
+    if (attempt_id <= 0 || expires_at <= 0)
+        return -EINVAL;
+    if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret)
+        return -EIO;
+    to_hex(secret, sizeof secret, hex);
+    snprintf(token_out, STORE_ATTEMPT_TOKEN_MAX, ATOKEN_PREFIX "%lld_%s", (long long)attempt_id,
+             hex);
+    store_sha256(token_out, strlen(token_out), digest);
+    to_hex(digest, sizeof digest, dhex);
+    int rc = store_run(s,
+                       "INSERT OR REPLACE INTO attempt_tokens(attempt_id, hash, created_at, "
+                       "expires_at) VALUES (?1, ?2, ?3, ?4)",
+                       "ItII", attempt_id, dhex, util_wall_ms(), expires_at);
+    if (rc)
+        memset(token_out, 0, STORE_ATTEMPT_TOKEN_MAX);
+    memset(secret, 0, sizeof secret);
+    memset(hex, 0, sizeof hex);
+    return rc;
+}
+
+/* The attempt id a token names, or -1 when it is not shaped like one. */
+static int64_t atoken_attempt(const char *token)
+{
+    static const size_t plen = sizeof ATOKEN_PREFIX - 1;
+    if (!token || strncmp(token, ATOKEN_PREFIX, plen) != 0)
+        return -1;
+    const char *p = token + plen, *us = strchr(p, '_');
+    if (!us || us == p || us - p > 18 || strlen(us + 1) != 2 * TOKEN_SECRET_BYTES ||
+        !is_lower_hex(us + 1, 2 * TOKEN_SECRET_BYTES))
+        return -1;
+    int64_t id = 0;
+    for (; p < us; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        id = id * 10 + (*p - '0');
+    }
+    return id > 0 ? id : -1;
+}
+
+bool store_attempt_token_shaped(const char *token)
+{
+    return atoken_attempt(token) > 0;
+}
+
+int store_attempt_token_check(struct store *s, const char *token, struct store_attempt_ref *out)
+{
+    unsigned char digest[32];
+    char dhex[65];
+    sqlite3_stmt *st = NULL;
+    int64_t id = atoken_attempt(token);
+    if (id <= 0)
+        return -ENOENT;
+    store_sha256(token, strlen(token), digest);
+    to_hex(digest, sizeof digest, dhex);
+    int rc = store_query(s, &st,
+                         "SELECT t.hash, t.expires_at, a.state, a.n, c.id, c.state, c.attempts, "
+                         "j.id FROM attempt_tokens t JOIN attempts a ON a.id = t.attempt_id "
+                         "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
+                         "WHERE t.attempt_id = ?",
+                         "I", id);
+    if (rc || (rc = store_step(s, st)) != 0)
+        goto out;
+    const char *hash = (const char *)sqlite3_column_text(st, 0);
+    if (!hash || strlen(hash) != 64 || !ct_equal(hash, dhex, 64)) {
+        rc = -ENOENT;
+        goto out;
+    }
+    memset(out, 0, sizeof *out);
+    out->attempt_id = id;
+    out->attempt = sqlite3_column_int(st, 3);
+    snprintf(out->cell_id, sizeof out->cell_id, "%s", (const char *)sqlite3_column_text(st, 4));
+    snprintf(out->job_id, sizeof out->job_id, "%s", (const char *)sqlite3_column_text(st, 7));
+    snprintf(out->cell_state, sizeof out->cell_state, "%s",
+             (const char *)sqlite3_column_text(st, 5));
+    /* Open, its cell running this very attempt: anything else has ended. */
+    const char *ast = (const char *)sqlite3_column_text(st, 2);
+    if (!ast || strcmp(ast, "open") != 0 || strcmp(out->cell_state, "running") != 0 ||
+        sqlite3_column_int(st, 6) != out->attempt)
+        rc = -ESTALE;
+    else if (sqlite3_column_int64(st, 1) <= util_wall_ms())
+        rc = -EKEYEXPIRED;
+out:
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -157,9 +157,11 @@ def check_routes(spec_path, server_c):
                     problems.append("%s %s: response %s is not the Error schema" % (meth.upper(), path, code))
             if "requestBody" in op:
                 rb = resolve(spec, op["requestBody"])
-                if "application/json" not in (rb.get("content") or {}):
+                types = set(rb.get("content") or {})
+                # JSON, or the raw bytes of a remote attempt's stream
+                if not types or not types <= {"application/json", "application/octet-stream"}:
                     problems.append("%s %s: request body is not application/json" % (meth.upper(), path))
-                for code in ("400", "413", "415"):
+                for code in ("400", "413") + (("415",) if "application/json" in types else ()):
                     if code not in responses:
                         problems.append("%s %s takes a body but does not document %s" % (meth.upper(), path, code))
     for meth, path in sorted(documented - set(routes)):

@@ -1,0 +1,322 @@
+/*
+ * daemon/cellremote.c - a remote attempt (daemon/sup_int.h,
+ * daemon/remote.h): the spec reply, the token, the launcher, and the loop
+ * side of the spool: what the worker uploaded is read into the frame
+ * parser and the capped log, its finish ends the attempt, and capd's own
+ * ends (timeout, cancel, a protocol error, shutdown) are told to the
+ * worker through the API's 410.
+ *
+ * Timeouts: the worker must fetch its spec within remote_start_timeout_s
+ * of the launch (a batch queue may hold it that long); the cell's own
+ * timeout_s runs from then on. The token expires once both could have
+ * passed, with a grace for the last uploads.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/remote.h"
+#include "daemon/sup_int.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define REMOTE_TOKEN_GRACE_S 600
+
+extern char **environ;
+
+bool sup_is_remote(const struct capd_config *cfg)
+{
+    return strcmp(cfg->executor, "remote") == 0;
+}
+
+static json_int_t cell_timeout_s(const struct sup *s)
+{
+    json_int_t t =
+        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "timeout_s"));
+    return t > 0 ? t : 600;
+}
+
+/* The spec reply (docs/api.md, GET /v1/attempts/{id}/spec). */
+static json_t *spec_reply(struct sup *s, char *const *env, const char *spec_path)
+{
+    json_t *spec = json_load_file(spec_path, 0, NULL);
+    json_t *envo = json_object();
+    const char *python = json_string_value(json_object_get(s->run.build, "python"));
+    for (char *const *e = env; envo && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (eq) {
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
+            json_object_set_new(envo, key, json_string(eq + 1));
+        }
+    }
+    if (!spec || !envo || !python) {
+        json_decref(spec);
+        json_decref(envo);
+        return NULL;
+    }
+    return json_pack("{s:I,s:s,s:s,s:[s,s,s],s:o,s:o,s:s,s:I,s:I}", "attempt",
+                     (json_int_t)s->run.attempt_id, "job", s->run.job_id, "cell", s->run.cell_id,
+                     "argv", python, "-m", "capd_runner", "env", envo, "spec", spec, "scratch",
+                     s->scratch, "timeout_s", cell_timeout_s(s), "chunk_max_bytes",
+                     (json_int_t)s->cfg->max_body_bytes);
+}
+
+/* ---- the loop side of the spool ---- */
+
+/* Everything uploaded so far, into the parser and the log. */
+static void drain(struct sup *s)
+{
+    ssize_t n;
+    while (!s->frames_eof && (n = remote_read(s->remote, REMOTE_FRAMES, s->buf, SUP__READ_BUF)) > 0)
+        sup__frames_bytes(s, s->buf, (size_t)n);
+    while ((n = remote_read(s->remote, REMOTE_LOG, s->buf, SUP__READ_BUF)) > 0)
+        sup__log_write(s, s->buf, (size_t)n);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    if (!s->remote_running) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "no worker fetched the cell's spec within remote_start_timeout_s (%d s) of its "
+                 "launch",
+                 s->cfg->remote_start_timeout_s);
+        if (!s->fail_state) {
+            s->fail_state = strdup("failed");
+            s->fail_reason = strdup(why);
+        }
+    } else {
+        s->timed_out = true;
+    }
+    log_warn("cell_timeout", "job=%s cell=%s remote=1 started=%d", s->run.job_id, s->run.cell_id,
+             s->remote_running);
+    remote_end(s->remote, s->timed_out ? "timeout" : "failed");
+}
+
+/* The attempt is over: what the worker said of its runner, or, when capd
+ * ended it, a kill. */
+static void over(struct sup *s, bool finished, const struct remote_exit *ex, const char *state)
+{
+    drain(s);
+    /* Ended by something other than capd's own decisions: say what. */
+    if (!finished && !s->fail_state && !s->cancelled && !s->timed_out && !s->abandoned) {
+        char why[200];
+        snprintf(why, sizeof why, "the remote attempt ended before its worker finished: %s", state);
+        s->fail_state = strdup("failed");
+        s->fail_reason = strdup(why);
+    }
+    if (finished && !s->frames_eof)
+        sup__frames_end(s);
+    s->frames_eof = s->log_eof = s->exited = true;
+    s->exit_status = finished ? ex->exit_status : 0;
+    s->term_signal = finished ? ex->signal : SIGKILL;
+    if (finished) {
+        s->peak_rss = ex->peak_rss_bytes;
+        s->cpu_us = ex->cpu_time_ms * 1000;
+    }
+    uv_timer_stop(&s->timer);
+    sup__finish(s);
+}
+
+static void on_wake(uv_async_t *h)
+{
+    struct sup *s = h->data;
+    if (s->finished || !s->remote)
+        return;
+    if (!s->remote_running && remote_started(s->remote)) {
+        s->remote_running = true;
+        uv_timer_stop(&s->timer);
+        uv_timer_start(&s->timer, on_timeout, (uint64_t)cell_timeout_s(s) * 1000, 0);
+        log_info("cell_remote_started", "job=%s cell=%s attempt=%lld", s->run.job_id,
+                 s->run.cell_id, (long long)s->run.attempt_id);
+    }
+    drain(s);
+    bool finished = false;
+    struct remote_exit ex;
+    char state[96];
+    if (remote_over(s->remote, &finished, &ex, state, sizeof state))
+        over(s, finished, &ex, state);
+}
+
+void sup__remote_stop(struct sup *s)
+{
+    const char *state = s->cancelled    ? "cancelled"
+                        : s->timed_out  ? "timeout"
+                        : s->fail_state ? s->fail_state
+                        : s->abandoned  ? "capd stopped"
+                                        : "ended";
+    remote_end(s->remote, state);
+}
+
+void sup__remote_close(struct sup *s)
+{
+    remote_close(s->remote);
+    s->remote = NULL;
+    sup__close_handle(s, (uv_handle_t *)&s->wake);
+}
+
+/* ---- the launcher ---- */
+
+struct launch {
+    uv_process_t proc;
+    int64_t attempt_id;
+    char job[16], cell[16];
+};
+
+static void launch_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void launch_exit(uv_process_t *p, int64_t status, int sig)
+{
+    struct launch *l = p->data;
+    /* A launcher that fails ends its attempt (if it is still waiting: a
+     * launcher may also be the worker itself, which ends after it). */
+    if (status != 0 || sig != 0) {
+        char why[96];
+        snprintf(why, sizeof why, "remote_launch %s %d (its output is in the cell log)",
+                 sig ? "was killed by signal" : "exited", sig ? sig : (int)status);
+        log_warn("cell_launch_failed", "job=%s cell=%s exit=%lld signal=%d", l->job, l->cell,
+                 (long long)status, sig);
+        remote_end_id(l->attempt_id, why);
+    }
+    uv_close((uv_handle_t *)p, launch_closed);
+}
+
+/* The URL workers reach capd at: remote_url, else the listen address. */
+static void capd_url(const struct capd_config *cfg, char *out, size_t n)
+{
+    if (cfg->remote_url[0])
+        snprintf(out, n, "%s", cfg->remote_url);
+    else
+        snprintf(out, n, "%s://%s:%d", cfg->tls_cert[0] ? "https" : "http", cfg->listen_addr,
+                 cfg->listen_port);
+}
+
+/* capd's own environment and the attempt's variables, for the launcher. */
+static char **launch_env(struct sup *s, const char *token)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 7, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "CAPD_", 5) != 0)
+            env[k++] = strdup(environ[i]);
+    char url[600];
+    capd_url(s->cfg, url, sizeof url);
+    if (asprintf(&env[k++], "CAPD_URL=%s", url) < 0 ||
+        asprintf(&env[k++], "CAPD_ATTEMPT=%lld", (long long)s->run.attempt_id) < 0 ||
+        asprintf(&env[k++], "CAPD_TOKEN=%s", token) < 0 ||
+        asprintf(&env[k++], "CAPD_JOB=%s", s->run.job_id) < 0 ||
+        asprintf(&env[k++], "CAPD_CELL=%s", s->run.cell_id) < 0)
+        env[k - 1] = NULL;
+    for (size_t i = 0; i < k; i++)
+        if (!env[i]) {
+            for (size_t j = 0; j < k; j++)
+                free(env[j]);
+            free(env);
+            return NULL;
+        }
+    return env;
+}
+
+/* Runs remote_launch through /bin/sh, its output into the cell log. */
+static int launch(struct sup *s, const char *token)
+{
+    struct launch *l = calloc(1, sizeof *l);
+    char **env = launch_env(s, token);
+    int rc = -ENOMEM;
+    if (l && env) {
+        l->attempt_id = s->run.attempt_id;
+        snprintf(l->job, sizeof l->job, "%s", s->run.job_id);
+        snprintf(l->cell, sizeof l->cell, "%s", s->run.cell_id);
+        char *args[] = {"/bin/sh", "-c", (char *)s->cfg->remote_launch, NULL};
+        uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
+                                         {.flags = UV_INHERIT_FD, .data.fd = s->log_fd},
+                                         {.flags = UV_INHERIT_FD, .data.fd = s->log_fd}};
+        uv_process_options_t po = {.exit_cb = launch_exit,
+                                   .file = args[0],
+                                   .args = args,
+                                   .env = env,
+                                   .cwd = s->scratch,
+                                   .flags = UV_PROCESS_DETACHED,
+                                   .stdio_count = 3,
+                                   .stdio = stdio};
+        l->proc.data = l;
+        rc = uv_spawn(s->loop, &l->proc, &po);
+        if (rc)
+            uv_close((uv_handle_t *)&l->proc, launch_closed);
+        l = NULL;
+    }
+    free(l);
+    for (char **e = env; e && *e; e++)
+        free(*e);
+    free(env);
+    return rc;
+}
+
+int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
+                      size_t rlen)
+{
+    char token[STORE_ATTEMPT_TOKEN_MAX];
+    json_t *reply = spec_reply(s, env, spec_path);
+    int64_t expires =
+        util_wall_ms() +
+        ((int64_t)s->cfg->remote_start_timeout_s + cell_timeout_s(s) + REMOTE_TOKEN_GRACE_S) * 1000;
+    int rc = -ENOMEM;
+    if (!reply)
+        goto fail;
+    if ((rc = sup__log_open(s)) != 0) {
+        snprintf(reason, rlen, "cannot open the cell log %s: %s", s->log_path, strerror(-rc));
+        goto fail;
+    }
+    if ((rc = store_attempt_token_create(s->st, s->run.attempt_id, expires, token)) != 0 ||
+        (rc = store_flush(s->st)) != 0) {
+        snprintf(reason, rlen, "cannot store the attempt's token: %s", store_errmsg(s->st));
+        goto fail;
+    }
+    if ((rc = remote_open(s->run.attempt_id, s->scratch, reply, &s->wake, &s->remote)) != 0) {
+        snprintf(reason, rlen, "cannot create the attempt's spool in %s: %s", s->scratch,
+                 strerror(-rc));
+        goto fail;
+    }
+    json_decref(reply);
+    uv_timer_init(s->loop, &s->timer);
+    uv_async_init(s->loop, &s->wake, on_wake);
+    s->timer.data = s->wake.data = s;
+    s->handles_open = 2;
+    uv_timer_start(&s->timer, on_timeout, (uint64_t)s->cfg->remote_start_timeout_s * 1000, 0);
+    /* From here the attempt ends the ordinary way, even if the launch fails. */
+    rc = launch(s, token);
+    memset(token, 0, sizeof token);
+    if (rc) {
+        char why[1200];
+        snprintf(why, sizeof why, "cannot run remote_launch: %s", uv_strerror(rc));
+        s->fail_state = strdup("failed");
+        s->fail_reason = strdup(why);
+        remote_end(s->remote, "failed");
+    }
+    log_info("cell_started", "job=%s cell=%s attempt=%d remote=1 model=%s width=%s pass=%s",
+             s->run.job_id, s->run.cell_id, s->run.attempt,
+             log_q(json_string_value(json_object_get(s->run.spec, "model"))),
+             json_string_value(json_object_get(s->run.spec, "width")),
+             json_string_value(json_object_get(s->run.spec, "pass")));
+    return 0;
+fail:
+    memset(token, 0, sizeof token);
+    json_decref(reply);
+    if (s->remote)
+        remote_close(s->remote);
+    s->remote = NULL;
+    return rc;
+}

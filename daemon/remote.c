@@ -1,0 +1,265 @@
+/*
+ * daemon/remote.c - the table of remote attempts and their spool files
+ * (daemon/remote.h). The API writes, the loop reads; one mutex guards the
+ * table and every attempt in it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/remote.h"
+#include "util/path.h"
+
+static const char *const spool_names[REMOTE_STREAMS] = {"frames.spool", "log.spool"};
+
+struct remote_att {
+    struct remote_att *next;
+    int64_t id;
+    int fd[REMOTE_STREAMS];
+    uint64_t received[REMOTE_STREAMS]; /* written by the API */
+    uint64_t read_off[REMOTE_STREAMS]; /* read by the loop (loop only) */
+    char path[REMOTE_STREAMS][UTIL_PATH_MAX];
+    json_t *spec;
+    uv_async_t *wake;
+    bool started, finished, ended;
+    struct remote_exit ex;
+    char state[96]; /* how capd ended it, or "finished" */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct remote_att *atts;
+
+/* The attempt of ID under the lock, or NULL. */
+static struct remote_att *find(int64_t id)
+{
+    for (struct remote_att *r = atts; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* The attempt of ID, locked, when it is held and open: 0 with the lock
+ * held; -ENOENT or -ESTALE (STATE filled) with it released. */
+static int lock_open(int64_t id, struct remote_att **out, char *state, size_t slen)
+{
+    pthread_mutex_lock(&mu);
+    struct remote_att *r = find(id);
+    if (!r) {
+        pthread_mutex_unlock(&mu);
+        return -ENOENT;
+    }
+    if (r->ended) {
+        snprintf(state, slen, "%s", r->state);
+        pthread_mutex_unlock(&mu);
+        return -ESTALE;
+    }
+    *out = r;
+    return 0;
+}
+
+static int write_at(int fd, const char *p, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+int remote_append(int64_t attempt_id, enum remote_stream which, uint64_t offset, const void *data,
+                  size_t n, uint64_t received[REMOTE_STREAMS], char *state, size_t slen)
+{
+    struct remote_att *r;
+    if (which >= REMOTE_STREAMS)
+        return -EINVAL;
+    int rc = lock_open(attempt_id, &r, state, slen);
+    if (rc)
+        return rc;
+    uint64_t have = r->received[which];
+    if (offset > have) {
+        rc = -ERANGE;
+    } else if (offset + n > have) {
+        size_t skip = (size_t)(have - offset);
+        rc = write_at(r->fd[which], (const char *)data + skip, n - skip, have);
+        if (rc == 0) {
+            r->received[which] = offset + n;
+            uv_async_send(r->wake);
+        }
+    }
+    received[0] = r->received[0];
+    received[1] = r->received[1];
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+int remote_spec(int64_t attempt_id, json_t **out, char *state, size_t slen)
+{
+    struct remote_att *r;
+    int rc = lock_open(attempt_id, &r, state, slen);
+    if (rc)
+        return rc;
+    *out = json_deep_copy(r->spec);
+    if (*out) {
+        json_object_set_new(*out, "frames_received", json_integer((json_int_t)r->received[0]));
+        json_object_set_new(*out, "log_received", json_integer((json_int_t)r->received[1]));
+    }
+    if (*out && !r->started) {
+        r->started = true;
+        uv_async_send(r->wake);
+    }
+    pthread_mutex_unlock(&mu);
+    return *out ? 0 : -ENOMEM;
+}
+
+int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
+                  uint64_t received[REMOTE_STREAMS], char *state, size_t slen)
+{
+    pthread_mutex_lock(&mu);
+    struct remote_att *r = find(attempt_id);
+    int rc = 0;
+    if (!r) {
+        rc = -ENOENT;
+    } else if (r->finished) {
+        rc = 0; /* the same finish again */
+    } else if (r->ended) {
+        snprintf(state, slen, "%s", r->state);
+        rc = -ESTALE;
+    } else if (ex->bytes[0] != r->received[0] || ex->bytes[1] != r->received[1]) {
+        rc = -ERANGE;
+    } else {
+        r->ex = *ex;
+        r->finished = r->ended = true;
+        snprintf(r->state, sizeof r->state, "finished");
+        uv_async_send(r->wake);
+    }
+    if (r) {
+        received[0] = r->received[0];
+        received[1] = r->received[1];
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+int remote_open(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
+                struct remote_att **out)
+{
+    struct remote_att *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->id = attempt_id;
+    r->wake = wake;
+    r->fd[0] = r->fd[1] = -1;
+    int rc = 0;
+    for (int i = 0; i < REMOTE_STREAMS && rc == 0; i++) {
+        rc = util_path_join(r->path[i], dir, spool_names[i]);
+        if (rc == 0 &&
+            (r->fd[i] = open(r->path[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+            rc = -errno;
+    }
+    if (rc) {
+        for (int i = 0; i < REMOTE_STREAMS; i++)
+            if (r->fd[i] >= 0)
+                close(r->fd[i]);
+        free(r);
+        return rc;
+    }
+    r->spec = json_incref(spec);
+    pthread_mutex_lock(&mu);
+    r->next = atts;
+    atts = r;
+    pthread_mutex_unlock(&mu);
+    *out = r;
+    return 0;
+}
+
+ssize_t remote_read(struct remote_att *r, enum remote_stream which, char *buf, size_t n)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t have = r->received[which];
+    pthread_mutex_unlock(&mu);
+    uint64_t off = r->read_off[which];
+    if (off >= have)
+        return 0;
+    if (have - off < n)
+        n = (size_t)(have - off);
+    ssize_t got;
+    do
+        got = pread(r->fd[which], buf, n, (off_t)off);
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return -errno;
+    r->read_off[which] += (uint64_t)got;
+    return got;
+}
+
+bool remote_started(struct remote_att *r)
+{
+    pthread_mutex_lock(&mu);
+    bool s = r->started;
+    pthread_mutex_unlock(&mu);
+    return s;
+}
+
+bool remote_over(struct remote_att *r, bool *finished, struct remote_exit *ex, char *state,
+                 size_t slen)
+{
+    pthread_mutex_lock(&mu);
+    bool over = r->ended;
+    snprintf(state, slen, "%s", r->state);
+    *finished = r->finished;
+    if (r->finished)
+        *ex = r->ex;
+    pthread_mutex_unlock(&mu);
+    return over;
+}
+
+static void end_locked(struct remote_att *r, const char *state)
+{
+    if (r && !r->ended) {
+        r->ended = true;
+        snprintf(r->state, sizeof r->state, "%s", state);
+        uv_async_send(r->wake);
+    }
+}
+
+void remote_end(struct remote_att *r, const char *state)
+{
+    pthread_mutex_lock(&mu);
+    end_locked(r, state);
+    pthread_mutex_unlock(&mu);
+}
+
+void remote_end_id(int64_t attempt_id, const char *state)
+{
+    pthread_mutex_lock(&mu);
+    end_locked(find(attempt_id), state);
+    pthread_mutex_unlock(&mu);
+}
+
+void remote_close(struct remote_att *r)
+{
+    pthread_mutex_lock(&mu);
+    for (struct remote_att **p = &atts; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < REMOTE_STREAMS; i++) {
+        close(r->fd[i]);
+        unlink(r->path[i]);
+    }
+    json_decref(r->spec);
+    free(r);
+}

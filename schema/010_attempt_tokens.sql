@@ -1,0 +1,13 @@
+-- capd schema, migration 10: the capability token of a remote attempt
+-- (docs/scale.md, "Remote attempts"). capd mints one when it hands an
+-- attempt to a worker that runs away from capd's host (capd-cell); the
+-- worker presents it on every /v1/attempts/{id} request. Only SHA-256 of
+-- the token is kept; the token is good for its attempt alone, while the
+-- attempt is open and until expires_at (ms since the epoch).
+
+CREATE TABLE attempt_tokens (
+    attempt_id  INTEGER PRIMARY KEY REFERENCES attempts(id) ON DELETE CASCADE,
+    hash        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);

@@ -1,0 +1,448 @@
+/*
+ * tests/test_remote.c - remote attempts (executor "remote", docs/scale.md):
+ * a real capd whose remote_launch writes the attempt's id and token to a
+ * file, and the test as the worker on the same host: it fetches the spec,
+ * runs the runner it names (the fake runner) with the environment it names
+ * and fd 3 to a file, and uploads the frames and log over real HTTP, with
+ * replays, gaps, forged tokens and every end capd can give an attempt.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/testutil.h"
+
+struct rt {
+    struct tu_capd c;
+    char dir[256];
+    char launch[320]; /* where remote_launch writes "ATTEMPT TOKEN" */
+    long long attempt;
+    char token[128];
+    char auth[160]; /* "Authorization: Bearer TOKEN" */
+};
+
+static struct rt *R;
+
+static void rt_stop(void)
+{
+    if (R) {
+        af_stop_own_capd(&R->c);
+        free(R);
+        R = NULL;
+    }
+}
+
+/* capd with executor remote and CONFIG_EXTRA (more JSON members, or "") and
+ * the fake build. */
+static struct rt *rt_start(const char *config_extra)
+{
+    struct rt *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    R = r;
+    char *dir = tu_tmpdir();
+    cr_assert_not_null(dir);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->launch, sizeof r->launch, "%s/launch.txt", dir);
+    char cfg[512], text[2048];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
+    snprintf(text, sizeof text,
+             "{\"executor\": \"remote\", \"remote_launch\": \"echo \\\"$CAPD_ATTEMPT "
+             "$CAPD_TOKEN\\\" > %s.tmp && mv %s.tmp %s\"%s}",
+             r->launch, r->launch, r->launch, config_extra);
+    af_put_file(cfg, text);
+    const char *extra[] = {"--config", cfg, NULL};
+    af_start_capd(&r->c, dir, extra);
+    free(dir);
+    cr_assert_eq(tu_fake_build(&r->c, "fake", NULL), 201);
+    return r;
+}
+
+/* Waits for the launcher's file and reads the attempt and its token. */
+static void rt_launched(struct rt *r)
+{
+    char *t = NULL;
+    for (int i = 0; i < 200; i++) {
+        t = tu_slurp(r->launch);
+        if (t[0])
+            break;
+        free(t);
+        t = NULL;
+        usleep(50 * 1000);
+    }
+    cr_assert(t && t[0], "remote_launch ran and wrote %s", r->launch);
+    cr_assert_eq(sscanf(t, "%lld %127s", &r->attempt, r->token), 2, "launch.txt: %s", t);
+    free(t);
+    unlink(r->launch);
+    cr_assert(strncmp(r->token, "capd_at_", 8) == 0, "token %s", r->token);
+    snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", r->token);
+}
+
+/* METHOD PATH (BODY of LEN bytes, TYPE) with the header AUTH; its status
+ * and its reply (owned, json null when not JSON). */
+static json_t *rt_call(struct rt *r, const char *method, const char *path, const char *body,
+                       size_t len, const char *type, const char *auth, long *status)
+{
+    char ct[96];
+    snprintf(ct, sizeof ct, "Content-Type: %s", type ? type : "application/octet-stream");
+    const char *hdrs[] = {auth ? auth : "Authorization:", ct, NULL};
+    struct tu_resp resp;
+    cr_assert_eq(tu_http(&r->c, method, path, body, len, hdrs, &resp), 0, "%s %s", method, path);
+    *status = resp.status;
+    json_t *j = resp.body ? json_loadb(resp.body, resp.len, 0, NULL) : NULL;
+    tu_resp_free(&resp);
+    return j ? j : json_null();
+}
+
+/* POSTs LEN bytes of DATA at OFFSET of STREAM ("frames" or "log"). */
+static json_t *rt_post(struct rt *r, const char *stream, long long offset, const char *data,
+                       size_t len, long *status)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/attempts/%lld/%s?offset=%lld", r->attempt, stream, offset);
+    return rt_call(r, "POST", path, data, len, NULL, r->auth, status);
+}
+
+static json_int_t jint(json_t *j, const char *k)
+{
+    return json_integer_value(json_object_get(j, k));
+}
+
+/* Runs the spec's argv with exactly the spec's env, fd 3 to DIR/frames.bin
+ * and output to DIR/out.log, as capd-cell does; waits for it. */
+static void run_worker(struct rt *r, json_t *spec)
+{
+    json_t *argv = json_object_get(spec, "argv");
+    json_t *env = json_object_get(spec, "env");
+    cr_assert_eq(json_array_size(argv), 3);
+    const char *envp[128];
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(env, k, v)
+    {
+        cr_assert_lt(n, 127);
+        char *kv = NULL;
+        cr_assert_geq(asprintf(&kv, "%s=%s", k, json_string_value(v)), 0);
+        envp[n++] = kv;
+    }
+    envp[n] = NULL;
+    char frames[320], out[320];
+    snprintf(frames, sizeof frames, "%s/frames.bin", r->dir);
+    snprintf(out, sizeof out, "%s/out.log", r->dir);
+    const char *args[] = {"/bin/sh",
+                          "-c",
+                          "exec \"$0\" \"$1\" \"$2\" 3>\"$3\"",
+                          json_string_value(json_array_get(argv, 0)),
+                          json_string_value(json_array_get(argv, 1)),
+                          json_string_value(json_array_get(argv, 2)),
+                          frames,
+                          NULL};
+    struct tu_fd fds[3] = {{"/dev/null", O_RDONLY, 0},
+                           {out, O_WRONLY | O_CREAT | O_TRUNC, 0},
+                           {out, O_WRONLY | O_CREAT | O_APPEND, 0}};
+    pid_t pid;
+    cr_assert_eq(tu_spawn(&pid, args, envp, fds), 0);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    char *log = tu_slurp(out);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the runner exited %d: %s", st, log);
+    free(log);
+    for (size_t i = 0; i < n; i++)
+        free((char *)envp[i]);
+}
+
+static char *slurp_n(const char *path, size_t *len)
+{
+    char *t = tu_slurp(path);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "%s", path);
+    *len = (size_t)sb.st_size;
+    return t;
+}
+
+/* The KEY and HASH of every tensor record, one line each (owned). */
+static char *record_lines(const struct tu_capd *c, const char *job, const char *cell)
+{
+    json_t *recs = af_cell_records(c, job, cell, "tensor");
+    char *text = NULL;
+    size_t len = 0, i;
+    json_t *t;
+    json_array_foreach(recs, i, t)
+    {
+        char line[512];
+        int n = snprintf(line, sizeof line, "%s %s %s\n", tu_str(t, "key"), tu_str(t, "hash"),
+                         tu_str(t, "hash_alg"));
+        cr_assert_eq(tu_append(&text, &len, line, (size_t)n), 0);
+    }
+    json_decref(recs);
+    return text ? text : strdup("");
+}
+
+/* The same cell on a capd with the local executor: its records' lines. */
+static char *local_lines(const char *model)
+{
+    struct tu_capd local;
+    af_start_capd(&local, NULL, NULL);
+    cr_assert_eq(tu_fake_build(&local, "fake", NULL), 201);
+    char *job = NULL;
+    json_t *cell = af_run_cell(&local, model, NULL, &job);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    char *lines = record_lines(&local, job, tu_str(cell, "id"));
+    json_decref(cell);
+    free(job);
+    af_stop_own_capd(&local);
+    return lines;
+}
+
+Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .timeout = 120)
+{
+    struct rt *r = rt_start("");
+    char *job = tu_submit(&r->c, "fake", "fake:ok__5", NULL);
+    cr_assert_not_null(job);
+    rt_launched(r);
+    long st = 0;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/attempts/%lld/spec", r->attempt);
+
+    /* no token, a forged secret, a malformed one, another attempt's */
+    json_decref(rt_call(r, "GET", path, NULL, 0, NULL, NULL, &st));
+    cr_assert_eq(st, 401, "no token");
+    char forged[200];
+    snprintf(forged, sizeof forged, "Authorization: Bearer %.*s%s", (int)strlen(r->token) - 4,
+             r->token, "0000");
+    if (strcmp(forged + 22, r->token) == 0)
+        forged[strlen(forged) - 1] = '1';
+    json_decref(rt_call(r, "GET", path, NULL, 0, NULL, forged, &st));
+    cr_assert_eq(st, 401, "a forged secret");
+    json_decref(rt_call(r, "GET", path, NULL, 0, NULL, "Authorization: Bearer capd_at_x", &st));
+    cr_assert_eq(st, 401, "malformed");
+    /* the daemon's admin token is no attempt token */
+    char admin[200];
+    snprintf(admin, sizeof admin, "Authorization: Bearer %s", r->c.token);
+    json_decref(rt_call(r, "GET", path, NULL, 0, NULL, admin, &st));
+    cr_assert_eq(st, 401, "an API token does not open /v1/attempts");
+    char other[128];
+    snprintf(other, sizeof other, "/v1/attempts/%lld/spec", r->attempt + 1);
+    json_decref(rt_call(r, "GET", other, NULL, 0, NULL, r->auth, &st));
+    cr_assert_eq(st, 403, "the token of another attempt");
+
+    json_t *spec = rt_call(r, "GET", path, NULL, 0, NULL, r->auth, &st);
+    cr_assert_eq(st, 200, "%s", af_dump(spec));
+    cr_assert_eq(jint(spec, "attempt"), r->attempt);
+    cr_assert_str_eq(tu_str(json_object_get(spec, "spec"), "model"), "fake:ok__5");
+    cr_assert_not_null(tu_jstr(json_object_get(spec, "env"), "CAPD_CELL_SPEC"));
+    cr_assert_eq(jint(spec, "frames_received"), 0);
+    run_worker(r, spec);
+    json_decref(spec);
+
+    char fpath[320], lpath[320];
+    snprintf(fpath, sizeof fpath, "%s/frames.bin", r->dir);
+    snprintf(lpath, sizeof lpath, "%s/out.log", r->dir);
+    size_t flen, llen;
+    char *fb = slurp_n(fpath, &flen), *lb = slurp_n(lpath, &llen);
+    cr_assert_gt(flen, 200, "the runner wrote frames");
+    size_t a = flen / 3, b = 2 * flen / 3;
+
+    json_t *j = rt_post(r, "frames", 0, fb, a, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(jint(j, "received"), (json_int_t)a);
+    json_decref(j);
+    /* the same chunk again (a retry after a lost reply): nothing appended */
+    j = rt_post(r, "frames", 0, fb, a, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(jint(j, "received"), (json_int_t)a, "a replay duplicates nothing");
+    json_decref(j);
+    /* a gap is refused, naming what capd holds */
+    j = rt_post(r, "frames", (long long)b, fb + b, flen - b, &st);
+    cr_assert_eq(st, 409, "%s", af_dump(j));
+    cr_assert_eq(jint(j, "frames_received"), (json_int_t)a);
+    json_decref(j);
+    /* an overlapping chunk: only its new part counts */
+    j = rt_post(r, "frames", (long long)(a / 2), fb + a / 2, b - a / 2, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(jint(j, "received"), (json_int_t)b);
+    json_decref(j);
+    j = rt_post(r, "frames", (long long)b, fb + b, flen - b, &st);
+    cr_assert_eq(jint(j, "received"), (json_int_t)flen);
+    json_decref(j);
+    j = rt_post(r, "log", 0, lb, llen, &st);
+    cr_assert_eq(st, 200);
+    json_decref(j);
+
+    /* a finish that claims bytes capd does not hold is refused */
+    char fin[256];
+    snprintf(path, sizeof path, "/v1/attempts/%lld/finish", r->attempt);
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
+             flen + 1, llen);
+    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
+    cr_assert_eq(st, 409, "finish past the bytes held");
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
+             flen, llen);
+    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
+    cr_assert_eq(st, 200, "finish");
+
+    json_t *done = af_wait_job(&r->c, job, 30);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    /* the records, hash for hash, are those of the same cell run locally */
+    char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
+    cr_assert_gt(strlen(lines), 0, "the records came through the spool");
+    char *want = local_lines("fake:ok__5");
+    cr_assert_str_eq(lines, want, "remote records equal the local executor's");
+    free(lines);
+    free(want);
+    /* the runner's output is the cell log */
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+    struct tu_resp lr;
+    cr_assert_eq(tu_http(&r->c, "GET", path, NULL, 0, NULL, &lr), 0);
+    cr_assert_eq(lr.status, 200);
+    cr_assert_eq(lr.len, llen, "the cell log holds the uploaded output");
+    tu_resp_free(&lr);
+    json_decref(done);
+
+    /* after the end, an upload is told the attempt is over */
+    j = rt_post(r, "frames", (long long)flen, "x", 1, &st);
+    cr_assert_eq(st, 410, "%s", af_dump(j));
+    json_decref(j);
+    free(fb);
+    free(lb);
+    free(job);
+}
+
+Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .timeout = 60)
+{
+    struct rt *r = rt_start("");
+    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
+    rt_launched(r);
+    long st = 0;
+    static const char junk[] = "this is not a frame stream at all, not even close\n";
+    json_decref(rt_post(r, "frames", 0, junk, sizeof junk - 1, &st));
+    cr_assert_eq(st, 200);
+    json_t *done = af_wait_job(&r->c, job, 30);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "protocol_error", "%s", af_dump(cell));
+    json_t *j = rt_post(r, "frames", sizeof junk - 1, junk, 4, &st);
+    cr_assert_eq(st, 410, "%s", af_dump(j));
+    json_decref(j);
+    json_decref(done);
+    free(job);
+}
+
+Test(remote, cancel_is_told_to_the_worker, .fini = rt_stop, .timeout = 60)
+{
+    struct rt *r = rt_start("");
+    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
+    rt_launched(r);
+    long st = 0;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
+    json_decref(tu_json(&r->c, "POST", path, "{}", &st));
+    cr_assert(st == 200 || st == 202, "cancel: %ld", st);
+    json_t *done = NULL, *cell = NULL;
+    for (int i = 0; i < 200; i++) {
+        json_decref(done);
+        done = af_wait_job(&r->c, job, 30);
+        cell = json_array_get(json_object_get(done, "cells"), 0);
+        if (strcmp(tu_str(cell, "state"), "running") != 0)
+            break;
+        usleep(50 * 1000);
+    }
+    cr_assert_str_eq(tu_str(cell, "state"), "cancelled", "%s", af_dump(cell));
+    json_t *j = rt_post(r, "frames", 0, "x", 1, &st);
+    cr_assert_eq(st, 410, "%s", af_dump(j));
+    json_decref(j);
+    json_decref(done);
+    free(job);
+}
+
+Test(remote, no_worker_within_the_start_timeout_fails_the_cell, .fini = rt_stop, .timeout = 60)
+{
+    struct rt *r = rt_start(", \"remote_start_timeout_s\": 1");
+    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
+    json_t *done = af_wait_job(&r->c, job, 30);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "failed", "%s", af_dump(cell));
+    cr_assert(strstr(tu_str(cell, "reason"), "remote_start_timeout_s"), "%s", af_dump(cell));
+    json_decref(done);
+    free(job);
+}
+
+Test(remote, a_failing_launcher_fails_the_cell_at_once, .fini = rt_stop, .timeout = 60)
+{
+    struct rt *r = calloc(1, sizeof *r);
+    R = r;
+    char *dir = tu_tmpdir();
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
+    af_put_file(cfg,
+                "{\"executor\": \"remote\", \"remote_launch\": \"echo no slurm here; exit 3\"}");
+    const char *extra[] = {"--config", cfg, NULL};
+    af_start_capd(&r->c, dir, extra);
+    free(dir);
+    cr_assert_eq(tu_fake_build(&r->c, "fake", NULL), 201);
+    double t0 = tu_now_s();
+    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
+    json_t *done = af_wait_job(&r->c, job, 30);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "failed", "%s", af_dump(cell));
+    cr_assert(strstr(tu_str(cell, "reason"), "remote_launch exited 3"), "%s", af_dump(cell));
+    cr_assert_lt(tu_now_s() - t0, 20, "not after the start timeout");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+    struct tu_resp lr;
+    cr_assert_eq(tu_http(&r->c, "GET", path, NULL, 0, NULL, &lr), 0);
+    cr_assert(lr.body && strstr(lr.body, "no slurm here"), "the launcher's output is in the log");
+    tu_resp_free(&lr);
+    json_decref(done);
+    free(job);
+}
+
+/* capd with the config file TEXT: its exit status, its stderr in *ERR. */
+static int run_with_config(const char *dir, const char *text, char **err)
+{
+    char cfg[400], p[400];
+    snprintf(cfg, sizeof cfg, "%s/bad.json", dir);
+    af_put_file(cfg, text);
+    int rc = tu_sh("timeout 20 '%s' --listen 127.0.0.1:0 --data-dir '%s/data' --config '%s' "
+                   ">/dev/null 2>'%s/err' </dev/null",
+                   tu_bin("CAPD_BIN"), dir, cfg, dir);
+    snprintf(p, sizeof p, "%s/err", dir);
+    *err = tu_slurp(p);
+    return rc;
+}
+
+Test(remote, bad_executor_settings_stop_capd, .timeout = 60)
+{
+    char *dir = tu_tmpdir(), *err = NULL;
+    static const struct {
+        const char *config, *says;
+    } cases[] = {
+        {"{\"executor\": \"cluster\"}",
+         "executor must be \"local\" or \"remote\", not \"cluster\""},
+        {"{\"executor\": \"remote\"}", "executor \"remote\" needs remote_launch"},
+        {"{\"executor\": \"remote\", \"remote_launch\": \"true\", \"remote_url\": \"ftp://x\"}",
+         "remote_url must start with http:// or https://"},
+        {"{\"remote_start_timeout_s\": 0}", "remote_start_timeout_s"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_with_config(dir, cases[i].config, &err);
+        cr_assert_neq(rc, 0, "%s: capd refuses to start", cases[i].config);
+        cr_assert(strstr(err, cases[i].says), "%s: says '%s', got: %s", cases[i].config,
+                  cases[i].says, err);
+        free(err);
+    }
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
+}
