@@ -251,7 +251,7 @@ static const struct ctl_opt bisect_opts[] = {
     {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
     {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
     {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
-    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
+    CTL_OPT_WAIT("wait until it ends and print the result"),
     {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
     {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
     CTL_OPT_JSON,
