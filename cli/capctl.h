@@ -115,11 +115,22 @@ struct ctl_opt {
     {                                                                                              \
         "reference", kind, "none|float64|default-width", help                                      \
     }
-/* The branch a command is about, by --project and --branch: KIND is
- * CTL_REQUIRED where they name one (history), CTL_VALUE where each narrows
- * what is listed (alerts); the helps are the command's own. */
+/* --project: KIND is CTL_REQUIRED where the command names one (submit,
+ * bisect, history), CTL_VALUE where it narrows what is listed (alerts). */
+#define CTL_OPT_PROJECT(kind, help)                                                                \
+    {                                                                                              \
+        "project", kind, "P", help                                                                 \
+    }
+/* --build, the registered build that the jobs a command starts run
+ * (submit, bisect). */
+#define CTL_OPT_BUILD(help)                                                                        \
+    {                                                                                              \
+        "build", CTL_REQUIRED, "B", help                                                           \
+    }
+/* The branch a command is about, by --project and --branch, of the one
+ * KIND (CTL_OPT_PROJECT's); the helps are the command's own. */
 #define CTL_OPTS_BRANCH(kind, project_help, branch_help)                                           \
-    {"project", kind, "P", project_help},                                                          \
+    CTL_OPT_PROJECT(kind, project_help),                                                           \
     {                                                                                              \
         "branch", kind, "B", branch_help                                                           \
     }

@@ -239,8 +239,8 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 }
 
 static const struct ctl_opt bisect_opts[] = {
-    {"project", CTL_REQUIRED, "P", "the project (required to start one)"},
-    {"build", CTL_REQUIRED, "B", "the build, usually a template with {commit} (required)"},
+    CTL_OPT_PROJECT(CTL_REQUIRED, "the project (required to start one)"),
+    CTL_OPT_BUILD("the build, usually a template with {commit} (required)"),
     {"good", CTL_REQUIRED, "SHA", "a commit that is good (required)"},
     {"bad", CTL_REQUIRED, "SHA", "a later commit that is bad (required)"},
     {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},

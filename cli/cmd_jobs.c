@@ -315,9 +315,9 @@ out:
 }
 
 static const struct ctl_opt submit_opts[] = {
-    {"project", CTL_REQUIRED, "P", "project name (required)"},
+    CTL_OPT_PROJECT(CTL_REQUIRED, "project name (required)"),
     {"commit", CTL_REQUIRED, "SHA", "commit under test, 7 to 64 hex digits (required)"},
-    {"build", CTL_REQUIRED, "B", "registered build to run (required)"},
+    CTL_OPT_BUILD("registered build to run (required)"),
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
     CTL_OPTS_MATRIX("; GET /v1/models", "SIMD ", "; GET /v1/widths", "forward,backward"),
