@@ -75,10 +75,19 @@ struct ctl_opt {
     {                                                                                              \
         NULL, CTL_FLAG, NULL, NULL                                                                 \
     }
-/* --json where the server's reply is printed as it came. */
-#define CTL_OPT_JSON                                                                               \
+/* --json: JSON instead of the table or text, HELP saying which (the job,
+ * the stored build); CTL_OPT_JSON where the server's reply is printed as
+ * it came. */
+#define CTL_OPT_JSON_HELP(help)                                                                    \
     {                                                                                              \
-        "json", CTL_FLAG, NULL, "print the server's JSON"                                          \
+        "json", CTL_FLAG, NULL, help                                                               \
+    }
+#define CTL_OPT_JSON CTL_OPT_JSON_HELP("print the server's JSON")
+/* --wait of the commands that can follow what they start or stop to its
+ * end; HELP says what they then print or exit with. */
+#define CTL_OPT_WAIT(help)                                                                         \
+    {                                                                                              \
+        "wait", CTL_FLAG, NULL, help                                                               \
     }
 /* --wait-timeout of the commands that follow a job to its end; WHEN is
  * the condition the command puts first ("with --wait: "), or "". */
@@ -97,6 +106,41 @@ struct ctl_opt {
          widths_word "widths, comma-separated (required" widths_note ")"},                         \
     {                                                                                              \
         "passes", CTL_REQUIRED, passes_metavar, "passes, comma-separated (required)"               \
+    }
+
+/* --reference, the reference a tensor out of tolerance is judged against:
+ * KIND is CTL_OPTION_STR where it sets the job's option (submit), CTL_VALUE
+ * where it overrides it (diff). */
+#define CTL_OPT_REFERENCE(kind, help)                                                              \
+    {                                                                                              \
+        "reference", kind, "none|float64|default-width", help                                      \
+    }
+/* --project: KIND is CTL_REQUIRED where the command names one (submit,
+ * bisect, history), CTL_VALUE where it narrows what is listed (alerts). */
+#define CTL_OPT_PROJECT(kind, help)                                                                \
+    {                                                                                              \
+        "project", kind, "P", help                                                                 \
+    }
+/* --build, the registered build that the jobs a command starts run
+ * (submit, bisect). */
+#define CTL_OPT_BUILD(help)                                                                        \
+    {                                                                                              \
+        "build", CTL_REQUIRED, "B", help                                                           \
+    }
+/* The branch a command is about, by --project and --branch, of the one
+ * KIND (CTL_OPT_PROJECT's); the helps are the command's own. */
+#define CTL_OPTS_BRANCH(kind, project_help, branch_help)                                           \
+    CTL_OPT_PROJECT(kind, project_help),                                                           \
+    {                                                                                              \
+        "branch", kind, "B", branch_help                                                           \
+    }
+/* The cell a command is about, by --model, --width and --pass: KIND is
+ * CTL_REQUIRED where they name one cell (history), CTL_VALUE where each
+ * narrows the cells (diff); the helps are the command's own. */
+#define CTL_OPTS_CELL(kind, model_help, width_help, pass_help)                                     \
+    {"model", kind, "M", model_help}, {"width", kind, "W", width_help},                            \
+    {                                                                                              \
+        "pass", kind, "P", pass_help                                                               \
     }
 
 /* A request field whose flag is not named like it, for error hints. */

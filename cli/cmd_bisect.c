@@ -239,8 +239,8 @@ static int bisect_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 }
 
 static const struct ctl_opt bisect_opts[] = {
-    {"project", CTL_REQUIRED, "P", "the project (required to start one)"},
-    {"build", CTL_REQUIRED, "B", "the build, usually a template with {commit} (required)"},
+    CTL_OPT_PROJECT(CTL_REQUIRED, "the project (required to start one)"),
+    CTL_OPT_BUILD("the build, usually a template with {commit} (required)"),
     {"good", CTL_REQUIRED, "SHA", "a commit that is good (required)"},
     {"bad", CTL_REQUIRED, "SHA", "a later commit that is bad (required)"},
     {"commits", CTL_VALUE, "a,b,c", "the commits between them, oldest first"},
@@ -251,7 +251,7 @@ static const struct ctl_opt bisect_opts[] = {
     {"predicate", CTL_VALUE, "P", "numerics (default), outcome or perf"},
     {"threshold", CTL_VALUE, "F", "perf: the slowdown that counts (default 0.05 = 5%)"},
     {"iterations", CTL_VALUE, "N", "timing iterations per process (0: numerics only)"},
-    {"wait", CTL_FLAG, NULL, "wait until it ends and print the result"},
+    CTL_OPT_WAIT("wait until it ends and print the result"),
     {"timeout", CTL_VALUE, "S", "with --wait: give up after S seconds"},
     {"cancel", CTL_FLAG, NULL, "with an ID: cancel it"},
     CTL_OPT_JSON,

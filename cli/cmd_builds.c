@@ -190,7 +190,7 @@ static const struct ctl_opt register_opts[] = {
      "let --env set this loader/interpreter hook (LD_PRELOAD, PYTHONHOME, ...) on purpose"},
     {"description", CTL_VALUE, "D", "free text shown in 'capctl builds'"},
     {"replace", CTL_FLAG, NULL, "replace the build if it exists (PUT instead of POST)"},
-    {"json", CTL_FLAG, NULL, "print the stored build as JSON"},
+    CTL_OPT_JSON_HELP("print the stored build as JSON"),
     CTL_OPT_END,
 };
 

@@ -45,8 +45,8 @@ out:
 }
 
 static const struct ctl_opt cancel_opts[] = {
-    {"wait", CTL_FLAG, NULL, "wait until every cell has stopped"},
-    {"json", CTL_FLAG, NULL, "print the job as JSON"},
+    CTL_OPT_WAIT("wait until every cell has stopped"),
+    CTL_OPT_JSON_HELP("print the job as JSON"),
     CTL_OPT_END,
 };
 

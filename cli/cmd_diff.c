@@ -291,11 +291,11 @@ static const struct ctl_opt diff_opts[] = {
     {"job", CTL_VALUE, "J", "cross-width: compare two widths of one job (id or commit)"},
     {"control-width", CTL_VALUE, "W", "cross-width: the reference width (e.g. default)"},
     {"head-width", CTL_VALUE, "W", "cross-width: the width under test (e.g. avx512)"},
-    {"model", CTL_VALUE, "M", "only cells of this model"},
-    {"width", CTL_VALUE, "W", "only cells of this width (not with --job)"},
-    {"pass", CTL_VALUE, "P", "only cells of this pass"},
-    {"reference", CTL_VALUE, "none|float64|default-width",
-     "judge tensors out of tolerance against this reference (default: the head job's option)"},
+    CTL_OPTS_CELL(CTL_VALUE, "only cells of this model",
+                  "only cells of this width (not with --job)", "only cells of this pass"),
+    CTL_OPT_REFERENCE(
+        CTL_VALUE,
+        "judge tensors out of tolerance against this reference (default: the head job's option)"),
     {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
     {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
      "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "

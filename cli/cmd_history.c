@@ -139,8 +139,7 @@ static int alerts_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 }
 
 static const struct ctl_opt alerts_opts[] = {
-    {"project", CTL_VALUE, "P", "only this project"},
-    {"branch", CTL_VALUE, "B", "only this branch"},
+    CTL_OPTS_BRANCH(CTL_VALUE, "only this project", "only this branch"),
     {"kind", CTL_VALUE, "K", "only perf, memory, numerics or outcome"},
     {"status", CTL_VALUE, "S", "open (default), acknowledged, false_positive, expected or all"},
     {"limit", CTL_VALUE, "N", "at most N alerts (1..1000, default 100)"},
@@ -247,11 +246,9 @@ static int history_run(struct ctl_client *c, const struct ctl_args *a, void *ctx
 }
 
 static const struct ctl_opt history_opts[] = {
-    {"project", CTL_REQUIRED, "P", "the project (required)"},
-    {"branch", CTL_REQUIRED, "B", "the branch (required)"},
-    {"model", CTL_REQUIRED, "M", "the cell's model (required)"},
-    {"width", CTL_REQUIRED, "W", "the cell's width (required)"},
-    {"pass", CTL_REQUIRED, "P", "the cell's pass (required)"},
+    CTL_OPTS_BRANCH(CTL_REQUIRED, "the project (required)", "the branch (required)"),
+    CTL_OPTS_CELL(CTL_REQUIRED, "the cell's model (required)", "the cell's width (required)",
+                  "the cell's pass (required)"),
     {"limit", CTL_VALUE, "N", "the newest N points (1..10000, default 200)"},
     CTL_OPT_JSON,
     CTL_OPT_END,

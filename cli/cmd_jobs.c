@@ -315,9 +315,9 @@ out:
 }
 
 static const struct ctl_opt submit_opts[] = {
-    {"project", CTL_REQUIRED, "P", "project name (required)"},
+    CTL_OPT_PROJECT(CTL_REQUIRED, "project name (required)"),
     {"commit", CTL_REQUIRED, "SHA", "commit under test, 7 to 64 hex digits (required)"},
-    {"build", CTL_REQUIRED, "B", "registered build to run (required)"},
+    CTL_OPT_BUILD("registered build to run (required)"),
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
     CTL_OPTS_MATRIX("; GET /v1/models", "SIMD ", "; GET /v1/widths", "forward,backward"),
@@ -337,14 +337,14 @@ static const struct ctl_opt submit_opts[] = {
     {"sample-size", CTL_OPTION_INT, "N", "elements kept per tensor with --capture sample (256)"},
     {"dtype", CTL_OPTION_STR, "T", "float32, float64, float16 or bfloat16 (default float32)"},
     {"granularity", CTL_OPTION_STR, "module|op", "records per module, or per ATen op too (module)"},
-    {"reference", CTL_OPTION_STR, "none|float64|default-width",
-     "the reference a tensor out of tolerance is judged against (none)"},
+    CTL_OPT_REFERENCE(CTL_OPTION_STR,
+                      "the reference a tensor out of tolerance is judged against (none)"),
     {"label", CTL_MULTI, "k=v", "label stored with the job"},
     {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
     {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},
-    {"wait", CTL_FLAG, NULL, "wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"},
+    CTL_OPT_WAIT("wait for the job; exit 0 all cells ok, 3 some not ok, 2 error"),
     CTL_OPT_WAIT_TIMEOUT("with --wait: "),
-    {"json", CTL_FLAG, NULL, "print the job as JSON (the final job with --wait)"},
+    CTL_OPT_JSON_HELP("print the job as JSON (the final job with --wait)"),
     CTL_OPT_END,
 };
 

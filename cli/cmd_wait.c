@@ -378,7 +378,7 @@ static int wait_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 
 static const struct ctl_opt wait_opts[] = {
     CTL_OPT_WAIT_TIMEOUT(""),
-    {"json", CTL_FLAG, NULL, "print the finished job as JSON"},
+    CTL_OPT_JSON_HELP("print the finished job as JSON"),
     CTL_OPT_END,
 };
 

@@ -79,7 +79,7 @@ static int print_widths(struct ctl_client *c, const struct ctl_args *a, json_t *
 }
 
 static const struct ctl_opt widths_opts[] = {
-    {"json", CTL_FLAG, NULL, "print the server's JSON (GET /v1/widths)"},
+    CTL_OPT_JSON_HELP("print the server's JSON (GET /v1/widths)"),
     {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
     CTL_OPT_END,
 };
