@@ -57,7 +57,12 @@ struct api_req {
     struct live_waiter *poll; /* a long-poll in progress (api/api_jobs_live.c) */
 };
 
-typedef enum MHD_Result (*api_handler)(struct api_req *r);
+/* An endpoint's handler: it answers R and returns the MHD_Result of
+ * queueing its reply. The endpoints are declared below through this type
+ * and defined with its signature written out; server.c's route table
+ * holds api_handler pointers to them. */
+typedef enum MHD_Result api_endpoint(struct api_req *r);
+typedef api_endpoint *api_handler;
 
 struct capd *api_daemon(struct api_req *r);
 int api_bound_port(struct api_req *r);
@@ -159,53 +164,33 @@ bool api_limit_refused(struct api_req *r, int dflt, int max, int *out, enum MHD_
 bool api_option_known(const char *k);
 int api_options_resolve(json_t *o, json_t *out, struct api_verr *err);
 
-/* Endpoints, one file each group. */
-enum MHD_Result api_healthz(struct api_req *r);
-enum MHD_Result api_models(struct api_req *r);
-enum MHD_Result api_widths(struct api_req *r);
-enum MHD_Result api_host(struct api_req *r);
-enum MHD_Result api_builds_list(struct api_req *r);
-enum MHD_Result api_builds_create(struct api_req *r);
-enum MHD_Result api_builds_get(struct api_req *r);
-enum MHD_Result api_builds_put(struct api_req *r);
-enum MHD_Result api_jobs_create(struct api_req *r);
-enum MHD_Result api_jobs_list(struct api_req *r);
-enum MHD_Result api_jobs_get(struct api_req *r);
-enum MHD_Result api_jobs_cancel(struct api_req *r);
-enum MHD_Result api_cell_get(struct api_req *r);
-enum MHD_Result api_cell_records(struct api_req *r);
-enum MHD_Result api_cell_log(struct api_req *r);
-enum MHD_Result api_compare(struct api_req *r);
-enum MHD_Result api_branch_put(struct api_req *r);
-enum MHD_Result api_branch_get(struct api_req *r);
-enum MHD_Result api_commit_get(struct api_req *r);
-enum MHD_Result api_commit_diff(struct api_req *r);
-enum MHD_Result api_tokens_list(struct api_req *r);
-enum MHD_Result api_tokens_create(struct api_req *r);
-enum MHD_Result api_tokens_revoke(struct api_req *r);
-enum MHD_Result api_devices_list(struct api_req *r); /* api/api_devices.c */
-enum MHD_Result api_devices_refresh(struct api_req *r);
-enum MHD_Result api_events(struct api_req *r);
-enum MHD_Result api_metrics(struct api_req *r);
-enum MHD_Result api_history_get(struct api_req *r); /* api/api_history.c */
-enum MHD_Result api_alerts_list(struct api_req *r);
-enum MHD_Result api_alert_post(struct api_req *r);
-enum MHD_Result api_bisect_create(struct api_req *r); /* api/api_bisect.c */
-enum MHD_Result api_bisect_list(struct api_req *r);
-enum MHD_Result api_bisect_get(struct api_req *r);
-enum MHD_Result api_bisect_cancel(struct api_req *r);
-enum MHD_Result api_attempt_spec(struct api_req *r); /* api/api_attempts.c */
-enum MHD_Result api_attempt_frames(struct api_req *r);
-enum MHD_Result api_attempt_log(struct api_req *r);
-enum MHD_Result api_attempt_finish(struct api_req *r);
-/* A request to /v1/attempts/...: its attempt token is checked before the
- * body is read (401 without a valid one, whatever auth_required says). */
-bool api_attempt_auth_refused(struct api_req *r, enum MHD_Result *ret);
 /* A job request's commit_time and parents, checked and copied into NORM
  * (api/api_history.c); -EINVAL with ERR filled. */
 int api_history_order(json_t *body, json_t *norm, struct api_verr *err);
-enum MHD_Result api_static_index(struct api_req *r);
-enum MHD_Result api_static_file(struct api_req *r);
+
+/* Endpoints, one declaration a file, in this order: api/api_meta.c,
+ * api/api_builds.c, api/api_jobs.c (jobs and their cells),
+ * api/api_compare.c (comparisons, branches and commits), api/auth.c
+ * (tokens), api/api_devices.c, api/api_events.c, api/api_metrics.c,
+ * api/api_history.c (history and alerts), api/api_bisect.c,
+ * api/api_attempts.c (a remote attempt's worker) and api/api_static.c. */
+api_endpoint api_healthz, api_models, api_widths, api_host;
+api_endpoint api_builds_list, api_builds_create, api_builds_get, api_builds_put;
+api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_cell_get,
+    api_cell_records, api_cell_log;
+api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
+api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
+api_endpoint api_devices_list, api_devices_refresh;
+api_endpoint api_events;
+api_endpoint api_metrics;
+api_endpoint api_history_get, api_alerts_list, api_alert_post;
+api_endpoint api_bisect_create, api_bisect_list, api_bisect_get, api_bisect_cancel;
+api_endpoint api_attempt_spec, api_attempt_frames, api_attempt_log, api_attempt_finish;
+api_endpoint api_static_index, api_static_file;
+/* A request to /v1/attempts/... (api/api_attempts.c): its attempt token is
+ * checked before the body is read (401 without a valid one, whatever
+ * auth_required says). */
+bool api_attempt_auth_refused(struct api_req *r, enum MHD_Result *ret);
 
 /* ETags (api/etag.c). api_set_etag formats the opaque part (quotes are
  * added); api_if_none_match tells whether the request's If-None-Match

@@ -220,6 +220,13 @@ int cmp__grow(void **arr, size_t *cap, size_t need, size_t elem, size_t max);
 
 /* json helpers (engine_json.c) */
 int cmp__set_real(json_t *obj, const char *name, double v);
+/* A named double of a result object, for cmp__set_reals. */
+struct cmp__real {
+    const char *name;
+    double v;
+};
+/* cmp__set_real for each of the N reals of F, in order; their or-ed error. */
+int cmp__set_reals(json_t *obj, const struct cmp__real *f, size_t n);
 /* json_object_set_new as 0 or -ENOMEM: calls are or-ed into one error. */
 int cmp__set(json_t *o, const char *k, json_t *v);
 /* O when E (the or of cmp__set calls) is 0; otherwise O is released and

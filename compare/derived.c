@@ -60,10 +60,7 @@ int cmp__derived_json(json_t *o, const struct cmp__rec *head, const struct cmp__
     if (j == NULL || json_object_set_new(o, "derived", j) ||
         json_object_set_new(o, "derived_from", json_string("stats")))
         return -ENOMEM;
-    const struct {
-        const char *name;
-        double v;
-    } f[] = {
+    const struct cmp__real f[] = {
         {"abs_delta_mean", d.abs_dmean},
         {"abs_delta_std", d.abs_dstd},
         {"abs_delta_min", d.abs_dmin},
@@ -77,7 +74,5 @@ int cmp__derived_json(json_t *o, const struct cmp__rec *head, const struct cmp__
         {"max_rel_lower", d.max_rel_lower},
     };
     int rc = json_object_set_new(j, "n", json_integer(d.n)) ? -ENOMEM : 0;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        rc |= cmp__set_real(j, f[i].name, f[i].v);
-    return rc;
+    return rc | cmp__set_reals(j, f, sizeof f / sizeof f[0]);
 }

@@ -44,6 +44,14 @@ int cmp__set_real(json_t *obj, const char *name, double v)
     return json_object_set_new(nf, name, json_string(s)) ? -ENOMEM : 0;
 }
 
+int cmp__set_reals(json_t *obj, const struct cmp__real *f, size_t n)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++)
+        rc |= cmp__set_real(obj, f[i].name, f[i].v);
+    return rc;
+}
+
 int cmp__set(json_t *o, const char *k, json_t *v)
 {
     return json_object_set_new(o, k, v) ? -ENOMEM : 0;
@@ -140,15 +148,16 @@ static json_t *row_json(const struct cmp__row *r)
     if (m->basis == CMP_BASIS_FULL || m->basis == CMP_BASIS_SAMPLE) {
         rc |= cmp__set(o, "n", json_integer(m->n));
         rc |= cmp__set(o, "n_finite", json_integer(m->n_finite));
-        rc |= cmp__set_real(o, "max_abs", m->max_abs);
-        rc |= cmp__set_real(o, "mean_abs", m->mean_abs);
-        rc |= cmp__set_real(o, "p99_abs", m->p99_abs);
-        rc |= cmp__set_real(o, "max_rel", m->max_rel);
-        rc |= cmp__set_real(o, "mean_rel", m->mean_rel);
+        const struct cmp__real sizes[] = {{"max_abs", m->max_abs},
+                                          {"mean_abs", m->mean_abs},
+                                          {"p99_abs", m->p99_abs},
+                                          {"max_rel", m->max_rel},
+                                          {"mean_rel", m->mean_rel}};
+        const struct cmp__real similarity[] = {
+            {"cosine", m->cosine}, {"sqnr_db", m->sqnr_db}, {"nl2", m->nl2}};
+        rc |= cmp__set_reals(o, sizes, sizeof sizes / sizeof sizes[0]);
         rc |= cmp__set(o, "allclose_violations", json_integer(m->allclose_violations));
-        rc |= cmp__set_real(o, "cosine", m->cosine);
-        rc |= cmp__set_real(o, "sqnr_db", m->sqnr_db);
-        rc |= cmp__set_real(o, "nl2", m->nl2);
+        rc |= cmp__set_reals(o, similarity, sizeof similarity / sizeof similarity[0]);
     }
     if (m->basis == CMP_BASIS_STATS && m->mismatch == CMP_MISMATCH_NONE)
         rc |= cmp__derived_json(o, h, c); /* derived.c: sizes from the statistics */
@@ -158,10 +167,9 @@ static json_t *row_json(const struct cmp__row *r)
     json_t *d = json_object();
     rc |= cmp__set(o, "delta", d);
     if (d != NULL) {
-        rc |= cmp__set_real(d, "min", m->d_min);
-        rc |= cmp__set_real(d, "max", m->d_max);
-        rc |= cmp__set_real(d, "mean", m->d_mean);
-        rc |= cmp__set_real(d, "l2", m->d_l2);
+        const struct cmp__real delta[] = {
+            {"min", m->d_min}, {"max", m->d_max}, {"mean", m->d_mean}, {"l2", m->d_l2}};
+        rc |= cmp__set_reals(d, delta, sizeof delta / sizeof delta[0]);
     }
 done:
     if (rc) {

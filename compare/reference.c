@@ -198,12 +198,13 @@ int cmp__reference_row_json(const struct cmp__row *w, json_t *o)
     e |= cmp__set(x, "judged", json_boolean(j->judged));
     e |= cmp__set(x, "reason", j->why ? json_string(j->why) : json_null());
     if (j->judged) {
+        const struct cmp__real errs[] = {{"err_head", j->err_head},
+                                         {"err_control", j->err_control},
+                                         {"k", j->k},
+                                         {"tol", j->tol}};
         e |= cmp__set(x, "passed", json_boolean(j->passed));
         e |= cmp__set(x, "n", json_integer(j->n));
-        e |= cmp__set_real(x, "err_head", j->err_head);
-        e |= cmp__set_real(x, "err_control", j->err_control);
-        e |= cmp__set_real(x, "k", j->k);
-        e |= cmp__set_real(x, "tol", j->tol);
+        e |= cmp__set_reals(x, errs, sizeof errs / sizeof errs[0]);
     }
     return e ? -ENOMEM : 0;
 }

@@ -96,16 +96,19 @@ int slurm_sbatch_argv(const struct slurm_submit *s, struct slurm_argv *a, char *
                          s->time_limit_min, SLURM_TIME_MAX_MIN);
     if ((rc = slurm_argv_addf(a, err, "sbatch")) || (rc = slurm_argv_addf(a, err, "--parsable")))
         return rc;
-    if ((rc = add_opt(a, "job-name", s->job_name, SLURM_NAME_MAX, true, err)) ||
-        (rc = add_opt(a, "partition", s->partition, SLURM_NAME_MAX, true, err)) ||
-        (rc = add_opt(a, "account", s->account, SLURM_NAME_MAX, true, err)) ||
-        (rc = add_opt(a, "qos", s->qos, SLURM_NAME_MAX, true, err)) ||
-        (rc = add_opt(a, "constraint", s->constraint, SLURM_STR_MAX, false, err)) ||
-        (rc = add_opt(a, "output", s->output, SLURM_STR_MAX, false, err)) ||
-        (rc = add_opt(a, "error", s->error, SLURM_STR_MAX, false, err)) ||
-        (rc = add_opt(a, "chdir", s->workdir, SLURM_STR_MAX, false, err)) ||
-        (rc = add_opt(a, "export", s->export_env, SLURM_STR_MAX, false, err)))
-        return rc;
+    const struct {
+        const char *opt;
+        const char *v;
+        size_t max;
+        bool name;
+    } opts[] = {
+#define SLURM_SUBMIT_OPT(field, opt, max, name) {opt, s->field, max, name},
+        SLURM_SUBMIT_STRINGS(SLURM_SUBMIT_OPT)
+#undef SLURM_SUBMIT_OPT
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if ((rc = add_opt(a, opts[i].opt, opts[i].v, opts[i].max, opts[i].name, err)) != 0)
+            return rc;
     if (s->array_last >= 0) {
         rc = s->throttle > 0
                  ? slurm_argv_addf(a, err, "--array=0-%d%%%d", s->array_last, s->throttle)
@@ -183,31 +186,47 @@ static bool copy_field(char *dst, size_t n, const char *s, const char *e)
     return true;
 }
 
+/* The lines of a command's output, one at a time: [s, e) is the line
+ * without its newline, line its number from 1, next where the one after
+ * starts. A last line without a newline counts; an empty text has none. */
+struct lines {
+    const char *next;
+    const char *s, *e;
+    int line;
+};
+
+static bool next_line(struct lines *l)
+{
+    if (!*l->next)
+        return false;
+    l->s = l->next;
+    l->e = strchr(l->s, '\n');
+    if (!l->e)
+        l->e = l->s + strlen(l->s);
+    l->line++;
+    l->next = *l->e ? l->e + 1 : l->e;
+    return true;
+}
+
 int slurm_parse_squeue(const char *text, struct slurm_job_state *rows, size_t max, size_t *n,
                        char **err)
 {
     *n = 0;
-    int line = 0;
-    for (const char *p = text; *p;) {
-        const char *eol = strchr(p, '\n');
-        if (!eol)
-            eol = p + strlen(p);
-        line++;
+    for (struct lines l = {.next = text}; next_line(&l);) {
         if (*n >= max)
             return util_errf(err, -E2BIG, "squeue listed more than %zu jobs", max);
         struct slurm_job_state *r = &rows[*n];
         memset(r, 0, sizeof(*r));
-        const char *q = p;
+        const char *q = l.s, *eol = l.e;
         const char *bar = NULL;
         if (!parse_id(&q, r) || *q != '|' || !(bar = memchr(q + 1, '|', (size_t)(eol - q - 1))) ||
             !copy_field(r->state, sizeof(r->state), q + 1, bar) ||
             !copy_field(r->reason, sizeof(r->reason), bar + 1, eol) ||
             memchr(bar + 1, '|', (size_t)(eol - bar - 1)))
-            return util_errf(err, -EINVAL, "squeue line %d '%.80s' is not ID|STATE|REASON", line,
-                             p);
+            return util_errf(err, -EINVAL, "squeue line %d '%.80s' is not ID|STATE|REASON", l.line,
+                             l.s);
         r->known = true;
         (*n)++;
-        p = *eol ? eol + 1 : eol;
     }
     return 0;
 }
@@ -269,24 +288,18 @@ int slurm_parse_scontrol(const char *text, struct slurm_job_state *rows, size_t 
                          char **err)
 {
     *n = 0;
-    int line = 0;
-    for (const char *p = text; *p;) {
-        const char *eol = strchr(p, '\n');
-        if (!eol)
-            eol = p + strlen(p);
-        line++;
-        if (eol > p) {
-            struct slurm_job_state r;
-            int got = scontrol_line(p, eol, &r);
-            if (got < 0)
-                return util_errf(err, -EINVAL, "scontrol line %d '%.80s' is not a job", line, p);
-            if (got > 0) {
-                if (*n >= max)
-                    return util_errf(err, -E2BIG, "scontrol listed more than %zu jobs", max);
-                rows[(*n)++] = r;
-            }
+    for (struct lines l = {.next = text}; next_line(&l);) {
+        if (l.e == l.s)
+            continue;
+        struct slurm_job_state r;
+        int got = scontrol_line(l.s, l.e, &r);
+        if (got < 0)
+            return util_errf(err, -EINVAL, "scontrol line %d '%.80s' is not a job", l.line, l.s);
+        if (got > 0) {
+            if (*n >= max)
+                return util_errf(err, -E2BIG, "scontrol listed more than %zu jobs", max);
+            rows[(*n)++] = r;
         }
-        p = *eol ? eol + 1 : eol;
     }
     return 0;
 }

@@ -77,26 +77,35 @@ void slurm_argv_free(struct slurm_argv *a);
 int slurm_argv_addf(struct slurm_argv *a, char **err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The string options of a submission, in the order they go on the
+ * command line: the field, sbatch's option, the limit, and whether the
+ * value is a name (no whitespace). slurm_submit declares one field a row
+ * and slurm_sbatch_argv checks and adds them from the same rows. */
+#define SLURM_SUBMIT_STRINGS(X)                                                                    \
+    X(job_name, "job-name", SLURM_NAME_MAX, true)                                                  \
+    X(partition, "partition", SLURM_NAME_MAX, true)                                                \
+    X(account, "account", SLURM_NAME_MAX, true)                                                    \
+    X(qos, "qos", SLURM_NAME_MAX, true)                                                            \
+    X(constraint, "constraint", SLURM_STR_MAX, false)                                              \
+    X(output, "output", SLURM_STR_MAX, false)                                                      \
+    X(error, "error", SLURM_STR_MAX, false)                                                        \
+    X(workdir, "chdir", SLURM_STR_MAX, false)                                                      \
+    X(export_env, "export", SLURM_STR_MAX, false)
+
 /* One sbatch submission. NULL strings and zero numbers are left out.
  * array_last < 0: no array; else --array=0-array_last, with %throttle
  * when throttle > 0. script must be an absolute path (it is the one
  * positional word). */
 struct slurm_submit {
-    const char *job_name;
     const char *script;
     int array_last;
     int throttle;
-    const char *partition;
-    const char *account;
-    const char *qos;
     int time_limit_min;
-    const char *constraint;
     bool gpu;
     bool exclusive;
-    const char *output;
-    const char *error;
-    const char *workdir;
-    const char *export_env;
+#define SLURM_SUBMIT_FIELD(field, opt, max, name) const char *field;
+    SLURM_SUBMIT_STRINGS(SLURM_SUBMIT_FIELD)
+#undef SLURM_SUBMIT_FIELD
 };
 
 /* `sbatch --parsable ...` into OUT (initialised here; free it with

@@ -632,8 +632,10 @@ class Capture(object):
 
     # -- hooks -------------------------------------------------------------
     # Each hook counts itself in ``quiet`` while it runs (its own torch calls
-    # are no model ops) and writes its body out rather than call a helper:
-    # the hooks run twice per module call, on the model's thread.
+    # are no model ops) and writes its body out but for one helper,
+    # ``_record``, that records a side of the call: the hooks run twice per
+    # module call, on the model's thread, and that one call (about 30 ns)
+    # is small against a record (3-6 us).
     def _pre(self, module, inputs):
         self.quiet += 1
         try:
@@ -643,11 +645,7 @@ class Capture(object):
             self.calls[mid] = call + 1
             self.active.setdefault(mid, []).append(call)
             flat = flatten(inputs)
-            record = self.rec.record
-            for i, t in enumerate(flat):
-                record(fqn, call, "forward", "input", i, t)
-            if self._sync:
-                self.flush()
+            self._record(flat, fqn, call, "input")
             new = self._tap(flat, fqn, call, "grad_input") if self.taps else None
             if self.ops is not None:
                 self.ops.enter(fqn, call)
@@ -667,11 +665,7 @@ class Capture(object):
             if self.ops is not None:
                 self.ops.leave(fqn, call)
             flat = flatten(output)
-            record = self.rec.record
-            for i, t in enumerate(flat):
-                record(fqn, call, "forward", "output", i, t)
-            if self._sync:
-                self.flush()
+            self._record(flat, fqn, call, "output")
             if self.taps:
                 new = self._tap(flat, fqn, call, "grad_output")
                 if new is not None:
@@ -679,6 +673,15 @@ class Capture(object):
             return None
         finally:
             self.quiet -= 1
+
+    def _record(self, flat, fqn, call, role):
+        """Record the tensors FLAT of one side (ROLE) of a forward call; an
+        inline (sync) pipeline writes their frames before the hook returns."""
+        record = self.rec.record
+        for i, t in enumerate(flat):
+            record(fqn, call, "forward", role, i, t)
+        if self._sync:
+            self.flush()
 
     def _tap(self, flat, fqn, call, role):
         """Route the tensors that need grad through a _Tap; None if none do."""
