@@ -97,6 +97,31 @@ Test(api_builds, duplicate_name_409_changes_nothing)
     json_decref(g);
 }
 
+/* An invalid build body and the error it is refused with. */
+struct bad_body {
+    const char *body, *code, *field;
+};
+
+/* Case I: C's body is a 400 naming its field on POST, and on PUT (a body
+ * without a name takes the URL's, so that case is valid there). */
+static void expect_bad_body(size_t i, const struct bad_body *c)
+{
+    long st;
+    json_t *j = af_callq("POST", "/v1/builds", c->body, &st);
+    cr_assert_eq(st, 400, "case %zu %s -> %ld", i, c->body, st);
+    af_expect_error(j, st, 400, c->code, c->field);
+    json_decref(j);
+    if (!strstr(c->body, "'name'"))
+        return;
+    j = af_callq("PUT", "/v1/builds/x", c->body, &st);
+    if (strcmp(c->field, "name") != 0) {
+        af_expect_error(j, st, 400, c->code, c->field);
+    } else {
+        cr_assert_eq(st, 400, "PUT case %zu %s -> %ld", i, c->body, st);
+    }
+    json_decref(j);
+}
+
 /* Every invalid build body is a 400 naming the field, and stores nothing. */
 Test(api_builds, invalid_bodies_400_store_nothing)
 {
@@ -116,9 +141,7 @@ Test(api_builds, invalid_bodies_400_store_nothing)
     if (asprintf(&longname_body, "{'name':'%s','python':'/bin/true'}", long_name) < 0 ||
         asprintf(&noexec_body, "{'name':'x','python':'%s'}", noexec) < 0)
         cr_assert_fail("asprintf");
-    const struct {
-        const char *body, *code, *field;
-    } cases[] = {
+    const struct bad_body cases[] = {
         {"{'name':'a b','python':'/bin/true'}", "invalid_field", "name"},
         {"{'name':'','python':'/bin/true'}", "invalid_field", "name"},
         {"{'name':'a/b','python':'/bin/true'}", "invalid_field", "name"},
@@ -150,24 +173,8 @@ Test(api_builds, invalid_bodies_400_store_nothing)
         {roots33, "invalid_field", "model_roots"},
         {"{'name':'x','python':'/bin/true','description':5}", "invalid_field", "description"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        long st;
-        json_t *j = af_callq("POST", "/v1/builds", cases[i].body, &st);
-        cr_assert_eq(st, 400, "case %zu %s -> %ld", i, cases[i].body, st);
-        af_expect_error(j, st, 400, cases[i].code, cases[i].field);
-        json_decref(j);
-        /* PUT validates the same way (a body without a name takes the
-         * URL's, so that case is valid there). */
-        if (!strstr(cases[i].body, "'name'"))
-            continue;
-        j = af_callq("PUT", "/v1/builds/x", cases[i].body, &st);
-        if (strcmp(cases[i].field, "name") != 0) {
-            af_expect_error(j, st, 400, cases[i].code, cases[i].field);
-        } else {
-            cr_assert_eq(st, 400, "PUT case %zu %s -> %ld", i, cases[i].body, st);
-        }
-        json_decref(j);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_bad_body(i, &cases[i]);
     cr_assert_eq(af_count_builds(), 0, "an invalid build was stored");
     free(roots33);
     free(longname_body);

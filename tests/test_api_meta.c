@@ -104,14 +104,31 @@ Test(api_meta, unknown_routes_404)
     }
 }
 
+/* A method a known path does not take, and the Allow header of its 405. */
+struct wrong_method {
+    const char *method, *path, *allow;
+};
+
+/* C's METHOD on its PATH is a 405 whose Allow header is exactly ALLOW. */
+static void expect_405(const struct wrong_method *c)
+{
+    struct tu_resp r;
+    long st;
+    json_t *j = af_raw(c->method, c->path, NULL, 0, NULL, &st, &r);
+    af_expect_error(j, st, 405, "method_not_allowed", NULL);
+    const char *allow = af_header(r.headers, "Allow");
+    cr_assert_not_null(allow, "%s %s: no Allow header", c->method, c->path);
+    cr_assert_str_eq(allow, c->allow, "%s %s", c->method, c->path);
+    tu_resp_free(&r);
+    json_decref(j);
+}
+
 /* A known path with another method is 405 with an Allow header listing
  * exactly the methods the route table has for it. */
 Test(api_meta, wrong_method_405_with_allow)
 {
     af_start(NULL);
-    static const struct {
-        const char *method, *path, *allow;
-    } cases[] = {
+    static const struct wrong_method cases[] = {
         {"DELETE", "/v1/jobs", "GET, POST"},
         {"PUT", "/v1/jobs", "GET, POST"},
         {"POST", "/healthz", "GET"},
@@ -128,17 +145,8 @@ Test(api_meta, wrong_method_405_with_allow)
         {"POST", "/v1/commits/abcdef1/diff", "GET"},
         {"POST", "/v1/jobs/j1/cells/c1/log", "GET"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct tu_resp r;
-        long st;
-        json_t *j = af_raw(cases[i].method, cases[i].path, NULL, 0, NULL, &st, &r);
-        af_expect_error(j, st, 405, "method_not_allowed", NULL);
-        const char *allow = af_header(r.headers, "Allow");
-        cr_assert_not_null(allow, "%s %s: no Allow header", cases[i].method, cases[i].path);
-        cr_assert_str_eq(allow, cases[i].allow, "%s %s", cases[i].method, cases[i].path);
-        tu_resp_free(&r);
-        json_decref(j);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_405(&cases[i]);
     cr_assert_eq(af_count_builds(), 0);
     cr_assert_eq(af_count_jobs(), 0);
 }

@@ -1619,6 +1619,14 @@ Test(engine, cpu_time_basis_when_every_process_has_it)
     cmp_side_free(side);
 }
 
+/* The default options with the cross-width pair CONTROL against HEAD. */
+static void cross_width_options(struct cmp_options *o, const char *control, const char *head)
+{
+    cmp_options_init(o);
+    snprintf(o->control_width, sizeof o->control_width, "%s", control);
+    snprintf(o->head_width, sizeof o->head_width, "%s", head);
+}
+
 Test(engine, cross_width)
 {
     struct cmp_side *job;
@@ -1628,9 +1636,7 @@ Test(engine, cross_width)
     mlp_cell(job, "avx512", d, "ok");
     mlp_cell(job, "avx2", NULL, "ok");
     struct cmp_options o;
-    cmp_options_init(&o);
-    snprintf(o.control_width, sizeof(o.control_width), "default");
-    snprintf(o.head_width, sizeof(o.head_width), "avx512");
+    cross_width_options(&o, "default", "avx512");
     json_t *r = run_compare(job, job, &o);
     static const struct jw_want w[] = {
         JW_S("mode", "cross_width"),
@@ -2632,17 +2638,16 @@ Test(environment, cross_width_shows_the_width_variables)
     cmp_side_new(&s);
     fp_cell(s, "avx2", a);
     fp_cell(s, "default", b);
+    /* The cells hold copies of the fingerprints. */
+    json_decref(a);
+    json_decref(b);
     struct cmp_options o;
-    cmp_options_init(&o);
-    snprintf(o.control_width, sizeof o.control_width, "avx2");
-    snprintf(o.head_width, sizeof o.head_width, "default");
+    cross_width_options(&o, "avx2", "default");
     json_t *r = run_compare(s, s, &o);
     json_t *d = env_diff(r, "env.ATEN_CPU_CAPABILITY");
     cr_assert_str_eq(dstr(d, "control"), "avx2");
     cr_assert_str_eq(dstr(d, "head"), "default");
     cr_assert_str_eq(jw_str(r, "environment.premise"), "ok");
     json_decref(r);
-    json_decref(a);
-    json_decref(b);
     cmp_side_free(s);
 }
