@@ -1144,6 +1144,21 @@ static void duo_check_n(struct duo *d, const struct cmp_options *o, const struct
 }
 #define duo_check(d, o, w) duo_check_n((d), (o), (w), sizeof(w) / sizeof((w)[0]))
 
+/* Compares D's sides (default options) against the N wants at W, and the
+ * other way round, head as control, against the NR wants at REV; then
+ * frees D. */
+static void duo_check_both_ways_n(struct duo *d, const struct jw_want *w, size_t n,
+                                  const struct jw_want *rev, size_t nr)
+{
+    json_decref(duo_expect_n(d, NULL, w, n));
+    json_t *r = run_compare(d->h, d->c, NULL);
+    jw_expect_n(r, rev, nr);
+    duo_free(d, r);
+}
+#define duo_check_both_ways(d, w, rev)                                                             \
+    duo_check_both_ways_n((d), (w), sizeof(w) / sizeof((w)[0]), (rev),                             \
+                          sizeof(rev) / sizeof((rev)[0]))
+
 /*
  * The mlp records with fc1's input nondeterministic and different, so fc1's
  * diverged output is the first divergence without having introduced it, and
@@ -1387,17 +1402,12 @@ Test(engine, outcome_regression_and_fix)
         JW_S("verdict", "regression"),
         JW_I("cells.0.tensors_compared", 8),
     };
-    json_t *r = duo_expect(&s, NULL, w);
-    json_decref(r);
-
-    r = run_compare(s.h, s.c, NULL);
     static const struct jw_want fix[] = {
         JW_S("cells.0.outcome_change", "fix"),
         JW_I("counts.outcome_fixes", 1),
         JW_S("verdict", "pass"),
     };
-    jw_expect_all(r, fix);
-    duo_free(&s, r);
+    duo_check_both_ways(&s, w, fix);
 }
 
 /* A cell killed for memory on one side is an outcome change like a crash:
@@ -1411,12 +1421,11 @@ Test(engine, oom_is_an_outcome_change)
         JW_I("counts.outcome_regressions", 1),
         JW_S("verdict", "regression"),
     };
-    json_t *r = duo_expect(&s, NULL, w);
-    json_decref(r);
-    r = run_compare(s.h, s.c, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.outcome_change"), "fix");
-    cr_assert_str_eq(jw_str(r, "verdict"), "pass");
-    duo_free(&s, r);
+    static const struct jw_want fix[] = {
+        JW_S("cells.0.outcome_change", "fix"),
+        JW_S("verdict", "pass"),
+    };
+    duo_check_both_ways(&s, w, fix);
 }
 
 /* An unsupported head cell and a cell with no records are incomparable,
@@ -2220,13 +2229,24 @@ Test(engine, device_mismatch_is_refused)
     duo_free(&s, r);
 }
 
+/* Compares a control cell on CDEV against a head cell on HDEV (both timed
+ * around 1e6, the head's from HSEED, no record moved): cell 0 must be
+ * STATUS, with FIELD of the result at VALUE. */
+static void expect_devices(const char *cdev, const char *hdev, uint64_t hseed, const char *status,
+                           const char *field, const char *value)
+{
+    struct duo s = duo_devices(cdev, 1e6, hdev, NULL, hseed);
+    json_t *r = duo_compare(&s, NULL);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), status, "%s against %s", cdev ? cdev : "(none)",
+                     hdev);
+    cr_assert_str_eq(jw_str(r, field), value, "%s against %s", cdev ? cdev : "(none)", hdev);
+    duo_free(&s, r);
+}
+
 Test(engine, two_gpu_models_are_a_mismatch_too)
 {
-    struct duo s = duo_devices("NVIDIA H100 80GB HBM3", 1e6, "NVIDIA H200", NULL, 2);
-    json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(jw_str(r, "cells.0.incomparable_reason"), "device_mismatch");
-    duo_free(&s, r);
+    expect_devices("NVIDIA H100 80GB HBM3", "NVIDIA H200", 2, "incomparable",
+                   "cells.0.incomparable_reason", "device_mismatch");
 }
 
 Test(engine, device_mismatch_compared_when_asked)
@@ -2251,17 +2271,8 @@ Test(engine, device_mismatch_compared_when_asked)
  * (older records). */
 Test(engine, same_or_unknown_device_is_compared)
 {
-    struct duo s = duo_devices("NVIDIA H200", 1e6, "NVIDIA H200", NULL, 1);
-    json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "same");
-    duo_free(&s, r);
-
-    s = duo_devices(NULL, 1e6, "NVIDIA H200", NULL, 1);
-    r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "unknown");
-    duo_free(&s, r);
+    expect_devices("NVIDIA H200", "NVIDIA H200", 1, "identical", "cells.0.device_check", "same");
+    expect_devices(NULL, "NVIDIA H200", 1, "identical", "cells.0.device_check", "unknown");
 }
 
 /* A failed head outcome is still reported as such, not hidden behind the
@@ -2306,12 +2317,22 @@ static struct cmp_cell *fp_cell(struct cmp_side *s, const char *width, const jso
     return c;
 }
 
-/* The avx2 mlp cell on each side with fingerprints CFP and HFP. */
+/* The avx2 mlp cell on each side with fingerprints CFP and HFP. The cells
+ * keep copies: the caller still owns the fingerprints. */
 static struct duo duo_fp(const json_t *cfp, const json_t *hfp)
 {
     struct duo s = duo_new();
     s.cc = fp_cell(s.c, "avx2", cfp);
     s.hc = fp_cell(s.h, "avx2", hfp);
+    return s;
+}
+
+/* duo_fp, and a default mlp cell on each side with the same fingerprints. */
+static struct duo duo_fp_widths(const json_t *cfp, const json_t *hfp)
+{
+    struct duo s = duo_fp(cfp, hfp);
+    fp_cell(s.c, "default", cfp);
+    fp_cell(s.h, "default", hfp);
     return s;
 }
 
@@ -2357,6 +2378,8 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     json_t *fp = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *copy = json_deep_copy(fp);
     struct duo s = duo_fp(fp, copy);
+    json_decref(fp);
+    json_decref(copy);
     json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_I("environment.pairs_compared", 1),
@@ -2373,10 +2396,7 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     cr_assert_null(strstr(txt, "What else differs"), "%s", txt);
     free(md);
     free(txt);
-    json_decref(r);
-    json_decref(fp);
-    json_decref(copy);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, section_in_every_result)
@@ -2400,6 +2420,8 @@ Test(environment, two_torch_builds)
     json_t *a = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *b = fixture_fp("fingerprint-pip-torch-2.1-cpu.json");
     struct duo s = duo_fp(a, b);
+    json_decref(a);
+    json_decref(b);
     json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     json_t *d = json_array_get(jw_path(r, "environment.differences"), 0);
@@ -2448,10 +2470,7 @@ Test(environment, two_torch_builds)
     char *txt = cmp_result_to_text(r);
     cr_assert(strstr(txt, "  build torch.version: 1.13.0a0 -> 2.1.0+cpu\n"), "%s", txt);
     free(txt);
-    json_decref(r);
-    json_decref(a);
-    json_decref(b);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, perturbed_build_env_and_pythonpath)
@@ -2466,9 +2485,9 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_object_set_new(benv, "MKL_LICENSE_KEY", json_string("hunter2-secret-value"));
     json_object_set_new(json_object_get(a, "env"), "MKL_LICENSE_KEY",
                         json_string("an-older-secret-value"));
-    struct duo s = duo_fp(a, b);
-    fp_cell(s.c, "default", a);
-    fp_cell(s.h, "default", b);
+    struct duo s = duo_fp_widths(a, b);
+    json_decref(a);
+    json_decref(b);
     json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     cr_assert_eq(ji(r, "environment.pairs_compared"), 2);
@@ -2502,10 +2521,7 @@ Test(environment, perturbed_build_env_and_pythonpath)
     free(all);
     free(md);
     free(txt);
-    json_decref(r);
-    json_decref(a);
-    json_decref(b);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, cells_of_one_side_that_disagree_break_the_premise)
@@ -2523,6 +2539,8 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     struct duo s = duo_fp(a, a);
     fp_cell(s.c, "default", other_width);
     fp_cell(s.h, "default", other_width);
+    json_decref(a);
+    json_decref(other_width);
     json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(jw_str(r, "environment.premise"), "ok", "width fields do not count");
     cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 0);
@@ -2551,11 +2569,8 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
                          "`/usr/bin/python3` (2), `/opt/py/bin/python3` (1)\n"),
               "%s", md);
     free(md);
-    json_decref(r);
-    json_decref(a);
     json_decref(other_cpu);
-    json_decref(other_width);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, limits_and_bad_input)
@@ -2596,6 +2611,8 @@ Test(environment, limits_and_bad_input)
     free(longv);
     cr_assert_eq(cmp_cell_set_fingerprint(cc, fc), 0);
     cr_assert_eq(cmp_cell_set_fingerprint(hc, fh), 0);
+    json_decref(fc);
+    json_decref(fh);
     json_t *r = duo_compare(&s, NULL);
     cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.differences_omitted"), 301 - CMP_MAX_ENV_DIFFS);
@@ -2609,10 +2626,7 @@ Test(environment, limits_and_bad_input)
     cr_assert(strstr(md, "- ... and 289 more\n"), "%s", md);
     cr_assert_lt(strlen(strstr(md, "### What else differs")), 8192);
     free(md);
-    json_decref(r);
-    json_decref(fc);
-    json_decref(fh);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, cross_width_shows_the_width_variables)
