@@ -1112,6 +1112,16 @@ static void duo_record(struct duo *d, const char *key, int64_t seq, double delta
     add_record(d->hc, key, seq, delta, false);
 }
 
+/* duo_cells of mlp and PHASE with N records, KEYS[k] at seq k, the head's
+ * moved by DELTAS[k]. */
+static struct duo duo_keys(const char *phase, const char *const *keys, const double *deltas, int n)
+{
+    struct duo d = duo_cells("mlp", phase);
+    for (int k = 0; k < n; k++)
+        duo_record(&d, keys[k], k, deltas[k]);
+    return d;
+}
+
 static json_t *duo_compare(struct duo *d, const struct cmp_options *o)
 {
     return run_compare(d->c, d->h, o);
@@ -1144,20 +1154,29 @@ static void duo_check_n(struct duo *d, const struct cmp_options *o, const struct
 }
 #define duo_check(d, o, w) duo_check_n((d), (o), (w), sizeof(w) / sizeof((w)[0]))
 
-/* Compares D's sides (default options) against the N wants at W, and the
- * other way round, head as control, against the NR wants at REV; then
- * frees D. */
-static void duo_check_both_ways_n(struct duo *d, const struct jw_want *w, size_t n,
-                                  const struct jw_want *rev, size_t nr)
+/* The mlp duo (duo_mlp) with head DELTA, compared with the defaults, must
+ * give the N wants at W. */
+static void mlp_check_n(const double *delta, const struct jw_want *w, size_t n)
 {
-    json_decref(duo_expect_n(d, NULL, w, n));
-    json_t *r = run_compare(d->h, d->c, NULL);
-    jw_expect_n(r, rev, nr);
-    duo_free(d, r);
+    struct duo s = duo_mlp(delta, "ok");
+    duo_check_n(&s, NULL, w, n);
 }
-#define duo_check_both_ways(d, w, rev)                                                             \
-    duo_check_both_ways_n((d), (w), sizeof(w) / sizeof((w)[0]), (rev),                             \
-                          sizeof(rev) / sizeof((rev)[0]))
+#define mlp_check(delta, w) mlp_check_n((delta), (w), sizeof(w) / sizeof((w)[0]))
+
+/* The mlp duo whose head ended HEAD_OUTCOME must compare as the N wants at
+ * W, and the other way round, head as control, as the NR wants at REV. */
+static void outcome_change_check_n(const char *head_outcome, const struct jw_want *w, size_t n,
+                                   const struct jw_want *rev, size_t nr)
+{
+    struct duo s = duo_mlp(NULL, head_outcome);
+    json_decref(duo_expect_n(&s, NULL, w, n));
+    json_t *r = run_compare(s.h, s.c, NULL);
+    jw_expect_n(r, rev, nr);
+    duo_free(&s, r);
+}
+#define outcome_change_check(outcome, w, rev)                                                      \
+    outcome_change_check_n((outcome), (w), sizeof(w) / sizeof((w)[0]), (rev),                      \
+                           sizeof(rev) / sizeof((rev)[0]))
 
 /*
  * The mlp records with fc1's input nondeterministic and different, so fc1's
@@ -1177,7 +1196,6 @@ static struct duo duo_unclean_inputs(void)
 
 Test(engine, identical)
 {
-    struct duo s = duo_mlp(NULL, "ok");
     static const struct jw_want w[] = {
         JW_S("verdict", "pass"),
         JW_S("mode", "same_width"),
@@ -1190,7 +1208,7 @@ Test(engine, identical)
         JW_I("counts.cells", 1),
         JW_S("cells.0.outcome_change", "none"),
     };
-    duo_check(&s, NULL, w);
+    mlp_check(NULL, w);
 }
 
 /* A control hashed with BLAKE2b and a head with XXH3, the same values:
@@ -1236,7 +1254,6 @@ Test(engine, mixed_hash_alg)
 Test(engine, within_tolerance)
 {
     double d[8] = {0, 0, 1e-9, 1e-9, 1e-9, 1e-9, 2e-9, 2e-9}; /* fp64 bound ~1e-7 */
-    struct duo s = duo_mlp(d, "ok");
     static const struct jw_want w[] = {
         JW_S("verdict", "pass"),
         JW_S("cells.0.status", "within_tolerance"),
@@ -1244,7 +1261,7 @@ Test(engine, within_tolerance)
         JW_I("cells.0.tensors_within_tolerance", 6),
         JW_I("counts.within_tolerance", 1),
     };
-    duo_check(&s, NULL, w);
+    mlp_check(d, w);
 }
 
 /*
@@ -1256,7 +1273,6 @@ Test(engine, within_tolerance)
 Test(engine, diverged_first_divergence_and_introduced)
 {
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    struct duo s = duo_mlp(d, "ok");
     static const struct jw_want w[] = {
         JW_S("verdict", "regression"),
         JW_S("cells.0.status", "diverged"),
@@ -1272,7 +1288,7 @@ Test(engine, diverged_first_divergence_and_introduced)
         JW_I("cells.0.tensors_diverged", 4),
         JW_I("counts.diverged", 1),
     };
-    duo_check(&s, NULL, w);
+    mlp_check(d, w);
 }
 
 /* See duo_unclean_inputs: the first divergence is not where it was introduced. */
@@ -1307,10 +1323,8 @@ Test(engine, backward_param_grad_introduces)
     static const char *const keys[4] = {
         "fc1.0.backward.grad_output.0", "fc1.0.backward.grad_input.0",
         "fc1.0.backward.param_grad.weight", "fc1.0.backward.param_grad.bias"};
-    double d[4] = {1e-9, 1e-9, 0.5, 0};
-    struct duo s = duo_cells("mlp", "backward");
-    for (int k = 0; k < 4; k++)
-        duo_record(&s, keys[k], k, d[k]);
+    static const double d[4] = {1e-9, 1e-9, 0.5, 0};
+    struct duo s = duo_keys("backward", keys, d, 4);
     static const struct jw_want w[] = {
         JW_S("cells.0.first_divergence.key", "fc1.0.backward.param_grad.weight"),
         JW_S("cells.0.first_introduced.key", "fc1.0.backward.param_grad.weight"),
@@ -1322,10 +1336,10 @@ Test(engine, backward_param_grad_introduces)
 
 Test(engine, params_differed)
 {
-    struct duo s = duo_cells("mlp", "forward");
-    duo_record(&s, "fc1.0.init.param.weight", 0, 1e-3);
-    duo_record(&s, "fc1.0.forward.input.0", 1, 0);
-    duo_record(&s, "fc1.0.forward.output.0", 2, 1e-3);
+    static const char *const keys[3] = {"fc1.0.init.param.weight", "fc1.0.forward.input.0",
+                                        "fc1.0.forward.output.0"};
+    static const double d[3] = {1e-3, 0, 1e-3};
+    struct duo s = duo_keys("forward", keys, d, 3);
     static const struct jw_want w[] = {
         JW_T("cells.0.params_differed"),
         JW_S("cells.0.first_divergence.key", "fc1.0.init.param.weight"),
@@ -1391,7 +1405,6 @@ Test(engine, nondeterministic_only)
  * and does not fail the comparison. */
 Test(engine, outcome_regression_and_fix)
 {
-    struct duo s = duo_mlp(NULL, "crashed");
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "incomparable"),
         JW_S("cells.0.incomparable_reason", "head_outcome"),
@@ -1407,14 +1420,13 @@ Test(engine, outcome_regression_and_fix)
         JW_I("counts.outcome_fixes", 1),
         JW_S("verdict", "pass"),
     };
-    duo_check_both_ways(&s, w, fix);
+    outcome_change_check("crashed", w, fix);
 }
 
 /* A cell killed for memory on one side is an outcome change like a crash:
  * a regression against an ok control, a fix the other way round. */
 Test(engine, oom_is_an_outcome_change)
 {
-    struct duo s = duo_mlp(NULL, "oom");
     static const struct jw_want w[] = {
         JW_S("cells.0.outcome_change", "regression"),
         JW_S("cells.0.head_outcome", "oom"),
@@ -1425,7 +1437,7 @@ Test(engine, oom_is_an_outcome_change)
         JW_S("cells.0.outcome_change", "fix"),
         JW_S("verdict", "pass"),
     };
-    duo_check_both_ways(&s, w, fix);
+    outcome_change_check("oom", w, fix);
 }
 
 /* An unsupported head cell and a cell with no records are incomparable,
