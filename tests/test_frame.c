@@ -761,56 +761,50 @@ Test(frame, violations_raw)
     }
 }
 
-/* Tensor cases: one field of a valid header replaced (value JSON) or removed
- * (NULL). The header is frame 3. */
+/* Tensor cases: one field of a valid header replaced (value JSON). The
+ * header is frame 3. */
 struct tensor_case {
     const char *field;
     const char *value;
     const char *want;
 };
 
+/* What a hash_alg that is neither algorithm is refused with. */
+#define HASH_ALGS "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\""
+
 static const struct tensor_case tensor_cases[] = {
-    {"seq", NULL, "frame 3: tensor header missing integer field \"seq\""},
     {"seq", "\"1\"", "tensor field \"seq\" must be an integer, got string"},
     {"seq", "1.0", "tensor field \"seq\" must be an integer, got real"},
     {"seq", "-1", "tensor field \"seq\" must be >= 0, got -1"},
-    {"key", NULL, "tensor header missing string field \"key\""},
     {"key", "7", "tensor field \"key\" must be a string, got integer"},
     {"key", "\"\"", "tensor key must be 1..512 bytes, got 0"},
     {"key", "\"a\\u0001b\"", "contains a control character"},
     {"key", "\"a\\tb\"", "contains a control character"},
     {"key", "\"a\\u007fb\"", "contains a control character"},
     {"key", "\"a\\u0085b\"", "contains a control character"},
-    {"dtype", NULL, "tensor header missing string field \"dtype\""},
     {"dtype", "\"\"", "tensor dtype must be 1..32 printable bytes"},
     {"dtype", "\"float32_and_a_name_far_too_long_x\"", "tensor dtype must be 1..32"},
-    {"shape", NULL, "tensor header missing array field \"shape\""},
     {"shape", "\"4\"", "tensor field \"shape\" must be an array, got string"},
     {"shape", "[-1]", "tensor shape[0] must be a non-negative integer"},
     {"shape", "[2,1.5]", "tensor shape[1] must be a non-negative integer"},
     {"shape", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4]",
      "tensor shape has 17 dimensions, more than 16"},
     {"shape", "[4294967296,4294967296]", "tensor shape product overflows 64 bits"},
-    {"numel", NULL, "tensor header missing integer field \"numel\""},
     {"numel", "5", "tensor numel 5 does not match shape product 4"},
     {"numel", "-4", "tensor field \"numel\" must be >= 0"},
-    {"stats", NULL, "tensor header missing object field \"stats\""},
     {"stats", "[]", "tensor field \"stats\" must be an object, got array"},
     {"stats", "{\"min\":\"x\"}", "tensor field \"stats.min\" must be a number or null, got string"},
     {"stats", "{\"l2\":true}", "tensor field \"stats.l2\" must be a number or null, got true"},
     {"stats", "{\"nan\":-1}", "tensor field \"stats.nan\" must be a non-negative integer"},
     {"stats", "{\"zeros\":1.0}", "tensor field \"stats.zeros\" must be a non-negative integer"},
-    {"hash", NULL, "tensor header missing string field \"hash\""},
     {"hash", "\"abc1234\"", "tensor hash must be 8..128 hex digits, got 7"},
     {"hash", "\"ABCDEF12\"", "tensor hash must be lowercase hex"},
     {"hash", "\"zzzzzzzz\"", "tensor hash must be lowercase hex"},
-    {"hash_alg", "\"sha1\"",
-     "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"sha1\""},
-    {"hash_alg", "\"XXH3-128\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\""},
-    {"hash_alg", "\"\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"\""},
+    {"hash_alg", "\"sha1\"", HASH_ALGS ", got \"sha1\""},
+    {"hash_alg", "\"XXH3-128\"", HASH_ALGS},
+    {"hash_alg", "\"\"", HASH_ALGS ", got \"\""},
     {"hash_alg", "7", "tensor field \"hash_alg\" must be a string, got integer"},
     {"hash_alg", "null", "tensor field \"hash_alg\" must be a string, got null"},
-    {"capture", NULL, "tensor header missing string field \"capture\""},
     {"capture", "\"partial\"", "tensor capture must be stats, sample or full, got \"partial\""},
     {"nbytes", "16", "tensor with capture \"stats\" must not carry a payload (nbytes 16)"},
     {"module", "5", "tensor field \"module\" must be a string, got integer"},
@@ -820,6 +814,15 @@ static const struct tensor_case tensor_cases[] = {
     {"call", "-1", "tensor field \"call\" must be >= 0, got -1"},
     {"call", "\"0\"", "tensor field \"call\" must be an integer, got string"},
     {"index", "1.5", "tensor field \"index\" must be an integer or a string, got real"},
+};
+
+/* The fields a tensor header must have, and their JSON types: removing one
+ * is refused, naming both. */
+static const struct {
+    const char *field, *type;
+} required_fields[] = {
+    {"seq", "integer"},   {"key", "string"},   {"dtype", "string"}, {"shape", "array"},
+    {"numel", "integer"}, {"stats", "object"}, {"hash", "string"},  {"capture", "string"},
 };
 
 static json_t *base_tensor(void)
@@ -844,6 +847,32 @@ static void sb_json_line(struct sb *s, json_t *j)
     free(txt);
 }
 
+/* The valid base tensor header with FIELD replaced by the JSON text VALUE
+ * (NULL: removed), between hello, env and an end: refused with WANT (NAME
+ * names the case). */
+static void expect_tensor_violation(const char *name, const char *field, const char *value,
+                                    const char *want)
+{
+    struct sb s = {0};
+    json_t *t = base_tensor();
+
+    if (value) {
+        json_error_t jerr;
+        json_t *v = json_loads(value, JSON_DECODE_ANY, &jerr);
+
+        cr_assert_not_null(v, "%s: %s", name, jerr.text);
+        json_object_set_new(t, field, v);
+    } else {
+        json_object_del(t, field);
+    }
+    sb_str(&s, HELLO ENV);
+    sb_json_line(&s, t);
+    sb_str(&s, END_OK);
+    expect_violation(name, s.b, s.n, NULL, -EPROTO, want);
+    json_decref(t);
+    sb_free(&s);
+}
+
 Test(frame, violations_tensor_fields)
 {
     /* The base itself is valid, so each case fails for its one change. */
@@ -861,27 +890,18 @@ Test(frame, violations_tensor_fields)
     }
     for (size_t i = 0; i < sizeof(tensor_cases) / sizeof(tensor_cases[0]); i++) {
         const struct tensor_case *c = &tensor_cases[i];
-        struct sb s = {0};
-        json_t *t = base_tensor();
         char name[128];
 
-        if (c->value) {
-            json_error_t jerr;
-            json_t *v = json_loads(c->value, JSON_DECODE_ANY, &jerr);
+        snprintf(name, sizeof(name), "tensor case %zu (%s=%s)", i, c->field, c->value);
+        expect_tensor_violation(name, c->field, c->value, c->want);
+    }
+    for (size_t i = 0; i < sizeof(required_fields) / sizeof(required_fields[0]); i++) {
+        char name[128], want[128];
 
-            cr_assert_not_null(v, "case %zu: %s", i, jerr.text);
-            json_object_set_new(t, c->field, v);
-        } else {
-            json_object_del(t, c->field);
-        }
-        sb_str(&s, HELLO ENV);
-        sb_json_line(&s, t);
-        sb_str(&s, END_OK);
-        snprintf(name, sizeof(name), "tensor case %zu (%s=%s)", i, c->field,
-                 c->value ? c->value : "<removed>");
-        expect_violation(name, s.b, s.n, NULL, -EPROTO, c->want);
-        json_decref(t);
-        sb_free(&s);
+        snprintf(name, sizeof(name), "tensor case %s=<removed>", required_fields[i].field);
+        snprintf(want, sizeof(want), "frame 3: tensor header missing %s field \"%s\"",
+                 required_fields[i].type, required_fields[i].field);
+        expect_tensor_violation(name, required_fields[i].field, NULL, want);
     }
 }
 
