@@ -102,6 +102,12 @@ struct bad_body {
     const char *body, *code, *field;
 };
 
+/* A body refused as an invalid_field error naming FIELD. */
+#define INVALID(field, body)                                                                       \
+    {                                                                                              \
+        (body), "invalid_field", (field)                                                           \
+    }
+
 /* Case I: C's body is a 400 naming its field on POST, and on PUT (a body
  * without a name takes the URL's, so that case is valid there). */
 static void expect_bad_body(size_t i, const struct bad_body *c)
@@ -142,36 +148,34 @@ Test(api_builds, invalid_bodies_400_store_nothing)
         asprintf(&noexec_body, "{'name':'x','python':'%s'}", noexec) < 0)
         cr_assert_fail("asprintf");
     const struct bad_body cases[] = {
-        {"{'name':'a b','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':'','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':'a/b','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':5,'python':'/bin/true'}", "invalid_field", "name"},
-        {"{'python':'/bin/true'}", "invalid_field", "name"},
-        {longname_body, "invalid_field", "name"},
-        {"{'name':'x'}", "invalid_field", "python"},
-        {"{'name':'x','python':5}", "invalid_field", "python"},
-        {"{'name':'x','python':'bin/true'}", "invalid_field", "python"},
-        {"{'name':'x','python':'/nonexistent/python3'}", "invalid_field", "python"},
-        {noexec_body, "invalid_field", "python"},
+        INVALID("name", "{'name':'a b','python':'/bin/true'}"),
+        INVALID("name", "{'name':'','python':'/bin/true'}"),
+        INVALID("name", "{'name':'a/b','python':'/bin/true'}"),
+        INVALID("name", "{'name':5,'python':'/bin/true'}"),
+        INVALID("name", "{'python':'/bin/true'}"),
+        INVALID("name", longname_body),
+        INVALID("python", "{'name':'x'}"),
+        INVALID("python", "{'name':'x','python':5}"),
+        INVALID("python", "{'name':'x','python':'bin/true'}"),
+        INVALID("python", "{'name':'x','python':'/nonexistent/python3'}"),
+        INVALID("python", noexec_body),
         {"{'name':'x','python':'/bin/true','foo':1}", "unknown_field", "foo"},
-        {"{'name':'x','python':'/bin/true','env':[]}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':'A=1'}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A=B':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A-B':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A':1}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A':null}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','model_roots':'/a'}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['rel']}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['/a/../b']}", "invalid_field",
-         "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['/a/./b']}", "invalid_field",
-         "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':[1]}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['']}", "invalid_field", "model_roots"},
-        {roots33, "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','description':5}", "invalid_field", "description"},
+        INVALID("env", "{'name':'x','python':'/bin/true','env':[]}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':'A=1'}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A=B':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A-B':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':1}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':null}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':'/a'}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['rel']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['/a/../b']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['/a/./b']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':[1]}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['']}"),
+        INVALID("model_roots", roots33),
+        INVALID("description", "{'name':'x','python':'/bin/true','description':5}"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_bad_body(i, &cases[i]);
