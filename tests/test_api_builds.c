@@ -97,6 +97,37 @@ Test(api_builds, duplicate_name_409_changes_nothing)
     json_decref(g);
 }
 
+/* An invalid build body and the error it is refused with. */
+struct bad_body {
+    const char *body, *code, *field;
+};
+
+/* A body refused as an invalid_field error naming FIELD. */
+#define INVALID(field, body)                                                                       \
+    {                                                                                              \
+        (body), "invalid_field", (field)                                                           \
+    }
+
+/* Case I: C's body is a 400 naming its field on POST, and on PUT (a body
+ * without a name takes the URL's, so that case is valid there). */
+static void expect_bad_body(size_t i, const struct bad_body *c)
+{
+    long st;
+    json_t *j = af_callq("POST", "/v1/builds", c->body, &st);
+    cr_assert_eq(st, 400, "case %zu %s -> %ld", i, c->body, st);
+    af_expect_error(j, st, 400, c->code, c->field);
+    json_decref(j);
+    if (!strstr(c->body, "'name'"))
+        return;
+    j = af_callq("PUT", "/v1/builds/x", c->body, &st);
+    if (strcmp(c->field, "name") != 0) {
+        af_expect_error(j, st, 400, c->code, c->field);
+    } else {
+        cr_assert_eq(st, 400, "PUT case %zu %s -> %ld", i, c->body, st);
+    }
+    json_decref(j);
+}
+
 /* Every invalid build body is a 400 naming the field, and stores nothing. */
 Test(api_builds, invalid_bodies_400_store_nothing)
 {
@@ -116,58 +147,38 @@ Test(api_builds, invalid_bodies_400_store_nothing)
     if (asprintf(&longname_body, "{'name':'%s','python':'/bin/true'}", long_name) < 0 ||
         asprintf(&noexec_body, "{'name':'x','python':'%s'}", noexec) < 0)
         cr_assert_fail("asprintf");
-    const struct {
-        const char *body, *code, *field;
-    } cases[] = {
-        {"{'name':'a b','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':'','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':'a/b','python':'/bin/true'}", "invalid_field", "name"},
-        {"{'name':5,'python':'/bin/true'}", "invalid_field", "name"},
-        {"{'python':'/bin/true'}", "invalid_field", "name"},
-        {longname_body, "invalid_field", "name"},
-        {"{'name':'x'}", "invalid_field", "python"},
-        {"{'name':'x','python':5}", "invalid_field", "python"},
-        {"{'name':'x','python':'bin/true'}", "invalid_field", "python"},
-        {"{'name':'x','python':'/nonexistent/python3'}", "invalid_field", "python"},
-        {noexec_body, "invalid_field", "python"},
+    const struct bad_body cases[] = {
+        INVALID("name", "{'name':'a b','python':'/bin/true'}"),
+        INVALID("name", "{'name':'','python':'/bin/true'}"),
+        INVALID("name", "{'name':'a/b','python':'/bin/true'}"),
+        INVALID("name", "{'name':5,'python':'/bin/true'}"),
+        INVALID("name", "{'python':'/bin/true'}"),
+        INVALID("name", longname_body),
+        INVALID("python", "{'name':'x'}"),
+        INVALID("python", "{'name':'x','python':5}"),
+        INVALID("python", "{'name':'x','python':'bin/true'}"),
+        INVALID("python", "{'name':'x','python':'/nonexistent/python3'}"),
+        INVALID("python", noexec_body),
         {"{'name':'x','python':'/bin/true','foo':1}", "unknown_field", "foo"},
-        {"{'name':'x','python':'/bin/true','env':[]}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':'A=1'}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A=B':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A-B':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'':'x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A':1}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'A':null}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}", "invalid_field", "env"},
-        {"{'name':'x','python':'/bin/true','model_roots':'/a'}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['rel']}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['/a/../b']}", "invalid_field",
-         "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['/a/./b']}", "invalid_field",
-         "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':[1]}", "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','model_roots':['']}", "invalid_field", "model_roots"},
-        {roots33, "invalid_field", "model_roots"},
-        {"{'name':'x','python':'/bin/true','description':5}", "invalid_field", "description"},
+        INVALID("env", "{'name':'x','python':'/bin/true','env':[]}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':'A=1'}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A=B':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A-B':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'':'x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':1}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':null}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':'/a'}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['rel']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['/a/../b']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['/a/./b']}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':[1]}"),
+        INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['']}"),
+        INVALID("model_roots", roots33),
+        INVALID("description", "{'name':'x','python':'/bin/true','description':5}"),
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        long st;
-        json_t *j = af_callq("POST", "/v1/builds", cases[i].body, &st);
-        cr_assert_eq(st, 400, "case %zu %s -> %ld", i, cases[i].body, st);
-        af_expect_error(j, st, 400, cases[i].code, cases[i].field);
-        json_decref(j);
-        /* PUT validates the same way (a body without a name takes the
-         * URL's, so that case is valid there). */
-        if (!strstr(cases[i].body, "'name'"))
-            continue;
-        j = af_callq("PUT", "/v1/builds/x", cases[i].body, &st);
-        if (strcmp(cases[i].field, "name") != 0) {
-            af_expect_error(j, st, 400, cases[i].code, cases[i].field);
-        } else {
-            cr_assert_eq(st, 400, "PUT case %zu %s -> %ld", i, cases[i].body, st);
-        }
-        json_decref(j);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_bad_body(i, &cases[i]);
     cr_assert_eq(af_count_builds(), 0, "an invalid build was stored");
     free(roots33);
     free(longname_body);

@@ -100,23 +100,35 @@ static int classify(const char *line, struct prov_finding *f)
     return prov_classify_status_line(line, subs, 2, f);
 }
 
-Test(provenance, status_untracked_generated_source)
+/* Classifies LINE, which must be a finding: of KIND (PROV_NONE: any), at
+ * PATH (NULL: any), whose message says SAYS (NULL: anything). */
+static struct prov_finding finding(const char *line, enum prov_kind kind, const char *path,
+                                   const char *says)
 {
     struct prov_finding f;
-    cr_assert_eq(classify("?? aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp", &f), 1);
-    cr_assert_eq(f.kind, PROV_GENERATED_SOURCE);
+    cr_assert_eq(classify(line, &f), 1, "'%s' should be a finding", line);
+    if (kind != PROV_NONE)
+        cr_assert_eq(f.kind, kind, "'%s': kind %s", line, prov_kind_name(f.kind));
+    if (path)
+        cr_assert_str_eq(f.path, path, "'%s'", line);
+    if (says)
+        cr_assert(strstr(f.message, says), "'%s': %s", line, f.message);
+    return f;
+}
+
+Test(provenance, status_untracked_generated_source)
+{
+    struct prov_finding f =
+        finding("?? aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp", PROV_GENERATED_SOURCE,
+                "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp", "untracked");
     cr_assert_str_eq(prov_kind_name(f.kind), "generated_source");
-    cr_assert_str_eq(f.path, "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp");
-    cr_assert(strstr(f.message, "untracked"), "%s", f.message);
     cr_assert(strstr(f.message, "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp"), "%s",
               f.message);
 
-    cr_assert_eq(classify("!! aten/src/ATen/native/cpu/Activation.cpp.AVX512.cpp", &f), 1);
-    cr_assert_eq(f.kind, PROV_GENERATED_SOURCE);
-    cr_assert(strstr(f.message, "ignored"), "%s", f.message);
-
-    cr_assert_eq(classify("?? aten/src/ATen/native/cpu/X.cpp.DEFAULT.cpp.DEFAULT.cpp", &f), 1);
-    cr_assert(strstr(f.message, "wrapped 2 times"), "%s", f.message);
+    finding("!! aten/src/ATen/native/cpu/Activation.cpp.AVX512.cpp", PROV_GENERATED_SOURCE, NULL,
+            "ignored");
+    finding("?? aten/src/ATen/native/cpu/X.cpp.DEFAULT.cpp.DEFAULT.cpp", PROV_NONE, NULL,
+            "wrapped 2 times");
 
     /* Anywhere in the tree, not only native/cpu. */
     cr_assert_eq(classify("?? other/dir/K.cpp.VSX.cpp", &f), 1);
@@ -140,45 +152,32 @@ Test(provenance, status_lines_that_are_not_findings)
 
 Test(provenance, status_stale_headers)
 {
-    struct prov_finding f;
-    cr_assert_eq(classify("!! aten/src/ATen/Config.h", &f), 1);
-    cr_assert_eq(f.kind, PROV_STALE_HEADER);
+    struct prov_finding f = finding("!! aten/src/ATen/Config.h", PROV_STALE_HEADER,
+                                    "aten/src/ATen/Config.h", "ignored");
     cr_assert_str_eq(prov_kind_name(f.kind), "stale_header");
-    cr_assert_str_eq(f.path, "aten/src/ATen/Config.h");
-    cr_assert(strstr(f.message, "ignored"), "%s", f.message);
-    cr_assert_eq(classify("?? aten/src/ATen/cuda/CUDAConfig.h", &f), 1);
-    cr_assert_eq(f.kind, PROV_STALE_HEADER);
-    cr_assert(strstr(f.message, "untracked"), "%s", f.message);
+    finding("?? aten/src/ATen/cuda/CUDAConfig.h", PROV_STALE_HEADER, NULL, "untracked");
     cr_assert_eq(classify("?? caffe2/core/Config.h", &f), 0);
 }
 
 Test(provenance, status_dirty_submodule)
 {
-    struct prov_finding f;
-    cr_assert_eq(classify(" M third_party/gloo", &f), 1);
-    cr_assert_eq(f.kind, PROV_DIRTY_SUBMODULE);
+    struct prov_finding f = finding(" M third_party/gloo", PROV_DIRTY_SUBMODULE, "third_party/gloo",
+                                    "third_party/gloo");
     cr_assert_str_eq(prov_kind_name(f.kind), "dirty_submodule");
-    cr_assert_str_eq(f.path, "third_party/gloo");
-    cr_assert(strstr(f.message, "third_party/gloo"), "%s", f.message);
-    cr_assert_eq(classify("M  third_party/protobuf", &f), 1);
-    cr_assert_eq(f.kind, PROV_DIRTY_SUBMODULE);
+    finding("M  third_party/protobuf", PROV_DIRTY_SUBMODULE, NULL, NULL);
     /* Without the list of submodules the same line is nothing. */
     cr_assert_eq(prov_classify_status_line(" M third_party/gloo", NULL, 0, &f), 0);
 }
 
 Test(provenance, status_quoted_and_renamed_paths)
 {
-    struct prov_finding f;
-    cr_assert_eq(classify("?? \"aten/src/ATen/native/cpu/we ird\\t.cpp.AVX2.cpp\"", &f), 1);
-    cr_assert_str_eq(f.path, "aten/src/ATen/native/cpu/we ird\t.cpp.AVX2.cpp");
+    finding("?? \"aten/src/ATen/native/cpu/we ird\\t.cpp.AVX2.cpp\"", PROV_NONE,
+            "aten/src/ATen/native/cpu/we ird\t.cpp.AVX2.cpp", NULL);
     /* Octal escapes of UTF-8 bytes (core.quotePath). */
-    cr_assert_eq(classify("?? \"d/\\303\\251.cpp.DEFAULT.cpp\"", &f), 1);
-    cr_assert_str_eq(f.path, "d/\xc3\xa9.cpp.DEFAULT.cpp");
+    finding("?? \"d/\\303\\251.cpp.DEFAULT.cpp\"", PROV_NONE, "d/\xc3\xa9.cpp.DEFAULT.cpp", NULL);
     /* A rename onto a submodule path: the new path counts. */
-    cr_assert_eq(classify("R  old/name -> third_party/gloo", &f), 1);
-    cr_assert_str_eq(f.path, "third_party/gloo");
-    cr_assert_eq(classify("R  \"old x\" -> \"third_party/protobuf\"", &f), 1);
-    cr_assert_str_eq(f.path, "third_party/protobuf");
+    finding("R  old/name -> third_party/gloo", PROV_NONE, "third_party/gloo", NULL);
+    finding("R  \"old x\" -> \"third_party/protobuf\"", PROV_NONE, "third_party/protobuf", NULL);
 
     char out[64];
     const char *end;
@@ -366,15 +365,37 @@ static void ctl(struct run *r, const struct tu_capd *c, ...)
 /* A run shown in a failed assertion. */
 #define SHOW(r) "exit %d\n--- stdout\n%s\n--- stderr\n%s", (r).code, (r).out, (r).err
 
+/* Checks that run R exited CODE with each of the strings after TEXT (R's
+ * stdout or stderr; the list ended by NULL) in TEXT, then frees R. */
+static void expect_says(struct run *r, int code, const char *text, ...) __attribute__((sentinel));
+static void expect_says(struct run *r, int code, const char *text, ...)
+{
+    cr_assert_eq(r->code, code, SHOW(*r));
+    va_list ap;
+    va_start(ap, text);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        cr_assert(strstr(text, s), "lacks \"%s\": " SHOW(*r), s);
+    va_end(ap);
+    run_free(r);
+}
+
 /* Runs capctl against C with the ARGS in AP and checks it exits CODE
  * with SAYS in its stdout (ON_STDOUT) or its stderr. */
 static void vexpect(const struct tu_capd *c, int code, bool on_stdout, const char *says, va_list ap)
 {
     struct run r;
     vctl(&r, c, ap);
-    cr_assert_eq(r.code, code, SHOW(r));
-    cr_assert(strstr(on_stdout ? r.out : r.err, says), SHOW(r));
-    run_free(&r);
+    expect_says(&r, code, on_stdout ? r.out : r.err, says, NULL);
+}
+
+/* Runs capctl with ARGS exactly (no --server added) and ENV (may be NULL)
+ * and checks it exits CODE with SAYS (NULL: anything) in its stderr. */
+static void expect_argv(const struct tu_capd *c, const char *const *env, const char *const *args,
+                        int code, const char *says)
+{
+    struct run r;
+    run_capctl(&r, c->dir, env, args);
+    expect_says(&r, code, r.err, says, NULL);
 }
 
 /* Runs capctl against C with the NULL-terminated ARGS after SAYS and
@@ -462,6 +483,15 @@ static char *submit(const struct tu_capd *c, const char *build, const char *comm
     return id;
 }
 
+/* capd started in C with build "slow" of BODY (slow_build) and a job of
+ * model mlp on it at COMMIT over WIDTHS; returns the job's id. */
+static char *slow_job(struct tu_capd *c, const char *body, const char *commit, const char *widths)
+{
+    start(c);
+    slow_build(c, body);
+    return submit(c, "slow", commit, "mlp", widths);
+}
+
 static json_t *get_job(const struct tu_capd *c, const char *id)
 {
     char path[128];
@@ -505,10 +535,7 @@ Test(capctl, version_help_and_bad_commands, .timeout = 60)
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         ctl(&r, &c, cmds[i][0], cmds[i][1], cmds[i][2], NULL);
-        cr_assert_eq(r.code, 0, SHOW(r));
-        cr_assert(strstr(r.out, "usage: capctl"), SHOW(r));
-        cr_assert(strstr(r.out, "--server"), SHOW(r));
-        run_free(&r);
+        expect_says(&r, 0, r.out, "usage: capctl", "--server", NULL);
     }
     ctl(&r, &c, "submit", "--help", NULL);
     cr_assert(strstr(r.out, "--source-tree"), SHOW(r));
@@ -518,10 +545,7 @@ Test(capctl, version_help_and_bad_commands, .timeout = 60)
     expect_exit2(&c, "unknown command 'frobnicate'", "frobnicate", NULL);
 
     const char *const noargs[] = {NULL};
-    run_capctl(&r, c.dir, NULL, noargs);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "usage:"), SHOW(r));
-    run_free(&r);
+    expect_argv(&c, NULL, noargs, 2, "usage:");
     tu_capd_stop(&c);
 }
 
@@ -529,19 +553,17 @@ Test(capctl, server_from_env_flag_after_command_and_unreachable, .timeout = 60)
 {
     struct tu_capd c;
     start(&c);
-    struct run r;
     char env[300], tok[200];
     snprintf(env, sizeof env, "CAPD_SERVER=%s", c.base);
     snprintf(tok, sizeof tok, "CAPD_TOKEN=%s", c.token);
     const char *const envs[] = {env, tok, "CAPD_DATA_DIR=/nonexistent", NULL};
     const char *const list[] = {"builds", NULL};
-    run_capctl(&r, c.dir, envs, list);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    run_free(&r);
+    expect_argv(&c, envs, list, 0, NULL);
 
     /* --server after the command; a server nothing listens on. */
     const char *const dead[] = {"builds",  "list",         "--server", "http://127.0.0.1:1",
                                 "--token", "s3cr3t-token", NULL};
+    struct run r;
     run_capctl(&r, c.dir, NULL, dead);
     cr_assert_eq(r.code, 2, SHOW(r));
     cr_assert(strstr(r.err, "cannot reach capd at http://127.0.0.1:1"), SHOW(r));
@@ -550,10 +572,7 @@ Test(capctl, server_from_env_flag_after_command_and_unreachable, .timeout = 60)
     run_free(&r);
 
     const char *const badurl[] = {"--server", "ftp://x", "builds", NULL};
-    run_capctl(&r, c.dir, NULL, badurl);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--server must be an http:// or https:// URL"), SHOW(r));
-    run_free(&r);
+    expect_argv(&c, NULL, badurl, 2, "--server must be an http:// or https:// URL");
     tu_capd_stop(&c);
 }
 
@@ -636,18 +655,10 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     json_decref(b);
 
     ctl(&r, &c, "builds", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "NAME"), SHOW(r));
-    cr_assert(strstr(r.out, "DESCRIPTION"), SHOW(r));
-    cr_assert(strstr(r.out, "torch-main"), SHOW(r));
-    cr_assert(strstr(r.out, "main, gcc 12"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 0, r.out, "NAME", "DESCRIPTION", "torch-main", "main, gcc 12", NULL);
 
     ctl(&r, &c, "builds", "show", "torch-main", NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "PYTHONPATH=/src/build/lib"), SHOW(r));
-    cr_assert(strstr(r.out, "/usr/lib"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 0, r.out, "PYTHONPATH=/src/build/lib", "/usr/lib", NULL);
 
     ctl(&r, &c, "builds", "list", "--json", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
@@ -678,10 +689,8 @@ Test(capctl, builds_register_list_show_replace, .timeout = 60)
     run_free(&r);
     ctl(&r, &c, "builds", "register", "--name", "x", "--python", "/bin/true", "--model-root",
         "/usr/../lib", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "(invalid_field, field model_roots)"), SHOW(r));
-    cr_assert(strstr(r.err, "capctl: model_roots is set by --model-root\n"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "(invalid_field, field model_roots)",
+                "capctl: model_roots is set by --model-root\n", NULL);
     expect_exit2(&c, "--env expects NAME=VALUE", "builds", "register", "--name", "x", "--python",
                  "/bin/true", "--env", "NOEQUALS", NULL);
     /* --env's limits: a name past 255 bytes, a name given twice, a value
@@ -810,10 +819,8 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
     /* The same key with another request is a conflict, named by flag. */
     ctl(&r, &c, "submit", "--project", "proj", "--commit", "abcdef9999", "--build", "t", "--models",
         "mlp", "--widths", "default", "--passes", "forward", "--idempotency-key", "key-1", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "(idempotency_conflict, field Idempotency-Key)"), SHOW(r));
-    cr_assert(strstr(r.err, "set by --idempotency-key"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "(idempotency_conflict, field Idempotency-Key)",
+                "set by --idempotency-key", NULL);
 
     /* --json prints the job. */
     ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef2", "--build", "t", "--models",
@@ -828,19 +835,8 @@ Test(capctl, submit_with_every_flag_and_status, .timeout = 120)
 
     wait_done(&c, id);
     ctl(&r, &c, "status", id, NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, id), SHOW(r));
-    cr_assert(strstr(r.out, "(done)"), SHOW(r));
-    cr_assert(strstr(r.out, "feature/x"), SHOW(r));
-    cr_assert(strstr(r.out, "ci=yes"), SHOW(r));
-    cr_assert(strstr(r.out, "MODEL"), SHOW(r));
-    cr_assert(strstr(r.out, "DURATION"), SHOW(r));
-    cr_assert(strstr(r.out, "REASON"), SHOW(r));
-    cr_assert(strstr(r.out, "cnn"), SHOW(r));
-    cr_assert(strstr(r.out, "backward"), SHOW(r));
-    cr_assert(strstr(r.out, "failed"), SHOW(r));
-    cr_assert(strstr(r.out, "without an end frame"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 0, r.out, id, "(done)", "feature/x", "ci=yes", "MODEL", "DURATION", "REASON",
+                "cnn", "backward", "failed", "without an end frame", NULL);
 
     ctl(&r, &c, "status", id, "--json", NULL);
     cr_assert_eq(r.code, 0, SHOW(r));
@@ -868,16 +864,11 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
 
     /* A range only the server knows: its error, then the flag behind it. */
     ctl(&r, &c, SUBMIT_BASE, "--iterations", "99999999", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "(invalid_field, field options.iterations)"), SHOW(r));
-    cr_assert(strstr(r.err, "set by --iterations"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "(invalid_field, field options.iterations)", "set by --iterations",
+                NULL);
 
     ctl(&r, &c, SUBMIT_BASE, "--timeout", "0", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "field options.timeout_s"), SHOW(r));
-    cr_assert(strstr(r.err, "set by --timeout"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "field options.timeout_s", "set by --timeout", NULL);
 
     expect_exit2(&c, "--models has an empty item", "submit", "--project", "p", "--commit",
                  "abcdef1", "--build", "t", "--models", "mlp,,cnn", "--widths", "default",
@@ -885,11 +876,8 @@ Test(capctl, bad_flags_name_the_flag, .timeout = 60)
 
     ctl(&r, &c, "submit", "--project", "p", "--commit", "abcdef1", "--build", "t", "--models",
         "mlp", "--widths", "avx9", "--passes", "forward", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "field matrix.widths"), SHOW(r));
-    cr_assert(strstr(r.err, "--widths"), SHOW(r));
-    cr_assert(strstr(r.err, "capctl: matrix.widths is set by --widths\n"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "field matrix.widths", "--widths",
+                "capctl: matrix.widths is set by --widths\n", NULL);
 
     expect_exit2(&c, "--label expects key=value", SUBMIT_BASE, "--label", "novalue", NULL);
     expect_exit2(&c, "capctl: options.reference is set by --reference\n", SUBMIT_BASE,
@@ -1029,9 +1017,7 @@ Test(capctl, wait_exit_0_when_every_cell_is_ok, .timeout = 120)
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "counts"), "ok")), 2,
                  "the ok runner did not give ok cells; " SHOW(r));
     json_decref(j);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.err, "all 2 cells ok"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 0, r.err, "all 2 cells ok", NULL);
     free(id);
     tu_capd_stop(&c);
 }
@@ -1039,9 +1025,7 @@ Test(capctl, wait_exit_0_when_every_cell_is_ok, .timeout = 120)
 Test(capctl, wait_timeout_is_an_error, .timeout = 120)
 {
     struct tu_capd c;
-    start(&c);
-    slow_build(&c, "/bin/sleep 3\nexit 1");
-    char *id = submit(&c, "slow", "abcdef1", "mlp", "default");
+    char *id = slow_job(&c, "/bin/sleep 3\nexit 1", "abcdef1", "default");
     expect_exit2(&c, "--wait-timeout", "wait", id, "--wait-timeout", "0.5", NULL);
     free(id);
     tu_capd_stop(&c);
@@ -1050,15 +1034,18 @@ Test(capctl, wait_timeout_is_an_error, .timeout = 120)
 /* ---- provenance ---- */
 
 /*
- * Makes git work tree C->dir/NAME, runs the shell line FMT... inside it,
- * and submits a job with --source-tree pointing at it: R holds capctl's
- * run (exit 0 asserted) and ID the job's id.
+ * Starts capd in C with build "t" (start_true), makes git work tree
+ * C->dir/NAME, runs the shell line FMT... inside it, and submits a job with
+ * --source-tree pointing at it: capctl must exit 0 with each of WARNS (a
+ * NULL-terminated list) in its stderr. ID gets the job's id.
  */
-static void submit_with_tree(struct tu_capd *c, const char *name, struct run *r, char id[64],
-                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void submit_with_tree(struct tu_capd *c, const char *name, struct run *r, char id[64],
-                             const char *fmt, ...)
+static void submit_with_tree(struct tu_capd *c, const char *name, char id[64],
+                             const char *const *warns, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void submit_with_tree(struct tu_capd *c, const char *name, char id[64],
+                             const char *const *warns, const char *fmt, ...)
 {
+    start_true(c);
     char tree[400];
     snprintf(tree, sizeof tree, "%s/%s", c->dir, name);
     va_list ap;
@@ -1068,28 +1055,28 @@ static void submit_with_tree(struct tu_capd *c, const char *name, struct run *r,
     cr_assert_not_null(script);
     cr_assert_eq(tu_sh("git init -q '%s' && cd '%s' && %s", tree, tree, script), 0, "%s", script);
     free(script);
-    ctl(r, c, SUBMIT_BASE, "--source-tree", tree, NULL);
-    cr_assert_eq(r->code, 0, SHOW(*r));
-    snprintf(id, 64, "%.*s", (int)strcspn(r->out, "\n"), r->out);
+    struct run r;
+    ctl(&r, c, SUBMIT_BASE, "--source-tree", tree, NULL);
+    cr_assert_eq(r.code, 0, SHOW(r));
+    snprintf(id, 64, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    for (int i = 0; warns[i]; i++)
+        cr_assert(strstr(r.err, warns[i]), SHOW(r));
+    run_free(&r);
 }
 
 Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 {
     struct tu_capd c;
-    start_true(&c);
-    struct run r;
     char id[64];
-    submit_with_tree(&c, "pytorch", &r, id,
+    static const char *const warns[] = {"warning: provenance: untracked generated dispatch source "
+                                        "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp",
+                                        /* The tree's HEAD is not --commit: said, not fatal. */
+                                        "not at --commit abcdef1", NULL};
+    submit_with_tree(&c, "pytorch", id, warns,
                      "mkdir -p aten/src/ATen/native/cpu && "
                      "echo x > aten/src/ATen/native/cpu/Activation.cpp && "
                      "git add . && git -c user.email=t@t -c user.name=t commit -qm init && "
                      "touch aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp");
-    cr_assert(strstr(r.err, "warning: provenance: untracked generated dispatch source "
-                            "aten/src/ATen/native/cpu/Activation.cpp.DEFAULT.cpp"),
-              SHOW(r));
-    /* The tree's HEAD is not --commit: said, not fatal. */
-    cr_assert(strstr(r.err, "not at --commit abcdef1"), SHOW(r));
-    run_free(&r);
 
     json_t *j = get_job(&c, id);
     json_t *prov = json_object_get(j, "provenance");
@@ -1113,11 +1100,9 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
     wait_done(&c, id);
 
     /* status shows the finding; a comparison involving the job warns. */
+    struct run r;
     ctl(&r, &c, "status", id, NULL);
-    cr_assert_eq(r.code, 0, SHOW(r));
-    cr_assert(strstr(r.out, "1 finding"), SHOW(r));
-    cr_assert(strstr(r.out, "Activation.cpp.DEFAULT.cpp"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 0, r.out, "1 finding", "Activation.cpp.DEFAULT.cpp", NULL);
     ctl(&r, &c, "diff", "--control", id, "--head", id, "--format", "text", NULL);
     cr_assert(r.code == 0 || r.code == 1, SHOW(r));
     cr_assert(strstr(r.out, "Activation.cpp.DEFAULT.cpp"), SHOW(r));
@@ -1125,10 +1110,7 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 
     /* Not a repository, not a directory: exit 2 naming the flag. */
     ctl(&r, &c, SUBMIT_BASE, "--source-tree", c.dir, NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--source-tree"), SHOW(r));
-    cr_assert(strstr(r.err, "not a git work tree"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "--source-tree", "not a git work tree", NULL);
     expect_exit2(&c, "--source-tree /nonexistent/dir", SUBMIT_BASE, "--source-tree",
                  "/nonexistent/dir", NULL);
     tu_capd_stop(&c);
@@ -1139,15 +1121,12 @@ Test(capctl, source_tree_findings_reach_the_job_and_comparisons, .timeout = 120)
 Test(capctl, source_tree_limits, .timeout = 180)
 {
     struct tu_capd c;
-    start_true(&c);
-    struct run r;
     char id[64];
-    submit_with_tree(&c, "big", &r, id,
+    static const char *const warns[] = {"only the first", NULL};
+    submit_with_tree(&c, "big", id, warns,
                      "mkdir -p a z && (cd a && seq -f 'f%%05g' 1 %d | xargs touch) && "
                      "(cd z && seq -f 'K%%02g.cpp.AVX2.cpp' 1 30 | xargs touch)",
                      PROV_MAX_STATUS_LINES + 50);
-    cr_assert(strstr(r.err, "only the first"), SHOW(r));
-    run_free(&r);
     json_t *j = get_job(&c, id);
     json_t *prov = json_object_get(j, "provenance");
     cr_assert_eq(json_array_size(json_object_get(prov, "git_status")), PROV_MAX_STATUS_LINES);
@@ -1338,9 +1317,7 @@ Test(capctl, diff_filter_typos_exit_2, .timeout = 120)
 Test(capctl, cancel_a_running_job, .timeout = 120)
 {
     struct tu_capd c;
-    start(&c);
-    slow_build(&c, "exec /bin/sleep 30");
-    char *id = submit(&c, "slow", "aaaaaaa1", "mlp", "default,avx2");
+    char *id = slow_job(&c, "exec /bin/sleep 30", "aaaaaaa1", "default,avx2");
     struct run r;
     expect_stdout(&c, 0, "cancelled", "cancel", id, "--wait", NULL);
     long st;
@@ -1371,10 +1348,7 @@ Test(capctl, diff_pending_and_wait_timeout, .timeout = 180)
 
     struct run r;
     ctl(&r, &c, "diff", "--control", ctl_id, "--head", head_id, NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "(pending)"), SHOW(r));
-    cr_assert(strstr(r.err, "--wait-timeout"), SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err, "(pending)", "--wait-timeout", NULL);
 
     ctl(&r, &c, "diff", "--control", ctl_id, "--head", head_id, "--wait-timeout", "60", "--format",
         "json", NULL);
@@ -1495,10 +1469,8 @@ Test(capctl, diff_fail_on_numerics_leaves_perf_out_of_the_gate, .timeout = 180)
     run_free(&r);
 
     ctl(&r, &c, "diff", "--control", "aaaaaaa1", "--head", "bbbbbbb2", "--fail-on", "perf", NULL);
-    cr_assert_eq(r.code, 2, SHOW(r));
-    cr_assert(strstr(r.err, "--fail-on must be regression, unknown, numerics or never, got 'perf'"),
-              SHOW(r));
-    run_free(&r);
+    expect_says(&r, 2, r.err,
+                "--fail-on must be regression, unknown, numerics or never, got 'perf'", NULL);
 
     /* 5% slower, exactly at the threshold: the interval straddles 1.05, so
      * perf is unknown; that fails only with --fail-on unknown. */

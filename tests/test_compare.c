@@ -1112,6 +1112,16 @@ static void duo_record(struct duo *d, const char *key, int64_t seq, double delta
     add_record(d->hc, key, seq, delta, false);
 }
 
+/* duo_cells of mlp and PHASE with N records, KEYS[k] at seq k, the head's
+ * moved by DELTAS[k]. */
+static struct duo duo_keys(const char *phase, const char *const *keys, const double *deltas, int n)
+{
+    struct duo d = duo_cells("mlp", phase);
+    for (int k = 0; k < n; k++)
+        duo_record(&d, keys[k], k, deltas[k]);
+    return d;
+}
+
 static json_t *duo_compare(struct duo *d, const struct cmp_options *o)
 {
     return run_compare(d->c, d->h, o);
@@ -1124,6 +1134,49 @@ static void duo_free(struct duo *d, json_t *r)
     cmp_side_free(d->c);
     cmp_side_free(d->h);
 }
+
+/* Compares D's sides with options O (NULL: the defaults) and checks the
+ * result against the N wants at W; returns the result (owned). */
+static json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w,
+                            size_t n)
+{
+    json_t *r = duo_compare(d, o);
+    jw_expect_n(r, w, n);
+    return r;
+}
+#define duo_expect(d, o, w) duo_expect_n((d), (o), (w), sizeof(w) / sizeof((w)[0]))
+
+/* duo_expect, then duo_free of D and the result: a test's last comparison. */
+static void duo_check_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w,
+                        size_t n)
+{
+    duo_free(d, duo_expect_n(d, o, w, n));
+}
+#define duo_check(d, o, w) duo_check_n((d), (o), (w), sizeof(w) / sizeof((w)[0]))
+
+/* The mlp duo (duo_mlp) with head DELTA, compared with the defaults, must
+ * give the N wants at W. */
+static void mlp_check_n(const double *delta, const struct jw_want *w, size_t n)
+{
+    struct duo s = duo_mlp(delta, "ok");
+    duo_check_n(&s, NULL, w, n);
+}
+#define mlp_check(delta, w) mlp_check_n((delta), (w), sizeof(w) / sizeof((w)[0]))
+
+/* The mlp duo whose head ended HEAD_OUTCOME must compare as the N wants at
+ * W, and the other way round, head as control, as the NR wants at REV. */
+static void outcome_change_check_n(const char *head_outcome, const struct jw_want *w, size_t n,
+                                   const struct jw_want *rev, size_t nr)
+{
+    struct duo s = duo_mlp(NULL, head_outcome);
+    json_decref(duo_expect_n(&s, NULL, w, n));
+    json_t *r = run_compare(s.h, s.c, NULL);
+    jw_expect_n(r, rev, nr);
+    duo_free(&s, r);
+}
+#define outcome_change_check(outcome, w, rev)                                                      \
+    outcome_change_check_n((outcome), (w), sizeof(w) / sizeof((w)[0]), (rev),                      \
+                           sizeof(rev) / sizeof((rev)[0]))
 
 /*
  * The mlp records with fc1's input nondeterministic and different, so fc1's
@@ -1143,8 +1196,6 @@ static struct duo duo_unclean_inputs(void)
 
 Test(engine, identical)
 {
-    struct duo s = duo_mlp(NULL, "ok");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("verdict", "pass"),
         JW_S("mode", "same_width"),
@@ -1157,8 +1208,7 @@ Test(engine, identical)
         JW_I("counts.cells", 1),
         JW_S("cells.0.outcome_change", "none"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    mlp_check(NULL, w);
 }
 
 /* A control hashed with BLAKE2b and a head with XXH3, the same values:
@@ -1179,7 +1229,6 @@ Test(engine, mixed_hash_alg)
     struct cmp_options o;
     cmp_options_init(&o);
     o.include_tensors = true;
-    json_t *r = duo_compare(&s, &o);
     static const struct jw_want w[] = {
         JW_S("verdict", "pass"),
         JW_S("cells.0.status", "within_tolerance"),
@@ -1193,11 +1242,10 @@ Test(engine, mixed_hash_alg)
         JW_S("cells.0.tensors.0.control_hash_alg", "blake2b-128"),
         JW_T("cells.0.tensors.7.hash_alg_mixed"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, &o, w);
     /* One algorithm on both sides: no such field at all. */
     struct duo d = duo_mlp(NULL, "ok");
-    r = duo_compare(&d, NULL);
+    json_t *r = duo_compare(&d, NULL);
     cr_assert_null(
         json_object_get(json_array_get(json_object_get(r, "cells"), 0), "tensors_hash_alg_mixed"));
     duo_free(&d, r);
@@ -1206,8 +1254,6 @@ Test(engine, mixed_hash_alg)
 Test(engine, within_tolerance)
 {
     double d[8] = {0, 0, 1e-9, 1e-9, 1e-9, 1e-9, 2e-9, 2e-9}; /* fp64 bound ~1e-7 */
-    struct duo s = duo_mlp(d, "ok");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("verdict", "pass"),
         JW_S("cells.0.status", "within_tolerance"),
@@ -1215,8 +1261,7 @@ Test(engine, within_tolerance)
         JW_I("cells.0.tensors_within_tolerance", 6),
         JW_I("counts.within_tolerance", 1),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    mlp_check(d, w);
 }
 
 /*
@@ -1228,8 +1273,6 @@ Test(engine, within_tolerance)
 Test(engine, diverged_first_divergence_and_introduced)
 {
     double d[8] = {0, 0, 1e-9, 1e-9, 0.5, 0.5, 0.7, 0.7};
-    struct duo s = duo_mlp(d, "ok");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("verdict", "regression"),
         JW_S("cells.0.status", "diverged"),
@@ -1245,23 +1288,20 @@ Test(engine, diverged_first_divergence_and_introduced)
         JW_I("cells.0.tensors_diverged", 4),
         JW_I("counts.diverged", 1),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    mlp_check(d, w);
 }
 
 /* See duo_unclean_inputs: the first divergence is not where it was introduced. */
 Test(engine, first_introduced_skips_records_with_unclean_inputs)
 {
     struct duo s = duo_unclean_inputs();
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "diverged"),
         JW_S("cells.0.first_divergence.key", "fc1.0.forward.output.0"),
         JW_S("cells.0.first_introduced.key", "act.0.forward.output.0"),
         JW_I("cells.0.tensors_nondeterministic", 1),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 /*
@@ -1283,36 +1323,30 @@ Test(engine, backward_param_grad_introduces)
     static const char *const keys[4] = {
         "fc1.0.backward.grad_output.0", "fc1.0.backward.grad_input.0",
         "fc1.0.backward.param_grad.weight", "fc1.0.backward.param_grad.bias"};
-    double d[4] = {1e-9, 1e-9, 0.5, 0};
-    struct duo s = duo_cells("mlp", "backward");
-    for (int k = 0; k < 4; k++)
-        duo_record(&s, keys[k], k, d[k]);
-    json_t *r = duo_compare(&s, NULL);
+    static const double d[4] = {1e-9, 1e-9, 0.5, 0};
+    struct duo s = duo_keys("backward", keys, d, 4);
     static const struct jw_want w[] = {
         JW_S("cells.0.first_divergence.key", "fc1.0.backward.param_grad.weight"),
         JW_S("cells.0.first_introduced.key", "fc1.0.backward.param_grad.weight"),
         JW_S("cells.0.first_introduced.phase", "backward"),
         JW_S("cells.0.first_introduced.role", "param_grad"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 Test(engine, params_differed)
 {
-    struct duo s = duo_cells("mlp", "forward");
-    duo_record(&s, "fc1.0.init.param.weight", 0, 1e-3);
-    duo_record(&s, "fc1.0.forward.input.0", 1, 0);
-    duo_record(&s, "fc1.0.forward.output.0", 2, 1e-3);
-    json_t *r = duo_compare(&s, NULL);
+    static const char *const keys[3] = {"fc1.0.init.param.weight", "fc1.0.forward.input.0",
+                                        "fc1.0.forward.output.0"};
+    static const double d[3] = {1e-3, 0, 1e-3};
+    struct duo s = duo_keys("forward", keys, d, 3);
     static const struct jw_want w[] = {
         JW_T("cells.0.params_differed"),
         JW_S("cells.0.first_divergence.key", "fc1.0.init.param.weight"),
         JW_S("cells.0.first_divergence.phase", "init"),
         JW_S("cells.0.first_introduced.key", "fc1.0.init.param.weight"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 Test(engine, missing_and_extra_keys)
@@ -1322,7 +1356,6 @@ Test(engine, missing_and_extra_keys)
     add_record(s.cc, "b.0.forward.output.0", 1, 0, false);
     add_record(s.cc, "c.0.forward.output.0", 2, 0, false);
     add_record(s.hc, "d.0.forward.output.0", 1, 0, false);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "diverged"),
         JW_I("cells.0.missing_keys", 2),
@@ -1335,8 +1368,7 @@ Test(engine, missing_and_extra_keys)
         JW_I("cells.0.tensors_compared", 1),
         JW_S("verdict", "regression"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 Test(engine, nondeterministic_only)
@@ -1349,13 +1381,12 @@ Test(engine, nondeterministic_only)
     cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "fc2.0.forward.output.0"), 0);
     cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "model.0.forward.output.0"), 0);
     cr_assert_eq(cmp_cell_mark_nondeterministic(s.cc, "not.a.key"), 0);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "nondeterministic"), JW_I("cells.0.tensors_nondeterministic", 4),
         JW_N("cells.0.first_divergence"),           JW_S("verdict", "pass"),
         JW_I("counts.nondeterministic", 1),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     json_decref(r);
 
     /* one more deterministic difference and the cell diverges */
@@ -1374,8 +1405,6 @@ Test(engine, nondeterministic_only)
  * and does not fail the comparison. */
 Test(engine, outcome_regression_and_fix)
 {
-    struct duo s = duo_mlp(NULL, "crashed");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "incomparable"),
         JW_S("cells.0.incomparable_reason", "head_outcome"),
@@ -1386,37 +1415,29 @@ Test(engine, outcome_regression_and_fix)
         JW_S("verdict", "regression"),
         JW_I("cells.0.tensors_compared", 8),
     };
-    jw_expect_all(r, w);
-    json_decref(r);
-
-    r = run_compare(s.h, s.c, NULL);
     static const struct jw_want fix[] = {
         JW_S("cells.0.outcome_change", "fix"),
         JW_I("counts.outcome_fixes", 1),
         JW_S("verdict", "pass"),
     };
-    jw_expect_all(r, fix);
-    duo_free(&s, r);
+    outcome_change_check("crashed", w, fix);
 }
 
 /* A cell killed for memory on one side is an outcome change like a crash:
  * a regression against an ok control, a fix the other way round. */
 Test(engine, oom_is_an_outcome_change)
 {
-    struct duo s = duo_mlp(NULL, "oom");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.outcome_change", "regression"),
         JW_S("cells.0.head_outcome", "oom"),
         JW_I("counts.outcome_regressions", 1),
         JW_S("verdict", "regression"),
     };
-    jw_expect_all(r, w);
-    json_decref(r);
-    r = run_compare(s.h, s.c, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.outcome_change"), "fix");
-    cr_assert_str_eq(jw_str(r, "verdict"), "pass");
-    duo_free(&s, r);
+    static const struct jw_want fix[] = {
+        JW_S("cells.0.outcome_change", "fix"),
+        JW_S("verdict", "pass"),
+    };
+    outcome_change_check("oom", w, fix);
 }
 
 /* An unsupported head cell and a cell with no records are incomparable,
@@ -1429,7 +1450,6 @@ Test(engine, incomparable_kinds)
     cmp_cell_set_outcome(x, "ok");
     cmp_side_add_cell(s.h, "mlp", "avx512", "forward", &x);
     cmp_cell_set_outcome(x, "ok");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.width", "avx2"),
         JW_S("cells.0.status", "incomparable"),
@@ -1439,8 +1459,7 @@ Test(engine, incomparable_kinds)
         JW_I("counts.incomparable", 2),
         JW_S("verdict", "pass"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 /* A missing head cell fails; an extra head cell alone does not. */
@@ -1449,7 +1468,6 @@ Test(engine, missing_and_extra_cells)
     struct duo s = duo_mlp(NULL, "ok");
     mlp_cell(s.c, "default", NULL, "ok");
     mlp_cell(s.h, "avx512", NULL, "ok");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_I("counts.missing_cells", 1),
         JW_I("counts.extra_cells", 1),
@@ -1457,7 +1475,7 @@ Test(engine, missing_and_extra_cells)
         JW_S("extra_cells.0.width", "avx512"),
         JW_S("verdict", "regression"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     json_decref(r);
 
     cmp_side_free(s.c);
@@ -1491,7 +1509,6 @@ Test(engine, perf_and_memory)
     add_processes(s.hc, 6, 1.5e6, 12);
     cmp_cell_set_memory(s.cc, 1000, -1);
     cmp_cell_set_memory(s.hc, 1500, -1);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "identical"),       JW_S("cells.0.perf.verdict", "regression"),
         JW_S("cells.0.perf.design", "unpaired"),   JW_S("cells.0.perf.test", "mann_whitney"),
@@ -1502,7 +1519,7 @@ Test(engine, perf_and_memory)
         JW_I("cells.0.memory.control_peak", 1000), JW_D("cells.0.memory.ratio", 1.5, 1e-15),
         JW_N("cells.0.memory.device_ratio"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
     cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
     cr_assert(jd(r, "cells.0.perf.mde") > 0);
@@ -1538,7 +1555,6 @@ Test(engine, old_cell_is_one_observation)
     timings(th, 30, 1.5e6, 2);
     cr_assert_eq(cmp_cell_add_timing(s.cc, tc, 30), 0);
     cr_assert_eq(cmp_cell_add_timing(s.hc, th, 30), 0);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.perf.verdict", "insufficient_data"),
         JW_I("cells.0.perf.n_head", 1),
@@ -1547,7 +1563,7 @@ Test(engine, old_cell_is_one_observation)
         JW_I("counts.perf_regressions", 0),
         JW_S("verdict", "pass"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     cr_assert(strstr(jw_str(r, "cells.0.perf.reason"), "cannot reach alpha"), "%s",
               jw_str(r, "cells.0.perf.reason"));
     duo_free(&s, r);
@@ -1570,14 +1586,13 @@ Test(engine, reference_processes_make_pairs)
     }
     timings(t, 10, 5e6, 300);
     cr_assert_eq(cmp_cell_add_timing_process(s.hc, t, 10, 10, false), 0, "no partner");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.perf.design", "paired"),
         JW_S("cells.0.perf.test", "paired_t"),
         JW_I("cells.0.perf.pairs", 10),
         JW_S("cells.0.perf.verdict", "regression"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     cr_assert(jd(r, "cells.0.perf.ratio") > 1.18 && jd(r, "cells.0.perf.ratio") < 1.22);
     duo_free(&s, r);
 }
@@ -1619,6 +1634,14 @@ Test(engine, cpu_time_basis_when_every_process_has_it)
     cmp_side_free(side);
 }
 
+/* The default options with the cross-width pair CONTROL against HEAD. */
+static void cross_width_options(struct cmp_options *o, const char *control, const char *head)
+{
+    cmp_options_init(o);
+    snprintf(o->control_width, sizeof o->control_width, "%s", control);
+    snprintf(o->head_width, sizeof o->head_width, "%s", head);
+}
+
 Test(engine, cross_width)
 {
     struct cmp_side *job;
@@ -1628,9 +1651,7 @@ Test(engine, cross_width)
     mlp_cell(job, "avx512", d, "ok");
     mlp_cell(job, "avx2", NULL, "ok");
     struct cmp_options o;
-    cmp_options_init(&o);
-    snprintf(o.control_width, sizeof(o.control_width), "default");
-    snprintf(o.head_width, sizeof(o.head_width), "avx512");
+    cross_width_options(&o, "default", "avx512");
     json_t *r = run_compare(job, job, &o);
     static const struct jw_want w[] = {
         JW_S("mode", "cross_width"),
@@ -1694,14 +1715,12 @@ Test(engine, nonfinite_doubles_encode_as_null)
     struct cmp_options o;
     cmp_options_init(&o);
     o.include_tensors = true;
-    json_t *r = duo_compare(&s, &o);
     static const struct jw_want w[] = {
         JW_N("cells.0.tensors.0.sqnr_db"),
         JW_S("cells.0.tensors.0.nonfinite.sqnr_db", "inf"),
         JW_D("cells.0.tensors.0.nl2", 0.0, 0),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, &o, w);
 }
 
 Test(engine, env_and_bad_options)
@@ -1710,13 +1729,12 @@ Test(engine, env_and_bad_options)
     cr_assert_eq(cmp_cell_set_env(s.cc, "avx2", "cpu"), 0);
     cr_assert_eq(cmp_cell_set_env(s.hc, "avx2", "cpu"), 0);
     cr_assert_eq(cmp_cell_set_env(s.hc, NULL, "Intel Xeon"), 0, "NULL keeps the width");
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.head_effective_width", "avx2"),
         JW_S("cells.0.head_device", "Intel Xeon"),
         JW_S("cells.0.control_device", "cpu"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     json_decref(r);
 
     /* options set by hand are checked too: a NaN tolerance would pass anything */
@@ -1931,15 +1949,13 @@ Test(input, key_parsing)
     /* module/phase/role come from the key when not given */
     struct duo s = duo_cells("m", "forward");
     duo_record(&s, "encoder.layers.0.self_attn.2.forward.output.0", 0, 1);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.first_divergence.module", "encoder.layers.0.self_attn"),
         JW_I("cells.0.first_divergence.call", 2),
         JW_S("cells.0.first_divergence.phase", "forward"),
         JW_S("cells.0.first_divergence.role", "output"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, NULL, w);
 }
 
 /*
@@ -2195,7 +2211,6 @@ Test(engine, device_mismatch_is_refused)
 {
     double d[8] = {0, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
     struct duo s = duo_devices("cpu", 3e6, "NVIDIA H200", d, 2);
-    json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "incomparable"),
         JW_S("cells.0.incomparable_reason", "device_mismatch"),
@@ -2214,7 +2229,7 @@ Test(engine, device_mismatch_is_refused)
         JW_F("thresholds.allow_device_mismatch"),
         JW_T("thresholds.perf_gate"),
     };
-    jw_expect_all(r, w);
+    json_t *r = duo_expect(&s, NULL, w);
     char *md = cmp_result_to_markdown(r);
     cr_assert(strstr(md, "| incomparable (device mismatch: cpu vs NVIDIA H200) |"), "%s", md);
     free(md);
@@ -2226,13 +2241,24 @@ Test(engine, device_mismatch_is_refused)
     duo_free(&s, r);
 }
 
+/* Compares a control cell on CDEV against a head cell on HDEV (both timed
+ * around 1e6, the head's from HSEED, no record moved): cell 0 must be
+ * STATUS, with FIELD of the result at VALUE. */
+static void expect_devices(const char *cdev, const char *hdev, uint64_t hseed, const char *status,
+                           const char *field, const char *value)
+{
+    struct duo s = duo_devices(cdev, 1e6, hdev, NULL, hseed);
+    json_t *r = duo_compare(&s, NULL);
+    cr_assert_str_eq(jw_str(r, "cells.0.status"), status, "%s against %s", cdev ? cdev : "(none)",
+                     hdev);
+    cr_assert_str_eq(jw_str(r, field), value, "%s against %s", cdev ? cdev : "(none)", hdev);
+    duo_free(&s, r);
+}
+
 Test(engine, two_gpu_models_are_a_mismatch_too)
 {
-    struct duo s = duo_devices("NVIDIA H100 80GB HBM3", 1e6, "NVIDIA H200", NULL, 2);
-    json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "incomparable");
-    cr_assert_str_eq(jw_str(r, "cells.0.incomparable_reason"), "device_mismatch");
-    duo_free(&s, r);
+    expect_devices("NVIDIA H100 80GB HBM3", "NVIDIA H200", 2, "incomparable",
+                   "cells.0.incomparable_reason", "device_mismatch");
 }
 
 Test(engine, device_mismatch_compared_when_asked)
@@ -2241,7 +2267,6 @@ Test(engine, device_mismatch_compared_when_asked)
     struct duo s = duo_devices("cpu", 3e6, "NVIDIA H200", d, 2);
     struct cmp_options o = options_from("{\"allow_device_mismatch\":true}");
     cr_assert(o.allow_device_mismatch);
-    json_t *r = duo_compare(&s, &o);
     static const struct jw_want w[] = {
         JW_S("cells.0.status", "diverged"),
         JW_N("cells.0.incomparable_reason"),
@@ -2251,25 +2276,15 @@ Test(engine, device_mismatch_compared_when_asked)
         JW_I("counts.device_mismatches", 0),
         JW_T("thresholds.allow_device_mismatch"),
     };
-    jw_expect_all(r, w);
-    duo_free(&s, r);
+    duo_check(&s, &o, w);
 }
 
 /* The same device is compared, and so is a side that never said its device
  * (older records). */
 Test(engine, same_or_unknown_device_is_compared)
 {
-    struct duo s = duo_devices("NVIDIA H200", 1e6, "NVIDIA H200", NULL, 1);
-    json_t *r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "same");
-    duo_free(&s, r);
-
-    s = duo_devices(NULL, 1e6, "NVIDIA H200", NULL, 1);
-    r = duo_compare(&s, NULL);
-    cr_assert_str_eq(jw_str(r, "cells.0.status"), "identical");
-    cr_assert_str_eq(jw_str(r, "cells.0.device_check"), "unknown");
-    duo_free(&s, r);
+    expect_devices("NVIDIA H200", "NVIDIA H200", 1, "identical", "cells.0.device_check", "same");
+    expect_devices(NULL, "NVIDIA H200", 1, "identical", "cells.0.device_check", "unknown");
 }
 
 /* A failed head outcome is still reported as such, not hidden behind the
@@ -2314,12 +2329,22 @@ static struct cmp_cell *fp_cell(struct cmp_side *s, const char *width, const jso
     return c;
 }
 
-/* The avx2 mlp cell on each side with fingerprints CFP and HFP. */
+/* The avx2 mlp cell on each side with fingerprints CFP and HFP. The cells
+ * keep copies: the caller still owns the fingerprints. */
 static struct duo duo_fp(const json_t *cfp, const json_t *hfp)
 {
     struct duo s = duo_new();
     s.cc = fp_cell(s.c, "avx2", cfp);
     s.hc = fp_cell(s.h, "avx2", hfp);
+    return s;
+}
+
+/* duo_fp, and a default mlp cell on each side with the same fingerprints. */
+static struct duo duo_fp_widths(const json_t *cfp, const json_t *hfp)
+{
+    struct duo s = duo_fp(cfp, hfp);
+    fp_cell(s.c, "default", cfp);
+    fp_cell(s.h, "default", hfp);
     return s;
 }
 
@@ -2365,6 +2390,8 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     json_t *fp = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *copy = json_deep_copy(fp);
     struct duo s = duo_fp(fp, copy);
+    json_decref(fp);
+    json_decref(copy);
     json_t *r = duo_compare(&s, NULL);
     static const struct jw_want w[] = {
         JW_I("environment.pairs_compared", 1),
@@ -2381,10 +2408,7 @@ Test(environment, identical_fingerprints_give_an_empty_section)
     cr_assert_null(strstr(txt, "What else differs"), "%s", txt);
     free(md);
     free(txt);
-    json_decref(r);
-    json_decref(fp);
-    json_decref(copy);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, section_in_every_result)
@@ -2408,6 +2432,8 @@ Test(environment, two_torch_builds)
     json_t *a = fixture_fp("fingerprint-debian-torch-1.13.json");
     json_t *b = fixture_fp("fingerprint-pip-torch-2.1-cpu.json");
     struct duo s = duo_fp(a, b);
+    json_decref(a);
+    json_decref(b);
     json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     json_t *d = json_array_get(jw_path(r, "environment.differences"), 0);
@@ -2456,10 +2482,7 @@ Test(environment, two_torch_builds)
     char *txt = cmp_result_to_text(r);
     cr_assert(strstr(txt, "  build torch.version: 1.13.0a0 -> 2.1.0+cpu\n"), "%s", txt);
     free(txt);
-    json_decref(r);
-    json_decref(a);
-    json_decref(b);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, perturbed_build_env_and_pythonpath)
@@ -2474,9 +2497,9 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_object_set_new(benv, "MKL_LICENSE_KEY", json_string("hunter2-secret-value"));
     json_object_set_new(json_object_get(a, "env"), "MKL_LICENSE_KEY",
                         json_string("an-older-secret-value"));
-    struct duo s = duo_fp(a, b);
-    fp_cell(s.c, "default", a);
-    fp_cell(s.h, "default", b);
+    struct duo s = duo_fp_widths(a, b);
+    json_decref(a);
+    json_decref(b);
     json_t *r = duo_compare(&s, NULL);
     assert_grouped(r);
     cr_assert_eq(ji(r, "environment.pairs_compared"), 2);
@@ -2510,10 +2533,7 @@ Test(environment, perturbed_build_env_and_pythonpath)
     free(all);
     free(md);
     free(txt);
-    json_decref(r);
-    json_decref(a);
-    json_decref(b);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, cells_of_one_side_that_disagree_break_the_premise)
@@ -2531,6 +2551,8 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
     struct duo s = duo_fp(a, a);
     fp_cell(s.c, "default", other_width);
     fp_cell(s.h, "default", other_width);
+    json_decref(a);
+    json_decref(other_width);
     json_t *r = duo_compare(&s, NULL);
     cr_assert_str_eq(jw_str(r, "environment.premise"), "ok", "width fields do not count");
     cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 0);
@@ -2559,11 +2581,8 @@ Test(environment, cells_of_one_side_that_disagree_break_the_premise)
                          "`/usr/bin/python3` (2), `/opt/py/bin/python3` (1)\n"),
               "%s", md);
     free(md);
-    json_decref(r);
-    json_decref(a);
     json_decref(other_cpu);
-    json_decref(other_width);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, limits_and_bad_input)
@@ -2604,6 +2623,8 @@ Test(environment, limits_and_bad_input)
     free(longv);
     cr_assert_eq(cmp_cell_set_fingerprint(cc, fc), 0);
     cr_assert_eq(cmp_cell_set_fingerprint(hc, fh), 0);
+    json_decref(fc);
+    json_decref(fh);
     json_t *r = duo_compare(&s, NULL);
     cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), CMP_MAX_ENV_DIFFS);
     cr_assert_eq(ji(r, "environment.differences_omitted"), 301 - CMP_MAX_ENV_DIFFS);
@@ -2617,10 +2638,7 @@ Test(environment, limits_and_bad_input)
     cr_assert(strstr(md, "- ... and 289 more\n"), "%s", md);
     cr_assert_lt(strlen(strstr(md, "### What else differs")), 8192);
     free(md);
-    json_decref(r);
-    json_decref(fc);
-    json_decref(fh);
-    duo_free(&s, NULL);
+    duo_free(&s, r);
 }
 
 Test(environment, cross_width_shows_the_width_variables)
@@ -2632,17 +2650,16 @@ Test(environment, cross_width_shows_the_width_variables)
     cmp_side_new(&s);
     fp_cell(s, "avx2", a);
     fp_cell(s, "default", b);
+    /* The cells hold copies of the fingerprints. */
+    json_decref(a);
+    json_decref(b);
     struct cmp_options o;
-    cmp_options_init(&o);
-    snprintf(o.control_width, sizeof o.control_width, "avx2");
-    snprintf(o.head_width, sizeof o.head_width, "default");
+    cross_width_options(&o, "avx2", "default");
     json_t *r = run_compare(s, s, &o);
     json_t *d = env_diff(r, "env.ATEN_CPU_CAPABILITY");
     cr_assert_str_eq(dstr(d, "control"), "avx2");
     cr_assert_str_eq(dstr(d, "head"), "default");
     cr_assert_str_eq(jw_str(r, "environment.premise"), "ok");
     json_decref(r);
-    json_decref(a);
-    json_decref(b);
     cmp_side_free(s);
 }

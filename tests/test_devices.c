@@ -249,6 +249,16 @@ static json_int_t jint(json_t *o, const char *k)
     return json_integer_value(json_object_get(o, k));
 }
 
+/* start with DEVICES devices of PLATFORM and no extra config; returns the
+ * device list capd serves (owned), which must count them all. */
+static json_t *start_listed(struct env *e, int devices, const char *platform)
+{
+    start(e, devices, platform, "");
+    json_t *d = get_devices(e);
+    cr_assert_eq(jint(d, "count"), devices);
+    return d;
+}
+
 /* POST /v1/devices/refresh, then waits for the list that probe gave. */
 static json_t *refresh(struct env *e)
 {
@@ -386,9 +396,7 @@ Test(devices, no_probe_means_no_gpu_not_an_error)
 
 Test(devices, lists_what_the_probe_found)
 {
-    start(&dev, 2, "nvidia", "");
-    json_t *d = get_devices(&dev);
-    cr_assert_eq(jint(d, "count"), 2);
+    json_t *d = start_listed(&dev, 2, "nvidia");
     cr_assert_eq(jint(d, "free"), 2);
     cr_assert(json_is_null(json_object_get(d, "reason")));
     cr_assert(json_is_null(json_object_get(d, "probe_error")));
@@ -417,9 +425,7 @@ Test(devices, lists_what_the_probe_found)
 
 Test(devices, refresh_finds_a_new_gpu_and_gpu_jobs_are_accepted)
 {
-    start(&dev, 0, "nvidia", "");
-    json_t *d = get_devices(&dev);
-    cr_assert_eq(jint(d, "count"), 0);
+    json_t *d = start_listed(&dev, 0, "nvidia");
     cr_assert_str_eq(s_(d, "reason"), "fake: no device");
     json_decref(d);
     long st = 0;
@@ -555,12 +561,12 @@ Test(devices, amd_visibility_stacks)
             cell = c;
     }
     json_t *env = cell_environ(&dev, job, s_(cell, "id"));
+    json_decref(j);
     /* The slow cell took device 0 first, so echo_env ran on device 1. */
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "1");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
     json_decref(env);
-    json_decref(j);
     stop(&dev);
 }
 
@@ -632,8 +638,7 @@ Test(devices, two_devices_two_cells_at_once)
         usleep(20 * 1000);
     }
     cr_assert(both, "both devices were in use at once");
-    json_t *j = wait_ended(&dev, a);
-    json_decref(j);
+    json_decref(wait_ended(&dev, a));
     stop(&dev);
 }
 

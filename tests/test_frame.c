@@ -387,6 +387,20 @@ static void run_ok(const struct sb *s, enum mode mode, size_t fixed, bool fast, 
 
 /* ---- valid streams --------------------------------------------------------- */
 
+/* A valid-stream test's bytes, the frames the parser gave for them and its
+ * outcome. */
+struct parsed {
+    struct sb s;
+    struct rec r;
+    struct result res;
+};
+
+static void parsed_free(struct parsed *p)
+{
+    rec_free(&p->r);
+    sb_free(&p->s);
+}
+
 /* A stream with every kind, payloads small and large, and frames of unknown
  * kind, whose payload must be skipped like any other. */
 static void build_full_stream(struct sb *s, uint64_t *payload_total)
@@ -420,39 +434,37 @@ static void build_full_stream(struct sb *s, uint64_t *payload_total)
 
 Test(frame, valid_stream_any_chunking)
 {
-    struct sb s = {0};
-    struct rec r;
-    struct result res;
+    struct parsed p = {0};
     uint64_t total;
     size_t ntensor = 0, nfast = 0;
 
-    build_full_stream(&s, &total);
-    run_all_ok(&s, NULL, &r, &res, "the full stream");
-    cr_assert_str_eq(res.err, "");
-    cr_assert(res.saw_end);
-    cr_assert_str_eq(res.end_status, "ok");
-    cr_assert_str_eq(res.end_reason, "fine");
-    cr_assert_eq(res.count, 3 + 40 + 16 + 5);
-    cr_assert_eq(r.n, res.count);
-    cr_assert_eq(res.payload_bytes, total);
-    cr_assert_eq(r.v[0].kind, FRAME_HELLO);
-    cr_assert_eq(r.v[1].kind, FRAME_NOTE);
-    cr_assert_eq(r.v[2].kind, FRAME_ENV);
-    cr_assert_eq(r.v[r.n - 5].kind, FRAME_UNKNOWN);
-    cr_assert_eq(r.v[r.n - 5].nbytes, 10);
-    cr_assert(memcmp(r.v[r.n - 5].payload, "0123456789", 10) == 0);
-    cr_assert_eq(r.v[r.n - 4].kind, FRAME_NONDET);
-    cr_assert_eq(r.v[r.n - 3].kind, FRAME_TIMING);
-    cr_assert_eq(r.v[r.n - 2].kind, FRAME_MEMORY);
-    cr_assert_eq(r.v[r.n - 1].kind, FRAME_END);
-    for (size_t i = 0; i < r.n; i++) {
-        cr_assert_eq(r.v[i].index, i + 1);
-        cr_assert(r.v[i].header_ok);
-        cr_assert_neq(r.v[i].hdr[r.v[i].hdr_len - 1], '\n');
-        if (r.v[i].kind != FRAME_TENSOR)
+    build_full_stream(&p.s, &total);
+    run_all_ok(&p.s, NULL, &p.r, &p.res, "the full stream");
+    cr_assert_str_eq(p.res.err, "");
+    cr_assert(p.res.saw_end);
+    cr_assert_str_eq(p.res.end_status, "ok");
+    cr_assert_str_eq(p.res.end_reason, "fine");
+    cr_assert_eq(p.res.count, 3 + 40 + 16 + 5);
+    cr_assert_eq(p.r.n, p.res.count);
+    cr_assert_eq(p.res.payload_bytes, total);
+    cr_assert_eq(p.r.v[0].kind, FRAME_HELLO);
+    cr_assert_eq(p.r.v[1].kind, FRAME_NOTE);
+    cr_assert_eq(p.r.v[2].kind, FRAME_ENV);
+    cr_assert_eq(p.r.v[p.r.n - 5].kind, FRAME_UNKNOWN);
+    cr_assert_eq(p.r.v[p.r.n - 5].nbytes, 10);
+    cr_assert(memcmp(p.r.v[p.r.n - 5].payload, "0123456789", 10) == 0);
+    cr_assert_eq(p.r.v[p.r.n - 4].kind, FRAME_NONDET);
+    cr_assert_eq(p.r.v[p.r.n - 3].kind, FRAME_TIMING);
+    cr_assert_eq(p.r.v[p.r.n - 2].kind, FRAME_MEMORY);
+    cr_assert_eq(p.r.v[p.r.n - 1].kind, FRAME_END);
+    for (size_t i = 0; i < p.r.n; i++) {
+        cr_assert_eq(p.r.v[i].index, i + 1);
+        cr_assert(p.r.v[i].header_ok);
+        cr_assert_neq(p.r.v[i].hdr[p.r.v[i].hdr_len - 1], '\n');
+        if (p.r.v[i].kind != FRAME_TENSOR)
             continue;
         ntensor++;
-        nfast += r.v[i].fast;
+        nfast += p.r.v[i].fast;
     }
     cr_assert_eq(ntensor, 56);
     /* The whole-fed, fast-path run took no tensor through jansson. */
@@ -460,8 +472,8 @@ Test(frame, valid_stream_any_chunking)
 
     /* Spot-check typed fields and payload bytes. */
     {
-        const struct rec_frame *t = &r.v[3];
-        const struct rec_frame *big = &r.v[3 + 40 + 14];
+        const struct rec_frame *t = &p.r.v[3];
+        const struct rec_frame *big = &p.r.v[3 + 40 + 14];
 
         cr_assert_eq(t->t.seq, 0);
         cr_assert_str_eq(t->key, "layer0.0.forward.output.0");
@@ -483,108 +495,96 @@ Test(frame, valid_stream_any_chunking)
         for (size_t i = 0; i < big->nbytes; i++)
             cr_assert_eq(big->payload[i], (unsigned char)(7 + i), "payload byte %zu", i);
     }
-    rec_free(&r);
-    sb_free(&s);
+    parsed_free(&p);
 }
 
 Test(frame, slow_path_builds_tree_before_callback)
 {
-    struct sb s = {0};
-    struct rec r = {0};
-    struct result res;
+    struct parsed p = {0};
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "stats", 4, 0, 0);
-    sb_str(&s, END_OK);
-    run_ok(&s, WHOLE, 0, false, &r, &res);
-    cr_assert_eq(r.n, 4);
-    cr_assert_eq(r.v[2].kind, FRAME_TENSOR);
-    cr_assert_not(r.v[2].fast);
-    cr_assert_not(r.v[0].fast);
-    rec_free(&r);
-    sb_free(&s);
+    sb_str(&p.s, HELLO ENV);
+    sb_tensor(&p.s, 0, "stats", 4, 0, 0);
+    sb_str(&p.s, END_OK);
+    run_ok(&p.s, WHOLE, 0, false, &p.r, &p.res);
+    cr_assert_eq(p.r.n, 4);
+    cr_assert_eq(p.r.v[2].kind, FRAME_TENSOR);
+    cr_assert_not(p.r.v[2].fast);
+    cr_assert_not(p.r.v[0].fast);
+    parsed_free(&p);
 }
 
 /* Every place a two-chunk split can fall, including inside "\n" + payload. */
 Test(frame, every_two_chunk_split)
 {
-    struct sb s = {0};
-    struct rec ref = {0};
-    struct result rref;
+    struct parsed ref = {0};
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "full", 100, 100, 1);
-    sb_tensor(&s, 1, "sample", 1000, 8, 2);
-    sb_tensor(&s, 2, "stats", 1, 0, 0);
-    sb_str(&s, END_OK);
-    run_ok(&s, WHOLE, 0, true, &ref, &rref);
-    cr_assert_eq(ref.n, 6);
-    for (size_t cut = 1; cut < s.n; cut++) {
+    sb_str(&ref.s, HELLO ENV);
+    sb_tensor(&ref.s, 0, "full", 100, 100, 1);
+    sb_tensor(&ref.s, 1, "sample", 1000, 8, 2);
+    sb_tensor(&ref.s, 2, "stats", 1, 0, 0);
+    sb_str(&ref.s, END_OK);
+    run_ok(&ref.s, WHOLE, 0, true, &ref.r, &ref.res);
+    cr_assert_eq(ref.r.n, 6);
+    for (size_t cut = 1; cut < ref.s.n; cut++) {
         struct frame_parser *p;
         struct rec r = {0};
 
         cr_assert_eq(frame_parser_new(NULL, on_frame, &r, &p), 0);
-        cr_assert_eq(frame_feed(p, s.b, cut), 0, "cut %zu: %s", cut, frame_error(p));
-        cr_assert_eq(frame_feed(p, s.b + cut, s.n - cut), 0, "cut %zu: %s", cut, frame_error(p));
+        cr_assert_eq(frame_feed(p, ref.s.b, cut), 0, "cut %zu: %s", cut, frame_error(p));
+        cr_assert_eq(frame_feed(p, ref.s.b + cut, ref.s.n - cut), 0, "cut %zu: %s", cut,
+                     frame_error(p));
         cr_assert_eq(frame_finish(p), 0);
-        rec_assert_equal(&ref, &r, "split");
+        rec_assert_equal(&ref.r, &r, "split");
         frame_parser_free(p);
         rec_free(&r);
     }
-    rec_free(&ref);
-    sb_free(&s);
+    parsed_free(&ref);
 }
 
 Test(frame, big_payload_in_pipe_sized_chunks)
 {
-    struct sb s = {0};
-    struct rec r = {0};
-    struct result res;
+    struct parsed p = {0};
     const size_t n = (6u << 20) + 1;
 
-    sb_str(&s, HELLO ENV);
-    sb_tensor(&s, 0, "full", (long long)n, n, 9);
-    sb_tensor(&s, 1, "full", 3, 3, 1);
-    sb_str(&s, END_OK);
-    run_ok(&s, FIXED, 65536, true, &r, &res);
-    cr_assert_eq(r.n, 5);
-    cr_assert_eq(r.v[2].nbytes, n);
+    sb_str(&p.s, HELLO ENV);
+    sb_tensor(&p.s, 0, "full", (long long)n, n, 9);
+    sb_tensor(&p.s, 1, "full", 3, 3, 1);
+    sb_str(&p.s, END_OK);
+    run_ok(&p.s, FIXED, 65536, true, &p.r, &p.res);
+    cr_assert_eq(p.r.n, 5);
+    cr_assert_eq(p.r.v[2].nbytes, n);
     for (size_t i = 0; i < n; i += 4099)
-        cr_assert_eq(r.v[2].payload[i], (unsigned char)(9 + i));
-    cr_assert_eq(r.v[2].payload[n - 1], (unsigned char)(9 + n - 1));
-    cr_assert_eq(r.v[3].payload[2], 3);
-    cr_assert_eq(res.payload_bytes, n + 3);
-    rec_free(&r);
-    sb_free(&s);
+        cr_assert_eq(p.r.v[2].payload[i], (unsigned char)(9 + i));
+    cr_assert_eq(p.r.v[2].payload[n - 1], (unsigned char)(9 + n - 1));
+    cr_assert_eq(p.r.v[3].payload[2], 3);
+    cr_assert_eq(p.res.payload_bytes, n + 3);
+    parsed_free(&p);
 }
 
 Test(frame, stats_null_and_absent)
 {
+    struct parsed p = {0};
     static const char line[] =
         "{\"kind\":\"tensor\",\"seq\":0,\"key\":\"a.0.forward.output.0\",\"dtype\":\"float32\","
         "\"shape\":[],\"numel\":1,\"stats\":{\"min\":null,\"max\":-0.30000000000000004,"
         "\"mean\":1e-320,\"std\":5,\"zeros\":1,\"extra\":{\"deep\":[1,2,{\"x\":true}]}},"
         "\"hash\":\"0123456789abcdef\",\"capture\":\"stats\",\"nbytes\":0}\n";
-    struct sb s = {0};
-    struct rec r;
-    struct result res;
 
-    sb_str(&s, HELLO ENV);
-    sb_str(&s, line);
-    sb_str(&s, END_OK);
-    run_all_ok(&s, NULL, &r, &res, "null and absent stats");
-    cr_assert_eq(r.v[2].t.ndim, 0);
-    cr_assert_eq(r.v[2].t.numel, 1);
-    cr_assert(isnan(r.v[2].stats.min));
-    cr_assert_eq(r.v[2].stats.max, -0.30000000000000004);
-    cr_assert_eq(r.v[2].stats.mean, strtod("1e-320", NULL));
-    cr_assert_eq(r.v[2].stats.std, 5.0);
-    cr_assert(isnan(r.v[2].stats.l2));
-    cr_assert_eq(r.v[2].stats.zeros, 1);
-    cr_assert_eq(r.v[2].stats.nan, -1);
-    cr_assert(r.v[2].fast);
-    rec_free(&r);
-    sb_free(&s);
+    sb_str(&p.s, HELLO ENV);
+    sb_str(&p.s, line);
+    sb_str(&p.s, END_OK);
+    run_all_ok(&p.s, NULL, &p.r, &p.res, "null and absent stats");
+    cr_assert_eq(p.r.v[2].t.ndim, 0);
+    cr_assert_eq(p.r.v[2].t.numel, 1);
+    cr_assert(isnan(p.r.v[2].stats.min));
+    cr_assert_eq(p.r.v[2].stats.max, -0.30000000000000004);
+    cr_assert_eq(p.r.v[2].stats.mean, strtod("1e-320", NULL));
+    cr_assert_eq(p.r.v[2].stats.std, 5.0);
+    cr_assert(isnan(p.r.v[2].stats.l2));
+    cr_assert_eq(p.r.v[2].stats.zeros, 1);
+    cr_assert_eq(p.r.v[2].stats.nan, -1);
+    cr_assert(p.r.v[2].fast);
+    parsed_free(&p);
 }
 
 Test(frame, end_status_and_reason)
@@ -761,56 +761,50 @@ Test(frame, violations_raw)
     }
 }
 
-/* Tensor cases: one field of a valid header replaced (value JSON) or removed
- * (NULL). The header is frame 3. */
+/* Tensor cases: one field of a valid header replaced (value JSON). The
+ * header is frame 3. */
 struct tensor_case {
     const char *field;
     const char *value;
     const char *want;
 };
 
+/* What a hash_alg that is neither algorithm is refused with. */
+#define HASH_ALGS "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\""
+
 static const struct tensor_case tensor_cases[] = {
-    {"seq", NULL, "frame 3: tensor header missing integer field \"seq\""},
     {"seq", "\"1\"", "tensor field \"seq\" must be an integer, got string"},
     {"seq", "1.0", "tensor field \"seq\" must be an integer, got real"},
     {"seq", "-1", "tensor field \"seq\" must be >= 0, got -1"},
-    {"key", NULL, "tensor header missing string field \"key\""},
     {"key", "7", "tensor field \"key\" must be a string, got integer"},
     {"key", "\"\"", "tensor key must be 1..512 bytes, got 0"},
     {"key", "\"a\\u0001b\"", "contains a control character"},
     {"key", "\"a\\tb\"", "contains a control character"},
     {"key", "\"a\\u007fb\"", "contains a control character"},
     {"key", "\"a\\u0085b\"", "contains a control character"},
-    {"dtype", NULL, "tensor header missing string field \"dtype\""},
     {"dtype", "\"\"", "tensor dtype must be 1..32 printable bytes"},
     {"dtype", "\"float32_and_a_name_far_too_long_x\"", "tensor dtype must be 1..32"},
-    {"shape", NULL, "tensor header missing array field \"shape\""},
     {"shape", "\"4\"", "tensor field \"shape\" must be an array, got string"},
     {"shape", "[-1]", "tensor shape[0] must be a non-negative integer"},
     {"shape", "[2,1.5]", "tensor shape[1] must be a non-negative integer"},
     {"shape", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4]",
      "tensor shape has 17 dimensions, more than 16"},
     {"shape", "[4294967296,4294967296]", "tensor shape product overflows 64 bits"},
-    {"numel", NULL, "tensor header missing integer field \"numel\""},
     {"numel", "5", "tensor numel 5 does not match shape product 4"},
     {"numel", "-4", "tensor field \"numel\" must be >= 0"},
-    {"stats", NULL, "tensor header missing object field \"stats\""},
     {"stats", "[]", "tensor field \"stats\" must be an object, got array"},
     {"stats", "{\"min\":\"x\"}", "tensor field \"stats.min\" must be a number or null, got string"},
     {"stats", "{\"l2\":true}", "tensor field \"stats.l2\" must be a number or null, got true"},
     {"stats", "{\"nan\":-1}", "tensor field \"stats.nan\" must be a non-negative integer"},
     {"stats", "{\"zeros\":1.0}", "tensor field \"stats.zeros\" must be a non-negative integer"},
-    {"hash", NULL, "tensor header missing string field \"hash\""},
     {"hash", "\"abc1234\"", "tensor hash must be 8..128 hex digits, got 7"},
     {"hash", "\"ABCDEF12\"", "tensor hash must be lowercase hex"},
     {"hash", "\"zzzzzzzz\"", "tensor hash must be lowercase hex"},
-    {"hash_alg", "\"sha1\"",
-     "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"sha1\""},
-    {"hash_alg", "\"XXH3-128\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\""},
-    {"hash_alg", "\"\"", "tensor hash_alg must be \"blake2b-128\" or \"xxh3-128\", got \"\""},
+    {"hash_alg", "\"sha1\"", HASH_ALGS ", got \"sha1\""},
+    {"hash_alg", "\"XXH3-128\"", HASH_ALGS},
+    {"hash_alg", "\"\"", HASH_ALGS ", got \"\""},
     {"hash_alg", "7", "tensor field \"hash_alg\" must be a string, got integer"},
     {"hash_alg", "null", "tensor field \"hash_alg\" must be a string, got null"},
-    {"capture", NULL, "tensor header missing string field \"capture\""},
     {"capture", "\"partial\"", "tensor capture must be stats, sample or full, got \"partial\""},
     {"nbytes", "16", "tensor with capture \"stats\" must not carry a payload (nbytes 16)"},
     {"module", "5", "tensor field \"module\" must be a string, got integer"},
@@ -820,6 +814,15 @@ static const struct tensor_case tensor_cases[] = {
     {"call", "-1", "tensor field \"call\" must be >= 0, got -1"},
     {"call", "\"0\"", "tensor field \"call\" must be an integer, got string"},
     {"index", "1.5", "tensor field \"index\" must be an integer or a string, got real"},
+};
+
+/* The fields a tensor header must have, and their JSON types: removing one
+ * is refused, naming both. */
+static const struct {
+    const char *field, *type;
+} required_fields[] = {
+    {"seq", "integer"},   {"key", "string"},   {"dtype", "string"}, {"shape", "array"},
+    {"numel", "integer"}, {"stats", "object"}, {"hash", "string"},  {"capture", "string"},
 };
 
 static json_t *base_tensor(void)
@@ -844,6 +847,32 @@ static void sb_json_line(struct sb *s, json_t *j)
     free(txt);
 }
 
+/* The valid base tensor header with FIELD replaced by the JSON text VALUE
+ * (NULL: removed), between hello, env and an end: refused with WANT (NAME
+ * names the case). */
+static void expect_tensor_violation(const char *name, const char *field, const char *value,
+                                    const char *want)
+{
+    struct sb s = {0};
+    json_t *t = base_tensor();
+
+    if (value) {
+        json_error_t jerr;
+        json_t *v = json_loads(value, JSON_DECODE_ANY, &jerr);
+
+        cr_assert_not_null(v, "%s: %s", name, jerr.text);
+        json_object_set_new(t, field, v);
+    } else {
+        json_object_del(t, field);
+    }
+    sb_str(&s, HELLO ENV);
+    sb_json_line(&s, t);
+    sb_str(&s, END_OK);
+    expect_violation(name, s.b, s.n, NULL, -EPROTO, want);
+    json_decref(t);
+    sb_free(&s);
+}
+
 Test(frame, violations_tensor_fields)
 {
     /* The base itself is valid, so each case fails for its one change. */
@@ -861,27 +890,18 @@ Test(frame, violations_tensor_fields)
     }
     for (size_t i = 0; i < sizeof(tensor_cases) / sizeof(tensor_cases[0]); i++) {
         const struct tensor_case *c = &tensor_cases[i];
-        struct sb s = {0};
-        json_t *t = base_tensor();
         char name[128];
 
-        if (c->value) {
-            json_error_t jerr;
-            json_t *v = json_loads(c->value, JSON_DECODE_ANY, &jerr);
+        snprintf(name, sizeof(name), "tensor case %zu (%s=%s)", i, c->field, c->value);
+        expect_tensor_violation(name, c->field, c->value, c->want);
+    }
+    for (size_t i = 0; i < sizeof(required_fields) / sizeof(required_fields[0]); i++) {
+        char name[128], want[128];
 
-            cr_assert_not_null(v, "case %zu: %s", i, jerr.text);
-            json_object_set_new(t, c->field, v);
-        } else {
-            json_object_del(t, c->field);
-        }
-        sb_str(&s, HELLO ENV);
-        sb_json_line(&s, t);
-        sb_str(&s, END_OK);
-        snprintf(name, sizeof(name), "tensor case %zu (%s=%s)", i, c->field,
-                 c->value ? c->value : "<removed>");
-        expect_violation(name, s.b, s.n, NULL, -EPROTO, c->want);
-        json_decref(t);
-        sb_free(&s);
+        snprintf(name, sizeof(name), "tensor case %s=<removed>", required_fields[i].field);
+        snprintf(want, sizeof(want), "frame 3: tensor header missing %s field \"%s\"",
+                 required_fields[i].type, required_fields[i].field);
+        expect_tensor_violation(name, required_fields[i].field, NULL, want);
     }
 }
 
@@ -1056,24 +1076,53 @@ static void sb_note_of_size(struct sb *s, size_t total)
     sb_str(s, post);
 }
 
+/* Hello, a note line of TOTAL bytes and, when END, an end frame. */
+static void sb_note_stream(struct sb *s, size_t total, bool end)
+{
+    sb_str(s, HELLO);
+    sb_note_of_size(s, total);
+    if (end)
+        sb_str(s, END_OK);
+}
+
+/* frame_limits_default's limits as a value, for a test to change one. */
+static struct frame_limits default_limits(void)
+{
+    struct frame_limits l;
+
+    frame_limits_default(&l);
+    return l;
+}
+
+/* The stream in S, at the limits L, parses cleanly (WHAT names it); frees
+ * S and returns the outcome. */
+static struct result expect_within(struct sb *s, const struct frame_limits *l, const char *what)
+{
+    struct result res;
+
+    run_all_ok(s, l, NULL, &res, what);
+    sb_free(s);
+    return res;
+}
+
+/* The stream in S, past the limits L, is refused with WANT (NAME names
+ * it); frees S. */
+static void expect_past(const char *name, struct sb *s, const struct frame_limits *l,
+                        const char *want)
+{
+    expect_violation(name, s->b, s->n, l, -EPROTO, want);
+    sb_free(s);
+}
+
 Test(frame, header_line_limit_default)
 {
     struct sb s = {0};
-    struct result res;
 
-    sb_str(&s, HELLO);
-    sb_note_of_size(&s, FRAME_DEFAULT_MAX_HEADER);
-    sb_str(&s, END_OK);
-    run_all_ok(&s, NULL, NULL, &res, "65536-byte line");
-    cr_assert_eq(res.count, 3);
-    sb_free(&s);
+    sb_note_stream(&s, FRAME_DEFAULT_MAX_HEADER, true);
+    cr_assert_eq(expect_within(&s, NULL, "65536-byte line").count, 3);
 
-    sb_str(&s, HELLO);
-    sb_note_of_size(&s, FRAME_DEFAULT_MAX_HEADER + 1);
-    sb_str(&s, END_OK);
-    expect_violation("65537-byte line", s.b, s.n, NULL, -EPROTO,
-                     "frame 2: header line exceeds 65536 bytes");
-    sb_free(&s);
+    sb_note_stream(&s, FRAME_DEFAULT_MAX_HEADER + 1, true);
+    expect_past("65537-byte line", &s, NULL, "frame 2: header line exceeds 65536 bytes");
 
     /* An endless line is refused once the limit is reached, not at EOF. */
     {
@@ -1100,69 +1149,50 @@ Test(frame, header_line_limit_default)
 
 Test(frame, header_line_limit_small)
 {
-    struct frame_limits l;
+    struct frame_limits l = default_limits();
     struct sb s = {0};
-    struct result res;
 
-    frame_limits_default(&l);
     l.max_header = 128;
-    sb_str(&s, HELLO);
-    sb_note_of_size(&s, 128);
-    sb_str(&s, END_OK);
-    run_all_ok(&s, &l, NULL, &res, "a 128-byte line");
-    sb_free(&s);
+    sb_note_stream(&s, 128, true);
+    expect_within(&s, &l, "a 128-byte line");
 
-    sb_str(&s, HELLO);
-    sb_note_of_size(&s, 129);
-    expect_violation("129 > 128", s.b, s.n, &l, -EPROTO, "frame 2: header line exceeds 128 bytes");
-    sb_free(&s);
+    sb_note_stream(&s, 129, false);
+    expect_past("129 > 128", &s, &l, "frame 2: header line exceeds 128 bytes");
 }
 
 Test(frame, frame_count_limit)
 {
-    struct frame_limits l;
+    struct frame_limits l = default_limits();
     struct sb s = {0};
-    struct result res;
 
-    frame_limits_default(&l);
     l.max_frames = 5;
     sb_stats_stream(&s, 2);
-    run_all_ok(&s, &l, NULL, &res, "5 frames");
-    cr_assert_eq(res.count, 5);
-    sb_free(&s);
+    cr_assert_eq(expect_within(&s, &l, "5 frames").count, 5);
 
     sb_stats_stream(&s, 3);
-    expect_violation("6 frames", s.b, s.n, &l, -EPROTO,
-                     "frame 6: frame limit exceeded: more than 5 frames");
-    sb_free(&s);
+    expect_past("6 frames", &s, &l, "frame 6: frame limit exceeded: more than 5 frames");
 }
 
 Test(frame, payload_limits)
 {
-    struct frame_limits l;
+    struct frame_limits l = default_limits();
     struct sb s = {0};
-    struct result res;
 
-    frame_limits_default(&l);
     l.max_payload = 1000;
     l.max_total_payload = 2500;
 
     static const int at_limits[] = {1000, 1000, 500}, one_over[] = {1001},
                      total_over[] = {1000, 1000, 501};
     sb_full_stream(&s, at_limits, 3);
-    run_all_ok(&s, &l, NULL, &res, "payloads at the limits");
-    cr_assert_eq(res.payload_bytes, 2500);
-    sb_free(&s);
+    cr_assert_eq(expect_within(&s, &l, "payloads at the limits").payload_bytes, 2500);
 
     sb_full_stream(&s, one_over, 1);
-    expect_violation("payload 1001", s.b, s.n, &l, -EPROTO,
-                     "frame 3: nbytes 1001 exceeds the payload limit of 1000 bytes");
-    sb_free(&s);
+    expect_past("payload 1001", &s, &l,
+                "frame 3: nbytes 1001 exceeds the payload limit of 1000 bytes");
 
     sb_full_stream(&s, total_over, 3);
-    expect_violation("total 2501", s.b, s.n, &l, -EPROTO,
-                     "frame 5: total payload limit exceeded: 2000 + 501 bytes > 2500");
-    sb_free(&s);
+    expect_past("total 2501", &s, &l,
+                "frame 5: total payload limit exceeded: 2000 + 501 bytes > 2500");
 }
 
 Test(frame, new_rejects_bad_arguments)
