@@ -189,8 +189,24 @@ static void check_deadlines(struct run *r, int64_t now)
     }
 }
 
-/* One round of the loop: waits for the pipes and signals (up to the next
- * POST that may fall due), reads, and checks the runner's deadlines. */
+/* Whether a stream has a POST to make right now, so the loop must not
+ * wait (the tail after the runner ended goes out chunk after chunk). */
+static bool post_ready(const struct run *r, int64_t now)
+{
+    struct worker_chunk ch;
+    for (int i = 0; i < 2; i++) {
+        const struct run_stream *s = &r->s[i];
+        if ((!s->retry_ms || now >= s->retry_ms) &&
+            worker_chunk_next(&s->w, r->chunk, now - s->last_post_ms >= WORKER_POST_MS, s->fd < 0,
+                              &ch))
+            return true;
+    }
+    return false;
+}
+
+/* One round of the loop: waits for the pipes and signals (50 ms at most,
+ * so POSTs and deadlines are looked at in time; not at all when a POST is
+ * ready), reads, and checks the runner's deadlines. */
 static void wait_round(struct run *r)
 {
     struct pollfd pf[3];
@@ -203,7 +219,8 @@ static void wait_round(struct run *r)
     }
     pf[n] = (struct pollfd){.fd = r->sfd, .events = POLLIN};
     idx[n++] = -1;
-    if (poll(pf, (nfds_t)n, WORKER_POST_MS / 2) > 0) {
+    int wait = post_ready(r, util_mono_ms()) ? 0 : WORKER_POST_MS / 2;
+    if (poll(pf, (nfds_t)n, wait) > 0) {
         for (int k = 0; k < n; k++) {
             if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
