@@ -444,10 +444,23 @@ static void run_free(struct run *r)
 }
 
 #define SHOW(r) "exit %d\nstdout: %s\nstderr: %s", (r).code, (r).out, (r).err
+/* The same, after "row I: ". */
+#define SHOW_ROW(i, r) "row %zu: exit %d\nstdout: %s\nstderr: %s", (i), (r).code, (r).out, (r).err
+
+/* Whether the NULL-terminated "K=V" list ENV (may be NULL) sets the
+ * variable of KV. */
+static bool overridden(const char *kv, const char *const *env)
+{
+    size_t n = strcspn(kv, "=");
+    for (int i = 0; env && env[i]; i++)
+        if (strncmp(env[i], kv, n + 1) == 0)
+            return true;
+    return false;
+}
 
 /* Runs capd-cell ARGS (NULL-terminated, after the program name) in DIR
- * with the environment minus every CAPD_* variable and TMPDIR, plus
- * TMPDIR=DIR and ENV (may be NULL). Output goes to files in DIR. */
+ * with the environment minus every CAPD_* variable, TMPDIR and what ENV
+ * sets, plus TMPDIR=DIR and ENV (may be NULL). Output goes to files in DIR. */
 static void run_cell(struct run *r, const char *dir, const char *const *env,
                      const char *const *args)
 {
@@ -465,7 +478,8 @@ static void run_cell(struct run *r, const char *dir, const char *const *env,
         argv[a++] = args[i];
     argv[a] = NULL;
     for (int i = 0; environ[i] && e < 500; i++)
-        if (strncmp(environ[i], "CAPD_", 5) != 0 && strncmp(environ[i], "TMPDIR=", 7) != 0)
+        if (strncmp(environ[i], "CAPD_", 5) != 0 && strncmp(environ[i], "TMPDIR=", 7) != 0 &&
+            !overridden(environ[i], env))
             envp[e++] = environ[i];
     envp[e++] = tmpdir;
     for (int i = 0; env && env[i] && e < 510; i++)
@@ -537,6 +551,9 @@ Test(program, usage_errors)
                        tokfile, empty, spacey),
                  0);
     static const char *const tok[] = {"CAPD_TOKEN=capd_at_x", NULL};
+    char home_var[700];
+    snprintf(home_var, sizeof home_var, "HOME=%s", dir);
+    const char *const home[] = {"CAPD_TOKEN=capd_at_x", home_var, NULL};
     const struct {
         const char *const *env;
         const char *args[12];
@@ -575,13 +592,17 @@ Test(program, usage_errors)
         {tok, {"--url", "http://h", "--attempt", "7", "extra", NULL}, "unexpected argument"},
         {tok, {"--url", "http://h", "--attempt", NULL}, "missing value"},
         {tok, {"--url", "http://h", "--attempt", "7", "--cacert", unreadable, NULL}, "--cacert"},
+        {tok, {"--url", "http://h", "--attempt", "7", "--scratch", "/", NULL}, "is / or $HOME"},
+        {tok, {"--url", "http://h", "--attempt", "7", "--scratch", "/tmp/..", NULL}, "is / or"},
+        {home, {"--url", "http://h", "--attempt", "7", "--scratch", dir, NULL}, "is / or $HOME"},
+        {tok, {"--url", "http://h", "--attempt", "7", "--scratch", "", NULL}, "--scratch must be"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         struct run r;
         run_cell(&r, dir, t[i].env, t[i].args);
-        cr_assert_eq(r.code, 2, "row %zu: " SHOW(r), i);
-        cr_assert(strstr(r.err, t[i].msg), "row %zu wants '%s': " SHOW(r), i, t[i].msg);
-        cr_assert(strstr(r.err, "Try 'capd-cell --help'."), "row %zu: " SHOW(r), i);
+        cr_assert_eq(r.code, 2, SHOW_ROW(i, r));
+        cr_assert(strstr(r.err, t[i].msg), "wants '%s': " SHOW_ROW(i, r), t[i].msg);
+        cr_assert(strstr(r.err, "Try 'capd-cell --help'."), SHOW_ROW(i, r));
         cr_assert_null(strstr(r.err, "capd_at_"), "row %zu: the token was printed", i);
         run_free(&r);
     }

@@ -167,6 +167,16 @@ static int check_numbers(struct settings *st, const struct args *a)
     return 0;
 }
 
+/* Whether DIR is / or $HOME, which the scratch dir's emptying would wipe. */
+static bool emptying_hurts(const char *dir)
+{
+    char abs[UTIL_PATH_MAX], home[UTIL_PATH_MAX];
+    const char *h = getenv("HOME");
+    if (!realpath(dir, abs))
+        return false;
+    return strcmp(abs, "/") == 0 || (h && realpath(h, home) && strcmp(abs, home) == 0);
+}
+
 static int check_paths(struct settings *st, const struct args *a)
 {
     int rc;
@@ -175,6 +185,8 @@ static int check_paths(struct settings *st, const struct args *a)
             return usage_error("--scratch must be a path of 1 to %zu bytes",
                                sizeof st->scratch - 1);
         snprintf(st->scratch, sizeof st->scratch, "%s", a->scratch);
+        if (emptying_hurts(st->scratch))
+            return usage_error("--scratch '%s' is / or $HOME, which would be emptied", a->scratch);
     } else {
         const char *tmp = from_env(NULL, "TMPDIR");
         char name[64];
@@ -216,8 +228,9 @@ static int parse_args(int argc, char **argv, struct settings *st)
         return usage_error("unknown option or missing value: '%s'", bad ? bad : "?");
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if ((rc = check_url(st, from_env(a.url, "CAPD_URL"))) != 0 || (rc = check_numbers(st, &a)) ||
-        (rc = check_token(st, a.token_file)) != 0 || (rc = check_paths(st, &a)) != 0)
+    if ((rc = check_url(st, from_env(a.url, "CAPD_URL"))) != 0 ||
+        (rc = check_numbers(st, &a)) != 0 || (rc = check_token(st, a.token_file)) != 0 ||
+        (rc = check_paths(st, &a)) != 0)
         return rc;
     st->keep = a.keep;
     st->o.quiet = a.quiet;
@@ -236,6 +249,10 @@ static int make_scratch(char dir[UTIL_PATH_MAX])
     if (lstat(dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
             worker_say("the scratch dir %s exists and is not a directory of this user", dir);
+            return -1;
+        }
+        if (emptying_hurts(dir)) {
+            worker_say("the scratch dir %s is / or $HOME: it would be emptied", dir);
             return -1;
         }
         if (util_rm_tree(dir) != 0 && lstat(dir, &sb) == 0) {

@@ -151,6 +151,14 @@ static void try_reap(struct run *r)
     }
 }
 
+/* SIG to the runner's group; to the runner alone while it has none yet
+ * (it was signalled between its fork and its setsid). */
+static void signal_group(const struct run *r, int sig)
+{
+    if (kill(-r->pid, sig) != 0 && errno == ESRCH)
+        kill(r->pid, sig);
+}
+
 /* SIGTERM to the runner's group now, SIGKILL after the grace. */
 static void terminate(struct run *r, const char *why)
 {
@@ -158,7 +166,7 @@ static void terminate(struct run *r, const char *why)
         return;
     if (!r->o->quiet)
         worker_say("attempt %lld: %s: stopping the runner", r->o->attempt, why);
-    kill(-r->pid, SIGTERM);
+    signal_group(r, SIGTERM);
     r->kill_ms = util_mono_ms() + WORKER_KILL_GRACE_MS;
 }
 
@@ -180,10 +188,10 @@ static void check_deadlines(struct run *r, int64_t now)
     if (!r->reaped && r->spec->timeout_s > 0 && now - r->started_ms >= r->spec->timeout_s * 1000)
         terminate(r, "the attempt's timeout passed");
     if (!r->reaped && r->kill_ms && now >= r->kill_ms)
-        kill(-r->pid, SIGKILL);
+        signal_group(r, SIGKILL);
     if (r->reaped && now - r->reaped_ms >= WORKER_KILL_GRACE_MS &&
         (r->s[0].fd >= 0 || r->s[1].fd >= 0)) {
-        kill(-r->pid, SIGKILL);
+        signal_group(r, SIGKILL);
         for (int i = 0; i < 2; i++)
             stream_close(&r->s[i]);
     }
@@ -240,14 +248,14 @@ static void stop_runner(struct run *r)
 {
     if (r->pid <= 0 || r->reaped)
         return;
-    kill(-r->pid, SIGTERM);
+    signal_group(r, SIGTERM);
     for (int64_t end = util_mono_ms() + WORKER_KILL_GRACE_MS; util_mono_ms() < end;) {
         try_reap(r);
         if (r->reaped)
             return;
         poll(NULL, 0, 50);
     }
-    kill(-r->pid, SIGKILL);
+    signal_group(r, SIGKILL);
     while (!r->reaped && waitpid(r->pid, &r->status, 0) >= 0)
         r->reaped = true;
 }
