@@ -67,8 +67,9 @@ static void child_exec(const struct worker_spec *spec, const char *scratch, int 
     const struct util_child_rlimits lim = {0};
     const char *what = NULL;
     unsigned long long v = 0;
-    if (util_child_rlimits(&lim, &what, &v) != 0) {
-        dprintf(2, "capd-cell: cannot set the rlimit %s: %s\n", what, strerror(errno));
+    int rc = util_child_rlimits(&lim, &what, &v);
+    if (rc != 0) {
+        dprintf(2, "capd-cell: cannot set the rlimit %s: %s\n", what, strerror(-rc));
         _exit(126);
     }
     util_child_close_above_3();
