@@ -178,7 +178,9 @@ static void read_signals(struct run *r)
         if (si.ssi_signo == SIGCHLD)
             try_reap(r);
         else
-            terminate(r, strsignal((int)si.ssi_signo));
+            terminate(r, si.ssi_signo == SIGTERM  ? "the worker got SIGTERM"
+                         : si.ssi_signo == SIGINT ? "the worker got SIGINT"
+                                                  : "the worker got SIGHUP");
     }
 }
 
