@@ -98,6 +98,7 @@ Test(deploy, install_run_a_real_job_and_uninstall, .timeout = 600)
         {"bin/capd", true},
         {"bin/capctl", true},
         {"libexec/capd/capd-exec", true},
+        {"libexec/capd/capd-cell", true},
         {"libexec/capd/libcapd_analysis.so", false},
         {"share/capd/runner/capd_runner/__main__.py", false},
         {"share/capd/schema/001_init.sql", false},
@@ -341,17 +342,17 @@ Test(deploy, containerfile_runtime_has_every_linked_library, .timeout = 600)
     char *runtime = strstr(text, "FROM debian:bookworm-slim");
     cr_assert_not_null(runtime, "the runtime stage is bookworm-slim");
     char *build = build_dir(), *dir = tu_tmpdir();
-    cr_assert_eq(
-        tu_sh("cd '%s' && for b in capd capctl capd-exec capd-gpuinfo libcapd_analysis.so; do "
-              "[ -x \"$b\" ] || continue; "
-              "for so in $(readelf -d \"$b\" | sed -n 's/.*Shared library: "
-              "\\[\\(.*\\)\\]/\\1/p'); do "
-              "path=$(ldd \"$b\" | awk -v so=\"$so\" '$1 == so { print $3 }'); "
-              "[ -n \"$path\" ] || continue; "
-              "dpkg -S \"$(readlink -f \"$path\")\" 2>/dev/null || dpkg -S \"$path\"; "
-              "done; done | cut -d: -f1 | sort -u > '%s/pkgs'",
-              build, dir),
-        0);
+    cr_assert_eq(tu_sh("cd '%s' && for b in capd capctl capd-exec capd-cell capd-gpuinfo "
+                       "libcapd_analysis.so; do "
+                       "[ -x \"$b\" ] || continue; "
+                       "for so in $(readelf -d \"$b\" | sed -n 's/.*Shared library: "
+                       "\\[\\(.*\\)\\]/\\1/p'); do "
+                       "path=$(ldd \"$b\" | awk -v so=\"$so\" '$1 == so { print $3 }'); "
+                       "[ -n \"$path\" ] || continue; "
+                       "dpkg -S \"$(readlink -f \"$path\")\" 2>/dev/null || dpkg -S \"$path\"; "
+                       "done; done | cut -d: -f1 | sort -u > '%s/pkgs'",
+                       build, dir),
+                 0);
     char *pf = pathf("%s/pkgs", dir), *pkgs = slurp(pf);
     int checked = 0;
     for (char *line = strtok(pkgs, "\n"); line; line = strtok(NULL, "\n")) {

@@ -12,6 +12,9 @@
 #             api/ onto the daemon and is the one file that may)
 #   api/      never cli/
 #   cli/      capctl: only cli/ headers (it talks HTTP, not to the daemon)
+#   worker/   capd-cell: only worker/ and util/ headers, libcurl, jansson and
+#             the C library (it talks HTTP to capd and runs on other hosts);
+#             no other folder includes worker/
 #
 #   layering.sh SOURCE_DIR      prints every breach; exit 1 if there is one
 set -u
@@ -34,23 +37,25 @@ breach() {
 }
 
 out=$(
-    breach util '("(api|cli|compare|daemon|storage|runner|gpu|tests)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash|jansson|criterion/criterion)\.h>)' \
+    breach util '("(api|cli|compare|daemon|storage|runner|gpu|tests|worker)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash|jansson|criterion/criterion)\.h>)' \
         "util/ depends on nothing but the C library"
-    breach compare '("(api|cli|daemon|storage|runner|gpu)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash)\.h>)' \
+    breach compare '("(api|cli|daemon|storage|runner|gpu|worker)/|<(uv|sqlite3|microhttpd|curl/curl|zstd|xxhash)\.h>)' \
         "compare/ depends on nothing but util/, jansson and the C library"
-    for d in api cli compare daemon gpu util; do
+    breach worker '("(api|cli|compare|daemon|storage|runner|gpu|tests)/|<(uv|sqlite3|microhttpd|zstd|xxhash|criterion/criterion)\.h>)' \
+        "worker/ depends on nothing but util/, libcurl, jansson and the C library"
+    for d in api cli compare daemon gpu util worker; do
         breach "$d" '<sqlite3\.h>' "only storage/ includes sqlite3.h"
     done
-    breach storage '"(daemon|api|cli)/' "storage/ is below daemon/ and api/"
-    breach daemon '"(api|cli)/' "daemon/ is below api/" daemon/main.c
-    breach api '"cli/' "api/ does not use capctl's code"
-    breach cli '"(api|daemon|storage|compare)/' "capctl talks HTTP; it shares no code with capd"
+    breach storage '"(daemon|api|cli|worker)/' "storage/ is below daemon/ and api/"
+    breach daemon '"(api|cli|worker)/' "daemon/ is below api/" daemon/main.c
+    breach api '"(cli|worker)/' "api/ does not use capctl's or capd-cell's code"
+    breach cli '"(api|daemon|storage|compare|worker)/' "capctl talks HTTP; it shares no code with capd"
 )
 if [ -n "$out" ]; then
     echo "$out"
     bad=1
 fi
-n=$(ls util/*.c compare/*.c storage/*.c daemon/*.c api/*.c cli/*.c 2>/dev/null | wc -l)
+n=$(ls util/*.c compare/*.c storage/*.c daemon/*.c api/*.c cli/*.c worker/*.c 2>/dev/null | wc -l)
 [ "$n" -gt 20 ] || { echo "layering: only $n source files found under $ROOT"; exit 2; }
 [ $bad -eq 0 ] && echo "layering: $n product source files keep the one-way rule"
 exit $bad
