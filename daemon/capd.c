@@ -71,6 +71,11 @@ struct capd {
     uint64_t stop_deadline;
 };
 
+void capd_set_bound_port(struct capd *d, int port)
+{
+    d->cfg.listen_port = port;
+}
+
 const struct capd_config *capd_cfg(const struct capd *d)
 {
     return &d->cfg;

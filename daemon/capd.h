@@ -29,6 +29,9 @@ void capd_set_http_hooks(struct capd *d, const struct capd_http_hooks *h);
 int capd_run(struct capd *d);
 void capd_free(struct capd *d);
 const struct capd_config *capd_cfg(const struct capd *d);
+/* The port the HTTP server bound (listen port 0 picks one), set once it
+ * listens and before capd_run: what remote workers are told to reach. */
+void capd_set_bound_port(struct capd *d, int port);
 
 /* Thread-safe wake-ups from HTTP handlers. */
 void capd_notify_work(struct capd *d);

@@ -104,6 +104,7 @@ int main(int argc, char **argv)
         capd_free(d);
         return fail("listen", err);
     }
+    capd_set_bound_port(d, port);
     struct capd_http_hooks hooks = {a, hook_quiesce, hook_inflight, hook_stop};
     capd_set_http_hooks(d, &hooks);
     /* Tests and scripts read the bound port from this line (the text after

@@ -446,3 +446,67 @@ Test(remote, bad_executor_settings_stop_capd, .timeout = 60)
     tu_sh("rm -rf '%s'", dir);
     free(dir);
 }
+
+/* capd whose remote_launch runs capd-cell itself, on this host. */
+static struct rt *rt_start_worker(const char *config_extra)
+{
+    struct rt *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    R = r;
+    char *dir = tu_tmpdir();
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    char cfg[512], text[2048];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
+    snprintf(text, sizeof text,
+             "{\"executor\": \"remote\", \"remote_launch\": \"exec '%s' --quiet --scratch "
+             "%s/w-$CAPD_ATTEMPT\"%s}",
+             tu_bin("CAPD_CELL_BIN"), dir, config_extra);
+    af_put_file(cfg, text);
+    const char *extra[] = {"--config", cfg, NULL};
+    af_start_capd(&r->c, dir, extra);
+    free(dir);
+    cr_assert_eq(tu_fake_build(&r->c, "fake", NULL), 201);
+    return r;
+}
+
+/* Every outcome through capd-cell, as the local executor gives it: the
+ * state, and the records a crash leaves. */
+Test(remote, capd_cell_runs_cells_as_the_local_executor_does, .fini = rt_stop, .timeout = 120)
+{
+    struct rt *r = rt_start_worker("");
+    static const struct {
+        const char *model, *options, *state;
+        int tensors; /* tensor records kept; -1: as the local executor's */
+    } cases[] = {
+        {"fake:ok__5", NULL, "ok", -1},
+        {"fake:segv", NULL, "crashed", 2},
+        {"fake:exit3", NULL, "failed", 0},
+        {"fake:garbage", NULL, "protocol_error", 0},
+        {"fake:hang", "{\"timeout_s\":1}", "timeout", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *job = NULL;
+        json_t *cell = af_run_cell(&r->c, cases[i].model, cases[i].options, &job);
+        char path[128];
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+        struct tu_resp lr;
+        cr_assert_eq(tu_http(&r->c, "GET", path, NULL, 0, NULL, &lr), 0);
+        cr_assert_str_eq(tu_str(cell, "state"), cases[i].state, "%s: %s; log: %s",
+                         cases[i].model, af_dump(cell), lr.body ? lr.body : "");
+        tu_resp_free(&lr);
+        json_t *t = af_cell_records(&r->c, job, tu_str(cell, "id"), "tensor");
+        if (cases[i].tensors >= 0) {
+            cr_assert_eq(json_array_size(t), (size_t)cases[i].tensors, "%s: tensors kept",
+                         cases[i].model);
+        } else {
+            char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
+            char *want = local_lines(cases[i].model);
+            cr_assert_str_eq(lines, want, "%s: records equal the local executor's", cases[i].model);
+            free(lines);
+            free(want);
+        }
+        json_decref(t);
+        json_decref(cell);
+        free(job);
+    }
+}
