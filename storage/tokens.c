@@ -66,6 +66,24 @@ static bool ct_equal(const char *a, const char *b, size_t n)
     return acc == 0;
 }
 
+/* SHA-256 of TOKEN in hex, as the database keeps it. */
+static void digest_hex(const char *token, char dhex[65])
+{
+    unsigned char digest[32];
+    store_sha256(token, strlen(token), digest);
+    to_hex(digest, sizeof digest, dhex);
+}
+
+/* Whether column COL of ST holds SHA-256(TOKEN) in hex, compared in
+ * constant time. */
+static bool hash_matches(sqlite3_stmt *st, int col, const char *token)
+{
+    char dhex[65];
+    digest_hex(token, dhex);
+    const char *hash = (const char *)sqlite3_column_text(st, col);
+    return hash && strlen(hash) == 64 && ct_equal(hash, dhex, 64);
+}
+
 static json_t *token_row(sqlite3_stmt *st)
 {
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "id", store_col_str(st, 0), "name",
@@ -85,7 +103,7 @@ static int token_get(struct store *s, const char *id, json_t **out)
 int store_token_create(struct store *s, int scope, const char *name, int64_t expires_at,
                        char token_out[STORE_TOKEN_LEN + 1], json_t **info)
 {
-    unsigned char secret[TOKEN_SECRET_BYTES], digest[32];
+    unsigned char secret[TOKEN_SECRET_BYTES];
     char hex[2 * TOKEN_SECRET_BYTES + 1], dhex[65], id[16];
     int rc = -EIO;
     if (scope < STORE_SCOPE_READ || scope > STORE_SCOPE_ADMIN)
@@ -99,8 +117,7 @@ int store_token_create(struct store *s, int scope, const char *name, int64_t exp
     for (int attempt = 0; attempt < 4; attempt++) {
         store_new_id('t', id);
         snprintf(token_out, STORE_TOKEN_LEN + 1, TOKEN_PREFIX "%.13s_%.64s", id, hex);
-        store_sha256(token_out, strlen(token_out), digest);
-        to_hex(digest, sizeof digest, dhex);
+        digest_hex(token_out, dhex);
         /* An EXPIRES_AT of 0 or less stores NULL: the token never expires. */
         rc = store_run(s,
                        "INSERT INTO tokens(id, name, scope, hash, created_at, expires_at) "
@@ -124,8 +141,7 @@ out:
 int store_token_check(struct store *s, const char *token, char id_out[16], int *scope_out)
 {
     static const size_t plen = sizeof TOKEN_PREFIX - 1;
-    unsigned char digest[32];
-    char dhex[65], id[16];
+    char id[16];
     sqlite3_stmt *st = NULL;
     /* The shape is checked before anything is looked up, so junk never
      * reaches the database. */
@@ -136,14 +152,11 @@ int store_token_check(struct store *s, const char *token, char id_out[16], int *
         return -ENOENT;
     memcpy(id, token + plen, TOKEN_ID_LEN);
     id[TOKEN_ID_LEN] = 0;
-    store_sha256(token, STORE_TOKEN_LEN, digest);
-    to_hex(digest, sizeof digest, dhex);
     int rc = store_query(
         s, &st, "SELECT hash, scope, expires_at, revoked_at FROM tokens WHERE id = ?", "t", id);
     if (rc || (rc = store_step(s, st)) != 0)
         goto out;
-    const char *hash = (const char *)sqlite3_column_text(st, 0);
-    if (!hash || strlen(hash) != 64 || !ct_equal(hash, dhex, 64)) {
+    if (!hash_matches(st, 0, token)) {
         rc = -ENOENT;
         goto out;
     }
@@ -207,7 +220,7 @@ int store_job_token(struct store *s, const char *job_id, char id_out[16])
 int store_attempt_token_create(struct store *s, int64_t attempt_id, int64_t expires_at,
                                char token_out[STORE_ATTEMPT_TOKEN_MAX])
 {
-    unsigned char secret[TOKEN_SECRET_BYTES], digest[32];
+    unsigned char secret[TOKEN_SECRET_BYTES];
     char hex[2 * TOKEN_SECRET_BYTES + 1], dhex[65];
     if (attempt_id <= 0 || expires_at <= 0)
         return -EINVAL;
@@ -216,8 +229,7 @@ int store_attempt_token_create(struct store *s, int64_t attempt_id, int64_t expi
     to_hex(secret, sizeof secret, hex);
     snprintf(token_out, STORE_ATTEMPT_TOKEN_MAX, ATOKEN_PREFIX "%lld_%s", (long long)attempt_id,
              hex);
-    store_sha256(token_out, strlen(token_out), digest);
-    to_hex(digest, sizeof digest, dhex);
+    digest_hex(token_out, dhex);
     int rc = store_run(s,
                        "INSERT OR REPLACE INTO attempt_tokens(attempt_id, hash, created_at, "
                        "expires_at) VALUES (?1, ?2, ?3, ?4)",
@@ -255,14 +267,10 @@ bool store_attempt_token_shaped(const char *token)
 
 int store_attempt_token_check(struct store *s, const char *token, struct store_attempt_ref *out)
 {
-    unsigned char digest[32];
-    char dhex[65];
     sqlite3_stmt *st = NULL;
     int64_t id = atoken_attempt(token);
     if (id <= 0)
         return -ENOENT;
-    store_sha256(token, strlen(token), digest);
-    to_hex(digest, sizeof digest, dhex);
     int rc = store_query(s, &st,
                          "SELECT t.hash, t.expires_at, a.state, a.n, c.id, c.state, c.attempts, "
                          "j.id FROM attempt_tokens t JOIN attempts a ON a.id = t.attempt_id "
@@ -271,8 +279,7 @@ int store_attempt_token_check(struct store *s, const char *token, struct store_a
                          "I", id);
     if (rc || (rc = store_step(s, st)) != 0)
         goto out;
-    const char *hash = (const char *)sqlite3_column_text(st, 0);
-    if (!hash || strlen(hash) != 64 || !ct_equal(hash, dhex, 64)) {
+    if (!hash_matches(st, 0, token)) {
         rc = -ENOENT;
         goto out;
     }

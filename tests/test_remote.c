@@ -321,6 +321,28 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     free(job);
 }
 
+/* The job's one cell once it no longer runs: ends in STATE, and an upload
+ * at OFFSET is then told the attempt is over (410). */
+static void expect_ended(struct rt *r, const char *job, const char *state, long long offset)
+{
+    json_t *done = NULL, *cell = NULL;
+    for (int i = 0; i < 200; i++) {
+        json_decref(done);
+        done = af_wait_job(&r->c, job, 30);
+        cell = json_array_get(json_object_get(done, "cells"), 0);
+        if (strcmp(tu_str(cell, "state"), "running") != 0)
+            break;
+        usleep(50 * 1000);
+    }
+    cr_assert_str_eq(tu_str(cell, "state"), state, "%s", af_dump(cell));
+    long st = 0;
+    json_t *j = rt_post(r, "frames", offset, "x", 1, &st);
+    cr_assert_eq(st, 410, "%s", af_dump(j));
+    cr_assert_str_eq(tu_str(j, "state"), state, "the 410 names how it ended");
+    json_decref(j);
+    json_decref(done);
+}
+
 Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .timeout = 60)
 {
     struct rt *r = rt_start("");
@@ -330,13 +352,7 @@ Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .ti
     static const char junk[] = "this is not a frame stream at all, not even close\n";
     json_decref(rt_post(r, "frames", 0, junk, sizeof junk - 1, &st));
     cr_assert_eq(st, 200);
-    json_t *done = af_wait_job(&r->c, job, 30);
-    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
-    cr_assert_str_eq(tu_str(cell, "state"), "protocol_error", "%s", af_dump(cell));
-    json_t *j = rt_post(r, "frames", sizeof junk - 1, junk, 4, &st);
-    cr_assert_eq(st, 410, "%s", af_dump(j));
-    json_decref(j);
-    json_decref(done);
+    expect_ended(r, job, "protocol_error", sizeof junk - 1);
     free(job);
 }
 
@@ -350,20 +366,7 @@ Test(remote, cancel_is_told_to_the_worker, .fini = rt_stop, .timeout = 60)
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
     json_decref(tu_json(&r->c, "POST", path, "{}", &st));
     cr_assert(st == 200 || st == 202, "cancel: %ld", st);
-    json_t *done = NULL, *cell = NULL;
-    for (int i = 0; i < 200; i++) {
-        json_decref(done);
-        done = af_wait_job(&r->c, job, 30);
-        cell = json_array_get(json_object_get(done, "cells"), 0);
-        if (strcmp(tu_str(cell, "state"), "running") != 0)
-            break;
-        usleep(50 * 1000);
-    }
-    cr_assert_str_eq(tu_str(cell, "state"), "cancelled", "%s", af_dump(cell));
-    json_t *j = rt_post(r, "frames", 0, "x", 1, &st);
-    cr_assert_eq(st, 410, "%s", af_dump(j));
-    json_decref(j);
-    json_decref(done);
+    expect_ended(r, job, "cancelled", 0);
     free(job);
 }
 
@@ -491,8 +494,8 @@ Test(remote, capd_cell_runs_cells_as_the_local_executor_does, .fini = rt_stop, .
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
         struct tu_resp lr;
         cr_assert_eq(tu_http(&r->c, "GET", path, NULL, 0, NULL, &lr), 0);
-        cr_assert_str_eq(tu_str(cell, "state"), cases[i].state, "%s: %s; log: %s",
-                         cases[i].model, af_dump(cell), lr.body ? lr.body : "");
+        cr_assert_str_eq(tu_str(cell, "state"), cases[i].state, "%s: %s; log: %s", cases[i].model,
+                         af_dump(cell), lr.body ? lr.body : "");
         tu_resp_free(&lr);
         json_t *t = af_cell_records(&r->c, job, tu_str(cell, "id"), "tensor");
         if (cases[i].tensors >= 0) {
