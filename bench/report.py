@@ -121,6 +121,21 @@ def perf_verdicts(w, pv, quick):
     w("")
 
 
+def by_hand(w):
+    """bench/by-hand.md, the figures measured outside bench/run, as they are."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "by-hand.md")
+    text = read(path, "")
+    body = re.sub(r"<!--.*?-->", "", text, flags=re.S).strip()
+    if not body:
+        return
+    w("## Measured by hand (outside `bench/run`)")
+    w("")
+    w("Copied from `bench/by-hand.md`: each with its date, commit, load and how it was run.")
+    w("")
+    w(body)
+    w("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True)
@@ -542,6 +557,7 @@ def main():
     w("")
 
     perf_verdicts(w, pv, quick)
+    by_hand(w)
 
     w("## Reproduce everything")
     w("")
