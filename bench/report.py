@@ -121,6 +121,48 @@ def perf_verdicts(w, pv, quick):
     w("")
 
 
+def remote_section(w, r, quick):
+    """Remote attempts and the Slurm executor against local cells."""
+    w("## Remote attempts and the Slurm executor (`bench_remote.py`)")
+    w("")
+    if not r:
+        w("Not run.")
+        w("")
+        return
+    pc = r.get("per_cell_s") or {}
+    w("Three capds on this host with the fake runner's build, `max_parallel` 1: `local` "
+      "(cells are capd's children), `remote` (`remote_launch` execs `capd-cell`, which "
+      "streams back over HTTP), `slurm` (each attempt an `sbatch` job on a one-node Slurm, "
+      "tests/slurm/cluster.sh, running `capd-cell`). Per-cell time: %s one-cell `fake:ok` "
+      "jobs each, interleaved job by job, POST to done. Ingest: one `fake:payload` cell of "
+      "%s MiB of 1 MiB full payloads each, stored bytes over the cell's duration."
+      % (r.get("cells"), r.get("mib")))
+    w("")
+    w("| figure | what it measures | value | reference (same run) | target |")
+    w("| --- | --- | --- | --- | --- |")
+    w("| remote per cell | a one-cell job through capd-cell | %s s | local: %s s | — (**%s×**) |"
+      % (f(pc.get("remote"), "%.3f"), f(pc.get("local"), "%.3f"), f(r.get("remote_over_local"))))
+    if "slurm" in pc:
+        w("| Slurm per cell | a one-cell job as an sbatch job | %s s (**%s×**) | local: %s s | "
+          "≤ 1.2× local + 1 s (%s s over 1.2× local: %s) |"
+          % (f(pc.get("slurm"), "%.3f"), f(r.get("slurm_over_local")), f(pc.get("local"), "%.3f"),
+             f(r.get("slurm_excess_s"), "%.2f"), verdict(r.get("slurm_target_met"))))
+    else:
+        w("| Slurm per cell | — | skipped: %s | — | ≤ 1.2× local + 1 s (n/a) |"
+          % r.get("slurm_skipped"))
+    ing = r.get("ingest_mib_s") or {}
+    w("| remote ingest | MiB/s of a payload cell through capd-cell | %s MiB/s | local: %s MiB/s "
+      "| ≥ 0.5× (**%s×**, %s) |"
+      % (f(ing.get("remote"), "%.0f"), f(ing.get("local"), "%.0f"),
+         f(r.get("remote_ingest_over_local")), verdict(r.get("ingest_target_met"))))
+    w("")
+    w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 bench/bench_remote.py "
+      "--capd build-bench/capd --capd-cell build-bench/capd-cell --fake-runner "
+      "build-bench/tests/fake_runner%s`." % (r.get("load_before"), r.get("load_after"),
+                                             " --quick" if quick else ""))
+    w("")
+
+
 def by_hand(w):
     """bench/by-hand.md, the figures measured outside bench/run, as they are."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "by-hand.md")
@@ -150,6 +192,7 @@ def main():
     e2e = read_json(os.path.join(d, "e2e.json")) or {}
     scale = read_json(os.path.join(d, "compare_scale.json")) or {}
     pv = read_json(os.path.join(d, "perf_verdicts.json")) or {}
+    rm = read_json(os.path.join(d, "remote.json")) or {}
     quick = "--quick" in meta.get("command", "")
     cmd = meta.get("command", "bench/run")
 
@@ -557,6 +600,7 @@ def main():
     w("")
 
     perf_verdicts(w, pv, quick)
+    remote_section(w, rm, quick)
     by_hand(w)
 
     w("## Reproduce everything")

@@ -29,7 +29,12 @@ extern char **environ;
 
 bool sup_is_remote(const struct capd_config *cfg)
 {
-    return strcmp(cfg->executor, "remote") == 0;
+    return strcmp(cfg->executor, "remote") == 0 || strcmp(cfg->executor, "slurm") == 0;
+}
+
+static bool is_slurm(const struct capd_config *cfg)
+{
+    return strcmp(cfg->executor, "slurm") == 0;
 }
 
 static json_int_t cell_timeout_s(const struct sup *s)
@@ -145,6 +150,8 @@ static void on_wake(uv_async_t *h)
 
 void sup__remote_stop(struct sup *s)
 {
+    if (is_slurm(s->cfg))
+        sup__slurm_cancel(s);
     const char *state = s->cancelled    ? "cancelled"
                         : s->timed_out  ? "timeout"
                         : s->fail_state ? s->fail_state
@@ -155,6 +162,8 @@ void sup__remote_stop(struct sup *s)
 
 void sup__remote_close(struct sup *s)
 {
+    if (is_slurm(s->cfg))
+        sup__slurm_forget(s);
     remote_close(s->remote);
     s->remote = NULL;
     sup__close_handle(s, (uv_handle_t *)&s->wake);
@@ -200,7 +209,7 @@ static void capd_url(const struct capd_config *cfg, char *out, size_t n)
 }
 
 /* capd's own environment and the attempt's variables, for the launcher. */
-static char **launch_env(struct sup *s, const char *token)
+static char **launch_env(struct sup *s, const char *url, const char *token)
 {
     size_t n = 0;
     while (environ[n])
@@ -212,8 +221,6 @@ static char **launch_env(struct sup *s, const char *token)
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "CAPD_", 5) != 0)
             env[k++] = strdup(environ[i]);
-    char url[600];
-    capd_url(s->cfg, url, sizeof url);
     if (asprintf(&env[k++], "CAPD_URL=%s", url) < 0 ||
         asprintf(&env[k++], "CAPD_ATTEMPT=%lld", (long long)s->run.attempt_id) < 0 ||
         asprintf(&env[k++], "CAPD_TOKEN=%s", token) < 0 ||
@@ -231,10 +238,10 @@ static char **launch_env(struct sup *s, const char *token)
 }
 
 /* Runs remote_launch through /bin/sh, its output into the cell log. */
-static int launch(struct sup *s, const char *token)
+static int launch(struct sup *s, const char *url, const char *token)
 {
     struct launch *l = calloc(1, sizeof *l);
-    char **env = launch_env(s, token);
+    char **env = launch_env(s, url, token);
     int rc = -ENOMEM;
     if (l && env) {
         l->attempt_id = s->run.attempt_id;
@@ -297,11 +304,14 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
     s->handles_open = 2;
     uv_timer_start(&s->timer, on_timeout, (uint64_t)s->cfg->remote_start_timeout_s * 1000, 0);
     /* From here the attempt ends the ordinary way, even if the launch fails. */
-    rc = launch(s, token);
+    char url[600], why[1200] = "";
+    capd_url(s->cfg, url, sizeof url);
+    if (is_slurm(s->cfg))
+        rc = sup__slurm_submit(s, url, token, why, sizeof why);
+    else if ((rc = launch(s, url, token)) != 0)
+        snprintf(why, sizeof why, "cannot run remote_launch: %s", uv_strerror(rc));
     memset(token, 0, sizeof token);
     if (rc) {
-        char why[1200];
-        snprintf(why, sizeof why, "cannot run remote_launch: %s", uv_strerror(rc));
         s->fail_state = strdup("failed");
         s->fail_reason = strdup(why);
         remote_end(s->remote, "failed");

@@ -103,6 +103,15 @@ static const struct ckey keys[] = {
     {F(remote_url), .type = T_STR},
     {F(remote_launch), .type = T_STR},
     {F(remote_start_timeout_s), .type = T_INT, .min = 1, .max = 30 * 86400, .def = 3600},
+    {F(slurm_bin_dir), .type = T_STR},
+    {F(slurm_conf), .type = T_STR},
+    {F(slurm_partition), .type = T_STR},
+    {F(slurm_account), .type = T_STR},
+    {F(slurm_qos), .type = T_STR},
+    {F(slurm_workdir), .type = T_STR, .sdef = "/tmp"},
+    {F(slurm_worker), .type = T_STR},
+    {F(slurm_poll_ms), .type = T_INT, .min = 100, .max = 600000, .def = 2000},
+    {F(slurm_exclusive_timing), .type = T_BOOL, .def = true},
     {F(retention_keep_heads_per_branch), .type = T_INT, .min = 0, .max = 1000000},
     {F(retention_interval_s), .type = T_INT, .min = 0, .max = 30 * 86400},
 };
@@ -452,8 +461,10 @@ static int check_tls(const struct capd_config *c, char **err)
 /* The executor is one of two; remote cells need a way to start. */
 static int check_executor(const struct capd_config *c, char **err)
 {
-    if (strcmp(c->executor, "local") != 0 && strcmp(c->executor, "remote") != 0)
-        return util_errf(err, -EINVAL, "executor must be \"local\" or \"remote\", not \"%s\"",
+    if (strcmp(c->executor, "local") != 0 && strcmp(c->executor, "remote") != 0 &&
+        strcmp(c->executor, "slurm") != 0)
+        return util_errf(err, -EINVAL,
+                         "executor must be \"local\", \"remote\" or \"slurm\", not \"%s\"",
                          c->executor);
     if (strcmp(c->executor, "remote") == 0 && !c->remote_launch[0])
         return util_errf(err, -EINVAL,

@@ -81,6 +81,17 @@ struct capd_config {
     char remote_url[512];
     char remote_launch[1024];
     int remote_start_timeout_s; /* a worker must fetch its spec within this */
+    /* executor "slurm" (docs/scale.md): each remote attempt is one sbatch
+     * job running slurm_worker (capd-cell) on a node. */
+    char slurm_bin_dir[512];   /* sbatch & co; "" = PATH */
+    char slurm_conf[512];      /* SLURM_CONF for them; "" = the environment's */
+    char slurm_partition[128]; /* "" = the cluster's default */
+    char slurm_account[128];
+    char slurm_qos[128];
+    char slurm_workdir[512];     /* the job's working directory on the node */
+    char slurm_worker[512];      /* capd-cell's path on the nodes; "" = next to capd-exec */
+    int slurm_poll_ms;           /* one squeue (and scontrol) for all jobs this often */
+    bool slurm_exclusive_timing; /* a cell that times gets a whole node */
 
     /* Retention (docs/operations.md): 0 = keep everything / no timer. */
     int retention_keep_heads_per_branch;

@@ -128,6 +128,8 @@ static int store_outcome(struct sup *s)
         .partial = out.partial,
     };
     o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
+    /* Slurm failed the node under it: a new attempt (daemon/cellslurm.c). */
+    o.requeue = s->requeue;
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;

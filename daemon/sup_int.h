@@ -14,6 +14,8 @@
  *                no local process; remote_launch starts capd-cell, whose
  *                frames and log arrive through the API's spool files and
  *                are read into the same parser and capped log
+ *   cellslurm.c  executor "slurm": a remote attempt whose worker is an
+ *                sbatch job, its state polled and mapped
  *
  * Whatever starts it, the cell's process is a process group leader in a
  * new session, started in the scratch dir with:
@@ -79,6 +81,14 @@ struct sup {
     struct remote_att *remote;
     uv_async_t wake;
     bool remote_running; /* the worker has started: the timeout runs */
+    /* executor "slurm" (cellslurm.c): the attempt's Slurm job (0 until
+     * sbatch answered), polls since it ended or left Slurm's lists, the
+     * list of attempts with a job, and whether Slurm's failure of the
+     * node asks for a new attempt. */
+    uint32_t slurm_job;
+    int slurm_gone_polls;
+    struct sup *slurm_next;
+    bool requeue;
 
     bool exited, frames_eof, log_eof, finished;
     bool timed_out, cancelled, abandoned, kill_sent;
@@ -177,6 +187,17 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
 void sup__remote_stop(struct sup *s);
 /* Unregisters the attempt and closes its handles (finish_tail's side). */
 void sup__remote_close(struct sup *s);
+
+/* ---- executor "slurm" (cellslurm.c) ---- */
+
+/* Submits remote attempt S as a Slurm job whose script runs the worker
+ * with URL and TOKEN; its state is polled from then on. 0, or -errno with
+ * REASON. */
+int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *reason, size_t rlen);
+/* scancels S's job, if it has one. */
+void sup__slurm_cancel(struct sup *s);
+/* Takes S off the poll's list (it is about to be freed). */
+void sup__slurm_forget(struct sup *s);
 
 /* ---- the attempt (sup.c) ---- */
 

@@ -433,7 +433,7 @@ Test(remote, bad_executor_settings_stop_capd, .timeout = 60)
         const char *config, *says;
     } cases[] = {
         {"{\"executor\": \"cluster\"}",
-         "executor must be \"local\" or \"remote\", not \"cluster\""},
+         "executor must be \"local\", \"remote\" or \"slurm\", not \"cluster\""},
         {"{\"executor\": \"remote\"}", "executor \"remote\" needs remote_launch"},
         {"{\"executor\": \"remote\", \"remote_launch\": \"true\", \"remote_url\": \"ftp://x\"}",
          "remote_url must start with http:// or https://"},

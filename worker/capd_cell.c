@@ -39,7 +39,7 @@ static const char usage_text[] =
     "  --url URL          capd's base URL, http:// or https:// (default: $CAPD_URL)\n"
     "  --attempt N        the attempt's id (default: $CAPD_ATTEMPT)\n"
     "  --token-file FILE  the attempt's token, the file's first line (default: $CAPD_TOKEN)\n"
-    "  --scratch DIR      the scratch dir, emptied first (default: $TMPDIR/capd-cell-N)\n"
+    "  --scratch DIR      the scratch dir, emptied first (default: $TMPDIR/capd-cell-N-PID)\n"
     "  --keep-scratch     leave the scratch dir in place at the end\n"
     "  --chunk BYTES      POST a stream's bytes once this many wait (default 262144,\n"
     "                     at most 16777216; capd's chunk_max_bytes caps it)\n"
@@ -190,7 +190,9 @@ static int check_paths(struct settings *st, const struct args *a)
     } else {
         const char *tmp = from_env(NULL, "TMPDIR");
         char name[64];
-        snprintf(name, sizeof name, "capd-cell-%lld", st->attempt);
+        /* the pid too: attempt ids are one capd's, and two capds' workers
+         * (or a capd's after a new database) may share a node */
+        snprintf(name, sizeof name, "capd-cell-%lld-%ld", st->attempt, (long)getpid());
         if ((rc = util_path_join(st->scratch, tmp ? tmp : "/tmp", name)) != 0)
             return usage_error("$TMPDIR is too long for the scratch dir's path");
     }

@@ -1,0 +1,256 @@
+/*
+ * tests/test_slurm_exec.c - executor "slurm" against a real one-node Slurm
+ * (tests/slurm/cluster.sh) and a real capd: every attempt is an sbatch job
+ * running capd-cell on the node, streaming back over HTTP. Cells of the
+ * fake runner end ok (records equal, hash for hash, the same cell's on the
+ * local executor), crashed (the records before the crash kept), timeout
+ * and cancelled (the Slurm job gone); a width whose CPU features no node
+ * has is unsupported with sbatch's reason; and a cell of Debian's torch
+ * gives the local executor's records bit for bit. The cluster and capd
+ * are stopped in the fini, failed or not; a host that cannot run Slurm
+ * skips with cluster.sh's reason.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/testutil.h"
+
+static char *root, *cdir;
+static struct tu_capd capd;
+static bool capd_up;
+
+static void fini(void)
+{
+    if (capd_up)
+        af_stop_own_capd(&capd);
+    capd_up = false;
+    if (cdir)
+        tu_sh("%s/tests/slurm/cluster.sh down %s >/dev/null 2>&1", tu_bin("CAPD_SOURCE_DIR"), cdir);
+    if (root)
+        tu_sh("rm -rf %s", root);
+    free(root);
+    free(cdir);
+    root = cdir = NULL;
+}
+
+TestSuite(slurm_exec, .fini = fini, .timeout = 600);
+
+/* The cluster, then capd with executor slurm on it and the fake build. */
+static void up(void)
+{
+    root = tu_tmpdir();
+    cr_assert(asprintf(&cdir, "%s/c", root) > 0);
+    int st = tu_sh("%s/tests/slurm/cluster.sh up %s >%s/up.log 2>&1", tu_bin("CAPD_SOURCE_DIR"),
+                   cdir, root);
+    char log[600];
+    snprintf(log, sizeof log, "%s/up.log", root);
+    char *why = tu_slurp(log);
+    if (st == 77)
+        cr_skip_test("%s", why);
+    cr_assert_eq(st, 0, "cluster.sh up exited %d:\n%s", st, why);
+    free(why);
+    char cfg[600], text[1400];
+    snprintf(cfg, sizeof cfg, "%s/capd.json", root);
+    snprintf(text, sizeof text,
+             "{\"executor\": \"slurm\", \"slurm_conf\": \"%s/slurm.conf\", \"slurm_poll_ms\": 300, "
+             "\"slurm_worker\": \"%s\", \"slurm_workdir\": \"%s\"}",
+             cdir, tu_bin("CAPD_CELL_BIN"), root);
+    af_put_file(cfg, text);
+    const char *extra[] = {"--config", cfg, NULL};
+    af_start_capd(&capd, NULL, extra);
+    capd_up = true;
+    cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
+}
+
+/* KEY HASH ALG of every tensor record of CELL of JOB on C (owned). */
+static char *record_lines(const struct tu_capd *c, const char *job, const char *cell)
+{
+    json_t *recs = af_cell_records(c, job, cell, "tensor");
+    char *text = NULL;
+    size_t len = 0, i;
+    json_t *t;
+    json_array_foreach(recs, i, t)
+    {
+        char line[600];
+        int n = snprintf(line, sizeof line, "%s %s %s\n", tu_str(t, "key"), tu_str(t, "hash"),
+                         tu_str(t, "hash_alg"));
+        cr_assert_eq(tu_append(&text, &len, line, (size_t)n), 0);
+    }
+    json_decref(recs);
+    return text ? text : strdup("");
+}
+
+/* The job's cell (owned) once the job ended, and its log in *LOG (owned). */
+static json_t *ended_cell(const char *job, char **log)
+{
+    json_decref(af_wait_job(&capd, job, 240));
+    char path[160];
+    json_t *j = NULL;
+    for (int i = 0; i < 100; i++) {
+        json_decref(j);
+        snprintf(path, sizeof path, "/v1/jobs/%s", job);
+        j = tu_json(&capd, "GET", path, NULL, NULL);
+        if (strcmp(tu_str(json_array_get(json_object_get(j, "cells"), 0), "state"), "running"))
+            break;
+        usleep(100 * 1000);
+    }
+    json_t *cell = json_incref(json_array_get(json_object_get(j, "cells"), 0));
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
+    struct tu_resp lr;
+    cr_assert_eq(tu_http(&capd, "GET", path, NULL, 0, NULL, &lr), 0);
+    *log = strdup(lr.body ? lr.body : "");
+    tu_resp_free(&lr);
+    return cell;
+}
+
+/* One cell of MODEL (fake build, width WIDTH) with OPTIONS; ends in STATE. */
+static json_t *run_cell(const char *model, const char *width, const char *options,
+                        const char *state, char **job_out)
+{
+    struct af_job job = {"t", "abcdef1", NULL, "fake", NULL, NULL, "\"forward\"", options};
+    char models[128], widths[64];
+    snprintf(models, sizeof models, "\"%s\"", model);
+    snprintf(widths, sizeof widths, "\"%s\"", width);
+    job.models = models;
+    job.widths = widths;
+    char *id = af_submit_job(&capd, &job);
+    char *log = NULL;
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), state, "%s at %s: %s\nlog: %s", model, width,
+                     af_dump(cell), log);
+    free(log);
+    *job_out = id;
+    return cell;
+}
+
+/* The lines of MODEL's cell on a capd of the local executor. */
+static char *local_lines(const char *model)
+{
+    struct tu_capd local;
+    af_start_capd(&local, NULL, NULL);
+    cr_assert_eq(tu_fake_build(&local, "fake", NULL), 201);
+    char *job = NULL;
+    json_t *cell = af_run_cell(&local, model, NULL, &job);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    char *lines = record_lines(&local, job, tu_str(cell, "id"));
+    json_decref(cell);
+    free(job);
+    af_stop_own_capd(&local);
+    return lines;
+}
+
+Test(slurm_exec, cells_end_through_slurm_as_they_do_locally)
+{
+    up();
+    char *job = NULL;
+    json_t *cell = run_cell("fake:ok__5", "avx2", NULL, "ok", &job);
+    char *lines = record_lines(&capd, job, tu_str(cell, "id"));
+    char *want = local_lines("fake:ok__5");
+    cr_assert_str_eq(lines, want, "records through Slurm equal the local executor's");
+    free(lines);
+    free(want);
+    json_decref(cell);
+    free(job);
+
+    cell = run_cell("fake:segv", "avx2", NULL, "crashed", &job);
+    json_t *t = af_cell_records(&capd, job, tu_str(cell, "id"), "tensor");
+    cr_assert_eq(json_array_size(t), 2, "the records before the crash are kept");
+    json_decref(t);
+    json_decref(cell);
+    free(job);
+
+    json_decref(run_cell("fake:hang", "avx2", "{\"timeout_s\":2}", "timeout", &job));
+    free(job);
+
+    /* a width no node offers: sbatch refuses its constraint */
+    const char *lacking = !tu_width_runnable(&capd, "avx512") ? "avx512"
+                          : !tu_width_runnable(&capd, "avx2") ? "avx2"
+                                                              : NULL;
+    if (lacking) {
+        cell = run_cell("fake:ok", lacking, NULL, "unsupported", &job);
+        cr_assert(strstr(tu_str(cell, "reason"), "sbatch"), "%s", af_dump(cell));
+        json_decref(cell);
+        free(job);
+    } else {
+        fprintf(stderr, "slurm_exec: every width runs on this node; no unsupported case\n");
+    }
+}
+
+Test(slurm_exec, cancel_scancels_the_job)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:hang\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job);
+    /* running on the node: the worker has fetched its spec */
+    char path[160], *log = NULL;
+    for (int i = 0; i < 300; i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%s", id);
+        json_t *j = tu_json(&capd, "GET", path, NULL, NULL);
+        const char *cid = tu_str(json_array_get(json_object_get(j, "cells"), 0), "id");
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", id, cid);
+        json_decref(j);
+        struct tu_resp lr;
+        cr_assert_eq(tu_http(&capd, "GET", path, NULL, 0, NULL, &lr), 0);
+        bool started = lr.body && strstr(lr.body, "Slurm job");
+        tu_resp_free(&lr);
+        if (started && tu_sh("SLURM_CONF=%s/slurm.conf squeue -h -t R | grep -q capd-", cdir) == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    long st = 0;
+    json_decref(tu_json(&capd, "POST", path, "{}", &st));
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "cancelled", "%s\nlog: %s", af_dump(cell), log);
+    int left = 1;
+    for (int i = 0; i < 100 && left; i++) {
+        left = tu_sh("SLURM_CONF=%s/slurm.conf squeue -h | grep -q capd-", cdir) == 0;
+        usleep(100 * 1000);
+    }
+    cr_assert(!left, "the Slurm job was cancelled");
+    json_decref(cell);
+    free(log);
+    free(id);
+}
+
+Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
+{
+    up();
+    long st = 0;
+    json_decref(tu_jsonf(&capd, "POST", "/v1/builds", &st, "{\"name\":\"torch\",\"python\":\"%s\"}",
+                         tu_python()));
+    cr_assert_eq(st, 201);
+    struct af_job job = {
+        "t",       "abcdef1",     NULL,          "torch",
+        "\"mlp\"", "\"default\"", "\"forward\"", "{\"iterations\":2,\"warmup\":1}"};
+    char *id = af_submit_job(&capd, &job), *log = NULL;
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
+    char *lines = record_lines(&capd, id, tu_str(cell, "id"));
+    json_decref(cell);
+    free(log);
+
+    struct tu_capd local;
+    af_start_capd(&local, NULL, NULL);
+    json_decref(tu_jsonf(&local, "POST", "/v1/builds", &st,
+                         "{\"name\":\"torch\",\"python\":\"%s\"}", tu_python()));
+    char *lid = af_submit_job(&local, &job);
+    json_t *lj = af_wait_job(&local, lid, 240);
+    json_t *lcell = json_array_get(json_object_get(lj, "cells"), 0);
+    cr_assert_str_eq(tu_str(lcell, "state"), "ok", "%s", af_dump(lcell));
+    char *want = record_lines(&local, lid, tu_str(lcell, "id"));
+    json_decref(lj);
+    af_stop_own_capd(&local);
+    cr_assert_gt(strlen(want), 0);
+    cr_assert_str_eq(lines, want, "Debian torch's records, through Slurm and locally");
+    free(lines);
+    free(want);
+    free(id);
+    free(lid);
+}
