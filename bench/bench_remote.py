@@ -55,7 +55,8 @@ def start(capd, dirpath, config):
     if "listening on" not in line:
         p.kill()
         p.wait()
-        sys.exit("bench_remote: capd did not start: %r (see %s)" % (line, log.name))
+        log.close()
+        sys.exit("bench_remote: capd did not start: %r: %s" % (line, open(log.name).read()[-600:]))
     port = int(line.strip().rsplit(":", 1)[1])
     with open(os.path.join(data, "admin.token")) as f:
         token = f.read().strip()
@@ -112,10 +113,10 @@ def per_cell(apis, n):
     warm-up each), interleaved job by job so drift hits every one alike."""
     times = {name: [] for name in apis}
     for name, api in apis.items():
-        run_job(api, "fake:ok", "%039xw" % 0)
+        run_job(api, "fake:ok", "%040x" % 0)
     for i in range(n):
         for name, api in apis.items():
-            s, cell = run_job(api, "fake:ok", "%039x%s" % (i + 1, name[0]))
+            s, cell = run_job(api, "fake:ok", "%040x" % (i + 1))
             if cell["state"] != "ok":
                 sys.exit("bench_remote: %s cell %s: %s" % (name, cell["state"],
                                                           cell.get("reason")))
@@ -125,7 +126,7 @@ def per_cell(apis, n):
 
 def ingest(api, mib, tag):
     """MiB/s of a fake:payload cell of MIB MiB: stored bytes over its duration."""
-    s, cell = run_job(api, "fake:payload__%d" % mib, "f" * 39 + tag[0])
+    s, cell = run_job(api, "fake:payload__%d" % mib, "f" * 40)
     if cell["state"] != "ok":
         sys.exit("bench_remote: %s payload cell %s: %s" % (tag, cell["state"], cell.get("reason")))
     return mib / (cell["duration_ms"] / 1000.0), cell["duration_ms"], s
@@ -155,7 +156,8 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.cells, args.mib = 4, 32
-    top = tempfile.mkdtemp(prefix="bench-remote-")
+    top = tempfile.mkdtemp(prefix="capd-bench-remote-")
+    os.chmod(top, 0o755)  # run_as_user must reach the data dirs
     out = {"cells": args.cells, "mib": args.mib, "load_before": open("/proc/loadavg").read().strip()}
     procs, cluster = [], None
     try:
