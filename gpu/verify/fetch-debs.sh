@@ -13,7 +13,8 @@ apt-get download libmicrohttpd-dev libmicrohttpd12 libjansson-dev libjansson4 \
     libxxhash0 libcurl4-openssl-dev pkgconf-bin libpkgconf3 libgnutls30 libunistring2 \
     libnettle8 libhogweed6 libtasn1-6 libp11-kit0 libidn2-0 libgmp10 libffi8
 # libcurl's own library and what it links, for capd-cell (the remote worker):
-# the GPU image has none of libcurl4, libssh2 or libldap.
+# on the GPU image capd-cell did not start without them (libssh2 and libldap
+# were missing there; 2026-12-03).
 apt-get download libcurl4 libbrotli1 libcom-err2 libdb5.3 libgssapi-krb5-2 libk5crypto3 \
     libkeyutils1 libkrb5-3 libkrb5support0 libldap-2.5-0 libnghttp2-14 libpsl5 librtmp1 \
     libsasl2-2 libsasl2-modules-db libssh2-1 libssl3 zlib1g
