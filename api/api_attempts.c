@@ -95,6 +95,11 @@ static bool attempt_of(struct api_req *r, int64_t *id, enum MHD_Result *ret)
 static enum MHD_Result remote_error(struct api_req *r, int rc, const char *state,
                                     const uint64_t received[REMOTE_STREAMS])
 {
+    if (rc == -ESTALE && strcmp(state, REMOTE_STATE_STOPPING) == 0) {
+        api_reply_header(r, "Retry-After", "5");
+        return api_error(r, 503, "shutting_down", NULL,
+                         "capd is stopping; retry: the next capd takes this attempt up again");
+    }
     if (rc == -ESTALE)
         return gone(r, state);
     if (rc == -ENOENT)

@@ -445,7 +445,7 @@ static void final_stop(struct capd *d)
 {
     int requeued = 0, interrupted = 0;
     store_flush(d->st);
-    store_recover(d->st, d->cfg.max_attempts, &requeued, &interrupted);
+    store_recover(d->st, d->cfg.max_attempts, false, &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
     zyg_shutdown();
     mem_shutdown();
@@ -489,6 +489,30 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_timer_start(&d->shutdown_timer, on_shutdown_tick, 0, 20);
 }
 
+/* One remote attempt start-up recovery kept open, taken up again before
+ * the API listens (its worker's next upload finds it). */
+static int reattach_one(void *ctx, struct store_cell_run *run, uint32_t slurm_job)
+{
+    struct capd *d = ctx;
+    struct sup_node *n = calloc(1, sizeof *n);
+    struct sup *s = NULL;
+    if (!n) {
+        store_cell_run_clear(run);
+        return -ENOMEM;
+    }
+    n->device = -1;
+    if (sup_reattach(&d->loop, &d->cfg, d->st, run, slurm_job, on_cell_done, d, &s) != 0) {
+        free(n); /* stored as failed, with the reason */
+        return 0;
+    }
+    sup_set_next_cb(s, on_cell_next);
+    n->sup = s;
+    n->next = d->running;
+    d->running = n;
+    d->nrunning++;
+    return 0;
+}
+
 int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
 {
     struct capd *d = calloc(1, sizeof *d);
@@ -504,7 +528,8 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     if ((rc = store_open(cfg->data_dir, true, &d->st, err)) != 0)
         goto fail;
     int requeued = 0, interrupted = 0;
-    if ((rc = store_recover(d->st, cfg->max_attempts, &requeued, &interrupted)) != 0) {
+    if ((rc = store_recover(d->st, cfg->max_attempts, sup_is_remote(cfg), &requeued,
+                            &interrupted)) != 0) {
         util_errf(err, rc, "start-up recovery failed: %s", store_errmsg(d->st));
         goto fail;
     }
@@ -539,6 +564,8 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     d->schedule_retry.data = d;
     uv_check_init(&d->loop, &d->flush);
     d->wake.data = d->sigterm.data = d->sigint.data = d->shutdown_timer.data = d->flush.data = d;
+    if (sup_is_remote(&d->cfg) && (rc = store_remote_reattach(d->st, reattach_one, d)) != 0)
+        log_warn("reattach_failed", "rc=%d err=%s", rc, log_q(store_errmsg(d->st)));
     *out = d;
     return 0;
 fail:

@@ -150,12 +150,14 @@ static void on_wake(uv_async_t *h)
 
 void sup__remote_stop(struct sup *s)
 {
-    if (is_slurm(s->cfg))
+    /* capd stopping leaves the worker running: the next capd takes the
+     * attempt up again (sup_reattach), and meanwhile the API answers 503. */
+    if (is_slurm(s->cfg) && !s->abandoned)
         sup__slurm_cancel(s);
     const char *state = s->cancelled    ? "cancelled"
                         : s->timed_out  ? "timeout"
                         : s->fail_state ? s->fail_state
-                        : s->abandoned  ? "capd stopped"
+                        : s->abandoned  ? REMOTE_STATE_STOPPING
                                         : "ended";
     remote_end(s->remote, state);
 }
@@ -272,6 +274,51 @@ static int launch(struct sup *s, const char *url, const char *token)
     return rc;
 }
 
+/* The attempt's two handles: its timer and the API's wake-up. */
+static void remote_handles(struct sup *s)
+{
+    uv_timer_init(s->loop, &s->timer);
+    uv_async_init(s->loop, &s->wake, on_wake);
+    s->timer.data = s->wake.data = s;
+    s->handles_open = 2;
+}
+
+int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path, uint32_t slurm_job,
+                         char *reason, size_t rlen)
+{
+    json_t *reply = spec_reply(s, env, spec_path);
+    if (!reply) {
+        snprintf(reason, rlen, "cannot read the attempt's spec %s again", spec_path);
+        return -ENOENT;
+    }
+    /* the log is written anew from the spool's first byte */
+    char prev[1100];
+    snprintf(prev, sizeof prev, "%s.prev", s->log_path);
+    unlink(prev);
+    int rc = sup__log_open(s);
+    if (rc == 0)
+        rc = remote_reopen(s->run.attempt_id, s->scratch, reply, &s->wake, &s->remote);
+    json_decref(reply);
+    if (rc) {
+        snprintf(reason, rlen, "cannot reopen the attempt's spool in %s: %s", s->scratch,
+                 strerror(-rc));
+        return rc;
+    }
+    remote_handles(s);
+    /* The worker's own clock is not known: its timeout runs afresh. */
+    s->remote_running = remote_started(s->remote);
+    uint64_t ms = s->remote_running ? (uint64_t)cell_timeout_s(s) * 1000
+                                    : (uint64_t)s->cfg->remote_start_timeout_s * 1000;
+    uv_timer_start(&s->timer, on_timeout, ms, 0);
+    if (is_slurm(s->cfg) && slurm_job)
+        sup__slurm_adopt(s, slurm_job);
+    log_info("cell_reattached", "job=%s cell=%s attempt=%lld slurm_job=%u started=%d",
+             s->run.job_id, s->run.cell_id, (long long)s->run.attempt_id, slurm_job,
+             s->remote_running);
+    uv_async_send(&s->wake); /* read the spool from its first byte */
+    return 0;
+}
+
 int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
                       size_t rlen)
 {
@@ -298,10 +345,7 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
         goto fail;
     }
     json_decref(reply);
-    uv_timer_init(s->loop, &s->timer);
-    uv_async_init(s->loop, &s->wake, on_wake);
-    s->timer.data = s->wake.data = s;
-    s->handles_open = 2;
+    remote_handles(s);
     uv_timer_start(&s->timer, on_timeout, (uint64_t)s->cfg->remote_start_timeout_s * 1000, 0);
     /* From here the attempt ends the ordinary way, even if the launch fails. */
     char url[600], why[1200] = "";

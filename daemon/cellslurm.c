@@ -162,6 +162,11 @@ static void submit_done(uv_work_t *w, int status)
             end_with(s, b->rc == -ENOTSUP ? "unsupported" : "failed", why);
         } else {
             s->slurm_job = b->job;
+            /* so that a capd restarted meanwhile polls it again */
+            int rc = store_attempt_slurm_job(s->st, b->attempt_id, b->job);
+            if (rc)
+                log_warn("slurm_job_unstored", "job=%s cell=%s slurm_job=%u rc=%d", s->run.job_id,
+                         s->run.cell_id, b->job, rc);
             log_info("slurm_submitted", "job=%s cell=%s attempt=%lld slurm_job=%u", s->run.job_id,
                      s->run.cell_id, (long long)s->run.attempt_id, b->job);
             char line[96];
@@ -261,6 +266,16 @@ int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *r
     }
     start_poll(s->loop);
     return 0;
+}
+
+void sup__slurm_adopt(struct sup *s, uint32_t slurm_job)
+{
+    if (!S.cfg)
+        ctx_init(s->cfg);
+    s->slurm_job = slurm_job;
+    s->slurm_next = S.head;
+    S.head = s;
+    start_poll(s->loop);
 }
 
 void sup__slurm_forget(struct sup *s)

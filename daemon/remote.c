@@ -150,8 +150,23 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
     return rc;
 }
 
+static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
+                      bool keep, struct remote_att **out);
+
 int remote_open(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
                 struct remote_att **out)
+{
+    return open_spool(attempt_id, dir, spec, wake, false, out);
+}
+
+int remote_reopen(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
+                  struct remote_att **out)
+{
+    return open_spool(attempt_id, dir, spec, wake, true, out);
+}
+
+static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
+                      bool keep, struct remote_att **out)
 {
     struct remote_att *r = calloc(1, sizeof *r);
     if (!r)
@@ -163,8 +178,12 @@ int remote_open(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *w
     for (int i = 0; i < REMOTE_STREAMS && rc == 0; i++) {
         rc = util_path_join(r->path[i], dir, spool_names[i]);
         if (rc == 0 &&
-            (r->fd[i] = open(r->path[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+            (r->fd[i] =
+                 open(r->path[i], O_RDWR | O_CREAT | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0600)) < 0)
             rc = -errno;
+        off_t end = rc == 0 ? lseek(r->fd[i], 0, SEEK_END) : 0;
+        r->received[i] = end > 0 ? (uint64_t)end : 0;
+        r->started = r->started || r->received[i] > 0;
     }
     if (rc) {
         for (int i = 0; i < REMOTE_STREAMS; i++)

@@ -31,6 +31,10 @@
 
 enum remote_stream { REMOTE_FRAMES, REMOTE_LOG, REMOTE_STREAMS };
 
+/* The state of an attempt capd ended only because capd is stopping: its
+ * worker should retry (503), the next capd takes the attempt up again. */
+#define REMOTE_STATE_STOPPING "capd stopping"
+
 /* What the worker reports at its end (POST .../finish). */
 struct remote_exit {
     int64_t exit_status; /* the runner's exit status, when it exited */
@@ -77,6 +81,11 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
  */
 int remote_open(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
                 struct remote_att **out);
+/* The same for an attempt a restarted capd takes up again: the spool files
+ * in DIR are kept, and what they hold counts as received (the loop reads
+ * them from their first byte). */
+int remote_reopen(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
+                  struct remote_att **out);
 
 /* Reads up to N bytes of stream WHICH from where the loop stopped into
  * BUF: the byte count, 0 when there is nothing new, -errno on error. */

@@ -541,6 +541,55 @@ static int start_process(struct sup *s, char **env, int fpipe[2], int lpipe[2])
     return rc;
 }
 
+/* S's frame parser, with the configured limits. */
+static int parser_new(struct sup *s)
+{
+    const struct capd_config *cfg = s->cfg;
+    struct frame_limits lim = {
+        .max_header = (size_t)cfg->frame_max_header,
+        .max_payload = cfg->frame_max_payload,
+        .max_frames = cfg->frame_max_frames,
+        .max_total_payload = cfg->frame_max_total_payload,
+    };
+    return !s->buf ? -ENOMEM : frame_parser_new(&lim, on_frame, s, &s->fp);
+}
+
+int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
+                 struct store_cell_run *run, uint32_t slurm_job, sup_done_cb done, void *ud,
+                 struct sup **out)
+{
+    char logp[LAYOUT_PATH_MAX], spec_path[1100], reason[1200] = "";
+    char **env = NULL;
+    struct sup *s = sup_new(loop, cfg, st, run, done, ud);
+    if (!s)
+        return -ENOMEM;
+    int rc = parser_new(s);
+    if (rc == 0 &&
+        (layout_cell_scratch(s->scratch, sizeof s->scratch, cfg->data_dir, s->run.cell_id,
+                             s->run.attempt) != 0 ||
+         layout_cell_log(logp, sizeof logp, cfg->data_dir, s->run.job_id, s->run.cell_id) != 0))
+        rc = -ENAMETOOLONG;
+    if (rc == 0 && !(s->log_path = strdup(logp)))
+        rc = -ENOMEM;
+    snprintf(spec_path, sizeof spec_path, "%s/cell.json", s->scratch);
+    if (rc == 0 && !(env = build_env(s, spec_path)))
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = sup__remote_reattach(s, env, spec_path, slurm_job, reason, sizeof reason);
+    cellenv_free(env);
+    if (rc) {
+        if (!reason[0])
+            snprintf(reason, sizeof reason, "capd could not take the attempt up again (%d)", rc);
+        finish_setup_failure(st, &s->run, reason);
+        if (s->log_fd >= 0)
+            close(s->log_fd);
+        sup__free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
 int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
               struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out)
 {
@@ -550,13 +599,7 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
     struct sup *s = sup_new(loop, cfg, st, run, done, ud);
     if (!s)
         return -ENOMEM;
-    struct frame_limits lim = {
-        .max_header = (size_t)cfg->frame_max_header,
-        .max_payload = cfg->frame_max_payload,
-        .max_frames = cfg->frame_max_frames,
-        .max_total_payload = cfg->frame_max_total_payload,
-    };
-    if (!s->buf || frame_parser_new(&lim, on_frame, s, &s->fp) != 0)
+    if (parser_new(s) != 0)
         goto fail;
     if ((rc = prepare_files(s, &spec_path, reason, sizeof reason)) != 0)
         goto fail;

@@ -30,6 +30,16 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
               struct store_cell_run *run, sup_done_cb done, void *ud, struct sup **out);
 
 /*
+ * Takes up again RUN, a remote attempt start-up recovery kept open
+ * (store_remote_reattach; SLURM_JOB its Slurm job, 0 for none): its spool
+ * is read anew from its first byte and its worker's uploads go on. On
+ * failure the cell is finished as failed and -errno returned.
+ */
+int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
+                 struct store_cell_run *run, uint32_t slurm_job, sup_done_cb done, void *ud,
+                 struct sup **out);
+
+/*
  * Asked when the outcome is about to be stored: whether the scheduler will
  * claim another cell once this one is gone, and whether that claim passes
  * over GPU cells (SKIP_GPU). If it will, the claim is made in the

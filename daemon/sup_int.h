@@ -183,6 +183,12 @@ void sup__log_write(struct sup *s, const char *data, size_t n);
  * with REASON (S is then the caller's to fail). */
 int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
                       size_t rlen);
+/* sup_reattach's remote side: the spool reopened, the Slurm job
+ * SLURM_JOB (0: none) polled again, the timeout restarted. */
+int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path, uint32_t slurm_job,
+                         char *reason, size_t rlen);
+/* Puts S on the poll's list with its job SLURM_JOB (cellslurm.c). */
+void sup__slurm_adopt(struct sup *s, uint32_t slurm_job);
 /* Tells the worker the attempt is over (sup__kill_group's remote side). */
 void sup__remote_stop(struct sup *s);
 /* Unregisters the attempt and closes its handles (finish_tail's side). */

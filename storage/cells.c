@@ -18,6 +18,8 @@ void store_cell_run_clear(struct store_cell_run *r)
     memset(r, 0, sizeof *r);
 }
 
+static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r);
+
 /* The first queued cell in claim order, read into R (spec and build
  * included); -ENOENT when there is none. Runs inside the caller's
  * transaction. */
@@ -43,11 +45,19 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
         sqlite3_reset(st);
         return rc;
     }
+    r->attempt = sqlite3_column_int(st, 11) + 1;
+    rc = run_from_row(st, r);
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* The cell of row ST (the columns of claim_select) into R. */
+static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r)
+{
     r->cell_seq = sqlite3_column_int64(st, 0);
     r->job_seq = sqlite3_column_int64(st, 1);
     snprintf(r->cell_id, sizeof r->cell_id, "%s", (const char *)sqlite3_column_text(st, 2));
     snprintf(r->job_id, sizeof r->job_id, "%s", (const char *)sqlite3_column_text(st, 3));
-    r->attempt = sqlite3_column_int(st, 11) + 1;
     r->spec =
         json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width", store_col_str(st, 5),
                   "pass", store_col_str(st, 6), "options", store_col_json(st, 7));
@@ -57,9 +67,7 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
                          "prefork_state", store_col_str(st, 14), "rev",
                          (json_int_t)sqlite3_column_int64(st, 15));
     /* A template build runs as the job's commit's build. */
-    rc = store_build_expand(r->build, (const char *)sqlite3_column_text(st, 16));
-    sqlite3_reset(st);
-    return rc;
+    return store_build_expand(r->build, (const char *)sqlite3_column_text(st, 16));
 }
 
 /* Marks the cell claim_select found running, opens its attempt and
@@ -177,9 +185,14 @@ out:
     return rc;
 }
 
-int store_recover(struct store *s, int max_attempts, int *requeued, int *interrupted)
+/* A cell running an attempt that start-up recovery keeps open. */
+#define KEPT_OPEN                                                                                  \
+    "EXISTS (SELECT 1 FROM attempts a WHERE a.cell_seq = cells.seq AND a.state = 'open')"
+
+int store_recover(struct store *s, int max_attempts, bool keep_remote, int *requeued,
+                  int *interrupted)
 {
-    char sql[1024];
+    char sql[1400];
     int rc = store_begin(s);
     *requeued = *interrupted = 0;
     if (rc)
@@ -187,22 +200,28 @@ int store_recover(struct store *s, int max_attempts, int *requeued, int *interru
     int64_t now = util_wall_ms();
     /* Records of attempts that never finished are invisible (no cell names
      * them); deleting them here keeps a retried attempt from duplicating
-     * anything. */
-    if ((rc = store_exec(s, "DELETE FROM records WHERE attempt_id IN "
-                            "(SELECT id FROM attempts WHERE state='open');"
-                            "UPDATE attempts SET state='discarded' WHERE state='open';")) != 0)
+     * anything. A remote attempt whose token is still good stays open when
+     * KEEP_REMOTE: its worker may still run, and capd reads its whole spool
+     * again (store_remote_reattach). */
+    snprintf(sql, sizeof sql,
+             "DELETE FROM records WHERE attempt_id IN (SELECT id FROM attempts WHERE "
+             "state='open');"
+             "UPDATE attempts SET state='discarded' WHERE state='open' AND (%d = 0 OR id NOT IN "
+             "(SELECT attempt_id FROM attempt_tokens WHERE expires_at > %lld));",
+             keep_remote ? 1 : 0, (long long)now);
+    if ((rc = store_exec(s, sql)) != 0)
         goto out;
     snprintf(sql, sizeof sql,
              "UPDATE cells SET state='interrupted', finished_at=%lld, "
              "reason='daemon stopped while the cell ran; attempts exhausted' "
-             "WHERE state='running' AND attempts >= %d",
+             "WHERE state='running' AND attempts >= %d AND NOT " KEPT_OPEN,
              (long long)now, max_attempts);
     if ((rc = store_exec(s, sql)) != 0)
         goto out;
     *interrupted = sqlite3_changes(s->db);
     snprintf(sql, sizeof sql,
              "UPDATE cells SET state='queued', reason='interrupted: daemon stopped while the "
-             "cell ran; re-queued' WHERE state='running'");
+             "cell ran; re-queued' WHERE state='running' AND NOT " KEPT_OPEN);
     if ((rc = store_exec(s, sql)) != 0)
         goto out;
     *requeued = sqlite3_changes(s->db);
@@ -216,4 +235,32 @@ int store_recover(struct store *s, int max_attempts, int *requeued, int *interru
     rc = store_exec(s, sql);
 out:
     return store_end(s, rc);
+}
+
+int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st,
+                         "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+                         "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+                         "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, a.id, a.n, "
+                         "t.slurm_job FROM attempts a JOIN attempt_tokens t ON t.attempt_id = a.id "
+                         "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
+                         "LEFT JOIN builds b ON b.name = j.build "
+                         "WHERE a.state = 'open' AND c.state = 'running' AND c.attempts = a.n "
+                         "ORDER BY a.id",
+                         "");
+    while (rc == 0 && (rc = store_step(s, st)) == 0) {
+        struct store_cell_run r;
+        memset(&r, 0, sizeof r);
+        if ((rc = run_from_row(st, &r)) != 0) {
+            store_cell_run_clear(&r);
+            break;
+        }
+        r.attempt_id = sqlite3_column_int64(st, 17);
+        r.attempt = sqlite3_column_int(st, 18);
+        rc = fn(ctx, &r, (uint32_t)sqlite3_column_int64(st, 19));
+    }
+    sqlite3_finalize(st);
+    return rc == -ENOENT ? 0 : rc;
 }

@@ -182,9 +182,13 @@ int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
 /*
  * Start-up recovery after a crash or kill -9: open attempts are discarded
  * with their records, running cells become interrupted and are re-queued
- * while they have attempts left. Reports how many cells it touched.
+ * while they have attempts left. Reports how many cells it touched. With
+ * KEEP_REMOTE (a remote executor), an open attempt whose attempt token is
+ * still good stays open and its cell running, its records deleted: capd
+ * takes it up again (store_remote_reattach) and reads its spool anew.
  */
-int store_recover(struct store *s, int max_attempts, int *requeued, int *interrupted);
+int store_recover(struct store *s, int max_attempts, bool keep_remote, int *requeued,
+                  int *interrupted);
 
 /* ---- reads for the API ---- */
 int store_cell_get(struct store *s, const char *job_id, const char *cell_id, json_t **out);
@@ -347,6 +351,16 @@ struct store_attempt_ref {
     char job_id[16], cell_id[16], cell_state[24];
 };
 int store_attempt_token_check(struct store *s, const char *token, struct store_attempt_ref *out);
+/* Records the Slurm job that runs the attempt's worker (executor slurm). */
+int store_attempt_slurm_job(struct store *s, int64_t attempt_id, uint32_t job);
+/*
+ * The remote attempts start-up recovery kept open (store_recover with
+ * KEEP_REMOTE): each handed to FN with its cell (RUN, whose ownership moves
+ * to FN) and its Slurm job (0: none), in attempt order. FN's non-zero
+ * return stops the walk and is returned.
+ */
+typedef int (*store_reattach_fn)(void *ctx, struct store_cell_run *run, uint32_t slurm_job);
+int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx);
 
 /* {"tokens":[{id,name,scope,created_at,expires_at,revoked_at}]}, newest first. */
 int store_token_list(struct store *s, json_t **out);

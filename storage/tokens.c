@@ -301,3 +301,10 @@ out:
     sqlite3_finalize(st);
     return rc;
 }
+
+int store_attempt_slurm_job(struct store *s, int64_t attempt_id, uint32_t job)
+{
+    int rc = store_run(s, "UPDATE attempt_tokens SET slurm_job = ?2 WHERE attempt_id = ?1", "II",
+                       attempt_id, (int64_t)job);
+    return rc ? rc : store_flush(s);
+}

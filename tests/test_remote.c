@@ -513,3 +513,49 @@ Test(remote, capd_cell_runs_cells_as_the_local_executor_does, .fini = rt_stop, .
         free(job);
     }
 }
+
+/* capd killed -9 while capd-cell streams a cell, and started again on the
+ * same port and data dir: it takes the attempt up again (no second
+ * attempt, no second run), reads the spool anew, and the cell ends ok with
+ * the local executor's records. */
+Test(remote, capd_killed_mid_cell_takes_the_attempt_up_again, .fini = rt_stop, .timeout = 120)
+{
+    struct rt *r = rt_start_worker("");
+    char *job = tu_submit(&r->c, "fake", "fake:slow__4000", NULL);
+    cr_assert_not_null(job);
+    /* the worker has fetched its spec and the runner streams */
+    char *log = NULL;
+    for (int i = 0; i < 200; i++) {
+        free(log);
+        log = tu_slurp(r->c.errlog);
+        if (strstr(log, "cell_remote_started"))
+            break;
+        usleep(50 * 1000);
+    }
+    cr_assert(strstr(log, "cell_remote_started"), "the worker started: %s", log);
+    free(log);
+    usleep(500 * 1000);
+    char port[32], cfg[600];
+    snprintf(port, sizeof port, "127.0.0.1:%d", r->c.port);
+    snprintf(cfg, sizeof cfg, "%s/capd.json", r->dir);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", r->c.dir);
+    tu_capd_kill9(&r->c);
+    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
+    af_start_capd(&r->c, dir, extra);
+    json_t *done = af_wait_job(&r->c, job, 60);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1,
+                 "the same attempt, not a second one: %s", af_dump(cell));
+    log = tu_slurp(r->c.errlog);
+    cr_assert(strstr(log, "cell_reattached"), "%s", log);
+    free(log);
+    char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
+    char *want = local_lines("fake:slow__4000");
+    cr_assert_str_eq(lines, want, "the records, read anew from the spool, are the local ones");
+    free(lines);
+    free(want);
+    json_decref(done);
+    free(job);
+}

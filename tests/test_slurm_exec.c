@@ -254,3 +254,42 @@ Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
     free(id);
     free(lid);
 }
+
+/* capd killed -9 while a Slurm job streams a cell, and started again on
+ * the same port: it polls the job again and takes the attempt up again;
+ * one attempt, one Slurm job, the cell ok. */
+Test(slurm_exec, capd_killed_mid_cell_reattaches)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job), *log = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(log);
+        log = tu_slurp(capd.errlog);
+        if (strstr(log, "cell_remote_started"))
+            break;
+        usleep(100 * 1000);
+    }
+    cr_assert(strstr(log, "cell_remote_started"), "the worker started on the node: %s", log);
+    free(log);
+    char port[32], cfg[600], dir[256];
+    snprintf(port, sizeof port, "127.0.0.1:%d", capd.port);
+    snprintf(cfg, sizeof cfg, "%s/capd.json", root);
+    snprintf(dir, sizeof dir, "%s", capd.dir);
+    tu_capd_kill9(&capd);
+    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
+    af_start_capd(&capd, dir, extra);
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1, "%s", af_dump(cell));
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "cell_reattached") && strstr(clog, "slurm_job=1"), "%s", clog);
+    free(clog);
+    cr_assert_eq(tu_sh("SLURM_CONF=%s/slurm.conf scontrol -o show job 2 >/dev/null 2>&1", cdir) !=
+                     0,
+                 true, "no second Slurm job was submitted");
+    json_decref(cell);
+    free(log);
+    free(id);
+}

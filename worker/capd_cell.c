@@ -43,7 +43,7 @@ static const char usage_text[] =
     "  --keep-scratch     leave the scratch dir in place at the end\n"
     "  --chunk BYTES      POST a stream's bytes once this many wait (default 262144,\n"
     "                     at most 16777216; capd's chunk_max_bytes caps it)\n"
-    "  --retries N        tries again after a connection error or a 5xx, N times (default 5)\n"
+    "  --retries N        tries again after a connection error or a 5xx, N times (default 12)\n"
     "  --cacert FILE      the CA certificate a self-signed capd is checked against\n"
     "  --quiet            say nothing but errors\n"
     "  --help             print this text\n"

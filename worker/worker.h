@@ -42,7 +42,7 @@
 #define WORKER_CHUNK_DEFAULT (256u * 1024u)        /* --chunk: bytes buffered before a POST */
 #define WORKER_CHUNK_MAX     (16u * 1024u * 1024u) /* the largest --chunk */
 #define WORKER_POST_MS       100                   /* a POST of what waits, at the latest */
-#define WORKER_RETRIES       5                     /* --retries' default */
+#define WORKER_RETRIES       12 /* --retries' default: about 36 s, a capd restart */
 #define WORKER_RETRIES_MAX   100
 #define WORKER_BACKOFF_MS    100                   /* the first retry's wait, doubled each time */
 #define WORKER_BACKOFF_MAX   5000                  /* the longest wait between two tries */
