@@ -65,13 +65,19 @@ def verdict(ok):
     return "n/a" if ok is None else ("met" if ok else "**not met**")
 
 
-def perf_verdicts(w, pv, quick):
-    """The perf-verdict section: A/A false alarms, power, cost of pairing."""
-    w("## Perf verdicts a CI can gate on (`bench_perf_verdicts.py`)")
+def section(w, title, results):
+    """A section's heading; False, having said so, when it was not run."""
+    w("## " + title)
     w("")
-    if not pv:
+    if not results:
         w("Not run.")
         w("")
+    return bool(results)
+
+
+def perf_verdicts(w, pv, quick):
+    """The perf-verdict section: A/A false alarms, power, cost of pairing."""
+    if not section(w, "Perf verdicts a CI can gate on (`bench_perf_verdicts.py`)", pv):
         return
     mx = pv.get("matrix") or {}
     w("Matrix: `%s` × `%s` × `%s` (%s cells), prefork builds, options "
@@ -123,11 +129,7 @@ def perf_verdicts(w, pv, quick):
 
 def remote_section(w, r, quick):
     """Remote attempts and the Slurm executor against local cells."""
-    w("## Remote attempts and the Slurm executor (`bench_remote.py`)")
-    w("")
-    if not r:
-        w("Not run.")
-        w("")
+    if not section(w, "Remote attempts and the Slurm executor (`bench_remote.py`)", r):
         return
     pc = r.get("per_cell_s") or {}
     w("Three capds on this host with the fake runner's build, `max_parallel` 1: `local` "

@@ -340,16 +340,21 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
         }
         return;
     case SLURM_V_TIMEOUT:
-        s->timed_out = true;
-        remote_end(s->remote, "timeout");
+    case SLURM_V_CANCELLED:
+        /* capd's own outcomes: ran past the limit, or cancelled */
+        *(m.verdict == SLURM_V_TIMEOUT ? &s->timed_out : &s->cancelled) = true;
+        remote_end(s->remote, m.verdict == SLURM_V_TIMEOUT ? "timeout" : "cancelled");
         return;
     case SLURM_V_OOM:
-        end_with(s, "oom", why);
+    case SLURM_V_UNSUPPORTED:
+    case SLURM_V_FAILED:
+        end_with(s,
+                 m.verdict == SLURM_V_OOM           ? "oom"
+                 : m.verdict == SLURM_V_UNSUPPORTED ? "unsupported"
+                                                    : "failed",
+                 why);
         return;
-    case SLURM_V_CANCELLED:
-        s->cancelled = true;
-        remote_end(s->remote, "cancelled");
-        return;
+
     case SLURM_V_REQUEUE:
         if (s->run.attempt < s->cfg->max_attempts) {
             s->requeue = true;
@@ -364,12 +369,6 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
             snprintf(all, sizeof all, "%s, on each of its %d attempts", why, s->run.attempt);
             end_with(s, "failed", all);
         }
-        return;
-    case SLURM_V_UNSUPPORTED:
-        end_with(s, "unsupported", why);
-        return;
-    case SLURM_V_FAILED:
-        end_with(s, "failed", why);
         return;
     }
 }

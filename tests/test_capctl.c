@@ -324,11 +324,8 @@ static void run_capctl(struct run *r, const char *dir, const char *const *env,
     for (int i = 0; env && env[i] && e < 510; i++)
         envp[e++] = env[i];
     envp[e] = NULL;
-    const struct tu_fd fds[3] = {{.path = "/dev/null", .flags = O_RDONLY},
-                                 {.path = out, .flags = O_WRONLY | O_CREAT | O_TRUNC},
-                                 {.path = err, .flags = O_WRONLY | O_CREAT | O_TRUNC}};
     pid_t pid;
-    int rc = tu_spawn(&pid, argv, envp, fds);
+    int rc = tu_spawn_to_files(&pid, argv, envp, out, err);
     cr_assert_eq(rc, 0, "cannot spawn %s: %s", prog, strerror(rc));
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)

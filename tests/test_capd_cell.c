@@ -485,12 +485,9 @@ static void run_cell(struct run *r, const char *dir, const char *const *env,
     for (int i = 0; env && env[i] && e < 510; i++)
         envp[e++] = env[i];
     envp[e] = NULL;
-    const struct tu_fd fds[3] = {{.path = "/dev/null", .flags = O_RDONLY},
-                                 {.path = out, .flags = O_WRONLY | O_CREAT | O_TRUNC},
-                                 {.path = err, .flags = O_WRONLY | O_CREAT | O_TRUNC}};
     pid_t pid;
     double t0 = tu_now_s();
-    int rc = tu_spawn(&pid, argv, envp, fds);
+    int rc = tu_spawn_to_files(&pid, argv, envp, out, err);
     cr_assert_eq(rc, 0, "cannot spawn %s: %s", argv[0], strerror(rc));
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)

@@ -168,40 +168,6 @@ static char *slurp_n(const char *path, size_t *len)
     return t;
 }
 
-/* The KEY and HASH of every tensor record, one line each (owned). */
-static char *record_lines(const struct tu_capd *c, const char *job, const char *cell)
-{
-    json_t *recs = af_cell_records(c, job, cell, "tensor");
-    char *text = NULL;
-    size_t len = 0, i;
-    json_t *t;
-    json_array_foreach(recs, i, t)
-    {
-        char line[512];
-        int n = snprintf(line, sizeof line, "%s %s %s\n", tu_str(t, "key"), tu_str(t, "hash"),
-                         tu_str(t, "hash_alg"));
-        cr_assert_eq(tu_append(&text, &len, line, (size_t)n), 0);
-    }
-    json_decref(recs);
-    return text ? text : strdup("");
-}
-
-/* The same cell on a capd with the local executor: its records' lines. */
-static char *local_lines(const char *model)
-{
-    struct tu_capd local;
-    af_start_capd(&local, NULL, NULL);
-    cr_assert_eq(tu_fake_build(&local, "fake", NULL), 201);
-    char *job = NULL;
-    json_t *cell = af_run_cell(&local, model, NULL, &job);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
-    char *lines = record_lines(&local, job, tu_str(cell, "id"));
-    json_decref(cell);
-    free(job);
-    af_stop_own_capd(&local);
-    return lines;
-}
-
 Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .timeout = 120)
 {
     struct rt *r = rt_start("");
@@ -296,13 +262,8 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     json_t *done = af_wait_job(&r->c, job, 30);
     json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
-    /* the records, hash for hash, are those of the same cell run locally */
-    char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
-    cr_assert_gt(strlen(lines), 0, "the records came through the spool");
-    char *want = local_lines("fake:ok__5");
-    cr_assert_str_eq(lines, want, "remote records equal the local executor's");
-    free(lines);
-    free(want);
+    af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:ok__5",
+                            "the records that came through the spool");
     /* the runner's output is the cell log */
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", job, tu_str(cell, "id"));
     struct tu_resp lr;
@@ -502,11 +463,7 @@ Test(remote, capd_cell_runs_cells_as_the_local_executor_does, .fini = rt_stop, .
             cr_assert_eq(json_array_size(t), (size_t)cases[i].tensors, "%s: tensors kept",
                          cases[i].model);
         } else {
-            char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
-            char *want = local_lines(cases[i].model);
-            cr_assert_str_eq(lines, want, "%s: records equal the local executor's", cases[i].model);
-            free(lines);
-            free(want);
+            af_expect_local_records(&r->c, job, tu_str(cell, "id"), cases[i].model, cases[i].model);
         }
         json_decref(t);
         json_decref(cell);
@@ -551,11 +508,8 @@ Test(remote, capd_killed_mid_cell_takes_the_attempt_up_again, .fini = rt_stop, .
     log = tu_slurp(r->c.errlog);
     cr_assert(strstr(log, "cell_reattached"), "%s", log);
     free(log);
-    char *lines = record_lines(&r->c, job, tu_str(cell, "id"));
-    char *want = local_lines("fake:slow__4000");
-    cr_assert_str_eq(lines, want, "the records, read anew from the spool, are the local ones");
-    free(lines);
-    free(want);
+    af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:slow__4000",
+                            "the records read anew from the spool");
     json_decref(done);
     free(job);
 }

@@ -66,24 +66,6 @@ static void up(void)
     cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
 }
 
-/* KEY HASH ALG of every tensor record of CELL of JOB on C (owned). */
-static char *record_lines(const struct tu_capd *c, const char *job, const char *cell)
-{
-    json_t *recs = af_cell_records(c, job, cell, "tensor");
-    char *text = NULL;
-    size_t len = 0, i;
-    json_t *t;
-    json_array_foreach(recs, i, t)
-    {
-        char line[600];
-        int n = snprintf(line, sizeof line, "%s %s %s\n", tu_str(t, "key"), tu_str(t, "hash"),
-                         tu_str(t, "hash_alg"));
-        cr_assert_eq(tu_append(&text, &len, line, (size_t)n), 0);
-    }
-    json_decref(recs);
-    return text ? text : strdup("");
-}
-
 /* The job's cell (owned) once the job ended, and its log in *LOG (owned). */
 static json_t *ended_cell(const char *job, char **log)
 {
@@ -128,32 +110,13 @@ static json_t *run_cell(const char *model, const char *width, const char *option
     return cell;
 }
 
-/* The lines of MODEL's cell on a capd of the local executor. */
-static char *local_lines(const char *model)
-{
-    struct tu_capd local;
-    af_start_capd(&local, NULL, NULL);
-    cr_assert_eq(tu_fake_build(&local, "fake", NULL), 201);
-    char *job = NULL;
-    json_t *cell = af_run_cell(&local, model, NULL, &job);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
-    char *lines = record_lines(&local, job, tu_str(cell, "id"));
-    json_decref(cell);
-    free(job);
-    af_stop_own_capd(&local);
-    return lines;
-}
-
 Test(slurm_exec, cells_end_through_slurm_as_they_do_locally)
 {
     up();
     char *job = NULL;
     json_t *cell = run_cell("fake:ok__5", "avx2", NULL, "ok", &job);
-    char *lines = record_lines(&capd, job, tu_str(cell, "id"));
-    char *want = local_lines("fake:ok__5");
-    cr_assert_str_eq(lines, want, "records through Slurm equal the local executor's");
-    free(lines);
-    free(want);
+    af_expect_local_records(&capd, job, tu_str(cell, "id"), "fake:ok__5",
+                            "the records through Slurm");
     json_decref(cell);
     free(job);
 
@@ -232,7 +195,7 @@ Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
     char *id = af_submit_job(&capd, &job), *log = NULL;
     json_t *cell = ended_cell(id, &log);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
-    char *lines = record_lines(&capd, id, tu_str(cell, "id"));
+    char *lines = af_record_lines(&capd, id, tu_str(cell, "id"));
     json_decref(cell);
     free(log);
 
@@ -244,7 +207,7 @@ Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
     json_t *lj = af_wait_job(&local, lid, 240);
     json_t *lcell = json_array_get(json_object_get(lj, "cells"), 0);
     cr_assert_str_eq(tu_str(lcell, "state"), "ok", "%s", af_dump(lcell));
-    char *want = record_lines(&local, lid, tu_str(lcell, "id"));
+    char *want = af_record_lines(&local, lid, tu_str(lcell, "id"));
     json_decref(lj);
     af_stop_own_capd(&local);
     cr_assert_gt(strlen(want), 0);

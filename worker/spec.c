@@ -50,16 +50,27 @@ static int get_count(const json_t *o, const char *key, long long def, long long 
     return 0;
 }
 
+/* A NULL-terminated array for the N items of the reply's FIELD (SPARE
+ * more slots, the NULL among them) into *OUT, once it is OK (else it must
+ * be SHAPE) and N is at most MAX (of UNIT). 0, -EINVAL, -E2BIG or -ENOMEM. */
+static int room_for(const char *field, bool ok, const char *shape, size_t n, size_t max,
+                    const char *unit, size_t spare, char ***out, char **err)
+{
+    if (!ok)
+        return util_errf(err, -EINVAL, "the spec reply's '%s' must be %s", field, shape);
+    if (n > max)
+        return util_errf(err, -E2BIG, "the spec reply's '%s' has %zu %s, more than %zu", field, n,
+                         unit, max);
+    return (*out = calloc(n + spare, sizeof **out)) ? 0 : -ENOMEM;
+}
+
 static int take_argv(const json_t *a, struct worker_spec *out, char **err)
 {
     size_t n = json_array_size(a);
-    if (!json_is_array(a) || n == 0)
-        return util_errf(err, -EINVAL, "the spec reply's 'argv' must be a non-empty array");
-    if (n > WORKER_ARGV_MAX)
-        return util_errf(err, -E2BIG, "the spec reply's 'argv' has %zu words, more than %d", n,
-                         WORKER_ARGV_MAX);
-    if (!(out->argv = calloc(n + 1, sizeof *out->argv)))
-        return -ENOMEM;
+    int rc = room_for("argv", json_is_array(a) && n > 0, "a non-empty array", n, WORKER_ARGV_MAX,
+                      "words", 1, &out->argv, err);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) {
         const char *s = plain_string(json_array_get(a, i));
         if (!s || (i == 0 && !*s))
@@ -79,13 +90,10 @@ static int take_env(const json_t *e, const char *from, const char *to, const cha
     const char *k;
     const json_t *v;
     size_t n = json_object_size(e), i = 0;
-    if (!json_is_object(e))
-        return util_errf(err, -EINVAL, "the spec reply's 'env' must be an object");
-    if (n > WORKER_ENV_MAX)
-        return util_errf(err, -E2BIG, "the spec reply's 'env' has %zu variables, more than %d", n,
-                         WORKER_ENV_MAX);
-    if (!(out->env = calloc(n + 2, sizeof *out->env)))
-        return -ENOMEM;
+    int rc = room_for("env", json_is_object(e), "an object", n, WORKER_ENV_MAX, "variables", 2,
+                      &out->env, err);
+    if (rc)
+        return rc;
     json_object_foreach((json_t *)e, k, v)
     {
         const char *s = plain_string(v);
@@ -96,9 +104,9 @@ static int take_env(const json_t *e, const char *from, const char *to, const cha
         if (strcmp(k, "CAPD_CELL_SPEC") == 0)
             continue;
         char *nv = rewrite_value(s, from, to);
-        int rc = nv ? asprintf(&out->env[i], "%s=%s", k, nv) : -1;
+        int w = nv ? asprintf(&out->env[i], "%s=%s", k, nv) : -1;
         free(nv);
-        if (rc < 0) {
+        if (w < 0) {
             out->env[i] = NULL;
             return -ENOMEM;
         }

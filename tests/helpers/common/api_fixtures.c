@@ -525,3 +525,46 @@ json_t *af_bisect_run(const struct tu_capd *c, const char *body, int timeout_s, 
     af_post_bisect(c, body, id, NULL);
     return af_bisect_done(c, id, timeout_s, dump);
 }
+
+char *af_record_lines(const struct tu_capd *c, const char *job, const char *cell)
+{
+    json_t *recs = af_cell_records(c, job, cell, "tensor");
+    char *text = NULL;
+    size_t len = 0, i;
+    json_t *t;
+    json_array_foreach(recs, i, t)
+    {
+        char line[600];
+        int n = snprintf(line, sizeof line, "%s %s %s\n", tu_str(t, "key"), tu_str(t, "hash"),
+                         tu_str(t, "hash_alg"));
+        cr_assert_eq(tu_append(&text, &len, line, (size_t)n), 0);
+    }
+    json_decref(recs);
+    return text ? text : strdup("");
+}
+
+char *af_local_lines(const char *model)
+{
+    struct tu_capd local;
+    af_start_capd(&local, NULL, NULL);
+    cr_assert_eq(tu_fake_build(&local, "fake", NULL), 201);
+    char *job = NULL;
+    json_t *cell = af_run_cell(&local, model, NULL, &job);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    char *lines = af_record_lines(&local, job, tu_str(cell, "id"));
+    json_decref(cell);
+    free(job);
+    af_stop_own_capd(&local);
+    return lines;
+}
+
+void af_expect_local_records(const struct tu_capd *c, const char *job, const char *cell,
+                             const char *model, const char *what)
+{
+    char *lines = af_record_lines(c, job, cell);
+    cr_assert_gt(strlen(lines), 0, "%s: the cell has records", what);
+    char *want = af_local_lines(model);
+    cr_assert_str_eq(lines, want, "%s: records equal the local executor's", what);
+    free(lines);
+    free(want);
+}

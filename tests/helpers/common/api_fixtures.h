@@ -145,6 +145,17 @@ json_t *af_run_cell(const struct tu_capd *c, const char *model, const char *opti
  * the order the API returns them (owned). */
 json_t *af_cell_records(const struct tu_capd *c, const char *job, const char *cell,
                         const char *kind);
+/* "KEY HASH HASH_ALG\n" of every tensor record of CELL of JOB on capd C,
+ * in order (owned): two cells' records compared hash for hash. */
+char *af_record_lines(const struct tu_capd *c, const char *job, const char *cell);
+/* The same lines of one cell of MODEL (build "fake", tu_submit's width)
+ * run on a capd of its own with the local executor, which is stopped
+ * after; the cell must end ok. */
+char *af_local_lines(const char *model);
+/* Fails the test (saying WHAT) unless CELL of JOB on C has records, and
+ * they are, hash for hash, those af_local_lines gives for MODEL. */
+void af_expect_local_records(const struct tu_capd *c, const char *job, const char *cell,
+                             const char *model, const char *what);
 /* Runs capctl (next to CAPD_BIN) against capd C with ARGS; its exit
  * status, and its output (stdout and stderr) in *OUT (owned). */
 int af_capctl(const struct tu_capd *c, const char *args, char **out);

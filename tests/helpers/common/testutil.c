@@ -444,6 +444,15 @@ int tu_count_zombies(pid_t ppid)
     return n;
 }
 
+int tu_spawn_to_files(pid_t *pid, const char *const *argv, const char *const *envp, const char *out,
+                      const char *err)
+{
+    const struct tu_fd fds[3] = {{.path = "/dev/null", .flags = O_RDONLY},
+                                 {.path = out, .flags = O_WRONLY | O_CREAT | O_TRUNC},
+                                 {.path = err, .flags = O_WRONLY | O_CREAT | O_TRUNC}};
+    return tu_spawn(pid, argv, envp, fds);
+}
+
 int tu_spawn(pid_t *pid, const char *const *argv, const char *const *envp,
              const struct tu_fd fds[3])
 {

@@ -113,6 +113,11 @@ struct tu_fd {
 int tu_spawn(pid_t *pid, const char *const *argv, const char *const *envp,
              const struct tu_fd fds[3]);
 
+/* tu_spawn with stdin /dev/null and stdout, stderr to the files OUT and
+ * ERR (truncated). */
+int tu_spawn_to_files(pid_t *pid, const char *const *argv, const char *const *envp, const char *out,
+                      const char *err);
+
 /* Runs a shell command line; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
