@@ -26,10 +26,13 @@ free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# CAPD_SLURM_FEATURES_HIDE (space-separated) leaves flags this CPU has off
+# the node, so a test can make a width no node offers on any host.
 features() {
     have=$(sed -n 's/^flags[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n1)
     out=""
     for f in $FEATURES_WANTED; do
+        case " ${CAPD_SLURM_FEATURES_HIDE:-} " in *" $f "*) continue ;; esac
         case " $have " in *" $f "*) out="${out:+$out,}$f" ;; esac
     done
     echo "$out"
