@@ -108,6 +108,23 @@ static void on_timeout(uv_timer_t *t)
 static void over(struct sup *s, bool finished, const struct remote_exit *ex, const char *state)
 {
     drain(s);
+    if (finished && ex->worker_timeout)
+        s->timed_out = true; /* the worker's own clock ran out first */
+    if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
+        /* Stopped from outside: Slurm knows why (node failure, preemption,
+         * someone's scancel, its time limit); elsewhere nobody does. */
+        if (is_slurm(s->cfg) && s->slurm_job) {
+            s->slurm_deferred = true;
+            s->deferred = *ex;
+            return;
+        }
+        char why[200];
+        snprintf(why, sizeof why,
+                 "the worker got signal %d from outside capd and stopped its runner",
+                 ex->worker_signal);
+        s->fail_state = strdup("failed");
+        s->fail_reason = strdup(why);
+    }
     /* Ended by something other than capd's own decisions: say what. */
     if (!finished && !s->fail_state && !s->cancelled && !s->timed_out && !s->abandoned) {
         char why[200];
@@ -128,10 +145,18 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
     sup__finish(s);
 }
 
+void sup__remote_conclude(struct sup *s)
+{
+    struct remote_exit ex = s->deferred;
+    ex.worker_signal = 0; /* what it means is decided */
+    s->slurm_deferred = false;
+    over(s, true, &ex, "finished");
+}
+
 static void on_wake(uv_async_t *h)
 {
     struct sup *s = h->data;
-    if (s->finished || !s->remote)
+    if (s->finished || !s->remote || s->slurm_deferred)
         return;
     if (!s->remote_running && remote_started(s->remote)) {
         s->remote_running = true;

@@ -34,6 +34,9 @@
 /* Polls after a job left Slurm's lists, or ended, before capd gives up
  * waiting for its worker's finish. */
 #define SLURM_GRACE_POLLS 2
+/* Polls a worker's finish after a signal from outside waits for Slurm to
+ * say why (a job completing is still RUNNING-like for a moment). */
+#define SLURM_DEFER_POLLS 10
 
 static struct {
     struct sup *head; /* attempts with a Slurm job (or one being submitted) */
@@ -135,6 +138,7 @@ static void submit_run(uv_work_t *w)
         .time_limit_min = b->time_min,
         .gpu = b->gpu,
         .exclusive = b->exclusive,
+        .no_requeue = true,
         .job_name = b->name,
         .partition = cfg->slurm_partition[0] ? cfg->slurm_partition : NULL,
         .account = cfg->slurm_account[0] ? cfg->slurm_account : NULL,
@@ -307,6 +311,39 @@ static void query_run(uv_work_t *w)
     q->rc = slurm_query(&S.ctx, q->rows, q->n, &q->err);
 }
 
+/*
+ * S's worker finished after a signal from outside: Slurm's final state
+ * says what it was. A node failure or preemption requeues the cell,
+ * someone's scancel cancels it, Slurm's time limit is a timeout; a job
+ * still ending is waited for (SLURM_DEFER_POLLS at most), and anything
+ * else leaves the worker's own report, failed with the signal.
+ */
+static void deferred(struct sup *s, const struct slurm_job_state *row)
+{
+    struct slurm_mapped m;
+    slurm_state_map(row->known ? row->state : "UNKNOWN", row->reason, row->exit_code, row->signal,
+                    &m);
+    if ((m.verdict == SLURM_V_RUNNING || !row->known) && ++s->slurm_waits <= SLURM_DEFER_POLLS)
+        return;
+    char why[400];
+    snprintf(why, sizeof why, "the worker got signal %d from outside capd; Slurm job %u: %s",
+             s->deferred.worker_signal, row->job_id, row->known ? row->state : "unknown");
+    if (m.verdict == SLURM_V_REQUEUE && s->run.attempt < s->cfg->max_attempts) {
+        s->requeue = true;
+        log_warn("slurm_requeue", "job=%s cell=%s attempt=%d reason=%s", s->run.job_id,
+                 s->run.cell_id, s->run.attempt, log_q(why));
+    } else if (m.verdict == SLURM_V_CANCELLED) {
+        s->cancelled = true;
+    } else if (m.verdict == SLURM_V_TIMEOUT) {
+        s->timed_out = true;
+    }
+    if (!s->requeue && !s->cancelled && !s->timed_out) {
+        s->fail_state = strdup("failed");
+        s->fail_reason = strdup(why);
+    }
+    sup__remote_conclude(s);
+}
+
 /* What Slurm says of S's job, applied. */
 static void apply(struct sup *s, const struct slurm_job_state *row)
 {
@@ -315,8 +352,12 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
     bool finished_worker = false;
     struct remote_exit ex;
     char state[96];
-    if (remote_over(s->remote, &finished_worker, &ex, state, sizeof state))
+    if (remote_over(s->remote, &finished_worker, &ex, state, sizeof state) && !s->slurm_deferred)
         return; /* the worker finished, or capd ended it: nothing to add */
+    if (s->slurm_deferred) {
+        deferred(s, row);
+        return;
+    }
     if (!row->known) {
         if (++s->slurm_gone_polls > SLURM_GRACE_POLLS) {
             snprintf(why, sizeof why, "Slurm no longer knows job %u", row->job_id);

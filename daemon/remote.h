@@ -41,6 +41,11 @@ struct remote_exit {
     int signal;          /* the signal that killed it, else 0 */
     int64_t peak_rss_bytes, cpu_time_ms;
     uint64_t bytes[REMOTE_STREAMS]; /* each stream's length in all */
+    /* The worker stopped its runner itself: on a signal it got from
+     * outside (Slurm's scancel, a node failure, preemption: 0 when none),
+     * or at the attempt's timeout. */
+    int worker_signal;
+    bool worker_timeout;
 };
 
 struct remote_att;

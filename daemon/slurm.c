@@ -122,6 +122,8 @@ int slurm_sbatch_argv(const struct slurm_submit *s, struct slurm_argv *a, char *
         return rc;
     if (s->exclusive && (rc = slurm_argv_addf(a, err, "--exclusive")))
         return rc;
+    if (s->no_requeue && (rc = slurm_argv_addf(a, err, "--no-requeue")))
+        return rc;
     return slurm_argv_addf(a, err, "%s", s->script);
 }
 

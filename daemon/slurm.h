@@ -103,6 +103,9 @@ struct slurm_submit {
     int time_limit_min;
     bool gpu;
     bool exclusive;
+    /* --no-requeue: a node failure ends the job (capd, not Slurm, starts
+     * the next attempt, with a token of its own) */
+    bool no_requeue;
 #define SLURM_SUBMIT_FIELD(field, opt, max, name) const char *field;
     SLURM_SUBMIT_STRINGS(SLURM_SUBMIT_FIELD)
 #undef SLURM_SUBMIT_FIELD

@@ -35,6 +35,7 @@
 
 #include "daemon/frame.h"
 #include "daemon/memlimit.h"
+#include "daemon/remote.h"
 #include "daemon/sup.h"
 
 /* The read buffer every cell shares (see sup__read_buffer). */
@@ -87,6 +88,11 @@ struct sup {
      * node asks for a new attempt. */
     uint32_t slurm_job;
     int slurm_gone_polls;
+    /* The worker finished after a signal from outside (slurm_waits polls
+     * so far): the outcome waits for the job's final state in Slurm. */
+    bool slurm_deferred;
+    int slurm_waits;
+    struct remote_exit deferred;
     struct sup *slurm_next;
     bool requeue;
 
@@ -189,6 +195,9 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
                          char *reason, size_t rlen);
 /* Puts S on the poll's list with its job SLURM_JOB (cellslurm.c). */
 void sup__slurm_adopt(struct sup *s, uint32_t slurm_job);
+/* Ends a deferred attempt with the worker's report, after Slurm's state
+ * (applied by the caller) or the wait for it. */
+void sup__remote_conclude(struct sup *s);
 /* Tells the worker the attempt is over (sup__kill_group's remote side). */
 void sup__remote_stop(struct sup *s);
 /* Unregisters the attempt and closes its handles (finish_tail's side). */

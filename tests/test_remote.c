@@ -35,6 +35,10 @@ static void rt_stop(void)
 {
     if (R) {
         af_stop_own_capd(&R->c);
+        /* capd-cell outlives its capd on purpose (it waits for a restart):
+         * the workers this test's capd launched go with the test */
+        if (R->dir[0])
+            tu_sh("pkill -KILL -f -- '--scratch %s/w-' >/dev/null 2>&1", R->dir);
         free(R);
         R = NULL;
     }

@@ -49,6 +49,7 @@ Test(slurm, sbatch_argv_every_field)
                              .constraint = "avx512f&avx512bw",
                              .gpu = true,
                              .exclusive = true,
+                             .no_requeue = true,
                              .output = "/tmp/x/o-%A_%a",
                              .error = "/tmp/x/e-%A_%a",
                              .workdir = "/tmp/x",
@@ -60,7 +61,8 @@ Test(slurm, sbatch_argv_every_field)
                      "sbatch --parsable --job-name=capd-j1 --partition=cpu --account=fw "
                      "--qos=normal --constraint=avx512f&avx512bw --output=/tmp/x/o-%A_%a "
                      "--error=/tmp/x/e-%A_%a --chdir=/tmp/x --export=NONE,CAPD_CELL=1 "
-                     "--array=0-5%2 --time=30 --gres=gpu:1 --exclusive /tmp/x/cell.sh");
+                     "--array=0-5%2 --time=30 --gres=gpu:1 --exclusive --no-requeue "
+                     "/tmp/x/cell.sh");
     slurm_argv_free(&a);
     struct slurm_submit m = {.script = "/s.sh", .array_last = -1};
     cr_assert_eq(slurm_sbatch_argv(&m, &a, &err), 0, "%s", err);

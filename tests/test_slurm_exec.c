@@ -70,6 +70,22 @@ static void up(void)
     cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
 }
 
+/* Waits (30 s at most) until capd's log has EVENT; fails the test else. */
+static void wait_for_log(const char *event)
+{
+    char *log = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(log);
+        log = tu_slurp(capd.errlog);
+        if (strstr(log, event))
+            break;
+        usleep(100 * 1000);
+    }
+    size_t n = strlen(log);
+    cr_assert(strstr(log, event), "capd logged %s: ...%s", event, n > 2000 ? log + n - 2000 : log);
+    free(log);
+}
+
 /* The job's cell (owned) once the job ended, and its log in *LOG (owned). */
 static json_t *ended_cell(const char *job, char **log)
 {
@@ -225,15 +241,7 @@ Test(slurm_exec, capd_killed_mid_cell_reattaches)
     struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
                          "\"avx2\"", "\"forward\"", NULL};
     char *id = af_submit_job(&capd, &job), *log = NULL;
-    for (int i = 0; i < 300; i++) {
-        free(log);
-        log = tu_slurp(capd.errlog);
-        if (strstr(log, "cell_remote_started"))
-            break;
-        usleep(100 * 1000);
-    }
-    cr_assert(strstr(log, "cell_remote_started"), "the worker started on the node: %s", log);
-    free(log);
+    wait_for_log("cell_remote_started");
     char port[32], cfg[600], dir[256];
     snprintf(port, sizeof port, "127.0.0.1:%d", capd.port);
     snprintf(cfg, sizeof cfg, "%s/capd.json", root);
@@ -250,6 +258,39 @@ Test(slurm_exec, capd_killed_mid_cell_reattaches)
     cr_assert_eq(tu_sh("SLURM_CONF=%s/slurm.conf scontrol -o show job 2 >/dev/null 2>&1", cdir) !=
                      0,
                  true, "no second Slurm job was submitted");
+    json_decref(cell);
+    free(log);
+    free(id);
+}
+
+/* The node fails under a running cell (set DOWN, as slurmctld does when a
+ * node stops answering): Slurm ends the job NODE_FAIL (it never requeues
+ * capd's jobs itself: --no-requeue), capd requeues the cell as a new
+ * attempt, which runs once the node is back: ok, on attempt 2. */
+Test(slurm_exec, a_node_failure_requeues_the_cell)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job), *log = NULL;
+    wait_for_log("cell_remote_started");
+    cr_assert_eq(
+        tu_sh("SLURM_CONF=%s/slurm.conf scontrol update NodeName=$(SLURM_CONF=%s/slurm.conf "
+              "sinfo -h -o %%N) State=DOWN Reason=capd-test",
+              cdir, cdir),
+        0);
+    wait_for_log("slurm_requeue");
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "NODE_FAIL"), "capd requeued for the node's failure: %s", clog);
+    free(clog);
+    /* back to service; slurmd answering may have brought it back already
+     * (ReturnToService=2), and then RESUME is refused */
+    tu_sh("SLURM_CONF=%s/slurm.conf scontrol update NodeName=$(SLURM_CONF=%s/slurm.conf "
+          "sinfo -h -o %%N) State=RESUME >/dev/null 2>&1",
+          cdir, cdir);
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
     json_decref(cell);
     free(log);
     free(id);

@@ -131,10 +131,12 @@ static char *finish_body(const struct run *r)
     json_t *sig = WIFSIGNALED(st) ? json_integer(WTERMSIG(st)) : json_null();
     long long cpu_ms = ((long long)r->ru.ru_utime.tv_sec + r->ru.ru_stime.tv_sec) * 1000 +
                        ((long long)r->ru.ru_utime.tv_usec + r->ru.ru_stime.tv_usec) / 1000;
-    json_t *b = json_pack("{s:o,s:o,s:I,s:I,s:I,s:I}", "exit_status", exit_status, "signal", sig,
-                          "frames_bytes", (json_int_t)r->s[RUN_FRAMES].total, "log_bytes",
-                          (json_int_t)r->s[RUN_LOG].total, "peak_rss_bytes",
-                          (json_int_t)r->ru.ru_maxrss * 1024, "cpu_time_ms", (json_int_t)cpu_ms);
+    json_t *b = json_pack(
+        "{s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:b}", "exit_status", exit_status, "signal", sig,
+        "frames_bytes", (json_int_t)r->s[RUN_FRAMES].total, "log_bytes",
+        (json_int_t)r->s[RUN_LOG].total, "peak_rss_bytes", (json_int_t)r->ru.ru_maxrss * 1024,
+        "cpu_time_ms", (json_int_t)cpu_ms, "worker_signal",
+        r->stopped_by ? json_integer(r->stopped_by) : json_null(), "worker_timeout", r->timed_out);
     char *text = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     return text;

@@ -175,12 +175,15 @@ static void read_signals(struct run *r)
 {
     struct signalfd_siginfo si;
     while (read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGCHLD)
+        if (si.ssi_signo == SIGCHLD) {
             try_reap(r);
-        else
-            terminate(r, si.ssi_signo == SIGTERM  ? "the worker got SIGTERM"
-                         : si.ssi_signo == SIGINT ? "the worker got SIGINT"
-                                                  : "the worker got SIGHUP");
+            continue;
+        }
+        if (!r->stopped_by && !r->timed_out)
+            r->stopped_by = (int)si.ssi_signo;
+        terminate(r, si.ssi_signo == SIGTERM  ? "the worker got SIGTERM"
+                     : si.ssi_signo == SIGINT ? "the worker got SIGINT"
+                                              : "the worker got SIGHUP");
     }
 }
 
@@ -188,8 +191,10 @@ static void read_signals(struct run *r)
  * the pipes that some descendant still holds once the runner is reaped. */
 static void check_deadlines(struct run *r, int64_t now)
 {
-    if (!r->reaped && r->spec->timeout_s > 0 && now - r->started_ms >= r->spec->timeout_s * 1000)
+    if (!r->reaped && r->spec->timeout_s > 0 && now - r->started_ms >= r->spec->timeout_s * 1000) {
+        r->timed_out = r->timed_out || !r->stopped_by;
         terminate(r, "the attempt's timeout passed");
+    }
     if (!r->reaped && r->kill_ms && now >= r->kill_ms)
         signal_group(r, SIGKILL);
     if (r->reaped && now - r->reaped_ms >= WORKER_KILL_GRACE_MS &&

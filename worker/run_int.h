@@ -36,6 +36,10 @@ struct run {
     int sfd; /* the signalfd */
     int64_t started_ms, kill_ms, reaped_ms;
     bool reaped;
+    /* Why the worker stopped the runner itself: the first signal it got
+     * from outside (0: none), or the attempt's timeout. */
+    int stopped_by;
+    bool timed_out;
     int status;
     struct rusage ru;
 };
