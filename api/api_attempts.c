@@ -120,7 +120,7 @@ enum MHD_Result api_attempt_spec(struct api_req *r)
 {
     enum MHD_Result ret;
     int64_t id;
-    char state[64] = "";
+    char state[96] = "";
     if (!attempt_of(r, &id, &ret))
         return ret;
     json_t *out = NULL;
@@ -134,7 +134,7 @@ static enum MHD_Result append(struct api_req *r, enum remote_stream which)
 {
     enum MHD_Result ret;
     int64_t id;
-    char state[64] = "";
+    char state[96] = "";
     if (!attempt_of(r, &id, &ret))
         return ret;
     const char *o = api_query(r, "offset");
@@ -208,7 +208,7 @@ enum MHD_Result api_attempt_finish(struct api_req *r)
 {
     enum MHD_Result ret;
     int64_t id;
-    char state[64] = "";
+    char state[96] = "";
     struct remote_exit ex;
     if (!attempt_of(r, &id, &ret))
         return ret;

@@ -40,17 +40,20 @@ SIZES = {"b100": 100, "b10k": 10000}
 WARMUPS = 3
 
 
-def start(capd, data):
+def start(capd, data, extra=()):
+    """capd on DATA (EXTRA flags after the defaults): (process, port, admin token).
+    bench_remote.py starts its capds with this too."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     log = open(os.path.join(os.path.dirname(data), "capd.log"), "a")
     p = subprocess.Popen([capd, "--listen", "127.0.0.1:0", "--data-dir", data, "--runner-dir",
-                          os.path.join(root, "runner")],
+                          os.path.join(root, "runner")] + list(extra),
                          stdout=subprocess.PIPE, stderr=log, text=True)
     line = p.stdout.readline()
     if "listening on" not in line:
         p.kill()
         p.wait()
-        sys.exit("bench_history: capd did not start: %r (see %s)" % (line, log.name))
+        log.close()
+        sys.exit("bench: capd did not start: %r: %s" % (line, open(log.name).read()[-600:]))
     port = int(line.strip().rsplit(":", 1)[1])
     with open(os.path.join(data, "admin.token")) as f:
         token = f.read().strip()

@@ -445,7 +445,8 @@ static void final_stop(struct capd *d)
 {
     int requeued = 0, interrupted = 0;
     store_flush(d->st);
-    store_recover(d->st, d->cfg.max_attempts, false, &requeued, &interrupted);
+    /* remote attempts stay open for the next capd (daemon/sup.h) */
+    store_recover(d->st, d->cfg.max_attempts, sup_is_remote(&d->cfg), &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
     zyg_shutdown();
     mem_shutdown();

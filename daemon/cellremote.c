@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 #include "daemon/remote.h"
 #include "daemon/sup_int.h"
+#include "storage/layout.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -85,6 +87,26 @@ static void drain(struct sup *s)
 static void on_timeout(uv_timer_t *t)
 {
     struct sup *s = t->data;
+    bool finished = false;
+    struct remote_exit ex;
+    char state[96];
+    /* a finish that came in this very loop turn is no timeout */
+    if (remote_over(s->remote, &finished, &ex, state, sizeof state) && finished)
+        return;
+    if (s->slurm_deferred) {
+        /* Slurm did not say in time why the worker was stopped */
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the worker got signal %d from outside capd; Slurm did not say why within %d "
+                 "polls",
+                 s->deferred.worker_signal, SUP__SLURM_DEFER_POLLS);
+        if (!s->fail_state) {
+            s->fail_state = strdup("failed");
+            s->fail_reason = strdup(why);
+        }
+        sup__remote_conclude(s);
+        return;
+    }
     if (!s->remote_running) {
         char why[160];
         snprintf(why, sizeof why,
@@ -100,7 +122,7 @@ static void on_timeout(uv_timer_t *t)
     }
     log_warn("cell_timeout", "job=%s cell=%s remote=1 started=%d", s->run.job_id, s->run.cell_id,
              s->remote_running);
-    remote_end(s->remote, s->timed_out ? "timeout" : "failed");
+    sup__remote_stop(s); /* tells the worker, and scancels its Slurm job */
 }
 
 /* The attempt is over: what the worker said of its runner, or, when capd
@@ -108,6 +130,15 @@ static void on_timeout(uv_timer_t *t)
 static void over(struct sup *s, bool finished, const struct remote_exit *ex, const char *state)
 {
     drain(s);
+    uint64_t dropped = remote_log_dropped(s->remote);
+    if (dropped && !s->slurm_deferred) {
+        char note[160];
+        int n = snprintf(note, sizeof note,
+                         "\n[capd: %llu bytes of the worker's output past the spool's %llu were "
+                         "dropped]\n",
+                         (unsigned long long)dropped, (unsigned long long)REMOTE_LOG_SPOOL_MAX);
+        sup__log_write(s, note, (size_t)n);
+    }
     if (finished && ex->worker_timeout)
         s->timed_out = true; /* the worker's own clock ran out first */
     if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
@@ -116,6 +147,11 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
         if (is_slurm(s->cfg) && s->slurm_job) {
             s->slurm_deferred = true;
             s->deferred = *ex;
+            /* the wait for Slurm's word is bounded even if squeue fails */
+            uv_timer_stop(&s->timer);
+            uv_timer_start(&s->timer, on_timeout,
+                           (uint64_t)(SUP__SLURM_DEFER_POLLS + 2) * (uint64_t)s->cfg->slurm_poll_ms,
+                           0);
             return;
         }
         char why[200];
@@ -139,7 +175,7 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
     s->term_signal = finished ? ex->signal : SIGKILL;
     if (finished) {
         s->peak_rss = ex->peak_rss_bytes;
-        s->cpu_us = ex->cpu_time_ms * 1000;
+        s->cpu_us = ex->cpu_time_ms < INT64_MAX / 1000 ? ex->cpu_time_ms * 1000 : INT64_MAX;
     }
     uv_timer_stop(&s->timer);
     sup__finish(s);
@@ -175,6 +211,10 @@ static void on_wake(uv_async_t *h)
 
 void sup__remote_stop(struct sup *s)
 {
+    if (s->slurm_deferred) { /* the worker has finished: end with its report */
+        sup__remote_conclude(s);
+        return;
+    }
     /* capd stopping leaves the worker running: the next capd takes the
      * attempt up again (sup_reattach), and meanwhile the API answers 503. */
     if (is_slurm(s->cfg) && !s->abandoned)
@@ -191,7 +231,8 @@ void sup__remote_close(struct sup *s)
 {
     if (is_slurm(s->cfg))
         sup__slurm_forget(s);
-    remote_close(s->remote);
+    /* capd stopping: the spool stays for the next capd (sup_reattach) */
+    remote_close(s->remote, s->abandoned);
     s->remote = NULL;
     sup__close_handle(s, (uv_handle_t *)&s->wake);
 }
@@ -290,6 +331,8 @@ static int launch(struct sup *s, const char *url, const char *token)
         rc = uv_spawn(s->loop, &l->proc, &po);
         if (rc)
             uv_close((uv_handle_t *)&l->proc, launch_closed);
+        else
+            uv_unref((uv_handle_t *)&l->proc); /* capd's stop never waits for it */
         l = NULL;
     }
     free(l);
@@ -317,7 +360,7 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
         return -ENOENT;
     }
     /* the log is written anew from the spool's first byte */
-    char prev[1100];
+    char prev[LAYOUT_PATH_MAX + 8];
     snprintf(prev, sizeof prev, "%s.prev", s->log_path);
     unlink(prev);
     int rc = sup__log_open(s);
@@ -395,7 +438,7 @@ fail:
     memset(token, 0, sizeof token);
     json_decref(reply);
     if (s->remote)
-        remote_close(s->remote);
+        remote_close(s->remote, false);
     s->remote = NULL;
     return rc;
 }

@@ -36,7 +36,7 @@
 #define SLURM_GRACE_POLLS 2
 /* Polls a worker's finish after a signal from outside waits for Slurm to
  * say why (a job completing is still RUNNING-like for a moment). */
-#define SLURM_DEFER_POLLS 10
+#define SLURM_DEFER_POLLS SUP__SLURM_DEFER_POLLS
 
 static struct {
     struct sup *head; /* attempts with a Slurm job (or one being submitted) */
@@ -216,8 +216,10 @@ static int write_script(struct sup *s, const char *url, const char *token, char 
     return fclose(f) == 0 ? 0 : -EIO;
 }
 
-/* The width's CPU features as a constraint: "avx512f&avx512bw". */
-static void constraint_of(const struct sup *s, char *out, size_t n)
+/* The width's CPU features as a constraint: "avx512f&avx512bw"; -E2BIG
+ * when they do not fit N bytes (a feature dropped would send the cell to a
+ * node that lacks it). */
+static int constraint_of(const struct sup *s, char *out, size_t n)
 {
     json_t *req = width_requires(json_string_value(json_object_get(s->run.spec, "width")));
     size_t i, len = 0;
@@ -227,9 +229,10 @@ static void constraint_of(const struct sup *s, char *out, size_t n)
     {
         int w = snprintf(out + len, n - len, "%s%s", len ? "&" : "", json_string_value(v));
         if (w < 0 || (size_t)w >= n - len)
-            break;
+            return -E2BIG;
         len += (size_t)w;
     }
+    return 0;
 }
 
 static void start_poll(uv_loop_t *loop);
@@ -258,7 +261,15 @@ int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *r
     /* the worker's own limit, the start-up and two minutes of margin */
     b->time_min = (int)(((timeout > 0 ? timeout : 600) + 180) / 60);
     snprintf(b->name, sizeof b->name, "capd-%s", s->run.cell_id);
-    constraint_of(s, b->constraint, sizeof b->constraint);
+    if (constraint_of(s, b->constraint, sizeof b->constraint) != 0) {
+        snprintf(reason, rlen,
+                 "width %s requires more CPU features than a constraint of %zu bytes "
+                 "holds",
+                 json_string_value(json_object_get(s->run.spec, "width")),
+                 sizeof b->constraint - 1);
+        free(b);
+        return -E2BIG;
+    }
     b->w.data = b;
     s->slurm_next = S.head;
     S.head = s;

@@ -89,10 +89,16 @@ int remote_append(int64_t attempt_id, enum remote_stream which, uint64_t offset,
     if (offset > have) {
         rc = -ERANGE;
     } else if (offset + n > have) {
-        size_t skip = (size_t)(have - offset);
-        rc = write_at(r->fd[which], (const char *)data + skip, n - skip, have);
+        size_t skip = (size_t)(have - offset), w = n - skip;
+        /* the log keeps its first REMOTE_LOG_SPOOL_MAX bytes in the spool */
+        if (which == REMOTE_LOG)
+            w = have >= REMOTE_LOG_SPOOL_MAX      ? 0
+                : w > REMOTE_LOG_SPOOL_MAX - have ? (size_t)(REMOTE_LOG_SPOOL_MAX - have)
+                                                  : w;
+        rc = w ? write_at(r->fd[which], (const char *)data + skip, w, have) : 0;
         if (rc == 0) {
             r->received[which] = offset + n;
+            r->started = true; /* a worker that uploads has its spec */
             uv_async_send(r->wake);
         }
     }
@@ -138,7 +144,7 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
         rc = -ERANGE;
     } else {
         r->ex = *ex;
-        r->finished = r->ended = true;
+        r->finished = r->ended = r->started = true;
         snprintf(r->state, sizeof r->state, "finished");
         uv_async_send(r->wake);
     }
@@ -201,11 +207,21 @@ static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_asyn
     return 0;
 }
 
+uint64_t remote_log_dropped(struct remote_att *r)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t have = r->received[REMOTE_LOG];
+    pthread_mutex_unlock(&mu);
+    return have > REMOTE_LOG_SPOOL_MAX ? have - REMOTE_LOG_SPOOL_MAX : 0;
+}
+
 ssize_t remote_read(struct remote_att *r, enum remote_stream which, char *buf, size_t n)
 {
     pthread_mutex_lock(&mu);
     uint64_t have = r->received[which];
     pthread_mutex_unlock(&mu);
+    if (which == REMOTE_LOG && have > REMOTE_LOG_SPOOL_MAX)
+        have = REMOTE_LOG_SPOOL_MAX; /* the rest was dropped */
     uint64_t off = r->read_off[which];
     if (off >= have)
         return 0;
@@ -265,7 +281,7 @@ void remote_end_id(int64_t attempt_id, const char *state)
     pthread_mutex_unlock(&mu);
 }
 
-void remote_close(struct remote_att *r)
+void remote_close(struct remote_att *r, bool keep)
 {
     pthread_mutex_lock(&mu);
     for (struct remote_att **p = &atts; *p; p = &(*p)->next) {
@@ -277,7 +293,8 @@ void remote_close(struct remote_att *r)
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < REMOTE_STREAMS; i++) {
         close(r->fd[i]);
-        unlink(r->path[i]);
+        if (!keep)
+            unlink(r->path[i]);
     }
     json_decref(r->spec);
     free(r);

@@ -86,6 +86,11 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
  */
 int remote_open(int64_t attempt_id, const char *dir, json_t *spec, uv_async_t *wake,
                 struct remote_att **out);
+/* The most of the worker's output (the log stream) the spool keeps; what
+ * comes past it is acknowledged and dropped, and remote_log_dropped says
+ * how much (the cell log keeps only its tail anyway). */
+#define REMOTE_LOG_SPOOL_MAX (64ull << 20)
+uint64_t remote_log_dropped(struct remote_att *r);
 /* The same for an attempt a restarted capd takes up again: the spool files
  * in DIR are kept, and what they hold counts as received (the loop reads
  * them from their first byte). */
@@ -111,7 +116,8 @@ void remote_end(struct remote_att *r, const char *state);
 void remote_end_id(int64_t attempt_id, const char *state);
 
 /* Forgets the attempt: unregistered (WAKE is never sent again), spool
- * files closed and removed, R freed. */
-void remote_close(struct remote_att *r);
+ * files closed and, unless KEEP (capd stopping: the next capd reopens
+ * them), removed; R freed. */
+void remote_close(struct remote_att *r, bool keep);
 
 #endif

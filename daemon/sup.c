@@ -204,7 +204,9 @@ static void finish_tail(struct sup *s)
         s->done(s->ud, s);
     mem_cell_free(s->mem);
     s->mem = NULL;
-    if (!s->cfg->keep_scratch && s->scratch[0])
+    /* An abandoned remote attempt's scratch holds its spec and spool,
+     * which the next capd takes up (sup_reattach). */
+    if (!s->cfg->keep_scratch && s->scratch[0] && !(s->remote && s->abandoned))
         util_rm_tree(s->scratch);
     sup__close_handle(s, (uv_handle_t *)&s->timer);
     if (s->remote) {

@@ -38,6 +38,9 @@
 #include "daemon/remote.h"
 #include "daemon/sup.h"
 
+/* Polls a deferred Slurm attempt waits for its job's final state. */
+#define SUP__SLURM_DEFER_POLLS 10
+
 /* The read buffer every cell shares (see sup__read_buffer). */
 #define SUP__READ_BUF (1u << 20)
 
@@ -90,7 +93,7 @@ struct sup {
     int slurm_gone_polls;
     /* The worker finished after a signal from outside (slurm_waits polls
      * so far): the outcome waits for the job's final state in Slurm. */
-    bool slurm_deferred;
+    bool slurm_deferred; /* at most SUP__SLURM_DEFER_POLLS polls, then the report */
     int slurm_waits;
     struct remote_exit deferred;
     struct sup *slurm_next;

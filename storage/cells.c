@@ -192,7 +192,7 @@ out:
 int store_recover(struct store *s, int max_attempts, bool keep_remote, int *requeued,
                   int *interrupted)
 {
-    char sql[1400];
+    char sql[1600];
     int rc = store_begin(s);
     *requeued = *interrupted = 0;
     if (rc)
@@ -207,7 +207,9 @@ int store_recover(struct store *s, int max_attempts, bool keep_remote, int *requ
              "DELETE FROM records WHERE attempt_id IN (SELECT id FROM attempts WHERE "
              "state='open');"
              "UPDATE attempts SET state='discarded' WHERE state='open' AND (%d = 0 OR id NOT IN "
-             "(SELECT attempt_id FROM attempt_tokens WHERE expires_at > %lld));",
+             "(SELECT t.attempt_id FROM attempt_tokens t JOIN attempts a ON a.id = t.attempt_id "
+             "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
+             "WHERE t.expires_at > %lld AND j.state IN ('queued','running')));",
              keep_remote ? 1 : 0, (long long)now);
     if ((rc = store_exec(s, sql)) != 0)
         goto out;
@@ -248,6 +250,7 @@ int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
                          "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
                          "LEFT JOIN builds b ON b.name = j.build "
                          "WHERE a.state = 'open' AND c.state = 'running' AND c.attempts = a.n "
+                         "AND j.state IN ('queued','running') "
                          "ORDER BY a.id",
                          "");
     while (rc == 0 && (rc = store_step(s, st)) == 0) {

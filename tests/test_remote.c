@@ -308,11 +308,22 @@ static void expect_ended(struct rt *r, const char *job, const char *state, long 
     json_decref(done);
 }
 
-Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .timeout = 60)
+/* capd with the file launcher, one cell of the fake build, and the
+ * attempt's token read (its job id, owned). */
+static char *launched_cell(struct rt **out)
 {
     struct rt *r = rt_start("");
     char *job = tu_submit(&r->c, "fake", "mlp", NULL);
+    cr_assert_not_null(job);
     rt_launched(r);
+    *out = r;
+    return job;
+}
+
+Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .timeout = 60)
+{
+    struct rt *r;
+    char *job = launched_cell(&r);
     long st = 0;
     static const char junk[] = "this is not a frame stream at all, not even close\n";
     json_decref(rt_post(r, "frames", 0, junk, sizeof junk - 1, &st));
@@ -323,9 +334,8 @@ Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .ti
 
 Test(remote, cancel_is_told_to_the_worker, .fini = rt_stop, .timeout = 60)
 {
-    struct rt *r = rt_start("");
-    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
-    rt_launched(r);
+    struct rt *r;
+    char *job = launched_cell(&r);
     long st = 0;
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
@@ -479,7 +489,21 @@ Test(remote, capd_cell_runs_cells_as_the_local_executor_does, .fini = rt_stop, .
  * same port and data dir: it takes the attempt up again (no second
  * attempt, no second run), reads the spool anew, and the cell ends ok with
  * the local executor's records. */
+static void restart_mid_cell(bool kill9);
+
 Test(remote, capd_killed_mid_cell_takes_the_attempt_up_again, .fini = rt_stop, .timeout = 120)
+{
+    restart_mid_cell(true);
+}
+
+/* The same with capd stopped the ordinary way (SIGTERM): it leaves the
+ * attempt open and its spool in place for the next capd. */
+Test(remote, capd_stopped_mid_cell_hands_the_attempt_over, .fini = rt_stop, .timeout = 120)
+{
+    restart_mid_cell(false);
+}
+
+static void restart_mid_cell(bool kill9)
 {
     struct rt *r = rt_start_worker("");
     char *job = tu_submit(&r->c, "fake", "fake:slow__4000", NULL);
@@ -501,7 +525,10 @@ Test(remote, capd_killed_mid_cell_takes_the_attempt_up_again, .fini = rt_stop, .
     snprintf(cfg, sizeof cfg, "%s/capd.json", r->dir);
     char dir[256];
     snprintf(dir, sizeof dir, "%s", r->c.dir);
-    tu_capd_kill9(&r->c);
+    if (kill9)
+        tu_capd_kill9(&r->c);
+    else
+        cr_assert_eq(tu_capd_stop(&r->c), 0, "capd exits 0 on SIGTERM");
     const char *extra[] = {"--config", cfg, "--listen", port, NULL};
     af_start_capd(&r->c, dir, extra);
     json_t *done = af_wait_job(&r->c, job, 60);

@@ -86,6 +86,18 @@ static void wait_for_log(const char *event)
     free(log);
 }
 
+/* up(), and a job of one fake:slow__4000 cell whose worker runs on the
+ * node (its id, owned). */
+static char *slow_cell_running(void)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job);
+    wait_for_log("cell_remote_started");
+    return id;
+}
+
 /* The job's cell (owned) once the job ended, and its log in *LOG (owned). */
 static json_t *ended_cell(const char *job, char **log)
 {
@@ -237,11 +249,7 @@ Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
  * one attempt, one Slurm job, the cell ok. */
 Test(slurm_exec, capd_killed_mid_cell_reattaches)
 {
-    up();
-    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
-                         "\"avx2\"", "\"forward\"", NULL};
-    char *id = af_submit_job(&capd, &job), *log = NULL;
-    wait_for_log("cell_remote_started");
+    char *id = slow_cell_running(), *log = NULL;
     char port[32], cfg[600], dir[256];
     snprintf(port, sizeof port, "127.0.0.1:%d", capd.port);
     snprintf(cfg, sizeof cfg, "%s/capd.json", root);
@@ -269,11 +277,7 @@ Test(slurm_exec, capd_killed_mid_cell_reattaches)
  * attempt, which runs once the node is back: ok, on attempt 2. */
 Test(slurm_exec, a_node_failure_requeues_the_cell)
 {
-    up();
-    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
-                         "\"avx2\"", "\"forward\"", NULL};
-    char *id = af_submit_job(&capd, &job), *log = NULL;
-    wait_for_log("cell_remote_started");
+    char *id = slow_cell_running(), *log = NULL;
     cr_assert_eq(
         tu_sh("SLURM_CONF=%s/slurm.conf scontrol update NodeName=$(SLURM_CONF=%s/slurm.conf "
               "sinfo -h -o %%N) State=DOWN Reason=capd-test",
