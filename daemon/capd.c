@@ -593,6 +593,7 @@ int capd_run(struct capd *d)
     schedule_and_bisect(d, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     devices_stop(d->dev);
+    sup_remote_shutdown();
     uv_close((uv_handle_t *)&d->wake, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigint, close_cb_noop);

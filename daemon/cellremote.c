@@ -243,11 +243,27 @@ struct launch {
     uv_process_t proc;
     int64_t attempt_id;
     char job[16], cell[16];
+    struct launch *next; /* the launchers whose handle is open */
 };
+
+static struct launch *launches;
 
 static void launch_closed(uv_handle_t *h)
 {
-    free(h->data);
+    struct launch *l = h->data;
+    for (struct launch **p = &launches; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    free(l);
+}
+
+void sup_remote_shutdown(void)
+{
+    for (struct launch *l = launches; l; l = l->next)
+        if (!uv_is_closing((uv_handle_t *)&l->proc))
+            uv_close((uv_handle_t *)&l->proc, launch_closed);
 }
 
 static void launch_exit(uv_process_t *p, int64_t status, int sig)
@@ -328,6 +344,8 @@ static int launch(struct sup *s, const char *url, const char *token)
                                    .stdio_count = 3,
                                    .stdio = stdio};
         l->proc.data = l;
+        l->next = launches;
+        launches = l;
         rc = uv_spawn(s->loop, &l->proc, &po);
         if (rc)
             uv_close((uv_handle_t *)&l->proc, launch_closed);

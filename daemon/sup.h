@@ -60,6 +60,11 @@ void sup_cancel(struct sup *s);
  * outcome (daemon shutdown: start-up recovery re-queues the cell). */
 void sup_abandon(struct sup *s);
 
+/* Closes the handles of remote_launch processes still running (they are
+ * left to run: a launcher may be the worker itself), once the loop has
+ * stopped. */
+void sup_remote_shutdown(void);
+
 /* Whether CFG runs cells remotely (executor "remote", daemon/remote.h). */
 bool sup_is_remote(const struct capd_config *cfg);
 
