@@ -44,9 +44,11 @@ static void rt_stop(void)
     }
 }
 
-/* capd with executor remote and CONFIG_EXTRA (more JSON members, or "") and
- * the fake build. */
-static struct rt *rt_start(const char *config_extra)
+/* capd with executor remote, the fake build and CONFIG_EXTRA (more JSON
+ * members, or ""). Its remote_launch runs capd-cell itself on this host
+ * (WORKER), or writes the attempt's id and token to R->launch for the
+ * test to act as the worker. */
+static struct rt *rt_start_as(bool worker, const char *config_extra)
 {
     struct rt *r = calloc(1, sizeof *r);
     cr_assert_not_null(r);
@@ -55,18 +57,28 @@ static struct rt *rt_start(const char *config_extra)
     cr_assert_not_null(dir);
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->launch, sizeof r->launch, "%s/launch.txt", dir);
-    char cfg[512], text[2048];
+    char cfg[512], launch[1200], text[2048];
+    if (worker)
+        snprintf(launch, sizeof launch, "exec '%s' --quiet --scratch %s/w-$CAPD_ATTEMPT",
+                 tu_bin("CAPD_CELL_BIN"), dir);
+    else
+        snprintf(launch, sizeof launch,
+                 "echo \\\"$CAPD_ATTEMPT $CAPD_TOKEN\\\" > %s.tmp && mv %s.tmp %s", r->launch,
+                 r->launch, r->launch);
     snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
-    snprintf(text, sizeof text,
-             "{\"executor\": \"remote\", \"remote_launch\": \"echo \\\"$CAPD_ATTEMPT "
-             "$CAPD_TOKEN\\\" > %s.tmp && mv %s.tmp %s\"%s}",
-             r->launch, r->launch, r->launch, config_extra);
+    snprintf(text, sizeof text, "{\"executor\": \"remote\", \"remote_launch\": \"%s\"%s}", launch,
+             config_extra);
     af_put_file(cfg, text);
     const char *extra[] = {"--config", cfg, NULL};
     af_start_capd(&r->c, dir, extra);
     free(dir);
     cr_assert_eq(tu_fake_build(&r->c, "fake", NULL), 201);
     return r;
+}
+
+static struct rt *rt_start(const char *config_extra)
+{
+    return rt_start_as(false, config_extra);
 }
 
 /* Waits for the launcher's file and reads the attempt and its token. */
@@ -428,23 +440,7 @@ Test(remote, bad_executor_settings_stop_capd, .timeout = 60)
 /* capd whose remote_launch runs capd-cell itself, on this host. */
 static struct rt *rt_start_worker(const char *config_extra)
 {
-    struct rt *r = calloc(1, sizeof *r);
-    cr_assert_not_null(r);
-    R = r;
-    char *dir = tu_tmpdir();
-    snprintf(r->dir, sizeof r->dir, "%s", dir);
-    char cfg[512], text[2048];
-    snprintf(cfg, sizeof cfg, "%s/capd.json", dir);
-    snprintf(text, sizeof text,
-             "{\"executor\": \"remote\", \"remote_launch\": \"exec '%s' --quiet --scratch "
-             "%s/w-$CAPD_ATTEMPT\"%s}",
-             tu_bin("CAPD_CELL_BIN"), dir, config_extra);
-    af_put_file(cfg, text);
-    const char *extra[] = {"--config", cfg, NULL};
-    af_start_capd(&r->c, dir, extra);
-    free(dir);
-    cr_assert_eq(tu_fake_build(&r->c, "fake", NULL), 201);
-    return r;
+    return rt_start_as(true, config_extra);
 }
 
 /* Every outcome through capd-cell, as the local executor gives it: the
