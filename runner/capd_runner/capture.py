@@ -105,6 +105,23 @@ PREFIX_TAILS_MAX = 1 << 16
 _SEQ_HEAD = b'{"kind":"tensor","seq":%d'
 
 
+def _prefix_tail(key, module, call, phase, role, index, t, op):
+    """The cached header text after "seq" of a record (_PREFIX_TAILS), made
+    and stored when missing."""
+    shape = t.shape
+    cache_key = (key, module, call, phase, role, index, t.dtype, shape, op)
+    tail = _PREFIX_TAILS.get(cache_key)
+    if tail is None:
+        whole = F.tensor_header_prefix(0, key, module, call, phase, role, index,
+                                       T.dtype_name(t.dtype), shape, t.numel(),
+                                       op).encode("ascii")
+        tail = whole[len(_SEQ_HEAD % 0):]
+        if len(_PREFIX_TAILS) >= PREFIX_TAILS_MAX:
+            _PREFIX_TAILS.clear()
+        _PREFIX_TAILS[cache_key] = tail
+    return tail
+
+
 def safe_fqn(name):
     """Module fqn usable in a key: control characters become '?', and an
     over-long name keeps its start plus a short hash of the whole."""
@@ -374,22 +391,33 @@ class Recorder(object):
         when nothing is emitted."""
         if not self.emit:
             return None, 0
-        shape = t.shape
-        cache_key = (key, module, call, phase, role, index, t.dtype, shape, op)
-        tail = _PREFIX_TAILS.get(cache_key)
+        tail = _PREFIX_TAILS.get((key, module, call, phase, role, index, t.dtype, t.shape, op))
         if tail is None:
-            whole = F.tensor_header_prefix(0, key, module, call, phase, role, index,
-                                           T.dtype_name(t.dtype), shape, t.numel(),
-                                           op).encode("ascii")
-            tail = whole[len(_SEQ_HEAD % 0):]
-            if len(_PREFIX_TAILS) >= PREFIX_TAILS_MAX:
-                _PREFIX_TAILS.clear()
-            _PREFIX_TAILS[cache_key] = tail
+            tail = _prefix_tail(key, module, call, phase, role, index, t, op)
         prefix = _SEQ_HEAD % self.seq + tail
         self.seq += 1
         if self.level == "stats":  # what _decide says, without the call
             return prefix, 0
         return prefix, 1 if self._decide(key, t) == "sample" else 0
+
+    def fast_hooks(self, capture):
+        """CAPTURE's forward hooks in C (capd_fastrec: pre and post, what
+        Capture._pre, _post and this recorder's one-call path do, frames
+        byte for byte), or None where they do not apply: no extension for
+        this interpreter, not the one-call path of the native pipe, a
+        payload level (sample, full: _decide), taps or per-op records."""
+        if (self.native is None or not self._one_call or self._inline_max is not None
+                or (self.emit and self.level != "stats") or capture.taps
+                or capture.granularity != "module" or capture._sync
+                or not getattr(self.pipeline, "native_fast", False)):
+            return None
+        fast = native_lib.fastrec()
+        pipe = self.native
+        if fast is None or not pipe.record_addr or not pipe.emit_addr:
+            return None
+        return fast.hooks(self, capture, _CODES, _PREFIX_TAILS, _prefix_tail,
+                          self.pipeline.native_failed, _flatten, torch.Tensor, _STRIDED,
+                          pipe._p, pipe.record_addr, pipe.emit_addr)
 
     def clear_cache(self):
         with self.lock:
@@ -603,13 +631,19 @@ class Capture(object):
         self.calls = {}
         self.active = {}
         self.handles = []
+        self.fast = None  # the hooks in C (Recorder.fast_hooks) while they are installed
         # hook_done() flushes only an inline (sync) pipeline's frames
         self._sync = getattr(getattr(recorder, "pipeline", None), "sync", True)
 
     def __enter__(self):
+        pre, post = self._pre, self._post
+        fast = self.rec.fast_hooks(self) if hasattr(self.rec, "fast_hooks") else None
+        if fast is not None:
+            self.fast = fast
+            pre, post = fast.pre, fast.post
         for m in self.modules:
-            self.handles.append(m.register_forward_pre_hook(self._pre))
-            self.handles.append(m.register_forward_hook(self._post))
+            self.handles.append(m.register_forward_pre_hook(pre))
+            self.handles.append(m.register_forward_hook(post))
         if self.granularity == "op":
             from capd_runner import opcapture
             self.ops = opcapture.OpRecorder(self)
@@ -626,6 +660,7 @@ class Capture(object):
         for h in self.handles:
             h.remove()
         self.handles = []
+        self.fast = None
 
     def flush(self):
         self.rec.pipeline.hook_done()

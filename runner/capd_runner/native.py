@@ -32,6 +32,9 @@ CODES = _CODES
 
 _lib = None
 _state = None  # None: not tried yet; else (True, path) or (False, reason)
+# The CPython extension beside the library (runner/native/capd_fastrec.c).
+FASTREC_ABI = 1
+_fastrec = None  # None: not tried yet; False: absent; else the module
 
 
 def _load():
@@ -75,6 +78,35 @@ def describe():
     if ok:
         return {"name": "native", "library": what}
     return {"name": "torch", "reason": what}
+
+
+def fastrec():
+    """The optional CPython extension capd_fastrec (a module capture's hooks in
+    C, capture.Recorder.fast_hooks), or None: loaded from the library's folder
+    when a file of it is there for this interpreter (its suffix, as
+    importlib.machinery.EXTENSION_SUFFIXES names it) with FASTREC_ABI. A
+    build for another Python has another suffix and is not looked at."""
+    global _fastrec
+    if _fastrec is None:
+        _fastrec = False
+        if available():
+            import importlib.machinery
+            import importlib.util
+            folder = os.path.dirname(os.path.abspath(status()[1]))
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(folder, "capd_fastrec" + suffix)
+                if not os.path.isfile(path):
+                    continue
+                try:
+                    spec = importlib.util.spec_from_file_location("capd_fastrec", path)
+                    mod = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(mod)
+                except (ImportError, OSError):
+                    break
+                if getattr(mod, "ABI", None) == FASTREC_ABI:
+                    _fastrec = mod
+                break
+    return _fastrec or None
 
 
 def supports(t):
@@ -165,6 +197,10 @@ class Pipe(object):
                                        ctypes.c_char_p, i64, ctypes.c_int]
         self.emit_fn = quick.capd_pipe_emit
         self.analyzed_fn = quick.capd_pipe_analyzed
+        # The addresses capd_fastrec calls (0: none).
+        self.record_addr = (ctypes.cast(self.record_fn, ctypes.c_void_p).value or 0
+                            if self.record_fn is not None else 0)
+        self.emit_addr = ctypes.cast(self.emit_fn, ctypes.c_void_p).value or 0
         self._counted = (0, 0)
 
     @staticmethod

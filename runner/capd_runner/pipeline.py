@@ -170,6 +170,11 @@ class Pipeline(object):
         # has it and native_inline allows; False: always the snapshot in the
         # pool and two calls (the tests compare the two).
         self.native_one_call = True
+        # A module capture's hooks in C (the CPython extension capd_fastrec
+        # beside the library, native.fastrec) where it is built for this
+        # interpreter; False: the Python hooks (CAPD_RUNNER_FASTREC=0; the
+        # tests compare the two).
+        self.native_fast = os.environ.get("CAPD_RUNNER_FASTREC", "") != "0"
         self._nworkers = 0 if sync else (workers or default_workers())
         if not sync:
             for i in range(self._nworkers):
@@ -287,6 +292,14 @@ class Pipeline(object):
             return aid
         try:
             pipe._check(aid, "record")
+        except OSError as e:
+            self._pipe_failed(e)
+
+    def native_failed(self, rc, what):
+        """Raise for a refused pipe call (capd_fastrec's, as native_record and
+        native_emit do for theirs)."""
+        try:
+            self._pipe._check(rc, what)
         except OSError as e:
             self._pipe_failed(e)
 

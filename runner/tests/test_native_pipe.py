@@ -243,28 +243,58 @@ class RecordCallTest(_Base):
             os.close(pl.writer.fd)
 
 
+class _Odd(torch.nn.Module):
+    """Outputs of every kind the fast hooks hand back to the Python path."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.p = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        y = self.lin(x)
+        deep = torch.zeros((1,) * 17)
+        return ({"b": y.t(), "a": [y, torch.complex(y, y)]},
+                (y.to(torch.int64), self.p, torch.ones(2, 3)[:, 1], deep), 7, None, [x, 1.5])
+
+
+def _odd_model():
+    return torch.nn.Sequential(torch.nn.ReLU(), _Odd(), ), (torch.randn(2, 4),)
+
+
 class RecorderTest(_Base):
     """A whole capture through the pipe and through the Python pipeline."""
 
     def capture(self, model_name, level, use_native, pass_="forward", extra=None,
-                max_bytes=None, inline=False, one_call=True):
+                max_bytes=None, inline=False, one_call=True, fast=False, prefix="", seq=0):
+        """(frames, hashes, order, hash-only run's hashes, frames counted,
+        snapshots back in the pool) of a capture of MODEL_NAME (a zoo name, or
+        a function returning (model, inputs)); FAST: capd_fastrec's hooks where
+        they apply (asserted on the forward captures at level stats)."""
         torch.manual_seed(0)
-        model, inputs = zoo.build(model_name, 0, 2)
+        if isinstance(model_name, str):
+            model, inputs = zoo.build(model_name, 0, 2)
+        else:
+            model, inputs = model_name()
         fd, path = tempfile.mkstemp(prefix="capd-rec-")
         self.addCleanup(os.unlink, path)
         writer = FrameWriter(fd)
         pipe = P.Pipeline(writer, sync=False, workers=1, native=use_native)
         pipe.native_inline = inline
         pipe.native_one_call = one_call
+        pipe.native_fast = fast
         old = P.MAX_BYTES
         if max_bytes is not None:
             P.MAX_BYTES = max_bytes
         try:
             rec = capture.Recorder(writer, pipe, level, 16, capture.PayloadBudget(1 << 40))
+            rec.prefix, rec.seq = prefix, seq
             self.assertEqual(rec.native is not None, use_native)
+            want_fast = fast and use_native and level == "stats" and inline is True
             if pass_ == "forward":
                 model.eval()
-                with torch.no_grad(), capture.Capture(model, rec):
+                with torch.no_grad(), capture.Capture(model, rec) as cap:
+                    self.assertEqual(cap.fast is not None, want_fast)
                     out = model(*inputs)
                     if extra is not None:
                         extra(rec)
@@ -278,7 +308,8 @@ class RecorderTest(_Base):
             second = capture.Recorder(writer, pipe, "stats", 16, capture.PayloadBudget(0),
                                       emit=False)
             model.eval()
-            with torch.no_grad(), capture.Capture(model, second):
+            with torch.no_grad(), capture.Capture(model, second) as cap:
+                self.assertEqual(cap.fast is not None, fast and use_native and inline is True)
                 model(*inputs)
             second.sync()
             pool_free = sum(len(v) for v in pipe.pool.free.values())
@@ -407,6 +438,76 @@ class RecorderTest(_Base):
                 self.assertEqual([(f.header, f.payload) for f in new[0]],
                                  [(f.header, f.payload) for f in old[0]], what)
                 self.assertEqual(new[1:5], old[1:5], what)
+
+    def test_fast_hooks_write_the_frames_of_the_python_hooks(self):
+        # capd_fastrec (the module hooks in C, where it is built for this
+        # interpreter) writes byte for byte the frames of the Python hooks
+        # (the one-call path), with the same hashes, record order and frame
+        # counts, hash-only runs included; what it leaves to the Python path
+        # (a parameter, a view, a complex tensor, a dict, a tensor over 16
+        # dimensions, the sample level) keeps its place and its seq.
+        if native.fastrec() is None:
+            self.skipTest("capd_fastrec is not built for this interpreter")
+        cases = [("mlp", "stats"), ("cnn", "stats"), ("transformer", "stats"),
+                 ("lstm", "stats"), ("embedding_bag", "stats"), ("cnn", "sample"),
+                 (_odd_model, "stats"), (_odd_model, "sample")]
+        try:
+            zoo.build("resnet18", 0, 1)
+            cases.append(("resnet18", "stats"))
+        except zoo.ModelError:
+            pass
+        for name, level in cases:
+            for prefix, seq in (("", 0), ("ref.float64/", 17)):
+                old = self.capture(name, level, True, inline=True, prefix=prefix, seq=seq)
+                new = self.capture(name, level, True, inline=True, fast=True, prefix=prefix,
+                                   seq=seq)
+                what = "%s %s %r" % (name, level, prefix)
+                self.assertGreater(len(new[0]), 5, what)
+                self.assertEqual([(f.header, f.payload) for f in new[0]],
+                                 [(f.header, f.payload) for f in old[0]], what)
+                self.assertEqual(new[1:5], old[1:5], what)
+                self.assertEqual(new[0][0]["seq"], seq, what)
+
+    def test_fast_hooks_refused_record_fails_the_capture_clearly(self):
+        # A call the pipe refuses (here a stand-in for capd_pipe_record and
+        # capd_pipe_emit that refuses everything) fails the capture with
+        # the pipeline's own message, as the Python hooks' calls do.
+        fast = native.fastrec()
+        if fast is None:
+            self.skipTest("capd_fastrec is not built for this interpreter")
+        import ctypes
+        i64, vp = ctypes.c_int64, ctypes.c_void_p
+        refuse_record = ctypes.CFUNCTYPE(i64, vp, vp, i64, ctypes.c_int, ctypes.c_int, i64, vp,
+                                         i64, ctypes.c_int)(lambda *a: -errno.EINVAL)
+        refuse_emit = ctypes.CFUNCTYPE(ctypes.c_int, vp, i64, vp, i64, ctypes.c_int)(
+            lambda *a: -errno.EINVAL)
+        pl = P.Pipeline(FrameWriter(os.open(os.devnull, os.O_WRONLY)), sync=False, workers=1,
+                        native=True)
+        try:
+            rec = capture.Recorder(pl.writer, pl, "stats", 16, capture.PayloadBudget(1 << 40))
+            model = torch.nn.Linear(3, 3)
+            cap = capture.Capture(model, rec)
+            self.assertIsNotNone(rec.fast_hooks(cap))
+            addr = [ctypes.cast(f, vp).value for f in (refuse_record, refuse_emit)]
+            hooks = fast.hooks(rec, cap, capture._CODES, capture._PREFIX_TAILS,
+                               capture._prefix_tail, pl.native_failed, capture._flatten,
+                               torch.Tensor, torch.strided, pl.native_pipe._p, *addr)
+            with self.assertRaises(P.WorkerError) as e:
+                hooks.pre(model, (torch.ones(2, 3),))
+            self.assertIn("capture pipe record: Invalid argument", str(e.exception))
+            # a tensor already analysed: its second record's emit is refused
+            x = torch.ones(2, 3)
+            real = rec.fast_hooks(cap)
+            real.pre(model, (x,))
+            self.assertIn("capture pipe emit", str(self._raises(hooks.post, model, (x,), x)))
+        finally:
+            pl.stop()
+            os.close(pl.writer.fd)
+
+    def _raises(self, fn, *args):
+        with self.assertRaises(P.WorkerError) as e:
+            fn(*args)
+        return e.exception
 
     def test_level_full_stays_on_the_python_pipeline(self):
         fd, path = tempfile.mkstemp()

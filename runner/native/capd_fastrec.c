@@ -1,0 +1,726 @@
+/*
+ * runner/native/capd_fastrec.c - the optional CPython extension capd_fastrec:
+ * a module capture's forward hooks (capture.Capture._pre and _post with
+ * Recorder.record's one-call path, capture.Recorder._native_record) in C.
+ *
+ * A record costs the Python side about 5 us in five Python frames (the hook,
+ * record, _native_record, _prefix, the ctypes call); this does the same steps
+ * in the same order in one C call per hook and calls capd_pipe_record and
+ * capd_pipe_emit of libcapd_analysis.so directly, through the addresses the
+ * runner's ctypes handle gives it (native.py), so the pipe is the very one
+ * the runner drives. It reads tensors only through their Python attributes
+ * (no torch headers) and keeps the GIL throughout, as the PyDLL calls do.
+ *
+ * Whatever the fast path does not cover (a tensor the one call cannot take,
+ * a cache miss of the header text, a dict in a module's inputs, an error
+ * of the pipe) goes back to the runner's own Python code before anything
+ * is done, so the frames are those of capture.py byte for byte. The runner
+ * loads this module only when it is built for its interpreter (the file's
+ * suffix) and its FASTREC_ABI matches; otherwise it keeps the ctypes path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FASTREC_ABI 1
+#define MAX_NDIM    16 /* capture.MAX_NDIM */
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+typedef int64_t (*record_fn)(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
+                             int64_t sample_k, const char *prefix, int64_t len, int capture);
+typedef int (*emit_fn)(void *pipe, int64_t aid, const char *prefix, int64_t len, int capture);
+
+/* One Capture's hooks over one Recorder (capture.Recorder.fast_hooks). */
+typedef struct {
+    PyObject_HEAD PyObject *rec;
+    PyObject *writer;
+    PyObject *names, *calls, *active; /* the Capture's */
+    PyObject *codes;                  /* native.CODES */
+    PyObject *tails;                  /* capture._PREFIX_TAILS */
+    PyObject *tail_of;                /* capture._prefix_tail: a missing tail, stored */
+    PyObject *failed;                 /* Pipeline.native_failed(rc, what): raises */
+    PyObject *flatten;                /* capture._flatten(obj, out): what C does not walk */
+    PyObject *tensor_type, *strided, *lock;
+    void *pipe;
+    record_fn record;
+    emit_fn emit;
+    int want_stats;
+} Fast;
+
+/* The weakref callback of a cached analysis: Recorder._drop(key, ref). */
+typedef struct {
+    PyObject_HEAD PyObject *rec;
+    PyObject *key;
+} Dropper;
+
+static PyObject *s_version, *s_data_ptr, *s_shape, *s_stride, *s_storage_offset, *s_dtype,
+    *s_device, *s_requires_grad, *s_layout, *s_is_cpu, *s_numel, *s_is_contiguous, *s_seq,
+    *s_prefix, *s_cache, *s_pending, *s_parts, *s_flush, *s_acquire, *s_release, *s_record,
+    *s_forward, *s_input, *s_output, *s_model, *s_emit_what, *s_record_what, *s_zero, *s_one;
+
+static PyTypeObject DropperType;
+
+static int dropper_traverse(Dropper *d, visitproc visit, void *arg)
+{
+    Py_VISIT(d->rec);
+    Py_VISIT(d->key);
+    return 0;
+}
+
+static int dropper_clear(Dropper *d)
+{
+    Py_CLEAR(d->rec);
+    Py_CLEAR(d->key);
+    return 0;
+}
+
+static void dropper_dealloc(Dropper *d)
+{
+    PyObject_GC_UnTrack(d);
+    dropper_clear(d);
+    PyObject_GC_Del(d);
+}
+
+static PyObject *dropper_call(Dropper *d, PyObject *args, PyObject *kw)
+{
+    PyObject *ref;
+    if (kw || !PyArg_ParseTuple(args, "O", &ref))
+        return NULL;
+    if (!d->rec)
+        Py_RETURN_NONE;
+    PyObject *cache = PyObject_GetAttr(d->rec, s_cache);
+    if (!cache)
+        return NULL;
+    PyObject *ent = PyDict_Check(cache) ? PyDict_GetItemWithError(cache, d->key) : NULL;
+    int rc = 0;
+    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) > 0 && PyTuple_GET_ITEM(ent, 0) == ref)
+        rc = PyDict_DelItem(cache, d->key);
+    Py_DECREF(cache);
+    if (rc < 0 || PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject DropperType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "capd_fastrec.Dropper",
+    .tp_basicsize = sizeof(Dropper),
+    .tp_dealloc = (destructor)dropper_dealloc,
+    .tp_call = (ternaryfunc)dropper_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)dropper_traverse,
+    .tp_clear = (inquiry)dropper_clear,
+};
+
+/* The referent of weakref REF, borrowed, or NULL when it is gone. */
+static PyObject *referent(PyObject *ref)
+{
+    if (!PyWeakref_Check(ref))
+        return NULL;
+    PyObject *o = PyWeakref_GetObject(ref);
+    return o == Py_None ? NULL : o;
+}
+
+/* Recorder._sig(t), or NULL: with an Exception cleared (the caller then
+ * takes the Python path), else with the error set (*fatal). */
+static PyObject *signature(PyObject *t, int *fatal)
+{
+    PyObject *sig = PyTuple_New(7);
+    if (!sig)
+        return NULL;
+    PyObject *parts[7] = {
+        PyObject_GetAttr(t, s_version),
+        NULL,
+    };
+    if (parts[0])
+        parts[1] = PyObject_CallMethodNoArgs(t, s_data_ptr);
+    if (parts[1])
+        parts[2] = PyObject_GetAttr(t, s_shape);
+    if (parts[2])
+        parts[3] = PyObject_CallMethodNoArgs(t, s_stride);
+    if (parts[3])
+        parts[4] = PyObject_CallMethodNoArgs(t, s_storage_offset);
+    if (parts[4])
+        parts[5] = PyObject_GetAttr(t, s_dtype);
+    if (parts[5])
+        parts[6] = PyObject_GetAttr(t, s_device);
+    for (int i = 0; i < 7; i++) {
+        if (!parts[i]) {
+            for (int j = 0; j < 7; j++)
+                Py_XDECREF(parts[j]);
+            Py_DECREF(sig);
+            *fatal = !PyErr_ExceptionMatches(PyExc_Exception);
+            if (!*fatal)
+                PyErr_Clear();
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(sig, i, parts[i]);
+    return sig;
+}
+
+/* The header prefix of the next record into BUF (capture.Recorder._prefix at
+ * level stats), seq counted; its length, or -1 with an error set. */
+static Py_ssize_t header_prefix(Fast *f, PyObject *key, PyObject *module, PyObject *call,
+                                PyObject *role, PyObject *index, PyObject *t, PyObject *dtype,
+                                PyObject *shape, char **buf)
+{
+    PyObject *ck =
+        PyTuple_Pack(9, key, module, call, s_forward, role, index, dtype, shape, Py_None);
+    if (!ck)
+        return -1;
+    PyObject *tail = PyDict_GetItemWithError(f->tails, ck);
+    Py_XINCREF(tail);
+    Py_DECREF(ck);
+    if (!tail && !PyErr_Occurred())
+        tail = PyObject_CallFunctionObjArgs(f->tail_of, key, module, call, s_forward, role, index,
+                                            t, Py_None, NULL);
+    if (!tail)
+        return -1;
+    Py_ssize_t len = -1;
+    PyObject *seq = PyObject_GetAttr(f->rec, s_seq);
+    long long n = seq ? PyLong_AsLongLong(seq) : -1;
+    if (!PyBytes_Check(tail) || (n == -1 && PyErr_Occurred()))
+        goto out;
+    char head[64];
+    int hl = snprintf(head, sizeof(head), "{\"kind\":\"tensor\",\"seq\":%lld", n);
+    Py_ssize_t tl = PyBytes_GET_SIZE(tail);
+    if (!(*buf = PyMem_Malloc((size_t)(hl + tl) + 1))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    memcpy(*buf, head, (size_t)hl);
+    memcpy(*buf + hl, PyBytes_AS_STRING(tail), (size_t)tl);
+    PyObject *next = PyNumber_Add(seq, s_one);
+    if (!next || PyObject_SetAttr(f->rec, s_seq, next) < 0) {
+        Py_XDECREF(next);
+        PyMem_Free(*buf);
+        *buf = NULL;
+        goto out;
+    }
+    Py_DECREF(next);
+    len = hl + tl;
+out:
+    Py_XDECREF(seq);
+    Py_DECREF(tail);
+    return len;
+}
+
+/* rec._cache[id(t)] = (weakref(t, drop), sig, aid) (Recorder._cache_put). */
+static int cache_put(Fast *f, PyObject *t, PyObject *tid, PyObject *sig, PyObject *aid)
+{
+    Dropper *d = PyObject_GC_New(Dropper, &DropperType);
+    if (!d)
+        return -1;
+    d->rec = Py_NewRef(f->rec);
+    d->key = Py_NewRef(tid);
+    PyObject_GC_Track(d);
+    PyObject *ref = PyWeakref_NewRef(t, (PyObject *)d);
+    Py_DECREF(d);
+    if (!ref) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *ent = PyTuple_Pack(3, ref, sig, aid);
+    Py_DECREF(ref);
+    PyObject *cache = ent ? PyObject_GetAttr(f->rec, s_cache) : NULL;
+    int rc = cache ? PyObject_SetItem(cache, tid, ent) : -1;
+    Py_XDECREF(cache);
+    Py_XDECREF(ent);
+    return rc;
+}
+
+/* rec._pending.append((key, aid)). */
+static int pend(Fast *f, PyObject *key, PyObject *aid)
+{
+    PyObject *pending = PyObject_GetAttr(f->rec, s_pending);
+    PyObject *pair = pending ? PyTuple_Pack(2, key, aid) : NULL;
+    int rc = pair && PyList_Check(pending) ? PyList_Append(pending, pair) : -1;
+    if (pair && !PyList_Check(pending))
+        PyErr_SetString(PyExc_TypeError, "Recorder._pending is not a list");
+    Py_XDECREF(pair);
+    Py_XDECREF(pending);
+    return rc;
+}
+
+/* A second record of an analysed tensor version: its frame (unless hash
+ * only) and its pending hash. 1, or -1 with an error set. */
+static int record_again(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+                        PyObject *index, PyObject *t, PyObject *sig, PyObject *aid)
+{
+    if (f->want_stats) {
+        char *buf = NULL;
+        Py_ssize_t len = header_prefix(f, key, module, call, role, index, t,
+                                       PyTuple_GET_ITEM(sig, 5), PyTuple_GET_ITEM(sig, 2), &buf);
+        if (len < 0)
+            return -1;
+        int rc = f->emit(f->pipe, PyLong_AsLongLong(aid), buf, len, 0);
+        PyMem_Free(buf);
+        if (rc != 0) {
+            PyObject *r = PyObject_CallFunction(f->failed, "iO", rc, s_emit_what);
+            Py_XDECREF(r);
+            if (!r)
+                return -1;
+        }
+    }
+    return pend(f, key, aid) < 0 ? -1 : 1;
+}
+
+/* Whether the one call takes T as it is (Recorder._native_record without
+ * T.prepare nor a copy); its dtype code in *code and numel in *n.
+ * 0: the Python path; -1: an error set. */
+static int plain_tensor(Fast *f, PyObject *t, PyObject *dtype, int *code, long long *n)
+{
+    PyObject *c = PyDict_GetItemWithError(f->codes, dtype);
+    if (!c)
+        return PyErr_Occurred() ? -1 : 0;
+    *code = (int)PyLong_AsLong(c);
+    PyObject *v = PyObject_GetAttr(t, s_requires_grad);
+    int ok = v ? (v == Py_False) : -1;
+    Py_XDECREF(v);
+    if (ok == 1) {
+        v = PyObject_GetAttr(t, s_layout);
+        ok = v ? (v == f->strided) : -1;
+        Py_XDECREF(v);
+    }
+    if (ok == 1) {
+        v = PyObject_GetAttr(t, s_is_cpu);
+        ok = v ? (v == Py_True) : -1;
+        Py_XDECREF(v);
+    }
+    if (ok == 1) {
+        v = PyObject_CallMethodNoArgs(t, s_numel);
+        *n = v ? PyLong_AsLongLong(v) : -1;
+        ok = v && !(*n == -1 && PyErr_Occurred()) ? 1 : -1;
+        Py_XDECREF(v);
+    }
+    if (ok == 1) {
+        v = PyObject_CallMethodNoArgs(t, s_is_contiguous);
+        ok = v ? (v == Py_True) : -1;
+        Py_XDECREF(v);
+    }
+    return ok;
+}
+
+/* The first record of a tensor version: analysed and framed in one call,
+ * cached, pending. 1; 0: the Python path (nothing done); -1: an error. */
+static int record_new(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+                      PyObject *index, PyObject *t, PyObject *sig, PyObject *tid)
+{
+    int code;
+    long long n;
+    int ok = plain_tensor(f, t, PyTuple_GET_ITEM(sig, 5), &code, &n);
+    if (ok <= 0)
+        return ok;
+    void *data = n ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(sig, 1)) : NULL;
+    if (PyErr_Occurred())
+        return -1;
+    char *buf = NULL;
+    Py_ssize_t len = 0;
+    if (f->want_stats) {
+        len = header_prefix(f, key, module, call, role, index, t, PyTuple_GET_ITEM(sig, 5),
+                            PyTuple_GET_ITEM(sig, 2), &buf);
+        if (len < 0)
+            return -1;
+    }
+    PyObject *parts = PyObject_GetAttr(f->writer, s_parts);
+    int flush = parts ? PyObject_IsTrue(parts) : -1;
+    Py_XDECREF(parts);
+    if (flush == 1) {
+        PyObject *r = PyObject_CallMethodNoArgs(f->writer, s_flush);
+        flush = r ? 0 : -1;
+        Py_XDECREF(r);
+    }
+    if (flush < 0) {
+        PyMem_Free(buf);
+        return -1;
+    }
+    int64_t rc = f->record(f->pipe, data, n, code, f->want_stats, 0, buf, len, 0);
+    PyMem_Free(buf);
+    if (rc < 0) {
+        PyObject *r = PyObject_CallFunction(f->failed, "LO", (long long)rc, s_record_what);
+        Py_XDECREF(r);
+        return -1;
+    }
+    PyObject *aid = PyLong_FromLongLong(rc);
+    if (!aid)
+        return -1;
+    ok = cache_put(f, t, tid, sig, aid) < 0 || pend(f, key, aid) < 0 ? -1 : 1;
+    Py_DECREF(aid);
+    return ok;
+}
+
+/* Recorder.record(fqn, call, "forward", role, index, t) on the one-call path
+ * under rec.lock, taken and released by the caller.
+ * 1: recorded; 0: the Python path (nothing done); -1: an error set. */
+static int record_locked(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+                         PyObject *index, PyObject *t)
+{
+    int fatal = 0;
+    PyObject *sig = signature(t, &fatal);
+    if (!sig)
+        return fatal ? -1 : 0;
+    PyObject *shape = PyTuple_GET_ITEM(sig, 2);
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > MAX_NDIM) {
+        Py_DECREF(sig);
+        return 0;
+    }
+    PyObject *tid = PyLong_FromVoidPtr(t);
+    PyObject *cache = tid ? PyObject_GetAttr(f->rec, s_cache) : NULL;
+    int rc = -1;
+    if (!cache || !PyDict_Check(cache)) {
+        rc = cache ? 0 : -1;
+        goto out;
+    }
+    PyObject *ent = PyDict_GetItemWithError(cache, tid);
+    if (!ent && PyErr_Occurred())
+        goto out;
+    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 3) {
+        int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ent, 1), sig, Py_EQ);
+        if (same < 0)
+            goto out;
+        if (same && referent(PyTuple_GET_ITEM(ent, 0)) == t) {
+            PyObject *aid = PyTuple_GET_ITEM(ent, 2);
+            rc = PyLong_CheckExact(aid)
+                     ? record_again(f, key, module, call, role, index, t, sig, aid)
+                     : 0;
+            goto out;
+        }
+    }
+    rc = record_new(f, key, module, call, role, index, t, sig, tid);
+out:
+    Py_XDECREF(cache);
+    Py_XDECREF(tid);
+    Py_DECREF(sig);
+    return rc;
+}
+
+/* One record of side ROLE; the Python Recorder.record when the fast path
+ * does not take it. 0, or -1 with an error set. */
+static int record_one(Fast *f, PyObject *fqn, PyObject *call, PyObject *role, Py_ssize_t i,
+                      PyObject *t)
+{
+    PyObject *index = PyLong_FromSsize_t(i);
+    if (!index)
+        return -1;
+    PyObject *prefix = PyObject_GetAttr(f->rec, s_prefix);
+    PyObject *module = NULL, *key = NULL, *r;
+    int rc = -1;
+    if (!prefix)
+        goto out;
+    if (!PyUnicode_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder.prefix is not a str");
+        goto out;
+    }
+    module = PyUnicode_GET_LENGTH(prefix) ? PyUnicode_Concat(prefix, fqn) : Py_NewRef(fqn);
+    if (module)
+        key = PyUnicode_FromFormat("%U.%S.%U.%U.%S", module, call, s_forward, role, index);
+    if (!key || !(r = PyObject_CallMethodNoArgs(f->lock, s_acquire)))
+        goto out;
+    Py_DECREF(r);
+    rc = record_locked(f, key, module, call, role, index, t);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    r = PyObject_CallMethodNoArgs(f->lock, s_release);
+    if (!r) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        rc = -1;
+        goto out;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(et, ev, tb);
+    if (rc == 0) {
+        r = PyObject_CallMethodObjArgs(f->rec, s_record, fqn, call, s_forward, role, index, t,
+                                       NULL);
+        rc = r ? 1 : -1;
+        Py_XDECREF(r);
+    }
+out:
+    Py_XDECREF(key);
+    Py_XDECREF(module);
+    Py_XDECREF(prefix);
+    Py_DECREF(index);
+    return rc < 0 ? -1 : 0;
+}
+
+/* capture.flatten(obj) into OUT: tensors, exact tuples and lists here,
+ * anything else a tuple, list or dict is by capture._flatten. */
+static int flatten_into(Fast *f, PyObject *obj, PyObject *out)
+{
+    if (Py_TYPE(obj) == (PyTypeObject *)f->tensor_type)
+        return PyList_Append(out, obj);
+    if (PyTuple_CheckExact(obj)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); i++)
+            if (flatten_into(f, PyTuple_GET_ITEM(obj, i), out) < 0)
+                return -1;
+        return 0;
+    }
+    if (PyList_CheckExact(obj)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); i++) {
+            PyObject *x = Py_NewRef(PyList_GET_ITEM(obj, i));
+            int rc = flatten_into(f, x, out);
+            Py_DECREF(x);
+            if (rc < 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || obj == Py_None)
+        return 0;
+    PyObject *r = PyObject_CallFunctionObjArgs(f->flatten, obj, out, NULL);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* Capture._record: each tensor of OBJ, flattened, as side ROLE. */
+static PyObject *record_side(Fast *f, PyObject *obj, PyObject *fqn, PyObject *call, PyObject *role)
+{
+    PyObject *flat = PyList_New(0);
+    if (!flat || flatten_into(f, obj, flat) < 0) {
+        Py_XDECREF(flat);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(flat); i++) {
+        if (record_one(f, fqn, call, role, i, PyList_GET_ITEM(flat, i)) < 0) {
+            Py_DECREF(flat);
+            return NULL;
+        }
+    }
+    Py_DECREF(flat);
+    Py_RETURN_NONE;
+}
+
+/* The module's fqn (Capture.names.get(id(module), "model")), new reference. */
+static PyObject *fqn_of(Fast *f, PyObject *mid)
+{
+    PyObject *fqn = PyDict_GetItemWithError(f->names, mid);
+    if (!fqn && PyErr_Occurred())
+        return NULL;
+    return Py_NewRef(fqn ? fqn : s_model);
+}
+
+/* Capture._pre (no taps, no per-op records): the call counted, its inputs. */
+static PyObject *fast_pre(Fast *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "pre(module, inputs)");
+        return NULL;
+    }
+    PyObject *mid = PyLong_FromVoidPtr(args[0]);
+    PyObject *fqn = mid ? fqn_of(f, mid) : NULL, *call = NULL, *next = NULL, *res = NULL;
+    if (!fqn)
+        goto out;
+    call = PyDict_GetItemWithError(f->calls, mid);
+    if (!call && PyErr_Occurred())
+        goto out;
+    call = Py_NewRef(call ? call : s_zero);
+    if (!(next = PyNumber_Add(call, s_one)) || PyDict_SetItem(f->calls, mid, next) < 0)
+        goto out;
+    PyObject *stack = PyDict_GetItemWithError(f->active, mid);
+    if (!stack && PyErr_Occurred())
+        goto out;
+    if (!stack) {
+        PyObject *fresh = PyList_New(0);
+        int rc = fresh ? PyDict_SetItem(f->active, mid, fresh) : -1;
+        Py_XDECREF(fresh);
+        if (rc < 0)
+            goto out;
+        stack = fresh;
+    }
+    if (PyList_Append(stack, call) < 0)
+        goto out;
+    res = record_side(f, args[1], fqn, call, s_input);
+out:
+    Py_XDECREF(next);
+    Py_XDECREF(call);
+    Py_XDECREF(fqn);
+    Py_XDECREF(mid);
+    return res;
+}
+
+/* Capture._post (no taps, no per-op records): its outputs. */
+static PyObject *fast_post(Fast *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "post(module, inputs, output)");
+        return NULL;
+    }
+    PyObject *mid = PyLong_FromVoidPtr(args[0]);
+    PyObject *fqn = mid ? fqn_of(f, mid) : NULL, *call = NULL, *res = NULL;
+    if (!fqn)
+        goto out;
+    PyObject *stack = PyDict_GetItemWithError(f->active, mid);
+    if (!stack && PyErr_Occurred())
+        goto out;
+    Py_ssize_t n = stack && PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
+    if (n > 0) {
+        call = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+        if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
+            goto out;
+    } else {
+        PyObject *c = PyDict_GetItemWithError(f->calls, mid);
+        if (!c && PyErr_Occurred())
+            goto out;
+        call = PyNumber_Subtract(c ? c : s_one, s_one);
+        if (!call)
+            goto out;
+    }
+    res = record_side(f, args[2], fqn, call, s_output);
+out:
+    Py_XDECREF(call);
+    Py_XDECREF(fqn);
+    Py_XDECREF(mid);
+    return res;
+}
+
+static void fast_dealloc(Fast *f)
+{
+    PyObject **refs[] = {&f->rec,     &f->writer, &f->names,   &f->calls,  &f->active,
+                         &f->codes,   &f->tails,  &f->tail_of, &f->failed, &f->flatten,
+                         &f->strided, &f->lock,   NULL};
+    for (int i = 0; refs[i]; i++)
+        Py_CLEAR(*refs[i]);
+    Py_CLEAR(f->tensor_type);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static PyMethodDef fast_methods[] = {
+    {"pre", (PyCFunction)(void (*)(void))fast_pre, METH_FASTCALL, "Capture._pre"},
+    {"post", (PyCFunction)(void (*)(void))fast_post, METH_FASTCALL, "Capture._post"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FastType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "capd_fastrec.Hooks",
+    .tp_basicsize = sizeof(Fast),
+    .tp_dealloc = (destructor)fast_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = fast_methods,
+};
+
+/* hooks(rec, capture, codes, tails, tail_of, failed, flatten, tensor_type,
+ *       strided, pipe, record_fn, emit_fn) -> an object with pre and post. */
+static PyObject *hooks_new(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *rec, *cap, *codes, *tails, *tail_of, *failed, *flatten, *ttype, *strided;
+    unsigned long long pipe, rfn, efn;
+    if (!PyArg_ParseTuple(args, "OOO!O!OOOO!OKKK", &rec, &cap, &PyDict_Type, &codes, &PyDict_Type,
+                          &tails, &tail_of, &failed, &flatten, &PyType_Type, &ttype, &strided,
+                          &pipe, &rfn, &efn))
+        return NULL;
+    if (!pipe || !rfn || !efn) {
+        PyErr_SetString(PyExc_ValueError, "hooks: a null pipe or function");
+        return NULL;
+    }
+    Fast *f = PyObject_New(Fast, &FastType);
+    if (!f)
+        return NULL;
+    memset((char *)f + sizeof(PyObject), 0, sizeof(Fast) - sizeof(PyObject));
+    f->rec = Py_NewRef(rec);
+    f->codes = Py_NewRef(codes);
+    f->tails = Py_NewRef(tails);
+    f->tail_of = Py_NewRef(tail_of);
+    f->failed = Py_NewRef(failed);
+    f->flatten = Py_NewRef(flatten);
+    f->tensor_type = Py_NewRef(ttype);
+    f->strided = Py_NewRef(strided);
+    f->pipe = (void *)(uintptr_t)pipe;
+    f->record = (record_fn)(uintptr_t)rfn;
+    f->emit = (emit_fn)(uintptr_t)efn;
+    PyObject *emit = PyObject_GetAttrString(rec, "emit");
+    f->want_stats = emit ? PyObject_IsTrue(emit) : -1;
+    Py_XDECREF(emit);
+    if (f->want_stats < 0 || !(f->writer = PyObject_GetAttrString(rec, "writer")) ||
+        !(f->lock = PyObject_GetAttrString(rec, "lock")) ||
+        !(f->names = PyObject_GetAttrString(cap, "names")) ||
+        !(f->calls = PyObject_GetAttrString(cap, "calls")) ||
+        !(f->active = PyObject_GetAttrString(cap, "active"))) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    if (!PyDict_Check(f->names) || !PyDict_Check(f->calls) || !PyDict_Check(f->active)) {
+        Py_DECREF(f);
+        PyErr_SetString(PyExc_TypeError, "hooks: Capture.names, calls, active must be dicts");
+        return NULL;
+    }
+    return (PyObject *)f;
+}
+
+static PyMethodDef module_methods[] = {
+    {"hooks", hooks_new, METH_VARARGS, "A Capture's forward hooks in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastrec_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "capd_fastrec",
+    .m_doc = "capd_runner's module capture hooks in C (capture.Recorder.fast_hooks).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int intern_all(void)
+{
+    struct {
+        PyObject **p;
+        const char *s;
+    } names[] = {
+        {&s_version, "_version"},
+        {&s_data_ptr, "data_ptr"},
+        {&s_shape, "shape"},
+        {&s_stride, "stride"},
+        {&s_storage_offset, "storage_offset"},
+        {&s_dtype, "dtype"},
+        {&s_device, "device"},
+        {&s_requires_grad, "requires_grad"},
+        {&s_layout, "layout"},
+        {&s_is_cpu, "is_cpu"},
+        {&s_numel, "numel"},
+        {&s_is_contiguous, "is_contiguous"},
+        {&s_seq, "seq"},
+        {&s_prefix, "prefix"},
+        {&s_cache, "_cache"},
+        {&s_pending, "_pending"},
+        {&s_parts, "_parts"},
+        {&s_flush, "flush"},
+        {&s_acquire, "acquire"},
+        {&s_release, "release"},
+        {&s_record, "record"},
+        {&s_forward, "forward"},
+        {&s_input, "input"},
+        {&s_output, "output"},
+        {&s_model, "model"},
+        {&s_emit_what, "emit"},
+        {&s_record_what, "record"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!(*names[i].p = PyUnicode_InternFromString(names[i].s)))
+            return -1;
+    s_zero = PyLong_FromLong(0);
+    s_one = PyLong_FromLong(1);
+    return s_zero && s_one ? 0 : -1;
+}
+
+PyMODINIT_FUNC PyInit_capd_fastrec(void)
+{
+    if (intern_all() < 0 || PyType_Ready(&DropperType) < 0 || PyType_Ready(&FastType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&fastrec_module);
+    if (m && PyModule_AddIntConstant(m, "ABI", FASTREC_ABI) < 0)
+        Py_CLEAR(m);
+    return m;
+}
