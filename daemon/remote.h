@@ -46,6 +46,9 @@ struct remote_exit {
      * or at the attempt's timeout. */
     int worker_signal;
     bool worker_timeout;
+    /* The worker's watchdog killed the runner's group for passing the
+     * spec's memory_max_bytes. */
+    bool worker_oom;
 };
 
 struct remote_att;

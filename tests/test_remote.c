@@ -270,6 +270,15 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     cr_assert_eq(st, 409, "finish past the bytes held");
     snprintf(fin, sizeof fin,
              "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5,\"worker_oom\":1}",
+             flen, llen);
+    json_t *bad = rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st);
+    cr_assert_eq(st, 400, "worker_oom must be a boolean");
+    cr_assert_str_eq(tu_str(json_object_get(bad, "error"), "field"), "worker_oom", "%s",
+                     af_dump(bad));
+    json_decref(bad);
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
              "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
              flen, llen);
     json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
