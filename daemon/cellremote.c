@@ -404,9 +404,14 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
     uv_timer_start(&s->timer, on_timeout, ms, 0);
     if (is_slurm(s->cfg) && slurm.job)
         sup__slurm_adopt(s, slurm);
-    log_info("cell_reattached", "job=%s cell=%s attempt=%lld slurm_job=%u slurm_task=%d started=%d",
+    bool finished = false;
+    struct remote_exit ex;
+    char state[96];
+    remote_over(s->remote, &finished, &ex, state, sizeof state);
+    log_info("cell_reattached",
+             "job=%s cell=%s attempt=%lld slurm_job=%u slurm_task=%d started=%d finished=%d",
              s->run.job_id, s->run.cell_id, (long long)s->run.attempt_id, slurm.job, slurm.task,
-             s->remote_running);
+             s->remote_running, finished);
     uv_async_send(&s->wake); /* read the spool from its first byte */
     return 0;
 }

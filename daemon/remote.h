@@ -18,7 +18,9 @@
  *     stops it: timeout, cancel, a protocol error), after which the API
  *     answers 410.
  *
- * One mutex guards the table of attempts; appends are written under it.
+ * One mutex guards the table of attempts and one each attempt, so uploads
+ * of different attempts are written at once. A finish is kept in the
+ * spool dir before it is answered (a restarted capd finds it).
  */
 #ifndef CAPD_REMOTE_H
 #define CAPD_REMOTE_H
