@@ -598,9 +598,9 @@ Test(remote, a_finish_answered_before_a_kill_is_not_lost, .fini = rt_stop, .time
     af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:ok__5",
                             "the records of the finished attempt");
     char *log = tu_slurp(r->c.errlog);
-    cr_log_info("the outcome was %s", strstr(log, "cell_reattached")
-                                          ? "stored by the next capd, from finish.json"
-                                          : "stored before the kill");
+    fprintf(stderr, "a_finish_answered_before_a_kill: the outcome was %s\n",
+            strstr(log, "cell_reattached") ? "stored by the next capd, from finish.json"
+                                           : "stored before the kill");
     cr_assert(!strstr(log, "cell_reattached") || strstr(log, "finished=1"),
               "a reattached attempt is ended by its kept finish: %s", log);
     free(log);
