@@ -45,11 +45,14 @@
 /* What sbatch's --mem adds to a cell's memory_max_bytes: capd-cell and the
  * batch shell beside the runner. */
 #define SLURM_WORKER_MEM_MB 64
+/* The longest wait between two polls while squeue keeps failing. */
+#define SLURM_POLL_BACKOFF_MAX_MS 60000
 
 static struct {
     struct sup *head; /* attempts with a Slurm job (or one being submitted) */
     uv_timer_t timer;
     bool timer_on, querying;
+    int fails; /* polls in a row that failed: the next waits longer */
     struct slurm_ctx ctx;
     const struct capd_config *cfg;
 } S;
@@ -586,8 +589,21 @@ static void query_done(uv_work_t *w, int status)
     struct query_work *q = w->data;
     S.querying = false;
     if (status != 0 || q->rc != 0) {
-        log_warn("slurm_query_failed", "jobs=%zu rc=%d err=%s", q->n, q->rc, log_q(q->err));
+        /* back off: slurm_poll_ms doubled a failure in a row, at most
+         * SLURM_POLL_BACKOFF_MAX_MS, until a poll succeeds again */
+        uint64_t wait = (uint64_t)S.cfg->slurm_poll_ms << (S.fails < 10 ? ++S.fails : 10);
+        if (wait > SLURM_POLL_BACKOFF_MAX_MS)
+            wait = SLURM_POLL_BACKOFF_MAX_MS > (uint64_t)S.cfg->slurm_poll_ms
+                       ? SLURM_POLL_BACKOFF_MAX_MS
+                       : (uint64_t)S.cfg->slurm_poll_ms;
+        uv_timer_set_repeat(&S.timer, wait);
+        log_warn("slurm_query_failed", "jobs=%zu rc=%d err=%s next_poll_ms=%llu", q->n, q->rc,
+                 log_q(q->err), (unsigned long long)wait);
     } else {
+        if (S.fails) {
+            S.fails = 0;
+            uv_timer_set_repeat(&S.timer, (uint64_t)S.cfg->slurm_poll_ms);
+        }
         for (size_t i = 0; i < q->n; i++) {
             struct sup *s = find(q->attempt[i]);
             if (s && !s->exited && s->slurm.job == q->rows[i].job_id &&

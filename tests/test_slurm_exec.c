@@ -1,15 +1,18 @@
 /*
  * tests/test_slurm_exec.c - executor "slurm" against a real one-node Slurm
- * (tests/slurm/cluster.sh) and a real capd: every attempt is an sbatch job
- * running capd-cell on the node, streaming back over HTTP. Cells of the
+ * (tests/slurm/cluster.sh) and a real capd: every attempt is a task of an
+ * sbatch array running capd-cell on the node, streaming back over HTTP. Cells of the
  * fake runner end ok (records equal, hash for hash, the same cell's on the
  * local executor), crashed (the records before the crash kept), timeout
  * and cancelled (the Slurm job gone); a width whose CPU features no node
  * has (the node is started without avx512bw) is unsupported with sbatch's
  * reason; a cell of Debian's torch gives the local executor's records bit
- * for bit; and capd killed -9 mid-cell takes the same attempt and Slurm
- * job up again. The cluster and capd are stopped in the fini, failed or
- * not; a host that cannot run Slurm skips with cluster.sh's reason.
+ * for bit; capd killed -9 mid-cell takes the same attempt and Slurm job
+ * up again; a cell over its memory limit is oom; three cells are one job
+ * array; the node dying (slurmd killed) or set DOWN requeues the cell; and
+ * a poll that fails backs off. The cluster and capd are stopped in the
+ * fini, failed or not; a host that cannot run Slurm skips with
+ * cluster.sh's reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -71,11 +74,11 @@ static void up(void)
     cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
 }
 
-/* Waits (30 s at most) until capd's log has EVENT; fails the test else. */
-static void wait_for_log(const char *event)
+/* Waits (SECONDS at most) until capd's log has EVENT; fails the test else. */
+static void wait_for_log_within(const char *event, int seconds)
 {
     char *log = NULL;
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < seconds * 10; i++) {
         free(log);
         log = tu_slurp(capd.errlog);
         if (strstr(log, event))
@@ -85,6 +88,11 @@ static void wait_for_log(const char *event)
     size_t n = strlen(log);
     cr_assert(strstr(log, event), "capd logged %s: ...%s", event, n > 2000 ? log + n - 2000 : log);
     free(log);
+}
+
+static void wait_for_log(const char *event)
+{
+    wait_for_log_within(event, 30);
 }
 
 /* up(), and a job of one fake:slow__4000 cell whose worker runs on the
@@ -371,5 +379,21 @@ Test(slurm_exec, a_node_failure_requeues_the_cell)
     cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
     json_decref(cell);
     free(log);
+    free(id);
+}
+
+/* The controller gone under a running cell: every squeue fails, and capd
+ * polls less often each time (slurm_poll_ms 300 doubled: 600, then 1200). */
+Test(slurm_exec, a_failing_poll_backs_off)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:hang\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job);
+    wait_for_log("cell_remote_started");
+    cr_assert_eq(tu_sh("kill -KILL $(cat %s/slurmctld.pid)", cdir), 0);
+    /* squeue waits for the controller before it gives up (MessageTimeout) */
+    wait_for_log_within("next_poll_ms=600", 120);
+    wait_for_log_within("next_poll_ms=1200", 120);
     free(id);
 }

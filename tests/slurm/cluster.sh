@@ -157,6 +157,9 @@ down() {
         SLURM_CONF="$DIR/slurm.conf" timeout 10 scancel --user=root >/dev/null 2>&1 || true
     fi
     stop_pid "$DIR/slurmd.pid" slurmd
+    # what scancel could not reach (the controller already gone): the
+    # node's slurmstepds and their jobs
+    [ -f "$DIR/slurm.conf" ] && sweep_node
     stop_pid "$DIR/slurmctld.pid" slurmctld
     stop_pid "$DIR/munged.pid" munged
 }
@@ -166,10 +169,16 @@ down() {
 # munged, which are the controller's host.
 crash_node() {
     [ -f "$DIR/slurm.conf" ] || { echo "cluster.sh: no cluster under $DIR" >&2; exit 1; }
-    ctld=$(cat "$DIR/slurmctld.pid" 2>/dev/null || true)
-    munge=$(cat "$DIR/munged.pid" 2>/dev/null || true)
     [ -f "$DIR/slurmd.pid" ] && kill -KILL "$(cat "$DIR/slurmd.pid")" 2>/dev/null || true
     rm -f "$DIR/slurmd.pid"
+    sweep_node
+}
+
+# Kills -9 every process with this cluster's SLURM_CONF in its environment
+# but slurmctld and munged (and this shell).
+sweep_node() {
+    ctld=$(cat "$DIR/slurmctld.pid" 2>/dev/null || true)
+    munge=$(cat "$DIR/munged.pid" 2>/dev/null || true)
     for e in /proc/[0-9]*/environ; do
         pid=${e#/proc/}
         pid=${pid%/environ}
