@@ -138,11 +138,10 @@ static int store_outcome(struct sup *s)
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;
-    o.memory_limit_bytes =
-        sup_is_remote(s->cfg)
-            ? json_integer_value(json_object_get(json_object_get(s->run.spec, "options"),
-                                                 "memory_max_bytes"))
-            : (int64_t)mem_cell_limit(s->mem);
+    o.memory_limit_bytes = sup_is_remote(s->cfg)
+                               ? json_integer_value(json_object_get(
+                                     json_object_get(s->run.spec, "options"), "memory_max_bytes"))
+                               : (int64_t)mem_cell_limit(s->mem);
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
