@@ -164,9 +164,9 @@ enum MHD_Result api_attempt_log(struct api_req *r)
 /* The finish body: every field known, each of its type. */
 static bool exit_of(struct api_req *r, json_t *b, struct remote_exit *ex, enum MHD_Result *ret)
 {
-    static const char *const fields[] = {"exit_status",   "signal",         "frames_bytes",
-                                         "log_bytes",     "peak_rss_bytes", "cpu_time_ms",
-                                         "worker_signal", "worker_timeout", NULL};
+    static const char *const fields[] = {
+        "exit_status", "signal",        "frames_bytes",   "log_bytes",  "peak_rss_bytes",
+        "cpu_time_ms", "worker_signal", "worker_timeout", "worker_oom", NULL};
     struct api_verr e = {0};
     if (!api_verr_fields_known(&e, b, fields)) {
         *ret = api_error(r, 400, e.code, e.field, "%s", e.message);
@@ -190,17 +190,23 @@ static bool exit_of(struct api_req *r, json_t *b, struct remote_exit *ex, enum M
     ex->peak_rss_bytes = json_integer_value(json_object_get(b, "peak_rss_bytes"));
     ex->cpu_time_ms = json_integer_value(json_object_get(b, "cpu_time_ms"));
     json_t *ws = json_object_get(b, "worker_signal"), *wt = json_object_get(b, "worker_timeout");
+    json_t *wo = json_object_get(b, "worker_oom");
     bool bad_ws =
         ws && !json_is_null(ws) &&
         (!json_is_integer(ws) || json_integer_value(ws) < 0 || json_integer_value(ws) > 64);
-    if (bad_ws || (wt && !json_is_boolean(wt))) {
-        *ret = api_error(r, 400, "invalid_field", bad_ws ? "worker_signal" : "worker_timeout", "%s",
+    const char *bad = bad_ws                       ? "worker_signal"
+                      : wt && !json_is_boolean(wt) ? "worker_timeout"
+                      : wo && !json_is_boolean(wo) ? "worker_oom"
+                                                   : NULL;
+    if (bad) {
+        *ret = api_error(r, 400, "invalid_field", bad, "%s",
                          bad_ws ? "worker_signal must be a signal number (1 to 64) or null"
-                                : "worker_timeout must be a boolean");
+                                : "must be a boolean");
         return false;
     }
     ex->worker_signal = (int)json_integer_value(ws);
     ex->worker_timeout = json_is_true(wt);
+    ex->worker_oom = json_is_true(wo);
     return true;
 }
 

@@ -16,6 +16,9 @@ Figures:
                   remote and slurm against local. Target for slurm: at most
                   1.2 x local + 1 s a cell (the second is Slurm's own
                   scheduling tick and sbatch's round trip).
+  batch           one job of --cells fake:ok cells (max_parallel 4): its time
+                  from POST to done per cell, slurm (one sbatch array for
+                  the cells started together) against local.
   ingest rate     one cell of fake:payload (--mib MiB of 1 MiB full
                   payloads) each; bytes stored over the cell's duration,
                   remote against local. Target: at least 0.5.
@@ -77,21 +80,21 @@ class Api:
         return r.status, json.loads(data) if data else None
 
 
-def run_job(api, model, commit, options=None, timeout=300):
-    """POSTs a one-cell job of MODEL and waits for it: (seconds, its cell)."""
+def run_job(api, model, commit, options=None, timeout=300, models=None):
+    """POSTs a job of MODEL (or of every one of MODELS) and waits for it:
+    (seconds, its first cell), or (seconds, every cell) for MODELS."""
     t0 = time.monotonic()
     st, j = api.call("POST", "/v1/jobs", {
         "project": "bench", "commit": commit, "build": "fake",
-        "matrix": {"models": [model], "widths": ["avx2"], "passes": ["forward"]},
+        "matrix": {"models": models or [model], "widths": ["avx2"], "passes": ["forward"]},
         "options": options or {}})
     if st != 201:
         sys.exit("bench_remote: POST /v1/jobs: %s %s" % (st, j))
     while True:
         st, job = api.call("GET", "/v1/jobs/" + j["id"])
         if job["state"] in ("done", "failed", "cancelled"):
-            cell = job["cells"][0]
-            if cell["state"] != "running":
-                return time.monotonic() - t0, cell
+            if all(c["state"] != "running" for c in job["cells"]):
+                return time.monotonic() - t0, job["cells"] if models else job["cells"][0]
         if time.monotonic() - t0 > timeout:
             sys.exit("bench_remote: job %s still %s after %d s" % (j["id"], job["state"], timeout))
         time.sleep(0.02)
@@ -111,6 +114,20 @@ def per_cell(apis, n):
                                                           cell.get("reason")))
             times[name].append(s)
     return times
+
+
+def batch(apis, n):
+    """Seconds per cell of one job of N fake:ok cells, each executor."""
+    models = ["fake:ok__%d" % (i + 2) for i in range(n)]
+    per = {}
+    for name, api in apis.items():
+        s, cells = run_job(api, None, "%040x" % 99, models=models)
+        bad = [c for c in cells if c["state"] != "ok"]
+        if bad:
+            sys.exit("bench_remote: %s batch cell %s: %s" % (name, bad[0]["state"],
+                                                            bad[0].get("reason")))
+        per[name] = s / n
+    return per
 
 
 def ingest(api, mib, tag):
@@ -151,7 +168,7 @@ def main():
     procs, cluster = [], None
     try:
         cell = os.path.abspath(args.capd_cell)
-        base = {"max_parallel": 1}
+        base = {"max_parallel": 4}
         configs = {
             "local": dict(base),
             "remote": dict(base, executor="remote",
@@ -187,6 +204,11 @@ def main():
             out["slurm_over_local"] = means["slurm"] / loc
             out["slurm_excess_s"] = means["slurm"] - 1.2 * loc
             out["slurm_target_met"] = out["slurm_excess_s"] <= 1.0
+        if "slurm" in apis:
+            b = batch({k: apis[k] for k in ("local", "slurm")}, args.cells)
+            out["batch_per_cell_s"] = b
+            out["batch_slurm_over_local"] = b["slurm"] / b["local"]
+            out["batch_slurm_excess_s"] = b["slurm"] - 1.2 * b["local"]
         rates = {}
         for name in ("local", "remote"):
             rates[name] = ingest(apis[name], args.mib, name)
@@ -212,6 +234,8 @@ def main():
           % (out["per_cell_s"]["local"], out["per_cell_s"]["remote"], out["remote_over_local"],
              ", slurm %.2f s (%.2fx, %.2f s over 1.2x local)" % (
                  out["per_cell_s"]["slurm"], out["slurm_over_local"], out["slurm_excess_s"])
+             + (", a batch of %d: slurm %.2f s a cell against local %.2f s" % (
+                 args.cells, out["batch_per_cell_s"]["slurm"], out["batch_per_cell_s"]["local"]))
              if "slurm" in out["per_cell_s"] else ", slurm skipped: " + out["slurm_skipped"],
              out["ingest_mib_s"]["local"], out["ingest_mib_s"]["remote"],
              out["remote_ingest_over_local"]))

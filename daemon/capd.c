@@ -243,7 +243,8 @@ static void cpus_init_host(struct capd *d)
 static bool cpus_room(struct capd *d)
 {
     bool numerics = false;
-    if (d->nrunning == 0)
+    /* a remote attempt runs on its worker's host, not on capd's CPUs */
+    if (d->nrunning == 0 || sup_is_remote(&d->cfg))
         return true;
     if (store_next_cell_numerics(d->st, &numerics) != 0)
         return true; /* the claim reports the storage problem */
@@ -341,11 +342,14 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
             free(n); /* stored as unsupported: no child */
             continue;
         }
-        if (devices_acquire(d->dev, d->st, &run, &device) != 0) {
+        /* Slurm gives a GPU cell its device (--gres); a remote worker's
+         * scheduler sets its visibility variables (worker/spec.c) */
+        if (!sup_is_remote(&d->cfg) && devices_acquire(d->dev, d->st, &run, &device) != 0) {
             free(n); /* stored as failed: no GPU */
             continue;
         }
-        cpus_assign(d, n, &run);
+        if (!sup_is_remote(&d->cfg))
+            cpus_assign(d, n, &run);
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
             devices_release(d->dev, device);
@@ -492,7 +496,7 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* One remote attempt start-up recovery kept open, taken up again before
  * the API listens (its worker's next upload finds it). */
-static int reattach_one(void *ctx, struct store_cell_run *run, uint32_t slurm_job)
+static int reattach_one(void *ctx, struct store_cell_run *run, struct store_slurm_job slurm)
 {
     struct capd *d = ctx;
     struct sup_node *n = calloc(1, sizeof *n);
@@ -502,7 +506,7 @@ static int reattach_one(void *ctx, struct store_cell_run *run, uint32_t slurm_jo
         return -ENOMEM;
     }
     n->device = -1;
-    if (sup_reattach(&d->loop, &d->cfg, d->st, run, slurm_job, on_cell_done, d, &s) != 0) {
+    if (sup_reattach(&d->loop, &d->cfg, d->st, run, slurm, on_cell_done, d, &s) != 0) {
         free(n); /* stored as failed, with the reason */
         return 0;
     }

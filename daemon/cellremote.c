@@ -65,11 +65,15 @@ static json_t *spec_reply(struct sup *s, char *const *env, const char *spec_path
         json_decref(envo);
         return NULL;
     }
-    return json_pack("{s:I,s:s,s:s,s:[s,s,s],s:o,s:o,s:s,s:I,s:I}", "attempt",
+    /* The job's own limit only: capd's cell_memory_max_bytes is a share of
+     * capd's host, which says nothing of the worker's. */
+    json_int_t mem = json_integer_value(
+        json_object_get(json_object_get(s->run.spec, "options"), "memory_max_bytes"));
+    return json_pack("{s:I,s:s,s:s,s:[s,s,s],s:o,s:o,s:s,s:I,s:I,s:I}", "attempt",
                      (json_int_t)s->run.attempt_id, "job", s->run.job_id, "cell", s->run.cell_id,
                      "argv", python, "-m", "capd_runner", "env", envo, "spec", spec, "scratch",
                      s->scratch, "timeout_s", cell_timeout_s(s), "chunk_max_bytes",
-                     (json_int_t)s->cfg->max_body_bytes);
+                     (json_int_t)s->cfg->max_body_bytes, "memory_max_bytes", mem > 0 ? mem : 0);
 }
 
 /* ---- the loop side of the spool ---- */
@@ -141,10 +145,12 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
     }
     if (finished && ex->worker_timeout)
         s->timed_out = true; /* the worker's own clock ran out first */
+    if (finished && ex->worker_oom)
+        s->remote_oom = true;
     if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
         /* Stopped from outside: Slurm knows why (node failure, preemption,
          * someone's scancel, its time limit); elsewhere nobody does. */
-        if (is_slurm(s->cfg) && s->slurm_job) {
+        if (is_slurm(s->cfg) && s->slurm.job) {
             s->slurm_deferred = true;
             s->deferred = *ex;
             /* the wait for Slurm's word is bounded even if squeue fails */
@@ -369,8 +375,8 @@ static void remote_handles(struct sup *s)
     s->handles_open = 2;
 }
 
-int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path, uint32_t slurm_job,
-                         char *reason, size_t rlen)
+int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
+                         struct store_slurm_job slurm, char *reason, size_t rlen)
 {
     json_t *reply = spec_reply(s, env, spec_path);
     if (!reply) {
@@ -396,11 +402,16 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
     uint64_t ms = s->remote_running ? (uint64_t)cell_timeout_s(s) * 1000
                                     : (uint64_t)s->cfg->remote_start_timeout_s * 1000;
     uv_timer_start(&s->timer, on_timeout, ms, 0);
-    if (is_slurm(s->cfg) && slurm_job)
-        sup__slurm_adopt(s, slurm_job);
-    log_info("cell_reattached", "job=%s cell=%s attempt=%lld slurm_job=%u started=%d",
-             s->run.job_id, s->run.cell_id, (long long)s->run.attempt_id, slurm_job,
-             s->remote_running);
+    if (is_slurm(s->cfg) && slurm.job)
+        sup__slurm_adopt(s, slurm);
+    bool finished = false;
+    struct remote_exit ex;
+    char state[96];
+    remote_over(s->remote, &finished, &ex, state, sizeof state);
+    log_info("cell_reattached",
+             "job=%s cell=%s attempt=%lld slurm_job=%u slurm_task=%d started=%d finished=%d",
+             s->run.job_id, s->run.cell_id, (long long)s->run.attempt_id, slurm.job, slurm.task,
+             s->remote_running, finished);
     uv_async_send(&s->wake); /* read the spool from its first byte */
     return 0;
 }

@@ -1,10 +1,14 @@
 /*
  * daemon/cellslurm.c - executor "slurm": a remote attempt (cellremote.c)
- * whose worker Slurm starts (docs/scale.md). Each attempt is one `sbatch`
- * job of a small script that execs slurm_worker (capd-cell) with the
- * attempt's URL, id and token; the width's CPU features become
- * `--constraint`, a GPU cell asks `--gres=gpu:1`, a cell that times asks
- * `--exclusive` (slurm_exclusive_timing). One poll every slurm_poll_ms
+ * whose worker Slurm starts (docs/scale.md). The attempts the scheduler
+ * starts in one loop turn wait for the turn's end; then those that ask the
+ * same resources become one `sbatch --array=0-N%max_parallel` (at most
+ * SLURM_ARRAY_LAST_MAX + 1 tasks; more make a second array) of a small
+ * script in which task i execs slurm_worker (capd-cell) with attempt i's
+ * URL, id and token. The width's CPU features become `--constraint`, a GPU
+ * cell asks `--gres=gpu:1`, a cell that times asks `--exclusive`
+ * (slurm_exclusive_timing); the pairs of a timed cell are one attempt, so
+ * they run in one allocation on one node. One poll every slurm_poll_ms
  * asks the states of every job in flight in one squeue (daemon/slurm.h)
  * and maps them (slurm_state_map): a job that ended without the worker
  * having finished ends the attempt with Slurm's reason; NODE_FAIL,
@@ -27,6 +31,7 @@
 #include "daemon/slurm.h"
 #include "daemon/sup_int.h"
 #include "daemon/widths.h"
+#include "storage/layout.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/path.h"
@@ -37,11 +42,17 @@
 /* Polls a worker's finish after a signal from outside waits for Slurm to
  * say why (a job completing is still RUNNING-like for a moment). */
 #define SLURM_DEFER_POLLS SUP__SLURM_DEFER_POLLS
+/* What sbatch's --mem adds to a cell's memory_max_bytes: capd-cell and the
+ * batch shell beside the runner. */
+#define SLURM_WORKER_MEM_MB 64
+/* The longest wait between two polls while squeue keeps failing. */
+#define SLURM_POLL_BACKOFF_MAX_MS 60000
 
 static struct {
     struct sup *head; /* attempts with a Slurm job (or one being submitted) */
     uv_timer_t timer;
     bool timer_on, querying;
+    int fails; /* polls in a row that failed: the next waits longer */
     struct slurm_ctx ctx;
     const struct capd_config *cfg;
 } S;
@@ -87,14 +98,15 @@ static void end_with(struct sup *s, const char *state, const char *reason)
 struct cancel_work {
     uv_work_t w;
     uint32_t job;
+    int32_t task;
 };
 
 static void cancel_run(uv_work_t *w)
 {
     struct cancel_work *c = w->data;
     char *err = NULL;
-    if (slurm_cancel(&S.ctx, &c->job, 1, &err) != 0)
-        log_warn("slurm_cancel_failed", "slurm_job=%u err=%s", c->job, log_q(err));
+    if (slurm_cancel(&S.ctx, &c->job, &c->task, 1, &err) != 0)
+        log_warn("slurm_cancel_failed", "slurm_job=%u_%d err=%s", c->job, c->task, log_q(err));
     free(err);
 }
 
@@ -104,25 +116,52 @@ static void cancel_done(uv_work_t *w, int status)
     free(w->data);
 }
 
-static void cancel_job(uv_loop_t *loop, uint32_t job)
+static void cancel_job(uv_loop_t *loop, uint32_t job, int32_t task)
 {
     struct cancel_work *c = calloc(1, sizeof *c);
     if (!c)
         return;
     c->job = job;
+    c->task = task;
     c->w.data = c;
     if (uv_queue_work(loop, &c->w, cancel_run, cancel_done) != 0)
         free(c);
 }
 
-/* ---- submission ---- */
+/* ---- submission: one job array a loop turn and a set of resources ---- */
 
-struct submit_work {
-    uv_work_t w;
-    int64_t attempt_id;
-    char script[UTIL_PATH_MAX], constraint[512], name[64], time_s[16];
+/* What the tasks of one array share: all of sbatch's options. */
+struct batch_key {
+    char constraint[512];
     bool gpu, exclusive;
     int time_min;
+    long long mem_mb;
+};
+
+/* An attempt waiting for its loop turn's sbatch. Its token lives here and
+ * in the array's script only; both are wiped once sbatch has read it. */
+struct pending {
+    int64_t attempt_id;
+    struct batch_key key;
+    char token[STORE_ATTEMPT_TOKEN_MAX];
+    struct pending *next;
+};
+
+static struct {
+    struct pending *head, **tail;
+    uv_timer_t timer;
+    bool timer_on;
+    unsigned seq; /* names the array scripts */
+    char url[600];
+} P = {.tail = &P.head};
+
+/* One sbatch of an array: task i runs attempt[i]. */
+struct submit_work {
+    uv_work_t w;
+    struct batch_key key;
+    char script[LAYOUT_PATH_MAX], name[64];
+    size_t n;
+    int64_t attempt[SLURM_ARRAY_LAST_MAX + 1];
     uint32_t job;
     int rc;
     char *err;
@@ -134,86 +173,185 @@ static void submit_run(uv_work_t *w)
     const struct capd_config *cfg = S.cfg;
     struct slurm_submit sub = {
         .script = b->script,
-        .array_last = -1,
-        .time_limit_min = b->time_min,
-        .gpu = b->gpu,
-        .exclusive = b->exclusive,
+        .array_last = (int)b->n - 1,
+        .throttle = cfg->max_parallel,
+        .time_limit_min = b->key.time_min,
+        .mem_mb = b->key.mem_mb,
+        .gpu = b->key.gpu,
+        .exclusive = b->key.exclusive,
         .no_requeue = true,
         .job_name = b->name,
         .partition = cfg->slurm_partition[0] ? cfg->slurm_partition : NULL,
         .account = cfg->slurm_account[0] ? cfg->slurm_account : NULL,
         .qos = cfg->slurm_qos[0] ? cfg->slurm_qos : NULL,
-        .constraint = b->constraint[0] ? b->constraint : NULL,
+        .constraint = b->key.constraint[0] ? b->key.constraint : NULL,
         .output = "/dev/null",
         .workdir = cfg->slurm_workdir[0] ? cfg->slurm_workdir : NULL,
     };
     b->rc = slurm_submit(&S.ctx, &sub, &b->job, &b->err);
+    unlink(b->script); /* sbatch sent its text to the controller */
+}
+
+/* Task TASK of array JOB is attempt S's (which may be gone by now). */
+static void task_submitted(uv_loop_t *loop, struct sup *s, uint32_t job, int32_t task)
+{
+    if (!s || s->finished || s->exited) {
+        cancel_job(loop, job, task); /* nobody wants it any more */
+        return;
+    }
+    s->slurm = (struct store_slurm_job){job, task};
+    /* so that a capd restarted meanwhile polls it again */
+    int rc = store_attempt_slurm_job(s->st, s->run.attempt_id, s->slurm);
+    if (rc)
+        log_warn("slurm_job_unstored", "job=%s cell=%s slurm_job=%u_%d rc=%d", s->run.job_id,
+                 s->run.cell_id, job, task, rc);
+    log_info("slurm_submitted", "job=%s cell=%s attempt=%lld slurm_job=%u_%d", s->run.job_id,
+             s->run.cell_id, (long long)s->run.attempt_id, job, task);
+    char line[96];
+    int n = snprintf(line, sizeof line, "[capd: Slurm job %u_%d]\n", job, task);
+    sup__log_write(s, line, (size_t)n);
 }
 
 static void submit_done(uv_work_t *w, int status)
 {
     struct submit_work *b = w->data;
-    struct sup *s = find(b->attempt_id);
-    if (status == 0 && b->rc == 0 && (!s || s->finished || s->exited)) {
-        cancel_job(w->loop, b->job); /* nobody wants it any more */
-    } else if (s && !s->exited) {
-        if (status != 0 || b->rc != 0) {
-            char why[1200];
-            snprintf(why, sizeof why, "sbatch refused the cell: %s",
-                     b->err ? b->err : uv_strerror(status));
-            log_warn("slurm_submit_failed", "job=%s cell=%s rc=%d err=%s", s->run.job_id,
-                     s->run.cell_id, b->rc, log_q(b->err));
+    bool ok = status == 0 && b->rc == 0;
+    char why[1200];
+    snprintf(why, sizeof why, "sbatch refused the cell: %s",
+             b->err ? b->err : uv_strerror(status ? status : b->rc));
+    if (!ok)
+        log_warn("slurm_submit_failed", "tasks=%zu rc=%d err=%s", b->n, b->rc, log_q(b->err));
+    else
+        log_info("slurm_array_submitted", "slurm_job=%u tasks=%zu throttle=%d", b->job, b->n,
+                 S.cfg->max_parallel);
+    for (size_t i = 0; i < b->n; i++) {
+        struct sup *s = find(b->attempt[i]);
+        if (ok)
+            task_submitted(w->loop, s, b->job, (int32_t)i);
+        else if (s && !s->exited)
             end_with(s, b->rc == -ENOTSUP ? "unsupported" : "failed", why);
-        } else {
-            s->slurm_job = b->job;
-            /* so that a capd restarted meanwhile polls it again */
-            int rc = store_attempt_slurm_job(s->st, b->attempt_id, b->job);
-            if (rc)
-                log_warn("slurm_job_unstored", "job=%s cell=%s slurm_job=%u rc=%d", s->run.job_id,
-                         s->run.cell_id, b->job, rc);
-            log_info("slurm_submitted", "job=%s cell=%s attempt=%lld slurm_job=%u", s->run.job_id,
-                     s->run.cell_id, (long long)s->run.attempt_id, b->job);
-            char line[96];
-            int n = snprintf(line, sizeof line, "[capd: Slurm job %u]\n", b->job);
-            sup__log_write(s, line, (size_t)n);
-        }
     }
     free(b->err);
     free(b);
 }
 
-/* The batch script: the worker with the attempt's variables, 0700 in the
- * scratch dir (sbatch sends its text to the controller). */
-static int write_script(struct sup *s, const char *url, const char *token, char *path)
+/* capd-cell's path on the nodes: slurm_worker, else beside capd-exec. */
+static void worker_path(const struct capd_config *cfg, char *out, size_t n)
+{
+    if (cfg->slurm_worker[0]) {
+        snprintf(out, n, "%s", cfg->slurm_worker);
+        return;
+    }
+    const char *slash = strrchr(cfg->exec_bin, '/');
+    snprintf(out, n, "%.*s/capd-cell", slash ? (int)(slash - cfg->exec_bin) : 1,
+             slash ? cfg->exec_bin : ".");
+}
+
+/* The array's script, 0700: task i gets the variables of the attempt of
+ * PS[i] and execs the worker. */
+static int write_script(struct submit_work *b, struct pending *const *ps)
 {
     char worker[UTIL_PATH_MAX];
-    const struct capd_config *cfg = s->cfg;
-    if (cfg->slurm_worker[0]) {
-        snprintf(worker, sizeof worker, "%s", cfg->slurm_worker);
-    } else {
-        const char *slash = strrchr(cfg->exec_bin, '/');
-        snprintf(worker, sizeof worker, "%.*s/capd-cell", slash ? (int)(slash - cfg->exec_bin) : 1,
-                 slash ? cfg->exec_bin : ".");
-    }
-    int rc = util_path_join(path, s->scratch, "slurm-job.sh");
+    worker_path(S.cfg, worker, sizeof worker);
+    int rc = layout_slurm_script(b->script, sizeof b->script, S.cfg->data_dir, ++P.seq);
     if (rc)
         return rc;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+    int fd = open(b->script, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
     if (fd < 0)
         return -errno;
     FILE *f = fdopen(fd, "w");
     if (!f) {
         close(fd);
+        unlink(b->script);
         return -ENOMEM;
     }
+    fprintf(f, "#!/bin/sh\n# capd: %zu attempts, one an array task\nCAPD_URL='%s'\n", b->n, P.url);
+    fprintf(f, "case \"$SLURM_ARRAY_TASK_ID\" in\n");
+    for (size_t i = 0; i < b->n; i++)
+        fprintf(f, "%zu) CAPD_ATTEMPT=%lld CAPD_TOKEN='%s' ;;\n", i, (long long)ps[i]->attempt_id,
+                ps[i]->token);
     fprintf(f,
-            "#!/bin/sh\n# capd: attempt %lld of cell %s (job %s)\n"
-            "CAPD_URL='%s' CAPD_ATTEMPT=%lld CAPD_TOKEN='%s'\n"
-            "export CAPD_URL CAPD_ATTEMPT CAPD_TOKEN\n"
-            "exec '%s' --quiet\n",
-            (long long)s->run.attempt_id, s->run.cell_id, s->run.job_id, url,
-            (long long)s->run.attempt_id, token, worker);
-    return fclose(f) == 0 ? 0 : -EIO;
+            "*) echo \"capd: no attempt for array task $SLURM_ARRAY_TASK_ID\" >&2; exit 2 ;;\n"
+            "esac\nexport CAPD_URL CAPD_ATTEMPT CAPD_TOKEN\nexec '%s' --quiet\n",
+            worker);
+    if (fclose(f) != 0) {
+        unlink(b->script);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void pending_free(struct pending *p)
+{
+    memset(p->token, 0, sizeof p->token);
+    free(p);
+}
+
+/* Takes off the pending list the first attempt's batch: every attempt with
+ * its key, in order, up to an array's size (the rest wait for the next). */
+static size_t take_batch(struct pending **out, size_t max)
+{
+    struct batch_key key = P.head->key;
+    size_t n = 0;
+    for (struct pending **pp = &P.head; *pp && n < max;) {
+        struct pending *p = *pp;
+        struct sup *s = find(p->attempt_id);
+        if (!s || s->finished || s->exited) { /* ended before its sbatch */
+            *pp = p->next;
+            pending_free(p);
+        } else if (memcmp(&p->key, &key, sizeof key) == 0) {
+            *pp = p->next;
+            out[n++] = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    P.tail = &P.head;
+    while (*P.tail)
+        P.tail = &(*P.tail)->next;
+    return n;
+}
+
+/* Submits one batch: its script written, its sbatch on a worker thread. */
+static void submit_batch(uv_loop_t *loop, struct pending **ps, size_t n)
+{
+    struct submit_work *b = calloc(1, sizeof *b);
+    int rc = b ? 0 : -ENOMEM;
+    if (b) {
+        b->n = n;
+        b->key = ps[0]->key;
+        struct sup *first = find(ps[0]->attempt_id);
+        snprintf(b->name, sizeof b->name, "capd-%s", first->run.job_id);
+        for (size_t i = 0; i < n; i++)
+            b->attempt[i] = ps[i]->attempt_id;
+        b->w.data = b;
+        if ((rc = write_script(b, ps)) == 0 &&
+            (rc = uv_queue_work(loop, &b->w, submit_run, submit_done)) != 0)
+            unlink(b->script);
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sup *s = find(ps[i]->attempt_id);
+        if (rc && s) {
+            char why[300];
+            snprintf(why, sizeof why, "cannot submit the Slurm job array: %s", strerror(-rc));
+            end_with(s, "failed", why);
+        }
+        pending_free(ps[i]);
+    }
+    if (rc)
+        free(b);
+}
+
+/* The loop turn's end: every pending attempt into an array of its kind. */
+static void on_flush(uv_timer_t *t)
+{
+    static struct pending *batch[SLURM_ARRAY_LAST_MAX + 1];
+    P.timer_on = false;
+    while (P.head) {
+        size_t n = take_batch(batch, sizeof batch / sizeof batch[0]);
+        if (n)
+            submit_batch(t->loop, batch, n);
+    }
 }
 
 /* The width's CPU features as a constraint: "avx512f&avx512bw"; -E2BIG
@@ -241,53 +379,54 @@ int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *r
 {
     if (!S.cfg)
         ctx_init(s->cfg);
-    struct submit_work *b = calloc(1, sizeof *b);
-    if (!b)
+    struct pending *p = calloc(1, sizeof *p);
+    if (!p)
         return -ENOMEM;
-    int rc = write_script(s, url, token, b->script);
-    if (rc) {
-        snprintf(reason, rlen, "cannot write the Slurm job's script in %s: %s", s->scratch,
-                 strerror(-rc));
-        free(b);
-        return rc;
-    }
     json_t *o = json_object_get(s->run.spec, "options");
     json_int_t timeout = json_integer_value(json_object_get(o, "timeout_s"));
     const char *device = json_string_value(json_object_get(o, "device"));
-    b->attempt_id = s->run.attempt_id;
-    b->gpu = device && strcmp(device, "gpu") == 0;
-    b->exclusive =
+    p->attempt_id = s->run.attempt_id;
+    p->key.gpu = device && strcmp(device, "gpu") == 0;
+    p->key.exclusive =
         s->cfg->slurm_exclusive_timing && json_integer_value(json_object_get(o, "iterations")) > 0;
     /* the worker's own limit, the start-up and two minutes of margin */
-    b->time_min = (int)(((timeout > 0 ? timeout : 600) + 180) / 60);
-    snprintf(b->name, sizeof b->name, "capd-%s", s->run.cell_id);
-    if (constraint_of(s, b->constraint, sizeof b->constraint) != 0) {
+    p->key.time_min = (int)(((timeout > 0 ? timeout : 600) + 180) / 60);
+    /* the runner's limit (its worker's watchdog holds it) and room for the
+     * worker and its shell */
+    json_int_t mem = json_integer_value(json_object_get(o, "memory_max_bytes"));
+    if (mem > 0)
+        p->key.mem_mb = (long long)((mem + (1 << 20) - 1) >> 20) + SLURM_WORKER_MEM_MB;
+    if (constraint_of(s, p->key.constraint, sizeof p->key.constraint) != 0) {
         snprintf(reason, rlen,
                  "width %s requires more CPU features than a constraint of %zu bytes "
                  "holds",
                  json_string_value(json_object_get(s->run.spec, "width")),
-                 sizeof b->constraint - 1);
-        free(b);
+                 sizeof p->key.constraint - 1);
+        free(p);
         return -E2BIG;
     }
-    b->w.data = b;
+    snprintf(p->token, sizeof p->token, "%s", token);
+    snprintf(P.url, sizeof P.url, "%s", url);
+    *P.tail = p;
+    P.tail = &p->next;
+    if (!P.timer_on) {
+        if (P.timer.loop != s->loop)
+            uv_timer_init(s->loop, &P.timer);
+        uv_unref((uv_handle_t *)&P.timer);
+        uv_timer_start(&P.timer, on_flush, 0, 0);
+        P.timer_on = true;
+    }
     s->slurm_next = S.head;
     S.head = s;
-    if ((rc = uv_queue_work(s->loop, &b->w, submit_run, submit_done)) != 0) {
-        unlink_sup(s);
-        snprintf(reason, rlen, "cannot queue the submission: %s", uv_strerror(rc));
-        free(b);
-        return rc;
-    }
     start_poll(s->loop);
     return 0;
 }
 
-void sup__slurm_adopt(struct sup *s, uint32_t slurm_job)
+void sup__slurm_adopt(struct sup *s, struct store_slurm_job slurm)
 {
     if (!S.cfg)
         ctx_init(s->cfg);
-    s->slurm_job = slurm_job;
+    s->slurm = slurm;
     s->slurm_next = S.head;
     S.head = s;
     start_poll(s->loop);
@@ -296,16 +435,35 @@ void sup__slurm_adopt(struct sup *s, uint32_t slurm_job)
 void sup__slurm_forget(struct sup *s)
 {
     unlink_sup(s);
+    for (struct pending **pp = &P.head; *pp; pp = &(*pp)->next)
+        if ((*pp)->attempt_id == s->run.attempt_id) {
+            struct pending *p = *pp;
+            *pp = p->next;
+            if (P.tail == &p->next)
+                P.tail = pp;
+            pending_free(p);
+            break;
+        }
 }
 
 void sup__slurm_cancel(struct sup *s)
 {
-    if (s->slurm_job)
-        cancel_job(s->loop, s->slurm_job);
-    s->slurm_job = 0;
+    if (s->slurm.job)
+        cancel_job(s->loop, s->slurm.job, s->slurm.task);
+    s->slurm.job = 0;
 }
 
 /* ---- the poll ---- */
+
+/* "123_4" for task 4 of array 123, "123" for a job of its own. */
+static const char *job_text(const struct slurm_job_state *row, char id[32])
+{
+    if (row->task_id >= 0)
+        snprintf(id, 32, "%u_%d", row->job_id, row->task_id);
+    else
+        snprintf(id, 32, "%u", row->job_id);
+    return id;
+}
 
 struct query_work {
     uv_work_t w;
@@ -332,13 +490,14 @@ static void query_run(uv_work_t *w)
 static void deferred(struct sup *s, const struct slurm_job_state *row)
 {
     struct slurm_mapped m;
+    char id[32];
     slurm_state_map(row->known ? row->state : "UNKNOWN", row->reason, row->exit_code, row->signal,
                     &m);
     if ((m.verdict == SLURM_V_RUNNING || !row->known) && ++s->slurm_waits <= SLURM_DEFER_POLLS)
         return;
     char why[400];
-    snprintf(why, sizeof why, "the worker got signal %d from outside capd; Slurm job %u: %s",
-             s->deferred.worker_signal, row->job_id, row->known ? row->state : "unknown");
+    snprintf(why, sizeof why, "the worker got signal %d from outside capd; Slurm job %s: %s",
+             s->deferred.worker_signal, job_text(row, id), row->known ? row->state : "unknown");
     if (m.verdict == SLURM_V_REQUEUE && s->run.attempt < s->cfg->max_attempts) {
         s->requeue = true;
         log_warn("slurm_requeue", "job=%s cell=%s attempt=%d reason=%s", s->run.job_id,
@@ -359,7 +518,7 @@ static void deferred(struct sup *s, const struct slurm_job_state *row)
 static void apply(struct sup *s, const struct slurm_job_state *row)
 {
     struct slurm_mapped m;
-    char why[400];
+    char why[400], id[32];
     bool finished_worker = false;
     struct remote_exit ex;
     char state[96];
@@ -371,13 +530,13 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
     }
     if (!row->known) {
         if (++s->slurm_gone_polls > SLURM_GRACE_POLLS) {
-            snprintf(why, sizeof why, "Slurm no longer knows job %u", row->job_id);
+            snprintf(why, sizeof why, "Slurm no longer knows job %s", job_text(row, id));
             end_with(s, "failed", why);
         }
         return;
     }
     slurm_state_map(row->state, row->reason, row->exit_code, row->signal, &m);
-    snprintf(why, sizeof why, "Slurm job %u: %s%s%s", row->job_id, row->state,
+    snprintf(why, sizeof why, "Slurm job %s: %s%s%s", job_text(row, id), row->state,
              m.reason[0] ? ": " : "", m.reason);
     switch (m.verdict) {
     case SLURM_V_RUNNING:
@@ -386,8 +545,8 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
         /* the finish may still be on its way: a grace of a few polls */
         if (++s->slurm_gone_polls > SLURM_GRACE_POLLS) {
             snprintf(why, sizeof why,
-                     "worker ended without finishing (Slurm job %u %s, exit code %d)", row->job_id,
-                     row->state, row->exit_code);
+                     "worker ended without finishing (Slurm job %s %s, exit code %d)",
+                     job_text(row, id), row->state, row->exit_code);
             end_with(s, "protocol_error", why);
         }
         return;
@@ -430,11 +589,25 @@ static void query_done(uv_work_t *w, int status)
     struct query_work *q = w->data;
     S.querying = false;
     if (status != 0 || q->rc != 0) {
-        log_warn("slurm_query_failed", "jobs=%zu rc=%d err=%s", q->n, q->rc, log_q(q->err));
+        /* back off: slurm_poll_ms doubled a failure in a row, at most
+         * SLURM_POLL_BACKOFF_MAX_MS, until a poll succeeds again */
+        uint64_t wait = (uint64_t)S.cfg->slurm_poll_ms << (S.fails < 10 ? ++S.fails : 10);
+        if (wait > SLURM_POLL_BACKOFF_MAX_MS)
+            wait = SLURM_POLL_BACKOFF_MAX_MS > (uint64_t)S.cfg->slurm_poll_ms
+                       ? SLURM_POLL_BACKOFF_MAX_MS
+                       : (uint64_t)S.cfg->slurm_poll_ms;
+        uv_timer_set_repeat(&S.timer, wait);
+        log_warn("slurm_query_failed", "jobs=%zu rc=%d err=%s next_poll_ms=%llu", q->n, q->rc,
+                 log_q(q->err), (unsigned long long)wait);
     } else {
+        if (S.fails) {
+            S.fails = 0;
+            uv_timer_set_repeat(&S.timer, (uint64_t)S.cfg->slurm_poll_ms);
+        }
         for (size_t i = 0; i < q->n; i++) {
             struct sup *s = find(q->attempt[i]);
-            if (s && !s->exited && s->slurm_job == q->rows[i].job_id)
+            if (s && !s->exited && s->slurm.job == q->rows[i].job_id &&
+                s->slurm.task == q->rows[i].task_id)
                 apply(s, &q->rows[i]);
         }
     }
@@ -448,7 +621,7 @@ static void on_poll(uv_timer_t *t)
 {
     size_t n = 0;
     for (struct sup *s = S.head; s; s = s->slurm_next)
-        n += s->slurm_job && !s->exited;
+        n += s->slurm.job && !s->exited;
     if (n == 0 && !S.head) {
         uv_timer_stop(t);
         S.timer_on = false;
@@ -463,11 +636,11 @@ static void on_poll(uv_timer_t *t)
         (q->rows = calloc(n, sizeof *q->rows)) != NULL) {
         size_t i = 0;
         for (struct sup *s = S.head; s && i < n; s = s->slurm_next) {
-            if (!s->slurm_job || s->exited)
+            if (!s->slurm.job || s->exited)
                 continue;
             q->attempt[i] = s->run.attempt_id;
-            q->rows[i].job_id = s->slurm_job;
-            q->rows[i].task_id = -1;
+            q->rows[i].job_id = s->slurm.job;
+            q->rows[i].task_id = s->slurm.task;
             i++;
         }
         q->n = i;

@@ -611,7 +611,11 @@ void mem_shutdown(void)
 
 void mem_cell_describe(const struct mem_cell *c, int64_t peak, char *buf, size_t len)
 {
-    uint64_t lim = mem_cell_limit(c);
+    mem_describe(mem_cell_limit(c), peak, buf, len);
+}
+
+void mem_describe(uint64_t lim, int64_t peak, char *buf, size_t len)
+{
     if (peak >= 0)
         snprintf(buf, len, "limit %llu bytes (%.1f MiB), peak %lld bytes (%.1f MiB)",
                  (unsigned long long)lim, (double)lim / 1048576.0, (long long)peak,

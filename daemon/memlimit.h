@@ -129,6 +129,8 @@ uint64_t mem_cell_limit(const struct mem_cell *c);
 /* "limit N bytes (X MiB), peak M bytes (Y MiB)" with PEAK (bytes, -1
  * unknown) into BUF: what an oom reason says. */
 void mem_cell_describe(const struct mem_cell *c, int64_t peak, char *buf, size_t len);
+/* The same of a limit LIM held elsewhere (a remote cell's worker). */
+void mem_describe(uint64_t lim, int64_t peak, char *buf, size_t len);
 
 /* Kills whatever is left in the group, removes it (later, when it is not
  * empty yet) and frees C. NULL is fine. */

@@ -9,17 +9,11 @@
  * own), which capd-exec names on its rusage pipe and cellproc.c adopts; both
  * are summed, and both are killed.
  *
- * One walk of /proc per tick serves every watched cell: each process's
- * process group is read from /proc/PID/stat, and the resident pages of those
- * in a watched group from /proc/PID/statm (anonymous, file and shared pages
- * together, as the kernel's RSS counts them; /proc/PID/smaps_rollup would
- * say the same at many times the cost). A cell can grow by what it
- * allocates in 100 ms past its limit before it is seen; that is the price of
- * a mechanism without the kernel's help, and why the cgroup ones are
- * preferred.
+ * One walk of /proc per tick serves every watched cell (util/procmem.h).
+ * A cell can grow by what it allocates in 100 ms past its limit before it
+ * is seen; that is the price of a mechanism without the kernel's help, and
+ * why the cgroup ones are preferred.
  */
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -29,6 +23,7 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "util/procmem.h"
 #include "daemon/memlimit_int.h"
 
 static struct {
@@ -38,73 +33,9 @@ static struct {
     bool have_timer, running;
 } w;
 
-/* Reads a small /proc file into BUF; its length or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, len - 1);
-    close(fd);
-    if (n < 0)
-        return -1;
-    buf[n] = 0;
-    return n;
-}
-
-/* The process group of PID from /proc/PID/stat ("pid (comm) S ppid pgrp"),
- * or -1. The command may hold spaces and parentheses: parse after the last
- * ')'. */
-static pid_t proc_pgrp(const char *pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    if (read_small(path, buf, sizeof buf) <= 0)
-        return -1;
-    const char *p = strrchr(buf, ')');
-    int ppid = 0, pgrp = -1;
-    char state = 0;
-    if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
-        return -1;
-    return (pid_t)pgrp;
-}
-
-static int64_t proc_rss(const char *pid)
-{
-    char path[64], buf[256];
-    long long size = 0, resident = 0;
-    snprintf(path, sizeof path, "/proc/%s/statm", pid);
-    if (read_small(path, buf, sizeof buf) <= 0 || sscanf(buf, "%lld %lld", &size, &resident) != 2)
-        return 0;
-    return (int64_t)resident * sysconf(_SC_PAGESIZE);
-}
-
-/* Adds to SUM[i] the resident bytes of every process in group PGIDS[i]. */
-static void scan(const pid_t *pgids, int n, int64_t *sum)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL) {
-        if (!isdigit((unsigned char)e->d_name[0]))
-            continue;
-        pid_t g = proc_pgrp(e->d_name);
-        for (int i = 0; g > 0 && i < n; i++) {
-            if (pgids[i] == g) {
-                sum[i] += proc_rss(e->d_name);
-                break;
-            }
-        }
-    }
-    closedir(d);
-}
-
 int64_t mem__group_rss(pid_t pgid)
 {
-    int64_t sum = 0;
-    scan(&pgid, 1, &sum);
-    return sum;
+    return util_pgrp_rss(pgid);
 }
 
 /* Every watched cell has its leader's group at 2i and, once adopted, the
@@ -119,7 +50,7 @@ static void on_tick(uv_timer_t *t)
         pgids[2 * i + 1] = w.cells[i]->pgid2;
         sum[2 * i] = sum[2 * i + 1] = 0;
     }
-    scan(pgids, 2 * w.n, sum);
+    util_pgrp_rss_sum(pgids, 2 * w.n, sum);
     for (int i = 0; i < w.n; i++) {
         struct mem_cell *c = w.cells[i];
         int64_t rss = sum[2 * i] + sum[2 * i + 1];

@@ -1,7 +1,14 @@
 /*
  * daemon/remote.c - the table of remote attempts and their spool files
- * (daemon/remote.h). The API writes, the loop reads; one mutex guards the
- * table and every attempt in it.
+ * (daemon/remote.h). The API writes, the loop reads. `mu` guards the table
+ * and each attempt's `lk` its fields, so uploads of different attempts
+ * write at once; the order is mu, then lk (an API call takes lk before it
+ * lets mu go, and remote_close takes lk after taking the attempt out of
+ * the table, so no call still holds it when it is freed).
+ *
+ * The worker's finish is kept in the spool dir too (finish.json, written
+ * before the API answers): a capd killed after that answer and before the
+ * loop stored the outcome finds it when it takes the attempt up again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +22,7 @@
 #include "util/path.h"
 
 static const char *const spool_names[REMOTE_STREAMS] = {"frames.spool", "log.spool"};
+#define FINISH_NAME "finish.json"
 
 struct remote_att {
     struct remote_att *next;
@@ -22,7 +30,8 @@ struct remote_att {
     int fd[REMOTE_STREAMS];
     uint64_t received[REMOTE_STREAMS]; /* written by the API */
     uint64_t read_off[REMOTE_STREAMS]; /* read by the loop (loop only) */
-    char path[REMOTE_STREAMS][UTIL_PATH_MAX];
+    char path[REMOTE_STREAMS][UTIL_PATH_MAX], finish_path[UTIL_PATH_MAX];
+    pthread_mutex_t lk;
     json_t *spec;
     uv_async_t *wake;
     bool started, finished, ended;
@@ -42,19 +51,27 @@ static struct remote_att *find(int64_t id)
     return NULL;
 }
 
-/* The attempt of ID, locked, when it is held and open: 0 with the lock
- * held; -ENOENT or -ESTALE (STATE filled) with it released. */
-static int lock_open(int64_t id, struct remote_att **out, char *state, size_t slen)
+/* The attempt of ID with its lock held, or NULL (no lock held). */
+static struct remote_att *lock_id(int64_t id)
 {
     pthread_mutex_lock(&mu);
     struct remote_att *r = find(id);
-    if (!r) {
-        pthread_mutex_unlock(&mu);
+    if (r)
+        pthread_mutex_lock(&r->lk);
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* The attempt of ID, locked, when it is held and open: 0 with its lock
+ * held; -ENOENT or -ESTALE (STATE filled) with no lock held. */
+static int lock_open(int64_t id, struct remote_att **out, char *state, size_t slen)
+{
+    struct remote_att *r = lock_id(id);
+    if (!r)
         return -ENOENT;
-    }
     if (r->ended) {
         snprintf(state, slen, "%s", r->state);
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&r->lk);
         return -ESTALE;
     }
     *out = r;
@@ -104,7 +121,7 @@ int remote_append(int64_t attempt_id, enum remote_stream which, uint64_t offset,
     }
     received[0] = r->received[0];
     received[1] = r->received[1];
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     return rc;
 }
 
@@ -123,15 +140,63 @@ int remote_spec(int64_t attempt_id, json_t **out, char *state, size_t slen)
         r->started = true;
         uv_async_send(r->wake);
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     return *out ? 0 : -ENOMEM;
+}
+
+/* The finish EX as FINISH_NAME, whole or not at all (a temporary file
+ * renamed); 0 or -errno. */
+static int finish_save(const struct remote_att *r, const struct remote_exit *ex)
+{
+    char tmp[UTIL_PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", r->finish_path);
+    json_t *j = json_pack(
+        "{s:I,s:i,s:I,s:I,s:I,s:I,s:i,s:b,s:b}", "exit_status", (json_int_t)ex->exit_status,
+        "signal", ex->signal, "peak_rss_bytes", (json_int_t)ex->peak_rss_bytes, "cpu_time_ms",
+        (json_int_t)ex->cpu_time_ms, "frames_bytes", (json_int_t)ex->bytes[REMOTE_FRAMES],
+        "log_bytes", (json_int_t)ex->bytes[REMOTE_LOG], "worker_signal", ex->worker_signal,
+        "worker_timeout", ex->worker_timeout, "worker_oom", ex->worker_oom);
+    int rc = j && json_dump_file(j, tmp, JSON_COMPACT) == 0 ? 0 : -EIO;
+    json_decref(j);
+    if (rc == 0 && rename(tmp, r->finish_path) != 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+/* A finish an earlier capd answered for R (finish_save), taken as the
+ * worker's: true when there is one whose byte counts R's spool holds. */
+static bool finish_load(struct remote_att *r)
+{
+    json_t *j = json_load_file(r->finish_path, 0, NULL);
+    if (!j)
+        return false;
+    struct remote_exit ex = {
+        .exit_status = json_integer_value(json_object_get(j, "exit_status")),
+        .signal = (int)json_integer_value(json_object_get(j, "signal")),
+        .peak_rss_bytes = json_integer_value(json_object_get(j, "peak_rss_bytes")),
+        .cpu_time_ms = json_integer_value(json_object_get(j, "cpu_time_ms")),
+        .bytes = {(uint64_t)json_integer_value(json_object_get(j, "frames_bytes")),
+                  (uint64_t)json_integer_value(json_object_get(j, "log_bytes"))},
+        .worker_signal = (int)json_integer_value(json_object_get(j, "worker_signal")),
+        .worker_timeout = json_is_true(json_object_get(j, "worker_timeout")),
+        .worker_oom = json_is_true(json_object_get(j, "worker_oom")),
+    };
+    json_decref(j);
+    if (ex.bytes[REMOTE_FRAMES] != r->received[REMOTE_FRAMES] ||
+        ex.bytes[REMOTE_LOG] != r->received[REMOTE_LOG])
+        return false;
+    r->ex = ex;
+    r->finished = r->ended = r->started = true;
+    snprintf(r->state, sizeof r->state, "finished");
+    return true;
 }
 
 int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
                   uint64_t received[REMOTE_STREAMS], char *state, size_t slen)
 {
-    pthread_mutex_lock(&mu);
-    struct remote_att *r = find(attempt_id);
+    struct remote_att *r = lock_id(attempt_id);
     int rc = 0;
     if (!r) {
         rc = -ENOENT;
@@ -142,7 +207,7 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
         rc = -ESTALE;
     } else if (ex->bytes[0] != r->received[0] || ex->bytes[1] != r->received[1]) {
         rc = -ERANGE;
-    } else {
+    } else if ((rc = finish_save(r, ex)) == 0) {
         r->ex = *ex;
         r->finished = r->ended = r->started = true;
         snprintf(r->state, sizeof r->state, "finished");
@@ -151,8 +216,8 @@ int remote_finish(int64_t attempt_id, const struct remote_exit *ex,
     if (r) {
         received[0] = r->received[0];
         received[1] = r->received[1];
+        pthread_mutex_unlock(&r->lk);
     }
-    pthread_mutex_unlock(&mu);
     return rc;
 }
 
@@ -180,7 +245,7 @@ static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_asyn
     r->id = attempt_id;
     r->wake = wake;
     r->fd[0] = r->fd[1] = -1;
-    int rc = 0;
+    int rc = util_path_join(r->finish_path, dir, FINISH_NAME);
     for (int i = 0; i < REMOTE_STREAMS && rc == 0; i++) {
         rc = util_path_join(r->path[i], dir, spool_names[i]);
         if (rc == 0 &&
@@ -198,6 +263,12 @@ static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_asyn
         free(r);
         return rc;
     }
+    /* a finish answered before a restart: the loop's first read ends it */
+    if (!keep)
+        unlink(r->finish_path);
+    else
+        finish_load(r);
+    pthread_mutex_init(&r->lk, NULL);
     r->spec = json_incref(spec);
     pthread_mutex_lock(&mu);
     r->next = atts;
@@ -209,17 +280,17 @@ static int open_spool(int64_t attempt_id, const char *dir, json_t *spec, uv_asyn
 
 uint64_t remote_log_dropped(struct remote_att *r)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&r->lk);
     uint64_t have = r->received[REMOTE_LOG];
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     return have > REMOTE_LOG_SPOOL_MAX ? have - REMOTE_LOG_SPOOL_MAX : 0;
 }
 
 ssize_t remote_read(struct remote_att *r, enum remote_stream which, char *buf, size_t n)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&r->lk);
     uint64_t have = r->received[which];
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     if (which == REMOTE_LOG && have > REMOTE_LOG_SPOOL_MAX)
         have = REMOTE_LOG_SPOOL_MAX; /* the rest was dropped */
     uint64_t off = r->read_off[which];
@@ -239,22 +310,22 @@ ssize_t remote_read(struct remote_att *r, enum remote_stream which, char *buf, s
 
 bool remote_started(struct remote_att *r)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&r->lk);
     bool s = r->started;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     return s;
 }
 
 bool remote_over(struct remote_att *r, bool *finished, struct remote_exit *ex, char *state,
                  size_t slen)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&r->lk);
     bool over = r->ended;
     snprintf(state, slen, "%s", r->state);
     *finished = r->finished;
     if (r->finished)
         *ex = r->ex;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
     return over;
 }
 
@@ -269,16 +340,18 @@ static void end_locked(struct remote_att *r, const char *state)
 
 void remote_end(struct remote_att *r, const char *state)
 {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&r->lk);
     end_locked(r, state);
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&r->lk);
 }
 
 void remote_end_id(int64_t attempt_id, const char *state)
 {
-    pthread_mutex_lock(&mu);
-    end_locked(find(attempt_id), state);
-    pthread_mutex_unlock(&mu);
+    struct remote_att *r = lock_id(attempt_id);
+    if (r) {
+        end_locked(r, state);
+        pthread_mutex_unlock(&r->lk);
+    }
 }
 
 void remote_close(struct remote_att *r, bool keep)
@@ -291,11 +364,17 @@ void remote_close(struct remote_att *r, bool keep)
         }
     }
     pthread_mutex_unlock(&mu);
+    /* out of the table: wait for a call that found it before */
+    pthread_mutex_lock(&r->lk);
+    pthread_mutex_unlock(&r->lk);
+    pthread_mutex_destroy(&r->lk);
     for (int i = 0; i < REMOTE_STREAMS; i++) {
         close(r->fd[i]);
         if (!keep)
             unlink(r->path[i]);
     }
+    if (!keep)
+        unlink(r->finish_path);
     json_decref(r->spec);
     free(r);
 }

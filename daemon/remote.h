@@ -18,7 +18,9 @@
  *     stops it: timeout, cancel, a protocol error), after which the API
  *     answers 410.
  *
- * One mutex guards the table of attempts; appends are written under it.
+ * One mutex guards the table of attempts and one each attempt, so uploads
+ * of different attempts are written at once. A finish is kept in the
+ * spool dir before it is answered (a restarted capd finds it).
  */
 #ifndef CAPD_REMOTE_H
 #define CAPD_REMOTE_H
@@ -46,6 +48,9 @@ struct remote_exit {
      * or at the attempt's timeout. */
     int worker_signal;
     bool worker_timeout;
+    /* The worker's watchdog killed the runner's group for passing the
+     * spec's memory_max_bytes. */
+    bool worker_oom;
 };
 
 struct remote_att;

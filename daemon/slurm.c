@@ -118,6 +118,8 @@ int slurm_sbatch_argv(const struct slurm_submit *s, struct slurm_argv *a, char *
     }
     if (s->time_limit_min > 0 && (rc = slurm_argv_addf(a, err, "--time=%d", s->time_limit_min)))
         return rc;
+    if (s->mem_mb > 0 && (rc = slurm_argv_addf(a, err, "--mem=%lldM", s->mem_mb)))
+        return rc;
     if (s->gpu && (rc = slurm_argv_addf(a, err, "--gres=gpu:1")))
         return rc;
     if (s->exclusive && (rc = slurm_argv_addf(a, err, "--exclusive")))

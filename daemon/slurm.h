@@ -101,6 +101,7 @@ struct slurm_submit {
     int array_last;
     int throttle;
     int time_limit_min;
+    long long mem_mb; /* --mem in MiB (0: the partition's default) */
     bool gpu;
     bool exclusive;
     /* --no-requeue: a node failure ends the job (capd, not Slurm, starts
@@ -195,7 +196,10 @@ int slurm_submit(struct slurm_ctx *ctx, const struct slurm_submit *s, uint32_t *
  * some out. A row no command lists stays known = false. */
 int slurm_query(struct slurm_ctx *ctx, struct slurm_job_state *want, size_t n, char **err);
 
-/* One scancel of IDS[0..n-1] (a job id cancels all its array's tasks). */
-int slurm_cancel(struct slurm_ctx *ctx, const uint32_t *ids, size_t n, char **err);
+/* One scancel of IDS[0..n-1]: task TASKS[i] of array IDS[i] ("123_4"),
+ * or the whole job (all its array's tasks) where TASKS is NULL or
+ * TASKS[i] is -1. */
+int slurm_cancel(struct slurm_ctx *ctx, const uint32_t *ids, const int32_t *tasks, size_t n,
+                 char **err);
 
 #endif

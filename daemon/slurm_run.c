@@ -296,7 +296,12 @@ int slurm_query(struct slurm_ctx *ctx, struct slurm_job_state *want, size_t n, c
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         want[i].known = false;
-        rc = ubuf_addf(&ids, "%s%u", i ? "," : "", want[i].job_id);
+        /* the tasks of one array share its id: each id once */
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = want[j].job_id == want[i].job_id;
+        if (!seen)
+            rc = ubuf_addf(&ids, "%s%u", ids.len ? "," : "", want[i].job_id);
     }
     if (rc || (rc = slurm_argv_addf(&a, err, "squeue")) || (rc = slurm_argv_addf(&a, err, "-h")) ||
         (rc = slurm_argv_addf(&a, err, "-a")) || (rc = slurm_argv_addf(&a, err, "-r")) ||
@@ -322,7 +327,8 @@ out:
     return rc;
 }
 
-int slurm_cancel(struct slurm_ctx *ctx, const uint32_t *ids, size_t n, char **err)
+int slurm_cancel(struct slurm_ctx *ctx, const uint32_t *ids, const int32_t *tasks, size_t n,
+                 char **err)
 {
     struct slurm_argv a;
     struct slurm_result r;
@@ -330,7 +336,8 @@ int slurm_cancel(struct slurm_ctx *ctx, const uint32_t *ids, size_t n, char **er
     memset(&r, 0, sizeof(r));
     int rc = slurm_argv_addf(&a, err, "scancel");
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = slurm_argv_addf(&a, err, "%u", ids[i]);
+        rc = tasks && tasks[i] >= 0 ? slurm_argv_addf(&a, err, "%u_%d", ids[i], tasks[i])
+                                    : slurm_argv_addf(&a, err, "%u", ids[i]);
     if (rc == 0 && (rc = slurm_run(ctx, &a, &r, err)) == 0) {
         if (r.status != 0)
             rc = util_errf(err, -EIO, "scancel exited %d: %s", r.status, first_line(&r));

@@ -80,14 +80,19 @@ static void outcome_facts(struct sup *s, struct outcome_in *in, char *why, size_
      * (a prefork child's RSS also counts the zygote's pages, which are
      * charged to the zygote), else the process's own. */
     int64_t peak = mem_cell_peak(s->mem) >= 0 ? mem_cell_peak(s->mem) : s->peak_rss;
-    mem_cell_describe(s->mem, peak, what, tlen);
+    if (sup_is_remote(s->cfg)) /* its worker's watchdog held the job's own limit */
+        mem_describe((uint64_t)json_integer_value(json_object_get(
+                         json_object_get(s->run.spec, "options"), "memory_max_bytes")),
+                     peak, what, tlen);
+    else
+        mem_cell_describe(s->mem, peak, what, tlen);
     *in = (struct outcome_in){
         .cancelled = s->cancelled,
         .timed_out = s->timed_out,
         .timeout_s = (long long)json_integer_value(
             json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")),
-        .oom_killed = mem_cell_oom(s->mem),
-        .mem_mechanism = mem_mechanism_name(),
+        .oom_killed = mem_cell_oom(s->mem) || s->remote_oom,
+        .mem_mechanism = sup_is_remote(s->cfg) ? "capd-cell's watchdog" : mem_mechanism_name(),
         .mem_what = what,
         .end_status = frame_end_status(s->fp),
         .end_reason = frame_end_reason(s->fp),
@@ -133,7 +138,10 @@ static int store_outcome(struct sup *s)
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;
-    o.memory_limit_bytes = (int64_t)mem_cell_limit(s->mem);
+    o.memory_limit_bytes = sup_is_remote(s->cfg)
+                               ? json_integer_value(json_object_get(
+                                     json_object_get(s->run.spec, "options"), "memory_max_bytes"))
+                               : (int64_t)mem_cell_limit(s->mem);
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
@@ -557,8 +565,8 @@ static int parser_new(struct sup *s)
 }
 
 int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
-                 struct store_cell_run *run, uint32_t slurm_job, sup_done_cb done, void *ud,
-                 struct sup **out)
+                 struct store_cell_run *run, struct store_slurm_job slurm, sup_done_cb done,
+                 void *ud, struct sup **out)
 {
     char logp[LAYOUT_PATH_MAX], spec_path[1100], reason[1200] = "";
     char **env = NULL;
@@ -577,7 +585,7 @@ int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *s
     if (rc == 0 && !(env = build_env(s, spec_path)))
         rc = -ENOMEM;
     if (rc == 0)
-        rc = sup__remote_reattach(s, env, spec_path, slurm_job, reason, sizeof reason);
+        rc = sup__remote_reattach(s, env, spec_path, slurm, reason, sizeof reason);
     cellenv_free(env);
     if (rc) {
         if (!reason[0])

@@ -31,13 +31,13 @@ int sup_start(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
 
 /*
  * Takes up again RUN, a remote attempt start-up recovery kept open
- * (store_remote_reattach; SLURM_JOB its Slurm job, 0 for none): its spool
+ * (store_remote_reattach; SLURM its Slurm job, job 0 for none): its spool
  * is read anew from its first byte and its worker's uploads go on. On
  * failure the cell is finished as failed and -errno returned.
  */
 int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *st,
-                 struct store_cell_run *run, uint32_t slurm_job, sup_done_cb done, void *ud,
-                 struct sup **out);
+                 struct store_cell_run *run, struct store_slurm_job slurm, sup_done_cb done,
+                 void *ud, struct sup **out);
 
 /*
  * Asked when the outcome is about to be stored: whether the scheduler will

@@ -85,11 +85,12 @@ struct sup {
     struct remote_att *remote;
     uv_async_t wake;
     bool remote_running; /* the worker has started: the timeout runs */
-    /* executor "slurm" (cellslurm.c): the attempt's Slurm job (0 until
-     * sbatch answered), polls since it ended or left Slurm's lists, the
-     * list of attempts with a job, and whether Slurm's failure of the
-     * node asks for a new attempt. */
-    uint32_t slurm_job;
+    bool remote_oom;     /* its watchdog killed the runner for memory */
+    /* executor "slurm" (cellslurm.c): the attempt's Slurm job and array
+     * task (job 0 until sbatch answered), polls since it ended or left
+     * Slurm's lists, the list of attempts with a job, and whether Slurm's
+     * failure of the node asks for a new attempt. */
+    struct store_slurm_job slurm;
     int slurm_gone_polls;
     /* The worker finished after a signal from outside (slurm_waits polls
      * so far): the outcome waits for the job's final state in Slurm. */
@@ -192,12 +193,12 @@ void sup__log_write(struct sup *s, const char *data, size_t n);
  * with REASON (S is then the caller's to fail). */
 int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
                       size_t rlen);
-/* sup_reattach's remote side: the spool reopened, the Slurm job
- * SLURM_JOB (0: none) polled again, the timeout restarted. */
-int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path, uint32_t slurm_job,
-                         char *reason, size_t rlen);
-/* Puts S on the poll's list with its job SLURM_JOB (cellslurm.c). */
-void sup__slurm_adopt(struct sup *s, uint32_t slurm_job);
+/* sup_reattach's remote side: the spool reopened, the Slurm job SLURM
+ * (job 0: none) polled again, the timeout restarted. */
+int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
+                         struct store_slurm_job slurm, char *reason, size_t rlen);
+/* Puts S on the poll's list with its job SLURM (cellslurm.c). */
+void sup__slurm_adopt(struct sup *s, struct store_slurm_job slurm);
 /* Ends a deferred attempt with the worker's report, after Slurm's state
  * (applied by the caller) or the wait for it. */
 void sup__remote_conclude(struct sup *s);
@@ -208,9 +209,11 @@ void sup__remote_close(struct sup *s);
 
 /* ---- executor "slurm" (cellslurm.c) ---- */
 
-/* Submits remote attempt S as a Slurm job whose script runs the worker
- * with URL and TOKEN; its state is polled from then on. 0, or -errno with
- * REASON. */
+/* Submits remote attempt S as a task of a Slurm job array whose script
+ * runs the worker with URL and TOKEN: the attempts started in one loop
+ * turn with the same resources share one sbatch, at the turn's end. Its
+ * state is polled from then on. 0, or -errno with REASON (a refused
+ * sbatch ends the attempt later, with sbatch's word). */
 int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *reason, size_t rlen);
 /* scancels S's job, if it has one. */
 void sup__slurm_cancel(struct sup *s);

@@ -246,7 +246,8 @@ int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
                          "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
                          "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
                          "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, a.id, a.n, "
-                         "t.slurm_job FROM attempts a JOIN attempt_tokens t ON t.attempt_id = a.id "
+                         "t.slurm_job, coalesce(t.slurm_task, -1) FROM attempts a JOIN "
+                         "attempt_tokens t ON t.attempt_id = a.id "
                          "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
                          "LEFT JOIN builds b ON b.name = j.build "
                          "WHERE a.state = 'open' AND c.state = 'running' AND c.attempts = a.n "
@@ -262,7 +263,9 @@ int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
         }
         r.attempt_id = sqlite3_column_int64(st, 17);
         r.attempt = sqlite3_column_int(st, 18);
-        rc = fn(ctx, &r, (uint32_t)sqlite3_column_int64(st, 19));
+        struct store_slurm_job sj = {(uint32_t)sqlite3_column_int64(st, 19),
+                                     (int32_t)sqlite3_column_int64(st, 20)};
+        rc = fn(ctx, &r, sj);
     }
     sqlite3_finalize(st);
     return rc == -ENOENT ? 0 : rc;

@@ -56,3 +56,8 @@ int layout_zygote_scratch(char *out, size_t n, const char *data_dir, unsigned ge
 {
     return fit(out, n, "%s/scratch/zygote-%u", data_dir, gen);
 }
+
+int layout_slurm_script(char *out, size_t n, const char *data_dir, unsigned seq)
+{
+    return fit(out, n, "%s/scratch/slurm-array-%u.sh", data_dir, seq);
+}

@@ -10,6 +10,7 @@
  *   DATA/logs/zygote-<build>.log      a prefork zygote's
  *   DATA/scratch/<cell>-<attempt>     a cell attempt's working directory
  *   DATA/scratch/zygote-<gen>         a zygote's
+ *   DATA/scratch/slurm-array-<n>.sh   a Slurm job array's script, until sbatch read it
  *
  * Each function writes the path into OUT (N bytes) and returns 0, or
  * -ENAMETOOLONG when it does not fit (OUT then holds "").
@@ -29,5 +30,6 @@ int layout_cell_log(char *out, size_t n, const char *data_dir, const char *job, 
 int layout_zygote_log(char *out, size_t n, const char *data_dir, const char *build);
 int layout_cell_scratch(char *out, size_t n, const char *data_dir, const char *cell, int attempt);
 int layout_zygote_scratch(char *out, size_t n, const char *data_dir, unsigned gen);
+int layout_slurm_script(char *out, size_t n, const char *data_dir, unsigned seq);
 
 #endif

@@ -351,15 +351,23 @@ struct store_attempt_ref {
     char job_id[16], cell_id[16], cell_state[24];
 };
 int store_attempt_token_check(struct store *s, const char *token, struct store_attempt_ref *out);
-/* Records the Slurm job that runs the attempt's worker (executor slurm). */
-int store_attempt_slurm_job(struct store *s, int64_t attempt_id, uint32_t job);
+/* The Slurm job that runs a remote attempt's worker (executor slurm):
+ * job 0 is none; task is the attempt's index in the job array, -1 when
+ * the job is no array. */
+struct store_slurm_job {
+    uint32_t job;
+    int32_t task;
+};
+/* Records the Slurm job (and array task) of the attempt's worker. */
+int store_attempt_slurm_job(struct store *s, int64_t attempt_id, struct store_slurm_job job);
 /*
  * The remote attempts start-up recovery kept open (store_recover with
  * KEEP_REMOTE): each handed to FN with its cell (RUN, whose ownership moves
- * to FN) and its Slurm job (0: none), in attempt order. FN's non-zero
+ * to FN) and its Slurm job (job 0: none), in attempt order. FN's non-zero
  * return stops the walk and is returned.
  */
-typedef int (*store_reattach_fn)(void *ctx, struct store_cell_run *run, uint32_t slurm_job);
+typedef int (*store_reattach_fn)(void *ctx, struct store_cell_run *run,
+                                 struct store_slurm_job slurm);
 int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx);
 
 /* {"tokens":[{id,name,scope,created_at,expires_at,revoked_at}]}, newest first. */

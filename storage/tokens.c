@@ -302,9 +302,11 @@ out:
     return rc;
 }
 
-int store_attempt_slurm_job(struct store *s, int64_t attempt_id, uint32_t job)
+int store_attempt_slurm_job(struct store *s, int64_t attempt_id, struct store_slurm_job job)
 {
-    int rc = store_run(s, "UPDATE attempt_tokens SET slurm_job = ?2 WHERE attempt_id = ?1", "II",
-                       attempt_id, (int64_t)job);
+    int rc = store_run(s,
+                       "UPDATE attempt_tokens SET slurm_job = ?2, slurm_task = nullif(?3, -1) "
+                       "WHERE attempt_id = ?1",
+                       "III", attempt_id, (int64_t)job.job, (int64_t)job.task);
     return rc ? rc : store_flush(s);
 }

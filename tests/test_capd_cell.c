@@ -179,6 +179,7 @@ static char *reply_with(const char *env, const char *spec)
                        "\"argv\": [\"/usr/bin/python3\", \"-m\", \"capd_runner\"], "
                        "\"env\": %s, \"spec\": %s, \"scratch\": \"" CAPD_SCRATCH "\", "
                        "\"timeout_s\": 600, \"chunk_max_bytes\": 1048576, "
+                       "\"memory_max_bytes\": 67108864, "
                        "\"frames_received\": 0, \"log_received\": 0}",
                        env, spec) > 0);
     return s;
@@ -256,6 +257,7 @@ Test(spec, whole_reply)
     cr_assert_eq(sp.attempt, 7);
     cr_assert_eq(sp.timeout_s, 600);
     cr_assert_eq(sp.chunk_max_bytes, 1048576);
+    cr_assert_eq(sp.memory_max_bytes, 67108864);
     cr_assert(sp.frames_received == 0 && sp.log_received == 0);
     cr_assert_eq(strv_len(sp.argv), 3);
     cr_assert_str_eq(sp.argv[0], "/usr/bin/python3");
@@ -302,6 +304,25 @@ Test(spec, sets_cell_spec)
     free(r);
 }
 
+/* The GPUs the node's scheduler gave the worker (Slurm's --gres sets
+ * CUDA_VISIBLE_DEVICES) reach the runner, unless capd's env names them. */
+Test(spec, gpu_visibility_from_the_node)
+{
+    setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+    setenv("ROCR_VISIBLE_DEVICES", "1", 1);
+    char *r = reply_with("{\"ROCR_VISIBLE_DEVICES\": \"0\"}", "{}"), *err = NULL;
+    struct worker_spec sp;
+    cr_assert_eq(worker_spec_rewrite(r, strlen(r), MY_SCRATCH, &sp, &err), 0, "%s", err ? err : "");
+    cr_assert_str_eq(env_get(sp.env, "CUDA_VISIBLE_DEVICES"), "3");
+    cr_assert_str_eq(env_get(sp.env, "ROCR_VISIBLE_DEVICES"), "0", "capd's value wins");
+    cr_assert_null(env_get(sp.env, "HIP_VISIBLE_DEVICES"));
+    cr_assert_str_eq(env_get(sp.env, "CAPD_CELL_SPEC"), MY_SCRATCH "/cell.json");
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("ROCR_VISIBLE_DEVICES");
+    worker_spec_free(&sp);
+    free(r);
+}
+
 Test(spec, counts_of_an_earlier_worker)
 {
     const char *r = "{\"attempt\": 3, \"argv\": [\"/bin/true\"], \"env\": {}, \"spec\": {}, "
@@ -313,6 +334,7 @@ Test(spec, counts_of_an_earlier_worker)
     cr_assert_eq(sp.frames_received, 5000000000ull);
     cr_assert_eq(sp.log_received, 17);
     cr_assert_eq(sp.chunk_max_bytes, 0, "absent: capd names no limit");
+    cr_assert_eq(sp.memory_max_bytes, 0, "absent: no memory limit");
     worker_spec_free(&sp);
 }
 
@@ -364,6 +386,9 @@ Test(spec, bad_replies_table)
         {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
          "\"chunk_max_bytes\": 0}",
          MY_SCRATCH, "'chunk_max_bytes' must be an integer >= 1", -EINVAL},
+        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
+         "\"memory_max_bytes\": -1}",
+         MY_SCRATCH, "'memory_max_bytes' must be an integer >= 0", -EINVAL},
         {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
          "\"frames_received\": -5}",
          MY_SCRATCH, "'frames_received'", -EINVAL},

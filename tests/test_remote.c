@@ -270,6 +270,15 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     cr_assert_eq(st, 409, "finish past the bytes held");
     snprintf(fin, sizeof fin,
              "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5,\"worker_oom\":1}",
+             flen, llen);
+    json_t *bad = rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st);
+    cr_assert_eq(st, 400, "worker_oom must be a boolean");
+    cr_assert_str_eq(tu_str(json_object_get(bad, "error"), "field"), "worker_oom", "%s",
+                     af_dump(bad));
+    json_decref(bad);
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
              "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
              flen, llen);
     json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
@@ -538,5 +547,65 @@ static void restart_mid_cell(bool kill9)
     af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:slow__4000",
                             "the records read anew from the spool");
     json_decref(done);
+    free(job);
+}
+
+/* capd killed -9 right after it answered the worker's finish: the finish
+ * was kept in the spool dir before the answer, so the next capd ends the
+ * same attempt with it (the worker, told 200, never sends it again): ok,
+ * one attempt, every record. Whether the first capd stored the outcome
+ * before the kill is a race; the test holds either way and says which. */
+Test(remote, a_finish_answered_before_a_kill_is_not_lost, .fini = rt_stop, .timeout = 120)
+{
+    struct rt *r = rt_start("");
+    char *job = tu_submit(&r->c, "fake", "fake:ok__5", NULL);
+    cr_assert_not_null(job);
+    rt_launched(r);
+    long st = 0;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/attempts/%lld/spec", r->attempt);
+    json_t *spec = rt_call(r, "GET", path, NULL, 0, NULL, r->auth, &st);
+    cr_assert_eq(st, 200);
+    run_worker(r, spec);
+    json_decref(spec);
+    char fpath[320], opath[320];
+    snprintf(fpath, sizeof fpath, "%s/frames.bin", r->dir);
+    snprintf(opath, sizeof opath, "%s/out.log", r->dir);
+    size_t flen = 0, llen = 0;
+    char *fb = slurp_n(fpath, &flen), *lb = slurp_n(opath, &llen);
+    json_decref(rt_post(r, "frames", 0, fb, flen, &st));
+    cr_assert_eq(st, 200);
+    json_decref(rt_post(r, "log", 0, lb, llen, &st));
+    cr_assert_eq(st, 200);
+    char fin[256], port[32], cfg[600], dir[256];
+    snprintf(path, sizeof path, "/v1/attempts/%lld/finish", r->attempt);
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
+             flen, llen);
+    snprintf(port, sizeof port, "127.0.0.1:%d", r->c.port);
+    snprintf(cfg, sizeof cfg, "%s/capd.json", r->dir);
+    snprintf(dir, sizeof dir, "%s", r->c.dir);
+    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
+    tu_capd_kill9(&r->c);
+    cr_assert_eq(st, 200, "finish");
+    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
+    af_start_capd(&r->c, dir, extra);
+    json_t *done = af_wait_job(&r->c, job, 30);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1, "%s", af_dump(cell));
+    af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:ok__5",
+                            "the records of the finished attempt");
+    char *log = tu_slurp(r->c.errlog);
+    fprintf(stderr, "a_finish_answered_before_a_kill: the outcome was %s\n",
+            strstr(log, "cell_reattached") ? "stored by the next capd, from finish.json"
+                                           : "stored before the kill");
+    cr_assert(!strstr(log, "cell_reattached") || strstr(log, "finished=1"),
+              "a reattached attempt is ended by its kept finish: %s", log);
+    free(log);
+    json_decref(done);
+    free(fb);
+    free(lb);
     free(job);
 }

@@ -139,7 +139,7 @@ Test(slurm, argv_full_refuses)
     for (int i = 0; i < SLURM_ARGV_MAX; i++)
         ids[i] = (uint32_t)i + 1;
     struct slurm_ctx ctx = {.bin_dir = "/nonexistent", .timeout_ms = 1000, .out_max = 100};
-    want_err(slurm_cancel(&ctx, ids, SLURM_ARGV_MAX, &err), -E2BIG, &err, "at most 64 words");
+    want_err(slurm_cancel(&ctx, ids, NULL, SLURM_ARGV_MAX, &err), -E2BIG, &err, "at most 64 words");
     cr_assert_eq(atomic_load(&ctx.spawns), 0);
 }
 

@@ -190,7 +190,7 @@ Test(slurm_cluster, cancelled_while_running)
         usleep(200 * 1000);
     }
     uint32_t ids[1] = {w[0].job_id};
-    cr_assert_eq(slurm_cancel(&ctx, ids, 1, &err), 0, "%s", err);
+    cr_assert_eq(slurm_cancel(&ctx, ids, NULL, 1, &err), 0, "%s", err);
     wait_done(&ctx, w, 1);
     cr_assert_str_eq(w[0].state, "CANCELLED");
     struct slurm_mapped m;

@@ -1,15 +1,18 @@
 /*
  * tests/test_slurm_exec.c - executor "slurm" against a real one-node Slurm
- * (tests/slurm/cluster.sh) and a real capd: every attempt is an sbatch job
- * running capd-cell on the node, streaming back over HTTP. Cells of the
+ * (tests/slurm/cluster.sh) and a real capd: every attempt is a task of an
+ * sbatch array running capd-cell on the node, streaming back over HTTP. Cells of the
  * fake runner end ok (records equal, hash for hash, the same cell's on the
  * local executor), crashed (the records before the crash kept), timeout
  * and cancelled (the Slurm job gone); a width whose CPU features no node
  * has (the node is started without avx512bw) is unsupported with sbatch's
  * reason; a cell of Debian's torch gives the local executor's records bit
- * for bit; and capd killed -9 mid-cell takes the same attempt and Slurm
- * job up again. The cluster and capd are stopped in the fini, failed or
- * not; a host that cannot run Slurm skips with cluster.sh's reason.
+ * for bit; capd killed -9 mid-cell takes the same attempt and Slurm job
+ * up again; a cell over its memory limit is oom; three cells are one job
+ * array; the node dying (slurmd killed) or set DOWN requeues the cell; and
+ * a poll that fails backs off. The cluster and capd are stopped in the
+ * fini, failed or not; a host that cannot run Slurm skips with
+ * cluster.sh's reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -61,6 +64,7 @@ static void up(void)
     snprintf(cfg, sizeof cfg, "%s/capd.json", root);
     snprintf(text, sizeof text,
              "{\"executor\": \"slurm\", \"slurm_conf\": \"%s/slurm.conf\", \"slurm_poll_ms\": 300, "
+             "\"max_parallel\": 3, "
              "\"slurm_worker\": \"%s\", \"slurm_workdir\": \"%s\"}",
              cdir, tu_bin("CAPD_CELL_BIN"), root);
     af_put_file(cfg, text);
@@ -70,11 +74,11 @@ static void up(void)
     cr_assert_eq(tu_fake_build(&capd, "fake", NULL), 201);
 }
 
-/* Waits (30 s at most) until capd's log has EVENT; fails the test else. */
-static void wait_for_log(const char *event)
+/* Waits (SECONDS at most) until capd's log has EVENT; fails the test else. */
+static void wait_for_log_within(const char *event, int seconds)
 {
     char *log = NULL;
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < seconds * 10; i++) {
         free(log);
         log = tu_slurp(capd.errlog);
         if (strstr(log, event))
@@ -84,6 +88,11 @@ static void wait_for_log(const char *event)
     size_t n = strlen(log);
     cr_assert(strstr(log, event), "capd logged %s: ...%s", event, n > 2000 ? log + n - 2000 : log);
     free(log);
+}
+
+static void wait_for_log(const char *event)
+{
+    wait_for_log_within(event, 30);
 }
 
 /* up(), and a job of one fake:slow__4000 cell whose worker runs on the
@@ -162,12 +171,63 @@ Test(slurm_exec, cells_end_through_slurm_as_they_do_locally)
     json_decref(run_cell("fake:hang", "avx2", "{\"timeout_s\":2}", "timeout", &job));
     free(job);
 
+    /* over the job's memory limit: capd-cell's watchdog kills the runner
+     * on the node (sbatch asked --mem for it), the cell is oom */
+    cell = run_cell("fake:memhog__512", "avx2", "{\"memory_max_bytes\":67108864}", "oom", &job);
+    const char *reason = tu_str(cell, "reason");
+    cr_assert(strstr(reason, "limit 67108864 bytes") && strstr(reason, "capd-cell's watchdog"),
+              "%s", reason);
+    json_int_t peak = json_integer_value(json_object_get(cell, "peak_rss_bytes"));
+    cr_assert(peak > 32 << 20 && peak < 256 << 20, "stopped near its limit: %lld", (long long)peak);
+    cr_assert_eq(json_integer_value(json_object_get(cell, "memory_limit_bytes")), 67108864);
+    json_decref(cell);
+    free(job);
+
     /* a width no node offers (up() hides avx512bw): sbatch refuses its
      * constraint, and capd's own CPU is not asked */
     cell = run_cell("fake:ok", "avx512", NULL, "unsupported", &job);
     cr_assert(strstr(tu_str(cell, "reason"), "sbatch"), "%s", af_dump(cell));
     json_decref(cell);
     free(job);
+}
+
+/* The cells one scheduler pass starts are one sbatch: an array whose
+ * task i runs attempt i, each cell's log naming its task. */
+Test(slurm_exec, a_batch_of_cells_is_one_job_array)
+{
+    up();
+    struct af_job job = {
+        "t",        "abcdef1",     NULL, "fake", "\"fake:ok__3\",\"fake:ok__4\",\"fake:ok__5\"",
+        "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job), path[160];
+    json_decref(af_wait_job(&capd, id, 240));
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = tu_json(&capd, "GET", path, NULL, NULL);
+    json_t *cells = json_object_get(j, "cells");
+    cr_assert_eq(json_array_size(cells), 3, "%s", af_dump(j));
+    unsigned array = 0, tasks = 0;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(cells, i);
+        cr_assert_str_eq(tu_str(c, "state"), "ok", "%s", af_dump(c));
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/log", id, tu_str(c, "id"));
+        struct tu_resp lr;
+        cr_assert_eq(tu_http(&capd, "GET", path, NULL, 0, NULL, &lr), 0);
+        const char *at = lr.body ? strstr(lr.body, "[capd: Slurm job ") : NULL;
+        unsigned a = 0, t = 0;
+        cr_assert(at && sscanf(at, "[capd: Slurm job %u_%u]", &a, &t) == 2, "log: %s", lr.body);
+        tu_resp_free(&lr);
+        cr_assert(i == 0 || a == array, "one array for the three cells: %u and %u", array, a);
+        array = a;
+        cr_assert_lt(t, 3);
+        cr_assert_eq(tasks & (1u << t), 0, "task %u twice", t);
+        tasks |= 1u << t;
+    }
+    json_decref(j);
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "slurm_array_submitted") && strstr(clog, "tasks=3 throttle=3"),
+              "one sbatch of 3 tasks, throttled to max_parallel: %s", clog);
+    free(clog);
+    free(id);
 }
 
 Test(slurm_exec, cancel_scancels_the_job)
@@ -271,6 +331,28 @@ Test(slurm_exec, capd_killed_mid_cell_reattaches)
     free(id);
 }
 
+/* The node dies under a running cell: slurmd, its slurmstepd and the
+ * worker killed -9. slurmctld marks the node DOWN once it stops answering
+ * (SlurmdTimeout) and ends the job NODE_FAIL; capd requeues the cell,
+ * whose second attempt runs once slurmd is back: ok, on attempt 2. */
+Test(slurm_exec, slurmd_killed_mid_cell_requeues_the_cell)
+{
+    char *id = slow_cell_running(), *log = NULL;
+    const char *src = tu_bin("CAPD_SOURCE_DIR");
+    cr_assert_eq(tu_sh("%s/tests/slurm/cluster.sh crash-node %s", src, cdir), 0);
+    wait_for_log("slurm_requeue");
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "NODE_FAIL"), "capd requeued for the node's failure: %s", clog);
+    free(clog);
+    cr_assert_eq(tu_sh("%s/tests/slurm/cluster.sh start-node %s", src, cdir), 0);
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
+    json_decref(cell);
+    free(log);
+    free(id);
+}
+
 /* The node fails under a running cell (set DOWN, as slurmctld does when a
  * node stops answering): Slurm ends the job NODE_FAIL (it never requeues
  * capd's jobs itself: --no-requeue), capd requeues the cell as a new
@@ -297,5 +379,21 @@ Test(slurm_exec, a_node_failure_requeues_the_cell)
     cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
     json_decref(cell);
     free(log);
+    free(id);
+}
+
+/* The controller gone under a running cell: every squeue fails, and capd
+ * polls less often each time (slurm_poll_ms 300 doubled: 600, then 1200). */
+Test(slurm_exec, a_failing_poll_backs_off)
+{
+    up();
+    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:hang\"",
+                         "\"avx2\"", "\"forward\"", NULL};
+    char *id = af_submit_job(&capd, &job);
+    wait_for_log("cell_remote_started");
+    cr_assert_eq(tu_sh("kill -KILL $(cat %s/slurmctld.pid)", cdir), 0);
+    /* squeue waits for the controller before it gives up (MessageTimeout) */
+    wait_for_log_within("next_poll_ms=600", 120);
+    wait_for_log_within("next_poll_ms=1200", 120);
     free(id);
 }

@@ -131,12 +131,17 @@ static char *finish_body(const struct run *r)
     json_t *sig = WIFSIGNALED(st) ? json_integer(WTERMSIG(st)) : json_null();
     long long cpu_ms = ((long long)r->ru.ru_utime.tv_sec + r->ru.ru_stime.tv_sec) * 1000 +
                        ((long long)r->ru.ru_utime.tv_usec + r->ru.ru_stime.tv_usec) / 1000;
-    json_t *b = json_pack(
-        "{s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:b}", "exit_status", exit_status, "signal", sig,
-        "frames_bytes", (json_int_t)r->s[RUN_FRAMES].total, "log_bytes",
-        (json_int_t)r->s[RUN_LOG].total, "peak_rss_bytes", (json_int_t)r->ru.ru_maxrss * 1024,
-        "cpu_time_ms", (json_int_t)cpu_ms, "worker_signal",
-        r->stopped_by ? json_integer(r->stopped_by) : json_null(), "worker_timeout", r->timed_out);
+    /* the group's peak where the watchdog sampled one, never below the
+     * runner's own */
+    int64_t peak = (int64_t)r->ru.ru_maxrss * 1024;
+    if (r->mem_peak > peak)
+        peak = r->mem_peak;
+    json_t *b = json_pack("{s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:b,s:b}", "exit_status", exit_status,
+                          "signal", sig, "frames_bytes", (json_int_t)r->s[RUN_FRAMES].total,
+                          "log_bytes", (json_int_t)r->s[RUN_LOG].total, "peak_rss_bytes",
+                          (json_int_t)peak, "cpu_time_ms", (json_int_t)cpu_ms, "worker_signal",
+                          r->stopped_by ? json_integer(r->stopped_by) : json_null(),
+                          "worker_timeout", r->timed_out, "worker_oom", r->oom);
     char *text = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     return text;

@@ -25,6 +25,7 @@
 
 #include "util/child.h"
 #include "util/clock.h"
+#include "util/procmem.h"
 #include "worker/run_int.h"
 
 #define READ_MAX   (64u * 1024u)   /* bytes of one read from a pipe */
@@ -187,10 +188,32 @@ static void read_signals(struct run *r)
     }
 }
 
+/* The memory watchdog (every WORKER_MEM_MS): the runner's group's
+ * resident memory summed, its peak kept, the group SIGKILLed past the
+ * limit, as capd's watchdog does for a local cell (daemon/memwatch.c). */
+static void check_memory(struct run *r, int64_t now)
+{
+    if (r->spec->memory_max_bytes <= 0 || r->reaped || r->oom || now - r->mem_ms < WORKER_MEM_MS)
+        return;
+    r->mem_ms = now;
+    int64_t rss = util_pgrp_rss(r->pid);
+    if (rss > r->mem_peak)
+        r->mem_peak = rss;
+    if (rss <= r->spec->memory_max_bytes)
+        return;
+    r->oom = true;
+    signal_group(r, SIGKILL);
+    if (!r->o->quiet)
+        worker_say("attempt %lld: the runner's group holds %lld bytes, over its limit of %lld: "
+                   "killed",
+                   r->o->attempt, (long long)rss, r->spec->memory_max_bytes);
+}
+
 /* The runner's deadlines: its timeout, the SIGKILL after a SIGTERM, and
  * the pipes that some descendant still holds once the runner is reaped. */
 static void check_deadlines(struct run *r, int64_t now)
 {
+    check_memory(r, now);
     if (!r->reaped && r->spec->timeout_s > 0 && now - r->started_ms >= r->spec->timeout_s * 1000) {
         r->timed_out = r->timed_out || !r->stopped_by;
         terminate(r, "the attempt's timeout passed");

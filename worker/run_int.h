@@ -40,6 +40,10 @@ struct run {
      * from outside (0: none), or the attempt's timeout. */
     int stopped_by;
     bool timed_out;
+    /* The memory watchdog: the last sample's time, the highest sum seen,
+     * and whether it killed the group for passing spec->memory_max_bytes. */
+    int64_t mem_ms, mem_peak;
+    bool oom;
     int status;
     struct rusage ru;
 };

@@ -82,16 +82,23 @@ static int take_argv(const json_t *a, struct worker_spec *out, char **err)
     return 0;
 }
 
-/* The env object E as "K=V" strings, each value rewritten, and
- * CAPD_CELL_SPEC=SPEC_PATH last (whatever E says for it). */
+/* What a node's scheduler says of its GPUs (Slurm's --gres sets
+ * CUDA_VISIBLE_DEVICES): passed to the runner where E does not set it. */
+static const char *const gpu_vars[] = {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                                       "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"};
+#define NGPU_VARS (sizeof gpu_vars / sizeof gpu_vars[0])
+
+/* The env object E as "K=V" strings, each value rewritten, the worker's
+ * own gpu_vars that E lacks, and CAPD_CELL_SPEC=SPEC_PATH last (whatever E
+ * says for it). */
 static int take_env(const json_t *e, const char *from, const char *to, const char *spec_path,
                     struct worker_spec *out, char **err)
 {
     const char *k;
     const json_t *v;
     size_t n = json_object_size(e), i = 0;
-    int rc = room_for("env", json_is_object(e), "an object", n, WORKER_ENV_MAX, "variables", 2,
-                      &out->env, err);
+    int rc = room_for("env", json_is_object(e), "an object", n, WORKER_ENV_MAX, "variables",
+                      2 + NGPU_VARS, &out->env, err);
     if (rc)
         return rc;
     json_object_foreach((json_t *)e, k, v)
@@ -107,6 +114,16 @@ static int take_env(const json_t *e, const char *from, const char *to, const cha
         int w = nv ? asprintf(&out->env[i], "%s=%s", k, nv) : -1;
         free(nv);
         if (w < 0) {
+            out->env[i] = NULL;
+            return -ENOMEM;
+        }
+        i++;
+    }
+    for (size_t g = 0; g < NGPU_VARS; g++) {
+        const char *have = getenv(gpu_vars[g]);
+        if (!have || json_object_get(e, gpu_vars[g]))
+            continue;
+        if (asprintf(&out->env[i], "%s=%s", gpu_vars[g], have) < 0) {
             out->env[i] = NULL;
             return -ENOMEM;
         }
@@ -163,6 +180,7 @@ static int take_counts(const json_t *r, struct worker_spec *out, char **err)
     if (!json_object_get(r, "attempt"))
         return util_errf(err, -EINVAL, "the spec reply has no 'attempt'");
     if ((rc = get_count(r, "timeout_s", 0, 0, &out->timeout_s, err)) != 0 ||
+        (rc = get_count(r, "memory_max_bytes", 0, 0, &out->memory_max_bytes, err)) != 0 ||
         (rc = get_count(r, "chunk_max_bytes", 0, 1, &v, err)) != 0)
         return rc;
     out->chunk_max_bytes = (size_t)v;

@@ -47,6 +47,7 @@
 #define WORKER_BACKOFF_MS    100                   /* the first retry's wait, doubled each time */
 #define WORKER_BACKOFF_MAX   5000                  /* the longest wait between two tries */
 #define WORKER_KILL_GRACE_MS 5000                  /* SIGTERM to SIGKILL of the runner's group */
+#define WORKER_MEM_MS        100                   /* the memory watchdog's sampling period */
 #define WORKER_SPEC_MAX      (16u * 1024u * 1024u) /* bytes of capd's spec reply, or any */
 #define WORKER_ARGV_MAX      4096                  /* words of the runner's argv */
 #define WORKER_ENV_MAX       4096                  /* variables of its environment */
@@ -61,6 +62,9 @@ struct worker_spec {
     char **env;      /* "K=V", NULL-terminated: exactly what the runner gets */
     char *cell_json; /* the text of SCRATCH/cell.json */
     long long timeout_s;
+    /* the runner's process group's resident memory limit (0: none), held
+     * by the worker's watchdog (run.c) as capd's own holds a local cell's */
+    long long memory_max_bytes;
     size_t chunk_max_bytes; /* capd's largest POST body; 0 when it names none */
     uint64_t frames_received, log_received;
 };

@@ -2,6 +2,10 @@
 # A one-node Slurm cluster under one directory, for the tests (README.md).
 #   cluster.sh up DIR    munged, slurmctld and slurmd under DIR; DIR/env
 #   cluster.sh down DIR  stops them by their pid files; safe to run twice
+#   cluster.sh crash-node DIR   the node dies: slurmd, its slurmstepds and
+#                        their jobs killed -9 (slurmctld marks the node DOWN
+#                        after SlurmdTimeout, its jobs NODE_FAIL)
+#   cluster.sh start-node DIR   slurmd again (the node returns: ReturnToService=2)
 # `up` exits 77 (the tests' skip) and says why when this host cannot run it.
 set -eu
 
@@ -11,7 +15,7 @@ set -eu
 FEATURES_WANTED="avx2 fma avx512f avx512bw avx512vl avx512dq avx512_bf16 avx512_vnni amx_tile amx_bf16"
 
 usage() {
-    echo "usage: $0 up|down DIR" >&2
+    echo "usage: $0 up|down|crash-node|start-node DIR" >&2
     exit 2
 }
 
@@ -68,6 +72,8 @@ up() {
     d_port=$(free_port)
     while [ "$d_port" = "$ctld_port" ]; do d_port=$(free_port); done
     feat=$(features)
+    # what slurmd finds, less a tenth (it drains a node that claims more)
+    mem_mb=$(awk '/^MemTotal:/ { print int($2 / 1024 * 0.9) }' /proc/meminfo)
     cat >"$DIR/slurm.conf" <<CONF
 ClusterName=capdtest
 SlurmctldHost=$node(127.0.0.1)
@@ -97,10 +103,10 @@ MinJobAge=3600
 ReturnToService=2
 MpiDefault=none
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=10
 InactiveLimit=0
 KillWait=2
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) ${feat:+Feature=$feat} State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$mem_mb ${feat:+Feature=$feat} State=UNKNOWN
 PartitionName=capd Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
     SLURM_CONF="$DIR/slurm.conf"
@@ -151,8 +157,41 @@ down() {
         SLURM_CONF="$DIR/slurm.conf" timeout 10 scancel --user=root >/dev/null 2>&1 || true
     fi
     stop_pid "$DIR/slurmd.pid" slurmd
+    # what scancel could not reach (the controller already gone): the
+    # node's slurmstepds and their jobs
+    [ -f "$DIR/slurm.conf" ] && sweep_node
     stop_pid "$DIR/slurmctld.pid" slurmctld
     stop_pid "$DIR/munged.pid" munged
+}
+
+# Every process of this cluster's node: slurmd, and whatever runs with its
+# SLURM_CONF (its slurmstepds and the jobs they started), but slurmctld and
+# munged, which are the controller's host.
+crash_node() {
+    [ -f "$DIR/slurm.conf" ] || { echo "cluster.sh: no cluster under $DIR" >&2; exit 1; }
+    [ -f "$DIR/slurmd.pid" ] && kill -KILL "$(cat "$DIR/slurmd.pid")" 2>/dev/null || true
+    rm -f "$DIR/slurmd.pid"
+    sweep_node
+}
+
+# Kills -9 every process with this cluster's SLURM_CONF in its environment
+# but slurmctld and munged (and this shell).
+sweep_node() {
+    ctld=$(cat "$DIR/slurmctld.pid" 2>/dev/null || true)
+    munge=$(cat "$DIR/munged.pid" 2>/dev/null || true)
+    for e in /proc/[0-9]*/environ; do
+        pid=${e#/proc/}
+        pid=${pid%/environ}
+        [ "$pid" = "$$" ] || [ "$pid" = "$ctld" ] || [ "$pid" = "$munge" ] && continue
+        if tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "SLURM_CONF=$DIR/slurm.conf"; then
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+}
+
+start_node() {
+    PATH="$PATH:/usr/sbin"
+    SLURM_CONF="$DIR/slurm.conf" slurmd || { tails; echo "cluster.sh: slurmd did not start" >&2; exit 1; }
 }
 
 [ $# -eq 2 ] || usage
@@ -160,5 +199,7 @@ DIR=$2
 case "$1" in
 up) up ;;
 down) down ;;
+crash-node) crash_node ;;
+start-node) start_node ;;
 *) usage ;;
 esac
