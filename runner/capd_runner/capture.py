@@ -26,6 +26,7 @@ attention keep working) and its grad_input is recorded at its first
 position. Parameter gradients are recorded after backward() returns.
 """
 
+import os
 import threading
 import weakref
 
@@ -88,6 +89,12 @@ class _Tap(torch.autograd.Function):
 
 
 _HAS_IS_CPU = hasattr(torch.Tensor, "is_cpu")
+_module_mod = torch.nn.modules.module
+_GLOBAL_HOOKS = (hasattr(_module_mod, "register_module_forward_pre_hook")
+                 and hasattr(_module_mod, "register_module_forward_hook"))
+# Whether a capture may use them (Capture._global_hooks_ok); False: per-module
+# hooks always (CAPD_RUNNER_GLOBAL_HOOKS=0; the tests compare the two).
+GLOBAL_HOOKS = _GLOBAL_HOOKS and os.environ.get("CAPD_RUNNER_GLOBAL_HOOKS", "") != "0"
 _CODES = native_lib.CODES
 _STRIDED = torch.strided
 
@@ -140,6 +147,30 @@ def safe_fqn(name):
 def param_owner(name):
     owner, _dot, local = name.rpartition(".")
     return safe_fqn(owner) if owner else "model", safe_fqn(local)
+
+
+def module_names(model):
+    """({id(module): fqn}, [module]) of model.named_modules(): the same
+    modules, order and names (a module reached twice keeps its first name),
+    the root as "model", walked without a generator per level (a capture
+    makes this table each time, and named_modules costs it twice as much)."""
+    names, modules = {}, []
+    stack = [("", model)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        name, m = pop()
+        mid = id(m)
+        if mid in names:
+            continue
+        names[mid] = safe_fqn(name) if name else "model"
+        modules.append(m)
+        kids = m._modules
+        if kids:
+            pre = name + "." if name else ""
+            for local, child in reversed(kids.items()):
+                if child is not None:
+                    push((pre + local, child))
+    return names, modules
 
 
 class PayloadBudget(object):
@@ -205,6 +236,10 @@ class Recorder(object):
         self.hashes = {}
         self.order = []
         self.lock = threading.RLock()
+        # id(tensor) -> (weakref, signature, analysis): a hit needs the
+        # weakref's referent to be the tensor itself, so an entry whose
+        # tensor died (its id free for another) is dead weight until
+        # clear_cache() at the end of the run, not a wrong answer.
         self._cache = {}
         self._positions = {}
         self.fallback_noted = False
@@ -234,11 +269,6 @@ class Recorder(object):
         return (t._version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype,
                 t.device)
 
-    def _drop(self, key, ref):
-        ent = self._cache.get(key)
-        if ent is not None and ent[0] is ref:
-            self._cache.pop(key, None)
-
     def _cached(self, t):
         """(signature of ``t``'s current version, its cached analysis or None).
 
@@ -259,10 +289,8 @@ class Recorder(object):
     def _cache_put(self, t, sig, value):
         if sig is None:
             return
-        key = id(t)
         try:
-            ref = weakref.ref(t, lambda r, k=key: self._drop(k, r))
-            self._cache[key] = (ref, sig, value)
+            self._cache[id(t)] = (weakref.ref(t), sig, value)
         except TypeError:
             pass
 
@@ -379,8 +407,7 @@ class Recorder(object):
                                           prefix, kind)
         if sig is not None:
             try:
-                ref = weakref.ref(t, lambda r, k=tid: self._drop(k, r))
-                self._cache[tid] = (ref, sig, aid)
+                self._cache[tid] = (weakref.ref(t), sig, aid)
             except TypeError:
                 pass
         self._pending.append((key, aid))
@@ -623,11 +650,7 @@ class Capture(object):
         self.granularity = granularity
         self.ops = None  # the per-op recorder (opcapture.OpRecorder) at granularity op
         self.quiet = 0  # > 0 while a hook runs: its own torch calls are no model ops
-        self.names = {}
-        self.modules = []
-        for name, m in model.named_modules():
-            self.names.setdefault(id(m), safe_fqn(name) if name else "model")
-            self.modules.append(m)
+        self.names, self.modules = module_names(model)
         self.calls = {}
         self.active = {}
         self.handles = []
@@ -641,14 +664,36 @@ class Capture(object):
         if fast is not None:
             self.fast = fast
             pre, post = fast.pre, fast.post
-        for m in self.modules:
-            self.handles.append(m.register_forward_pre_hook(pre))
-            self.handles.append(m.register_forward_hook(post))
+        if self._global_hooks_ok():
+            # Two process-wide hooks instead of two per module (136 on
+            # resnet18, each a handle made and removed per capture); the
+            # hooks skip a module that is not the model's (not in names).
+            self.handles.append(_module_mod.register_module_forward_pre_hook(pre))
+            self.handles.append(_module_mod.register_module_forward_hook(post))
+        else:
+            for m in self.modules:
+                self.handles.append(m.register_forward_pre_hook(pre))
+                self.handles.append(m.register_forward_hook(post))
         if self.granularity == "op":
             from capd_runner import opcapture
             self.ops = opcapture.OpRecorder(self)
             self.ops.start()
         return self
+
+    def _global_hooks_ok(self):
+        """Whether the capture may hook every module call of the process
+        (torch's register_module_forward_pre_hook and _hook) instead of each
+        of the model's modules. Not when a module of the model has forward
+        hooks of its own: torch runs the global hooks first, so the capture
+        would see a call's inputs before that module's pre-hooks change them
+        and its output before its hooks do, where a hook of its own runs
+        after them."""
+        if not GLOBAL_HOOKS:
+            return False
+        for m in self.modules:
+            if m._forward_pre_hooks or m._forward_hooks:
+                return False
+        return True
 
     def __exit__(self, *exc):
         self.remove()
@@ -672,10 +717,12 @@ class Capture(object):
     # module call, on the model's thread, and that one call (about 30 ns)
     # is small against a record (3-6 us).
     def _pre(self, module, inputs):
+        mid = id(module)
+        fqn = self.names.get(mid)
+        if fqn is None:
+            return None  # not the model's (global hooks)
         self.quiet += 1
         try:
-            mid = id(module)
-            fqn = self.names.get(mid, "model")
             call = self.calls.get(mid, 0)
             self.calls[mid] = call + 1
             self.active.setdefault(mid, []).append(call)
@@ -691,10 +738,12 @@ class Capture(object):
             self.quiet -= 1
 
     def _post(self, module, inputs, output):
+        mid = id(module)
+        fqn = self.names.get(mid)
+        if fqn is None:
+            return None  # not the model's (global hooks)
         self.quiet += 1
         try:
-            mid = id(module)
-            fqn = self.names.get(mid, "model")
             stack = self.active.get(mid)
             call = stack.pop() if stack else self.calls.get(mid, 1) - 1
             if self.ops is not None:

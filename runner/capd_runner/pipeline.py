@@ -361,10 +361,12 @@ class Pipeline(object):
             return
         while True:
             with self._cv:
-                self._cv.notify_all()
                 self._raise_if_error()
                 if self._next_emit >= self._next_ticket:
                     return
+                # Only now: a worker woken for nothing wants the GIL back
+                # from the model's thread (a native capture queues no job).
+                self._cv.notify_all()
                 if not self._jobs:
                     self._cv.wait()
                     continue

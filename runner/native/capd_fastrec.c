@@ -56,69 +56,19 @@ typedef struct {
     int want_stats;
 } Fast;
 
-/* The weakref callback of a cached analysis: Recorder._drop(key, ref). */
+/* What the records of one side of a hook need of the recorder, fetched once
+ * for all of them under one hold of its lock. */
 typedef struct {
-    PyObject_HEAD PyObject *rec;
-    PyObject *key;
-} Dropper;
+    PyObject *fqn;     /* the module's, as Capture.names has it */
+    PyObject *module;  /* rec.prefix + fqn: the records' module */
+    PyObject *cache;   /* rec._cache (a dict) */
+    PyObject *pending; /* rec._pending (a list) */
+} Side;
 
 static PyObject *s_version, *s_data_ptr, *s_shape, *s_stride, *s_storage_offset, *s_dtype,
     *s_device, *s_requires_grad, *s_layout, *s_is_cpu, *s_numel, *s_is_contiguous, *s_seq,
     *s_prefix, *s_cache, *s_pending, *s_parts, *s_flush, *s_acquire, *s_release, *s_record,
-    *s_forward, *s_input, *s_output, *s_model, *s_emit_what, *s_record_what, *s_zero, *s_one;
-
-static PyTypeObject DropperType;
-
-static int dropper_traverse(Dropper *d, visitproc visit, void *arg)
-{
-    Py_VISIT(d->rec);
-    Py_VISIT(d->key);
-    return 0;
-}
-
-static int dropper_clear(Dropper *d)
-{
-    Py_CLEAR(d->rec);
-    Py_CLEAR(d->key);
-    return 0;
-}
-
-static void dropper_dealloc(Dropper *d)
-{
-    PyObject_GC_UnTrack(d);
-    dropper_clear(d);
-    PyObject_GC_Del(d);
-}
-
-static PyObject *dropper_call(Dropper *d, PyObject *args, PyObject *kw)
-{
-    PyObject *ref;
-    if (kw || !PyArg_ParseTuple(args, "O", &ref))
-        return NULL;
-    if (!d->rec)
-        Py_RETURN_NONE;
-    PyObject *cache = PyObject_GetAttr(d->rec, s_cache);
-    if (!cache)
-        return NULL;
-    PyObject *ent = PyDict_Check(cache) ? PyDict_GetItemWithError(cache, d->key) : NULL;
-    int rc = 0;
-    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) > 0 && PyTuple_GET_ITEM(ent, 0) == ref)
-        rc = PyDict_DelItem(cache, d->key);
-    Py_DECREF(cache);
-    if (rc < 0 || PyErr_Occurred())
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyTypeObject DropperType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "capd_fastrec.Dropper",
-    .tp_basicsize = sizeof(Dropper),
-    .tp_dealloc = (destructor)dropper_dealloc,
-    .tp_call = (ternaryfunc)dropper_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)dropper_traverse,
-    .tp_clear = (inquiry)dropper_clear,
-};
+    *s_forward, *s_input, *s_output, *s_emit_what, *s_record_what, *s_zero, *s_one;
 
 /* The referent of weakref REF, borrowed, or NULL when it is gone. */
 static PyObject *referent(PyObject *ref)
@@ -215,17 +165,10 @@ out:
     return len;
 }
 
-/* rec._cache[id(t)] = (weakref(t, drop), sig, aid) (Recorder._cache_put). */
-static int cache_put(Fast *f, PyObject *t, PyObject *tid, PyObject *sig, PyObject *aid)
+/* rec._cache[id(t)] = (weakref(t), sig, aid) (Recorder._cache_put). */
+static int cache_put(Side *s, PyObject *t, PyObject *tid, PyObject *sig, PyObject *aid)
 {
-    Dropper *d = PyObject_GC_New(Dropper, &DropperType);
-    if (!d)
-        return -1;
-    d->rec = Py_NewRef(f->rec);
-    d->key = Py_NewRef(tid);
-    PyObject_GC_Track(d);
-    PyObject *ref = PyWeakref_NewRef(t, (PyObject *)d);
-    Py_DECREF(d);
+    PyObject *ref = PyWeakref_NewRef(t, NULL);
     if (!ref) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError))
             return -1;
@@ -234,34 +177,28 @@ static int cache_put(Fast *f, PyObject *t, PyObject *tid, PyObject *sig, PyObjec
     }
     PyObject *ent = PyTuple_Pack(3, ref, sig, aid);
     Py_DECREF(ref);
-    PyObject *cache = ent ? PyObject_GetAttr(f->rec, s_cache) : NULL;
-    int rc = cache ? PyObject_SetItem(cache, tid, ent) : -1;
-    Py_XDECREF(cache);
+    int rc = ent ? PyDict_SetItem(s->cache, tid, ent) : -1;
     Py_XDECREF(ent);
     return rc;
 }
 
 /* rec._pending.append((key, aid)). */
-static int pend(Fast *f, PyObject *key, PyObject *aid)
+static int pend(Side *s, PyObject *key, PyObject *aid)
 {
-    PyObject *pending = PyObject_GetAttr(f->rec, s_pending);
-    PyObject *pair = pending ? PyTuple_Pack(2, key, aid) : NULL;
-    int rc = pair && PyList_Check(pending) ? PyList_Append(pending, pair) : -1;
-    if (pair && !PyList_Check(pending))
-        PyErr_SetString(PyExc_TypeError, "Recorder._pending is not a list");
+    PyObject *pair = PyTuple_Pack(2, key, aid);
+    int rc = pair ? PyList_Append(s->pending, pair) : -1;
     Py_XDECREF(pair);
-    Py_XDECREF(pending);
     return rc;
 }
 
 /* A second record of an analysed tensor version: its frame (unless hash
  * only) and its pending hash. 1, or -1 with an error set. */
-static int record_again(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+static int record_again(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
                         PyObject *index, PyObject *t, PyObject *sig, PyObject *aid)
 {
     if (f->want_stats) {
         char *buf = NULL;
-        Py_ssize_t len = header_prefix(f, key, module, call, role, index, t,
+        Py_ssize_t len = header_prefix(f, key, s->module, call, role, index, t,
                                        PyTuple_GET_ITEM(sig, 5), PyTuple_GET_ITEM(sig, 2), &buf);
         if (len < 0)
             return -1;
@@ -274,7 +211,7 @@ static int record_again(Fast *f, PyObject *key, PyObject *module, PyObject *call
                 return -1;
         }
     }
-    return pend(f, key, aid) < 0 ? -1 : 1;
+    return pend(s, key, aid) < 0 ? -1 : 1;
 }
 
 /* Whether the one call takes T as it is (Recorder._native_record without
@@ -315,7 +252,7 @@ static int plain_tensor(Fast *f, PyObject *t, PyObject *dtype, int *code, long l
 
 /* The first record of a tensor version: analysed and framed in one call,
  * cached, pending. 1; 0: the Python path (nothing done); -1: an error. */
-static int record_new(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+static int record_new(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
                       PyObject *index, PyObject *t, PyObject *sig, PyObject *tid)
 {
     int code;
@@ -329,7 +266,7 @@ static int record_new(Fast *f, PyObject *key, PyObject *module, PyObject *call, 
     char *buf = NULL;
     Py_ssize_t len = 0;
     if (f->want_stats) {
-        len = header_prefix(f, key, module, call, role, index, t, PyTuple_GET_ITEM(sig, 5),
+        len = header_prefix(f, key, s->module, call, role, index, t, PyTuple_GET_ITEM(sig, 5),
                             PyTuple_GET_ITEM(sig, 2), &buf);
         if (len < 0)
             return -1;
@@ -356,15 +293,15 @@ static int record_new(Fast *f, PyObject *key, PyObject *module, PyObject *call, 
     PyObject *aid = PyLong_FromLongLong(rc);
     if (!aid)
         return -1;
-    ok = cache_put(f, t, tid, sig, aid) < 0 || pend(f, key, aid) < 0 ? -1 : 1;
+    ok = cache_put(s, t, tid, sig, aid) < 0 || pend(s, key, aid) < 0 ? -1 : 1;
     Py_DECREF(aid);
     return ok;
 }
 
-/* Recorder.record(fqn, call, "forward", role, index, t) on the one-call path
- * under rec.lock, taken and released by the caller.
+/* Recorder.record(fqn, call, "forward", role, index, t) on the one-call path,
+ * under rec.lock, held by the caller.
  * 1: recorded; 0: the Python path (nothing done); -1: an error set. */
-static int record_locked(Fast *f, PyObject *key, PyObject *module, PyObject *call, PyObject *role,
+static int record_locked(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
                          PyObject *index, PyObject *t)
 {
     int fatal = 0;
@@ -377,13 +314,10 @@ static int record_locked(Fast *f, PyObject *key, PyObject *module, PyObject *cal
         return 0;
     }
     PyObject *tid = PyLong_FromVoidPtr(t);
-    PyObject *cache = tid ? PyObject_GetAttr(f->rec, s_cache) : NULL;
     int rc = -1;
-    if (!cache || !PyDict_Check(cache)) {
-        rc = cache ? 0 : -1;
+    if (!tid)
         goto out;
-    }
-    PyObject *ent = PyDict_GetItemWithError(cache, tid);
+    PyObject *ent = PyDict_GetItemWithError(s->cache, tid);
     if (!ent && PyErr_Occurred())
         goto out;
     if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 3) {
@@ -392,68 +326,68 @@ static int record_locked(Fast *f, PyObject *key, PyObject *module, PyObject *cal
             goto out;
         if (same && referent(PyTuple_GET_ITEM(ent, 0)) == t) {
             PyObject *aid = PyTuple_GET_ITEM(ent, 2);
-            rc = PyLong_CheckExact(aid)
-                     ? record_again(f, key, module, call, role, index, t, sig, aid)
-                     : 0;
+            rc = PyLong_CheckExact(aid) ? record_again(f, s, key, call, role, index, t, sig, aid)
+                                        : 0;
             goto out;
         }
     }
-    rc = record_new(f, key, module, call, role, index, t, sig, tid);
+    rc = record_new(f, s, key, call, role, index, t, sig, tid);
 out:
-    Py_XDECREF(cache);
     Py_XDECREF(tid);
     Py_DECREF(sig);
     return rc;
 }
 
-/* One record of side ROLE; the Python Recorder.record when the fast path
- * does not take it. 0, or -1 with an error set. */
-static int record_one(Fast *f, PyObject *fqn, PyObject *call, PyObject *role, Py_ssize_t i,
-                      PyObject *t)
+/* Record I of side ROLE, rec.lock held; the Python Recorder.record (which
+ * takes the lock again: an RLock) when the fast path does not take it.
+ * 0, or -1 with an error set. */
+static int record_one(Fast *f, Side *s, PyObject *call, PyObject *role, Py_ssize_t i, PyObject *t)
 {
     PyObject *index = PyLong_FromSsize_t(i);
     if (!index)
         return -1;
-    PyObject *prefix = PyObject_GetAttr(f->rec, s_prefix);
-    PyObject *module = NULL, *key = NULL, *r;
-    int rc = -1;
-    if (!prefix)
-        goto out;
-    if (!PyUnicode_Check(prefix)) {
-        PyErr_SetString(PyExc_TypeError, "Recorder.prefix is not a str");
-        goto out;
-    }
-    module = PyUnicode_GET_LENGTH(prefix) ? PyUnicode_Concat(prefix, fqn) : Py_NewRef(fqn);
-    if (module)
-        key = PyUnicode_FromFormat("%U.%S.%U.%U.%S", module, call, s_forward, role, index);
-    if (!key || !(r = PyObject_CallMethodNoArgs(f->lock, s_acquire)))
-        goto out;
-    Py_DECREF(r);
-    rc = record_locked(f, key, module, call, role, index, t);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_CallMethodNoArgs(f->lock, s_release);
-    if (!r) {
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        rc = -1;
-        goto out;
-    }
-    Py_DECREF(r);
-    PyErr_Restore(et, ev, tb);
+    PyObject *key = PyUnicode_FromFormat("%U.%S.%U.%U.%S", s->module, call, s_forward, role, index);
+    int rc = key ? record_locked(f, s, key, call, role, index, t) : -1;
     if (rc == 0) {
-        r = PyObject_CallMethodObjArgs(f->rec, s_record, fqn, call, s_forward, role, index, t,
-                                       NULL);
+        PyObject *r = PyObject_CallMethodObjArgs(f->rec, s_record, s->fqn, call, s_forward, role,
+                                                 index, t, NULL);
         rc = r ? 1 : -1;
         Py_XDECREF(r);
     }
-out:
     Py_XDECREF(key);
-    Py_XDECREF(module);
-    Py_XDECREF(prefix);
     Py_DECREF(index);
     return rc < 0 ? -1 : 0;
+}
+
+/* The recorder's state for one side's records into S (side_close frees it);
+ * 0, or -1 with an error set. */
+static int side_open(Fast *f, PyObject *fqn, Side *s)
+{
+    s->fqn = Py_NewRef(fqn);
+    PyObject *prefix = PyObject_GetAttr(f->rec, s_prefix);
+    if (!prefix)
+        return -1;
+    if (!PyUnicode_Check(prefix))
+        PyErr_SetString(PyExc_TypeError, "Recorder.prefix is not a str");
+    else
+        s->module = PyUnicode_GET_LENGTH(prefix) ? PyUnicode_Concat(prefix, fqn) : Py_NewRef(fqn);
+    Py_DECREF(prefix);
+    if (!s->module || !(s->cache = PyObject_GetAttr(f->rec, s_cache)) ||
+        !(s->pending = PyObject_GetAttr(f->rec, s_pending)))
+        return -1;
+    if (!PyDict_Check(s->cache) || !PyList_Check(s->pending)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder._cache is not a dict or _pending not a list");
+        return -1;
+    }
+    return 0;
+}
+
+static void side_close(Side *s)
+{
+    Py_XDECREF(s->fqn);
+    Py_XDECREF(s->module);
+    Py_XDECREF(s->cache);
+    Py_XDECREF(s->pending);
 }
 
 /* capture.flatten(obj) into OUT: tensors, exact tuples and lists here,
@@ -485,7 +419,8 @@ static int flatten_into(Fast *f, PyObject *obj, PyObject *out)
     return r ? 0 : -1;
 }
 
-/* Capture._record: each tensor of OBJ, flattened, as side ROLE. */
+/* Capture._record: each tensor of OBJ, flattened, as side ROLE, under one
+ * hold of rec.lock. */
 static PyObject *record_side(Fast *f, PyObject *obj, PyObject *fqn, PyObject *call, PyObject *role)
 {
     PyObject *flat = PyList_New(0);
@@ -493,23 +428,44 @@ static PyObject *record_side(Fast *f, PyObject *obj, PyObject *fqn, PyObject *ca
         Py_XDECREF(flat);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(flat); i++) {
-        if (record_one(f, fqn, call, role, i, PyList_GET_ITEM(flat, i)) < 0) {
-            Py_DECREF(flat);
-            return NULL;
+    int rc = 0;
+    Side s = {0};
+    if (PyList_GET_SIZE(flat) > 0) {
+        PyObject *r =
+            side_open(f, fqn, &s) < 0 ? NULL : PyObject_CallMethodNoArgs(f->lock, s_acquire);
+        int locked = r != NULL;
+        rc = locked ? 0 : -1;
+        Py_XDECREF(r);
+        for (Py_ssize_t i = 0; !rc && i < PyList_GET_SIZE(flat); i++)
+            rc = record_one(f, &s, call, role, i, PyList_GET_ITEM(flat, i));
+        if (locked) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *u = PyObject_CallMethodNoArgs(f->lock, s_release);
+            if (u) {
+                Py_DECREF(u);
+                PyErr_Restore(et, ev, tb);
+            } else {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                rc = -1;
+            }
         }
     }
+    side_close(&s);
     Py_DECREF(flat);
-    Py_RETURN_NONE;
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-/* The module's fqn (Capture.names.get(id(module), "model")), new reference. */
-static PyObject *fqn_of(Fast *f, PyObject *mid)
+/* The module's fqn (Capture.names[id(module)]), new reference; NULL with
+ * *skip set for a module that is not the model's (global hooks see every
+ * module call of the process), NULL with an error set. */
+static PyObject *fqn_of(Fast *f, PyObject *mid, int *skip)
 {
     PyObject *fqn = PyDict_GetItemWithError(f->names, mid);
-    if (!fqn && PyErr_Occurred())
-        return NULL;
-    return Py_NewRef(fqn ? fqn : s_model);
+    *skip = !fqn && !PyErr_Occurred();
+    return fqn ? Py_NewRef(fqn) : NULL;
 }
 
 /* Capture._pre (no taps, no per-op records): the call counted, its inputs. */
@@ -519,10 +475,13 @@ static PyObject *fast_pre(Fast *f, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pre(module, inputs)");
         return NULL;
     }
+    int skip = 0;
     PyObject *mid = PyLong_FromVoidPtr(args[0]);
-    PyObject *fqn = mid ? fqn_of(f, mid) : NULL, *call = NULL, *next = NULL, *res = NULL;
-    if (!fqn)
+    PyObject *fqn = mid ? fqn_of(f, mid, &skip) : NULL, *call = NULL, *next = NULL, *res = NULL;
+    if (!fqn) {
+        res = skip ? Py_NewRef(Py_None) : NULL;
         goto out;
+    }
     call = PyDict_GetItemWithError(f->calls, mid);
     if (!call && PyErr_Occurred())
         goto out;
@@ -558,10 +517,13 @@ static PyObject *fast_post(Fast *f, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "post(module, inputs, output)");
         return NULL;
     }
+    int skip = 0;
     PyObject *mid = PyLong_FromVoidPtr(args[0]);
-    PyObject *fqn = mid ? fqn_of(f, mid) : NULL, *call = NULL, *res = NULL;
-    if (!fqn)
+    PyObject *fqn = mid ? fqn_of(f, mid, &skip) : NULL, *call = NULL, *res = NULL;
+    if (!fqn) {
+        res = skip ? Py_NewRef(Py_None) : NULL;
         goto out;
+    }
     PyObject *stack = PyDict_GetItemWithError(f->active, mid);
     if (!stack && PyErr_Occurred())
         goto out;
@@ -703,7 +665,6 @@ static int intern_all(void)
         {&s_forward, "forward"},
         {&s_input, "input"},
         {&s_output, "output"},
-        {&s_model, "model"},
         {&s_emit_what, "emit"},
         {&s_record_what, "record"},
     };
@@ -717,7 +678,7 @@ static int intern_all(void)
 
 PyMODINIT_FUNC PyInit_capd_fastrec(void)
 {
-    if (intern_all() < 0 || PyType_Ready(&DropperType) < 0 || PyType_Ready(&FastType) < 0)
+    if (intern_all() < 0 || PyType_Ready(&FastType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastrec_module);
     if (m && PyModule_AddIntConstant(m, "ABI", FASTREC_ABI) < 0)

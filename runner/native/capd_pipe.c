@@ -278,7 +278,10 @@ static int stats_text(struct analysis *a)
     return 0;
 }
 
-static void run_emit(struct capd_pipe *p, const struct job *j, struct analysis *a)
+/* The writer's: job J's frame into the output buffer (flushed past
+ * OUT_FLUSH_AT), counted in *FRAMES and *PAYLOAD. */
+static void run_emit(struct capd_pipe *p, const struct job *j, struct analysis *a, int64_t *frames,
+                     int64_t *payload_bytes)
 {
     char tail[128];
     size_t t = 0;
@@ -303,10 +306,8 @@ static void run_emit(struct capd_pipe *p, const struct job *j, struct analysis *
         fail(p, ENOMEM);
         return;
     }
-    pthread_mutex_lock(&p->mu);
-    p->frames++;
-    p->payload_bytes += (int64_t)payload;
-    pthread_mutex_unlock(&p->mu);
+    (*frames)++;
+    *payload_bytes += (int64_t)payload;
     if (p->olen >= OUT_FLUSH_AT)
         flush_out(p);
 }
@@ -327,6 +328,7 @@ static void run_emit(struct capd_pipe *p, const struct job *j, struct analysis *
 #define WAKE_JOBS    16
 #define WRITER_BATCH 32
 #define EMIT_BACKLOG 512
+#define WRITER_TAKE  64 /* records the writer takes in one hold of the lock */
 
 static void sleep_on(struct capd_pipe *p, pthread_cond_t *cond, int *count)
 {
@@ -335,13 +337,16 @@ static void sleep_on(struct capd_pipe *p, pthread_cond_t *cond, int *count)
     (*count)--;
 }
 
+/* The pipe's lock held: the sleeping threads that have work woken (a
+ * capture's reset and sync find them idle, and a wake-up for nothing costs
+ * the caller as much as one for work). */
 static void wake_all(struct capd_pipe *p)
 {
     p->unwoken_bytes = 0;
     p->unwoken_jobs = p->unwritten = 0;
-    if (p->asleep)
+    if (p->asleep && p->aq.len)
         pthread_cond_broadcast(&p->awork);
-    if (p->wasleep)
+    if (p->wasleep && (p->eq.len || !p->flushed))
         pthread_cond_signal(&p->ework);
 }
 
@@ -416,13 +421,25 @@ static void *writer_thread(void *arg)
         }
         if (p->stop)
             break;
-        struct job j = fifo_pop(&p->eq);
-        struct analysis *a = entry(p, j.aid);
+        /* Every record whose analysis is done, in one hold of the lock: the
+         * model's thread takes it at each record, and a writer that came
+         * back for each frame (twice, with its count) made it wait, a futex
+         * round trip each time, about as dear as the record itself. */
+        struct job js[WRITER_TAKE];
+        struct analysis *as[WRITER_TAKE];
+        int n = 0;
+        while (n < WRITER_TAKE && p->eq.len && (as[n] = entry(p, p->eq.q[p->eq.head].aid))->done)
+            js[n++] = fifo_pop(&p->eq);
         p->writing = 1;
         pthread_mutex_unlock(&p->mu);
-        run_emit(p, &j, a);
-        free(j.prefix);
+        int64_t frames = 0, payload_bytes = 0;
+        for (int i = 0; i < n; i++) {
+            run_emit(p, &js[i], as[i], &frames, &payload_bytes);
+            free(js[i].prefix);
+        }
         pthread_mutex_lock(&p->mu);
+        p->frames += frames;
+        p->payload_bytes += payload_bytes;
         p->writing = 0;
     }
     pthread_mutex_unlock(&p->mu);
