@@ -150,11 +150,12 @@ def param_owner(name):
 
 
 def module_names(model):
-    """({id(module): fqn}, [module]) of model.named_modules(): the same
-    modules, order and names (a module reached twice keeps its first name),
-    the root as "model", walked without a generator per level (a capture
-    makes this table each time, and named_modules costs it twice as much)."""
-    names, modules = {}, []
+    """({id(module): fqn}, [module], whether a module has forward hooks of its
+    own) of model.named_modules(): the same modules, order and names (a module
+    reached twice keeps its first name), the root as "model", walked without a
+    generator per level (a capture makes this table each time, and
+    named_modules costs it twice as much)."""
+    names, modules, hooked = {}, [], False
     stack = [("", model)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -164,13 +165,15 @@ def module_names(model):
             continue
         names[mid] = safe_fqn(name) if name else "model"
         modules.append(m)
+        if m._forward_pre_hooks or m._forward_hooks:
+            hooked = True
         kids = m._modules
         if kids:
             pre = name + "." if name else ""
             for local, child in reversed(kids.items()):
                 if child is not None:
                     push((pre + local, child))
-    return names, modules
+    return names, modules, hooked
 
 
 class PayloadBudget(object):
@@ -650,7 +653,7 @@ class Capture(object):
         self.granularity = granularity
         self.ops = None  # the per-op recorder (opcapture.OpRecorder) at granularity op
         self.quiet = 0  # > 0 while a hook runs: its own torch calls are no model ops
-        self.names, self.modules = module_names(model)
+        self.names, self.modules, self._own_hooks = module_names(model)
         self.calls = {}
         self.active = {}
         self.handles = []
@@ -683,17 +686,12 @@ class Capture(object):
     def _global_hooks_ok(self):
         """Whether the capture may hook every module call of the process
         (torch's register_module_forward_pre_hook and _hook) instead of each
-        of the model's modules. Not when a module of the model has forward
-        hooks of its own: torch runs the global hooks first, so the capture
-        would see a call's inputs before that module's pre-hooks change them
-        and its output before its hooks do, where a hook of its own runs
-        after them."""
-        if not GLOBAL_HOOKS:
-            return False
-        for m in self.modules:
-            if m._forward_pre_hooks or m._forward_hooks:
-                return False
-        return True
+        of the model's modules. Not when a module of the model had forward
+        hooks of its own when the capture was made: torch runs the global
+        hooks first, so the capture would see a call's inputs before that
+        module's pre-hooks change them and its output before its hooks do,
+        where a hook of its own runs after them."""
+        return GLOBAL_HOOKS and not self._own_hooks
 
     def __exit__(self, *exc):
         self.remove()

@@ -399,48 +399,57 @@ static void *analysis_thread(void *arg)
     return NULL;
 }
 
+/*
+ * The pipe's lock held and the output (the frames' order, ob, olen) free
+ * (!writing): takes it, writes every record whose analysis is done, in one
+ * hold of the lock (the model's thread takes it at each record, and a
+ * writer that came back for each frame made it wait), flushes when nothing
+ * more is ready, and gives it back. The writer thread does this, and so does
+ * a caller of drain rather than waking the writer and waiting for it (two
+ * wake-ups, each a futex call and an interrupt to another CPU in a VM, at
+ * the end of every capture). Whether there was anything to do.
+ */
+static int write_ready(struct capd_pipe *p)
+{
+    struct job js[WRITER_TAKE];
+    struct analysis *as[WRITER_TAKE];
+    int n = 0;
+    while (n < WRITER_TAKE && p->eq.len && (as[n] = entry(p, p->eq.q[p->eq.head].aid))->done)
+        js[n++] = fifo_pop(&p->eq);
+    int flush = n == 0 && p->olen; /* ob is the holder's, and nobody holds it */
+    if (!n && !flush) {
+        if (p->eq.len == 0 && !p->flushed) {
+            p->flushed = 1;
+            finished(p);
+        }
+        return 0;
+    }
+    p->writing = 1;
+    pthread_mutex_unlock(&p->mu);
+    int64_t frames = 0, payload_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        run_emit(p, &js[i], as[i], &frames, &payload_bytes);
+        free(js[i].prefix);
+    }
+    if (flush)
+        flush_out(p);
+    pthread_mutex_lock(&p->mu);
+    p->frames += frames;
+    p->payload_bytes += payload_bytes;
+    p->writing = 0;
+    finished(p);
+    return 1;
+}
+
 static void *writer_thread(void *arg)
 {
     struct capd_pipe *p = arg;
     pthread_mutex_lock(&p->mu);
-    for (;;) {
-        /* Idle: write what is buffered, then wait for a record whose
-         * analysis is done (records go out in order). */
-        while (!p->stop && (p->eq.len == 0 || !entry(p, p->eq.q[p->eq.head].aid)->done)) {
-            if (p->olen) {
-                pthread_mutex_unlock(&p->mu);
-                flush_out(p);
-                pthread_mutex_lock(&p->mu);
-                continue;
-            }
-            if (p->eq.len == 0 && !p->flushed) {
-                p->flushed = 1;
-                finished(p);
-            }
-            sleep_on(p, &p->ework, &p->wasleep);
-        }
-        if (p->stop)
-            break;
-        /* Every record whose analysis is done, in one hold of the lock: the
-         * model's thread takes it at each record, and a writer that came
-         * back for each frame (twice, with its count) made it wait, a futex
-         * round trip each time, about as dear as the record itself. */
-        struct job js[WRITER_TAKE];
-        struct analysis *as[WRITER_TAKE];
-        int n = 0;
-        while (n < WRITER_TAKE && p->eq.len && (as[n] = entry(p, p->eq.q[p->eq.head].aid))->done)
-            js[n++] = fifo_pop(&p->eq);
-        p->writing = 1;
-        pthread_mutex_unlock(&p->mu);
-        int64_t frames = 0, payload_bytes = 0;
-        for (int i = 0; i < n; i++) {
-            run_emit(p, &js[i], as[i], &frames, &payload_bytes);
-            free(js[i].prefix);
-        }
-        pthread_mutex_lock(&p->mu);
-        p->frames += frames;
-        p->payload_bytes += payload_bytes;
-        p->writing = 0;
+    while (!p->stop) {
+        if (!p->writing && write_ready(p))
+            continue;
+        /* nothing ready (records go out in order), or a drain writes */
+        sleep_on(p, &p->ework, &p->wasleep);
     }
     pthread_mutex_unlock(&p->mu);
     flush_out(p);
@@ -634,9 +643,19 @@ int capd_pipe_drain(void *pipe)
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
     p->waiters++;
-    wake_all(p); /* the sleeping threads must finish the work first */
-    while (p->analyzed < p->next_aid || p->eq.len || p->writing || !p->flushed)
+    /* The analysers must finish theirs; what is ready to write, this
+     * thread writes (write_ready), the writer only if it is at it. */
+    p->unwoken_bytes = 0;
+    p->unwoken_jobs = p->unwritten = 0;
+    if (p->asleep && p->aq.len)
+        pthread_cond_broadcast(&p->awork);
+    for (;;) {
+        if (!p->writing && write_ready(p))
+            continue;
+        if (!(p->analyzed < p->next_aid || p->eq.len || p->writing || !p->flushed))
+            break;
         pthread_cond_wait(&p->done, &p->mu);
+    }
     p->waiters--;
     int err = p->err;
     pthread_mutex_unlock(&p->mu);
