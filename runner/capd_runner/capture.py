@@ -112,15 +112,14 @@ PREFIX_TAILS_MAX = 1 << 16
 _SEQ_HEAD = b'{"kind":"tensor","seq":%d'
 
 
-def _prefix_tail(key, module, call, phase, role, index, t, op):
-    """The cached header text after "seq" of a record (_PREFIX_TAILS), made
-    and stored when missing."""
-    shape = t.shape
-    cache_key = (key, module, call, phase, role, index, t.dtype, shape, op)
+def _prefix_tail(key, module, call, phase, role, index, dtype, shape, op):
+    """The cached header text after "seq" of a record of a tensor of DTYPE
+    and SHAPE (a torch.Size) (_PREFIX_TAILS), made and stored when missing."""
+    cache_key = (key, module, call, phase, role, index, dtype, shape, op)
     tail = _PREFIX_TAILS.get(cache_key)
     if tail is None:
         whole = F.tensor_header_prefix(0, key, module, call, phase, role, index,
-                                       T.dtype_name(t.dtype), shape, t.numel(),
+                                       T.dtype_name(dtype), shape, shape.numel(),
                                        op).encode("ascii")
         tail = whole[len(_SEQ_HEAD % 0):]
         if len(_PREFIX_TAILS) >= PREFIX_TAILS_MAX:
@@ -259,6 +258,7 @@ class Recorder(object):
             pipe = None
         self.native = pipe
         self._pending = []  # (key, analysis id or hash) until sync()
+        self.fast = None  # a Capture's capd_fastrec hooks while installed
         self._one_call = False
         self._inline_max = None
         if pipe is not None:
@@ -423,7 +423,7 @@ class Recorder(object):
             return None, 0
         tail = _PREFIX_TAILS.get((key, module, call, phase, role, index, t.dtype, t.shape, op))
         if tail is None:
-            tail = _prefix_tail(key, module, call, phase, role, index, t, op)
+            tail = _prefix_tail(key, module, call, phase, role, index, t.dtype, t.shape, op)
         prefix = _SEQ_HEAD % self.seq + tail
         self.seq += 1
         if self.level == "stats":  # what _decide says, without the call
@@ -443,11 +443,11 @@ class Recorder(object):
             return None
         fast = native_lib.fastrec()
         pipe = self.native
-        if fast is None or not pipe.record_addr or not pipe.emit_addr:
+        if fast is None or not pipe.analyze_now_addr or not pipe.emit_addr:
             return None
         return fast.hooks(self, capture, _CODES, _PREFIX_TAILS, _prefix_tail,
                           self.pipeline.native_failed, _flatten, torch.Tensor, _STRIDED,
-                          pipe._p, pipe.record_addr, pipe.emit_addr)
+                          pipe._p, pipe.analyze_now_addr, pipe.emit_addr)
 
     def clear_cache(self):
         with self.lock:
@@ -456,6 +456,8 @@ class Recorder(object):
     def sync(self):
         """Wait until every record so far is written; then ``hashes`` and
         ``order`` hold them all."""
+        if self.fast is not None:
+            self.fast.flush()  # the records capd_fastrec defers
         self.pipeline.drain()
         pending, self._pending = self._pending, []
         if not pending:
@@ -477,6 +479,8 @@ class Recorder(object):
     def record(self, module, call, phase, role, index, t, op=None):
         """One record. ``op`` is (ATen name, occurrence) for a per-op record
         (opcapture.py), whose key puts ``/op.<name>.<n>`` after the phase."""
+        if self.fast is not None:
+            self.fast.flush()  # capd_fastrec's deferred records come first
         module = self.prefix + module
         if op is None:
             key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
@@ -665,7 +669,7 @@ class Capture(object):
         pre, post = self._pre, self._post
         fast = self.rec.fast_hooks(self) if hasattr(self.rec, "fast_hooks") else None
         if fast is not None:
-            self.fast = fast
+            self.fast = self.rec.fast = fast
             pre, post = fast.pre, fast.post
         if self._global_hooks_ok():
             # Two process-wide hooks instead of two per module (136 on
@@ -703,7 +707,10 @@ class Capture(object):
         for h in self.handles:
             h.remove()
         self.handles = []
-        self.fast = None
+        fast, self.fast = self.fast, None
+        if fast is not None:
+            self.rec.fast = None
+            fast.flush()
 
     def flush(self):
         self.rec.pipeline.hook_done()

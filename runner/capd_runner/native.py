@@ -33,7 +33,7 @@ CODES = _CODES
 _lib = None
 _state = None  # None: not tried yet; else (True, path) or (False, reason)
 # The CPython extension beside the library (runner/native/capd_fastrec.c).
-FASTREC_ABI = 1
+FASTREC_ABI = 2
 _fastrec = None  # None: not tried yet; False: absent; else the module
 
 
@@ -198,8 +198,8 @@ class Pipe(object):
         self.emit_fn = quick.capd_pipe_emit
         self.analyzed_fn = quick.capd_pipe_analyzed
         # The addresses capd_fastrec calls (0: none).
-        self.record_addr = (ctypes.cast(self.record_fn, ctypes.c_void_p).value or 0
-                            if self.record_fn is not None else 0)
+        self.analyze_now_addr = (ctypes.cast(self.analyze_now_fn, ctypes.c_void_p).value or 0
+                                 if self.analyze_now_fn is not None else 0)
         self.emit_addr = ctypes.cast(self.emit_fn, ctypes.c_void_p).value or 0
         self._counted = (0, 0)
 

@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FASTREC_ABI 1
+#define FASTREC_ABI 2
 #define MAX_NDIM    16 /* capture.MAX_NDIM */
 
 #if PY_VERSION_HEX < 0x030A0000
@@ -35,9 +35,23 @@ static inline PyObject *Py_NewRef(PyObject *o)
 }
 #endif
 
-typedef int64_t (*record_fn)(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
-                             int64_t sample_k, const char *prefix, int64_t len, int capture);
+typedef int64_t (*analyze_fn)(void *pipe, const void *data, int64_t n, int dtype, int want_stats,
+                              int64_t sample_k);
 typedef int (*emit_fn)(void *pipe, int64_t aid, const char *prefix, int64_t len, int capture);
+
+/*
+ * A record whose frame and pending hash wait (flush_deferred): what its
+ * key and header are made of, references held. The hooks run between the
+ * model's operators, which push the hooks' objects out of the caches; the
+ * key, the header text, the frame and the pending entry made for DEFER_MAX
+ * records at once find them in cache after the first. At most DEFER_MAX
+ * frames more than the pipe's own batch are lost to a crash.
+ */
+#define DEFER_MAX 32
+typedef struct {
+    PyObject *module, *call, *role, *index, *dtype, *shape;
+    int64_t aid;
+} Deferred;
 
 /* One Capture's hooks over one Recorder (capture.Recorder.fast_hooks). */
 typedef struct {
@@ -51,18 +65,19 @@ typedef struct {
     PyObject *flatten;                /* capture._flatten(obj, out): what C does not walk */
     PyObject *tensor_type, *strided, *lock;
     void *pipe;
-    record_fn record;
+    analyze_fn analyze;
     emit_fn emit;
     int want_stats;
+    int ndeferred;
+    Deferred deferred[DEFER_MAX];
 } Fast;
 
 /* What the records of one side of a hook need of the recorder, fetched once
  * for all of them under one hold of its lock. */
 typedef struct {
-    PyObject *fqn;     /* the module's, as Capture.names has it */
-    PyObject *module;  /* rec.prefix + fqn: the records' module */
-    PyObject *cache;   /* rec._cache (a dict) */
-    PyObject *pending; /* rec._pending (a list) */
+    PyObject *fqn;    /* the module's, as Capture.names has it */
+    PyObject *module; /* rec.prefix + fqn: the records' module */
+    PyObject *cache;  /* rec._cache (a dict) */
 } Side;
 
 static PyObject *s_version, *s_data_ptr, *s_shape, *s_stride, *s_storage_offset, *s_dtype,
@@ -121,8 +136,8 @@ static PyObject *signature(PyObject *t, int *fatal)
 /* The header prefix of the next record into BUF (capture.Recorder._prefix at
  * level stats), seq counted; its length, or -1 with an error set. */
 static Py_ssize_t header_prefix(Fast *f, PyObject *key, PyObject *module, PyObject *call,
-                                PyObject *role, PyObject *index, PyObject *t, PyObject *dtype,
-                                PyObject *shape, char **buf)
+                                PyObject *role, PyObject *index, PyObject *dtype, PyObject *shape,
+                                char **buf)
 {
     PyObject *ck =
         PyTuple_Pack(9, key, module, call, s_forward, role, index, dtype, shape, Py_None);
@@ -133,7 +148,7 @@ static Py_ssize_t header_prefix(Fast *f, PyObject *key, PyObject *module, PyObje
     Py_DECREF(ck);
     if (!tail && !PyErr_Occurred())
         tail = PyObject_CallFunctionObjArgs(f->tail_of, key, module, call, s_forward, role, index,
-                                            t, Py_None, NULL);
+                                            dtype, shape, Py_None, NULL);
     if (!tail)
         return -1;
     Py_ssize_t len = -1;
@@ -182,36 +197,83 @@ static int cache_put(Side *s, PyObject *t, PyObject *tid, PyObject *sig, PyObjec
     return rc;
 }
 
-/* rec._pending.append((key, aid)). */
-static int pend(Side *s, PyObject *key, PyObject *aid)
+/* The frames and pending hashes of the deferred records, in their order,
+ * then none deferred. 0, or -1 with an error set (the rest dropped). */
+static int flush_deferred(Fast *f)
 {
-    PyObject *pair = PyTuple_Pack(2, key, aid);
-    int rc = pair ? PyList_Append(s->pending, pair) : -1;
-    Py_XDECREF(pair);
+    int n = f->ndeferred, rc = 0;
+    if (!n)
+        return 0;
+    f->ndeferred = 0;
+    PyObject *pending = PyObject_GetAttr(f->rec, s_pending);
+    if (!pending || !PyList_Check(pending)) {
+        if (pending)
+            PyErr_SetString(PyExc_TypeError, "Recorder._pending is not a list");
+        rc = -1;
+    }
+    if (!rc && f->want_stats) {
+        /* frames the Python writer holds go out before these */
+        PyObject *parts = PyObject_GetAttr(f->writer, s_parts);
+        int flush = parts ? PyObject_IsTrue(parts) : -1;
+        Py_XDECREF(parts);
+        if (flush == 1) {
+            PyObject *r = PyObject_CallMethodNoArgs(f->writer, s_flush);
+            flush = r ? 0 : -1;
+            Py_XDECREF(r);
+        }
+        rc = flush < 0 ? -1 : 0;
+    }
+    for (int i = 0; i < n; i++) {
+        Deferred *d = &f->deferred[i];
+        if (!rc) {
+            PyObject *key = PyUnicode_FromFormat("%U.%S.%U.%U.%S", d->module, d->call, s_forward,
+                                                 d->role, d->index);
+            PyObject *aid = key ? PyLong_FromLongLong(d->aid) : NULL;
+            char *buf = NULL;
+            Py_ssize_t len = 0;
+            if (aid && f->want_stats)
+                len = header_prefix(f, key, d->module, d->call, d->role, d->index, d->dtype,
+                                    d->shape, &buf);
+            int e = aid && len >= 0 && f->want_stats ? f->emit(f->pipe, d->aid, buf, len, 0) : 0;
+            PyMem_Free(buf);
+            if (e != 0) {
+                PyObject *r = PyObject_CallFunction(f->failed, "iO", e, s_emit_what);
+                Py_XDECREF(r);
+            }
+            PyObject *pair =
+                aid && len >= 0 && !PyErr_Occurred() ? PyTuple_Pack(2, key, aid) : NULL;
+            rc = pair ? PyList_Append(pending, pair) : -1;
+            Py_XDECREF(pair);
+            Py_XDECREF(aid);
+            Py_XDECREF(key);
+        }
+        Py_CLEAR(d->module);
+        Py_CLEAR(d->call);
+        Py_CLEAR(d->role);
+        Py_CLEAR(d->index);
+        Py_CLEAR(d->dtype);
+        Py_CLEAR(d->shape);
+    }
+    Py_XDECREF(pending);
     return rc;
 }
 
-/* A second record of an analysed tensor version: its frame (unless hash
- * only) and its pending hash. 1, or -1 with an error set. */
-static int record_again(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
-                        PyObject *index, PyObject *t, PyObject *sig, PyObject *aid)
+/* A record whose frame and pending hash wait for flush_deferred (made room
+ * for first). 1, or -1 with an error set. */
+static int defer(Fast *f, Side *s, PyObject *call, PyObject *role, PyObject *index, PyObject *sig,
+                 int64_t aid)
 {
-    if (f->want_stats) {
-        char *buf = NULL;
-        Py_ssize_t len = header_prefix(f, key, s->module, call, role, index, t,
-                                       PyTuple_GET_ITEM(sig, 5), PyTuple_GET_ITEM(sig, 2), &buf);
-        if (len < 0)
-            return -1;
-        int rc = f->emit(f->pipe, PyLong_AsLongLong(aid), buf, len, 0);
-        PyMem_Free(buf);
-        if (rc != 0) {
-            PyObject *r = PyObject_CallFunction(f->failed, "iO", rc, s_emit_what);
-            Py_XDECREF(r);
-            if (!r)
-                return -1;
-        }
-    }
-    return pend(s, key, aid) < 0 ? -1 : 1;
+    if (f->ndeferred == DEFER_MAX && flush_deferred(f) < 0)
+        return -1;
+    Deferred *d = &f->deferred[f->ndeferred++];
+    d->module = Py_NewRef(s->module);
+    d->call = Py_NewRef(call);
+    d->role = Py_NewRef(role);
+    d->index = Py_NewRef(index);
+    d->dtype = Py_NewRef(PyTuple_GET_ITEM(sig, 5));
+    d->shape = Py_NewRef(PyTuple_GET_ITEM(sig, 2));
+    d->aid = aid;
+    return 1;
 }
 
 /* Whether the one call takes T as it is (Recorder._native_record without
@@ -250,10 +312,10 @@ static int plain_tensor(Fast *f, PyObject *t, PyObject *dtype, int *code, long l
     return ok;
 }
 
-/* The first record of a tensor version: analysed and framed in one call,
- * cached, pending. 1; 0: the Python path (nothing done); -1: an error. */
-static int record_new(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
-                      PyObject *index, PyObject *t, PyObject *sig, PyObject *tid)
+/* The first record of a tensor version: analysed now, cached, its frame
+ * deferred. 1; 0: the Python path (nothing done); -1: an error. */
+static int record_new(Fast *f, Side *s, PyObject *call, PyObject *role, PyObject *index,
+                      PyObject *t, PyObject *sig, PyObject *tid)
 {
     int code;
     long long n;
@@ -263,28 +325,7 @@ static int record_new(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject 
     void *data = n ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(sig, 1)) : NULL;
     if (PyErr_Occurred())
         return -1;
-    char *buf = NULL;
-    Py_ssize_t len = 0;
-    if (f->want_stats) {
-        len = header_prefix(f, key, s->module, call, role, index, t, PyTuple_GET_ITEM(sig, 5),
-                            PyTuple_GET_ITEM(sig, 2), &buf);
-        if (len < 0)
-            return -1;
-    }
-    PyObject *parts = PyObject_GetAttr(f->writer, s_parts);
-    int flush = parts ? PyObject_IsTrue(parts) : -1;
-    Py_XDECREF(parts);
-    if (flush == 1) {
-        PyObject *r = PyObject_CallMethodNoArgs(f->writer, s_flush);
-        flush = r ? 0 : -1;
-        Py_XDECREF(r);
-    }
-    if (flush < 0) {
-        PyMem_Free(buf);
-        return -1;
-    }
-    int64_t rc = f->record(f->pipe, data, n, code, f->want_stats, 0, buf, len, 0);
-    PyMem_Free(buf);
+    int64_t rc = f->analyze(f->pipe, data, n, code, f->want_stats, 0);
     if (rc < 0) {
         PyObject *r = PyObject_CallFunction(f->failed, "LO", (long long)rc, s_record_what);
         Py_XDECREF(r);
@@ -293,7 +334,7 @@ static int record_new(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject 
     PyObject *aid = PyLong_FromLongLong(rc);
     if (!aid)
         return -1;
-    ok = cache_put(s, t, tid, sig, aid) < 0 || pend(s, key, aid) < 0 ? -1 : 1;
+    ok = cache_put(s, t, tid, sig, aid) < 0 ? -1 : defer(f, s, call, role, index, sig, rc);
     Py_DECREF(aid);
     return ok;
 }
@@ -301,8 +342,8 @@ static int record_new(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject 
 /* Recorder.record(fqn, call, "forward", role, index, t) on the one-call path,
  * under rec.lock, held by the caller.
  * 1: recorded; 0: the Python path (nothing done); -1: an error set. */
-static int record_locked(Fast *f, Side *s, PyObject *key, PyObject *call, PyObject *role,
-                         PyObject *index, PyObject *t)
+static int record_locked(Fast *f, Side *s, PyObject *call, PyObject *role, PyObject *index,
+                         PyObject *t)
 {
     int fatal = 0;
     PyObject *sig = signature(t, &fatal);
@@ -326,12 +367,13 @@ static int record_locked(Fast *f, Side *s, PyObject *key, PyObject *call, PyObje
             goto out;
         if (same && referent(PyTuple_GET_ITEM(ent, 0)) == t) {
             PyObject *aid = PyTuple_GET_ITEM(ent, 2);
-            rc = PyLong_CheckExact(aid) ? record_again(f, s, key, call, role, index, t, sig, aid)
-                                        : 0;
+            rc = PyLong_CheckExact(aid)
+                     ? defer(f, s, call, role, index, sig, PyLong_AsLongLong(aid))
+                     : 0;
             goto out;
         }
     }
-    rc = record_new(f, s, key, call, role, index, t, sig, tid);
+    rc = record_new(f, s, call, role, index, t, sig, tid);
 out:
     Py_XDECREF(tid);
     Py_DECREF(sig);
@@ -346,15 +388,16 @@ static int record_one(Fast *f, Side *s, PyObject *call, PyObject *role, Py_ssize
     PyObject *index = PyLong_FromSsize_t(i);
     if (!index)
         return -1;
-    PyObject *key = PyUnicode_FromFormat("%U.%S.%U.%U.%S", s->module, call, s_forward, role, index);
-    int rc = key ? record_locked(f, s, key, call, role, index, t) : -1;
-    if (rc == 0) {
+    int rc = record_locked(f, s, call, role, index, t);
+    if (rc == 0 && flush_deferred(f) == 0) {
+        /* the Python path, after the deferred records (seq, order) */
         PyObject *r = PyObject_CallMethodObjArgs(f->rec, s_record, s->fqn, call, s_forward, role,
                                                  index, t, NULL);
         rc = r ? 1 : -1;
         Py_XDECREF(r);
+    } else if (rc == 0) {
+        rc = -1;
     }
-    Py_XDECREF(key);
     Py_DECREF(index);
     return rc < 0 ? -1 : 0;
 }
@@ -372,11 +415,10 @@ static int side_open(Fast *f, PyObject *fqn, Side *s)
     else
         s->module = PyUnicode_GET_LENGTH(prefix) ? PyUnicode_Concat(prefix, fqn) : Py_NewRef(fqn);
     Py_DECREF(prefix);
-    if (!s->module || !(s->cache = PyObject_GetAttr(f->rec, s_cache)) ||
-        !(s->pending = PyObject_GetAttr(f->rec, s_pending)))
+    if (!s->module || !(s->cache = PyObject_GetAttr(f->rec, s_cache)))
         return -1;
-    if (!PyDict_Check(s->cache) || !PyList_Check(s->pending)) {
-        PyErr_SetString(PyExc_TypeError, "Recorder._cache is not a dict or _pending not a list");
+    if (!PyDict_Check(s->cache)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder._cache is not a dict");
         return -1;
     }
     return 0;
@@ -387,7 +429,6 @@ static void side_close(Side *s)
     Py_XDECREF(s->fqn);
     Py_XDECREF(s->module);
     Py_XDECREF(s->cache);
-    Py_XDECREF(s->pending);
 }
 
 /* capture.flatten(obj) into OUT: tensors, exact tuples and lists here,
@@ -556,12 +597,30 @@ static void fast_dealloc(Fast *f)
     for (int i = 0; refs[i]; i++)
         Py_CLEAR(*refs[i]);
     Py_CLEAR(f->tensor_type);
+    for (int i = 0; i < f->ndeferred; i++) {
+        Deferred *d = &f->deferred[i];
+        Py_CLEAR(d->module);
+        Py_CLEAR(d->call);
+        Py_CLEAR(d->role);
+        Py_CLEAR(d->index);
+        Py_CLEAR(d->dtype);
+        Py_CLEAR(d->shape);
+    }
     Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+/* flush(): the deferred records' frames and pending hashes, now (the
+ * recorder's sync and record, the capture's end). */
+static PyObject *fast_flush(Fast *f, PyObject *unused)
+{
+    (void)unused;
+    return flush_deferred(f) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyMethodDef fast_methods[] = {
     {"pre", (PyCFunction)(void (*)(void))fast_pre, METH_FASTCALL, "Capture._pre"},
     {"post", (PyCFunction)(void (*)(void))fast_post, METH_FASTCALL, "Capture._post"},
+    {"flush", (PyCFunction)fast_flush, METH_NOARGS, "the deferred records, written"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -574,17 +633,18 @@ static PyTypeObject FastType = {
 };
 
 /* hooks(rec, capture, codes, tails, tail_of, failed, flatten, tensor_type,
- *       strided, pipe, record_fn, emit_fn) -> an object with pre and post. */
+ *       strided, pipe, analyze_now_fn, emit_fn) -> an object with pre, post
+ *       and flush. */
 static PyObject *hooks_new(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *rec, *cap, *codes, *tails, *tail_of, *failed, *flatten, *ttype, *strided;
-    unsigned long long pipe, rfn, efn;
+    unsigned long long pipe, afn, efn;
     if (!PyArg_ParseTuple(args, "OOO!O!OOOO!OKKK", &rec, &cap, &PyDict_Type, &codes, &PyDict_Type,
                           &tails, &tail_of, &failed, &flatten, &PyType_Type, &ttype, &strided,
-                          &pipe, &rfn, &efn))
+                          &pipe, &afn, &efn))
         return NULL;
-    if (!pipe || !rfn || !efn) {
+    if (!pipe || !afn || !efn) {
         PyErr_SetString(PyExc_ValueError, "hooks: a null pipe or function");
         return NULL;
     }
@@ -601,7 +661,7 @@ static PyObject *hooks_new(PyObject *self, PyObject *args)
     f->tensor_type = Py_NewRef(ttype);
     f->strided = Py_NewRef(strided);
     f->pipe = (void *)(uintptr_t)pipe;
-    f->record = (record_fn)(uintptr_t)rfn;
+    f->analyze = (analyze_fn)(uintptr_t)afn;
     f->emit = (emit_fn)(uintptr_t)efn;
     PyObject *emit = PyObject_GetAttrString(rec, "emit");
     f->want_stats = emit ? PyObject_IsTrue(emit) : -1;
