@@ -4,12 +4,14 @@
 # by apt itself, and apt-get update runs only when something is missing.
 set -eu
 # clang + libclang-rt-14-dev: the libFuzzer targets (scripts/fuzz).
+# python3-dev: the headers of Debian's Python, for the runner's optional
+# CPython extension capd_fastrec (docs/runner.md).
 # groff-base + man-db: tests/test_deploy.c renders the man pages (docs/man/).
 # libamdhip64-dev: the HIP runtime headers for the GPU probe capd-gpuinfo
 # (docs/gpu.md); it runs without an AMD GPU and then reports none.
 PKGS="build-essential cmake pkg-config clang-format clang libclang-rt-14-dev
 libmicrohttpd-dev libjansson-dev libsqlite3-dev libuv1-dev libcriterion-dev
-libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-torchaudio python3-numpy sqlite3 curl
+libcurl4-openssl-dev python3-yaml libzstd-dev libxxhash-dev python3-torch python3-torchvision python3-torchaudio python3-numpy python3-dev sqlite3 curl
 groff-base man-db
 libamdhip64-dev
 openssl
