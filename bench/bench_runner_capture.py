@@ -121,6 +121,7 @@ def main():
         "torch": torch.__version__, "workers": workers,
         "stats_engine": native.describe(),
         "native_pipe": pipelines["async"]._pipe is not None,
+        "fastrec": native.fastrec() is not None,
         "native_threads": default_native_threads(args.threads),
         "records_per_capture": variants[1][1].records,
         "median_ms": dict((k, round(v * 1e3, 3)) for k, v in med.items()),
@@ -136,7 +137,8 @@ def main():
                                            torch.__version__, result["records_per_capture"],
                                            args.iters))
         print("  stats/sample/hash_only: %s" % (
-            "native capture pipe, %d analysis threads" % result["native_threads"]
+            "native capture pipe, %d analysis threads, hooks in %s" % (
+                result["native_threads"], "C (capd_fastrec)" if result["fastrec"] else "Python")
             if result["native_pipe"] else "Python workers (%s)" % result["stats_engine"]))
         for k in med:
             extra = "" if k == "plain" else "   ratio %.2fx" % result["ratio_to_plain"][k]
