@@ -101,22 +101,15 @@ static PyObject *signature(PyObject *t, int *fatal)
     PyObject *sig = PyTuple_New(7);
     if (!sig)
         return NULL;
-    PyObject *parts[7] = {
-        PyObject_GetAttr(t, s_version),
-        NULL,
-    };
-    if (parts[0])
-        parts[1] = PyObject_CallMethodNoArgs(t, s_data_ptr);
-    if (parts[1])
-        parts[2] = PyObject_GetAttr(t, s_shape);
-    if (parts[2])
-        parts[3] = PyObject_CallMethodNoArgs(t, s_stride);
-    if (parts[3])
-        parts[4] = PyObject_CallMethodNoArgs(t, s_storage_offset);
-    if (parts[4])
-        parts[5] = PyObject_GetAttr(t, s_dtype);
-    if (parts[5])
-        parts[6] = PyObject_GetAttr(t, s_device);
+    /* _version, data_ptr(), shape, stride(), storage_offset(), dtype, device */
+    PyObject **const names[7] = {&s_version,        &s_data_ptr, &s_shape, &s_stride,
+                                 &s_storage_offset, &s_dtype,    &s_device};
+    static const int method[7] = {0, 1, 0, 1, 1, 0, 0};
+    PyObject *parts[7] = {NULL};
+    for (int i = 0; i < 7; i++)
+        if (!(parts[i] = method[i] ? PyObject_CallMethodNoArgs(t, *names[i])
+                                   : PyObject_GetAttr(t, *names[i])))
+            break;
     for (int i = 0; i < 7; i++) {
         if (!parts[i]) {
             for (int j = 0; j < 7; j++)
@@ -197,6 +190,17 @@ static int cache_put(Side *s, PyObject *t, PyObject *tid, PyObject *sig, PyObjec
     return rc;
 }
 
+/* A deferred record's references dropped. */
+static void deferred_clear(Deferred *d)
+{
+    Py_CLEAR(d->module);
+    Py_CLEAR(d->call);
+    Py_CLEAR(d->role);
+    Py_CLEAR(d->index);
+    Py_CLEAR(d->dtype);
+    Py_CLEAR(d->shape);
+}
+
 /* The frames and pending hashes of the deferred records, in their order,
  * then none deferred. 0, or -1 with an error set (the rest dropped). */
 static int flush_deferred(Fast *f)
@@ -247,12 +251,7 @@ static int flush_deferred(Fast *f)
             Py_XDECREF(aid);
             Py_XDECREF(key);
         }
-        Py_CLEAR(d->module);
-        Py_CLEAR(d->call);
-        Py_CLEAR(d->role);
-        Py_CLEAR(d->index);
-        Py_CLEAR(d->dtype);
-        Py_CLEAR(d->shape);
+        deferred_clear(&f->deferred[i]);
     }
     Py_XDECREF(pending);
     return rc;
@@ -499,28 +498,34 @@ static PyObject *record_side(Fast *f, PyObject *obj, PyObject *fqn, PyObject *ca
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-/* The module's fqn (Capture.names[id(module)]), new reference; NULL with
- * *skip set for a module that is not the model's (global hooks see every
- * module call of the process), NULL with an error set. */
-static PyObject *fqn_of(Fast *f, PyObject *mid, int *skip)
+/* The start of either hook: NARGS checked (USAGE in the error), *MID set to
+ * id(module) and *FQN to its fqn (Capture.names[id(module)]), new
+ * references. 1: go on; 0: not the model's module (global hooks see every
+ * module call of the process), nothing to do; -1: an error set. */
+static int hook_module(Fast *f, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                       const char *usage, PyObject **mid, PyObject **fqn)
 {
-    PyObject *fqn = PyDict_GetItemWithError(f->names, mid);
-    *skip = !fqn && !PyErr_Occurred();
-    return fqn ? Py_NewRef(fqn) : NULL;
+    *mid = *fqn = NULL;
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (!(*mid = PyLong_FromVoidPtr(args[0])))
+        return -1;
+    PyObject *name = PyDict_GetItemWithError(f->names, *mid);
+    if (!name)
+        return PyErr_Occurred() ? -1 : 0;
+    *fqn = Py_NewRef(name);
+    return 1;
 }
 
 /* Capture._pre (no taps, no per-op records): the call counted, its inputs. */
 static PyObject *fast_pre(Fast *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "pre(module, inputs)");
-        return NULL;
-    }
-    int skip = 0;
-    PyObject *mid = PyLong_FromVoidPtr(args[0]);
-    PyObject *fqn = mid ? fqn_of(f, mid, &skip) : NULL, *call = NULL, *next = NULL, *res = NULL;
-    if (!fqn) {
-        res = skip ? Py_NewRef(Py_None) : NULL;
+    PyObject *mid, *fqn, *call = NULL, *next = NULL, *res = NULL;
+    int go = hook_module(f, args, nargs, 2, "pre(module, inputs)", &mid, &fqn);
+    if (go <= 0) {
+        res = go ? NULL : Py_NewRef(Py_None);
         goto out;
     }
     call = PyDict_GetItemWithError(f->calls, mid);
@@ -554,15 +559,10 @@ out:
 /* Capture._post (no taps, no per-op records): its outputs. */
 static PyObject *fast_post(Fast *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "post(module, inputs, output)");
-        return NULL;
-    }
-    int skip = 0;
-    PyObject *mid = PyLong_FromVoidPtr(args[0]);
-    PyObject *fqn = mid ? fqn_of(f, mid, &skip) : NULL, *call = NULL, *res = NULL;
-    if (!fqn) {
-        res = skip ? Py_NewRef(Py_None) : NULL;
+    PyObject *mid, *fqn, *call = NULL, *res = NULL;
+    int go = hook_module(f, args, nargs, 3, "post(module, inputs, output)", &mid, &fqn);
+    if (go <= 0) {
+        res = go ? NULL : Py_NewRef(Py_None);
         goto out;
     }
     PyObject *stack = PyDict_GetItemWithError(f->active, mid);
@@ -597,15 +597,8 @@ static void fast_dealloc(Fast *f)
     for (int i = 0; refs[i]; i++)
         Py_CLEAR(*refs[i]);
     Py_CLEAR(f->tensor_type);
-    for (int i = 0; i < f->ndeferred; i++) {
-        Deferred *d = &f->deferred[i];
-        Py_CLEAR(d->module);
-        Py_CLEAR(d->call);
-        Py_CLEAR(d->role);
-        Py_CLEAR(d->index);
-        Py_CLEAR(d->dtype);
-        Py_CLEAR(d->shape);
-    }
+    for (int i = 0; i < f->ndeferred; i++)
+        deferred_clear(&f->deferred[i]);
     Py_TYPE(f)->tp_free((PyObject *)f);
 }
 
