@@ -244,6 +244,7 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     int64_t seq = 0;
     int rc = store_begin(s);
     *existed = false;
+    *out = NULL;
     if (rc)
         return rc;
     if (n->idem_key) {
@@ -264,10 +265,16 @@ int store_job_create(struct store *s, const struct store_job_new *n, json_t **ou
     store_new_id('j', id);
     if ((rc = job_insert(s, n, id, &seq)) == 0)
         rc = insert_cells(s, seq, json_object_get(n->request, "matrix"));
+    /* Read back inside the transaction: the answer is the job as created,
+     * not whatever the scheduler (woken by anything) made of it since. */
+    if (rc == 0)
+        rc = store_job_get(s, id, out);
 out:
-    if ((rc = store_end(s, rc)) != 0)
-        return rc;
-    return store_job_get(s, id, out);
+    if ((rc = store_end(s, rc)) != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* A job of the list: its row and its cell counts, without the cells. */
