@@ -337,16 +337,17 @@ static void sleep_on(struct capd_pipe *p, pthread_cond_t *cond, int *count)
     (*count)--;
 }
 
-/* The pipe's lock held: the sleeping threads that have work woken (a
- * capture's reset and sync find them idle, and a wake-up for nothing costs
- * the caller as much as one for work). */
-static void wake_all(struct capd_pipe *p)
+/* The pipe's lock held: the sleeping analysers that have work woken, and
+ * the writer too when WRITER and it has work (a capture's reset and sync
+ * find them idle, and a wake-up for nothing costs the caller as much as one
+ * for work). */
+static void wake(struct capd_pipe *p, int writer)
 {
     p->unwoken_bytes = 0;
     p->unwoken_jobs = p->unwritten = 0;
     if (p->asleep && p->aq.len)
         pthread_cond_broadcast(&p->awork);
-    if (p->wasleep && (p->eq.len || !p->flushed))
+    if (writer && p->wasleep && (p->eq.len || !p->flushed))
         pthread_cond_signal(&p->ework);
 }
 
@@ -629,7 +630,7 @@ int capd_pipe_wait_analyzed(void *pipe, int64_t count)
     struct capd_pipe *p = pipe;
     pthread_mutex_lock(&p->mu);
     p->waiters++;
-    wake_all(p); /* what it waits for may be queued below a batch */
+    wake(p, 1); /* what it waits for may be queued below a batch */
     while (p->analyzed < count && p->analyzed < p->next_aid)
         pthread_cond_wait(&p->done, &p->mu);
     p->waiters--;
@@ -645,10 +646,7 @@ int capd_pipe_drain(void *pipe)
     p->waiters++;
     /* The analysers must finish theirs; what is ready to write, this
      * thread writes (write_ready), the writer only if it is at it. */
-    p->unwoken_bytes = 0;
-    p->unwoken_jobs = p->unwritten = 0;
-    if (p->asleep && p->aq.len)
-        pthread_cond_broadcast(&p->awork);
+    wake(p, 0);
     for (;;) {
         if (!p->writing && write_ready(p))
             continue;
