@@ -20,6 +20,7 @@
 
 #define BLOCK_MAX         8192 /* bytes of the rendered block */
 #define BLOCK_ITEMS       12   /* difference lines in the block; the rest is counted */
+#define BLOCK_GROUP_FIRST 2    /* lines each group is sure of, before the rest fill up */
 #define BLOCK_PREMISE     3    /* broken-premise lines in the block */
 #define BLOCK_VALUE       100  /* bytes of a value shown in the block */
 #define PREMISE_SHOWN     4    /* distinct values listed per inconsistent field */
@@ -514,9 +515,41 @@ static void put_diff(struct out *b, const json_t *d, int64_t pairs, bool md)
 }
 
 /*
- * The "What else differs" block: broken premises first, then the first
- * differences in the section's order, then a count of the rest, which the
- * JSON holds. Nothing at all when the fingerprints agree.
+ * Which of the N differences DIFFS the block shows, in SHOWN: the first
+ * BLOCK_GROUP_FIRST of each group, so that a build whose configuration
+ * differs in dozens of lines still shows its libraries, then the next ones
+ * in the section's order, BLOCK_ITEMS in all. Returns how many.
+ */
+static size_t block_pick(const json_t *diffs, size_t n, bool shown[CMP_MAX_ENV_DIFFS])
+{
+    size_t picked = 0, in_group = 0, i;
+    const char *group = "";
+    const json_t *d;
+    memset(shown, 0, CMP_MAX_ENV_DIFFS * sizeof(bool));
+    json_array_foreach(diffs, i, d)
+    {
+        const char *g = json_string_value(json_object_get(d, "group"));
+        g = g ? g : "";
+        in_group = strcmp(g, group) == 0 ? in_group + 1 : 0;
+        group = g;
+        if (i < CMP_MAX_ENV_DIFFS && in_group < BLOCK_GROUP_FIRST && picked < BLOCK_ITEMS) {
+            shown[i] = true;
+            picked++;
+        }
+    }
+    for (i = 0; i < n && i < CMP_MAX_ENV_DIFFS && picked < BLOCK_ITEMS; i++) {
+        if (!shown[i]) {
+            shown[i] = true;
+            picked++;
+        }
+    }
+    return picked;
+}
+
+/*
+ * The "What else differs" block: broken premises first, then the
+ * differences block_pick chose, in the section's order, then a count of the
+ * rest, which the JSON holds. Nothing at all when the fingerprints agree.
  */
 char *cmp__env_block(const json_t *env, bool md)
 {
@@ -543,16 +576,17 @@ char *cmp__env_block(const json_t *env, bool md)
             (long long)total,
             (long long)json_integer_value(json_object_get(env, "fields_compared")));
     put_premise(b, inc, md);
+    bool shown[CMP_MAX_ENV_DIFFS];
+    size_t picked = block_pick(diffs, n, shown);
     const json_t *d;
     json_array_foreach(diffs, i, d)
     {
-        if (i == BLOCK_ITEMS)
-            break;
-        put_diff(b, d, pairs, md);
+        if (i < CMP_MAX_ENV_DIFFS && shown[i])
+            put_diff(b, d, pairs, md);
     }
-    if ((int64_t)n > BLOCK_ITEMS || omitted > 0)
+    if ((int64_t)picked < total)
         put(b, md ? "- ... and %lld more\n" : "  ... and %lld more (environment in the JSON)\n",
-            (long long)(total - (n < BLOCK_ITEMS ? (int64_t)n : BLOCK_ITEMS)));
+            (long long)(total - (int64_t)picked));
     char *s = strdup(b->p);
     free(b);
     return s;

@@ -44,6 +44,9 @@ static const struct rule {
     {"torch.debug", G_BUILD},
     {"torch.cuda", G_BUILD},
     {"torch.hip", G_BUILD},
+    /* The libraries a GEMM or a factorization calls lead their group. */
+    {"build_settings.BLAS_INFO", G_LIBS},
+    {"build_settings.LAPACK_INFO", G_LIBS},
     {"build.*", G_BUILD},
     {"build_settings.*", G_BUILD},
     {"torch.cudnn", G_LIBS},

@@ -2467,6 +2467,16 @@ Test(environment, two_torch_builds)
     cr_assert_null(env_diff(r, "torch.config_sha256"));
     cr_assert_null(env_diff(r, "cpu.flags"));
     cr_assert_null(env_diff(r, "env.PYTHONPATH"));
+    /* the libraries' group opens with the BLAS, then LAPACK */
+    size_t k;
+    json_array_foreach(jw_path(r, "environment.differences"), k, d)
+    {
+        if (strcmp(dstr(d, "group"), "libraries") == 0)
+            break;
+    }
+    cr_assert_str_eq(dstr(d, "field"), "build_settings.BLAS_INFO");
+    cr_assert_str_eq(dstr(json_array_get(jw_path(r, "environment.differences"), k + 1), "field"),
+                     "build_settings.LAPACK_INFO");
 
     char *md = cmp_result_to_markdown(r);
     const char *blk = strstr(md, "\n### What else differs\n");
@@ -2479,8 +2489,41 @@ Test(environment, two_torch_builds)
     cr_assert_leq(items, 13, "a short block: %s", md);
     cr_assert(strstr(blk, "- ... and "), "the rest is counted: %s", md);
     free(md);
+    duo_free(&s, r);
+}
+
+/* A head whose build differs in more fields than the block holds still
+ * shows its libraries and interpreter there: each group's first lines come
+ * before the build's many settings fill it up. */
+Test(environment, block_gives_every_group_its_first_lines)
+{
+    json_t *a = fixture_fp("fingerprint-debian-torch-1.13.json");
+    json_t *b = fixture_fp("fingerprint-pip-torch-2.1-cpu.json");
+    json_t *torch = json_object_get(b, "torch");
+    for (int i = 0; i < 20; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "extra_%02d", i);
+        json_object_set_new(torch, k, json_string("x"));
+    }
+    struct duo s = duo_fp(a, b);
+    json_decref(a);
+    json_decref(b);
+    json_t *r = duo_compare(&s, NULL);
+    cr_assert_str_eq(dstr(env_diff(r, "torch.extra_19"), "group"), "build");
     char *txt = cmp_result_to_text(r);
-    cr_assert(strstr(txt, "  build torch.version: 1.13.0a0 -> 2.1.0+cpu\n"), "%s", txt);
+    const char *tb = strstr(txt, "What else differs");
+    cr_assert_not_null(tb, "%s", txt);
+    cr_assert(strstr(tb, "  libraries build_settings.BLAS_INFO: generic -> mkl\n"), "%s", txt);
+    cr_assert(strstr(tb, "  python python.executable: "), "%s", txt);
+    cr_assert(strstr(tb, "  build torch.version: 1.13.0a0 -> 2.1.0+cpu\n") <
+                  strstr(tb, "  libraries build_settings.BLAS_INFO"),
+              "in the section's order: %s", txt);
+    int lines = 0;
+    for (const char *p = strchr(tb, '\n'); p && p[1] == ' '; p = strchr(p + 1, '\n'))
+        lines++;
+    int64_t total = json_array_size(jw_path(r, "environment.differences"));
+    cr_assert_eq(lines, total > 12 ? 13 : total, "12 differences and the count of the rest: %s",
+                 txt);
     free(txt);
     duo_free(&s, r);
 }

@@ -1,0 +1,202 @@
+/*
+ * tests/test_official.c - the official PyTorch wheel (MKL, oneDNN,
+ * Inductor; torchvision, timm, transformers from PyPI) beside Debian's
+ * build, run by the real capd. The interpreter is the official-build lane
+ * that scripts/test makes with scripts/official-torch.sh and hands over as
+ * CAPD_OFFICIAL_PYTHON. Without it each test says skipped and why
+ * (CAPD_OFFICIAL_SKIP), except under CI=true, where a missing lane fails.
+ *
+ * hub_models_aa: model-library code (a torchvision CNN, a timm ResNet, a
+ *   transformers BERT encoder) at every width this host runs, forward and
+ *   backward, twice: every cell ok, the two runs identical or
+ *   nondeterministic only, no outcome change.
+ * debian_vs_official_zoo: Debian's torch as control, the official wheel as
+ *   head, the whole zoo in both passes with the float64 reference: every
+ *   cell compared, and the environment section names both torch versions
+ *   and both BLAS libraries, as each interpreter reports them itself.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/models_aa.h"
+#include "tests/helpers/common/testutil.h"
+
+static struct tu_capd capd;
+
+/* The lane's interpreter; skips (or fails, under CI=true) without one. */
+static const char *official_python(void)
+{
+    const char *p = getenv("CAPD_OFFICIAL_PYTHON");
+    if (p && *p)
+        return p;
+    const char *why = getenv("CAPD_OFFICIAL_SKIP");
+    if (!why || !*why)
+        why = "CAPD_OFFICIAL_PYTHON is not set (scripts/test sets it from "
+              "scripts/official-torch.sh)";
+    const char *ci = getenv("CI");
+    cr_assert(!ci || strcmp(ci, "true") != 0, "CI=true needs the official-build lane: %s", why);
+    cr_skip_test("no official-build lane: %s", why);
+    return NULL;
+}
+
+static void start(void)
+{
+    /* The defaults, but two cells at a time, as in test_models. */
+    const char *extra[] = {"--max-parallel", "2", NULL};
+    cr_assert_eq(tu_capd_start(&capd, NULL, extra), 0, "capd starts");
+}
+
+static void stop(void)
+{
+    tu_capd_stop(&capd);
+}
+
+Test(official, hub_models_aa, .init = start, .fini = stop, .timeout = 1500)
+{
+    const char *py = official_python();
+    ma_register(&capd, "official", py);
+    ma_models_aa(&capd, "official",
+                 "\"capd_examples.vision:squeezenet1_1\",\"capd_examples.hub:timm_resnet10t\","
+                 "\"capd_examples.hub:bert_encoder\"",
+                 3);
+}
+
+/* What PYTHON's torch says of itself: "VERSION BLAS_INFO", parsed into
+ * VERSION and BLAS (each at most 63 bytes). */
+static void torch_identity(const char *python, char version[64], char blas[64])
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' -c 'import torch, re; "
+             "m = re.search(r\"BLAS_INFO=([^,]*)\", torch.__config__.show()); "
+             "print(torch.__version__, m.group(1) if m else \"-\")'",
+             python);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "%s", cmd);
+    int n = fscanf(f, "%63s %63s", version, blas);
+    int rc = pclose(f);
+    cr_assert(n == 2 && rc == 0, "%s said its torch version and BLAS (rc %d)", python, rc);
+}
+
+/* The environment difference of FIELD in compare result R, or NULL. */
+static json_t *difference(json_t *r, const char *field)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(jw_path(r, "environment.differences"), i, d)
+    {
+        if (strcmp(jw_str(d, "field"), field) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+static void want_difference(json_t *r, const char *field, const char *control, const char *head,
+                            const char *text)
+{
+    json_t *d = difference(r, field);
+    char *env = af_dump(json_object_get(r, "environment"));
+    cr_assert_not_null(d, "environment names %s: %s", field, env);
+    cr_assert_str_eq(jw_str(d, "control"), control, "%s: %s", field, env);
+    cr_assert_str_eq(jw_str(d, "head"), head, "%s: %s", field, env);
+    cr_assert(strstr(text, control) && strstr(text, head), "the text report names %s %s and %s",
+              field, control, head);
+    free(env);
+}
+
+static const char *const zoo[] = {"mlp",         "cnn",  "resnet18",     "mobilenet_v3_small",
+                                  "transformer", "lstm", "embedding_bag"};
+#define N_ZOO (sizeof zoo / sizeof zoo[0])
+
+static char *zoo_job(const char *build, const char *commit, const char *control, const char *width)
+{
+    char models[256] = "", widths[32];
+    for (size_t i = 0; i < N_ZOO; i++)
+        snprintf(models + strlen(models), sizeof models - strlen(models), "%s\"%s\"",
+                 i ? "," : "", zoo[i]);
+    snprintf(widths, sizeof widths, "\"%s\"", width);
+    struct af_job job = {.project = "official",
+                         .commit = commit,
+                         .control = control,
+                         .build = build,
+                         .models = models,
+                         .widths = widths,
+                         .passes = "\"forward\",\"backward\"",
+                         .options = "{\"iterations\":1,\"warmup\":0,\"capture\":\"sample\","
+                                    "\"reference\":\"float64\"}"};
+    return af_submit_job(&capd, &job);
+}
+
+Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1500)
+{
+    const char *py = official_python();
+    ma_register(&capd, "debian", tu_python());
+    ma_register(&capd, "official", py);
+    const char *width = tu_widest_width(&capd);
+    char *ctl = zoo_job("debian", "bbbb001", NULL, width);
+    char *head = zoo_job("official", "bbbb002", "bbbb001", width);
+    for (int k = 0; k < 2; k++) {
+        const char *id = k ? head : ctl;
+        json_t *j = tu_wait_job(&capd, id, 1200);
+        cr_assert_not_null(j, "job %s finished", id);
+        size_t i;
+        json_t *cell;
+        json_array_foreach(json_object_get(j, "cells"), i, cell)
+        {
+            cr_assert_str_eq(jw_str(cell, "state"), "ok", "%s %s %s: %s", k ? "official" : "debian",
+                             jw_str(cell, "model"), jw_str(cell, "pass"),
+                             json_string_value(json_object_get(cell, "reason")));
+        }
+        json_decref(j);
+    }
+
+    char path[256];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", ctl, head);
+    long st = 0;
+    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200, "%s", path);
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&format=text", ctl, head);
+    struct tu_resp resp;
+    cr_assert_eq(tu_http(&capd, "GET", path, NULL, 0, NULL, &resp), 0);
+    cr_assert_eq(resp.status, 200);
+    cr_log_info("Debian's torch against the official wheel:\n%s", resp.body);
+
+    /* Every cell compared: all of the matrix, none missing, each pair of ok
+     * cells with tensors matched, by value or by the reference. */
+    char *counts = af_dump(json_object_get(r, "counts"));
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.cells")), (json_int_t)(N_ZOO * 2), "%s",
+                 counts);
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.missing_cells")), 0, "%s", counts);
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.extra_cells")), 0, "%s", counts);
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.incomparable")), 0, "%s", counts);
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.not_run")), 0, "%s", counts);
+    cr_assert_eq(json_integer_value(jw_path(r, "counts.outcome_regressions")), 0, "%s", counts);
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(r, "cells"), i, c)
+    {
+        char *d = af_dump(c);
+        cr_assert_gt(json_integer_value(json_object_get(c, "tensors_compared")), 0, "%s", d);
+        cr_assert(strstr(resp.body, jw_str(c, "model")), "the text report names %s",
+                  jw_str(c, "model"));
+        free(d);
+    }
+    free(counts);
+
+    /* The environment names both builds as they name themselves. */
+    char dv[64], db[64], ov[64], ob[64];
+    torch_identity(tu_python(), dv, db);
+    torch_identity(py, ov, ob);
+    cr_log_info("control: torch %s, BLAS %s; head: torch %s, BLAS %s", dv, db, ov, ob);
+    want_difference(r, "torch.version", dv, ov, resp.body);
+    if (strcmp(db, ob) != 0)
+        want_difference(r, "build_settings.BLAS_INFO", db, ob, resp.body);
+    tu_resp_free(&resp);
+    json_decref(r);
+    free(ctl);
+    free(head);
+}
