@@ -116,19 +116,12 @@ static char *zoo_job(const char *build, const char *commit, const char *control,
 {
     char models[256] = "", widths[32];
     for (size_t i = 0; i < N_ZOO; i++)
-        snprintf(models + strlen(models), sizeof models - strlen(models), "%s\"%s\"",
-                 i ? "," : "", zoo[i]);
+        snprintf(models + strlen(models), sizeof models - strlen(models), "%s\"%s\"", i ? "," : "",
+                 zoo[i]);
     snprintf(widths, sizeof widths, "\"%s\"", width);
-    struct af_job job = {.project = "official",
-                         .commit = commit,
-                         .control = control,
-                         .build = build,
-                         .models = models,
-                         .widths = widths,
-                         .passes = "\"forward\",\"backward\"",
-                         .options = "{\"iterations\":1,\"warmup\":0,\"capture\":\"sample\","
-                                    "\"reference\":\"float64\"}"};
-    return af_submit_job(&capd, &job);
+    return ma_submit(&capd, build, models, widths, commit, control,
+                     "{\"iterations\":1,\"warmup\":0,\"capture\":\"sample\","
+                     "\"reference\":\"float64\"}");
 }
 
 Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1500)

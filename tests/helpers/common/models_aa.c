@@ -39,8 +39,8 @@ size_t ma_runnable_widths(const struct tu_capd *c, char *buf, size_t size)
     return n;
 }
 
-static char *submit(const struct tu_capd *c, const char *build, const char *models,
-                    const char *commit, const char *control, const char *widths)
+char *ma_submit(const struct tu_capd *c, const char *build, const char *models, const char *widths,
+                const char *commit, const char *control, const char *options)
 {
     struct af_job job = {.project = "models",
                          .commit = commit,
@@ -49,7 +49,7 @@ static char *submit(const struct tu_capd *c, const char *build, const char *mode
                          .models = models,
                          .widths = widths,
                          .passes = "\"forward\",\"backward\"",
-                         .options = "{\"iterations\":1,\"warmup\":0}"};
+                         .options = options};
     return af_submit_job(c, &job);
 }
 
@@ -76,13 +76,13 @@ static void check_job(const struct tu_capd *c, const char *id, size_t ncells)
     json_decref(job);
 }
 
-void ma_models_aa(const struct tu_capd *c, const char *build, const char *models,
-                  size_t n_models)
+void ma_models_aa(const struct tu_capd *c, const char *build, const char *models, size_t n_models)
 {
     char widths[64];
     size_t nw = ma_runnable_widths(c, widths, sizeof widths);
-    char *j1 = submit(c, build, models, "aaaa001", NULL, widths);
-    char *j2 = submit(c, build, models, "aaaa002", "aaaa001", widths);
+    static const char opts[] = "{\"iterations\":1,\"warmup\":0}";
+    char *j1 = ma_submit(c, build, models, widths, "aaaa001", NULL, opts);
+    char *j2 = ma_submit(c, build, models, widths, "aaaa002", "aaaa001", opts);
     check_job(c, j1, n_models * nw * 2);
     check_job(c, j2, n_models * nw * 2);
 

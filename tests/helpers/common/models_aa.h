@@ -21,6 +21,11 @@ void ma_register(const struct tu_capd *c, const char *name, const char *python);
  * contents of a JSON list ("\"default\",\"avx2\"") in BUF of SIZE bytes;
  * returns how many (at least one: the test fails otherwise). */
 size_t ma_runnable_widths(const struct tu_capd *c, char *buf, size_t size);
+/* Posts a job of MODELS × WIDTHS (contents of JSON lists) × forward and
+ * backward on build BUILD of capd C, for COMMIT against CONTROL (or NULL),
+ * with OPTIONS (a JSON object); returns its id (owned). */
+char *ma_submit(const struct tu_capd *c, const char *build, const char *models, const char *widths,
+                const char *commit, const char *control, const char *options);
 /* On build BUILD of capd C: MODELS (the contents of a JSON list, N_MODELS
  * of them) at every width this host runs, forward and backward, once as
  * commit aaaa001 and again as aaaa002 against it. Checks that every cell
@@ -28,7 +33,6 @@ size_t ma_runnable_widths(const struct tu_capd *c, char *buf, size_t size);
  * the comparison of the two (perf gate off: timings are not the question)
  * passes with every cell identical or nondeterministic and no outcome
  * regression. */
-void ma_models_aa(const struct tu_capd *c, const char *build, const char *models,
-                  size_t n_models);
+void ma_models_aa(const struct tu_capd *c, const char *build, const char *models, size_t n_models);
 
 #endif
