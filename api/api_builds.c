@@ -88,10 +88,10 @@ static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD
     {
         if (!env_name_ok(k) || !json_is_string(v) || json_string_length(v) > 8192 ||
             memchr(json_string_value(v), 0, json_string_length(v)) ||
-            strcmp(k, "CAPD_CELL_SPEC") == 0) {
+            strcmp(k, "CAPD_CELL_SPEC") == 0 || strcmp(k, "CAPD_WIDTH") == 0) {
             *ret = api_error(r, 400, "invalid_field", "env",
                              "env entry '%s' must be NAME=[A-Za-z0-9_]+ with a string value "
-                             "(CAPD_CELL_SPEC is reserved)",
+                             "(CAPD_CELL_SPEC and CAPD_WIDTH are reserved)",
                              k);
             return false;
         }

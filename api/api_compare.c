@@ -68,16 +68,14 @@ enum MHD_Result api_commit_get(struct api_req *r)
     return api_json(r, 200, out);
 }
 
-/* Resolves a job id or a commit (its newest finished job) to a job; replies
- * and returns false when it cannot. */
-static bool resolve_job(struct api_req *r, struct store *s, const char *ref, const char *field,
-                        json_t **job, enum MHD_Result *ret)
+bool api_job_ref_refused(struct api_req *r, struct store *s, const char *ref, const char *field,
+                         json_t **job, enum MHD_Result *ret)
 {
     int rc = -ENOENT;
     if (!ref || !*ref) {
         *ret = api_error(r, 400, "missing_query", field, "%s is required (a job id or a commit)",
                          field);
-        return false;
+        return true;
     }
     if (ref[0] == 'j')
         rc = store_job_get(s, ref, job);
@@ -89,29 +87,29 @@ static bool resolve_job(struct api_req *r, struct store *s, const char *ref, con
                              "commit %s has no finished job yet (its newest is %s); retry when "
                              "it is done",
                              ref, id);
-            return false;
+            return true;
         }
         if (rc == 0)
             rc = store_job_get(s, id, job);
     }
     if (rc == -ENOENT) {
         *ret = api_error(r, 404, "not_found", field, "no job or commit '%s'", ref);
-        return false;
+        return true;
     }
     if (rc) {
         *ret = api_store_error(r, rc, field);
-        return false;
+        return true;
     }
-    return true;
+    return false;
 }
 
-static bool finished(json_t *job)
+bool api_job_finished(json_t *job)
 {
     const char *st = json_string_value(json_object_get(job, "state"));
     return st && (strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0);
 }
 
-static json_t *side_summary(json_t *job)
+json_t *api_job_summary(json_t *job)
 {
     return json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "job", json_object_get(job, "id"), "commit",
                      json_object_get(job, "commit"), "branch", json_object_get(job, "branch"),
@@ -153,48 +151,71 @@ static void attribute_kernels(json_t *result, json_t *head)
     json_decref(table);
 }
 
-static enum MHD_Result reply_result(struct api_req *r, json_t *result)
+bool api_format_refused(struct api_req *r, enum api_format *fmt, enum MHD_Result *ret)
 {
-    const char *fmt = api_query(r, "format");
+    const char *q = api_query(r, "format");
     const char *accept = api_header(r, "Accept");
-    bool md =
-        (fmt && strcmp(fmt, "md") == 0) || (!fmt && accept && strstr(accept, "text/markdown"));
-    bool text = fmt && strcmp(fmt, "text") == 0;
-    if (fmt && !md && !text && strcmp(fmt, "json") != 0) {
-        json_decref(result);
-        return api_error(r, 400, "invalid_query", "format", "format must be json, md or text");
+    *fmt = API_FORMAT_JSON;
+    if (!q) {
+        if (accept && strstr(accept, "text/markdown"))
+            *fmt = API_FORMAT_MD;
+    } else if (strcmp(q, "md") == 0) {
+        *fmt = API_FORMAT_MD;
+    } else if (strcmp(q, "text") == 0) {
+        *fmt = API_FORMAT_TEXT;
+    } else if (strcmp(q, "json") != 0) {
+        *ret = api_error(r, 400, "invalid_query", "format", "format must be json, md or text");
+        return true;
     }
-    if (md || text) {
-        char *out = md ? cmp_result_to_markdown(result) : cmp_result_to_text(result);
-        json_t *warn = json_object_get(result, "warnings");
-        if (out && json_array_size(warn) > 0) {
-            /* Provenance warnings lead the report: they explain everything
-             * below them. */
-            char *pre = NULL;
-            size_t n = 0;
-            FILE *f = open_memstream(&pre, &n);
-            size_t i;
-            json_t *w;
-            fprintf(f, md ? "> **Warning: build provenance**\n" : "WARNING: build provenance\n");
-            json_array_foreach(warn, i, w)
-            {
-                fprintf(f, md ? "> - %s (%s job %s)\n" : "  - %s (%s job %s)\n",
-                        json_string_value(json_object_get(w, "message")),
-                        json_string_value(json_object_get(w, "side")),
-                        json_string_value(json_object_get(w, "job")));
-            }
-            fprintf(f, "\n%s", out);
-            fclose(f);
-            free(out);
-            out = pre;
-        }
-        json_decref(result);
-        if (!out)
-            return api_error(r, 500, "internal", NULL, "could not render the comparison");
-        return api_text(r, 200, md ? "text/markdown; charset=utf-8" : "text/plain; charset=utf-8",
-                        out, strlen(out));
+    return false;
+}
+
+enum MHD_Result api_report_reply(struct api_req *r, enum api_format fmt, char *report)
+{
+    if (!report)
+        return api_error(r, 500, "internal", NULL, "could not render the report");
+    return api_text(
+        r, 200, fmt == API_FORMAT_MD ? "text/markdown; charset=utf-8" : "text/plain; charset=utf-8",
+        report, strlen(report));
+}
+
+/* Provenance warnings lead a rendered comparison: they explain everything
+ * below them. Takes OUT; NULL when memory runs out. */
+static char *with_warnings(char *out, json_t *warn, bool md)
+{
+    char *pre = NULL;
+    size_t n = 0, i;
+    json_t *w;
+    FILE *f = out ? open_memstream(&pre, &n) : NULL;
+    if (!f) {
+        free(out);
+        return NULL;
     }
-    return api_json(r, 200, result);
+    fprintf(f, md ? "> **Warning: build provenance**\n" : "WARNING: build provenance\n");
+    json_array_foreach(warn, i, w)
+    {
+        fprintf(f, md ? "> - %s (%s job %s)\n" : "  - %s (%s job %s)\n",
+                json_string_value(json_object_get(w, "message")),
+                json_string_value(json_object_get(w, "side")),
+                json_string_value(json_object_get(w, "job")));
+    }
+    fprintf(f, "\n%s", out);
+    fclose(f);
+    free(out);
+    return pre;
+}
+
+static enum MHD_Result reply_result(struct api_req *r, json_t *result, enum api_format fmt)
+{
+    if (fmt == API_FORMAT_JSON)
+        return api_json(r, 200, result);
+    bool md = fmt == API_FORMAT_MD;
+    char *out = md ? cmp_result_to_markdown(result) : cmp_result_to_text(result);
+    json_t *warn = json_object_get(result, "warnings");
+    if (out && json_array_size(warn) > 0)
+        out = with_warnings(out, warn, md);
+    json_decref(result);
+    return api_report_reply(r, fmt, out);
 }
 
 /* The query's reference (the arbiter, docs/compare.md "Reference
@@ -211,6 +232,23 @@ static bool apply_reference_query(struct api_req *r, struct cmp_options *o, enum
     return true;
 }
 
+bool api_job_options_refused(struct api_req *r, json_t *job, struct cmp_options *o,
+                             enum MHD_Result *ret)
+{
+    struct cmp_err e = {{0}, {0}};
+    /* The job option is validated at submission; an older job has none. */
+    if (cmp_reference_from_name(
+            json_string_value(json_object_get(json_object_get(job, "options"), "reference")),
+            &o->reference) < 0)
+        o->reference = CMP_REF_NONE;
+    json_t *jo = json_object_get(json_object_get(job, "options"), "compare");
+    if (jo && cmp_options_apply_json(o, jo, &e) != 0) {
+        *ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
+        return true;
+    }
+    return false;
+}
+
 /* The head job's reference and "compare" options, then the request's
  * overrides and reference, onto O; replies and returns false when one is
  * invalid. */
@@ -218,16 +256,8 @@ static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o
                           enum MHD_Result *ret)
 {
     struct cmp_err e = {{0}, {0}};
-    /* The job option is validated at submission; an older job has none. */
-    if (cmp_reference_from_name(
-            json_string_value(json_object_get(json_object_get(head, "options"), "reference")),
-            &o->reference) < 0)
-        o->reference = CMP_REF_NONE;
-    json_t *jo = json_object_get(json_object_get(head, "options"), "compare");
-    if (jo && cmp_options_apply_json(o, jo, &e) != 0) {
-        *ret = api_error(r, 400, "invalid_field", "options.compare", "%s: %s", e.field, e.message);
+    if (api_job_options_refused(r, head, o, ret))
         return false;
-    }
     const char *q = api_query(r, "overrides");
     if (!q)
         return apply_reference_query(r, o, ret);
@@ -245,15 +275,52 @@ static bool apply_options(struct api_req *r, json_t *head, struct cmp_options *o
     return ok;
 }
 
+int api_cmp_load(struct store *s, json_t *ctl, json_t *head, const struct store_cell_filter *f,
+                 struct api_cmp_input *in)
+{
+    int rc = cmp_side_new(&in->ctl);
+    if (!rc && ctl != head)
+        rc = cmp_side_new(&in->head);
+    if (!rc)
+        rc = store_load_side(s, json_string_value(json_object_get(ctl, "id")), f, in->ctl, &in->pl);
+    if (!rc && in->head)
+        rc = store_load_side(s, json_string_value(json_object_get(head, "id")), f, in->head,
+                             &in->pl);
+    return rc;
+}
+
+int api_cmp_run(const struct api_cmp_input *in, json_t *head, const struct cmp_options *o,
+                json_t **result)
+{
+    int rc = cmp_compare(in->ctl, in->head ? in->head : in->ctl, o, result);
+    if (!rc)
+        attribute_kernels(*result, head);
+    return rc;
+}
+
+void api_cmp_input_free(struct api_cmp_input *in)
+{
+    cmp_side_free(in->ctl);
+    cmp_side_free(in->head);
+    store_payloads_free(in->pl);
+    *in = (struct api_cmp_input){0};
+}
+
+enum MHD_Result api_cmp_failed(struct api_req *r, int rc)
+{
+    return api_error(r, rc == -EINVAL ? 400 : 500, rc == -EINVAL ? "invalid_query" : "internal",
+                     NULL, "comparison failed (%d)", rc);
+}
+
 /* Loads both jobs, applies options (defaults, then the head job's
  * "compare" option, then the request's overrides) and runs the engine. */
 static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *ctl, json_t *head,
                                    const char *ctl_width, const char *head_width, json_t *extra)
 {
-    struct cmp_side *cs = NULL, *hs = NULL;
-    struct store_payloads *pl = NULL;
+    struct api_cmp_input in = {0};
     json_t *result = NULL;
     enum MHD_Result ret;
+    enum api_format fmt;
     struct cmp_options o;
     struct store_cell_filter f = {api_query(r, "model"), api_query(r, "width"),
                                   api_query(r, "pass")};
@@ -272,8 +339,8 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
     /* A filter that matches nothing is a typo, never a pass. */
     if (api_filters_refused(r, s, ctl, head, af, naf, &ret))
         return ret;
-    if (!apply_options(r, head, &o, &ret))
-        goto out;
+    if (api_format_refused(r, &fmt, &ret) || !apply_options(r, head, &o, &ret))
+        return ret;
     const char *it = api_query(r, "tensors");
     if (it && strcmp(it, "1") == 0)
         o.include_tensors = true;
@@ -282,48 +349,38 @@ static enum MHD_Result run_compare(struct api_req *r, struct store *s, json_t *c
         snprintf(o.head_width, sizeof o.head_width, "%s", head_width);
         f.width = NULL;
     }
-    int rc = cmp_side_new(&cs);
-    if (!rc && ctl != head)
-        rc = cmp_side_new(&hs);
+    int rc = api_cmp_load(s, ctl, head, &f, &in);
     if (!rc)
-        rc = store_load_side(s, json_string_value(json_object_get(ctl, "id")), &f, cs, &pl);
-    if (!rc && hs)
-        rc = store_load_side(s, json_string_value(json_object_get(head, "id")), &f, hs, &pl);
-    if (!rc)
-        rc = cmp_compare(cs, hs ? hs : cs, &o, &result);
+        rc = api_cmp_run(&in, head, &o, &result);
     if (rc) {
-        ret = api_error(r, rc == -EINVAL ? 400 : 500, rc == -EINVAL ? "invalid_query" : "internal",
-                        NULL, "comparison failed (%d)", rc);
+        ret = api_cmp_failed(r, rc);
         goto out;
     }
     if (json_integer_value(json_object_get(json_object_get(result, "counts"), "cells")) == 0) {
         ret = api_no_cells(r, result, af, naf);
         goto out;
     }
-    json_object_set_new(result, "control", side_summary(ctl));
-    json_object_set_new(result, "head", side_summary(head));
+    json_object_set_new(result, "control", api_job_summary(ctl));
+    json_object_set_new(result, "head", api_job_summary(head));
     add_warnings(result, ctl, ctl == head ? "job" : "control");
     if (ctl != head)
         add_warnings(result, head, "head");
-    attribute_kernels(result, head);
     if (extra)
         json_object_update(result, extra);
-    ret = reply_result(r, result);
+    ret = reply_result(r, result, fmt);
     result = NULL;
 out:
     json_decref(result);
-    cmp_side_free(cs);
-    cmp_side_free(hs);
-    store_payloads_free(pl);
+    api_cmp_input_free(&in);
     return ret;
 }
 
 static enum MHD_Result pending(struct api_req *r, json_t *ctl, json_t *head)
 {
-    json_t *b =
-        json_pack("{s:{s:s,s:s,s:n},s:s,s:o,s:o}", "error", "code", "pending", "message",
-                  "a job of this comparison has not finished; retry when it has", "field",
-                  "verdict", "pending", "control", side_summary(ctl), "head", side_summary(head));
+    json_t *b = json_pack("{s:{s:s,s:s,s:n},s:s,s:o,s:o}", "error", "code", "pending", "message",
+                          "a job of this comparison has not finished; retry when it has", "field",
+                          "verdict", "pending", "control", api_job_summary(ctl), "head",
+                          api_job_summary(head));
     return api_json(r, 409, b);
 }
 
@@ -342,19 +399,20 @@ enum MHD_Result api_compare(struct api_req *r)
                              : !cw ? "control_width"
                                    : "head_width",
                              "cross-width comparison needs job, control_width and head_width");
-        if (!resolve_job(r, s, job, "job", &ctl, &ret))
+        if (api_job_ref_refused(r, s, job, "job", &ctl, &ret))
             return ret;
-        ret = finished(ctl) ? run_compare(r, s, ctl, ctl, cw, hw, NULL) : pending(r, ctl, ctl);
+        ret = api_job_finished(ctl) ? run_compare(r, s, ctl, ctl, cw, hw, NULL)
+                                    : pending(r, ctl, ctl);
         json_decref(ctl);
         return ret;
     }
-    if (!resolve_job(r, s, api_query(r, "control"), "control", &ctl, &ret))
+    if (api_job_ref_refused(r, s, api_query(r, "control"), "control", &ctl, &ret))
         return ret;
-    if (!resolve_job(r, s, api_query(r, "head"), "head", &head, &ret)) {
+    if (api_job_ref_refused(r, s, api_query(r, "head"), "head", &head, &ret)) {
         json_decref(ctl);
         return ret;
     }
-    if (!finished(ctl) || !finished(head))
+    if (!api_job_finished(ctl) || !api_job_finished(head))
         ret = pending(r, ctl, head);
     else
         ret = run_compare(r, s, ctl, head, NULL, NULL, NULL);
@@ -391,9 +449,9 @@ enum MHD_Result api_commit_diff(struct api_req *r)
                         api_param(r, "sha"));
         goto out;
     }
-    if (!resolve_job(r, s, control, "control_commit", &ctl, &ret))
+    if (api_job_ref_refused(r, s, control, "control_commit", &ctl, &ret))
         goto out;
-    if (!finished(ctl) || !finished(head)) {
+    if (!api_job_finished(ctl) || !api_job_finished(head)) {
         ret = pending(r, ctl, head);
         goto out;
     }

@@ -170,7 +170,8 @@ int api_history_order(json_t *body, json_t *norm, struct api_verr *err);
 
 /* Endpoints, one declaration a file, in this order: api/api_meta.c,
  * api/api_builds.c, api/api_jobs.c (jobs and their cells),
- * api/api_compare.c (comparisons, branches and commits), api/auth.c
+ * api/api_widths_check.c (the width self-check), api/api_compare.c
+ * (comparisons, branches and commits), api/auth.c
  * (tokens), api/api_devices.c, api/api_events.c, api/api_metrics.c,
  * api/api_history.c (history and alerts), api/api_bisect.c,
  * api/api_attempts.c (a remote attempt's worker) and api/api_static.c. */
@@ -178,6 +179,7 @@ api_endpoint api_healthz, api_models, api_widths, api_host;
 api_endpoint api_builds_list, api_builds_create, api_builds_get, api_builds_put;
 api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_cell_get,
     api_cell_records, api_cell_log;
+api_endpoint api_jobs_widths;
 api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
 api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
 api_endpoint api_devices_list, api_devices_refresh;
@@ -240,5 +242,53 @@ bool api_filters_refused(struct api_req *r, struct store *s, json_t *ctl, json_t
 /* The 400 for a comparison that paired no cell at all. */
 enum MHD_Result api_no_cells(struct api_req *r, json_t *result, const struct api_filter *f,
                              size_t n);
+
+/* What the comparison endpoints (api/api_compare.c) share with the width
+ * self-check (api/api_widths_check.c). */
+struct cmp_options;
+/* A job id, or a commit (its newest finished job), into *JOB (owned); a
+ * missing REF is 400 missing_query, an unknown one 404, a commit whose jobs
+ * have not finished 409 pending, each naming FIELD. */
+bool api_job_ref_refused(struct api_req *r, struct store *s, const char *ref, const char *field,
+                         json_t **job, enum MHD_Result *ret);
+/* Whether the job has ended (done or cancelled): only then is it compared. */
+bool api_job_finished(json_t *job);
+/* {job, commit, branch, build, state, finished_at} of a job object. */
+json_t *api_job_summary(json_t *job);
+/* The job's own comparison options onto O: its option "reference" and its
+ * "compare" thresholds (400 invalid_field naming options.compare). */
+bool api_job_options_refused(struct api_req *r, json_t *job, struct cmp_options *o,
+                             enum MHD_Result *ret);
+/* A report's format: ?format=json|md|text, else Markdown when Accept names
+ * text/markdown, else JSON; another format is 400 invalid_query. */
+enum api_format { API_FORMAT_JSON, API_FORMAT_MD, API_FORMAT_TEXT };
+bool api_format_refused(struct api_req *r, enum api_format *fmt, enum MHD_Result *ret);
+/* 200 with REPORT (malloc'd, taken) as Markdown or text; NULL (it could not
+ * be rendered) is a 500. */
+enum MHD_Result api_report_reply(struct api_req *r, enum api_format fmt, char *report);
+/* The cells of a comparison, loaded once and compared as often as asked:
+ * CTL's cells, and HEAD's when the head is another job (NULL: two widths
+ * of CTL's one job), with the payloads the engine borrows. */
+struct api_cmp_input {
+    struct cmp_side *ctl, *head;
+    struct store_payloads *pl;
+};
+/* Loads the cells of job objects CTL and HEAD (the same object: one job)
+ * that F lets through into IN (zeroed); api_cmp_input_free frees it, also
+ * after a failure. 0 or a negative errno. */
+int api_cmp_load(struct store *s, json_t *ctl, json_t *head, const struct store_cell_filter *f,
+                 struct api_cmp_input *in);
+/* cmp_compare of IN under O, with the CPU kernel of each first divergent
+ * op named from the table and HEAD's (the head job's) provenance. */
+int api_cmp_run(const struct api_cmp_input *in, json_t *head, const struct cmp_options *o,
+                json_t **result);
+void api_cmp_input_free(struct api_cmp_input *in);
+/* The reply to a comparison that failed with RC: 400 for options the
+ * engine refused (-EINVAL), else 500. */
+enum MHD_Result api_cmp_failed(struct api_req *r, int rc);
+
+/* GET /v1/jobs/{id}/widths (api/api_widths_check.c): its result rendered
+ * as Markdown or text (api/api_widths_render.c); NULL when memory runs out. */
+char *api_widths_check_render(const json_t *check, bool md);
 
 #endif

@@ -372,6 +372,7 @@ static const struct route routes[] = {
     {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true},
     {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true},
     {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true},
+    {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true},
     {"GET", "/v1/compare", api_compare, true},
     {"GET", "/v1/branches/:name", api_branch_get, true},
     {"PUT", "/v1/branches/:name", api_branch_put, true},

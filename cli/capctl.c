@@ -21,7 +21,7 @@ static const struct {
     {&ctl_cmd_wait, "wait for a job to finish; exit 3 when a cell is not ok"},
     {&ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
     {&ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
-    {&ctl_cmd_widths, "list the widths and which of them capd's host runs"},
+    {&ctl_cmd_widths, "list the widths capd's host runs; check a job's widths against default"},
     {&ctl_cmd_history, "show one cell's series along a branch, with change points"},
     {&ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
     {&ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "                (default: $CAPD_CACERT, else the system's CAs)\n"
             "  --help        this text; 'capctl COMMAND --help' for a command\n"
             "  --version     print capctl's version\n\n"
-            "exit codes: 0 ok, 1 regression (diff), 2 error, 3 a cell was not ok (wait)\n",
+            "exit codes: 0 ok, 1 regression (diff) or a diverged width (widths check), 2 error,\n"
+            "3 a cell was not ok (wait)\n",
             CTL_DEFAULT_SERVER, CTL_DEFAULT_DATA_DIR);
 }
 

@@ -315,6 +315,16 @@ void ctl_report(const struct ctl_client *c, const struct ctl_resp *r);
  * CMD->fields gives it. */
 void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
                        const struct ctl_cmd *cmd);
+
+/* How often a command polls a reply that is still 409 pending. */
+#define CTL_POLL_S 1.0
+/* GETs URL until the reply is no longer 409 pending, retrying for up to
+ * WAIT_TIMEOUT seconds (< 0: not at all) with a progress line naming the
+ * unfinished jobs: 0 with a 200 in R, or CTL_EXIT_ERROR after saying why
+ * (with a hint for a pending one), the field named by CMD's flag
+ * (cli/command.c). */
+int ctl_fetch_settled(struct ctl_client *c, const struct ctl_cmd *cmd, const char *url,
+                      double wait_timeout, struct ctl_resp *r);
 /* The "field" of an error reply, or NULL. Owned by the caller (free). */
 char *ctl_resp_error_field(const struct ctl_resp *r);
 /* The "code" of an error reply into BUF ("" when none). */
@@ -367,6 +377,9 @@ const char *ctl_jstr(json_t *o, const char *k);
 const char *ctl_jtext(json_t *v, char *buf, size_t cap);
 void ctl_duration(json_t *ms, char *buf, size_t cap);
 void ctl_print_json(FILE *f, json_t *j);
+/* Writes a rendered report (N bytes at S) to stdout, keeping newlines and
+ * tabs but no other control characters, ending in a newline. */
+void ctl_print_report(const char *s, size_t n);
 
 struct ctl_table;
 struct ctl_table *ctl_table_new(int ncol, const char *const *headers);

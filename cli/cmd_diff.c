@@ -14,8 +14,6 @@
 
 #include "cli/capctl.h"
 
-#define CTL_DIFF_POLL_S 1.0
-
 /* The form of the comparison and the flags that shape its outcome,
  * checked once before the network is touched. */
 struct diff {
@@ -32,40 +30,6 @@ static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ct
     const char *f = ctl_arg(a, "fail-on");
     if (f && strcmp(f, "numerics") == 0)
         ctl_url_query(c, u, "overrides", "{\"perf_gate\":false}");
-}
-
-/* "control job j.. (running), head job j.. (queued)" from a pending body. */
-static void pending_text(const struct ctl_resp *r, char *buf, size_t cap)
-{
-    json_t *j = ctl_resp_json(r);
-    json_t *ctl = json_object_get(j, "control"), *head = json_object_get(j, "head");
-    char b1[64], b2[64], b3[64], b4[64];
-    if (json_is_object(ctl) && json_is_object(head)) {
-        snprintf(buf, cap, "waiting: control job %s (%s), head job %s (%s)",
-                 ctl_jtext(json_object_get(ctl, "job"), b1, sizeof b1),
-                 ctl_jtext(json_object_get(ctl, "state"), b2, sizeof b2),
-                 ctl_jtext(json_object_get(head, "job"), b3, sizeof b3),
-                 ctl_jtext(json_object_get(head, "state"), b4, sizeof b4));
-    } else {
-        char m[512];
-        const char *msg =
-            json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-        snprintf(buf, cap, "waiting: %s",
-                 ctl_clean(msg ? msg : "a job has not finished", m, sizeof m));
-    }
-    json_decref(j);
-}
-
-/* Writes a rendered report, keeping newlines and tabs but no other control
- * characters. */
-static void print_report(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        putchar((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f ? '?' : ch);
-    }
-    if (n && s[n - 1] != '\n')
-        putchar('\n');
 }
 
 /* Exactly one form, each complete; --width is not a filter of the
@@ -157,46 +121,6 @@ static void result_url(struct ctl_client *c, const struct ctl_args *a, const str
     ctl_url_query(c, u, "format", "json");
 }
 
-/* GETs the result until it is no longer 409 pending, for up to
- * --wait-timeout seconds: 0 with a 200 in R, or CTL_EXIT_ERROR after
- * saying why (with a hint for a pending one). */
-static int fetch_result(struct ctl_client *c, const struct ctl_cmd *cmd, const struct diff *d,
-                        const char *url, struct ctl_resp *r)
-{
-    struct ctl_progress p;
-    char line[512], code[64];
-    double t0 = ctl_now_s();
-    ctl_progress_init(&p);
-    for (;;) {
-        if (ctl_request(c, "GET", url, NULL, NULL, r) != 0) {
-            ctl_progress_end(&p);
-            ctl_report(c, r);
-            return CTL_EXIT_ERROR;
-        }
-        if (r->status == 200)
-            break;
-        ctl_resp_error_code(r, code, sizeof code);
-        bool pending = r->status == 409 && strcmp(code, "pending") == 0;
-        if (!pending || d->wait_timeout < 0 || ctl_now_s() - t0 >= d->wait_timeout) {
-            ctl_progress_end(&p);
-            ctl_report_fields(c, r, cmd);
-            if (pending && d->wait_timeout < 0)
-                fprintf(stderr, "capctl: add --wait-timeout SECONDS to wait for the jobs\n");
-            else if (pending)
-                fprintf(stderr, "capctl: still pending after %g s (--wait-timeout)\n",
-                        d->wait_timeout);
-            return CTL_EXIT_ERROR;
-        }
-        pending_text(r, line, sizeof line);
-        ctl_progress_show(&p, line);
-        ctl_resp_free(r);
-        double left = d->wait_timeout - (ctl_now_s() - t0);
-        ctl_sleep_s(left < CTL_DIFF_POLL_S ? (left > 0 ? left : 0) : CTL_DIFF_POLL_S);
-    }
-    ctl_progress_end(&p);
-    return 0;
-}
-
 /* A result a gate can trust: a verdict, and at least one cell compared (a
  * server that predates the no_cells refusal still answers 200 for zero
  * cells; a gate never passes on nothing). */
@@ -233,7 +157,7 @@ static int print_rendering(struct ctl_client *c, const struct ctl_args *a, const
     if (u.overflow || ctl_request(c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
         ctl_report(c, &r);
     } else {
-        print_report(r.body, r.len);
+        ctl_print_report(r.body, r.len);
         rc = 0;
     }
     ctl_resp_free(&r);
@@ -266,7 +190,7 @@ static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     result_url(c, a, d, &u);
     if (u.overflow)
         return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
-    if (fetch_result(c, a->cmd, d, u.buf, &r) != 0)
+    if (ctl_fetch_settled(c, a->cmd, u.buf, d->wait_timeout, &r) != 0)
         goto out;
     result = ctl_resp_json(&r);
     ctl_resp_free(&r);

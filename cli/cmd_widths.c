@@ -1,6 +1,8 @@
 /*
  * cli/cmd_widths.c - capctl widths: the width table and what this capd's
- * host can run (GET /v1/widths, GET /v1/host).
+ * host can run (GET /v1/widths, GET /v1/host), and the width self-check of
+ * one job (GET /v1/jobs/{id}/widths): each width against the job's own
+ * default cells, with an exit code for a gate.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -78,19 +80,193 @@ static int print_widths(struct ctl_client *c, const struct ctl_args *a, json_t *
     return rc;
 }
 
-static const struct ctl_opt widths_opts[] = {
+static const struct ctl_opt list_opts[] = {
     CTL_OPT_JSON_HELP("print the server's JSON (GET /v1/widths)"),
     {"runnable", CTL_FLAG, NULL, "print only the names of the widths this host runs, one a line"},
     CTL_OPT_END,
 };
 
-const struct ctl_cmd ctl_cmd_widths = {
-    .name = "widths",
+static const struct ctl_cmd cmd_list = {
+    .name = "widths list",
     .usage = "[--json | --runnable]",
     .summary = "List the CPU dispatch widths: arch, the host CPU features each needs, and whether\n"
                "capd's host can run it (a width it cannot run ends its cells 'unsupported').",
     .details = "The host line names the CPU capd read at start and the features hidden by its\n"
                "cpu_features_hide setting (docs/widths.md).",
-    .opts = widths_opts,
+    .opts = list_opts,
     .list = {"/v1/widths", "widths", print_widths},
+};
+
+/* ---- widths check ---- */
+
+struct check {
+    const char *format, *fail_on;
+    double wait_timeout; /* < 0: no --wait-timeout */
+};
+
+static int check_check(const struct ctl_args *a, void *ctx)
+{
+    struct check *k = ctx;
+    k->wait_timeout = -1;
+    k->format = ctl_arg(a, "format") ? ctl_arg(a, "format") : "text";
+    if (strcmp(k->format, "md") && strcmp(k->format, "json") && strcmp(k->format, "text"))
+        return ctl_usage_error(a->cmd, "--format must be md, json or text, got '%s'", k->format);
+    k->fail_on = ctl_arg(a, "fail-on") ? ctl_arg(a, "fail-on") : "diverged";
+    if (strcmp(k->fail_on, "diverged") && strcmp(k->fail_on, "incomplete") &&
+        strcmp(k->fail_on, "never"))
+        return ctl_usage_error(a->cmd, "--fail-on must be diverged, incomplete or never, got '%s'",
+                               k->fail_on);
+    const char *wt = ctl_arg(a, "wait-timeout");
+    return wt ? ctl_seconds_arg(a->cmd, "wait-timeout", wt, &k->wait_timeout) : 0;
+}
+
+/* GET /v1/jobs/JOB/widths, filtered, in FORMAT. */
+static void check_url(struct ctl_client *c, const struct ctl_args *a, const char *job,
+                      const char *format, struct ctl_url *u)
+{
+    static const char *const keys[] = {"model", "pass", NULL};
+    ctl_url_init(u, "/v1/jobs");
+    ctl_url_seg(c, u, job);
+    ctl_url_lit(u, "/widths");
+    ctl_url_query_args(c, u, a, keys);
+    ctl_url_query(c, u, "format", format);
+}
+
+/* A verdict a gate can trust: one of the three, and some cell compared
+ * (a gate never passes on nothing). */
+static const char *check_verdict(json_t *result)
+{
+    const char *v = json_string_value(json_object_get(result, "verdict"));
+    json_int_t compared = 0;
+    size_t i;
+    json_t *w;
+    if (!v || (strcmp(v, "pass") && strcmp(v, "diverged") && strcmp(v, "incomplete"))) {
+        fprintf(stderr, "capctl: the self-check has no verdict (pass, diverged or incomplete)\n");
+        return NULL;
+    }
+    json_array_foreach(json_object_get(result, "widths"), i, w)
+    {
+        compared += json_integer_value(json_object_get(json_object_get(w, "counts"), "compared"));
+    }
+    if (compared == 0) {
+        fprintf(stderr, "capctl: the self-check compared no cell: no width's cells could be "
+                        "judged against default (capctl status JOB says why)\n");
+        return NULL;
+    }
+    return v;
+}
+
+/* The md or text rendering, pinned to the job the JSON named (JOB may be
+ * a commit that gains a newer job meanwhile). */
+static int print_check_report(struct ctl_client *c, const struct ctl_args *a, const char *format,
+                              json_t *result)
+{
+    struct ctl_resp r = {0};
+    struct ctl_url u;
+    const char *job = json_string_value(json_object_get(result, "job"));
+    int rc = CTL_EXIT_ERROR;
+    if (!job) {
+        fprintf(stderr, "capctl: the self-check does not name its job\n");
+        return rc;
+    }
+    check_url(c, a, job, format, &u);
+    if (u.overflow || ctl_request(c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(c, &r);
+    } else {
+        ctl_print_report(r.body, r.len);
+        rc = 0;
+    }
+    ctl_resp_free(&r);
+    return rc;
+}
+
+static int check_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    const struct check *k = ctx;
+    struct ctl_resp r = {0};
+    struct ctl_url u;
+    json_t *result = NULL;
+    const char *verdict;
+    int rc = CTL_EXIT_ERROR;
+    check_url(c, a, a->pos[0], "json", &u);
+    if (u.overflow)
+        return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
+    if (ctl_fetch_settled(c, a->cmd, u.buf, k->wait_timeout, &r) != 0)
+        goto out;
+    result = ctl_resp_json(&r);
+    if (!(verdict = check_verdict(result)))
+        goto out;
+    if (strcmp(k->format, "json") == 0)
+        ctl_print_json(stdout, result);
+    else if (print_check_report(c, a, k->format, result) != 0)
+        goto out;
+    fflush(stdout);
+    rc = CTL_EXIT_OK;
+    if (strcmp(k->fail_on, "never") != 0 &&
+        (strcmp(verdict, "diverged") == 0 ||
+         (strcmp(verdict, "incomplete") == 0 && strcmp(k->fail_on, "incomplete") == 0)))
+        rc = CTL_EXIT_REGRESSION;
+out:
+    json_decref(result);
+    ctl_resp_free(&r);
+    return rc;
+}
+
+static const struct ctl_opt check_opts[] = {
+    {"model", CTL_VALUE, "M", "only cells of this model (an fnmatch pattern)"},
+    {"pass", CTL_VALUE, "P", "only cells of this pass"},
+    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
+    {"fail-on", CTL_VALUE, "diverged|incomplete|never",
+     "exit 1 when a width diverged (default); incomplete: also when a width's cells could not "
+     "all be judged; never"},
+    {"wait-timeout", CTL_VALUE, "S", "while the job is unfinished (409 pending), retry for S s"},
+    CTL_OPT_END,
+};
+
+static const struct ctl_field_flag check_fields[] = {
+    {"id", "JOB"},
+    {NULL, NULL},
+};
+
+static const struct ctl_cmd cmd_check = {
+    .name = "widths check",
+    .usage = "JOB [--model M] [--pass P] [--format md|json|text]\n"
+             "                   [--fail-on diverged|incomplete|never] [--wait-timeout S]",
+    .summary = "Check each width of one job against its own default (scalar) cells, judged by\n"
+               "the float64 reference when the job captured it, and exit with the verdict.",
+    .details = "JOB is a job id or a commit (its newest finished job); it must have cells at\n"
+               "width default. Submit it with --reference float64 (and --capture sample) so each\n"
+               "width is judged by its error against float64, not by tolerance against default.\n\n"
+               "exit codes: 0 every width passed (or incomplete, unless --fail-on incomplete),\n"
+               "1 a width diverged (or, with --fail-on incomplete, could not be judged in full),\n"
+               "2 error (bad flags, network, a server error, still pending, a job without a\n"
+               "default cell, a --model or --pass that matches no cell, or no cell compared).\n\n"
+               "example:\n"
+               "  capctl widths check $JOB --format md > widths.md",
+    .opts = check_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .fields = check_fields,
+    .check = check_check,
+    .run = check_run,
+    .ctx_size = sizeof(struct check),
+};
+
+/* The group's help names both subcommands; each has its own --help. */
+const struct ctl_cmd ctl_cmd_widths = {
+    .name = "widths",
+    .usage =
+        "usage: capctl widths [list] [--json | --runnable]\n"
+        "       capctl widths check JOB [--model M] [--pass P] [--format md|json|text]\n"
+        "                           [--fail-on diverged|incomplete|never] [--wait-timeout S]\n\n"
+        "list: the CPU dispatch widths, the host CPU features each needs, and whether capd's\n"
+        "host runs it (a width it cannot run ends its cells 'unsupported').\n"
+        "check: each width of one job against its own default (scalar) cells; exit 1 when a\n"
+        "width diverged.\n\n"
+        "'capctl widths SUBCOMMAND --help' shows the flags of each.\n\n"
+        "global options:\n"
+        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
+        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
+        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+    .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_check, NULL},
 };

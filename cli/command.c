@@ -1,8 +1,9 @@
 /*
  * cli/command.c - how every capctl command runs: the one prologue (flags,
  * checks, client) and epilogue around a command's own work, a group's
- * choice of subcommand, and the clock and progress line of the commands
- * that poll (wait, diff --wait-timeout).
+ * choice of subcommand, and the clock, progress line and pending-reply
+ * polling of the commands that wait (wait, diff and widths check
+ * --wait-timeout).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -124,4 +125,70 @@ void ctl_progress_end(struct ctl_progress *p)
     if (p->tty && p->last[0])
         fputc('\n', stderr);
     p->last[0] = 0;
+}
+
+/* What a 409 pending reply waits for: "control job j.. (running), head job
+ * j.. (queued)" for a comparison, "job j.. (running)" for one job, else the
+ * server's message. */
+static void pending_text(const struct ctl_resp *r, char *buf, size_t cap)
+{
+    json_t *j = ctl_resp_json(r);
+    json_t *ctl = json_object_get(j, "control"), *head = json_object_get(j, "head");
+    json_t *job = json_object_get(j, "job");
+    char b1[64], b2[64], b3[64], b4[64];
+    if (json_is_object(ctl) && json_is_object(head)) {
+        snprintf(buf, cap, "waiting: control job %s (%s), head job %s (%s)",
+                 ctl_jtext(json_object_get(ctl, "job"), b1, sizeof b1),
+                 ctl_jtext(json_object_get(ctl, "state"), b2, sizeof b2),
+                 ctl_jtext(json_object_get(head, "job"), b3, sizeof b3),
+                 ctl_jtext(json_object_get(head, "state"), b4, sizeof b4));
+    } else if (json_is_object(job)) {
+        snprintf(buf, cap, "waiting: job %s (%s)",
+                 ctl_jtext(json_object_get(job, "job"), b1, sizeof b1),
+                 ctl_jtext(json_object_get(job, "state"), b2, sizeof b2));
+    } else {
+        char m[512];
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+        snprintf(buf, cap, "waiting: %s",
+                 ctl_clean(msg ? msg : "a job has not finished", m, sizeof m));
+    }
+    json_decref(j);
+}
+
+int ctl_fetch_settled(struct ctl_client *c, const struct ctl_cmd *cmd, const char *url,
+                      double wait_timeout, struct ctl_resp *r)
+{
+    struct ctl_progress p;
+    char line[512], code[64];
+    double t0 = ctl_now_s();
+    ctl_progress_init(&p);
+    for (;;) {
+        if (ctl_request(c, "GET", url, NULL, NULL, r) != 0) {
+            ctl_progress_end(&p);
+            ctl_report(c, r);
+            return CTL_EXIT_ERROR;
+        }
+        if (r->status == 200)
+            break;
+        ctl_resp_error_code(r, code, sizeof code);
+        bool pending = r->status == 409 && strcmp(code, "pending") == 0;
+        if (!pending || wait_timeout < 0 || ctl_now_s() - t0 >= wait_timeout) {
+            ctl_progress_end(&p);
+            ctl_report_fields(c, r, cmd);
+            if (pending && wait_timeout < 0)
+                fprintf(stderr, "capctl: add --wait-timeout SECONDS to wait for the jobs\n");
+            else if (pending)
+                fprintf(stderr, "capctl: still pending after %g s (--wait-timeout)\n",
+                        wait_timeout);
+            return CTL_EXIT_ERROR;
+        }
+        pending_text(r, line, sizeof line);
+        ctl_progress_show(&p, line);
+        ctl_resp_free(r);
+        double left = wait_timeout - (ctl_now_s() - t0);
+        ctl_sleep_s(left < CTL_POLL_S ? (left > 0 ? left : 0) : CTL_POLL_S);
+    }
+    ctl_progress_end(&p);
+    return 0;
 }

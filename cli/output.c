@@ -172,3 +172,13 @@ int ctl_table_emit(struct ctl_table *t, FILE *f)
     ctl_table_free(t);
     return rc;
 }
+
+void ctl_print_report(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        putchar((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f ? '?' : ch);
+    }
+    if (n && s[n - 1] != '\n')
+        putchar('\n');
+}

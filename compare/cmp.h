@@ -539,6 +539,15 @@ int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *pro
 char *cmp_result_to_markdown(const json_t *result);
 char *cmp_result_to_text(const json_t *result);
 
+/*
+ * The reference arbiter's word on a record of a result (a first divergence,
+ * docs/compare.md "Reference arbiter"), as the reports say it, into OUT of
+ * N bytes: "reference_float64: err 1.2e-04 > 2 x 3.1e-07 + 1e-06", or
+ * "tolerance rule: reference no_values" when it could not judge. -ENOENT
+ * (OUT untouched) when the arbiter was not asked.
+ */
+int cmp_reference_judgement(const json_t *site, char *out, size_t n);
+
 /* Names used in the result, for callers that print enums themselves. */
 const char *cmp_dtype_name(enum cmp_dtype dt);
 enum cmp_dtype cmp_dtype_from_name(const char *name);

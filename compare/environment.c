@@ -47,6 +47,11 @@ static const struct rule {
     /* The libraries a GEMM or a factorization calls lead their group. */
     {"build_settings.BLAS_INFO", G_LIBS},
     {"build_settings.LAPACK_INFO", G_LIBS},
+    /* What each library ran, as the runner read it back (docs/runner.md). */
+    {"libraries.blas.*", G_LIBS},
+    {"libraries.lapack.*", G_LIBS},
+    {"libraries.onednn.*", G_LIBS},
+    {"libraries.*", G_LIBS},
     {"build.*", G_BUILD},
     {"build_settings.*", G_BUILD},
     {"torch.cudnn", G_LIBS},
@@ -70,37 +75,6 @@ static const struct rule {
 };
 
 #define ORDER_STEP 10000 /* ranks of one rule: room for every line of a text */
-
-/*
- * The environment variables the runner records (fingerprint.py ENV_NAMES
- * and ENV_PREFIXES): the same list, so a runner that records more still
- * cannot put a variable into a comparison.
- */
-static const char *const env_names[] = {
-    "ATEN_CPU_CAPABILITY",
-    "ONEDNN_MAX_CPU_ISA",
-    "DNNL_MAX_CPU_ISA",
-    "ONEDNN_DEFAULT_FPMATH_MODE",
-    "DNNL_DEFAULT_FPMATH_MODE",
-    "OMP_NUM_THREADS",
-    "OMP_PROC_BIND",
-    "OMP_PLACES",
-    "KMP_AFFINITY",
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "CUBLAS_WORKSPACE_CONFIG",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
-    "NVIDIA_TF32_OVERRIDE",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONNOUSERSITE",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-};
-static const char *const env_prefixes[] = {"MKL_", "OPENBLAS_"};
 
 /* Words that make a variable's value a credential, wherever they appear in its name. */
 static const char *const secret_words[] = {"TOKEN",      "KEY",  "SECRET",  "PASSWORD", "PASSWD",
@@ -150,17 +124,6 @@ static bool any_word(const char *s, const char *const *words, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (has_word(s, words[i]))
-            return true;
-    return false;
-}
-
-static bool env_allowed(const char *name)
-{
-    for (size_t i = 0; i < NELEM(env_names); i++)
-        if (strcmp(name, env_names[i]) == 0)
-            return true;
-    for (size_t i = 0; i < NELEM(env_prefixes); i++)
-        if (strncmp(name, env_prefixes[i], strlen(env_prefixes[i])) == 0)
             return true;
     return false;
 }
@@ -487,7 +450,7 @@ static int walk(struct cmp__fp *fp, const char *prefix, const json_t *obj, int d
             json_object_foreach(v, ek, ev)
             {
                 char en[CMP_MAX_ENV_NAME];
-                if (rc == 0 && json_is_string(ev) && env_allowed(ek) &&
+                if (rc == 0 && json_is_string(ev) &&
                     snprintf(en, sizeof en, "env.%s", ek) < (int)sizeof en)
                     rc = add_json(fp, en, ev);
             }

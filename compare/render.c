@@ -173,25 +173,31 @@ static void derived_desc(struct buf *b, const json_t *d)
             v1, v2, jstr(d, "derived_from"));
 }
 
-/* The reference arbiter's word on a record (docs/compare.md, "Reference
- * arbiter"): ", reference_float64: err 1.2e-04 > 2 x 3.1e-07 + 1e-06", or
- * ", tolerance rule: reference no_values" when it could not judge. */
-static void reference_desc(struct buf *b, const json_t *d)
+int cmp_reference_judgement(const json_t *site, char *out, size_t n)
 {
-    const json_t *x = json_object_get(d, "reference");
+    const json_t *x = json_object_get(site, "reference");
     char eh[32], ec[32], k[32], tol[32];
     if (!json_is_object(x))
-        return;
+        return -ENOENT;
     if (!json_is_true(json_object_get(x, "judged"))) {
-        bprintf(b, ", tolerance rule: reference %s", jstr(x, "reason"));
-        return;
+        snprintf(out, n, "tolerance rule: reference %s", jstr(x, "reason"));
+        return 0;
     }
     num(eh, sizeof eh, jreal(x, "err_head"));
     num(ec, sizeof ec, jreal(x, "err_control"));
     num(k, sizeof k, jreal(x, "k"));
     num(tol, sizeof tol, jreal(x, "tol"));
-    bprintf(b, ", %s: err %s %s %s x %s + %s", jstr(x, "rule"), eh,
-            json_is_true(json_object_get(x, "passed")) ? "<=" : ">", k, ec, tol);
+    snprintf(out, n, "%s: err %s %s %s x %s + %s", jstr(x, "rule"), eh,
+             json_is_true(json_object_get(x, "passed")) ? "<=" : ">", k, ec, tol);
+    return 0;
+}
+
+/* The reference arbiter's word on a record, after a comma. */
+static void reference_desc(struct buf *b, const json_t *d)
+{
+    char t[256];
+    if (cmp_reference_judgement(d, t, sizeof t) == 0)
+        bprintf(b, ", %s", t);
 }
 
 /* Which rule decided a cell, when the arbiter was asked: " (rule

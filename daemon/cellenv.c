@@ -95,6 +95,11 @@ json_t *cellenv_object(const struct capd_config *cfg, json_t *build, json_t *spe
     json_object_set_new(env, "PYTHONDONTWRITEBYTECODE", json_string("1"));
     json_object_set_new(env, "PYTHONUNBUFFERED", json_string("1"));
     json_object_set_new(env, "CAPD_CELL_SPEC", json_string(spec_path));
+    /* The width's name: several widths may share ATEN_CPU_CAPABILITY
+     * (avx512 and amx), and a factory or a test build may ask which. */
+    const char *wname = json_string_value(json_object_get(spec, "width"));
+    if (wname)
+        json_object_set_new(env, "CAPD_WIDTH", json_string(wname));
     return env;
 }
 

@@ -31,7 +31,8 @@ static const struct feature {
     {"fma", "x86_64"},         {"f16c", "x86_64"},     {"avx2", "x86_64"},
     {"avx512f", "x86_64"},     {"avx512dq", "x86_64"}, {"avx512cd", "x86_64"},
     {"avx512bw", "x86_64"},    {"avx512vl", "x86_64"}, {"avx512_vnni", "x86_64"},
-    {"avx512_bf16", "x86_64"}, {"vsx", "ppc64le"},     {"vxe", "s390x"},
+    {"avx512_bf16", "x86_64"}, {"amx_tile", "x86_64"}, {"amx_bf16", "x86_64"},
+    {"amx_int8", "x86_64"},    {"vsx", "ppc64le"},     {"vxe", "s390x"},
     {"sve", "aarch64"},        {"sve256", "aarch64"},
 };
 #define NFEAT (sizeof features / sizeof features[0])
@@ -72,7 +73,8 @@ static uint64_t xgetbv0(void)
 /*
  * CPUID leaves 1 and 7, each AVX-class feature only when XCR0 says the
  * kernel saves its registers: YMM state (bits 1-2) for AVX, AVX2, FMA and
- * F16C; opmask and ZMM state (bits 5-7) as well for AVX-512.
+ * F16C; opmask and ZMM state (bits 5-7) as well for AVX-512; tile
+ * configuration and data state (bits 17-18) as well for AMX.
  */
 static void read_cpuid(void)
 {
@@ -81,6 +83,7 @@ static void read_cpuid(void)
         return;
     uint64_t xcr0 = (c >> 27 & 1) ? xgetbv0() : 0;
     bool ymm = (xcr0 & 0x6) == 0x6, zmm = ymm && (xcr0 & 0xe0) == 0xe0;
+    bool tiles = zmm && (xcr0 & 0x60000) == 0x60000;
     set_have("sse4_1", c >> 19 & 1);
     set_have("sse4_2", c >> 20 & 1);
     set_have("fma", ymm && (c >> 12 & 1));
@@ -97,6 +100,9 @@ static void read_cpuid(void)
     set_have("avx512bw", zmm && (b >> 30 & 1));
     set_have("avx512vl", zmm && (b >> 31 & 1));
     set_have("avx512_vnni", zmm && (c >> 11 & 1));
+    set_have("amx_bf16", tiles && (d >> 22 & 1));
+    set_have("amx_tile", tiles && (d >> 24 & 1));
+    set_have("amx_int8", tiles && (d >> 25 & 1));
     if (subleaves >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         set_have("avx512_bf16", zmm && (a >> 5 & 1));

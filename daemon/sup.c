@@ -346,6 +346,14 @@ static int write_spec(struct sup *s, const char *path)
                   json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
                   "frame_fd", 3, "scratch", s->scratch, "model_roots",
                   json_object_get(s->run.build, "model_roots"), "options", o);
+    /* What the runner checks the libraries against (docs/widths.md): the
+     * ATen capability to read back and the widest level any may run. */
+    const char *wname = json_string_value(json_object_get(s->run.spec, "width"));
+    json_t *isa = width_field(wname, "isa"), *eff = width_field(wname, "effective");
+    if (spec) {
+        json_object_set_new(spec, "width_isa", isa ? json_incref(isa) : json_null());
+        json_object_set_new(spec, "width_effective", eff ? json_incref(eff) : json_null());
+    }
     /* The cell's CPU set (daemon/cpus.h), when the scheduler gave one. */
     if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
         json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));

@@ -47,6 +47,11 @@ json_t *width_env(const char *name)
     return json_object_get(width_row(name), "env");
 }
 
+json_t *width_field(const char *name, const char *field)
+{
+    return json_object_get(width_row(name), field);
+}
+
 json_t *width_requires(const char *name)
 {
     return json_object_get(width_row(name), "requires");

@@ -20,6 +20,11 @@ json_t *widths_table(void);
 /* The table for GET /v1/widths: every row with runnable_here and missing
  * (the features or arch this host lacks for it). A new reference. */
 json_t *widths_table_here(void);
+/* Field FIELD of width NAME's row ("isa": the widest instruction level any
+ * library may run at it, "effective": the ATen capability the runner must
+ * read back; either may be JSON null), or NULL for an unknown width or
+ * field. Borrowed. */
+json_t *width_field(const char *name, const char *field);
 /* The features the width needs on the host ("requires"), or NULL for an
  * unknown width. Borrowed. */
 json_t *width_requires(const char *name);

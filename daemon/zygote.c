@@ -78,7 +78,8 @@ static void add_key(const char *k)
 }
 
 /* The per-cell variables: the spec path, HOME (a cell running as
- * run_as_user has its scratch dir as HOME) and every width variable. */
+ * run_as_user has its scratch dir as HOME), the width's name and every
+ * width variable. */
 void zyg_init(uv_loop_t *loop, const struct capd_config *cfg, struct store *st)
 {
     Z.loop = loop;
@@ -86,6 +87,7 @@ void zyg_init(uv_loop_t *loop, const struct capd_config *cfg, struct store *st)
     Z.st = st;
     add_key("CAPD_CELL_SPEC");
     add_key("HOME");
+    add_key("CAPD_WIDTH");
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(widths_table(), "widths"), i, w)

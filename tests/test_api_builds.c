@@ -168,6 +168,7 @@ Test(api_builds, invalid_bodies_400_store_nothing)
         INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':1}}"),
         INVALID("env", "{'name':'x','python':'/bin/true','env':{'A':null}}"),
         INVALID("env", "{'name':'x','python':'/bin/true','env':{'CAPD_CELL_SPEC':'/x'}}"),
+        INVALID("env", "{'name':'x','python':'/bin/true','env':{'CAPD_WIDTH':'avx2'}}"),
         INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':'/a'}"),
         INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['rel']}"),
         INVALID("model_roots", "{'name':'x','python':'/bin/true','model_roots':['/a/../b']}"),

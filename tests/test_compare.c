@@ -2536,7 +2536,9 @@ Test(environment, perturbed_build_env_and_pythonpath)
     json_object_set_new(benv, "PYTHONPATH",
                         json_string("/src/examples/perturbed-build:/opt/capd/runner"));
     json_object_set_new(benv, "OMP_NUM_THREADS", json_string("2"));
-    json_object_set_new(benv, "HOME", json_string("/home/not-listed"));
+    /* Any variable of the cell's environment counts (the runner records
+     * them all): one the head sets and the control does not is "added". */
+    json_object_set_new(benv, "KMP_BLOCKTIME", json_string("0"));
     json_object_set_new(benv, "MKL_LICENSE_KEY", json_string("hunter2-secret-value"));
     json_object_set_new(json_object_get(a, "env"), "MKL_LICENSE_KEY",
                         json_string("an-older-secret-value"));
@@ -2552,19 +2554,20 @@ Test(environment, perturbed_build_env_and_pythonpath)
     cr_assert_str_eq(dstr(d, "head"), "/src/examples/perturbed-build:/opt/capd/runner");
     cr_assert_eq(json_integer_value(json_object_get(d, "cells")), 2, "both pairs, one entry");
     cr_assert_str_eq(dstr(env_diff(r, "env.OMP_NUM_THREADS"), "head"), "2");
-    cr_assert_null(env_diff(r, "env.HOME"), "not an allow-listed variable");
+    d = env_diff(r, "env.KMP_BLOCKTIME");
+    cr_assert_str_eq(dstr(d, "change"), "added");
+    cr_assert_str_eq(dstr(d, "head"), "0");
     d = env_diff(r, "env.MKL_LICENSE_KEY");
     cr_assert_str_eq(dstr(d, "change"), "changed");
     cr_assert(json_is_true(json_object_get(d, "redacted")));
     cr_assert_null(json_object_get(d, "control"));
     cr_assert_null(json_object_get(d, "head"));
-    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 3, "nothing else differs");
+    cr_assert_eq(json_array_size(jw_path(r, "environment.differences")), 4, "nothing else differs");
 
     char *all = json_dumps(r, 0), *md = cmp_result_to_markdown(r), *txt = cmp_result_to_text(r);
     const char *outs[] = {all, md, txt};
     for (int i = 0; i < 3; i++) {
         cr_assert_null(strstr(outs[i], "secret-value"), "a credential leaked: %s", outs[i]);
-        cr_assert_null(strstr(outs[i], "not-listed"), "%s", outs[i]);
     }
     tw_expect_has(md,
                   "- environment `env.PYTHONPATH`: `/opt/capd/runner` -> "

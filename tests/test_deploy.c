@@ -593,6 +593,8 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl cancel --help",
                                                "capctl diff --help",
                                                "capctl widths --help",
+                                               "capctl widths list --help",
+                                               "capctl widths check --help",
                                                "capctl history --help",
                                                "capctl alerts --help",
                                                "capctl bisect --help"};

@@ -273,11 +273,17 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
                                  perturbed, all_passes[p]);
                 cr_assert_eq(json_is_true(json_object_get(cr, "params_differed")), 0);
             }
-    /* What else differs: the head build's extra PYTHONPATH entry, and only that. */
+    /* What else differs: the head build's variables (every variable of a
+     * cell's environment is recorded), its extra PYTHONPATH entry and the
+     * width it perturbs, and only those. */
     json_t *env = json_object_get(diff, "environment");
     char *envs = json_dumps(env, JSON_COMPACT);
-    json_t *d0 = json_array_get(json_object_get(env, "differences"), 0);
-    cr_assert_eq(json_array_size(json_object_get(env, "differences")), 1, "%s", envs);
+    json_t *dw = json_array_get(json_object_get(env, "differences"), 0);
+    json_t *d0 = json_array_get(json_object_get(env, "differences"), 1);
+    cr_assert_eq(json_array_size(json_object_get(env, "differences")), 2, "%s", envs);
+    cr_assert_str_eq(tu_jstr(dw, "field"), "env.CAPD_PERTURB_WIDTH", "%s", envs);
+    cr_assert_str_eq(tu_jstr(dw, "change"), "added", "%s", envs);
+    cr_assert_str_eq(tu_jstr(dw, "head"), perturbed, "%s", envs);
     cr_assert_str_eq(tu_jstr(d0, "field"), "env.PYTHONPATH", "%s", envs);
     cr_assert(strstr(tu_jstr(d0, "head"), "examples/perturbed-build"), "%s", envs);
     cr_assert_null(strstr(tu_jstr(d0, "control"), "perturbed-build"), "%s", envs);

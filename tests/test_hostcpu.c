@@ -105,7 +105,8 @@ Test(hostcpu, host_document_and_widths_agree)
     json_t *feat = json_object_get(host, "features");
     cr_assert(json_is_object(feat));
     if (!strcmp(u.machine, "x86_64")) {
-        static const char *const flags[] = {"avx2", "fma", "avx512f", "avx512bw"};
+        static const char *const flags[] = {"avx2",     "fma",      "avx512f", "avx512bw",
+                                            "amx_tile", "amx_bf16", "amx_int8"};
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
             cr_assert_eq(json_is_true(json_object_get(feat, flags[i])), proc_flag(flags[i]),
                          "%s: capd and /proc/cpuinfo agree", flags[i]);

@@ -13,7 +13,15 @@
  * debian_vs_official_zoo: Debian's torch as control, the official wheel as
  *   head, the whole zoo in both passes with the float64 reference: every
  *   cell compared, and the environment section names both torch versions
- *   and both BLAS libraries, as each interpreter reports them itself.
+ *   and both BLAS libraries, as each interpreter reports them itself and
+ *   as the runner read them back (the reference BLAS, with no width, and
+ *   MKL).
+ * widths_pin_mkl: an MLP of long matrix products (capd_examples.gemm) at
+ *   every x86 width this host runs gives one MKL
+ *   branch per width in its fingerprints and other GEMM bits at avx2 than
+ *   at avx512; a build whose Python start-up forces MKL's AVX-512 branch
+ *   (MKL_CBWR and MKL_ENABLE_INSTRUCTIONS) has its narrower cells
+ *   unsupported, naming MKL.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -186,10 +194,146 @@ Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1
     torch_identity(py, ov, ob);
     cr_log_info("control: torch %s, BLAS %s; head: torch %s, BLAS %s", dv, db, ov, ob);
     want_difference(r, "torch.version", dv, ov, resp.body);
+    /* What the runner read back: Debian's torch calls the reference BLAS,
+     * which has no width; the wheel calls MKL. */
+    json_t *lib = difference(r, "libraries.blas.library");
+    cr_assert_not_null(lib, "the environment names the BLAS each side ran");
+    cr_assert_str_eq(jw_str(lib, "control"), "reference");
+    cr_assert_str_eq(jw_str(lib, "head"), "mkl");
+    json_t *hw = difference(r, "libraries.blas.has_width");
+    cr_assert_not_null(hw, "the environment says which BLAS has a width");
+    cr_assert_str_eq(jw_str(hw, "control"), "false");
+    cr_assert_str_eq(jw_str(hw, "head"), "true");
     if (strcmp(db, ob) != 0)
         want_difference(r, "build_settings.BLAS_INFO", db, ob, resp.body);
     tu_resp_free(&resp);
     json_decref(r);
     free(ctl);
     free(head);
+}
+
+/* The fingerprint of the cell of job J at WIDTH (the job has one model and
+ * one pass); fails the test unless it ended STATE. */
+static json_t *cell_at(json_t *job, const char *width, const char *state)
+{
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(job, "cells"), i, cell)
+    {
+        if (strcmp(jw_str(cell, "width"), width) != 0)
+            continue;
+        cr_assert_str_eq(jw_str(cell, "state"), state, "%s cell: %s", width,
+                         json_string_value(json_object_get(cell, "reason")));
+        char path[256];
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", jw_str(job, "id"), jw_str(cell, "id"));
+        long st = 0;
+        json_t *c = tu_json(&capd, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200, "%s", path);
+        return c;
+    }
+    cr_assert_fail("no %s cell", width);
+    return NULL;
+}
+
+static const char *const x86[] = {"default", "avx2", "avx512", "amx"};
+#define N_X86 (sizeof x86 / sizeof x86[0])
+
+/* The x86 widths this host runs, as the contents of a JSON list. */
+static void runnable(char *buf, size_t size, bool run[N_X86])
+{
+    buf[0] = 0;
+    for (size_t i = 0; i < N_X86; i++) {
+        run[i] = tu_width_runnable(&capd, x86[i]);
+        if (run[i])
+            snprintf(buf + strlen(buf), size - strlen(buf), "%s\"%s\"", buf[0] ? "," : "", x86[i]);
+    }
+}
+
+static json_t *mlp_job(const char *build, const char *commit, const char *widths)
+{
+    char *id = ma_submit(&capd, build, "\"capd_examples.gemm:wide_mlp\"", widths, commit, NULL,
+                         "{\"iterations\":0,\"capture\":\"full\"}");
+    json_t *j = tu_wait_job(&capd, id, 900);
+    cr_assert_not_null(j, "job %s finished", id);
+    free(id);
+    return j;
+}
+
+Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
+{
+    const char *py = official_python();
+    char widths[128];
+    bool run[N_X86];
+    runnable(widths, sizeof widths, run);
+    if (!run[1] || !run[2])
+        cr_skip_test("this host does not run both avx2 and avx512 (%s): MKL's branches cannot "
+                     "be told apart here",
+                     widths);
+    ma_register(&capd, "official", py);
+    json_t *j = mlp_job("official", "cccc001", widths);
+    const char *seen[N_X86] = {0};
+    json_t *fps[N_X86] = {0};
+    for (size_t i = 0; i < N_X86; i++) {
+        if (!run[i])
+            continue;
+        fps[i] = cell_at(j, x86[i], "ok");
+        json_t *blas = jw_path(fps[i], "fingerprint.libraries.blas");
+        char *d = af_dump(blas);
+        cr_assert_str_eq(jw_str(blas, "library"), "mkl", "%s: %s", x86[i], d);
+        seen[i] = jw_str(blas, "branch");
+        cr_assert(seen[i] && *seen[i], "%s: MKL's branch is named: %s", x86[i], d);
+        for (size_t k = 0; k < i; k++)
+            cr_assert(!seen[k] || strcmp(seen[k], seen[i]) != 0,
+                      "widths %s and %s name one MKL branch %s", x86[k], x86[i], seen[i]);
+        cr_log_info("official wheel, width %s: %s", x86[i], d);
+        free(d);
+    }
+
+    /* avx2 and avx512 compute the mlp's GEMMs with other bits. */
+    char path[256];
+    snprintf(path, sizeof path, "/v1/compare?job=%s&control_width=avx2&head_width=avx512",
+             jw_str(j, "id"));
+    long st = 0;
+    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200, "%s", path);
+    json_t *cell = json_array_get(json_object_get(r, "cells"), 0);
+    char *d = af_dump(cell);
+    cr_assert_str_neq(jw_str(cell, "status"), "identical", "%s", d);
+    free(d);
+    json_decref(r);
+    for (size_t i = 0; i < N_X86; i++)
+        json_decref(fps[i]);
+    json_decref(j);
+
+    /* A build whose start-up forces MKL's AVX-512 branch, past capd's
+     * variables: its narrower cells did not run at their width. */
+    char *dir = tu_tmpdir();
+    /* Both variables: MKL_ENABLE_INSTRUCTIONS=AVX2 alone would turn a
+     * forced MKL_CBWR=AVX512 back into MKL's own choice under the cap. */
+    cr_assert_eq(tu_sh("chmod 755 '%s' && printf 'import os\\nos.environ[\"MKL_CBWR\"] = "
+                       "\"AVX512\"\\nos.environ[\"MKL_ENABLE_INSTRUCTIONS\"] = \"AVX512\"\\n' "
+                       "> '%s/sitecustomize.py'",
+                       dir, dir),
+                 0);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"forced\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":\"%s\"},"
+             "\"model_roots\":[\"%s/examples/models\"]}",
+             py, dir, tu_bin("CAPD_SOURCE_DIR"));
+    json_decref(tu_json(&capd, "POST", "/v1/builds", body, &st));
+    cr_assert_eq(st, 201, "%s", body);
+    j = mlp_job("forced", "cccc002", widths);
+    for (size_t i = 0; i < 3; i++) {
+        if (!run[i])
+            continue;
+        json_t *c = cell_at(j, x86[i], i < 2 ? "unsupported" : "ok");
+        const char *why = jw_str(c, "reason");
+        if (i < 2)
+            cr_assert(why && strstr(why, "MKL") && strstr(why, "AVX512") && strstr(why, x86[i]),
+                      "%s: the reason names MKL, its branch and the width: %s", x86[i], why);
+        json_decref(c);
+    }
+    json_decref(j);
+    tu_sh("rm -rf '%s'", dir);
+    free(dir);
 }

@@ -223,6 +223,49 @@ static void ops_samples(void)
     free(fake);
 }
 
+/* The width self-check of a fake_runner job perturbed at avx2 only: the
+ * result, its text, and the refusals, checked against the spec. CTL is a
+ * finished job of avx2 alone (no default cell). */
+static void widths_samples(const char *ctl)
+{
+    char *fake = tu_helper("fake_runner");
+    char body[2048], p[256];
+    snprintf(body, sizeof body,
+             "{\"name\":\"wc\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":"
+             "{\"FAKE_PERTURB_KEY\":\"layer1.0.forward.output.0\",\"FAKE_PERTURB_WIDTH\":"
+             "\"avx2\"}}",
+             fake, g_dir);
+    cr_assert_eq(sample("POST", "/v1/builds", "/v1/builds", body, NULL, NULL), 201);
+    char *id = sample_job("{\"project\":\"wc\",\"commit\":\"0c0ffee\",\"build\":\"wc\","
+                          "\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"default\","
+                          "\"avx2\"],\"passes\":[\"forward\",\"backward\"]},"
+                          "\"options\":{\"capture\":\"sample\",\"iterations\":1}}",
+                          NULL);
+    json_decref(wait_state(id, "done"));
+    static const struct {
+        const char *query;
+        long status;
+    } q[] = {{"", 200},
+             {"?format=text", 200},
+             {"?pass=forward&format=md", 200},
+             {"?format=xml", 400},
+             {"?model=nope", 400}};
+    json_t *r;
+    const char *tmpl = "/v1/jobs/{id}/widths";
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        snprintf(p, sizeof p, "/v1/jobs/%s/widths%s", id, q[i].query);
+        cr_assert_eq(sample("GET", p, tmpl, NULL, NULL, &r), q[i].status, "GET %s", p);
+        if (i == 0)
+            cr_assert_str_eq(tu_jstr(r, "verdict"), "diverged");
+        json_decref(r);
+    }
+    snprintf(p, sizeof p, "/v1/jobs/%s/widths", ctl);
+    cr_assert_eq(sample("GET", p, tmpl, NULL, NULL, NULL), 409);
+    cr_assert_eq(sample("GET", "/v1/jobs/jnope/widths", tmpl, NULL, NULL, NULL), 404);
+    free(id);
+    free(fake);
+}
+
 Test(openapi, real_replies_match_the_spec)
 {
     g_dir = tu_tmpdir();
@@ -308,12 +351,16 @@ Test(openapi, real_replies_match_the_spec)
     cr_assert_eq(sample("GET", "/v1/jobs?limit=2", "/v1/jobs", NULL, NULL, NULL), 200);
     snprintf(q, sizeof q, "/v1/compare?control=%s&head=%s", ctl, run);
     cr_assert_eq(sample("GET", q, "/v1/compare", NULL, NULL, NULL), 409);
+    snprintf(q, sizeof q, "/v1/jobs/%s/widths", run);
+    cr_assert_eq(sample("GET", q, "/v1/jobs/{id}/widths", NULL, NULL, NULL), 409);
     snprintf(p, sizeof p, "/v1/jobs/%s/cancel", run);
     cr_assert_eq(sample("POST", p, "/v1/jobs/{id}/cancel", NULL, NULL, NULL), 202);
 
     /* An op-granularity comparison whose head perturbs an op: a kernel, a
-     * first_divergence_growth and a max_amplification object. */
+     * first_divergence_growth and a max_amplification object; the width
+     * self-check of a job perturbed at one width. */
     ops_samples();
+    widths_samples(ctl);
 
     /* API tokens (auth_required is off: every request is admin). */
     json_t *tk;

@@ -541,7 +541,8 @@ async function pageJob(id) {
   const detail = h("div", { class: "panel", id: "cell-detail" }, h("p", { class: "muted" }, "Pick a cell for its outcome and log."));
   const g = grid(job.cells, (c) => "st-" + c.state, (c) => c.state.replace("_", " "), (c) => showCell(job, c, detail));
   g.id = "job-grid";
-  m.append(h("h2", null, "Cells"), legend(OUTCOMES, "st-"), g, detail);
+  const check = widthCheckPanel(job); /* web/widthcheck.js */
+  m.append(h("h2", null, "Cells"), legend(OUTCOMES, "st-"), g, detail, check);
   const byId = new Map(job.cells.map((c) => [c.id, c]));
   return live.on((type, ev) => {
     if (!ev.job || ev.job.id !== job.id) return;
@@ -549,6 +550,7 @@ async function pageJob(id) {
       clear(countsEl).append(countsBar(ev.job.counts), " ", countsText(ev.job.counts));
     }
     if (ev.job.state) clear(stateEl).append(stateBadge(ev.job.state));
+    if (check && type === "job" && (ev.job.state === "done" || ev.job.state === "cancelled")) check.refresh();
     if (type === "cell" && ev.cell) {
       const c = byId.get(ev.cell.id);
       if (!c) return;

@@ -1,7 +1,7 @@
 """A build whose GELU kernel is wrong at one width, for per-op demos and tests.
 
 Put this directory on a build's PYTHONPATH. When the process runs at the
-perturbed width (ATEN_CPU_CAPABILITY equals CAPD_PERTURB_WIDTH, avx512 when
+perturbed width (capd's CAPD_WIDTH equals CAPD_PERTURB_WIDTH, avx512 when
 unset), aten::gelu's CPU kernel is replaced, through torch.library, by one
 that computes GELU from erf and scales it by (1 + 2e-4): the operator keeps
 its name and its place in the dispatch, only its result changes, the way a
@@ -16,7 +16,10 @@ non-finite").
 """
 import os
 
-if os.environ.get("ATEN_CPU_CAPABILITY") == os.environ.get("CAPD_PERTURB_WIDTH", "avx512"):
+# capd names the width in CAPD_WIDTH (avx512 and amx share ATEN_CPU_CAPABILITY).
+_WIDTH = os.environ.get("CAPD_WIDTH") or os.environ.get("ATEN_CPU_CAPABILITY")
+
+if _WIDTH == os.environ.get("CAPD_PERTURB_WIDTH", "avx512"):
     import warnings
 
     import torch

@@ -5,6 +5,7 @@ timing, memory, end.
 """
 
 import gc
+import os
 import resource
 import sys
 import time
@@ -307,22 +308,25 @@ def run(spec, writer):
                 f.close()
 
 
-def _run_cell(torch, spec, writer, forkers):
-    from capd_runner import fingerprint
-    from capd_runner import width as widthmod
+def _width_mismatch(spec, effective):
+    """Why the effective ATen capability is not the width's (the table's
+    'effective' where capd sends it: width amx runs ATen at avx512), or
+    None; width native accepts any."""
+    from capd_runner.spec import expected_capability
+    expected = expected_capability(spec)
+    if expected is None or expected == effective:
+        return None
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "<unset>")
+    requested = spec.width.strip().lower()
+    if expected == requested:
+        return ("requested width %s but the effective CPU capability is %s "
+                "(ATEN_CPU_CAPABILITY=%s)" % (requested, effective, aten))
+    return ("requested width %s (CPU capability %s) but the effective CPU capability is %s "
+            "(ATEN_CPU_CAPABILITY=%s)" % (requested, expected, effective, aten))
 
-    if spec.threads > 0:
-        # Intra-op and inter-op pools both follow options.threads (capd set
-        # OMP/MKL/OPENBLAS_NUM_THREADS to the same number); the inter-op
-        # pool can only be sized before its first use.
-        torch.set_num_threads(spec.threads)
-        try:
-            torch.set_num_interop_threads(spec.threads)
-        except RuntimeError:
-            pass
-    config_text = torch.__config__.show()
-    effective = widthmod.effective(torch, config_text) or "unknown"
 
+def _device(torch, spec):
+    """(device, its fingerprint entry, why it cannot be used or None)."""
     device = None
     device_info = {"requested": spec.device}
     device_error = None
@@ -367,16 +371,42 @@ def _run_cell(torch, spec, writer, forkers):
     else:
         device = torch.device("cpu")
         device_info["type"] = "cpu"
+    return device, device_info, device_error
 
-    fp = fingerprint.collect(torch, config_text, effective, device_info)
+
+def _run_cell(torch, spec, writer, forkers):
+    from capd_runner import fingerprint, libs
+    from capd_runner import width as widthmod
+
+    if spec.threads > 0:
+        # Intra-op and inter-op pools both follow options.threads (capd set
+        # OMP/MKL/OPENBLAS_NUM_THREADS to the same number); the inter-op
+        # pool can only be sized before its first use.
+        torch.set_num_threads(spec.threads)
+        try:
+            torch.set_num_interop_threads(spec.threads)
+        except RuntimeError:
+            pass
+    config_text = torch.__config__.show()
+    effective = widthmod.effective(torch, config_text) or "unknown"
+
+    device, device_info, device_error = _device(torch, spec)
+
+    # What the libraries under torch ran (capd_runner/libs.py): after the
+    # capability is read (the oneDNN probe dispatches an operator), before
+    # the model.
+    libraries = libs.read(torch, config_text)
+    wider = libs.ceiling(libraries, spec.width_isa)
+    fp = fingerprint.collect(torch, config_text, effective, device_info,
+                             libraries=libraries, scratch=spec.scratch)
     writer.frame({"kind": "env", "fingerprint": fp, "effective_width": effective})
     writer.flush()
 
-    requested = spec.width.strip().lower()
-    if requested != "native" and requested != effective:
-        writer.end("unsupported", "requested width %s but the effective CPU capability is %s "
-                   "(ATEN_CPU_CAPABILITY=%s)" % (requested, effective,
-                                                fp["env"].get("ATEN_CPU_CAPABILITY", "<unset>")))
+    why = _width_mismatch(spec, effective)
+    if why is None and wider:
+        why = libs.reason(spec.width, spec.width_isa, wider)
+    if why is not None:
+        writer.end("unsupported", why)
         return EXIT_OK
     if device_error:
         writer.end("failed", device_error)

@@ -1,6 +1,7 @@
 """Environment fingerprint for the ``env`` frame."""
 
 import hashlib
+import json
 import os
 import platform
 import re
@@ -10,28 +11,71 @@ from capd_runner import RUNNER_NAME
 from capd_runner import native
 from capd_runner import width as widthmod
 
-ENV_NAMES = (
-    "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-    "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
-    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "KMP_AFFINITY",
-    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF",
-    # let float32 matrix products run in TF32 whatever the program asks
-    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE",
-    # what the interpreter imports and the loader links: a build that puts a
-    # patched module or library first runs different code with the same torch
-    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "LD_PRELOAD", "LD_LIBRARY_PATH",
-)
-ENV_PREFIXES = ("MKL_", "OPENBLAS_")
+# Every variable of the cell's environment is recorded (capd built it, so
+# it is what the build, the width and capd's allow-list put there), but for
+# three kinds:
+# - values of names that look secret, replaced by REDACTED: a name that
+#   contains one of these words (any case) or ends in _KEY, or a value that
+#   is a URL with a password (scheme://user:password@host);
+# - the variables capd sets per cell or attempt (CAPD_CELL_SPEC, and HOME
+#   when a run_as_user cell's HOME is its scratch dir: daemon/cellenv.c; a
+#   remote worker rewrites every value under capd's scratch dir to its own,
+#   so any value inside the scratch dir is one) and the shell's bookkeeping
+#   (PWD, OLDPWD, SHLVL, _), which would make every two cells differ: their
+#   names only, under env_per_cell;
+# - past ENV_VALUE_MAX bytes a value is recorded as its length and digest,
+#   and past ENV_TOTAL_MAX bytes in all the remaining names are listed
+#   under env_left_out (the env frame's header is capped at 64 KiB).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|APIKEY|API_KEY|"
+                         r"ACCESS_KEY|AUTH|COOKIE|SESSION|_KEY$", re.I)
+SECRET_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@")
+REDACTED = "<redacted>"
+PER_CELL_NAMES = ("CAPD_CELL_SPEC", "PWD", "OLDPWD", "SHLVL", "_")
+ENV_VALUE_MAX = 4096
+ENV_TOTAL_MAX = 32768
 
 
-def relevant_env(environ=None):
+def is_secret(name, value=""):
+    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value or ""))
+
+
+def is_per_cell(name, value, scratch=None):
+    """Whether capd sets NAME per cell (its value differs between any two)."""
+    if name in PER_CELL_NAMES:
+        return True
+    if scratch and len(scratch) > 1:
+        root = scratch.rstrip("/")
+        return value == root or value.startswith(root + "/")
+    return False
+
+
+def split_env(environ=None, scratch=None):
+    """(recorded, per-cell names, left-out names) of ENVIRON (os.environ),
+    by the rules above; the recorded variables sorted by name."""
     environ = os.environ if environ is None else environ
-    out = {}
+    env, per_cell, left_out = {}, [], []
+    total = 0
     for k in sorted(environ):
-        if k in ENV_NAMES or k.startswith(ENV_PREFIXES):
-            out[k] = environ[k]
-    return out
+        v = environ[k]
+        if is_per_cell(k, v, scratch):
+            per_cell.append(k)
+            continue
+        if is_secret(k, v):
+            v = REDACTED
+        elif len(v.encode("utf-8", "surrogateescape")) > ENV_VALUE_MAX:
+            raw = v.encode("utf-8", "surrogateescape")
+            v = "<%d bytes, sha256 %s>" % (len(raw), hashlib.sha256(raw).hexdigest())
+        total += len(json.dumps(k)) + len(json.dumps(v)) + 2
+        if total > ENV_TOTAL_MAX:
+            left_out.append(k)
+            continue
+        env[k] = v
+    return env, per_cell, left_out
+
+
+def relevant_env(environ=None, scratch=None):
+    """The variables the fingerprint records (split_env), by name."""
+    return split_env(environ, scratch)[0]
 
 
 def cpu_info(path="/proc/cpuinfo"):
@@ -99,8 +143,11 @@ def torchvision_version():
         return None
 
 
-def collect(torch, config_text, effective_width, device_info):
+def collect(torch, config_text, effective_width, device_info, libraries=None, scratch=None):
+    """The fingerprint. LIBRARIES: what the libraries ran (capd_runner/libs.py
+    read); SCRATCH: the cell's scratch dir (per-cell variables point there)."""
     tv = torchvision_version()
+    env, per_cell, left_out = split_env(scratch=scratch)
     version = getattr(torch, "version", None)
     fp = {
         "runner": RUNNER_NAME,
@@ -131,8 +178,12 @@ def collect(torch, config_text, effective_width, device_info):
         "cpu": cpu_info(),
         "platform": platform.platform(),
         "byteorder": sys.byteorder,
-        "env": relevant_env(),
+        "env": env,
+        "env_per_cell": per_cell,
+        "libraries": libraries,
         "device": device_info,
         "stats_engine": native.describe(),
     }
+    if left_out:
+        fp["env_left_out"] = left_out
     return fp

@@ -31,6 +31,25 @@ def _load_table(path=OPTIONS_TABLE):
 DEFAULT_OPTIONS, _INT_RANGES, _ENUMS = _load_table()
 DEVICES = _ENUMS["device"]
 
+# capd's width table, beside the options table; capd sends a cell its row's
+# "isa" and "effective" (width_isa, width_effective), and the zygote's
+# verification cells, which it writes itself, take them from here.
+WIDTHS_TABLE = os.path.join(os.path.dirname(OPTIONS_TABLE), "widths.json")
+
+
+def width_row(name, path=WIDTHS_TABLE):
+    """The row of width NAME in capd's width table, or {} (no table, no
+    such width)."""
+    try:
+        with open(path) as f:
+            rows = json.load(f).get("widths") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    for row in rows:
+        if isinstance(row, dict) and row.get("name") == name:
+            return row
+    return {}
+
 
 class SpecError(ValueError):
     pass
@@ -53,6 +72,12 @@ class CellSpec(object):
         self.scratch = raw.get("scratch")
         self.model_roots = raw.get("model_roots", [])
         self.width_requires = raw.get("width_requires") or []
+        # The width's row of capd's width table (docs/widths.md): the
+        # widest instruction level any library may run ("isa"; None: no
+        # ceiling) and the ATen capability to read back ("effective"; None:
+        # the width's own name).
+        self.width_isa = raw.get("width_isa")
+        self.width_effective = raw.get("width_effective")
         self.reference = raw.get("reference")
         opts = dict(DEFAULT_OPTIONS)
         opts.update(raw.get("options") or {})
@@ -94,6 +119,7 @@ def check(raw):
     req = spec.width_requires
     if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
         raise SpecError("cell spec: 'width_requires' must be an array of strings")
+    _check_width_row(spec)
     _check_reference(raw.get("reference"))
     opts = raw.get("options", {})
     if opts is not None and not isinstance(opts, dict):
@@ -108,6 +134,25 @@ def check(raw):
             raise SpecError("cell spec: option %r must be one of %s, not %r"
                             % (name, "/".join(values), o[name]))
     return spec
+
+
+def _check_width_row(spec):
+    from capd_runner.libs import LEVELS
+    for name in ("width_isa", "width_effective"):
+        v = getattr(spec, name)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise SpecError("cell spec: '%s' must be null or a non-empty string, not %r" % (name, v))
+    if spec.width_isa is not None and spec.width_isa not in LEVELS:
+        raise SpecError("cell spec: 'width_isa' must be null or one of %s, not %r"
+                        % ("/".join(LEVELS), spec.width_isa))
+
+
+def expected_capability(spec):
+    """The ATen capability the cell must read back, lower-cased; None for
+    width native (whatever is effective is accepted and recorded)."""
+    if spec.width.strip().lower() == "native":
+        return None
+    return (spec.width_effective or spec.width).strip().lower()
 
 
 def _check_reference(ref):

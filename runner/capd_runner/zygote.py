@@ -239,10 +239,11 @@ def _run_cell(req, fds, zygote_pid, force_exec=False, note_fd=-1):
         from capd_runner import spec as specmod
         from capd_runner import width as widthmod
         try:
-            requested = specmod.load().width.strip().lower()
+            cell_spec = specmod.load()
+            width, requested = cell_spec.width, specmod.expected_capability(cell_spec)
         except Exception:
-            requested = "native"  # the runner itself reports the bad spec
-        if requested != "native":
+            requested = None  # the runner itself reports the bad spec
+        if requested is not None:
             # The first call that reads the capability fixes it, from the
             # environment just applied: nothing has dispatched an operator
             # in this process before.
@@ -250,8 +251,9 @@ def _run_cell(req, fds, zygote_pid, force_exec=False, note_fd=-1):
             if effective != requested:
                 if note_fd >= 0:
                     os.write(note_fd, b"R")
-                _exec_fresh(argv, "requested width %s but the forked child's effective CPU "
-                                  "capability is %s" % (requested, effective))
+                _exec_fresh(argv, "requested width %s (CPU capability %s) but the forked "
+                                  "child's effective CPU capability is %s"
+                            % (width, requested, effective))
         if note_fd >= 0:
             os.write(note_fd, b"P")
             os.close(note_fd)
@@ -307,14 +309,18 @@ def _start_verify_cell(conf, base_env, cell, force_exec, zygote_pid):
         model, width, pass_, "exec" if force_exec else "fork"))
     os.makedirs(scratch, exist_ok=True)
     spec_path = os.path.join(scratch, "cell.json")
+    from capd_runner import spec as specmod
+    row = specmod.width_row(width)
     spec = {"protocol": 1, "job": "jverify", "cell": "cverify", "attempt": 1, "model": model,
             "width": width, "pass": pass_, "device": "cpu", "frame_fd": 3, "scratch": scratch,
-            "model_roots": [], "options": dict(conf.get("options") or {})}
+            "model_roots": [], "options": dict(conf.get("options") or {}),
+            "width_isa": row.get("isa"), "width_effective": row.get("effective")}
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     env = dict(base_env)
     env.update(conf["widths"].get(width) or {})
     env["CAPD_CELL_SPEC"] = spec_path
+    env["CAPD_WIDTH"] = width  # as capd sets it for a cell (daemon/cellenv.c)
     req = {"argv": [sys.executable, "-m", "capd_runner"], "env": env, "cwd": scratch,
            "rlimits": {}}
     r, w = os.pipe()
@@ -569,8 +575,8 @@ def preload():
         import torchvision  # noqa: F401
     except Exception:
         pass
-    from capd_runner import (capture, catalog, cell, fingerprint, frames, main,  # noqa: F401
-                             pipeline, spec, tensors, usermodel, width, zoo)
+    from capd_runner import (capture, catalog, cell, fingerprint, frames, libs,  # noqa: F401
+                             main, pipeline, spec, tensors, usermodel, width, zoo)
 
 
 def main(argv=None):

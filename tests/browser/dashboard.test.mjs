@@ -221,6 +221,28 @@ test("the job page colours the model × width × pass grid by outcome", async ()
   await page.context().close();
 });
 
+test("the job page's width self-check names the width that left the scalar path", async () => {
+  // A build perturbed at avx2 only: its own default cells are the baseline.
+  await api("POST", "/v1/builds", {
+    name: "head-width", python: path.join(HELPERS, "fake_runner"),
+    env: { FAKE_PERTURB_KEY: PERTURBED, FAKE_PERTURB_WIDTH: "avx2" }, model_roots: [dir],
+  });
+  const id = await submit("head-width", "a1d7c0de", ["fake:ok__5"],
+    { options: { iterations: 0, warmup: 0, capture: "sample" } });
+  await waitJob(id);
+  const page = await newPage();
+  await gotoReady(page, "#/jobs/" + id);
+  const row = page.locator(`#width-check-table tr[data-width="avx2"]`);
+  await row.waitFor({ timeout: 15000 });
+  assert.equal(await row.getAttribute("data-verdict"), "diverged");
+  const text = await row.innerText();
+  assert.ok(text.includes(PERTURBED) && text.includes("layer layer2"), text);
+  assert.equal(await page.locator("#width-check-verdict").getAttribute("data-verdict"), "diverged");
+  assert.match(await page.locator("#width-check").innerText(), /judged by the tolerance rule/);
+  await shot(page, "job-widths.png");
+  await page.context().close();
+});
+
 test("the comparison page shows the verdict, the status grid and marks the first divergent layer", async () => {
   const page = await newPage();
   await gotoReady(page, "#/diff/abcdef1");
@@ -574,7 +596,7 @@ test("the bisection page follows a bisection live to its first bad commit, skipp
 });
 
 test("a screenshot of every page is kept", () => {
-  for (const f of ["jobs.png", "job.png", "job-live.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png", "compare-ops.png",
+  for (const f of ["jobs.png", "job.png", "job-live.png", "job-widths.png", "compare-avx2.png", "compare-default.png", "diff-units.png", "compare-stats.png", "compare-ops.png",
     "history.png", "alerts.png", "alerts-read.png", "bisect.png", "bisect-list.png"])
     assert.ok(existsSync(path.join(artifacts, f)), f + " is in " + artifacts);
 });

@@ -17,7 +17,9 @@
  *                   key; hash is BLAKE2b-128 of the 16 raw bytes as in the
  *                   real runner. If $FAKE_PERTURB_KEY equals a key, that
  *                   tensor's first element moves by 2^-10 (payload, hash and
- *                   stats differ). $FAKE_TIMING_SCALE (a float, default 1)
+ *                   stats differ); with $FAKE_PERTURB_WIDTH set, only in
+ *                   cells of that width (a width-specific kernel bug).
+ *                   $FAKE_TIMING_SCALE (a float, default 1)
  *                   scales the timing samples, for perf-regression tests.
  *                   With a "reference" in the spec (paired timing), the
  *                   timing frames come in pairs, a reference frame scaled
@@ -373,10 +375,14 @@ static void record(const struct cell *c, long seq, const char *key, const char *
     emit(h, payload, nbytes, batch);
 }
 
-/* Whether KEY is $FAKE_PERTURB_KEY: its first element then moves by 2^-10. */
-static bool perturbed(const char *key)
+/* Whether KEY is $FAKE_PERTURB_KEY (and, when $FAKE_PERTURB_WIDTH is set,
+ * C runs at that width): its first element then moves by 2^-10. */
+static bool perturbed(const struct cell *c, const char *key)
 {
     const char *perturb = getenv("FAKE_PERTURB_KEY");
+    const char *width = getenv("FAKE_PERTURB_WIDTH");
+    if (width && *width && strcmp(width, c->width) != 0)
+        return false;
     return perturb && strcmp(perturb, key) == 0;
 }
 
@@ -398,7 +404,7 @@ static void tensor(const struct cell *c, long i, bool batch)
     snprintf(module, sizeof(module), "layer%ld", i);
     snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
     values_of(c, key, v);
-    if (perturbed(key))
+    if (perturbed(c, key))
         v[0] += 1.0f / 1024.0f;
     record(c, i, key, module, "output", NULL, v, batch);
 }
@@ -622,7 +628,7 @@ static void ops_stream(const struct cell *c, long n)
         record(c, seq++, key, module, "input", NULL, v, false);
         ops_apply(op, v);
         snprintf(key, sizeof(key), "%s.0.forward/op.%s.0.output.0", module, ops_names[op]);
-        if (perturbed(key))
+        if (perturbed(c, key))
             v[0] += 1.0f / 1024.0f;
         record(c, seq++, key, module, "output", ops_names[op], v, false);
         snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
