@@ -358,60 +358,6 @@ void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t 
     cell->device_peak = device_peak_bytes < 0 ? -1 : device_peak_bytes;
 }
 
-/* A process's samples (wall or CPU): each within 0..CMP_MAX_TIMING_NS. */
-static bool samples_ok(const int64_t *ns, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (ns[i] < 0 || ns[i] > CMP_MAX_TIMING_NS)
-            return false;
-    return true;
-}
-
-int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns, size_t n,
-                                int64_t pair, bool reference)
-{
-    if (cell == NULL || (samples_ns == NULL && n > 0) || !samples_ok(samples_ns, n))
-        return -EINVAL;
-    if (n == 0)
-        return 0;
-    if (n > CMP_MAX_TIMING_SAMPLES - cell->n_timing)
-        return -E2BIG;
-    int rc = cmp__grow((void **)&cell->timing, &cell->cap_timing, cell->n_timing + n,
-                       sizeof(*cell->timing), CMP_MAX_TIMING_SAMPLES);
-    if (rc == 0)
-        rc = cmp__grow((void **)&cell->procs, &cell->cap_procs, cell->n_procs + 1,
-                       sizeof(*cell->procs), CMP_MAX_TIMING_PROCESSES);
-    if (rc < 0)
-        return rc;
-    memcpy(cell->timing + cell->n_timing, samples_ns, n * sizeof(*samples_ns));
-    /* the observation this process contributes */
-    double med;
-    rc = cmp__median_ns(samples_ns, n, &med);
-    if (rc < 0)
-        return rc;
-    cell->procs[cell->n_procs++] = (struct cmp__tproc){.median_ns = med,
-                                                       .cpu_median_ns = NAN,
-                                                       .n_samples = n,
-                                                       .pair = pair < 0 ? -1 : pair,
-                                                       .reference = reference};
-    cell->n_timing += n;
-    return 0;
-}
-
-int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n)
-{
-    if (cell == NULL || cell->n_procs == 0 || (cpu_ns == NULL && n > 0) || !samples_ok(cpu_ns, n))
-        return -EINVAL;
-    if (n == 0)
-        return 0;
-    return cmp__median_ns(cpu_ns, n, &cell->procs[cell->n_procs - 1].cpu_median_ns);
-}
-
-int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n)
-{
-    return cmp_cell_add_timing_process(cell, samples_ns, n, -1, false);
-}
-
 static bool all_digits(const char *s, size_t len)
 {
     if (len == 0 || len > 18)

@@ -29,7 +29,9 @@
  *     cmp_cell_set_outcome(c, "ok");
  *     cmp_cell_add_tensor(c, &t);               // once per tensor frame
  *     cmp_cell_mark_nondeterministic(c, key);   // from the nondeterministic frame
- *     cmp_cell_add_timing(c, samples, n);
+ *     cmp_cell_add_timing_process(c, wall, n, -1, false);  // once per timing process
+ *     cmp_cell_set_process_own(c, own, n);      // its other clocks, where the runner
+ *     cmp_cell_set_process_totals(c, &totals);  // sent them
  *     cmp_cell_set_memory(c, peak_rss, -1);
  *     cmp_cell_set_fingerprint(c, fp);          // the env frame's fingerprint
  *     ... same for head ...
@@ -219,14 +221,42 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
                                 int64_t pair, bool reference);
 /*
  * The same samples of the process added last, in its thread's CPU time
- * (the runner's cpu_samples_ns: a process that shares its CPU with another
- * does not accrue CPU time while it waits). Its median becomes the
- * process's CPU observation; a comparison whose every process has one
- * judges on them (perf basis "cpu"), else on the wall-clock medians.
- * -EINVAL as for add_timing_process, or when no process was added; N 0 is
- * ignored.
+ * (the runner's cpu_samples_ns). Reported beside the basis; a comparison
+ * judges on them (perf basis "cpu_time") only when every process it uses
+ * has them and none is from a runner that measures own time (records
+ * from before it, judged as they were then). -EINVAL as for
+ * add_timing_process, or when no process was added; N 0 is ignored.
  */
 int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n);
+/*
+ * The same samples of the process added last in its own time (the
+ * runner's own_samples_ns): each wall sample less the run-queue delay of
+ * the thread that ran the model during it, i.e. less the time other work
+ * held that thread's CPU, with the code's own waiting (sleep, locks, I/O,
+ * device synchronisation, the intra-op pool's barriers) kept in. OWN_NS[i]
+ * belongs to wall sample i: N must be the process's sample count and no
+ * value may exceed its wall sample. A comparison whose every process has
+ * them judges on their medians (perf basis "own_time": docs/compare.md,
+ * "Performance"). -EINVAL otherwise, or when no process was added, and the
+ * process is left as it was; N 0 is ignored.
+ */
+int cmp_cell_set_process_own(struct cmp_cell *cell, const int64_t *own_ns, size_t n);
+/*
+ * What the process added last measured over its timed samples (the
+ * runner's runqueue_ns, cpu_ns and steal_ns), reported per iteration
+ * beside the basis and never judged. Setting them says the runner
+ * measures own time where the kernel lets it: such a process without own
+ * samples (the kernel keeps no run-queue delay) is judged on wall time,
+ * never on CPU time. -EINVAL when no process was added, ITERATIONS <= 0
+ * or a value is past CMP_MAX_TIMING_NS.
+ */
+struct cmp_proc_totals {
+    int64_t iterations;  /* iterations timed: samples x loops */
+    int64_t runqueue_ns; /* every thread's run-queue delay; < 0: the kernel keeps none */
+    int64_t cpu_ns;      /* the process's CPU time, every thread; < 0: unknown */
+    int64_t steal_ns;    /* the host's steal time, every CPU (context); < 0: not visible */
+};
+int cmp_cell_set_process_totals(struct cmp_cell *cell, const struct cmp_proc_totals *t);
 /* One unpaired process of this cell's own build: add_timing_process(.., -1, false). */
 int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n);
 /*
@@ -461,6 +491,30 @@ enum cmp_perf_verdict {
  */
 enum cmp_perf_design { CMP_PERF_UNPAIRED, CMP_PERF_PAIRED };
 
+/*
+ * Which clock a cell's observations are medians of (cmp__perf_cells):
+ * OWN_TIME when every process the design uses has own samples; else
+ * WALL_TIME, or CPU_TIME for records from before own time whose every
+ * process has CPU-time samples (judged as they were then). why says why
+ * the basis is not OWN_TIME.
+ */
+enum cmp_perf_basis { CMP_PERF_WALL_TIME, CMP_PERF_CPU_TIME, CMP_PERF_OWN_TIME };
+enum cmp_perf_basis_why {
+    CMP_PERF_WHY_NONE,        /* own time */
+    CMP_PERF_WHY_NO_RUNQUEUE, /* the kernel kept no run-queue delay for some processes */
+    CMP_PERF_WHY_MIXED,       /* some processes are from a runner without own time */
+    CMP_PERF_WHY_OLD_CPU,     /* records from before own time, CPU time on every process */
+    CMP_PERF_WHY_OLD_WALL     /* records from before own time, without it */
+};
+
+/* The medians, over one side's observations, of each clock per iteration
+ * (NaN where none of them has it); the basis's is that side's median. */
+struct cmp_perf_times {
+    double wall_ns, own_ns, cpu_ns, runqueue_ns; /* per-sample medians: timing thread */
+    double proc_runqueue_ns, proc_cpu_ns;        /* every thread of the process */
+    double steal_ns;                             /* the host's, every CPU: context */
+};
+
 struct cmp_perf {
     enum cmp_perf_design design;
     size_t n_control, n_head;             /* observations: timing processes (pairs when paired) */
@@ -476,7 +530,10 @@ struct cmp_perf {
     double hl_shift_ns;  /* Hodges-Lehmann shift (unpaired), median pair difference (paired) */
     double spread;       /* within-side robust spread, a fraction (1.4826 MAD / median) */
     double mde;          /* minimum detectable effect at this noise, a fraction; NaN if none */
-    bool cpu_time;       /* judged on CPU-time medians (else wall clock): cmp__perf_cells */
+    enum cmp_perf_basis basis; /* the clock of the observations: cmp__perf_cells */
+    enum cmp_perf_basis_why basis_why;
+    size_t basis_lacking;           /* processes without own time (why NO_RUNQUEUE, MIXED) */
+    struct cmp_perf_times times[2]; /* control, head: every clock beside the basis */
     enum cmp_perf_verdict verdict;
 };
 

@@ -56,12 +56,23 @@ struct cmp__rec {
 };
 
 /* One timing process of a cell: its observation and where it belongs. */
+/*
+ * One timing process (cell_timing.c): the medians of its samples in each
+ * clock, and its totals over them per iteration; NaN where the runner did
+ * not send that clock.
+ */
 struct cmp__tproc {
     double median_ns;
-    double cpu_median_ns; /* of the CPU-time samples; NaN when there are none */
+    double cpu_median_ns;      /* of the timing thread's CPU-time samples */
+    double own_median_ns;      /* of the own-time samples */
+    double runqueue_median_ns; /* of the timing thread's run-queue delay per sample */
+    double proc_runqueue_ns;   /* every thread's run-queue delay, per iteration */
+    double proc_cpu_ns;        /* the process's CPU time, per iteration */
+    double steal_ns;           /* the host's steal time, per iteration */
     size_t n_samples;
     int64_t pair;   /* -1: not part of a pair */
     bool reference; /* the control's build, timed in this cell's job */
+    bool measured;  /* the runner sent totals: it measures own time where it can */
 };
 
 /* A bump allocator for strings: chunks are never moved, so pointers stay valid. */

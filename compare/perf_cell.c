@@ -7,16 +7,18 @@
  * on those pairs: both members of a pair ran back to back on the same CPUs,
  * so drift between jobs cancels. Any other cell is compared unpaired, its
  * own processes against the control cell's own processes. Either way each
- * process is one observation, its median (cell.c), of its CPU-time
- * samples when every process the design uses has them (basis cpu_time: a
- * process that shared its CPU with another tenant accrued no CPU time
- * while it waited, where its wall clock ran on), else of its wall-clock
- * samples (wall_time: older runners, several threads, GPUs); a cell from before
- * processes were recorded has one timing frame, i.e. one observation, and
- * says insufficient_data rather than raising a false alarm.
+ * process is one observation, its median (cell_timing.c) in the clock of
+ * the basis: own time (wall time less the timing thread's run-queue delay)
+ * when every process the design uses has it, else wall time, or CPU time
+ * for records from before own time that all have it (docs/compare.md,
+ * "Performance"); the medians of the other clocks go beside it. A cell
+ * from before processes were recorded has one timing frame, i.e. one
+ * observation, and says insufficient_data rather than raising a false
+ * alarm.
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,40 +41,115 @@ static bool has_reference(const struct cmp_cell *h)
     return false;
 }
 
-/* A process's observation: its CPU-time median on the CPU basis. */
-static double obs(const struct cmp__tproc *p, bool cpu)
+/* A process's observation: its median in the basis's clock. */
+static double obs(const struct cmp__tproc *p, enum cmp_perf_basis b)
 {
-    return cpu ? p->cpu_median_ns : p->median_ns;
+    return b == CMP_PERF_OWN_TIME   ? p->own_median_ns
+           : b == CMP_PERF_CPU_TIME ? p->cpu_median_ns
+                                    : p->median_ns;
 }
 
-/* Own processes of a cell; samples counted into *ns. */
-static size_t own_obs(const struct cmp_cell *c, bool cpu, double *v, size_t *ns)
+/* The processes a design uses, one side's, and their samples. */
+struct used {
+    const struct cmp__tproc **p;
+    size_t n, samples;
+};
+
+static void use(struct used *u, const struct cmp__tproc *p)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < c->n_procs; i++)
-        if (!c->procs[i].reference) {
-            v[n++] = obs(&c->procs[i], cpu);
-            *ns += c->procs[i].n_samples;
-        }
-    return n;
+    u->p[u->n++] = p;
+    u->samples += p->n_samples;
 }
 
-/* Whether every process the design uses has CPU-time samples; paired,
- * those of the head cell, else the own ones of both cells. */
-static bool all_cpu(const struct cmp_cell *c, const struct cmp_cell *h, bool paired)
+/* Paired: each of the head cell's own processes with its reference
+ * partner; unpaired: the own processes of each cell. */
+static void pick(const struct cmp_cell *c, const struct cmp_cell *h, bool paired, struct used *uc,
+                 struct used *uh)
 {
-    size_t n = 0;
-    for (int side = paired; side < 2; side++) {
-        const struct cmp_cell *x = side ? h : c;
-        for (size_t i = 0; i < x->n_procs; i++) {
-            if (!paired && x->procs[i].reference)
+    if (paired) {
+        for (size_t i = 0; i < h->n_procs; i++) {
+            const struct cmp__tproc *p = &h->procs[i], *r;
+            if (p->reference || p->pair < 0 || (r = find_ref(h, p->pair)) == NULL)
                 continue;
-            if (isnan(x->procs[i].cpu_median_ns))
-                return false;
-            n++;
+            use(uc, r);
+            use(uh, p);
         }
+        return;
     }
-    return n > 0;
+    for (size_t i = 0; i < c->n_procs; i++)
+        if (!c->procs[i].reference)
+            use(uc, &c->procs[i]);
+    for (size_t i = 0; i < h->n_procs; i++)
+        if (!h->procs[i].reference)
+            use(uh, &h->procs[i]);
+}
+
+/*
+ * The basis of the processes used (docs/compare.md, "Performance"): own
+ * time when every one has it; else wall time, but for records from before
+ * own time whose every process has CPU-time samples, which keep the CPU
+ * basis they were judged on.
+ */
+static void basis_of(const struct used *u, struct cmp_perf *out)
+{
+    size_t n = 0, own = 0, cpu = 0, measured = 0;
+    for (int side = 0; side < 2; side++)
+        for (size_t i = 0; i < u[side].n; i++, n++) {
+            own += !isnan(u[side].p[i]->own_median_ns);
+            cpu += !isnan(u[side].p[i]->cpu_median_ns);
+            measured += u[side].p[i]->measured;
+        }
+    out->basis_lacking = n - own;
+    out->basis = CMP_PERF_WALL_TIME;
+    out->basis_why = CMP_PERF_WHY_NONE; /* no timing: nothing to explain */
+    if (n > 0 && own == n) {
+        out->basis = CMP_PERF_OWN_TIME;
+    } else if (n == 0) {
+        return;
+    } else if (measured == n) {
+        out->basis_why = CMP_PERF_WHY_NO_RUNQUEUE;
+    } else if (measured > 0) {
+        out->basis_why = CMP_PERF_WHY_MIXED;
+    } else if (cpu == n) {
+        out->basis = CMP_PERF_CPU_TIME;
+        out->basis_why = CMP_PERF_WHY_OLD_CPU;
+    } else {
+        out->basis_why = CMP_PERF_WHY_OLD_WALL;
+    }
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median over U's processes of the clock at byte OFF of a process,
+ * over those that have it; NaN when none has. TMP holds U->n doubles. */
+static double clock_median(const struct used *u, size_t off, double *tmp)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < u->n; i++) {
+        double v;
+        memcpy(&v, (const char *)u->p[i] + off, sizeof v);
+        if (!isnan(v))
+            tmp[k++] = v;
+    }
+    if (k == 0)
+        return NAN;
+    qsort(tmp, k, sizeof *tmp, by_value);
+    return k % 2 ? tmp[k / 2] : (tmp[k / 2 - 1] + tmp[k / 2]) / 2;
+}
+
+static void times_of(const struct used *u, double *tmp, struct cmp_perf_times *t)
+{
+    t->wall_ns = clock_median(u, offsetof(struct cmp__tproc, median_ns), tmp);
+    t->own_ns = clock_median(u, offsetof(struct cmp__tproc, own_median_ns), tmp);
+    t->cpu_ns = clock_median(u, offsetof(struct cmp__tproc, cpu_median_ns), tmp);
+    t->runqueue_ns = clock_median(u, offsetof(struct cmp__tproc, runqueue_median_ns), tmp);
+    t->proc_runqueue_ns = clock_median(u, offsetof(struct cmp__tproc, proc_runqueue_ns), tmp);
+    t->proc_cpu_ns = clock_median(u, offsetof(struct cmp__tproc, proc_cpu_ns), tmp);
+    t->steal_ns = clock_median(u, offsetof(struct cmp__tproc, steal_ns), tmp);
 }
 
 int cmp__perf_cells(const struct cmp_cell *c, const struct cmp_cell *h, bool refused,
@@ -80,37 +157,34 @@ int cmp__perf_cells(const struct cmp_cell *c, const struct cmp_cell *h, bool ref
 {
     size_t cap = (c->n_procs > h->n_procs ? c->n_procs : h->n_procs) + 1;
     double *vc = malloc(cap * sizeof(*vc)), *vh = malloc(cap * sizeof(*vh));
-    size_t nc = 0, nh = 0, sc = 0, sh = 0;
-    enum cmp_perf_design d = CMP_PERF_UNPAIRED;
+    struct used u[2] = {{malloc(cap * sizeof(*u[0].p)), 0, 0},
+                        {malloc(cap * sizeof(*u[1].p)), 0, 0}};
+    enum cmp_perf_design d = !refused && has_reference(h) ? CMP_PERF_PAIRED : CMP_PERF_UNPAIRED;
+    struct cmp_perf b = {0};
     int rc = -ENOMEM;
-    bool cpu = false;
 
-    if (vc == NULL || vh == NULL)
+    if (vc == NULL || vh == NULL || u[0].p == NULL || u[1].p == NULL)
         goto out;
-    if (!refused && has_reference(h)) {
-        d = CMP_PERF_PAIRED;
-        cpu = all_cpu(c, h, true);
-        for (size_t i = 0; i < h->n_procs; i++) {
-            const struct cmp__tproc *p = &h->procs[i], *r;
-            if (p->reference || p->pair < 0 || (r = find_ref(h, p->pair)) == NULL)
-                continue;
-            vc[nc++] = obs(r, cpu);
-            vh[nh++] = obs(p, cpu);
-            sc += r->n_samples;
-            sh += p->n_samples;
-        }
-    } else if (!refused) {
-        cpu = all_cpu(c, h, false);
-        nc = own_obs(c, cpu, vc, &sc);
-        nh = own_obs(h, cpu, vh, &sh);
-    }
-    rc = cmp_perf_compare(vc, nc, vh, nh, d, o, out);
-    out->samples_control = sc;
-    out->samples_head = sh;
-    out->cpu_time = cpu;
+    if (!refused)
+        pick(c, h, d == CMP_PERF_PAIRED, &u[0], &u[1]);
+    basis_of(u, &b);
+    for (size_t i = 0; i < u[0].n; i++)
+        vc[i] = obs(u[0].p[i], b.basis);
+    for (size_t i = 0; i < u[1].n; i++)
+        vh[i] = obs(u[1].p[i], b.basis);
+    rc = cmp_perf_compare(vc, u[0].n, vh, u[1].n, d, o, out);
+    out->samples_control = u[0].samples;
+    out->samples_head = u[1].samples;
+    out->basis = b.basis;
+    out->basis_why = b.basis_why;
+    out->basis_lacking = b.basis_lacking;
+    times_of(&u[0], vc, &out->times[0]);
+    times_of(&u[1], vc, &out->times[1]);
 out:
     free(vc);
     free(vh);
+    free(u[0].p);
+    free(u[1].p);
     return rc;
 }
 
@@ -157,6 +231,73 @@ static int ci_json(json_t *o, const struct cmp_perf *p)
     return ci ? cmp__set(o, "ci99", ci) : -ENOMEM;
 }
 
+/* Why the basis is not own time, in one sentence; "" when it is. */
+static void basis_reason(const struct cmp_perf *p, char *buf, size_t len)
+{
+    size_t n = p->n_control + p->n_head;
+    switch (p->basis_why) {
+    case CMP_PERF_WHY_NO_RUNQUEUE:
+        snprintf(buf, len,
+                 "the kernel gave no run-queue delay for %zu of %zu timing processes: wall time, "
+                 "which holds on the exclusive CPUs of timing cells",
+                 p->basis_lacking, n);
+        break;
+    case CMP_PERF_WHY_MIXED:
+        snprintf(buf, len,
+                 "%zu of %zu timing processes have no own time (an older runner): wall time",
+                 p->basis_lacking, n);
+        break;
+    case CMP_PERF_WHY_OLD_CPU:
+        snprintf(buf, len, "records from before own time: CPU time, as they were judged then");
+        break;
+    case CMP_PERF_WHY_OLD_WALL:
+        snprintf(buf, len, "records from before own time: wall time");
+        break;
+    default:
+        buf[0] = 0;
+    }
+}
+
+/* The medians of one side's clocks, per iteration (docs/compare.md). */
+static json_t *times_json(const struct cmp_perf_times *t)
+{
+    json_t *o = json_object();
+    const struct cmp__real f[] = {
+        {"wall_ns", t->wall_ns},
+        {"own_ns", t->own_ns},
+        {"cpu_ns", t->cpu_ns},
+        {"runqueue_ns", t->runqueue_ns},
+        {"process_runqueue_ns", t->proc_runqueue_ns},
+        {"process_cpu_ns", t->proc_cpu_ns},
+        {"steal_ns", t->steal_ns},
+    };
+    if (o && cmp__set_reals(o, f, sizeof f / sizeof f[0])) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* basis, basis_reason and times: the clock judged and every other beside it. */
+static int basis_json(json_t *o, const struct cmp_perf *p)
+{
+    static const char *const names[] = {[CMP_PERF_WALL_TIME] = "wall_time",
+                                        [CMP_PERF_CPU_TIME] = "cpu_time",
+                                        [CMP_PERF_OWN_TIME] = "own_time"};
+    char why[192];
+    int rc = 0;
+    basis_reason(p, why, sizeof why);
+    rc |= cmp__set(o, "basis", json_string(names[p->basis]));
+    rc |= cmp__set(o, "basis_reason", why[0] ? json_string(why) : json_null());
+    json_t *t = json_object();
+    rc |= t ? cmp__set(o, "times", t) : -ENOMEM;
+    if (t) {
+        rc |= cmp__set(t, "control", times_json(&p->times[0]));
+        rc |= cmp__set(t, "head", times_json(&p->times[1]));
+    }
+    return rc;
+}
+
 int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json_t **out)
 {
     int rc = 0;
@@ -167,7 +308,7 @@ int cmp__perf_json(const struct cmp_perf *p, const struct cmp_options *opt, json
     reason(p, opt, why, sizeof why);
     bool tested = p->n_control && p->n_head;
     rc |= cmp__set(o, "design", json_string(p->design == CMP_PERF_PAIRED ? "paired" : "unpaired"));
-    rc |= cmp__set(o, "basis", json_string(p->cpu_time ? "cpu_time" : "wall_time"));
+    rc |= basis_json(o, p);
     rc |= cmp__set_real(o, "control_median_ns", p->control_median_ns);
     rc |= cmp__set_real(o, "head_median_ns", p->head_median_ns);
     rc |= cmp__set_real(o, "ratio", p->ratio);

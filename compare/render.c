@@ -339,14 +339,21 @@ static bool is_perf_change(const json_t *cell)
 }
 
 /* "5 pairs" or "5/5 processes", and "detects >= 4.1%" (or "n/a"). */
+/* "4 pairs, own time": the evidence and the clock it is of (perf.basis). */
 static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const json_t *p)
 {
+    const char *basis = jstr(p, "basis");
+    const char *clock = strcmp(basis, "own_time") == 0    ? ", own time"
+                        : strcmp(basis, "wall_time") == 0 ? ", wall time"
+                        : strcmp(basis, "cpu_time") == 0  ? ", CPU time"
+                                                          : "";
     if (strcmp(jstr(p, "design"), "paired") == 0)
-        snprintf(ev, evn, "%lld pairs", (long long)json_integer_value(json_object_get(p, "pairs")));
+        snprintf(ev, evn, "%lld pairs%s",
+                 (long long)json_integer_value(json_object_get(p, "pairs")), clock);
     else
-        snprintf(ev, evn, "%lld/%lld processes",
+        snprintf(ev, evn, "%lld/%lld processes%s",
                  (long long)json_integer_value(json_object_get(p, "n_control")),
-                 (long long)json_integer_value(json_object_get(p, "n_head")));
+                 (long long)json_integer_value(json_object_get(p, "n_head")), clock);
     double m = jreal(p, "mde");
     if (isfinite(m))
         snprintf(mde, mden, "%.1f%%", 100 * m);
@@ -356,7 +363,7 @@ static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const js
 
 static void perf_desc(struct buf *b, const json_t *p, bool md)
 {
-    char c[32], h[32], r[32], lo[32], hi[32], pv[32], ev[48], mde[32];
+    char c[32], h[32], r[32], lo[32], hi[32], pv[32], ev[64], mde[32];
     const json_t *ci = json_object_get(p, "ci99");
     dur(c, sizeof(c), jreal(p, "control_median_ns"));
     dur(h, sizeof(h), jreal(p, "head_median_ns"));

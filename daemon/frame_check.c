@@ -484,6 +484,46 @@ static const char *const phases[] = {"forward", "backward", NULL};
 static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const statuses[] = {"ok", "unsupported", "failed", "oom", NULL};
 
+/* The optional per-sample array NAME of a timing frame: as many as its N
+ * samples_ns, each a non-negative integer, and with AT_MOST (own time) no
+ * larger than the wall sample it is taken from. */
+static int timing_per_sample(struct frame_parser *p, json_t *h, const char *name, json_t *wall,
+                             bool at_most)
+{
+    json_t *v;
+    int rc;
+    size_t n = json_array_size(wall);
+
+    if (!json_object_get(h, name))
+        return 0;
+    if ((rc = check_counts(p, h, "timing", name, FRAME_MAX_TIMING_SAMPLES, "timing",
+                           "per-sample times", &v)))
+        return rc;
+    if (json_array_size(v) != n)
+        return frame__bad(p, "timing %s has %zu samples, samples_ns %zu", name, json_array_size(v),
+                          n);
+    for (size_t i = 0; at_most && i < n; i++)
+        if (json_integer_value(json_array_get(v, i)) > json_integer_value(json_array_get(wall, i)))
+            return frame__bad(p, "timing %s[%zu] exceeds samples_ns[%zu]", name, i, i);
+    return 0;
+}
+
+/* The optional totals of a timing frame: non-negative integers, and null
+ * where the runner could not measure one (docs/protocol.md). */
+static int timing_totals(struct frame_parser *p, json_t *h)
+{
+    static const char *const names[] = {"runqueue_ns", "cpu_ns", "steal_ns"};
+    int rc;
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!json_is_null(json_object_get(h, names[i])) &&
+            (rc = check_int(p, h, "timing", names[i], false, NULL)))
+            return rc;
+    if (json_object_get(h, "own_samples_ns") && !json_is_integer(json_object_get(h, "runqueue_ns")))
+        return frame__bad(p, "timing own_samples_ns without runqueue_ns");
+    return 0;
+}
+
 static int check_timing(struct frame_parser *p, json_t *h)
 {
     json_t *v;
@@ -494,14 +534,8 @@ static int check_timing(struct frame_parser *p, json_t *h)
     if ((rc = check_counts(p, h, "timing", "samples_ns", FRAME_MAX_TIMING_SAMPLES, "timing",
                            "samples", &v)))
         return rc;
-    size_t n = json_array_size(v);
-    json_t *cpu;
-    if (json_object_get(h, "cpu_samples_ns") &&
-        ((rc = check_counts(p, h, "timing", "cpu_samples_ns", FRAME_MAX_TIMING_SAMPLES, "timing",
-                            "CPU-time samples", &cpu)) ||
-         (json_array_size(cpu) != n &&
-          (rc = frame__bad(p, "timing cpu_samples_ns has %zu samples, samples_ns %zu",
-                           json_array_size(cpu), n)))))
+    if ((rc = timing_per_sample(p, h, "cpu_samples_ns", v, false)) ||
+        (rc = timing_per_sample(p, h, "own_samples_ns", v, true)) || (rc = timing_totals(p, h)))
         return rc;
     if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
         (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||

@@ -127,11 +127,55 @@ static const char *fingerprint_device(json_t *fp)
     return type ? type : json_string_value(json_object_get(fp, "device_name"));
 }
 
+/* The integers of the array A (N of them, the frame checked) into V. */
+static void ints_of(json_t *a, size_t n, int64_t *v)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_integer_value(json_array_get(a, i));
+}
+
+/* A total of the frame: its value, or -1 when null or absent. */
+static int64_t total_of(json_t *h, const char *name)
+{
+    json_t *v = json_object_get(h, name);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+/*
+ * The same samples in the timing thread's CPU time and in the process's
+ * own time, and the totals over them (docs/protocol.md), where the runner
+ * sent them. A frame with runqueue_ns (even null) is from a runner that
+ * measures own time: its totals say so to the engine.
+ */
+static int add_timing_clocks(struct cmp_cell *cell, json_t *h, size_t n, int64_t *v)
+{
+    int rc = 0;
+    json_t *cpu = json_object_get(h, "cpu_samples_ns"), *own = json_object_get(h, "own_samples_ns");
+    if (json_array_size(cpu) == n) {
+        ints_of(cpu, n, v);
+        rc = cmp_cell_set_process_cpu(cell, v, n);
+    }
+    if (rc != -ENOMEM && json_array_size(own) == n) {
+        ints_of(own, n, v);
+        rc = cmp_cell_set_process_own(cell, v, n);
+    }
+    if (rc != -ENOMEM && json_object_get(h, "runqueue_ns")) {
+        json_t *loops = json_object_get(h, "loops");
+        int64_t l =
+            json_is_integer(loops) && json_integer_value(loops) > 0 ? json_integer_value(loops) : 1;
+        struct cmp_proc_totals t = {(int64_t)n * l, total_of(h, "runqueue_ns"),
+                                    total_of(h, "cpu_ns"), total_of(h, "steal_ns")};
+        rc = cmp_cell_set_process_totals(cell, &t);
+    }
+    return rc;
+}
+
 /*
  * One timing frame is one timing process (docs/protocol.md), so a frame is
  * added as one process: an old cell of a single frame is one observation.
  * A frame the head job took of the control's build (docs/compare.md,
- * "Perf") carries "reference": true and the "pair" it belongs to.
+ * "Perf") carries "reference": true and the "pair" it belongs to. A clock
+ * the engine refuses leaves the process without it (judged on wall time).
  */
 static int add_timing(struct cmp_cell *cell, json_t *h)
 {
@@ -140,18 +184,12 @@ static int add_timing(struct cmp_cell *cell, json_t *h)
     int64_t *v = malloc((n ? n : 1) * sizeof *v);
     if (!v)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        v[i] = json_integer_value(json_array_get(a, i));
+    ints_of(a, n, v);
     int rc = cmp_cell_add_timing_process(cell, v, n,
                                          json_is_integer(pair) ? json_integer_value(pair) : -1,
                                          json_is_true(json_object_get(h, "reference")));
-    /* the same samples in CPU time (docs/protocol.md), when the runner sent them */
-    json_t *cpu = json_object_get(h, "cpu_samples_ns");
-    if (rc == 0 && json_array_size(cpu) == n && n > 0) {
-        for (size_t i = 0; i < n; i++)
-            v[i] = json_integer_value(json_array_get(cpu, i));
-        rc = cmp_cell_set_process_cpu(cell, v, n);
-    }
+    if (rc == 0 && n > 0)
+        rc = add_timing_clocks(cell, h, n, v); /* each clock refused alone stays out */
     free(v);
     return rc == -EINVAL || rc == -E2BIG ? 0 : rc;
 }

@@ -2120,13 +2120,13 @@ Test(render, markdown)
         "%s", md);
     cr_assert(strstr(md, "### Cells that differ\n"), "%s", md);
     /* act's input moved by 1e-9: act amplified that error (amplify.c) */
-    tw_expect_has(md,
-                  "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
-                  "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified ",
-                  " out | same |\n",
-                  "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |",
-                  "### Performance changes\n", "| evidence | detects |", " | 6/6 processes | ",
-                  "| mlp | default | forward | ", "| regression |\n", NULL);
+    tw_expect_has(
+        md,
+        "| mlp | avx2 | forward | diverged | ok | `act.0.forward.output.0` "
+        "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified ",
+        " out | same |\n", "| mlp | avx2 | backward | incomparable | ok -> crashed | - | - |",
+        "### Performance changes\n", "| evidence | detects |", " | 6/6 processes, wall time | ",
+        "| mlp | default | forward | ", "| regression |\n", NULL);
     cr_assert_null(strstr(md, "| mlp | default | forward | identical"), "identical cells omitted");
     free(md);
 
@@ -2136,8 +2136,8 @@ Test(render, markdown)
                   "OUTCOME REGRESSION mlp/avx2/backward: ok -> crashed\n",
                   "diverged mlp/avx2/forward: first divergence act.0.forward.output.0 "
                   "(seq 4, tolerance, max rel 0.0833, 1/4 off); error amplified ",
-                  " out; introduced at same\n",
-                  "PERF REGRESSION mlp/default/forward: ", "6/6 processes, detects >= ", NULL);
+                  " out; introduced at same\n", "PERF REGRESSION mlp/default/forward: ",
+                  "6/6 processes, wall time, detects >= ", NULL);
     free(txt);
     json_decref(r);
 }

@@ -426,7 +426,9 @@ static void build_full_stream(struct sb *s, uint64_t *payload_total)
     total += 10;
     sb_str(s, "{\"kind\":\"nondeterministic\",\"keys\":[\"layer3.0.forward.output.0\"]}\n");
     sb_str(s, "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[1200,1100,1300],"
-              "\"cpu_samples_ns\":[1190,1090,1000],\"warmup\":3,\"iterations\":3,\"threads\":1}\n");
+              "\"cpu_samples_ns\":[1190,1090,1000],\"own_samples_ns\":[1200,1050,1100],"
+              "\"runqueue_ns\":250,\"cpu_ns\":3500,\"steal_ns\":null,\"warmup\":3,"
+              "\"iterations\":3,\"threads\":1}\n");
     sb_str(s, "{\"kind\":\"memory\",\"peak_rss_bytes\":123456789,\"device_peak_bytes\":0}\n");
     sb_str(s, "{\"kind\":\"end\",\"status\":\"ok\",\"reason\":\"fine\"}\n");
     *payload_total = total;
@@ -700,6 +702,26 @@ static const struct raw_case raw_cases[] = {
      "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"cpu_samples_ns\":[5,-6],"
      "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
      "timing cpu_samples_ns[1] must be a non-negative integer"},
+    {"timing own sample past its wall sample", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"own_samples_ns\":[5,7],"
+     "\"runqueue_ns\":0,\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing own_samples_ns[1] exceeds samples_ns[1]"},
+    {"timing own samples of another length", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"own_samples_ns\":[5],"
+     "\"runqueue_ns\":0,\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing own_samples_ns has 1 samples, samples_ns 2"},
+    {"timing own samples without a run-queue delay", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"own_samples_ns\":[5,6],"
+     "\"runqueue_ns\":null,\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing own_samples_ns without runqueue_ns"},
+    {"timing negative run-queue delay", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"runqueue_ns\":-1,"
+     "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing field \"runqueue_ns\" must be >= 0, got -1"},
+    {"timing steal not a number", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"steal_ns\":\"x\","
+     "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing field \"steal_ns\" must be an integer, got string"},
     {"timing phase", 2,
      "{\"kind\":\"timing\",\"phase\":\"sideways\",\"samples_ns\":[],\"warmup\":1,"
      "\"iterations\":1,\"threads\":1}\n",

@@ -222,14 +222,22 @@ def timing_run(torch, model, call, spec, projection, device):
     iterations would add up to less than ``timing_min_ms``, and then enough
     for that, estimated from the fastest warmup iteration (a model of 40 us
     an iteration gets a stable median without thousands of samples).
-    Returns (samples, loops, cpu_samples): cpu_samples are the same
-    samples in this thread's CPU time, which a process that shares its CPU
-    with another does not accrue while it waits, or None when the work is
-    not all on this thread (more than one intra-op thread, or a GPU)."""
+
+    Returns the timing frame's measurements (docs/protocol.md, "timing"):
+    ``samples_ns`` (wall), ``loops``, ``own_samples_ns`` (each sample less
+    the run-queue delay of this thread, the one that runs the model:
+    capd_runner/clocks.py), ``cpu_samples_ns`` (this thread's CPU time,
+    only with one intra-op thread on the CPU, where it holds all the work)
+    and, over the timed samples, ``runqueue_ns`` (every thread of the
+    process; None, and no own samples, where the kernel keeps no such
+    count), ``cpu_ns`` (the process's CPU time, every thread) and
+    ``steal_ns`` (the host's, context; None where not visible)."""
+    from capd_runner import clocks
     cuda = device.type == "cuda"
     backward = spec.pass_ != "forward"
     cpu_clock = not cuda and torch.get_num_threads() == 1 and hasattr(time, "thread_time_ns")
-    cpu = []
+    delay = clocks.ThreadDelay()
+    cpu, own = [], []
 
     def sync():
         if cuda:
@@ -240,6 +248,8 @@ def timing_run(torch, model, call, spec, projection, device):
             model.zero_grad(set_to_none=True)
         sync()
         c0 = time.thread_time_ns() if cpu_clock else 0
+        ta = _now_ns()
+        r0 = delay.now()
         t0 = _now_ns()
         for i in range(loops):
             if backward and i:
@@ -248,21 +258,41 @@ def timing_run(torch, model, call, spec, projection, device):
             if backward:
                 projection.loss(out).backward()
         sync()
-        wall = (_now_ns() - t0) // loops
+        t1 = _now_ns()
+        r1 = delay.now()
+        td = _now_ns()
+        wall = t1 - t0
         if cpu_clock:
             cpu.append((time.thread_time_ns() - c0) // loops)
-        return wall
+        # A wait the two reads count ended after the first and began before
+        # the second: inside [t0, t1], or within the reads themselves, so
+        # taking their time off the delay never makes own time too small.
+        waited = max(0, (r1 - r0) - (t0 - ta) - (td - t1))
+        own.append(max(0, wall - waited) // loops)
+        return wall // loops
 
     model.train() if backward else model.eval()
     with (torch.enable_grad() if backward else torch.no_grad()):
         fastest = min([timed(1) for _ in range(spec.warmup)] or [0])
         want = spec.timing_min_ms * 1000000 // max(spec.iterations, 1)
         loops = 1 if fastest <= 0 else max(1, min(MAX_LOOPS, -(-want // fastest)))
-        del cpu[:]
+        del cpu[:], own[:]
+        before = (clocks.process_delays(), time.process_time_ns(), clocks.steal_ns())
         samples = [timed(loops) for _ in range(spec.iterations)]
+        waits = clocks.delay_since(before[0])
+        cpu_ns = time.process_time_ns() - before[1]
+        steal = clocks.steal_ns()
     if backward:
         model.zero_grad(set_to_none=True)
-    return samples, loops, (cpu if cpu_clock else None)
+    delay.close()
+    res = {"samples_ns": samples, "loops": loops, "cpu_ns": cpu_ns,
+           "runqueue_ns": waits if delay.ok else None,
+           "steal_ns": steal - before[2] if steal is not None and before[2] is not None else None}
+    if delay.ok:
+        res["own_samples_ns"] = own
+    if cpu_clock:
+        res["cpu_samples_ns"] = cpu
+    return res
 
 
 def peak_rss_bytes():
@@ -298,7 +328,7 @@ def run(spec, writer):
     # A paired head cell: the control build's template imports torch while
     # this process captures (docs/runner.md, "Paired timing").
     ref = None
-    if forker is not None and forker.pid is not None and timing.paired_wanted(spec):
+    if forker is not None and forker.ready and timing.paired_wanted(spec):
         ref = timing.ReferenceForker(spec)
     try:
         return _run_cell(torch, spec, writer, (forker, ref))
@@ -543,43 +573,77 @@ def _timing(torch, spec, writer, forkers, in_cell):
     in this process when there is no template (iterations 0, no fork). A
     paired cell alternates the control build's processes with its own
     (_paired); where the control build's template fails before the first
-    pair, a note says so and the cell times unpaired."""
+    pair, a note says so and the cell times unpaired. A timing process
+    killed past its time, or not started for want of it, is left out with
+    a note (capd_runner/timing.py, Budget)."""
     forker, ref = forkers
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
-    if forker is None or forker.pid is None:
-        samples, loops, cpu = in_cell()
-        frame.update({"samples_ns": samples, "loops": loops, "threads": torch.get_num_threads(),
-                      "process": 0, "processes": 1})
-        if cpu is not None:
-            frame["cpu_samples_ns"] = cpu
+    if forker is None or not forker.ready:
+        frame.update(in_cell())
+        frame.update({"threads": torch.get_num_threads(), "process": 0, "processes": 1})
         writer.frame(frame)
         writer.flush()
         return
     if ref is not None and _paired(spec, writer, forker, ref, frame):
         return
     n = spec.timing_processes
+    timed = 0
     for i in range(n):
         res = _run_one(writer, forker, i, n, "timing process")
-        writer.frame(_timing_frame(frame, res, i, n))
-        writer.flush()
+        if res is not None:
+            writer.frame(_timing_frame(frame, res, i, n))
+            writer.flush()
+            timed += 1
+    if not timed:
+        _say(writer, "warn", "none of the %d timing processes finished: the cell has no timing"
+             % n)
 
 
 def _run_one(writer, forker, i, n, what):
+    """Timing process I of N; None where it was killed past its time or
+    not started for want of it (a note says which), CellFailed where it
+    failed."""
     res = forker.run(i)
+    _note_start(writer, forker, res, "the cell's")
     if "error" in res:
         if res.get("traceback"):
             writer.note("error", res["traceback"])
+        if res.get("killed") or res.get("skipped"):
+            _say(writer, "warn", "%s %d of %d: %s; the cell goes on without it"
+                 % (what, i, n, res["error"]))
+            return None
         raise CellFailed("%s %d of %d failed: %s" % (what, i, n, res["error"]))
     return res
+
+
+def _say(writer, level, message):
+    """A note, and the same line in the cell's log."""
+    writer.note(level, message)
+    sys.stderr.write("capd_runner: %s\n" % message)
+    sys.stderr.flush()
+
+
+def _note_start(writer, forker, res, side):
+    """Says once per reason why SIDE's timing processes were started by
+    exec, not forked (capd_runner/timing.py, fork_refusal)."""
+    why = res.get("start_why")
+    if res.get("start") != "exec" or not why or why in forker.noted:
+        return
+    forker.noted.add(why)
+    _say(writer, "warn", "%s timing processes are fresh interpreters (exec), not forks: %s"
+         % (side, why))
 
 
 def _timing_frame(frame, res, i, n, **extra):
     f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
              processes=n, **extra)
-    for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns"):
+    for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns", "own_samples_ns",
+              "runqueue_ns", "cpu_ns", "steal_ns"):
         if k in res:
             f[k] = res[k]
+    if "start" in res:  # fork or exec (capd_runner/timing.py)
+        f["start"] = res["start"]
     return f
 
 
@@ -596,15 +660,18 @@ def _paired(spec, writer, forker, ref, frame):
         got = []
         for i in range(len(done), len(done) + k):
             c = ref.run(i) if ref.pid is not None else {"error": ref.error}
+            _note_start(writer, ref, c, "the control build's")
             if "error" in c:
                 if c.get("traceback"):
                     writer.note("error", c["traceback"])
-                writer.note("warn", "pair %d: the control build's timing process failed (%s); "
-                            "%s" % (i, c["error"], "timing unpaired" if not done
-                                    else "keeping the %d pairs of the rounds before" % len(done)))
+                _say(writer, "warn", "pair %d: the control build's timing process failed (%s); "
+                     "%s" % (i, c["error"], "timing unpaired" if not done
+                             else "keeping the %d pairs of the rounds before" % len(done)))
                 return bool(done)
-            got.append((c, _run_one(writer, forker, i, len(done) + k, "timing process")))
-        n = len(done) + k
+            h = _run_one(writer, forker, i, len(done) + k, "timing process")
+            if h is not None:  # else the pair is left out, with a note
+                got.append((c, h))
+        n = len(done) + len(got)
         for i, (c, h) in enumerate(got, len(done)):
             writer.frame(_timing_frame(frame, c, i, n, pair=i, reference=True, round=rnd))
             writer.frame(_timing_frame(frame, h, i, n, pair=i, round=rnd))
@@ -612,15 +679,23 @@ def _paired(spec, writer, forker, ref, frame):
         done += got
         if not pairs.wants_more(*observations(done)):
             break
+    if not done:
+        _say(writer, "warn", "no pair of timing processes finished: the cell has no timing")
     return True
 
 
 def observations(done):
-    """The pairs' process medians, as capd's comparison takes them: of the
-    CPU-time samples when every process of both sides has them, else of the
-    wall-clock samples (compare/perf_cell.c, "basis")."""
-    key = ("cpu_samples_ns" if all("cpu_samples_ns" in r for pair in done for r in pair)
-           else "samples_ns")
+    """The pairs' process medians, as capd's comparison takes them
+    (compare/perf_cell.c, "basis"): of the own-time samples when every
+    process of both sides has them; else of the wall-clock samples, or of
+    the CPU-time samples where every process has those and none measured
+    its run-queue delay (a runner from before own time)."""
+    procs = [r for pair in done for r in pair]
+    key = "samples_ns"
+    if all("own_samples_ns" in r for r in procs):
+        key = "own_samples_ns"
+    elif all("cpu_samples_ns" in r and "runqueue_ns" not in r for r in procs):
+        key = "cpu_samples_ns"
     return [median(c[key]) for c, _ in done], [median(h[key]) for _, h in done]
 
 

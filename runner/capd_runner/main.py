@@ -12,6 +12,8 @@ USAGE = """usage: python -m capd_runner              run the cell named by $CAPD
        python -m capd_runner --version
        python -m capd_runner --timing-template CMD_FD RES_FD
                                             (a paired cell's control-build template)
+       python -m capd_runner --timing-process INDEX RES_FD [--control]
+                                            (one timing process, where it cannot be forked)
 Frames go to the spec's frame_fd (3); see docs/protocol.md and docs/runner.md."""
 
 EXIT_USAGE = 2
@@ -30,6 +32,10 @@ def main(argv):
                 and argv[2].isdigit()):
             from capd_runner import timing
             return timing.template_main(int(argv[1]), int(argv[2]))
+        if (argv[0] == "--timing-process" and len(argv) in (3, 4) and argv[1].isdigit()
+                and argv[2].isdigit() and argv[3:] in ([], ["--control"])):
+            from capd_runner import timing
+            return timing.process_main(int(argv[1]), int(argv[2]), argv[3:] == ["--control"])
         if argv[0] in ("-h", "--help"):
             sys.stdout.write(USAGE + "\n")
             return 0

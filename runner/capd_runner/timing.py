@@ -19,8 +19,26 @@ pool. The cell process emits the frames itself, so only it writes to the
 frame pipe, and it stays idle while a timing process runs.
 
 The template dies with the cell (parent-death signal) and when its request
-pipe closes. Where fork is impossible the cell times in its own process, as
-one process.
+pipe closes. Where the platform has no fork the cell times in its own
+process, as one process; where forking the template fails, the timing
+processes are fresh interpreters (below).
+
+A fork copies only the thread that forks: a lock another thread held at
+that moment stays held in the child, with no thread left to release it. So
+the cell forks its template, and the template each timing process, only
+while it has no other thread (``fork_refusal``, counted in /proc/self/task
+right before the fork). A build whose code started a thread (its
+sitecustomize, its import of torch, a model package it imports) gets fresh
+interpreters instead: ``python -m capd_runner --timing-process INDEX 3``,
+started by posix_spawn with the cell's environment, CPUs and limits, which
+builds and times the model as a forked one does. Each result says how its
+process started (``start``: ``fork`` or ``exec``, and ``start_why``).
+
+Each timing process has a time of its own (``Budget``): its share of the
+cell's ``timeout_s`` and half again, at least MIN_PROCESS_S, never past
+what the cell's timeout leaves. One that has not answered by then is
+killed, and its result says so (``killed``); the cell goes on without it
+(docs/runner.md, "Timing processes: fork or exec, and their time limit").
 
 A paired head cell (the spec has a ``reference``: docs/runner.md, "Paired
 timing") has a second template, the control build's, in the environment
@@ -31,12 +49,15 @@ template to that zygote, which forks it with torch already imported, as the
 head's own template is a fork of the head's zygote-forked cell; otherwise
 (or when the zygote cannot serve it) the interpreter starts afresh and
 imports torch itself, a second or more. Either way both sides' timing
-processes are forks of a template that did nothing but import torch.
+processes are forks of a template that did nothing but import torch, or
+fresh interpreters where that side's template has other threads.
 """
 
 import ctypes
 import json
+import math
 import os
+import select
 import signal
 import sys
 import time
@@ -44,6 +65,15 @@ import traceback
 
 PR_SET_PDEATHSIG = 1
 MAX_RESULT = 64 << 20
+# A timing process's own limit: its share of timeout_s, half again as
+# margin, at least MIN_PROCESS_S; the cell keeps RESERVE_S of its timeout
+# for the frames after timing. A process that answered (or closed its
+# pipe) has REAP_S to exit before it is killed; the cell waits for its
+# template's answer TEMPLATE_GRACE_S past the process's limit.
+MIN_PROCESS_S = 30
+RESERVE_S = 5
+REAP_S = 10
+TEMPLATE_GRACE_S = REAP_S + 10
 
 
 def _pdeathsig():
@@ -97,12 +127,10 @@ def _one_process(spec, index, out_fd):
     call = cell.Call(cell._place(torch, inputs, device, dtype))
     projection = cell.Projection(torch, spec.seed)
     started = _monotonic_ns()
-    samples, loops, cpu = cell.timing_run(torch, model, call, spec, projection, device)
-    res = {"process": index, "samples_ns": samples, "loops": loops,
-           "threads": torch.get_num_threads(),
-           "started_ns": started, "ended_ns": _monotonic_ns()}
-    if cpu is not None:
-        res["cpu_samples_ns"] = cpu
+    res = {"process": index}
+    res.update(cell.timing_run(torch, model, call, spec, projection, device))
+    res.update({"threads": torch.get_num_threads(), "started_ns": started,
+                "ended_ns": _monotonic_ns()})
     if hasattr(os, "sched_getaffinity"):
         res["cpus"] = sorted(os.sched_getaffinity(0))
     os.write(out_fd, (json.dumps(res) + "\n").encode())
@@ -120,95 +148,336 @@ def paired_wanted(spec):
     return spec.reference is not None and spec.timing_pairs > 0 and spec.iterations > 0
 
 
-class Forker(object):
-    """The template process and the pipes to it (see the module's text)."""
+def thread_count():
+    """This process's threads: the kernel's count, Python's where /proc
+    cannot be read."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+        return threading.active_count()
+
+
+def fork_refusal(who):
+    """Why WHO, this process, must start its timing processes by exec and
+    not by fork (see the module's text), or None: it has other threads."""
+    k = thread_count()
+    if k <= 1:
+        return None
+    return ("%s had %d threads when its timing processes were due: forking would copy "
+            "locks they hold, which no thread would release in the copy" % (who, k))
+
+
+def process_limit_s(spec):
+    """The most seconds one timing process may take (see the module's text)."""
+    n = 2 * spec.timing_pairs if paired_wanted(spec) else spec.timing_processes
+    return max(MIN_PROCESS_S, int(math.ceil(spec.timeout_s * 1.5 / max(n, 1))))
+
+
+def _age_s():
+    """Seconds since this process began: moments after capd's cell
+    timeout starts, when capd, capd-exec or the build's zygote starts the
+    cell; 0 where /proc cannot tell."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start / float(os.sysconf("SC_CLK_TCK")))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class Budget(object):
+    """The time each of the cell's timing processes may take."""
 
     def __init__(self, spec):
+        self.per_process = process_limit_s(spec)
+        self.timeout_s = spec.timeout_s
+        self.deadline = time.monotonic() - _age_s() + spec.timeout_s
+
+    def next(self, index):
+        """(seconds process INDEX may take, None), or (None, its result)
+        where the cell's timeout leaves it no time."""
+        left = self.deadline - RESERVE_S - time.monotonic()
+        if left >= 1:
+            return min(self.per_process, left), None
+        return None, {"process": index, "skipped": True,
+                      "error": "timing process %d not started: %.0f s of the cell's "
+                               "timeout_s=%d s are left" % (index, max(0, left + RESERVE_S),
+                                                            self.timeout_s)}
+
+
+def _read_result(fd, limit_s):
+    """(one line from FD, or what came before EOF; whether LIMIT_S passed
+    first)."""
+    buf = bytearray()
+    end = time.monotonic() + limit_s
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while len(buf) < MAX_RESULT and not buf.endswith(b"\n"):
+        left = end - time.monotonic()
+        if left <= 0:
+            return bytes(buf), True
+        if not poller.poll(int(math.ceil(left * 1000))):
+            continue
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        buf += b
+    return bytes(buf), False
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _reap(pid, kill):
+    """PID's wait status: killed first when KILL, else given REAP_S to exit
+    and killed then; None where it is not this process's child."""
+    try:
+        if not kill:
+            end = time.monotonic() + REAP_S
+            while time.monotonic() < end:
+                got, status = os.waitpid(pid, os.WNOHANG)
+                if got:
+                    return status
+                time.sleep(0.01)
+        _kill(pid)
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return None
+
+
+def _write_error(fd, index, prefix, e):
+    msg = {"process": index, "error": "%s%s: %s" % (prefix, type(e).__name__, e),
+           "traceback": traceback.format_exc()}
+    try:
+        os.write(fd, (json.dumps(msg) + "\n").encode())
+    except OSError:
+        pass
+
+
+def _timing_child(spec, index, res_w):
+    """A timing process's work, forked or exec'd: _one_process, or its
+    error as the result line; the exit code."""
+    try:
+        _one_process(spec, index, res_w)
+        return 0
+    except BaseException as e:
+        _write_error(res_w, index, "", e)
+        return 1
+
+
+def _pipe():
+    """A pipe whose write end is not fd 3, where a spawned process gets it
+    (a dup2 onto itself would leave it close-on-exec)."""
+    r, w = os.pipe()
+    if w == 3:
+        w2 = os.dup(w)
+        os.close(w)
+        w = w2
+    return r, w
+
+
+def _fork(spec, index, res_r, res_w):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _pdeathsig()
+            os.close(res_r)
+            code = _timing_child(spec, index, res_w)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _spawn(index, res_w, control, close_fd):
+    """Timing process INDEX as a fresh interpreter of this build: its
+    result pipe on fd 3, stdin /dev/null, this process's environment, CPUs
+    and limits. posix_spawn runs no Python in the child: safe beside other
+    threads."""
+    argv = [sys.executable, "-m", "capd_runner", "--timing-process", str(index), "3"]
+    if control:
+        argv.append("--control")
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    if close_fd is not None and close_fd > 3:
+        actions.append((os.POSIX_SPAWN_CLOSE, close_fd))
+    actions.append((os.POSIX_SPAWN_DUP2, res_w, 3))
+    return os.posix_spawn(sys.executable, argv, dict(os.environ), file_actions=actions)
+
+
+def _outcome(index, line, late, status, limit_s, was):
+    """A timing process's result from what it wrote and how it ended."""
+    if late:
+        return {"process": index, "killed": True,
+                "error": "timing process %d did not finish in %.0f s (killed); %s"
+                         % (index, limit_s, was)}
+    if line.endswith(b"\n"):
+        try:
+            res = json.loads(line.decode())
+        except ValueError:
+            res = None
+        if isinstance(res, dict):
+            return res
+        return {"process": index, "error": "unreadable timing result"}
+    if status is not None and os.WIFSIGNALED(status):
+        return {"process": index,
+                "error": "timing process killed by signal %d" % os.WTERMSIG(status)}
+    code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    return {"process": index, "error": "timing process %d exited (status %s) without a "
+                                       "result; %s" % (index, code, was)}
+
+
+def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None):
+    """Starts timing process INDEX, by exec where EXEC_WHY says why not by
+    fork, and waits LIMIT_S seconds at most for its result, killing it
+    past them. Its result, with how it started ("start", "start_why")."""
+    how = "exec" if exec_why else "fork"
+    threads = thread_count()
+    r, w = _pipe()
+    try:
+        pid = _spawn(index, w, control, close_fd) if exec_why else _fork(spec, index, r, w)
+    except (OSError, ValueError) as e:
+        os.close(r)
+        os.close(w)
+        return {"process": index, "start": how,
+                "error": "cannot start timing process %d by %s: %s" % (index, how, e)}
+    os.close(w)
+    try:
+        line, late = _read_result(r, limit_s)
+    finally:
+        os.close(r)
+    status = _reap(pid, late)
+    if exec_why:
+        was = "it was a fresh interpreter (exec), as %s" % exec_why
+    else:
+        was = "it was forked from a process with %d thread%s" % (threads,
+                                                               "" if threads == 1 else "s")
+    res = _outcome(index, line, late, status, limit_s, was)
+    res["start"] = how
+    if exec_why:
+        res["start_why"] = exec_why
+    return res
+
+
+def _request(line, default):
+    """A template's request: "INDEX LIMIT_S" (LIMIT_S may be left out)."""
+    parts = line.split()
+    return int(parts[0]), (float(parts[1]) if len(parts) > 1 else default)
+
+
+class Forker(object):
+    """The cell's timing processes: forks of its template process, or fresh
+    interpreters where the cell has other threads (see the module's text)."""
+
+    def __init__(self, spec):
+        self.spec = spec
         self.pid = None
+        self.error = None
+        self.noted = set()  # the reasons for exec the cell has noted
+        self.budget = Budget(spec)
+        self.exec_why = fork_refusal("the cell")
+        if self.exec_why is None:
+            self.exec_why = self._fork_template(spec)
+
+    @property
+    def ready(self):
+        """Whether it can start timing processes."""
+        return self.pid is not None or self.exec_why is not None
+
+    def _fork_template(self, spec):
+        """Forks the template; None, or why the cell starts its timing
+        processes by exec instead."""
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             pid = os.fork()
-        except OSError:
+        except OSError as e:
             for fd in (cmd_r, cmd_w, res_r, res_w):
                 os.close(fd)
-            return
+            return "the cell could not fork its timing template: %s" % e
         if pid == 0:
-            os.close(cmd_w)
-            os.close(res_r)
-            code = 0
+            code = 1
             try:
+                os.close(cmd_w)
+                os.close(res_r)
                 _pdeathsig()
                 try:
                     os.close(spec.frame_fd)  # only the cell writes frames
                 except OSError:
                     pass
                 self._serve(spec, cmd_r, res_w)
-            except BaseException:
-                code = 1
-            os._exit(code)
+                code = 0
+            finally:
+                os._exit(code)
         os.close(cmd_r)
         os.close(res_w)
         self.pid, self.cmd, self.res = pid, cmd_w, res_r
+        return None
 
     @staticmethod
-    def _serve(spec, cmd_r, res_w):
+    def _serve(spec, cmd_r, res_w, who="the cell's timing template", control=False):
+        """A template's loop: per request ("INDEX LIMIT_S") one timing
+        process, forked while the template has no other thread and exec'd
+        otherwise, and its result line back."""
+        default = process_limit_s(spec)
         while True:
             line = _readline(cmd_r)
             if not line:
                 return
-            index = int(line)
-            child = os.fork()
-            if child == 0:
-                code = 0
-                try:
-                    _pdeathsig()
-                    _one_process(spec, index, res_w)
-                except BaseException as e:
-                    msg = {"process": index, "error": "%s: %s" % (type(e).__name__, e),
-                           "traceback": traceback.format_exc()}
-                    try:
-                        os.write(res_w, (json.dumps(msg) + "\n").encode())
-                    except OSError:
-                        pass
-                    code = 1
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-            _, status = os.waitpid(child, 0)
-            if os.WIFSIGNALED(status):
-                msg = {"process": index,
-                       "error": "timing process killed by signal %d" % os.WTERMSIG(status)}
-                os.write(res_w, (json.dumps(msg) + "\n").encode())
+            index, limit_s = _request(line, default)
+            res = run_one(spec, index, limit_s, fork_refusal(who), control)
+            os.write(res_w, (json.dumps(res) + "\n").encode())
 
     def run(self, index):
-        """Times one process; its result dict ({"error": ...} on failure)."""
+        """Times one process; its result dict ({"error": ...} on failure,
+        with "killed" or "skipped" where the cell goes on without it)."""
+        limit_s, skipped = self.budget.next(index)
+        if skipped is not None:
+            return skipped
         if self.pid is None:
-            return {"error": "no timing template"}
+            if self.exec_why is None:  # the template was killed, or never started
+                return {"process": index, "skipped": True,
+                        "error": self.error or "no timing template"}
+            return run_one(self.spec, index, limit_s, self.exec_why, close_fd=self.spec.frame_fd)
         try:
-            os.write(self.cmd, ("%d\n" % index).encode())
+            os.write(self.cmd, ("%d %.3f\n" % (index, limit_s)).encode())
         except OSError:
             pass  # it is gone; what it said before it went is read below
-        line = _readline(self.res)
+        line, late = _read_result(self.res, limit_s + TEMPLATE_GRACE_S)
+        if late:
+            self.error = ("the timing template did not answer for timing process %d within "
+                          "%.0f s (killed)" % (index, limit_s + TEMPLATE_GRACE_S))
+            self._end(kill=True)
+            return {"process": index, "killed": True, "error": self.error}
         if not line:
-            return {"error": "the timing template exited"}
+            return {"process": index, "error": "the timing template exited"}
         try:
             return json.loads(line.decode())
         except ValueError:
-            return {"error": "unreadable timing result"}
+            return {"process": index, "error": "unreadable timing result"}
 
-    def close(self):
-        if self.pid is None:
-            return
+    def _end(self, kill):
         os.close(self.cmd)
         os.close(self.res)
-        try:
-            os.waitpid(self.pid, 0)
-        except OSError:
-            pass
+        _reap(self.pid, kill)
         self.pid = None
+
+    def close(self):
+        """Ends the template: its request pipe closes, it exits."""
+        if self.pid is not None:
+            self._end(kill=False)
 
 
 def _limit_flags():
@@ -256,8 +525,12 @@ class ReferenceForker(Forker):
     """The control build's template (see the module's text)."""
 
     def __init__(self, spec):
+        self.spec = spec
         self.pid = None
         self.error = None
+        self.noted = set()
+        self.budget = Budget(spec)
+        self.exec_why = None  # its template decides, by its own threads
         ref = spec.reference
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -286,25 +559,39 @@ class ReferenceForker(Forker):
         self.pid, self.cmd, self.res = pid, cmd_w, res_r
 
 
+def _load_spec(control):
+    """The cell's spec, with the control build's user models for a
+    process of the control build, and this process on the cell's CPUs."""
+    from capd_runner import spec as specmod
+    spec = specmod.load()
+    if control and spec.reference is not None:  # the control build's user models
+        spec.model_roots = spec.reference.get("model_roots") or []
+    set_affinity(spec.raw.get("cpus"))
+    return spec
+
+
 def template_main(cmd_fd, res_fd):
     """``--timing-template``: the control build's template in a paired cell."""
     _pdeathsig()
     try:
-        from capd_runner import spec as specmod
-        spec = specmod.load()
-        if spec.reference is not None:  # the control build's user models
-            spec.model_roots = spec.reference.get("model_roots") or []
-        set_affinity(spec.raw.get("cpus"))
+        spec = _load_spec(True)
         import torch  # noqa: F401 (the forks inherit it, like the cell's template)
     except BaseException as e:
-        line = _readline(cmd_fd)
-        msg = {"process": int(line) if line.strip().isdigit() else -1,
-               "error": "control build template: %s: %s" % (type(e).__name__, e),
-               "traceback": traceback.format_exc()}
-        try:
-            os.write(res_fd, (json.dumps(msg) + "\n").encode())
-        except OSError:
-            pass
+        parts = _readline(cmd_fd).split()
+        index = int(parts[0]) if parts and parts[0].isdigit() else -1
+        _write_error(res_fd, index, "control build template: ", e)
         return 1
-    Forker._serve(spec, cmd_fd, res_fd)
+    Forker._serve(spec, cmd_fd, res_fd, "the control build's timing template", control=True)
     return 0
+
+
+def process_main(index, res_fd, control):
+    """``--timing-process``: one timing process started by exec (run_one),
+    its result line on RES_FD; CONTROL: of the control build."""
+    _pdeathsig()
+    try:
+        spec = _load_spec(control)
+    except BaseException as e:
+        _write_error(res_fd, index, "timing process: ", e)
+        return 1
+    return _timing_child(spec, index, res_fd)

@@ -437,7 +437,10 @@ class Zygote(object):
         uid = req.get("uid")
         if isinstance(uid, int) and uid >= 0 and uid != os.getuid():
             return "the cell must run as uid %d, the zygote runs as %d" % (uid, os.getuid())
-        return None
+        # A build whose import started a thread: a forked cell would copy
+        # the locks it holds (timing.fork_refusal says the same of a cell).
+        from capd_runner import timing
+        return timing.fork_refusal("the zygote")
 
     def _accept(self):
         while True:

@@ -100,6 +100,14 @@ class PairsTest(unittest.TestCase):
             for c, w in zip(t["cpu_samples_ns"], t["samples_ns"]):
                 self.assertLessEqual(c, w * 1.01 + 100000, t)
                 self.assertGreater(c, 0)
+            # Own time where the kernel keeps a run-queue delay (runqueue_ns
+            # not null): each sample less it, never more than the sample.
+            if t["runqueue_ns"] is None:
+                self.assertNotIn("own_samples_ns", t)
+                continue
+            self.assertEqual(len(t["own_samples_ns"]), len(t["samples_ns"]))
+            for o, w in zip(t["own_samples_ns"], t["samples_ns"]):
+                self.assertLessEqual(o, w, t)
 
     def test_undecided_pairs_get_more_rounds(self):
         # One pair a round. One pair cannot be tested at all; then the head
