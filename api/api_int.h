@@ -126,8 +126,18 @@ bool api_auth_refused(struct api_req *r, enum MHD_Result *ret);
 /* The Host and Origin checks (api/host.c), before anything else: a Host
  * capd was not told it has is 421, a write from a foreign Origin 403. */
 bool api_host_refused(struct api_req *r, enum MHD_Result *ret);
-bool api_scope_refused(struct api_req *r, const char *method, const char *pattern,
-                       enum MHD_Result *ret);
+/* What a route needs of its caller: the route table (api/server.c) says it
+ * for each route, api_scope_refused maps it to a token scope under the
+ * config. A new route states its access; nothing falls to one by accident. */
+enum api_access {
+    API_OPEN,    /* nobody's data: /healthz, the dashboard's files */
+    API_READ,    /* scope read, or none with public_reads */
+    API_METRICS, /* scope read, or none with metrics_public */
+    API_SUBMIT,  /* scope submit: jobs, bisections and their cancels */
+    API_ADMIN,   /* scope admin: builds changed, tokens, branches, alerts, devices */
+    API_WORKER,  /* an attempt's own token, checked before (api_attempt_auth_refused) */
+};
+bool api_scope_refused(struct api_req *r, enum api_access access, enum MHD_Result *ret);
 /* For POST /v1/jobs/{id}/cancel: a submit token may cancel only the jobs it
  * created; admin may cancel any (403 otherwise). */
 bool api_cancel_refused(struct api_req *r, const char *job_id, enum MHD_Result *ret);

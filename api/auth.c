@@ -37,31 +37,22 @@ static bool is_read_method(const char *m)
     return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
 }
 
-/* The scope a route needs, from its method and pattern (server.c's table). */
-static int required_scope(const struct capd_config *cfg, const char *method, const char *pattern)
+/* The scope ACCESS (the route table's word) needs under this config. */
+static int required_scope(const struct capd_config *cfg, enum api_access access)
 {
-    if (strcmp(pattern, "/healthz") == 0)
+    switch (access) {
+    case API_OPEN:
+    case API_WORKER:
         return STORE_SCOPE_NONE;
-    /* The dashboard's files hold no data; the page sends the token. */
-    if (strcmp(pattern, "/") == 0 || strcmp(pattern, "/static/:file") == 0)
-        return STORE_SCOPE_NONE;
-    if (strcmp(pattern, "/metrics") == 0)
-        return cfg->metrics_public ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
-    if (strncmp(pattern, "/v1/tokens", 10) == 0)
-        return STORE_SCOPE_ADMIN;
-    /* A worker's attempt token was checked already (api_attempt_auth_refused). */
-    if (strncmp(pattern, "/v1/attempts/", 13) == 0)
-        return STORE_SCOPE_NONE;
-    /* A build names what the host executes: changing one is admin's alone,
-     * whatever else the config opens up. */
-    if (strncmp(pattern, "/v1/builds", 10) == 0 && !is_read_method(method))
-        return STORE_SCOPE_ADMIN;
-    if (is_read_method(method))
+    case API_READ:
         return cfg->public_reads ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
-    if (strcmp(method, "POST") == 0 &&
-        (strcmp(pattern, "/v1/jobs") == 0 || strcmp(pattern, "/v1/jobs/:id/cancel") == 0 ||
-         strcmp(pattern, "/v1/bisect") == 0 || strcmp(pattern, "/v1/bisect/:id/cancel") == 0))
+    case API_METRICS:
+        return cfg->metrics_public ? STORE_SCOPE_NONE : STORE_SCOPE_READ;
+    case API_SUBMIT:
         return STORE_SCOPE_SUBMIT;
+    case API_ADMIN:
+        break;
+    }
     return STORE_SCOPE_ADMIN;
 }
 
@@ -166,10 +157,10 @@ bool api_auth_refused(struct api_req *r, enum MHD_Result *ret)
     return true;
 }
 
-bool api_scope_refused(struct api_req *r, const char *method, const char *pattern,
-                       enum MHD_Result *ret)
+bool api_scope_refused(struct api_req *r, enum api_access access, enum MHD_Result *ret)
 {
-    int need = required_scope(api_cfg(r), method, pattern);
+    int need = required_scope(api_cfg(r), access);
+    const char *method = r->route_method, *pattern = r->route_pattern;
     if (need == STORE_SCOPE_NONE || r->scope >= need)
         return false;
     if (r->scope == STORE_SCOPE_NONE) {

@@ -348,56 +348,58 @@ bool api_valid_text(const char *s, size_t max)
 /* A pattern's ":x" segment matches any one segment, which the handler
  * reads as api_param(r, "x"). STORE: the handler uses the worker's store
  * connection, which the dispatcher then guarantees (503 when it cannot
- * open one), so handlers never check for it. */
+ * open one), so handlers never check for it. ACCESS: what the caller's
+ * token must allow (api_int.h), checked before the handler runs. */
 struct route {
     const char *method;
     const char *pattern;
     api_handler h;
     bool store;
+    enum api_access access;
 };
 
 static const struct route routes[] = {
-    {"GET", "/healthz", api_healthz, false},
-    {"GET", "/v1/models", api_models, false},
-    {"GET", "/v1/widths", api_widths, false},
-    {"GET", "/v1/host", api_host, false},
-    {"GET", "/v1/builds", api_builds_list, true},
-    {"POST", "/v1/builds", api_builds_create, true},
-    {"GET", "/v1/builds/:name", api_builds_get, true},
-    {"PUT", "/v1/builds/:name", api_builds_put, true},
-    {"GET", "/v1/jobs", api_jobs_list, true},
-    {"POST", "/v1/jobs", api_jobs_create, true},
-    {"GET", "/v1/jobs/:id", api_jobs_get, true},
-    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel, true},
-    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true},
-    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true},
-    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true},
-    {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true},
-    {"GET", "/v1/compare", api_compare, true},
-    {"GET", "/v1/branches/:name", api_branch_get, true},
-    {"PUT", "/v1/branches/:name", api_branch_put, true},
-    {"GET", "/v1/commits/:sha", api_commit_get, true},
-    {"GET", "/v1/commits/:sha/diff", api_commit_diff, true},
-    {"GET", "/v1/tokens", api_tokens_list, true},
-    {"POST", "/v1/tokens", api_tokens_create, true},
-    {"DELETE", "/v1/tokens/:id", api_tokens_revoke, true},
-    {"GET", "/v1/devices", api_devices_list, false},
-    {"POST", "/v1/devices/refresh", api_devices_refresh, false},
-    {"GET", "/v1/events", api_events, false},
-    {"GET", "/v1/history", api_history_get, true},
-    {"GET", "/v1/alerts", api_alerts_list, true},
-    {"POST", "/v1/alerts/:id", api_alert_post, true},
-    {"GET", "/v1/bisect", api_bisect_list, true},
-    {"POST", "/v1/bisect", api_bisect_create, true},
-    {"GET", "/v1/bisect/:id", api_bisect_get, true},
-    {"POST", "/v1/bisect/:id/cancel", api_bisect_cancel, true},
-    {"GET", "/v1/attempts/:attempt/spec", api_attempt_spec, true},
-    {"POST", "/v1/attempts/:attempt/frames", api_attempt_frames, true},
-    {"POST", "/v1/attempts/:attempt/log", api_attempt_log, true},
-    {"POST", "/v1/attempts/:attempt/finish", api_attempt_finish, true},
-    {"GET", "/metrics", api_metrics, true},
-    {"GET", "/", api_static_index, false},
-    {"GET", "/static/:file", api_static_file, false},
+    {"GET", "/healthz", api_healthz, false, API_OPEN},
+    {"GET", "/v1/models", api_models, false, API_READ},
+    {"GET", "/v1/widths", api_widths, false, API_READ},
+    {"GET", "/v1/host", api_host, false, API_READ},
+    {"GET", "/v1/builds", api_builds_list, true, API_READ},
+    {"POST", "/v1/builds", api_builds_create, true, API_ADMIN},
+    {"GET", "/v1/builds/:name", api_builds_get, true, API_READ},
+    {"PUT", "/v1/builds/:name", api_builds_put, true, API_ADMIN},
+    {"GET", "/v1/jobs", api_jobs_list, true, API_READ},
+    {"POST", "/v1/jobs", api_jobs_create, true, API_SUBMIT},
+    {"GET", "/v1/jobs/:id", api_jobs_get, true, API_READ},
+    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel, true, API_SUBMIT},
+    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true, API_READ},
+    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true, API_READ},
+    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true, API_READ},
+    {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ},
+    {"GET", "/v1/compare", api_compare, true, API_READ},
+    {"GET", "/v1/branches/:name", api_branch_get, true, API_READ},
+    {"PUT", "/v1/branches/:name", api_branch_put, true, API_ADMIN},
+    {"GET", "/v1/commits/:sha", api_commit_get, true, API_READ},
+    {"GET", "/v1/commits/:sha/diff", api_commit_diff, true, API_READ},
+    {"GET", "/v1/tokens", api_tokens_list, true, API_ADMIN},
+    {"POST", "/v1/tokens", api_tokens_create, true, API_ADMIN},
+    {"DELETE", "/v1/tokens/:id", api_tokens_revoke, true, API_ADMIN},
+    {"GET", "/v1/devices", api_devices_list, false, API_READ},
+    {"POST", "/v1/devices/refresh", api_devices_refresh, false, API_ADMIN},
+    {"GET", "/v1/events", api_events, false, API_READ},
+    {"GET", "/v1/history", api_history_get, true, API_READ},
+    {"GET", "/v1/alerts", api_alerts_list, true, API_READ},
+    {"POST", "/v1/alerts/:id", api_alert_post, true, API_ADMIN},
+    {"GET", "/v1/bisect", api_bisect_list, true, API_READ},
+    {"POST", "/v1/bisect", api_bisect_create, true, API_SUBMIT},
+    {"GET", "/v1/bisect/:id", api_bisect_get, true, API_READ},
+    {"POST", "/v1/bisect/:id/cancel", api_bisect_cancel, true, API_SUBMIT},
+    {"GET", "/v1/attempts/:attempt/spec", api_attempt_spec, true, API_WORKER},
+    {"POST", "/v1/attempts/:attempt/frames", api_attempt_frames, true, API_WORKER},
+    {"POST", "/v1/attempts/:attempt/log", api_attempt_log, true, API_WORKER},
+    {"POST", "/v1/attempts/:attempt/finish", api_attempt_finish, true, API_WORKER},
+    {"GET", "/metrics", api_metrics, true, API_METRICS},
+    {"GET", "/", api_static_index, false, API_OPEN},
+    {"GET", "/static/:file", api_static_file, false, API_OPEN},
 };
 
 static int hexval(char c)
@@ -499,7 +501,7 @@ static enum MHD_Result dispatch(struct api_req *r)
             r->route = (int)i;
             r->route_method = routes[i].method;
             r->route_pattern = routes[i].pattern;
-            if (api_scope_refused(r, routes[i].method, routes[i].pattern, &ret))
+            if (api_scope_refused(r, routes[i].access, &ret))
                 return ret;
             if (routes[i].store && !api_store(r))
                 return api_error(r, 503, "unavailable", NULL, "database unavailable");
