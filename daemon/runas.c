@@ -165,18 +165,14 @@ static int blocked(const struct capd_config *c, char *why, size_t wlen, const ch
     return -EACCES;
 }
 
-int runas_can_use(const struct capd_config *c, const char *path, enum runas_need need, char *why,
-                  size_t wlen)
+/* Each ancestor of REAL (an absolute path), from / down, must let the
+ * cell user search it: 0, or -EACCES with WHY naming the first that does
+ * not. */
+static int ancestors_blocked(const struct capd_config *c, const char *path, const char *real,
+                             char *why, size_t wlen)
 {
-    char real[PATH_MAX], at[PATH_MAX];
-    struct stat sb;
-    if (!realpath(path, real) || stat(real, &sb) != 0) {
-        int e = errno;
-        snprintf(why, wlen, "%s: %s", path, e == ENOENT ? "does not exist" : strerror(e));
-        return -e;
-    }
-    /* Each ancestor, from / down, must let the user search it. */
-    for (char *slash = real; slash; slash = strchr(slash + 1, '/')) {
+    char at[PATH_MAX];
+    for (const char *slash = real; slash; slash = strchr(slash + 1, '/')) {
         size_t n = (size_t)(slash - real);
         struct stat ab;
         snprintf(at, sizeof at, "%.*s", n ? (int)n : 1, n ? real : "/");
@@ -187,6 +183,26 @@ int runas_can_use(const struct capd_config *c, const char *path, enum runas_need
         if (!user_may(c, at, &ab, 1))
             return blocked(c, why, wlen, path, at, &ab, "search");
     }
+    return 0;
+}
+
+int runas_can_use(const struct capd_config *c, const char *path, enum runas_need need, char *why,
+                  size_t wlen)
+{
+    char real[PATH_MAX];
+    struct stat sb;
+    if (!realpath(path, real) || stat(real, &sb) != 0) {
+        int e = errno;
+        /* A directory capd's own user cannot search hides the rest (capd
+         * runs cells as itself): name it as the cell user sees it. */
+        if (e == EACCES && path[0] == '/' && ancestors_blocked(c, path, path, why, wlen) != 0)
+            return -EACCES;
+        snprintf(why, wlen, "%s: %s", path, e == ENOENT ? "does not exist" : strerror(e));
+        return -e;
+    }
+    int rc = ancestors_blocked(c, path, real, why, wlen);
+    if (rc != 0)
+        return rc;
     if (need == RUNAS_DIR && !S_ISDIR(sb.st_mode)) {
         snprintf(why, wlen, "%s is not a directory", path);
         return -ENOTDIR;
