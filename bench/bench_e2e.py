@@ -57,9 +57,12 @@ class Capd(object):
                         "w")
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--runner-dir",
-             runner_dir, "--max-parallel", str(max_parallel),
-             # numerics-only jobs as the performance table measures them
-             "--max-parallel-numerics", str(os.cpu_count() or 1), "--log-level", "info"]
+             runner_dir, "--log-level", "info"]
+            # max_parallel None: capd's defaults; else numerics-only jobs as
+            # the performance table measures them
+            + ([] if max_parallel is None else
+               ["--max-parallel", str(max_parallel),
+                "--max-parallel-numerics", str(os.cpu_count() or 1)])
             # a host's own settings, e.g. who runs the cells where capd is root
             + (["--config", os.environ["CAPD_BENCH_CONFIG"]]
                if os.environ.get("CAPD_BENCH_CONFIG") else []),
