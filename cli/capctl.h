@@ -325,6 +325,9 @@ void ctl_report_fields(const struct ctl_client *c, const struct ctl_resp *r,
  * (cli/command.c). */
 int ctl_fetch_settled(struct ctl_client *c, const struct ctl_cmd *cmd, const char *url,
                       double wait_timeout, struct ctl_resp *r);
+/* GETs URL (a rendered report, md or text) and prints its body: 0, or
+ * CTL_EXIT_ERROR having said why (an overlong URL included: OVERFLOW). */
+int ctl_print_url(struct ctl_client *c, const char *url, bool overflow);
 /* The "field" of an error reply, or NULL. Owned by the caller (free). */
 char *ctl_resp_error_field(const struct ctl_resp *r);
 /* The "code" of an error reply into BUF ("" when none). */

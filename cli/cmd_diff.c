@@ -144,7 +144,6 @@ static const char *result_verdict(json_t *result)
 static int print_rendering(struct ctl_client *c, const struct ctl_args *a, const struct diff *d,
                            json_t *result)
 {
-    struct ctl_resp r = {0};
     struct ctl_url u;
     const char *cj = json_string_value(json_object_get(json_object_get(result, "control"), "job"));
     const char *hj = json_string_value(json_object_get(json_object_get(result, "head"), "job"));
@@ -153,15 +152,7 @@ static int print_rendering(struct ctl_client *c, const struct ctl_args *a, const
         return CTL_EXIT_ERROR;
     }
     compare_url(c, a, d, cj, hj, d->format, &u);
-    int rc = CTL_EXIT_ERROR;
-    if (u.overflow || ctl_request(c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-    } else {
-        ctl_print_report(r.body, r.len);
-        rc = 0;
-    }
-    ctl_resp_free(&r);
-    return rc;
+    return ctl_print_url(c, u.buf, u.overflow);
 }
 
 /* 1 for a regression unless --fail-on never; --fail-on unknown also fails

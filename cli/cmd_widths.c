@@ -161,23 +161,14 @@ static const char *check_verdict(json_t *result)
 static int print_check_report(struct ctl_client *c, const struct ctl_args *a, const char *format,
                               json_t *result)
 {
-    struct ctl_resp r = {0};
     struct ctl_url u;
     const char *job = json_string_value(json_object_get(result, "job"));
-    int rc = CTL_EXIT_ERROR;
     if (!job) {
         fprintf(stderr, "capctl: the self-check does not name its job\n");
-        return rc;
+        return CTL_EXIT_ERROR;
     }
     check_url(c, a, job, format, &u);
-    if (u.overflow || ctl_request(c, "GET", u.buf, NULL, NULL, &r) != 0 || r.status != 200) {
-        ctl_report(c, &r);
-    } else {
-        ctl_print_report(r.body, r.len);
-        rc = 0;
-    }
-    ctl_resp_free(&r);
-    return rc;
+    return ctl_print_url(c, u.buf, u.overflow);
 }
 
 static int check_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)

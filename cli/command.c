@@ -192,3 +192,17 @@ int ctl_fetch_settled(struct ctl_client *c, const struct ctl_cmd *cmd, const cha
     ctl_progress_end(&p);
     return 0;
 }
+
+int ctl_print_url(struct ctl_client *c, const char *url, bool overflow)
+{
+    struct ctl_resp r = {0};
+    int rc = CTL_EXIT_ERROR;
+    if (overflow || ctl_request(c, "GET", url, NULL, NULL, &r) != 0 || r.status != 200) {
+        ctl_report(c, &r);
+    } else {
+        ctl_print_report(r.body, r.len);
+        rc = 0;
+    }
+    ctl_resp_free(&r);
+    return rc;
+}
