@@ -8,7 +8,11 @@
  * 1 + 2e-4 at one width only (CAPD_PERTURB_WIDTH, the widest this host
  * runs), diverges at that width, at the first Linear layer, by the float64
  * arbiter's judgement, and passes at the others. capctl's exit status
- * follows: 0, then 1.
+ * follows: 0, then 1. The same holds on the official wheel (the lane of
+ * scripts/official-torch.sh, CAPD_OFFICIAL_PYTHON) with
+ * capd_examples.gemm:wide_mlp, whose matrix products give other bits at
+ * each width there (MKL's SSE4.2, AVX2 and AVX-512 branches): the clean
+ * build is within the float64 reference's error at every width.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -24,28 +28,30 @@
 /* How long one job of real torch cells may take. */
 #define JOB_S 600
 
-static void register_perturbed(const struct tu_capd *c, const char *width)
+static void register_perturbed(const struct tu_capd *c, const char *python, const char *width)
 {
     long st = 0;
     json_t *j = tu_jsonf(c, "POST", "/v1/builds", &st,
                          "{\"name\":\"perturbed\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":"
-                         "\"%s/examples/perturbed-build\",\"CAPD_PERTURB_WIDTH\":\"%s\"}}",
-                         tu_python(), tu_bin("CAPD_SOURCE_DIR"), width);
+                         "\"%s/examples/perturbed-build\",\"CAPD_PERTURB_WIDTH\":\"%s\"},"
+                         "\"model_roots\":[\"%s/examples/models\"]}",
+                         python, tu_bin("CAPD_SOURCE_DIR"), width, tu_bin("CAPD_SOURCE_DIR"));
     char *d = af_dump(j);
     cr_assert_eq(st, 201, "register the perturbed build: %s", d);
     free(d);
     json_decref(j);
 }
 
-/* mlp at WIDTHS (JSON list contents), forward, on BUILD: one sample per
- * record and the float64 reference, no timing. Every cell must end ok. */
+/* MODEL (a JSON string) at WIDTHS (JSON list contents), forward, on
+ * BUILD: one sample per record and the float64 reference, no timing. Every
+ * cell must end ok. */
 static char *run_job(const struct tu_capd *c, const char *build, const char *commit,
-                     const char *widths)
+                     const char *model, const char *widths)
 {
     struct af_job job = {.project = "selfcheck",
                          .commit = commit,
                          .build = build,
-                         .models = "\"mlp\"",
+                         .models = model,
                          .widths = widths,
                          .passes = "\"forward\"",
                          .options = "{\"iterations\":0,\"warmup\":0,\"batch\":1,"
@@ -96,17 +102,21 @@ static void stop(void)
     af_stop_own_capd(&c);
 }
 
-Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear, .init = start,
-     .fini = stop, .timeout = 900)
+/* The self-check on PYTHON's build with MODEL, whose first Linear is
+ * LAYER; C1 and C2 the commits of the clean and the perturbed job. */
+static void check_build(const char *python, const char *model, const char *layer, const char *c1,
+                        const char *c2)
 {
     const char *pw = tu_widest_width(&c);
     cr_assert_neq(strcmp(pw, "default"), 0, "this host runs no vector width");
     char widths[64], *text = NULL, *out = NULL;
     size_t nw = ma_runnable_widths(&c, widths, sizeof widths);
-    ma_register(&c, "debian", tu_python());
-    register_perturbed(&c, pw);
-    char *clean = run_job(&c, "debian", "5e1f001", widths);
-    char *pert = run_job(&c, "perturbed", "5e1f002", widths);
+    char key[64], cmd[64];
+    snprintf(key, sizeof key, "%s.0.forward.output.0", layer);
+    ma_register(&c, "clean", python);
+    register_perturbed(&c, python, pw);
+    char *clean = run_job(&c, "clean", c1, model, widths);
+    char *pert = run_job(&c, "perturbed", c2, model, widths);
 
     /* (a) Every width within tolerance of default by the float64 arbiter. */
     json_t *r = self_check(&c, clean, &text);
@@ -129,10 +139,12 @@ Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear
     free(d);
     free(text);
     json_decref(r);
-    cr_assert_eq(af_capctl(&c, "widths check 5e1f001", &out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "widths check %s", c1);
+    cr_assert_eq(af_capctl(&c, cmd, &out), 0, "%s", out);
     free(out);
 
-    /* (b) The perturbed width diverges at fc1, by the arbiter; the others pass. */
+    /* (b) The perturbed width diverges at the first Linear, by the arbiter;
+     * the others pass. */
     r = self_check(&c, pert, &text);
     d = af_dump(r);
     cr_log_info("perturbed at %s:\n%s", pw, text);
@@ -146,10 +158,9 @@ Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear
         const struct jw_want div[] = {
             JW_S("verdict", "diverged"),
             JW_I("counts.diverged", 1),
-            JW_S("first_divergence.model", "mlp"),
             JW_S("first_divergence.pass", "forward"),
-            JW_S("first_divergence.module", "fc1"),
-            JW_S("first_divergence.key", "fc1.0.forward.output.0"),
+            JW_S("first_divergence.module", layer),
+            JW_S("first_divergence.key", key),
             JW_S("first_divergence.rule", "reference_float64"),
             JW_T("first_divergence.reference.judged"),
             JW_F("first_divergence.reference.passed"),
@@ -157,16 +168,41 @@ Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear
         };
         jw_expect_all(w, div);
     }
-    tw_expect_has(text, "capd width self-check: diverged", "layer fc1", "reference_float64: err ",
-                  NULL);
+    char said[64];
+    snprintf(said, sizeof said, "layer %s", layer);
+    tw_expect_has(text, "capd width self-check: diverged", said, "reference_float64: err ", NULL);
     free(d);
     free(text);
     json_decref(r);
 
     /* (d) capctl's exit status: 1 for the diverged width. */
-    cr_assert_eq(af_capctl(&c, "widths check 5e1f002", &out), 1, "%s", out);
+    snprintf(cmd, sizeof cmd, "widths check %s", c2);
+    cr_assert_eq(af_capctl(&c, cmd, &out), 1, "%s", out);
     cr_assert(strstr(out, "diverged"), "%s", out);
     free(out);
     free(clean);
     free(pert);
+}
+
+Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear, .init = start,
+     .fini = stop, .timeout = 900)
+{
+    check_build(tu_python(), "\"mlp\"", "fc1", "5e1f001", "5e1f002");
+}
+
+/* The official-build lane's interpreter; skips (or fails, under CI=true,
+ * as tests/test_official.c does) without one. */
+Test(widths_check_e2e, official_wheel_within_reference_at_every_width, .init = start, .fini = stop,
+     .timeout = 900)
+{
+    const char *py = getenv("CAPD_OFFICIAL_PYTHON");
+    if (!py || !*py) {
+        const char *why = getenv("CAPD_OFFICIAL_SKIP");
+        const char *ci = getenv("CI");
+        cr_assert(!ci || strcmp(ci, "true") != 0, "CI=true needs the official-build lane: %s",
+                  why ? why : "CAPD_OFFICIAL_PYTHON is not set");
+        cr_skip_test("no official-build lane: %s",
+                     why ? why : "CAPD_OFFICIAL_PYTHON is not set (scripts/test sets it)");
+    }
+    check_build(py, "\"capd_examples.gemm:wide_mlp\"", "0", "0ff1c01", "0ff1c02");
 }
