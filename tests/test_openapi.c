@@ -75,15 +75,15 @@ Test(openapi, checker_catches_undocumented_routes)
 {
     g_dir = tu_tmpdir();
     char *server = tu_slurp(src("api/server.c"));
-    const char *anchor = "{\"GET\", \"/v1/widths\", api_widths, false},";
+    const char *anchor = "{\"GET\", \"/v1/widths\", api_widths, false, API_READ},";
     char *at = strstr(server, anchor);
     cr_assert_not_null(at, "the routes table changed shape; update this test");
     char path[512];
     snprintf(path, sizeof path, "%s/server.c", g_dir);
     FILE *f = fopen(path, "w");
     fwrite(server, 1, (size_t)(at - server), f);
-    fputs("{\"POST\", \"/v1/widths\", api_widths, false},\n"
-          "    {\"GET\", \"/v1/undocumented/:thing\", api_widths, false},",
+    fputs("{\"POST\", \"/v1/widths\", api_widths, false, API_ADMIN},\n"
+          "    {\"GET\", \"/v1/undocumented/:thing\", api_widths, false, API_READ},",
           f);
     fputs(at + strlen(anchor), f);
     fclose(f);
