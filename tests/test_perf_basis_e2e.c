@@ -136,7 +136,10 @@ Test(perf_basis_e2e, own_time_catches_waiting_and_leaves_out_competition, .timeo
     cr_assert_str_eq(tu_jstr(p, "basis"), "own_time", "this kernel keeps no run-queue delay? %s",
                      tu_jstr(p, "basis_reason"));
     cr_assert_str_eq(tu_jstr(p, "verdict"), "regression");
-    cr_assert(json_number_value(json_object_get(p, "ratio")) > 2, "the sleep is own time");
+    /* The sleep is own time: the head's grew by at least most of its 2 ms,
+     * whatever the speed of the host's products. */
+    cr_assert(times(p, "head", "own_ns") - times(p, "control", "own_ns") > 1.5e6,
+              "the sleep is own time");
     /* Its CPU time moved far less: a sleep costs only its system call. */
     cr_assert(times(p, "head", "cpu_ns") < 1.5 * times(p, "control", "cpu_ns"));
     json_decref(p);

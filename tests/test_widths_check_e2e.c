@@ -108,7 +108,8 @@ static void check_build(const char *python, const char *model, const char *layer
                         const char *c2)
 {
     const char *pw = tu_widest_width(&c);
-    cr_assert_neq(strcmp(pw, "default"), 0, "this host runs no vector width");
+    if (strcmp(pw, "default") == 0)
+        cr_skip_test("this host's CPU runs no width wider than default: nothing to check");
     char widths[64], *text = NULL, *out = NULL;
     size_t nw = ma_runnable_widths(&c, widths, sizeof widths);
     char key[64], cmd[64];
