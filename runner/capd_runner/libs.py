@@ -95,7 +95,10 @@ _MKL_LEVELS = {3: "sse2", 4: "sse2", 6: "sse4_1", 7: "sse4_1", 8: "sse4_2", 9: "
 # What mkl_serv_cpu_detect() answered on an AMX host (MKL 2024.2): 0 under
 # MKL_CBWR=COMPATIBLE, SSE2 and SSE4_1; 3 under SSE4_2 and AVX (which MKL
 # runs as SSE4.2); 5 under AVX2; 7 under AVX512, AVX512_E1 and with nothing
-# set. Recorded, not used for the level.
+# set. Recorded on Intel CPUs only, never used for the level: on an AMD EPYC
+# (AVX2, MKL 2024.2) it answered 0 whatever was set while MKL's own choice
+# ran its SGEMM at AVX2 speed (42 GFLOP/s on one thread, 22 under
+# MKL_CBWR=COMPATIBLE).
 MKL_CPU_PATHS = {0: "sse2", 3: "sse4_2", 5: "avx2", 7: "avx512"}
 MKL_CBWR_BRANCH = 1
 MKL_CBWR_ALL = -1
@@ -414,6 +417,26 @@ def _mkl_version(libs):
     return None
 
 
+def cpu_vendor():
+    """The CPU's vendor_id (GenuineIntel, AuthenticAMD, ...), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+# MKL takes its CNR branches (MKL_CBWR) and MKL_ENABLE_INSTRUCTIONS on Intel
+# CPUs only; elsewhere it keeps a path of its own, which it does not
+# report, and honours MKL_CBWR=COMPATIBLE alone (the default width's).
+MKL_NOT_INTEL = ("MKL takes MKL_CBWR branches and MKL_ENABLE_INSTRUCTIONS on Intel CPUs "
+                 "only: on this %s CPU it runs a path of its own choosing, which it does "
+                 "not report (%s)")
+
+
 def _read_mkl(out, libs):
     out["has_width"] = True
     out["version"] = _mkl_version(libs)
@@ -428,14 +451,18 @@ def _read_mkl(out, libs):
     code = mkl_effective(cbwr, a)
     out.update(branch=mkl_branch_name(code), isa=mkl_level(code), cbwr=mkl_branch_name(cbwr),
                strict=bool(get(MKL_CBWR_ALL) & MKL_CBWR_STRICT), auto_branch=mkl_branch_name(a))
+    vendor = cpu_vendor()
     if detect is not None:
         d = detect()
-        out.update(cpu_detect=d, code_path=MKL_CPU_PATHS.get(d))
+        out.update(cpu_detect=d, code_path=MKL_CPU_PATHS.get(d) if vendor == "GenuineIntel"
+                   else None)
     how = "%s: %s" % (gname, mkl_branch_name(cbwr))
     if code != cbwr:
         how += ", %s: %s" % (aname, mkl_branch_name(a))
     out["source"] = "%s; %s" % (how, _env_text(ENV_MKL))
-    if code is None:
+    if mkl_level(code) is None and vendor not in (None, "GenuineIntel"):
+        out["reason"] = MKL_NOT_INTEL % (vendor, out["source"])
+    elif code is None:
         out["error"] = "MKL's CNR is %s and it exports no auto-branch function" % (
             mkl_branch_name(cbwr),)
 
