@@ -3,8 +3,8 @@
  * over: each process's wall-clock samples, then what else the runner
  * measured of the same samples (CPU time, own time) and over them (the
  * run-queue delay of every thread, the process's CPU time, the host's
- * steal). Each process is kept as the medians the comparison needs
- * (struct cmp__tproc); only the wall samples are kept whole.
+ * steal). Each process is kept as the minima and medians the comparison
+ * needs (struct cmp__tproc); only the wall samples are kept whole.
  */
 #include <errno.h>
 #include <math.h>
@@ -12,6 +12,15 @@
 #include <string.h>
 
 #include "compare/cmp_int.h"
+
+/* The smallest of N > 0 samples. */
+static double min_of(const int64_t *ns, size_t n)
+{
+    int64_t m = ns[0];
+    for (size_t i = 1; i < n; i++)
+        m = ns[i] < m ? ns[i] : m;
+    return (double)m;
+}
 
 /* A process's samples (wall, CPU or own): each within 0..CMP_MAX_TIMING_NS. */
 static bool samples_ok(const int64_t *ns, size_t n)
@@ -44,7 +53,10 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
     rc = cmp__median_ns(samples_ns, n, &med);
     if (rc < 0)
         return rc;
-    cell->procs[cell->n_procs++] = (struct cmp__tproc){.median_ns = med,
+    cell->procs[cell->n_procs++] = (struct cmp__tproc){.min_ns = min_of(samples_ns, n),
+                                                       .cpu_min_ns = NAN,
+                                                       .own_min_ns = NAN,
+                                                       .median_ns = med,
                                                        .cpu_median_ns = NAN,
                                                        .own_median_ns = NAN,
                                                        .runqueue_median_ns = NAN,
@@ -64,7 +76,11 @@ int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_
         return -EINVAL;
     if (n == 0)
         return 0;
-    return cmp__median_ns(cpu_ns, n, &cell->procs[cell->n_procs - 1].cpu_median_ns);
+    struct cmp__tproc *p = &cell->procs[cell->n_procs - 1];
+    int rc = cmp__median_ns(cpu_ns, n, &p->cpu_median_ns);
+    if (rc == 0)
+        p->cpu_min_ns = min_of(cpu_ns, n);
+    return rc;
 }
 
 /*
@@ -95,6 +111,7 @@ int cmp_cell_set_process_own(struct cmp_cell *cell, const int64_t *own_ns, size_
     if ((rc = cmp__median_ns(own_ns, n, &own)) < 0 || (rc = cmp__median_ns(waited, n, &rq)) < 0)
         goto out;
     p->own_median_ns = own;
+    p->own_min_ns = min_of(own_ns, n);
     p->runqueue_median_ns = rq;
 out:
     free(waited);

@@ -55,13 +55,14 @@ struct cmp__rec {
     int64_t op_index; /* its occurrence within the module call */
 };
 
-/* One timing process of a cell: its observation and where it belongs. */
 /*
- * One timing process (cell_timing.c): the medians of its samples in each
- * clock, and its totals over them per iteration; NaN where the runner did
- * not send that clock.
+ * One timing process (cell_timing.c): its fastest sample in each clock (the
+ * observation it contributes in the basis's clock: docs/compare.md,
+ * "Performance"), the medians of its samples in each clock, and its totals
+ * over them per iteration; NaN where the runner did not send that clock.
  */
 struct cmp__tproc {
+    double min_ns, cpu_min_ns, own_min_ns;
     double median_ns;
     double cpu_median_ns;      /* of the timing thread's CPU-time samples */
     double own_median_ns;      /* of the own-time samples */

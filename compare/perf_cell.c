@@ -7,7 +7,8 @@
  * on those pairs: both members of a pair ran back to back on the same CPUs,
  * so drift between jobs cancels. Any other cell is compared unpaired, its
  * own processes against the control cell's own processes. Either way each
- * process is one observation, its median (cell_timing.c) in the clock of
+ * process is one observation, its fastest sample (cell_timing.c: what
+ * other tenants, interrupts and caches can only add to) in the clock of
  * the basis: own time (wall time less the timing thread's run-queue delay)
  * when every process the design uses has it, else wall time, or CPU time
  * for records from before own time that all have it (docs/compare.md,
@@ -41,12 +42,12 @@ static bool has_reference(const struct cmp_cell *h)
     return false;
 }
 
-/* A process's observation: its median in the basis's clock. */
+/* A process's observation: its fastest sample in the basis's clock. */
 static double obs(const struct cmp__tproc *p, enum cmp_perf_basis b)
 {
-    return b == CMP_PERF_OWN_TIME   ? p->own_median_ns
-           : b == CMP_PERF_CPU_TIME ? p->cpu_median_ns
-                                    : p->median_ns;
+    return b == CMP_PERF_OWN_TIME   ? p->own_min_ns
+           : b == CMP_PERF_CPU_TIME ? p->cpu_min_ns
+                                    : p->min_ns;
 }
 
 /* The processes a design uses, one side's, and their samples. */

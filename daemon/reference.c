@@ -89,12 +89,11 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
 }
 
 /*
- * A control build with a prefork zygote for this environment starts its
- * timing template there, as the head's own template is forked from the
- * head's zygote (docs/prefork.md): the reference names the socket and
+ * A build with a prefork zygote for this environment starts its timing
+ * template there (docs/prefork.md): the side names the socket and
  * capd-exec, which hands the template to the zygote or, when the zygote
  * cannot serve it, execs it afresh. Without one the runner starts the
- * control build's interpreter itself.
+ * build's interpreter itself.
  */
 static void add_zygote(const struct capd_config *cfg, struct store *st, json_t *b,
                        const json_t *spec, json_t *ref)
@@ -111,11 +110,44 @@ static void add_zygote(const struct capd_config *cfg, struct store *st, json_t *
     cellenv_free(env);
 }
 
+/* How a timing template of build B starts for the cell RUN: its
+ * interpreter, user models, the environment a cell of B gets and, where B
+ * has a zygote for it, the zygote. */
+static json_t *template_side(const struct capd_config *cfg, struct store *st, json_t *b,
+                             const struct store_cell_run *run, const char *scratch,
+                             const char *spec_path)
+{
+    json_t *env = cellenv_object(cfg, b, run->spec, scratch, spec_path);
+    json_t *out = env ? json_pack("{s:O,s:O,s:o}", "python", json_object_get(b, "python"),
+                                  "model_roots", json_object_get(b, "model_roots"), "env", env)
+                      : NULL;
+    if (out)
+        add_zygote(cfg, st, b, run->spec, out);
+    return out;
+}
+
+/* The head build's own side, started exactly as the control's is (the
+ * runner's timing templates, docs/runner.md "Paired timing"). */
+static json_t *head_side(const struct capd_config *cfg, struct store *st, json_t *head,
+                         const struct store_cell_run *run, const char *scratch,
+                         const char *spec_path, char *why, size_t wlen)
+{
+    const char *name = json_string_value(json_object_get(head, "build"));
+    json_t *b = NULL, *out = NULL;
+    if (!name || store_build_get(st, name, &b) != 0)
+        snprintf(why, wlen, "the head's build '%s' is no longer registered", name ? name : "?");
+    else if (store_build_expand(b, json_string_value(json_object_get(head, "commit"))) != 0 ||
+             !(out = template_side(cfg, st, b, run, scratch, spec_path)))
+        snprintf(why, wlen, "out of memory");
+    json_decref(b);
+    return out;
+}
+
 json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
                      const struct store_cell_run *run, const char *scratch, const char *spec_path,
                      char *why, size_t wlen)
 {
-    json_t *head = NULL, *job = NULL, *b = NULL, *out = NULL;
+    json_t *head = NULL, *job = NULL, *b = NULL, *out = NULL, *own = NULL;
     char commit[72];
     const char *width = json_string_value(json_object_get(run->spec, "width"));
     if (store_job_get(st, run->job_id, &head) != 0) {
@@ -123,19 +155,20 @@ json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
         return NULL;
     }
     if (!(job = control_job(st, head, commit, sizeof commit, why, wlen)) ||
-        !(b = control_build(st, job, width ? width : "", why, wlen)))
+        !(b = control_build(st, job, width ? width : "", why, wlen)) ||
+        !(own = head_side(cfg, st, head, run, scratch, spec_path, why, wlen)))
         goto out;
-    json_t *env = cellenv_object(cfg, b, run->spec, scratch, spec_path);
-    out = env ? json_pack("{s:O,s:O,s:s,s:O,s:O,s:o}", "build", json_object_get(b, "name"), "job",
-                          json_object_get(job, "id"), "commit", commit, "python",
-                          json_object_get(b, "python"), "model_roots",
-                          json_object_get(b, "model_roots"), "env", env)
-              : NULL;
-    if (!out)
+    out = template_side(cfg, st, b, run, scratch, spec_path);
+    if (!out || json_object_set_new(out, "build", json_incref(json_object_get(b, "name"))) ||
+        json_object_set_new(out, "job", json_incref(json_object_get(job, "id"))) ||
+        json_object_set_new(out, "commit", json_string(commit)) ||
+        json_object_set_new(out, "head", json_incref(own))) {
         snprintf(why, wlen, "out of memory");
-    else
-        add_zygote(cfg, st, b, run->spec, out);
+        json_decref(out);
+        out = NULL;
+    }
 out:
+    json_decref(own);
     json_decref(head);
     json_decref(job);
     json_decref(b);

@@ -8,10 +8,13 @@
  * it is still registered as the control job ran it (not replaced by a PUT
  * since the control job was submitted), its interpreter is executable and
  * the cell's width runs on this host. The head cell's spec then carries
- * "reference": {build, job, commit, python, model_roots, env}, env being
- * exactly what a cell of the control build would get (daemon/cellenv.h);
- * the runner alternates the control build's timing processes with its own
- * and marks them "reference": true in their timing frames.
+ * "reference": {build, job, commit, python, model_roots, env, zygote?,
+ * head}, env being exactly what a cell of the control build would get
+ * (daemon/cellenv.h), and head the same {python, model_roots, env,
+ * zygote?} for the head's own build: the runner starts both sides' timing
+ * templates the same way, so identical builds time identical processes,
+ * alternates their timing processes and marks the control's "reference":
+ * true in their timing frames.
  */
 #ifndef CAPD_REFERENCE_H
 #define CAPD_REFERENCE_H

@@ -23,11 +23,13 @@
 /*
  * The model: about a millisecond of matrix products a forward, on one
  * thread. PERF_SLEEP_S makes the forward sleep as well; PERF_HOG=1 makes a
- * timing process (which, unlike the cell, has no fd 3: the frame pipe)
- * fork a busy loop that inherits its CPUs and ends with it.
+ * timing process fork a busy loop that inherits its CPUs and ends with it.
+ * A timing process is a fork of a timing template (an interpreter started
+ * with --timing-template: a paired cell's) or of the cell's template,
+ * which, unlike the cell, has no fd 3 (the frame pipe).
  */
 static const char model[] =
-    "import os, time, torch\n"
+    "import os, sys, time, torch\n"
     "class M(torch.nn.Module):\n"
     "    def __init__(self):\n"
     "        super().__init__()\n"
@@ -48,7 +50,10 @@ static const char model[] =
     "    if os.environ.get('PERF_HOG') == '1':\n"
     "        try:\n"
     "            os.fstat(3)\n"
+    "            cell = '--timing-template' not in sys.argv\n"
     "        except OSError:\n"
+    "            cell = False\n"
+    "        if not cell:\n"
     "            _hog()\n"
     "    return M(), (torch.randn(32, 128),)\n";
 

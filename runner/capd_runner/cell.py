@@ -323,19 +323,36 @@ def run(spec, writer):
     # The CPUs the scheduler gave this cell (exclusive for a timing cell);
     # the timing processes inherit them.
     timing.set_affinity(spec.raw.get("cpus"))
-    # Before torch dispatches anything: the timing processes fork from here.
-    forker = timing.Forker(spec) if timing.wanted(spec) > 0 else None
-    # A paired head cell: the control build's template imports torch while
-    # this process captures (docs/runner.md, "Paired timing").
-    ref = None
-    if forker is not None and forker.ready and timing.paired_wanted(spec):
-        ref = timing.ReferenceForker(spec)
+    forker, ref = _forkers(spec, timing)
     try:
         return _run_cell(torch, spec, writer, (forker, ref))
     finally:
         for f in (ref, forker):
             if f is not None:
                 f.close()
+
+
+def _forkers(spec, timing):
+    """(this build's timing processes, the control build's) before torch
+    dispatches anything. A paired head cell starts both sides' templates
+    the same way, by exec of each build's interpreter (or its zygote),
+    while this process captures: a template forked from this cell would
+    carry its heap and mappings, and with layouts fixed (capd_runner/
+    layout.py) an A/A pair would time two different layouts. Otherwise
+    the timing processes fork from here (docs/runner.md, "Paired timing")."""
+    if timing.wanted(spec) <= 0:
+        return None, None
+    head = (spec.reference or {}).get("head") if timing.paired_wanted(spec) else None
+    if head is not None:
+        own = timing.TemplateForker(spec, head, "head")
+        if own.ready:
+            return own, timing.TemplateForker(spec, spec.reference, "control")
+        sys.stderr.write("capd_runner: %s; the timing processes fork from the cell\n" % own.error)
+    forker = timing.Forker(spec)
+    ref = None
+    if forker.ready and timing.paired_wanted(spec):
+        ref = timing.TemplateForker(spec, spec.reference, "control")
+    return forker, ref
 
 
 def _width_mismatch(spec, effective):
@@ -685,23 +702,19 @@ def _paired(spec, writer, forker, ref, frame):
 
 
 def observations(done):
-    """The pairs' process medians, as capd's comparison takes them
-    (compare/perf_cell.c, "basis"): of the own-time samples when every
-    process of both sides has them; else of the wall-clock samples, or of
-    the CPU-time samples where every process has those and none measured
-    its run-queue delay (a runner from before own time)."""
+    """The pairs' observations, each process's fastest sample, as capd's
+    comparison takes them (compare/perf_cell.c, "basis"): of the own-time
+    samples when every process of both sides has them; else of the
+    wall-clock samples, or of the CPU-time samples where every process has
+    those and none measured its run-queue delay (a runner from before own
+    time)."""
     procs = [r for pair in done for r in pair]
     key = "samples_ns"
     if all("own_samples_ns" in r for r in procs):
         key = "own_samples_ns"
     elif all("cpu_samples_ns" in r and "runqueue_ns" not in r for r in procs):
         key = "cpu_samples_ns"
-    return [median(c[key]) for c, _ in done], [median(h[key]) for _, h in done]
-
-
-def median(v):
-    from capd_runner import pairs
-    return pairs.median(v)
+    return [min(c[key]) for c, _ in done], [min(h[key]) for _, h in done]
 
 
 def _emit_nondeterministic(writer, keys):

@@ -8,7 +8,7 @@ import re
 import sys
 
 from capd_runner import RUNNER_NAME
-from capd_runner import native
+from capd_runner import layout, native
 from capd_runner import width as widthmod
 
 # Every variable of the cell's environment is recorded (capd built it, so
@@ -183,6 +183,7 @@ def collect(torch, config_text, effective_width, device_info, libraries=None, sc
         "libraries": libraries,
         "device": device_info,
         "stats_engine": native.describe(),
+        "address_layout": layout.state(),
     }
     if left_out:
         fp["env_left_out"] = left_out

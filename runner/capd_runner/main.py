@@ -5,7 +5,7 @@ import json
 import sys
 import traceback
 
-from capd_runner import PROTOCOL, RUNNER_NAME, __version__
+from capd_runner import PROTOCOL, RUNNER_NAME, __version__, layout
 
 USAGE = """usage: python -m capd_runner              run the cell named by $CAPD_CELL_SPEC
        python -m capd_runner --list-models  print the model zoo as JSON
@@ -20,6 +20,7 @@ EXIT_USAGE = 2
 
 
 def main(argv):
+    layout.fix("capd_runner", argv)  # first: it may exec this process again
     if argv:
         if argv[0] == "--list-models" and len(argv) == 1:
             from capd_runner import catalog

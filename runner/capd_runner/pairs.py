@@ -5,7 +5,7 @@ A paired head cell (docs/runner.md, "Paired timing") times
 ``unknown`` (or cannot be tested yet), another round of half as many
 (rounded up), up to ``options.max_timing_rounds`` rounds in all. This is the same decision as capd's
 comparison (compare/perf.c and compare/student_t.c: a paired t test on the
-per-pair log ratios of the process medians, its 99% t interval, the spread
+per-pair log ratios of the processes' fastest samples, its 99% t interval, the spread
 1.4826 MAD of the log ratios) at the comparison's defaults (perf_threshold
 0.05, alpha 0.01). Only the stopping rule uses it: the verdict a comparison
 reports is capd's, at the comparison's own options, on all the pairs.
@@ -83,7 +83,7 @@ def t_quantile(p, df):
 
 
 def verdict(control, head, threshold=THRESHOLD, alpha=ALPHA):
-    """The verdict of pairs (control[i], head[i]) of process medians."""
+    """The verdict of pairs (control[i], head[i]) of process observations."""
     n = len(control)
     logr = [math.log(h / c) if c > 0 and h > 0 else 0.0 for c, h in zip(control, head)]
     if n < 2:

@@ -369,15 +369,31 @@ def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None):
     return res
 
 
-def _request(line, default):
-    """A template's request: "INDEX LIMIT_S" (LIMIT_S may be left out)."""
+def _request(line, default, control):
+    """A template's request: "INDEX LIMIT_S SIDE" (LIMIT_S and SIDE,
+    ``control`` or ``head``, may be left out: CONTROL says which then)."""
     parts = line.split()
-    return int(parts[0]), (float(parts[1]) if len(parts) > 1 else default)
+    if len(parts) > 2:
+        control = parts[2] in (b"control", "control")
+    return int(parts[0]), (float(parts[1]) if len(parts) > 1 else default), control
+
+
+def _for_side(spec, control):
+    """SPEC for a timing process of the control build (its user models)
+    where CONTROL, else SPEC."""
+    if not control or spec.reference is None:
+        return spec
+    import copy
+    s = copy.copy(spec)
+    s.model_roots = spec.reference.get("model_roots") or []
+    return s
 
 
 class Forker(object):
     """The cell's timing processes: forks of its template process, or fresh
     interpreters where the cell has other threads (see the module's text)."""
+
+    side = ""  # what a request names after INDEX LIMIT_S (TemplateForker)
 
     def __init__(self, spec):
         self.spec = spec
@@ -428,16 +444,18 @@ class Forker(object):
 
     @staticmethod
     def _serve(spec, cmd_r, res_w, who="the cell's timing template", control=False):
-        """A template's loop: per request ("INDEX LIMIT_S") one timing
+        """A template's loop: per request ("INDEX LIMIT_S SIDE") one timing
         process, forked while the template has no other thread and exec'd
-        otherwise, and its result line back."""
+        otherwise, and its result line back. WHO names the template in
+        the reason for exec; None: by the side it serves."""
         default = process_limit_s(spec)
         while True:
             line = _readline(cmd_r)
             if not line:
                 return
-            index, limit_s = _request(line, default)
-            res = run_one(spec, index, limit_s, fork_refusal(who), control)
+            index, limit_s, side = _request(line, default, control)
+            by = who or "the %s build's timing template" % ("control" if side else "head")
+            res = run_one(_for_side(spec, side), index, limit_s, fork_refusal(by), side)
             os.write(res_w, (json.dumps(res) + "\n").encode())
 
     def run(self, index):
@@ -452,7 +470,7 @@ class Forker(object):
                         "error": self.error or "no timing template"}
             return run_one(self.spec, index, limit_s, self.exec_why, close_fd=self.spec.frame_fd)
         try:
-            os.write(self.cmd, ("%d %.3f\n" % (index, limit_s)).encode())
+            os.write(self.cmd, ("%d %.3f%s\n" % (index, limit_s, self.side)).encode())
         except OSError:
             pass  # it is gone; what it said before it went is read below
         line, late = _read_result(self.res, limit_s + TEMPLATE_GRACE_S)
@@ -507,11 +525,11 @@ def _own_cgroup():
     return None
 
 
-def _template_argv(ref):
-    """The control build's template command line: through capd-exec and
-    the control build's zygote when the reference names one."""
-    prog = [ref["python"], "-m", "capd_runner", "--timing-template", "0", "3"]
-    z = ref.get("zygote")
+def _template_argv(side):
+    """A build's template command line: through capd-exec and the build's
+    zygote when SIDE (the reference, or its head) names one."""
+    prog = [side["python"], "-m", "capd_runner", "--timing-template", "0", "3"]
+    z = side.get("zygote")
     if not isinstance(z, dict) or not z.get("socket") or not z.get("exec"):
         return prog
     flags = _limit_flags() + ["--zygote", z["socket"]]
@@ -521,24 +539,27 @@ def _template_argv(ref):
     return [z["exec"]] + flags + ["--"] + prog
 
 
-class ReferenceForker(Forker):
-    """The control build's template (see the module's text)."""
+class TemplateForker(Forker):
+    """A paired cell's timing template of one side (see the module's text):
+    SIDE is the reference (the control build) or its ``head`` (this
+    build), both started the same way, so that identical builds time
+    identical processes; WHICH is ``control`` or ``head``."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, side, which):
         self.spec = spec
         self.pid = None
         self.error = None
         self.noted = set()
         self.budget = Budget(spec)
         self.exec_why = None  # its template decides, by its own threads
-        ref = spec.reference
+        self.side = " " + which
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        env = dict(ref["env"])
+        env = dict(side["env"])
         # The same spec file as this cell's (capd names it in both envs).
         if os.environ.get("CAPD_CELL_SPEC"):
             env["CAPD_CELL_SPEC"] = os.environ["CAPD_CELL_SPEC"]
-        argv = _template_argv(ref)
+        argv = _template_argv(side)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = None
@@ -549,7 +570,7 @@ class ReferenceForker(Forker):
             pid = os.posix_spawn(argv[0], argv, env, file_actions=[
                 (os.POSIX_SPAWN_DUP2, cmd_r, 0), (os.POSIX_SPAWN_DUP2, res_w, 3)])
         except (OSError, ValueError) as e:
-            self.error = "cannot start the control build's interpreter %s: %s" % (argv[0], e)
+            self.error = "cannot start the %s build's interpreter %s: %s" % (which, argv[0], e)
         os.close(cmd_r)
         os.close(res_w)
         if pid is None:
@@ -571,17 +592,18 @@ def _load_spec(control):
 
 
 def template_main(cmd_fd, res_fd):
-    """``--timing-template``: the control build's template in a paired cell."""
+    """``--timing-template``: a side's template in a paired cell (each
+    request names the side)."""
     _pdeathsig()
     try:
-        spec = _load_spec(True)
+        spec = _load_spec(False)
         import torch  # noqa: F401 (the forks inherit it, like the cell's template)
     except BaseException as e:
         parts = _readline(cmd_fd).split()
         index = int(parts[0]) if parts and parts[0].isdigit() else -1
         _write_error(res_fd, index, "control build template: ", e)
         return 1
-    Forker._serve(spec, cmd_fd, res_fd, "the control build's timing template", control=True)
+    Forker._serve(spec, cmd_fd, res_fd, None, control=True)
     return 0
 
 

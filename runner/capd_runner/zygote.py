@@ -50,6 +50,7 @@ import struct
 import sys
 import time
 import traceback
+from capd_runner import layout
 
 EXIT_REFUSED = 78  # EX_CONFIG: the build cannot use prefork
 # A paired head cell's control-build timing template (capd_runner.timing:
@@ -70,22 +71,6 @@ def _prctl(option, arg):
         _libc = ctypes.CDLL(None, use_errno=True)
     return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
                        ctypes.c_ulong(0), ctypes.c_ulong(0))
-
-
-def _exec_environ():
-    """The environment this process was exec'd with (before the
-    interpreter's own additions), from /proc; os.environ where that fails."""
-    try:
-        with open("/proc/self/environ", "rb") as f:
-            raw = f.read()
-        env = {}
-        for item in raw.split(b"\0"):
-            if b"=" in item:
-                k, v = item.split(b"=", 1)
-                env[os.fsdecode(k)] = os.fsdecode(v)
-        return env
-    except OSError:
-        return dict(os.environ)
 
 
 def _log(msg):
@@ -583,6 +568,7 @@ def preload():
 
 
 def main(argv=None):
+    layout.fix("capd_runner.zygote", sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m capd_runner.zygote")
     ap.add_argument("--listen-fd", type=int, required=True)
     ap.add_argument("--cell-keys", default="CAPD_CELL_SPEC")
@@ -594,7 +580,7 @@ def main(argv=None):
     # per-cell keys), and what the interpreter added to it at start-up
     # (PEP 538 sets LC_CTYPE under the C locale): a fresh runner's
     # interpreter adds the same, so a child does too.
-    initial_env = _exec_environ()
+    initial_env = layout.exec_environ()
     added_env = dict((k, v) for k, v in os.environ.items() if k not in initial_env)
     # Stray prints of imported code must not reach capd's status pipe.
     status_fd = os.dup(1)

@@ -127,7 +127,7 @@ class PairsTest(unittest.TestCase):
         self.assertEqual([t["processes"] for t in ts], [i // 2 + 1 for i in range(6)])
 
     def test_round_rule(self):
-        # The rule itself, on process medians whose verdict is known: more
+        # The rule itself, on observations whose verdict is known: more
         # rounds for unknown and insufficient_data, none once decided.
         ctl = [1.0] * 8
         cases = {

@@ -283,6 +283,50 @@ class PairedTimingStartTest(unittest.TestCase):
         self.assertIn("the control build's timing processes", why[0])
         self.assertIn("the control build's timing template had 2 threads", why[0])
 
+    def test_both_sides_time_in_templates_of_their_own_builds(self):
+        # The spec names the head build's own side (capd does for every
+        # paired cell): its template starts as the control's does, in the
+        # head build's environment, which makes its forward sleep 3 ms;
+        # the cell's own environment has no such variable.
+        root = util.model_tree({"sidemodels.py": SIDE_MODEL})
+        base = dict(ONE_THREAD, PATH="/usr/bin:/bin", PYTHONPATH=RUNNER_DIR + os.pathsep + root,
+                    HOME=root, LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
+        spec = util.make_spec("sidemodels:make", model_roots=[root], iterations=3,
+                              warmup=1, timing_pairs=2, max_timing_rounds=1, timing_min_ms=0)
+        spec["reference"] = {"build": "control", "job": "jcontrol", "commit": "abcdef0",
+                             "python": util.PYTHON, "model_roots": [root], "env": base,
+                             "head": {"python": util.PYTHON, "model_roots": [root],
+                                      "env": dict(base, SIDE_SLEEP_S="0.003")}}
+        r = util.run(spec, timeout=BOUND_S, env=ONE_THREAD)
+        self.assertEqual(r.status, "ok", r.describe())
+        ts = r.kinds("timing")
+        self.assertEqual([(t["pair"], bool(t.get("reference")), t["start"]) for t in ts],
+                         [(0, True, "fork"), (0, False, "fork"),
+                          (1, True, "fork"), (1, False, "fork")])
+        ctl = [min(t["samples_ns"]) for t in ts if t.get("reference")]
+        head = [min(t["samples_ns"]) for t in ts if not t.get("reference")]
+        for c, h in zip(ctl, head):
+            self.assertGreater(h - c, 2.5e6, "the head's processes run in the head's env")
+
+
+# A model whose forward sleeps SIDE_SLEEP_S seconds (the environment of the
+# template its process was forked from).
+SIDE_MODEL = """
+import os, time, torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.sleep = float(os.environ.get("SIDE_SLEEP_S", "0"))
+    def forward(self, x):
+        if self.sleep:
+            time.sleep(self.sleep)
+        return self.fc(x)
+def make(seed, batch, dtype):
+    torch.manual_seed(seed)
+    return M(), (torch.randn(2, 8),)
+"""
+
 
 if __name__ == "__main__":
     unittest.main()
