@@ -89,11 +89,12 @@ static json_t *control_build(struct store *st, json_t *job, const char *width, c
 }
 
 /*
- * A build with a prefork zygote for this environment starts its timing
- * template there (docs/prefork.md): the side names the socket and
- * capd-exec, which hands the template to the zygote or, when the zygote
- * cannot serve it, execs it afresh. Without one the runner starts the
- * build's interpreter itself.
+ * A side's timing template starts in its build's zygote for this
+ * environment (zyg_for_timing: the prefork zygote, or one that serves
+ * timing templates only): the side names the socket and capd-exec, which
+ * hands the template to the zygote or, when the zygote cannot serve it,
+ * execs it afresh. Without one the runner starts the build's interpreter
+ * itself.
  */
 static void add_zygote(const struct capd_config *cfg, struct store *st, json_t *b,
                        const json_t *spec, json_t *ref)
@@ -104,7 +105,7 @@ static void add_zygote(const struct capd_config *cfg, struct store *st, json_t *
         return;
     json_object_set_new(b, "rev", json_integer((json_int_t)rev));
     char **env = cellenv_strv(json_object_get(ref, "env"));
-    if (env && zyg_for_cell(b, spec, env, sock, sizeof sock) == 0)
+    if (env && zyg_for_timing(b, spec, env, sock, sizeof sock) == 0)
         json_object_set_new(ref, "zygote",
                             json_pack("{s:s,s:s}", "socket", sock, "exec", cfg->exec_bin));
     cellenv_free(env);
@@ -159,6 +160,14 @@ json_t *ref_for_cell(const struct capd_config *cfg, struct store *st,
         !(own = head_side(cfg, st, head, run, scratch, spec_path, why, wlen)))
         goto out;
     out = template_side(cfg, st, b, run, scratch, spec_path);
+    /* Both sides' templates start alike: from zygotes, or both afresh
+     * (one side without a zygote: a full pool, a GPU cell). */
+    if (out && !json_object_get(out, "zygote") != !json_object_get(own, "zygote")) {
+        json_object_del(out, "zygote");
+        json_object_del(own, "zygote");
+        log_info("cell_templates_fresh", "job=%s cell=%s reason=%s", run->job_id, run->cell_id,
+                 log_q("only one side's build has a zygote for this cell"));
+    }
     if (!out || json_object_set_new(out, "build", json_incref(json_object_get(b, "name"))) ||
         json_object_set_new(out, "job", json_incref(json_object_get(job, "id"))) ||
         json_object_set_new(out, "commit", json_string(commit)) ||

@@ -45,6 +45,7 @@ struct zyg {
     uv_pipe_t status;
     int handles;
     bool exited, ready, refused;
+    bool timing_only; /* of a build without prefork: serves paired cells' timing templates */
     char line[ZYG_LINE_MAX];
     size_t linelen;
 };
@@ -194,15 +195,16 @@ static void on_line(struct zyg *z, const char *line)
         log_info("zygote_ready", "build=%s pid=%d import_s=%.2f verified=%s verify_s=%.2f",
                  log_q(z->build), z->proc.pid, json_number_value(json_object_get(j, "import_s")),
                  verified ? "yes" : "no", json_number_value(json_object_get(j, "verify_s")));
-        if (verified && store_build_prefork_set(Z.st, z->build, z->rev, "verified", NULL) != 0)
+        if (verified && !z->timing_only &&
+            store_build_prefork_set(Z.st, z->build, z->rev, "verified", NULL) != 0)
             log_error("zygote_store_failed", "build=%s err=%s", log_q(z->build),
                       log_q(store_errmsg(Z.st)));
     } else if (ev && strcmp(ev, "refused") == 0) {
         const char *reason = json_string_value(json_object_get(j, "reason"));
         z->refused = true;
         log_warn("prefork_refused", "build=%s reason=%s", log_q(z->build), log_q(reason));
-        if (store_build_prefork_set(Z.st, z->build, z->rev, "refused",
-                                    reason ? reason : "refused") != 0)
+        if (!z->timing_only && store_build_prefork_set(Z.st, z->build, z->rev, "refused",
+                                                       reason ? reason : "refused") != 0)
             log_error("zygote_store_failed", "build=%s err=%s", log_q(z->build),
                       log_q(store_errmsg(Z.st)));
     } else {
@@ -495,15 +497,19 @@ out:
     return rc;
 }
 
-int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len)
+/* zyg_for_cell, and with TIMING zyg_for_timing (zygote.h). */
+static int zyg_get(const json_t *build, const json_t *spec, char *const *env, char *path,
+                   size_t len, bool timing)
 {
     const char *name = json_string_value(json_object_get(build, "name"));
     const char *state = json_string_value(json_object_get(build, "prefork_state"));
     const char *device =
         json_string_value(json_object_get(json_object_get(spec, "options"), "device"));
     int64_t rev = json_integer_value(json_object_get(build, "rev"));
-    if (!Z.loop || !name || !json_is_true(json_object_get(build, "prefork")) ||
-        (state && strcmp(state, "refused") == 0) || (device && strcmp(device, "gpu") == 0))
+    bool prefork = json_is_true(json_object_get(build, "prefork"));
+    if (!Z.loop || !name || (!prefork && !timing) ||
+        (prefork && state && strcmp(state, "refused") == 0) ||
+        (device && strcmp(device, "gpu") == 0))
         return -ENOENT;
     uint64_t key;
     char **zenv = zygote_env(env, &key);
@@ -532,7 +538,8 @@ int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char
     snprintf(z->build, sizeof z->build, "%s", name);
     z->rev = rev;
     z->key = key;
-    bool verify = !state || strcmp(state, "verified") != 0;
+    z->timing_only = !prefork;
+    bool verify = prefork && (!state || strcmp(state, "verified") != 0);
     int src = spawn(z, build, zenv, verify);
     if (src == 0 && strlen(z->sock) < len) {
         snprintf(path, len, "%s", z->sock);
@@ -551,6 +558,17 @@ int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char
 out:
     free(zenv);
     return rc;
+}
+
+int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len)
+{
+    return zyg_get(build, spec, env, path, len, false);
+}
+
+int zyg_for_timing(const json_t *build, const json_t *spec, char *const *env, char *path,
+                   size_t len)
+{
+    return zyg_get(build, spec, env, path, len, true);
 }
 
 void zyg_shutdown(void)

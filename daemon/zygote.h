@@ -44,6 +44,17 @@ void zyg_init(uv_loop_t *loop, const struct capd_config *cfg, struct store *st);
  */
 int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char *path, size_t len);
 
+/*
+ * The same for a paired cell's timing template of BUILD (daemon/
+ * reference.h), whether or not BUILD opted into prefork: a build without
+ * it gets a zygote that serves timing templates only (never a cell, never
+ * a verification, and nothing of it is stored on the build), so that a
+ * template costs a fork where it would cost an interpreter start and an
+ * import of the framework. A prefork build's templates use its zygote.
+ */
+int zyg_for_timing(const json_t *build, const json_t *spec, char *const *env, char *path,
+                   size_t len);
+
 /* Kills every zygote and closes their handles (daemon shutdown; the loop
  * must run once more for the closes). Their children die with them. */
 void zyg_shutdown(void);

@@ -23,10 +23,9 @@
 /*
  * The model: about a millisecond of matrix products a forward, on one
  * thread. PERF_SLEEP_S makes the forward sleep as well; PERF_HOG=1 makes a
- * timing process fork a busy loop that inherits its CPUs and ends with it.
- * A timing process is a fork of a timing template (an interpreter started
- * with --timing-template: a paired cell's) or of the cell's template,
- * which, unlike the cell, has no fd 3 (the frame pipe).
+ * timing process fork a busy loop that inherits its CPUs and ends with it
+ * (a timing process builds the model in capd_runner.timing's _one_process;
+ * the cell in its own capture).
  */
 static const char model[] =
     "import os, sys, time, torch\n"
@@ -47,14 +46,11 @@ static const char model[] =
     "        os._exit(0)\n"
     "def factory(seed, batch, dtype):\n"
     "    torch.manual_seed(seed)\n"
-    "    if os.environ.get('PERF_HOG') == '1':\n"
-    "        try:\n"
-    "            os.fstat(3)\n"
-    "            cell = '--timing-template' not in sys.argv\n"
-    "        except OSError:\n"
-    "            cell = False\n"
-    "        if not cell:\n"
-    "            _hog()\n"
+    "    f = sys._getframe(1)\n"
+    "    while f is not None and f.f_code.co_name != '_one_process':\n"
+    "        f = f.f_back\n"
+    "    if os.environ.get('PERF_HOG') == '1' and f is not None:\n"
+    "        _hog()\n"
     "    return M(), (torch.randn(32, 128),)\n";
 
 /* Samples of 20 ms: longer than the scheduler's slice, so a competitor

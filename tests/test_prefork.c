@@ -278,38 +278,60 @@ Test(prefork, matrix_bit_identical_to_fresh_exec, .timeout = 2400)
     tu_capd_stop(&c);
 }
 
-#define TEMPLATE_FORKED "capd prefork: control build's timing template pid "
+#define TEMPLATE_FORKED "capd prefork: timing template pid "
 
-/*
- * Paired timing with a prefork control build: the control build's timing
- * template is forked by that build's zygote (here the head's own, the same
- * build and environment) instead of starting an interpreter, and the pairs
- * it times are stored as the head's reference processes.
- */
-Test(prefork, paired_control_template_forked_from_its_zygote, .timeout = 1200)
+/* The zygote pids the log names for both of a paired cell's timing
+ * templates (the control build's and the head's): false unless it names
+ * two. */
+static bool templates_forked(const char *log, long tz[2], long tp[2])
 {
-    struct tu_capd c;
-    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
-    register_build(&c, "pf", true, NULL);
+    const char *t = log;
+    for (int i = 0; i < 2; i++) {
+        t = strstr(t, TEMPLATE_FORKED);
+        if (!t || sscanf(t, TEMPLATE_FORKED "%ld forked from zygote pid %ld", &tp[i], &tz[i]) != 2)
+            return false;
+        t++;
+    }
+    return true;
+}
+
+/* One paired head cell of BUILD (registered with PREFORK or without). */
+static void paired_templates(struct tu_capd *c, const char *build, bool prefork)
+{
+    register_build(c, build, prefork, NULL);
     const char *opts = "{\"iterations\":3,\"warmup\":1,\"timing_processes\":2,"
                        "\"timing_pairs\":2,\"max_timing_rounds\":1,\"timing_min_ms\":5}";
-    char *jc = submit(&c, "pf", "c000000", NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
-    json_decref(af_wait_job(&c, jc, JOB_S));
-    char *jh =
-        submit(&c, "pf", "d000000", "c000000", "\"mlp\"", "\"default\"", "\"forward\"", opts);
-    json_t *head = af_wait_job(&c, jh, JOB_S);
+    char cc[16], hc[16];
+    snprintf(cc, sizeof cc, "c00000%d", prefork);
+    snprintf(hc, sizeof hc, "d00000%d", prefork);
+    char *jc = submit(c, build, cc, NULL, "\"mlp\"", "\"default\"", "\"forward\"", opts);
+    json_decref(af_wait_job(c, jc, JOB_S));
+    char *jh = submit(c, build, hc, cc, "\"mlp\"", "\"default\"", "\"forward\"", opts);
+    json_t *head = af_wait_job(c, jh, JOB_S);
     json_t *cell = only_cell(head, 0);
     cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", tu_str(cell, "reason"));
-    long cp = 0, zp = 0, tp = 0, tz = 0;
-    char *log = cell_log(&c, jh, tu_str(cell, "id"));
-    cr_assert(forked_pids(log, &cp, &zp), "the head cell was forked; log:\n%s", log);
-    const char *t = strstr(log, TEMPLATE_FORKED);
-    cr_assert(t && sscanf(t, TEMPLATE_FORKED "%ld forked from zygote pid %ld", &tp, &tz) == 2,
-              "the control's template was forked; log:\n%s", log);
-    cr_assert_eq(tz, zp, "one build, one environment: one zygote");
-    cr_assert_neq(tp, cp);
+    long cp = 0, zp = 0, tp[2], tz[2];
+    char *log = cell_log(c, jh, tu_str(cell, "id"));
+    cr_assert(templates_forked(log, tz, tp), "%s: both templates were forked; log:\n%s", build,
+              log);
+    cr_assert_eq(tz[0], tz[1], "one build, one environment: one zygote");
+    cr_assert_neq(tp[0], tp[1]);
+    cr_assert_eq(forked_pids(log, &cp, &zp), prefork, "%s: the cell itself forked: %d", build,
+                 !prefork);
+    if (prefork)
+        cr_assert_eq(tz[0], zp, "the build's own zygote");
     free(log);
-    json_t *ts = af_cell_records(&c, jh, tu_str(cell, "id"), "timing");
+    long st = 0;
+    char path[64];
+    snprintf(path, sizeof path, "/v1/builds/%s", build);
+    json_t *b = tu_json(c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(json_is_true(json_object_get(b, "prefork")), prefork);
+    if (!prefork)
+        cr_assert_null(json_object_get(b, "prefork_state"),
+                       "a timing-only zygote stores nothing on the build");
+    json_decref(b);
+    json_t *ts = af_cell_records(c, jh, tu_str(cell, "id"), "timing");
     cr_assert_eq(json_array_size(ts), 4, "2 pairs: %zu timing records", json_array_size(ts));
     for (size_t i = 0; i < 4; i++)
         cr_assert_eq(json_is_true(json_object_get(json_array_get(ts, i), "reference")), i % 2 == 0,
@@ -318,6 +340,22 @@ Test(prefork, paired_control_template_forked_from_its_zygote, .timeout = 1200)
     json_decref(head);
     free(jc);
     free(jh);
+}
+
+/*
+ * Paired timing: both sides' timing templates are forked by their build's
+ * zygote (here one build and environment, one zygote) instead of starting
+ * interpreters, and the pairs they time are stored as the head's reference
+ * processes. With prefork it is the build's own zygote, which also forked
+ * the cell; without, a zygote that serves timing templates only: the
+ * cell is a fresh exec, and nothing is stored on the build.
+ */
+Test(prefork, paired_templates_forked_from_a_zygote, .timeout = 1200)
+{
+    struct tu_capd c;
+    cr_assert_eq(tu_capd_start(&c, NULL, NULL), 0);
+    for (int prefork = 1; prefork >= 0; prefork--)
+        paired_templates(&c, prefork ? "pf" : "fresh", prefork);
     tu_capd_stop(&c);
 }
 

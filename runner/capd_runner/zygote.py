@@ -242,7 +242,7 @@ def _run_cell(req, fds, zygote_pid, force_exec=False, note_fd=-1):
         if note_fd >= 0:
             os.write(note_fd, b"P")
             os.close(note_fd)
-        what = "cell" if len(argv) == 3 else "control build's timing template"
+        what = "cell" if len(argv) == 3 else "timing template"
         sys.stderr.write(LOG_PREFIX + "%s pid %d forked from zygote pid %d (framework "
                          "imported once, before any operator)\n" % (what, os.getpid(), zygote_pid))
         sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
