@@ -112,6 +112,15 @@ static bool is_cell_key(const char *kv)
     return false;
 }
 
+/* What differs between any two attempts whatever their width: the spec
+ * path and HOME, the per-cell variables of a timing-only zygote. */
+#define ATTEMPT_KEYS "CAPD_CELL_SPEC,HOME"
+
+static bool is_attempt_key(const char *kv)
+{
+    return strncmp(kv, "CAPD_CELL_SPEC=", 15) == 0 || strncmp(kv, "HOME=", 5) == 0;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -128,11 +137,14 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 }
 
 /* The zygote's environment (the cell's less its per-cell variables, in a
- * stable order) and its hash. Caller frees the array, not the strings. */
-static char **zygote_env(char *const *env, uint64_t *key)
+ * stable order) and its hash. A TIMING_ONLY zygote keeps the width's
+ * variables: a build's start-up code that reads them (CAPD_WIDTH, a width
+ * variable) runs in the zygote, unverified, so it must see the cell's.
+ * Caller frees the array, not the strings. */
+static char **zygote_env(char *const *env, bool timing_only, uint64_t *key)
 {
     size_t k;
-    char **out = cellenv_without(env, is_cell_key, 0, &k);
+    char **out = cellenv_without(env, timing_only ? is_attempt_key : is_cell_key, 0, &k);
     if (!out)
         return NULL;
     qsort(out, k, sizeof *out, cmp_str);
@@ -379,7 +391,7 @@ static int zyg_open_fds(struct zyg *z, struct zyg_setup *s)
 
 /* The zygote's command line, through capd-exec with the cells' own limits
  * but CPU seconds (daemon/launch.h). */
-static int zyg_argv(struct zyg_setup *s, const json_t *build, bool verify)
+static int zyg_argv(struct zyg_setup *s, const json_t *build, bool verify, bool timing_only)
 {
     const char *python = json_string_value(json_object_get(build, "python"));
     struct launch_exec le = {.rusage_fd = -1};
@@ -394,7 +406,7 @@ static int zyg_argv(struct zyg_setup *s, const json_t *build, bool verify)
                     "--listen-fd",
                     "3",
                     "--cell-keys",
-                    Z.keys_csv,
+                    timing_only ? ATTEMPT_KEYS : Z.keys_csv,
                     "--allow-uid",
                     s->me,
                     "--allow-uid",
@@ -478,7 +490,7 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
         goto out;
     }
     if ((rc = runas_prepare_cell(Z.cfg, z->scratch, s.vpath, s.reason, sizeof s.reason)) != 0 ||
-        (rc = zyg_open_fds(z, &s)) != 0 || (rc = zyg_argv(&s, build, verify)) != 0 ||
+        (rc = zyg_open_fds(z, &s)) != 0 || (rc = zyg_argv(&s, build, verify, z->timing_only)) != 0 ||
         (rc = zyg_start(z, &s, zenv)) != 0)
         goto out;
     log_info("zygote_started", "build=%s pid=%d socket=%s verify=%s log=%s", log_q(z->build),
@@ -512,7 +524,7 @@ static int zyg_get(const json_t *build, const json_t *spec, char *const *env, ch
         (device && strcmp(device, "gpu") == 0))
         return -ENOENT;
     uint64_t key;
-    char **zenv = zygote_env(env, &key);
+    char **zenv = zygote_env(env, !prefork, &key);
     if (!zenv)
         return -ENOENT;
     int live = 0, rc = -ENOENT;

@@ -50,7 +50,11 @@ int zyg_for_cell(const json_t *build, const json_t *spec, char *const *env, char
  * it gets a zygote that serves timing templates only (never a cell, never
  * a verification, and nothing of it is stored on the build), so that a
  * template costs a fork where it would cost an interpreter start and an
- * import of the framework. A prefork build's templates use its zygote.
+ * import of the framework. Unverified, it imports the framework in the
+ * cell's whole environment, width variables included (one per build,
+ * width and environment): what a build's start-up code reads of them is
+ * what a fresh template's would. A prefork build's templates use its
+ * zygote.
  */
 int zyg_for_timing(const json_t *build, const json_t *spec, char *const *env, char *path,
                    size_t len);

@@ -21,8 +21,20 @@
 #include "tests/helpers/common/testutil.h"
 
 /*
+ * The build's start-up code (a sitecustomize on its PYTHONPATH): it reads
+ * PERF_SLEEP_S when the process runs at width default (CAPD_WIDTH), once,
+ * at interpreter start, as a build whose kernels depend on its width
+ * does. Timing processes forked from a zygote run what the zygote's
+ * start-up read: it must have seen the cell's width (daemon/zygote.h).
+ */
+static const char site[] =
+    "import os\n"
+    "SLEEP = float(os.environ.get('PERF_SLEEP_S', '0')) "
+    "if os.environ.get('CAPD_WIDTH') == 'default' else 0.0\n";
+
+/*
  * The model: about a millisecond of matrix products a forward, on one
- * thread. PERF_SLEEP_S makes the forward sleep as well; PERF_HOG=1 makes a
+ * thread. The start-up's SLEEP makes the forward sleep as well; PERF_HOG=1 makes a
  * timing process fork a busy loop that inherits its CPUs and ends with it
  * (a timing process builds the model in capd_runner.timing's _one_process;
  * the cell in its own capture).
@@ -33,7 +45,8 @@ static const char model[] =
     "    def __init__(self):\n"
     "        super().__init__()\n"
     "        self.fc = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])\n"
-    "        self.sleep = float(os.environ.get('PERF_SLEEP_S', '0'))\n"
+    "        import sitecustomize\n"
+    "        self.sleep = getattr(sitecustomize, 'SLEEP', 0.0)\n"
     "    def forward(self, x):\n"
     "        if self.sleep:\n"
     "            time.sleep(self.sleep)\n"
@@ -62,8 +75,8 @@ static void build(struct tu_capd *c, const char *name, const char *roots, const 
     long st = 0;
     json_t *b = tu_jsonf(c, "POST", "/v1/builds", &st,
                          "{\"name\":\"%s\",\"python\":\"%s\",\"model_roots\":[\"%s\"],"
-                         "\"env\":{%s}}",
-                         name, tu_python(), roots, env);
+                         "\"env\":{\"PYTHONPATH\":\"%s/site\"%s%s}}",
+                         name, tu_python(), roots, roots, *env ? "," : "", env);
     cr_assert_eq(st, 201, "build %s: %ld", name, st);
     json_decref(b);
 }
@@ -123,6 +136,10 @@ Test(perf_basis_e2e, own_time_catches_waiting_and_leaves_out_competition, .timeo
     mkdir(roots, 0755);
     snprintf(path, sizeof path, "%s/m.py", roots);
     af_put_file(path, model);
+    snprintf(path, sizeof path, "%s/site", roots);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/site/sitecustomize.py", roots);
+    af_put_file(path, site);
     build(&c, "control", roots, "");
     build(&c, "sleepy", roots, "\"PERF_SLEEP_S\":\"0.002\"");
     build(&c, "competed", roots, "\"PERF_HOG\":\"1\"");
