@@ -490,7 +490,8 @@ static int spawn(struct zyg *z, const json_t *build, char **zenv, bool verify)
         goto out;
     }
     if ((rc = runas_prepare_cell(Z.cfg, z->scratch, s.vpath, s.reason, sizeof s.reason)) != 0 ||
-        (rc = zyg_open_fds(z, &s)) != 0 || (rc = zyg_argv(&s, build, verify, z->timing_only)) != 0 ||
+        (rc = zyg_open_fds(z, &s)) != 0 ||
+        (rc = zyg_argv(&s, build, verify, z->timing_only)) != 0 ||
         (rc = zyg_start(z, &s, zenv)) != 0)
         goto out;
     log_info("zygote_started", "build=%s pid=%d socket=%s verify=%s log=%s", log_q(z->build),

@@ -241,7 +241,7 @@ Test(perf_basis, own_samples_and_totals_are_checked)
     cr_assert_eq(cmp_compare(s, s, NULL, &r), 0);
     static const struct jw_want w[] = {
         JW_S("cells.0.perf.basis", "own_time"),
-        JW_D("cells.0.perf.control_median_ns", 10, 1e-9), /* the least of 90 200 250 10 */
+        JW_D("cells.0.perf.control_median_ns", 10, 1e-9),     /* the least of 90 200 250 10 */
         JW_D("cells.0.perf.times.control.own_ns", 145, 1e-9), /* their median */
         JW_D("cells.0.perf.times.control.wall_ns", 250, 1e-9),
         JW_D("cells.0.perf.times.control.runqueue_ns", 30, 1e-9), /* of 10 0 50 390 */

@@ -27,10 +27,9 @@
  * does. Timing processes forked from a zygote run what the zygote's
  * start-up read: it must have seen the cell's width (daemon/zygote.h).
  */
-static const char site[] =
-    "import os\n"
-    "SLEEP = float(os.environ.get('PERF_SLEEP_S', '0')) "
-    "if os.environ.get('CAPD_WIDTH') == 'default' else 0.0\n";
+static const char site[] = "import os\n"
+                           "SLEEP = float(os.environ.get('PERF_SLEEP_S', '0')) "
+                           "if os.environ.get('CAPD_WIDTH') == 'default' else 0.0\n";
 
 /*
  * The model: about a millisecond of matrix products a forward, on one
