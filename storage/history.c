@@ -135,25 +135,41 @@ struct samples {
     size_t n;
 };
 
-/* Every sample past CMP_MAX_TIMING_SAMPLES is counted, not kept. */
+/*
+ * One timing process of the cell (a timing frame) as the comparison takes
+ * it (docs/compare.md, "Performance"): its fastest sample, in own time
+ * where the runner measured it, else wall time. A paired cell's control
+ * build's processes ("reference": true) are the control's, not the
+ * cell's: left out. Every process past CMP_MAX_TIMING_SAMPLES is counted,
+ * not kept.
+ */
 static int sample_row(sqlite3_stmt *st, void *ctx)
 {
     struct samples *sm = ctx;
     json_t *h = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
-    json_t *a = json_object_get(h, "samples_ns"), *e;
+    json_t *a = json_object_get(h, "own_samples_ns"), *e;
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        a = json_object_get(h, "samples_ns");
+    int64_t fastest = -1;
     size_t i;
     json_array_foreach(a, i, e)
     {
-        if (sm->n < CMP_MAX_TIMING_SAMPLES && json_is_integer(e) && json_integer_value(e) >= 0)
-            sm->v[sm->n] = json_integer_value(e);
+        if (json_is_integer(e) && json_integer_value(e) >= 0 &&
+            (fastest < 0 || json_integer_value(e) < fastest))
+            fastest = json_integer_value(e);
+    }
+    if (fastest >= 0 && !json_is_true(json_object_get(h, "reference"))) {
+        if (sm->n < CMP_MAX_TIMING_SAMPLES)
+            sm->v[sm->n] = fastest;
         sm->n++;
     }
     json_decref(h);
     return 0;
 }
 
-/* The perf observation of ATTEMPT (cmp_perf_observation over all of its
- * timing samples); *n_out 0 and *obs NaN when it has none or too many. */
+/* The perf observation of ATTEMPT: cmp_perf_observation (the median) over
+ * its own timing processes' fastest samples; *n_out (how many processes)
+ * 0 and *obs NaN when it has none or too many. */
 static int perf_of(struct store *s, int64_t attempt, double *obs, int64_t *n_out)
 {
     struct samples sm = {malloc(CMP_MAX_TIMING_SAMPLES * sizeof *sm.v), 0};

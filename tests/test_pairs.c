@@ -166,6 +166,38 @@ Test(pairs, head_interleaves_the_control_build, .init = start, .fini = stop, .ti
     free(h);
 }
 
+/*
+ * A paired head cell's history point is its own processes' time: the
+ * control build's (a third of it here) are in the cell's timing records
+ * but are the control's (docs/history.md, the perf observation).
+ */
+Test(pairs, history_point_is_the_heads_own_time, .init = start, .fini = stop, .timeout = 120)
+{
+    build("ctl", "1.0", NULL, "POST");
+    build("slow", "3.0", NULL, "POST");
+    char *c = job("ctl", "aaaaaaa", "\"branch\":\"main\",", NULL);
+    char *h = job("slow", "bbbbbbb", "\"branch\":\"main\",\"control_commit\":\"aaaaaaa\",", NULL);
+    long st = 0;
+    json_t *hist = tu_json(
+        &capd, "GET", "/v1/history?project=t&branch=main&model=fake:ok&width=default&pass=forward",
+        NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *pts = json_object_get(hist, "points");
+    cr_assert_eq(json_array_size(pts), 2, "one point per job");
+    /* the fake's samples: scale x 1 ms, each within a few percent */
+    double want[2] = {1e6, 3e6};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *p = json_array_get(pts, i);
+        double ns = json_number_value(json_object_get(p, "perf_ns"));
+        cr_assert(ns > 0.9 * want[i] && ns < 1.1 * want[i], "point %zu: %g ns", i, ns);
+    }
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, 1), "perf_samples")), 4,
+                 "the head's 4 processes, not the control's");
+    json_decref(hist);
+    free(c);
+    free(h);
+}
+
 Test(pairs, branch_control_pairs_too, .init = start, .fini = stop, .timeout = 120)
 {
     build("ctl", "1.0", NULL, "POST");

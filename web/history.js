@@ -101,7 +101,7 @@ function fmtBytes(b) {
 
 function pointTitle(p) {
   return short(p.commit) + (p.ordered_by === "submission" ? " (placed by submission time)" : "") +
-    "\noutcome " + p.outcome + "\ntime " + fmtNs(p.perf_ns) + (p.perf_samples ? " (median of " + p.perf_samples + " samples)" : "") +
+    "\noutcome " + p.outcome + "\ntime " + fmtNs(p.perf_ns) + (p.perf_samples ? " (median of " + p.perf_samples + " processes' fastest samples)" : "") +
     "\npeak memory " + fmtBytes(p.peak_rss_bytes) + "\nnumerics " + p.numerics +
     (p.first_divergent_key ? " at " + p.first_divergent_key : "") + "\nclick for the diff";
 }
