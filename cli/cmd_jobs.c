@@ -337,6 +337,8 @@ static const struct ctl_opt submit_opts[] = {
     {"sample-size", CTL_OPTION_INT, "N", "elements kept per tensor with --capture sample (256)"},
     {"dtype", CTL_OPTION_STR, "T", "float32, float64, float16 or bfloat16 (default float32)"},
     {"granularity", CTL_OPTION_STR, "module|op", "records per module, or per ATen op too (module)"},
+    {"profile", CTL_OPTION_STR, "auto|off|always",
+     "profiled pair after a paired cell's timing: when slower (auto), always, never"},
     CTL_OPT_REFERENCE(CTL_OPTION_STR,
                       "the reference a tensor out of tolerance is judged against (none)"),
     {"label", CTL_MULTI, "k=v", "label stored with the job"},

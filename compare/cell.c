@@ -232,6 +232,8 @@ static void cell_free(struct cmp_cell *c)
     free(c->procs);
     free(c->recs);
     free(c->nondet_keys);
+    json_decref(c->profile[0]);
+    json_decref(c->profile[1]);
     arena_free(&c->arena);
     free(c);
 }

@@ -71,6 +71,8 @@
 #define CMP_MAX_ENV_NAME         256                /* bytes of a field name, with its NUL */
 #define CMP_MAX_ENV_VALUE        8192               /* bytes of a field value kept (longer: cut) */
 #define CMP_MAX_ENV_DIFFS        256                /* differences listed in the result */
+#define CMP_MAX_PROFILE_ENTRIES  4096 /* modules or operators of one profiled process */
+#define CMP_PROFILE_TOP          10   /* modules and operators an explanation lists */
 
 /* ------------------------------------------------------------- the input */
 
@@ -257,6 +259,18 @@ struct cmp_proc_totals {
     int64_t steal_ns;    /* the host's steal time, every CPU (context); < 0: not visible */
 };
 int cmp_cell_set_process_totals(struct cmp_cell *cell, const struct cmp_proc_totals *t);
+/*
+ * One side's profiled process (the runner's `profile` frame, docs/protocol.md):
+ * the per-iteration self time of each module and operator of one control
+ * or one head process, run after a paired cell's timing processes when its
+ * pairs said regression. FRAME is kept (a reference) by its "side",
+ * "control" or "head"; a later frame of that side replaces it. The
+ * comparison explains the cell's perf change with the two (perf.profile:
+ * docs/compare.md, "Which op got slower"). -EINVAL when FRAME is not an
+ * object with such a side, or lists more than CMP_MAX_PROFILE_ENTRIES
+ * modules or operators; the cell then keeps what it had.
+ */
+int cmp_cell_set_profile(struct cmp_cell *cell, json_t *frame);
 /* One unpaired process of this cell's own build: add_timing_process(.., -1, false). */
 int cmp_cell_add_timing(struct cmp_cell *cell, const int64_t *samples_ns, size_t n);
 /*

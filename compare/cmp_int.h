@@ -96,6 +96,7 @@ struct cmp_cell {
     const char **nondet_keys;
     size_t n_nondet, cap_nondet;
     struct cmp__arena arena;
+    json_t *profile[2];       /* the profiled pair's frames: control, head (profile.c) */
     struct cmp_side *side;    /* the side that owns the cell */
     const struct cmp__fp *fp; /* its fingerprint, shared within the side; NULL if none */
 };
@@ -170,6 +171,16 @@ int cmp__rec_by_seq(const void *a, const void *b);
 /* render_ops.c: the per-op report lines (kernel, first non-finite) and the
  * largest error amplification per cell; NULL when none. */
 char *cmp__ops_block(const json_t *result, bool md);
+/*
+ * profile.c: which modules and operators explain a perf change, from the
+ * head cell's profiled pair (docs/compare.md, "Which op got slower").
+ * cmp__profile_json sets *OUT to the perf object's "profile" (NULL when
+ * the cell has no profiled pair of both sides); cmp__profile_block renders
+ * the explanations of the regression and improvement cells for the
+ * reports (NULL when none has one).
+ */
+int cmp__profile_json(const struct cmp_cell *h, json_t **out);
+char *cmp__profile_block(const json_t *result, bool md);
 /* render_ops.c: "error introduced here: ..." or "error amplified 40x here: ...", the first
  * divergence's growth for the report beside it; malloc'd, NULL when none. */
 char *cmp__growth_note(const json_t *cell);

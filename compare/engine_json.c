@@ -342,6 +342,11 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
     if (!e)
         e |= cell_nonfinite_json(k, cj);
     e |= cmp__perf_json(&k->perf, k->o, &sub);
+    if (e == 0) {
+        json_t *why = NULL;
+        e |= cmp__profile_json(k->h, &why);
+        e |= why ? cmp__set(sub, "profile", why) : 0;
+    }
     e |= cmp__set(cj, "perf", sub);
     sub = NULL;
     e |= memory_json(k->c, k->h, &sub);

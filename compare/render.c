@@ -387,19 +387,14 @@ static void perf_desc(struct buf *b, const json_t *p, bool md)
         bprintf(b, ": %s", why);
 }
 
-/* "What else differs", right under the verdict (envdiff.c writes it). */
-static void env_block(struct buf *b, const json_t *result, bool md)
+/*
+ * A block another file renders, appended and released (NULL: none):
+ * "what else differs" right under the verdict (envdiff.c), the first
+ * divergent op's kernel and non-finite origins (render_ops.c), and which
+ * modules and ops explain each perf change (profile.c).
+ */
+static void block(struct buf *b, char *s)
 {
-    char *s = cmp__env_block(json_object_get(result, "environment"), md);
-    if (s != NULL)
-        bprintf(b, "%s", s);
-    free(s);
-}
-
-/* The first divergent op's kernel and non-finite origins (render_ops.c). */
-static void ops_block(struct buf *b, const json_t *result, bool md)
-{
-    char *s = cmp__ops_block(result, md);
     if (s != NULL)
         bprintf(b, "%s", s);
     free(s);
@@ -421,7 +416,7 @@ static void md_summary(struct buf *b, const json_t *result)
                 jstr(result, "head_width"), jstr(result, "control_width"));
     counts_line(b, counts);
     bprintf(b, ".\n");
-    env_block(b, result, true);
+    block(b, cmp__env_block(json_object_get(result, "environment"), true));
     if (jint(counts, "not_run") > 0) {
         bprintf(b, "\n");
         not_run_lines(b, json_object_get(result, "cells"), true);
@@ -538,8 +533,9 @@ char *cmp_result_to_markdown(const json_t *result)
     md_summary(&b, result);
     md_outcomes(&b, result);
     md_differences(&b, cells);
-    ops_block(&b, result, true);
+    block(&b, cmp__ops_block(result, true));
     md_perf(&b, cells);
+    block(&b, cmp__profile_block(result, true));
     return buf_finish(&b);
 }
 
@@ -563,7 +559,7 @@ char *cmp_result_to_text(const json_t *result)
                 jstr(result, "control_width"));
     counts_line(&b, json_object_get(result, "counts"));
     bprintf(&b, "\n");
-    env_block(&b, result, false);
+    block(&b, cmp__env_block(json_object_get(result, "environment"), false));
     not_run_lines(&b, cells, false);
 
     json_array_foreach(cells, i, cell)
@@ -595,7 +591,7 @@ char *cmp_result_to_text(const json_t *result)
             bprintf(&b, "; initial params differ");
         bprintf(&b, "\n");
     }
-    ops_block(&b, result, false);
+    block(&b, cmp__ops_block(result, false));
     json_array_foreach(cells, i, cell)
     {
         if (!is_perf_change(cell))
@@ -607,5 +603,6 @@ char *cmp_result_to_text(const json_t *result)
         perf_desc(&b, p, false);
         bprintf(&b, "\n");
     }
+    block(&b, cmp__profile_block(result, false));
     return buf_finish(&b);
 }

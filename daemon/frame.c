@@ -35,11 +35,11 @@
 #define PAYLOAD_BUF_KEEP (4u << 20)
 
 static const char *const kind_names[] = {
-    [FRAME_HELLO] = "hello",     [FRAME_ENV] = "env",
-    [FRAME_TENSOR] = "tensor",   [FRAME_NONDET] = "nondeterministic",
-    [FRAME_TIMING] = "timing",   [FRAME_MEMORY] = "memory",
-    [FRAME_NOTE] = "note",       [FRAME_END] = "end",
-    [FRAME_UNKNOWN] = "unknown",
+    [FRAME_HELLO] = "hello",   [FRAME_ENV] = "env",
+    [FRAME_TENSOR] = "tensor", [FRAME_NONDET] = "nondeterministic",
+    [FRAME_TIMING] = "timing", [FRAME_MEMORY] = "memory",
+    [FRAME_NOTE] = "note",     [FRAME_PROFILE] = "profile",
+    [FRAME_END] = "end",       [FRAME_UNKNOWN] = "unknown",
 };
 
 const char *frame_kind_name(enum frame_kind k)

@@ -47,6 +47,7 @@
 #define FRAME_HASH_MAX           128
 #define FRAME_MAX_TIMING_SAMPLES 1000000
 #define FRAME_MAX_TIMING_CPUS    4096 /* CPU numbers in a timing frame's "cpus" */
+#define FRAME_MAX_PROFILE        4096 /* modules, or operators, in a profile frame */
 
 struct frame_limits {
     size_t max_header;          /* longest header line, '\n' included */
@@ -63,6 +64,7 @@ enum frame_kind {
     FRAME_TIMING,
     FRAME_MEMORY,
     FRAME_NOTE,
+    FRAME_PROFILE, /* a profiled process's module and operator times */
     FRAME_END,
     FRAME_UNKNOWN /* a kind this daemon does not know: framed, then ignored */
 };

@@ -550,6 +550,49 @@ static int check_timing(struct frame_parser *p, json_t *h)
     return 0;
 }
 
+static const char *const sides[] = {"control", "head", NULL};
+
+/* A profile frame's list NAME: objects named by a string KEY, each with a
+ * non-negative integer self_ns; FRAME_MAX_PROFILE of them at most. */
+static int profile_list(struct frame_parser *p, json_t *h, const char *name, const char *key)
+{
+    json_t *a, *e;
+    size_t i;
+    int rc = get_field(p, h, "profile", name, JSON_ARRAY, "array", true, &a);
+    if (rc)
+        return rc;
+    if (json_array_size(a) > FRAME_MAX_PROFILE)
+        return frame__bad(p, "profile %s has %zu entries, at most %d", name, json_array_size(a),
+                          FRAME_MAX_PROFILE);
+    json_array_foreach(a, i, e)
+    {
+        json_t *self = json_object_get(e, "self_ns");
+        if (!json_is_object(e) || !json_is_string(json_object_get(e, key)) ||
+            !json_is_integer(self) || json_integer_value(self) < 0)
+            return frame__bad(p,
+                              "profile %s[%zu] must be an object with a string \"%s\" and a "
+                              "non-negative integer \"self_ns\"",
+                              name, i, key);
+    }
+    return 0;
+}
+
+static int check_profile(struct frame_parser *p, json_t *h)
+{
+    int rc;
+    if ((rc = check_enum(p, h, "profile", "phase", true, phases, NULL)) ||
+        (rc = check_enum(p, h, "profile", "side", true, sides, NULL)) ||
+        (rc = check_int(p, h, "profile", "iterations", true, NULL)) ||
+        (rc = check_int(p, h, "profile", "total_ns", true, NULL)) ||
+        (rc = check_int(p, h, "profile", "outside_ns", false, NULL)) ||
+        (rc = check_int(p, h, "profile", "pair", false, NULL)) ||
+        (rc = check_int(p, h, "profile", "modules_left_out", false, NULL)) ||
+        (rc = check_int(p, h, "profile", "ops_left_out", false, NULL)) ||
+        (rc = profile_list(p, h, "modules", "path")))
+        return rc;
+    return profile_list(p, h, "ops", "name");
+}
+
 static int check_nondet(struct frame_parser *p, json_t *h)
 {
     json_t *v;
@@ -615,6 +658,8 @@ static int check_header(struct frame_parser *p, json_t *h, enum frame_kind kind,
             (rc = check_int(p, h, "memory", "device_peak_bytes", false, NULL)))
             return rc;
         return 0;
+    case FRAME_PROFILE:
+        return check_profile(p, h);
     case FRAME_NOTE:
         if ((rc = check_enum(p, h, "note", "level", true, levels, NULL)) ||
             (rc = need_str(p, h, "note", "message", &v)))

@@ -223,6 +223,9 @@ static int load_record(sqlite3_stmt *st, void *arg)
         }
     } else if (strcmp(kind, "timing") == 0) {
         rc = add_timing(c->cell, h);
+    } else if (strcmp(kind, "profile") == 0) {
+        int prc = cmp_cell_set_profile(c->cell, h); /* one the engine refuses stays out */
+        rc = prc == -EINVAL ? 0 : prc;
     } else if (strcmp(kind, "memory") == 0) {
         json_t *dp = json_object_get(h, "device_peak_bytes");
         cmp_cell_set_memory(c->cell, json_integer_value(json_object_get(h, "peak_rss_bytes")),
@@ -271,7 +274,7 @@ static int load_cell(sqlite3_stmt *st, void *arg)
         return 0;
     return store_each(c->s,
                       "SELECT kind, header, blob_hash, hash_alg FROM records WHERE attempt_id = ? "
-                      "AND kind IN ('env','tensor','nondeterministic','timing','memory') "
+                      "AND kind IN ('env','tensor','nondeterministic','timing','memory','profile') "
                       "ORDER BY seq",
                       load_record, c, "I", attempt);
 }

@@ -429,6 +429,11 @@ static void build_full_stream(struct sb *s, uint64_t *payload_total)
               "\"cpu_samples_ns\":[1190,1090,1000],\"own_samples_ns\":[1200,1050,1100],"
               "\"runqueue_ns\":250,\"cpu_ns\":3500,\"steal_ns\":null,\"warmup\":3,"
               "\"iterations\":3,\"threads\":1}\n");
+    sb_str(s, "{\"kind\":\"profile\",\"phase\":\"forward\",\"side\":\"head\",\"iterations\":3,"
+              "\"total_ns\":1200,\"outside_ns\":0,\"pair\":4,\"modules\":[{\"path\":\"\","
+              "\"type\":\"M\",\"self_ns\":200,\"total_ns\":1200,\"calls\":1}],"
+              "\"modules_left_out\":0,\"ops\":[{\"name\":\"aten::mm\",\"self_ns\":900,"
+              "\"calls\":1.5}],\"ops_left_out\":0}\n");
     sb_str(s, "{\"kind\":\"memory\",\"peak_rss_bytes\":123456789,\"device_peak_bytes\":0}\n");
     sb_str(s, "{\"kind\":\"end\",\"status\":\"ok\",\"reason\":\"fine\"}\n");
     *payload_total = total;
@@ -446,17 +451,18 @@ Test(frame, valid_stream_any_chunking)
     cr_assert(p.res.saw_end);
     cr_assert_str_eq(p.res.end_status, "ok");
     cr_assert_str_eq(p.res.end_reason, "fine");
-    cr_assert_eq(p.res.count, 3 + 40 + 16 + 5);
+    cr_assert_eq(p.res.count, 3 + 40 + 16 + 6);
     cr_assert_eq(p.r.n, p.res.count);
     cr_assert_eq(p.res.payload_bytes, total);
     cr_assert_eq(p.r.v[0].kind, FRAME_HELLO);
     cr_assert_eq(p.r.v[1].kind, FRAME_NOTE);
     cr_assert_eq(p.r.v[2].kind, FRAME_ENV);
-    cr_assert_eq(p.r.v[p.r.n - 5].kind, FRAME_UNKNOWN);
-    cr_assert_eq(p.r.v[p.r.n - 5].nbytes, 10);
-    cr_assert(memcmp(p.r.v[p.r.n - 5].payload, "0123456789", 10) == 0);
-    cr_assert_eq(p.r.v[p.r.n - 4].kind, FRAME_NONDET);
-    cr_assert_eq(p.r.v[p.r.n - 3].kind, FRAME_TIMING);
+    cr_assert_eq(p.r.v[p.r.n - 6].kind, FRAME_UNKNOWN);
+    cr_assert_eq(p.r.v[p.r.n - 6].nbytes, 10);
+    cr_assert(memcmp(p.r.v[p.r.n - 6].payload, "0123456789", 10) == 0);
+    cr_assert_eq(p.r.v[p.r.n - 5].kind, FRAME_NONDET);
+    cr_assert_eq(p.r.v[p.r.n - 4].kind, FRAME_TIMING);
+    cr_assert_eq(p.r.v[p.r.n - 3].kind, FRAME_PROFILE);
     cr_assert_eq(p.r.v[p.r.n - 2].kind, FRAME_MEMORY);
     cr_assert_eq(p.r.v[p.r.n - 1].kind, FRAME_END);
     for (size_t i = 0; i < p.r.n; i++) {
@@ -722,6 +728,28 @@ static const struct raw_case raw_cases[] = {
      "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"steal_ns\":\"x\","
      "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
      "timing field \"steal_ns\" must be an integer, got string"},
+    {"profile side", 2,
+     "{\"kind\":\"profile\",\"phase\":\"forward\",\"side\":\"both\",\"iterations\":3,"
+     "\"total_ns\":5,\"modules\":[],\"ops\":[]}\n",
+     "profile field \"side\" has invalid value \"both\""},
+    {"profile total missing", 2,
+     "{\"kind\":\"profile\",\"phase\":\"forward\",\"side\":\"head\",\"iterations\":3,"
+     "\"modules\":[],\"ops\":[]}\n",
+     "profile header missing integer field \"total_ns\""},
+    {"profile module without a path", 2,
+     "{\"kind\":\"profile\",\"phase\":\"forward\",\"side\":\"head\",\"iterations\":3,"
+     "\"total_ns\":5,\"modules\":[{\"type\":\"Linear\",\"self_ns\":1}],\"ops\":[]}\n",
+     "profile modules[0] must be an object with a string \"path\" and a non-negative integer "
+     "\"self_ns\""},
+    {"profile negative op time", 2,
+     "{\"kind\":\"profile\",\"phase\":\"backward\",\"side\":\"control\",\"iterations\":3,"
+     "\"total_ns\":5,\"modules\":[],\"ops\":[{\"name\":\"aten::mm\",\"self_ns\":-2}]}\n",
+     "profile ops[0] must be an object with a string \"name\" and a non-negative integer "
+     "\"self_ns\""},
+    {"profile ops missing", 2,
+     "{\"kind\":\"profile\",\"phase\":\"forward\",\"side\":\"head\",\"iterations\":3,"
+     "\"total_ns\":5,\"modules\":[]}\n",
+     "profile header missing array field \"ops\""},
     {"timing phase", 2,
      "{\"kind\":\"timing\",\"phase\":\"sideways\",\"samples_ns\":[],\"warmup\":1,"
      "\"iterations\":1,\"threads\":1}\n",

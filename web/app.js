@@ -741,6 +741,7 @@ async function showCmpCell(r, x, panel) {
       (perf.ci99 ? ", 99% CI [" + fmtNum(perf.ci99[0], 4) + ", " + fmtNum(perf.ci99[1], 4) + "]" : "") +
       (perf.p_value !== null && perf.p_value !== undefined ? ", p = " + fmtNum(perf.p_value, 3) : "") +
       ", n = " + perf.n_control + " / " + perf.n_head));
+    panel.append(profileSection(perf) || "");
   }
   const holder = h("div", { id: "timing" }, h("p", { class: "muted" }, "loading samples…"));
   panel.append(holder);

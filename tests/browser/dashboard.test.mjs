@@ -359,6 +359,12 @@ test("no font-dependent glyphs, human units with sign, the same columns on job a
   assert.ok(await page.locator("#cmp-grid svg.perf-mark").count() > 0, "the slower head is marked");
   await page.locator(`#cmp-grid td.gcell[data-model="fake:ok__2"][data-width="avx2"]`).click();
   await page.waitForSelector("#timing-plot");
+  // The slower head's profiled pair: the module that explains it first.
+  const prof = await page.locator("#profile tbody tr").evaluateAll((rs) =>
+    rs.map((r) => [r.dataset.kind, r.children[1].textContent, r.children[6].textContent]));
+  assert.deepEqual(prof.slice(0, 3).map((r) => r.slice(0, 2)), [["module", "body"], ["module", "(model)"], ["outside", "outside the modules"]],
+    "modules by change, then the outside time: " + JSON.stringify(prof));
+  assert.equal(prof[0][2], "80%", "body's share of the change");
   texts.diff = await page.locator("body").innerText();
   const shift = texts.diff.match(/Hodges-Lehmann shift (\S+ \S+) \(head/);
   assert.ok(shift && UNIT.test(shift[1]) && shift[1].startsWith("+"), "a signed shift: " + (shift && shift[1]));

@@ -26,7 +26,9 @@
  *                   by the reference env's FAKE_TIMING_SCALE then the
  *                   head's, options.timing_pairs, more rounds of half as
  *                   many (up to options.max_timing_rounds) while the pairs' ratios
- *                   straddle +-5%.
+ *                   straddle +-5%; then, when every pair's head was past 5%
+ *                   slower (options.profile auto) or always, a profiled
+ *                   pair's two profile frames (profiled_pair).
  *                   $FAKE_ENV_FILE names a file of NAME=VALUE lines that
  *                   are set as environment variables first (a missing file
  *                   sets none; the reference env's file is read for its
@@ -202,7 +204,7 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 
 struct cell {
     const char *model, *width, *pass, *device, *scratch;
-    const char *capture;
+    const char *capture, *profile;
     json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
     json_int_t timing_pairs, max_timing_rounds;
     json_t *reference; /* the spec's "reference" (paired timing), or NULL */
@@ -521,6 +523,36 @@ static bool pairs_decide(const double *r, json_int_t n)
 }
 
 /*
+ * The profiled pair (docs/runner.md, "The profiled pair"), like the real
+ * runner's: after the pairs, when every pair's head was past 5% slower
+ * (profile auto) or always, one profile frame a side, control first. Of a
+ * side of scale S an iteration is 1 ms x S: 0.8 ms in module "body"
+ * (Linear), 0.2 ms in the root and its aten::addmm.
+ */
+static void profiled_pair(const struct cell *c, double rs, double hs, const double *r, json_int_t n)
+{
+    bool slower = n > 0;
+    for (json_int_t i = 0; i < n; i++)
+        slower &= r[i] > 1.05;
+    if (strcmp(c->profile, "always") != 0 && (strcmp(c->profile, "auto") != 0 || !slower))
+        return;
+    for (int side = 0; side < 2; side++) {
+        double s = side ? hs : rs;
+        emit(json_pack("{s:s,s:s,s:s,s:i,s:I,s:I,s:I,s:[{s:s,s:s,s:I,s:I,s:f},"
+                       "{s:s,s:s,s:I,s:I,s:f}],s:i,s:[{s:s,s:I,s:f}],s:i,s:s}",
+                       "kind", "profile", "phase", c->pass, "side", side ? "head" : "control",
+                       "iterations", 50, "total_ns", (json_int_t)(1e6 * s), "outside_ns",
+                       (json_int_t)0, "pair", (json_int_t)n, "modules", "path", "", "type",
+                       "FakeModel", "self_ns", (json_int_t)(0.2e6 * s), "total_ns",
+                       (json_int_t)(1e6 * s), "calls", 1.0, "path", "body", "type", "Linear",
+                       "self_ns", (json_int_t)(0.8e6 * s), "total_ns", (json_int_t)(0.8e6 * s),
+                       "calls", 1.0, "modules_left_out", 0, "ops", "name", "aten::addmm", "self_ns",
+                       (json_int_t)(0.9e6 * s), "calls", 2.0, "ops_left_out", 0, "start", "fork"),
+             NULL, 0, false);
+    }
+}
+
+/*
  * Paired timing (docs/protocol.md): per pair, a reference frame (the
  * control build's, scaled by the reference env's $FAKE_TIMING_SCALE) then
  * the head's; timing_pairs pairs, then rounds of half as many (rounded up)
@@ -561,6 +593,7 @@ static void paired_timing(const struct cell *c)
         if (pairs_decide(ratios, n))
             break;
     }
+    profiled_pair(c, rs, hs, ratios, n);
 }
 
 /* One timing frame per timing process, like the real runner (docs/protocol.md);
@@ -981,6 +1014,8 @@ static json_t *load_spec(struct cell *c)
     o = json_object_get(spec, "options");
     c->capture = json_string_value(json_object_get(o, "capture"));
     c->capture = c->capture ? c->capture : "stats";
+    c->profile = json_string_value(json_object_get(o, "profile"));
+    c->profile = c->profile ? c->profile : "auto";
 #define OPT_INT(field, dflt)                                                                       \
     c->field = json_is_integer(json_object_get(o, #field))                                         \
                    ? json_integer_value(json_object_get(o, #field))                                \
