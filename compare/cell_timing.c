@@ -1,7 +1,7 @@
 /*
  * compare/cell_timing.c - a cell's timing processes as storage hands them
  * over: each process's wall-clock samples, then what else the runner
- * measured of the same samples (CPU time, own time) and over them (the
+ * measured of the same samples (CPU time, own time, device time) and over them (the
  * run-queue delay of every thread, the process's CPU time, the host's
  * steal). Each process is kept as the minima and medians the comparison
  * needs (struct cmp__tproc); only the wall samples are kept whole.
@@ -56,9 +56,11 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
     cell->procs[cell->n_procs++] = (struct cmp__tproc){.min_ns = min_of(samples_ns, n),
                                                        .cpu_min_ns = NAN,
                                                        .own_min_ns = NAN,
+                                                       .device_min_ns = NAN,
                                                        .median_ns = med,
                                                        .cpu_median_ns = NAN,
                                                        .own_median_ns = NAN,
+                                                       .device_median_ns = NAN,
                                                        .runqueue_median_ns = NAN,
                                                        .proc_runqueue_ns = NAN,
                                                        .proc_cpu_ns = NAN,
@@ -70,17 +72,32 @@ int cmp_cell_add_timing_process(struct cmp_cell *cell, const int64_t *samples_ns
     return 0;
 }
 
-int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n)
+/* The last process's samples NS of another clock (CPU time, or device
+ * time, which must have as many samples as the wall clock): their median
+ * and their minimum. */
+static int set_clock(struct cmp_cell *cell, const int64_t *ns, size_t n, bool device)
 {
-    if (cell == NULL || cell->n_procs == 0 || (cpu_ns == NULL && n > 0) || !samples_ok(cpu_ns, n))
+    if (cell == NULL || cell->n_procs == 0 || (ns == NULL && n > 0) || !samples_ok(ns, n))
         return -EINVAL;
     if (n == 0)
         return 0;
     struct cmp__tproc *p = &cell->procs[cell->n_procs - 1];
-    int rc = cmp__median_ns(cpu_ns, n, &p->cpu_median_ns);
+    if (device && n != p->n_samples)
+        return -EINVAL;
+    int rc = cmp__median_ns(ns, n, device ? &p->device_median_ns : &p->cpu_median_ns);
     if (rc == 0)
-        p->cpu_min_ns = min_of(cpu_ns, n);
+        *(device ? &p->device_min_ns : &p->cpu_min_ns) = min_of(ns, n);
     return rc;
+}
+
+int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_t n)
+{
+    return set_clock(cell, cpu_ns, n, false);
+}
+
+int cmp_cell_set_process_device(struct cmp_cell *cell, const int64_t *device_ns, size_t n)
+{
+    return set_clock(cell, device_ns, n, true);
 }
 
 /*

@@ -244,6 +244,16 @@ int cmp_cell_set_process_cpu(struct cmp_cell *cell, const int64_t *cpu_ns, size_
  */
 int cmp_cell_set_process_own(struct cmp_cell *cell, const int64_t *own_ns, size_t n);
 /*
+ * The same samples of the process added last in the device's time (the
+ * runner's device_samples_ns on a GPU cell: device events recorded around
+ * each sample's iterations, so the kernels' time without the host's
+ * launch and synchronisation overhead). A comparison whose every process
+ * has them judges on them (perf basis "device_time"), own and wall time
+ * beside it. N must be the process's sample count. -EINVAL otherwise, as
+ * for add_timing_process, or when no process was added; N 0 is ignored.
+ */
+int cmp_cell_set_process_device(struct cmp_cell *cell, const int64_t *device_ns, size_t n);
+/*
  * What the process added last measured over its timed samples (the
  * runner's runqueue_ns, cpu_ns and steal_ns), reported per iteration
  * beside the basis and never judged. Setting them says the runner
@@ -512,9 +522,14 @@ enum cmp_perf_design { CMP_PERF_UNPAIRED, CMP_PERF_PAIRED };
  * process has CPU-time samples (judged as they were then). why says why
  * the basis is not OWN_TIME.
  */
-enum cmp_perf_basis { CMP_PERF_WALL_TIME, CMP_PERF_CPU_TIME, CMP_PERF_OWN_TIME };
+enum cmp_perf_basis {
+    CMP_PERF_WALL_TIME,
+    CMP_PERF_CPU_TIME,
+    CMP_PERF_OWN_TIME,
+    CMP_PERF_DEVICE_TIME
+};
 enum cmp_perf_basis_why {
-    CMP_PERF_WHY_NONE,        /* own time */
+    CMP_PERF_WHY_NONE,        /* own time, or device time */
     CMP_PERF_WHY_NO_RUNQUEUE, /* the kernel kept no run-queue delay for some processes */
     CMP_PERF_WHY_MIXED,       /* some processes are from a runner without own time */
     CMP_PERF_WHY_OLD_CPU,     /* records from before own time, CPU time on every process */
@@ -527,6 +542,7 @@ struct cmp_perf_times {
     double wall_ns, own_ns, cpu_ns, runqueue_ns; /* per-sample medians: timing thread */
     double proc_runqueue_ns, proc_cpu_ns;        /* every thread of the process */
     double steal_ns;                             /* the host's, every CPU: context */
+    double device_ns;                            /* the device's time (a GPU cell) */
 };
 
 struct cmp_perf {

@@ -62,9 +62,10 @@ struct cmp__rec {
  * over them per iteration; NaN where the runner did not send that clock.
  */
 struct cmp__tproc {
-    double min_ns, cpu_min_ns, own_min_ns;
+    double min_ns, cpu_min_ns, own_min_ns, device_min_ns;
     double median_ns;
     double cpu_median_ns;      /* of the timing thread's CPU-time samples */
+    double device_median_ns;   /* of the device-time samples (a GPU cell) */
     double own_median_ns;      /* of the own-time samples */
     double runqueue_median_ns; /* of the timing thread's run-queue delay per sample */
     double proc_runqueue_ns;   /* every thread's run-queue delay, per iteration */

@@ -9,7 +9,8 @@
  * own processes against the control cell's own processes. Either way each
  * process is one observation, its fastest sample (cell_timing.c: what
  * other tenants, interrupts and caches can only add to) in the clock of
- * the basis: own time (wall time less the timing thread's run-queue delay)
+ * the basis: device time on a GPU cell whose every process has it, own
+ * time (wall time less the timing thread's run-queue delay)
  * when every process the design uses has it, else wall time, or CPU time
  * for records from before own time that all have it (docs/compare.md,
  * "Performance"); the medians of the other clocks go beside it. A cell
@@ -45,9 +46,10 @@ static bool has_reference(const struct cmp_cell *h)
 /* A process's observation: its fastest sample in the basis's clock. */
 static double obs(const struct cmp__tproc *p, enum cmp_perf_basis b)
 {
-    return b == CMP_PERF_OWN_TIME   ? p->own_min_ns
-           : b == CMP_PERF_CPU_TIME ? p->cpu_min_ns
-                                    : p->min_ns;
+    return b == CMP_PERF_DEVICE_TIME ? p->device_min_ns
+           : b == CMP_PERF_OWN_TIME  ? p->own_min_ns
+           : b == CMP_PERF_CPU_TIME  ? p->cpu_min_ns
+                                     : p->min_ns;
 }
 
 /* The processes a design uses, one side's, and their samples. */
@@ -86,24 +88,28 @@ static void pick(const struct cmp_cell *c, const struct cmp_cell *h, bool paired
 }
 
 /*
- * The basis of the processes used (docs/compare.md, "Performance"): own
- * time when every one has it; else wall time, but for records from before
+ * The basis of the processes used (docs/compare.md, "Performance"): device
+ * time when every one has it (a GPU cell); else own time when every one
+ * has it; else wall time, but for records from before
  * own time whose every process has CPU-time samples, which keep the CPU
  * basis they were judged on.
  */
 static void basis_of(const struct used *u, struct cmp_perf *out)
 {
-    size_t n = 0, own = 0, cpu = 0, measured = 0;
+    size_t n = 0, own = 0, cpu = 0, measured = 0, device = 0;
     for (int side = 0; side < 2; side++)
         for (size_t i = 0; i < u[side].n; i++, n++) {
             own += !isnan(u[side].p[i]->own_median_ns);
+            device += !isnan(u[side].p[i]->device_median_ns);
             cpu += !isnan(u[side].p[i]->cpu_median_ns);
             measured += u[side].p[i]->measured;
         }
     out->basis_lacking = n - own;
     out->basis = CMP_PERF_WALL_TIME;
     out->basis_why = CMP_PERF_WHY_NONE; /* no timing: nothing to explain */
-    if (n > 0 && own == n) {
+    if (n > 0 && device == n) {
+        out->basis = CMP_PERF_DEVICE_TIME;
+    } else if (n > 0 && own == n) {
         out->basis = CMP_PERF_OWN_TIME;
     } else if (n == 0) {
         return;
@@ -151,6 +157,7 @@ static void times_of(const struct used *u, double *tmp, struct cmp_perf_times *t
     t->proc_runqueue_ns = clock_median(u, offsetof(struct cmp__tproc, proc_runqueue_ns), tmp);
     t->proc_cpu_ns = clock_median(u, offsetof(struct cmp__tproc, proc_cpu_ns), tmp);
     t->steal_ns = clock_median(u, offsetof(struct cmp__tproc, steal_ns), tmp);
+    t->device_ns = clock_median(u, offsetof(struct cmp__tproc, device_median_ns), tmp);
 }
 
 int cmp__perf_cells(const struct cmp_cell *c, const struct cmp_cell *h, bool refused,
@@ -271,6 +278,7 @@ static json_t *times_json(const struct cmp_perf_times *t)
         {"process_runqueue_ns", t->proc_runqueue_ns},
         {"process_cpu_ns", t->proc_cpu_ns},
         {"steal_ns", t->steal_ns},
+        {"device_ns", t->device_ns},
     };
     if (o && cmp__set_reals(o, f, sizeof f / sizeof f[0])) {
         json_decref(o);
@@ -284,7 +292,8 @@ static int basis_json(json_t *o, const struct cmp_perf *p)
 {
     static const char *const names[] = {[CMP_PERF_WALL_TIME] = "wall_time",
                                         [CMP_PERF_CPU_TIME] = "cpu_time",
-                                        [CMP_PERF_OWN_TIME] = "own_time"};
+                                        [CMP_PERF_OWN_TIME] = "own_time",
+                                        [CMP_PERF_DEVICE_TIME] = "device_time"};
     char why[192];
     int rc = 0;
     basis_reason(p, why, sizeof why);

@@ -343,7 +343,8 @@ static bool is_perf_change(const json_t *cell)
 static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const json_t *p)
 {
     const char *basis = jstr(p, "basis");
-    const char *clock = strcmp(basis, "own_time") == 0    ? ", own time"
+    const char *clock = strcmp(basis, "device_time") == 0 ? ", device time"
+                        : strcmp(basis, "own_time") == 0  ? ", own time"
                         : strcmp(basis, "wall_time") == 0 ? ", wall time"
                         : strcmp(basis, "cpu_time") == 0  ? ", CPU time"
                                                           : "";

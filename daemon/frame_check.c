@@ -535,7 +535,8 @@ static int check_timing(struct frame_parser *p, json_t *h)
                            "samples", &v)))
         return rc;
     if ((rc = timing_per_sample(p, h, "cpu_samples_ns", v, false)) ||
-        (rc = timing_per_sample(p, h, "own_samples_ns", v, true)) || (rc = timing_totals(p, h)))
+        (rc = timing_per_sample(p, h, "own_samples_ns", v, true)) ||
+        (rc = timing_per_sample(p, h, "device_samples_ns", v, false)) || (rc = timing_totals(p, h)))
         return rc;
     if ((rc = check_int(p, h, "timing", "warmup", true, NULL)) ||
         (rc = check_int(p, h, "timing", "iterations", true, NULL)) ||

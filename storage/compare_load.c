@@ -142,10 +142,10 @@ static int64_t total_of(json_t *h, const char *name)
 }
 
 /*
- * The same samples in the timing thread's CPU time and in the process's
- * own time, and the totals over them (docs/protocol.md), where the runner
- * sent them. A frame with runqueue_ns (even null) is from a runner that
- * measures own time: its totals say so to the engine.
+ * The same samples in the timing thread's CPU time, in the process's
+ * own time and, on a GPU, in the device's time, and the totals over them (docs/protocol.md), where
+ * the runner sent them. A frame with runqueue_ns (even null) is from a runner that measures own
+ * time: its totals say so to the engine.
  */
 static int add_timing_clocks(struct cmp_cell *cell, json_t *h, size_t n, int64_t *v)
 {
@@ -158,6 +158,11 @@ static int add_timing_clocks(struct cmp_cell *cell, json_t *h, size_t n, int64_t
     if (rc != -ENOMEM && json_array_size(own) == n) {
         ints_of(own, n, v);
         rc = cmp_cell_set_process_own(cell, v, n);
+    }
+    json_t *dev = json_object_get(h, "device_samples_ns");
+    if (rc != -ENOMEM && json_array_size(dev) == n) {
+        ints_of(dev, n, v);
+        rc = cmp_cell_set_process_device(cell, v, n);
     }
     if (rc != -ENOMEM && json_object_get(h, "runqueue_ns")) {
         json_t *loops = json_object_get(h, "loops");

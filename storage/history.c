@@ -137,8 +137,8 @@ struct samples {
 
 /*
  * One timing process of the cell (a timing frame) as the comparison takes
- * it (docs/compare.md, "Performance"): its fastest sample, in own time
- * where the runner measured it, else wall time. A paired cell's control
+ * it (docs/compare.md, "Performance"): its fastest sample, in device time
+ * on a GPU, else in own time where the runner measured it, else wall time. A paired cell's control
  * build's processes ("reference": true) are the control's, not the
  * cell's: left out. Every process past CMP_MAX_TIMING_SAMPLES is counted,
  * not kept.
@@ -147,7 +147,9 @@ static int sample_row(sqlite3_stmt *st, void *ctx)
 {
     struct samples *sm = ctx;
     json_t *h = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
-    json_t *a = json_object_get(h, "own_samples_ns"), *e;
+    json_t *a = json_object_get(h, "device_samples_ns"), *e;
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        a = json_object_get(h, "own_samples_ns");
     if (!json_is_array(a) || json_array_size(a) == 0)
         a = json_object_get(h, "samples_ns");
     int64_t fastest = -1;

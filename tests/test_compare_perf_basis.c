@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -25,6 +26,7 @@
  * each clock in nanoseconds, all jittered by up to +-0.5%. */
 struct clocks {
     double wall, runqueue, cpu;
+    double device;    /* the device's time a sample (a GPU cell); 0: none sent */
     bool own, totals; /* send own samples; send the totals (a runner of own time) */
 };
 
@@ -38,12 +40,13 @@ static double jitter(uint64_t *seed)
 static void add_proc(struct cmp_cell *cell, const struct clocks *k, int64_t pair, bool ref,
                      uint64_t seed)
 {
-    int64_t wall[SAMPLES], own[SAMPLES], cpu[SAMPLES], rq_total = 0, cpu_total = 0;
+    int64_t wall[SAMPLES], own[SAMPLES], cpu[SAMPLES], dev[SAMPLES], rq_total = 0, cpu_total = 0;
     for (size_t i = 0; i < SAMPLES; i++) {
         wall[i] = (int64_t)(k->wall * jitter(&seed));
         int64_t rq = (int64_t)(k->runqueue * jitter(&seed));
         own[i] = rq < wall[i] ? wall[i] - rq : 0;
         cpu[i] = (int64_t)fmin(k->cpu * jitter(&seed), (double)own[i]);
+        dev[i] = (int64_t)fmin(k->device * jitter(&seed), (double)wall[i]);
         rq_total += wall[i] - own[i];
         cpu_total += cpu[i];
     }
@@ -51,6 +54,8 @@ static void add_proc(struct cmp_cell *cell, const struct clocks *k, int64_t pair
     cr_assert_eq(cmp_cell_set_process_cpu(cell, cpu, SAMPLES), 0);
     if (k->own)
         cr_assert_eq(cmp_cell_set_process_own(cell, own, SAMPLES), 0);
+    if (k->device > 0)
+        cr_assert_eq(cmp_cell_set_process_device(cell, dev, SAMPLES), 0);
     struct cmp_proc_totals t = {SAMPLES, k->own ? rq_total : -1, cpu_total, 0};
     if (k->totals)
         cr_assert_eq(cmp_cell_set_process_totals(cell, &t), 0);
@@ -97,7 +102,7 @@ static double jd(json_t *r, const char *path)
  */
 Test(perf_basis, a_head_that_waits_is_a_regression_at_equal_cpu_time)
 {
-    struct clocks c = {1e6, 1e4, 0.95e6, true, true}, h = {2e6, 1e4, 0.95e6, true, true};
+    struct clocks c = {1e6, 1e4, 0.95e6, 0, true, true}, h = {2e6, 1e4, 0.95e6, 0, true, true};
     for (int paired = 0; paired < 2; paired++) {
         json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
         static const struct jw_want w[] = {
@@ -138,7 +143,7 @@ Test(perf_basis, a_head_that_waits_is_a_regression_at_equal_cpu_time)
  */
 Test(perf_basis, waiting_for_the_cpu_is_not_the_heads_time)
 {
-    struct clocks c = {1e6, 1e4, 0.95e6, true, true}, h = {2e6, 1.01e6, 0.95e6, true, true};
+    struct clocks c = {1e6, 1e4, 0.95e6, 0, true, true}, h = {2e6, 1.01e6, 0.95e6, 0, true, true};
     for (int paired = 0; paired < 2; paired++) {
         json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
         cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "own_time");
@@ -168,7 +173,8 @@ Test(perf_basis, waiting_for_the_cpu_is_not_the_heads_time)
  * comparison of old against new records falls back to wall time. */
 Test(perf_basis, older_records_keep_their_basis)
 {
-    struct clocks old = {1e6, 1e4, 0.95e6, false, false}, now = {1e6, 1e4, 0.95e6, true, true};
+    struct clocks old = {1e6, 1e4, 0.95e6, 0, false, false},
+                  now = {1e6, 1e4, 0.95e6, 0, true, true};
     json_t *r = compare(&old, &old, false, 5);
     cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "cpu_time");
     cr_assert(strstr(jw_str(r, "cells.0.perf.basis_reason"), "before own time: CPU time"));
@@ -252,5 +258,66 @@ Test(perf_basis, own_samples_and_totals_are_checked)
     };
     jw_expect_all(r, w);
     json_decref(r);
+    cmp_side_free(s);
+}
+
+/*
+ * A GPU cell whose every process sent device time is judged on it: a head
+ * whose kernels take twice as long is a regression though its host
+ * clocks (own, wall) barely moved, and a head whose host side got slower
+ * (launch overhead, a synchronisation) with the same device time is
+ * `same`, its own time beside the verdict. One process without device
+ * time puts the cell back on own time.
+ */
+Test(perf_basis, a_gpu_cell_is_judged_on_device_time)
+{
+    struct clocks c = {2e6, 1e4, 0.3e6, 1e6, true, true}, h = {2.1e6, 1e4, 0.3e6, 2e6, true, true};
+    for (int paired = 0; paired < 2; paired++) {
+        json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
+        static const struct jw_want w[] = {
+            JW_S("cells.0.perf.basis", "device_time"),
+            JW_N("cells.0.perf.basis_reason"),
+            JW_S("cells.0.perf.verdict", "regression"),
+        };
+        jw_expect_all(r, w);
+        cr_assert(fabs(jd(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
+                  jd(r, "cells.0.perf.ratio"));
+        cr_assert(fabs(jd(r, "cells.0.perf.times.head.device_ns") / 2e6 - 1) < 0.01);
+        cr_assert(fabs(jd(r, "cells.0.perf.times.head.own_ns") / 2.1e6 - 1) < 0.01);
+        char *md = cmp_result_to_markdown(r);
+        cr_assert(strstr(md, "pairs, device time") || strstr(md, "processes, device time"), "%s",
+                  md);
+        free(md);
+        json_decref(r);
+    }
+    struct clocks slow_host = {4e6, 1e4, 0.3e6, 1e6, true, true};
+    json_t *r = compare(&c, &slow_host, true, 6);
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "device_time");
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), "same");
+    cr_assert(jd(r, "cells.0.perf.times.head.own_ns") >
+              1.9 * jd(r, "cells.0.perf.times.control.own_ns"));
+    json_decref(r);
+    struct clocks no_device = h;
+    no_device.device = 0;
+    r = compare(&c, &no_device, true, 6);
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "own_time");
+    cr_assert(json_is_null(jw_path(r, "cells.0.perf.times.head.device_ns")));
+    json_decref(r);
+}
+
+/* Device samples are one per wall sample, each a non-negative time. */
+Test(perf_basis, device_samples_are_checked)
+{
+    struct cmp_side *s;
+    int64_t wall[3] = {100, 200, 300}, dev[3] = {50, 60, 70};
+    cr_assert_eq(cmp_side_new(&s), 0);
+    struct cmp_cell *c = crec_cell(s, "m", "default", "forward");
+    cr_assert_eq(cmp_cell_set_process_device(c, dev, 3), -EINVAL, "no process yet");
+    cr_assert_eq(cmp_cell_add_timing_process(c, wall, 3, -1, false), 0);
+    cr_assert_eq(cmp_cell_set_process_device(c, dev, 2), -EINVAL, "one per wall sample");
+    dev[1] = -1;
+    cr_assert_eq(cmp_cell_set_process_device(c, dev, 3), -EINVAL, "negative");
+    dev[1] = 60;
+    cr_assert_eq(cmp_cell_set_process_device(c, dev, 3), 0);
     cmp_side_free(s);
 }

@@ -720,6 +720,10 @@ static const struct raw_case raw_cases[] = {
      "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"own_samples_ns\":[5,6],"
      "\"runqueue_ns\":null,\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
      "timing own_samples_ns without runqueue_ns"},
+    {"timing device samples of another length", 2,
+     "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"device_samples_ns\":[5],"
+     "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
+     "timing device_samples_ns has 1 samples, samples_ns 2"},
     {"timing negative run-queue delay", 2,
      "{\"kind\":\"timing\",\"phase\":\"forward\",\"samples_ns\":[5,6],\"runqueue_ns\":-1,"
      "\"warmup\":1,\"iterations\":2,\"threads\":1}\n",
