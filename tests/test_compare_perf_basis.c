@@ -263,11 +263,11 @@ Test(perf_basis, own_samples_and_totals_are_checked)
 
 /*
  * A GPU cell whose every process sent device time is judged on it: a head
- * whose kernels take twice as long is a regression though its host
- * clocks (own, wall) barely moved, and a head whose host side got slower
- * (launch overhead, a synchronisation) with the same device time is
- * `same`, its own time beside the verdict. One process without device
- * time puts the cell back on own time.
+ * whose device span doubled is a regression whatever its host clocks
+ * (own, wall) say, and a head whose host clocks grew outside the device's
+ * span (its wait for the final synchronisation, say) with the same device
+ * time is `same`, its own time beside the verdict. One process without
+ * device time puts the cell back on own time.
  */
 Test(perf_basis, a_gpu_cell_is_judged_on_device_time)
 {

@@ -8,8 +8,8 @@
  * loop on their own CPU (another tenant: the head's wall time grows, its
  * own time does not). Each head job names the control's commit, so its
  * cells time the control build interleaved with their own (paired). The
- * sleeping head is a regression on own time; the competed-with head is
- * not.
+ * sleeping head is a regression on own time, and its profiled pair names
+ * the module that sleeps; the competed-with head is not a regression.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -33,23 +33,29 @@ static const char site[] = "import os\n"
 
 /*
  * The model: about a millisecond of matrix products a forward, on one
- * thread. The start-up's SLEEP makes the forward sleep as well; PERF_HOG=1 makes a
+ * thread. The start-up's SLEEP makes its module nap sleep as well; PERF_HOG=1 makes a
  * timing process fork a busy loop that inherits its CPUs and ends with it
  * (a timing process builds the model in capd_runner.timing's _one_process;
  * the cell in its own capture).
  */
 static const char model[] =
     "import os, sys, time, torch\n"
-    "class M(torch.nn.Module):\n"
+    "class Nap(torch.nn.Module):\n"
     "    def __init__(self):\n"
     "        super().__init__()\n"
-    "        self.fc = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])\n"
     "        import sitecustomize\n"
     "        self.sleep = getattr(sitecustomize, 'SLEEP', 0.0)\n"
     "    def forward(self, x):\n"
     "        if self.sleep:\n"
     "            time.sleep(self.sleep)\n"
-    "        return self.fc(x)\n"
+    "        return x\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])\n"
+    "        self.nap = Nap()\n"
+    "    def forward(self, x):\n"
+    "        return self.fc(self.nap(x))\n"
     "def _hog():\n"
     "    parent = os.getpid()\n"
     "    if os.fork() == 0:\n"
@@ -159,6 +165,20 @@ Test(perf_basis_e2e, own_time_catches_waiting_and_leaves_out_competition, .timeo
               "the sleep is own time");
     /* Its CPU time moved far less: a sleep costs only its system call. */
     cr_assert(times(p, "head", "cpu_ns") < 1.5 * times(p, "control", "cpu_ns"));
+    /* The pairs said regression, so the cell ran a profiled pair: it
+     * names the module that sleeps first, with most of the change. */
+    json_t *prof = json_object_get(p, "profile");
+    cr_assert(json_is_object(prof), "no profiled pair in the sleeping head's cell");
+    json_t *first = json_array_get(json_object_get(prof, "modules"), 0);
+    fprintf(stderr, "profiled pair: %.0f -> %.0f ns; first module %s, %.0f ns, share %.2f\n",
+            json_number_value(json_object_get(prof, "control_ns")),
+            json_number_value(json_object_get(prof, "head_ns")), tu_jstr(first, "path"),
+            json_number_value(json_object_get(first, "delta_ns")),
+            json_number_value(json_object_get(first, "share")));
+    cr_assert_str_eq(tu_jstr(first, "path"), "nap");
+    cr_assert_str_eq(tu_jstr(first, "type"), "Nap");
+    cr_assert(json_number_value(json_object_get(first, "delta_ns")) > 1.5e6);
+    cr_assert(json_number_value(json_object_get(first, "share")) > 0.5);
     json_decref(p);
 
     p = perf(&c, ctl, competed);

@@ -1,7 +1,7 @@
 """One cell: width check, model, capture (twice), timing, memory.
 
 Frame order (docs/protocol.md): hello, env, tensor..., nondeterministic,
-timing, memory, end.
+timing, profile (capd_runner/profile.py), memory, end.
 """
 
 import gc
@@ -231,13 +231,17 @@ def timing_run(torch, model, call, spec, projection, device):
     and, over the timed samples, ``runqueue_ns`` (every thread of the
     process; None, and no own samples, where the kernel keeps no such
     count), ``cpu_ns`` (the process's CPU time, every thread) and
-    ``steal_ns`` (the host's, context; None where not visible)."""
+    ``steal_ns`` (the host's, context; None where not visible) and, on a
+    GPU, ``device_samples_ns``: each sample's span on the device's stream
+    between two events recorded around its iterations (docs/runner.md,
+    "Device time")."""
     from capd_runner import clocks
     cuda = device.type == "cuda"
     backward = spec.pass_ != "forward"
     cpu_clock = not cuda and torch.get_num_threads() == 1 and hasattr(time, "thread_time_ns")
     delay = clocks.ThreadDelay()
-    cpu, own = [], []
+    events = clocks.DeviceEvents(torch) if cuda else None
+    cpu, own, dev = [], [], []
 
     def sync():
         if cuda:
@@ -251,12 +255,16 @@ def timing_run(torch, model, call, spec, projection, device):
         ta = _now_ns()
         r0 = delay.now()
         t0 = _now_ns()
+        if events:
+            events.start()
         for i in range(loops):
             if backward and i:
                 model.zero_grad(set_to_none=True)
             out = call(model)
             if backward:
                 projection.loss(out).backward()
+        if events:
+            events.stop()
         sync()
         t1 = _now_ns()
         r1 = delay.now()
@@ -269,6 +277,8 @@ def timing_run(torch, model, call, spec, projection, device):
         # taking their time off the delay never makes own time too small.
         waited = max(0, (r1 - r0) - (t0 - ta) - (td - t1))
         own.append(max(0, wall - waited) // loops)
+        if events:
+            dev.append(events.elapsed_ns() // loops)
         return wall // loops
 
     model.train() if backward else model.eval()
@@ -276,7 +286,7 @@ def timing_run(torch, model, call, spec, projection, device):
         fastest = min([timed(1) for _ in range(spec.warmup)] or [0])
         want = spec.timing_min_ms * 1000000 // max(spec.iterations, 1)
         loops = 1 if fastest <= 0 else max(1, min(MAX_LOOPS, -(-want // fastest)))
-        del cpu[:], own[:]
+        del cpu[:], own[:], dev[:]
         before = (clocks.process_delays(), time.process_time_ns(), clocks.steal_ns())
         samples = [timed(loops) for _ in range(spec.iterations)]
         waits = clocks.delay_since(before[0])
@@ -292,6 +302,8 @@ def timing_run(torch, model, call, spec, projection, device):
         res["own_samples_ns"] = own
     if cpu_clock:
         res["cpu_samples_ns"] = cpu
+    if events:
+        res["device_samples_ns"] = dev
     return res
 
 
@@ -592,7 +604,10 @@ def _timing(torch, spec, writer, forkers, in_cell):
     (_paired); where the control build's template fails before the first
     pair, a note says so and the cell times unpaired. A timing process
     killed past its time, or not started for want of it, is left out with
-    a note (capd_runner/timing.py, Budget)."""
+    a note (capd_runner/timing.py, Budget). After every timing process,
+    the profiled pair where options.profile asks for it
+    (capd_runner/profile.py)."""
+    from capd_runner import profile
     forker, ref = forkers
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
@@ -602,7 +617,9 @@ def _timing(torch, spec, writer, forkers, in_cell):
         writer.frame(frame)
         writer.flush()
         return
-    if ref is not None and _paired(spec, writer, forker, ref, frame):
+    done = _paired(spec, writer, forker, ref, frame) if ref is not None else None
+    if done is not None:
+        profile.after_pairs(spec, writer, (forker, ref), frame, done)
         return
     n = spec.timing_processes
     timed = 0
@@ -615,6 +632,8 @@ def _timing(torch, spec, writer, forkers, in_cell):
     if not timed:
         _say(writer, "warn", "none of the %d timing processes finished: the cell has no timing"
              % n)
+    else:
+        profile.after_processes(spec, writer, forker, frame, n)
 
 
 def _run_one(writer, forker, i, n, what):
@@ -656,7 +675,7 @@ def _timing_frame(frame, res, i, n, **extra):
     f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
              processes=n, **extra)
     for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns", "own_samples_ns",
-              "runqueue_ns", "cpu_ns", "steal_ns"):
+              "runqueue_ns", "cpu_ns", "steal_ns", "device_samples_ns"):
         if k in res:
             f[k] = res[k]
     if "start" in res:  # fork or exec (capd_runner/timing.py)
@@ -668,8 +687,9 @@ def _paired(spec, writer, forker, ref, frame):
     """Rounds of pairs, each pair the control build's process then this
     build's: ``timing_pairs`` first, then half as many (rounded up) a round
     while the pairs so far leave the verdict unknown (capd_runner/pairs.py),
-    ``max_timing_rounds`` rounds at most. False when the control build
-    failed before any pair (time unpaired then)."""
+    ``max_timing_rounds`` rounds at most. The pairs timed, as (control's
+    result, this build's) each; None when the control build failed before
+    any pair (time unpaired then)."""
     from capd_runner import pairs
     done = []
     for rnd in range(spec.max_timing_rounds):
@@ -684,7 +704,7 @@ def _paired(spec, writer, forker, ref, frame):
                 _say(writer, "warn", "pair %d: the control build's timing process failed (%s); "
                      "%s" % (i, c["error"], "timing unpaired" if not done
                              else "keeping the %d pairs of the rounds before" % len(done)))
-                return bool(done)
+                return done or None
             h = _run_one(writer, forker, i, len(done) + k, "timing process")
             if h is not None:  # else the pair is left out, with a note
                 got.append((c, h))
@@ -698,19 +718,22 @@ def _paired(spec, writer, forker, ref, frame):
             break
     if not done:
         _say(writer, "warn", "no pair of timing processes finished: the cell has no timing")
-    return True
+    return done
 
 
 def observations(done):
     """The pairs' observations, each process's fastest sample, as capd's
-    comparison takes them (compare/perf_cell.c, "basis"): of the own-time
-    samples when every process of both sides has them; else of the
+    comparison takes them (compare/perf_cell.c, "basis"): of the device-time
+    samples when every process of both sides has them (a GPU cell), else of
+    the own-time samples when every process of both sides has them; else of the
     wall-clock samples, or of the CPU-time samples where every process has
     those and none measured its run-queue delay (a runner from before own
     time)."""
     procs = [r for pair in done for r in pair]
     key = "samples_ns"
-    if all("own_samples_ns" in r for r in procs):
+    if all("device_samples_ns" in r for r in procs):
+        key = "device_samples_ns"
+    elif all("own_samples_ns" in r for r in procs):
         key = "own_samples_ns"
     elif all("cpu_samples_ns" in r and "runqueue_ns" not in r for r in procs):
         key = "cpu_samples_ns"

@@ -18,6 +18,14 @@ In a VM the hypervisor may also take the CPU away from the whole guest
 (steal time). The guest's scheduler does not see that, so it stays in the
 own time; the host-wide steal of ``/proc/stat`` over the process's timed
 samples is reported beside it as context only.
+
+On a GPU a sample's **device time** is read by the device's own clock: an
+event recorded on the current stream before the sample's iterations and
+one after them (``torch.cuda.Event(enable_timing=True)``, which HIP builds
+of torch map to HIP events), their elapsed time once the sample has
+synchronised. It is the span of the pass on the device, its kernels and
+the gaps where the device waited for the host, without the host's wait for
+the final synchronisation (``DeviceEvents``).
 """
 
 import fcntl
@@ -127,3 +135,23 @@ def steal_ns():
         return ticks * 1000000000 // os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+class DeviceEvents(object):
+    """Two timing events of the current device stream: ``start()`` and
+    ``stop()`` record them, ``elapsed_ns()`` (after a synchronisation)
+    reads the device's time between them."""
+
+    def __init__(self, torch):
+        self.a = torch.cuda.Event(enable_timing=True)
+        self.b = torch.cuda.Event(enable_timing=True)
+
+    def start(self):
+        self.a.record()
+
+    def stop(self):
+        self.b.record()
+
+    def elapsed_ns(self):
+        self.b.synchronize()
+        return int(self.a.elapsed_time(self.b) * 1e6)  # milliseconds, a float

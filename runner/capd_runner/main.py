@@ -12,11 +12,14 @@ USAGE = """usage: python -m capd_runner              run the cell named by $CAPD
        python -m capd_runner --version
        python -m capd_runner --timing-template CMD_FD RES_FD
                                             (a paired cell's control-build template)
-       python -m capd_runner --timing-process INDEX RES_FD [--control]
-                                            (one timing process, where it cannot be forked)
+       python -m capd_runner --timing-process INDEX RES_FD [--control] [--profile]
+                                            (one timing process, where it cannot be forked;
+                                            --profile: the profiled one)
 Frames go to the spec's frame_fd (3); see docs/protocol.md and docs/runner.md."""
 
 EXIT_USAGE = 2
+# What may follow --timing-process INDEX RES_FD (capd_runner/timing.py _spawn).
+PROCESS_FLAGS = ([], ["--control"], ["--profile"], ["--control", "--profile"])
 
 
 def main(argv):
@@ -33,10 +36,11 @@ def main(argv):
                 and argv[2].isdigit()):
             from capd_runner import timing
             return timing.template_main(int(argv[1]), int(argv[2]))
-        if (argv[0] == "--timing-process" and len(argv) in (3, 4) and argv[1].isdigit()
-                and argv[2].isdigit() and argv[3:] in ([], ["--control"])):
+        if (argv[0] == "--timing-process" and len(argv) in (3, 4, 5) and argv[1].isdigit()
+                and argv[2].isdigit() and argv[3:] in PROCESS_FLAGS):
             from capd_runner import timing
-            return timing.process_main(int(argv[1]), int(argv[2]), argv[3:] == ["--control"])
+            return timing.process_main(int(argv[1]), int(argv[2]), "--control" in argv[3:],
+                                       "--profile" in argv[3:])
         if argv[0] in ("-h", "--help"):
             sys.stdout.write(USAGE + "\n")
             return 0

@@ -51,6 +51,13 @@ head's own template is a fork of the head's zygote-forked cell; otherwise
 imports torch itself, a second or more. Either way both sides' timing
 processes are forks of a template that did nothing but import torch, or
 fresh interpreters where that side's template has other threads.
+
+After the timing, a request with a fourth word, ``INDEX LIMIT_S SIDE
+profile`` (``--profile`` for an exec'd one), starts a *profiled process*
+instead (capd_runner/profile.py: the pass under module hooks and the
+operator profiler), by the same fork or exec and under the same limit as
+a timing process, so that what it measures of each side was started as
+that side's timing processes were.
 """
 
 import ctypes
@@ -114,8 +121,10 @@ def _monotonic_ns():
     return fn() if fn is not None else int(time.monotonic() * 1e9)
 
 
-def _one_process(spec, index, out_fd):
-    """In a timing process: build, place, time; one JSON line to out_fd."""
+def prepare(spec):
+    """In a timing or profiled process: (torch, the model built afresh from
+    the spec and placed, its Call, its Projection, the device), as the
+    cell builds its own, so both kinds of process run the same model."""
     from capd_runner import cell
     import torch
     if spec.threads > 0:
@@ -125,7 +134,13 @@ def _one_process(spec, index, out_fd):
     model, inputs = cell._build(torch, spec, dtype)
     model = model.to(device=device, dtype=dtype)
     call = cell.Call(cell._place(torch, inputs, device, dtype))
-    projection = cell.Projection(torch, spec.seed)
+    return torch, model, call, cell.Projection(torch, spec.seed), device
+
+
+def _one_process(spec, index, out_fd):
+    """In a timing process: build, place, time; one JSON line to out_fd."""
+    from capd_runner import cell
+    torch, model, call, projection, device = prepare(spec)
     started = _monotonic_ns()
     res = {"process": index}
     res.update(cell.timing_run(torch, model, call, spec, projection, device))
@@ -196,16 +211,15 @@ class Budget(object):
         self.timeout_s = spec.timeout_s
         self.deadline = time.monotonic() - _age_s() + spec.timeout_s
 
-    def next(self, index):
+    def next(self, index, what="timing process"):
         """(seconds process INDEX may take, None), or (None, its result)
-        where the cell's timeout leaves it no time."""
+        where the cell's timeout leaves it no time; WHAT names it."""
         left = self.deadline - RESERVE_S - time.monotonic()
         if left >= 1:
             return min(self.per_process, left), None
         return None, {"process": index, "skipped": True,
-                      "error": "timing process %d not started: %.0f s of the cell's "
-                               "timeout_s=%d s are left" % (index, max(0, left + RESERVE_S),
-                                                            self.timeout_s)}
+                      "error": "%s %d not started: %.0f s of the cell's timeout_s=%d s are "
+                               "left" % (what, index, max(0, left + RESERVE_S), self.timeout_s)}
 
 
 def _read_result(fd, limit_s):
@@ -261,11 +275,21 @@ def _write_error(fd, index, prefix, e):
         pass
 
 
-def _timing_child(spec, index, res_w):
-    """A timing process's work, forked or exec'd: _one_process, or its
-    error as the result line; the exit code."""
+def _what(profiled):
+    """What a process is called in its errors and notes."""
+    return "profiled process" if profiled else "timing process"
+
+
+def _timing_child(spec, index, res_w, profiled=False):
+    """A timing process's work, forked or exec'd: _one_process (a
+    profiled process's: capd_runner/profile.py), or its error as the
+    result line; the exit code."""
     try:
-        _one_process(spec, index, res_w)
+        if profiled:
+            from capd_runner import profile
+            profile.one_process(spec, index, res_w)
+        else:
+            _one_process(spec, index, res_w)
         return 0
     except BaseException as e:
         _write_error(res_w, index, "", e)
@@ -283,7 +307,7 @@ def _pipe():
     return r, w
 
 
-def _fork(spec, index, res_r, res_w):
+def _fork(spec, index, res_r, res_w, profiled):
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -292,7 +316,7 @@ def _fork(spec, index, res_r, res_w):
         try:
             _pdeathsig()
             os.close(res_r)
-            code = _timing_child(spec, index, res_w)
+            code = _timing_child(spec, index, res_w, profiled)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -300,14 +324,16 @@ def _fork(spec, index, res_r, res_w):
     return pid
 
 
-def _spawn(index, res_w, control, close_fd):
-    """Timing process INDEX as a fresh interpreter of this build: its
-    result pipe on fd 3, stdin /dev/null, this process's environment, CPUs
-    and limits. posix_spawn runs no Python in the child: safe beside other
-    threads."""
+def _spawn(index, res_w, control, close_fd, profiled):
+    """Timing process INDEX (a profiled one where PROFILED) as a fresh
+    interpreter of this build: its result pipe on fd 3, stdin /dev/null,
+    this process's environment, CPUs and limits. posix_spawn runs no
+    Python in the child: safe beside other threads."""
     argv = [sys.executable, "-m", "capd_runner", "--timing-process", str(index), "3"]
     if control:
         argv.append("--control")
+    if profiled:
+        argv.append("--profile")
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
     if close_fd is not None and close_fd > 3:
         actions.append((os.POSIX_SPAWN_CLOSE, close_fd))
@@ -315,12 +341,13 @@ def _spawn(index, res_w, control, close_fd):
     return os.posix_spawn(sys.executable, argv, dict(os.environ), file_actions=actions)
 
 
-def _outcome(index, line, late, status, limit_s, was):
-    """A timing process's result from what it wrote and how it ended."""
+def _outcome(index, line, late, status, limit_s, was, what):
+    """A timing process's result from what it wrote and how it ended; WHAT
+    names it."""
     if late:
         return {"process": index, "killed": True,
-                "error": "timing process %d did not finish in %.0f s (killed); %s"
-                         % (index, limit_s, was)}
+                "error": "%s %d did not finish in %.0f s (killed); %s"
+                         % (what, index, limit_s, was)}
     if line.endswith(b"\n"):
         try:
             res = json.loads(line.decode())
@@ -331,26 +358,28 @@ def _outcome(index, line, late, status, limit_s, was):
         return {"process": index, "error": "unreadable timing result"}
     if status is not None and os.WIFSIGNALED(status):
         return {"process": index,
-                "error": "timing process killed by signal %d" % os.WTERMSIG(status)}
+                "error": "%s killed by signal %d" % (what, os.WTERMSIG(status))}
     code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
-    return {"process": index, "error": "timing process %d exited (status %s) without a "
-                                       "result; %s" % (index, code, was)}
+    return {"process": index, "error": "%s %d exited (status %s) without a result; %s"
+                                       % (what, index, code, was)}
 
 
-def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None):
-    """Starts timing process INDEX, by exec where EXEC_WHY says why not by
-    fork, and waits LIMIT_S seconds at most for its result, killing it
-    past them. Its result, with how it started ("start", "start_why")."""
+def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None, profiled=False):
+    """Starts timing process INDEX (a profiled process where PROFILED), by
+    exec where EXEC_WHY says why not by fork, and waits LIMIT_S seconds at
+    most for its result, killing it past them. Its result, with how it
+    started ("start", "start_why")."""
     how = "exec" if exec_why else "fork"
     threads = thread_count()
     r, w = _pipe()
     try:
-        pid = _spawn(index, w, control, close_fd) if exec_why else _fork(spec, index, r, w)
+        pid = (_spawn(index, w, control, close_fd, profiled) if exec_why
+               else _fork(spec, index, r, w, profiled))
     except (OSError, ValueError) as e:
         os.close(r)
         os.close(w)
         return {"process": index, "start": how,
-                "error": "cannot start timing process %d by %s: %s" % (index, how, e)}
+                "error": "cannot start %s %d by %s: %s" % (_what(profiled), index, how, e)}
     os.close(w)
     try:
         line, late = _read_result(r, limit_s)
@@ -362,7 +391,7 @@ def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None):
     else:
         was = "it was forked from a process with %d thread%s" % (threads,
                                                                "" if threads == 1 else "s")
-    res = _outcome(index, line, late, status, limit_s, was)
+    res = _outcome(index, line, late, status, limit_s, was, _what(profiled))
     res["start"] = how
     if exec_why:
         res["start_why"] = exec_why
@@ -370,12 +399,16 @@ def run_one(spec, index, limit_s, exec_why, control=False, close_fd=None):
 
 
 def _request(line, default, control):
-    """A template's request: "INDEX LIMIT_S SIDE" (LIMIT_S and SIDE,
-    ``control`` or ``head``, may be left out: CONTROL says which then)."""
+    """A template's request: "INDEX LIMIT_S SIDE [profile]" (LIMIT_S and
+    SIDE, ``control`` or ``head``, may be left out: CONTROL says which
+    then; ``profile``: a profiled process, capd_runner/profile.py). (index,
+    limit, control, profiled)."""
     parts = line.split()
     if len(parts) > 2:
         control = parts[2] in (b"control", "control")
-    return int(parts[0]), (float(parts[1]) if len(parts) > 1 else default), control
+    profiled = len(parts) > 3 and parts[3] in (b"profile", "profile")
+    return (int(parts[0]), (float(parts[1]) if len(parts) > 1 else default), control,
+            profiled)
 
 
 def _for_side(spec, control):
@@ -444,39 +477,56 @@ class Forker(object):
 
     @staticmethod
     def _serve(spec, cmd_r, res_w, who="the cell's timing template", control=False):
-        """A template's loop: per request ("INDEX LIMIT_S SIDE") one timing
-        process, forked while the template has no other thread and exec'd
-        otherwise, and its result line back. WHO names the template in
-        the reason for exec; None: by the side it serves."""
+        """A template's loop: per request ("INDEX LIMIT_S SIDE [profile]")
+        one timing (or profiled) process, forked while the template has no
+        other thread and exec'd otherwise, and its result line back. WHO
+        names the template in the reason for exec; None: by the side it
+        serves."""
         default = process_limit_s(spec)
         while True:
             line = _readline(cmd_r)
             if not line:
                 return
-            index, limit_s, side = _request(line, default, control)
+            index, limit_s, side, profiled = _request(line, default, control)
             by = who or "the %s build's timing template" % ("control" if side else "head")
-            res = run_one(_for_side(spec, side), index, limit_s, fork_refusal(by), side)
+            res = run_one(_for_side(spec, side), index, limit_s, fork_refusal(by), side,
+                          profiled=profiled)
             os.write(res_w, (json.dumps(res) + "\n").encode())
 
     def run(self, index):
         """Times one process; its result dict ({"error": ...} on failure,
         with "killed" or "skipped" where the cell goes on without it)."""
-        limit_s, skipped = self.budget.next(index)
+        return self._ask(index, False)
+
+    def profile(self, index):
+        """One profiled process (capd_runner/profile.py) numbered INDEX,
+        started and limited as a timing process is; its result, as run's."""
+        return self._ask(index, True)
+
+    def _ask(self, index, profiled):
+        """Process INDEX of either kind, from the template where there is
+        one, else started here by exec; within the budget's time."""
+        what = _what(profiled)
+        limit_s, skipped = self.budget.next(index, what)
         if skipped is not None:
             return skipped
         if self.pid is None:
             if self.exec_why is None:  # the template was killed, or never started
                 return {"process": index, "skipped": True,
                         "error": self.error or "no timing template"}
-            return run_one(self.spec, index, limit_s, self.exec_why, close_fd=self.spec.frame_fd)
+            return run_one(self.spec, index, limit_s, self.exec_why, close_fd=self.spec.frame_fd,
+                           profiled=profiled)
+        # A profiled request names its side (the cell's own template serves
+        # the head's), since the word after it says what to start.
+        side = (self.side or " head") + " profile" if profiled else self.side
         try:
-            os.write(self.cmd, ("%d %.3f%s\n" % (index, limit_s, self.side)).encode())
+            os.write(self.cmd, ("%d %.3f%s\n" % (index, limit_s, side)).encode())
         except OSError:
             pass  # it is gone; what it said before it went is read below
         line, late = _read_result(self.res, limit_s + TEMPLATE_GRACE_S)
         if late:
-            self.error = ("the timing template did not answer for timing process %d within "
-                          "%.0f s (killed)" % (index, limit_s + TEMPLATE_GRACE_S))
+            self.error = ("the timing template did not answer for %s %d within %.0f s "
+                          "(killed)" % (what, index, limit_s + TEMPLATE_GRACE_S))
             self._end(kill=True)
             return {"process": index, "killed": True, "error": self.error}
         if not line:
@@ -607,13 +657,14 @@ def template_main(cmd_fd, res_fd):
     return 0
 
 
-def process_main(index, res_fd, control):
+def process_main(index, res_fd, control, profiled=False):
     """``--timing-process``: one timing process started by exec (run_one),
-    its result line on RES_FD; CONTROL: of the control build."""
+    its result line on RES_FD; CONTROL: of the control build; PROFILED
+    (``--profile``): a profiled process (capd_runner/profile.py)."""
     _pdeathsig()
     try:
         spec = _load_spec(control)
     except BaseException as e:
-        _write_error(res_fd, index, "timing process: ", e)
+        _write_error(res_fd, index, "%s: " % _what(profiled), e)
         return 1
-    return _timing_child(spec, index, res_fd)
+    return _timing_child(spec, index, res_fd, profiled)
