@@ -133,13 +133,6 @@ static long long ji(json_t *root, const char *path)
     return json_integer_value(v);
 }
 
-static double jd(json_t *root, const char *path)
-{
-    json_t *v = jw_path(root, path);
-    cr_assert(json_is_number(v), "%s is not a number", path);
-    return json_number_value(v);
-}
-
 /* numpy.percentile(v, q) ("linear"), by sorting: the reference for the selection. */
 static int dcmp(const void *a, const void *b)
 {
@@ -1520,9 +1513,9 @@ Test(engine, perf_and_memory)
         JW_N("cells.0.memory.device_ratio"),
     };
     json_t *r = duo_expect(&s, NULL, w);
-    cr_assert(jd(r, "cells.0.perf.ratio") > 1.45);
-    cr_assert(jd(r, "cells.0.perf.ci99.0") <= jd(r, "cells.0.perf.ratio"));
-    cr_assert(jd(r, "cells.0.perf.mde") > 0);
+    cr_assert(jw_num(r, "cells.0.perf.ratio") > 1.45);
+    cr_assert(jw_num(r, "cells.0.perf.ci99.0") <= jw_num(r, "cells.0.perf.ratio"));
+    cr_assert(jw_num(r, "cells.0.perf.mde") > 0);
     json_decref(r);
 
     struct cmp_options o;
@@ -1593,7 +1586,7 @@ Test(engine, reference_processes_make_pairs)
         JW_S("cells.0.perf.verdict", "regression"),
     };
     json_t *r = duo_expect(&s, NULL, w);
-    cr_assert(jd(r, "cells.0.perf.ratio") > 1.18 && jd(r, "cells.0.perf.ratio") < 1.22);
+    cr_assert(jw_num(r, "cells.0.perf.ratio") > 1.18 && jw_num(r, "cells.0.perf.ratio") < 1.22);
     duo_free(&s, r);
 }
 
@@ -1620,7 +1613,7 @@ Test(engine, cpu_time_basis_when_every_process_has_it)
         json_t *r = duo_compare(&s, NULL);
         cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), lacking ? "wall_time" : "cpu_time");
         cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), lacking ? "regression" : "same",
-                         "ratio %g", jd(r, "cells.0.perf.ratio"));
+                         "ratio %g", jw_num(r, "cells.0.perf.ratio"));
         duo_free(&s, r);
     }
     struct cmp_side *side;

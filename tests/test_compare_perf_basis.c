@@ -79,18 +79,7 @@ static json_t *compare(const struct clocks *c, const struct clocks *h, bool pair
         }
         add_proc(hc, h, paired ? i : -1, false, 200 + (uint64_t)i);
     }
-    json_t *r = NULL;
-    cr_assert_eq(cmp_compare(sc, sh, NULL, &r), 0);
-    cmp_side_free(sc);
-    cmp_side_free(sh);
-    return r;
-}
-
-static double jd(json_t *r, const char *path)
-{
-    json_t *v = jw_path(r, path);
-    cr_assert(json_is_number(v), "%s is not a number", path);
-    return json_number_value(v);
+    return crec_compare(sc, sh);
 }
 
 /*
@@ -111,21 +100,22 @@ Test(perf_basis, a_head_that_waits_is_a_regression_at_equal_cpu_time)
             JW_S("cells.0.perf.verdict", "regression"),
         };
         jw_expect_all(r, w);
-        cr_assert(fabs(jd(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
-                  jd(r, "cells.0.perf.ratio"));
-        double cpu_ratio =
-            jd(r, "cells.0.perf.times.head.cpu_ns") / jd(r, "cells.0.perf.times.control.cpu_ns");
+        cr_assert(fabs(jw_num(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
+                  jw_num(r, "cells.0.perf.ratio"));
+        double cpu_ratio = jw_num(r, "cells.0.perf.times.head.cpu_ns") /
+                           jw_num(r, "cells.0.perf.times.control.cpu_ns");
         cr_assert(fabs(cpu_ratio - 1.0) < 0.02, "CPU time equal: %g", cpu_ratio);
         /* The observations are each process's fastest own sample: at most
          * its median, within the samples' 1% jitter of it. */
-        double fastest = jd(r, "cells.0.perf.head_median_ns");
-        double typical = jd(r, "cells.0.perf.times.head.own_ns");
+        double fastest = jw_num(r, "cells.0.perf.head_median_ns");
+        double typical = jw_num(r, "cells.0.perf.times.head.own_ns");
         cr_assert(fastest <= typical && fastest > 0.99 * typical, "%g %g", fastest, typical);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.head.wall_ns") / 2e6 - 1) < 0.01);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.control.runqueue_ns") / 1e4 - 1) < 0.02);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.control.process_runqueue_ns") / 1e4 - 1) < 0.02);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.control.process_cpu_ns") / 0.95e6 - 1) < 0.01);
-        cr_assert_eq(jd(r, "cells.0.perf.times.head.steal_ns"), 0);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.wall_ns") / 2e6 - 1) < 0.01);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.control.runqueue_ns") / 1e4 - 1) < 0.02);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.control.process_runqueue_ns") / 1e4 - 1) <
+                  0.02);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.control.process_cpu_ns") / 0.95e6 - 1) < 0.01);
+        cr_assert_eq(jw_num(r, "cells.0.perf.times.head.steal_ns"), 0);
         json_decref(r);
     }
     /* The same processes from before own time: CPU time, and a pass. */
@@ -148,9 +138,9 @@ Test(perf_basis, waiting_for_the_cpu_is_not_the_heads_time)
         json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
         cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "own_time");
         cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), "same", "%s: ratio %g",
-                         paired ? "paired" : "unpaired", jd(r, "cells.0.perf.ratio"));
-        cr_assert(fabs(jd(r, "cells.0.perf.times.head.wall_ns") / 2e6 - 1) < 0.01);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.head.runqueue_ns") / 1.01e6 - 1) < 0.02);
+                         paired ? "paired" : "unpaired", jw_num(r, "cells.0.perf.ratio"));
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.wall_ns") / 2e6 - 1) < 0.01);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.runqueue_ns") / 1.01e6 - 1) < 0.02);
         json_decref(r);
     }
     /* Where the kernel keeps no run-queue delay, the runner sends none
@@ -201,13 +191,11 @@ Test(perf_basis, older_records_keep_their_basis)
         cr_assert_eq(cmp_cell_add_timing(cc, t, SAMPLES), 0);
         cr_assert_eq(cmp_cell_add_timing(hc, t, SAMPLES), 0);
     }
-    cr_assert_eq(cmp_compare(sc, sh, NULL, &r), 0);
+    r = crec_compare(sc, sh);
     cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "wall_time");
     cr_assert_str_eq(jw_str(r, "cells.0.perf.basis_reason"),
                      "records from before own time: wall time");
     json_decref(r);
-    cmp_side_free(sc);
-    cmp_side_free(sh);
 }
 
 /* What the engine refuses of own samples and totals, leaving the process
@@ -280,10 +268,10 @@ Test(perf_basis, a_gpu_cell_is_judged_on_device_time)
             JW_S("cells.0.perf.verdict", "regression"),
         };
         jw_expect_all(r, w);
-        cr_assert(fabs(jd(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
-                  jd(r, "cells.0.perf.ratio"));
-        cr_assert(fabs(jd(r, "cells.0.perf.times.head.device_ns") / 2e6 - 1) < 0.01);
-        cr_assert(fabs(jd(r, "cells.0.perf.times.head.own_ns") / 2.1e6 - 1) < 0.01);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
+                  jw_num(r, "cells.0.perf.ratio"));
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.device_ns") / 2e6 - 1) < 0.01);
+        cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.own_ns") / 2.1e6 - 1) < 0.01);
         char *md = cmp_result_to_markdown(r);
         cr_assert(strstr(md, "pairs, device time") || strstr(md, "processes, device time"), "%s",
                   md);
@@ -294,8 +282,8 @@ Test(perf_basis, a_gpu_cell_is_judged_on_device_time)
     json_t *r = compare(&c, &slow_host, true, 6);
     cr_assert_str_eq(jw_str(r, "cells.0.perf.basis"), "device_time");
     cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), "same");
-    cr_assert(jd(r, "cells.0.perf.times.head.own_ns") >
-              1.9 * jd(r, "cells.0.perf.times.control.own_ns"));
+    cr_assert(jw_num(r, "cells.0.perf.times.head.own_ns") >
+              1.9 * jw_num(r, "cells.0.perf.times.control.own_ns"));
     json_decref(r);
     struct clocks no_device = h;
     no_device.device = 0;

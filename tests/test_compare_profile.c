@@ -74,18 +74,7 @@ static json_t *compare(double ctl_ns, double head_ns, json_t *pc, json_t *ph)
         cr_assert_eq(cmp_cell_set_profile(hc, ph), 0);
     json_decref(pc);
     json_decref(ph);
-    json_t *r = NULL;
-    cr_assert_eq(cmp_compare(sc, sh, NULL, &r), 0);
-    cmp_side_free(sc);
-    cmp_side_free(sh);
-    return r;
-}
-
-static double jd(json_t *r, const char *path)
-{
-    json_t *v = jw_path(r, path);
-    cr_assert(json_is_number(v), "%s is not a number", path);
-    return json_number_value(v);
+    return crec_compare(sc, sh);
 }
 
 /*
@@ -114,9 +103,9 @@ Test(profile, a_slowed_module_is_named_first_with_its_share)
         JW_N("cells.0.perf.profile.ops_unavailable"),
     };
     jw_expect_all(r, w);
-    double total = jd(r, "cells.0.perf.profile.delta_ns");
+    double total = jw_num(r, "cells.0.perf.profile.delta_ns");
     cr_assert(fabs(total - 2.005e6) < 2, "profiled change %g", total);
-    cr_assert(fabs(jd(r, "cells.0.perf.profile.modules.0.share") - 2e6 / total) < 1e-9);
+    cr_assert(fabs(jw_num(r, "cells.0.perf.profile.modules.0.share") - 2e6 / total) < 1e-9);
     /* Only what grew: fc and the root module kept their time. */
     cr_assert_eq(json_array_size(jw_path(r, "cells.0.perf.profile.modules")), 1);
     cr_assert_eq(json_array_size(jw_path(r, "cells.0.perf.profile.ops")), 1);
@@ -142,8 +131,8 @@ Test(profile, an_improvement_lists_what_shrank)
         compare(4.6e6, 2.6e6, frame("control", 4e6, 50e3, 40e3), frame("head", 2e6, 30e3, 40e3));
     cr_assert_str_eq(jw_str(r, "cells.0.perf.verdict"), "improvement");
     cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.modules.0.path"), "nap");
-    cr_assert(jd(r, "cells.0.perf.profile.modules.0.delta_ns") < -1.9e6);
-    cr_assert(jd(r, "cells.0.perf.profile.modules.0.share") > 0.99);
+    cr_assert(jw_num(r, "cells.0.perf.profile.modules.0.delta_ns") < -1.9e6);
+    cr_assert(jw_num(r, "cells.0.perf.profile.modules.0.share") > 0.99);
     cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.ops.0.name"), "aten::mul");
     json_decref(r);
 }
@@ -196,11 +185,8 @@ Test(profile, a_frame_past_the_limits_is_refused_and_nothing_is_lost)
     cr_assert_eq(cmp_cell_set_profile(c, f[4]), 0);
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         json_decref(f[i]);
-    json_t *r = NULL;
-    cr_assert_eq(cmp_compare(sc, sh, NULL, &r), 0);
+    json_t *r = crec_compare(sc, sh);
     cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.modules.0.path"), "nap");
-    cr_assert(fabs(jd(r, "cells.0.perf.profile.modules.0.delta_ns") - 2e6) < 1);
+    cr_assert(fabs(jw_num(r, "cells.0.perf.profile.modules.0.delta_ns") - 2e6) < 1);
     json_decref(r);
-    cmp_side_free(sc);
-    cmp_side_free(sh);
 }

@@ -54,6 +54,31 @@ def call(base, method, path, body=None, accept="application/json"):
     return status, raw.decode()
 
 
+def arguments(timeout, **extra):
+    """The verify scripts' command line: OUTDIR, --url, --python,
+    --timeout (default TIMEOUT), --data-dir, and EXTRA's options (name:
+    add_argument's keywords)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--url", default="http://127.0.0.1:8470")
+    ap.add_argument("--python", required=True, help="the interpreter that has torch")
+    ap.add_argument("--timeout", type=int, default=timeout)
+    ap.add_argument("--data-dir", default=os.environ.get("CAPD_DATA_DIR", "/var/lib/capd"),
+                    help="capd's data dir, whose admin.token is used without $CAPD_TOKEN")
+    for name, kw in extra.items():
+        ap.add_argument("--" + name.replace("_", "-"), **kw)
+    return ap
+
+
+def connect(ap):
+    """The parsed arguments of AP, the token found, OUTDIR made."""
+    global TOKEN
+    args = ap.parse_args()
+    TOKEN = find_token(args.data_dir)
+    os.makedirs(args.outdir, exist_ok=True)
+    return args
+
+
 def save(outdir, name, obj):
     with open(os.path.join(outdir, name), "w") as f:
         if isinstance(obj, str):
@@ -63,18 +88,7 @@ def save(outdir, name, obj):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("outdir")
-    ap.add_argument("--url", default="http://127.0.0.1:8470")
-    ap.add_argument("--python", required=True, help="the interpreter that has torch")
-    ap.add_argument("--models", default="mlp,transformer")
-    ap.add_argument("--timeout", type=int, default=600)
-    ap.add_argument("--data-dir", default=os.environ.get("CAPD_DATA_DIR", "/var/lib/capd"),
-                    help="capd's data dir, whose admin.token is used without $CAPD_TOKEN")
-    args = ap.parse_args()
-    global TOKEN
-    TOKEN = find_token(args.data_dir)
-    os.makedirs(args.outdir, exist_ok=True)
+    args = connect(arguments(600, models={"default": "mlp,transformer"}))
     base = args.url
 
     st, dev = call(base, "GET", "/v1/devices")

@@ -16,7 +16,6 @@ host's memory-limit mechanism, and the comparison's counts. Exit status 0
 when every cell of both jobs is ok and the A/A comparison has only
 identical or nondeterministic cells and no outcome change.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -74,17 +73,9 @@ def report_cells(base, outdir, side, job):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("outdir")
-    ap.add_argument("--url", default="http://127.0.0.1:8470")
-    ap.add_argument("--python", required=True, help="the interpreter that has torch")
-    ap.add_argument("--model-root", required=True, help="examples/models, absolute")
-    ap.add_argument("--widths", default="default,avx2,avx512")
-    ap.add_argument("--timeout", type=int, default=400)
-    ap.add_argument("--data-dir", default=os.environ.get("CAPD_DATA_DIR", "/var/lib/capd"))
-    args = ap.parse_args()
-    capd_job.TOKEN = capd_job.find_token(args.data_dir)
-    os.makedirs(args.outdir, exist_ok=True)
+    args = capd_job.connect(capd_job.arguments(
+        400, model_root={"required": True, "help": "examples/models, absolute"},
+        widths={"default": "default,avx2,avx512"}))
     base = args.url
     st, host = call(base, "GET", "/v1/host")
     save(args.outdir, "host.json", host)

@@ -11,11 +11,16 @@
 #   4. the same capd under its default limits (but run_as_user and
 #      max_parallel) running examples/models, and the host's timm and
 #      transformers models, at every CPU width and on the GPU, forward and
-#      backward, twice, and the A/A comparison (gpu/verify/models_job.py).
+#      backward, twice, and the A/A comparison (gpu/verify/models_job.py);
+#   5. perf verdicts: GPU cells at the default options judged on device time,
+#      an A/A head and a head slowed on the device, whose profiled pair names
+#      the slowed module (gpu/verify/perf_gpu.py); then, unless
+#      PERF_CPU_BENCH=0, bench/bench_perf_verdicts.py on the host's CPUs at
+#      capd's defaults (PERF_AA comparisons, default 3).
 #
 #   gpu/verify/run.sh RESULTS_DIR [STAGES]      STAGES: default "1 2 3"
 #
-# Stages 3 and 4 need capd's build dependencies: installed, or as Debian .debs in
+# Stages 3 to 5 need capd's build dependencies: installed, or as Debian .debs in
 # .debs/ (gpu/verify/fetch-debs.sh downloads them on a Debian machine).
 # Nothing is installed system-wide: packages are unpacked under /tmp/deps.
 set -u
@@ -76,8 +81,13 @@ fi
 # capd's build dependencies: installed, or unpacked from .debs/ under
 # /tmp/deps (sets EXTRA and RUNLIB); then capd, capd-exec, capd-gpuinfo.
 build_capd() {
-    [ -x /tmp/capd-build/capd ] && return 0
     D=/tmp/deps
+    # Built by an earlier stage or call on this machine: its libraries are
+    # still where that build unpacked them.
+    if [ -x /tmp/capd-build/capd ]; then
+        [ -d "$D/usr/lib/x86_64-linux-gnu" ] && RUNLIB="$D/usr/lib/x86_64-linux-gnu"
+        return 0
+    fi
     mkdir -p "$D/pc"
     if ls .debs/*.deb >/dev/null 2>&1; then
         for f in .debs/*.deb; do
@@ -147,5 +157,27 @@ if [[ " $STAGES " == *" 4 "* ]]; then
             --model-root "$ROOT/examples/models" "$RES/models" 2>&1 | tee "$RES/models_job.log"
         kill -TERM "$CAPD"; sleep 1
         grep -E 'memory|cgroup|watchdog' "$RES/capd-models.log" | head -10
+    fi
+fi
+
+if [[ " $STAGES " == *" 5 "* ]]; then
+    echo "## stage 5: perf verdicts, GPU cells on device time (perf_gpu.py) and the CPU benchmark"
+    if build_capd; then
+        printf '{"run_as_user": "", "allow_root_cells": true, "gpuinfo_timeout_ms": 60000}\n' >/tmp/capd-perf.json
+        start_capd /tmp/capd-perf.json capd-perf
+        LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout "${PERF_GPU_TIMEOUT:-300}" \
+            "$PY" gpu/verify/perf_gpu.py --python "$PY" --data-dir /tmp/capd-data "$RES/perf-gpu" 2>&1 |
+            tee "$RES/perf_gpu.log"
+        kill -TERM "$CAPD"; sleep 1
+        if [ "${PERF_CPU_BENCH:-1}" != 0 ]; then
+            # The defaults but for who runs the cells (root, on this throw-away host).
+            printf '{"run_as_user": "", "allow_root_cells": true}\n' >/tmp/capd-bench.json
+            echo "load before: $(cat /proc/loadavg)"
+            LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" CAPD_BENCH_CONFIG=/tmp/capd-bench.json \
+                PYTHONUNBUFFERED=1 timeout "${PERF_CPU_TIMEOUT:-420}" "$PY" bench/bench_perf_verdicts.py \
+                --capd /tmp/capd-build/capd --python "$PY" --aa "${PERF_AA:-3}" --out "$RES/perf-cpu.json" 2>&1 |
+                tail -40
+            echo "load after: $(cat /proc/loadavg)"
+        fi
     fi
 fi

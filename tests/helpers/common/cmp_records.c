@@ -15,6 +15,15 @@ struct cmp_cell *crec_cell(struct cmp_side *s, const char *model, const char *wi
     return c;
 }
 
+json_t *crec_compare(struct cmp_side *sc, struct cmp_side *sh)
+{
+    json_t *r = NULL;
+    cr_assert_eq(cmp_compare(sc, sh, NULL, &r), 0);
+    cmp_side_free(sc);
+    cmp_side_free(sh);
+    return r;
+}
+
 struct cmp_tensor crec_f64(const char *key, int64_t seq, const double *v, size_t n,
                            struct cmp_stats st, const char *hash, enum cmp_capture cap)
 {

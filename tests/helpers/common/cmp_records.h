@@ -29,6 +29,10 @@ struct cmp_tensor crec_f64(const char *key, int64_t seq, const double *v, size_t
 /* crec_f64's record, added to cell C. */
 void crec_add_f64(struct cmp_cell *c, const char *key, int64_t seq, const double *v, size_t n,
                   struct cmp_stats st, const char *hash, enum cmp_capture cap);
+/* The result of comparing control side SC with head side SH at the
+ * default options (the test fails where the engine refuses); both sides
+ * are freed. */
+json_t *crec_compare(struct cmp_side *sc, struct cmp_side *sh);
 /* Empties the pool, for a suite's init when its tests share one process
  * (--no-fork): no payload handed out before may be compared after. */
 void crec_reset(void);

@@ -27,6 +27,13 @@ const char *jw_str(json_t *root, const char *path)
     return s ? s : "(none)";
 }
 
+double jw_num(json_t *root, const char *path)
+{
+    json_t *v = jw_path(root, path);
+    cr_assert(json_is_number(v), "%s is not a number", path);
+    return json_number_value(v);
+}
+
 json_t *jw_find(json_t *arr, const char *key, const char *value)
 {
     size_t i;

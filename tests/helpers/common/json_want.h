@@ -15,6 +15,8 @@
 json_t *jw_path(json_t *root, const char *path);
 /* The string at PATH in ROOT, or "(none)" where there is none. */
 const char *jw_str(json_t *root, const char *path);
+/* The number at PATH in ROOT; fails the running test where there is none. */
+double jw_num(json_t *root, const char *path);
 /* The first object of array ARR whose member KEY is the string VALUE;
  * NULL where none is. */
 json_t *jw_find(json_t *arr, const char *key, const char *value);
