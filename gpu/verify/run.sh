@@ -14,8 +14,8 @@
 #      backward, twice, and the A/A comparison (gpu/verify/models_job.py);
 #   5. perf verdicts: GPU cells at the default options judged on device time,
 #      an A/A head and a head slowed on the device, whose profiled pair names
-#      the slowed module (gpu/verify/perf_gpu.py); then, unless
-#      PERF_CPU_BENCH=0, bench/bench_perf_verdicts.py on the host's CPUs at
+#      the slowed module (gpu/verify/perf_gpu.py; PERF_GPU=0 skips it); then,
+#      unless PERF_CPU_BENCH=0, bench/bench_perf_verdicts.py on the host's CPUs at
 #      capd's defaults (PERF_AA comparisons, default 3).
 #
 #   gpu/verify/run.sh RESULTS_DIR [STAGES]      STAGES: default "1 2 3"
@@ -164,11 +164,13 @@ if [[ " $STAGES " == *" 5 "* ]]; then
     echo "## stage 5: perf verdicts, GPU cells on device time (perf_gpu.py) and the CPU benchmark"
     if build_capd; then
         printf '{"run_as_user": "", "allow_root_cells": true, "gpuinfo_timeout_ms": 60000}\n' >/tmp/capd-perf.json
-        start_capd /tmp/capd-perf.json capd-perf
-        LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout "${PERF_GPU_TIMEOUT:-300}" \
-            "$PY" gpu/verify/perf_gpu.py --python "$PY" --data-dir /tmp/capd-data "$RES/perf-gpu" 2>&1 |
-            tee "$RES/perf_gpu.log"
-        kill -TERM "$CAPD"; sleep 1
+        if [ "${PERF_GPU:-1}" != 0 ]; then
+            start_capd /tmp/capd-perf.json capd-perf
+            LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout "${PERF_GPU_TIMEOUT:-300}" \
+                "$PY" gpu/verify/perf_gpu.py --python "$PY" --data-dir /tmp/capd-data "$RES/perf-gpu" 2>&1 |
+                tee "$RES/perf_gpu.log"
+            kill -TERM "$CAPD"; sleep 1
+        fi
         if [ "${PERF_CPU_BENCH:-1}" != 0 ]; then
             # The defaults but for who runs the cells (root, on this throw-away host).
             printf '{"run_as_user": "", "allow_root_cells": true}\n' >/tmp/capd-bench.json
