@@ -20,7 +20,10 @@
  * processes'. An entry a runner left out (it keeps the largest) counts as
  * 0 on that side; the result says how many were left out. Module and
  * operator lists are two views of the same time (an operator runs inside
- * a module), so their shares are not added together.
+ * a module), so their shares are not added together. On a GPU cell the
+ * operators are ranked by their device self time (their kernels' time,
+ * which the runner sends beside the CPU's), the modules by their
+ * synchronised wall time.
  */
 #include <errno.h>
 #include <math.h>
@@ -79,8 +82,10 @@ static int by_delta(const void *a, const void *b)
 }
 
 /* The entries of NAME ("modules" or "ops", keyed by KEY) of both sides,
- * joined by key into E (at least the two lists' length); their count. */
-static size_t join(json_t *const prof[2], const char *name, const char *key, struct entry *e)
+ * their time the field CLOCK, joined by key into E (at least the two
+ * lists' length); their count. */
+static size_t join(json_t *const prof[2], const char *name, const char *key, const char *clock,
+                   struct entry *e)
 {
     size_t n = 0, out = 0;
     for (int s = CONTROL; s <= HEAD; s++) {
@@ -93,7 +98,7 @@ static size_t join(json_t *const prof[2], const char *name, const char *key, str
                 continue;
             const char *t = json_string_value(json_object_get(x, "type"));
             e[n] = (struct entry){k, t ? t : "", {0, 0}, 0};
-            e[n++].ns[s] = ns_of(x, "self_ns");
+            e[n++].ns[s] = ns_of(x, clock);
         }
     }
     qsort(e, n, sizeof *e, by_key);
@@ -120,16 +125,18 @@ static int change_json(json_t *o, double c, double h, double total)
     return cmp__set_reals(o, f, sizeof f / sizeof f[0]);
 }
 
-/* The CMP_PROFILE_TOP entries of NAME that moved as TOTAL did, largest
- * first, as an array of objects named by KEY (and "type" for modules). */
-static json_t *top_json(json_t *const prof[2], const char *name, const char *key, double total)
+/* The CMP_PROFILE_TOP entries of NAME that moved as TOTAL did in CLOCK,
+ * largest first, as an array of objects named by KEY (and "type" for
+ * modules). */
+static json_t *top_json(json_t *const prof[2], const char *name, const char *key, const char *clock,
+                        double total)
 {
     size_t cap = json_array_size(json_object_get(prof[0], name)) +
                  json_array_size(json_object_get(prof[1], name)) + 1;
     struct entry *e = malloc(cap * sizeof *e);
     json_t *arr = json_array();
     int rc = e && arr ? 0 : -ENOMEM;
-    size_t n = e ? join(prof, name, key, e) : 0, kept = 0;
+    size_t n = e ? join(prof, name, key, clock, e) : 0, kept = 0;
     double sign = total < 0 ? -1 : 1;
     for (size_t i = 0; i < n; i++) {
         double d = (e[i].ns[HEAD] - e[i].ns[CONTROL]) * sign;
@@ -171,6 +178,21 @@ static int left_out_json(json_t *o, json_t *const prof[2])
     return rc;
 }
 
+/* Whether either side timed its operators on a device (a GPU cell). */
+static bool on_device(json_t *const prof[2])
+{
+    for (int s = CONTROL; s <= HEAD; s++) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(prof[s], "ops"), i, x)
+        {
+            if (json_object_get(x, "device_self_ns"))
+                return true;
+        }
+    }
+    return false;
+}
+
 int cmp__profile_json(const struct cmp_cell *h, json_t **out)
 {
     json_t *const *prof = h->profile;
@@ -193,8 +215,10 @@ int cmp__profile_json(const struct cmp_cell *h, json_t **out)
                           ns_of(prof[HEAD], "outside_ns"), total);
         rc |= cmp__set(o, "outside", outside);
         outside = NULL;
-        rc |= cmp__set(o, "modules", top_json(prof, "modules", "path", total));
-        rc |= cmp__set(o, "ops", top_json(prof, "ops", "name", total));
+        const char *clock = on_device(prof) ? "device_self_ns" : "self_ns";
+        rc |= cmp__set(o, "modules", top_json(prof, "modules", "path", "self_ns", total));
+        rc |= cmp__set(o, "ops", top_json(prof, "ops", "name", clock, total));
+        rc |= cmp__set(o, "ops_clock", json_string(clock[0] == 'd' ? "device" : "cpu"));
         rc |= left_out_json(o, prof);
     }
     json_decref(outside);
@@ -276,7 +300,8 @@ static void cell_line(FILE *f, const json_t *cell, const json_t *p, bool md)
             md ? " / " : "/", js(cell, "pass"), d);
     list_line(f, p, "modules", "path", "modules", md);
     fprintf(f, "; outside the modules %s", o);
-    list_line(f, p, "ops", "name", "ops", md);
+    bool dev = strcmp(js(p, "ops_clock"), "device") == 0;
+    list_line(f, p, "ops", "name", dev ? "ops on the device" : "ops", md);
     if (js(p, "ops_unavailable")[0]) {
         fputs(" (no ops: ", f);
         put(f, js(p, "ops_unavailable"), md);

@@ -464,7 +464,6 @@ Test(engine, cpu_time_basis_when_every_process_has_it)
     cmp_side_free(side);
 }
 
-
 Test(engine, cross_width)
 {
     struct cmp_side *job;
@@ -586,8 +585,6 @@ Test(engine, result_is_deterministic)
     json_decref(r2);
     duo_free(&s, NULL);
 }
-
-
 
 /* An mlp cell on DEVICE (NULL: never set) with DELTA and timings around BASE. */
 static struct cmp_cell *device_cell(struct cmp_side *s, const char *device, const double *delta,

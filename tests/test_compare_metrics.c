@@ -58,7 +58,6 @@ static double ref_percentile(double *v, size_t n, double q)
     return t >= 0.5 ? v[k + 1] - diff * (1 - t) : v[k] + diff * t;
 }
 
-
 Test(metrics, identical_hash_computes_nothing)
 {
     double v[3] = {1, 2, 3}, w[3] = {9, 9, 9};

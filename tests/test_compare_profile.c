@@ -190,3 +190,26 @@ Test(profile, a_frame_past_the_limits_is_refused_and_nothing_is_lost)
     cr_assert(fabs(jw_num(r, "cells.0.perf.profile.modules.0.delta_ns") - 2e6) < 1);
     json_decref(r);
 }
+
+/* A GPU cell's operators carry device self time beside the CPU's: they
+ * are ranked by it (ops_clock "device"), so a kernel that got slower on
+ * the device comes first although its launch cost the CPU no more. */
+Test(profile, a_gpu_cells_operators_are_ranked_by_device_time)
+{
+    json_t *c = frame("control", 2e6, 30e3, 40e3), *h = frame("head", 4e6, 30e3, 40e3);
+    json_t *dev[2] = {c, h};
+    for (int s = 0; s < 2; s++) {
+        json_t *ops = json_object_get(dev[s], "ops");
+        json_object_set_new(json_array_get(ops, 0), "device_self_ns", json_integer(900000));
+        json_object_set_new(json_array_get(ops, 1), "device_self_ns",
+                            json_integer(s ? 2900000 : 900000));
+    }
+    json_t *r = compare(2.6e6, 4.6e6, c, h);
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.ops_clock"), "device");
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.ops.0.name"), "aten::mul");
+    cr_assert(fabs(jw_num(r, "cells.0.perf.profile.ops.0.delta_ns") - 2e6) < 1);
+    json_decref(r);
+    r = compare(2.6e6, 4.6e6, frame("control", 2e6, 30e3, 40e3), frame("head", 4e6, 50e3, 45e3));
+    cr_assert_str_eq(jw_str(r, "cells.0.perf.profile.ops_clock"), "cpu");
+    json_decref(r);
+}

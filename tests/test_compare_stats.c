@@ -138,7 +138,6 @@ Test(perf, hodges_lehmann_matches_brute_force)
     free(d);
 }
 
-
 static struct cmp_perf perf_of(const double *c, size_t nc, const double *h, size_t nh,
                                enum cmp_perf_design d)
 {

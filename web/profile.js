@@ -23,7 +23,7 @@ function profileSection(perf) {
   const rows = [
     ...p.modules.map((m) => profileRow("module", m.path === "" ? "(model)" : m.path, m.type, m)),
     profileRow("outside", "outside the modules", "", p.outside),
-    ...p.ops.map((o) => profileRow("op", o.name, "", o)),
+    ...p.ops.map((o) => profileRow(p.ops_clock === "device" ? "op (device)" : "op", o.name, "", o)),
   ];
   const left = p.modules_left_out + p.ops_left_out;
   return h("div", { id: "profile" },

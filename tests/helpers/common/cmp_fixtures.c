@@ -26,7 +26,6 @@ void reset_pool(void)
     crec_reset();
 }
 
-
 void *pool_keep(const void *p, size_t n)
 {
     size_t at = (pool_used + 15) & ~(size_t)15;
@@ -75,11 +74,10 @@ struct cmp_stats stats_of(const double *v, size_t n)
 
 /* A 1-D float64 record with a full payload. */
 struct cmp_tensor f64_tensor(const char *key, int64_t seq, const double *v, size_t n,
-                                    const char *hash)
+                             const char *hash)
 {
     return crec_f64(key, seq, v, n, stats_of(v, n), hash, CMP_CAPTURE_FULL);
 }
-
 
 struct cmp_metrics tensor_metrics(const struct cmp_tensor *h, const struct cmp_tensor *c,
                                   const struct cmp_tol *tol)
@@ -136,8 +134,7 @@ const char *const mlp_keys[8] = {
     "fc2.0.forward.output.0",  "model.0.forward.output.0",
 };
 
-void add_record(struct cmp_cell *cell, const char *key, int64_t seq, double delta,
-                       bool nondet)
+void add_record(struct cmp_cell *cell, const char *key, int64_t seq, double delta, bool nondet)
 {
     double v[4] = {(double)seq + 1, -(double)seq - 2, 0.5 * (double)seq, 3};
     char hash[64];
@@ -150,7 +147,7 @@ void add_record(struct cmp_cell *cell, const char *key, int64_t seq, double delt
 
 /* delta NULL: the control's values */
 struct cmp_cell *mlp_cell(struct cmp_side *s, const char *width, const double *delta,
-                                 const char *outcome)
+                          const char *outcome)
 {
     struct cmp_cell *c;
     cr_assert_eq(cmp_side_add_cell(s, "mlp", width, "forward", &c), 0);
@@ -233,8 +230,7 @@ void duo_free(struct duo *d, json_t *r)
 
 /* Compares D's sides with options O (NULL: the defaults) and checks the
  * result against the N wants at W; returns the result (owned). */
-json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w,
-                            size_t n)
+json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w, size_t n)
 {
     json_t *r = duo_compare(d, o);
     jw_expect_n(r, w, n);
@@ -242,8 +238,7 @@ json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw
 }
 
 /* duo_expect, then duo_free of D and the result: a test's last comparison. */
-void duo_check_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w,
-                        size_t n)
+void duo_check_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w, size_t n)
 {
     duo_free(d, duo_expect_n(d, o, w, n));
 }

@@ -81,8 +81,7 @@ json_t *duo_compare(struct duo *d, const struct cmp_options *o);
 void duo_free(struct duo *d, json_t *r);
 /* Compares D's sides with options O (NULL: the defaults) and checks the
  * result against the N wants at W; returns the result (owned). */
-json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w,
-                     size_t n);
+json_t *duo_expect_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w, size_t n);
 #define duo_expect(d, o, w) duo_expect_n((d), (o), (w), sizeof(w) / sizeof((w)[0]))
 /* duo_expect, then duo_free of D and the result: a test's last comparison. */
 void duo_check_n(struct duo *d, const struct cmp_options *o, const struct jw_want *w, size_t n);
