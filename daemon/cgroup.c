@@ -51,6 +51,13 @@ const char *mem_mechanism_name(void)
 
 /* ---- cgroupfs files ---- */
 
+/* Writes to a limit file may be interrupted: cgroup v1's
+ * memory.limit_in_bytes reclaims down to the new limit and gives up with
+ * EINTR when a signal is pending (seen here: a new cell's group failed to
+ * start while capd's children were exiting), SA_RESTART or not. Such a
+ * write changed nothing, so it is tried again, WRITE_TRIES times at most. */
+#define WRITE_TRIES 50
+
 static int write_file(const char *dir, const char *name, const char *value)
 {
     char path[760];
@@ -58,7 +65,12 @@ static int write_file(const char *dir, const char *name, const char *value)
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    ssize_t n = write(fd, value, strlen(value));
+    ssize_t n = -1;
+    for (int i = 0; i < WRITE_TRIES; i++) {
+        n = write(fd, value, strlen(value));
+        if (n >= 0 || errno != EINTR)
+            break;
+    }
     int rc = n == (ssize_t)strlen(value) ? 0 : n < 0 ? -errno : -EIO;
     close(fd);
     return rc;
