@@ -18,6 +18,9 @@ defaults a user gets (no perf options; builds as registered, prefork off).
   another thread of the process holds for that long. The share of affected
   cells detected as `regression` (targets >= 95% at 10%, 100% at 25%), and
   the cells flagged elsewhere (target 0).
+- Which op: of the detected cells, those whose profiled pair (run when
+  the pairs say regression) names the time outside the modules first, where
+  the slowdown was added (``profiled``, ``named``).
 - Cost: wall time of the paired head jobs against the same job unpaired
   (no control: the head's timing_processes only), each A/A head followed
   by its unpaired twin so both see the same load: the ratio of the sums.
@@ -130,8 +133,22 @@ def verdicts(capd, control_job, head_job):
     st, r = capd.req("GET", "/v1/compare?control=%s&head=%s" % (control_job, head_job))
     if st != 200:
         raise SystemExit("bench_perf_verdicts: compare: %d %s" % (st, r))
-    return [(c["model"], c["pass"], (c.get("perf") or {}).get("verdict")) for c in r["cells"]
+    return [(c["model"], c["pass"], (c.get("perf") or {}).get("verdict"),
+             where((c.get("perf") or {}).get("profile"))) for c in r["cells"]
             if c["status"] != "not_run"]
+
+
+def where(profile):
+    """What a cell's profiled pair names first (docs/compare.md, "Which op
+    got slower"): "outside" where the time outside the modules grew the
+    most, else the path of the module that did; None without a profile."""
+    if not profile:
+        return None
+    mods = profile.get("modules") or []
+    out = (profile.get("outside") or {}).get("delta_ns") or 0
+    if not mods or out >= (mods[0].get("delta_ns") or 0):
+        return "outside"
+    return mods[0]["path"]
 
 
 KINDS = ("cpu", "sleep", "lock")
@@ -163,8 +180,11 @@ def register(capd, site, fractions):
             raise SystemExit("bench_perf_verdicts: register %s: %d %s" % (b["name"], st, j))
 
 
-def power(capd, ctl, matrix, opts, fractions):
-    out = {}
+def power(capd, ctl, matrix, opts, fractions, out):
+    """The power cases into OUT as each finishes. The slowdown is added
+    around the root module's call, outside its forward hooks, so a
+    profiled pair that finds it names the time outside the modules
+    (``named``)."""
     for kind in KINDS:
         for frac in fractions:
             name = "%s%d" % (kind, int(frac * 100))
@@ -177,8 +197,9 @@ def power(capd, ctl, matrix, opts, fractions):
                 "detected": sum(1 for x in hit if x[2] == "regression"),
                 "affected_verdicts": count(hit), "other_cells": len(rest),
                 "other_alarms": sum(1 for x in rest if x[2] in ("regression", "improvement")),
+                "profiled": sum(1 for x in hit if x[2] == "regression" and x[3]),
+                "named": sum(1 for x in hit if x[2] == "regression" and x[3] == "outside"),
             }
-    return out
 
 
 def main():
@@ -224,16 +245,22 @@ def main():
             t, twin = job(capd, "aa", "%040x" % (0xb00 + i), matrix, opts)
             twins.append(t)
             unpaired += verdicts(capd, ctl, twin)
-        res["aa_comparisons"] = n_aa
-        res["aa_paired"] = aa_figures(paired)
-        res["aa_unpaired"] = aa_figures(unpaired)
-        res["power"] = power(capd, ctl, matrix, opts, fractions)
-        res["cost"] = {"head_job_s_paired": walls, "head_job_s_unpaired": twins,
-                       "ratio": sum(walls) / sum(twins) if walls else None}
+            # What was measured so far stays in the result if stopped.
+            res["aa_comparisons"] = i + 1
+            res["aa_paired"] = aa_figures(paired)
+            res["aa_unpaired"] = aa_figures(unpaired)
+            res["cost"] = {"head_job_s_paired": walls, "head_job_s_unpaired": twins,
+                           "ratio": sum(walls) / sum(twins)}
+        res["power"] = {}
+        power(capd, ctl, matrix, opts, fractions, res["power"])
+        res["complete"] = True
     finally:
+        # Stopped from outside (a time limit), the figures so far are
+        # written all the same, with "complete": false.
         capd.stop()
-    res["load_after"] = loadavg()
-    bench_e2e.emit(res, args.out)
+        res.setdefault("complete", False)
+        res["load_after"] = loadavg()
+        bench_e2e.emit(res, args.out)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,15 @@ def perf_verdicts(w, pv, quick):
           "verdicts above | ≥ %d%%, 0 elsewhere (%s) |"
           % (k, reg, tot, json.dumps(pw.get("affected_verdicts"), sort_keys=True), other,
              pw.get("other_cells"), int(need * 100), verdict(ok)))
+    pw_all = (pv.get("power") or {}).values()
+    det = sum(p.get("detected") or 0 for p in pw_all)
+    if any("named" in p for p in pw_all):
+        w("| which op got slower | of the detected power cells, those whose profiled pair "
+          "(run when the pairs say regression) names first the time outside the modules, "
+          "where the slowdown was added (docs/compare.md, \"Which op got slower\") | **%d of "
+          "%d** (%d profiled) | — | all |"
+          % (sum(p.get("named") or 0 for p in pw_all), det,
+             sum(p.get("profiled") or 0 for p in pw_all)))
     c = pv.get("cost") or {}
     paired = c.get("head_job_s_paired") or []
     twins = c.get("head_job_s_unpaired") or []
@@ -130,6 +139,10 @@ def perf_verdicts(w, pv, quick):
          f(sum(twins) / len(twins), "%.1f") if twins else "?", len(twins), f(c.get("ratio")),
          verdict(c.get("ratio") <= 1.5 if c.get("ratio") is not None else None)))
     w("")
+    if pv.get("complete") is False:
+        w("")
+        w("**Incomplete**: the benchmark was stopped before its end; the figures are those "
+          "measured until then.")
     w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 "
       "bench/bench_perf_verdicts.py --capd build-bench/capd%s`."
       % (pv.get("load_before"), pv.get("load_after"), " --quick" if quick else ""))
