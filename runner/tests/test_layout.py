@@ -29,6 +29,34 @@ print(json.dumps({"state": layout.state(),
 """
 
 
+# A seccomp filter, as a container runtime's profile would install, that
+# lets personality() only query (0xffffffff) and answers any other value
+# EPERM; then it execs its arguments. x86_64 only; exits 77 where the
+# kernel takes no filter from this process.
+DENY_PERSONALITY = r"""
+import ctypes, os, platform, sys
+if platform.machine() != "x86_64":
+    sys.exit(77)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.personality.argtypes = [ctypes.c_ulong]
+cur = libc.personality(0xFFFFFFFF)
+libc.personality(cur & ~0x0040000)  # a parent's fixed layout is not inherited
+class F(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class P(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
+prog = (F * 8)(F(0x20, 0, 0, 4), F(0x15, 0, 5, 0xC000003E),    # arch x86_64, else allow
+               F(0x20, 0, 0, 0), F(0x15, 0, 3, 135),            # personality, else allow
+               F(0x20, 0, 0, 16), F(0x15, 1, 0, 0xFFFFFFFF),    # a query: allow
+               F(0x06, 0, 0, 0x00050001), F(0x06, 0, 0, 0x7FFF0000))  # EPERM; allow
+if libc.prctl(38, 1, 0, 0, 0) != 0 or \
+        libc.prctl(22, 2, ctypes.byref(P(8, prog)), 0, 0) != 0:
+    sys.exit(77)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
 def probe(env=None, prefix=()):
     with tempfile.TemporaryDirectory() as d:
         e = dict(os.environ, PYTHONPATH=RUNNER_DIR, CAPD_LAYOUT_PROBE="kept",
@@ -68,6 +96,18 @@ class FixedLayout(unittest.TestCase):
             self.skipTest("setarch -R cannot run here: %s" % e)
         self.assertEqual(a["state"], "fixed")
         self.assertEqual(a["starts"], 1)
+
+    def test_where_the_kernel_refuses_the_process_goes_on_and_says_why(self):
+        try:
+            a = probe(prefix=(sys.executable, "-c", DENY_PERSONALITY))
+        except AssertionError as e:
+            self.skipTest("no seccomp filter can be installed here: %s" % e)
+        self.assertEqual(a["state"], "randomized: the kernel refused "
+                         "personality(ADDR_NO_RANDOMIZE): Operation not permitted")
+        self.assertTrue(refused(a))
+        self.assertEqual(a["starts"], 1, "not started again")
+        self.assertEqual(int(a["personality"], 16) & 0x0040000, 0)
+        self.assertEqual(a["argv"], ["a1", "a2"])
 
     def test_without_the_entry_point_the_state_says_so(self):
         code = ("import json; from capd_runner import layout; "
