@@ -251,9 +251,12 @@ def timing_run(torch, model, call, spec, projection, device):
         if backward:
             model.zero_grad(set_to_none=True)
         sync()
-        c0 = time.thread_time_ns() if cpu_clock else 0
+        # The CPU clock's reads sit next to the wall clock's, inside the
+        # run-queue reads: a CPU sample covers the wall sample and two clock
+        # reads, never the reads of schedstat (tens of microseconds in a VM).
         ta = _now_ns()
         r0 = delay.now()
+        c0 = time.thread_time_ns() if cpu_clock else 0
         t0 = _now_ns()
         if events:
             events.start()
@@ -267,11 +270,12 @@ def timing_run(torch, model, call, spec, projection, device):
             events.stop()
         sync()
         t1 = _now_ns()
+        c1 = time.thread_time_ns() if cpu_clock else 0
         r1 = delay.now()
         td = _now_ns()
         wall = t1 - t0
         if cpu_clock:
-            cpu.append((time.thread_time_ns() - c0) // loops)
+            cpu.append((c1 - c0) // loops)
         # A wait the two reads count ended after the first and began before
         # the second: inside [t0, t1], or within the reads themselves, so
         # taking their time off the delay never makes own time too small.
