@@ -183,7 +183,7 @@ sweep_node() {
         pid=${e#/proc/}
         pid=${pid%/environ}
         [ "$pid" = "$$" ] || [ "$pid" = "$ctld" ] || [ "$pid" = "$munge" ] && continue
-        if tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "SLURM_CONF=$DIR/slurm.conf"; then
+        if tr '\0' '\n' 2>/dev/null <"$e" | grep -qx "SLURM_CONF=$DIR/slurm.conf"; then
             kill -KILL "$pid" 2>/dev/null || true
         fi
     done
