@@ -1,8 +1,11 @@
 /*
  * cli/capctl.h - what the files of capctl share: exit codes, the flag
- * parser, the command runner, the HTTP client and the output helpers. Each
- * subcommand group lives in its own cmd_*.c file and is reached through
- * its table ctl_cmd_*, which capctl.c lists.
+ * parser, the command runner, the HTTP client, the output helpers and the
+ * run of a gate (diff, widths check). Each subcommand group lives in its
+ * own cmd_*.c file and is reached through its table ctl_cmd_*, which
+ * capctl.c lists. Of capd's code capctl links only util/, the bottom
+ * library (its buffer, file reads, clock, the HTTP clients' base URL and
+ * token, the dispatch wrappers' names); it reaches capd over HTTP alone.
  *
  * A command is a table (struct ctl_cmd): its flags and help, and two
  * hooks. ctl_main() runs every command the same way: parse the flags
@@ -373,6 +376,9 @@ void ctl_url_query_args(struct ctl_client *c, struct ctl_url *u, const struct ct
 /* Copy of S with control characters replaced (server text reaching a
  * terminal); "-" for NULL. Returns a pointer into BUF. */
 const char *ctl_clean(const char *s, char *buf, size_t cap);
+/* "a, b or c": WORDS (NULL-terminated) joined for a message, into BUF
+ * (cut at CAP bytes). */
+void ctl_or_list(const char *const *words, char *buf, size_t cap);
 /* Member K of object O as a string, uncleaned; "-" when it is absent or
  * not a string. */
 const char *ctl_jstr(json_t *o, const char *k);
@@ -396,6 +402,50 @@ void ctl_table_free(struct ctl_table *t);
 /* Prints T on F and frees it: 0; or, when T is NULL or lost a row, prints
  * nothing but "capctl: out of memory" and returns CTL_EXIT_ERROR. */
 int ctl_table_emit(struct ctl_table *t, FILE *f);
+
+/* ---- gates: diff and widths check (cli/gate.c) ---- */
+
+/* The flags of a command whose exit code is a verdict, by ctl_gate_check(). */
+struct ctl_gate {
+    const char *format;  /* --format md|json|text, text by default */
+    const char *fail_on; /* --fail-on, one of the command's words */
+    double wait_timeout; /* --wait-timeout S; < 0 without it */
+};
+
+/* Their option rows: --format, --fail-on (METAVAR and HELP are the
+ * command's, its words), --wait-timeout. */
+#define CTL_OPTS_GATE(fail_on_metavar, fail_on_help)                                               \
+    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},       \
+        {"fail-on", CTL_VALUE, fail_on_metavar, fail_on_help},                                     \
+    {                                                                                              \
+        "wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"   \
+    }
+
+/* What differs from one gate to another; CTX is the command's. */
+struct ctl_gate_kind {
+    const char *what;                       /* "comparison": what the result is, in messages */
+    const char *const *verdicts;            /* the verdicts a result may have, NULL-terminated */
+    json_int_t (*compared)(json_t *result); /* cells the result compared */
+    const char *none_hint;                  /* after "the WHAT compared no cell", a hint */
+    /* Into U: the URL of RESULT's report in FORMAT (md or text), pinned
+     * to the jobs RESULT names. 0, or CTL_EXIT_ERROR having said why. */
+    int (*report_url)(struct ctl_client *c, const struct ctl_args *a, const void *ctx,
+                      json_t *result, const char *format, struct ctl_url *u);
+    /* The exit code of VERDICT (and RESULT's counts) under G's --fail-on. */
+    int (*exit_code)(const struct ctl_gate *g, const char *verdict, json_t *result);
+};
+
+/* Reads --format, --fail-on (one of FAIL_ON, NULL-terminated, the first
+ * the default) and --wait-timeout into G: 0, or the usage error's exit
+ * code. */
+int ctl_gate_check(const struct ctl_args *a, const char *const *fail_on, struct ctl_gate *g);
+/* GETs the JSON result at U (an overlong one is a usage error), waiting
+ * out 409 pending for G's --wait-timeout; refuses it without one of K's
+ * verdicts or when it compared no cell; prints it as the server's JSON
+ * for --format json, else fetches and prints the report at K's
+ * report_url; returns K's exit code, or CTL_EXIT_ERROR having said why. */
+int ctl_gate_run(struct ctl_client *c, const struct ctl_args *a, const struct ctl_gate *g,
+                 const struct ctl_url *u, const struct ctl_gate_kind *k, const void *ctx);
 
 /* ---- jobs (shared by submit --wait and wait) ---- */
 

@@ -2,6 +2,9 @@
  * cli/client.c - capctl's HTTP client: one libcurl easy handle per run, so
  * polling reuses its keep-alive connection. Redirects are not followed
  * (they would carry the token elsewhere) and the token is never printed.
+ * The base URL, the token's checks and its header are util/http.h's, as
+ * for capd-cell (worker/http.c); a reply is read into a util/buf.h buffer
+ * whose ceiling is CTL_MAX_RESPONSE.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +13,8 @@
 #include <unistd.h>
 
 #include "cli/capctl.h"
+#include "util/buf.h"
+#include "util/http.h"
 
 const char *ctl_global_server;
 const char *ctl_global_token;
@@ -97,25 +102,18 @@ int ctl_client_open(struct ctl_client *c, const struct ctl_args *a)
                                    strerror(errno));
         snprintf(c->cacert, sizeof c->cacert, "%s", cacert);
     }
-    if (strncasecmp(server, "http://", 7) != 0 && strncasecmp(server, "https://", 8) != 0)
+    int urc = util_http_base(server, c->server, sizeof c->server);
+    if (urc == -EINVAL)
         return ctl_usage_error(a->cmd, "%s must be an http:// or https:// URL, got '%s'", from,
                                server);
-    size_t n = strlen(server);
-    while (n > 0 && server[n - 1] == '/')
-        n--;
-    if (n >= sizeof c->server)
+    if (urc != 0)
         return ctl_usage_error(a->cmd, "%s is too long", from);
-    memcpy(c->server, server, n);
-    c->server[n] = 0;
     if (token && *token) {
-        for (const char *p = token; *p; p++)
-            if ((unsigned char)*p < 0x21 || *p == 0x7f)
-                return ctl_usage_error(a->cmd,
-                                       "the token must not hold spaces or control characters");
-        int arc = asprintf(&c->auth, "Authorization: Bearer %s", token);
-        memset(file_token, 0, sizeof file_token);
-        if (arc < 0) {
-            c->auth = NULL;
+        if (!util_http_token_ok(token))
+            return ctl_usage_error(a->cmd, "the token must not hold spaces or control characters");
+        c->auth = util_http_bearer(token);
+        explicit_bzero(file_token, sizeof file_token);
+        if (!c->auth) {
             fprintf(stderr, "capctl: out of memory\n");
             return CTL_EXIT_ERROR;
         }
@@ -132,44 +130,22 @@ void ctl_client_close(struct ctl_client *c)
 {
     if (c->h)
         curl_easy_cleanup(c->h);
-    if (c->auth) {
-        /* The token does not linger in freed memory. */
-        memset(c->auth, 0, strlen(c->auth));
-        free(c->auth);
-    }
+    util_http_secret_free(c->auth);
     c->h = NULL;
     c->auth = NULL;
 }
 
+/* Where a reply's body goes while it comes. */
 struct sink {
-    struct ctl_resp *r;
-    size_t cap;
-    bool too_big;
+    struct ubuf body; /* at most CTL_MAX_RESPONSE bytes */
+    int rc;           /* the append that cut it short: -E2BIG or -ENOMEM */
 };
 
 static size_t on_body(char *d, size_t sz, size_t nm, void *ud)
 {
     struct sink *s = ud;
-    size_t n = sz * nm;
-    struct ctl_resp *r = s->r;
-    if (r->len + n + 1 > CTL_MAX_RESPONSE) {
-        s->too_big = true;
-        return 0;
-    }
-    if (r->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 16384;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(r->body, cap);
-        if (!nb)
-            return 0;
-        r->body = nb;
-        s->cap = cap;
-    }
-    memcpy(r->body + r->len, d, n);
-    r->len += n;
-    r->body[r->len] = 0;
-    return n;
+    s->rc = ubuf_add(&s->body, d, sz * nm);
+    return s->rc == 0 ? sz * nm : 0;
 }
 
 /* The options every request carries, re-armed after curl_easy_reset():
@@ -225,11 +201,11 @@ static int request_content(struct ctl_client *c, const char *method, const json_
 
 /* What the transfer left: the status, the content type and a body that is
  * never NULL; or -1 with r->err saying why no response came. */
-static int request_result(struct ctl_client *c, CURLcode cc, const struct sink *s,
-                          const char *errbuf, struct ctl_resp *r)
+static int request_result(struct ctl_client *c, CURLcode cc, struct sink *s, const char *errbuf,
+                          struct ctl_resp *r)
 {
     if (cc != CURLE_OK) {
-        if (s->too_big)
+        if (s->rc == -E2BIG)
             snprintf(r->err, sizeof r->err, "the response is larger than %u MiB",
                      CTL_MAX_RESPONSE >> 20);
         else
@@ -240,12 +216,9 @@ static int request_result(struct ctl_client *c, CURLcode cc, const struct sink *
     char *ct = NULL;
     curl_easy_getinfo(c->h, CURLINFO_CONTENT_TYPE, &ct);
     snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
-    if (!r->body) {
-        r->body = calloc(1, 1);
-        if (!r->body) {
-            snprintf(r->err, sizeof r->err, "out of memory");
-            return -1;
-        }
+    if (!(r->body = ubuf_take(&s->body, &r->len))) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
     }
     return 0;
 }
@@ -256,11 +229,12 @@ int ctl_request(struct ctl_client *c, const char *method, const char *path, cons
     char url[CTL_MAX_URL + 1100];
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hl = NULL;
-    struct sink s = {r, 0, false};
+    struct sink s = {.rc = 0};
     char *payload = NULL;
     int rc = -1;
 
     memset(r, 0, sizeof *r);
+    ubuf_init(&s.body, CTL_MAX_RESPONSE);
     snprintf(url, sizeof url, "%s%s", c->server, path);
     request_options(c, url, method, &s, errbuf);
     if (request_content(c, method, body, headers, &hl, &payload, r) != 0)
@@ -273,12 +247,9 @@ out:
     curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, NULL);
     curl_slist_free_all(hl);
     free(payload);
-    if (rc != 0) {
-        free(r->body);
-        r->body = NULL;
-        r->len = 0;
+    ubuf_free(&s.body); /* what request_result() did not take */
+    if (rc != 0)
         r->status = 0;
-    }
     return rc;
 }
 

@@ -1,10 +1,11 @@
 /*
  * cli/cmd_diff.c - capctl diff: a comparison's verdict as an exit code.
  *
- * The verdict always comes from the JSON result. For --format md/text the
- * rendering is fetched afterwards pinned to the two job ids the JSON named,
- * so a commit that gains a newer job between the two requests cannot make
- * the printed report and the exit code disagree.
+ * A gate (cli/gate.c): the verdict always comes from the JSON result, and
+ * for --format md/text the rendering is fetched afterwards pinned to the
+ * two job ids the JSON named. What is diff's own: the three forms of a
+ * comparison (two sides, a commit against its control, two widths of one
+ * job), the cell filters, and --fail-on's words.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,8 +19,7 @@
  * checked once before the network is touched. */
 struct diff {
     bool commit, cross; /* --commit SHA; --job J --control-width W --head-width W */
-    const char *format, *fail_on;
-    double wait_timeout; /* < 0: no --wait-timeout */
+    struct ctl_gate gate;
 };
 
 static void add_filters(struct ctl_client *c, struct ctl_url *u, const struct ctl_args *a)
@@ -64,26 +64,10 @@ static int diff_form(const struct ctl_args *a, struct diff *d)
 
 static int diff_check(const struct ctl_args *a, void *ctx)
 {
+    static const char *const fail_on[] = {"regression", "unknown", "numerics", "never", NULL};
     struct diff *d = ctx;
-    d->wait_timeout = -1;
     int rc = diff_form(a, d);
-    if (rc != 0)
-        return rc;
-    d->format = ctl_arg(a, "format");
-    if (!d->format)
-        d->format = "text";
-    if (strcmp(d->format, "md") && strcmp(d->format, "json") && strcmp(d->format, "text"))
-        return ctl_usage_error(a->cmd, "--format must be md, json or text, got '%s'", d->format);
-    d->fail_on = ctl_arg(a, "fail-on");
-    if (!d->fail_on)
-        d->fail_on = "regression";
-    if (strcmp(d->fail_on, "regression") && strcmp(d->fail_on, "unknown") &&
-        strcmp(d->fail_on, "numerics") && strcmp(d->fail_on, "never"))
-        return ctl_usage_error(a->cmd,
-                               "--fail-on must be regression, unknown, numerics or never, got '%s'",
-                               d->fail_on);
-    const char *wt = ctl_arg(a, "wait-timeout");
-    return wt ? ctl_seconds_arg(a->cmd, "wait-timeout", wt, &d->wait_timeout) : 0;
+    return rc != 0 ? rc : ctl_gate_check(a, fail_on, &d->gate);
 }
 
 /* GET /v1/compare of CONTROL and HEAD (for the cross-width form HEAD is
@@ -121,82 +105,56 @@ static void result_url(struct ctl_client *c, const struct ctl_args *a, const str
     ctl_url_query(c, u, "format", "json");
 }
 
-/* A result a gate can trust: a verdict, and at least one cell compared (a
- * server that predates the no_cells refusal still answers 200 for zero
- * cells; a gate never passes on nothing). */
-static const char *result_verdict(json_t *result)
+/* The cells a comparison compared. */
+static json_int_t compared_cells(json_t *result)
 {
-    const char *verdict = json_string_value(json_object_get(result, "verdict"));
-    if (!verdict || (strcmp(verdict, "pass") && strcmp(verdict, "regression"))) {
-        fprintf(stderr, "capctl: the comparison has no verdict (pass or regression)\n");
-        return NULL;
-    }
-    json_t *ncells = json_object_get(json_object_get(result, "counts"), "cells");
-    if (!json_is_integer(ncells) || json_integer_value(ncells) == 0) {
-        fprintf(stderr, "capctl: the comparison compared no cell; check --model, --width and "
-                        "--pass against the job's cells (capctl status JOB)\n");
-        return NULL;
-    }
-    return verdict;
+    return json_integer_value(json_object_get(json_object_get(result, "counts"), "cells"));
 }
 
 /* The md or text rendering, pinned to the two jobs RESULT names. */
-static int print_rendering(struct ctl_client *c, const struct ctl_args *a, const struct diff *d,
-                           json_t *result)
+static int report_url(struct ctl_client *c, const struct ctl_args *a, const void *ctx,
+                      json_t *result, const char *format, struct ctl_url *u)
 {
-    struct ctl_url u;
     const char *cj = json_string_value(json_object_get(json_object_get(result, "control"), "job"));
     const char *hj = json_string_value(json_object_get(json_object_get(result, "head"), "job"));
     if (!cj || !hj) {
         fprintf(stderr, "capctl: the comparison does not name its jobs\n");
         return CTL_EXIT_ERROR;
     }
-    compare_url(c, a, d, cj, hj, d->format, &u);
-    return ctl_print_url(c, u.buf, u.overflow);
+    compare_url(c, a, ctx, cj, hj, format, u);
+    return 0;
 }
 
 /* 1 for a regression unless --fail-on never; --fail-on unknown also fails
  * on perf the comparison could not decide. */
-static int verdict_exit(const struct diff *d, const char *verdict, json_t *result)
+static int verdict_exit(const struct ctl_gate *g, const char *verdict, json_t *result)
 {
     json_t *counts = json_object_get(result, "counts");
-    if (strcmp(d->fail_on, "unknown") == 0 &&
+    if (strcmp(g->fail_on, "unknown") == 0 &&
         json_integer_value(json_object_get(counts, "perf_unknown")) +
                 json_integer_value(json_object_get(counts, "perf_unstable")) >
             0)
         return CTL_EXIT_REGRESSION;
-    return strcmp(verdict, "regression") == 0 && strcmp(d->fail_on, "never") != 0
+    return strcmp(verdict, "regression") == 0 && strcmp(g->fail_on, "never") != 0
                ? CTL_EXIT_REGRESSION
                : CTL_EXIT_OK;
 }
 
+static const struct ctl_gate_kind diff_gate = {
+    .what = "comparison",
+    .verdicts = (const char *const[]){"pass", "regression", NULL},
+    .compared = compared_cells,
+    .none_hint = "; check --model, --width and --pass against the job's cells (capctl status JOB)",
+    .report_url = report_url,
+    .exit_code = verdict_exit,
+};
+
 static int diff_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
     const struct diff *d = ctx;
-    struct ctl_resp r = {0};
     struct ctl_url u;
-    json_t *result = NULL;
-    const char *verdict;
-    int rc = CTL_EXIT_ERROR;
     result_url(c, a, d, &u);
-    if (u.overflow)
-        return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
-    if (ctl_fetch_settled(c, a->cmd, u.buf, d->wait_timeout, &r) != 0)
-        goto out;
-    result = ctl_resp_json(&r);
-    ctl_resp_free(&r);
-    if (!(verdict = result_verdict(result)))
-        goto out;
-    if (strcmp(d->format, "json") == 0)
-        ctl_print_json(stdout, result);
-    else if (print_rendering(c, a, d, result) != 0)
-        goto out;
-    fflush(stdout);
-    rc = verdict_exit(d, verdict, result);
-out:
-    json_decref(result);
-    ctl_resp_free(&r);
-    return rc;
+    return ctl_gate_run(c, a, &d->gate, &u, &diff_gate, d);
 }
 
 static const struct ctl_opt diff_opts[] = {
@@ -211,12 +169,10 @@ static const struct ctl_opt diff_opts[] = {
     CTL_OPT_REFERENCE(
         CTL_VALUE,
         "judge tensors out of tolerance against this reference (default: the head job's option)"),
-    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
-    {"fail-on", CTL_VALUE, "regression|unknown|numerics|never",
-     "exit 1 on a regression (default; perf only on a perf `regression`); unknown: also when a "
-     "cell's perf is unknown or unstable; numerics: only on outcome or numeric ones, perf "
-     "reported but not gating; never"},
-    {"wait-timeout", CTL_VALUE, "S", "while a job is unfinished (409 pending), retry for S s"},
+    CTL_OPTS_GATE("regression|unknown|numerics|never",
+                  "exit 1 on a regression (default; perf only on a perf `regression`); unknown: "
+                  "also when a cell's perf is unknown or unstable; numerics: only on outcome or "
+                  "numeric ones, perf reported but not gating; never"),
     CTL_OPT_END,
 };
 

@@ -2,7 +2,7 @@
  * cli/cmd_widths.c - capctl widths: the width table and what this capd's
  * host can run (GET /v1/widths, GET /v1/host), and the width self-check of
  * one job (GET /v1/jobs/{id}/widths): each width against the job's own
- * default cells, with an exit code for a gate.
+ * default cells, with an exit code for a gate (cli/gate.c runs it).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -99,25 +99,11 @@ static const struct ctl_cmd cmd_list = {
 
 /* ---- widths check ---- */
 
-struct check {
-    const char *format, *fail_on;
-    double wait_timeout; /* < 0: no --wait-timeout */
-};
-
+/* CTX is the struct ctl_gate. */
 static int check_check(const struct ctl_args *a, void *ctx)
 {
-    struct check *k = ctx;
-    k->wait_timeout = -1;
-    k->format = ctl_arg(a, "format") ? ctl_arg(a, "format") : "text";
-    if (strcmp(k->format, "md") && strcmp(k->format, "json") && strcmp(k->format, "text"))
-        return ctl_usage_error(a->cmd, "--format must be md, json or text, got '%s'", k->format);
-    k->fail_on = ctl_arg(a, "fail-on") ? ctl_arg(a, "fail-on") : "diverged";
-    if (strcmp(k->fail_on, "diverged") && strcmp(k->fail_on, "incomplete") &&
-        strcmp(k->fail_on, "never"))
-        return ctl_usage_error(a->cmd, "--fail-on must be diverged, incomplete or never, got '%s'",
-                               k->fail_on);
-    const char *wt = ctl_arg(a, "wait-timeout");
-    return wt ? ctl_seconds_arg(a->cmd, "wait-timeout", wt, &k->wait_timeout) : 0;
+    static const char *const fail_on[] = {"diverged", "incomplete", "never", NULL};
+    return ctl_gate_check(a, fail_on, ctx);
 }
 
 /* GET /v1/jobs/JOB/widths, filtered, in FORMAT. */
@@ -132,85 +118,69 @@ static void check_url(struct ctl_client *c, const struct ctl_args *a, const char
     ctl_url_query(c, u, "format", format);
 }
 
-/* A verdict a gate can trust: one of the three, and some cell compared
- * (a gate never passes on nothing). */
-static const char *check_verdict(json_t *result)
+/* The cells the self-check compared, over all its widths. */
+static json_int_t compared_cells(json_t *result)
 {
-    const char *v = json_string_value(json_object_get(result, "verdict"));
     json_int_t compared = 0;
     size_t i;
     json_t *w;
-    if (!v || (strcmp(v, "pass") && strcmp(v, "diverged") && strcmp(v, "incomplete"))) {
-        fprintf(stderr, "capctl: the self-check has no verdict (pass, diverged or incomplete)\n");
-        return NULL;
-    }
     json_array_foreach(json_object_get(result, "widths"), i, w)
     {
         compared += json_integer_value(json_object_get(json_object_get(w, "counts"), "compared"));
     }
-    if (compared == 0) {
-        fprintf(stderr, "capctl: the self-check compared no cell: no width's cells could be "
-                        "judged against default (capctl status JOB says why)\n");
-        return NULL;
-    }
-    return v;
+    return compared;
 }
 
 /* The md or text rendering, pinned to the job the JSON named (JOB may be
  * a commit that gains a newer job meanwhile). */
-static int print_check_report(struct ctl_client *c, const struct ctl_args *a, const char *format,
-                              json_t *result)
+static int check_report_url(struct ctl_client *c, const struct ctl_args *a, const void *ctx,
+                            json_t *result, const char *format, struct ctl_url *u)
 {
-    struct ctl_url u;
+    (void)ctx;
     const char *job = json_string_value(json_object_get(result, "job"));
     if (!job) {
         fprintf(stderr, "capctl: the self-check does not name its job\n");
         return CTL_EXIT_ERROR;
     }
-    check_url(c, a, job, format, &u);
-    return ctl_print_url(c, u.buf, u.overflow);
+    check_url(c, a, job, format, u);
+    return 0;
 }
 
+/* 1 for a diverged width unless --fail-on never; --fail-on incomplete
+ * also fails on widths that could not all be judged. */
+static int check_exit(const struct ctl_gate *g, const char *verdict, json_t *result)
+{
+    (void)result;
+    if (strcmp(g->fail_on, "never") != 0 &&
+        (strcmp(verdict, "diverged") == 0 ||
+         (strcmp(verdict, "incomplete") == 0 && strcmp(g->fail_on, "incomplete") == 0)))
+        return CTL_EXIT_REGRESSION;
+    return CTL_EXIT_OK;
+}
+
+static const struct ctl_gate_kind check_gate = {
+    .what = "self-check",
+    .verdicts = (const char *const[]){"pass", "diverged", "incomplete", NULL},
+    .compared = compared_cells,
+    .none_hint = ": no width's cells could be judged against default (capctl status JOB says why)",
+    .report_url = check_report_url,
+    .exit_code = check_exit,
+};
+
+/* CTX is the struct ctl_gate. */
 static int check_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
-    const struct check *k = ctx;
-    struct ctl_resp r = {0};
     struct ctl_url u;
-    json_t *result = NULL;
-    const char *verdict;
-    int rc = CTL_EXIT_ERROR;
     check_url(c, a, a->pos[0], "json", &u);
-    if (u.overflow)
-        return ctl_usage_error(a->cmd, "the arguments are too long for a URL");
-    if (ctl_fetch_settled(c, a->cmd, u.buf, k->wait_timeout, &r) != 0)
-        goto out;
-    result = ctl_resp_json(&r);
-    if (!(verdict = check_verdict(result)))
-        goto out;
-    if (strcmp(k->format, "json") == 0)
-        ctl_print_json(stdout, result);
-    else if (print_check_report(c, a, k->format, result) != 0)
-        goto out;
-    fflush(stdout);
-    rc = CTL_EXIT_OK;
-    if (strcmp(k->fail_on, "never") != 0 &&
-        (strcmp(verdict, "diverged") == 0 ||
-         (strcmp(verdict, "incomplete") == 0 && strcmp(k->fail_on, "incomplete") == 0)))
-        rc = CTL_EXIT_REGRESSION;
-out:
-    json_decref(result);
-    ctl_resp_free(&r);
-    return rc;
+    return ctl_gate_run(c, a, ctx, &u, &check_gate, NULL);
 }
 
 static const struct ctl_opt check_opts[] = {
     {"model", CTL_VALUE, "M", "only cells of this model (an fnmatch pattern)"},
     {"pass", CTL_VALUE, "P", "only cells of this pass"},
-    {"format", CTL_VALUE, "md|json|text", "output (default text); the verdict is the same"},
-    {"fail-on", CTL_VALUE, "diverged|incomplete|never",
-     "exit 1 when a width diverged (default); incomplete: also when a width's cells could not "
-     "all be judged; never"},
-    {"wait-timeout", CTL_VALUE, "S", "while the job is unfinished (409 pending), retry for S s"},
+    CTL_OPTS_GATE("diverged|incomplete|never",
+                  "exit 1 when a width diverged (default); incomplete: also when a width's cells "
+                  "could not all be judged; never"),
     CTL_OPT_END,
 };
 
@@ -240,7 +210,7 @@ static const struct ctl_cmd cmd_check = {
     .fields = check_fields,
     .check = check_check,
     .run = check_run,
-    .ctx_size = sizeof(struct check),
+    .ctx_size = sizeof(struct ctl_gate),
 };
 
 /* The group's help names both subcommands; each has its own --help. */

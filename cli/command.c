@@ -13,18 +13,18 @@
 #include <unistd.h>
 
 #include "cli/capctl.h"
+#include "util/clock.h"
 
-/* "list, register or show": the words of a group's subcommands, for the
- * message that names them. */
+/* "list, register or show": the words of a group's subcommands (the
+ * first 15), for the message that names them. */
 static void sub_words(const struct ctl_cmd *g, char *buf, size_t cap)
 {
+    const char *words[16];
     size_t n = 0, len = strlen(g->name) + 1;
-    buf[0] = 0;
-    for (const struct ctl_cmd *const *s = g->subs; *s && n < cap; s++) {
-        const char *sep = s == g->subs ? "" : s[1] ? ", " : " or ";
-        int w = snprintf(buf + n, cap - n, "%s%s", sep, (*s)->name + len);
-        n += w > 0 ? (size_t)w : 0;
-    }
+    for (const struct ctl_cmd *const *s = g->subs; *s && n + 1 < 16; s++)
+        words[n++] = (*s)->name + len;
+    words[n] = NULL;
+    ctl_or_list(words, buf, cap);
 }
 
 /* A group's first word names its subcommand; none, or a flag, is its
@@ -91,9 +91,7 @@ out:
 
 double ctl_now_s(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+    return (double)util_mono_ns() / 1e9;
 }
 
 void ctl_sleep_s(double s)

@@ -6,15 +6,14 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/provenance.h"
+#include "util/fs.h"
 
 #define NATIVE "aten/src/ATen/native"
 
@@ -390,32 +389,8 @@ struct kmap_walk {
  * unreadable (skipped), 0 when read, -ENOMEM. */
 static int read_source(const char *path, char **out, size_t *len)
 {
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)KMAP_MAX_FILE_BYTES) {
-        close(fd);
-        return 1;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    ssize_t r = 0;
-    if (buf == NULL) {
-        close(fd);
-        return -ENOMEM;
-    }
-    while (got < (size_t)st.st_size && (r = read(fd, buf + got, (size_t)st.st_size - got)) > 0)
-        got += (size_t)r;
-    close(fd);
-    if (r < 0) {
-        free(buf);
-        return 1;
-    }
-    buf[got] = 0;
-    *out = buf;
-    *len = got;
-    return 0;
+    int rc = util_slurp(path, KMAP_MAX_FILE_BYTES, out, len);
+    return rc == -ENOMEM ? rc : rc != 0;
 }
 
 static int cmp_names(const void *a, const void *b)

@@ -24,6 +24,17 @@ const char *ctl_clean(const char *s, char *buf, size_t cap)
     return buf;
 }
 
+void ctl_or_list(const char *const *words, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (const char *const *w = words; *w && n < cap; w++) {
+        const char *sep = w == words ? "" : w[1] ? ", " : " or ";
+        int k = snprintf(buf + n, cap - n, "%s%s", sep, *w);
+        n += k > 0 ? (size_t)k : 0;
+    }
+}
+
 const char *ctl_jstr(json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));

@@ -22,6 +22,7 @@
 #include "cli/provenance.h"
 
 #include "cli/kernelmap.h"
+#include "util/cpuwrap.h"
 
 #ifndef CAPD_VERSION
 #define CAPD_VERSION "unknown"
@@ -39,34 +40,12 @@ const char *prov_kind_name(enum prov_kind k)
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : NULL;
 }
 
-static bool valid_cap(const char *s, size_t n)
-{
-    if (n == 0 || !(s[0] >= 'A' && s[0] <= 'Z'))
-        return false;
-    for (size_t i = 1; i < n; i++)
-        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-            return false;
-    return true;
-}
-
-/* Peels ".CAP.cpp" suffixes off the end while what is left still ends in
- * ".cpp" with a non-empty stem; each peel is one wrapping by the codegen. */
+/* util/cpuwrap.h's rule, which compare/kernels.c applies to the same
+ * names when it attributes a divergence to a kernel file. */
 bool prov_is_generated_source(const char *name, int *depth)
 {
-    size_t n = strlen(name);
-    int d = 0;
-    while (n > 4 && memcmp(name + n - 4, ".cpp", 4) == 0) {
-        size_t e = n - 4, b = e;
-        while (b > 0 && name[b - 1] != '.')
-            b--;
-        if (b == 0 || !valid_cap(name + b, e - b))
-            break;
-        size_t rest = b - 1; /* length of what precedes ".CAP.cpp" */
-        if (rest < 5 || memcmp(name + rest - 4, ".cpp", 4) != 0)
-            break;
-        d++;
-        n = rest;
-    }
+    int d;
+    util_cpuwrap_peel(name, &d);
     if (depth)
         *depth = d;
     return d > 0;

@@ -45,7 +45,8 @@ const char *prov_kind_name(enum prov_kind k);
  * dispatch source: STEM.cpp followed by one or more ".CAP.cpp", CAP being an
  * upper-case capability name ([A-Z][A-Z0-9_]*: DEFAULT, AVX2, AVX512, VSX,
  * ZVECTOR, SVE256, ...). *DEPTH (may be NULL) gets how many times it was
- * wrapped: 1 for X.cpp.AVX2.cpp, 2 for X.cpp.DEFAULT.cpp.DEFAULT.cpp. */
+ * wrapped: 1 for X.cpp.AVX2.cpp, 2 for X.cpp.DEFAULT.cpp.DEFAULT.cpp
+ * (util/cpuwrap.h's rule, which compare/kernels.c shares). */
 bool prov_is_generated_source(const char *name, int *depth);
 
 /* Whether PATH (relative to the repository root) is a generated ATen config

@@ -11,7 +11,8 @@
  * aten/src/ATen/native/cpu/ that registers the stub, or says that the kernel
  * is no stub at all (BLAS, oneDNN). The job's provenance scan lists the
  * generated wrappers (Activation.cpp.DEFAULT.cpp...) left in the tree;
- * wrappers of the kernel's own file are the likely cause of the divergence,
+ * wrappers of the kernel's own file, by the naming rule capctl's scan
+ * applies too (util/cpuwrap.h), are the likely cause of the divergence,
  * so the attribution counts them.
  *
  * This runs on a finished cmp_compare() result, so it needs no engine state
@@ -23,46 +24,16 @@
 #include <string.h>
 
 #include "compare/cmp_int.h"
+#include "util/cpuwrap.h"
 
 #define STALE_PATHS_SHOWN 5 /* wrapper paths listed per attribution */
-
-static bool cap_ok(const char *s, size_t n)
-{
-    if (n == 0 || !(s[0] >= 'A' && s[0] <= 'Z'))
-        return false;
-    for (size_t i = 1; i < n; i++)
-        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-            return false;
-    return true;
-}
-
-/*
- * Length of path once every ".CAP.cpp" wrapping is peeled off
- * (Activation.cpp.DEFAULT.cpp.AVX2.cpp -> Activation.cpp), the same rule as
- * the provenance scan's (cli/provenance.c). 0 when path is no wrapper.
- */
-static size_t peeled_len(const char *path)
-{
-    size_t n = strlen(path), orig = n;
-    while (n > 4 && memcmp(path + n - 4, ".cpp", 4) == 0) {
-        size_t e = n - 4, b = e;
-        while (b > 0 && path[b - 1] != '.' && path[b - 1] != '/')
-            b--;
-        if (b == 0 || path[b - 1] != '.' || !cap_ok(path + b, e - b))
-            break;
-        size_t rest = b - 1;
-        if (rest < 5 || memcmp(path + rest - 4, ".cpp", 4) != 0)
-            break;
-        n = rest;
-    }
-    return n < orig ? n : 0;
-}
 
 /* Whether wrapper path peels to file (also below a prefix: a tree holding pytorch/). */
 static bool wraps(const char *path, const char *file)
 {
-    size_t n = peeled_len(path), f = strlen(file);
-    if (n == 0 || n < f || memcmp(path + n - f, file, f) != 0)
+    int depth;
+    size_t n = util_cpuwrap_peel(path, &depth), f = strlen(file);
+    if (depth == 0 || n < f || memcmp(path + n - f, file, f) != 0)
         return false;
     return n == f || path[n - f - 1] == '/';
 }

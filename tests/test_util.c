@@ -1,5 +1,6 @@
 /* test_util.c: util/, the helpers below every other part (util/buf.h,
- * util/err.h, util/path.h, util/fs.h, util/clock.h).
+ * util/err.h, util/path.h, util/fs.h, util/clock.h, util/http.h,
+ * util/cpuwrap.h).
  *
  * Each limit is crossed by one byte, and each failure is checked to leave
  * what it was given unchanged. File-system tests work in a fresh temp dir.
@@ -18,8 +19,10 @@
 #include "tests/helpers/common/testutil.h"
 #include "util/buf.h"
 #include "util/clock.h"
+#include "util/cpuwrap.h"
 #include "util/err.h"
 #include "util/fs.h"
+#include "util/http.h"
 #include "util/path.h"
 
 /* ---- ubuf ---------------------------------------------------------------- */
@@ -317,4 +320,71 @@ Test(util, clocks_agree_and_advance)
     int64_t wall = util_wall_ms();
     cr_assert(llabs(wall - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000)) < 1000);
     cr_assert(wall > INT64_C(1700000000000)); /* after 2023 */
+}
+
+/* ---- util/http.h --------------------------------------------------------- */
+
+Test(util, http_base_keeps_http_urls_without_trailing_slashes)
+{
+    char out[32];
+    cr_assert_eq(util_http_base("http://127.0.0.1:8470", out, sizeof out), 0);
+    cr_assert_str_eq(out, "http://127.0.0.1:8470");
+    cr_assert_eq(util_http_base("HTTPS://capd.example/api//", out, sizeof out), 0);
+    cr_assert_str_eq(out, "HTTPS://capd.example/api");
+    cr_assert_eq(util_http_base("ftp://capd.example", out, sizeof out), -EINVAL);
+    cr_assert_str_eq(out, "");
+    cr_assert_eq(util_http_base("127.0.0.1:8470", out, sizeof out), -EINVAL);
+    /* 31 bytes fit in 32; 32 do not, but trailing slashes do not count */
+    cr_assert_eq(util_http_base("http://a.example/0123456789abcd/////", out, sizeof out), 0);
+    cr_assert_str_eq(out, "http://a.example/0123456789abcd");
+    cr_assert_eq(util_http_base("http://a.example/0123456789abcde", out, sizeof out),
+                 -ENAMETOOLONG);
+    cr_assert_str_eq(out, "");
+}
+
+Test(util, http_token_and_bearer)
+{
+    cr_assert(util_http_token_ok("abc-DEF_123.~+/="));
+    cr_assert(util_http_token_ok("caf\xc3\xa9")); /* bytes past ASCII are the server's to judge */
+    cr_assert_not(util_http_token_ok("a b"));
+    cr_assert_not(util_http_token_ok("a\tb"));
+    cr_assert_not(util_http_token_ok("ab\n"));
+    cr_assert_not(util_http_token_ok("a\x7f"));
+    char *h = util_http_bearer("t0k3n");
+    cr_assert_str_eq(h, "Authorization: Bearer t0k3n");
+    util_http_secret_free(h);
+    util_http_secret_free(NULL);
+}
+
+/* ---- util/cpuwrap.h ------------------------------------------------------ */
+
+Test(util, cpuwrap_peels_every_wrapping)
+{
+    static const struct {
+        const char *path, *peeled;
+        int depth;
+    } cases[] = {
+        {"Activation.cpp.DEFAULT.cpp", "Activation.cpp", 1},
+        {"Activation.cpp.AVX2.cpp", "Activation.cpp", 1},
+        {"UpSampleKernel.cpp.AVX2.cpp.DEFAULT.cpp.AVX512.cpp", "UpSampleKernel.cpp", 3},
+        {"aten/src/ATen/native/cpu/X.cpp.SVE256.cpp", "aten/src/ATen/native/cpu/X.cpp", 1},
+        {"a.cpp.Z_9.cpp", "a.cpp", 1},
+        /* no wrapper: left whole */
+        {"Activation.cpp", "Activation.cpp", 0},
+        {"Activation.cpp.avx2.cpp", "Activation.cpp.avx2.cpp", 0}, /* lower case */
+        {"Activation.cpp.2AVX.cpp", "Activation.cpp.2AVX.cpp", 0}, /* a digit first */
+        {"Activation.h.AVX2.cpp", "Activation.h.AVX2.cpp", 0},     /* no .cpp under it */
+        {".cpp.AVX2.cpp", ".cpp.AVX2.cpp", 0},                     /* no stem */
+        {"AVX2.cpp", "AVX2.cpp", 0},
+        {"dir.cpp.AVX2/X.cpp", "dir.cpp.AVX2/X.cpp", 0}, /* a directory is no wrapping */
+        {"", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int depth = -1;
+        size_t n = util_cpuwrap_peel(cases[i].path, &depth);
+        cr_assert_eq(depth, cases[i].depth, "%s: depth %d", cases[i].path, depth);
+        cr_assert_eq(n, strlen(cases[i].peeled), "%s: %zu", cases[i].path, n);
+        cr_assert_eq(strncmp(cases[i].path, cases[i].peeled, n), 0, "%s", cases[i].path);
+    }
+    cr_assert_eq(util_cpuwrap_peel("X.cpp.AVX2.cpp", NULL), 5);
 }

@@ -19,11 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/fs.h"
+#include "util/http.h"
 #include "util/opts.h"
 #include "util/path.h"
 #include "worker/worker.h"
@@ -103,15 +103,11 @@ static int check_url(struct settings *st, const char *url)
 {
     if (!url)
         return usage_error("--url (or CAPD_URL) is required");
-    if (strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0)
+    int rc = util_http_base(url, st->url, sizeof st->url);
+    if (rc == -EINVAL)
         return usage_error("--url must be an http:// or https:// URL, got '%s'", url);
-    size_t n = strlen(url);
-    while (n > 0 && url[n - 1] == '/')
-        n--;
-    if (n >= sizeof st->url)
+    if (rc != 0)
         return usage_error("--url is longer than %zu bytes", sizeof st->url - 1);
-    memcpy(st->url, url, n);
-    st->url[n] = 0;
     return 0;
 }
 
@@ -133,15 +129,11 @@ static int check_token(struct settings *st, const char *file)
                   : usage_error("no token: give --token-file FILE or set CAPD_TOKEN");
     else if (strlen(tok) > WORKER_TOKEN_MAX)
         rc = usage_error("the token of %s is longer than %d bytes", from, WORKER_TOKEN_MAX);
-    for (const char *p = tok; rc == 0 && *p; p++)
-        if ((unsigned char)*p < 0x21 || *p == 0x7f)
-            rc = usage_error("the token of %s holds a space or a control character", from);
+    else if (!util_http_token_ok(tok))
+        rc = usage_error("the token of %s holds a space or a control character", from);
     if (rc == 0)
         snprintf(st->token, sizeof st->token, "%s", tok);
-    if (text) {
-        memset(text, 0, strlen(text));
-        free(text);
-    }
+    util_http_secret_free(text);
     return rc;
 }
 

@@ -3,7 +3,8 @@
  * handle for the whole run, so every POST reuses the keep-alive
  * connection. Like capctl's (cli/client.c), it speaks http and https
  * only, follows no redirect (it would carry the token elsewhere) and
- * never prints the token.
+ * never prints the token; the token's header and its scrubbing are
+ * util/http.h's, which capctl uses too.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/http.h"
 #include "worker/worker.h"
 
 void worker_say(const char *fmt, ...)
@@ -41,8 +43,7 @@ int worker_http_open(struct worker_http **out, const char *base, const char *tok
     *out = NULL;
     if (!c)
         return -ENOMEM;
-    if (asprintf(&c->auth, "Authorization: Bearer %s", token) < 0)
-        c->auth = NULL;
+    c->auth = util_http_bearer(token);
     c->base = strdup(base);
     c->cacert = cacert ? strdup(cacert) : NULL;
     c->h = curl_easy_init();
@@ -60,11 +61,7 @@ void worker_http_close(struct worker_http *c)
         return;
     if (c->h)
         curl_easy_cleanup(c->h);
-    if (c->auth) {
-        /* The token does not linger in freed memory. */
-        memset(c->auth, 0, strlen(c->auth));
-        free(c->auth);
-    }
+    util_http_secret_free(c->auth);
     free(c->base);
     free(c->cacert);
     free(c);
