@@ -286,7 +286,7 @@ enum MHD_Result api_events(struct api_req *r)
     struct live_hub *h = api__live_hub;
     struct events_query q;
     enum MHD_Result ret;
-    if (!events_query(r, &q, &ret))
+    if (!events_query(r, &q, &ret) || api__live_route_refused(r, &ret))
         return ret;
     if (!h)
         return api_error(r, 503, "unavailable", NULL, "the event stream is not running");

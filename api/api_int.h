@@ -22,8 +22,8 @@ struct api_req {
     const char *url;
     int nseg;
     char *seg[API_MAX_SEGS]; /* URL path segments, percent-decoded */
-    struct ubuf body;        /* at most max_body_bytes; NULL p until the first byte */
-    bool too_large;
+    struct ubuf body;        /* at most its route's limit (body.max); NULL p until a byte */
+    bool too_large;          /* the body passed that limit: 413 once it has arrived */
     int nq;
     /* Decoded query values handed out by api_query, one per key asked for
      * (a handler asks for a fixed set of keys: API_MAX_QUERY_KEYS bounds
@@ -39,6 +39,7 @@ struct api_req {
     int auth_rc;       /* 0, or why the presented token was refused */
     bool has_token;    /* an Authorization header was presented */
     bool replied;      /* a reply was queued before the body was read */
+    bool handled;      /* its handler has run (again only on a live route) */
     char token_id[16]; /* "" when no token (or auth disabled) */
     /* A remote attempt's worker (/v1/attempts/..., api/api_attempts.c):
      * its token's check (0, -ESTALE, -EKEYEXPIRED) and the attempt. */
@@ -48,7 +49,7 @@ struct api_req {
     int nxhdr;
     char xhdr[API_MAX_XHDR][2][96];
     /* ETags, live updates and metrics (api/etag.c, api/live_int.h). */
-    int route; /* index in server.c's routes[]; -1: none matched */
+    int route; /* index in server.c's routes[], found on the first call; -1: none */
     const char *route_method, *route_pattern;
     unsigned status;          /* status of the reply queued; 0: none yet */
     uint64_t t0_ns;           /* arrival (CLOCK_MONOTONIC), for the latency */
@@ -109,23 +110,17 @@ json_t *api_body_object(struct api_req *r, enum MHD_Result *ret);
 const char *api_query(struct api_req *r, const char *key);
 const char *api_header(struct api_req *r, const char *key);
 
-/* Validation helpers shared by endpoints. */
+/* Validation helpers shared by endpoints (api/check.c). */
 bool api_valid_name(const char *s, size_t max);            /* ^[A-Za-z0-9._-]{1,max}$ */
 bool api_valid_hex(const char *s, size_t min, size_t max); /* hex digits only */
 bool api_valid_text(const char *s, size_t max); /* UTF-8 checked by jansson; no controls */
 /* Whether the JSON array of strings LIST holds S (api/api_filter.c). */
 bool api_in_list(json_t *list, const char *s);
 
-/* Authentication and scopes (api/auth.c). api_auth_refused runs on the first
- * access-handler call: it identifies the caller, and refuses at once (401,
- * before any body is read) a write without a valid token. api_scope_refused
- * runs once the route is known and checks its scope. Like every helper
- * here that takes enum MHD_Result *RET, they return true when they have
- * replied (RET is what the handler returns), false to go on. */
-bool api_auth_refused(struct api_req *r, enum MHD_Result *ret);
-/* The Host and Origin checks (api/host.c), before anything else: a Host
- * capd was not told it has is 421, a write from a foreign Origin 403. */
-bool api_host_refused(struct api_req *r, enum MHD_Result *ret);
+/* Whether R's route may hold its connection open, waiting (the route
+ * table's LIVE: GET /v1/events, the ?wait= long-poll of GET /v1/jobs/{id}). */
+bool api_route_live(const struct api_req *r);
+
 /* What a route needs of its caller: the route table (api/server.c) says it
  * for each route, api_scope_refused maps it to a token scope under the
  * config. A new route states its access; nothing falls to one by accident. */
@@ -137,7 +132,19 @@ enum api_access {
     API_ADMIN,   /* scope admin: builds changed, tokens, branches, alerts, devices */
     API_WORKER,  /* an attempt's own token, checked before (api_attempt_auth_refused) */
 };
+/* Authentication and scopes (api/auth.c), both on the first access-handler
+ * call, once the route is known and before any body is read.
+ * api_auth_refused identifies the caller by the token ACCESS (the route's)
+ * calls for, an attempt's own for API_WORKER, else an API token, and
+ * refuses at once (401) a write without a valid one. api_scope_refused
+ * then checks that the token's scope allows ACCESS. Like every helper here
+ * that takes enum MHD_Result *RET, they return true when they have replied
+ * (RET is what the handler returns), false to go on. */
+bool api_auth_refused(struct api_req *r, enum api_access access, enum MHD_Result *ret);
 bool api_scope_refused(struct api_req *r, enum api_access access, enum MHD_Result *ret);
+/* The Host and Origin checks (api/host.c), before anything else: a Host
+ * capd was not told it has is 421, a write from a foreign Origin 403. */
+bool api_host_refused(struct api_req *r, enum MHD_Result *ret);
 /* For POST /v1/jobs/{id}/cancel: a submit token may cancel only the jobs it
  * created; admin may cancel any (403 otherwise). */
 bool api_cancel_refused(struct api_req *r, const char *job_id, enum MHD_Result *ret);
@@ -225,6 +232,13 @@ bool api_not_modified_compare(struct api_req *r, json_t *ctl, json_t *head, json
 /* No cheap version: the ETag is a hash of the 200 body (send_buf). */
 void api_etag_by_body(struct api_req *r);
 bool api_etag_body_match(struct api_req *r, const char *body, size_t len);
+
+/* HTTPS (api/tls.c): the PEM text of cfg's tls_cert and tls_key into *CERT
+ * and *KEY (malloc'd; NULL on failure), each checked to hold what its name
+ * says; 0 or a negative errno with ERR naming the file. api_tls_free frees
+ * them, the key wiped first. */
+int api_tls_load(const struct capd_config *cfg, char **cert, char **key, char **err);
+void api_tls_free(char *cert, char *key);
 
 /* Live updates (api/live_int.h): the notifier thread (api/api_live.c),
  * GET /v1/events (api/api_events.c) and the long-poll (api/api_jobs_live.c).

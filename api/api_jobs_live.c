@@ -221,6 +221,8 @@ bool api_jobs_live_replied(struct api_req *r, enum MHD_Result *ret)
                                                    : reply_job(r, s, id, version);
                 return true;
             }
+            if (api__live_route_refused(r, ret))
+                return true;
             if (!(w = waiter_new(r, id, inm, wait_s))) {
                 *ret = api_error(r, 500, "internal", NULL, "out of memory");
                 return true;

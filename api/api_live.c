@@ -119,6 +119,16 @@ void api__live_unlist_waiter(struct live_hub *h, struct live_waiter *w)
     h->nwaiters--;
 }
 
+bool api__live_route_refused(struct api_req *r, enum MHD_Result *ret)
+{
+    if (api_route_live(r))
+        return false;
+    *ret = api_error(r, 500, "internal", NULL,
+                     "%s %s may not hold its connection: the route table does not mark it live",
+                     r->route_method, r->route_pattern);
+    return true;
+}
+
 /* ---- the hub thread ---- */
 
 int api__live_page_add(void *ud, int64_t id, const char *type, const char *job, const char *project,

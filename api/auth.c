@@ -7,8 +7,10 @@
  *   submit  POST /v1/jobs, and cancelling the jobs this token created
  *   admin   everything else: builds, branches, tokens, cancelling any job
  * /healthz is always open; /metrics is open when metrics_public is set.
- * A route this file does not know is admin-only for writes and read for
- * GETs, so a new endpoint is never open by accident.
+ * The route table (api/server.c) states each route's access (enum
+ * api_access), which this file maps to a scope; both checks run when the
+ * request's headers are in, before a byte of its body is read. A path no
+ * route takes is checked as an admin route: a write needs a valid token.
  *
  * auth_required is on by default (the first admin token is made at the
  * first start, daemon/admin_token.h). Off, which capd allows only on a
@@ -115,12 +117,13 @@ static enum MHD_Result unauthorized(struct api_req *r)
     return api_error(r, 401, "unauthorized", NULL, "%s", why);
 }
 
-bool api_auth_refused(struct api_req *r, enum MHD_Result *ret)
+bool api_auth_refused(struct api_req *r, enum api_access access, enum MHD_Result *ret)
 {
     const struct capd_config *cfg = api_cfg(r);
     r->token_id[0] = 0;
     r->auth_rc = 0;
-    if (strncmp(r->url, "/v1/attempts/", 13) == 0)
+    /* A worker's route takes its attempt's own token, never an API one. */
+    if (access == API_WORKER)
         return api_attempt_auth_refused(r, ret);
     if (!cfg->auth_required) {
         r->scope = STORE_SCOPE_ADMIN;

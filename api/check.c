@@ -1,12 +1,54 @@
 /*
  * api/check.c - the checks every endpoint group makes of a request's words
- * (see api_int.h): a value from a closed set, a body of known fields and
- * the ?limit= of a list.
+ * (see api_int.h): a name, hex digits or a line of text, a value from a
+ * closed set, a body of known fields and the ?limit= of a list.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api_int.h"
+
+bool api_valid_name(const char *s, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return n >= 1 && n <= max;
+}
+
+bool api_valid_hex(const char *s, size_t min, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f') ||
+              (s[n] >= 'A' && s[n] <= 'F')))
+            return false;
+    return n >= min && n <= max;
+}
+
+bool api_valid_text(const char *s, size_t max)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f)
+            return false;
+    if (n < 1 || n > max)
+        return false;
+    /* Everything stored is echoed in JSON later: it must be UTF-8. */
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
+}
 
 bool api_one_of(const char *s, const char *const *set)
 {

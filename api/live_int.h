@@ -148,5 +148,9 @@ int api__live_page_add(void *ud, int64_t id, const char *type, const char *job, 
 void api__live_page_clear(struct live_page *p);
 /* Takes a long-poll off the hub's list (the hub lock held; idempotent). */
 void api__live_unlist_waiter(struct live_hub *h, struct live_waiter *w);
+/* Whether R may not wait: only a route the table marks live may hold its
+ * connection (api_route_live). Another is capd's bug, answered 500 (true,
+ * having replied); false to go on. */
+bool api__live_route_refused(struct api_req *r, enum MHD_Result *ret);
 
 #endif

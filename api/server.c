@@ -12,7 +12,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,7 +27,6 @@
 #include "util/metrics.h"
 #include "util/clock.h"
 #include "util/err.h"
-#include "util/fs.h"
 
 struct api {
     struct capd *d;
@@ -38,9 +36,6 @@ struct api {
     bool quiesced;
     char *tls_cert, *tls_key; /* PEM text; MHD keeps pointers to them while it runs */
 };
-
-/* A certificate or key file larger than this is not PEM meant for us. */
-#define API_TLS_FILE_MAX (1 << 20)
 
 static pthread_key_t store_key;
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
@@ -301,106 +296,118 @@ json_t *api_body_object(struct api_req *r, enum MHD_Result *ret)
     return j;
 }
 
-bool api_valid_name(const char *s, size_t max)
-{
-    size_t n = 0;
-    if (!s)
-        return false;
-    for (; s[n]; n++) {
-        char c = s[n];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return n >= 1 && n <= max;
-}
-
-bool api_valid_hex(const char *s, size_t min, size_t max)
-{
-    size_t n = 0;
-    if (!s)
-        return false;
-    for (; s[n]; n++)
-        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f') ||
-              (s[n] >= 'A' && s[n] <= 'F')))
-            return false;
-    return n >= min && n <= max;
-}
-
-bool api_valid_text(const char *s, size_t max)
-{
-    size_t n = 0;
-    if (!s)
-        return false;
-    for (; s[n]; n++)
-        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f)
-            return false;
-    if (n < 1 || n > max)
-        return false;
-    /* Everything stored is echoed in JSON later: it must be UTF-8. */
-    json_t *j = json_string(s);
-    json_decref(j);
-    return j != NULL;
-}
-
 /* ---- routing ---- */
 
-/* A pattern's ":x" segment matches any one segment, which the handler
- * reads as api_param(r, "x"). STORE: the handler uses the worker's store
- * connection, which the dispatcher then guarantees (503 when it cannot
- * open one), so handlers never check for it. ACCESS: what the caller's
- * token must allow (api_int.h), checked before the handler runs. */
+/* What an action (a POST that takes no input) reads of a body and ignores. */
+#define API_ACTION_BODY_MAX 4096
+
+/* What a route reads of a request body, and so its limit
+ * (route_body_limit): a body over it is refused 413 before the handler. */
+enum route_body {
+    BODY_NONE,   /* none: a single byte is refused */
+    BODY_ACTION, /* a POST that takes no input: what clients send along
+                    (often {}) is read up to API_ACTION_BODY_MAX and ignored */
+    BODY_JSON,   /* a JSON object (api_body_object): max_body_bytes */
+    BODY_UPLOAD, /* a worker's chunk of its frames or log: max_body_bytes */
+};
+
+/*
+ * The routes, looked up on a request's first call, from its method and path
+ * alone, before any body is read. A pattern's ":x" segment matches any one
+ * segment, which the handler reads as api_param(r, "x").
+ *
+ *   STORE   the handler uses the worker's store connection, which the
+ *           dispatcher then guarantees (503 when it cannot open one), so
+ *           handlers never check for it.
+ *   ACCESS  what the caller's token must allow (api_int.h): api/auth.c
+ *           reads it, before the body, for the token (a worker's routes take
+ *           an attempt's own) and for the scope.
+ *   BODY    what the route reads of a body (enum route_body): the limit it
+ *           is read up to, declared or chunked; past it the body is
+ *           discarded as it arrives and the request answered 413.
+ *   LIVE    the handler may hold the connection open, suspended, until
+ *           something changes (an event stream, a long-poll: api/live_int.h).
+ *           Only a live route's request may wait and come back to its
+ *           handler when resumed (api_route_live).
+ */
 struct route {
     const char *method;
     const char *pattern;
     api_handler h;
     bool store;
     enum api_access access;
+    enum route_body body;
+    bool live;
 };
 
 static const struct route routes[] = {
-    {"GET", "/healthz", api_healthz, false, API_OPEN},
-    {"GET", "/v1/models", api_models, false, API_READ},
-    {"GET", "/v1/widths", api_widths, false, API_READ},
-    {"GET", "/v1/host", api_host, false, API_READ},
-    {"GET", "/v1/builds", api_builds_list, true, API_READ},
-    {"POST", "/v1/builds", api_builds_create, true, API_ADMIN},
-    {"GET", "/v1/builds/:name", api_builds_get, true, API_READ},
-    {"PUT", "/v1/builds/:name", api_builds_put, true, API_ADMIN},
-    {"GET", "/v1/jobs", api_jobs_list, true, API_READ},
-    {"POST", "/v1/jobs", api_jobs_create, true, API_SUBMIT},
-    {"GET", "/v1/jobs/:id", api_jobs_get, true, API_READ},
-    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel, true, API_SUBMIT},
-    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true, API_READ},
-    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true, API_READ},
-    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true, API_READ},
-    {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ},
-    {"GET", "/v1/compare", api_compare, true, API_READ},
-    {"GET", "/v1/branches/:name", api_branch_get, true, API_READ},
-    {"PUT", "/v1/branches/:name", api_branch_put, true, API_ADMIN},
-    {"GET", "/v1/commits/:sha", api_commit_get, true, API_READ},
-    {"GET", "/v1/commits/:sha/diff", api_commit_diff, true, API_READ},
-    {"GET", "/v1/tokens", api_tokens_list, true, API_ADMIN},
-    {"POST", "/v1/tokens", api_tokens_create, true, API_ADMIN},
-    {"DELETE", "/v1/tokens/:id", api_tokens_revoke, true, API_ADMIN},
-    {"GET", "/v1/devices", api_devices_list, false, API_READ},
-    {"POST", "/v1/devices/refresh", api_devices_refresh, false, API_ADMIN},
-    {"GET", "/v1/events", api_events, false, API_READ},
-    {"GET", "/v1/history", api_history_get, true, API_READ},
-    {"GET", "/v1/alerts", api_alerts_list, true, API_READ},
-    {"POST", "/v1/alerts/:id", api_alert_post, true, API_ADMIN},
-    {"GET", "/v1/bisect", api_bisect_list, true, API_READ},
-    {"POST", "/v1/bisect", api_bisect_create, true, API_SUBMIT},
-    {"GET", "/v1/bisect/:id", api_bisect_get, true, API_READ},
-    {"POST", "/v1/bisect/:id/cancel", api_bisect_cancel, true, API_SUBMIT},
-    {"GET", "/v1/attempts/:attempt/spec", api_attempt_spec, true, API_WORKER},
-    {"POST", "/v1/attempts/:attempt/frames", api_attempt_frames, true, API_WORKER},
-    {"POST", "/v1/attempts/:attempt/log", api_attempt_log, true, API_WORKER},
-    {"POST", "/v1/attempts/:attempt/finish", api_attempt_finish, true, API_WORKER},
-    {"GET", "/metrics", api_metrics, true, API_METRICS},
-    {"GET", "/", api_static_index, false, API_OPEN},
-    {"GET", "/static/:file", api_static_file, false, API_OPEN},
+    {"GET", "/healthz", api_healthz, false, API_OPEN, BODY_NONE, false},
+    {"GET", "/v1/models", api_models, false, API_READ, BODY_NONE, false},
+    {"GET", "/v1/widths", api_widths, false, API_READ, BODY_NONE, false},
+    {"GET", "/v1/host", api_host, false, API_READ, BODY_NONE, false},
+    {"GET", "/v1/builds", api_builds_list, true, API_READ, BODY_NONE, false},
+    {"POST", "/v1/builds", api_builds_create, true, API_ADMIN, BODY_JSON, false},
+    {"GET", "/v1/builds/:name", api_builds_get, true, API_READ, BODY_NONE, false},
+    {"PUT", "/v1/builds/:name", api_builds_put, true, API_ADMIN, BODY_JSON, false},
+    {"GET", "/v1/jobs", api_jobs_list, true, API_READ, BODY_NONE, false},
+    {"POST", "/v1/jobs", api_jobs_create, true, API_SUBMIT, BODY_JSON, false},
+    {"GET", "/v1/jobs/:id", api_jobs_get, true, API_READ, BODY_NONE, true},
+    {"POST", "/v1/jobs/:id/cancel", api_jobs_cancel, true, API_SUBMIT, BODY_ACTION, false},
+    {"GET", "/v1/jobs/:id/cells/:cell", api_cell_get, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/jobs/:id/cells/:cell/records", api_cell_records, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/compare", api_compare, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/branches/:name", api_branch_get, true, API_READ, BODY_NONE, false},
+    {"PUT", "/v1/branches/:name", api_branch_put, true, API_ADMIN, BODY_JSON, false},
+    {"GET", "/v1/commits/:sha", api_commit_get, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/commits/:sha/diff", api_commit_diff, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/tokens", api_tokens_list, true, API_ADMIN, BODY_NONE, false},
+    {"POST", "/v1/tokens", api_tokens_create, true, API_ADMIN, BODY_JSON, false},
+    {"DELETE", "/v1/tokens/:id", api_tokens_revoke, true, API_ADMIN, BODY_NONE, false},
+    {"GET", "/v1/devices", api_devices_list, false, API_READ, BODY_NONE, false},
+    {"POST", "/v1/devices/refresh", api_devices_refresh, false, API_ADMIN, BODY_ACTION, false},
+    {"GET", "/v1/events", api_events, false, API_READ, BODY_NONE, true},
+    {"GET", "/v1/history", api_history_get, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/alerts", api_alerts_list, true, API_READ, BODY_NONE, false},
+    {"POST", "/v1/alerts/:id", api_alert_post, true, API_ADMIN, BODY_JSON, false},
+    {"GET", "/v1/bisect", api_bisect_list, true, API_READ, BODY_NONE, false},
+    {"POST", "/v1/bisect", api_bisect_create, true, API_SUBMIT, BODY_JSON, false},
+    {"GET", "/v1/bisect/:id", api_bisect_get, true, API_READ, BODY_NONE, false},
+    {"POST", "/v1/bisect/:id/cancel", api_bisect_cancel, true, API_SUBMIT, BODY_ACTION, false},
+    {"GET", "/v1/attempts/:attempt/spec", api_attempt_spec, true, API_WORKER, BODY_NONE, false},
+    {"POST", "/v1/attempts/:attempt/frames", api_attempt_frames, true, API_WORKER, BODY_UPLOAD,
+     false},
+    {"POST", "/v1/attempts/:attempt/log", api_attempt_log, true, API_WORKER, BODY_UPLOAD, false},
+    {"POST", "/v1/attempts/:attempt/finish", api_attempt_finish, true, API_WORKER, BODY_JSON,
+     false},
+    {"GET", "/metrics", api_metrics, true, API_METRICS, BODY_NONE, false},
+    {"GET", "/", api_static_index, false, API_OPEN, BODY_NONE, false},
+    {"GET", "/static/:file", api_static_file, false, API_OPEN, BODY_NONE, false},
 };
+
+/* The most bytes of body ROUTE reads. An upload's limit is also the
+ * chunk_max_bytes a remote attempt's spec names to its worker
+ * (daemon/cellremote.c sends max_body_bytes): the two must agree, or a
+ * worker's full chunk would be refused. */
+static size_t route_body_limit(const struct capd_config *cfg, const struct route *rt)
+{
+    switch (rt->body) {
+    case BODY_NONE:
+        return 0;
+    case BODY_ACTION:
+        return API_ACTION_BODY_MAX;
+    case BODY_JSON:
+    case BODY_UPLOAD:
+        break;
+    }
+    return cfg->max_body_bytes;
+}
+
+bool api_route_live(const struct api_req *r)
+{
+    return r->route >= 0 && routes[r->route].live;
+}
 
 static int hexval(char c)
 {
@@ -487,26 +494,38 @@ static bool route_match(const struct route *rt, struct api_req *r)
     return i == r->nseg;
 }
 
-static enum MHD_Result dispatch(struct api_req *r)
+/* Looks R's route up from its method and path alone, on its first call:
+ * r->route and its method and pattern, or NULL (r->route -1) when none
+ * takes the request, which dispatch then answers 404 or 405. A path that
+ * cannot be split (too deep, a bad escape, a NUL) keeps no segment. */
+static const struct route *route_find(struct api_req *r)
+{
+    if (split_path(r) != 0) {
+        while (r->nseg > 0)
+            free(r->seg[--r->nseg]);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (route_match(&routes[i], r) && strcmp(routes[i].method, r->method) == 0) {
+            r->route = (int)i;
+            r->route_method = routes[i].method;
+            r->route_pattern = routes[i].pattern;
+            return &routes[i];
+        }
+    }
+    return NULL;
+}
+
+/* The reply to a request no route takes: 405 naming in Allow the methods
+ * its path has, else 404. */
+static enum MHD_Result no_route(struct api_req *r)
 {
     char allow[64] = "";
-    /* A resumed long-poll comes back here with its path already split. */
-    if (r->nseg == 0 && split_path(r) != 0)
+    if (r->nseg == 0)
         return api_error(r, 404, "not_found", NULL, "no such resource");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!route_match(&routes[i], r))
             continue;
-        if (strcmp(routes[i].method, r->method) == 0) {
-            enum MHD_Result ret;
-            r->route = (int)i;
-            r->route_method = routes[i].method;
-            r->route_pattern = routes[i].pattern;
-            if (api_scope_refused(r, routes[i].access, &ret))
-                return ret;
-            if (routes[i].store && !api_store(r))
-                return api_error(r, 503, "unavailable", NULL, "database unavailable");
-            return routes[i].h(r);
-        }
         size_t l = strlen(allow);
         snprintf(allow + l, sizeof allow - l, "%s%s", l ? ", " : "", routes[i].method);
     }
@@ -517,7 +536,86 @@ static enum MHD_Result dispatch(struct api_req *r)
     return api_error(r, 404, "not_found", NULL, "no route for %s %s", r->method, r->url);
 }
 
+/* The last call of a request, its body read: the handler, with the store it
+ * needs. A request comes back here after its handler ran only when the
+ * handler suspended it and the hub resumed it, which only a live route may
+ * do; any other is capd's bug, answered rather than run twice. */
+static enum MHD_Result dispatch(struct api_req *r)
+{
+    if (r->route < 0)
+        return no_route(r);
+    const struct route *rt = &routes[r->route];
+    if (r->handled && !rt->live)
+        return api_error(r, 500, "internal", NULL,
+                         "%s %s came back to its handler but is not a live route", rt->method,
+                         rt->pattern);
+    r->handled = true;
+    if (rt->store && !api_store(r))
+        return api_error(r, 503, "unavailable", NULL, "database unavailable");
+    return rt->h(r);
+}
+
 /* ---- MHD callbacks ---- */
+
+/*
+ * The first call of a request: its headers are in, its body (if any) is
+ * not. The Host and Origin checks, its route, who is asking and whether the
+ * route lets them, and the body's limit, all before a byte of body is read:
+ * a refusal here is the reply, and the body is dropped as it arrives.
+ */
+static enum MHD_Result request_begin(struct api_req *r)
+{
+    enum MHD_Result ret;
+    const struct route *rt = route_find(r);
+    ubuf_init(&r->body, rt ? route_body_limit(api_cfg(r), rt) : 0);
+    /* Without a route the caller's token is checked as for an admin
+     * route: a write needs a valid one; a read gets its 404 or 405. */
+    if (api_host_refused(r, &ret) || api_auth_refused(r, rt ? rt->access : API_ADMIN, &ret))
+        return ret;
+    if (rt && api_scope_refused(r, rt->access, &ret)) {
+        r->replied = true;
+        return ret;
+    }
+    /* A declared length over the limit is noted now, and the body is
+     * discarded as it arrives: replying before the upload is read
+     * makes some clients see a reset instead of the 413. */
+    const char *cl = api_header(r, "Content-Length");
+    if (rt && cl && strtoull(cl, NULL, 10) > r->body.max)
+        r->too_large = true;
+    return MHD_YES;
+}
+
+/* A piece of R's body, kept up to its route's limit; past the limit, or on
+ * a path no route takes (nothing would read it), dropped. */
+static enum MHD_Result take_body(struct api_req *r, const char *data, size_t *size)
+{
+    int rc = r->too_large || r->route < 0 ? 0 : ubuf_add(&r->body, data, *size);
+    if (rc == -E2BIG) {
+        r->too_large = true;
+        ubuf_free(&r->body);
+    } else if (rc) {
+        return MHD_NO;
+    }
+    *size = 0;
+    return MHD_YES;
+}
+
+/* The 413 of a body over its route's limit, naming the route and limit. */
+static enum MHD_Result body_refused(struct api_req *r)
+{
+    enum route_body kind = routes[r->route].body;
+    if (kind == BODY_NONE)
+        return api_error(r, 413, "body_too_large", NULL,
+                         "%s %s takes no request body (its limit is 0 bytes)", r->route_method,
+                         r->route_pattern);
+    if (kind == BODY_ACTION)
+        return api_error(r, 413, "body_too_large", NULL,
+                         "%s %s takes no input; it ignores a request body of up to %d bytes",
+                         r->route_method, r->route_pattern, API_ACTION_BODY_MAX);
+    return api_error(r, 413, "body_too_large", NULL,
+                     "request body exceeds the limit of %zu bytes of %s %s (max_body_bytes)",
+                     r->body.max, r->route_method, r->route_pattern);
+}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
@@ -536,41 +634,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->url = url;
         r->counted = true;
         r->route = -1;
-        ubuf_init(&r->body, capd_cfg(a->d)->max_body_bytes);
         r->t0_ns = util_mono_ns();
         __atomic_add_fetch(&a->inflight, 1, __ATOMIC_RELAXED);
         *con_cls = r;
-        enum MHD_Result ret;
-        if (api_host_refused(r, &ret) || api_auth_refused(r, &ret))
-            return ret;
-        /* A declared length over the limit is noted now, and the body is
-         * discarded as it arrives: replying before the upload is read
-         * makes some clients see a reset instead of the 413. */
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > capd_cfg(a->d)->max_body_bytes)
-            r->too_large = true;
-        return MHD_YES;
+        return request_begin(r);
     }
     if (r->replied) {
         /* Refused before its body: whatever still arrives is dropped. */
         *upload_size = 0;
         return MHD_YES;
     }
-    if (*upload_size > 0) {
-        int rc = r->too_large ? 0 : ubuf_add(&r->body, upload_data, *upload_size);
-        if (rc == -E2BIG) {
-            r->too_large = true;
-            ubuf_free(&r->body);
-        } else if (rc) {
-            return MHD_NO;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    if (*upload_size > 0)
+        return take_body(r, upload_data, upload_size);
     if (r->too_large)
-        return api_error(r, 413, "body_too_large", NULL,
-                         "request body exceeds the limit of %zu bytes",
-                         capd_cfg(a->d)->max_body_bytes);
+        return body_refused(r);
     return dispatch(r);
 }
 
@@ -607,52 +684,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http_server", "message=%s", log_q(msg));
 }
 
-/* Reads a whole PEM file into a NUL-terminated buffer and checks that it
- * holds what its name says (MARK), so a swapped or wrong file is named at
- * start-up instead of surfacing as GnuTLS's generic refusal. */
-static int read_pem(const char *key, const char *path, const char *mark, char **out, char **err)
-{
-    int rc = -EINVAL;
-    char *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = util_errf(err, -errno, "%s '%s' cannot be read: %s", key, path, strerror(errno));
-        goto out;
-    }
-    if ((rc = util_slurp_fd(fd, API_TLS_FILE_MAX, &buf, NULL)) != 0) {
-        if (rc != -ENOMEM)
-            rc = util_errf(err, -EINVAL, "%s '%s' cannot be read or is larger than %d bytes", key,
-                           path, API_TLS_FILE_MAX);
-        goto out;
-    }
-    if (!strstr(buf, mark)) {
-        rc = util_errf(err, -EINVAL, "%s '%s' is not a PEM file holding a '%s' block", key, path,
-                       mark);
-        goto out;
-    }
-    *out = buf;
-    buf = NULL;
-    rc = 0;
-out:
-    if (fd >= 0)
-        close(fd);
-    free(buf);
-    return rc;
-}
-
-/* The key's bytes are not left behind in freed memory. */
-static void free_secret(char *p)
-{
-    if (!p)
-        return;
-    memset(p, 0, strlen(p));
-    free(p);
-}
-
 static void api_free(struct api *a)
 {
-    free(a->tls_cert);
-    free_secret(a->tls_key);
+    api_tls_free(a->tls_cert, a->tls_key);
     free(a);
 }
 
@@ -677,21 +711,13 @@ int api_start(struct capd *d, struct api **out, int *port, char **err)
         return -ENOMEM;
     a->d = d;
     /* HTTPS through libmicrohttpd's GnuTLS backend: the cert and key are
-     * handed over as PEM text read here, so capd needs them readable only
-     * at start-up. */
+     * handed over as PEM text read now (api/tls.c), so capd needs them
+     * readable only at start-up. */
     bool tls = cfg->tls_cert[0] != 0;
     if (tls) {
-        int rc;
-        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            api_free(a);
-            return util_errf(err, -ENOTSUP,
-                             "tls_cert is set but this libmicrohttpd was built without TLS "
-                             "support (GnuTLS); use a TLS-terminating proxy instead");
-        }
-        if ((rc = read_pem("tls_cert", cfg->tls_cert, "-----BEGIN CERTIFICATE-----", &a->tls_cert,
-                           err)) != 0 ||
-            (rc = read_pem("tls_key", cfg->tls_key, "PRIVATE KEY-----", &a->tls_key, err)) != 0) {
-            api_free(a);
+        int rc = api_tls_load(cfg, &a->tls_cert, &a->tls_key, err);
+        if (rc) {
+            free(a);
             return rc;
         }
     }

@@ -73,7 +73,7 @@ def parse_routes(server_c):
     if not m:
         raise ValueError("no routes[] table in %s" % server_c)
     body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
-    pairs = re.findall(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*(?:,\s*\w+\s*){0,2}\}', body)
+    pairs = re.findall(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*(?:,\s*\w+\s*){0,4}\}', body)
     if not pairs:
         raise ValueError("routes[] table in %s has no entries" % server_c)
     return [(meth, re.sub(r":(\w+)", r"{\1}", pat)) for meth, pat in pairs]

@@ -425,8 +425,8 @@ Test(auth, scopes_gate_every_route)
     char *job = post_job(&ae, sb, job_hang);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
-    cr_assert_eq(call(&ae, "POST", path, rd, "{}", "forbidden"), 403);
-    cr_assert_eq(call(&ae, "POST", path, sb, "{}", NULL), 202);
+    cr_assert_eq(call(&ae, "POST", path, rd, NULL, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", path, sb, NULL, NULL), 202);
 
     /* Tokens are admin's, reads included. */
     cr_assert_eq(call(&ae, "GET", "/v1/tokens", sb, NULL, "forbidden"), 403);
@@ -499,17 +499,17 @@ Test(auth, submit_token_cancels_only_its_own_jobs)
     char pa[128], pb[128];
     snprintf(pa, sizeof pa, "/v1/jobs/%s/cancel", ja);
     snprintf(pb, sizeof pb, "/v1/jobs/%s/cancel", jb);
-    cr_assert_eq(call(&ae, "POST", pa, b, "{}", "forbidden"), 403);
-    cr_assert_eq(call(&ae, "POST", pb, a, "{}", "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", pa, b, NULL, "forbidden"), 403);
+    cr_assert_eq(call(&ae, "POST", pb, a, NULL, "forbidden"), 403);
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%s", ja);
     struct tu_resp r;
     req(&ae, "GET", p, a, NULL, &r);
     cr_assert_null(strstr(r.body, "\"cancelled\""), "a refused cancel changed the job: %s", r.body);
     tu_resp_free(&r);
-    cr_assert_eq(call(&ae, "POST", pa, a, "{}", NULL), 202);
-    cr_assert_eq(call(&ae, "POST", pb, ad, "{}", NULL), 202);
-    cr_assert_eq(call(&ae, "POST", "/v1/jobs/j000000000000/cancel", a, "{}", "not_found"), 404);
+    cr_assert_eq(call(&ae, "POST", pa, a, NULL, NULL), 202);
+    cr_assert_eq(call(&ae, "POST", pb, ad, NULL, NULL), 202);
+    cr_assert_eq(call(&ae, "POST", "/v1/jobs/j000000000000/cancel", a, NULL, "not_found"), 404);
     free(bb);
     free(ja);
     free(jb);
@@ -597,7 +597,7 @@ Test(auth, secrets_never_logged_or_echoed)
     tu_resp_free(&r);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
-    cr_assert_eq(call(&ae, "POST", path, sb, "{}", NULL), 202);
+    cr_assert_eq(call(&ae, "POST", path, sb, NULL, NULL), 202);
     cr_assert_eq(tu_capd_stop(&ae.c), 0);
 
     char *log = tu_slurp(ae.c.errlog);
@@ -740,7 +740,7 @@ Test(runas, cells_run_unprivileged_with_no_new_privs, .timeout = 60)
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
     long st;
-    json_decref(tu_json(&ae.c, "POST", path, "{}", &st));
+    json_decref(tu_json(&ae.c, "POST", path, NULL, &st));
     cr_assert_eq(st, 202);
     json_decref(tu_wait_job(&ae.c, job, 30));
     free(job);

@@ -75,15 +75,17 @@ Test(openapi, checker_catches_undocumented_routes)
 {
     g_dir = tu_tmpdir();
     char *server = tu_slurp(src("api/server.c"));
-    const char *anchor = "{\"GET\", \"/v1/widths\", api_widths, false, API_READ},";
+    const char *anchor =
+        "{\"GET\", \"/v1/widths\", api_widths, false, API_READ, BODY_NONE, false},";
     char *at = strstr(server, anchor);
     cr_assert_not_null(at, "the routes table changed shape; update this test");
     char path[512];
     snprintf(path, sizeof path, "%s/server.c", g_dir);
     FILE *f = fopen(path, "w");
     fwrite(server, 1, (size_t)(at - server), f);
-    fputs("{\"POST\", \"/v1/widths\", api_widths, false, API_ADMIN},\n"
-          "    {\"GET\", \"/v1/undocumented/:thing\", api_widths, false, API_READ},",
+    fputs("{\"POST\", \"/v1/widths\", api_widths, false, API_ADMIN, BODY_NONE, false},\n"
+          "    {\"GET\", \"/v1/undocumented/:thing\", api_widths, false, API_READ, BODY_NONE, "
+          "false},",
           f);
     fputs(at + strlen(anchor), f);
     fclose(f);
