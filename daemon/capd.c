@@ -19,6 +19,7 @@
 #include "daemon/capd.h"
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
+#include "daemon/executor.h"
 #include "util/log.h"
 #include "daemon/memlimit.h"
 #include "daemon/retention.h"
@@ -40,6 +41,7 @@ struct sup_node {
 
 struct capd {
     struct capd_config cfg;
+    const struct executor *exec; /* cfg.executor's row (daemon/executor.h) */
     uv_loop_t loop;
     struct store *st;
     uv_async_t wake;
@@ -244,7 +246,7 @@ static bool cpus_room(struct capd *d)
 {
     bool numerics = false;
     /* a remote attempt runs on its worker's host, not on capd's CPUs */
-    if (d->nrunning == 0 || sup_is_remote(&d->cfg))
+    if (d->nrunning == 0 || !d->exec->on_host)
         return true;
     if (store_next_cell_numerics(d->st, &numerics) != 0)
         return true; /* the claim reports the storage problem */
@@ -278,8 +280,7 @@ static bool host_refuses(struct capd *d, struct store_cell_run *run)
     char why[300], missing[256];
     const char *width = json_string_value(json_object_get(run->spec, "width"));
     /* Slurm's nodes run it, not this host: the width is their constraint. */
-    if (strcmp(d->cfg.executor, "slurm") == 0 ||
-        width_runnable(width, why, sizeof why, missing, sizeof missing))
+    if (!d->exec->host_widths || width_runnable(width, why, sizeof why, missing, sizeof missing))
         return false;
     struct store_outcome o = {
         .state = "unsupported", .exit_code = -1, .reason = why, .host_missing = missing};
@@ -344,11 +345,11 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
         }
         /* Slurm gives a GPU cell its device (--gres); a remote worker's
          * scheduler sets its visibility variables (worker/spec.c) */
-        if (!sup_is_remote(&d->cfg) && devices_acquire(d->dev, d->st, &run, &device) != 0) {
+        if (d->exec->on_host && devices_acquire(d->dev, d->st, &run, &device) != 0) {
             free(n); /* stored as failed: no GPU */
             continue;
         }
-        if (!sup_is_remote(&d->cfg))
+        if (d->exec->on_host)
             cpus_assign(d, n, &run);
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
@@ -450,7 +451,7 @@ static void final_stop(struct capd *d)
     int requeued = 0, interrupted = 0;
     store_flush(d->st);
     /* remote attempts stay open for the next capd (daemon/sup.h) */
-    store_recover(d->st, d->cfg.max_attempts, sup_is_remote(&d->cfg), &requeued, &interrupted);
+    store_recover(d->st, d->cfg.max_attempts, d->exec->reattach != NULL, &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
     zyg_shutdown();
     mem_shutdown();
@@ -525,6 +526,10 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     if (!d)
         return -ENOMEM;
     d->cfg = *cfg;
+    if (!(d->exec = executor_find(cfg->executor))) {
+        free(d);
+        return util_errf(err, -EINVAL, "no executor named \"%s\"", cfg->executor);
+    }
     pthread_mutex_init(&d->mu, NULL);
     if ((rc = widths_init()) != 0) {
         util_errf(err, rc, "embedded width/model tables are broken (%d)", rc);
@@ -533,7 +538,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     if ((rc = store_open(cfg->data_dir, true, &d->st, err)) != 0)
         goto fail;
     int requeued = 0, interrupted = 0;
-    if ((rc = store_recover(d->st, cfg->max_attempts, sup_is_remote(cfg), &requeued,
+    if ((rc = store_recover(d->st, cfg->max_attempts, d->exec->reattach != NULL, &requeued,
                             &interrupted)) != 0) {
         util_errf(err, rc, "start-up recovery failed: %s", store_errmsg(d->st));
         goto fail;
@@ -569,7 +574,7 @@ int capd_new(const struct capd_config *cfg, struct capd **out, char **err)
     d->schedule_retry.data = d;
     uv_check_init(&d->loop, &d->flush);
     d->wake.data = d->sigterm.data = d->sigint.data = d->shutdown_timer.data = d->flush.data = d;
-    if (sup_is_remote(&d->cfg) && (rc = store_remote_reattach(d->st, reattach_one, d)) != 0)
+    if (d->exec->reattach && (rc = store_remote_reattach(d->st, reattach_one, d)) != 0)
         log_warn("reattach_failed", "rc=%d err=%s", rc, log_q(store_errmsg(d->st)));
     *out = d;
     return 0;
@@ -597,7 +602,8 @@ int capd_run(struct capd *d)
     schedule_and_bisect(d, NULL);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     devices_stop(d->dev);
-    sup_remote_shutdown();
+    if (d->exec->shutdown)
+        d->exec->shutdown();
     uv_close((uv_handle_t *)&d->wake, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&d->sigint, close_cb_noop);

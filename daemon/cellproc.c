@@ -1,9 +1,10 @@
 /*
- * daemon/cellproc.c - the cell's running process, however it was started
- * (daemon/cellstart.c): its pipes, the capped log, the exit watch and the
- * reap, capd-exec's rusage pipe, the timeout and the SIGTERM-then-SIGKILL
- * sequence. sup.c is told when the frames come in (sup__frames_read) and
- * when all of it is over (sup__finish).
+ * daemon/cellproc.c - the local executor's running process, however it
+ * was started (daemon/cellstart.c): its pipes, the exit watch and the
+ * reap, capd-exec's rusage pipe and the timeout. The attempt's end
+ * (daemon/cellend.c) is told when the frames come in (sup__frames_read)
+ * and when all of it is over (sup__finish); the log and the
+ * SIGTERM-then-SIGKILL sequence are every attempt's (daemon/cellbase.c).
  *
  * The exit is watched through a pidfd (uv_poll), or a SIGCHLD uv_signal
  * where the kernel has no pidfd_open, and reaped with wait4 on the cell's
@@ -34,115 +35,17 @@
 
 #define SUP_DRAIN_MS 2000
 
-void sup__kill_group(struct sup *s, int sig)
+void sup__local_stop(struct sup *s, int sig)
 {
-    if (s->remote)
-        sup__remote_stop(s);
-    else if (s->pid > 0)
+    if (s->pid > 0)
         kill(-s->pid, sig);
 }
 
-/* ---- the capped log: tail kept ----
- * Output goes to LOG.part; when that reaches half the cap it becomes
- * LOG.prev (replacing the older one) and a new part starts, so the last
- * cap/2..cap bytes always survive. At the end the two are joined. */
-
-int sup__log_open(struct sup *s)
+void sup__local_release(struct sup *s)
 {
-    char part[1100];
-    snprintf(part, sizeof part, "%s.part", s->log_path);
-    s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    return s->log_fd < 0 ? -errno : 0;
-}
-
-void sup__log_write(struct sup *s, const char *data, size_t n)
-{
-    if (s->log_fd < 0)
-        return;
-    uint64_t half = s->cfg->cell_log_max_bytes / 2;
-    while (n > 0) {
-        if (s->log_part_bytes >= half) {
-            char prev[1100], part[1100];
-            snprintf(prev, sizeof prev, "%s.prev", s->log_path);
-            snprintf(part, sizeof part, "%s.part", s->log_path);
-            struct stat sb;
-            if (stat(prev, &sb) == 0)
-                s->log_dropped += (uint64_t)sb.st_size;
-            close(s->log_fd);
-            rename(part, prev);
-            s->log_fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-            s->log_part_bytes = 0;
-            if (s->log_fd < 0)
-                return;
-        }
-        size_t room = half - s->log_part_bytes;
-        size_t w = n < room ? n : room;
-        ssize_t r = write(s->log_fd, data, w);
-        if (r <= 0)
-            return;
-        s->log_part_bytes += (uint64_t)r;
-        data += r;
-        n -= (size_t)r;
-    }
-}
-
-void sup__log_finish(struct sup *s)
-{
-    char prev[1100], part[1100];
-    snprintf(prev, sizeof prev, "%s.prev", s->log_path);
-    snprintf(part, sizeof part, "%s.part", s->log_path);
-    if (s->log_fd >= 0)
-        close(s->log_fd);
-    s->log_fd = -1;
-    int in = open(prev, O_RDONLY | O_CLOEXEC);
-    if (in < 0) {
-        rename(part, s->log_path);
-        return;
-    }
-    int out = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (out >= 0) {
-        char note[160];
-        int nn = snprintf(note, sizeof note,
-                          "[capd: log over its %llu-byte cap; %llu earlier bytes dropped, the "
-                          "tail follows]\n",
-                          (unsigned long long)s->cfg->cell_log_max_bytes,
-                          (unsigned long long)s->log_dropped);
-        ssize_t wr = write(out, note, (size_t)nn);
-        (void)wr;
-        for (int pass = 0; pass < 2; pass++) {
-            ssize_t r;
-            while ((r = read(in, s->buf, SUP__READ_BUF)) > 0)
-                if (write(out, s->buf, (size_t)r) != r)
-                    break;
-            close(in);
-            in = pass == 0 ? open(part, O_RDONLY | O_CLOEXEC) : -1;
-            if (in < 0)
-                break;
-        }
-        close(out);
-    }
-    if (in >= 0)
-        close(in);
-    unlink(prev);
-    unlink(part);
-}
-
-/* The last handle's close hands S back to sup.c to be freed. */
-static void on_close(uv_handle_t *h)
-{
-    struct sup *s = h->data;
-    if (--s->handles_open > 0)
-        return;
     if (s->pidfd >= 0)
         close(s->pidfd);
     s->pidfd = -1;
-    sup__free(s);
-}
-
-void sup__close_handle(struct sup *s, uv_handle_t *h)
-{
-    if (!uv_is_closing(h))
-        uv_close(h, on_close);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -227,7 +130,7 @@ static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long
     s->exit_status = exit_status;
     s->term_signal = term_signal;
     /* Whatever the runner left behind in its group goes with it. */
-    sup__kill_group(s, SIGKILL);
+    sup__local_stop(s, SIGKILL);
     s->peak_rss = (int64_t)maxrss_kb * 1024;
     s->cpu_us = cpu_us;
     if (s->rusage_fd >= 0) {
@@ -266,7 +169,7 @@ static void reap(struct sup *s)
         return;
     /* The group first, while the unreaped leader keeps its id from being
      * reused: whatever the runner left behind goes with it. */
-    sup__kill_group(s, SIGKILL);
+    sup__local_stop(s, SIGKILL);
     mem_cell_collect(s->mem);
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
@@ -297,28 +200,12 @@ static void on_sigchld(uv_signal_t *h, int signum)
     reap(h->data);
 }
 
-static void on_kill_timer(uv_timer_t *t)
-{
-    struct sup *s = t->data;
-    sup__kill_group(s, SIGKILL);
-}
-
-void sup__proc_terminate(struct sup *s)
-{
-    if (s->kill_sent || s->exited)
-        return;
-    s->kill_sent = true;
-    sup__kill_group(s, SIGTERM);
-    uv_timer_stop(&s->timer);
-    uv_timer_start(&s->timer, on_kill_timer, (uint64_t)s->cfg->kill_grace_ms, 0);
-}
-
 static void on_timeout(uv_timer_t *t)
 {
     struct sup *s = t->data;
     s->timed_out = true;
     log_warn("cell_timeout", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
-    sup__proc_terminate(s);
+    sup__terminate(s);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
@@ -341,21 +228,6 @@ static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
     uv_read_stop(h);
     s->log_eof = true;
     sup__finish(s);
-}
-
-/*
- * The read buffer of every cell: all reads happen on the loop thread and
- * each is consumed (parsed, or written to the log) before the callback
- * returns, so one buffer serves them all. Allocated once: a 1 MiB malloc
- * per cell is an mmap and a munmap, and the munmap of a multi-threaded
- * process interrupts every CPU that runs one of its threads.
- */
-char *sup__read_buffer(void)
-{
-    static char *buf;
-    if (!buf)
-        buf = malloc(SUP__READ_BUF);
-    return buf;
 }
 
 /* Whether this kernel has pidfd_open (5.3+), asked once. */

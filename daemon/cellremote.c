@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/executor.h"
 #include "daemon/remote.h"
 #include "daemon/sup_int.h"
 #include "storage/layout.h"
@@ -28,16 +29,6 @@
 #define REMOTE_TOKEN_GRACE_S 600
 
 extern char **environ;
-
-bool sup_is_remote(const struct capd_config *cfg)
-{
-    return strcmp(cfg->executor, "remote") == 0 || strcmp(cfg->executor, "slurm") == 0;
-}
-
-static bool is_slurm(const struct capd_config *cfg)
-{
-    return strcmp(cfg->executor, "slurm") == 0;
-}
 
 static json_int_t cell_timeout_s(const struct sup *s)
 {
@@ -150,7 +141,7 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
     if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
         /* Stopped from outside: Slurm knows why (node failure, preemption,
          * someone's scancel, its time limit); elsewhere nobody does. */
-        if (is_slurm(s->cfg) && s->slurm.job) {
+        if (s->exec->knows_why_stopped && s->exec->knows_why_stopped(s)) {
             s->slurm_deferred = true;
             s->deferred = *ex;
             /* the wait for Slurm's word is bounded even if squeue fails */
@@ -223,8 +214,8 @@ void sup__remote_stop(struct sup *s)
     }
     /* capd stopping leaves the worker running: the next capd takes the
      * attempt up again (sup_reattach), and meanwhile the API answers 503. */
-    if (is_slurm(s->cfg) && !s->abandoned)
-        sup__slurm_cancel(s);
+    if (s->exec->launch_stop && !s->abandoned)
+        s->exec->launch_stop(s);
     const char *state = s->cancelled    ? "cancelled"
                         : s->timed_out  ? "timeout"
                         : s->fail_state ? s->fail_state
@@ -235,8 +226,8 @@ void sup__remote_stop(struct sup *s)
 
 void sup__remote_close(struct sup *s)
 {
-    if (is_slurm(s->cfg))
-        sup__slurm_forget(s);
+    if (s->exec->launch_forget)
+        s->exec->launch_forget(s);
     /* capd stopping: the spool stays for the next capd (sup_reattach) */
     remote_close(s->remote, s->abandoned);
     s->remote = NULL;
@@ -265,7 +256,9 @@ static void launch_closed(uv_handle_t *h)
     free(l);
 }
 
-void sup_remote_shutdown(void)
+/* capd stops: the launchers still running are left to run (a launcher
+ * may be the worker itself); their handles close. */
+static void launchers_shutdown(void)
 {
     for (struct launch *l = launches; l; l = l->next)
         if (!uv_is_closing((uv_handle_t *)&l->proc))
@@ -402,8 +395,8 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
     uint64_t ms = s->remote_running ? (uint64_t)cell_timeout_s(s) * 1000
                                     : (uint64_t)s->cfg->remote_start_timeout_s * 1000;
     uv_timer_start(&s->timer, on_timeout, ms, 0);
-    if (is_slurm(s->cfg) && slurm.job)
-        sup__slurm_adopt(s, slurm);
+    if (s->exec->launch_adopt && slurm.job)
+        s->exec->launch_adopt(s, slurm);
     bool finished = false;
     struct remote_exit ex;
     char state[96];
@@ -447,10 +440,7 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
     /* From here the attempt ends the ordinary way, even if the launch fails. */
     char url[600], why[1200] = "";
     capd_url(s->cfg, url, sizeof url);
-    if (is_slurm(s->cfg))
-        rc = sup__slurm_submit(s, url, token, why, sizeof why);
-    else if ((rc = launch(s, url, token)) != 0)
-        snprintf(why, sizeof why, "cannot run remote_launch: %s", uv_strerror(rc));
+    rc = s->exec->launch(s, url, token, why, sizeof why);
     memset(token, 0, sizeof token);
     if (rc) {
         s->fail_state = strdup("failed");
@@ -471,3 +461,40 @@ fail:
     s->remote = NULL;
     return rc;
 }
+
+/* ---- the executor "remote" ---- */
+
+void sup__remote_kill(struct sup *s, int sig)
+{
+    (void)sig; /* the worker ends its runner its own way */
+    sup__remote_stop(s);
+}
+
+/* remote_launch through /bin/sh: the launch of executor "remote". */
+static int launch_command(struct sup *s, const char *url, const char *token, char *why, size_t wlen)
+{
+    int rc = launch(s, url, token);
+    if (rc)
+        snprintf(why, wlen, "cannot run remote_launch: %s", uv_strerror(rc));
+    return rc;
+}
+
+static const char *remote_config_problem(const struct capd_config *cfg)
+{
+    return cfg->remote_launch[0] ? NULL
+                                 : "executor \"remote\" needs remote_launch: the command that "
+                                   "starts capd-cell for an attempt (docs/scale.md)";
+}
+
+const struct executor executor_remote = {
+    .name = "remote",
+    .on_host = false,
+    .host_widths = true,
+    .config_problem = remote_config_problem,
+    .start = sup__remote_start,
+    .reattach = sup__remote_reattach,
+    .stop = sup__remote_kill,
+    .close = sup__remote_close,
+    .shutdown = launchers_shutdown,
+    .launch = launch_command,
+};

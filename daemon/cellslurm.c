@@ -29,6 +29,7 @@
 
 #include "daemon/remote.h"
 #include "daemon/slurm.h"
+#include "daemon/executor.h"
 #include "daemon/sup_int.h"
 #include "daemon/widths.h"
 #include "storage/layout.h"
@@ -375,7 +376,8 @@ static int constraint_of(const struct sup *s, char *out, size_t n)
 
 static void start_poll(uv_loop_t *loop);
 
-int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *reason, size_t rlen)
+static int attempt_submit(struct sup *s, const char *url, const char *token, char *reason,
+                          size_t rlen)
 {
     if (!S.cfg)
         ctx_init(s->cfg);
@@ -422,7 +424,7 @@ int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *r
     return 0;
 }
 
-void sup__slurm_adopt(struct sup *s, struct store_slurm_job slurm)
+static void attempt_adopt(struct sup *s, struct store_slurm_job slurm)
 {
     if (!S.cfg)
         ctx_init(s->cfg);
@@ -432,7 +434,7 @@ void sup__slurm_adopt(struct sup *s, struct store_slurm_job slurm)
     start_poll(s->loop);
 }
 
-void sup__slurm_forget(struct sup *s)
+static void attempt_forget(struct sup *s)
 {
     unlink_sup(s);
     for (struct pending **pp = &P.head; *pp; pp = &(*pp)->next)
@@ -446,7 +448,7 @@ void sup__slurm_forget(struct sup *s)
         }
 }
 
-void sup__slurm_cancel(struct sup *s)
+static void attempt_cancel(struct sup *s)
 {
     if (s->slurm.job)
         cancel_job(s->loop, s->slurm.job, s->slurm.task);
@@ -668,3 +670,25 @@ static void start_poll(uv_loop_t *loop)
     uv_timer_start(&S.timer, on_poll, (uint64_t)S.cfg->slurm_poll_ms,
                    (uint64_t)S.cfg->slurm_poll_ms);
 }
+
+/* ---- the executor "slurm": remote, launched by sbatch ---- */
+
+static bool slurm_knows_why(const struct sup *s)
+{
+    return s->slurm.job != 0;
+}
+
+const struct executor executor_slurm = {
+    .name = "slurm",
+    .on_host = false,
+    .host_widths = false, /* the width is the node's constraint */
+    .start = sup__remote_start,
+    .reattach = sup__remote_reattach,
+    .stop = sup__remote_kill,
+    .close = sup__remote_close,
+    .launch = attempt_submit,
+    .launch_adopt = attempt_adopt,
+    .launch_stop = attempt_cancel,
+    .launch_forget = attempt_forget,
+    .knows_why_stopped = slurm_knows_why,
+};

@@ -1,10 +1,12 @@
 /*
- * daemon/cellstart.c - the start-up backends of a cell (struct
- * sup__backend, daemon/sup_int.h): how the cell's process comes to be.
- * Each produces the same process (a session leader in the scratch dir,
- * fds as sup_int.h says, the cell's exit status as its own), so the rest
- * of the attempt does not know which one ran. The table at the end is the
- * one place that chooses; a new backend is one more entry.
+ * daemon/cellstart.c - the local executor (daemon/executor.h): the
+ * cell's process on capd's host, its pipes, its memory group, and the
+ * start-up backend that makes it (struct sup__backend, daemon/sup_int.h).
+ * Each backend produces the same process (a session leader in the scratch
+ * dir, fds as sup_int.h says, the cell's exit status as its own), so the
+ * rest of the attempt does not know which one ran. The backends' table
+ * is the one place that chooses; a new backend is one more entry. Once
+ * started, daemon/cellproc.c watches the process.
  *
  *   prefork  a build registered with "prefork": capd-exec --zygote SOCKET
  *            (posix_spawn), which hands the cell to the build's zygote
@@ -25,13 +27,17 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/executor.h"
 #include "daemon/launch.h"
+#include "daemon/memlimit.h"
 #include "daemon/spawn.h"
 #include "daemon/sup_int.h"
 #include "daemon/zygote.h"
+#include "util/log.h"
 
 /* ---- prefork: capd-exec --zygote ---- */
 
@@ -152,7 +158,7 @@ static const struct sup__backend fresh = {"fresh", NULL, fresh_spawn};
 /* Asked in order; the last takes every cell. */
 static const struct sup__backend *const backends[] = {&prefork, &fresh};
 
-int sup__backend_pick(struct sup *s, char *const *env, char *reason, size_t rlen)
+static int backend_pick(struct sup *s, char *const *env, char *reason, size_t rlen)
 {
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
         int rc = backends[i]->prepare ? backends[i]->prepare(s, env, reason, rlen) : 0;
@@ -164,3 +170,138 @@ int sup__backend_pick(struct sup *s, char *const *env, char *reason, size_t rlen
     }
     return -ENOENT;
 }
+
+/* ---- the local executor ---- */
+
+/* The cell's memory group with its limit: the job's memory_max_bytes
+ * (validated against cell_memory_max_bytes when the job was accepted), or
+ * cell_memory_max_bytes. */
+static int memory_group(struct sup *s, char *reason, size_t rlen)
+{
+    json_int_t want = json_integer_value(
+        json_object_get(json_object_get(s->run.spec, "options"), "memory_max_bytes"));
+    uint64_t limit = want > 0 && (uint64_t)want < s->cfg->cell_memory_max_bytes
+                         ? (uint64_t)want
+                         : s->cfg->cell_memory_max_bytes;
+    char name[96];
+    snprintf(name, sizeof name, "%s-%d", s->run.cell_id, s->run.attempt);
+    return mem_cell_new(name, limit, &s->mem, reason, rlen);
+}
+
+/* The log's first part and the two pipes. A bigger frame pipe lets a
+ * runner stream payloads without a context switch per 64 KiB; failing to
+ * get one only costs speed. */
+static int open_pipes(struct sup *s, int fpipe[2], int lpipe[2], char *reason, size_t rlen)
+{
+    if (sup__log_open(s) != 0 || pipe2(fpipe, O_CLOEXEC) != 0 || pipe2(lpipe, O_CLOEXEC) != 0) {
+        int rc = -errno;
+        snprintf(reason, rlen, "cannot set up the cell's pipes/log: %s", strerror(errno));
+        return rc;
+    }
+    fcntl(fpipe[0], F_SETPIPE_SZ, 1 << 20);
+    return 0;
+}
+
+/*
+ * Starts the process through S's backend and watches it (daemon/cellproc.c).
+ * The read ends of the pipes go to the loop and the write ends are closed
+ * here, whatever happens. A process that cannot join its memory group or
+ * be watched is killed: it must not run unsupervised. On failure the cell
+ * is finished as failed and S is freed once its handles have closed.
+ */
+static int start_process(struct sup *s, char *const *env, int fpipe[2], int lpipe[2])
+{
+    const char *python = json_string_value(json_object_get(s->run.build, "python"));
+    char *prog[] = {(char *)python, "-m", "capd_runner", NULL};
+    struct sup__start st = {
+        .python = python, .argv = prog, .env = env, .out_fd = lpipe[1], .frame_fd = fpipe[1]};
+    pid_t pid = 0;
+    sup__proc_open(s, fpipe[0], lpipe[0]);
+    fpipe[0] = lpipe[0] = -1;
+    int rc = s->backend->spawn(s, &st, &pid);
+    if (rc == 0 && (rc = mem_cell_attach(s->mem, pid)) != 0)
+        sup__kill_reap(pid);
+    close(fpipe[1]);
+    close(lpipe[1]);
+    fpipe[1] = lpipe[1] = -1;
+    if (s->rusage_w >= 0)
+        close(s->rusage_w);
+    s->rusage_w = -1;
+    if (rc == 0)
+        rc = sup__proc_watch(s, pid);
+    if (rc == 0) {
+        s->pid = pid;
+        return 0;
+    }
+    char reason[1200];
+    snprintf(reason, sizeof reason, "cannot spawn %s: %s", s->cfg->exec_bin, strerror(-rc));
+    sup__store_setup_failure(s->st, &s->run, reason);
+    s->finished = true;
+    if (s->rusage_fd >= 0)
+        close(s->rusage_fd);
+    s->rusage_fd = -1;
+    close(s->log_fd);
+    s->log_fd = -1;
+    mem_cell_free(s->mem);
+    s->mem = NULL;
+    sup__proc_close(s);
+    return rc;
+}
+
+/* The pipes and the rusage pipe, after a start that failed before the
+ * process existed. */
+static void close_fds(struct sup *s, int fpipe[2], int lpipe[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (fpipe[i] >= 0)
+            close(fpipe[i]);
+        if (lpipe[i] >= 0)
+            close(lpipe[i]);
+    }
+    if (s->rusage_fd >= 0)
+        close(s->rusage_fd);
+    if (s->rusage_w >= 0)
+        close(s->rusage_w);
+    s->rusage_fd = s->rusage_w = -1;
+}
+
+static int local_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
+                       size_t rlen)
+{
+    int fpipe[2] = {-1, -1}, lpipe[2] = {-1, -1};
+    (void)spec_path; /* the environment names it */
+    int rc = open_pipes(s, fpipe, lpipe, reason, rlen);
+    if (rc == 0 && (rc = memory_group(s, reason, rlen)) == 0)
+        rc = backend_pick(s, env, reason, rlen);
+    if (rc) {
+        close_fds(s, fpipe, lpipe);
+        return rc;
+    }
+    if ((rc = start_process(s, env, fpipe, lpipe)) != 0)
+        return rc; /* ended as failed: S goes with its handles */
+    json_int_t timeout =
+        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "timeout_s"));
+    sup__proc_run(s, (uint64_t)(timeout > 0 ? timeout : 600) * 1000);
+    log_info("cell_started", "job=%s cell=%s attempt=%d pid=%d model=%s width=%s pass=%s",
+             s->run.job_id, s->run.cell_id, s->run.attempt, s->pid,
+             log_q(json_string_value(json_object_get(s->run.spec, "model"))),
+             json_string_value(json_object_get(s->run.spec, "width")),
+             json_string_value(json_object_get(s->run.spec, "pass")));
+    return 0;
+}
+
+static void local_close(struct sup *s)
+{
+    sup__close_handle(s, (uv_handle_t *)&s->frames);
+    sup__close_handle(s, (uv_handle_t *)&s->logp);
+}
+
+const struct executor executor_local = {
+    .name = "local",
+    .on_host = true,
+    .host_widths = true,
+    .start = local_start,
+    .stop = sup__local_stop,
+    .close = local_close,
+    .release = sup__local_release,
+};

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
+#include "daemon/executor.h"
 #include "daemon/frame.h"
 #include "daemon/runas.h"
 #include "util/err.h"
@@ -458,18 +459,18 @@ static int check_tls(const struct capd_config *c, char **err)
     return 0;
 }
 
-/* The executor is one of two; remote cells need a way to start. */
+/* The executor is one of daemon/executor.h's table, with what it needs. */
 static int check_executor(const struct capd_config *c, char **err)
 {
-    if (strcmp(c->executor, "local") != 0 && strcmp(c->executor, "remote") != 0 &&
-        strcmp(c->executor, "slurm") != 0)
-        return util_errf(err, -EINVAL,
-                         "executor must be \"local\", \"remote\" or \"slurm\", not \"%s\"",
-                         c->executor);
-    if (strcmp(c->executor, "remote") == 0 && !c->remote_launch[0])
-        return util_errf(err, -EINVAL,
-                         "executor \"remote\" needs remote_launch: the command that starts "
-                         "capd-cell for an attempt (docs/scale.md)");
+    const struct executor *e = executor_find(c->executor);
+    const char *problem = e && e->config_problem ? e->config_problem(c) : NULL;
+    if (!e) {
+        char names[128];
+        executor_names(names, sizeof names);
+        return util_errf(err, -EINVAL, "executor must be %s, not \"%s\"", names, c->executor);
+    }
+    if (problem)
+        return util_errf(err, -EINVAL, "%s", problem);
     if (c->remote_url[0] && strncmp(c->remote_url, "http://", 7) != 0 &&
         strncmp(c->remote_url, "https://", 8) != 0)
         return util_errf(err, -EINVAL, "remote_url must start with http:// or https://: %s",

@@ -60,14 +60,6 @@ void sup_cancel(struct sup *s);
  * outcome (daemon shutdown: start-up recovery re-queues the cell). */
 void sup_abandon(struct sup *s);
 
-/* Closes the handles of remote_launch processes still running (they are
- * left to run: a launcher may be the worker itself), once the loop has
- * stopped. */
-void sup_remote_shutdown(void);
-
-/* Whether CFG runs cells remotely (executor "remote", daemon/remote.h). */
-bool sup_is_remote(const struct capd_config *cfg);
-
 const char *sup_job_id(const struct sup *s);
 const char *sup_cell_id(const struct sup *s);
 

@@ -1,23 +1,30 @@
 /*
- * daemon/sup_int.h - what the files of one cell attempt share and nobody
- * else sees. Internal names carry the sup__ prefix.
+ * daemon/sup_int.h - what the files of one cell attempt and its executors
+ * share and nobody else sees. Internal names carry the sup__ prefix. The
+ * calls run one way, down this list: an executor reaches the attempt's
+ * set-up only through its table row (daemon/executor.h), and the attempt
+ * reaches an executor only through S->exec.
  *
- *   sup.c        the attempt: set-up (scratch dir, spec, environment,
- *                memory group), frames into storage, the outcome
- *                (daemon/outcome.h), the end and the public API
- *   cellproc.c   the running process, whoever started it: the pipes, the
- *                capped log, the exit watch and reap, capd-exec's rusage
- *                pipe, the timeout and the SIGTERM-then-SIGKILL sequence
- *   cellstart.c  the start-up backends behind struct sup__backend: fresh
+ *   sup.c        the attempt's set-up (scratch dir, spec, environment)
+ *                and public API: start, reattach, cancel, abandon
+ *   executor.c   the table of executors
+ *   cellslurm.c  executor "slurm": remote, its worker an sbatch job
+ *                array task, its state polled and mapped
+ *   cellremote.c executor "remote": no local process; remote_launch
+ *                starts capd-cell, whose frames and log arrive through
+ *                the API's spool files
+ *   cellstart.c  executor "local": the pipes, the memory group and the
+ *                start-up backends behind struct sup__backend: fresh
  *                exec (spawn_cell) and prefork (capd-exec --zygote)
- *   cellremote.c a remote attempt (executor "remote", daemon/remote.h):
- *                no local process; remote_launch starts capd-cell, whose
- *                frames and log arrive through the API's spool files and
- *                are read into the same parser and capped log
- *   cellslurm.c  executor "slurm": a remote attempt whose worker is an
- *                sbatch job, its state polled and mapped
+ *   cellproc.c   the local process once started: the exit watch and
+ *                reap, capd-exec's rusage pipe, the timeout
+ *   cellend.c    the stream and the end, whatever the executor: frames
+ *                into storage, the outcome (daemon/outcome.h), the finish
+ *   cellbase.c   every attempt's pieces: the capped log, the handles
+ *                whose last close frees it, the shared read buffer, the
+ *                SIGTERM-then-SIGKILL sequence
  *
- * Whatever starts it, the cell's process is a process group leader in a
+ * Whatever starts it, a local cell's process is a process group leader in a
  * new session, started in the scratch dir with:
  *   fd 0  /dev/null
  *   fd 1,2  one pipe, read by cellproc.c into the capped cell log
@@ -35,8 +42,11 @@
 
 #include "daemon/frame.h"
 #include "daemon/memlimit.h"
+#include "daemon/config.h"
 #include "daemon/remote.h"
-#include "daemon/sup.h"
+#include "storage/store.h"
+
+struct executor;
 
 /* Polls a deferred Slurm attempt waits for its job's final state. */
 #define SUP__SLURM_DEFER_POLLS 10
@@ -47,12 +57,15 @@
 struct sup__backend;
 
 struct sup {
+    const struct executor *exec; /* where it runs: daemon/executor.h */
     uv_loop_t *loop;
     const struct capd_config *cfg;
     struct store *st;
     struct store_cell_run run;
-    sup_done_cb done;
-    sup_next_cb next_cb;
+    /* sup_done_cb and sup_next_cb (daemon/sup.h, which the executors'
+     * files have no need of) */
+    void (*done)(void *ud, struct sup *s);
+    bool (*next_cb)(void *ud, struct sup *s, bool *skip_gpu);
     void *ud;
     struct store_cell_run next; /* claimed with the outcome, for DONE */
 
@@ -148,18 +161,34 @@ struct sup__backend {
     int (*spawn)(struct sup *s, const struct sup__start *st, pid_t *pid);
 };
 
-/* The first backend that takes the cell, in S->backend. */
-int sup__backend_pick(struct sup *s, char *const *env, char *reason, size_t rlen);
-
-/* ---- the running process (cellproc.c) ---- */
+/* ---- every attempt's pieces (cellbase.c) ---- */
 
 /* The read buffer of every cell (SUP__READ_BUF bytes); NULL without memory. */
 char *sup__read_buffer(void);
 
 /* Opens LOG.part, the capped log's first part. 0 or -errno. */
 int sup__log_open(struct sup *s);
+/* Writes N bytes of the cell's output to the capped log. */
+void sup__log_write(struct sup *s, const char *data, size_t n);
 /* Closes the log and joins its parts into LOG (the tail kept). */
 void sup__log_finish(struct sup *s);
+
+/* Closes H; the last of S's handles to close frees S (after its
+ * executor's release). */
+void sup__close_handle(struct sup *s, uv_handle_t *h);
+/* Frees S (once its last handle has closed). */
+void sup__free(struct sup *s);
+
+/* SIGTERM through the executor's stop, so a runner can flush; SIGKILL
+ * after the grace period. */
+void sup__terminate(struct sup *s);
+
+/* ---- the local process (cellproc.c) ---- */
+
+/* The local executor's stop: SIG to the cell's process group. */
+void sup__local_stop(struct sup *s, int sig);
+/* The local executor's release: the pidfd. */
+void sup__local_release(struct sup *s);
 
 /* Takes the read ends of the frame and log pipes into the loop and makes
  * the timer; without pidfds also starts the SIGCHLD watch, which must be
@@ -174,17 +203,9 @@ void sup__proc_close(struct sup *s);
  * pipe, and the timeout of TIMEOUT_MS. */
 void sup__proc_run(struct sup *s, uint64_t timeout_ms);
 
-/* SIGTERM to the group first so a runner can flush; SIGKILL after the
- * grace period. */
-void sup__proc_terminate(struct sup *s);
-void sup__kill_group(struct sup *s, int sig);
 /* SIGKILL to PID's group and its reap, for a process that must not run
  * unsupervised. */
 void sup__kill_reap(pid_t pid);
-void sup__close_handle(struct sup *s, uv_handle_t *h);
-
-/* Writes N bytes of the cell's output to the capped log. */
-void sup__log_write(struct sup *s, const char *data, size_t n);
 
 /* ---- a remote attempt (cellremote.c) ---- */
 
@@ -197,39 +218,29 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
  * (job 0: none) polled again, the timeout restarted. */
 int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
                          struct store_slurm_job slurm, char *reason, size_t rlen);
-/* Puts S on the poll's list with its job SLURM (cellslurm.c). */
-void sup__slurm_adopt(struct sup *s, struct store_slurm_job slurm);
 /* Ends a deferred attempt with the worker's report, after Slurm's state
  * (applied by the caller) or the wait for it. */
 void sup__remote_conclude(struct sup *s);
-/* Tells the worker the attempt is over (sup__kill_group's remote side). */
+/* Tells the worker the attempt is over. */
 void sup__remote_stop(struct sup *s);
+/* The remote executors' stop: sup__remote_stop, whatever SIG. */
+void sup__remote_kill(struct sup *s, int sig);
 /* Unregisters the attempt and closes its handles (finish_tail's side). */
 void sup__remote_close(struct sup *s);
 
-/* ---- executor "slurm" (cellslurm.c) ---- */
-
-/* Submits remote attempt S as a task of a Slurm job array whose script
- * runs the worker with URL and TOKEN: the attempts started in one loop
- * turn with the same resources share one sbatch, at the turn's end. Its
- * state is polled from then on. 0, or -errno with REASON (a refused
- * sbatch ends the attempt later, with sbatch's word). */
-int sup__slurm_submit(struct sup *s, const char *url, const char *token, char *reason, size_t rlen);
-/* scancels S's job, if it has one. */
-void sup__slurm_cancel(struct sup *s);
-/* Takes S off the poll's list (it is about to be freed). */
-void sup__slurm_forget(struct sup *s);
-
-/* ---- the attempt (sup.c) ---- */
+/* ---- the stream and the end (cellend.c) ---- */
 
 /* The frame pipe's read callback, and its two halves, which a remote
  * attempt's spool is read into: N bytes of the stream, and its end. */
 void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b);
 void sup__frames_bytes(struct sup *s, const char *data, size_t n);
 void sup__frames_end(struct sup *s);
+/* S's frame parser, which stores what it parses, with the configured
+ * limits. 0 or -errno. */
+int sup__parser_new(struct sup *s);
 /* Ends the attempt once the process has exited and both pipes are done. */
 void sup__finish(struct sup *s);
-/* Frees S once its last handle has closed. */
-void sup__free(struct sup *s);
+/* Stores RUN as failed with REASON: its set-up failed before any process. */
+int sup__store_setup_failure(struct store *st, struct store_cell_run *run, const char *reason);
 
 #endif
