@@ -284,12 +284,21 @@ static bool host_refuses(struct capd *d, struct store_cell_run *run)
         return false;
     struct store_outcome o = {
         .state = "unsupported", .exit_code = -1, .reason = why, .host_missing = missing};
-    log_info("cell_not_run", "job=%s cell=%s width=%s reason=%s", run->job_id, run->cell_id,
-             log_q(width), log_q(why));
-    int rc = store_cell_finish(d->st, run, &o);
-    if (rc)
-        log_error("cell_finish_failed", "job=%s cell=%s rc=%d err=%s", run->job_id, run->cell_id,
-                  rc, log_q(store_errmsg(d->st)));
+    sup_end_unrun(d->st, run, "cell_not_run", &o);
+    store_cell_run_clear(run);
+    return true;
+}
+
+/* A GPU cell on capd's host takes a free device (*DEVICE); without one it
+ * ends failed here, before any child exists. True when the cell was ended
+ * (RUN is consumed). */
+static bool gpu_refuses(struct capd *d, struct store_cell_run *run, int *device)
+{
+    char why[1200];
+    if (devices_acquire(d->dev, run, device, why, sizeof why) == 0)
+        return false;
+    struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = why};
+    sup_end_unrun(d->st, run, "cell_no_gpu", &o);
     store_cell_run_clear(run);
     return true;
 }
@@ -345,7 +354,7 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
         }
         /* Slurm gives a GPU cell its device (--gres); a remote worker's
          * scheduler sets its visibility variables (worker/spec.c) */
-        if (d->exec->on_host && devices_acquire(d->dev, d->st, &run, &device) != 0) {
+        if (d->exec->on_host && gpu_refuses(d, &run, &device)) {
             free(n); /* stored as failed: no GPU */
             continue;
         }

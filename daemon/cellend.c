@@ -278,11 +278,26 @@ int sup__parser_new(struct sup *s)
     return !s->buf ? -ENOMEM : frame_parser_new(&lim, on_frame, s, &s->fp);
 }
 
-/* Stores RUN as failed with REASON: its set-up failed before any process. */
+int sup_end_unrun(struct store *st, const struct store_cell_run *run, const char *event,
+                  const struct store_outcome *o)
+{
+    if (strcmp(o->state, "unsupported") == 0)
+        log_info(event, "job=%s cell=%s state=%s reason=%s", run->job_id, run->cell_id, o->state,
+                 log_q(o->reason));
+    else
+        log_error(event, "job=%s cell=%s state=%s reason=%s", run->job_id, run->cell_id, o->state,
+                  log_q(o->reason));
+    int rc = store_cell_finish(st, run, o);
+    if (rc)
+        log_error("cell_finish_failed", "job=%s cell=%s rc=%d err=%s", run->job_id, run->cell_id,
+                  rc, log_q(store_errmsg(st)));
+    else
+        metrics_cell_finished(o->state, -1);
+    return rc;
+}
+
 int sup__store_setup_failure(struct store *st, struct store_cell_run *run, const char *reason)
 {
     struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = reason};
-    log_error("cell_setup_failed", "job=%s cell=%s reason=%s", run->job_id, run->cell_id,
-              log_q(reason));
-    return store_cell_finish(st, run, &o);
+    return sup_end_unrun(st, run, "cell_setup_failed", &o);
 }

@@ -559,19 +559,9 @@ static json_t *visibility_env(bool amd, int index)
                      "ROCR_VISIBLE_DEVICES", i, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 }
 
-/* Stores the claimed cell as failed (it never starts) and lets RUN go. */
-static int fail_cell(struct store *st, struct store_cell_run *run, const char *reason)
+int devices_acquire(struct devices *dv, struct store_cell_run *run, int *index, char *reason,
+                    size_t rlen)
 {
-    struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = reason};
-    log_error("cell_no_gpu", "job=%s cell=%s reason=%s", run->job_id, run->cell_id, log_q(reason));
-    store_cell_finish(st, run, &o);
-    store_cell_run_clear(run);
-    return -ENODEV;
-}
-
-int devices_acquire(struct devices *dv, struct store *st, struct store_cell_run *run, int *index)
-{
-    char reason[1200];
     *index = -1;
     if (!wants_gpu(run))
         return 0;
@@ -581,16 +571,17 @@ int devices_acquire(struct devices *dv, struct store *st, struct store_cell_run 
             pick = dv->index[i];
     if (pick < 0) {
         if (dv->ndev == 0)
-            snprintf(reason, sizeof reason,
-                     "options.device is gpu but this host has no GPU device (%s)",
+            snprintf(reason, rlen, "options.device is gpu but this host has no GPU device (%s)",
                      dv->reason[0] ? dv->reason : "see GET /v1/devices");
         else
-            snprintf(reason, sizeof reason, "no free GPU device for this cell");
-        return fail_cell(st, run, reason);
+            snprintf(reason, rlen, "no free GPU device for this cell");
+        return -ENODEV;
     }
     json_t *env = visibility_env(dv->amd, pick);
-    if (!env || json_object_set_new(run->spec, "device_env", env) != 0)
-        return fail_cell(st, run, "capd ran out of memory assigning a GPU device");
+    if (!env || json_object_set_new(run->spec, "device_env", env) != 0) {
+        snprintf(reason, rlen, "capd ran out of memory assigning a GPU device");
+        return -ENOMEM;
+    }
     pthread_mutex_lock(&dv->mu);
     dv->busy[pick] = true;
     snprintf(dv->busy_job[pick], sizeof dv->busy_job[pick], "%s", run->job_id);

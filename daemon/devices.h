@@ -68,10 +68,12 @@ bool devices_may_claim_gpu(struct devices *dv);
  * For a claimed cell. A CPU cell: *index = -1, returns 0. A GPU cell: takes
  * the lowest free device, puts the child's visibility variables in
  * run->spec as "device_env" (sup.c adds them to the child's environment)
- * and its index in *index. -ENODEV: no device is free (or none exists); the
- * cell has been stored as failed with the reason and must not be started.
+ * and its index in *index. -ENODEV (no device is free, or none exists) or
+ * -ENOMEM with REASON: the cell must not be started; the scheduler ends it
+ * (sup_end_unrun).
  */
-int devices_acquire(struct devices *dv, struct store *st, struct store_cell_run *run, int *index);
+int devices_acquire(struct devices *dv, struct store_cell_run *run, int *index, char *reason,
+                    size_t rlen);
 /* Gives the device back (INDEX < 0: nothing). */
 void devices_release(struct devices *dv, int index);
 

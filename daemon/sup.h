@@ -52,6 +52,16 @@ void sup_set_next_cb(struct sup *s, sup_next_cb cb);
  * false, with NEXT zeroed, when none was. */
 bool sup_take_next(struct sup *s, struct store_cell_run *next);
 
+/*
+ * Ends RUN, a claimed cell that no attempt ran (a width this host cannot
+ * run, no GPU for it, a set-up that failed): its outcome O stored, the
+ * reason logged as EVENT (info for unsupported, else error), counted in
+ * capd_cells_finished_total. With an attempt's own end (daemon/cellend.c),
+ * the one way a cell ends. 0 or what store_cell_finish returned.
+ */
+int sup_end_unrun(struct store *st, const struct store_cell_run *run, const char *event,
+                  const struct store_outcome *o);
+
 /* Stops the cell: SIGTERM to its group, SIGKILL after the grace period.
  * The outcome becomes cancelled. */
 void sup_cancel(struct sup *s);

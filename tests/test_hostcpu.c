@@ -193,6 +193,10 @@ Test(hostcpu, hidden_widths_not_run_and_aa_passes)
         cr_assert(log_has(&c, "cell_not_run", tu_str(cell, "id")));
     }
     cr_assert(log_has(&c, "cell_started", tu_str(job_cell(ja, "default"), "id")));
+    /* the cells no attempt ran count by outcome, not among the durations */
+    cr_assert_eq(tu_metric(&c, "capd_cells_finished_total{outcome=\"unsupported\"}"), 4);
+    cr_assert_eq(tu_metric(&c, "capd_cells_finished_total{outcome=\"ok\"}"), 2);
+    cr_assert_eq(tu_metric(&c, "capd_cell_duration_seconds_count"), 2);
 
     char path[256];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", a, b);

@@ -68,7 +68,7 @@ void metrics_cell_finished(const char *state, int64_t duration_ms)
         i++;
     add(&cells_finished[i], 1);
     if (duration_ms < 0)
-        duration_ms = 0;
+        return;
     double s = (double)duration_ms / 1000.0;
     size_t b = 0;
     while (b < N_CELL_BUCKETS && s > cell_buckets[b])

@@ -16,7 +16,9 @@
 
 #define METRICS_MAX_ROUTES 64
 
-/* A cell attempt ended with outcome STATE after DURATION_MS. */
+/* A cell ended with outcome STATE after DURATION_MS of its attempt; a
+ * negative DURATION_MS is a cell that no attempt ran (unsupported here, no
+ * GPU, a set-up that failed): counted by outcome, not in the durations. */
 void metrics_cell_finished(const char *state, int64_t duration_ms);
 
 /* RECORDS frames of BYTES (header plus payload) were stored. */
