@@ -15,6 +15,10 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "runner"))
+from capd_runner.cpuinfo import first_processor  # noqa: E402
+
 
 def read(path, default=None):
     try:
@@ -51,14 +55,7 @@ def f(v, fmt="%.2f"):
 
 
 def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
+    return first_processor().get("model name", "?")
 
 
 def verdict(ok):

@@ -22,20 +22,28 @@ TestSuite(widths_check, AF_SUITE);
 #define PKEY   "layer1.0.forward.output.0"
 #define OPSKEY "layer1.0.forward/op.aten::mul.0.output.0"
 
-/* A job of MODELS (JSON list contents) at default and avx2, forward, on
- * BUILD at COMMIT with OPTIONS (or NULL); waits for it and returns its id. */
-static char *job(const char *build, const char *commit, const char *models, const char *options)
+/* A job of MODELS at WIDTHS (JSON lists' contents), forward, on BUILD at
+ * COMMIT with OPTIONS (or NULL). */
+static struct af_job job_of(const char *build, const char *commit, const char *models,
+                            const char *widths, const char *options)
 {
-    struct af_job j = {.project = "p",
-                       .commit = commit,
-                       .build = build,
-                       .models = models,
-                       .widths = "\"default\",\"avx2\"",
-                       .passes = "\"forward\"",
-                       .options = options};
+    return (struct af_job){"p", commit, NULL, build, models, widths, "\"forward\"", options};
+}
+
+/* job_of() posted; waits for it and returns its id. */
+static char *job_at(const char *build, const char *commit, const char *models, const char *widths,
+                    const char *options)
+{
+    struct af_job j = job_of(build, commit, models, widths, options);
     char *id = af_submit_job(&af_capd, &j);
     json_decref(af_wait_done(id));
     return id;
+}
+
+/* The same at default and avx2. */
+static char *job(const char *build, const char *commit, const char *models, const char *options)
+{
+    return job_at(build, commit, models, "\"default\",\"avx2\"", options);
 }
 
 static void builds(void)
@@ -177,23 +185,9 @@ Test(widths_check, refusals)
     builds();
     af_hang_build("hang");
     char *ok = job("clean", "c1ea001", "\"fake:ok\"", NULL);
-    struct af_job nodefault = {.project = "p",
-                               .commit = "aaaa001",
-                               .build = "clean",
-                               .models = "\"fake:ok\"",
-                               .widths = "\"avx2\"",
-                               .passes = "\"forward\""};
-    struct af_job onlydefault = nodefault;
-    onlydefault.commit = "aaaa002";
-    onlydefault.widths = "\"default\"";
-    char *nd = af_submit_job(&af_capd, &nodefault), *od = af_submit_job(&af_capd, &onlydefault);
-    json_decref(af_wait_done(nd));
-    json_decref(af_wait_done(od));
-    struct af_job running = nodefault;
-    running.commit = "aaaa003";
-    running.build = "hang";
-    running.models = "\"mlp\"";
-    running.widths = "\"default\",\"avx2\"";
+    char *nd = job_at("clean", "aaaa001", "\"fake:ok\"", "\"avx2\"", NULL);
+    char *od = job_at("clean", "aaaa002", "\"fake:ok\"", "\"default\"", NULL);
+    struct af_job running = job_of("hang", "aaaa003", "\"mlp\"", "\"default\",\"avx2\"", NULL);
     char *run = af_submit_job(&af_capd, &running);
     json_decref(af_wait_cell(run, 0, "running", 20));
     static const struct {
@@ -294,14 +288,8 @@ Test(widths_check, incomplete_when_cells_cannot_be_judged)
     const char *hide[] = {"--cpu-features-hide", "avx512f", NULL};
     af_start(hide);
     builds();
-    struct af_job j = {.project = "p",
-                       .commit = "1c0a001",
-                       .build = "clean",
-                       .models = "\"fake:ok\",\"fake:segv\"",
-                       .widths = "\"default\",\"avx2\",\"avx512\"",
-                       .passes = "\"forward\""};
-    char *id = af_submit_job(&af_capd, &j);
-    json_decref(af_wait_done(id));
+    char *id = job_at("clean", "1c0a001", "\"fake:ok\",\"fake:segv\"",
+                      "\"default\",\"avx2\",\"avx512\"", NULL);
     json_t *r = check(id, "");
     const struct jw_want want[] = {
         JW_S("verdict", "incomplete"),

@@ -338,76 +338,87 @@ Test(spec, counts_of_an_earlier_worker)
     worker_spec_free(&sp);
 }
 
+/* REPLY refused (-EINVAL) with a message that holds MSG, with SCRATCH as
+ * the local scratch dir; a failure leaves the spec empty. ROW names it. */
+static void expect_refused(const char *reply, const char *scratch, const char *msg, const char *row)
+{
+    struct worker_spec sp;
+    char *err = NULL;
+    int rc = worker_spec_rewrite(reply, strlen(reply), scratch, &sp, &err);
+    cr_assert_eq(rc, -EINVAL, "%s: rc %d", row, rc);
+    cr_assert_not_null(err, "%s: no message", row);
+    cr_assert(strstr(err, msg), "%s: '%s' lacks '%s'", row, err, msg);
+    cr_assert(!sp.argv && !sp.env && !sp.cell_json, "%s: a failure holds nothing", row);
+    free(err);
+}
+
+/* The least reply worker_spec_rewrite takes. */
+#define GOOD_REPLY                                                                                 \
+    "{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}"
+
 Test(spec, bad_replies_table)
 {
+    /* whole replies */
     static const struct {
         const char *reply, *scratch, *msg;
-        int rc;
     } t[] = {
-        {"not json", MY_SCRATCH, "not a JSON object", -EINVAL},
-        {"[1, 2]", MY_SCRATCH, "not a JSON object", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}}", MY_SCRATCH, "'scratch'",
-         -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"rel\"}",
-         MY_SCRATCH, "'scratch' must be an absolute path", -EINVAL},
-        {"{\"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}", MY_SCRATCH,
-         "no 'attempt'", -EINVAL},
-        {"{\"attempt\": 0, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}",
-         MY_SCRATCH, "'attempt' must be an integer >= 1", -EINVAL},
-        {"{\"attempt\": \"7\", \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": "
-         "\"/s\"}",
-         MY_SCRATCH, "'attempt'", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}",
-         MY_SCRATCH, "'argv' must be a non-empty array", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}",
-         MY_SCRATCH, "argv[0] must be a non-empty string", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\", 3], \"env\": {}, \"spec\": {}, \"scratch\": "
-         "\"/s\"}",
-         MY_SCRATCH, "argv[1] must be a string", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\", \"a\\u0000b\"], \"env\": {}, \"spec\": {}, "
-         "\"scratch\": \"/s\"}",
-         MY_SCRATCH, "not allowed", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": [], \"spec\": {}, \"scratch\": \"/s\"}",
-         MY_SCRATCH, "'env' must be an object", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {\"K\": 1}, \"spec\": {}, \"scratch\": "
-         "\"/s\"}",
-         MY_SCRATCH, "env.K must be a string", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {\"A=B\": \"1\"}, \"spec\": {}, "
-         "\"scratch\": \"/s\"}",
-         MY_SCRATCH, "bad name 'A=B'", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {\"\": \"1\"}, \"spec\": {}, "
-         "\"scratch\": \"/s\"}",
-         MY_SCRATCH, "bad name", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": 1, \"scratch\": \"/s\"}",
-         MY_SCRATCH, "'spec' must be an object", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
-         "\"timeout_s\": -1}",
-         MY_SCRATCH, "'timeout_s' must be an integer >= 0", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
-         "\"chunk_max_bytes\": 0}",
-         MY_SCRATCH, "'chunk_max_bytes' must be an integer >= 1", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
-         "\"memory_max_bytes\": -1}",
-         MY_SCRATCH, "'memory_max_bytes' must be an integer >= 0", -EINVAL},
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\", "
-         "\"frames_received\": -5}",
-         MY_SCRATCH, "'frames_received'", -EINVAL},
+        {"not json", MY_SCRATCH, "not a JSON object"},
+        {"[1, 2]", MY_SCRATCH, "not a JSON object"},
         {"{\"attempt\": 7, \"attempt\": 8, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, "
          "\"scratch\": \"/s\"}",
-         MY_SCRATCH, "not a JSON object", -EINVAL},
+         MY_SCRATCH, "not a JSON object"},
         /* the local scratch dir must be absolute */
-        {"{\"attempt\": 7, \"argv\": [\"/p\"], \"env\": {}, \"spec\": {}, \"scratch\": \"/s\"}",
-         "tmp/x", "not an absolute path", -EINVAL},
+        {GOOD_REPLY, "tmp/x", "not an absolute path"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        struct worker_spec sp;
-        char *err = NULL;
-        int rc = worker_spec_rewrite(t[i].reply, strlen(t[i].reply), t[i].scratch, &sp, &err);
-        cr_assert_eq(rc, t[i].rc, "row %zu: rc %d", i, rc);
-        cr_assert_not_null(err, "row %zu: no message", i);
-        cr_assert(strstr(err, t[i].msg), "row %zu: '%s' lacks '%s'", i, err, t[i].msg);
-        cr_assert(!sp.argv && !sp.env && !sp.cell_json, "row %zu: a failure holds nothing", i);
-        free(err);
+        char row[32];
+        snprintf(row, sizeof row, "row %zu", i);
+        expect_refused(t[i].reply, t[i].scratch, t[i].msg, row);
+    }
+    /* GOOD_REPLY itself is taken; with MEMBER set to VALUE (JSON text), or
+     * removed (NULL), it is not */
+    struct worker_spec sp;
+    char *err = NULL;
+    cr_assert_eq(worker_spec_rewrite(GOOD_REPLY, strlen(GOOD_REPLY), MY_SCRATCH, &sp, &err), 0,
+                 "%s", err ? err : "");
+    worker_spec_free(&sp);
+    static const struct {
+        const char *member, *value, *msg;
+    } m[] = {
+        {"scratch", NULL, "'scratch'"},
+        {"scratch", "\"rel\"", "'scratch' must be an absolute path"},
+        {"attempt", NULL, "no 'attempt'"},
+        {"attempt", "0", "'attempt' must be an integer >= 1"},
+        {"attempt", "\"7\"", "'attempt'"},
+        {"argv", "[]", "'argv' must be a non-empty array"},
+        {"argv", "[\"\"]", "argv[0] must be a non-empty string"},
+        {"argv", "[\"/p\", 3]", "argv[1] must be a string"},
+        {"argv", "[\"/p\", \"a\\u0000b\"]", "not allowed"},
+        {"env", "[]", "'env' must be an object"},
+        {"env", "{\"K\": 1}", "env.K must be a string"},
+        {"env", "{\"A=B\": \"1\"}", "bad name 'A=B'"},
+        {"env", "{\"\": \"1\"}", "bad name"},
+        {"spec", "1", "'spec' must be an object"},
+        {"timeout_s", "-1", "'timeout_s' must be an integer >= 0"},
+        {"chunk_max_bytes", "0", "'chunk_max_bytes' must be an integer >= 1"},
+        {"memory_max_bytes", "-1", "'memory_max_bytes' must be an integer >= 0"},
+        {"frames_received", "-5", "'frames_received'"},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        json_t *r = json_loads(GOOD_REPLY, 0, NULL);
+        cr_assert_not_null(r);
+        if (m[i].value) {
+            json_t *v = json_loads(m[i].value, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+            cr_assert_not_null(v, "%s: %s", m[i].member, m[i].value);
+            json_object_set_new(r, m[i].member, v);
+        } else {
+            json_object_del(r, m[i].member);
+        }
+        char *text = json_dumps(r, JSON_COMPACT), row[96];
+        snprintf(row, sizeof row, "%s %s", m[i].member, m[i].value ? m[i].value : "removed");
+        expect_refused(text, MY_SCRATCH, m[i].msg, row);
+        free(text);
+        json_decref(r);
     }
 }
 

@@ -82,6 +82,24 @@ static json_t *compare(const struct clocks *c, const struct clocks *h, bool pair
     return crec_compare(sc, sh);
 }
 
+/* compare() of C and H, paired (6 pairs) or not (5 processes a side),
+ * failing the test unless the head is a regression of about twice the
+ * control, judged on BASIS; the result (owned). */
+static json_t *doubled_on(const struct clocks *c, const struct clocks *h, bool paired,
+                          const char *basis)
+{
+    json_t *r = compare(c, h, paired, paired ? 6 : 5);
+    const struct jw_want w[] = {
+        JW_S("cells.0.perf.basis", basis),
+        JW_N("cells.0.perf.basis_reason"),
+        JW_S("cells.0.perf.verdict", "regression"),
+    };
+    jw_expect_all(r, w);
+    cr_assert(fabs(jw_num(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
+              jw_num(r, "cells.0.perf.ratio"));
+    return r;
+}
+
 /*
  * A head whose model waits (sleeps, blocks) for as long again as it
  * computes spends no more CPU: judged on CPU time it was `same`, which is
@@ -93,15 +111,7 @@ Test(perf_basis, a_head_that_waits_is_a_regression_at_equal_cpu_time)
 {
     struct clocks c = {1e6, 1e4, 0.95e6, 0, true, true}, h = {2e6, 1e4, 0.95e6, 0, true, true};
     for (int paired = 0; paired < 2; paired++) {
-        json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
-        static const struct jw_want w[] = {
-            JW_S("cells.0.perf.basis", "own_time"),
-            JW_N("cells.0.perf.basis_reason"),
-            JW_S("cells.0.perf.verdict", "regression"),
-        };
-        jw_expect_all(r, w);
-        cr_assert(fabs(jw_num(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
-                  jw_num(r, "cells.0.perf.ratio"));
+        json_t *r = doubled_on(&c, &h, paired, "own_time");
         double cpu_ratio = jw_num(r, "cells.0.perf.times.head.cpu_ns") /
                            jw_num(r, "cells.0.perf.times.control.cpu_ns");
         cr_assert(fabs(cpu_ratio - 1.0) < 0.02, "CPU time equal: %g", cpu_ratio);
@@ -261,15 +271,7 @@ Test(perf_basis, a_gpu_cell_is_judged_on_device_time)
 {
     struct clocks c = {2e6, 1e4, 0.3e6, 1e6, true, true}, h = {2.1e6, 1e4, 0.3e6, 2e6, true, true};
     for (int paired = 0; paired < 2; paired++) {
-        json_t *r = compare(&c, &h, paired, paired ? 6 : 5);
-        static const struct jw_want w[] = {
-            JW_S("cells.0.perf.basis", "device_time"),
-            JW_N("cells.0.perf.basis_reason"),
-            JW_S("cells.0.perf.verdict", "regression"),
-        };
-        jw_expect_all(r, w);
-        cr_assert(fabs(jw_num(r, "cells.0.perf.ratio") - 2.0) < 0.05, "ratio %g",
-                  jw_num(r, "cells.0.perf.ratio"));
+        json_t *r = doubled_on(&c, &h, paired, "device_time");
         cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.device_ns") / 2e6 - 1) < 0.01);
         cr_assert(fabs(jw_num(r, "cells.0.perf.times.head.own_ns") / 2.1e6 - 1) < 0.01);
         char *md = cmp_result_to_markdown(r);

@@ -184,15 +184,71 @@ static char *slurp_n(const char *path, size_t *len)
     return t;
 }
 
-Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .timeout = 120)
+/* capd with the file launcher, one cell of MODEL of the fake build, and
+ * the attempt's token read (its job id, owned). */
+static char *launched_cell_of(const char *model, struct rt **out)
 {
     struct rt *r = rt_start("");
-    char *job = tu_submit(&r->c, "fake", "fake:ok__5", NULL);
+    char *job = tu_submit(&r->c, "fake", model, NULL);
     cr_assert_not_null(job);
     rt_launched(r);
+    *out = r;
+    return job;
+}
+
+static char *launched_cell(struct rt **out)
+{
+    return launched_cell_of("mlp", out);
+}
+
+/* PATH: the attempt endpoint WHAT ("spec", "finish") of attempt ATTEMPT. */
+static void attempt_path(char *path, size_t size, long long attempt, const char *what)
+{
+    snprintf(path, size, "/v1/attempts/%lld/%s", attempt, what);
+}
+
+/* The attempt's spec, fetched as its worker does (owned). */
+static json_t *rt_spec(struct rt *r)
+{
+    char path[128];
+    long st = 0;
+    attempt_path(path, sizeof path, r->attempt, "spec");
+    json_t *spec = rt_call(r, "GET", path, NULL, 0, NULL, r->auth, &st);
+    cr_assert_eq(st, 200, "%s", af_dump(spec));
+    return spec;
+}
+
+/* POSTs the attempt's finish: exit 0 after FLEN bytes of frames and LLEN of
+ * log, with EXTRA members (or ""); its reply (owned). */
+static json_t *rt_finish(struct rt *r, size_t flen, size_t llen, const char *extra, long *status)
+{
+    char path[128], fin[256];
+    attempt_path(path, sizeof path, r->attempt, "finish");
+    snprintf(fin, sizeof fin,
+             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
+             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5%s}",
+             flen, llen, extra);
+    return rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, status);
+}
+
+/* What run_worker left in R's dir: the frames (*FB, *FLEN bytes) and the
+ * runner's output (*LB, *LLEN bytes), both owned. */
+static void worker_output(struct rt *r, char **fb, size_t *flen, char **lb, size_t *llen)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/frames.bin", r->dir);
+    *fb = slurp_n(path, flen);
+    snprintf(path, sizeof path, "%s/out.log", r->dir);
+    *lb = slurp_n(path, llen);
+}
+
+Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .timeout = 120)
+{
+    struct rt *r;
+    char *job = launched_cell_of("fake:ok__5", &r);
     long st = 0;
     char path[128];
-    snprintf(path, sizeof path, "/v1/attempts/%lld/spec", r->attempt);
+    attempt_path(path, sizeof path, r->attempt, "spec");
 
     /* no token, a forged secret, a malformed one, another attempt's */
     json_decref(rt_call(r, "GET", path, NULL, 0, NULL, NULL, &st));
@@ -212,12 +268,11 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     json_decref(rt_call(r, "GET", path, NULL, 0, NULL, admin, &st));
     cr_assert_eq(st, 401, "an API token does not open /v1/attempts");
     char other[128];
-    snprintf(other, sizeof other, "/v1/attempts/%lld/spec", r->attempt + 1);
+    attempt_path(other, sizeof other, r->attempt + 1, "spec");
     json_decref(rt_call(r, "GET", other, NULL, 0, NULL, r->auth, &st));
     cr_assert_eq(st, 403, "the token of another attempt");
 
-    json_t *spec = rt_call(r, "GET", path, NULL, 0, NULL, r->auth, &st);
-    cr_assert_eq(st, 200, "%s", af_dump(spec));
+    json_t *spec = rt_spec(r);
     cr_assert_eq(jint(spec, "attempt"), r->attempt);
     cr_assert_str_eq(tu_str(json_object_get(spec, "spec"), "model"), "fake:ok__5");
     cr_assert_not_null(tu_jstr(json_object_get(spec, "env"), "CAPD_CELL_SPEC"));
@@ -225,11 +280,9 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     run_worker(r, spec);
     json_decref(spec);
 
-    char fpath[320], lpath[320];
-    snprintf(fpath, sizeof fpath, "%s/frames.bin", r->dir);
-    snprintf(lpath, sizeof lpath, "%s/out.log", r->dir);
     size_t flen, llen;
-    char *fb = slurp_n(fpath, &flen), *lb = slurp_n(lpath, &llen);
+    char *fb, *lb;
+    worker_output(r, &fb, &flen, &lb, &llen);
     cr_assert_gt(flen, 200, "the runner wrote frames");
     size_t a = flen / 3, b = 2 * flen / 3;
 
@@ -260,28 +313,14 @@ Test(remote, a_worker_streams_a_cell_with_replays_and_gaps, .fini = rt_stop, .ti
     json_decref(j);
 
     /* a finish that claims bytes capd does not hold is refused */
-    char fin[256];
-    snprintf(path, sizeof path, "/v1/attempts/%lld/finish", r->attempt);
-    snprintf(fin, sizeof fin,
-             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
-             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
-             flen + 1, llen);
-    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
+    json_decref(rt_finish(r, flen + 1, llen, "", &st));
     cr_assert_eq(st, 409, "finish past the bytes held");
-    snprintf(fin, sizeof fin,
-             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
-             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5,\"worker_oom\":1}",
-             flen, llen);
-    json_t *bad = rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st);
+    json_t *bad = rt_finish(r, flen, llen, ",\"worker_oom\":1", &st);
     cr_assert_eq(st, 400, "worker_oom must be a boolean");
     cr_assert_str_eq(tu_str(json_object_get(bad, "error"), "field"), "worker_oom", "%s",
                      af_dump(bad));
     json_decref(bad);
-    snprintf(fin, sizeof fin,
-             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
-             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
-             flen, llen);
-    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
+    json_decref(rt_finish(r, flen, llen, "", &st));
     cr_assert_eq(st, 200, "finish");
 
     json_t *done = af_wait_job(&r->c, job, 30);
@@ -327,18 +366,6 @@ static void expect_ended(struct rt *r, const char *job, const char *state, long 
     cr_assert_str_eq(tu_str(j, "state"), state, "the 410 names how it ended");
     json_decref(j);
     json_decref(done);
-}
-
-/* capd with the file launcher, one cell of the fake build, and the
- * attempt's token read (its job id, owned). */
-static char *launched_cell(struct rt **out)
-{
-    struct rt *r = rt_start("");
-    char *job = tu_submit(&r->c, "fake", "mlp", NULL);
-    cr_assert_not_null(job);
-    rt_launched(r);
-    *out = r;
-    return job;
 }
 
 Test(remote, garbage_frames_end_the_attempt_protocol_error, .fini = rt_stop, .timeout = 60)
@@ -508,6 +535,20 @@ Test(remote, capd_stopped_mid_cell_hands_the_attempt_over, .fini = rt_stop, .tim
     restart_mid_cell(false);
 }
 
+/* The job's one cell, once done (TIMEOUT_S at most): ok on its first
+ * attempt, with the records of MODEL run locally (WHAT names them). */
+static void expect_ok_once(struct rt *r, const char *job, int timeout_s, const char *model,
+                           const char *what)
+{
+    json_t *done = af_wait_job(&r->c, job, timeout_s);
+    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1,
+                 "the same attempt, not a second one: %s", af_dump(cell));
+    af_expect_local_records(&r->c, job, tu_str(cell, "id"), model, what);
+    json_decref(done);
+}
+
 static void restart_mid_cell(bool kill9)
 {
     struct rt *r = rt_start_worker("");
@@ -525,28 +566,13 @@ static void restart_mid_cell(bool kill9)
     cr_assert(strstr(log, "cell_remote_started"), "the worker started: %s", log);
     free(log);
     usleep(500 * 1000);
-    char port[32], cfg[600];
-    snprintf(port, sizeof port, "127.0.0.1:%d", r->c.port);
+    char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/capd.json", r->dir);
-    char dir[256];
-    snprintf(dir, sizeof dir, "%s", r->c.dir);
-    if (kill9)
-        tu_capd_kill9(&r->c);
-    else
-        cr_assert_eq(tu_capd_stop(&r->c), 0, "capd exits 0 on SIGTERM");
-    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
-    af_start_capd(&r->c, dir, extra);
-    json_t *done = af_wait_job(&r->c, job, 60);
-    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
-    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1,
-                 "the same attempt, not a second one: %s", af_dump(cell));
+    af_restart_capd(&r->c, cfg, kill9);
+    expect_ok_once(r, job, 60, "fake:slow__4000", "the records read anew from the spool");
     log = tu_slurp(r->c.errlog);
     cr_assert(strstr(log, "cell_reattached"), "%s", log);
     free(log);
-    af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:slow__4000",
-                            "the records read anew from the spool");
-    json_decref(done);
     free(job);
 }
 
@@ -557,46 +583,25 @@ static void restart_mid_cell(bool kill9)
  * before the kill is a race; the test holds either way and says which. */
 Test(remote, a_finish_answered_before_a_kill_is_not_lost, .fini = rt_stop, .timeout = 120)
 {
-    struct rt *r = rt_start("");
-    char *job = tu_submit(&r->c, "fake", "fake:ok__5", NULL);
-    cr_assert_not_null(job);
-    rt_launched(r);
-    long st = 0;
-    char path[128];
-    snprintf(path, sizeof path, "/v1/attempts/%lld/spec", r->attempt);
-    json_t *spec = rt_call(r, "GET", path, NULL, 0, NULL, r->auth, &st);
-    cr_assert_eq(st, 200);
+    struct rt *r;
+    char *job = launched_cell_of("fake:ok__5", &r);
+    json_t *spec = rt_spec(r);
     run_worker(r, spec);
     json_decref(spec);
-    char fpath[320], opath[320];
-    snprintf(fpath, sizeof fpath, "%s/frames.bin", r->dir);
-    snprintf(opath, sizeof opath, "%s/out.log", r->dir);
     size_t flen = 0, llen = 0;
-    char *fb = slurp_n(fpath, &flen), *lb = slurp_n(opath, &llen);
+    char *fb, *lb;
+    worker_output(r, &fb, &flen, &lb, &llen);
+    long st = 0;
     json_decref(rt_post(r, "frames", 0, fb, flen, &st));
     cr_assert_eq(st, 200);
     json_decref(rt_post(r, "log", 0, lb, llen, &st));
     cr_assert_eq(st, 200);
-    char fin[256], port[32], cfg[600], dir[256];
-    snprintf(path, sizeof path, "/v1/attempts/%lld/finish", r->attempt);
-    snprintf(fin, sizeof fin,
-             "{\"exit_status\":0,\"signal\":null,\"frames_bytes\":%zu,\"log_bytes\":%zu,"
-             "\"peak_rss_bytes\":1000,\"cpu_time_ms\":5}",
-             flen, llen);
-    snprintf(port, sizeof port, "127.0.0.1:%d", r->c.port);
+    char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/capd.json", r->dir);
-    snprintf(dir, sizeof dir, "%s", r->c.dir);
-    json_decref(rt_call(r, "POST", path, fin, strlen(fin), "application/json", r->auth, &st));
-    tu_capd_kill9(&r->c);
+    json_decref(rt_finish(r, flen, llen, "", &st));
+    af_restart_capd(&r->c, cfg, true);
     cr_assert_eq(st, 200, "finish");
-    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
-    af_start_capd(&r->c, dir, extra);
-    json_t *done = af_wait_job(&r->c, job, 30);
-    json_t *cell = json_array_get(json_object_get(done, "cells"), 0);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s", af_dump(cell));
-    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1, "%s", af_dump(cell));
-    af_expect_local_records(&r->c, job, tu_str(cell, "id"), "fake:ok__5",
-                            "the records of the finished attempt");
+    expect_ok_once(r, job, 30, "fake:ok__5", "the records of the finished attempt");
     char *log = tu_slurp(r->c.errlog);
     fprintf(stderr, "a_finish_answered_before_a_kill: the outcome was %s\n",
             strstr(log, "cell_reattached") ? "stored by the next capd, from finish.json"
@@ -604,7 +609,6 @@ Test(remote, a_finish_answered_before_a_kill_is_not_lost, .fini = rt_stop, .time
     cr_assert(!strstr(log, "cell_reattached") || strstr(log, "finished=1"),
               "a reattached attempt is ended by its kept finish: %s", log);
     free(log);
-    json_decref(done);
     free(fb);
     free(lb);
     free(job);

@@ -95,16 +95,20 @@ static void wait_for_log(const char *event)
     wait_for_log_within(event, 30);
 }
 
-/* up(), and a job of one fake:slow__4000 cell whose worker runs on the
- * node (its id, owned). */
-static char *slow_cell_running(void)
+/* up(), and a job of one cell of MODEL (the JSON string) whose worker
+ * runs on the node (its id, owned). */
+static char *cell_running(const char *model)
 {
     up();
-    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:slow__4000\"",
-                         "\"avx2\"", "\"forward\"", NULL};
+    struct af_job job = {"t", "abcdef1", NULL, "fake", model, "\"avx2\"", "\"forward\"", NULL};
     char *id = af_submit_job(&capd, &job);
     wait_for_log("cell_remote_started");
     return id;
+}
+
+static char *slow_cell_running(void)
+{
+    return cell_running("\"fake:slow__4000\"");
 }
 
 /* The job's cell (owned) once the job ended, and its log in *LOG (owned). */
@@ -129,6 +133,26 @@ static json_t *ended_cell(const char *job, char **log)
     *log = strdup(lr.body ? lr.body : "");
     tu_resp_free(&lr);
     return cell;
+}
+
+/* Fails the test unless the cell of JOB ends ok on attempt ATTEMPTS. */
+static void expect_ok_on_attempt(const char *job, json_int_t attempts)
+{
+    char *log = NULL;
+    json_t *cell = ended_cell(job, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
+    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), attempts, "%s",
+                 af_dump(cell));
+    json_decref(cell);
+    free(log);
+}
+
+/* Fails the test unless capd has logged a requeue for a node's failure. */
+static void expect_node_fail_requeue(void)
+{
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "NODE_FAIL"), "capd requeued for the node's failure: %s", clog);
+    free(clog);
 }
 
 /* One cell of MODEL (fake build, width WIDTH) with OPTIONS; ends in STATE. */
@@ -309,25 +333,17 @@ Test(slurm_exec, a_torch_cell_through_slurm_is_bit_identical_to_local)
  * one attempt, one Slurm job, the cell ok. */
 Test(slurm_exec, capd_killed_mid_cell_reattaches)
 {
-    char *id = slow_cell_running(), *log = NULL;
-    char port[32], cfg[600], dir[256];
-    snprintf(port, sizeof port, "127.0.0.1:%d", capd.port);
+    char *id = slow_cell_running();
+    char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/capd.json", root);
-    snprintf(dir, sizeof dir, "%s", capd.dir);
-    tu_capd_kill9(&capd);
-    const char *extra[] = {"--config", cfg, "--listen", port, NULL};
-    af_start_capd(&capd, dir, extra);
-    json_t *cell = ended_cell(id, &log);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
-    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 1, "%s", af_dump(cell));
+    af_restart_capd(&capd, cfg, true);
+    expect_ok_on_attempt(id, 1);
     char *clog = tu_slurp(capd.errlog);
     cr_assert(strstr(clog, "cell_reattached") && strstr(clog, "slurm_job=1"), "%s", clog);
     free(clog);
     cr_assert_eq(tu_sh("SLURM_CONF=%s/slurm.conf scontrol -o show job 2 >/dev/null 2>&1", cdir) !=
                      0,
                  true, "no second Slurm job was submitted");
-    json_decref(cell);
-    free(log);
     free(id);
 }
 
@@ -337,22 +353,16 @@ Test(slurm_exec, capd_killed_mid_cell_reattaches)
  * whose second attempt runs once slurmd is back: ok, on attempt 2. */
 Test(slurm_exec, slurmd_killed_mid_cell_requeues_the_cell)
 {
-    char *id = slow_cell_running(), *log = NULL;
+    char *id = slow_cell_running();
     const char *src = tu_bin("CAPD_SOURCE_DIR");
     cr_assert_eq(tu_sh("%s/tests/slurm/cluster.sh crash-node %s", src, cdir), 0);
     /* slurmctld sees a silent node only by its pings: SlurmdTimeout (10 s)
      * after the last answer, on its ping cadence; 25 to 28 s on a quiet
      * 2-core host, more under CI's parallel tests (a 30 s wait failed) */
     wait_for_log_within("slurm_requeue", 120);
-    char *clog = tu_slurp(capd.errlog);
-    cr_assert(strstr(clog, "NODE_FAIL"), "capd requeued for the node's failure: %s", clog);
-    free(clog);
+    expect_node_fail_requeue();
     cr_assert_eq(tu_sh("%s/tests/slurm/cluster.sh start-node %s", src, cdir), 0);
-    json_t *cell = ended_cell(id, &log);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
-    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
-    json_decref(cell);
-    free(log);
+    expect_ok_on_attempt(id, 2);
     free(id);
 }
 
@@ -362,26 +372,20 @@ Test(slurm_exec, slurmd_killed_mid_cell_requeues_the_cell)
  * attempt, which runs once the node is back: ok, on attempt 2. */
 Test(slurm_exec, a_node_failure_requeues_the_cell)
 {
-    char *id = slow_cell_running(), *log = NULL;
+    char *id = slow_cell_running();
     cr_assert_eq(
         tu_sh("SLURM_CONF=%s/slurm.conf scontrol update NodeName=$(SLURM_CONF=%s/slurm.conf "
               "sinfo -h -o %%N) State=DOWN Reason=capd-test",
               cdir, cdir),
         0);
     wait_for_log("slurm_requeue");
-    char *clog = tu_slurp(capd.errlog);
-    cr_assert(strstr(clog, "NODE_FAIL"), "capd requeued for the node's failure: %s", clog);
-    free(clog);
+    expect_node_fail_requeue();
     /* back to service; slurmd answering may have brought it back already
      * (ReturnToService=2), and then RESUME is refused */
     tu_sh("SLURM_CONF=%s/slurm.conf scontrol update NodeName=$(SLURM_CONF=%s/slurm.conf "
           "sinfo -h -o %%N) State=RESUME >/dev/null 2>&1",
           cdir, cdir);
-    json_t *cell = ended_cell(id, &log);
-    cr_assert_str_eq(tu_str(cell, "state"), "ok", "%s\nlog: %s", af_dump(cell), log);
-    cr_assert_eq(json_integer_value(json_object_get(cell, "attempts")), 2, "%s", af_dump(cell));
-    json_decref(cell);
-    free(log);
+    expect_ok_on_attempt(id, 2);
     free(id);
 }
 
@@ -389,11 +393,7 @@ Test(slurm_exec, a_node_failure_requeues_the_cell)
  * polls less often each time (slurm_poll_ms 300 doubled: 600, then 1200). */
 Test(slurm_exec, a_failing_poll_backs_off)
 {
-    up();
-    struct af_job job = {"t",        "abcdef1",     NULL, "fake", "\"fake:hang\"",
-                         "\"avx2\"", "\"forward\"", NULL};
-    char *id = af_submit_job(&capd, &job);
-    wait_for_log("cell_remote_started");
+    char *id = cell_running("\"fake:hang\"");
     cr_assert_eq(tu_sh("kill -KILL $(cat %s/slurmctld.pid)", cdir), 0);
     /* squeue waits for the controller before it gives up (MessageTimeout) */
     wait_for_log_within("next_poll_ms=600", 120);

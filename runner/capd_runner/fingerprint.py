@@ -8,7 +8,7 @@ import re
 import sys
 
 from capd_runner import RUNNER_NAME
-from capd_runner import layout, native
+from capd_runner import cpuinfo, layout, native
 from capd_runner import width as widthmod
 
 # Every variable of the cell's environment is recorded (capd built it, so
@@ -82,20 +82,7 @@ def cpu_info(path="/proc/cpuinfo"):
     """Model name and ISA flags of the first processor listed."""
     info = {"model": None, "flags": [], "logical_cpus": os.cpu_count(),
             "machine": platform.machine()}
-    try:
-        with open(path, "r") as f:
-            text = f.read()
-    except OSError:
-        return info
-    first = {}
-    for line in text.split("\n"):
-        if not line.strip():
-            if first:
-                break
-            continue
-        k, sep, v = line.partition(":")
-        if sep:
-            first.setdefault(k.strip().lower(), v.strip())
+    first = cpuinfo.first_processor(path)
     for k in ("model name", "cpu model", "cpu", "processor", "vendor_id"):
         v = first.get(k)
         if v and not v.isdigit():

@@ -60,6 +60,8 @@ import os
 import re
 import sys
 
+from capd_runner import cpuinfo
+
 # The instruction levels a width's ceiling (width_isa) and a library's
 # reading are named in, narrowest first. A reading between two of them
 # counts as the next one up (SSE3, SSSE3: sse4_1), so that the check never
@@ -419,14 +421,7 @@ def _mkl_version(libs):
 
 def cpu_vendor():
     """The CPU's vendor_id (GenuineIntel, AuthenticAMD, ...), or None."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+    return cpuinfo.first_processor().get("vendor_id")
 
 
 # MKL takes its CNR branches (MKL_CBWR) and MKL_ENABLE_INSTRUCTIONS on Intel

@@ -519,74 +519,87 @@ static int hook_module(Fast *f, PyObject *const *args, Py_ssize_t nargs, Py_ssiz
     return 1;
 }
 
-/* Capture._pre (no taps, no per-op records): the call counted, its inputs. */
-static PyObject *fast_pre(Fast *f, PyObject *const *args, Py_ssize_t nargs)
+/* Capture._pre's call of module MID: counted, and pushed on MID's stack
+ * of open calls. A new reference, or NULL with an error set. */
+static PyObject *pre_call(Fast *f, PyObject *mid)
 {
-    PyObject *mid, *fqn, *call = NULL, *next = NULL, *res = NULL;
-    int go = hook_module(f, args, nargs, 2, "pre(module, inputs)", &mid, &fqn);
-    if (go <= 0) {
-        res = go ? NULL : Py_NewRef(Py_None);
-        goto out;
-    }
-    call = PyDict_GetItemWithError(f->calls, mid);
+    PyObject *call = PyDict_GetItemWithError(f->calls, mid), *next = NULL;
     if (!call && PyErr_Occurred())
-        goto out;
+        return NULL;
     call = Py_NewRef(call ? call : s_zero);
     if (!(next = PyNumber_Add(call, s_one)) || PyDict_SetItem(f->calls, mid, next) < 0)
-        goto out;
+        goto fail;
+    Py_CLEAR(next);
     PyObject *stack = PyDict_GetItemWithError(f->active, mid);
     if (!stack && PyErr_Occurred())
-        goto out;
+        goto fail;
     if (!stack) {
         PyObject *fresh = PyList_New(0);
         int rc = fresh ? PyDict_SetItem(f->active, mid, fresh) : -1;
         Py_XDECREF(fresh);
         if (rc < 0)
-            goto out;
+            goto fail;
         stack = fresh;
     }
     if (PyList_Append(stack, call) < 0)
-        goto out;
-    res = record_side(f, args[1], fqn, call, s_input);
-out:
+        goto fail;
+    return call;
+fail:
     Py_XDECREF(next);
+    Py_DECREF(call);
+    return NULL;
+}
+
+/* Capture._post's call of module MID: the open call its stack holds last
+ * (popped), else the last one counted. A new reference, or NULL with an
+ * error set. */
+static PyObject *post_call(Fast *f, PyObject *mid)
+{
+    PyObject *stack = PyDict_GetItemWithError(f->active, mid);
+    if (!stack && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = stack && PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
+    if (n > 0) {
+        PyObject *call = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+        if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
+            Py_CLEAR(call);
+        return call;
+    }
+    PyObject *c = PyDict_GetItemWithError(f->calls, mid);
+    if (!c && PyErr_Occurred())
+        return NULL;
+    return PyNumber_Subtract(c ? c : s_one, s_one);
+}
+
+/* Either hook, for WANT arguments (USAGE in the error): the call of the
+ * module in args[0] as CALL_OF says, and the tensors of its last argument
+ * (inputs, output) recorded as ROLE. */
+static PyObject *hook_side(Fast *f, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                           const char *usage, PyObject *(*call_of)(Fast *, PyObject *),
+                           PyObject *role)
+{
+    PyObject *mid, *fqn, *call = NULL, *res = NULL;
+    int go = hook_module(f, args, nargs, want, usage, &mid, &fqn);
+    if (go <= 0)
+        res = go ? NULL : Py_NewRef(Py_None);
+    else if ((call = call_of(f, mid)))
+        res = record_side(f, args[want - 1], fqn, call, role);
     Py_XDECREF(call);
     Py_XDECREF(fqn);
     Py_XDECREF(mid);
     return res;
 }
 
+/* Capture._pre (no taps, no per-op records): the call counted, its inputs. */
+static PyObject *fast_pre(Fast *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    return hook_side(f, args, nargs, 2, "pre(module, inputs)", pre_call, s_input);
+}
+
 /* Capture._post (no taps, no per-op records): its outputs. */
 static PyObject *fast_post(Fast *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *mid, *fqn, *call = NULL, *res = NULL;
-    int go = hook_module(f, args, nargs, 3, "post(module, inputs, output)", &mid, &fqn);
-    if (go <= 0) {
-        res = go ? NULL : Py_NewRef(Py_None);
-        goto out;
-    }
-    PyObject *stack = PyDict_GetItemWithError(f->active, mid);
-    if (!stack && PyErr_Occurred())
-        goto out;
-    Py_ssize_t n = stack && PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
-    if (n > 0) {
-        call = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
-        if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
-            goto out;
-    } else {
-        PyObject *c = PyDict_GetItemWithError(f->calls, mid);
-        if (!c && PyErr_Occurred())
-            goto out;
-        call = PyNumber_Subtract(c ? c : s_one, s_one);
-        if (!call)
-            goto out;
-    }
-    res = record_side(f, args[2], fqn, call, s_output);
-out:
-    Py_XDECREF(call);
-    Py_XDECREF(fqn);
-    Py_XDECREF(mid);
-    return res;
+    return hook_side(f, args, nargs, 3, "post(module, inputs, output)", post_call, s_output);
 }
 
 static void fast_dealloc(Fast *f)

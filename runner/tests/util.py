@@ -11,6 +11,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+from capd_runner import cpuinfo
 from tests.framereader import make_spec, run_runner  # noqa: F401
 
 PYTHON = os.environ.get("CAPD_TEST_PYTHON", sys.executable)
@@ -39,14 +40,7 @@ def has_torchvision():
 
 
 def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(cpuinfo.first_processor().get("flags", "").split())
 
 
 def blake(data):

@@ -63,6 +63,19 @@ void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra)
     }
 }
 
+void af_restart_capd(struct tu_capd *c, const char *config, bool kill9)
+{
+    char port[32], dir[sizeof c->dir];
+    snprintf(port, sizeof port, "127.0.0.1:%d", c->port);
+    snprintf(dir, sizeof dir, "%s", c->dir);
+    if (kill9)
+        tu_capd_kill9(c);
+    else
+        cr_assert_eq(tu_capd_stop(c), 0, "capd exits 0 on SIGTERM");
+    const char *extra[] = {"--config", config, "--listen", port, NULL};
+    af_start_capd(c, dir, extra);
+}
+
 void af_env_init(struct af_env *e)
 {
     memset(e, 0, sizeof *e);

@@ -46,6 +46,11 @@ void af_start_capd(struct tu_capd *c, const char *dir, const char *const *extra)
 void af_stop_capd(struct tu_capd *c, char **dir);
 /* Stops C and removes the temp dir tu_capd_start made for it (C->dir). */
 void af_stop_own_capd(struct tu_capd *c);
+/* Stops C (SIGKILL when KILL9, else SIGTERM, after which capd must exit
+ * 0) and starts capd again in the same data dir, on the same port, with
+ * --config CONFIG: a restart that the workers and clients of C see as
+ * capd coming back. */
+void af_restart_capd(struct tu_capd *c, const char *config, bool kill9);
 /* A suite's own capd with a fresh temp dir DIR and its data dir DIR/data;
  * af_env_init zeroes E and makes the dir. */
 struct af_env {
