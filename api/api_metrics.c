@@ -13,20 +13,31 @@
 #include <stdlib.h>
 
 #include "api/api_int.h"
+#include "util/cellstate.h"
 #include "util/metrics.h"
 
 static const char *const job_states[] = {"queued", "running", "done", "cancelled", NULL};
-static const char *const cell_states[] = {
-    "queued",      "running",        "ok",          "failed", "crashed", "timeout", "cancelled",
-    "unsupported", "protocol_error", "interrupted", "oom",    NULL};
+
+static void state_line(FILE *f, const char *name, json_t *counts, const char *state)
+{
+    fprintf(f, "%s{state=\"%s\"} %lld\n", name, state,
+            (long long)json_integer_value(json_object_get(counts, state)));
+}
 
 static void by_state(FILE *f, const char *name, const char *help, json_t *counts,
                      const char *const *states)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
     for (const char *const *s = states; *s; s++)
-        fprintf(f, "%s{state=\"%s\"} %lld\n", name, *s,
-                (long long)json_integer_value(json_object_get(counts, *s)));
+        state_line(f, name, counts, *s);
+}
+
+/* Cells by state: every state of util/cellstate.h, in its order. */
+static void cells_by_state(FILE *f, json_t *counts)
+{
+    fputs("# HELP capd_cells Cells by state.\n# TYPE capd_cells gauge\n", f);
+    for (unsigned i = 0; i < CELL_STATE_N; i++)
+        state_line(f, "capd_cells", counts, cell_state_name((enum cell_state)i));
 }
 
 static const char *const alert_states[] = {"open", "acknowledged", "false_positive", "expected",
@@ -81,11 +92,12 @@ enum MHD_Result api_metrics(struct api_req *r)
     if (rc == 0) {
         json_t *cells = json_object_get(counts, "cells");
         by_state(f, "capd_jobs", "Jobs by state.", json_object_get(counts, "jobs"), job_states);
-        by_state(f, "capd_cells", "Cells by state.", cells, cell_states);
-        fprintf(f,
-                "# HELP capd_queue_depth Cells waiting for a child.\n"
-                "# TYPE capd_queue_depth gauge\ncapd_queue_depth %lld\n",
-                (long long)json_integer_value(json_object_get(cells, "queued")));
+        cells_by_state(f, cells);
+        fprintf(
+            f,
+            "# HELP capd_queue_depth Cells waiting for a child.\n"
+            "# TYPE capd_queue_depth gauge\ncapd_queue_depth %lld\n",
+            (long long)json_integer_value(json_object_get(cells, cell_state_name(CELL_QUEUED))));
         alert_metrics(f, s);
     }
     fprintf(f,

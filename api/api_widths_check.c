@@ -24,6 +24,7 @@
 #include "api/api_int.h"
 #include "compare/cmp.h"
 #include "daemon/widths.h"
+#include "util/cellstate.h"
 
 #define BASELINE "default"
 
@@ -75,11 +76,18 @@ static bool str_is(json_t *o, const char *key, const char *want)
     return v && strcmp(v, want) == 0;
 }
 
+/* Whether the engine cell's KEY ("head_outcome") names the cell state ST. */
+static bool outcome_is(json_t *cell, const char *key, enum cell_state st)
+{
+    return cell_state_is(json_string_value(json_object_get(cell, key)), st);
+}
+
 /* The engine cell's status as the self-check counts it. */
 static const char *cell_status(json_t *cell)
 {
-    if (str_is(cell, "status", "incomparable") && (str_is(cell, "head_outcome", "unsupported") ||
-                                                   str_is(cell, "control_outcome", "unsupported")))
+    if (str_is(cell, "status", "incomparable") &&
+        (outcome_is(cell, "head_outcome", CELL_UNSUPPORTED) ||
+         outcome_is(cell, "control_outcome", CELL_UNSUPPORTED)))
         return "unsupported";
     const char *st = json_string_value(json_object_get(cell, "status"));
     return st ? st : "incomparable";

@@ -12,36 +12,38 @@
 #include <unistd.h>
 
 #include "cli/capctl.h"
+#include "util/cellstate.h"
 
 /* How long polling tolerates an unreachable or overloaded server before it
  * gives up: a capd restart takes a few seconds. */
 #define CTL_POLL_GRACE_S 60.0
 
-/* The states a cell ends in, in the order a progress line names them. */
-static const char *const terminal_order[] = {
-    "ok",          "failed",         "crashed",   "timeout",     "oom",
-    "unsupported", "protocol_error", "cancelled", "interrupted", NULL};
-
-static bool is_done_state(const char *st)
-{
-    return st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0;
-}
-
 /* The one-line progress of a job:
- * "job j... running: 5/12 cells done (ok 4, failed 1), 1 running". */
+ * "job j... running: 5/12 cells done (ok 4, failed 1), 1 running".
+ * Done cells are counted by final state in util/cellstate.h's order; a
+ * state this capctl does not know (a newer capd's) is done, as "other". */
 static void progress_line(json_t *job, char *buf, size_t cap)
 {
     json_t *cells = json_object_get(job, "cells");
-    size_t total = json_array_size(cells), done = 0, running = 0, i;
+    size_t total = json_array_size(cells), done = 0, running = 0, other = 0, i;
+    size_t by[CELL_STATE_N] = {0};
     json_t *cell;
     char ib[64], sb[64];
     json_array_foreach(cells, i, cell)
     {
         const char *st = json_string_value(json_object_get(cell, "state"));
-        if (st && strcmp(st, "running") == 0)
-            running++;
-        else if (is_done_state(st))
+        enum cell_state cs;
+        if (!st)
+            continue;
+        if (cell_state_parse(st, &cs) != 0) {
+            other++;
             done++;
+        } else if (cs == CELL_RUNNING) {
+            running++;
+        } else if (cell_state_final(cs)) {
+            by[cs]++;
+            done++;
+        }
     }
     int n = snprintf(buf, cap, "job %s %s: %zu/%zu cells done",
                      ctl_jtext(json_object_get(job, "id"), ib, sizeof ib),
@@ -49,28 +51,12 @@ static void progress_line(json_t *job, char *buf, size_t cap)
     if (done > 0 && n > 0 && (size_t)n < cap) {
         bool first = true;
         n += snprintf(buf + n, cap - (size_t)n, " (");
-        /* Known states first, in a fixed order; anything newer after. */
-        for (int k = 0; terminal_order[k]; k++) {
-            size_t c = 0;
-            json_array_foreach(cells, i, cell)
-            {
-                const char *st = json_string_value(json_object_get(cell, "state"));
-                c += st && strcmp(st, terminal_order[k]) == 0;
-            }
-            if (c && (size_t)n < cap) {
+        for (unsigned k = 0; k < CELL_STATE_N; k++) {
+            if (by[k] && (size_t)n < cap) {
                 n += snprintf(buf + n, cap - (size_t)n, "%s%s %zu", first ? "" : ", ",
-                              terminal_order[k], c);
+                              cell_state_name((enum cell_state)k), by[k]);
                 first = false;
             }
-        }
-        size_t other = 0;
-        json_array_foreach(cells, i, cell)
-        {
-            const char *st = json_string_value(json_object_get(cell, "state"));
-            bool known = false;
-            for (int k = 0; terminal_order[k]; k++)
-                known |= st && strcmp(st, terminal_order[k]) == 0;
-            other += is_done_state(st) && !known;
         }
         if (other && (size_t)n < cap)
             n += snprintf(buf + n, cap - (size_t)n, "%sother %zu", first ? "" : ", ", other);
@@ -91,7 +77,7 @@ static bool finished_state(const char *st)
 static bool not_run_here(json_t *cell)
 {
     const char *st = json_string_value(json_object_get(cell, "state"));
-    return st && strcmp(st, "unsupported") == 0 &&
+    return cell_state_is(st, CELL_UNSUPPORTED) &&
            json_is_string(json_object_get(cell, "host_missing"));
 }
 
@@ -118,7 +104,7 @@ static size_t report_not_ok(json_t *job, FILE *f)
     {
         const char *st = json_string_value(json_object_get(cell, "state"));
         not_run += not_run_here(cell);
-        bad += !(st && strcmp(st, "ok") == 0) && !not_run_here(cell);
+        bad += !cell_state_is(st, CELL_OK) && !not_run_here(cell);
     }
     if (!f)
         return bad;
@@ -140,7 +126,7 @@ static size_t report_not_ok(json_t *job, FILE *f)
     json_array_foreach(cells, i, cell)
     {
         const char *st = json_string_value(json_object_get(cell, "state"));
-        if (!(st && strcmp(st, "ok") == 0) && !not_run_here(cell))
+        if (!cell_state_is(st, CELL_OK) && !not_run_here(cell))
             report_cell(f, cell);
     }
     return bad;

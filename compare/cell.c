@@ -31,21 +31,6 @@ static const char *const dtype_names[CMP_DTYPE__COUNT] = {
     [CMP_DTYPE_OTHER] = "other",
 };
 
-static const char *const outcome_names[] = {
-    [CMP__OUT_UNSET] = NULL,
-    [CMP__OUT_OK] = "ok",
-    [CMP__OUT_FAILED] = "failed",
-    [CMP__OUT_CRASHED] = "crashed",
-    [CMP__OUT_TIMEOUT] = "timeout",
-    [CMP__OUT_CANCELLED] = "cancelled",
-    [CMP__OUT_UNSUPPORTED] = "unsupported",
-    [CMP__OUT_PROTOCOL_ERROR] = "protocol_error",
-    [CMP__OUT_INTERRUPTED] = "interrupted",
-    [CMP__OUT_OOM] = "oom",
-    [CMP__OUT_QUEUED] = "queued",
-    [CMP__OUT_RUNNING] = "running",
-};
-
 static const char *const phase_names[] = {
     [CMP__PH_FORWARD] = "forward",
     [CMP__PH_BACKWARD] = "backward",
@@ -78,9 +63,14 @@ enum cmp_dtype cmp_dtype_from_name(const char *name)
     return CMP_DTYPE_OTHER;
 }
 
-const char *cmp__outcome_name(enum cmp__outcome o)
+const char *cmp__outcome_name(const struct cmp_cell *c)
 {
-    return outcome_names[o];
+    return c->has_outcome ? cell_state_name(c->outcome) : NULL;
+}
+
+bool cmp__outcome_is(const struct cmp_cell *c, enum cell_state st)
+{
+    return c->has_outcome && c->outcome == st;
 }
 
 const char *cmp__phase_name(enum cmp__phase p)
@@ -301,15 +291,12 @@ out:
 
 int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome)
 {
-    if (cell == NULL || outcome == NULL)
+    enum cell_state st;
+    if (cell == NULL || cell_state_parse(outcome, &st) != 0)
         return -EINVAL;
-    for (int i = CMP__OUT_OK; i <= CMP__OUT_RUNNING; i++) {
-        if (strcmp(outcome, outcome_names[i]) == 0) {
-            cell->outcome = (enum cmp__outcome)i;
-            return 0;
-        }
-    }
-    return -EINVAL;
+    cell->outcome = st;
+    cell->has_outcome = true;
+    return 0;
 }
 
 /* NULL keeps the current value: storage learns these from two places. */

@@ -173,9 +173,10 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
                       struct cmp_cell **cell_out);
 
 /*
- * The cell's outcome: ok, failed, crashed, timeout, oom, cancelled,
- * unsupported, protocol_error, interrupted, queued or running (-EINVAL otherwise). A cell
- * whose outcome was never set is treated as not ok.
+ * The cell's outcome: the name of a cell state (util/cellstate.h: ok,
+ * failed, crashed, timeout, oom, cancelled, unsupported, protocol_error,
+ * interrupted, queued or running); -EINVAL for any other word. A cell whose
+ * outcome was never set is treated as not ok.
  */
 int cmp_cell_set_outcome(struct cmp_cell *cell, const char *outcome);
 /*

@@ -6,6 +6,7 @@
 #define CAPD_COMPARE_CMP_INT_H
 
 #include "compare/cmp.h"
+#include "util/cellstate.h"
 
 enum cmp__phase { CMP__PH_FORWARD, CMP__PH_BACKWARD, CMP__PH_INIT, CMP__PH_OTHER };
 enum cmp__role {
@@ -16,21 +17,6 @@ enum cmp__role {
     CMP__ROLE_PARAM_GRAD,
     CMP__ROLE_PARAM,
     CMP__ROLE_OTHER
-};
-
-enum cmp__outcome {
-    CMP__OUT_UNSET,
-    CMP__OUT_OK,
-    CMP__OUT_FAILED,
-    CMP__OUT_CRASHED,
-    CMP__OUT_TIMEOUT,
-    CMP__OUT_CANCELLED,
-    CMP__OUT_UNSUPPORTED,
-    CMP__OUT_PROTOCOL_ERROR,
-    CMP__OUT_INTERRUPTED,
-    CMP__OUT_OOM,
-    CMP__OUT_QUEUED,
-    CMP__OUT_RUNNING
 };
 
 /* One stored record. Strings live in the cell's arena. */
@@ -84,7 +70,8 @@ struct cmp__arena {
 
 struct cmp_cell {
     char *model, *width, *pass;
-    enum cmp__outcome outcome;
+    enum cell_state outcome; /* the cell's state (util/cellstate.h), when has_outcome */
+    bool has_outcome;        /* false until cmp_cell_set_outcome: no state, not ok */
     char *effective_width, *device;
     char *host_missing; /* unsupported by its host's CPU: what it lacked */
     int64_t peak_rss, device_peak;
@@ -129,7 +116,10 @@ struct cmp_side {
 };
 
 /* arena / names (cell.c) */
-const char *cmp__outcome_name(enum cmp__outcome o);
+/* The cell's outcome's name; NULL when it was never set. */
+const char *cmp__outcome_name(const struct cmp_cell *c);
+/* Whether the cell's outcome was set and is ST. */
+bool cmp__outcome_is(const struct cmp_cell *c, enum cell_state st);
 const char *cmp__phase_name(enum cmp__phase p);
 const char *cmp__role_name(enum cmp__role r);
 size_t cmp__dtype_size(enum cmp_dtype dt);

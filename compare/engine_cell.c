@@ -87,19 +87,19 @@ static int by_str(const void *a, const void *b)
 
 /* --------------------------------------------------------- cell verdict */
 
-static bool outcome_bad(enum cmp__outcome o)
+/* A failure of the build under test (util/cellstate.h); an unset outcome is none. */
+static bool outcome_bad(const struct cmp_cell *x)
 {
-    return o == CMP__OUT_FAILED || o == CMP__OUT_CRASHED || o == CMP__OUT_TIMEOUT ||
-           o == CMP__OUT_PROTOCOL_ERROR || o == CMP__OUT_OOM;
+    return x->has_outcome && cell_state_failure(x->outcome);
 }
 
-static const char *outcome_change(enum cmp__outcome c, enum cmp__outcome h)
+static const char *outcome_change(const struct cmp_cell *c, const struct cmp_cell *h)
 {
-    if (c == CMP__OUT_OK && outcome_bad(h))
+    if (cmp__outcome_is(c, CELL_OK) && outcome_bad(h))
         return "regression";
-    if (outcome_bad(c) && h == CMP__OUT_OK)
+    if (outcome_bad(c) && cmp__outcome_is(h, CELL_OK))
         return "fix";
-    if (c != h)
+    if (c->has_outcome != h->has_outcome || (c->has_outcome && c->outcome != h->outcome))
         return "changed";
     return "none";
 }
@@ -319,10 +319,10 @@ static void cell_status(struct cmp__cellcmp *k)
     if (c->host_missing || h->host_missing) {
         k->st = CMP__C_NOT_RUN;
         k->why = !h->host_missing ? "control_host" : !c->host_missing ? "head_host" : "both_hosts";
-    } else if (c->outcome != CMP__OUT_OK) {
+    } else if (!cmp__outcome_is(c, CELL_OK)) {
         k->st = CMP__C_INCOMPARABLE;
         k->why = "control_outcome";
-    } else if (h->outcome != CMP__OUT_OK) {
+    } else if (!cmp__outcome_is(h, CELL_OK)) {
         k->st = CMP__C_INCOMPARABLE;
         k->why = "head_outcome";
     } else if (k->dev_refused) {
@@ -346,10 +346,11 @@ static void cell_status(struct cmp__cellcmp *k)
 static void count_cell(struct cmp__cellcmp *k, struct cmp__counts *cnt)
 {
     const struct cmp_cell *c = k->c, *h = k->h;
-    k->oc = k->st == CMP__C_NOT_RUN ? "not_run" : outcome_change(c->outcome, h->outcome);
+    k->oc = k->st == CMP__C_NOT_RUN ? "not_run" : outcome_change(c, h);
     cnt->cells++;
     /* Coverage the control had and the head's host lost. */
-    cnt->lost_coverage += k->st == CMP__C_NOT_RUN && !c->host_missing && c->outcome == CMP__OUT_OK;
+    cnt->lost_coverage +=
+        k->st == CMP__C_NOT_RUN && !c->host_missing && cmp__outcome_is(c, CELL_OK);
     cnt->device_mismatches += k->dev_refused;
     cnt->status[k->st]++;
     if (strcmp(k->oc, "regression") == 0)

@@ -252,7 +252,7 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
                   str_or_null(k->st == CMP__C_INCOMPARABLE ? k->why : NULL));
     e |= cmp__set(cj, "not_run_reason", str_or_null(k->st == CMP__C_NOT_RUN ? k->why : NULL));
     e |= sides_json(cj, "host_missing", c->host_missing, h->host_missing);
-    e |= sides_json(cj, "outcome", cmp__outcome_name(c->outcome), cmp__outcome_name(h->outcome));
+    e |= sides_json(cj, "outcome", cmp__outcome_name(c), cmp__outcome_name(h));
     e |= cmp__set(cj, "outcome_change", json_string(k->oc));
     e |= sides_json(cj, "effective_width", c->effective_width, h->effective_width);
     e |= sides_json(cj, "device", c->device, h->device);

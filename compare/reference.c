@@ -63,7 +63,7 @@ int cmp__reference_prepare(struct cmp__cellcmp *k)
         k->ref_why = "no_default_width_cell";
         return 0;
     }
-    if (d->outcome != CMP__OUT_OK) {
+    if (!cmp__outcome_is(d, CELL_OK)) {
         k->ref_why = "default_width_outcome";
         return 0;
     }

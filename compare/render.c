@@ -315,7 +315,7 @@ static void not_run_lines(struct buf *b, const json_t *cells, bool md)
             continue;
         const char *why = jstr(cell, "not_run_reason");
         bool lost =
-            strcmp(why, "head_host") == 0 && strcmp(jstr(cell, "control_outcome"), "ok") == 0;
+            strcmp(why, "head_host") == 0 && cell_state_is(jstr(cell, "control_outcome"), CELL_OK);
         const char *missing = jstr(cell, strcmp(why, "control_host") == 0 ? "control_host_missing"
                                                                           : "head_host_missing");
         bprintf(b,

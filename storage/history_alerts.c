@@ -17,6 +17,7 @@
 
 #include "compare/changepoint.h"
 #include "storage/store_int.h"
+#include "util/cellstate.h"
 #include "util/clock.h"
 
 struct apoint {
@@ -130,7 +131,7 @@ static int metric_alerts(struct store *s, int64_t series, const struct window *w
         goto out;
     for (size_t i = 0; i < w->n; i++) {
         bool has = memory ? w->p[i].has_rss : w->p[i].has_perf;
-        if (has && strcmp(w->p[i].outcome, "ok") == 0) {
+        if (has && cell_state_is(w->p[i].outcome, CELL_OK)) {
             x[n] = memory ? w->p[i].rss : w->p[i].perf;
             at[n++] = i;
         }
@@ -171,7 +172,8 @@ static int event_alerts(struct store *s, int64_t series, const struct window *w)
         }
         if (rc || i == 0 || strcmp(p->outcome, w->p[i - 1].outcome) == 0)
             continue;
-        bool was_ok = strcmp(w->p[i - 1].outcome, "ok") == 0, ok = strcmp(p->outcome, "ok") == 0;
+        bool was_ok = cell_state_is(w->p[i - 1].outcome, CELL_OK),
+             ok = cell_state_is(p->outcome, CELL_OK);
         struct alert_new a = {
             "outcome",
             was_ok ? "regression"

@@ -9,6 +9,7 @@
 
 #include "compare/changepoint.h"
 #include "storage/store_int.h"
+#include "util/cellstate.h"
 #include "util/clock.h"
 
 #define ALERT_COLS                                                                                 \
@@ -123,7 +124,7 @@ static int point_add(sqlite3_stmt *st, void *ctx)
     struct points *ps = ctx;
     json_t *p = point_row(st);
     ps->n_perf += json_is_real(json_object_get(p, "perf_ns")) &&
-                  strcmp(json_string_value(json_object_get(p, "outcome")), "ok") == 0;
+                  cell_state_is(json_string_value(json_object_get(p, "outcome")), CELL_OK);
     json_array_append_new(ps->arr, p);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <sys/random.h>
 
 #include "storage/store_int.h"
+#include "util/cellstate.h"
 #include "util/clock.h"
 
 #define TOKEN_PREFIX       "capd_"
@@ -292,7 +293,7 @@ int store_attempt_token_check(struct store *s, const char *token, struct store_a
              (const char *)sqlite3_column_text(st, 5));
     /* Open, its cell running this very attempt: anything else has ended. */
     const char *ast = (const char *)sqlite3_column_text(st, 2);
-    if (!ast || strcmp(ast, "open") != 0 || strcmp(out->cell_state, "running") != 0 ||
+    if (!ast || strcmp(ast, "open") != 0 || !cell_state_is(out->cell_state, CELL_RUNNING) ||
         sqlite3_column_int(st, 6) != out->attempt)
         rc = -ESTALE;
     else if (sqlite3_column_int64(st, 1) <= util_wall_ms())

@@ -1,6 +1,6 @@
 /* test_util.c: util/, the helpers below every other part (util/buf.h,
  * util/err.h, util/path.h, util/fs.h, util/clock.h, util/http.h,
- * util/cpuwrap.h).
+ * util/cpuwrap.h, util/cellstate.h).
  *
  * Each limit is crossed by one byte, and each failure is checked to leave
  * what it was given unchanged. File-system tests work in a fresh temp dir.
@@ -18,6 +18,7 @@
 
 #include "tests/helpers/common/testutil.h"
 #include "util/buf.h"
+#include "util/cellstate.h"
 #include "util/clock.h"
 #include "util/cpuwrap.h"
 #include "util/err.h"
@@ -387,4 +388,87 @@ Test(util, cpuwrap_peels_every_wrapping)
         cr_assert_eq(strncmp(cases[i].path, cases[i].peeled, n), 0, "%s", cases[i].path);
     }
     cr_assert_eq(util_cpuwrap_peel("X.cpp.AVX2.cpp", NULL), 5);
+}
+
+/* ---- util/cellstate.h ---------------------------------------------------- */
+
+Test(util, cell_state_names_parse_back)
+{
+    for (unsigned i = 0; i < CELL_STATE_N; i++) {
+        enum cell_state st = CELL_STATE_N;
+        const char *name = cell_state_name((enum cell_state)i);
+        cr_assert_not_null(name, "state %u has no name", i);
+        cr_assert_eq(cell_state_parse(name, &st), 0, "%s", name);
+        cr_assert_eq(st, (enum cell_state)i, "%s", name);
+        cr_assert(cell_state_is(name, (enum cell_state)i), "%s", name);
+        for (unsigned j = 0; j < i; j++)
+            cr_assert_str_neq(name, cell_state_name((enum cell_state)j));
+    }
+    cr_assert_null(cell_state_name(CELL_STATE_N));
+    cr_assert_str_eq(cell_state_name(CELL_PROTOCOL_ERROR), "protocol_error");
+}
+
+Test(util, cell_state_unknown_words_are_einval)
+{
+    const char *bad[] = {"", "OK", "ok ", " ok", "done", "oomx", "protocol", "other"};
+    enum cell_state st = CELL_OOM;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(cell_state_parse(bad[i], &st), -EINVAL, "'%s'", bad[i]);
+        cr_assert(!cell_state_is(bad[i], CELL_OK), "'%s'", bad[i]);
+    }
+    cr_assert_eq(cell_state_parse(NULL, &st), -EINVAL);
+    cr_assert_eq(st, CELL_OOM, "a refused word leaves OUT as it was");
+    cr_assert(!cell_state_is(NULL, CELL_OK));
+    cr_assert(!cell_state_is("ok", CELL_STATE_N));
+}
+
+Test(util, cell_state_predicates)
+{
+    for (unsigned i = 0; i < CELL_STATE_N; i++) {
+        enum cell_state st = (enum cell_state)i;
+        cr_assert_eq(cell_state_final(st), st != CELL_QUEUED && st != CELL_RUNNING, "%u", i);
+        if (cell_state_failure(st))
+            cr_assert(cell_state_final(st), "a failure is final: %s", cell_state_name(st));
+    }
+    cr_assert(!cell_state_final(CELL_STATE_N));
+    cr_assert(cell_state_failure(CELL_OOM));
+    cr_assert(cell_state_failure(CELL_PROTOCOL_ERROR));
+    cr_assert(!cell_state_failure(CELL_OK));
+    cr_assert(!cell_state_failure(CELL_CANCELLED));
+    cr_assert(!cell_state_failure(CELL_UNSUPPORTED));
+    cr_assert(!cell_state_failure(CELL_INTERRUPTED));
+}
+
+/* The table and schema/openapi.yaml's CellState enum list the same states,
+ * each once: a state added in one place only fails here. */
+Test(util, cell_state_table_matches_openapi)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/schema/openapi.yaml", tu_bin("CAPD_SOURCE_DIR"));
+    char *yaml = tu_slurp(path);
+    cr_assert_not_null(yaml, "cannot read %s", path);
+    char *at = strstr(yaml, "\n    CellState:\n");
+    cr_assert_not_null(at, "no CellState schema in %s", path);
+    at = strstr(at, "enum: [");
+    cr_assert_not_null(at, "CellState has no enum list");
+    at += strlen("enum: [");
+    char *end = strchr(at, ']');
+    cr_assert_not_null(end);
+    *end = 0;
+    bool seen[CELL_STATE_N] = {false};
+    unsigned n = 0;
+    for (char *save = NULL, *w = strtok_r(at, ", \n", &save); w;
+         w = strtok_r(NULL, ", \n", &save)) {
+        enum cell_state st;
+        cr_assert_eq(cell_state_parse(w, &st), 0,
+                     "openapi.yaml's CellState '%s' is not in util/cellstate.c", w);
+        cr_assert(!seen[st], "openapi.yaml lists '%s' twice", w);
+        seen[st] = true;
+        n++;
+    }
+    for (unsigned i = 0; i < CELL_STATE_N; i++)
+        cr_assert(seen[i], "util/cellstate.c's '%s' is not in openapi.yaml's CellState",
+                  cell_state_name((enum cell_state)i));
+    cr_assert_eq(n, CELL_STATE_N);
+    free(yaml);
 }

@@ -5,23 +5,22 @@
  * scrape's size is bounded.
  */
 #include <stdbool.h>
-#include <string.h>
 
+#include "util/cellstate.h"
 #include "util/metrics.h"
 
 /* ---- cells ---- */
 
-static const char *const cell_states[] = {
-    "ok",          "failed",         "crashed",     "timeout", "cancelled",
-    "unsupported", "protocol_error", "interrupted", "oom",     "other"};
-#define N_CELL_STATES (sizeof cell_states / sizeof cell_states[0])
+/* Counted by state (util/cellstate.h), the final ones only; the last slot
+ * is "other": no state, a word that names none, or queued and running. */
+#define CELL_OTHER CELL_STATE_N
 
 /* Upper bounds in seconds; a cell runs from well under a second (the fake
  * runner) to an hour (a big model's backward pass at the default width). */
 static const double cell_buckets[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
 #define N_CELL_BUCKETS (sizeof cell_buckets / sizeof cell_buckets[0])
 
-static uint64_t cells_finished[N_CELL_STATES];
+static uint64_t cells_finished[CELL_STATE_N + 1];
 static uint64_t cell_hist[N_CELL_BUCKETS + 1];
 static uint64_t cell_sum_ms;
 
@@ -63,9 +62,8 @@ static inline uint64_t get(const uint64_t *p)
 
 void metrics_cell_finished(const char *state, int64_t duration_ms)
 {
-    size_t i = 0;
-    while (i < N_CELL_STATES - 1 && (!state || strcmp(cell_states[i], state) != 0))
-        i++;
+    enum cell_state st;
+    size_t i = cell_state_parse(state, &st) == 0 && cell_state_final(st) ? (size_t)st : CELL_OTHER;
     add(&cells_finished[i], 1);
     if (duration_ms < 0)
         return;
@@ -203,9 +201,11 @@ void metrics_write(FILE *f)
     fputs("# HELP capd_cells_finished_total Cell attempts that ended, by outcome.\n"
           "# TYPE capd_cells_finished_total counter\n",
           f);
-    for (size_t i = 0; i < N_CELL_STATES; i++)
-        fprintf(f, "capd_cells_finished_total{outcome=\"%s\"} %llu\n", cell_states[i],
-                (unsigned long long)get(&cells_finished[i]));
+    for (size_t i = 0; i <= CELL_OTHER; i++)
+        if (i == CELL_OTHER || cell_state_final((enum cell_state)i))
+            fprintf(f, "capd_cells_finished_total{outcome=\"%s\"} %llu\n",
+                    i == CELL_OTHER ? "other" : cell_state_name((enum cell_state)i),
+                    (unsigned long long)get(&cells_finished[i]));
 
     fputs("# HELP capd_cell_duration_seconds Wall time of cell attempts, child start to end.\n"
           "# TYPE capd_cell_duration_seconds histogram\n",
