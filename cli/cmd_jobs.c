@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/capctl.h"
+#include "options_gen.h"
 #include "cli/provenance.h"
 
 #define CTL_MAX_PROVENANCE_WARNINGS 10
@@ -321,26 +322,39 @@ static const struct ctl_opt submit_opts[] = {
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
     CTL_OPTS_MATRIX("; GET /v1/models", "SIMD ", "; GET /v1/widths", "forward,backward"),
-    {"iterations", CTL_OPTION_INT, "N", "timed iterations per cell (server default 20)"},
-    {"warmup", CTL_OPTION_INT, "N", "warm-up iterations (default 3)"},
+    {"iterations", CTL_OPTION_INT, "N",
+     "timed iterations per cell (default " CAPD_OPTION_DEFAULT_iterations ")"},
+    {"warmup", CTL_OPTION_INT, "N", "warm-up iterations (default " CAPD_OPTION_DEFAULT_warmup ")"},
     {"timing-min-ms", CTL_OPTION_INT, "MS",
-     "least milliseconds a timing process's samples add up to (50)"},
-    {"timing-processes", CTL_OPTION_INT, "N", "separate timing processes per cell (default 5)"},
+     "least milliseconds a timing process's samples add up to (" CAPD_OPTION_DEFAULT_timing_min_ms
+     ")"},
+    {"timing-processes", CTL_OPTION_INT, "N",
+     "separate timing processes per cell (default " CAPD_OPTION_DEFAULT_timing_processes ")"},
     {"timing-pairs", CTL_OPTION_INT, "N",
-     "control/head pairs of the first round when paired (default 4)"},
-    {"max-timing-rounds", CTL_OPTION_INT, "N", "rounds of pairs at most while unknown (default 3)"},
-    {"threads", CTL_OPTION_INT, "N", "intra-op threads (default 1)"},
-    {"timeout", CTL_OPTION_INT, "S", "per-cell timeout in seconds (default 600)"},
-    {"capture", CTL_OPTION_STR, "stats|sample|full", "what is stored per tensor (default stats)"},
-    {"seed", CTL_OPTION_INT, "N", "random seed (default 0)"},
-    {"batch", CTL_OPTION_INT, "N", "batch size (default 2)"},
-    {"sample-size", CTL_OPTION_INT, "N", "elements kept per tensor with --capture sample (256)"},
-    {"dtype", CTL_OPTION_STR, "T", "float32, float64, float16 or bfloat16 (default float32)"},
-    {"granularity", CTL_OPTION_STR, "module|op", "records per module, or per ATen op too (module)"},
-    {"profile", CTL_OPTION_STR, "auto|off|always",
-     "profiled pair after a paired cell's timing: when slower (auto), always, never"},
-    CTL_OPT_REFERENCE(CTL_OPTION_STR,
-                      "the reference a tensor out of tolerance is judged against (none)"),
+     "control/head pairs of the first round when paired (default " CAPD_OPTION_DEFAULT_timing_pairs
+     ")"},
+    {"max-timing-rounds", CTL_OPTION_INT, "N",
+     "rounds of pairs at most while unknown (default " CAPD_OPTION_DEFAULT_max_timing_rounds ")"},
+    {"threads", CTL_OPTION_INT, "N", "intra-op threads (default " CAPD_OPTION_DEFAULT_threads ")"},
+    {"timeout", CTL_OPTION_INT, "S",
+     "per-cell timeout in seconds (default " CAPD_OPTION_DEFAULT_timeout_s ")"},
+    {"capture", CTL_OPTION_STR, CAPD_OPTION_VALUES_capture,
+     "what is stored per tensor (default " CAPD_OPTION_DEFAULT_capture ")"},
+    {"seed", CTL_OPTION_INT, "N", "random seed (default " CAPD_OPTION_DEFAULT_seed ")"},
+    {"batch", CTL_OPTION_INT, "N", "batch size (default " CAPD_OPTION_DEFAULT_batch ")"},
+    {"sample-size", CTL_OPTION_INT, "N",
+     "elements kept per tensor with --capture sample (" CAPD_OPTION_DEFAULT_sample_size ")"},
+    {"dtype", CTL_OPTION_STR, CAPD_OPTION_VALUES_dtype,
+     "dtype of the model and its input (default " CAPD_OPTION_DEFAULT_dtype ")"},
+    {"granularity", CTL_OPTION_STR, CAPD_OPTION_VALUES_granularity,
+     "records per module, or per ATen op too (" CAPD_OPTION_DEFAULT_granularity ")"},
+    {"profile", CTL_OPTION_STR, CAPD_OPTION_VALUES_profile,
+     "profiled pair after a paired cell's timing: when slower (auto), always, never "
+     "(default " CAPD_OPTION_DEFAULT_profile ")"},
+    CTL_OPT_REFERENCE(
+        CTL_OPTION_STR,
+        "the reference a tensor out of tolerance is judged against (" CAPD_OPTION_DEFAULT_reference
+        ")"),
     {"label", CTL_MULTI, "k=v", "label stored with the job"},
     {"idempotency-key", CTL_VALUE, "K", "resubmitting with the same key returns the same job"},
     {"source-tree", CTL_VALUE, "DIR", "check the build's git source tree and send its provenance"},

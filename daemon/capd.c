@@ -20,12 +20,15 @@
 #include "daemon/cpus.h"
 #include "daemon/devices.h"
 #include "daemon/executor.h"
+#include "util/cellstate.h"
 #include "util/log.h"
 #include "daemon/memlimit.h"
+#include "daemon/reference.h"
 #include "daemon/retention.h"
 #include "daemon/sup.h"
 #include "daemon/widths.h"
 #include "daemon/zygote.h"
+#include "storage/layout.h"
 #include "storage/store.h"
 #include "util/err.h"
 
@@ -256,9 +259,7 @@ static bool cpus_room(struct capd *d)
 /* Takes N's CPU set and puts it into the spec the runner reads ("cpus"). */
 static void cpus_assign(struct capd *d, struct sup_node *n, struct store_cell_run *run)
 {
-    json_t *o = json_object_get(run->spec, "options");
-    json_int_t threads = json_integer_value(json_object_get(o, "threads"));
-    int rc = cpus_take(&d->cpus, !n->numerics, threads > 0 ? (int)threads : 1, &n->cpus);
+    int rc = cpus_take(&d->cpus, !n->numerics, (int)run->opts.threads, &n->cpus);
     if (rc < 0) {
         /* Claimed before its CPUs were free (a claim in the transaction of
          * an ending cell with nothing else running cannot get here). */
@@ -282,8 +283,10 @@ static bool host_refuses(struct capd *d, struct store_cell_run *run)
     /* Slurm's nodes run it, not this host: the width is their constraint. */
     if (!d->exec->host_widths || width_runnable(width, why, sizeof why, missing, sizeof missing))
         return false;
-    struct store_outcome o = {
-        .state = "unsupported", .exit_code = -1, .reason = why, .host_missing = missing};
+    struct store_outcome o = {.state = cell_state_name(CELL_UNSUPPORTED),
+                              .exit_code = -1,
+                              .reason = why,
+                              .host_missing = missing};
     sup_end_unrun(d->st, run, "cell_not_run", &o);
     store_cell_run_clear(run);
     return true;
@@ -297,10 +300,24 @@ static bool gpu_refuses(struct capd *d, struct store_cell_run *run, int *device)
     char why[1200];
     if (devices_acquire(d->dev, run, device, why, sizeof why) == 0)
         return false;
-    struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = why};
+    struct store_outcome o = {
+        .state = cell_state_name(CELL_FAILED), .exit_code = -1, .reason = why};
     sup_end_unrun(d->st, run, "cell_no_gpu", &o);
     store_cell_run_clear(run);
     return true;
+}
+
+/* The control build a paired head cell times beside its own
+ * (daemon/reference.h), resolved here, before the attempt, which only
+ * writes it into the cell spec: "reference" in RUN's spec. */
+static void pair_cell(struct capd *d, struct store_cell_run *run)
+{
+    char scratch[LAYOUT_PATH_MAX], spec[LAYOUT_PATH_MAX];
+    /* a path too long fails the attempt's set-up, which says so */
+    if (layout_cell_scratch(scratch, sizeof scratch, d->cfg.data_dir, run->cell_id, run->attempt) ==
+            0 &&
+        layout_cell_spec(spec, sizeof spec, d->cfg.data_dir, run->cell_id, run->attempt) == 0)
+        ref_add_to_spec(&d->cfg, d->st, run, run->spec, scratch, spec);
 }
 
 /* Claims and starts queued cells until max_parallel children run. A cell
@@ -343,11 +360,7 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
             store_cell_run_clear(&run);
             return;
         }
-        json_t *o = json_object_get(run.spec, "options");
-        const char *dev = json_string_value(json_object_get(o, "device"));
-        n->numerics = json_is_integer(json_object_get(o, "iterations")) &&
-                      json_integer_value(json_object_get(o, "iterations")) == 0 &&
-                      !(dev && strcmp(dev, "gpu") == 0);
+        n->numerics = run.opts.iterations == 0 && strcmp(run.opts.device, "gpu") != 0;
         if (host_refuses(d, &run)) {
             free(n); /* stored as unsupported: no child */
             continue;
@@ -360,6 +373,7 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
         }
         if (d->exec->on_host)
             cpus_assign(d, n, &run);
+        pair_cell(d, &run);
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
             devices_release(d->dev, device);

@@ -101,15 +101,12 @@ void sup__log_finish(struct sup *s)
     unlink(part);
 }
 
-/* The last handle's close frees S, after its executor let go of what it
- * holds outside the loop. */
+/* The last handle's close frees S. */
 static void on_close(uv_handle_t *h)
 {
     struct sup *s = h->data;
     if (--s->handles_open > 0)
         return;
-    if (s->exec->release)
-        s->exec->release(s);
     sup__free(s);
 }
 
@@ -121,6 +118,8 @@ void sup__close_handle(struct sup *s, uv_handle_t *h)
 
 void sup__free(struct sup *s)
 {
+    if (s->exec->release)
+        s->exec->release(s); /* its state, S->ex */
     store_cell_run_clear(&s->run);
     store_cell_run_clear(&s->next);
     frame_parser_free(s->fp);
@@ -128,6 +127,14 @@ void sup__free(struct sup *s)
     free(s->fail_reason);
     free(s->log_path);
     free(s);
+}
+
+void sup__fail(struct sup *s, enum cell_state state, const char *reason)
+{
+    if (s->fail_state)
+        return;
+    s->fail_state = strdup(cell_state_name(state));
+    s->fail_reason = strdup(reason);
 }
 
 /* ---- the end asked of the executor ---- */

@@ -15,20 +15,13 @@
 #include "daemon/outcome.h"
 #include "daemon/runas.h"
 #include "daemon/sup_int.h"
+#include "util/cellstate.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/metrics.h"
 
 /* How often an outcome that could not be stored (disk full) is retried. */
 #define SUP_STORE_RETRY_MS 1000
-
-static void set_fail(struct sup *s, const char *state, const char *reason)
-{
-    if (s->fail_state)
-        return;
-    s->fail_state = strdup(state);
-    s->fail_reason = strdup(reason);
-}
 
 /* Whether an ingest batch holding records of this attempt was lost (a
  * failed write or commit rolled it back): the attempt then has a hole. */
@@ -51,17 +44,14 @@ static void outcome_facts(struct sup *s, struct outcome_in *in, char *why, size_
      * charged to the zygote), else the process's own. */
     int64_t peak = mem_cell_peak(s->mem) >= 0 ? mem_cell_peak(s->mem) : s->peak_rss;
     if (!s->exec->on_host) /* its worker's watchdog held the job's own limit */
-        mem_describe((uint64_t)json_integer_value(json_object_get(
-                         json_object_get(s->run.spec, "options"), "memory_max_bytes")),
-                     peak, what, tlen);
+        mem_describe((uint64_t)s->run.opts.memory_max_bytes, peak, what, tlen);
     else
         mem_cell_describe(s->mem, peak, what, tlen);
     *in = (struct outcome_in){
         .cancelled = s->cancelled,
         .timed_out = s->timed_out,
-        .timeout_s = (long long)json_integer_value(
-            json_object_get(json_object_get(s->run.spec, "options"), "timeout_s")),
-        .oom_killed = mem_cell_oom(s->mem) || s->remote_oom,
+        .timeout_s = (long long)s->run.opts.timeout_s,
+        .oom_killed = mem_cell_oom(s->mem) || s->worker_oom,
         .mem_mechanism = !s->exec->on_host ? "capd-cell's watchdog" : mem_mechanism_name(),
         .mem_what = what,
         .end_status = frame_end_status(s->fp),
@@ -108,10 +98,8 @@ static int store_outcome(struct sup *s)
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;
-    o.memory_limit_bytes = !s->exec->on_host
-                               ? json_integer_value(json_object_get(
-                                     json_object_get(s->run.spec, "options"), "memory_max_bytes"))
-                               : (int64_t)mem_cell_limit(s->mem);
+    o.memory_limit_bytes =
+        !s->exec->on_host ? s->run.opts.memory_max_bytes : (int64_t)mem_cell_limit(s->mem);
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
@@ -217,7 +205,7 @@ static int on_frame(void *ud, const struct frame *f)
         else
             snprintf(msg, sizeof msg, "capd could not store record %lld: %s", (long long)s->rec_seq,
                      store_errmsg(s->st));
-        set_fail(s, "failed", msg);
+        sup__fail(s, CELL_FAILED, msg);
         log_warn("cell_store_failed", "job=%s cell=%s rc=%d reason=%s", s->run.job_id,
                  s->run.cell_id, rc, log_q(msg));
         return -EIO;
@@ -234,7 +222,7 @@ void sup__frames_bytes(struct sup *s, const char *data, size_t n)
     int rc = frame_feed(s->fp, data, n);
     if (rc) {
         if (rc == -EPROTO)
-            set_fail(s, "protocol_error", frame_error(s->fp));
+            sup__fail(s, CELL_PROTOCOL_ERROR, frame_error(s->fp));
         log_warn("cell_protocol_error", "job=%s cell=%s reason=%s", s->run.job_id, s->run.cell_id,
                  log_q(s->fail_reason));
         s->exec->stop(s, SIGKILL);
@@ -247,7 +235,7 @@ void sup__frames_end(struct sup *s)
     if (!s->fail_state) {
         int rc = frame_finish(s->fp);
         if (rc == -EPROTO)
-            set_fail(s, "protocol_error", frame_error(s->fp));
+            sup__fail(s, CELL_PROTOCOL_ERROR, frame_error(s->fp));
     }
 }
 
@@ -281,7 +269,7 @@ int sup__parser_new(struct sup *s)
 int sup_end_unrun(struct store *st, const struct store_cell_run *run, const char *event,
                   const struct store_outcome *o)
 {
-    if (strcmp(o->state, "unsupported") == 0)
+    if (cell_state_is(o->state, CELL_UNSUPPORTED))
         log_info(event, "job=%s cell=%s state=%s reason=%s", run->job_id, run->cell_id, o->state,
                  log_q(o->reason));
     else
@@ -298,6 +286,7 @@ int sup_end_unrun(struct store *st, const struct store_cell_run *run, const char
 
 int sup__store_setup_failure(struct store *st, struct store_cell_run *run, const char *reason)
 {
-    struct store_outcome o = {.state = "failed", .exit_code = -1, .reason = reason};
+    struct store_outcome o = {
+        .state = cell_state_name(CELL_FAILED), .exit_code = -1, .reason = reason};
     return sup_end_unrun(st, run, "cell_setup_failed", &o);
 }

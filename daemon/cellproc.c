@@ -31,21 +31,33 @@
 #include <unistd.h>
 
 #include "util/log.h"
-#include "daemon/sup_int.h"
+#include "daemon/celllocal.h"
 
 #define SUP_DRAIN_MS 2000
 
 void sup__local_stop(struct sup *s, int sig)
 {
-    if (s->pid > 0)
-        kill(-s->pid, sig);
+    if (sup__loc(s)->pid > 0)
+        kill(-sup__loc(s)->pid, sig);
+}
+
+int sup__local_new(struct sup *s)
+{
+    struct sup__local *l = calloc(1, sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->pidfd = l->rusage_fd = l->rusage_w = -1;
+    s->ex = l;
+    return 0;
 }
 
 void sup__local_release(struct sup *s)
 {
-    if (s->pidfd >= 0)
-        close(s->pidfd);
-    s->pidfd = -1;
+    struct sup__local *l = sup__loc(s);
+    if (l && l->pidfd >= 0)
+        close(l->pidfd);
+    free(l);
+    s->ex = NULL;
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -53,13 +65,13 @@ static void on_drain_timeout(uv_timer_t *t)
     struct sup *s = t->data;
     /* Something outside the group still holds the pipes: stop reading. */
     if (!s->frames_eof) {
-        uv_read_stop((uv_stream_t *)&s->frames);
+        uv_read_stop((uv_stream_t *)&sup__loc(s)->frames);
         s->frames_eof = true;
         if (!s->fail_state && !frame_saw_end(s->fp))
             frame_finish(s->fp);
     }
     if (!s->log_eof) {
-        uv_read_stop((uv_stream_t *)&s->logp);
+        uv_read_stop((uv_stream_t *)&sup__loc(s)->logp);
         s->log_eof = true;
     }
     sup__finish(s);
@@ -70,18 +82,19 @@ static void on_drain_timeout(uv_timer_t *t)
 static bool rusage_pull(struct sup *s)
 {
     for (;;) {
-        if (s->rlen + 1 >= sizeof s->rbuf) {
+        if (sup__loc(s)->rlen + 1 >= sizeof sup__loc(s)->rbuf) {
             log_warn("cell_rusage_ignored", "job=%s cell=%s reason=%s", s->run.job_id,
                      s->run.cell_id, log_q("capd-exec wrote more than its two lines"));
             return true;
         }
-        ssize_t n = read(s->rusage_fd, s->rbuf + s->rlen, sizeof s->rbuf - 1 - s->rlen);
+        ssize_t n = read(sup__loc(s)->rusage_fd, sup__loc(s)->rbuf + sup__loc(s)->rlen,
+                         sizeof sup__loc(s)->rbuf - 1 - sup__loc(s)->rlen);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return n == 0;
-        s->rlen += (size_t)n;
-        s->rbuf[s->rlen] = 0;
+        sup__loc(s)->rlen += (size_t)n;
+        sup__loc(s)->rbuf[sup__loc(s)->rlen] = 0;
     }
 }
 
@@ -90,9 +103,10 @@ static bool rusage_pull(struct sup *s)
 static void rusage_adopt(struct sup *s)
 {
     long long pid = 0;
-    if (s->adopted || !strchr(s->rbuf, '\n') || sscanf(s->rbuf, "pid %lld", &pid) != 1)
+    if (sup__loc(s)->adopted || !strchr(sup__loc(s)->rbuf, '\n') ||
+        sscanf(sup__loc(s)->rbuf, "pid %lld", &pid) != 1)
         return;
-    s->adopted = true;
+    sup__loc(s)->adopted = true;
     if (mem_cell_adopt(s->mem, (pid_t)pid) != 0)
         log_warn("cell_adopt_failed", "job=%s cell=%s pid=%lld", s->run.job_id, s->run.cell_id,
                  pid);
@@ -104,14 +118,14 @@ static void on_rusage_readable(uv_poll_t *h, int status, int events)
     (void)events;
     bool eof = status < 0 || rusage_pull(s);
     rusage_adopt(s);
-    if (eof || s->adopted)
+    if (eof || sup__loc(s)->adopted)
         uv_poll_stop(h);
 }
 
 /* The rusage line after the optional "pid" one: 0, or -1 when there is none. */
 static int rusage_parse(const struct sup *s, long long *kb, long long *cpu_us)
 {
-    const char *line = s->rbuf;
+    const char *line = sup__loc(s)->rbuf;
     if (strncmp(line, "pid ", 4) == 0)
         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "";
     long long ut = 0, st = 0;
@@ -133,7 +147,7 @@ static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long
     sup__local_stop(s, SIGKILL);
     s->peak_rss = (int64_t)maxrss_kb * 1024;
     s->cpu_us = cpu_us;
-    if (s->rusage_fd >= 0) {
+    if (sup__loc(s)->rusage_fd >= 0) {
         long long kb = 0, cpu = 0;
         rusage_pull(s);
         if (rusage_parse(s, &kb, &cpu) == 0) {
@@ -141,16 +155,16 @@ static void on_exit_cb(struct sup *s, int64_t exit_status, int term_signal, long
             s->cpu_us = cpu;
         }
         /* The poll handle lets go of the fd before it is closed. */
-        if (s->rpoll_on)
-            sup__close_handle(s, (uv_handle_t *)&s->rpoll);
-        close(s->rusage_fd);
-        s->rusage_fd = -1;
+        if (sup__loc(s)->rpoll_on)
+            sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->rpoll);
+        close(sup__loc(s)->rusage_fd);
+        sup__loc(s)->rusage_fd = -1;
     }
     /* The group's own peak counts every process of the cell. */
     if (mem_cell_peak(s->mem) > s->peak_rss)
         s->peak_rss = mem_cell_peak(s->mem);
-    s->pid = 0;
-    sup__close_handle(s, (uv_handle_t *)&s->exitw);
+    sup__loc(s)->pid = 0;
+    sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->exitw);
     uv_timer_stop(&s->timer);
     uv_timer_start(&s->timer, on_drain_timeout, SUP_DRAIN_MS, 0);
     sup__finish(s);
@@ -162,10 +176,11 @@ static void reap(struct sup *s)
 {
     int status = 0;
     siginfo_t si;
-    if (s->exited || s->pid <= 0)
+    if (s->exited || sup__loc(s)->pid <= 0)
         return;
     memset(&si, 0, sizeof si);
-    if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != s->pid)
+    if (waitid(P_PID, (id_t)sup__loc(s)->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        si.si_pid != sup__loc(s)->pid)
         return;
     /* The group first, while the unreaped leader keeps its id from being
      * reused: whatever the runner left behind goes with it. */
@@ -173,12 +188,12 @@ static void reap(struct sup *s)
     mem_cell_collect(s->mem);
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
-    while (wait4(s->pid, &status, 0, &ru) < 0 && errno == EINTR)
+    while (wait4(sup__loc(s)->pid, &status, 0, &ru) < 0 && errno == EINTR)
         ;
-    if (s->pidfd >= 0)
-        uv_poll_stop(&s->exitw.poll);
+    if (sup__loc(s)->pidfd >= 0)
+        uv_poll_stop(&sup__loc(s)->exitw.poll);
     else
-        uv_signal_stop(&s->exitw.sig);
+        uv_signal_stop(&sup__loc(s)->exitw.sig);
     int64_t cpu = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                   ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
     if (WIFSIGNALED(status))
@@ -253,17 +268,18 @@ void sup__kill_reap(pid_t pid)
 void sup__proc_open(struct sup *s, int frames_fd, int log_fd)
 {
     uv_timer_init(s->loop, &s->timer);
-    uv_pipe_init(s->loop, &s->frames, 0);
-    uv_pipe_init(s->loop, &s->logp, 0);
-    s->timer.data = s->frames.data = s->logp.data = s->exitw.poll.data = s;
+    uv_pipe_init(s->loop, &sup__loc(s)->frames, 0);
+    uv_pipe_init(s->loop, &sup__loc(s)->logp, 0);
+    s->timer.data = sup__loc(s)->frames.data = sup__loc(s)->logp.data =
+        sup__loc(s)->exitw.poll.data = s;
     s->handles_open = 3;
-    uv_pipe_open(&s->frames, frames_fd);
-    uv_pipe_open(&s->logp, log_fd);
-    s->by_sigchld = !have_pidfd();
-    if (s->by_sigchld) {
-        uv_signal_init(s->loop, &s->exitw.sig);
-        s->exitw.sig.data = s;
-        uv_signal_start(&s->exitw.sig, on_sigchld, SIGCHLD);
+    uv_pipe_open(&sup__loc(s)->frames, frames_fd);
+    uv_pipe_open(&sup__loc(s)->logp, log_fd);
+    sup__loc(s)->by_sigchld = !have_pidfd();
+    if (sup__loc(s)->by_sigchld) {
+        uv_signal_init(s->loop, &sup__loc(s)->exitw.sig);
+        sup__loc(s)->exitw.sig.data = s;
+        uv_signal_start(&sup__loc(s)->exitw.sig, on_sigchld, SIGCHLD);
         s->handles_open++;
     }
 }
@@ -271,19 +287,19 @@ void sup__proc_open(struct sup *s, int frames_fd, int log_fd)
 int sup__proc_watch(struct sup *s, pid_t pid)
 {
     int rc = 0;
-    if (s->by_sigchld)
+    if (sup__loc(s)->by_sigchld)
         return 0;
-    s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (s->pidfd < 0) {
+    sup__loc(s)->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (sup__loc(s)->pidfd < 0) {
         rc = -errno;
-    } else if (fcntl(s->pidfd, F_SETFD, FD_CLOEXEC) != 0 ||
-               (rc = uv_poll_init(s->loop, &s->exitw.poll, s->pidfd)) != 0) {
+    } else if (fcntl(sup__loc(s)->pidfd, F_SETFD, FD_CLOEXEC) != 0 ||
+               (rc = uv_poll_init(s->loop, &sup__loc(s)->exitw.poll, sup__loc(s)->pidfd)) != 0) {
         rc = rc ? rc : -errno;
-        close(s->pidfd);
-        s->pidfd = -1;
+        close(sup__loc(s)->pidfd);
+        sup__loc(s)->pidfd = -1;
     } else {
-        s->exitw.poll.data = s;
-        uv_poll_start(&s->exitw.poll, UV_READABLE, on_pidfd);
+        sup__loc(s)->exitw.poll.data = s;
+        uv_poll_start(&sup__loc(s)->exitw.poll, UV_READABLE, on_pidfd);
         s->handles_open++;
     }
     /* Cannot watch it: it must not run unsupervised. */
@@ -294,26 +310,26 @@ int sup__proc_watch(struct sup *s, pid_t pid)
 
 void sup__proc_close(struct sup *s)
 {
-    if (s->by_sigchld)
-        sup__close_handle(s, (uv_handle_t *)&s->exitw.sig);
+    if (sup__loc(s)->by_sigchld)
+        sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->exitw.sig);
     sup__close_handle(s, (uv_handle_t *)&s->timer);
-    sup__close_handle(s, (uv_handle_t *)&s->frames);
-    sup__close_handle(s, (uv_handle_t *)&s->logp);
+    sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->frames);
+    sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->logp);
 }
 
 void sup__proc_run(struct sup *s, uint64_t timeout_ms)
 {
-    if (s->rusage_fd >= 0) {
-        if (uv_poll_init(s->loop, &s->rpoll, s->rusage_fd) == 0) {
-            s->rpoll.data = s;
-            s->rpoll_on = true;
+    if (sup__loc(s)->rusage_fd >= 0) {
+        if (uv_poll_init(s->loop, &sup__loc(s)->rpoll, sup__loc(s)->rusage_fd) == 0) {
+            sup__loc(s)->rpoll.data = s;
+            sup__loc(s)->rpoll_on = true;
             s->handles_open++;
-            uv_poll_start(&s->rpoll, UV_READABLE, on_rusage_readable);
+            uv_poll_start(&sup__loc(s)->rpoll, UV_READABLE, on_rusage_readable);
         } else {
             log_warn("cell_rusage_unwatched", "job=%s cell=%s", s->run.job_id, s->run.cell_id);
         }
     }
-    uv_read_start((uv_stream_t *)&s->frames, on_alloc, sup__frames_read);
-    uv_read_start((uv_stream_t *)&s->logp, on_alloc, on_log_read);
+    uv_read_start((uv_stream_t *)&sup__loc(s)->frames, on_alloc, sup__frames_read);
+    uv_read_start((uv_stream_t *)&sup__loc(s)->logp, on_alloc, on_log_read);
     uv_timer_start(&s->timer, on_timeout, timeout_ms, 0);
 }

@@ -21,7 +21,7 @@
 
 #include "daemon/executor.h"
 #include "daemon/remote.h"
-#include "daemon/sup_int.h"
+#include "daemon/cellremote.h"
 #include "storage/layout.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -29,13 +29,6 @@
 #define REMOTE_TOKEN_GRACE_S 600
 
 extern char **environ;
-
-static json_int_t cell_timeout_s(const struct sup *s)
-{
-    json_int_t t =
-        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "timeout_s"));
-    return t > 0 ? t : 600;
-}
 
 /* The spec reply (docs/api.md, GET /v1/attempts/{id}/spec). */
 static json_t *spec_reply(struct sup *s, char *const *env, const char *spec_path)
@@ -58,13 +51,12 @@ static json_t *spec_reply(struct sup *s, char *const *env, const char *spec_path
     }
     /* The job's own limit only: capd's cell_memory_max_bytes is a share of
      * capd's host, which says nothing of the worker's. */
-    json_int_t mem = json_integer_value(
-        json_object_get(json_object_get(s->run.spec, "options"), "memory_max_bytes"));
     return json_pack("{s:I,s:s,s:s,s:[s,s,s],s:o,s:o,s:s,s:I,s:I,s:I}", "attempt",
                      (json_int_t)s->run.attempt_id, "job", s->run.job_id, "cell", s->run.cell_id,
                      "argv", python, "-m", "capd_runner", "env", envo, "spec", spec, "scratch",
-                     s->scratch, "timeout_s", cell_timeout_s(s), "chunk_max_bytes",
-                     (json_int_t)s->cfg->max_body_bytes, "memory_max_bytes", mem > 0 ? mem : 0);
+                     s->scratch, "timeout_s", (json_int_t)s->run.opts.timeout_s, "chunk_max_bytes",
+                     (json_int_t)s->cfg->max_body_bytes, "memory_max_bytes",
+                     (json_int_t)s->run.opts.memory_max_bytes);
 }
 
 /* ---- the loop side of the spool ---- */
@@ -73,9 +65,10 @@ static json_t *spec_reply(struct sup *s, char *const *env, const char *spec_path
 static void drain(struct sup *s)
 {
     ssize_t n;
-    while (!s->frames_eof && (n = remote_read(s->remote, REMOTE_FRAMES, s->buf, SUP__READ_BUF)) > 0)
+    while (!s->frames_eof &&
+           (n = remote_read(sup__rem(s)->remote, REMOTE_FRAMES, s->buf, SUP__READ_BUF)) > 0)
         sup__frames_bytes(s, s->buf, (size_t)n);
-    while ((n = remote_read(s->remote, REMOTE_LOG, s->buf, SUP__READ_BUF)) > 0)
+    while ((n = remote_read(sup__rem(s)->remote, REMOTE_LOG, s->buf, SUP__READ_BUF)) > 0)
         sup__log_write(s, s->buf, (size_t)n);
 }
 
@@ -86,37 +79,31 @@ static void on_timeout(uv_timer_t *t)
     struct remote_exit ex;
     char state[96];
     /* a finish that came in this very loop turn is no timeout */
-    if (remote_over(s->remote, &finished, &ex, state, sizeof state) && finished)
+    if (remote_over(sup__rem(s)->remote, &finished, &ex, state, sizeof state) && finished)
         return;
-    if (s->slurm_deferred) {
+    if (sup__rem(s)->deferred) {
         /* Slurm did not say in time why the worker was stopped */
         char why[160];
         snprintf(why, sizeof why,
                  "the worker got signal %d from outside capd; Slurm did not say why within %d "
                  "polls",
-                 s->deferred.worker_signal, SUP__SLURM_DEFER_POLLS);
-        if (!s->fail_state) {
-            s->fail_state = strdup("failed");
-            s->fail_reason = strdup(why);
-        }
+                 sup__rem(s)->report.worker_signal, SUP__DEFER_POLLS);
+        sup__fail(s, CELL_FAILED, why);
         sup__remote_conclude(s);
         return;
     }
-    if (!s->remote_running) {
+    if (!sup__rem(s)->running) {
         char why[160];
         snprintf(why, sizeof why,
                  "no worker fetched the cell's spec within remote_start_timeout_s (%d s) of its "
                  "launch",
                  s->cfg->remote_start_timeout_s);
-        if (!s->fail_state) {
-            s->fail_state = strdup("failed");
-            s->fail_reason = strdup(why);
-        }
+        sup__fail(s, CELL_FAILED, why);
     } else {
         s->timed_out = true;
     }
     log_warn("cell_timeout", "job=%s cell=%s remote=1 started=%d", s->run.job_id, s->run.cell_id,
-             s->remote_running);
+             sup__rem(s)->running);
     sup__remote_stop(s); /* tells the worker, and scancels its Slurm job */
 }
 
@@ -125,8 +112,8 @@ static void on_timeout(uv_timer_t *t)
 static void over(struct sup *s, bool finished, const struct remote_exit *ex, const char *state)
 {
     drain(s);
-    uint64_t dropped = remote_log_dropped(s->remote);
-    if (dropped && !s->slurm_deferred) {
+    uint64_t dropped = remote_log_dropped(sup__rem(s)->remote);
+    if (dropped && !sup__rem(s)->deferred) {
         char note[160];
         int n = snprintf(note, sizeof note,
                          "\n[capd: %llu bytes of the worker's output past the spool's %llu were "
@@ -137,33 +124,30 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
     if (finished && ex->worker_timeout)
         s->timed_out = true; /* the worker's own clock ran out first */
     if (finished && ex->worker_oom)
-        s->remote_oom = true;
+        s->worker_oom = true;
     if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
         /* Stopped from outside: Slurm knows why (node failure, preemption,
          * someone's scancel, its time limit); elsewhere nobody does. */
         if (s->exec->knows_why_stopped && s->exec->knows_why_stopped(s)) {
-            s->slurm_deferred = true;
-            s->deferred = *ex;
+            sup__rem(s)->deferred = true;
+            sup__rem(s)->report = *ex;
             /* the wait for Slurm's word is bounded even if squeue fails */
             uv_timer_stop(&s->timer);
             uv_timer_start(&s->timer, on_timeout,
-                           (uint64_t)(SUP__SLURM_DEFER_POLLS + 2) * (uint64_t)s->cfg->slurm_poll_ms,
-                           0);
+                           (uint64_t)(SUP__DEFER_POLLS + 2) * (uint64_t)s->cfg->slurm_poll_ms, 0);
             return;
         }
         char why[200];
         snprintf(why, sizeof why,
                  "the worker got signal %d from outside capd and stopped its runner",
                  ex->worker_signal);
-        s->fail_state = strdup("failed");
-        s->fail_reason = strdup(why);
+        sup__fail(s, CELL_FAILED, why);
     }
     /* Ended by something other than capd's own decisions: say what. */
     if (!finished && !s->fail_state && !s->cancelled && !s->timed_out && !s->abandoned) {
         char why[200];
         snprintf(why, sizeof why, "the remote attempt ended before its worker finished: %s", state);
-        s->fail_state = strdup("failed");
-        s->fail_reason = strdup(why);
+        sup__fail(s, CELL_FAILED, why);
     }
     if (finished && !s->frames_eof)
         sup__frames_end(s);
@@ -180,21 +164,21 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
 
 void sup__remote_conclude(struct sup *s)
 {
-    struct remote_exit ex = s->deferred;
+    struct remote_exit ex = sup__rem(s)->report;
     ex.worker_signal = 0; /* what it means is decided */
-    s->slurm_deferred = false;
+    sup__rem(s)->deferred = false;
     over(s, true, &ex, "finished");
 }
 
 static void on_wake(uv_async_t *h)
 {
     struct sup *s = h->data;
-    if (s->finished || !s->remote || s->slurm_deferred)
+    if (s->finished || !sup__rem(s)->remote || sup__rem(s)->deferred)
         return;
-    if (!s->remote_running && remote_started(s->remote)) {
-        s->remote_running = true;
+    if (!sup__rem(s)->running && remote_started(sup__rem(s)->remote)) {
+        sup__rem(s)->running = true;
         uv_timer_stop(&s->timer);
-        uv_timer_start(&s->timer, on_timeout, (uint64_t)cell_timeout_s(s) * 1000, 0);
+        uv_timer_start(&s->timer, on_timeout, (uint64_t)s->run.opts.timeout_s * 1000, 0);
         log_info("cell_remote_started", "job=%s cell=%s attempt=%lld", s->run.job_id,
                  s->run.cell_id, (long long)s->run.attempt_id);
     }
@@ -202,13 +186,13 @@ static void on_wake(uv_async_t *h)
     bool finished = false;
     struct remote_exit ex;
     char state[96];
-    if (remote_over(s->remote, &finished, &ex, state, sizeof state))
+    if (remote_over(sup__rem(s)->remote, &finished, &ex, state, sizeof state))
         over(s, finished, &ex, state);
 }
 
 void sup__remote_stop(struct sup *s)
 {
-    if (s->slurm_deferred) { /* the worker has finished: end with its report */
+    if (sup__rem(s)->deferred) { /* the worker has finished: end with its report */
         sup__remote_conclude(s);
         return;
     }
@@ -221,7 +205,7 @@ void sup__remote_stop(struct sup *s)
                         : s->fail_state ? s->fail_state
                         : s->abandoned  ? REMOTE_STATE_STOPPING
                                         : "ended";
-    remote_end(s->remote, state);
+    remote_end(sup__rem(s)->remote, state);
 }
 
 void sup__remote_close(struct sup *s)
@@ -229,9 +213,9 @@ void sup__remote_close(struct sup *s)
     if (s->exec->launch_forget)
         s->exec->launch_forget(s);
     /* capd stopping: the spool stays for the next capd (sup_reattach) */
-    remote_close(s->remote, s->abandoned);
-    s->remote = NULL;
-    sup__close_handle(s, (uv_handle_t *)&s->wake);
+    remote_close(sup__rem(s)->remote, s->abandoned);
+    sup__rem(s)->remote = NULL;
+    sup__close_handle(s, (uv_handle_t *)&sup__rem(s)->wake);
 }
 
 /* ---- the launcher ---- */
@@ -363,14 +347,29 @@ static int launch(struct sup *s, const char *url, const char *token)
 static void remote_handles(struct sup *s)
 {
     uv_timer_init(s->loop, &s->timer);
-    uv_async_init(s->loop, &s->wake, on_wake);
-    s->timer.data = s->wake.data = s;
+    uv_async_init(s->loop, &sup__rem(s)->wake, on_wake);
+    s->timer.data = sup__rem(s)->wake.data = s;
     s->handles_open = 2;
+}
+
+/* S's remote state, in S->ex. 0 or -ENOMEM. */
+static int remote_new(struct sup *s)
+{
+    s->ex = calloc(1, sizeof(struct sup__remote));
+    return s->ex ? 0 : -ENOMEM;
+}
+
+void sup__remote_release(struct sup *s)
+{
+    free(s->ex);
+    s->ex = NULL;
 }
 
 int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
                          struct store_slurm_job slurm, char *reason, size_t rlen)
 {
+    if (remote_new(s) != 0)
+        return -ENOMEM;
     json_t *reply = spec_reply(s, env, spec_path);
     if (!reply) {
         snprintf(reason, rlen, "cannot read the attempt's spec %s again", spec_path);
@@ -382,7 +381,8 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
     unlink(prev);
     int rc = sup__log_open(s);
     if (rc == 0)
-        rc = remote_reopen(s->run.attempt_id, s->scratch, reply, &s->wake, &s->remote);
+        rc = remote_reopen(s->run.attempt_id, s->scratch, reply, &sup__rem(s)->wake,
+                           &sup__rem(s)->remote);
     json_decref(reply);
     if (rc) {
         snprintf(reason, rlen, "cannot reopen the attempt's spool in %s: %s", s->scratch,
@@ -391,21 +391,21 @@ int sup__remote_reattach(struct sup *s, char *const *env, const char *spec_path,
     }
     remote_handles(s);
     /* The worker's own clock is not known: its timeout runs afresh. */
-    s->remote_running = remote_started(s->remote);
-    uint64_t ms = s->remote_running ? (uint64_t)cell_timeout_s(s) * 1000
-                                    : (uint64_t)s->cfg->remote_start_timeout_s * 1000;
+    sup__rem(s)->running = remote_started(sup__rem(s)->remote);
+    uint64_t ms = sup__rem(s)->running ? (uint64_t)s->run.opts.timeout_s * 1000
+                                       : (uint64_t)s->cfg->remote_start_timeout_s * 1000;
     uv_timer_start(&s->timer, on_timeout, ms, 0);
     if (s->exec->launch_adopt && slurm.job)
         s->exec->launch_adopt(s, slurm);
     bool finished = false;
     struct remote_exit ex;
     char state[96];
-    remote_over(s->remote, &finished, &ex, state, sizeof state);
+    remote_over(sup__rem(s)->remote, &finished, &ex, state, sizeof state);
     log_info("cell_reattached",
              "job=%s cell=%s attempt=%lld slurm_job=%u slurm_task=%d started=%d finished=%d",
              s->run.job_id, s->run.cell_id, (long long)s->run.attempt_id, slurm.job, slurm.task,
-             s->remote_running, finished);
-    uv_async_send(&s->wake); /* read the spool from its first byte */
+             sup__rem(s)->running, finished);
+    uv_async_send(&sup__rem(s)->wake); /* read the spool from its first byte */
     return 0;
 }
 
@@ -414,11 +414,11 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
 {
     char token[STORE_ATTEMPT_TOKEN_MAX];
     json_t *reply = spec_reply(s, env, spec_path);
-    int64_t expires =
-        util_wall_ms() +
-        ((int64_t)s->cfg->remote_start_timeout_s + cell_timeout_s(s) + REMOTE_TOKEN_GRACE_S) * 1000;
+    int64_t expires = util_wall_ms() + ((int64_t)s->cfg->remote_start_timeout_s +
+                                        s->run.opts.timeout_s + REMOTE_TOKEN_GRACE_S) *
+                                           1000;
     int rc = -ENOMEM;
-    if (!reply)
+    if (!reply || remote_new(s) != 0)
         goto fail;
     if ((rc = sup__log_open(s)) != 0) {
         snprintf(reason, rlen, "cannot open the cell log %s: %s", s->log_path, strerror(-rc));
@@ -429,7 +429,8 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
         snprintf(reason, rlen, "cannot store the attempt's token: %s", store_errmsg(s->st));
         goto fail;
     }
-    if ((rc = remote_open(s->run.attempt_id, s->scratch, reply, &s->wake, &s->remote)) != 0) {
+    if ((rc = remote_open(s->run.attempt_id, s->scratch, reply, &sup__rem(s)->wake,
+                          &sup__rem(s)->remote)) != 0) {
         snprintf(reason, rlen, "cannot create the attempt's spool in %s: %s", s->scratch,
                  strerror(-rc));
         goto fail;
@@ -443,9 +444,8 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
     rc = s->exec->launch(s, url, token, why, sizeof why);
     memset(token, 0, sizeof token);
     if (rc) {
-        s->fail_state = strdup("failed");
-        s->fail_reason = strdup(why);
-        remote_end(s->remote, "failed");
+        sup__fail(s, CELL_FAILED, why);
+        remote_end(sup__rem(s)->remote, cell_state_name(CELL_FAILED));
     }
     log_info("cell_started", "job=%s cell=%s attempt=%d remote=1 model=%s width=%s pass=%s",
              s->run.job_id, s->run.cell_id, s->run.attempt,
@@ -456,9 +456,10 @@ int sup__remote_start(struct sup *s, char *const *env, const char *spec_path, ch
 fail:
     memset(token, 0, sizeof token);
     json_decref(reply);
-    if (s->remote)
-        remote_close(s->remote, false);
-    s->remote = NULL;
+    if (sup__rem(s) && sup__rem(s)->remote) {
+        remote_close(sup__rem(s)->remote, false);
+        sup__rem(s)->remote = NULL;
+    }
     return rc;
 }
 
@@ -495,6 +496,7 @@ const struct executor executor_remote = {
     .reattach = sup__remote_reattach,
     .stop = sup__remote_kill,
     .close = sup__remote_close,
+    .release = sup__remote_release,
     .shutdown = launchers_shutdown,
     .launch = launch_command,
 };

@@ -30,7 +30,7 @@
 #include "daemon/remote.h"
 #include "daemon/slurm.h"
 #include "daemon/executor.h"
-#include "daemon/sup_int.h"
+#include "daemon/cellremote.h"
 #include "daemon/widths.h"
 #include "storage/layout.h"
 #include "util/err.h"
@@ -42,7 +42,7 @@
 #define SLURM_GRACE_POLLS 2
 /* Polls a worker's finish after a signal from outside waits for Slurm to
  * say why (a job completing is still RUNNING-like for a moment). */
-#define SLURM_DEFER_POLLS SUP__SLURM_DEFER_POLLS
+#define SLURM_DEFER_POLLS SUP__DEFER_POLLS
 /* What sbatch's --mem adds to a cell's memory_max_bytes: capd-cell and the
  * batch shell beside the runner. */
 #define SLURM_WORKER_MEM_MB 64
@@ -58,6 +58,31 @@ static struct {
     const struct capd_config *cfg;
 } S;
 
+/* What executor "slurm" keeps of an attempt, behind its remote state's
+ * LAUNCH (daemon/cellremote.h): its Slurm job and array task (job 0 until
+ * sbatch answered), polls since the job ended or left Slurm's lists, polls
+ * a deferred finish has waited for Slurm's word, and the next attempt on
+ * the poll's list. */
+struct slurm_att {
+    struct store_slurm_job job;
+    int gone_polls, waits;
+    struct sup *next;
+};
+
+/* S's Slurm state, or NULL before its launch. */
+static struct slurm_att *slu(const struct sup *s)
+{
+    return sup__rem(s)->launch;
+}
+
+/* S's Slurm state, made on its first use. 0 or -ENOMEM. */
+static int att_new(struct sup *s)
+{
+    if (!sup__rem(s)->launch)
+        sup__rem(s)->launch = calloc(1, sizeof(struct slurm_att));
+    return slu(s) ? 0 : -ENOMEM;
+}
+
 static void ctx_init(const struct capd_config *cfg)
 {
     S.cfg = cfg;
@@ -69,7 +94,7 @@ static void ctx_init(const struct capd_config *cfg)
 
 static struct sup *find(int64_t attempt_id)
 {
-    for (struct sup *s = S.head; s; s = s->slurm_next)
+    for (struct sup *s = S.head; s; s = slu(s)->next)
         if (s->run.attempt_id == attempt_id)
             return s;
     return NULL;
@@ -77,21 +102,18 @@ static struct sup *find(int64_t attempt_id)
 
 static void unlink_sup(struct sup *s)
 {
-    for (struct sup **p = &S.head; *p; p = &(*p)->slurm_next)
+    for (struct sup **p = &S.head; *p; p = &slu(*p)->next)
         if (*p == s) {
-            *p = s->slurm_next;
+            *p = slu(s)->next;
             return;
         }
 }
 
 /* Ends attempt S from Slurm's side with STATE and REASON (once). */
-static void end_with(struct sup *s, const char *state, const char *reason)
+static void end_with(struct sup *s, enum cell_state state, const char *reason)
 {
-    if (!s->fail_state) {
-        s->fail_state = strdup(state);
-        s->fail_reason = strdup(reason);
-    }
-    remote_end(s->remote, state);
+    sup__fail(s, state, reason);
+    remote_end(sup__rem(s)->remote, cell_state_name(state));
 }
 
 /* ---- scancel, fire and forget ---- */
@@ -200,9 +222,9 @@ static void task_submitted(uv_loop_t *loop, struct sup *s, uint32_t job, int32_t
         cancel_job(loop, job, task); /* nobody wants it any more */
         return;
     }
-    s->slurm = (struct store_slurm_job){job, task};
+    slu(s)->job = (struct store_slurm_job){job, task};
     /* so that a capd restarted meanwhile polls it again */
-    int rc = store_attempt_slurm_job(s->st, s->run.attempt_id, s->slurm);
+    int rc = store_attempt_slurm_job(s->st, s->run.attempt_id, slu(s)->job);
     if (rc)
         log_warn("slurm_job_unstored", "job=%s cell=%s slurm_job=%u_%d rc=%d", s->run.job_id,
                  s->run.cell_id, job, task, rc);
@@ -230,7 +252,7 @@ static void submit_done(uv_work_t *w, int status)
         if (ok)
             task_submitted(w->loop, s, b->job, (int32_t)i);
         else if (s && !s->exited)
-            end_with(s, b->rc == -ENOTSUP ? "unsupported" : "failed", why);
+            end_with(s, b->rc == -ENOTSUP ? CELL_UNSUPPORTED : CELL_FAILED, why);
     }
     free(b->err);
     free(b);
@@ -335,7 +357,7 @@ static void submit_batch(uv_loop_t *loop, struct pending **ps, size_t n)
         if (rc && s) {
             char why[300];
             snprintf(why, sizeof why, "cannot submit the Slurm job array: %s", strerror(-rc));
-            end_with(s, "failed", why);
+            end_with(s, CELL_FAILED, why);
         }
         pending_free(ps[i]);
     }
@@ -381,23 +403,22 @@ static int attempt_submit(struct sup *s, const char *url, const char *token, cha
 {
     if (!S.cfg)
         ctx_init(s->cfg);
-    struct pending *p = calloc(1, sizeof *p);
-    if (!p)
+    struct pending *p = att_new(s) == 0 ? calloc(1, sizeof *p) : NULL;
+    if (!p) {
+        snprintf(reason, rlen, "capd ran out of memory submitting the Slurm job");
         return -ENOMEM;
-    json_t *o = json_object_get(s->run.spec, "options");
-    json_int_t timeout = json_integer_value(json_object_get(o, "timeout_s"));
-    const char *device = json_string_value(json_object_get(o, "device"));
+    }
+    const struct cell_options *o = &s->run.opts;
     p->attempt_id = s->run.attempt_id;
-    p->key.gpu = device && strcmp(device, "gpu") == 0;
-    p->key.exclusive =
-        s->cfg->slurm_exclusive_timing && json_integer_value(json_object_get(o, "iterations")) > 0;
+    p->key.gpu = strcmp(o->device, "gpu") == 0;
+    p->key.exclusive = s->cfg->slurm_exclusive_timing && o->iterations > 0;
     /* the worker's own limit, the start-up and two minutes of margin */
-    p->key.time_min = (int)(((timeout > 0 ? timeout : 600) + 180) / 60);
+    p->key.time_min = (int)((o->timeout_s + 180) / 60);
     /* the runner's limit (its worker's watchdog holds it) and room for the
      * worker and its shell */
-    json_int_t mem = json_integer_value(json_object_get(o, "memory_max_bytes"));
-    if (mem > 0)
-        p->key.mem_mb = (long long)((mem + (1 << 20) - 1) >> 20) + SLURM_WORKER_MEM_MB;
+    if (o->memory_max_bytes > 0)
+        p->key.mem_mb =
+            (long long)((o->memory_max_bytes + (1 << 20) - 1) >> 20) + SLURM_WORKER_MEM_MB;
     if (constraint_of(s, p->key.constraint, sizeof p->key.constraint) != 0) {
         snprintf(reason, rlen,
                  "width %s requires more CPU features than a constraint of %zu bytes "
@@ -418,7 +439,7 @@ static int attempt_submit(struct sup *s, const char *url, const char *token, cha
         uv_timer_start(&P.timer, on_flush, 0, 0);
         P.timer_on = true;
     }
-    s->slurm_next = S.head;
+    slu(s)->next = S.head;
     S.head = s;
     start_poll(s->loop);
     return 0;
@@ -428,15 +449,24 @@ static void attempt_adopt(struct sup *s, struct store_slurm_job slurm)
 {
     if (!S.cfg)
         ctx_init(s->cfg);
-    s->slurm = slurm;
-    s->slurm_next = S.head;
+    if (att_new(s) != 0) {
+        /* unpolled, it ends at its timeout */
+        log_error("slurm_adopt_failed", "job=%s cell=%s slurm_job=%u_%d reason=no memory",
+                  s->run.job_id, s->run.cell_id, slurm.job, slurm.task);
+        return;
+    }
+    slu(s)->job = slurm;
+    slu(s)->next = S.head;
     S.head = s;
     start_poll(s->loop);
 }
 
 static void attempt_forget(struct sup *s)
 {
-    unlink_sup(s);
+    if (slu(s))
+        unlink_sup(s);
+    free(sup__rem(s)->launch);
+    sup__rem(s)->launch = NULL;
     for (struct pending **pp = &P.head; *pp; pp = &(*pp)->next)
         if ((*pp)->attempt_id == s->run.attempt_id) {
             struct pending *p = *pp;
@@ -450,9 +480,11 @@ static void attempt_forget(struct sup *s)
 
 static void attempt_cancel(struct sup *s)
 {
-    if (s->slurm.job)
-        cancel_job(s->loop, s->slurm.job, s->slurm.task);
-    s->slurm.job = 0;
+    if (!slu(s))
+        return;
+    if (slu(s)->job.job)
+        cancel_job(s->loop, slu(s)->job.job, slu(s)->job.task);
+    slu(s)->job.job = 0;
 }
 
 /* ---- the poll ---- */
@@ -495,11 +527,12 @@ static void deferred(struct sup *s, const struct slurm_job_state *row)
     char id[32];
     slurm_state_map(row->known ? row->state : "UNKNOWN", row->reason, row->exit_code, row->signal,
                     &m);
-    if ((m.verdict == SLURM_V_RUNNING || !row->known) && ++s->slurm_waits <= SLURM_DEFER_POLLS)
+    if ((m.verdict == SLURM_V_RUNNING || !row->known) && ++slu(s)->waits <= SLURM_DEFER_POLLS)
         return;
     char why[400];
     snprintf(why, sizeof why, "the worker got signal %d from outside capd; Slurm job %s: %s",
-             s->deferred.worker_signal, job_text(row, id), row->known ? row->state : "unknown");
+             sup__rem(s)->report.worker_signal, job_text(row, id),
+             row->known ? row->state : "unknown");
     if (m.verdict == SLURM_V_REQUEUE && s->run.attempt < s->cfg->max_attempts) {
         s->requeue = true;
         log_warn("slurm_requeue", "job=%s cell=%s attempt=%d reason=%s", s->run.job_id,
@@ -510,8 +543,7 @@ static void deferred(struct sup *s, const struct slurm_job_state *row)
         s->timed_out = true;
     }
     if (!s->requeue && !s->cancelled && !s->timed_out) {
-        s->fail_state = strdup("failed");
-        s->fail_reason = strdup(why);
+        sup__fail(s, CELL_FAILED, why);
     }
     sup__remote_conclude(s);
 }
@@ -524,16 +556,17 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
     bool finished_worker = false;
     struct remote_exit ex;
     char state[96];
-    if (remote_over(s->remote, &finished_worker, &ex, state, sizeof state) && !s->slurm_deferred)
+    if (remote_over(sup__rem(s)->remote, &finished_worker, &ex, state, sizeof state) &&
+        !sup__rem(s)->deferred)
         return; /* the worker finished, or capd ended it: nothing to add */
-    if (s->slurm_deferred) {
+    if (sup__rem(s)->deferred) {
         deferred(s, row);
         return;
     }
     if (!row->known) {
-        if (++s->slurm_gone_polls > SLURM_GRACE_POLLS) {
+        if (++slu(s)->gone_polls > SLURM_GRACE_POLLS) {
             snprintf(why, sizeof why, "Slurm no longer knows job %s", job_text(row, id));
-            end_with(s, "failed", why);
+            end_with(s, CELL_FAILED, why);
         }
         return;
     }
@@ -545,26 +578,26 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
         return;
     case SLURM_V_ENDED:
         /* the finish may still be on its way: a grace of a few polls */
-        if (++s->slurm_gone_polls > SLURM_GRACE_POLLS) {
+        if (++slu(s)->gone_polls > SLURM_GRACE_POLLS) {
             snprintf(why, sizeof why,
                      "worker ended without finishing (Slurm job %s %s, exit code %d)",
                      job_text(row, id), row->state, row->exit_code);
-            end_with(s, "protocol_error", why);
+            end_with(s, CELL_PROTOCOL_ERROR, why);
         }
         return;
     case SLURM_V_TIMEOUT:
     case SLURM_V_CANCELLED:
         /* capd's own outcomes: ran past the limit, or cancelled */
         *(m.verdict == SLURM_V_TIMEOUT ? &s->timed_out : &s->cancelled) = true;
-        remote_end(s->remote, m.verdict == SLURM_V_TIMEOUT ? "timeout" : "cancelled");
+        remote_end(sup__rem(s)->remote, m.verdict == SLURM_V_TIMEOUT ? "timeout" : "cancelled");
         return;
     case SLURM_V_OOM:
     case SLURM_V_UNSUPPORTED:
     case SLURM_V_FAILED:
         end_with(s,
-                 m.verdict == SLURM_V_OOM           ? "oom"
-                 : m.verdict == SLURM_V_UNSUPPORTED ? "unsupported"
-                                                    : "failed",
+                 m.verdict == SLURM_V_OOM           ? CELL_OOM
+                 : m.verdict == SLURM_V_UNSUPPORTED ? CELL_UNSUPPORTED
+                                                    : CELL_FAILED,
                  why);
         return;
 
@@ -576,11 +609,11 @@ static void apply(struct sup *s, const struct slurm_job_state *row)
             sup__log_write(s, "[capd: ", 7);
             sup__log_write(s, why, strlen(why));
             sup__log_write(s, "; the cell is requeued]\n", 24);
-            remote_end(s->remote, "requeued");
+            remote_end(sup__rem(s)->remote, "requeued");
         } else {
             char all[500];
             snprintf(all, sizeof all, "%s, on each of its %d attempts", why, s->run.attempt);
-            end_with(s, "failed", all);
+            end_with(s, CELL_FAILED, all);
         }
         return;
     }
@@ -608,8 +641,8 @@ static void query_done(uv_work_t *w, int status)
         }
         for (size_t i = 0; i < q->n; i++) {
             struct sup *s = find(q->attempt[i]);
-            if (s && !s->exited && s->slurm.job == q->rows[i].job_id &&
-                s->slurm.task == q->rows[i].task_id)
+            if (s && !s->exited && slu(s)->job.job == q->rows[i].job_id &&
+                slu(s)->job.task == q->rows[i].task_id)
                 apply(s, &q->rows[i]);
         }
     }
@@ -622,8 +655,8 @@ static void query_done(uv_work_t *w, int status)
 static void on_poll(uv_timer_t *t)
 {
     size_t n = 0;
-    for (struct sup *s = S.head; s; s = s->slurm_next)
-        n += s->slurm.job && !s->exited;
+    for (struct sup *s = S.head; s; s = slu(s)->next)
+        n += slu(s)->job.job && !s->exited;
     if (n == 0 && !S.head) {
         uv_timer_stop(t);
         S.timer_on = false;
@@ -637,12 +670,12 @@ static void on_poll(uv_timer_t *t)
     if (q && (q->attempt = calloc(n, sizeof *q->attempt)) != NULL &&
         (q->rows = calloc(n, sizeof *q->rows)) != NULL) {
         size_t i = 0;
-        for (struct sup *s = S.head; s && i < n; s = s->slurm_next) {
-            if (!s->slurm.job || s->exited)
+        for (struct sup *s = S.head; s && i < n; s = slu(s)->next) {
+            if (!slu(s)->job.job || s->exited)
                 continue;
             q->attempt[i] = s->run.attempt_id;
-            q->rows[i].job_id = s->slurm.job;
-            q->rows[i].task_id = s->slurm.task;
+            q->rows[i].job_id = slu(s)->job.job;
+            q->rows[i].task_id = slu(s)->job.task;
             i++;
         }
         q->n = i;
@@ -675,7 +708,7 @@ static void start_poll(uv_loop_t *loop)
 
 static bool slurm_knows_why(const struct sup *s)
 {
-    return s->slurm.job != 0;
+    return slu(s) && slu(s)->job.job != 0;
 }
 
 const struct executor executor_slurm = {
@@ -686,6 +719,7 @@ const struct executor executor_slurm = {
     .reattach = sup__remote_reattach,
     .stop = sup__remote_kill,
     .close = sup__remote_close,
+    .release = sup__remote_release,
     .launch = attempt_submit,
     .launch_adopt = attempt_adopt,
     .launch_stop = attempt_cancel,

@@ -35,7 +35,7 @@
 #include "daemon/launch.h"
 #include "daemon/memlimit.h"
 #include "daemon/spawn.h"
-#include "daemon/sup_int.h"
+#include "daemon/celllocal.h"
 #include "daemon/zygote.h"
 #include "util/log.h"
 
@@ -105,7 +105,8 @@ out_fds:
 static int prefork_prepare(struct sup *s, char *const *env, char *reason, size_t rlen)
 {
     int rp[2];
-    if (zyg_for_cell(s->run.build, s->run.spec, env, s->zsock, sizeof s->zsock) != 0)
+    if (zyg_for_cell(s->run.build, s->run.spec, env, sup__loc(s)->zsock,
+                     sizeof sup__loc(s)->zsock) != 0)
         return -ENOENT;
     if (pipe2(rp, O_CLOEXEC) != 0) {
         int rc = -errno;
@@ -113,8 +114,8 @@ static int prefork_prepare(struct sup *s, char *const *env, char *reason, size_t
         return rc;
     }
     fcntl(rp[0], F_SETFL, O_NONBLOCK);
-    s->rusage_fd = rp[0];
-    s->rusage_w = rp[1];
+    sup__loc(s)->rusage_fd = rp[0];
+    sup__loc(s)->rusage_w = rp[1];
     return 0;
 }
 
@@ -122,14 +123,15 @@ static int prefork_spawn(struct sup *s, const struct sup__start *st, pid_t *pid)
 {
     struct launch_exec le = {
         .rusage_fd = 4,
-        .zygote = s->zsock,
+        .zygote = sup__loc(s)->zsock,
         .cgroup = mem_cell_dir(s->mem),
     };
     struct launch_argv la;
     launch_cell_limits(s->cfg, s->run.spec, &le.lim);
     int rc = launch_exec_argv(s->cfg->exec_bin, &le, st->argv, &la);
     if (rc == 0)
-        rc = spawn_child(s, la.argv, (char **)st->env, st->out_fd, st->frame_fd, s->rusage_w, pid);
+        rc = spawn_child(s, la.argv, (char **)st->env, st->out_fd, st->frame_fd,
+                         sup__loc(s)->rusage_w, pid);
     return rc;
 }
 
@@ -165,7 +167,7 @@ static int backend_pick(struct sup *s, char *const *env, char *reason, size_t rl
         if (rc == -ENOENT)
             continue;
         if (rc == 0)
-            s->backend = backends[i];
+            sup__loc(s)->backend = backends[i];
         return rc;
     }
     return -ENOENT;
@@ -178,8 +180,7 @@ static int backend_pick(struct sup *s, char *const *env, char *reason, size_t rl
  * cell_memory_max_bytes. */
 static int memory_group(struct sup *s, char *reason, size_t rlen)
 {
-    json_int_t want = json_integer_value(
-        json_object_get(json_object_get(s->run.spec, "options"), "memory_max_bytes"));
+    int64_t want = s->run.opts.memory_max_bytes;
     uint64_t limit = want > 0 && (uint64_t)want < s->cfg->cell_memory_max_bytes
                          ? (uint64_t)want
                          : s->cfg->cell_memory_max_bytes;
@@ -218,28 +219,28 @@ static int start_process(struct sup *s, char *const *env, int fpipe[2], int lpip
     pid_t pid = 0;
     sup__proc_open(s, fpipe[0], lpipe[0]);
     fpipe[0] = lpipe[0] = -1;
-    int rc = s->backend->spawn(s, &st, &pid);
+    int rc = sup__loc(s)->backend->spawn(s, &st, &pid);
     if (rc == 0 && (rc = mem_cell_attach(s->mem, pid)) != 0)
         sup__kill_reap(pid);
     close(fpipe[1]);
     close(lpipe[1]);
     fpipe[1] = lpipe[1] = -1;
-    if (s->rusage_w >= 0)
-        close(s->rusage_w);
-    s->rusage_w = -1;
+    if (sup__loc(s)->rusage_w >= 0)
+        close(sup__loc(s)->rusage_w);
+    sup__loc(s)->rusage_w = -1;
     if (rc == 0)
         rc = sup__proc_watch(s, pid);
     if (rc == 0) {
-        s->pid = pid;
+        sup__loc(s)->pid = pid;
         return 0;
     }
     char reason[1200];
     snprintf(reason, sizeof reason, "cannot spawn %s: %s", s->cfg->exec_bin, strerror(-rc));
     sup__store_setup_failure(s->st, &s->run, reason);
     s->finished = true;
-    if (s->rusage_fd >= 0)
-        close(s->rusage_fd);
-    s->rusage_fd = -1;
+    if (sup__loc(s)->rusage_fd >= 0)
+        close(sup__loc(s)->rusage_fd);
+    sup__loc(s)->rusage_fd = -1;
     close(s->log_fd);
     s->log_fd = -1;
     mem_cell_free(s->mem);
@@ -258,11 +259,14 @@ static void close_fds(struct sup *s, int fpipe[2], int lpipe[2])
         if (lpipe[i] >= 0)
             close(lpipe[i]);
     }
-    if (s->rusage_fd >= 0)
-        close(s->rusage_fd);
-    if (s->rusage_w >= 0)
-        close(s->rusage_w);
-    s->rusage_fd = s->rusage_w = -1;
+    struct sup__local *l = sup__loc(s);
+    if (!l)
+        return;
+    if (l->rusage_fd >= 0)
+        close(l->rusage_fd);
+    if (l->rusage_w >= 0)
+        close(l->rusage_w);
+    l->rusage_fd = l->rusage_w = -1;
 }
 
 static int local_start(struct sup *s, char *const *env, const char *spec_path, char *reason,
@@ -270,7 +274,9 @@ static int local_start(struct sup *s, char *const *env, const char *spec_path, c
 {
     int fpipe[2] = {-1, -1}, lpipe[2] = {-1, -1};
     (void)spec_path; /* the environment names it */
-    int rc = open_pipes(s, fpipe, lpipe, reason, rlen);
+    int rc = sup__local_new(s);
+    if (rc == 0)
+        rc = open_pipes(s, fpipe, lpipe, reason, rlen);
     if (rc == 0 && (rc = memory_group(s, reason, rlen)) == 0)
         rc = backend_pick(s, env, reason, rlen);
     if (rc) {
@@ -279,11 +285,9 @@ static int local_start(struct sup *s, char *const *env, const char *spec_path, c
     }
     if ((rc = start_process(s, env, fpipe, lpipe)) != 0)
         return rc; /* ended as failed: S goes with its handles */
-    json_int_t timeout =
-        json_integer_value(json_object_get(json_object_get(s->run.spec, "options"), "timeout_s"));
-    sup__proc_run(s, (uint64_t)(timeout > 0 ? timeout : 600) * 1000);
+    sup__proc_run(s, (uint64_t)s->run.opts.timeout_s * 1000);
     log_info("cell_started", "job=%s cell=%s attempt=%d pid=%d model=%s width=%s pass=%s",
-             s->run.job_id, s->run.cell_id, s->run.attempt, s->pid,
+             s->run.job_id, s->run.cell_id, s->run.attempt, sup__loc(s)->pid,
              log_q(json_string_value(json_object_get(s->run.spec, "model"))),
              json_string_value(json_object_get(s->run.spec, "width")),
              json_string_value(json_object_get(s->run.spec, "pass")));
@@ -292,8 +296,8 @@ static int local_start(struct sup *s, char *const *env, const char *spec_path, c
 
 static void local_close(struct sup *s)
 {
-    sup__close_handle(s, (uv_handle_t *)&s->frames);
-    sup__close_handle(s, (uv_handle_t *)&s->logp);
+    sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->frames);
+    sup__close_handle(s, (uv_handle_t *)&sup__loc(s)->logp);
 }
 
 const struct executor executor_local = {

@@ -527,9 +527,7 @@ int devices_count(struct devices *dv)
 
 static bool wants_gpu(const struct store_cell_run *run)
 {
-    const char *d =
-        json_string_value(json_object_get(json_object_get(run->spec, "options"), "device"));
-    return d && strcmp(d, "gpu") == 0;
+    return strcmp(run->opts.device, "gpu") == 0;
 }
 
 bool devices_may_claim_gpu(struct devices *dv)

@@ -8,11 +8,7 @@
 #include <string.h>
 
 #include "daemon/outcome.h"
-
-static bool is(const char *a, const char *b)
-{
-    return a && strcmp(a, b) == 0;
-}
+#include "util/cellstate.h"
 
 static const char *or_default(const char *s, const char *dflt)
 {
@@ -58,34 +54,37 @@ static void crash_reason(const struct outcome_in *in, struct outcome *out)
 }
 
 /* The first rule of outcome.h's list that applies; reason_buf holds its
- * reason (empty for ok). */
-static const char *first_rule(const struct outcome_in *in, struct outcome *out)
+ * reason (empty for ok). A fail_state that names no cell state is a
+ * failure. */
+static enum cell_state first_rule(const struct outcome_in *in, struct outcome *out)
 {
     char *r = out->reason_buf;
     size_t rl = sizeof out->reason_buf;
+    enum cell_state st = CELL_FAILED;
     if (in->cancelled) {
         snprintf(r, rl, "job cancelled");
-        return "cancelled";
+        return CELL_CANCELLED;
     }
     if (in->timed_out) {
         snprintf(r, rl, "ran past timeout_s=%lld", in->timeout_s);
-        return "timeout";
+        return CELL_TIMEOUT;
     }
-    if (in->oom_killed || is(in->end_status, "oom")) {
+    if (in->oom_killed || cell_state_is(in->end_status, CELL_OOM)) {
         oom_reason(in, r, rl);
-        return "oom";
+        return CELL_OOM;
     }
     if (in->fail_state) {
         snprintf(r, rl, "%s", or_default(in->fail_reason, ""));
-        return in->fail_state;
+        cell_state_parse(in->fail_state, &st);
+        return st;
     }
     if (in->term_signal) {
         crash_reason(in, out);
-        return "crashed";
+        return CELL_CRASHED;
     }
-    if (is(in->end_status, "unsupported")) {
+    if (cell_state_is(in->end_status, CELL_UNSUPPORTED)) {
         snprintf(r, rl, "%s", or_default(in->end_reason, "runner reported unsupported"));
-        return "unsupported";
+        return CELL_UNSUPPORTED;
     }
     if (in->exit_status == 127 && in->frames == 0)
         exec_reason(in, r, rl);
@@ -94,23 +93,23 @@ static const char *first_rule(const struct outcome_in *in, struct outcome *out)
                  in->end_reason ? ": " : "", or_default(in->end_reason, ""));
     else if (!in->saw_end)
         snprintf(r, rl, "runner exited 0 without an end frame");
-    else if (is(in->end_status, "failed"))
+    else if (cell_state_is(in->end_status, CELL_FAILED))
         snprintf(r, rl, "%s", or_default(in->end_reason, "runner reported failure"));
     else
-        return "ok";
-    return "failed";
+        return CELL_OK;
+    return CELL_FAILED;
 }
 
 void outcome_classify(const struct outcome_in *in, struct outcome *out)
 {
     memset(out, 0, sizeof *out);
     out->exit_code = in->term_signal ? -1 : (int)in->exit_status;
-    out->state = first_rule(in, out);
-    out->reason = strcmp(out->state, "ok") == 0 ? NULL : out->reason_buf;
+    enum cell_state st = first_rule(in, out);
+    out->reason = st == CELL_OK ? NULL : out->reason_buf;
     /* A hole in the records overrides the rule, but not a cancellation;
      * the rule's reason stays when capd had ended the attempt itself. */
     if (in->records_lost && !in->cancelled) {
-        out->state = "failed";
+        st = CELL_FAILED;
         out->reason = out->reason_buf;
         if (!in->fail_state)
             snprintf(out->reason_buf, sizeof out->reason_buf,
@@ -118,5 +117,6 @@ void outcome_classify(const struct outcome_in *in, struct outcome *out)
                      "full, read-only data dir or an I/O error); the records committed before "
                      "the failure are kept");
     }
-    out->partial = strcmp(out->state, "ok") != 0 && strcmp(out->state, "unsupported") != 0;
+    out->state = cell_state_name(st);
+    out->partial = st != CELL_OK && st != CELL_UNSUPPORTED;
 }

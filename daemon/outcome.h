@@ -68,7 +68,7 @@ struct outcome_in {
 };
 
 struct outcome {
-    const char *state;  /* a string literal, or IN's fail_state */
+    const char *state;  /* a name of util/cellstate.h's table */
     const char *reason; /* NULL for ok, else REASON_BUF */
     const char *signal; /* "SIGKILL" and so on for crashed, else NULL; in SIGNAL_BUF */
     int exit_code;      /* the exit status, -1 when a signal ended it */

@@ -15,7 +15,6 @@
 #include "daemon/cellenv.h"
 #include "daemon/executor.h"
 #include "util/fs.h"
-#include "daemon/reference.h"
 #include "daemon/runas.h"
 #include "daemon/sup.h"
 #include "daemon/sup_int.h"
@@ -71,24 +70,21 @@ static char **build_env(struct sup *s, const char *spec_path)
 
 static int write_spec(struct sup *s, const char *path)
 {
+    /* the job's options as stored (the runner fills what an old job lacks
+     * from schema/options.json), and the payload limits, which capd sets */
     json_t *o = json_deep_copy(json_object_get(s->run.spec, "options"));
-    if (!json_object_get(o, "sample_size"))
-        json_object_set_new(o, "sample_size", json_integer(256));
-    if (!json_object_get(o, "max_one_payload_bytes"))
-        json_object_set_new(o, "max_one_payload_bytes",
-                            json_integer((json_int_t)s->cfg->frame_max_payload));
-    if (!json_object_get(o, "max_payload_bytes"))
-        json_object_set_new(o, "max_payload_bytes",
-                            json_integer((json_int_t)s->cfg->frame_max_total_payload));
-    const char *device = json_string_value(json_object_get(o, "device"));
+    json_object_set_new(o, "max_one_payload_bytes",
+                        json_integer((json_int_t)s->cfg->frame_max_payload));
+    json_object_set_new(o, "max_payload_bytes",
+                        json_integer((json_int_t)s->cfg->frame_max_total_payload));
     json_t *spec =
         json_pack("{s:i,s:s,s:s,s:i,s:O,s:O,s:O*,s:O,s:s,s:i,s:s,s:O,s:o}", "protocol",
                   FRAME_PROTOCOL_VERSION, "job", s->run.job_id, "cell", s->run.cell_id, "attempt",
                   s->run.attempt, "model", json_object_get(s->run.spec, "model"), "width",
                   json_object_get(s->run.spec, "width"), "width_requires",
                   width_requires(json_string_value(json_object_get(s->run.spec, "width"))), "pass",
-                  json_object_get(s->run.spec, "pass"), "device", device ? device : "cpu",
-                  "frame_fd", 3, "scratch", s->scratch, "model_roots",
+                  json_object_get(s->run.spec, "pass"), "device", s->run.opts.device, "frame_fd", 3,
+                  "scratch", s->scratch, "model_roots",
                   json_object_get(s->run.build, "model_roots"), "options", o);
     /* What the runner checks the libraries against (docs/widths.md): the
      * ATen capability to read back and the widest level any may run. */
@@ -101,9 +97,10 @@ static int write_spec(struct sup *s, const char *path)
     /* The cell's CPU set (daemon/cpus.h), when the scheduler gave one. */
     if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
         json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));
-    /* The control build to time interleaved with this head (daemon/reference.h). */
-    if (spec)
-        ref_add_to_spec(s->cfg, s->st, &s->run, spec, s->scratch, path);
+    /* The control build to time interleaved with this head, which the
+     * scheduler resolved (daemon/reference.h). */
+    if (spec && json_object_get(s->run.spec, "reference"))
+        json_object_set(spec, "reference", json_object_get(s->run.spec, "reference"));
     int rc = spec && json_dump_file(spec, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
     json_decref(spec);
     return rc;
@@ -127,9 +124,6 @@ static struct sup *sup_new(uv_loop_t *loop, const struct capd_config *cfg, struc
     s->done = done;
     s->ud = ud;
     s->log_fd = -1;
-    s->rusage_fd = -1;
-    s->rusage_w = -1;
-    s->pidfd = -1;
     s->t0 = uv_hrtime();
     s->losses0 = store_batch_losses(st);
     s->buf = sup__read_buffer();
@@ -164,7 +158,9 @@ static int prepare_files(struct sup *s, char **spec_path, char *reason, size_t r
                  cfg->data_dir);
         goto out;
     }
-    if (!(s->log_path = strdup(logp)) || asprintf(spec_path, "%s/cell.json", s->scratch) < 0) {
+    char spec[LAYOUT_PATH_MAX];
+    if (layout_cell_spec(spec, sizeof spec, cfg->data_dir, s->run.cell_id, s->run.attempt) != 0 ||
+        !(s->log_path = strdup(logp)) || !(*spec_path = strdup(spec))) {
         *spec_path = NULL;
         goto out;
     }
@@ -206,7 +202,7 @@ int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *s
                  struct store_cell_run *run, struct store_slurm_job slurm, sup_done_cb done,
                  void *ud, struct sup **out)
 {
-    char logp[LAYOUT_PATH_MAX], spec_path[1100], reason[1200] = "";
+    char logp[LAYOUT_PATH_MAX], spec_path[LAYOUT_PATH_MAX], reason[1200] = "";
     char **env = NULL;
     struct sup *s = sup_new(loop, cfg, st, run, done, ud);
     if (!s)
@@ -215,11 +211,12 @@ int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *s
     if (rc == 0 &&
         (layout_cell_scratch(s->scratch, sizeof s->scratch, cfg->data_dir, s->run.cell_id,
                              s->run.attempt) != 0 ||
-         layout_cell_log(logp, sizeof logp, cfg->data_dir, s->run.job_id, s->run.cell_id) != 0))
+         layout_cell_log(logp, sizeof logp, cfg->data_dir, s->run.job_id, s->run.cell_id) != 0 ||
+         layout_cell_spec(spec_path, sizeof spec_path, cfg->data_dir, s->run.cell_id,
+                          s->run.attempt) != 0))
         rc = -ENAMETOOLONG;
     if (rc == 0 && !(s->log_path = strdup(logp)))
         rc = -ENOMEM;
-    snprintf(spec_path, sizeof spec_path, "%s/cell.json", s->scratch);
     if (rc == 0 && !(env = build_env(s, spec_path)))
         rc = -ENOMEM;
     if (rc == 0 && !s->exec->reattach)

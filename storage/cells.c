@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "storage/store_int.h"
+#include "util/cellstate.h"
 #include "util/clock.h"
 
 void store_cell_run_clear(struct store_cell_run *r)
@@ -66,6 +67,7 @@ static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r)
                          store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
                          "prefork_state", store_col_str(st, 14), "rev",
                          (json_int_t)sqlite3_column_int64(st, 15));
+    cell_options_read(json_object_get(r->spec, "options"), &r->opts);
     /* A template build runs as the job's commit's build. */
     return store_build_expand(r->build, (const char *)sqlite3_column_text(st, 16));
 }
@@ -136,9 +138,10 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
         "host_missing=?12, memory_limit_bytes=CASE WHEN ?13 > 0 THEN ?13 END, "
         "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END WHERE seq=?1",
-        "ItitttIIIiItII", r->cell_seq, o->requeue ? "queued" : o->state, o->exit_code, o->signal,
-        o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes, util_wall_ms(),
-        o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes, o->cpu_time_ms);
+        "ItitttIIIiItII", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
+        o->exit_code, o->signal, o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes,
+        util_wall_ms(), o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes,
+        o->cpu_time_ms);
 }
 
 int store_cell_finish(struct store *s, const struct store_cell_run *r,

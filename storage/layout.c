@@ -52,6 +52,11 @@ int layout_cell_scratch(char *out, size_t n, const char *data_dir, const char *c
     return fit(out, n, "%s/scratch/%s-%d", data_dir, cell, attempt);
 }
 
+int layout_cell_spec(char *out, size_t n, const char *data_dir, const char *cell, int attempt)
+{
+    return fit(out, n, "%s/scratch/%s-%d/cell.json", data_dir, cell, attempt);
+}
+
 int layout_zygote_scratch(char *out, size_t n, const char *data_dir, unsigned gen)
 {
     return fit(out, n, "%s/scratch/zygote-%u", data_dir, gen);

@@ -29,6 +29,8 @@ int layout_job_logs(char *out, size_t n, const char *data_dir, const char *job);
 int layout_cell_log(char *out, size_t n, const char *data_dir, const char *job, const char *cell);
 int layout_zygote_log(char *out, size_t n, const char *data_dir, const char *build);
 int layout_cell_scratch(char *out, size_t n, const char *data_dir, const char *cell, int attempt);
+/* The cell spec in that scratch dir: .../scratch/CELL-ATTEMPT/cell.json */
+int layout_cell_spec(char *out, size_t n, const char *data_dir, const char *cell, int attempt);
 int layout_zygote_scratch(char *out, size_t n, const char *data_dir, unsigned gen);
 int layout_slurm_script(char *out, size_t n, const char *data_dir, unsigned seq);
 

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "storage/options.h"
 
 struct store;
 
@@ -119,8 +120,9 @@ struct store_cell_run {
     int64_t cell_seq, job_seq, attempt_id;
     int attempt;
     char job_id[16], cell_id[16];
-    json_t *spec;  /* model, width, pass, options, device... */
-    json_t *build; /* name, python, env, model_roots, prefork, prefork_state, rev */
+    json_t *spec;             /* model, width, pass, options, device... */
+    json_t *build;            /* name, python, env, model_roots, prefork, prefork_state, rev */
+    struct cell_options opts; /* spec's options, typed (storage/options.h) */
 };
 void store_cell_run_clear(struct store_cell_run *r);
 
@@ -151,7 +153,7 @@ int store_flush(struct store *s);
 uint64_t store_batch_losses(const struct store *s);
 
 struct store_outcome {
-    const char *state; /* ok, failed, crashed, oom, ... */
+    const char *state; /* a final state's name (util/cellstate.h): ok, failed, ... */
     int exit_code;     /* -1 when none */
     const char *signal;
     const char *reason;
