@@ -4,7 +4,9 @@
  * integer option just past either end of its range and each enum option
  * outside its values is a 400 naming the option and what it accepts, an
  * option capd sets itself is unknown to a job, a job that gives none is
- * stored with every default, and docs/api.md's table shows them.
+ * stored with every default, and docs/api.md's table shows them; and the
+ * typed options capd's C reads (storage/options.h, generated from the same
+ * table) hold its defaults and read back each value.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/options.h"
 #include "tests/helpers/common/testutil.h"
 
 static struct tu_capd capd;
@@ -188,4 +191,84 @@ Test(options, job_stored_with_every_default, .init = start, .fini = stop)
     free(docs_path);
     json_decref(job);
     free(id);
+}
+
+/* The typed option NAME of O, if struct cell_options has it. */
+static bool typed_int(const struct cell_options *o, const char *name, int64_t *v)
+{
+#define X(n, lo, hi, def, text)                                                                    \
+    if (strcmp(name, #n) == 0) {                                                                   \
+        *v = o->n;                                                                                 \
+        return true;                                                                               \
+    }
+    CAPD_OPTIONS_INT(X)
+#undef X
+    return false;
+}
+
+static const char *typed_enum(const struct cell_options *o, const char *name)
+{
+#define X(n, def, values)                                                                          \
+    if (strcmp(name, #n) == 0)                                                                     \
+        return o->n;
+    CAPD_OPTIONS_ENUM(X)
+#undef X
+    return NULL;
+}
+
+/* Every row of the table is a typed field holding its default when the
+ * job's options lack it (or give the wrong type), and the value the job
+ * gives otherwise; the struct has no field the table lacks. */
+Test(options, typed_options_follow_the_table)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/schema/options.json", tu_bin("CAPD_SOURCE_DIR"));
+    json_error_t e;
+    json_t *t = json_load_file(path, JSON_REJECT_DUPLICATES, &e), *row;
+    cr_assert_not_null(t, "%s: %s", path, e.text);
+    struct cell_options none, some;
+    cell_options_read(NULL, &none);
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(t, "integer"), i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        int64_t v = -1, max = json_integer_value(json_object_get(row, "max"));
+        cr_assert(typed_int(&none, name, &v), "struct cell_options lacks %s", name);
+        cr_assert_eq(v, json_integer_value(json_object_get(row, "default")), "%s", name);
+        json_t *o = json_pack("{s:I}", name, (json_int_t)max);
+        cell_options_read(o, &some);
+        typed_int(&some, name, &v);
+        cr_assert_eq(v, max, "%s read back", name);
+        json_object_set_new(o, name, json_string("x"));
+        cell_options_read(o, &some);
+        typed_int(&some, name, &v);
+        cr_assert_eq(v, json_integer_value(json_object_get(row, "default")), "%s: a string", name);
+        json_decref(o);
+        n++;
+    }
+    json_array_foreach(json_object_get(t, "enum"), i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        const char *v = typed_enum(&none, name);
+        cr_assert_not_null(v, "struct cell_options lacks %s", name);
+        cr_assert_str_eq(v, json_string_value(json_object_get(row, "default")), "%s", name);
+        size_t j;
+        json_t *val;
+        json_array_foreach(json_object_get(row, "values"), j, val)
+        {
+            json_t *o = json_pack("{s:O}", name, val);
+            cell_options_read(o, &some);
+            cr_assert_str_eq(typed_enum(&some, name), json_string_value(val), "%s", name);
+            json_decref(o);
+        }
+        n++;
+    }
+    size_t fields = 0;
+#define X(...) fields++;
+    CAPD_OPTIONS_INT(X)
+    CAPD_OPTIONS_ENUM(X)
+#undef X
+    cr_assert_eq(fields, n, "struct cell_options has %zu fields, the table %zu rows", fields, n);
+    cr_assert_eq(none.memory_max_bytes, 0, "no memory limit unless the job sets one");
+    json_decref(t);
 }
