@@ -8,27 +8,40 @@
 #   CAPD_OPTION_DEFAULT_name "default", CAPD_OPTION_VALUES_name "v1|v2|..."
 # An enum value longer than CAPD_OPTION_ENUM_MAX - 1 bytes stops the
 # configuration (struct cell_options holds each in a fixed array).
+# The index of the last row of KIND ("integer", "enum") of the table in
+# the variable named DOC, into LAST.
+macro(capd_option_rows doc kind last)
+  string(JSON _n LENGTH "${${doc}}" ${kind})
+  math(EXPR ${last} "${_n} - 1")
+endmacro()
+
+# Row I of KIND: its name into NAME, its default into DEF, then each
+# further FIELD VAR pair (min lo max hi) into VAR.
+macro(capd_option_get doc kind i name def)
+  string(JSON ${name} GET "${${doc}}" ${kind} ${i} name)
+  string(JSON ${def} GET "${${doc}}" ${kind} ${i} default)
+  set(_rest ${ARGN})
+  while(_rest)
+    list(POP_FRONT _rest _field _var)
+    string(JSON ${_var} GET "${${doc}}" ${kind} ${i} ${_field})
+  endwhile()
+endmacro()
+
 function(capd_options_header json_path out)
   file(READ ${json_path} doc)
   set(max_enum 32)
   set(ints "")
   set(words "")
-  string(JSON n LENGTH "${doc}" integer)
-  math(EXPR last "${n} - 1")
+  capd_option_rows(doc integer last)
   foreach(i RANGE ${last})
-    string(JSON name GET "${doc}" integer ${i} name)
-    string(JSON lo GET "${doc}" integer ${i} min)
-    string(JSON hi GET "${doc}" integer ${i} max)
-    string(JSON def GET "${doc}" integer ${i} default)
+    capd_option_get(doc integer ${i} name def min lo max hi)
     string(APPEND ints "    X(${name}, ${lo}LL, ${hi}LL, ${def}LL, \"${def}\") \\\n")
     string(APPEND words "#define CAPD_OPTION_DEFAULT_${name} \"${def}\"\n")
   endforeach()
   set(enums "")
-  string(JSON n LENGTH "${doc}" enum)
-  math(EXPR last "${n} - 1")
+  capd_option_rows(doc enum last)
   foreach(i RANGE ${last})
-    string(JSON name GET "${doc}" enum ${i} name)
-    string(JSON def GET "${doc}" enum ${i} default)
+    capd_option_get(doc enum ${i} name def)
     string(JSON nv LENGTH "${doc}" enum ${i} values)
     math(EXPR lastv "${nv} - 1")
     set(vals "")
