@@ -11,7 +11,7 @@
  * checked before the body is read, whatever auth_required says: no token,
  * a malformed, unknown or wrong one is 401; a valid token of another
  * attempt 403; an attempt that has ended or a token past its expiry 410.
- * Uploads are idempotent by offset (daemon/remote.h): the bytes before
+ * Uploads are idempotent by offset (daemon/executors/remote.h): the bytes before
  * what capd holds are not written again, an offset past it is 409 with
  * "received", so a worker that retried after a network error resends
  * from there and nothing is duplicated or lost.
@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "api/api_int.h"
-#include "daemon/remote.h"
+#include "daemon/executors/remote.h"
 #include "util/log.h"
 
 bool api_attempt_auth_refused(struct api_req *r, enum MHD_Result *ret)

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
-#include "daemon/runas.h"
+#include "daemon/child/runas.h"
 
 #define BUILD_MAX_ENV   128
 #define BUILD_MAX_ROOTS 32
@@ -113,7 +113,7 @@ static bool validate_env(struct api_req *r, json_t *env, json_t *allow, enum MHD
  * A build that registers fine but whose every cell dies at exec was the
  * worst first experience capd had: the interpreter or a model root that
  * capd (root) reaches but the cell user (nobody) does not. Registration
- * checks as the cell user (daemon/runas.h) and names the path, the user
+ * checks as the cell user (daemon/child/runas.h) and names the path, the user
  * and what is missing. 400 cell_user_denied for permissions, invalid_field
  * for a path that does not exist or is of the wrong type.
  */

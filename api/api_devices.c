@@ -1,12 +1,12 @@
 /*
  * api/api_devices.c - /v1/devices: the GPUs capd found, and a refresh.
  *
- * The list comes from the daemon (daemon/devices.h), which read it from the
+ * The list comes from the daemon (daemon/host/devices.h), which read it from the
  * probe child capd-gpuinfo; nothing here touches a GPU runtime. A host
  * without a GPU answers 200 with an empty list and the reason.
  */
 #include "api/api_int.h"
-#include "daemon/devices.h"
+#include "daemon/host/devices.h"
 
 enum MHD_Result api_devices_list(struct api_req *r)
 {

@@ -5,7 +5,7 @@
  * A filter is an fnmatch pattern over the cells of both jobs. One that
  * matches no cell used to give "pass, 0 cells compared", and a CI gate with
  * a typo in its filter passed forever. Now a width that is not in the width
- * table (daemon/widths.h), or a value no cell of the compared jobs has, is
+ * table (daemon/cpu/widths.h), or a value no cell of the compared jobs has, is
  * a 400 that names the filter, the values that exist and, when one matches
  * but for case or punctuation ("MLP", "avx-2"), suggests it. A comparison
  * that still pairs zero cells (filters that each match, but no cell both)
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
-#include "daemon/widths.h"
+#include "daemon/cpu/widths.h"
 
 /* Longest list of values quoted in a message; the rest is counted. */
 #define FILTER_LIST_MAX 600

@@ -18,10 +18,10 @@
 
 #include "api/api_int.h"
 #include "compare/cmp.h"
-#include "daemon/devices.h"
-#include "daemon/memlimit.h"
-#include "daemon/sup.h"
-#include "daemon/widths.h"
+#include "daemon/host/devices.h"
+#include "daemon/host/memlimit.h"
+#include "daemon/attempt/sup.h"
+#include "daemon/cpu/widths.h"
 #include "storage/layout.h"
 
 #define JOB_MAX_LABELS    32
@@ -108,7 +108,7 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
 }
 
 /* options.memory_max_bytes: a cell's memory limit below the daemon's
- * cell_memory_max_bytes (daemon/memlimit.h), never above it. */
+ * cell_memory_max_bytes (daemon/host/memlimit.h), never above it. */
 static bool check_memory_option(struct api_verr *err, json_t *o, json_t *out, uint64_t max)
 {
     json_t *x = json_object_get(o, "memory_max_bytes");

@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
-#include "daemon/hostcpu.h"
-#include "daemon/memlimit.h"
-#include "daemon/widths.h"
+#include "daemon/cpu/hostcpu.h"
+#include "daemon/host/memlimit.h"
+#include "daemon/cpu/widths.h"
 
 /* The health document also says how trusting this capd is configured to
  * be: whether tokens are needed and whether cells run as root
@@ -34,8 +34,8 @@ enum MHD_Result api_widths(struct api_req *r)
         r, 200, json_pack("{s:o,s:s}", "widths", widths_table_here(), "host_arch", hostcpu_arch()));
 }
 
-/* The host CPU capd read at start (daemon/hostcpu.h): what decides which
- * widths run here; and how cells' memory is limited (daemon/memlimit.h). */
+/* The host CPU capd read at start (daemon/cpu/hostcpu.h): what decides which
+ * widths run here; and how cells' memory is limited (daemon/host/memlimit.h). */
 enum MHD_Result api_host(struct api_req *r)
 {
     json_t *h = hostcpu_json();

@@ -23,7 +23,7 @@
 
 #include "api/api_int.h"
 #include "compare/cmp.h"
-#include "daemon/widths.h"
+#include "daemon/cpu/widths.h"
 #include "util/cellstate.h"
 
 #define BASELINE "default"

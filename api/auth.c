@@ -13,7 +13,7 @@
  * route takes is checked as an admin route: a write needs a valid token.
  *
  * auth_required is on by default (the first admin token is made at the
- * first start, daemon/admin_token.h). Off, which capd allows only on a
+ * first start, daemon/admin/admin_token.h). Off, which capd allows only on a
  * loopback address and warns about at every start, every request is admin
  * and the Authorization header is ignored.
  *

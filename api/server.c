@@ -388,7 +388,7 @@ static const struct route routes[] = {
 
 /* The most bytes of body ROUTE reads. An upload's limit is also the
  * chunk_max_bytes a remote attempt's spec names to its worker
- * (daemon/cellremote.c sends max_body_bytes): the two must agree, or a
+ * (daemon/executors/cellremote.c sends max_body_bytes): the two must agree, or a
  * worker's full chunk would be refused. */
 static size_t route_body_limit(const struct capd_config *cfg, const struct route *rt)
 {

@@ -36,7 +36,7 @@ static bool server_is_local(const char *url)
 }
 
 /*
- * The first admin token capd wrote to DATA/admin.token (daemon/admin_token.h),
+ * The first admin token capd wrote to DATA/admin.token (daemon/admin/admin_token.h),
  * for a local capd used without --token or CAPD_TOKEN. DATA is --data-dir,
  * else CAPD_DATA_DIR, else CTL_DEFAULT_DATA_DIR; the default is used only
  * for a loopback server, so a token of this machine's capd is never sent

@@ -27,7 +27,7 @@
 
 #include <stdbool.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "storage/store.h"
 
 /* Advances every running bisection; true when it created jobs (the caller

@@ -17,17 +17,17 @@
 
 #include "daemon/bisect.h"
 #include "daemon/capd.h"
-#include "daemon/cpus.h"
-#include "daemon/devices.h"
-#include "daemon/executor.h"
+#include "daemon/host/cpus.h"
+#include "daemon/host/devices.h"
+#include "daemon/config/executor.h"
 #include "util/cellstate.h"
 #include "util/log.h"
-#include "daemon/memlimit.h"
-#include "daemon/reference.h"
+#include "daemon/host/memlimit.h"
+#include "daemon/attempt/reference.h"
 #include "daemon/retention.h"
-#include "daemon/sup.h"
-#include "daemon/widths.h"
-#include "daemon/zygote.h"
+#include "daemon/attempt/sup.h"
+#include "daemon/cpu/widths.h"
+#include "daemon/prefork/zygote.h"
 #include "storage/layout.h"
 #include "storage/store.h"
 #include "util/err.h"
@@ -38,13 +38,13 @@ struct sup_node {
     struct sup *sup;
     int device;     /* the GPU the cell holds; -1 for none */
     bool numerics;  /* options.iterations 0 on the CPU: no timing to disturb */
-    cpu_set_t cpus; /* daemon/cpus.h: exclusive unless numerics */
+    cpu_set_t cpus; /* daemon/host/cpus.h: exclusive unless numerics */
     struct sup_node *next;
 };
 
 struct capd {
     struct capd_config cfg;
-    const struct executor *exec; /* cfg.executor's row (daemon/executor.h) */
+    const struct executor *exec; /* cfg.executor's row (daemon/config/executor.h) */
     uv_loop_t loop;
     struct store *st;
     uv_async_t wake;
@@ -70,7 +70,7 @@ struct capd {
      * shows as none running in between. */
     unsigned nrunning_shown;
     unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
-    struct devices *dev;        /* the GPUs (daemon/devices.h) */
+    struct devices *dev;        /* the GPUs (daemon/host/devices.h) */
     struct cpus_pool cpus;      /* which CPUs each running cell holds */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
@@ -163,7 +163,7 @@ static bool on_cell_next(void *ud, struct sup *s, bool *skip_gpu)
 {
     struct capd *d = ud;
     /* With other cells running, the next one's CPU set depends on theirs
-     * (daemon/cpus.h): schedule() checks it before claiming. */
+     * (daemon/host/cpus.h): schedule() checks it before claiming. */
     if (d->stopping || d->nrunning - 1 >= (unsigned)d->cfg.max_parallel || d->nrunning > 1)
         return false;
     for (struct sup_node *n = d->running; n; n = n->next)
@@ -271,7 +271,7 @@ static void cpus_assign(struct capd *d, struct sup_node *n, struct store_cell_ru
 }
 
 /*
- * A cell at a width this host's CPU cannot run (daemon/widths.h) ends
+ * A cell at a width this host's CPU cannot run (daemon/cpu/widths.h) ends
  * unsupported here, before any child exists: started anyway, the framework
  * would trust ATEN_CPU_CAPABILITY, execute instructions the CPU lacks and
  * die of SIGILL. Returns true when the cell was ended (RUN is consumed).
@@ -308,7 +308,7 @@ static bool gpu_refuses(struct capd *d, struct store_cell_run *run, int *device)
 }
 
 /* The control build a paired head cell times beside its own
- * (daemon/reference.h), resolved here, before the attempt, which only
+ * (daemon/attempt/reference.h), resolved here, before the attempt, which only
  * writes it into the cell spec: "reference" in RUN's spec. */
 static void pair_cell(struct capd *d, struct store_cell_run *run)
 {
@@ -473,7 +473,7 @@ static void final_stop(struct capd *d)
 {
     int requeued = 0, interrupted = 0;
     store_flush(d->st);
-    /* remote attempts stay open for the next capd (daemon/sup.h) */
+    /* remote attempts stay open for the next capd (daemon/attempt/sup.h) */
     store_recover(d->st, d->cfg.max_attempts, d->exec->reattach != NULL, &requeued, &interrupted);
     log_info("stopped", "requeued_cells=%d interrupted_cells=%d", requeued, interrupted);
     zyg_shutdown();

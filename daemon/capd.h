@@ -10,7 +10,7 @@
 #ifndef CAPD_CAPD_H
 #define CAPD_CAPD_H
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 
 struct capd;
 
@@ -37,7 +37,7 @@ void capd_set_bound_port(struct capd *d, int port);
 void capd_notify_work(struct capd *d);
 void capd_notify_cancel(struct capd *d, const char *job_id);
 
-/* The GPUs (daemon/devices.h: its readers are thread-safe), and a
+/* The GPUs (daemon/host/devices.h: its readers are thread-safe), and a
  * thread-safe request to run the GPU probe again. */
 struct devices *capd_devices(struct capd *d);
 void capd_notify_devices_refresh(struct capd *d);

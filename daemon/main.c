@@ -9,14 +9,14 @@
 #include <sys/stat.h>
 
 #include "api/api.h"
-#include "daemon/admin_token.h"
+#include "daemon/admin/admin_token.h"
 #include "daemon/capd.h"
-#include "daemon/cmd_db.h"
-#include "daemon/cmd_token.h"
-#include "daemon/hostcpu.h"
-#include "daemon/memlimit.h"
+#include "daemon/admin/cmd_db.h"
+#include "daemon/admin/cmd_token.h"
+#include "daemon/cpu/hostcpu.h"
+#include "daemon/host/memlimit.h"
 #include "util/log.h"
-#include "daemon/runas.h"
+#include "daemon/child/runas.h"
 
 static void hook_quiesce(void *ud)
 {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "storage/store.h"
 
 struct retention;

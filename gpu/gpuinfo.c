@@ -5,7 +5,7 @@
  *
  * The daemon never initializes a GPU runtime itself: a runtime context
  * holds device memory and is not fork-safe, and capd forks a child per
- * cell. It runs this probe as a child instead (daemon/devices.c) and reads
+ * cell. It runs this probe as a child instead (daemon/host/devices.c) and reads
  * its output, so whatever the runtime does at initialization happens in a
  * process that exits right after.
  *
@@ -42,7 +42,7 @@
 #endif
 
 #define GPUINFO_PROBE_VERSION 1
-#define GPUINFO_MAX_DEVICES   64 /* the daemon's limit too (daemon/devices.h) */
+#define GPUINFO_MAX_DEVICES   64 /* the daemon's limit too (daemon/host/devices.h) */
 
 /* Writes S as a JSON string: quotes, backslashes and control bytes escaped;
  * bytes >= 0x80 pass through (device names are ASCII in practice, and the

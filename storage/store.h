@@ -148,7 +148,7 @@ int store_flush(struct store *s);
  * failed (typically -ENOSPC) rolls the whole batch back, and the records of
  * every attempt written since the last commit go with it. An attempt that
  * was running when this count moved has a hole and must not be committed
- * as complete (daemon/sup.c fails it).
+ * as complete (daemon/attempt/sup.c fails it).
  */
 uint64_t store_batch_losses(const struct store *s);
 

@@ -366,7 +366,7 @@ Test(cells, clean_environment_and_fds)
     stop(&e);
 }
 
-/* What a fresh-exec cell starts with (daemon/spawn.c, between its clone and
+/* What a fresh-exec cell starts with (daemon/child/spawn.c, between its clone and
  * its exec): its own session and group as capd's direct child, the
  * parent-death signal, the configured rlimits and no core files, only fds
  * 0-3, and its scratch dir as working directory. */

@@ -1,10 +1,10 @@
 /*
- * tests/test_cpus.c - exclusive CPU sets for timing cells (daemon/cpus.h).
+ * tests/test_cpus.c - exclusive CPU sets for timing cells (daemon/host/cpus.h).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 
-#include "daemon/cpus.h"
+#include "daemon/host/cpus.h"
 
 static int count(const cpu_set_t *s)
 {

@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "daemon/retention.h"
 #include "storage/store.h"
 #include "storage/store_int.h"

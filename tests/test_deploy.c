@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "tests/helpers/common/testutil.h"
 
 static char *slurp(const char *path)

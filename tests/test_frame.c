@@ -1,4 +1,4 @@
-/* test_frame.c: the runner-protocol parser (daemon/frame.h).
+/* test_frame.c: the runner-protocol parser (daemon/frame/frame.h).
  *
  * Every stream is fed several ways (whole, byte by byte, random chunks) and
  * through both header validators (the fast tensor path and jansson); all must
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/frame.h"
+#include "daemon/frame/frame.h"
 
 /* ---- a growing byte string to build streams ------------------------------ */
 

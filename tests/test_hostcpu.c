@@ -1,5 +1,5 @@
 /*
- * tests/test_hostcpu.c - widths this host's CPU cannot run (daemon/hostcpu.h,
+ * tests/test_hostcpu.c - widths this host's CPU cannot run (daemon/cpu/hostcpu.h,
  * docs/widths.md): what capd reads and says about the host, cells that end
  * unsupported before any child starts, and comparisons that call them
  * not_run. cpu_features_hide takes the "host lacks it" path on any host, so

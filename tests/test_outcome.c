@@ -1,5 +1,5 @@
 /*
- * tests/test_outcome.c - daemon/outcome.h, the outcome of a cell attempt
+ * tests/test_outcome.c - daemon/attempt/outcome.h, the outcome of a cell attempt
  * from what the supervisor saw: one table row per rule and per precedence
  * between two rules that both apply, checked for state, reason, signal,
  * exit code and the partial flag. The function is pure, so no process is
@@ -11,7 +11,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "daemon/outcome.h"
+#include "daemon/attempt/outcome.h"
 
 /* What a row wants outcome_classify to give. */
 struct want {

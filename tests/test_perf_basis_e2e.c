@@ -25,7 +25,7 @@
  * PERF_SLEEP_S when the process runs at width default (CAPD_WIDTH), once,
  * at interpreter start, as a build whose kernels depend on its width
  * does. Timing processes forked from a zygote run what the zygote's
- * start-up read: it must have seen the cell's width (daemon/zygote.h).
+ * start-up read: it must have seen the cell's width (daemon/prefork/zygote.h).
  */
 static const char site[] = "import os\n"
                            "SLEEP = float(os.environ.get('PERF_SLEEP_S', '0')) "

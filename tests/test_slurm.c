@@ -1,5 +1,5 @@
 /*
- * tests/test_slurm.c - daemon/slurm.h without a cluster: the sbatch
+ * tests/test_slurm.c - daemon/slurm/slurm.h without a cluster: the sbatch
  * command line and every refusal, the parsers of sbatch's, squeue's and
  * scontrol's output (good and bad, array tasks included), the state map
  * table, and the runner on plain programs of /bin (its status, stderr,
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/slurm.h"
+#include "daemon/slurm/slurm.h"
 
 /* ERRP, not *ERRP: the call that fills it is another argument. */
 static void want_err(int rc, int want, char **errp, const char *has)

@@ -1,5 +1,5 @@
 /*
- * tests/test_slurm_cluster.c - daemon/slurm.h against a real one-node
+ * tests/test_slurm_cluster.c - daemon/slurm/slurm.h against a real one-node
  * Slurm (tests/slurm/cluster.sh: munged, slurmctld, slurmd under the
  * test's temp dir), through the real sbatch, squeue, scontrol and scancel:
  * an array that completes, a task that exits 3, a task cancelled while it
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/slurm.h"
+#include "daemon/slurm/slurm.h"
 #include "tests/helpers/common/testutil.h"
 
 static char *root; /* the test's temp dir */

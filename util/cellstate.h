@@ -5,7 +5,7 @@
  * capd's children runs it, and the attempt ends in an outcome; a cell that
  * an attempt never ran (a width its host lacks, no GPU, a set-up that
  * failed) still ends in one. docs/protocol.md ("Outcome") says which rule
- * decides; daemon/outcome.h applies them.
+ * decides; daemon/attempt/outcome.h applies them.
  *
  *   queued          waiting for a child (again, after an interrupted attempt
  *                   that had attempts left)

@@ -1,7 +1,7 @@
 /*
  * util/child.h - the steps a child takes between its clone (or vfork) and
- * the exec of a cell's program, shared by capd-exec (daemon/exec_shim.c)
- * and capd's one-step spawn (daemon/spawn.c), so that a cell gets the same
+ * the exec of a cell's program, shared by capd-exec (daemon/prefork/exec_shim.c)
+ * and capd's one-step spawn (daemon/child/spawn.c), so that a cell gets the same
  * rlimits, parent-death signal, descriptors and credentials whichever
  * started it.
  *

@@ -1,7 +1,7 @@
 /*
  * util/procmem.h - the resident memory of process groups, from /proc: what
  * a memory watchdog samples where no cgroup limits a cell (capd's own,
- * daemon/memwatch.c, and capd-cell's on a remote worker).
+ * daemon/host/memwatch.c, and capd-cell's on a remote worker).
  *
  * One walk of /proc serves every group asked: each process's group comes
  * from /proc/PID/stat, and the resident pages of those in an asked group

@@ -190,7 +190,7 @@ static void read_signals(struct run *r)
 
 /* The memory watchdog (every WORKER_MEM_MS): the runner's group's
  * resident memory summed, its peak kept, the group SIGKILLed past the
- * limit, as capd's watchdog does for a local cell (daemon/memwatch.c). */
+ * limit, as capd's watchdog does for a local cell (daemon/host/memwatch.c). */
 static void check_memory(struct run *r, int64_t now)
 {
     if (r->spec->memory_max_bytes <= 0 || r->reaped || r->oom || now - r->mem_ms < WORKER_MEM_MS)

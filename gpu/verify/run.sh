@@ -62,7 +62,7 @@ if [[ " $STAGES " == *" 1 "* ]]; then
     cat "$RES/gpuinfo-hidden.json"
     LD_LIBRARY_PATH="$CUDA/lib64:${LD_LIBRARY_PATH:-}" /tmp/capd-gpuinfo-gcc >"$RES/gpuinfo-gcc.json"; echo "gcc-built probe rc=$?"
     # The address-space cap capd puts on CPU cells would break CUDA's
-    # initialization; GPU cells run without it (daemon/sup.c).
+    # initialization; GPU cells run without it (daemon/attempt/sup.c).
     "$PY" - >"$RES/rlimit-as.txt" 2>&1 <<'EOF'
 import resource, subprocess, sys
 code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30)); "

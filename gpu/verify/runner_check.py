@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "runner"))
 
 from tests.framereader import make_spec, run_runner  # noqa: E402
 
-# What capd puts in a GPU cell's environment (daemon/devices.c), plus what
+# What capd puts in a GPU cell's environment (daemon/host/devices.c), plus what
 # this host needs to find its driver and what the H200 machines ask for.
 CELL_ENV = {
     "CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "0",

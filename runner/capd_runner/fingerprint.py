@@ -18,7 +18,7 @@ from capd_runner import width as widthmod
 #   contains one of these words (any case) or ends in _KEY, or a value that
 #   is a URL with a password (scheme://user:password@host);
 # - the variables capd sets per cell or attempt (CAPD_CELL_SPEC, and HOME
-#   when a run_as_user cell's HOME is its scratch dir: daemon/cellenv.c; a
+#   when a run_as_user cell's HOME is its scratch dir: daemon/child/cellenv.c; a
 #   remote worker rewrites every value under capd's scratch dir to its own,
 #   so any value inside the scratch dir is one) and the shell's bookkeeping
 #   (PWD, OLDPWD, SHLVL, _), which would make every two cells differ: their

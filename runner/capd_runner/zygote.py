@@ -305,7 +305,7 @@ def _start_verify_cell(conf, base_env, cell, force_exec, zygote_pid):
     env = dict(base_env)
     env.update(conf["widths"].get(width) or {})
     env["CAPD_CELL_SPEC"] = spec_path
-    env["CAPD_WIDTH"] = width  # as capd sets it for a cell (daemon/cellenv.c)
+    env["CAPD_WIDTH"] = width  # as capd sets it for a cell (daemon/child/cellenv.c)
     req = {"argv": [sys.executable, "-m", "capd_runner"], "env": env, "cwd": scratch,
            "rlimits": {}}
     r, w = os.pipe()

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_frame.c - libFuzzer target for the runner-protocol
- * parser (daemon/frame.h) as the supervisor drives it: a byte stream that
+ * parser (daemon/frame/frame.h) as the supervisor drives it: a byte stream that
  * arrives in pieces of arbitrary size.
  *
  * The first input byte picks the piece size (1..97) and whether the tensor
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/frame.h"
+#include "daemon/frame/frame.h"
 
 #define FUZZ_TARGET "fuzz_frame"
 #include "tests/fuzz/fuzz_check.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 
 #define FUZZ_TARGET "fuzz_job_request"
 #include "tests/fuzz/fuzz_check.h"

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_record.c - libFuzzer target for the record decoder: the
- * tensor-header fast path of daemon/frame_fast.c, differentially against the
+ * tensor-header fast path of daemon/frame/frame_fast.c, differentially against the
  * jansson path, and the decoded records handed to the comparison engine.
  *
  * The input is a stream after a fixed hello frame. It is parsed twice,
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "compare/cmp.h"
-#include "daemon/frame.h"
+#include "daemon/frame/frame.h"
 
 #define FUZZ_TARGET "fuzz_record"
 #include "tests/fuzz/fuzz_check.h"

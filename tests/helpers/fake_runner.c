@@ -81,7 +81,7 @@
  *   memhog[:MB]     hello, env, then allocates MB MiB (default 1024) in 4 MiB
  *                   blocks, touching every page and pausing 5 ms after each
  *                   block (so a 100 ms watchdog sees it grow), then end ok:
- *                   a cell over its memory limit (daemon/memlimit.h) never
+ *                   a cell over its memory limit (daemon/host/memlimit.h) never
  *                   gets that far.
  *   slow[:MS]       like ok, but sleeps MS ms (default 1000) before end.
  *   echo_env        hello, then a note whose message is a JSON document:
