@@ -190,13 +190,18 @@ Test(outcome, long_reason_is_cut)
     cr_assert_eq(strncmp(out.reason, big, OUTCOME_REASON_MAX - 1), 0);
 }
 
-/* The state of a fail_state row is the caller's string, so protocol_error
- * and any later capd-decided state pass through unchanged. */
+/* The state of a fail_state row is the cell state it names (util/cellstate.h),
+ * so protocol_error and any later capd-decided state pass through; a word
+ * that names no cell state is a failure. */
 Test(outcome, fail_state_passes_through)
 {
     struct outcome_in in = {.fail_state = "protocol_error", .fail_reason = "bad magic"};
     struct outcome out;
     outcome_classify(&in, &out);
-    cr_assert_eq(out.state, in.fail_state);
+    cr_assert_str_eq(out.state, "protocol_error");
+    cr_assert_str_eq(out.reason, "bad magic");
+    in.fail_state = "not_a_state";
+    outcome_classify(&in, &out);
+    cr_assert_str_eq(out.state, "failed");
     cr_assert_str_eq(out.reason, "bad magic");
 }
