@@ -53,7 +53,11 @@ function clear(e) {
   return e;
 }
 
-const main = () => document.getElementById("main");
+/* The current route's view: a route renders into its own element, so one
+ * still loading when the hash moves on draws into a detached view, never
+ * over the page that replaced it. */
+let view = null;
+const main = () => view || document.getElementById("main");
 
 function banner(msg, isError) {
   const b = document.getElementById("banner");
@@ -758,12 +762,17 @@ async function showCmpCell(r, x, panel) {
 /* ---- router ---- */
 
 let unsubscribe = null;
+let routeGen = 0;
 
 async function route() {
   if (unsubscribe) {
     unsubscribe();
     unsubscribe = null;
   }
+  const gen = ++routeGen;
+  const rendered = location.hash;
+  view = h("div", { class: "view" });
+  document.getElementById("main").replaceChildren(view);
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
@@ -778,8 +787,14 @@ async function route() {
   else {
     clear(main()).append(h("p", null, "No such page. ", h("a", { href: "#/" }, "Jobs")));
   }
+  if (gen !== routeGen) {
+    // The hash moved on while this page loaded: a newer route owns the page.
+    if (un) un();
+    return;
+  }
   unsubscribe = un;
   document.body.dataset.page = parts[0] || "jobs";
+  document.body.dataset.route = rendered;
   document.body.dataset.ready = "1";
 }
 

@@ -130,9 +130,12 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(artifacts, name), fullPage: true });
 }
 
+// Ready means the route of this hash has rendered: a hash-only goto returns
+// before the hashchange event, while the previous page still reads ready.
 async function gotoReady(page, hash) {
   await page.goto(base + "/" + hash);
-  await page.waitForSelector("body[data-ready='1']", { timeout: 15000 });
+  const want = new URL(base + "/" + hash).hash;
+  await page.waitForFunction((w) => document.body.dataset.ready === "1" && document.body.dataset.route === w, want, { timeout: 15000 });
 }
 
 before(async () => {
