@@ -158,6 +158,10 @@ int cmp__call_cmp(const struct cmp__rec *x, const struct cmp__rec *y);
 /* A qsort comparator of record pointers (const struct cmp__rec **) in
  * execution order (seq): the order every sort of records ends on (ops.c). */
 int cmp__rec_by_seq(const void *a, const void *b);
+/* ... by key, then seq (engine_cell.c); by module call and phase, then seq
+ * (ops.c: both records need a module). */
+int cmp__rec_by_key(const void *a, const void *b);
+int cmp__rec_by_group(const void *a, const void *b);
 
 /* render_ops.c: the per-op report lines (kernel, first non-finite) and the
  * largest error amplification per cell; NULL when none. */

@@ -16,7 +16,7 @@
 
 /* ------------------------------------------------------------- sorting */
 
-static int by_key(const void *a, const void *b)
+int cmp__rec_by_key(const void *a, const void *b)
 {
     const struct cmp__rec *x = *(const struct cmp__rec *const *)a;
     const struct cmp__rec *y = *(const struct cmp__rec *const *)b;
@@ -56,7 +56,7 @@ static int sorted_recs(const struct cmp_cell *cell, const struct cmp__rec ***out
         return -ENOMEM;
     for (size_t i = 0; i < cell->n_recs; i++)
         v[i] = &cell->recs[i];
-    qsort(v, cell->n_recs, sizeof(*v), by_key);
+    qsort(v, cell->n_recs, sizeof(*v), cmp__rec_by_key);
     *out = v;
     return 0;
 }
@@ -230,6 +230,11 @@ static void merge_keys(struct cmp__cellcmp *k)
             k->rows[k->nrows++] = (struct cmp__row){.c = sc[i++], .h = sh[j++]};
         }
     }
+    cmp__rows_in_order(k);
+}
+
+void cmp__rows_in_order(struct cmp__cellcmp *k)
+{
     qsort(k->rows, k->nrows, sizeof(*k->rows), row_by_head_seq);
     qsort(k->missing, k->nmiss, sizeof(*k->missing), cmp__rec_by_seq);
     qsort(k->extra, k->nextra, sizeof(*k->extra), cmp__rec_by_seq);
@@ -380,6 +385,9 @@ int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     if (rc < 0)
         goto out;
     merge_keys(&k);
+    rc = cmp__align_ops(&k);
+    if (rc < 0)
+        goto out;
     check_devices(&k);
     rc = cmp__reference_prepare(&k);
     if (rc < 0)
@@ -390,6 +398,7 @@ int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
     rc = find_origins(&k);
     if (rc < 0)
         goto out;
+    cmp__op_origin(&k);
     cell_status(&k);
     rc = cmp__perf_cells(c, h, k.dev_refused, o, &k.perf);
     if (rc < 0)

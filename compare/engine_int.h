@@ -3,9 +3,11 @@
  * the verdict classes of a record pair and of a cell, the counts of one
  * comparison, and the working state of one matched cell pair.
  *
- * The engine is four files: engine.c drives a comparison (options, cell
+ * The engine is five files: engine.c drives a comparison (options, cell
  * matching, the result), engine_cell.c judges one matched cell pair (record
- * merge, verdicts, first divergence, status), amplify.c says where a
+ * merge, verdicts, first divergence, status), opalign.c pairs the per-op
+ * records of a module call whose op keys differ by alignment and names an
+ * inserted or removed op as an origin, amplify.c says where a
  * diverged cell's error grew, and engine_json.c writes every object of the
  * result (docs/compare.md is the contract for its names).
  */
@@ -102,7 +104,12 @@ struct cmp__cellcmp {
     const char *dev_check; /* "unknown", "same", "mismatch_allowed", "mismatch_refused" */
     bool dev_refused;
     const struct cmp__row *first_div, *first_intro;
-    const struct cmp__rec **sr; /* the reference's records by key (reference.c) */
+    int64_t ops_realigned;         /* op calls paired across different keys (opalign.c) */
+    int64_t ops_unaligned;         /* module calls too long to align, paired by key */
+    const struct cmp__rec *origin; /* an op one side ran alone before first_div */
+    bool origin_inserted;          /* origin is the head's (else the control's) */
+    const char *origin_link;       /* "same_call" or "same_value" */
+    const struct cmp__rec **sr;    /* the reference's records by key (reference.c) */
     size_t nsr;
     bool sr_owned;       /* sr is a copy (default-width), not sc */
     const char *ref_why; /* why no record has a reference, else NULL */
@@ -114,6 +121,19 @@ struct cmp__cellcmp {
 };
 
 /* engine_cell.c: compares one matched cell pair, appends its object to cells. */
+/* The rows in head execution order, missing and extra in their own. */
+void cmp__rows_in_order(struct cmp__cellcmp *k);
+
+/*
+ * opalign.c: per-op records of a module call whose op keys differ between
+ * the sides, paired by alignment instead of by key (-ENOMEM); then the
+ * inserted or removed op that the first divergence follows, if any, and
+ * its "op_origin" object.
+ */
+int cmp__align_ops(struct cmp__cellcmp *k);
+void cmp__op_origin(struct cmp__cellcmp *k);
+int cmp__op_origin_json(const struct cmp__cellcmp *k, json_t *cj);
+
 int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
                       const struct cmp_options *o, bool cross, struct cmp_scratch *s, json_t *cells,
                       struct cmp__counts *cnt);

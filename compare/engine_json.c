@@ -115,6 +115,8 @@ static json_t *row_json(const struct cmp__row *r)
     if (o == NULL)
         return NULL;
     rc |= cmp__set(o, "key", json_string(h->key));
+    if (strcmp(h->key, c->key) != 0) /* per-op records paired by alignment (opalign.c) */
+        rc |= cmp__set(o, "control_key", json_string(c->key));
     rc |= cmp__set(o, "seq", json_integer(h->seq));
     rc |= cmp__set(o, "control_seq", json_integer(c->seq));
     rc |= cmp__set(o, "module", str_or_null(h->module));
@@ -271,6 +273,10 @@ static int cell_records_json(const struct cmp__cellcmp *k, json_t *cj)
     e |= cmp__set(cj, "tensors_nondeterministic", json_integer(k->ncls[CMP__T_NONDET]));
     if (k->nmixed > 0) /* only then, so that results of one algorithm keep their bytes */
         e |= cmp__set(cj, "tensors_hash_alg_mixed", json_integer(k->nmixed));
+    if (k->ops_realigned > 0) /* only then, like tensors_hash_alg_mixed */
+        e |= cmp__set(cj, "ops_realigned", json_integer(k->ops_realigned));
+    if (k->ops_unaligned > 0)
+        e |= cmp__set(cj, "ops_unaligned", json_integer(k->ops_unaligned));
     e |= cmp__set(cj, "missing_keys", json_integer((json_int_t)k->nmiss));
     e |= cmp__set(cj, "extra_keys", json_integer((json_int_t)k->nextra));
     e |= cmp__set(cj, "missing_key_names", names_json(k->missing, k->nmiss));
@@ -305,6 +311,7 @@ static int cell_origins_json(const struct cmp__cellcmp *k, json_t *cj)
         e |= cmp__set(cj, "first_divergence", json_null());
     }
     e |= cmp__set(cj, "first_introduced", k->first_intro ? row_json(k->first_intro) : json_null());
+    e |= cmp__op_origin_json(k, cj);
     return e;
 }
 

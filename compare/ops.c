@@ -109,7 +109,7 @@ int cmp__call_cmp(const struct cmp__rec *x, const struct cmp__rec *y)
 }
 
 /* Module call, then phase, then execution order. */
-static int by_group(const void *a, const void *b)
+int cmp__rec_by_group(const void *a, const void *b)
 {
     int c = cmp__call_cmp(*(const struct cmp__rec *const *)a, *(const struct cmp__rec *const *)b);
     return c ? c : cmp__rec_by_seq(a, b);
@@ -133,7 +133,7 @@ static bool roles_of(enum cmp__phase ph, enum cmp__role *in, enum cmp__role *res
 
 /*
  * Whether every input record of r's module call is finite; *n_inputs is how
- * many there were. grp holds the cell's records with a module, by_group.
+ * many there were. grp holds the cell's records with a module, cmp__rec_by_group.
  */
 static bool inputs_finite(const struct cmp__rec *const *grp, size_t ng, const struct cmp__rec *r,
                           enum cmp__role in, size_t *n_inputs)
@@ -144,7 +144,7 @@ static bool inputs_finite(const struct cmp__rec *const *grp, size_t ng, const st
     probe.seq = INT64_MIN;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (by_group(&grp[mid], &pp) < 0)
+        if (cmp__rec_by_group(&grp[mid], &pp) < 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -197,7 +197,7 @@ int cmp__first_nonfinite(const struct cmp_cell *cell, json_t **out)
             grp[ng++] = &cell->recs[i];
     }
     qsort(seq, cell->n_recs, sizeof(*seq), cmp__rec_by_seq);
-    qsort(grp, ng, sizeof(*grp), by_group);
+    qsort(grp, ng, sizeof(*grp), cmp__rec_by_group);
 
     for (size_t i = 0; i < cell->n_recs && origin == NULL; i++) {
         const struct cmp__rec *r = seq[i];

@@ -1,13 +1,19 @@
 /*
- * compare/render_ops.c - the report lines for per-op findings: the first
- * divergent op with its kernel and the source tree's stale wrappers of that
- * kernel's file, and where NaN/Inf first appeared.
+ * compare/render_ops.c - the report lines for per-op findings: an op one
+ * side ran alone, the first divergent op with its kernel and the source tree's stale wrappers of
+ * that kernel's file, and where NaN/Inf first appeared.
  *
  * One line per cell and finding, for example
  *
  *   mlp / avx512 / forward: aten::gelu in act.0 → GeluKernel,
  *   aten/src/ATen/native/cpu/Activation.cpp — 2 stale generated wrappers of
  *   this file in the source tree
+ *
+ * an op one side ran alone that the first divergence follows:
+ *
+ *   mlp / avx512 / forward: aten::mul inserted in the head in act (call 0,
+ *   forward), before the first divergence act.0.forward.output.0, which
+ *   holds its result
  *
  * and, per diverged cell, where its error grew the most:
  *
@@ -228,6 +234,32 @@ static void kernel_cell(struct section *s, const json_t *cell)
     }
 }
 
+/* An op one side ran alone that the first divergence follows (opalign.c). */
+static void origin_cell(struct section *s, const json_t *cell)
+{
+    FILE *f = s->f;
+    bool md = s->md;
+    const json_t *o = json_object_get(cell, "op_origin");
+    if (!json_is_object(o))
+        return;
+    bool ins = strcmp(js(o, "kind"), "inserted") == 0;
+    section_open(s);
+    cell_id(f, cell, md);
+    fputs(md ? "`" : "", f);
+    put(f, js(o, "op"), md);
+    fprintf(f, "%s %s in %s", md ? "`" : "", ins ? "inserted in the head" : "removed from the head",
+            md ? "`" : "");
+    put(f, js(o, "module"), md);
+    fprintf(f, "%s (call %lld, %s), before the first divergence %s", md ? "`" : "",
+            (long long)json_integer_value(json_object_get(o, "call")), js(o, "phase"),
+            md ? "`" : "");
+    put(f, js(o, "divergence_key"), md);
+    fprintf(f, "%s%s\n", md ? "`" : "",
+            strcmp(js(o, "link"), "same_value") == 0
+                ? (ins ? ", which holds its result" : ", which held its result in the control")
+                : ", in the same module call");
+}
+
 /* The section CELL_LINES writes over every cell; false when it wrote none. */
 static bool section(FILE *f, const json_t *result, bool md, const char *title_md, const char *title,
                     void (*cell_lines)(struct section *, const json_t *))
@@ -249,7 +281,9 @@ char *cmp__ops_block(const json_t *result, bool md)
     FILE *f = open_memstream(&out, &n);
     if (f == NULL)
         return NULL;
-    bool any = section(f, result, md, "\n### Down to the kernel\n\n", "kernels:\n", kernel_cell);
+    bool any = section(f, result, md, "\n### Ops one side ran alone\n\n",
+                       "inserted or removed ops:\n", origin_cell);
+    any |= section(f, result, md, "\n### Down to the kernel\n\n", "kernels:\n", kernel_cell);
     any |= section(f, result, md, "\n### Error amplification\n\n", "amplification:\n", amp_cell);
     if (fclose(f) != 0 || !any) {
         free(out);

@@ -581,6 +581,54 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
 }
 
 /*
+ * A head whose gelu is wrapped in one more multiply (examples/perturbed-gelu,
+ * CAPD_PERTURB_WRAP) runs an aten::mul the control does not: the comparison
+ * names that inserted op as the origin of the divergence, in JSON and in
+ * Markdown; with the sides swapped, the op is removed.
+ */
+Test(e2e, per_op_names_an_inserted_op, .timeout = 900)
+{
+    struct tu_capd c;
+    const char *width = gelu_start(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"");
+    char *j1 = submit_op(&c, "control", "9999991", NULL, width, NULL);
+    char *j2 = submit_op(&c, "gelu", "9999992", "9999991", width, NULL);
+    wait_jobs(&c, j1, j2, NULL);
+
+    json_t *diff;
+    json_t *cell = gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff);
+    json_t *o = json_object_get(cell, "op_origin");
+    char *os = json_dumps(cell, JSON_COMPACT);
+    cr_assert_str_eq(tu_jstr(o, "kind"), "inserted", "%s", os);
+    cr_assert_str_eq(tu_jstr(o, "op"), "aten::mul", "%s", os);
+    cr_assert_str_eq(tu_jstr(o, "module"), "act", "%s", os);
+    cr_assert_str_eq(tu_jstr(o, "key"), "act.0.forward/op.aten::mul.0.output.0", "%s", os);
+    /* the gelu before it is untouched: the mul's result is what diverged */
+    cr_assert_str_eq(tu_jstr(o, "link"), "same_value", "%s", os);
+    cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_divergence"), "module"), "act", "%s", os);
+    free(os);
+    json_decref(diff);
+
+    struct tu_resp md;
+    tu_http(&c, "GET", "/v1/commits/9999992/diff?format=md", NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, "`aten::mul` inserted in the head in `act`") != NULL, "markdown: %s",
+              md.body);
+    tu_resp_free(&md);
+
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j1);
+    json_t *rev;
+    cell = gelu_cell(&c, path, width, &rev);
+    o = json_object_get(cell, "op_origin");
+    cr_assert_str_eq(tu_jstr(o, "kind"), "removed");
+    cr_assert_str_eq(tu_jstr(o, "op"), "aten::mul");
+    json_decref(rev);
+    free(j1);
+    free(j2);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/*
  * NaN injected in one op (examples/perturbed-gelu, CAPD_PERTURB_NAN) is
  * traced to that op: in the comparison with the control, and in the head
  * job compared with itself, which has no control to diverge from.

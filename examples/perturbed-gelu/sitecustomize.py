@@ -13,13 +13,31 @@ With CAPD_PERTURB_NAN=1 the kernel computes GELU exactly and writes NaN
 into the first element of its result instead: a NaN injected in one op,
 which the comparison must trace to aten::gelu (docs/compare.md, "First
 non-finite").
+
+With CAPD_PERTURB_WRAP=1 the kernel is left alone and
+torch.nn.functional.gelu is wrapped instead, scaling its result by
+(1 + 2e-4): the head runs one more operator (an aten::mul) after aten::gelu,
+the way a Python-level wrapper in a framework change would, which the
+comparison must name as the inserted op (docs/compare.md, "Ops one side has
+and the other lacks").
 """
 import os
 
 # capd names the width in CAPD_WIDTH (avx512 and amx share ATEN_CPU_CAPABILITY).
 _WIDTH = os.environ.get("CAPD_WIDTH") or os.environ.get("ATEN_CPU_CAPABILITY")
 
-if _WIDTH == os.environ.get("CAPD_PERTURB_WIDTH", "avx512"):
+_PERTURBED = _WIDTH == os.environ.get("CAPD_PERTURB_WIDTH", "avx512")
+
+if _PERTURBED and os.environ.get("CAPD_PERTURB_WRAP") == "1":
+    import torch.nn.functional as _F
+
+    _plain_gelu = _F.gelu
+
+    def _wrapped_gelu(x, approximate="none"):
+        return _plain_gelu(x, approximate=approximate) * (1.0 + 2e-4)
+
+    _F.gelu = _wrapped_gelu
+elif _PERTURBED:
     import warnings
 
     import torch
