@@ -163,8 +163,8 @@ static void align_group(struct align *a)
     for (size_t i = 1; i <= m; i++) {
         dp[i * w] = 0;
         for (size_t j = 1; j <= n; j++) {
-            int32_t best = dp[(i - 1) * w + j] > dp[i * w + j - 1] ? dp[(i - 1) * w + j]
-                                                                  : dp[i * w + j - 1];
+            int32_t best =
+                dp[(i - 1) * w + j] > dp[i * w + j - 1] ? dp[(i - 1) * w + j] : dp[i * w + j - 1];
             int s = pair_score(&a->cc[i - 1], &a->ch[j - 1]);
             if (s > 0 && dp[(i - 1) * w + j - 1] + s > best)
                 best = dp[(i - 1) * w + j - 1] + s;
@@ -185,6 +185,19 @@ static void align_group(struct align *a)
     }
 }
 
+/* Moves G's per-op records of V (*N of them) to the end of TO (*NTO). */
+static void take_from(const struct cmp__rec **v, size_t *n, const struct cmp__rec *g,
+                      const struct cmp__rec **to, size_t *nto)
+{
+    size_t keep = 0;
+    for (size_t r = 0; r < *n; r++)
+        if (same_group(v[r], g))
+            to[(*nto)++] = v[r];
+        else
+            v[keep++] = v[r];
+    *n = keep;
+}
+
 /* Moves group G's per-op records out of the rows, missing and extra into
  * the alignment's arrays, in execution order. */
 static void take_group(struct align *a, const struct cmp__rec *g)
@@ -201,20 +214,8 @@ static void take_group(struct align *a, const struct cmp__rec *g)
         }
     }
     k->nrows = keep;
-    keep = 0;
-    for (size_t r = 0; r < k->nmiss; r++)
-        if (same_group(k->missing[r], g))
-            a->gc[a->ngc++] = k->missing[r];
-        else
-            k->missing[keep++] = k->missing[r];
-    k->nmiss = keep;
-    keep = 0;
-    for (size_t r = 0; r < k->nextra; r++)
-        if (same_group(k->extra[r], g))
-            a->gh[a->ngh++] = k->extra[r];
-        else
-            k->extra[keep++] = k->extra[r];
-    k->nextra = keep;
+    take_from(k->missing, &k->nmiss, g, a->gc, &a->ngc);
+    take_from(k->extra, &k->nextra, g, a->gh, &a->ngh);
     qsort(a->gc, a->ngc, sizeof(*a->gc), cmp__rec_by_seq);
     qsort(a->gh, a->ngh, sizeof(*a->gh), cmp__rec_by_seq);
 }
@@ -363,11 +364,11 @@ int cmp__op_origin_json(const struct cmp__cellcmp *k, json_t *cj)
     const struct cmp__rec *x = k->origin;
     if (x == NULL)
         return cmp__set(cj, "op_origin", json_null());
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s, s:I, s:s, s:s}", "kind",
-                          k->origin_inserted ? "inserted" : "removed", "key", x->key, "seq",
-                          (json_int_t)x->seq, "module", x->module, "call", (json_int_t)x->call,
-                          "phase", cmp__phase_name(x->phase), "op", x->op, "op_index",
-                          (json_int_t)x->op_index, "link", k->origin_link, "divergence_key",
-                          k->first_div->h->key);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s, s:I, s:s, s:s}", "kind",
+                  k->origin_inserted ? "inserted" : "removed", "key", x->key, "seq",
+                  (json_int_t)x->seq, "module", x->module, "call", (json_int_t)x->call, "phase",
+                  cmp__phase_name(x->phase), "op", x->op, "op_index", (json_int_t)x->op_index,
+                  "link", k->origin_link, "divergence_key", k->first_div->h->key);
     return cmp__set(cj, "op_origin", o);
 }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
 #include "tests/helpers/common/testutil.h"
 
 /* The control build (Debian's torch) and the head, perturbed at the widest
@@ -580,6 +581,18 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
     cr_assert_eq(tu_capd_stop(&c), 0);
 }
 
+/* gelu_start, then a control job (commit C1) and a job of the gelu build
+ * (C2) paired with it, both waited for; returns the width. */
+static const char *gelu_pair(struct tu_capd *c, const char *extra_env, const char *c1,
+                             const char *c2, char **j1, char **j2)
+{
+    const char *width = gelu_start(c, extra_env);
+    *j1 = submit_op(c, "control", c1, NULL, width, NULL);
+    *j2 = submit_op(c, "gelu", c2, c1, width, NULL);
+    wait_jobs(c, *j1, *j2, NULL);
+    return width;
+}
+
 /*
  * A head whose gelu is wrapped in one more multiply (examples/perturbed-gelu,
  * CAPD_PERTURB_WRAP) runs an aten::mul the control does not: the comparison
@@ -589,23 +602,21 @@ Test(e2e, per_op_names_the_kernel, .timeout = 900)
 Test(e2e, per_op_names_an_inserted_op, .timeout = 900)
 {
     struct tu_capd c;
-    const char *width = gelu_start(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"");
-    char *j1 = submit_op(&c, "control", "9999991", NULL, width, NULL);
-    char *j2 = submit_op(&c, "gelu", "9999992", "9999991", width, NULL);
-    wait_jobs(&c, j1, j2, NULL);
+    char *j1, *j2;
+    const char *width =
+        gelu_pair(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
 
     json_t *diff;
-    json_t *cell = gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff);
-    json_t *o = json_object_get(cell, "op_origin");
-    char *os = json_dumps(cell, JSON_COMPACT);
-    cr_assert_str_eq(tu_jstr(o, "kind"), "inserted", "%s", os);
-    cr_assert_str_eq(tu_jstr(o, "op"), "aten::mul", "%s", os);
-    cr_assert_str_eq(tu_jstr(o, "module"), "act", "%s", os);
-    cr_assert_str_eq(tu_jstr(o, "key"), "act.0.forward/op.aten::mul.0.output.0", "%s", os);
     /* the gelu before it is untouched: the mul's result is what diverged */
-    cr_assert_str_eq(tu_jstr(o, "link"), "same_value", "%s", os);
-    cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_divergence"), "module"), "act", "%s", os);
-    free(os);
+    const struct jw_want w[] = {
+        JW_S("op_origin.kind", "inserted"),
+        JW_S("op_origin.op", "aten::mul"),
+        JW_S("op_origin.module", "act"),
+        JW_S("op_origin.key", "act.0.forward/op.aten::mul.0.output.0"),
+        JW_S("op_origin.link", "same_value"),
+        JW_S("first_divergence.module", "act"),
+    };
+    jw_expect_all(gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff), w);
     json_decref(diff);
 
     struct tu_resp md;
@@ -618,10 +629,9 @@ Test(e2e, per_op_names_an_inserted_op, .timeout = 900)
     char path[200];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j1);
     json_t *rev;
-    cell = gelu_cell(&c, path, width, &rev);
-    o = json_object_get(cell, "op_origin");
-    cr_assert_str_eq(tu_jstr(o, "kind"), "removed");
-    cr_assert_str_eq(tu_jstr(o, "op"), "aten::mul");
+    const struct jw_want back[] = {JW_S("op_origin.kind", "removed"),
+                                   JW_S("op_origin.op", "aten::mul")};
+    jw_expect_all(gelu_cell(&c, path, width, &rev), back);
     json_decref(rev);
     free(j1);
     free(j2);
@@ -636,10 +646,9 @@ Test(e2e, per_op_names_an_inserted_op, .timeout = 900)
 Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
 {
     struct tu_capd c;
-    const char *width = gelu_start(&c, ",\"CAPD_PERTURB_NAN\":\"1\"");
-    char *j1 = submit_op(&c, "control", "8888881", NULL, width, NULL);
-    char *j2 = submit_op(&c, "gelu", "8888882", "8888881", width, NULL);
-    wait_jobs(&c, j1, j2, NULL);
+    char *j1, *j2;
+    const char *width =
+        gelu_pair(&c, ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
 
     json_t *diff;
     json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
