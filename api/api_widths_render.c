@@ -3,54 +3,34 @@
  * /v1/jobs/{id}/widths, api/api_widths_check.c) as Markdown or text.
  *
  * Like the comparison's renderers (compare/render.c) it reads only the
- * result object. A reader stops early, so the report leads with the
- * verdict, then one line per width with its verdict and where it first
- * left the scalar path, then the details: every model and pass of each
- * width. At most CMP_MAX_RENDER bytes; past that the report ends with a
- * note and the JSON holds the rest.
+ * result object, and it writes into their capped report (struct
+ * cmp_report, compare/cmp.h). A reader stops early, so the report leads
+ * with the verdict, then one line per width with its verdict and where it
+ * first left the scalar path, then the details: every model and pass of
+ * each width. At most CMP_MAX_RENDER bytes; past that the report ends with
+ * a note and the JSON holds the rest.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/api_int.h"
 #include "compare/cmp.h"
-#include "util/buf.h"
 
 #define TRUNC_NOTE "\n(report truncated; the JSON result has everything)\n"
 
+/* The report (compare's capped one) and whether it is Markdown. */
 struct rbuf {
-    struct ubuf b;
-    bool md, truncated, oom;
+    struct cmp_report r;
+    bool md;
 };
 
 __attribute__((format(printf, 2, 3))) static void put(struct rbuf *o, const char *fmt, ...)
 {
-    if (o->truncated || o->oom)
-        return;
-    size_t len = o->b.len;
     va_list ap;
     va_start(ap, fmt);
-    int rc = ubuf_vaddf(&o->b, fmt, ap);
+    cmp_report_vaddf(&o->r, fmt, ap);
     va_end(ap);
-    if (rc == -E2BIG || (rc == 0 && o->b.len + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER)) {
-        ubuf_setlen(&o->b, len);
-        o->truncated = true;
-    } else if (rc) {
-        o->oom = true;
-    }
-}
-
-static const char *jstr(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static json_int_t jint(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
 }
 
 /* A name from the result (a key, a module, an op): code in Markdown, where
@@ -87,23 +67,23 @@ static void site_text(struct rbuf *o, const json_t *site)
 {
     if (json_is_string(json_object_get(site, "module"))) {
         put(o, "layer ");
-        name(o, jstr(site, "module"));
+        name(o, cmp_json_str(site, "module"));
         put(o, ", ");
     }
     if (json_is_string(json_object_get(site, "op"))) {
         put(o, "op ");
-        name(o, jstr(site, "op"));
+        name(o, cmp_json_str(site, "op"));
         put(o, ", ");
     }
     put(o, "key ");
-    name(o, jstr(site, "key"));
+    name(o, cmp_json_str(site, "key"));
     put(o, " (%s",
-        json_is_string(json_object_get(site, "reason")) ? jstr(site, "reason")
+        json_is_string(json_object_get(site, "reason")) ? cmp_json_str(site, "reason")
                                                         : "within tolerance");
-    put(o, "; rule %s", jstr(site, "rule"));
+    put(o, "; rule %s", cmp_json_str(site, "rule"));
     judgement(o, site);
     if (json_is_object(json_object_get(site, "kernel")))
-        put(o, "; kernel %s", jstr(json_object_get(site, "kernel"), "file"));
+        put(o, "; kernel %s", cmp_json_str(json_object_get(site, "kernel"), "file"));
     put(o, ")");
 }
 
@@ -113,35 +93,36 @@ static void counts_text(struct rbuf *o, const json_t *c)
     static const char *const order[] = {"identical", "within_tolerance", "nondeterministic",
                                         "diverged",  "incomparable",     "unsupported",
                                         "not_run",   "missing"};
-    put(o, "%lld cell%s, %lld compared", (long long)jint(c, "cells"),
-        jint(c, "cells") == 1 ? "" : "s", (long long)jint(c, "compared"));
+    put(o, "%lld cell%s, %lld compared", (long long)cmp_json_int(c, "cells"),
+        cmp_json_int(c, "cells") == 1 ? "" : "s", (long long)cmp_json_int(c, "compared"));
     const char *sep = ": ";
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-        if (jint(c, order[i]) == 0)
+        if (cmp_json_int(c, order[i]) == 0)
             continue;
-        put(o, "%s%lld %s", sep, (long long)jint(c, order[i]), order[i]);
+        put(o, "%s%lld %s", sep, (long long)cmp_json_int(c, order[i]), order[i]);
         sep = ", ";
     }
-    if (jint(c, "outcome_regressions") > 0)
-        put(o, "; %lld failed where default ran ok", (long long)jint(c, "outcome_regressions"));
+    if (cmp_json_int(c, "outcome_regressions") > 0)
+        put(o, "; %lld failed where default ran ok",
+            (long long)cmp_json_int(c, "outcome_regressions"));
 }
 
 static void head(struct rbuf *o, const json_t *r)
 {
     bool f64 = json_is_string(json_object_get(r, "reference"));
     put(o, o->md ? "## capd width self-check: %s\n\nJob " : "capd width self-check: %s\njob ",
-        jstr(r, "verdict"));
-    name(o, jstr(r, "job"));
+        cmp_json_str(r, "verdict"));
+    name(o, cmp_json_str(r, "job"));
     put(o, " (commit ");
-    name(o, jstr(r, "commit"));
+    name(o, cmp_json_str(r, "commit"));
     put(o, ", build ");
-    name(o, jstr(r, "build"));
+    name(o, cmp_json_str(r, "build"));
     put(o, "): every width against ");
-    name(o, jstr(r, "baseline_width"));
+    name(o, cmp_json_str(r, "baseline_width"));
     put(o, f64 ? ", judged by the float64 reference (rule reference_float64).\n"
                : ", judged by the tolerance rule (no float64 reference records).\n");
     if (!f64)
-        put(o, o->md ? "\n> **Note:** %s\n" : "note: %s\n", jstr(r, "note"));
+        put(o, o->md ? "\n> **Note:** %s\n" : "note: %s\n", cmp_json_str(r, "note"));
     put(o, o->md ? "\n| width | verdict | cells | first divergence |\n| --- | --- | --- | --- |\n"
                  : "\n");
 }
@@ -150,18 +131,18 @@ static void head(struct rbuf *o, const json_t *r)
 static void summary_line(struct rbuf *o, const json_t *w)
 {
     const json_t *fd = json_object_get(w, "first_divergence");
-    bool div = strcmp(jstr(w, "verdict"), "diverged") == 0;
+    bool div = strcmp(cmp_json_str(w, "verdict"), "diverged") == 0;
     if (o->md) {
         put(o, "| ");
-        name(o, jstr(w, "width"));
-        put(o, div ? " | **%s** | " : " | %s | ", jstr(w, "verdict"));
+        name(o, cmp_json_str(w, "width"));
+        put(o, div ? " | **%s** | " : " | %s | ", cmp_json_str(w, "verdict"));
     } else {
-        put(o, "%-9s %-10s ", jstr(w, "width"), jstr(w, "verdict"));
+        put(o, "%-9s %-10s ", cmp_json_str(w, "width"), cmp_json_str(w, "verdict"));
     }
     counts_text(o, json_object_get(w, "counts"));
     put(o, "%s", o->md ? " | " : json_is_object(fd) ? "; first divergence: " : "");
     if (json_is_object(fd)) {
-        put(o, "%s %s: ", jstr(fd, "model"), jstr(fd, "pass"));
+        put(o, "%s %s: ", cmp_json_str(fd, "model"), cmp_json_str(fd, "pass"));
         site_text(o, fd);
     } else if (o->md) {
         put(o, "–");
@@ -173,12 +154,13 @@ static void summary_line(struct rbuf *o, const json_t *w)
  * ok, or the engine's word. */
 static void status_reason(struct rbuf *o, const json_t *c, const char *width)
 {
-    const char *why = jstr(c, "status_reason");
+    const char *why = cmp_json_str(c, "status_reason");
     if (strcmp(why, "control_outcome") == 0)
-        put(o, " (the default cell ended %s)", jstr(c, "control_outcome"));
-    else if (strcmp(why, "head_outcome") == 0 || strcmp(jstr(c, "status"), "unsupported") == 0)
-        put(o, " (the %s cell ended %s)", width, jstr(c, "head_outcome"));
-    else if (strcmp(jstr(c, "status"), "not_run") == 0)
+        put(o, " (the default cell ended %s)", cmp_json_str(c, "control_outcome"));
+    else if (strcmp(why, "head_outcome") == 0 ||
+             strcmp(cmp_json_str(c, "status"), "unsupported") == 0)
+        put(o, " (the %s cell ended %s)", width, cmp_json_str(c, "head_outcome"));
+    else if (strcmp(cmp_json_str(c, "status"), "not_run") == 0)
         put(o, " (this host cannot run %s)", width);
     else if (*why)
         put(o, " (%s)", why);
@@ -189,20 +171,21 @@ static void cell_line(struct rbuf *o, const json_t *c, const char *width)
 {
     const json_t *fd = json_object_get(c, "first_divergence");
     const json_t *fi = json_object_get(c, "first_introduced");
-    const char *st = jstr(c, "status");
-    put(o, "%s%s %s: %s", o->md ? "- " : "  ", jstr(c, "model"), jstr(c, "pass"), st);
+    const char *st = cmp_json_str(c, "status");
+    put(o, "%s%s %s: %s", o->md ? "- " : "  ", cmp_json_str(c, "model"), cmp_json_str(c, "pass"),
+        st);
     status_reason(o, c, width);
-    if (strcmp(jstr(c, "outcome_change"), "regression") == 0)
+    if (strcmp(cmp_json_str(c, "outcome_change"), "regression") == 0)
         put(o, ", failed where default ran ok");
     if (strcmp(st, "within_tolerance") == 0 || strcmp(st, "diverged") == 0)
-        put(o, " (rule %s)", jstr(c, "rule"));
+        put(o, " (rule %s)", cmp_json_str(c, "rule"));
     if (json_is_object(fd)) {
         put(o, "; first divergence ");
         site_text(o, fd);
     }
     if (json_is_object(fi) && !json_equal(json_object_get(fi, "key"), json_object_get(fd, "key"))) {
         put(o, "; error introduced at ");
-        name(o, jstr(fi, "key"));
+        name(o, cmp_json_str(fi, "key"));
     }
     put(o, "\n");
 }
@@ -213,7 +196,7 @@ char *api_widths_check_render(const json_t *check, bool md)
     const json_t *widths = json_object_get(check, "widths");
     size_t i, k;
     json_t *w, *c;
-    ubuf_init(&o.b, CMP_MAX_RENDER - 1);
+    cmp_report_init(&o.r, TRUNC_NOTE);
     head(&o, check);
     json_array_foreach(widths, i, w)
     {
@@ -224,21 +207,15 @@ char *api_widths_check_render(const json_t *check, bool md)
     {
         if (md) {
             put(&o, "\n**");
-            name(&o, jstr(w, "width"));
-            put(&o, "**: %s\n\n", jstr(w, "verdict"));
+            name(&o, cmp_json_str(w, "width"));
+            put(&o, "**: %s\n\n", cmp_json_str(w, "verdict"));
         } else {
-            put(&o, "%s: %s\n", jstr(w, "width"), jstr(w, "verdict"));
+            put(&o, "%s: %s\n", cmp_json_str(w, "width"), cmp_json_str(w, "verdict"));
         }
         json_array_foreach(json_object_get(w, "cells"), k, c)
         {
-            cell_line(&o, c, jstr(w, "width"));
+            cell_line(&o, c, cmp_json_str(w, "width"));
         }
     }
-    if (!o.oom && o.truncated && ubuf_adds(&o.b, TRUNC_NOTE) != 0)
-        o.oom = true;
-    if (o.oom) {
-        ubuf_free(&o.b);
-        return NULL;
-    }
-    return ubuf_take(&o.b, NULL);
+    return cmp_report_finish(&o.r);
 }

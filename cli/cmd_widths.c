@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "cli/capctl.h"
+#include "util/str.h"
 
-/* "avx512f,avx512bw" from a JSON array of names; "-" when empty. */
+/* "avx512f,avx512bw" from a JSON array of names, as many whole names as
+ * fit; "-" when empty. */
 static void join(json_t *arr, char *buf, size_t cap)
 {
     size_t i, used = 0;
@@ -17,10 +19,8 @@ static void join(json_t *arr, char *buf, size_t cap)
     buf[0] = 0;
     json_array_foreach(arr, i, v)
     {
-        int n = snprintf(buf + used, cap - used, "%s%s", i ? "," : "", json_string_value(v));
-        if (n < 0 || (size_t)n >= cap - used)
+        if (util_join(buf, cap, &used, ",", json_string_value(v)) != 0)
             break;
-        used += (size_t)n;
     }
     if (!buf[0])
         snprintf(buf, cap, "-");

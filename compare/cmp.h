@@ -7,9 +7,11 @@
  * (the cells of the control job and of the head job) with the records the
  * runners emitted, cmp_compare() matches them and returns one jansson object
  * whose fields are documented in docs/compare.md, and the renderers turn that
- * object into a PR comment. Besides the numbers, the result says what else
- * differs between the two sides' builds and machines ("environment", from the
- * runners' fingerprints), so a divergence can be read against its cause.
+ * object into a PR comment, written into a capped report (struct cmp_report)
+ * that other reports of a result (the API's width self-check) write into
+ * too. Besides the numbers, the result says what else differs between the
+ * two sides' builds and machines ("environment", from the runners'
+ * fingerprints), so a divergence can be read against its cause.
  *
  * Conventions (as everywhere in capd): functions return 0 or a negative errno
  * and fill an out-parameter; strings handed in are copied unless a comment
@@ -45,11 +47,14 @@
 #ifndef CAPD_COMPARE_CMP_H
 #define CAPD_COMPARE_CMP_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
+
+#include "util/buf.h"
 
 /* ---------------------------------------------------------------- limits */
 
@@ -626,6 +631,42 @@ int cmp_attribute_kernels(json_t *result, const json_t *table, const json_t *pro
  */
 char *cmp_result_to_markdown(const json_t *result);
 char *cmp_result_to_text(const json_t *result);
+
+/*
+ * A report being written, by these renderers or by another report of a
+ * result (the API's width self-check): at most CMP_MAX_RENDER bytes with
+ * the NUL. A reader stops early, so a report that would be longer is cut, not
+ * refused: once a piece would leave no room for NOTE (borrowed, usually a
+ * string literal such as "\n(report truncated)\n"), that piece and all that
+ * follow are dropped and NOTE ends the report. The struct is public so that
+ * it can live on the stack or inside a renderer's own; only these functions
+ * change it.
+ *
+ *     struct cmp_report r;
+ *     cmp_report_init(&r, "\n(report truncated)\n");
+ *     cmp_report_addf(&r, "%d cells\n", n);    // never fails: see finish
+ *     char *s = cmp_report_finish(&r);         // malloc'd; NULL: out of memory
+ */
+struct cmp_report {
+    struct ubuf b;
+    const char *note;
+    bool truncated, oom;
+};
+
+void cmp_report_init(struct cmp_report *r, const char *note);
+void cmp_report_addf(struct cmp_report *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cmp_report_vaddf(struct cmp_report *r, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+/* The report, NOTE last when it was cut, for the caller to free(); NULL
+ * when memory ran out on the way (nothing is left to free then). */
+char *cmp_report_finish(struct cmp_report *r);
+
+/* A result's fields as the reports read them: the string at key K of
+ * object O, "" when it is absent or not a string; the integer, 0 when it
+ * is absent or not an integer. */
+const char *cmp_json_str(const json_t *o, const char *k);
+json_int_t cmp_json_int(const json_t *o, const char *k);
 
 /*
  * The reference arbiter's word on a record of a result (a first divergence,

@@ -6,6 +6,10 @@
  * renders the same report. A reviewer reads top-down and stops early, so the
  * order is: verdict, outcome regressions (a crash is the loudest finding),
  * missing cells, cells whose numbers differ, then performance changes.
+ *
+ * It also owns the capped report they write into (cmp_report_*) and the two
+ * readers of a result's fields (cmp_json_str, cmp_json_int), which the API's
+ * width self-check report (api/api_widths_render.c) writes and reads with.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,58 +23,59 @@
 
 #define TRUNC_NOTE "\n(report truncated)\n"
 
-/* A report being written: at most CMP_MAX_RENDER bytes with the NUL. Once
- * a piece would leave no room for the truncation note, that piece and all
- * that follow are dropped and the note ends the report. */
-struct buf {
-    struct ubuf b;
-    bool truncated, oom;
-};
+/* ------------------------------------------------------------ the report */
 
-__attribute__((format(printf, 2, 3))) static void bprintf(struct buf *o, const char *fmt, ...)
+void cmp_report_init(struct cmp_report *r, const char *note)
 {
-    if (o->truncated || o->oom)
+    ubuf_init(&r->b, CMP_MAX_RENDER - 1);
+    r->note = note;
+    r->truncated = r->oom = false;
+}
+
+/* All of the piece or none of it (ubuf_vaddf's rule), and none once the
+ * note would no longer fit behind it: from then on the report is closed. */
+void cmp_report_vaddf(struct cmp_report *r, const char *fmt, va_list ap)
+{
+    if (r->truncated || r->oom)
         return;
-    size_t len = o->b.len;
+    size_t len = r->b.len;
+    int rc = ubuf_vaddf(&r->b, fmt, ap);
+    if (rc == -E2BIG || (rc == 0 && r->b.len + strlen(r->note) + 1 > CMP_MAX_RENDER)) {
+        ubuf_setlen(&r->b, len);
+        r->truncated = true;
+    } else if (rc) {
+        r->oom = true;
+    }
+}
+
+void cmp_report_addf(struct cmp_report *r, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int rc = ubuf_vaddf(&o->b, fmt, ap);
+    cmp_report_vaddf(r, fmt, ap);
     va_end(ap);
-    if (rc == -E2BIG || (rc == 0 && o->b.len + sizeof(TRUNC_NOTE) > CMP_MAX_RENDER)) {
-        ubuf_setlen(&o->b, len);
-        o->truncated = true;
-    } else if (rc) {
-        o->oom = true;
-    }
 }
 
-static void buf_init(struct buf *o)
+char *cmp_report_finish(struct cmp_report *r)
 {
-    ubuf_init(&o->b, CMP_MAX_RENDER - 1);
-    o->truncated = o->oom = false;
-}
-
-/* The report, or NULL when memory ran out; bprintf kept room for the note. */
-static char *buf_finish(struct buf *o)
-{
-    if (!o->oom && o->truncated && ubuf_adds(&o->b, TRUNC_NOTE) != 0)
-        o->oom = true;
-    if (o->oom) {
-        ubuf_free(&o->b);
+    if (!r->oom && r->truncated && ubuf_adds(&r->b, r->note) != 0)
+        r->oom = true;
+    if (r->oom) {
+        ubuf_free(&r->b);
         return NULL;
     }
-    return ubuf_take(&o->b, NULL);
+    return ubuf_take(&r->b, NULL);
 }
 
 /* ------------------------------------------------------- reading results */
 
-static const char *jstr(const json_t *o, const char *k)
+const char *cmp_json_str(const json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "";
 }
 
-static int64_t jint(const json_t *o, const char *k)
+json_int_t cmp_json_int(const json_t *o, const char *k)
 {
     return json_integer_value(json_object_get(o, k));
 }
@@ -114,17 +119,17 @@ static void dur(char *out, size_t n, double ns)
 }
 
 /* Markdown table cells: a pipe ends the cell even inside code, a backtick ends code. */
-static void md_cell(struct buf *b, const char *s)
+static void md_cell(struct cmp_report *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '|')
-            bprintf(b, "\\|");
+            cmp_report_addf(b, "\\|");
         else if (*s == '`')
-            bprintf(b, "'");
+            cmp_report_addf(b, "'");
         else if (*s == '\n' || *s == '\r')
-            bprintf(b, " ");
+            cmp_report_addf(b, " ");
         else
-            bprintf(b, "%c", *s);
+            cmp_report_addf(b, "%c", *s);
     }
 }
 
@@ -142,16 +147,16 @@ static bool perf_gates(const json_t *result)
 }
 
 /* "3 identical, 1 diverged, ..." (zero counts left out, except cells) */
-static void counts_line(struct buf *b, const json_t *counts)
+static void counts_line(struct cmp_report *b, const json_t *counts)
 {
     static const char *const names[] = {"identical",        "within_tolerance", "diverged",
                                         "nondeterministic", "incomparable",     "not_run",
                                         "missing_cells",    "extra_cells"};
-    bprintf(b, "%lld cells compared", (long long)jint(counts, "cells"));
+    cmp_report_addf(b, "%lld cells compared", (long long)cmp_json_int(counts, "cells"));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        int64_t v = jint(counts, names[i]);
+        int64_t v = cmp_json_int(counts, names[i]);
         if (v > 0)
-            bprintf(b, ", %lld %s", (long long)v, names[i]);
+            cmp_report_addf(b, ", %lld %s", (long long)v, names[i]);
     }
 }
 
@@ -161,7 +166,7 @@ static void counts_line(struct buf *b, const json_t *counts)
  * to get measured numbers: ", max rel >= 2.1e-04, l2 rel >= 1.3e-04
  * (derived from stats; capture sample for elementwise)".
  */
-static void derived_desc(struct buf *b, const json_t *d)
+static void derived_desc(struct cmp_report *b, const json_t *d)
 {
     const json_t *dv = json_object_get(d, "derived");
     char v1[32], v2[32];
@@ -169,8 +174,9 @@ static void derived_desc(struct buf *b, const json_t *d)
         return;
     num(v1, sizeof(v1), jreal(dv, "max_rel_lower"));
     num(v2, sizeof(v2), jreal(dv, "rel_l2_lower"));
-    bprintf(b, ", max rel >= %s, l2 rel >= %s (derived from %s; capture sample for elementwise)",
-            v1, v2, jstr(d, "derived_from"));
+    cmp_report_addf(
+        b, ", max rel >= %s, l2 rel >= %s (derived from %s; capture sample for elementwise)", v1,
+        v2, cmp_json_str(d, "derived_from"));
 }
 
 int cmp_reference_judgement(const json_t *site, char *out, size_t n)
@@ -180,82 +186,83 @@ int cmp_reference_judgement(const json_t *site, char *out, size_t n)
     if (!json_is_object(x))
         return -ENOENT;
     if (!json_is_true(json_object_get(x, "judged"))) {
-        snprintf(out, n, "tolerance rule: reference %s", jstr(x, "reason"));
+        snprintf(out, n, "tolerance rule: reference %s", cmp_json_str(x, "reason"));
         return 0;
     }
     num(eh, sizeof eh, jreal(x, "err_head"));
     num(ec, sizeof ec, jreal(x, "err_control"));
     num(k, sizeof k, jreal(x, "k"));
     num(tol, sizeof tol, jreal(x, "tol"));
-    snprintf(out, n, "%s: err %s %s %s x %s + %s", jstr(x, "rule"), eh,
+    snprintf(out, n, "%s: err %s %s %s x %s + %s", cmp_json_str(x, "rule"), eh,
              json_is_true(json_object_get(x, "passed")) ? "<=" : ">", k, ec, tol);
     return 0;
 }
 
 /* The reference arbiter's word on a record, after a comma. */
-static void reference_desc(struct buf *b, const json_t *d)
+static void reference_desc(struct cmp_report *b, const json_t *d)
 {
     char t[256];
     if (cmp_reference_judgement(d, t, sizeof t) == 0)
-        bprintf(b, ", %s", t);
+        cmp_report_addf(b, ", %s", t);
 }
 
 /* Which rule decided a cell, when the arbiter was asked: " (rule
  * reference_float64)". */
-static void rule_note(struct buf *b, const json_t *cell)
+static void rule_note(struct cmp_report *b, const json_t *cell)
 {
     if (json_is_object(json_object_get(cell, "reference")))
-        bprintf(b, " (rule %s)", jstr(cell, "rule"));
+        cmp_report_addf(b, " (rule %s)", cmp_json_str(cell, "rule"));
 }
 
 /* "fc1.0.forward.output.0 (seq 3, tolerance, max rel 0.012)" */
-static void divergence_desc(struct buf *b, const json_t *d, bool md)
+static void divergence_desc(struct cmp_report *b, const json_t *d, bool md)
 {
     char v[32];
     if (!json_is_object(d)) {
-        bprintf(b, md ? "-" : "none");
+        cmp_report_addf(b, md ? "-" : "none");
         return;
     }
     if (md) {
-        bprintf(b, "`");
-        md_cell(b, jstr(d, "key"));
-        bprintf(b, "`");
+        cmp_report_addf(b, "`");
+        md_cell(b, cmp_json_str(d, "key"));
+        cmp_report_addf(b, "`");
     } else {
-        bprintf(b, "%s", jstr(d, "key"));
+        cmp_report_addf(b, "%s", cmp_json_str(d, "key"));
     }
-    bprintf(b, " (seq %lld", (long long)jint(d, "seq"));
+    cmp_report_addf(b, " (seq %lld", (long long)cmp_json_int(d, "seq"));
     if (json_object_get(d, "reason"))
-        bprintf(b, ", %s", jstr(d, "reason"));
+        cmp_report_addf(b, ", %s", cmp_json_str(d, "reason"));
     if (json_object_get(d, "max_rel")) {
         num(v, sizeof(v), jreal(d, "max_rel"));
-        bprintf(b, ", max rel %s", v);
+        cmp_report_addf(b, ", max rel %s", v);
     }
     if (json_object_get(d, "allclose_violations"))
-        bprintf(b, ", %lld/%lld off", (long long)jint(d, "allclose_violations"),
-                (long long)jint(d, "n"));
+        cmp_report_addf(b, ", %lld/%lld off", (long long)cmp_json_int(d, "allclose_violations"),
+                        (long long)cmp_json_int(d, "n"));
     derived_desc(b, d);
     reference_desc(b, d);
-    if (json_object_get(d, "basis") && strcmp(jstr(d, "basis"), "full") != 0)
-        bprintf(b, ", %s basis", jstr(d, "basis"));
-    bprintf(b, ")");
+    if (json_object_get(d, "basis") && strcmp(cmp_json_str(d, "basis"), "full") != 0)
+        cmp_report_addf(b, ", %s basis", cmp_json_str(d, "basis"));
+    cmp_report_addf(b, ")");
 }
 
 /* "; error amplified 40x here: ...": the first divergence's growth (render_ops.c). */
-static void growth_note(struct buf *b, const json_t *cell)
+static void growth_note(struct cmp_report *b, const json_t *cell)
 {
     char *s = cmp__growth_note(cell);
     if (s != NULL)
-        bprintf(b, "; %s", s);
+        cmp_report_addf(b, "; %s", s);
     free(s);
 }
 
 /* The introduced-at column, or "same" when it is the first divergence itself. */
-static void introduced_desc(struct buf *b, const json_t *cell, bool md)
+static void introduced_desc(struct cmp_report *b, const json_t *cell, bool md)
 {
     const json_t *d = json_object_get(cell, "first_divergence");
     const json_t *i = json_object_get(cell, "first_introduced");
-    if (json_is_object(d) && json_is_object(i) && strcmp(jstr(d, "key"), jstr(i, "key")) == 0) {
-        bprintf(b, "same");
+    if (json_is_object(d) && json_is_object(i) &&
+        strcmp(cmp_json_str(d, "key"), cmp_json_str(i, "key")) == 0) {
+        cmp_report_addf(b, "same");
         return;
     }
     divergence_desc(b, i, md);
@@ -263,21 +270,21 @@ static void introduced_desc(struct buf *b, const json_t *cell, bool md)
 
 /* Why a pair on two devices was not compared: " (device mismatch: cpu vs
  * NVIDIA H200)". Nothing for any other cell. */
-static void device_note(struct buf *b, const json_t *cell, bool md)
+static void device_note(struct cmp_report *b, const json_t *cell, bool md)
 {
-    if (strcmp(jstr(cell, "incomparable_reason"), "device_mismatch") != 0)
+    if (strcmp(cmp_json_str(cell, "incomparable_reason"), "device_mismatch") != 0)
         return;
-    bprintf(b, " (device mismatch: ");
+    cmp_report_addf(b, " (device mismatch: ");
     if (md)
-        md_cell(b, jstr(cell, "control_device"));
+        md_cell(b, cmp_json_str(cell, "control_device"));
     else
-        bprintf(b, "%s", jstr(cell, "control_device"));
-    bprintf(b, " vs ");
+        cmp_report_addf(b, "%s", cmp_json_str(cell, "control_device"));
+    cmp_report_addf(b, " vs ");
     if (md)
-        md_cell(b, jstr(cell, "head_device"));
+        md_cell(b, cmp_json_str(cell, "head_device"));
     else
-        bprintf(b, "%s", jstr(cell, "head_device"));
-    bprintf(b, ")");
+        cmp_report_addf(b, "%s", cmp_json_str(cell, "head_device"));
+    cmp_report_addf(b, ")");
 }
 
 static bool same_not_run(const json_t *a, const json_t *b)
@@ -285,7 +292,7 @@ static bool same_not_run(const json_t *a, const json_t *b)
     static const char *const k[] = {"width", "not_run_reason", "control_host_missing",
                                     "head_host_missing"};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (strcmp(jstr(a, k[i]), jstr(b, k[i])) != 0)
+        if (strcmp(cmp_json_str(a, k[i]), cmp_json_str(b, k[i])) != 0)
             return false;
     return true;
 }
@@ -295,45 +302,46 @@ static bool same_not_run(const json_t *a, const json_t *b)
  * count. A head whose host lost a width the control ran is a warning (the
  * coverage is gone), never a regression.
  */
-static void not_run_lines(struct buf *b, const json_t *cells, bool md)
+static void not_run_lines(struct cmp_report *b, const json_t *cells, bool md)
 {
     size_t i, j;
     const json_t *cell, *other;
     json_array_foreach(cells, i, cell)
     {
-        if (strcmp(jstr(cell, "status"), "not_run") != 0)
+        if (strcmp(cmp_json_str(cell, "status"), "not_run") != 0)
             continue;
         bool seen = false;
         long n = 0;
         json_array_foreach(cells, j, other)
         {
-            bool match = strcmp(jstr(other, "status"), "not_run") == 0 && same_not_run(cell, other);
+            bool match =
+                strcmp(cmp_json_str(other, "status"), "not_run") == 0 && same_not_run(cell, other);
             seen |= match && j < i;
             n += match;
         }
         if (seen)
             continue;
-        const char *why = jstr(cell, "not_run_reason");
-        bool lost =
-            strcmp(why, "head_host") == 0 && cell_state_is(jstr(cell, "control_outcome"), CELL_OK);
-        const char *missing = jstr(cell, strcmp(why, "control_host") == 0 ? "control_host_missing"
-                                                                          : "head_host_missing");
-        bprintf(b,
-                md ? "%s width `%s` (%ld cells): %s %s%s\n" : "%s width %s (%ld cells): %s %s%s\n",
-                lost ? (md ? "- **Warning: coverage lost:**" : "WARNING coverage lost:")
-                     : (md ? "- Not run on this host:" : "NOT RUN on this host:"),
-                jstr(cell, "width"), n,
-                strcmp(why, "both_hosts") == 0  ? "both sides' hosts lack"
-                : strcmp(why, "head_host") == 0 ? "the head's host lacks"
-                                                : "the control's host lacks",
-                missing, lost ? " (the control ran them)" : "");
+        const char *why = cmp_json_str(cell, "not_run_reason");
+        bool lost = strcmp(why, "head_host") == 0 &&
+                    cell_state_is(cmp_json_str(cell, "control_outcome"), CELL_OK);
+        const char *missing = cmp_json_str(
+            cell, strcmp(why, "control_host") == 0 ? "control_host_missing" : "head_host_missing");
+        cmp_report_addf(
+            b, md ? "%s width `%s` (%ld cells): %s %s%s\n" : "%s width %s (%ld cells): %s %s%s\n",
+            lost ? (md ? "- **Warning: coverage lost:**" : "WARNING coverage lost:")
+                 : (md ? "- Not run on this host:" : "NOT RUN on this host:"),
+            cmp_json_str(cell, "width"), n,
+            strcmp(why, "both_hosts") == 0  ? "both sides' hosts lack"
+            : strcmp(why, "head_host") == 0 ? "the head's host lacks"
+                                            : "the control's host lacks",
+            missing, lost ? " (the control ran them)" : "");
     }
 }
 
 /* Perf rows worth a line: changes, and what could not be decided. */
 static bool is_perf_change(const json_t *cell)
 {
-    const char *v = jstr(json_object_get(cell, "perf"), "verdict");
+    const char *v = cmp_json_str(json_object_get(cell, "perf"), "verdict");
     return strcmp(v, "regression") == 0 || strcmp(v, "improvement") == 0 ||
            strcmp(v, "unknown") == 0 || strcmp(v, "unstable") == 0;
 }
@@ -342,13 +350,13 @@ static bool is_perf_change(const json_t *cell)
 /* "4 pairs, own time": the evidence and the clock it is of (perf.basis). */
 static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const json_t *p)
 {
-    const char *basis = jstr(p, "basis");
+    const char *basis = cmp_json_str(p, "basis");
     const char *clock = strcmp(basis, "device_time") == 0 ? ", device time"
                         : strcmp(basis, "own_time") == 0  ? ", own time"
                         : strcmp(basis, "wall_time") == 0 ? ", wall time"
                         : strcmp(basis, "cpu_time") == 0  ? ", CPU time"
                                                           : "";
-    if (strcmp(jstr(p, "design"), "paired") == 0)
+    if (strcmp(cmp_json_str(p, "design"), "paired") == 0)
         snprintf(ev, evn, "%lld pairs%s",
                  (long long)json_integer_value(json_object_get(p, "pairs")), clock);
     else
@@ -362,7 +370,7 @@ static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const js
         snprintf(mde, mden, "n/a");
 }
 
-static void perf_desc(struct buf *b, const json_t *p, bool md)
+static void perf_desc(struct cmp_report *b, const json_t *p, bool md)
 {
     char c[32], h[32], r[32], lo[32], hi[32], pv[32], ev[64], mde[32];
     const json_t *ci = json_object_get(p, "ci99");
@@ -378,14 +386,14 @@ static void perf_desc(struct buf *b, const json_t *p, bool md)
     }
     perf_evidence(ev, sizeof ev, mde, sizeof mde, p);
     if (md)
-        bprintf(b, "%s | %s | %s | %s-%s | %s | %s | %s | %s", c, h, r, lo, hi, ev, mde, pv,
-                jstr(p, "verdict"));
+        cmp_report_addf(b, "%s | %s | %s | %s-%s | %s | %s | %s | %s", c, h, r, lo, hi, ev, mde, pv,
+                        cmp_json_str(p, "verdict"));
     else
-        bprintf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, %s, detects >= %s, p %s)", c, h, r, lo, hi,
-                ev, mde, pv);
-    const char *why = jstr(p, "reason");
+        cmp_report_addf(b, "%s -> %s (ratio %s, 99%% CI %s-%s, %s, detects >= %s, p %s)", c, h, r,
+                        lo, hi, ev, mde, pv);
+    const char *why = cmp_json_str(p, "reason");
     if (!md && why[0])
-        bprintf(b, ": %s", why);
+        cmp_report_addf(b, ": %s", why);
 }
 
 /*
@@ -394,10 +402,10 @@ static void perf_desc(struct buf *b, const json_t *p, bool md)
  * divergent op's kernel and non-finite origins (render_ops.c), and which
  * modules and ops explain each perf change (profile.c).
  */
-static void block(struct buf *b, char *s)
+static void block(struct cmp_report *b, char *s)
 {
     if (s != NULL)
-        bprintf(b, "%s", s);
+        cmp_report_addf(b, "%s", s);
     free(s);
 }
 
@@ -405,103 +413,106 @@ static void block(struct buf *b, char *s)
 
 /* The verdict and what frames it: perf gating, the cross-width pair, the
  * counts, what else differs and the widths not run on a host. */
-static void md_summary(struct buf *b, const json_t *result)
+static void md_summary(struct cmp_report *b, const json_t *result)
 {
     const json_t *counts = json_object_get(result, "counts");
-    bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
-    bprintf(b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
+    bool reg = strcmp(cmp_json_str(result, "verdict"), "regression") == 0;
+    cmp_report_addf(b, "## capd comparison: %s\n\n", reg ? "**regression**" : "pass");
     if (!perf_gates(result))
-        bprintf(b, "Perf is reported but does not decide the verdict (`perf_gate` false).\n\n");
-    if (strcmp(jstr(result, "mode"), "cross_width") == 0)
-        bprintf(b, "Cross-width: head width `%s` against control width `%s`.\n\n",
-                jstr(result, "head_width"), jstr(result, "control_width"));
+        cmp_report_addf(
+            b, "Perf is reported but does not decide the verdict (`perf_gate` false).\n\n");
+    if (strcmp(cmp_json_str(result, "mode"), "cross_width") == 0)
+        cmp_report_addf(b, "Cross-width: head width `%s` against control width `%s`.\n\n",
+                        cmp_json_str(result, "head_width"), cmp_json_str(result, "control_width"));
     counts_line(b, counts);
-    bprintf(b, ".\n");
+    cmp_report_addf(b, ".\n");
     block(b, cmp__env_block(json_object_get(result, "environment"), true));
-    if (jint(counts, "not_run") > 0) {
-        bprintf(b, "\n");
+    if (cmp_json_int(counts, "not_run") > 0) {
+        cmp_report_addf(b, "\n");
         not_run_lines(b, json_object_get(result, "cells"), true);
     }
 }
 
 /* Cells whose outcome got worse (a crash is the loudest finding), then
  * the cells the head lacks; each section only when it has a line. */
-static void md_outcomes(struct buf *b, const json_t *result)
+static void md_outcomes(struct cmp_report *b, const json_t *result)
 {
     const json_t *cell;
     size_t i;
     bool any = false;
     json_array_foreach(json_object_get(result, "cells"), i, cell)
     {
-        if (strcmp(jstr(cell, "outcome_change"), "regression") != 0)
+        if (strcmp(cmp_json_str(cell, "outcome_change"), "regression") != 0)
             continue;
         if (!any)
-            bprintf(b, "\n### Outcome regressions\n\n");
+            cmp_report_addf(b, "\n### Outcome regressions\n\n");
         any = true;
-        bprintf(b, "- `");
-        md_cell(b, jstr(cell, "model"));
-        bprintf(b, "` / %s / %s: %s -> **%s**\n", jstr(cell, "width"), jstr(cell, "pass"),
-                jstr(cell, "control_outcome"), jstr(cell, "head_outcome"));
+        cmp_report_addf(b, "- `");
+        md_cell(b, cmp_json_str(cell, "model"));
+        cmp_report_addf(b, "` / %s / %s: %s -> **%s**\n", cmp_json_str(cell, "width"),
+                        cmp_json_str(cell, "pass"), cmp_json_str(cell, "control_outcome"),
+                        cmp_json_str(cell, "head_outcome"));
     }
 
     const json_t *miss = json_object_get(result, "missing_cells");
     if (json_array_size(miss) > 0) {
-        bprintf(b, "\n### Missing in head\n\n");
+        cmp_report_addf(b, "\n### Missing in head\n\n");
         json_array_foreach(miss, i, cell)
         {
-            bprintf(b, "- `");
-            md_cell(b, jstr(cell, "model"));
-            bprintf(b, "` / %s / %s\n", jstr(cell, "width"), jstr(cell, "pass"));
+            cmp_report_addf(b, "- `");
+            md_cell(b, cmp_json_str(cell, "model"));
+            cmp_report_addf(b, "` / %s / %s\n", cmp_json_str(cell, "width"),
+                            cmp_json_str(cell, "pass"));
         }
     }
 }
 
 /* The first columns of a cell's row in a table: model, width and pass. */
-static void md_row_start(struct buf *b, const json_t *cell)
+static void md_row_start(struct cmp_report *b, const json_t *cell)
 {
-    bprintf(b, "| ");
-    md_cell(b, jstr(cell, "model"));
-    bprintf(b, " | %s | %s", jstr(cell, "width"), jstr(cell, "pass"));
+    cmp_report_addf(b, "| ");
+    md_cell(b, cmp_json_str(cell, "model"));
+    cmp_report_addf(b, " | %s | %s", cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
 }
 
 /* The table of cells whose numbers differ (all but identical and not
  * run), with where they first diverge and where that was introduced. */
-static void md_differences(struct buf *b, const json_t *cells)
+static void md_differences(struct cmp_report *b, const json_t *cells)
 {
     const json_t *cell;
     size_t i;
     bool any = false;
     json_array_foreach(cells, i, cell)
     {
-        if (strcmp(jstr(cell, "status"), "identical") == 0 ||
-            strcmp(jstr(cell, "status"), "not_run") == 0)
+        if (strcmp(cmp_json_str(cell, "status"), "identical") == 0 ||
+            strcmp(cmp_json_str(cell, "status"), "not_run") == 0)
             continue;
         if (!any) {
-            bprintf(b, "\n### Cells that differ\n\n"
-                       "| model | width | pass | status | outcome | first divergence "
-                       "| first introduced |\n|---|---|---|---|---|---|---|\n");
+            cmp_report_addf(b, "\n### Cells that differ\n\n"
+                               "| model | width | pass | status | outcome | first divergence "
+                               "| first introduced |\n|---|---|---|---|---|---|---|\n");
         }
         any = true;
         md_row_start(b, cell);
-        bprintf(b, " | %s", jstr(cell, "status"));
+        cmp_report_addf(b, " | %s", cmp_json_str(cell, "status"));
         rule_note(b, cell);
         device_note(b, cell, true);
         if (json_is_true(json_object_get(cell, "params_differed")))
-            bprintf(b, " (initial params differ)");
-        bprintf(b, " | %s", jstr(cell, "control_outcome"));
-        if (strcmp(jstr(cell, "outcome_change"), "none") != 0)
-            bprintf(b, " -> %s", jstr(cell, "head_outcome"));
-        bprintf(b, " | ");
+            cmp_report_addf(b, " (initial params differ)");
+        cmp_report_addf(b, " | %s", cmp_json_str(cell, "control_outcome"));
+        if (strcmp(cmp_json_str(cell, "outcome_change"), "none") != 0)
+            cmp_report_addf(b, " -> %s", cmp_json_str(cell, "head_outcome"));
+        cmp_report_addf(b, " | ");
         divergence_desc(b, json_object_get(cell, "first_divergence"), true);
         growth_note(b, cell);
-        bprintf(b, " | ");
+        cmp_report_addf(b, " | ");
         introduced_desc(b, cell, true);
-        bprintf(b, " |\n");
+        cmp_report_addf(b, " |\n");
     }
 }
 
 /* The table of performance changes, and of what could not be decided. */
-static void md_perf(struct buf *b, const json_t *cells)
+static void md_perf(struct cmp_report *b, const json_t *cells)
 {
     const json_t *cell;
     size_t i;
@@ -511,14 +522,15 @@ static void md_perf(struct buf *b, const json_t *cells)
         if (!is_perf_change(cell))
             continue;
         if (!any)
-            bprintf(b, "\n### Performance changes\n\n| model | width | pass | control median "
-                       "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
-                       "|---|---|---|---|---|---|---|---|---|---|---|\n");
+            cmp_report_addf(b,
+                            "\n### Performance changes\n\n| model | width | pass | control median "
+                            "| head median | ratio | 99%% CI | evidence | detects | p | verdict |\n"
+                            "|---|---|---|---|---|---|---|---|---|---|---|\n");
         any = true;
         md_row_start(b, cell);
-        bprintf(b, " | ");
+        cmp_report_addf(b, " | ");
         perf_desc(b, json_object_get(cell, "perf"), true);
-        bprintf(b, " |\n");
+        cmp_report_addf(b, " |\n");
     }
 }
 
@@ -526,10 +538,10 @@ static void md_perf(struct buf *b, const json_t *cells)
  * file); the first divergent op's details follow the table of cells. */
 char *cmp_result_to_markdown(const json_t *result)
 {
-    struct buf b;
+    struct cmp_report b;
     if (!valid_result(result))
         return NULL;
-    buf_init(&b);
+    cmp_report_init(&b, TRUNC_NOTE);
     const json_t *cells = json_object_get(result, "cells");
     md_summary(&b, result);
     md_outcomes(&b, result);
@@ -537,60 +549,62 @@ char *cmp_result_to_markdown(const json_t *result)
     block(&b, cmp__ops_block(result, true));
     md_perf(&b, cells);
     block(&b, cmp__profile_block(result, true));
-    return buf_finish(&b);
+    return cmp_report_finish(&b);
 }
 
 /* ------------------------------------------------------------------- text */
 
 char *cmp_result_to_text(const json_t *result)
 {
-    struct buf b;
+    struct cmp_report b;
     const json_t *cells, *cell;
     size_t i;
 
     if (!valid_result(result))
         return NULL;
-    buf_init(&b);
+    cmp_report_init(&b, TRUNC_NOTE);
     cells = json_object_get(result, "cells");
-    bool reg = strcmp(jstr(result, "verdict"), "regression") == 0;
-    bprintf(&b, "capd comparison: %s%s\n", reg ? "REGRESSION" : "pass",
-            perf_gates(result) ? "" : " (perf not gating)");
-    if (strcmp(jstr(result, "mode"), "cross_width") == 0)
-        bprintf(&b, "cross-width: head %s vs control %s\n", jstr(result, "head_width"),
-                jstr(result, "control_width"));
+    bool reg = strcmp(cmp_json_str(result, "verdict"), "regression") == 0;
+    cmp_report_addf(&b, "capd comparison: %s%s\n", reg ? "REGRESSION" : "pass",
+                    perf_gates(result) ? "" : " (perf not gating)");
+    if (strcmp(cmp_json_str(result, "mode"), "cross_width") == 0)
+        cmp_report_addf(&b, "cross-width: head %s vs control %s\n",
+                        cmp_json_str(result, "head_width"), cmp_json_str(result, "control_width"));
     counts_line(&b, json_object_get(result, "counts"));
-    bprintf(&b, "\n");
+    cmp_report_addf(&b, "\n");
     block(&b, cmp__env_block(json_object_get(result, "environment"), false));
     not_run_lines(&b, cells, false);
 
     json_array_foreach(cells, i, cell)
     {
-        if (strcmp(jstr(cell, "outcome_change"), "regression") == 0)
-            bprintf(&b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n", jstr(cell, "model"),
-                    jstr(cell, "width"), jstr(cell, "pass"), jstr(cell, "control_outcome"),
-                    jstr(cell, "head_outcome"));
+        if (strcmp(cmp_json_str(cell, "outcome_change"), "regression") == 0)
+            cmp_report_addf(&b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n",
+                            cmp_json_str(cell, "model"), cmp_json_str(cell, "width"),
+                            cmp_json_str(cell, "pass"), cmp_json_str(cell, "control_outcome"),
+                            cmp_json_str(cell, "head_outcome"));
     }
-    json_array_foreach(json_object_get(result, "missing_cells"), i, cell) bprintf(
-        &b, "MISSING %s/%s/%s\n", jstr(cell, "model"), jstr(cell, "width"), jstr(cell, "pass"));
+    json_array_foreach(json_object_get(result, "missing_cells"), i, cell)
+        cmp_report_addf(&b, "MISSING %s/%s/%s\n", cmp_json_str(cell, "model"),
+                        cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
     json_array_foreach(cells, i, cell)
     {
-        const char *st = jstr(cell, "status");
+        const char *st = cmp_json_str(cell, "status");
         if (strcmp(st, "identical") == 0 || strcmp(st, "not_run") == 0)
             continue;
-        bprintf(&b, "%s %s/%s/%s", st, jstr(cell, "model"), jstr(cell, "width"),
-                jstr(cell, "pass"));
+        cmp_report_addf(&b, "%s %s/%s/%s", st, cmp_json_str(cell, "model"),
+                        cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
         rule_note(&b, cell);
         device_note(&b, cell, false);
         if (json_is_object(json_object_get(cell, "first_divergence"))) {
-            bprintf(&b, ": first divergence ");
+            cmp_report_addf(&b, ": first divergence ");
             divergence_desc(&b, json_object_get(cell, "first_divergence"), false);
             growth_note(&b, cell);
-            bprintf(&b, "; introduced at ");
+            cmp_report_addf(&b, "; introduced at ");
             introduced_desc(&b, cell, false);
         }
         if (json_is_true(json_object_get(cell, "params_differed")))
-            bprintf(&b, "; initial params differ");
-        bprintf(&b, "\n");
+            cmp_report_addf(&b, "; initial params differ");
+        cmp_report_addf(&b, "\n");
     }
     block(&b, cmp__ops_block(result, false));
     json_array_foreach(cells, i, cell)
@@ -598,12 +612,13 @@ char *cmp_result_to_text(const json_t *result)
         if (!is_perf_change(cell))
             continue;
         const json_t *p = json_object_get(cell, "perf");
-        const char *v = jstr(p, "verdict");
-        bprintf(&b, "PERF %s %s/%s/%s: ", strcmp(v, "regression") == 0 ? "REGRESSION" : v,
-                jstr(cell, "model"), jstr(cell, "width"), jstr(cell, "pass"));
+        const char *v = cmp_json_str(p, "verdict");
+        cmp_report_addf(&b, "PERF %s %s/%s/%s: ", strcmp(v, "regression") == 0 ? "REGRESSION" : v,
+                        cmp_json_str(cell, "model"), cmp_json_str(cell, "width"),
+                        cmp_json_str(cell, "pass"));
         perf_desc(&b, p, false);
-        bprintf(&b, "\n");
+        cmp_report_addf(&b, "\n");
     }
     block(&b, cmp__profile_block(result, false));
-    return buf_finish(&b);
+    return cmp_report_finish(&b);
 }

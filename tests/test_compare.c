@@ -1,7 +1,7 @@
 /*
  * tests/test_compare.c - the comparison engine's options, input
  * limits, sizes derived from statistics and the Markdown and text
- * renderers. The element metrics, the perf statistics, the engine's rules
+ * renderers with their capped report. The element metrics, the perf statistics, the engine's rules
  * and the environment section have suites of their own
  * (test_compare_metrics.c, test_compare_stats.c, test_compare_engine.c,
  * test_compare_env.c).
@@ -419,6 +419,55 @@ Test(render, pass_and_bad_input)
     cr_assert_null(cmp_result_to_markdown(junk));
     cr_assert_null(cmp_result_to_text(NULL));
     json_decref(junk);
+}
+
+/* The capped report: a piece that would leave no room for the note is
+ * dropped whole, as is every later one, and the note ends the report at
+ * CMP_MAX_RENDER bytes or fewer with the NUL. */
+Test(render, report_cut_before_the_note)
+{
+    static const char note[] = "\n(cut)\n";
+    char line[1000];
+    memset(line, 'x', sizeof line - 2);
+    line[sizeof line - 2] = '\n';
+    line[sizeof line - 1] = 0;
+    struct cmp_report r;
+    cmp_report_init(&r, note);
+    size_t whole = 0;
+    for (size_t n = 0; n < CMP_MAX_RENDER / (sizeof line - 1) + 2; n++) {
+        cmp_report_addf(&r, "%s", line);
+        whole += !r.truncated;
+    }
+    cmp_report_addf(&r, "short");
+    char *s = cmp_report_finish(&r);
+    cr_assert_not_null(s);
+    size_t len = strlen(s), body = len - (sizeof note - 1);
+    cr_assert_leq(len + 1, CMP_MAX_RENDER);
+    cr_assert_str_eq(s + body, note, "the note ends it");
+    cr_assert_eq(body, whole * (sizeof line - 1), "whole lines only, nothing after the cut");
+    cr_assert_gt(body + sizeof line - 1 + sizeof note, CMP_MAX_RENDER, "one more would not fit");
+    free(s);
+
+    /* An uncut report carries no note. */
+    cmp_report_init(&r, note);
+    cmp_report_addf(&r, "%d cells", 3);
+    s = cmp_report_finish(&r);
+    cr_assert_str_eq(s, "3 cells");
+    free(s);
+}
+
+/* A result's fields: "" and 0 for what is absent or of another type. */
+Test(render, json_fields)
+{
+    json_t *o = json_pack("{s:s,s:I,s:i}", "s", "v", "n", (json_int_t)1 << 40, "i", 7);
+    cr_assert_str_eq(cmp_json_str(o, "s"), "v");
+    cr_assert_str_eq(cmp_json_str(o, "i"), "");
+    cr_assert_str_eq(cmp_json_str(o, "none"), "");
+    cr_assert_str_eq(cmp_json_str(NULL, "s"), "");
+    cr_assert_eq(cmp_json_int(o, "n"), (json_int_t)1 << 40);
+    cr_assert_eq(cmp_json_int(o, "s"), 0);
+    cr_assert_eq(cmp_json_int(o, "none"), 0);
+    json_decref(o);
 }
 
 Test(options, allow_device_mismatch_json)

@@ -1,5 +1,5 @@
 /* test_util.c: util/, the helpers below every other part (util/buf.h,
- * util/err.h, util/path.h, util/fs.h, util/clock.h, util/http.h,
+ * util/err.h, util/path.h, util/str.h, util/fs.h, util/clock.h, util/http.h,
  * util/cpuwrap.h, util/cellstate.h).
  *
  * Each limit is crossed by one byte, and each failure is checked to leave
@@ -25,6 +25,7 @@
 #include "util/fs.h"
 #include "util/http.h"
 #include "util/path.h"
+#include "util/str.h"
 
 /* ---- ubuf ---------------------------------------------------------------- */
 
@@ -173,6 +174,35 @@ Test(util, path_join_fits_and_refuses)
     char p[UTIL_PATH_MAX] = "/x";
     cr_assert_eq(util_path_join(p, p, "y"), 0);
     cr_assert_str_eq(p, "/x/y");
+}
+
+/* ---- util_join ----------------------------------------------------------- */
+
+Test(util, join_whole_names_or_none)
+{
+    char out[8] = "";
+    size_t len = 0;
+    cr_assert_eq(util_join(out, sizeof out, &len, ",", "ab"), 0);
+    cr_assert_str_eq(out, "ab", "no separator before the first name");
+    cr_assert_eq(util_join(out, sizeof out, &len, ",", "cd"), 0);
+    cr_assert_str_eq(out, "ab,cd");
+    cr_assert_eq(len, 5);
+
+    /* "ab,cd,e" and its NUL fill the 8 bytes: the longest that fits. */
+    cr_assert_eq(util_join(out, sizeof out, &len, ",", "ef"), -E2BIG);
+    cr_assert_str_eq(out, "ab,cd", "a name that does not fit is not cut");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(util_join(out, sizeof out, &len, ",", "e"), 0);
+    cr_assert_str_eq(out, "ab,cd,e");
+
+    char one[3] = "";
+    len = 0;
+    cr_assert_eq(util_join(one, sizeof one, &len, "&", NULL), 0, "NULL is the empty name");
+    cr_assert_eq(util_join(one, sizeof one, &len, "&", "abc"), -E2BIG);
+    cr_assert_str_eq(one, "");
+    cr_assert_eq(len, 0);
+    cr_assert_eq(util_join(one, sizeof one, &len, "&", "ab"), 0);
+    cr_assert_str_eq(one, "ab");
 }
 
 /* ---- util/fs.h ----------------------------------------------------------- */

@@ -36,6 +36,7 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/path.h"
+#include "util/str.h"
 
 /* Polls after a job left Slurm's lists, or ended, before capd gives up
  * waiting for its worker's finish. */
@@ -388,10 +389,8 @@ static int constraint_of(const struct sup *s, char *out, size_t n)
     out[0] = 0;
     json_array_foreach(req, i, v)
     {
-        int w = snprintf(out + len, n - len, "%s%s", len ? "&" : "", json_string_value(v));
-        if (w < 0 || (size_t)w >= n - len)
+        if (util_join(out, n, &len, "&", json_string_value(v)) != 0)
             return -E2BIG;
-        len += (size_t)w;
     }
     return 0;
 }
