@@ -187,16 +187,26 @@ static void section_open(struct section *s)
     s->any = true;
 }
 
+/* CELL's object FIELD, its line opened (the section's title, the cell's
+ * name); NULL, and nothing written, when the cell has none. */
+static const json_t *cell_line(struct section *s, const json_t *cell, const char *field)
+{
+    const json_t *o = json_object_get(cell, field);
+    if (!json_is_object(o))
+        return NULL;
+    section_open(s);
+    cell_id(s->f, cell, s->md);
+    return o;
+}
+
 /* Where a diverged cell's error grew most (amplify.c), when it did. */
 static void amp_cell(struct section *s, const json_t *cell)
 {
     FILE *f = s->f;
     bool md = s->md;
-    const json_t *a = json_object_get(cell, "max_amplification");
-    if (!json_is_object(a))
+    const json_t *a = cell_line(s, cell, "max_amplification");
+    if (a == NULL)
         return;
-    section_open(s);
-    cell_id(f, cell, md);
     fputs(md ? "largest at `" : "largest at ", f);
     put(f, js(a, "key"), md);
     fputs(md ? "` (" : " (", f);
@@ -239,12 +249,10 @@ static void origin_cell(struct section *s, const json_t *cell)
 {
     FILE *f = s->f;
     bool md = s->md;
-    const json_t *o = json_object_get(cell, "op_origin");
-    if (!json_is_object(o))
+    const json_t *o = cell_line(s, cell, "op_origin");
+    if (o == NULL)
         return;
     bool ins = strcmp(js(o, "kind"), "inserted") == 0;
-    section_open(s);
-    cell_id(f, cell, md);
     fputs(md ? "`" : "", f);
     put(f, js(o, "op"), md);
     fprintf(f, "%s %s in %s", md ? "`" : "", ins ? "inserted in the head" : "removed from the head",
