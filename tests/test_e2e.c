@@ -9,7 +9,6 @@
  * right layer, and what cannot run at a width is never silently captured.
  */
 #include <criterion/criterion.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,45 +46,7 @@ static char *submit(struct tu_capd *c, const char *build, const char *commit, co
     return af_submit_job(c, &job);
 }
 
-static json_t *find_cell(json_t *result, const char *model, const char *width, const char *pass)
-{
-    size_t i;
-    json_t *cell;
-    json_array_foreach(json_object_get(result, "cells"), i, cell)
-    {
-        if (!strcmp(tu_jstr(cell, "model"), model) && !strcmp(tu_jstr(cell, "width"), width) &&
-            !strcmp(tu_jstr(cell, "pass"), pass))
-            return cell;
-    }
-    return NULL;
-}
-
 static const char *const all_widths[] = {"default", "avx2", "avx512"};
-
-/* Waits up to JOB_S for each job of the NULL-terminated ids that follow
- * to end. */
-static void wait_jobs(const struct tu_capd *c, ...)
-{
-    va_list ap;
-    va_start(ap, c);
-    for (const char *id = va_arg(ap, const char *); id; id = va_arg(ap, const char *))
-        json_decref(af_wait_job(c, id, JOB_S));
-    va_end(ap);
-}
-
-/* GETs PATH of C, which must answer 200, and returns the reply's cell of
- * gelumlp:factory at WIDTH, forward, which must be there; *RESULT owns
- * the reply. */
-static json_t *gelu_cell(const struct tu_capd *c, const char *path, const char *width,
-                         json_t **result)
-{
-    long st = 0;
-    *result = tu_json(c, "GET", path, NULL, &st);
-    cr_assert_eq(st, 200, "GET %s", path);
-    json_t *cell = find_cell(*result, "gelumlp:factory", width, "forward");
-    cr_assert_not_null(cell, "GET %s has no gelumlp:factory cell at %s", path, width);
-    return cell;
-}
 
 /* Checks job 1 of the main test: every cell at a width this host runs is
  * ok at that width with records in order; every other one is unsupported
@@ -259,7 +220,7 @@ static void check_perturbed(struct tu_capd *c, const char *commit, const char *p
     for (int m = 0; m < 2; m++)
         for (int w = 0; w < 3; w++)
             for (int p = 0; p < 2; p++) {
-                json_t *cr = find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
+                json_t *cr = af_find_cell(diff, all_models[m], all_widths[w], all_passes[p]);
                 cr_assert_not_null(cr);
                 const char *status = tu_jstr(cr, "status");
                 const char *want = !tu_width_runnable(c, all_widths[w])    ? "not_run"
@@ -352,7 +313,7 @@ Test(e2e, matrix_identical_and_perturbation_found, .timeout = 1800)
     /* After the control finished: the heads pair with its build. */
     char *j2 = submit(&c, "control", "2222222", "1111111", models, widths, passes);
     char *j3 = submit(&c, "perturbed", "3333333", "1111111", models, widths, passes);
-    wait_jobs(&c, j2, j3, NULL);
+    af_wait_jobs(&c, JOB_S, j2, j3, NULL);
     check_same_build(&c, j1, j2, nrun);
     check_perturbed(&c, "3333333", perturbed, nrun);
     stop_e2e(&c, (char *[]){j1, j2, j3}, 3);
@@ -385,7 +346,7 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
               "%s", reason);
     cr_assert_lt(json_integer_value(json_object_get(cell, "duration_ms")), 50);
     json_decref(job);
-    wait_jobs(&c, j2, j3, NULL);
+    af_wait_jobs(&c, JOB_S, j2, j3, NULL);
 
     char path[256];
     snprintf(path, sizeof path,
@@ -397,8 +358,8 @@ Test(e2e, host_without_avx512_compares_honestly, .timeout = 900)
     cr_assert_eq(json_integer_value(json_object_get(counts, "not_run")), 1);
     json_decref(same);
     json_t *diff = tu_json(&c, "GET", "/v1/commits/7777777/diff", NULL, NULL);
-    json_t *a2 = find_cell(diff, "mlp", "avx2", "forward");
-    json_t *a5 = find_cell(diff, "mlp", "avx512", "forward");
+    json_t *a2 = af_find_cell(diff, "mlp", "avx2", "forward");
+    json_t *a5 = af_find_cell(diff, "mlp", "avx512", "forward");
     cr_assert_str_eq(tu_jstr(a2, "status"), "diverged");
     cr_assert_str_eq(tu_jstr(json_object_get(a2, "first_divergence"), "key"),
                      "fc1.0.forward.output.0");
@@ -467,209 +428,4 @@ Test(e2e, user_models_only_from_roots, .timeout = 600)
     cr_assert(reason && strstr(reason, "root"), "refusal names the roots: %s", reason);
     json_decref(job);
     stop_e2e(&c, &j, 1);
-}
-
-/* A job of one user model at one width, forward, at granularity op. */
-static char *submit_op(struct tu_capd *c, const char *build, const char *commit,
-                       const char *control, const char *width, const char *provenance)
-{
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[\"gelumlp:factory\"],\"widths\":[\"%s\"],"
-                         "\"passes\":[\"forward\"]},\"options\":{\"iterations\":2,\"warmup\":0,"
-                         "\"granularity\":\"op\"}%s%s}",
-                         commit, build, cc, width, provenance ? ",\"provenance\":" : "",
-                         provenance ? provenance : "");
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
-    return id;
-}
-
-/*
- * Starts C with two builds of the gelumlp user model (fc1, act = GELU,
- * fc2): "control", and "gelu", whose aten::gelu kernel
- * examples/perturbed-gelu replaces at the widest width the host runs, which
- * it returns (EXTRA_ENV: more "name":"value" pairs for its env, or "").
- */
-static const char *gelu_start(struct tu_capd *c, const char *extra_env)
-{
-    cr_assert_eq(tu_capd_start(c, NULL, NULL), 0);
-    const char *width = tu_widest_width(c);
-    char roots[512], path[700];
-    snprintf(roots, sizeof roots, "%s/roots", c->dir);
-    mkdir(roots, 0755);
-    snprintf(path, sizeof path, "%s/gelumlp.py", roots);
-    af_put_file(path, "import collections, torch\n"
-                      "def factory(seed, batch, dtype):\n"
-                      "    torch.manual_seed(seed)\n"
-                      "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
-                      "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
-                      "    return m, (torch.randn(batch, 8),)\n");
-    long st = 0;
-    json_t *b = tu_jsonf(c, "POST", "/v1/builds", &st,
-                         "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
-                         tu_python(), roots);
-    cr_assert_eq(st, 201);
-    json_decref(b);
-    b = tu_jsonf(c, "POST", "/v1/builds", &st,
-                 "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
-                 "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"%s}}",
-                 tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width, extra_env);
-    cr_assert_eq(st, 201);
-    json_decref(b);
-    return width;
-}
-
-/*
- * Down to the kernel: a head whose aten::gelu CPU kernel is wrong at the
- * widest width (examples/perturbed-gelu) is named at the op, with its
- * kernel file and the stale wrappers of that file its provenance scan
- * found; the same build at granularity op compared with itself is
- * identical.
- */
-Test(e2e, per_op_names_the_kernel, .timeout = 900)
-{
-    struct tu_capd c;
-    const char *width = gelu_start(&c, "");
-    /* what capctl submit --source-tree sends for a tree holding two wrappers */
-    static const char prov[] =
-        "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
-        "Activation.cpp.DEFAULT.cpp\",\"message\":\"untracked generated dispatch source\"},"
-        "{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
-        "Activation.cpp.AVX2.cpp\",\"message\":\"untracked generated dispatch source\"}]}";
-    char *j1 = submit_op(&c, "control", "7777771", NULL, width, NULL);
-    char *j2 = submit_op(&c, "control", "7777772", "7777771", width, NULL);
-    char *j3 = submit_op(&c, "gelu", "7777773", "7777771", width, prov);
-    wait_jobs(&c, j1, j2, j3, NULL);
-
-    json_t *aa;
-    json_t *cell = gelu_cell(&c, "/v1/commits/7777772/diff", width, &aa);
-    cr_assert_str_eq(tu_jstr(cell, "status"), "identical");
-    cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
-    json_decref(aa);
-
-    json_t *diff;
-    cell = gelu_cell(&c, "/v1/commits/7777773/diff", width, &diff);
-    cr_assert_str_eq(tu_jstr(cell, "status"), "diverged");
-    json_t *fd = json_object_get(cell, "first_divergence");
-    char *fds = json_dumps(fd, JSON_COMPACT);
-    cr_assert_str_eq(tu_jstr(fd, "key"), "act.0.forward/op.aten::gelu.0.output.0", "%s", fds);
-    cr_assert_str_eq(tu_jstr(fd, "op"), "aten::gelu", "%s", fds);
-    json_t *k = json_object_get(fd, "kernel");
-    cr_assert_str_eq(tu_jstr(k, "stub"), "GeluKernel", "%s", fds);
-    cr_assert_str_eq(tu_jstr(k, "file"), "aten/src/ATen/native/cpu/Activation.cpp", "%s", fds);
-    cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2, "%s", fds);
-    free(fds);
-    json_decref(diff);
-
-    struct tu_resp md;
-    tu_http(&c, "GET", "/v1/commits/7777773/diff?format=md", NULL, 0, NULL, &md);
-    cr_assert_eq(md.status, 200);
-    cr_assert(strstr(md.body, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
-                              "Activation.cpp — 2 stale generated wrappers of this file in the "
-                              "source tree") != NULL,
-              "markdown: %s", md.body);
-    tu_resp_free(&md);
-    free(j1);
-    free(j2);
-    free(j3);
-    cr_assert_eq(tu_capd_stop(&c), 0);
-}
-
-/* gelu_start, then a control job (commit C1) and a job of the gelu build
- * (C2) paired with it, both waited for; returns the width. */
-static const char *gelu_pair(struct tu_capd *c, const char *extra_env, const char *c1,
-                             const char *c2, char **j1, char **j2)
-{
-    const char *width = gelu_start(c, extra_env);
-    *j1 = submit_op(c, "control", c1, NULL, width, NULL);
-    *j2 = submit_op(c, "gelu", c2, c1, width, NULL);
-    wait_jobs(c, *j1, *j2, NULL);
-    return width;
-}
-
-/*
- * A head whose gelu is wrapped in one more multiply (examples/perturbed-gelu,
- * CAPD_PERTURB_WRAP) runs an aten::mul the control does not: the comparison
- * names that inserted op as the origin of the divergence, in JSON and in
- * Markdown; with the sides swapped, the op is removed.
- */
-Test(e2e, per_op_names_an_inserted_op, .timeout = 900)
-{
-    struct tu_capd c;
-    char *j1, *j2;
-    const char *width =
-        gelu_pair(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
-
-    json_t *diff;
-    /* the gelu before it is untouched: the mul's result is what diverged */
-    const struct jw_want w[] = {
-        JW_S("op_origin.kind", "inserted"),
-        JW_S("op_origin.op", "aten::mul"),
-        JW_S("op_origin.module", "act"),
-        JW_S("op_origin.key", "act.0.forward/op.aten::mul.0.output.0"),
-        JW_S("op_origin.link", "same_value"),
-        JW_S("first_divergence.module", "act"),
-    };
-    jw_expect_all(gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff), w);
-    json_decref(diff);
-
-    struct tu_resp md;
-    tu_http(&c, "GET", "/v1/commits/9999992/diff?format=md", NULL, 0, NULL, &md);
-    cr_assert_eq(md.status, 200);
-    cr_assert(strstr(md.body, "`aten::mul` inserted in the head in `act`") != NULL, "markdown: %s",
-              md.body);
-    tu_resp_free(&md);
-
-    char path[200];
-    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j1);
-    json_t *rev;
-    const struct jw_want back[] = {JW_S("op_origin.kind", "removed"),
-                                   JW_S("op_origin.op", "aten::mul")};
-    jw_expect_all(gelu_cell(&c, path, width, &rev), back);
-    json_decref(rev);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
-}
-
-/*
- * NaN injected in one op (examples/perturbed-gelu, CAPD_PERTURB_NAN) is
- * traced to that op: in the comparison with the control, and in the head
- * job compared with itself, which has no control to diverge from.
- */
-Test(e2e, per_op_traces_nan_to_its_op, .timeout = 900)
-{
-    struct tu_capd c;
-    char *j1, *j2;
-    const char *width =
-        gelu_pair(&c, ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
-
-    json_t *diff;
-    json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
-    json_t *nf = json_object_get(cell, "first_nonfinite");
-    char *nfs = json_dumps(nf, JSON_COMPACT);
-    cr_assert_str_eq(tu_jstr(nf, "op"), "aten::gelu", "%s", nfs);
-    cr_assert_str_eq(tu_jstr(nf, "module"), "act", "%s", nfs);
-    cr_assert_str_eq(tu_jstr(nf, "inputs"), "finite", "%s", nfs);
-    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 1, "%s", nfs);
-    cr_assert_str_eq(tu_jstr(json_object_get(nf, "kernel"), "stub"), "GeluKernel", "%s", nfs);
-    cr_assert(json_is_null(json_object_get(cell, "control_first_nonfinite")));
-    free(nfs);
-    json_decref(diff);
-
-    char path[200];
-    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j2);
-    json_t *self;
-    cell = gelu_cell(&c, path, width, &self);
-    cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_nonfinite"), "op"), "aten::gelu");
-    json_decref(self);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
 }

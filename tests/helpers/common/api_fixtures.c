@@ -581,3 +581,25 @@ void af_expect_local_records(const struct tu_capd *c, const char *job, const cha
     free(lines);
     free(want);
 }
+
+void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...)
+{
+    va_list ap;
+    va_start(ap, timeout_s);
+    for (const char *id = va_arg(ap, const char *); id; id = va_arg(ap, const char *))
+        json_decref(af_wait_job(c, id, timeout_s));
+    va_end(ap);
+}
+
+json_t *af_find_cell(json_t *result, const char *model, const char *width, const char *pass)
+{
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(result, "cells"), i, cell)
+    {
+        if (!strcmp(tu_jstr(cell, "model"), model) && !strcmp(tu_jstr(cell, "width"), width) &&
+            !strcmp(tu_jstr(cell, "pass"), pass))
+            return cell;
+    }
+    return NULL;
+}

@@ -130,6 +130,10 @@ json_t *af_wait_cell(const char *id, size_t i, const char *state, double timeout
 json_t *af_wait_done(const char *id);
 /* The same on capd C, TIMEOUT_S at most. */
 json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s);
+/* af_wait_job, TIMEOUT_S each, for the NULL-terminated job ids that follow. */
+void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...);
+/* The cell of MODEL, WIDTH and PASS in a comparison RESULT's "cells", or NULL. */
+json_t *af_find_cell(json_t *result, const char *model, const char *width, const char *pass);
 
 /* A job for af_submit_job: MODELS, WIDTHS and PASSES are the contents of
  * the matrix's JSON lists ("\"mlp\",\"cnn\""), CONTROL a control commit or

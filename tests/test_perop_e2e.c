@@ -1,0 +1,152 @@
+/*
+ * tests/test_perop_e2e.c - granularity op end to end, with the real runner
+ * under Debian's torch and the gelumlp model's two builds
+ * (tests/helpers/common/gelu.h): the first divergence named at the op and
+ * its kernel, an inserted op named as the origin, NaN traced to its op.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/gelu.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/testutil.h"
+
+/*
+ * Down to the kernel: a head whose aten::gelu CPU kernel is wrong at the
+ * widest width (examples/perturbed-gelu) is named at the op, with its
+ * kernel file and the stale wrappers of that file its provenance scan
+ * found; the same build at granularity op compared with itself is
+ * identical.
+ */
+Test(perop, per_op_names_the_kernel, .timeout = 900)
+{
+    struct tu_capd c;
+    const char *width = gelu_start(&c, "");
+    /* what capctl submit --source-tree sends for a tree holding two wrappers */
+    static const char prov[] =
+        "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
+        "Activation.cpp.DEFAULT.cpp\",\"message\":\"untracked generated dispatch source\"},"
+        "{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
+        "Activation.cpp.AVX2.cpp\",\"message\":\"untracked generated dispatch source\"}]}";
+    char *j1 = gelu_submit(&c, "control", "7777771", NULL, width, NULL);
+    char *j2 = gelu_submit(&c, "control", "7777772", "7777771", width, NULL);
+    char *j3 = gelu_submit(&c, "gelu", "7777773", "7777771", width, prov);
+    af_wait_jobs(&c, GELU_JOB_S, j1, j2, j3, NULL);
+
+    json_t *aa;
+    json_t *cell = gelu_cell(&c, "/v1/commits/7777772/diff", width, &aa);
+    cr_assert_str_eq(tu_jstr(cell, "status"), "identical");
+    cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
+    json_decref(aa);
+
+    json_t *diff;
+    cell = gelu_cell(&c, "/v1/commits/7777773/diff", width, &diff);
+    cr_assert_str_eq(tu_jstr(cell, "status"), "diverged");
+    json_t *fd = json_object_get(cell, "first_divergence");
+    char *fds = json_dumps(fd, JSON_COMPACT);
+    cr_assert_str_eq(tu_jstr(fd, "key"), "act.0.forward/op.aten::gelu.0.output.0", "%s", fds);
+    cr_assert_str_eq(tu_jstr(fd, "op"), "aten::gelu", "%s", fds);
+    json_t *k = json_object_get(fd, "kernel");
+    cr_assert_str_eq(tu_jstr(k, "stub"), "GeluKernel", "%s", fds);
+    cr_assert_str_eq(tu_jstr(k, "file"), "aten/src/ATen/native/cpu/Activation.cpp", "%s", fds);
+    cr_assert_eq(json_integer_value(json_object_get(k, "stale_wrappers")), 2, "%s", fds);
+    free(fds);
+    json_decref(diff);
+
+    struct tu_resp md;
+    tu_http(&c, "GET", "/v1/commits/7777773/diff?format=md", NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
+                              "Activation.cpp — 2 stale generated wrappers of this file in the "
+                              "source tree") != NULL,
+              "markdown: %s", md.body);
+    tu_resp_free(&md);
+    free(j1);
+    free(j2);
+    free(j3);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/*
+ * A head whose gelu is wrapped in one more multiply (examples/perturbed-gelu,
+ * CAPD_PERTURB_WRAP) runs an aten::mul the control does not: the comparison
+ * names that inserted op as the origin of the divergence, in JSON and in
+ * Markdown; with the sides swapped, the op is removed.
+ */
+Test(perop, per_op_names_an_inserted_op, .timeout = 900)
+{
+    struct tu_capd c;
+    char *j1, *j2;
+    const char *width =
+        gelu_pair(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
+
+    json_t *diff;
+    /* the gelu before it is untouched: the mul's result is what diverged */
+    const struct jw_want w[] = {
+        JW_S("op_origin.kind", "inserted"),
+        JW_S("op_origin.op", "aten::mul"),
+        JW_S("op_origin.module", "act"),
+        JW_S("op_origin.key", "act.0.forward/op.aten::mul.0.output.0"),
+        JW_S("op_origin.link", "same_value"),
+        JW_S("first_divergence.module", "act"),
+    };
+    jw_expect_all(gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff), w);
+    json_decref(diff);
+
+    struct tu_resp md;
+    tu_http(&c, "GET", "/v1/commits/9999992/diff?format=md", NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, "`aten::mul` inserted in the head in `act`") != NULL, "markdown: %s",
+              md.body);
+    tu_resp_free(&md);
+
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j1);
+    json_t *rev;
+    const struct jw_want back[] = {JW_S("op_origin.kind", "removed"),
+                                   JW_S("op_origin.op", "aten::mul")};
+    jw_expect_all(gelu_cell(&c, path, width, &rev), back);
+    json_decref(rev);
+    free(j1);
+    free(j2);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+/*
+ * NaN injected in one op (examples/perturbed-gelu, CAPD_PERTURB_NAN) is
+ * traced to that op: in the comparison with the control, and in the head
+ * job compared with itself, which has no control to diverge from.
+ */
+Test(perop, per_op_traces_nan_to_its_op, .timeout = 900)
+{
+    struct tu_capd c;
+    char *j1, *j2;
+    const char *width =
+        gelu_pair(&c, ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
+
+    json_t *diff;
+    json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
+    json_t *nf = json_object_get(cell, "first_nonfinite");
+    char *nfs = json_dumps(nf, JSON_COMPACT);
+    cr_assert_str_eq(tu_jstr(nf, "op"), "aten::gelu", "%s", nfs);
+    cr_assert_str_eq(tu_jstr(nf, "module"), "act", "%s", nfs);
+    cr_assert_str_eq(tu_jstr(nf, "inputs"), "finite", "%s", nfs);
+    cr_assert_eq(json_integer_value(json_object_get(nf, "nan")), 1, "%s", nfs);
+    cr_assert_str_eq(tu_jstr(json_object_get(nf, "kernel"), "stub"), "GeluKernel", "%s", nfs);
+    cr_assert(json_is_null(json_object_get(cell, "control_first_nonfinite")));
+    free(nfs);
+    json_decref(diff);
+
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j2);
+    json_t *self;
+    cell = gelu_cell(&c, path, width, &self);
+    cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_nonfinite"), "op"), "aten::gelu");
+    json_decref(self);
+    free(j1);
+    free(j2);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
