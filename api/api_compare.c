@@ -421,10 +421,37 @@ enum MHD_Result api_compare(struct api_req *r)
     return ret;
 }
 
+bool api_control_of(struct api_req *r, struct store *s, json_t *head, json_t **ctl, json_t **extra,
+                    enum MHD_Result *ret)
+{
+    json_t *branch = NULL;
+    const char *control = json_string_value(json_object_get(head, "control_commit"));
+    const char *source = "job";
+    bool ok = false;
+    if (!control) {
+        const char *bn = json_string_value(json_object_get(head, "branch"));
+        if (bn && store_branch_get(s, bn, &branch) == 0)
+            control = json_string_value(json_object_get(branch, "control_commit"));
+        source = "branch";
+    }
+    if (!control) {
+        *ret = api_error(r, 404, "no_control", NULL,
+                         "commit %s has no control: its job names no control_commit and its "
+                         "branch has none (PUT /v1/branches/{name})",
+                         json_string_value(json_object_get(head, "commit")));
+    } else if (!api_job_ref_refused(r, s, control, "control_commit", ctl, ret)) {
+        if (extra)
+            *extra = json_pack("{s:s,s:s}", "control_source", source, "control_commit", control);
+        ok = true;
+    }
+    json_decref(branch);
+    return ok;
+}
+
 enum MHD_Result api_commit_diff(struct api_req *r)
 {
     struct store *s = api_store(r);
-    json_t *ctl = NULL, *head = NULL, *branch = NULL;
+    json_t *ctl = NULL, *head = NULL, *extra = NULL;
     enum MHD_Result ret;
     char id[16];
     if (!api_valid_hex(api_param(r, "sha"), 7, 64))
@@ -434,33 +461,16 @@ enum MHD_Result api_commit_diff(struct api_req *r)
         return api_store_error(r, rc, "commit");
     if ((rc = store_job_get(s, id, &head)) != 0)
         return api_store_error(r, rc, "job");
-    const char *control = json_string_value(json_object_get(head, "control_commit"));
-    const char *source = "job";
-    if (!control) {
-        const char *bn = json_string_value(json_object_get(head, "branch"));
-        if (bn && store_branch_get(s, bn, &branch) == 0)
-            control = json_string_value(json_object_get(branch, "control_commit"));
-        source = "branch";
-    }
-    if (!control) {
-        ret = api_error(r, 404, "no_control", NULL,
-                        "commit %s has no control: its job names no control_commit and its "
-                        "branch has none (PUT /v1/branches/{name})",
-                        api_param(r, "sha"));
-        goto out;
-    }
-    if (api_job_ref_refused(r, s, control, "control_commit", &ctl, &ret))
+    if (!api_control_of(r, s, head, &ctl, &extra, &ret))
         goto out;
     if (!api_job_finished(ctl) || !api_job_finished(head)) {
         ret = pending(r, ctl, head);
         goto out;
     }
-    json_t *extra = json_pack("{s:s,s:s}", "control_source", source, "control_commit", control);
     ret = run_compare(r, s, ctl, head, NULL, NULL, extra);
-    json_decref(extra);
 out:
+    json_decref(extra);
     json_decref(ctl);
     json_decref(head);
-    json_decref(branch);
     return ret;
 }

@@ -197,6 +197,7 @@ api_endpoint api_builds_list, api_builds_create, api_builds_get, api_builds_put;
 api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_cell_get,
     api_cell_records, api_cell_log;
 api_endpoint api_jobs_widths;
+api_endpoint api_cell_replay, api_cell_repro; /* api/api_replay.c */
 api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
 api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
 api_endpoint api_devices_list, api_devices_refresh;
@@ -275,6 +276,12 @@ struct cmp_options;
  * have not finished 409 pending, each naming FIELD. */
 bool api_job_ref_refused(struct api_req *r, struct store *s, const char *ref, const char *field,
                          json_t **job, enum MHD_Result *ret);
+/* HEAD's control job (its control_commit, else its branch's) into *CTL and,
+ * when EXTRA is not NULL, {control_source, control_commit} into *EXTRA;
+ * false, having replied (404 no_control, or as api_job_ref_refused), when
+ * there is none. */
+bool api_control_of(struct api_req *r, struct store *s, json_t *head, json_t **ctl, json_t **extra,
+                    enum MHD_Result *ret);
 /* Whether the job has ended (done or cancelled): only then is it compared. */
 bool api_job_finished(json_t *job);
 /* {job, commit, branch, build, state, finished_at} of a job object. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "api/repro.h"
 #include "compare/cmp.h"
 #include "daemon/host/devices.h"
 #include "daemon/host/memlimit.h"
@@ -126,6 +127,26 @@ static bool check_memory_option(struct api_verr *err, json_t *o, json_t *out, ui
     return true;
 }
 
+/* options.target_op: one op call whose inputs and outputs the runner records
+ * in full (api/api_replay.c), at granularity op only. */
+static bool check_target_op(struct api_verr *err, json_t *o, json_t *out)
+{
+    json_t *x = json_object_get(o, "target_op");
+    if (!x)
+        return true;
+    if (!json_is_string(x) || !api_target_op_valid(json_string_value(x)))
+        return api_verr_set(err, "invalid_field", "options.target_op",
+                            "options.target_op must name one op call: "
+                            "<module>.<call>.<phase>/op.<aten name>.<n>, at most %d bytes",
+                            API_TARGET_OP_MAX);
+    const char *g = json_string_value(json_object_get(out, "granularity"));
+    if (!g || strcmp(g, "op") != 0)
+        return api_verr_set(err, "invalid_field", "options.target_op",
+                            "options.target_op needs options.granularity op");
+    json_object_set(out, "target_op", x);
+    return true;
+}
+
 static json_t *validate_options(struct api_verr *err, json_t *o, uint64_t mem_max)
 {
     const char *k;
@@ -137,14 +158,16 @@ static json_t *validate_options(struct api_verr *err, json_t *o, uint64_t mem_ma
     }
     json_object_foreach(o, k, v)
     {
-        if (!api_option_known(k) && strcmp(k, "compare") && strcmp(k, "memory_max_bytes")) {
+        if (!api_option_known(k) && strcmp(k, "compare") && strcmp(k, "memory_max_bytes") &&
+            strcmp(k, "target_op")) {
             char f[160];
             snprintf(f, sizeof f, "options.%s", k);
             api_verr_set(err, "unknown_field", f, "unknown option '%s'", k);
             goto bad;
         }
     }
-    if (!check_memory_option(err, o, out, mem_max) || api_options_resolve(o, out, err) != 0)
+    if (!check_memory_option(err, o, out, mem_max) || api_options_resolve(o, out, err) != 0 ||
+        !check_target_op(err, o, out))
         goto bad;
     json_t *cmpo = json_object_get(o, "compare");
     if (cmpo) {

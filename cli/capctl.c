@@ -24,6 +24,7 @@ static const struct {
     {&ctl_cmd_widths, "list the widths capd's host runs; check a job's widths against default"},
     {&ctl_cmd_history, "show one cell's series along a branch, with change points"},
     {&ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
+    {&ctl_cmd_repro, "replay a diverged cell's op on both builds: a standalone reproducer"},
     {&ctl_cmd_alerts, "list change points and numerics/outcome events; give feedback"},
 };
 

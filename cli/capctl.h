@@ -466,6 +466,7 @@ extern const struct ctl_cmd ctl_cmd_widths;  /* cli/cmd_widths.c */
 extern const struct ctl_cmd ctl_cmd_history; /* cli/cmd_history.c */
 extern const struct ctl_cmd ctl_cmd_alerts;  /* cli/cmd_history.c */
 extern const struct ctl_cmd ctl_cmd_bisect;  /* cli/cmd_bisect.c */
+extern const struct ctl_cmd ctl_cmd_repro;   /* cli/cmd_repro.c */
 
 /* Global flags given before the command name (capctl --server U CMD ...). */
 extern const char *ctl_global_server;

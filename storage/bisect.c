@@ -280,6 +280,7 @@ int store_job_reusable(struct store *s, const char *project, const char *build, 
     int rc = store_query(s, &st,
                          "SELECT id FROM jobs WHERE commit_sha = ?1 AND project = ?2 AND "
                          "build = ?3 AND state = 'done' AND (?4 IS NULL OR control_commit = ?4) "
+                         "AND json_extract(labels_json, '$.replay_of') IS NULL "
                          "ORDER BY seq DESC LIMIT 1",
                          "tttt", commit, project, build, control_commit);
     return first_id(s, st, rc, id_out);

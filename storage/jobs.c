@@ -394,20 +394,42 @@ int store_branch_get(struct store *s, const char *name, json_t **out)
  * walks every finished job newest first until the commit matches (12.6 ms
  * at 10,000 jobs, growing with the table); jobs_commit finds the commit's
  * few jobs directly (0.01 ms). bench/bench_compare_scale.py found it. */
+/* A replay job (labels.replay_of, api/api_replay.c) stands for no commit. */
+#define NOT_REPLAY " AND json_extract(labels_json, '$.replay_of') IS NULL"
+
 const char store_sql_job_for_commit_done[] =
-    "SELECT id FROM jobs WHERE commit_sha = ? AND +state = 'done' ORDER BY seq DESC LIMIT 1";
+    "SELECT id FROM jobs WHERE commit_sha = ? AND +state = 'done'" NOT_REPLAY
+    " ORDER BY seq DESC LIMIT 1";
 
 int store_job_for_commit(struct store *s, const char *commit, bool finished_only, char id_out[16])
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_prepare(
-        s,
-        finished_only ? store_sql_job_for_commit_done
-                      : "SELECT id FROM jobs WHERE commit_sha = ? ORDER BY seq DESC LIMIT 1",
-        &st);
+    int rc = store_prepare(s,
+                           finished_only ? store_sql_job_for_commit_done
+                                         : "SELECT id FROM jobs WHERE commit_sha = ?" NOT_REPLAY
+                                           " ORDER BY seq DESC LIMIT 1",
+                           &st);
     if (rc)
         return rc;
     store_bind_text(st, 1, commit);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_replay(struct store *s, const char *of, const char *side, char id_out[16])
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st,
+                         "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_of') = ?1 "
+                         "AND json_extract(labels_json, '$.replay_side') = ?2 "
+                         "ORDER BY seq DESC LIMIT 1",
+                         "tt", of, side);
+    if (rc)
+        return rc;
     int src = sqlite3_step(st);
     if (src == SQLITE_ROW)
         snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));

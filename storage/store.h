@@ -202,10 +202,14 @@ int store_blob_get(struct store *s, const char *hash, void **data, size_t *len);
 /* ---- branches and commits ---- */
 int store_branch_put(struct store *s, const char *name, const char *control_commit, json_t **out);
 int store_branch_get(struct store *s, const char *name, json_t **out);
-/* The newest job of COMMIT (any state unless finished_only). */
+/* The newest job of COMMIT (any state unless finished_only); a replay job
+ * (labels.replay_of) is never one. */
 extern const char store_sql_job_for_commit_done[]; /* exposed for the query-plan test */
 int store_job_for_commit(struct store *s, const char *commit, bool finished_only, char id_out[16]);
 int store_commit_jobs(struct store *s, const char *commit, json_t **out);
+/* The newest replay job of OF ("<job>/<cell>") for SIDE ("control" or
+ * "head"), by its labels (api/api_replay.c); -ENOENT when none. */
+int store_job_replay(struct store *s, const char *of, const char *side, char id_out[16]);
 
 /* ---- comparisons ---- */
 struct cmp_side;

@@ -59,6 +59,7 @@ static const struct ckey keys[] = {
     {F(keep_scratch), .type = T_BOOL},
     {F(unshare_net), .type = T_BOOL},
     {F(cell_log_max_bytes), .type = T_U64, .min = 1024, .max = INT64_MAX, .def = 4 << 20},
+    {F(repro_max_bytes), .type = T_U64, .min = 4096, .max = INT64_C(1) << 32, .def = 256 << 20},
     /* Address space is not memory (docs/configuration.md): no cap unless
      * asked for; cells' memory is limited by daemon/memlimit.h. */
     {F(rlimit_as_bytes), .type = T_U64, .min = 0, .max = INT64_MAX, .def = 0},

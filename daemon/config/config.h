@@ -31,6 +31,7 @@ struct capd_config {
     bool keep_scratch;
     bool unshare_net;
     uint64_t cell_log_max_bytes;
+    uint64_t repro_max_bytes; /* largest reproducer archive served (api/repro.h) */
     uint64_t rlimit_as_bytes; /* 0 (default): no address-space cap; memory is limited below */
     /* Each cell's resident memory (daemon/host/memlimit.h): the mechanism
      * ("auto", "cgroup2", "cgroup1" or "watchdog") and the limit (0: 3/4 of

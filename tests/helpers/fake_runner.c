@@ -42,6 +42,10 @@
  *                   and op_index, and layer<i>.0.forward.output.0. A
  *                   $FAKE_PERTURB_KEY naming an op record moves it by 2^-10,
  *                   and every later layer computes from the moved values.
+ *                   options.target_op naming one op call records its argument
+ *                   first (<target>.arg.0, role arg), and it and the op's
+ *                   result carry op_call and full payloads, as the runner's
+ *                   targeted capture does.
  *   hello_end       hello, env, end ok in one write(2); nothing else. For
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
@@ -205,6 +209,7 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 struct cell {
     const char *model, *width, *pass, *device, *scratch;
     const char *capture, *profile;
+    const char *target_op; /* options.target_op, or NULL */
     json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
     json_int_t timing_pairs, max_timing_rounds;
     json_t *reference; /* the spec's "reference" (paired timing), or NULL */
@@ -346,27 +351,32 @@ static json_t *stats_of(const float *v, size_t n)
  * stats, hash, the payload the capture level asks for. OP names a per-op
  * record's ATen op (its op_index is 0), NULL for a module record.
  */
-static void record(const struct cell *c, long seq, const char *key, const char *module,
-                   const char *role, const char *op, const float v[4], bool batch)
+static void record_call(const struct cell *c, long seq, const char *key, const char *module,
+                        const char *role, const char *op, const float v[4], bool batch,
+                        json_t *op_call)
 {
     char hash[33];
     size_t k = 4, nbytes = 0;
     unsigned char payload[16];
     json_t *h;
+    /* A targeted op call's records hold every value, whatever the capture. */
+    const char *capture = op_call ? "full" : c->capture;
 
     b2b_hex16(v, 4 * sizeof(float), hash);
     h = json_pack("{s:s,s:I,s:s,s:s,s:i,s:s,s:s,s:i,s:s,s:[i],s:i,s:o,s:s,s:s}", "kind", "tensor",
                   "seq", (json_int_t)seq, "key", key, "module", module, "call", 0, "phase",
                   "forward", "role", role, "index", 0, "dtype", "float32", "shape", 4, "numel", 4,
-                  "stats", stats_of(v, 4), "hash", hash, "capture", c->capture);
+                  "stats", stats_of(v, 4), "hash", hash, "capture", capture);
     if (op) {
         json_object_set_new(h, "op", json_string(op));
         json_object_set_new(h, "op_index", json_integer(0));
     }
-    if (strcmp(c->capture, "full") == 0) {
+    if (op_call)
+        json_object_set(h, "op_call", op_call);
+    if (strcmp(capture, "full") == 0) {
         memcpy(payload, v, 4 * sizeof(float));
         nbytes = 4 * sizeof(float);
-    } else if (strcmp(c->capture, "sample") == 0) {
+    } else if (strcmp(capture, "sample") == 0) {
         if (c->sample_size < 4)
             k = c->sample_size > 0 ? (size_t)c->sample_size : 1;
         for (size_t j = 0; j < k; j++)
@@ -375,6 +385,12 @@ static void record(const struct cell *c, long seq, const char *key, const char *
         json_object_set_new(h, "sample_positions", json_string("stride"));
     }
     emit(h, payload, nbytes, batch);
+}
+
+static void record(const struct cell *c, long seq, const char *key, const char *module,
+                   const char *role, const char *op, const float v[4], bool batch)
+{
+    record_call(c, seq, key, module, role, op, v, batch, NULL);
 }
 
 /* Whether KEY is $FAKE_PERTURB_KEY (and, when $FAKE_PERTURB_WIDTH is set,
@@ -659,11 +675,24 @@ static void ops_stream(const struct cell *c, long n)
         snprintf(module, sizeof(module), "layer%ld", i);
         snprintf(key, sizeof(key), "%s.0.forward.input.0", module);
         record(c, seq++, key, module, "input", NULL, v, false);
+        /* options.target_op: the op call's argument, recorded as the real
+         * runner does (docs/runner.md, "Targeted capture") */
+        char prefix[80];
+        snprintf(prefix, sizeof prefix, "%s.0.forward/op.%s.0", module, ops_names[op]);
+        json_t *call = NULL;
+        if (c->target_op && strcmp(c->target_op, prefix) == 0) {
+            call = json_pack("{s:s,s:s,s:[{s:i,s:s,s:[i],s:[i],s:i}],s:{}}", "name", ops_names[op],
+                             "overload", "default", "args", "arg", 0, "dtype", "float32", "shape",
+                             4, "stride", 1, "storage_offset", 0, "kwargs");
+            snprintf(key, sizeof(key), "%s.arg.0", prefix);
+            record_call(c, seq++, key, module, "arg", ops_names[op], v, false, call);
+        }
         ops_apply(op, v);
-        snprintf(key, sizeof(key), "%s.0.forward/op.%s.0.output.0", module, ops_names[op]);
+        snprintf(key, sizeof(key), "%s.output.0", prefix);
         if (perturbed(c, key))
             v[0] += 1.0f / 1024.0f;
-        record(c, seq++, key, module, "output", ops_names[op], v, false);
+        record_call(c, seq++, key, module, "output", ops_names[op], v, false, call);
+        json_decref(call);
         snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
         record(c, seq++, key, module, "output", NULL, v, false);
     }
@@ -1014,6 +1043,7 @@ static json_t *load_spec(struct cell *c)
     o = json_object_get(spec, "options");
     c->capture = json_string_value(json_object_get(o, "capture"));
     c->capture = c->capture ? c->capture : "stats";
+    c->target_op = json_string_value(json_object_get(o, "target_op"));
     c->profile = json_string_value(json_object_get(o, "profile"));
     c->profile = c->profile ? c->profile : "auto";
 #define OPT_INT(field, dflt)                                                                       \

@@ -1,0 +1,305 @@
+/*
+ * api/api_replay.c - from "this op diverged" to a reproducer (docs/api.md,
+ * "Replay and repro"; docs/compare.md, "Targeted capture and the
+ * reproducer").
+ *
+ * POST /v1/jobs/{id}/cells/{cell}/replay takes a head job's cell, finds its
+ * control (the job's control_commit, else its branch's, as the commit diff
+ * does), picks the op to replay (the body's "op", else the op of the cell's
+ * first_introduced, else of its first divergence, from the comparison at
+ * the job's options) and submits two replay jobs: the cell's model, width
+ * and pass, once with the control's build at the control's commit and once
+ * with the head's, each at granularity op with option target_op naming the
+ * op, and iterations 0 (numerics only). Their labels say what they replay
+ * (replay_of "<job>/<cell>", replay_side, replay_op); a replay job stands
+ * for no commit (storage/jobs.c). Each side's job is created under the
+ * idempotency key "replay:<job>/<cell>:<side>", so asking again answers the
+ * same jobs, and asking for another op is 409 idempotency_conflict.
+ *
+ * GET /v1/jobs/{id}/cells/{cell}/repro answers, once both replay jobs are
+ * done, the reproducer (api/repro_archive.c): a tar of repro.py, the
+ * control's recorded inputs of the op and both sides' outputs.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_int.h"
+#include "api/repro.h"
+#include "compare/cmp.h"
+
+/* The op a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>". */
+bool api_target_op_valid(const char *s)
+{
+    if (!api_valid_text(s, API_TARGET_OP_MAX))
+        return false;
+    const char *mark = strstr(s, "/op.");
+    if (mark == NULL || mark == s)
+        return false;
+    /* ".<call>.<phase>" before the mark */
+    const char *p = mark;
+    while (p > s && p[-1] != '.')
+        p--;
+    if (p == mark || p - s < 3 ||
+        (strncmp(p, "forward/", 8) != 0 && strncmp(p, "backward/", 9) != 0))
+        return false;
+    const char *q = p - 1; /* the '.' before the phase */
+    const char *d = q;
+    while (d > s && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (d == q || d == s || d[-1] != '.')
+        return false;
+    /* "<aten name>.<n>" after it */
+    const char *tail = mark + 4, *dot = strrchr(tail, '.');
+    if (dot == NULL || dot == tail || dot[1] == '\0')
+        return false;
+    for (const char *c = dot + 1; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    return true;
+}
+
+/* The op prefix of a per-op record key (its "<op>.<role>.<i>" less the last
+ * two parts) into OUT; false when KEY is not one. */
+static bool op_prefix(const char *key, char *out, size_t n)
+{
+    const char *a = key ? strrchr(key, '.') : NULL;
+    if (a == NULL)
+        return false;
+    const char *b = a;
+    while (b > key && b[-1] != '.')
+        b--;
+    if (b == key || (size_t)(b - 1 - key) >= n)
+        return false;
+    snprintf(out, n, "%.*s", (int)(b - 1 - key), key);
+    return api_target_op_valid(out);
+}
+
+/* The op of CELL's comparison row FIELD, if it is a per-op record. */
+static bool row_op(json_t *cell, const char *field, char *out, size_t n)
+{
+    json_t *row = json_object_get(cell, field);
+    return json_is_string(json_object_get(row, "op")) &&
+           op_prefix(json_string_value(json_object_get(row, "key")), out, n);
+}
+
+/* The op to replay in the comparison of CTL and HEAD's cell F: the
+ * first_introduced op, else the first divergent one; 0, -ENOENT when the
+ * cell has neither, another negative errno when the comparison failed. */
+static int divergent_op(struct store *s, json_t *ctl, json_t *head,
+                        const struct store_cell_filter *f, char *out, size_t n)
+{
+    struct api_cmp_input in = {0};
+    struct cmp_options o;
+    json_t *res = NULL;
+    cmp_options_init(&o);
+    int rc = api_cmp_load(s, ctl, head, f, &in);
+    if (!rc)
+        rc = api_cmp_run(&in, head, &o, &res);
+    if (!rc) {
+        json_t *cell = json_array_get(json_object_get(res, "cells"), 0);
+        rc = row_op(cell, "first_introduced", out, n) || row_op(cell, "first_divergence", out, n)
+                 ? 0
+                 : -ENOENT;
+    }
+    json_decref(res);
+    api_cmp_input_free(&in);
+    return rc;
+}
+
+/* One side's replay job request: JOB's project, commit and build, CELL's
+ * model, width and pass, JOB's options at granularity op with TARGET. */
+static json_t *replay_request(json_t *job, json_t *cell, const char *of, const char *side,
+                              const char *target)
+{
+    json_t *opts = json_deep_copy(json_object_get(job, "options"));
+    if (!json_is_object(opts)) {
+        json_decref(opts);
+        opts = json_object();
+    }
+    json_object_set_new(opts, "granularity", json_string("op"));
+    json_object_set_new(opts, "target_op", json_string(target));
+    json_object_set_new(opts, "iterations", json_integer(0));
+    json_object_set_new(opts, "warmup", json_integer(0));
+    return json_pack("{s:O, s:O, s:O, s:{s:[O], s:[O], s:[O]}, s:o, s:{s:s, s:s, s:s}}", "project",
+                     json_object_get(job, "project"), "commit", json_object_get(job, "commit"),
+                     "build", json_object_get(job, "build"), "matrix", "models",
+                     json_object_get(cell, "model"), "widths", json_object_get(cell, "width"),
+                     "passes", json_object_get(cell, "pass"), "options", opts, "labels",
+                     "replay_of", of, "replay_side", side, "replay_op", target);
+}
+
+/* Creates (or finds) SIDE's replay job; *out is the job, 0 or a negative
+ * errno (-EINVAL: the request did not validate, why in *verr). */
+static int replay_job(struct api_req *r, json_t *job, json_t *cell, const char *of,
+                      const char *side, const char *target, json_t **out, struct api_verr *verr)
+{
+    json_t *req = replay_request(job, cell, of, side, target), *build = NULL, *norm = NULL;
+    int rc = req ? store_build_get(api_store(r), json_string_value(json_object_get(job, "build")),
+                                   &build)
+                 : -ENOMEM;
+    if (!rc && api_validate_job_request(req, build, api_cfg(r), &norm, verr) != 0)
+        rc = -EINVAL;
+    if (!rc) {
+        char idem[160];
+        snprintf(idem, sizeof idem, "replay:%s:%s", of, side);
+        struct store_job_new n = {.request = norm,
+                                  .idem_key = idem,
+                                  .body_hash = target,
+                                  .max_queued_jobs = api_cfg(r)->max_queued_jobs,
+                                  .token_id = r->token_id[0] ? r->token_id : NULL,
+                                  .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
+        bool existed = false;
+        rc = store_job_create(api_store(r), &n, out, &existed);
+    }
+    json_decref(req);
+    json_decref(build);
+    json_decref(norm);
+    return rc;
+}
+
+/* The head job {id}, its cell {cell} and its control job; false, having
+ * replied, when one is missing or has not finished. */
+static bool replay_sides(struct api_req *r, json_t **head, json_t **cell, json_t **ctl,
+                         enum MHD_Result *ret)
+{
+    struct store *s = api_store(r);
+    int rc = store_job_get(s, api_param(r, "id"), head);
+    if (rc) {
+        *ret = api_store_error(r, rc, "job");
+        return false;
+    }
+    rc = store_cell_get(s, api_param(r, "id"), api_param(r, "cell"), cell);
+    if (rc) {
+        *ret = api_store_error(r, rc, "cell");
+        return false;
+    }
+    if (!api_control_of(r, s, *head, ctl, NULL, ret))
+        return false;
+    if (!api_job_finished(*ctl) || !api_job_finished(*head)) {
+        *ret = api_error(r, 409, "pending", NULL,
+                         "the job or its control has not finished; retry when both have");
+        return false;
+    }
+    return true;
+}
+
+/* The op the body names, else the cell's divergent op, into OP. */
+static bool replay_op(struct api_req *r, json_t *body, json_t *ctl, json_t *head, json_t *cell,
+                      char *op, size_t n, enum MHD_Result *ret)
+{
+    json_t *named = json_object_get(body, "op");
+    if (named) {
+        const char *v = json_string_value(named);
+        if (!v || !api_target_op_valid(v)) {
+            *ret = api_error(r, 400, "invalid_field", "op",
+                             "op must name one op call: <module>.<call>.<phase>/op.<aten "
+                             "name>.<n>, at most %d bytes",
+                             API_TARGET_OP_MAX);
+            return false;
+        }
+        snprintf(op, n, "%s", v);
+        return true;
+    }
+    struct store_cell_filter f = {json_string_value(json_object_get(cell, "model")),
+                                  json_string_value(json_object_get(cell, "width")),
+                                  json_string_value(json_object_get(cell, "pass"))};
+    int rc = divergent_op(api_store(r), ctl, head, &f, op, n);
+    if (rc == -ENOENT)
+        *ret = api_error(r, 409, "no_op_divergence", NULL,
+                         "cell %s has no per-op divergence to replay: compare it at granularity "
+                         "op, or name the op in the body",
+                         api_param(r, "cell"));
+    else if (rc)
+        *ret = api_cmp_failed(r, rc);
+    return rc == 0;
+}
+
+enum MHD_Result api_cell_replay(struct api_req *r)
+{
+    enum MHD_Result ret;
+    json_t *body = api_body_object(r, &ret), *head = NULL, *cell = NULL, *ctl = NULL;
+    json_t *jobs[2] = {NULL, NULL};
+    static const char *const sides[2] = {"control", "head"};
+    char op[API_TARGET_OP_MAX + 1], of[64];
+    if (!body)
+        return ret;
+    if (!replay_sides(r, &head, &cell, &ctl, &ret) ||
+        !replay_op(r, body, ctl, head, cell, op, sizeof op, &ret))
+        goto out;
+    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
+    for (int i = 0; i < 2; i++) {
+        struct api_verr verr = {0};
+        int rc = replay_job(r, i ? head : ctl, cell, of, sides[i], op, &jobs[i], &verr);
+        if (rc == -EINVAL) {
+            ret = api_error(r, 400, verr.code, verr.has_field ? verr.field : NULL,
+                            "the %s's replay job does not validate: %s", sides[i], verr.message);
+            goto out;
+        }
+        if (rc == -EEXIST) {
+            ret = api_error(r, 409, "idempotency_conflict", "op",
+                            "cell %s already has a replay of another op (GET .../repro)", of);
+            goto out;
+        }
+        if (rc) {
+            ret = api_store_error(r, rc, "replay job");
+            goto out;
+        }
+    }
+    capd_notify_work(api_daemon(r));
+    ret = api_json(r, 202,
+                   json_pack("{s:s, s:o, s:o}", "op", op, "control", api_job_summary(jobs[0]),
+                             "head", api_job_summary(jobs[1])));
+out:
+    json_decref(body);
+    json_decref(head);
+    json_decref(cell);
+    json_decref(ctl);
+    json_decref(jobs[0]);
+    json_decref(jobs[1]);
+    return ret;
+}
+
+/* SIDE's replay job of OF into *JOB; false, having replied, when there is
+ * none or it has not finished. */
+static bool replay_done(struct api_req *r, const char *of, const char *side, json_t **job,
+                        enum MHD_Result *ret)
+{
+    char id[16];
+    struct store *s = api_store(r);
+    int rc = store_job_replay(s, of, side, id);
+    if (rc == -ENOENT) {
+        *ret = api_error(r, 404, "no_replay", NULL,
+                         "cell %s has no replay: POST /v1/jobs/{id}/cells/{cell}/replay first", of);
+        return false;
+    }
+    if (!rc)
+        rc = store_job_get(s, id, job);
+    if (rc) {
+        *ret = api_store_error(r, rc, "replay job");
+        return false;
+    }
+    if (!api_job_finished(*job)) {
+        json_t *b = json_pack("{s:{s:s, s:s, s:n}, s:o}", "error", "code", "pending", "message",
+                              "a replay job has not finished; retry when it has", "field", "replay",
+                              api_job_summary(*job));
+        *ret = api_json(r, 409, b);
+        return false;
+    }
+    return true;
+}
+
+enum MHD_Result api_cell_repro(struct api_req *r)
+{
+    enum MHD_Result ret;
+    json_t *ctl = NULL, *head = NULL;
+    char of[64];
+    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
+    if (!replay_done(r, of, "control", &ctl, &ret) || !replay_done(r, of, "head", &head, &ret))
+        goto out;
+    ret = api_repro_reply(r, ctl, head);
+out:
+    json_decref(ctl);
+    json_decref(head);
+    return ret;
+}

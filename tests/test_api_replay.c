@@ -1,0 +1,265 @@
+/*
+ * tests/test_api_replay.c - a diverged op's replay and its reproducer
+ * (api/api_replay.c, api/repro_archive.c) through a real capd and the fake
+ * runner's per-op stream, whose targeted capture records the op's argument
+ * as the real runner does: the op picked from the comparison, the two
+ * replay jobs (asked again: the same ones), the archive's files read back
+ * byte for byte, and every refusal with the clear error and nothing lost.
+ * On real torch cells, with repro.py run: tests/test_perop_e2e.c.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/testutil.h"
+
+TestSuite(replay, AF_SUITE);
+
+/* layer1's op (aten::mul) moved by the head build. */
+#define OP     "layer1.0.forward/op.aten::mul.0"
+#define OPSKEY OP ".output.0"
+
+static void builds(void)
+{
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "pertop", "{\"FAKE_PERTURB_KEY\":\"" OPSKEY "\"}"), 201);
+}
+
+/* A job of the per-op fake model at avx2, forward, granularity op, of
+ * BUILD at COMMIT with CONTROL (or NULL); waited for, its id (owned). */
+static char *op_job(const char *build, const char *commit, const char *control)
+{
+    struct af_job j = {"p",
+                       commit,
+                       control,
+                       build,
+                       "\"fake:ops__3\"",
+                       "\"avx2\"",
+                       "\"forward\"",
+                       "{\"granularity\":\"op\",\"iterations\":0}"};
+    char *id = af_submit_job(&af_capd, &j);
+    json_decref(af_wait_done(id));
+    return id;
+}
+
+/* "/v1/jobs/JOB/cells/<its first cell>/WHAT" (static). */
+static const char *cell_path(const char *job, const char *what)
+{
+    static char p[256];
+    json_t *j = af_get_job(job);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/%s", job,
+             tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id"), what);
+    json_decref(j);
+    return p;
+}
+
+/* Control c1, head c2 of BUILD paired with it: the head's id (owned). */
+static char *pair(const char *build, char **control)
+{
+    builds();
+    *control = op_job("clean", "c0c0c01", NULL);
+    return op_job(build, "c0c0c02", "c0c0c01");
+}
+
+/* The whole archive of a GET that must answer 200. */
+static struct tu_resp get_archive(const char *path)
+{
+    struct tu_resp r;
+    cr_assert_eq(tu_http(&af_capd, "GET", path, NULL, 0, NULL, &r), 0);
+    cr_assert_eq(r.status, 200, "GET %s: %ld %s", path, r.status, r.body);
+    return r;
+}
+
+/* The bytes of file NAME in ustar archive T (N bytes), its size in *LEN;
+ * fails the test when it is not there. */
+static const unsigned char *tar_file(const struct tu_resp *t, const char *name, size_t *len)
+{
+    const unsigned char *p = (const unsigned char *)t->body;
+    for (size_t off = 0; off + 512 <= t->len && p[off];) {
+        size_t sz = strtoull((const char *)p + off + 124, NULL, 8);
+        cr_assert(memcmp(p + off + 257, "ustar", 5) == 0, "a ustar header at %zu", off);
+        if (strcmp((const char *)p + off, name) == 0) {
+            *len = sz;
+            return p + off + 512;
+        }
+        off += 512 + (sz + 511) / 512 * 512;
+    }
+    cr_assert_fail("the archive has no %s", name);
+    return NULL;
+}
+
+/* The values of a one-dimensional float32 .npy file, after its header. */
+static const float *npy_values(const unsigned char *f, size_t len, size_t *n)
+{
+    cr_assert(len > 10 && memcmp(f, "\x93NUMPY\x01\x00", 8) == 0, "a .npy 1.0 file");
+    size_t hl = (size_t)f[8] | (size_t)f[9] << 8;
+    cr_assert_eq((10 + hl) % 64, 0, "the header ends on 64 bytes");
+    cr_assert(strstr((const char *)f + 10, "'descr': '<f4'") != NULL);
+    cr_assert(strstr((const char *)f + 10, "'shape': (4,)") != NULL);
+    *n = (len - 10 - hl) / sizeof(float);
+    return (const float *)(f + 10 + hl);
+}
+
+/* The replay picks the op the head moved, runs both sides once more with
+ * that op targeted, and the archive holds the control's argument and both
+ * results, the head's moved by 2^-10 in element 0. */
+Test(replay, the_diverged_op_is_replayed_and_packed)
+{
+    af_start(NULL);
+    char *ctl, *head = pair("pertop", &ctl);
+    const char *rp = cell_path(head, "replay");
+    char replay[256];
+    snprintf(replay, sizeof replay, "%s", rp);
+    long st;
+    json_t *r = af_call("POST", replay, "{}", &st);
+    cr_assert_eq(st, 202, "%s", af_dump(r));
+    const struct jw_want w[] = {JW_S("op", OP), JW_S("control.commit", "c0c0c01"),
+                                JW_S("head.commit", "c0c0c02"), JW_S("control.build", "clean"),
+                                JW_S("head.build", "pertop")};
+    jw_expect_all(r, w);
+    char cj[16], hj[16];
+    snprintf(cj, sizeof cj, "%s", jw_str(r, "control.job"));
+    snprintf(hj, sizeof hj, "%s", jw_str(r, "head.job"));
+    json_decref(r);
+    /* asked again: the same two jobs */
+    r = af_call("POST", replay, "{}", &st);
+    cr_assert_eq(st, 202);
+    cr_assert_str_eq(jw_str(r, "control.job"), cj);
+    cr_assert_str_eq(jw_str(r, "head.job"), hj);
+    json_decref(r);
+    json_decref(af_wait_done(cj));
+    json_decref(af_wait_done(hj));
+    /* a replay job stands for no commit: the diff is still the head's */
+    json_t *d = af_get_ok("/v1/commits/c0c0c02/diff");
+    cr_assert_str_eq(jw_str(d, "head.job"), head);
+    json_decref(d);
+
+    struct tu_resp t = get_archive(cell_path(head, "repro"));
+    size_t n, na, nc, nh, la, lc, lh;
+    const unsigned char *fa = tar_file(&t, "repro/inputs/arg.0.npy", &la);
+    const unsigned char *fc = tar_file(&t, "repro/expected/control.output.0.npy", &lc);
+    const unsigned char *fh = tar_file(&t, "repro/expected/head.output.0.npy", &lh);
+    const float *a = npy_values(fa, la, &na), *c = npy_values(fc, lc, &nc);
+    const float *h = npy_values(fh, lh, &nh);
+    cr_assert(na == 4 && nc == 4 && nh == 4, "%zu %zu %zu", na, nc, nh);
+    cr_assert_float_eq(c[0] - h[0], -1.0f / 1024.0f, 1e-9, "the head's result moved by 2^-10");
+    cr_assert_float_eq(c[0], 16 * a[0], 1e-6, "aten::mul scales element 0 by 16");
+    for (int i = 1; i < 4; i++)
+        cr_assert(c[i] == h[i] && c[i] == a[i]);
+    const unsigned char *mf = tar_file(&t, "repro/manifest.json", &n);
+    json_t *m = json_loadb((const char *)mf, n, 0, NULL);
+    cr_assert_not_null(m, "the manifest is JSON");
+    const struct jw_want mw[] = {
+        JW_I("format", 1),
+        JW_S("key", OP),
+        JW_S("op_call.name", "aten::mul"),
+        JW_I("op_call.args.0.arg", 0),
+        JW_S("args.0.file", "inputs/arg.0.npy"),
+        JW_S("expected.head.0.file", "expected/head.output.0.npy"),
+        JW_S("cell.width", "avx2"),
+        JW_S("width_env.ATEN_CPU_CAPABILITY", "avx2"),
+        JW_S("builds.control.build", "clean"),
+        JW_S("builds.head.commit", "c0c0c02"),
+    };
+    jw_expect_all(m, mw);
+    json_decref(m);
+    tar_file(&t, "repro/repro.py", &n);
+    cr_assert(n > 0, "repro.py is in the archive");
+    tu_resp_free(&t);
+    free(ctl);
+    free(head);
+}
+
+/* What cannot be replayed says why, and nothing is created. */
+Test(replay, refusals_name_what_is_missing)
+{
+    af_start(NULL);
+    char *ctl, *head = pair("clean", &ctl);
+    int jobs = af_count_jobs();
+    char p[256];
+    /* an A/A cell has no op to replay */
+    snprintf(p, sizeof p, "%s", cell_path(head, "replay"));
+    af_expect_call_error("POST", p, "{}", 409, "no_op_divergence", NULL);
+    af_expect_call_error("POST", p, "{'op':'layer1.0.forward.output.0'}", 400, "invalid_field",
+                         "op");
+    af_expect_call_error("POST", p, "{'op':7}", 400, "invalid_field", "op");
+    /* a job without a control */
+    snprintf(p, sizeof p, "%s", cell_path(ctl, "replay"));
+    af_expect_call_error("POST", p, "{}", 404, "no_control", NULL);
+    /* no replay asked: no reproducer */
+    af_expect_get_error(cell_path(head, "repro"), 404, "no_replay");
+    af_expect_get_error("/v1/jobs/jnope/cells/c0000/repro", 404, "no_replay");
+    cr_assert_eq(af_count_jobs(), jobs, "no job was created");
+    free(ctl);
+    free(head);
+}
+
+/* A named op is replayed even where nothing diverged; another op for the
+ * same cell is a conflict; an op that records nothing is a clear 422. */
+Test(replay, a_named_op_and_its_conflicts)
+{
+    af_start(NULL);
+    char *ctl, *head = pair("clean", &ctl);
+    char p[256];
+    snprintf(p, sizeof p, "%s", cell_path(head, "replay"));
+    long st;
+    json_t *r = af_callq("POST", p, "{'op':'layer9.0.forward/op.aten::mul.0'}", &st);
+    cr_assert_eq(st, 202, "%s", af_dump(r));
+    json_decref(af_wait_done(jw_str(r, "control.job")));
+    json_decref(af_wait_done(jw_str(r, "head.job")));
+    json_decref(r);
+    af_expect_call_error("POST", p, "{'op':'layer1.0.forward/op.aten::mul.0'}", 409,
+                         "idempotency_conflict", "op");
+    af_expect_get_error(cell_path(head, "repro"), 422, "no_target_records");
+    free(ctl);
+    free(head);
+}
+
+/* options.target_op: one op call's name, at granularity op only. */
+Test(replay, target_op_is_checked_at_submission)
+{
+    af_start(NULL);
+    builds();
+    static const char *const bad[] = {
+        "{'granularity':'op','target_op':'layer1.0.forward.output.0'}",
+        "{'granularity':'op','target_op':'layer1.x.forward/op.aten::mul.0'}",
+        "{'granularity':'op','target_op':'layer1.0.sideways/op.aten::mul.0'}",
+        "{'granularity':'op','target_op':'layer1.0.forward/op.aten::mul'}",
+        "{'granularity':'op','target_op':''}",
+        "{'granularity':'op','target_op':3}",
+        "{'target_op':'layer1.0.forward/op.aten::mul.0'}",
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body,
+                 "{'project':'p','commit':'abcdef1','build':'clean','matrix':{'models':['fake:ops']"
+                 ",'widths':['avx2'],'passes':['forward']},'options':%s}",
+                 bad[i]);
+        af_expect_call_error("POST", "/v1/jobs", body, 400, "invalid_field", "options.target_op");
+    }
+    cr_assert_eq(af_count_jobs(), 0);
+}
+
+/* repro_max_bytes: an archive past it is refused whole, never cut. */
+Test(replay, an_archive_past_repro_max_bytes_is_refused)
+{
+    af_ensure_dir();
+    const char *cfg = af_write_file("capd.json", "{\"repro_max_bytes\": 4096}\n", 0644);
+    const char *const extra[] = {"--config", cfg, NULL};
+    af_start(extra);
+    char *ctl, *head = pair("pertop", &ctl);
+    char p[256];
+    long st;
+    snprintf(p, sizeof p, "%s", cell_path(head, "replay"));
+    json_t *r = af_call("POST", p, "{}", &st);
+    cr_assert_eq(st, 202);
+    json_decref(af_wait_done(jw_str(r, "control.job")));
+    json_decref(af_wait_done(jw_str(r, "head.job")));
+    json_decref(r);
+    af_expect_get_error(cell_path(head, "repro"), 422, "repro_too_large");
+    free(ctl);
+    free(head);
+}
