@@ -27,6 +27,7 @@ position. Parameter gradients are recorded after backward() returns.
 """
 
 import functools
+import json
 import os
 import threading
 import weakref
@@ -38,6 +39,7 @@ from capd_runner import native as native_lib
 from capd_runner import tensors as T
 from capd_runner.naming import module_names, param_owner, safe_fqn  # noqa: F401 (callers')
 from capd_runner.pipeline import Job
+from capd_runner.targetrec import TargetRecords
 
 
 def flatten(obj):
@@ -166,7 +168,7 @@ class _RecordJob(Job):
         self.rec._emit(self)
 
 
-class Recorder(object):
+class Recorder(TargetRecords):
     """Turns tensors into ``tensor`` frames (emit=True) or only hashes them
     (emit=False: the determinism run).
 
@@ -590,7 +592,9 @@ class Recorder(object):
                 "shape": list(shape), "numel": numel,
             }
             if op is not None:
-                header["op"], header["op_index"] = op
+                header["op"], header["op_index"] = op[0], op[1]
+                if len(op) > 2:
+                    header["op_call"] = json.loads(op[2])
             header.update({"stats": an.stats, "hash": an.hash, "hash_alg": T.HASH_ALG,
                            "capture": kind})
             if kind == "sample":
@@ -622,11 +626,13 @@ def _model_call(side):
 class Capture(object):
     """Hooks on every module of ``model`` for one capture run."""
 
-    def __init__(self, model, recorder, taps=False, granularity="module"):
+    def __init__(self, model, recorder, taps=False, granularity="module", target_op=""):
         self.model = model
         self.rec = recorder
         self.taps = taps
         self.granularity = granularity
+        # option target_op (granularity op only; opcapture.py): "" is off
+        self.target_op = target_op if isinstance(target_op, str) else ""
         self.ops = None  # the per-op recorder (opcapture.OpRecorder) at granularity op
         self.quiet = 0  # > 0 while a hook runs: its own torch calls are no model ops
         self.names, self.modules, self._own_hooks = module_names(model)
@@ -655,7 +661,7 @@ class Capture(object):
                 self.handles.append(m.register_forward_hook(post))
         if self.granularity == "op":
             from capd_runner import opcapture
-            self.ops = opcapture.OpRecorder(self)
+            self.ops = opcapture.OpRecorder(self, self.target_op)
             self.ops.start()
         return self
 

@@ -186,16 +186,18 @@ def capture_run(torch, model, call, spec, recorder, projection):
     from capd_runner.capture import Capture, param_owner
     torch.manual_seed(spec.seed)
     gran = spec.granularity
+    target = spec.options.get("target_op") or ""  # docs/runner.md, "Targeted capture"
     if spec.pass_ == "forward":
         model.eval()
         with torch.no_grad():
-            with Capture(model, recorder, taps=False, granularity=gran):
+            with Capture(model, recorder, taps=False, granularity=gran, target_op=target):
                 call(model)
     else:
         model.train()
         model.zero_grad(set_to_none=True)
         with torch.enable_grad():
-            with Capture(model, recorder, taps=True, granularity=gran) as cap:
+            with Capture(model, recorder, taps=True, granularity=gran,
+                         target_op=target) as cap:
                 out = call(model)
                 loss = projection.loss(out)
                 loss.backward()

@@ -96,7 +96,9 @@ def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shap
     """The start of a ``tensor`` header, exactly as encode_header writes the
     same dict (compact separators, ASCII escapes), up to before ``stats``.
     ``op``: (ATen name, occurrence) of a per-op record, written as the
-    ``op`` and ``op_index`` fields after ``numel``."""
+    ``op`` and ``op_index`` fields after ``numel``; a third item, the
+    compact ASCII JSON text of a targeted call's ``op_call`` field
+    (opcapture.py), follows them."""
     line = ('{"kind":"tensor","seq":%d,"key":%s,"module":%s,"call":%d,"phase":%s,"role":%s,'
             '"index":%s,"dtype":%s,"shape":[%s],"numel":%d'
             % (seq, _json_str(key), _json_cached(module), call, _json_cached(phase),
@@ -104,6 +106,8 @@ def tensor_header_prefix(seq, key, module, call, phase, role, index, dtype, shap
                _json_cached(dtype), _shape_text(shape), numel))
     if op is not None:
         line += ',"op":%s,"op_index":%d' % (_json_str(op[0]), op[1])
+        if len(op) > 2:
+            line += ',"op_call":' + op[2]
     return line
 
 

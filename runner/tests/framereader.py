@@ -16,9 +16,10 @@ KEY_PARTS = re.compile(r"^(?P<module>.+)\.(?P<call>\d+)\.(?P<phase>init|forward|
                        r"(?P<role>input|output|grad_input|grad_output|param_grad|param)\."
                        r"(?P<index>[^.]+)$")
 # A per-op record (granularity op): <fqn>.<call>.<phase>/op.<aten name>.<n>.<role>.<i>
+# (role arg: the arguments of the target_op call)
 OP_KEY_PARTS = re.compile(r"^(?P<module>.+)\.(?P<call>\d+)\.(?P<phase>forward|backward)/op\."
                           r"(?P<op>aten::[^.]+|[^.]+)\.(?P<n>\d+)\."
-                          r"(?P<role>output|grad_input)\.(?P<index>\d+)$")
+                          r"(?P<role>output|grad_input|arg)\.(?P<index>\d+)$")
 
 _REQUIRED = {
     "hello": {"protocol": int, "runner": str},
