@@ -35,22 +35,6 @@
 
 static struct tu_capd capd;
 
-/* The lane's interpreter; skips (or fails, under CI=true) without one. */
-static const char *official_python(void)
-{
-    const char *p = getenv("CAPD_OFFICIAL_PYTHON");
-    if (p && *p)
-        return p;
-    const char *why = getenv("CAPD_OFFICIAL_SKIP");
-    if (!why || !*why)
-        why = "CAPD_OFFICIAL_PYTHON is not set (scripts/test sets it from "
-              "scripts/official-torch.sh)";
-    const char *ci = getenv("CI");
-    cr_assert(!ci || strcmp(ci, "true") != 0, "CI=true needs the official-build lane: %s", why);
-    cr_skip_test("no official-build lane: %s", why);
-    return NULL;
-}
-
 static void start(void)
 {
     /* The defaults, but two cells at a time, as in test_models. */
@@ -65,7 +49,7 @@ static void stop(void)
 
 Test(official, hub_models_aa, .init = start, .fini = stop, .timeout = 1500)
 {
-    const char *py = official_python();
+    const char *py = af_official_python();
     ma_register(&capd, "official", py);
     ma_models_aa(&capd, "official",
                  "\"capd_examples.vision:squeezenet1_1\",\"capd_examples.hub:timm_resnet10t\","
@@ -134,7 +118,7 @@ static char *zoo_job(const char *build, const char *commit, const char *control,
 
 Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1500)
 {
-    const char *py = official_python();
+    const char *py = af_official_python();
     ma_register(&capd, "debian", tu_python());
     ma_register(&capd, "official", py);
     const char *width = tu_widest_width(&capd);
@@ -276,7 +260,7 @@ static json_t *mlp_job(const char *build, const char *commit, const char *widths
 
 Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
 {
-    const char *py = official_python();
+    const char *py = af_official_python();
     char widths[128];
     bool run[N_X86];
     runnable(widths, sizeof widths, run);

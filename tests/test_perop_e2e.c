@@ -24,7 +24,7 @@
 Test(perop, per_op_names_the_kernel, .timeout = 900)
 {
     struct tu_capd c;
-    const char *width = gelu_start(&c, "");
+    const char *width = gelu_start(&c, tu_python(), "");
     /* what capctl submit --source-tree sends for a tree holding two wrappers */
     static const char prov[] =
         "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
@@ -81,7 +81,7 @@ Test(perop, per_op_names_an_inserted_op, .timeout = 900)
     struct tu_capd c;
     char *j1, *j2;
     const char *width =
-        gelu_pair(&c, ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
+        gelu_pair(&c, tu_python(), ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
 
     json_t *diff;
     /* the gelu before it is untouched: the mul's result is what diverged */
@@ -125,7 +125,7 @@ Test(perop, per_op_traces_nan_to_its_op, .timeout = 900)
     struct tu_capd c;
     char *j1, *j2;
     const char *width =
-        gelu_pair(&c, ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
+        gelu_pair(&c, tu_python(), ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
 
     json_t *diff;
     json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
@@ -151,14 +151,14 @@ Test(perop, per_op_traces_nan_to_its_op, .timeout = 900)
     cr_assert_eq(tu_capd_stop(&c), 0);
 }
 
-/* repro.py of the archive under DIR run by Debian's torch with ENV (shell
- * assignments) and --json; its reply (owned). */
-static json_t *run_repro(const char *dir, const char *env)
+/* repro.py of the archive unpacked under DIR run by PYTHON with ENV
+ * (shell assignments) and --json; its reply (owned). */
+static json_t *run_repro(const char *dir, const char *python, const char *env)
 {
     char out[600];
     snprintf(out, sizeof out, "%s/repro.out", dir);
-    int st = tu_sh("cd '%s/repro' && env %s '%s' repro.py --json > '%s' 2>&1", dir, env,
-                   tu_python(), out);
+    int st =
+        tu_sh("cd '%s/repro' && env %s '%s' repro.py --json > '%s' 2>&1", dir, env, python, out);
     char *text = tu_slurp(out);
     cr_assert_eq(st, 0, "repro.py exited %d: %s", st, text);
     json_t *j = json_loads(text, 0, NULL);
@@ -167,52 +167,61 @@ static json_t *run_repro(const char *dir, const char *env)
     return j;
 }
 
-/*
- * From "this op diverged" to a reproducer: the gelu head's first
- * error-introducing op (aten::gelu) is replayed on both builds, and the
- * archive's repro.py, which needs nothing of capd, runs it on the
- * control's inputs: Debian's torch matches the control bit for bit, and
- * under the gelu build's environment at its width (the perturbed kernel)
- * it matches the head; both against float64, the head further off.
- */
-Test(perop, replay_hands_out_a_reproducer, .timeout = 900)
+/* POST .../replay of cell CELL of JOB on C (the op it must pick: OP),
+ * waits for both replay jobs, and unpacks GET .../repro into the empty
+ * directory DIR. */
+static void replay_into(struct tu_capd *c, const char *job, const char *cell, const char *op,
+                        const char *dir)
 {
-    struct tu_capd c;
-    char *j1, *j2;
-    const char *width = gelu_pair(&c, "", "6666661", "6666662", &j1, &j2);
     char path[300];
     long st = 0;
-    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
-    json_t *job = tu_json(&c, "GET", path, NULL, &st);
-    const char *cell = tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id");
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", j2, cell);
-    json_t *r = tu_json(&c, "POST", path, "{}", &st);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", job, cell);
+    json_t *r = tu_json(c, "POST", path, "{}", &st);
     cr_assert_eq(st, 202, "replay: %ld", st);
-    cr_assert_str_eq(tu_jstr(r, "op"), "act.0.forward/op.aten::gelu.0");
-    af_wait_jobs(&c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
+    cr_assert_str_eq(tu_jstr(r, "op"), op);
+    af_wait_jobs(c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
                  tu_jstr(json_object_get(r, "head"), "job"), NULL);
     json_decref(r);
-
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/repro", j2, cell);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/repro", job, cell);
     struct tu_resp t;
-    cr_assert_eq(tu_http(&c, "GET", path, NULL, 0, NULL, &t), 0);
+    cr_assert_eq(tu_http(c, "GET", path, NULL, 0, NULL, &t), 0);
     cr_assert_eq(t.status, 200, "repro: %ld %s", t.status, t.body);
     char tar[600];
-    snprintf(tar, sizeof tar, "%s/repro.tar", c.dir);
+    snprintf(tar, sizeof tar, "%s/repro.tar", c->dir);
     FILE *f = fopen(tar, "wb");
     cr_assert(f && fwrite(t.body, 1, t.len, f) == t.len && fclose(f) == 0);
     tu_resp_free(&t);
-    cr_assert_eq(tu_sh("cd '%s' && tar xf repro.tar", c.dir), 0);
+    cr_assert_eq(tu_sh("mkdir '%s' && cd '%s' && tar xf '%s'", dir, dir, tar), 0);
+}
 
-    json_t *plain = run_repro(c.dir, "CAPD_WIDTH=default");
+/*
+ * From "this op diverged" to a reproducer, with builds of PYTHON: the gelu
+ * head's first error-introducing op (aten::gelu) is replayed on both
+ * builds, and the archive's repro.py, unpacked in an empty directory and
+ * needing nothing of capd, runs it on the control's inputs: under the
+ * control build's environment it matches the control bit for bit, under
+ * the gelu build's (the perturbed kernel at its width) the head; against
+ * float64 the head is further off.
+ */
+static void replay_hands_out_a_reproducer(const char *python, const char *c1, const char *c2)
+{
+    struct tu_capd c;
+    char *j1, *j2, path[300], dir[300];
+    const char *width = gelu_pair(&c, python, "", c1, c2, &j1, &j2);
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
+    json_t *job = tu_json(&c, "GET", path, NULL, &st);
+    snprintf(dir, sizeof dir, "%s/unpacked", c.dir);
+    replay_into(&c, j2, tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"),
+                "act.0.forward/op.aten::gelu.0", dir);
+    json_t *plain = run_repro(dir, python, "CAPD_WIDTH=default");
     const struct jw_want wp[] = {JW_S("matches", "control"), JW_T("identical_to_control")};
     jw_expect_all(plain, wp);
     char env[700];
     snprintf(env, sizeof env,
-             "PYTHONPATH='%s/examples/perturbed-gelu' CAPD_WIDTH=%s "
-             "CAPD_PERTURB_WIDTH=%s",
+             "PYTHONPATH='%s/examples/perturbed-gelu' CAPD_WIDTH=%s CAPD_PERTURB_WIDTH=%s",
              tu_bin("CAPD_SOURCE_DIR"), width, width);
-    json_t *pert = run_repro(c.dir, env);
+    json_t *pert = run_repro(dir, python, env);
     const struct jw_want wh[] = {JW_S("matches", "head"), JW_T("identical_to_head")};
     jw_expect_all(pert, wh);
     cr_assert(jw_num(plain, "err_f64.head") > jw_num(plain, "err_f64.control"),
@@ -223,4 +232,15 @@ Test(perop, replay_hands_out_a_reproducer, .timeout = 900)
     free(j1);
     free(j2);
     cr_assert_eq(tu_capd_stop(&c), 0);
+}
+
+Test(perop, replay_hands_out_a_reproducer, .timeout = 900)
+{
+    replay_hands_out_a_reproducer(tu_python(), "6666661", "6666662");
+}
+
+/* The same on the official wheel (torch 2.14.1, MKL), both builds of it. */
+Test(perop, replay_hands_out_a_reproducer_on_the_official_lane, .timeout = 900)
+{
+    replay_hands_out_a_reproducer(af_official_python(), "6666671", "6666672");
 }

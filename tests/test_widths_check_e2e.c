@@ -191,19 +191,10 @@ Test(widths_check_e2e, clean_passes_perturbed_width_diverges_at_its_first_linear
     check_build(tu_python(), "\"mlp\"", "fc1", "5e1f001", "5e1f002");
 }
 
-/* The official-build lane's interpreter; skips (or fails, under CI=true,
- * as tests/test_official.c does) without one. */
+/* The official-build lane (af_official_python: skipped without one, or
+ * failed under CI=true). */
 Test(widths_check_e2e, official_wheel_within_reference_at_every_width, .init = start, .fini = stop,
      .timeout = 900)
 {
-    const char *py = getenv("CAPD_OFFICIAL_PYTHON");
-    if (!py || !*py) {
-        const char *why = getenv("CAPD_OFFICIAL_SKIP");
-        const char *ci = getenv("CI");
-        cr_assert(!ci || strcmp(ci, "true") != 0, "CI=true needs the official-build lane: %s",
-                  why ? why : "CAPD_OFFICIAL_PYTHON is not set");
-        cr_skip_test("no official-build lane: %s",
-                     why ? why : "CAPD_OFFICIAL_PYTHON is not set (scripts/test sets it)");
-    }
-    check_build(py, "\"capd_examples.gemm:wide_mlp\"", "0", "0ff1c01", "0ff1c02");
+    check_build(af_official_python(), "\"capd_examples.gemm:wide_mlp\"", "0", "0ff1c01", "0ff1c02");
 }

@@ -603,3 +603,18 @@ json_t *af_find_cell(json_t *result, const char *model, const char *width, const
     }
     return NULL;
 }
+
+const char *af_official_python(void)
+{
+    const char *p = getenv("CAPD_OFFICIAL_PYTHON");
+    if (p && *p)
+        return p;
+    const char *why = getenv("CAPD_OFFICIAL_SKIP");
+    if (!why || !*why)
+        why = "CAPD_OFFICIAL_PYTHON is not set (scripts/test sets it from "
+              "scripts/official-torch.sh)";
+    const char *ci = getenv("CI");
+    cr_assert(!ci || strcmp(ci, "true") != 0, "CI=true needs the official-build lane: %s", why);
+    cr_skip_test("no official-build lane: %s", why);
+    return NULL;
+}

@@ -132,6 +132,10 @@ json_t *af_wait_done(const char *id);
 json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s);
 /* af_wait_job, TIMEOUT_S each, for the NULL-terminated job ids that follow. */
 void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...);
+/* The official-build lane's interpreter ($CAPD_OFFICIAL_PYTHON); without
+ * one the test is skipped with the reason ($CAPD_OFFICIAL_SKIP), or fails
+ * under CI=true, where the lane must be there. */
+const char *af_official_python(void);
 /* The cell of MODEL, WIDTH and PASS in a comparison RESULT's "cells", or NULL. */
 json_t *af_find_cell(json_t *result, const char *model, const char *width, const char *pass);
 

@@ -41,7 +41,7 @@ char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, cons
  * examples/perturbed-gelu replaces at the widest width the host runs, which
  * it returns (EXTRA_ENV: more "name":"value" pairs for its env, or "").
  */
-const char *gelu_start(struct tu_capd *c, const char *extra_env)
+const char *gelu_start(struct tu_capd *c, const char *python, const char *extra_env)
 {
     cr_assert_eq(tu_capd_start(c, NULL, NULL), 0);
     const char *width = tu_widest_width(c);
@@ -58,13 +58,13 @@ const char *gelu_start(struct tu_capd *c, const char *extra_env)
     long st = 0;
     json_t *b = tu_jsonf(c, "POST", "/v1/builds", &st,
                          "{\"name\":\"control\",\"python\":\"%s\",\"model_roots\":[\"%s\"]}",
-                         tu_python(), roots);
+                         python, roots);
     cr_assert_eq(st, 201);
     json_decref(b);
     b = tu_jsonf(c, "POST", "/v1/builds", &st,
                  "{\"name\":\"gelu\",\"python\":\"%s\",\"model_roots\":[\"%s\"],\"env\":{"
                  "\"PYTHONPATH\":\"%s/examples/perturbed-gelu\",\"CAPD_PERTURB_WIDTH\":\"%s\"%s}}",
-                 tu_python(), roots, tu_bin("CAPD_SOURCE_DIR"), width, extra_env);
+                 python, roots, tu_bin("CAPD_SOURCE_DIR"), width, extra_env);
     cr_assert_eq(st, 201);
     json_decref(b);
     return width;
@@ -72,10 +72,10 @@ const char *gelu_start(struct tu_capd *c, const char *extra_env)
 
 /* gelu_start, then a control job (commit C1) and a job of the gelu build
  * (C2) paired with it, both waited for; returns the width. */
-const char *gelu_pair(struct tu_capd *c, const char *extra_env, const char *c1, const char *c2,
-                      char **j1, char **j2)
+const char *gelu_pair(struct tu_capd *c, const char *python, const char *extra_env, const char *c1,
+                      const char *c2, char **j1, char **j2)
 {
-    const char *width = gelu_start(c, extra_env);
+    const char *width = gelu_start(c, python, extra_env);
     *j1 = gelu_submit(c, "control", c1, NULL, width, NULL);
     *j2 = gelu_submit(c, "gelu", c2, c1, width, NULL);
     af_wait_jobs(c, GELU_JOB_S, *j1, *j2, NULL);

@@ -18,14 +18,14 @@
  * object's text, or NULL); its id (malloc'd). */
 char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                   const char *width, const char *provenance);
-/* Starts C with the builds "control" and "gelu" (EXTRA_ENV: more
- * "name":"value" pairs for gelu's env, or ""); the widest width the host
- * runs, where gelu's GELU is perturbed. */
-const char *gelu_start(struct tu_capd *c, const char *extra_env);
+/* Starts C with the builds "control" and "gelu" of interpreter PYTHON
+ * (EXTRA_ENV: more "name":"value" pairs for gelu's env, or ""); the widest
+ * width the host runs, where gelu's GELU is perturbed. */
+const char *gelu_start(struct tu_capd *c, const char *python, const char *extra_env);
 /* gelu_start, then a control job (commit C1) and a job of the gelu build
  * (C2) paired with it, both waited for; returns the width. */
-const char *gelu_pair(struct tu_capd *c, const char *extra_env, const char *c1, const char *c2,
-                      char **j1, char **j2);
+const char *gelu_pair(struct tu_capd *c, const char *python, const char *extra_env, const char *c1,
+                      const char *c2, char **j1, char **j2);
 /* GETs PATH of C, which must answer 200, and returns the reply's cell of
  * gelumlp:factory at WIDTH, forward, which must be there; *RESULT owns
  * the reply. */
