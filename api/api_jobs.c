@@ -417,6 +417,18 @@ static enum MHD_Result job_create_error(struct api_req *r, int rc, const char *i
     return api_store_error(r, rc, "job");
 }
 
+int api_job_store(struct api_req *r, json_t *norm, const char *idem, const char *hash, json_t **job,
+                  bool *existed)
+{
+    struct store_job_new n = {.request = norm,
+                              .idem_key = idem,
+                              .body_hash = hash,
+                              .max_queued_jobs = api_cfg(r)->max_queued_jobs,
+                              .token_id = r->token_id[0] ? r->token_id : NULL,
+                              .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
+    return store_job_create(api_store(r), &n, job, existed);
+}
+
 /* POST /v1/jobs: validate, check the host can run it, then store it under
  * its Idempotency-Key (a repeat of the same request answers 200 with the
  * job it created) and wake the scheduler. */
@@ -444,15 +456,9 @@ enum MHD_Result api_jobs_create(struct api_req *r)
                         "Idempotency-Key must be 1 to 200 printable characters");
         goto out;
     }
-    struct store_job_new n = {.request = norm,
-                              .idem_key = idem,
-                              .body_hash = hash,
-                              .max_queued_jobs = api_cfg(r)->max_queued_jobs,
-                              .token_id = r->token_id[0] ? r->token_id : NULL,
-                              .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
     json_t *job = NULL;
     bool existed = false;
-    int rc = store_job_create(api_store(r), &n, &job, &existed);
+    int rc = api_job_store(r, norm, idem, hash, &job, &existed);
     if (rc) {
         ret = job_create_error(r, rc, idem);
         goto out;

@@ -143,14 +143,8 @@ static int replay_job(struct api_req *r, json_t *job, json_t *cell, const char *
     if (!rc) {
         char idem[160];
         snprintf(idem, sizeof idem, "replay:%s:%s", of, side);
-        struct store_job_new n = {.request = norm,
-                                  .idem_key = idem,
-                                  .body_hash = target,
-                                  .max_queued_jobs = api_cfg(r)->max_queued_jobs,
-                                  .token_id = r->token_id[0] ? r->token_id : NULL,
-                                  .max_queued_per_token = api_cfg(r)->max_queued_jobs_per_token};
         bool existed = false;
-        rc = store_job_create(api_store(r), &n, out, &existed);
+        rc = api_job_store(r, norm, idem, target, out, &existed);
     }
     json_decref(req);
     json_decref(build);

@@ -263,16 +263,6 @@ int store_bisect_cancel(struct store *s, const char *id, json_t **jobs_out)
     return rc;
 }
 
-/* The text of column 0 of ST's first row into OUT[16], after a
- * store_query that returned RC; -ENOENT when there is no row. */
-static int first_id(struct store *s, sqlite3_stmt *st, int rc, char out[16])
-{
-    if (rc == 0 && (rc = store_step(s, st)) == 0)
-        snprintf(out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    return rc;
-}
-
 int store_job_reusable(struct store *s, const char *project, const char *build, const char *commit,
                        const char *control_commit, char id_out[16])
 {
@@ -283,7 +273,7 @@ int store_job_reusable(struct store *s, const char *project, const char *build, 
                          "AND json_extract(labels_json, '$.replay_of') IS NULL "
                          "ORDER BY seq DESC LIMIT 1",
                          "tttt", commit, project, build, control_commit);
-    return first_id(s, st, rc, id_out);
+    return store_first_id(s, st, rc, id_out);
 }
 
 int store_job_started(struct store *s, const char *job_id, bool *started, char *why, size_t wlen)
@@ -314,7 +304,7 @@ int store_bisect_owner(struct store *s, const char *id, char out[16])
     sqlite3_stmt *st = NULL;
     int rc =
         store_query(s, &st, "SELECT coalesce(token_id, '') FROM bisections WHERE id = ?", "t", id);
-    return first_id(s, st, rc, out);
+    return store_first_id(s, st, rc, out);
 }
 
 static int commit_add(sqlite3_stmt *st, void *arr)

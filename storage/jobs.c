@@ -409,15 +409,9 @@ int store_job_for_commit(struct store *s, const char *commit, bool finished_only
                                          : "SELECT id FROM jobs WHERE commit_sha = ?" NOT_REPLAY
                                            " ORDER BY seq DESC LIMIT 1",
                            &st);
-    if (rc)
-        return rc;
-    store_bind_text(st, 1, commit);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
-    sqlite3_finalize(st);
-    return rc;
+    if (!rc)
+        store_bind_text(st, 1, commit);
+    return store_first_id(s, st, rc, id_out);
 }
 
 int store_job_replay(struct store *s, const char *of, const char *side, char id_out[16])
@@ -428,12 +422,13 @@ int store_job_replay(struct store *s, const char *of, const char *side, char id_
                          "AND json_extract(labels_json, '$.replay_side') = ?2 "
                          "ORDER BY seq DESC LIMIT 1",
                          "tt", of, side);
-    if (rc)
-        return rc;
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        snprintf(id_out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    rc = src == SQLITE_ROW ? 0 : src == SQLITE_DONE ? -ENOENT : store_rc(s, src);
+    return store_first_id(s, st, rc, id_out);
+}
+
+int store_first_id(struct store *s, sqlite3_stmt *st, int rc, char out[16])
+{
+    if (rc == 0 && (rc = store_step(s, st)) == 0)
+        snprintf(out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     return rc;
 }

@@ -108,6 +108,9 @@ int store_query_cached(struct store *s, int which, sqlite3_stmt **st, const char
 /* Steps ST to its next row: 0 on a row, -ENOENT when there is none, else
  * a store error. */
 int store_step(struct store *s, sqlite3_stmt *st);
+/* The text of column 0 of ST's first row into OUT[16], after the prepare or
+ * query that returned RC; finalizes ST; -ENOENT when there is no row. */
+int store_first_id(struct store *s, sqlite3_stmt *st, int rc, char out[16]);
 /* Hands every row of SQL (parameters as for store_run) to ROW with CTX
  * until ROW returns non-zero, which is then the result; otherwise 0 or a
  * store error once the rows end. */
