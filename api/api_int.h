@@ -197,7 +197,7 @@ api_endpoint api_builds_list, api_builds_create, api_builds_get, api_builds_put;
 api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_cell_get,
     api_cell_records, api_cell_log;
 api_endpoint api_jobs_widths;
-api_endpoint api_cell_replay, api_cell_repro; /* api/api_replay.c */
+api_endpoint api_cell_replay, api_cell_replay_get, api_cell_repro; /* api/api_replay.c */
 /* Stores the validated job request NORM under idempotency key IDEM (may be
  * NULL) and body hash HASH, within the queue's and the caller's token's
  * quotas (api/api_jobs.c): store_job_create's result, *JOB and *EXISTED. */

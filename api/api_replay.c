@@ -27,6 +27,7 @@
 #include "api/api_int.h"
 #include "api/repro.h"
 #include "compare/cmp.h"
+#include "daemon/cpu/widths.h"
 
 /* The op a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>". */
 bool api_target_op_valid(const char *s)
@@ -107,8 +108,28 @@ static int divergent_op(struct store *s, json_t *ctl, json_t *head,
     return rc;
 }
 
+/* The cell's width, then every other width this host runs (but native,
+ * which is whatever the framework picks). */
+static json_t *replay_widths(json_t *cell)
+{
+    json_t *w = json_array(), *table = widths_table_here(), *row;
+    size_t i;
+    const char *own = json_string_value(json_object_get(cell, "width"));
+    json_array_append_new(w, json_string(own));
+    json_array_foreach(table, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (name && strcmp(name, own) != 0 && strcmp(name, "native") != 0 &&
+            json_is_true(json_object_get(row, "runnable_here")))
+            json_array_append_new(w, json_string(name));
+    }
+    json_decref(table);
+    return w;
+}
+
 /* One side's replay job request: JOB's project, commit and build, CELL's
- * model, width and pass, JOB's options at granularity op with TARGET. */
+ * model and pass at its width and every other width the host runs, JOB's
+ * options at granularity op with TARGET. */
 static json_t *replay_request(json_t *job, json_t *cell, const char *of, const char *side,
                               const char *target)
 {
@@ -121,12 +142,12 @@ static json_t *replay_request(json_t *job, json_t *cell, const char *of, const c
     json_object_set_new(opts, "target_op", json_string(target));
     json_object_set_new(opts, "iterations", json_integer(0));
     json_object_set_new(opts, "warmup", json_integer(0));
-    return json_pack("{s:O, s:O, s:O, s:{s:[O], s:[O], s:[O]}, s:o, s:{s:s, s:s, s:s}}", "project",
+    return json_pack("{s:O, s:O, s:O, s:{s:[O], s:o, s:[O]}, s:o, s:{s:s, s:s, s:s}}", "project",
                      json_object_get(job, "project"), "commit", json_object_get(job, "commit"),
                      "build", json_object_get(job, "build"), "matrix", "models",
-                     json_object_get(cell, "model"), "widths", json_object_get(cell, "width"),
-                     "passes", json_object_get(cell, "pass"), "options", opts, "labels",
-                     "replay_of", of, "replay_side", side, "replay_op", target);
+                     json_object_get(cell, "model"), "widths", replay_widths(cell), "passes",
+                     json_object_get(cell, "pass"), "options", opts, "labels", "replay_of", of,
+                     "replay_side", side, "replay_op", target);
 }
 
 /* Creates (or finds) SIDE's replay job; *out is the job, 0 or a negative
@@ -281,6 +302,24 @@ static bool replay_done(struct api_req *r, const char *of, const char *side, jso
         return false;
     }
     return true;
+}
+
+enum MHD_Result api_cell_replay_get(struct api_req *r)
+{
+    enum MHD_Result ret;
+    json_t *ctl = NULL, *head = NULL;
+    char of[64];
+    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
+    if (!replay_done(r, of, "control", &ctl, &ret) || !replay_done(r, of, "head", &head, &ret))
+        goto out;
+    /* the replayed cell's own width comes first in the replay jobs' matrix */
+    const char *width = json_string_value(
+        json_array_get(json_object_get(json_object_get(ctl, "matrix"), "widths"), 0));
+    ret = api_replay_report(r, ctl, head, width ? width : "");
+out:
+    json_decref(ctl);
+    json_decref(head);
+    return ret;
 }
 
 enum MHD_Result api_cell_repro(struct api_req *r)

@@ -33,6 +33,11 @@ struct api_req;
  * phase forward or backward, printable, at most API_TARGET_OP_MAX bytes. */
 bool api_target_op_valid(const char *s);
 
+/* 200 with what the control's and the head's finished replay jobs CTL and
+ * HEAD found, width by width, and its conclusion (api/replay_report.c);
+ * WIDTH is the replayed cell's own. JSON, or Markdown or text (?format). */
+enum MHD_Result api_replay_report(struct api_req *r, json_t *ctl, json_t *head, const char *width);
+
 /* 200 with the reproducer of the control's and the head's finished replay
  * jobs CTL and HEAD (one cell each), or the error that says why there is
  * none (422 no_target_records, 422 repro_too_large, 500). */

@@ -358,6 +358,8 @@ static const struct route routes[] = {
     {"GET", "/v1/jobs/:id/cells/:cell/log", api_cell_log, true, API_READ, BODY_NONE, false},
     {"POST", "/v1/jobs/:id/cells/:cell/replay", api_cell_replay, true, API_SUBMIT, BODY_JSON,
      false},
+    {"GET", "/v1/jobs/:id/cells/:cell/replay", api_cell_replay_get, true, API_READ, BODY_NONE,
+     false},
     {"GET", "/v1/jobs/:id/cells/:cell/repro", api_cell_repro, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/compare", api_compare, true, API_READ, BODY_NONE, false},

@@ -4,9 +4,10 @@
  *
  * POST /v1/jobs/{id}/cells/{cell}/replay (asking again answers the same
  * replay jobs), then GET /v1/jobs/{id}/cells/{cell}/repro, waiting out 409
- * pending while the two replay jobs run, and writes the archive (a tar of
- * repro/: repro.py, manifest.json, the inputs and both sides' outputs) to
- * --output (default repro.tar).
+ * pending while the two replay jobs run; prints what the replay found (GET
+ * .../replay?format=text: the verdict per width and the conclusion) and
+ * writes the archive (a tar of repro/: repro.py, manifest.json, the inputs
+ * and both sides' outputs) to --output (default repro.tar).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -65,9 +66,13 @@ static int repro_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     int rc = ask(c, a, &u);
     if (rc)
         return rc;
+    struct ctl_url report = u;
     ctl_url_lit(&u, "/repro");
+    ctl_url_lit(&report, "/replay?format=text");
     struct ctl_resp r = {0};
     rc = ctl_fetch_settled(c, a->cmd, u.buf, wait < 0 ? 3600 : wait, &r);
+    if (!rc) /* what the replay found, width by width */
+        rc = ctl_print_url(c, report.buf, report.overflow);
     if (!rc)
         rc = write_file(out, &r);
     if (!rc)
@@ -94,7 +99,9 @@ const struct ctl_cmd ctl_cmd_repro = {
         "of its cells captured at granularity op. capd runs the cell's model once more\n"
         "with each side's build, recording the op's inputs and outputs in full, and\n"
         "packs them with repro.py: run it under any torch to see which side it matches\n"
-        "and each side's error against float64.\n\n"
+        "and each side's error against float64. It prints what the replay found at each\n"
+        "width the host runs: kernel_changed (at which widths), inherited (from where)\n"
+        "or not_reproducible (why).\n\n"
         "exit codes: 0 written, 2 error: no control, no per-op divergence\n"
         "(no_op_divergence), the replay recorded nothing (no_target_records), too large\n"
         "(repro_too_large), timeout, network.\n\n"

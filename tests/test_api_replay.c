@@ -263,3 +263,144 @@ Test(replay, an_archive_past_repro_max_bytes_is_refused)
     free(ctl);
     free(head);
 }
+
+/* The replay of CELL_PATH's cell (its ".../replay" URL) with BODY, both
+ * jobs waited for; then its report (owned). */
+static json_t *replay_report(const char *replay_url, const char *body)
+{
+    long st;
+    json_t *r = af_callq("POST", replay_url, body, &st);
+    cr_assert_eq(st, 202, "%s", af_dump(r));
+    json_decref(af_wait_done(jw_str(r, "control.job")));
+    json_decref(af_wait_done(jw_str(r, "head.job")));
+    json_decref(r);
+    return af_get_ok(replay_url);
+}
+
+/* The width entry of REPORT's per_width for WIDTH (there must be one). */
+static const char *verdict_at(json_t *report, const char *width)
+{
+    json_t *e = jw_find(json_object_get(report, "per_width"), "width", width);
+    cr_assert_not_null(e, "no width %s in %s", width, af_dump(report));
+    return tu_jstr(e, "verdict");
+}
+
+/* A kernel wrong at avx2 only: the replay runs every width this host
+ * runs, and the op with the same inputs computes something else at avx2
+ * and the same everywhere else. */
+Test(replay, a_kernel_changed_at_one_width_only)
+{
+    af_start(NULL);
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "avx2bad",
+                               "{\"FAKE_PERTURB_KEY\":\"" OPSKEY
+                               "\",\"FAKE_PERTURB_WIDTH\":\"avx2\"}"),
+                 201);
+    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("avx2bad", "c0c0c02", "c0c0c01");
+    char url[256];
+    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
+    json_t *rep = replay_report(url, "{}");
+    const struct jw_want w[] = {JW_S("op", OP),           JW_S("conclusion", "kernel_changed"),
+                                JW_S("widths.0", "avx2"), JW_A("widths.1"),
+                                JW_N("upstream"),         JW_S("cell_width", "avx2")};
+    jw_expect_all(rep, w);
+    cr_assert_str_eq(verdict_at(rep, "avx2"), "kernel_changed");
+    cr_assert_str_eq(verdict_at(rep, "default"), "same");
+    cr_assert(json_array_size(json_object_get(rep, "per_width")) >= 2);
+    json_decref(rep);
+    /* the Markdown says it in words */
+    char md[300];
+    snprintf(md, sizeof md, "%s?format=md", url);
+    struct tu_resp t;
+    cr_assert_eq(tu_http(&af_capd, "GET", md, NULL, 0, NULL, &t), 0);
+    cr_assert(strstr(t.body, "kernel_changed") && strstr(t.body, "| avx2 | kernel_changed |"), "%s",
+              t.body);
+    tu_resp_free(&t);
+    free(ctl);
+    free(head);
+}
+
+/* An upstream op moved: the replayed op downstream got other inputs, so
+ * its divergence is inherited, and the report names where it came from. */
+Test(replay, a_fault_upstream_is_inherited)
+{
+    af_start(NULL);
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "up",
+                               "{\"FAKE_PERTURB_KEY\":\"layer0.0.forward/op.aten::hardswish.0."
+                               "output.0\"}"),
+                 201);
+    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("up", "c0c0c02", "c0c0c01");
+    char url[256];
+    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
+    json_t *rep = replay_report(url, "{'op':'" OP "'}");
+    const struct jw_want w[] = {
+        JW_S("conclusion", "inherited"),
+        JW_S("upstream.key", "layer0.0.forward/op.aten::hardswish.0.output.0"),
+        JW_S("upstream.op", "aten::hardswish"),
+        JW_A("widths.0"),
+    };
+    jw_expect_all(rep, w);
+    cr_assert_str_eq(verdict_at(rep, "avx2"), "inputs_differ");
+    json_decref(rep);
+    free(ctl);
+    free(head);
+}
+
+/* A result the runner saw change between two runs of one build: not
+ * reproducible in isolation, and the report says why. */
+Test(replay, a_nondeterministic_op_is_not_reproducible)
+{
+    af_start(NULL);
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    /* its result moves, and its runner saw it move between two runs */
+    cr_assert_eq(tu_fake_build(&af_capd, "nd",
+                               "{\"FAKE_NONDET_KEY\":\"" OPSKEY "\",\"FAKE_PERTURB_KEY\":\"" OPSKEY
+                               "\"}"),
+                 201);
+    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("nd", "c0c0c02", "c0c0c01");
+    char url[256];
+    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
+    json_t *rep = replay_report(url, "{'op':'" OP "'}");
+    cr_assert_str_eq(jw_str(rep, "conclusion"), "not_reproducible");
+    cr_assert(strstr(jw_str(rep, "why"), "nondeterministic at"), "%s", jw_str(rep, "why"));
+    cr_assert_str_eq(verdict_at(rep, "avx2"), "nondeterministic");
+    json_decref(rep);
+    free(ctl);
+    free(head);
+}
+
+/* capctl repro: the replay, what it found, and the archive written where
+ * --output says; a cell with nothing to replay exits 2 saying why. */
+Test(replay, capctl_repro_writes_the_archive)
+{
+    af_start(NULL);
+    char *ctl, *head = pair("pertop", &ctl);
+    json_t *j = af_get_job(head);
+    const char *cell = tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id");
+    char args[512], *out = NULL, tar[300];
+    snprintf(tar, sizeof tar, "%s/out.tar", af_dir);
+    snprintf(args, sizeof args, "repro %s %s --output %s --wait-timeout 120", head, cell, tar);
+    int rc = af_capctl(&af_capd, args, &out);
+    cr_assert_eq(rc, 0, "capctl %s: exit %d: %s", args, rc, out);
+    cr_assert(strstr(out, "replaying " OP) && strstr(out, "kernel_changed") &&
+                  strstr(out, "wrote ") && strstr(out, "tar xf"),
+              "%s", out);
+    free(out);
+    char *bytes = tu_slurp(tar);
+    cr_assert(strlen(bytes) > 0 && strcmp(bytes, "repro/inputs/arg.0.npy") == 0,
+              "the archive starts with the first argument's header: %.40s", bytes);
+    free(bytes);
+    json_decref(j);
+    /* the control job has no control: nothing to replay */
+    j = af_get_job(ctl);
+    snprintf(args, sizeof args, "repro %s %s", ctl,
+             tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id"));
+    rc = af_capctl(&af_capd, args, &out);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "no_control"), "%s", out);
+    free(out);
+    json_decref(j);
+    free(ctl);
+    free(head);
+}

@@ -214,6 +214,21 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
     snprintf(dir, sizeof dir, "%s/unpacked", c.dir);
     replay_into(&c, j2, tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"),
                 "act.0.forward/op.aten::gelu.0", dir);
+    /* the planted fault is in one kernel at one width: the replay says so */
+    char url[300];
+    snprintf(url, sizeof url, "/v1/jobs/%s/cells/%s/replay", j2,
+             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
+    json_t *rep = tu_json(&c, "GET", url, NULL, &st);
+    cr_assert_eq(st, 200);
+    char *reps = json_dumps(rep, JSON_COMPACT);
+    const struct jw_want wr[] = {JW_S("conclusion", "kernel_changed"), JW_S("widths.0", width),
+                                 JW_A("widths.1")};
+    jw_expect_all(rep, wr);
+    cr_assert_str_eq(
+        tu_jstr(jw_find(json_object_get(rep, "per_width"), "width", "default"), "verdict"), "same",
+        "%s", reps);
+    free(reps);
+    json_decref(rep);
     json_t *plain = run_repro(dir, python, "CAPD_WIDTH=default");
     const struct jw_want wp[] = {JW_S("matches", "control"), JW_T("identical_to_control")};
     jw_expect_all(plain, wp);

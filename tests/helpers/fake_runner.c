@@ -45,7 +45,8 @@
  *                   options.target_op naming one op call records its argument
  *                   first (<target>.arg.0, role arg), and it and the op's
  *                   result carry op_call and full payloads, as the runner's
- *                   targeted capture does.
+ *                   targeted capture does. $FAKE_NONDET_KEY names a key the
+ *                   stream then reports nondeterministic.
  *   hello_end       hello, env, end ok in one write(2); nothing else. For
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
@@ -696,6 +697,10 @@ static void ops_stream(const struct cell *c, long n)
         snprintf(key, sizeof(key), "%s.0.forward.output.0", module);
         record(c, seq++, key, module, "output", NULL, v, false);
     }
+    /* $FAKE_NONDET_KEY: a key the runner saw change between its two runs */
+    const char *nondet = getenv("FAKE_NONDET_KEY");
+    if (nondet && *nondet)
+        emit(json_pack("{s:s,s:[s]}", "kind", "nondeterministic", "keys", nondet), NULL, 0, false);
     timing(c);
     memory();
     end_frame("ok", NULL);

@@ -1,0 +1,236 @@
+/*
+ * api/replay_report.c - what a replay found (GET
+ * /v1/jobs/{id}/cells/{cell}/replay; docs/api.md, "Replay and repro").
+ *
+ * The two replay jobs ran the cell's model on each build at every width
+ * the host runs, recording the target op call's arguments and results in
+ * full. They are compared like any two jobs (the head job's options: its
+ * tolerances and reference arbiter), and for each width the target's rows
+ * say what happened there:
+ *
+ *   same            its arguments and its results are identical;
+ *   kernel_changed  identical arguments, other results: the head's op
+ *                   itself computes something else from the same inputs;
+ *   inputs_differ   its arguments already differ (and its results too):
+ *                   whatever the op did, its input had drifted upstream;
+ *   nondeterministic a result the runner saw change between two runs of
+ *                   one build;
+ *   not_run         the op call did not run there (or the cell failed).
+ *
+ * The conclusion: kernel_changed (at the widths listed, with the kernel the
+ * comparison names) when any width says so; else inherited when the
+ * cell's own width says inputs_differ (upstream: the first record the two
+ * replays differ at); else not_reproducible, saying why (nondeterministic
+ * at a width, or the same everywhere: the divergence needs what an
+ * isolated run does not recreate).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_int.h"
+#include "api/repro.h"
+#include "compare/cmp.h"
+
+/* The order of a row status, worst last. */
+static int rank(const char *st)
+{
+    static const char *const order[] = {"identical", "within_tolerance", "diverged",
+                                        "nondeterministic"};
+    for (int i = 0; i < 4; i++)
+        if (st && strcmp(st, order[i]) == 0)
+            return i;
+    return 2;
+}
+
+static const char *const rank_name[] = {"identical", "within_tolerance", "diverged",
+                                        "nondeterministic"};
+
+/* The target's rows of one compared cell: the worst status of its
+ * arguments and of its results (-1: none), the largest relative error of a
+ * result. */
+struct target_rows {
+    int args, outs;
+    double max_rel;
+};
+
+static struct target_rows target_rows(json_t *cell, const char *op)
+{
+    struct target_rows t = {-1, -1, 0};
+    size_t i, n = strlen(op);
+    json_t *row;
+    json_array_foreach(json_object_get(cell, "tensors"), i, row)
+    {
+        const char *key = json_string_value(json_object_get(row, "key"));
+        if (!key || strncmp(key, op, n) != 0 || key[n] != '.')
+            continue;
+        int k = rank(json_string_value(json_object_get(row, "status")));
+        bool arg = strncmp(key + n, ".arg.", 5) == 0;
+        int *worst = arg ? &t.args : &t.outs;
+        *worst = k > *worst ? k : *worst;
+        double rel = json_real_value(json_object_get(row, "max_rel"));
+        if (!arg && rel > t.max_rel)
+            t.max_rel = rel;
+    }
+    return t;
+}
+
+static const char *width_verdict(json_t *cell, const struct target_rows *t)
+{
+    const char *st = json_string_value(json_object_get(cell, "status"));
+    if ((st && (strcmp(st, "incomparable") == 0 || strcmp(st, "not_run") == 0)) || t->outs < 0)
+        return "not_run";
+    if (t->outs == 3 || t->args == 3)
+        return "nondeterministic";
+    if (t->outs == 0)
+        return "same";
+    return t->args <= 0 ? "kernel_changed" : "inputs_differ";
+}
+
+/* One width's entry, its verdict into *V. */
+static json_t *width_entry(json_t *cell, const char *op, const char **v)
+{
+    struct target_rows t = target_rows(cell, op);
+    *v = width_verdict(cell, &t);
+    json_t *e = json_pack("{s:O, s:s, s:s, s:s}", "width", json_object_get(cell, "width"),
+                          "verdict", *v, "inputs", t.args < 0 ? "none" : rank_name[t.args],
+                          "outputs", t.outs < 0 ? "none" : rank_name[t.outs]);
+    if (t.outs > 0 && t.max_rel > 0)
+        json_object_set_new(e, "max_rel", json_real(t.max_rel));
+    return e;
+}
+
+/* The conclusion of the per-width verdicts into RES. */
+static void conclude(json_t *res, json_t *cells, const char *op, const char *own)
+{
+    json_t *changed = json_array(), *cell, *kernel = NULL, *upstream = NULL;
+    const char *own_v = "not_run", *nondet = NULL, *v;
+    bool ran = false;
+    size_t i;
+    json_array_foreach(cells, i, cell)
+    {
+        const char *w = json_string_value(json_object_get(cell, "width"));
+        json_t *e = width_entry(cell, op, &v);
+        json_array_append_new(json_object_get(res, "per_width"), e);
+        json_t *fd = json_object_get(cell, "first_divergence");
+        if (strcmp(v, "kernel_changed") == 0) {
+            json_array_append_new(changed, json_string(w));
+            if (!kernel && json_is_object(json_object_get(fd, "kernel")))
+                kernel = json_object_get(fd, "kernel");
+        }
+        if (strcmp(v, "nondeterministic") == 0 && !nondet)
+            nondet = w;
+        ran |= strcmp(v, "not_run") != 0;
+        if (w && strcmp(w, own) == 0) {
+            own_v = v;
+            if (json_is_object(fd))
+                upstream =
+                    json_pack("{s:O, s:O*, s:O*}", "key", json_object_get(fd, "key"), "module",
+                              json_object_get(fd, "module"), "op", json_object_get(fd, "op"));
+        }
+    }
+    const char *c = "not_reproducible", *why = NULL;
+    char buf[200];
+    if (json_array_size(changed) > 0) {
+        c = "kernel_changed";
+    } else if (strcmp(own_v, "inputs_differ") == 0) {
+        c = "inherited";
+    } else if (!ran) {
+        why = "the op call did not run in the replay at any width (or its cells failed)";
+    } else if (nondet) {
+        snprintf(buf, sizeof buf, "nondeterministic at %s: one build's own runs differ", nondet);
+        why = buf;
+    } else {
+        why = "the replay computed the same on both builds at every width: the divergence needs "
+              "what an isolated run does not recreate (state, order, nondeterminism the capture "
+              "did not see)";
+    }
+    json_object_set_new(res, "conclusion", json_string(c));
+    json_object_set_new(res, "widths", changed);
+    json_object_set_new(res, "kernel", kernel ? json_incref(kernel) : json_null());
+    json_object_set_new(res, "upstream",
+                        strcmp(c, "inherited") == 0 && upstream ? upstream : json_null());
+    if (strcmp(c, "inherited") != 0)
+        json_decref(upstream);
+    json_object_set_new(res, "why", why ? json_string(why) : json_null());
+}
+
+/* The report as Markdown or text. */
+static char *render(json_t *res, bool md)
+{
+    char *out = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&out, &n);
+    if (!f)
+        return NULL;
+    const char *c = json_string_value(json_object_get(res, "conclusion"));
+    const char *q = md ? "`" : "";
+    fprintf(f, "%sreplay of %s%s%s: %s\n\n", md ? "## " : "", q,
+            json_string_value(json_object_get(res, "op")), q, c);
+    if (strcmp(c, "kernel_changed") == 0) {
+        json_t *k = json_object_get(res, "kernel"), *w;
+        size_t i;
+        fputs("the head's op computes something else from the same inputs at", f);
+        json_array_foreach(json_object_get(res, "widths"), i, w)
+            fprintf(f, "%s %s", i ? "," : "", json_string_value(w));
+        if (json_is_object(k))
+            fprintf(f, "; %s%s%s, %s", q, json_string_value(json_object_get(k, "stub")), q,
+                    json_string_value(json_object_get(k, "file")));
+        fputc('\n', f);
+    } else if (strcmp(c, "inherited") == 0) {
+        fprintf(f, "the op's inputs had already drifted: upstream %s%s%s\n", q,
+                json_string_value(json_object_get(json_object_get(res, "upstream"), "key")), q);
+    } else {
+        fprintf(f, "%s\n", json_string_value(json_object_get(res, "why")));
+    }
+    json_t *e;
+    size_t i;
+    fputs(md ? "\n| width | verdict | inputs | results |\n| --- | --- | --- | --- |\n" : "\n", f);
+    json_array_foreach(json_object_get(res, "per_width"), i, e)
+        fprintf(f, md ? "| %s | %s | %s | %s |\n" : "  %s: %s (inputs %s, results %s)\n",
+                json_string_value(json_object_get(e, "width")),
+                json_string_value(json_object_get(e, "verdict")),
+                json_string_value(json_object_get(e, "inputs")),
+                json_string_value(json_object_get(e, "outputs")));
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+enum MHD_Result api_replay_report(struct api_req *r, json_t *ctl, json_t *head, const char *width)
+{
+    struct api_cmp_input in = {0};
+    struct cmp_options o;
+    enum api_format fmt;
+    enum MHD_Result ret;
+    json_t *cmp = NULL;
+    const char *op =
+        json_string_value(json_object_get(json_object_get(ctl, "labels"), "replay_op"));
+    cmp_options_init(&o);
+    if (api_format_refused(r, &fmt, &ret) || api_job_options_refused(r, head, &o, &ret))
+        return ret;
+    o.include_tensors = true;
+    int rc = api_cmp_load(api_store(r), ctl, head, &(struct store_cell_filter){0}, &in);
+    if (!rc)
+        rc = api_cmp_run(&in, head, &o, &cmp);
+    if (rc) {
+        ret = api_cmp_failed(r, rc);
+        goto out;
+    }
+    json_t *res =
+        json_pack("{s:s, s:s, s:o, s:o, s:[]}", "op", op ? op : "", "cell_width", width, "control",
+                  api_job_summary(ctl), "head", api_job_summary(head), "per_width");
+    conclude(res, json_object_get(cmp, "cells"), op ? op : "", width);
+    if (fmt == API_FORMAT_JSON) {
+        ret = api_json(r, 200, res);
+    } else {
+        ret = api_report_reply(r, fmt, render(res, fmt == API_FORMAT_MD));
+        json_decref(res);
+    }
+out:
+    json_decref(cmp);
+    api_cmp_input_free(&in);
+    return ret;
+}
