@@ -222,7 +222,8 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
     cr_assert_eq(st, 200);
     char *reps = json_dumps(rep, JSON_COMPACT);
     const struct jw_want wr[] = {JW_S("conclusion", "kernel_changed"), JW_S("widths.0", width),
-                                 JW_A("widths.1")};
+                                 JW_A("widths.1"), JW_S("kernel.stub", "GeluKernel"),
+                                 JW_S("kernel.file", "aten/src/ATen/native/cpu/Activation.cpp")};
     jw_expect_all(rep, wr);
     cr_assert_str_eq(
         tu_jstr(jw_find(json_object_get(rep, "per_width"), "width", "default"), "verdict"), "same",
