@@ -260,3 +260,33 @@ Test(perop, replay_hands_out_a_reproducer_on_the_official_lane, .timeout = 900)
 {
     replay_hands_out_a_reproducer(af_official_python(), "6666671", "6666672");
 }
+
+/* A fault upstream, on real torch: replaying the op after the perturbed
+ * gelu (fc2's addmm) finds its inputs already drifted, so its divergence
+ * is inherited, and the report names the gelu as where it came from. */
+Test(perop, replay_of_a_downstream_op_is_inherited, .timeout = 900)
+{
+    struct tu_capd c;
+    char *j1, *j2, path[300];
+    gelu_pair(&c, tu_python(), "", "6666681", "6666682", &j1, &j2);
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
+    json_t *job = tu_json(&c, "GET", path, NULL, &st);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", j2,
+             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
+    json_t *r = tu_json(&c, "POST", path, "{\"op\":\"fc2.0.forward/op.aten::addmm.0\"}", &st);
+    cr_assert_eq(st, 202, "replay: %ld", st);
+    af_wait_jobs(&c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
+                 tu_jstr(json_object_get(r, "head"), "job"), NULL);
+    json_decref(r);
+    json_t *rep = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    const struct jw_want w[] = {JW_S("conclusion", "inherited"), JW_S("upstream.op", "aten::gelu"),
+                                JW_S("upstream.module", "act"), JW_A("widths.0")};
+    jw_expect_all(rep, w);
+    json_decref(rep);
+    json_decref(job);
+    free(j1);
+    free(j2);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}
