@@ -304,35 +304,36 @@ static bool replay_done(struct api_req *r, const char *of, const char *side, jso
     return true;
 }
 
-enum MHD_Result api_cell_replay_get(struct api_req *r)
+/* The replay's report: the replayed cell's own width comes first in the
+ * replay jobs' matrix. */
+static enum MHD_Result report(struct api_req *r, json_t *ctl, json_t *head)
+{
+    const char *width = json_string_value(
+        json_array_get(json_object_get(json_object_get(ctl, "matrix"), "widths"), 0));
+    return api_replay_report(r, ctl, head, width ? width : "");
+}
+
+/* ANSWER with the cell's two finished replay jobs, or why there are none. */
+static enum MHD_Result
+with_replay_jobs(struct api_req *r, enum MHD_Result (*answer)(struct api_req *, json_t *, json_t *))
 {
     enum MHD_Result ret;
     json_t *ctl = NULL, *head = NULL;
     char of[64];
     snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
-    if (!replay_done(r, of, "control", &ctl, &ret) || !replay_done(r, of, "head", &head, &ret))
-        goto out;
-    /* the replayed cell's own width comes first in the replay jobs' matrix */
-    const char *width = json_string_value(
-        json_array_get(json_object_get(json_object_get(ctl, "matrix"), "widths"), 0));
-    ret = api_replay_report(r, ctl, head, width ? width : "");
-out:
+    if (replay_done(r, of, "control", &ctl, &ret) && replay_done(r, of, "head", &head, &ret))
+        ret = answer(r, ctl, head);
     json_decref(ctl);
     json_decref(head);
     return ret;
 }
 
+enum MHD_Result api_cell_replay_get(struct api_req *r)
+{
+    return with_replay_jobs(r, report);
+}
+
 enum MHD_Result api_cell_repro(struct api_req *r)
 {
-    enum MHD_Result ret;
-    json_t *ctl = NULL, *head = NULL;
-    char of[64];
-    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
-    if (!replay_done(r, of, "control", &ctl, &ret) || !replay_done(r, of, "head", &head, &ret))
-        goto out;
-    ret = api_repro_reply(r, ctl, head);
-out:
-    json_decref(ctl);
-    json_decref(head);
-    return ret;
+    return with_replay_jobs(r, api_repro_reply);
 }

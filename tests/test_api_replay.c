@@ -285,21 +285,30 @@ static const char *verdict_at(json_t *report, const char *width)
     return tu_jstr(e, "verdict");
 }
 
+/* capd with the builds "clean" and "h" (fake runner, env HEAD_ENV: JSON
+ * object text), a control job and a job of h paired with it, and the
+ * report of the replay of h's cell asked with BODY (owned); the replay's
+ * URL into URL. */
+static json_t *replayed(const char *head_env, const char *body, char url[256])
+{
+    af_start(NULL);
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "h", head_env), 201);
+    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("h", "c0c0c02", "c0c0c01");
+    snprintf(url, 256, "%s", cell_path(head, "replay"));
+    free(ctl);
+    free(head);
+    return replay_report(url, body);
+}
+
 /* A kernel wrong at avx2 only: the replay runs every width this host
  * runs, and the op with the same inputs computes something else at avx2
  * and the same everywhere else. */
 Test(replay, a_kernel_changed_at_one_width_only)
 {
-    af_start(NULL);
-    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
-    cr_assert_eq(tu_fake_build(&af_capd, "avx2bad",
-                               "{\"FAKE_PERTURB_KEY\":\"" OPSKEY
-                               "\",\"FAKE_PERTURB_WIDTH\":\"avx2\"}"),
-                 201);
-    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("avx2bad", "c0c0c02", "c0c0c01");
     char url[256];
-    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
-    json_t *rep = replay_report(url, "{}");
+    json_t *rep = replayed("{\"FAKE_PERTURB_KEY\":\"" OPSKEY "\",\"FAKE_PERTURB_WIDTH\":\"avx2\"}",
+                           "{}", url);
     const struct jw_want w[] = {JW_S("op", OP),           JW_S("conclusion", "kernel_changed"),
                                 JW_S("widths.0", "avx2"), JW_A("widths.1"),
                                 JW_N("upstream"),         JW_S("cell_width", "avx2")};
@@ -316,24 +325,16 @@ Test(replay, a_kernel_changed_at_one_width_only)
     cr_assert(strstr(t.body, "kernel_changed") && strstr(t.body, "| avx2 | kernel_changed |"), "%s",
               t.body);
     tu_resp_free(&t);
-    free(ctl);
-    free(head);
 }
 
 /* An upstream op moved: the replayed op downstream got other inputs, so
  * its divergence is inherited, and the report names where it came from. */
 Test(replay, a_fault_upstream_is_inherited)
 {
-    af_start(NULL);
-    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
-    cr_assert_eq(tu_fake_build(&af_capd, "up",
-                               "{\"FAKE_PERTURB_KEY\":\"layer0.0.forward/op.aten::hardswish.0."
-                               "output.0\"}"),
-                 201);
-    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("up", "c0c0c02", "c0c0c01");
     char url[256];
-    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
-    json_t *rep = replay_report(url, "{'op':'" OP "'}");
+    json_t *rep =
+        replayed("{\"FAKE_PERTURB_KEY\":\"layer0.0.forward/op.aten::hardswish.0.output.0\"}",
+                 "{'op':'" OP "'}", url);
     const struct jw_want w[] = {
         JW_S("conclusion", "inherited"),
         JW_S("upstream.key", "layer0.0.forward/op.aten::hardswish.0.output.0"),
@@ -343,31 +344,21 @@ Test(replay, a_fault_upstream_is_inherited)
     jw_expect_all(rep, w);
     cr_assert_str_eq(verdict_at(rep, "avx2"), "inputs_differ");
     json_decref(rep);
-    free(ctl);
-    free(head);
 }
 
 /* A result the runner saw change between two runs of one build: not
  * reproducible in isolation, and the report says why. */
 Test(replay, a_nondeterministic_op_is_not_reproducible)
 {
-    af_start(NULL);
-    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
-    /* its result moves, and its runner saw it move between two runs */
-    cr_assert_eq(tu_fake_build(&af_capd, "nd",
-                               "{\"FAKE_NONDET_KEY\":\"" OPSKEY "\",\"FAKE_PERTURB_KEY\":\"" OPSKEY
-                               "\"}"),
-                 201);
-    char *ctl = op_job("clean", "c0c0c01", NULL), *head = op_job("nd", "c0c0c02", "c0c0c01");
     char url[256];
-    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
-    json_t *rep = replay_report(url, "{'op':'" OP "'}");
+    /* its result moves, and its runner saw it move between two runs */
+    json_t *rep =
+        replayed("{\"FAKE_NONDET_KEY\":\"" OPSKEY "\",\"FAKE_PERTURB_KEY\":\"" OPSKEY "\"}",
+                 "{'op':'" OP "'}", url);
     cr_assert_str_eq(jw_str(rep, "conclusion"), "not_reproducible");
     cr_assert(strstr(jw_str(rep, "why"), "nondeterministic at"), "%s", jw_str(rep, "why"));
     cr_assert_str_eq(verdict_at(rep, "avx2"), "nondeterministic");
     json_decref(rep);
-    free(ctl);
-    free(head);
 }
 
 /* capctl repro: the replay, what it found, and the archive written where
