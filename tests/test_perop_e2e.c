@@ -290,3 +290,37 @@ Test(perop, replay_of_a_downstream_op_is_inherited, .timeout = 900)
     free(j2);
     cr_assert_eq(tu_capd_stop(&c), 0);
 }
+
+/* A nondeterministic op on real torch (gelumlp:noisy scales by a factor
+ * read from the clock): its replay is not reproducible in isolation, and
+ * the report says it is nondeterministic. */
+Test(perop, replay_of_a_nondeterministic_op_is_not_reproducible, .timeout = 900)
+{
+    struct tu_capd c;
+    const char *width = gelu_start(&c, tu_python(), "");
+    char *j1 = gelu_submit_model(&c, "gelumlp:noisy", "control", "6666691", NULL, width, NULL);
+    char *j2 = gelu_submit_model(&c, "gelumlp:noisy", "control", "6666692", "6666691", width, NULL);
+    af_wait_jobs(&c, GELU_JOB_S, j1, j2, NULL);
+    char path[300];
+    long st = 0;
+    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
+    json_t *job = tu_json(&c, "GET", path, NULL, &st);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", j2,
+             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
+    json_t *r = tu_json(&c, "POST", path, "{\"op\":\"noise.0.forward/op.aten::mul.0\"}", &st);
+    cr_assert_eq(st, 202, "replay: %ld", st);
+    af_wait_jobs(&c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
+                 tu_jstr(json_object_get(r, "head"), "job"), NULL);
+    json_decref(r);
+    json_t *rep = tu_json(&c, "GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    char *reps = json_dumps(rep, JSON_COMPACT);
+    cr_assert_str_eq(tu_jstr(rep, "conclusion"), "not_reproducible", "%s", reps);
+    cr_assert(strstr(tu_jstr(rep, "why"), "nondeterministic at"), "%s", reps);
+    free(reps);
+    json_decref(rep);
+    json_decref(job);
+    free(j1);
+    free(j2);
+    cr_assert_eq(tu_capd_stop(&c), 0);
+}

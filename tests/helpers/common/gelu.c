@@ -18,16 +18,22 @@
 char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                   const char *width, const char *provenance)
 {
+    return gelu_submit_model(c, "gelumlp:factory", build, commit, control, width, provenance);
+}
+
+char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build, const char *commit,
+                        const char *control, const char *width, const char *provenance)
+{
     long st = 0;
     char cc[96] = "";
     if (control)
         snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
     json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
                          "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[\"gelumlp:factory\"],\"widths\":[\"%s\"],"
+                         "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"%s\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"iterations\":2,\"warmup\":0,"
                          "\"granularity\":\"op\"}%s%s}",
-                         commit, build, cc, width, provenance ? ",\"provenance\":" : "",
+                         commit, build, cc, model, width, provenance ? ",\"provenance\":" : "",
                          provenance ? provenance : "");
     cr_assert_eq(st, 201, "submit: %ld", st);
     char *id = strdup(tu_jstr(j, "id"));
@@ -54,6 +60,15 @@ const char *gelu_start(struct tu_capd *c, const char *python, const char *extra_
                       "    torch.manual_seed(seed)\n"
                       "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
                       "16), act=torch.nn.GELU(), fc2=torch.nn.Linear(16, 4)))\n"
+                      "    return m, (torch.randn(batch, 8),)\n"
+                      "class Noisy(torch.nn.Module):\n"
+                      "    def forward(self, x):\n"
+                      "        import time\n"
+                      "        return x * (1.0 + (time.perf_counter_ns() % 997 + 1) * 1e-6)\n"
+                      "def noisy(seed, batch, dtype):\n"
+                      "    torch.manual_seed(seed)\n"
+                      "    m = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, "
+                      "4), noise=Noisy()))\n"
                       "    return m, (torch.randn(batch, 8),)\n");
     long st = 0;
     json_t *b = tu_jsonf(c, "POST", "/v1/builds", &st,

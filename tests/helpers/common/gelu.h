@@ -18,6 +18,10 @@
  * object's text, or NULL); its id (malloc'd). */
 char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                   const char *width, const char *provenance);
+/* The same of MODEL: "gelumlp:noisy" is fc1 then a module that scales its
+ * input by a factor read from the clock, different in every run. */
+char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build, const char *commit,
+                        const char *control, const char *width, const char *provenance);
 /* Starts C with the builds "control" and "gelu" of interpreter PYTHON
  * (EXTRA_ENV: more "name":"value" pairs for gelu's env, or ""); the widest
  * width the host runs, where gelu's GELU is perturbed. */
