@@ -711,17 +711,6 @@ function envPanel(env) {
     more);
 }
 
-/* An op one side ran alone before the first divergence (docs/compare.md,
- * "Ops one side has and the other lacks"). */
-function opOrigin(o) {
-  if (!o) return null;
-  const side = o.kind === "inserted" ? "inserted in the head" : "removed from the head";
-  const link = o.link === "same_value" ? "; the first divergence holds its result" : "; in the same module call";
-  return [h("dt", null, "op origin"),
-    h("dd", { class: "mono", id: "op-origin", "data-kind": o.kind },
-      o.op + " " + side + " in " + o.module + " (call " + o.call + ", " + o.phase + ")" + link)];
-}
-
 async function showCmpCell(r, x, panel) {
   clear(panel).append(h("h3", null, x.model + " · " + x.width + " · " + x.pass + " ",
     h("span", { class: "badge cs-" + x.status }, x.status)));
@@ -743,6 +732,7 @@ async function showCmpCell(r, x, panel) {
     h("dt", null, "first introduced"), h("dd", { class: "mono" }, fi ? fi.key : "none"),
     opOrigin(x.op_origin),
     divergenceDetail(x)));
+  panel.append(replayPanel(r, x));
 
   panel.append(h("h3", null, "Relative error per layer, in execution order"));
   panel.append(divergencePlot(x));

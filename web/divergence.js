@@ -3,8 +3,10 @@
 // provenance note (stale generated wrappers of the kernel's file in the
 // head's source tree), how the first divergence's error grew, and where
 // the cell's error grew most (docs/compare.md, "Kernel attribution" and
-// "Error amplification"). Loaded before app.js, whose helpers (h, fmtNum)
-// it calls at run time.
+// "Error amplification"), the op one side ran alone before it ("Ops one
+// side has and the other lacks"), and the op's replay with its reproducer
+// (docs/api.md, "Replay and repro"). Loaded before app.js, whose helpers
+// (h, fmtNum, api, clear) it calls at run time.
 "use strict";
 
 /* The kernel as the reports name it: a stub and its file, or its kind. */
@@ -55,4 +57,61 @@ function divergenceDetail(x) {
       h("span", { class: "mono" }, a.input_key)));
   }
   return rows;
+}
+
+/* An op one side ran alone before the first divergence (docs/compare.md,
+ * "Ops one side has and the other lacks"). */
+function opOrigin(o) {
+  if (!o) return null;
+  const side = o.kind === "inserted" ? "inserted in the head" : "removed from the head";
+  const link = o.link === "same_value" ? "; the first divergence holds its result" : "; in the same module call";
+  return [h("dt", null, "op origin"),
+    h("dd", { class: "mono", id: "op-origin", "data-kind": o.kind },
+      o.op + " " + side + " in " + o.module + " (call " + o.call + ", " + o.phase + ")" + link)];
+}
+
+/* The replay of the cell's op: what it found and its reproducer, a
+ * button that asks for it, or nothing when no op diverged. */
+function replayPanel(r, x) {
+  const box = h("div", { id: "replay" });
+  const op = (x.first_introduced && x.first_introduced.op) || (x.first_divergence && x.first_divergence.op);
+  if (!op || !r.head || !r.head.job) return box;
+  fillReplay(box, r.head.job, x);
+  return box;
+}
+
+async function fillReplay(box, job, x) {
+  try {
+    const j = await api("/v1/jobs/" + encodeURIComponent(job));
+    const cell = (j.cells || []).find((c) => c.model === x.model && c.width === x.width && c.pass === x.pass);
+    if (!cell) return;
+    const base = "/v1/jobs/" + encodeURIComponent(job) + "/cells/" + encodeURIComponent(cell.id);
+    let rep = null;
+    try {
+      rep = await api(base + "/replay");
+    } catch (e) {
+      const code = e.code;
+      if (code === "pending") return clear(box).append(h("p", { class: "muted", "data-state": "pending" }, "replay running…"));
+      if (code !== "no_replay") throw e;
+      const ask = h("button", { type: "button", id: "replay-ask" }, "Replay this op on both builds");
+      ask.addEventListener("click", async () => {
+        await api(base + "/replay", { method: "POST", body: {} });
+        fillReplay(box, job, x);
+      });
+      return clear(box).append(h("h3", null, "Replay"), ask);
+    }
+    const where = rep.conclusion === "kernel_changed" ? " at " + rep.widths.join(", ")
+      : rep.conclusion === "inherited" && rep.upstream ? " from " + rep.upstream.key : rep.why ? ": " + rep.why : "";
+    const dl = h("a", { href: "#", id: "repro-link", "data-url": base + "/repro" }, "reproducer (repro.tar)");
+    dl.addEventListener("click", async (ev) => {
+      ev.preventDefault();
+      const res = await fetch(base + "/repro", { headers: authHeaders() });
+      const a = h("a", { href: URL.createObjectURL(await res.blob()), download: "repro.tar" });
+      a.click();
+    });
+    clear(box).append(h("h3", null, "Replay of " + rep.op),
+      h("p", { id: "replay-conclusion", "data-conclusion": rep.conclusion }, rep.conclusion + where), dl);
+  } catch (e) {
+    clear(box).append(h("p", { class: "muted" }, "replay unavailable: " + e.message));
+  }
 }

@@ -52,7 +52,7 @@ const MODELS = ["fake:ok__5", "fake:ok__2", "fake:failed", "fake:segv"];
 const WIDTHS = ["avx2", "default"];
 
 let dir, capd, base, browser, artifacts, adminToken;
-let ctlJob, headJob, statsJob, opsCtlJob, opsHeadJob;
+let ctlJob, headJob, statsJob, opsCtlJob, opsHeadJob, opsPairJob;
 
 function startCapd() {
   return new Promise((resolve, reject) => {
@@ -175,11 +175,15 @@ before(async () => {
   const findings = [...STALE, "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp.AVX2.cpp"].map((p) => (
     { kind: "generated_source", path: p, message: "untracked generated dispatch source " + p }));
   opsHeadJob = await submit("head-ops", "0b5e0001", [OPS_MODEL], Object.assign({ provenance: { findings } }, opsOptions));
+  // The same head paired with its control: its diverged op can be replayed.
+  opsPairJob = await submit("head-ops", "0b5e0002", [OPS_MODEL],
+    Object.assign({ control_commit: "0b5c0001" }, opsOptions));
   await waitJob(ctlJob);
   await waitJob(headJob);
   await waitJob(statsJob);
   await waitJob(opsCtlJob);
   await waitJob(opsHeadJob);
+  await waitJob(opsPairJob);
   await seedHistory();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -441,6 +445,35 @@ test("a diverged op shows its kernel, the stale wrappers of its file and where t
     " — 2 stale generated wrappers of this file in the source tree: `" + STALE[0] + "`, `" + STALE[1] + "`"), md);
   assert.ok(md.includes("; error introduced here: inputs exact, relative error "), md);
   assert.ok(md.includes("### Error amplification\n\n- `" + OPS_MODEL + "` / avx2 / forward: largest at `" + amp.key + "`"), md);
+});
+
+test("a diverged op is replayed from its cell's panel, which then says what the replay found", async () => {
+  const page = await newPage();
+  const cellOf = async () => {
+    await gotoReady(page, "#/diff/0b5e0002");
+    await page.locator(`#cmp-grid td.gcell[data-model="${OPS_MODEL}"][data-width="avx2"]`).click();
+  };
+  await cellOf();
+  const ask = page.locator("#replay-ask");
+  await ask.waitFor();
+  await ask.click();
+  await page.locator("#replay p[data-state='pending'], #replay-conclusion").first().waitFor();
+  // Asked again through the API: the same two replay jobs, which we wait for.
+  const j = await api("GET", "/v1/jobs/" + opsPairJob);
+  const cell = j.cells.find((c) => c.width === "avx2");
+  const replay = "/v1/jobs/" + opsPairJob + "/cells/" + cell.id + "/replay";
+  const r = await api("POST", replay, {});
+  await waitJob(r.control.job);
+  await waitJob(r.head.job);
+  await cellOf();
+  const done = page.locator("#replay-conclusion");
+  await done.waitFor();
+  assert.equal(await done.getAttribute("data-conclusion"), "kernel_changed");
+  assert.match(await done.innerText(), /^kernel_changed at avx2/);
+  assert.equal(await page.locator("#repro-link").getAttribute("data-url"),
+    "/v1/jobs/" + opsPairJob + "/cells/" + cell.id + "/repro");
+  await shot(page, "compare-replay.png");
+  await page.context().close();
 });
 
 // ---- history, alerts, bisection ----
