@@ -597,7 +597,8 @@ Test(deploy, man_pages_name_every_flag_of_the_help_texts, .timeout = 600)
                                                "capctl widths check --help",
                                                "capctl history --help",
                                                "capctl alerts --help",
-                                               "capctl bisect --help"};
+                                               "capctl bisect --help",
+                                               "capctl repro --help"};
     static const struct {
         const char *page;
         const char *const *helps;
