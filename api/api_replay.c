@@ -29,37 +29,6 @@
 #include "compare/cmp.h"
 #include "daemon/cpu/widths.h"
 
-/* The op a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>". */
-bool api_target_op_valid(const char *s)
-{
-    if (!api_valid_text(s, API_TARGET_OP_MAX))
-        return false;
-    const char *mark = strstr(s, "/op.");
-    if (mark == NULL || mark == s)
-        return false;
-    /* ".<call>.<phase>" before the mark */
-    const char *p = mark;
-    while (p > s && p[-1] != '.')
-        p--;
-    if (p == mark || p - s < 3 ||
-        (strncmp(p, "forward/", 8) != 0 && strncmp(p, "backward/", 9) != 0))
-        return false;
-    const char *q = p - 1; /* the '.' before the phase */
-    const char *d = q;
-    while (d > s && d[-1] >= '0' && d[-1] <= '9')
-        d--;
-    if (d == q || d == s || d[-1] != '.')
-        return false;
-    /* "<aten name>.<n>" after it */
-    const char *tail = mark + 4, *dot = strrchr(tail, '.');
-    if (dot == NULL || dot == tail || dot[1] == '\0')
-        return false;
-    for (const char *c = dot + 1; *c; c++)
-        if (*c < '0' || *c > '9')
-            return false;
-    return true;
-}
-
 /* The op prefix of a per-op record key (its "<op>.<role>.<i>" less the last
  * two parts) into OUT; false when KEY is not one. */
 static bool op_prefix(const char *key, char *out, size_t n)

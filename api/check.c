@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
+#include "api/repro.h"
 
 bool api_valid_name(const char *s, size_t max)
 {
@@ -48,6 +49,37 @@ bool api_valid_text(const char *s, size_t max)
     json_t *j = json_string(s);
     json_decref(j);
     return j != NULL;
+}
+
+/* The op a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>". */
+bool api_target_op_valid(const char *s)
+{
+    if (!api_valid_text(s, API_TARGET_OP_MAX))
+        return false;
+    const char *mark = strstr(s, "/op.");
+    if (mark == NULL || mark == s)
+        return false;
+    /* ".<call>.<phase>" before the mark */
+    const char *p = mark;
+    while (p > s && p[-1] != '.')
+        p--;
+    if (p == mark || p - s < 3 ||
+        (strncmp(p, "forward/", 8) != 0 && strncmp(p, "backward/", 9) != 0))
+        return false;
+    const char *q = p - 1; /* the '.' before the phase */
+    const char *d = q;
+    while (d > s && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (d == q || d == s || d[-1] != '.')
+        return false;
+    /* "<aten name>.<n>" after it */
+    const char *tail = mark + 4, *dot = strrchr(tail, '.');
+    if (dot == NULL || dot == tail || dot[1] == '\0')
+        return false;
+    for (const char *c = dot + 1; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    return true;
 }
 
 bool api_one_of(const char *s, const char *const *set)

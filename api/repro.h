@@ -1,6 +1,6 @@
 /*
  * api/repro.h - a diverged op's replay and its standalone reproducer
- * (api/api_replay.c: the routes and the target_op option's shape;
+ * (api/api_replay.c: the routes; api/check.c: the target_op option's shape;
  * api/repro_archive.c: the archive).
  *
  * The archive is an uncompressed POSIX tar (ustar) of one folder, repro/:
@@ -30,7 +30,8 @@ struct api_req;
 #define API_TARGET_OP_MAX 512
 
 /* Whether S names one op call: "<module>.<call>.<phase>/op.<aten name>.<n>",
- * phase forward or backward, printable, at most API_TARGET_OP_MAX bytes. */
+ * phase forward or backward, printable, at most API_TARGET_OP_MAX bytes
+ * (api/check.c, with the other checks of a request's words). */
 bool api_target_op_valid(const char *s);
 
 /* 200 with what the control's and the head's finished replay jobs CTL and
