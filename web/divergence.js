@@ -95,8 +95,12 @@ async function fillReplay(box, job, x) {
       if (code !== "no_replay") throw e;
       const ask = h("button", { type: "button", id: "replay-ask" }, "Replay this op on both builds");
       ask.addEventListener("click", async () => {
-        await api(base + "/replay", { method: "POST", body: {} });
-        fillReplay(box, job, x);
+        try {
+          await api(base + "/replay", { method: "POST", body: {} });
+          fillReplay(box, job, x);
+        } catch (e) {
+          box.append(h("p", { class: "muted", id: "replay-error" }, "replay refused: " + e.message));
+        }
       });
       return clear(box).append(h("h3", null, "Replay"), ask);
     }
