@@ -173,9 +173,15 @@ static char *render(json_t *res, bool md)
         fputs("the head's op computes something else from the same inputs at", f);
         json_array_foreach(json_object_get(res, "widths"), i, w)
             fprintf(f, "%s %s", i ? "," : "", json_string_value(w));
-        if (json_is_object(k))
-            fprintf(f, "; %s%s%s, %s", q, json_string_value(json_object_get(k, "stub")), q,
-                    json_string_value(json_object_get(k, "file")));
+        /* a DispatchStub by name; a BLAS, oneDNN or native kernel by its
+         * kind; an op the table does not know: nothing */
+        const char *stub = json_string_value(json_object_get(k, "stub"));
+        const char *kind = json_string_value(json_object_get(k, "kind"));
+        const char *file = json_string_value(json_object_get(k, "file"));
+        if (stub && file)
+            fprintf(f, "; %s%s%s, %s", q, stub, q, file);
+        else if (kind && file)
+            fprintf(f, "; %s kernel, %s", kind, file);
         fputc('\n', f);
     } else if (strcmp(c, "inherited") == 0) {
         fprintf(f, "the op's inputs had already drifted: upstream %s%s%s\n", q,
