@@ -16,8 +16,14 @@
  * idempotency key "replay:<job>/<cell>:<side>", so asking again answers the
  * same jobs, and asking for another op is 409 idempotency_conflict.
  *
- * GET /v1/jobs/{id}/cells/{cell}/repro answers, once both replay jobs are
- * done, the reproducer (api/repro_archive.c): a tar of repro.py, the
+ * Once the control's replay job is done, the daemon's replay step
+ * (daemon/replay/isolate.h) writes the op's recorded arguments into a
+ * folder and submits the isolated pair: the op alone on those inputs under
+ * each build at every width (replay_side control_isolated, head_isolated).
+ *
+ * GET /v1/jobs/{id}/cells/{cell}/replay answers once all are done
+ * (api/replay_report.c). GET .../repro answers, once both replay jobs are
+ * done, the reproducer (daemon/replay/bundle.h): a tar of repro.py, the
  * control's recorded inputs of the op and both sides' outputs.
  */
 #include <errno.h>
@@ -28,6 +34,7 @@
 #include "api/repro.h"
 #include "compare/cmp.h"
 #include "daemon/cpu/widths.h"
+#include "daemon/replay/bundle.h"
 
 /* The op prefix of a per-op record key (its "<op>.<role>.<i>" less the last
  * two parts) into OUT; false when KEY is not one. */
@@ -273,36 +280,94 @@ static bool replay_done(struct api_req *r, const char *of, const char *side, jso
     return true;
 }
 
-/* The replay's report: the replayed cell's own width comes first in the
- * replay jobs' matrix. */
-static enum MHD_Result report(struct api_req *r, json_t *ctl, json_t *head)
+/* The isolated pair of OF (daemon/replay/isolate.h), once the control's
+ * replay job CTL says how its step went: both finished jobs into *ICTL and
+ * *IHEAD, or *REFUSED the reason there is none; false, having replied,
+ * while the step or the jobs are still to come. */
+static bool isolated_done(struct api_req *r, const char *of, json_t *ctl, json_t **ictl,
+                          json_t **ihead, const char **refused, enum MHD_Result *ret)
 {
-    const char *width = json_string_value(
-        json_array_get(json_object_get(json_object_get(ctl, "matrix"), "widths"), 0));
-    return api_replay_report(r, ctl, head, width ? width : "");
+    const char *st =
+        json_string_value(json_object_get(json_object_get(ctl, "labels"), "replay_isolated"));
+    if (!st) {
+        *ret = api_error(r, 409, "pending", "replay",
+                         "the op's isolated replay is being prepared; retry in a moment");
+        return false;
+    }
+    if (strcmp(st, "submitted") != 0) {
+        *refused = st;
+        return true;
+    }
+    return replay_done(r, of, "control_isolated", ictl, ret) &&
+           replay_done(r, of, "head_isolated", ihead, ret);
 }
 
-/* ANSWER with the cell's two finished replay jobs, or why there are none. */
-static enum MHD_Result
-with_replay_jobs(struct api_req *r, enum MHD_Result (*answer)(struct api_req *, json_t *, json_t *))
+enum MHD_Result api_cell_replay_get(struct api_req *r)
+{
+    enum MHD_Result ret;
+    json_t *ctl = NULL, *head = NULL, *ictl = NULL, *ihead = NULL;
+    const char *refused = NULL;
+    char of[64];
+    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
+    if (replay_done(r, of, "control", &ctl, &ret) && replay_done(r, of, "head", &head, &ret) &&
+        isolated_done(r, of, ctl, &ictl, &ihead, &refused, &ret)) {
+        /* the replayed cell's own width comes first in the jobs' matrix */
+        const char *width = json_string_value(
+            json_array_get(json_object_get(json_object_get(ctl, "matrix"), "widths"), 0));
+        struct api_replay_jobs j = {ctl, head, ictl, ihead, refused};
+        ret = api_replay_report(r, &j, width ? width : "");
+    }
+    json_decref(ctl);
+    json_decref(head);
+    json_decref(ictl);
+    json_decref(ihead);
+    return ret;
+}
+
+/* The reproducer of the two finished replay jobs CTL and HEAD. */
+static enum MHD_Result repro_reply(struct api_req *r, json_t *ctl, json_t *head)
+{
+    const char *op =
+        json_string_value(json_object_get(json_object_get(ctl, "labels"), "replay_op"));
+    struct repro_bundle b = {.st = api_store(r),
+                             .runner_dir = api_cfg(r)->runner_dir,
+                             .ctl = {ctl, op},
+                             .head = {head, op},
+                             .max_bytes = api_cfg(r)->repro_max_bytes};
+    struct ubuf tar;
+    enum MHD_Result ret;
+    int rc = op ? repro_tar(&b, &tar) : -EINVAL;
+    if (rc == -EINVAL) {
+        ret = api_error(r, 422, "no_target_records", NULL, "%s",
+                        op ? b.why : "the replay job names no op");
+    } else if (rc == -E2BIG) {
+        ret = api_error(r, 422, "repro_too_large", NULL,
+                        "the reproducer would be larger than repro_max_bytes (%llu bytes); its "
+                        "records are in GET /v1/jobs/{id}/cells/{cell}/records of the replay jobs",
+                        (unsigned long long)b.max_bytes);
+    } else if (rc) {
+        ret = api_error(r, 500, "internal", NULL, "the reproducer could not be written: %s",
+                        b.why[0] ? b.why : strerror(-rc));
+    } else {
+        size_t len = 0;
+        char *body = ubuf_take(&tar, &len);
+        api_reply_header(r, "Content-Disposition", "attachment; filename=\"repro.tar\"");
+        ret = api_text(r, 200, "application/x-tar", body, len);
+    }
+    if (op)
+        ubuf_free(&tar);
+    return ret;
+}
+
+enum MHD_Result api_cell_repro(struct api_req *r)
 {
     enum MHD_Result ret;
     json_t *ctl = NULL, *head = NULL;
     char of[64];
     snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
     if (replay_done(r, of, "control", &ctl, &ret) && replay_done(r, of, "head", &head, &ret))
-        ret = answer(r, ctl, head);
+        ret = repro_reply(r, ctl, head);
     json_decref(ctl);
     json_decref(head);
     return ret;
-}
-
-enum MHD_Result api_cell_replay_get(struct api_req *r)
-{
-    return with_replay_jobs(r, report);
-}
-
-enum MHD_Result api_cell_repro(struct api_req *r)
-{
-    return with_replay_jobs(r, api_repro_reply);
 }

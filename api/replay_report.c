@@ -3,7 +3,7 @@
  * /v1/jobs/{id}/cells/{cell}/replay; docs/api.md, "Replay and repro").
  *
  * The two replay jobs ran the cell's model on each build at every width
- * the host runs, recording the target op call's arguments and results in
+ * the host runs (the model run), recording the target op call's arguments and results in
  * full. They are compared like any two jobs (the head job's options: its
  * tolerances and reference arbiter), and for each width the target's rows
  * say what happened there:
@@ -17,12 +17,24 @@
  *                   one build;
  *   not_run         the op call did not run there (or the cell failed).
  *
+ * The isolated pair (daemon/replay/isolate.h) ran the op alone on the
+ * control's recorded arguments under each build at every width, judged
+ * against a float64 evaluation of the op on the same arguments (option
+ * reference float64). Its verdict per width, under "isolated":
+ *
+ *   same              both builds' results are identical;
+ *   within_reference  they differ, the head within the float64 reference's
+ *                     error (the arbiter's rule, docs/compare.md);
+ *   diverged          they differ beyond it;
+ *   nondeterministic, not_run as above.
+ *
  * The conclusion: kernel_changed (at the widths listed, with the kernel the
- * comparison names) when any width says so; else inherited when the
- * cell's own width says inputs_differ (upstream: the first record the two
- * replays differ at); else not_reproducible, saying why (nondeterministic
- * at a width, or the same everywhere: the divergence needs what an
- * isolated run does not recreate).
+ * comparison names) when the isolated pair's results differ at any width
+ * (where the isolated pair did not run, when the model run says so); else
+ * inherited when the cell's own width says inputs_differ (upstream: the
+ * first record the two model runs differ at); else not_reproducible,
+ * saying why (nondeterministic at a width, or the same everywhere: the
+ * divergence needs what an isolated run does not recreate).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,12 +112,66 @@ static json_t *width_entry(json_t *cell, const char *op, const char **v)
     return e;
 }
 
-/* The conclusion of the per-width verdicts into RES. */
-static void conclude(json_t *res, json_t *cells, const char *op, const char *own)
+/* The isolated pair's verdict at one width (its rows of op OP): the op
+ * alone on the control's recorded arguments under each build. */
+static const char *isolated_verdict(json_t *cell, const char *op, struct target_rows *t)
 {
-    json_t *changed = json_array(), *cell, *kernel = NULL, *upstream = NULL;
-    const char *own_v = "not_run", *nondet = NULL, *v;
-    bool ran = false;
+    static const char *const grade[] = {"same", "within_reference", "diverged", "nondeterministic"};
+    const char *st = json_string_value(json_object_get(cell, "status"));
+    *t = target_rows(cell, op);
+    if ((st && (strcmp(st, "incomparable") == 0 || strcmp(st, "not_run") == 0)) || t->outs < 0)
+        return "not_run";
+    return grade[t->outs];
+}
+
+/* Each width's isolated verdict, beside its entry in PER_WIDTH; the
+ * widths whose isolated results differ into CHANGED, the kernel the
+ * comparison names into *KERNEL, whether any ran and the first
+ * nondeterministic width. */
+static void isolated_entries(json_t *per_width, json_t *icells, const char *op, json_t *changed,
+                             json_t **kernel, bool *ran, const char **nondet)
+{
+    json_t *cell, *e;
+    size_t i, k;
+    json_array_foreach(icells, i, cell)
+    {
+        struct target_rows t;
+        const char *w = json_string_value(json_object_get(cell, "width"));
+        const char *v = isolated_verdict(cell, op, &t);
+        json_t *iso = json_pack("{s:s}", "verdict", v);
+        if (t.outs > 0 && t.max_rel > 0)
+            json_object_set_new(iso, "max_rel", json_real(t.max_rel));
+        json_array_foreach(per_width, k, e) if (w && json_equal(json_object_get(e, "width"),
+                                                                json_object_get(cell, "width")))
+            json_object_set(e, "isolated", iso);
+        json_decref(iso);
+        *ran |= strcmp(v, "not_run") != 0;
+        if (strcmp(v, "nondeterministic") == 0 && !*nondet)
+            *nondet = w;
+        if (strcmp(v, "within_reference") == 0 || strcmp(v, "diverged") == 0) {
+            json_array_append_new(changed, json_string(w));
+            json_t *fd = json_object_get(cell, "first_divergence");
+            if (!*kernel && json_is_object(json_object_get(fd, "kernel")))
+                *kernel = json_object_get(fd, "kernel");
+        }
+    }
+}
+
+/* What the natural replay (the model run on each build) found: each
+ * width's entry into RES's per_width, the widths where the op's results
+ * differ on identical arguments, the kernel, the own width's verdict and
+ * the first record the runs differ at there. */
+struct natural {
+    json_t *changed, *kernel, *upstream;
+    const char *own, *nondet;
+    bool ran;
+};
+
+static void natural_entries(json_t *res, json_t *cells, const char *op, const char *own,
+                            struct natural *n)
+{
+    json_t *cell;
+    const char *v;
     size_t i;
     json_array_foreach(cells, i, cell)
     {
@@ -114,44 +180,72 @@ static void conclude(json_t *res, json_t *cells, const char *op, const char *own
         json_array_append_new(json_object_get(res, "per_width"), e);
         json_t *fd = json_object_get(cell, "first_divergence");
         if (strcmp(v, "kernel_changed") == 0) {
-            json_array_append_new(changed, json_string(w));
-            if (!kernel && json_is_object(json_object_get(fd, "kernel")))
-                kernel = json_object_get(fd, "kernel");
+            json_array_append_new(n->changed, json_string(w));
+            if (!n->kernel && json_is_object(json_object_get(fd, "kernel")))
+                n->kernel = json_object_get(fd, "kernel");
         }
-        if (strcmp(v, "nondeterministic") == 0 && !nondet)
-            nondet = w;
-        ran |= strcmp(v, "not_run") != 0;
+        if (strcmp(v, "nondeterministic") == 0 && !n->nondet)
+            n->nondet = w;
+        n->ran |= strcmp(v, "not_run") != 0;
         if (w && strcmp(w, own) == 0) {
-            own_v = v;
-            if (json_is_object(fd))
-                upstream =
+            n->own = v;
+            if (json_is_object(fd) && !n->upstream)
+                n->upstream =
                     json_pack("{s:O, s:O*, s:O*}", "key", json_object_get(fd, "key"), "module",
                               json_object_get(fd, "module"), "op", json_object_get(fd, "op"));
         }
     }
+}
+
+/* The conclusion into RES: from the isolated pair where it ran (ICELLS,
+ * its op IOP), else from the natural replay alone. */
+static void conclude(json_t *res, json_t *cells, const char *op, const char *own, json_t *icells,
+                     const char *iop)
+{
+    struct natural n = {json_array(), NULL, NULL, "not_run", NULL, false};
+    natural_entries(res, cells, op, own, &n);
+    json_t *changed = n.changed, *kernel = n.kernel;
+    const char *nondet = n.nondet;
+    bool ran = n.ran, iran = false;
+    if (icells) {
+        json_t *ich = json_array();
+        json_t *ikernel = NULL;
+        const char *inondet = NULL;
+        isolated_entries(json_object_get(res, "per_width"), icells, iop, ich, &ikernel, &iran,
+                         &inondet);
+        if (iran) {
+            json_decref(changed);
+            changed = ich;
+            kernel = ikernel;
+            nondet = inondet;
+        } else {
+            json_decref(ich);
+        }
+    }
     const char *c = "not_reproducible", *why = NULL;
     char buf[200];
-    if (json_array_size(changed) > 0) {
+    if (json_array_size(changed) > 0)
         c = "kernel_changed";
-    } else if (strcmp(own_v, "inputs_differ") == 0) {
+    else if (strcmp(n.own, "inputs_differ") == 0)
         c = "inherited";
-    } else if (!ran) {
+    else if (!ran && !iran)
         why = "the op call did not run in the replay at any width (or its cells failed)";
-    } else if (nondet) {
-        snprintf(buf, sizeof buf, "nondeterministic at %s: one build's own runs differ", nondet);
+    else if (nondet && snprintf(buf, sizeof buf,
+                                "nondeterministic at %s: one build's own runs "
+                                "differ",
+                                nondet) > 0)
         why = buf;
-    } else {
+    else
         why = "the replay computed the same on both builds at every width: the divergence needs "
               "what an isolated run does not recreate (state, order, nondeterminism the capture "
               "did not see)";
-    }
     json_object_set_new(res, "conclusion", json_string(c));
     json_object_set_new(res, "widths", changed);
     json_object_set_new(res, "kernel", kernel ? json_incref(kernel) : json_null());
-    json_object_set_new(res, "upstream",
-                        strcmp(c, "inherited") == 0 && upstream ? upstream : json_null());
-    if (strcmp(c, "inherited") != 0)
-        json_decref(upstream);
+    bool inh = strcmp(c, "inherited") == 0 && n.upstream;
+    json_object_set_new(res, "upstream", inh ? n.upstream : json_null());
+    if (!inh)
+        json_decref(n.upstream);
     json_object_set_new(res, "why", why ? json_string(why) : json_null());
 }
 
@@ -189,15 +283,27 @@ static char *render(json_t *res, bool md)
     } else {
         fprintf(f, "%s\n", json_string_value(json_object_get(res, "why")));
     }
-    json_t *e;
+    json_t *e, *iso = json_object_get(res, "isolated");
     size_t i;
-    fputs(md ? "\n| width | verdict | inputs | results |\n| --- | --- | --- | --- |\n" : "\n", f);
+    if (json_is_string(json_object_get(iso, "refused")))
+        fprintf(f, "\nno isolated replay: %s\n",
+                json_string_value(json_object_get(iso, "refused")));
+    fputs(md ? "\n| width | model run | inputs | results | op alone on the control's inputs "
+               "|\n| --- | --- | --- | --- | --- |\n"
+             : "\n",
+          f);
     json_array_foreach(json_object_get(res, "per_width"), i, e)
-        fprintf(f, md ? "| %s | %s | %s | %s |\n" : "  %s: %s (inputs %s, results %s)\n",
+    {
+        const char *alone =
+            json_string_value(json_object_get(json_object_get(e, "isolated"), "verdict"));
+        fprintf(f,
+                md ? "| %s | %s | %s | %s | %s |\n"
+                   : "  %s: %s (inputs %s, results %s; op alone: %s)\n",
                 json_string_value(json_object_get(e, "width")),
                 json_string_value(json_object_get(e, "verdict")),
                 json_string_value(json_object_get(e, "inputs")),
-                json_string_value(json_object_get(e, "outputs")));
+                json_string_value(json_object_get(e, "outputs")), alone ? alone : "none");
+    }
     if (fclose(f) != 0) {
         free(out);
         return NULL;
@@ -205,30 +311,53 @@ static char *render(json_t *res, bool md)
     return out;
 }
 
-enum MHD_Result api_replay_report(struct api_req *r, json_t *ctl, json_t *head, const char *width)
+/* The comparison of replay jobs CTL and HEAD (at HEAD's options: its
+ * reference and tolerances; with their tensor rows) into *OUT; false,
+ * having replied, when it failed. */
+static bool compare_pair(struct api_req *r, json_t *ctl, json_t *head, json_t **out,
+                         enum MHD_Result *ret)
 {
     struct api_cmp_input in = {0};
     struct cmp_options o;
-    enum api_format fmt;
-    enum MHD_Result ret;
-    json_t *cmp = NULL;
-    const char *op =
-        json_string_value(json_object_get(json_object_get(ctl, "labels"), "replay_op"));
     cmp_options_init(&o);
-    if (api_format_refused(r, &fmt, &ret) || api_job_options_refused(r, head, &o, &ret))
-        return ret;
+    if (api_job_options_refused(r, head, &o, ret))
+        return false;
     o.include_tensors = true;
     int rc = api_cmp_load(api_store(r), ctl, head, &(struct store_cell_filter){0}, &in);
     if (!rc)
-        rc = api_cmp_run(&in, head, &o, &cmp);
-    if (rc) {
-        ret = api_cmp_failed(r, rc);
+        rc = api_cmp_run(&in, head, &o, out);
+    api_cmp_input_free(&in);
+    if (rc)
+        *ret = api_cmp_failed(r, rc);
+    return rc == 0;
+}
+
+enum MHD_Result api_replay_report(struct api_req *r, const struct api_replay_jobs *j,
+                                  const char *width)
+{
+    enum api_format fmt;
+    enum MHD_Result ret;
+    json_t *cmp = NULL, *icmp = NULL;
+    const char *op =
+        json_string_value(json_object_get(json_object_get(j->ctl, "labels"), "replay_op"));
+    const char *iop =
+        j->ictl
+            ? json_string_value(json_object_get(json_object_get(j->ictl, "options"), "target_op"))
+            : NULL;
+    if (api_format_refused(r, &fmt, &ret) || !compare_pair(r, j->ctl, j->head, &cmp, &ret) ||
+        (j->ictl && j->ihead && !compare_pair(r, j->ictl, j->ihead, &icmp, &ret)))
         goto out;
-    }
     json_t *res =
         json_pack("{s:s, s:s, s:o, s:o, s:[]}", "op", op ? op : "", "cell_width", width, "control",
-                  api_job_summary(ctl), "head", api_job_summary(head), "per_width");
-    conclude(res, json_object_get(cmp, "cells"), op ? op : "", width);
+                  api_job_summary(j->ctl), "head", api_job_summary(j->head), "per_width");
+    json_object_set_new(res, "isolated",
+                        j->refused ? json_pack("{s:s}", "refused", j->refused)
+                        : icmp
+                            ? json_pack("{s:s*, s:o, s:o}", "op", iop, "control",
+                                        api_job_summary(j->ictl), "head", api_job_summary(j->ihead))
+                            : json_null());
+    conclude(res, json_object_get(cmp, "cells"), op ? op : "", width,
+             json_object_get(icmp, "cells"), iop ? iop : "");
     if (fmt == API_FORMAT_JSON) {
         ret = api_json(r, 200, res);
     } else {
@@ -237,6 +366,6 @@ enum MHD_Result api_replay_report(struct api_req *r, json_t *ctl, json_t *head, 
     }
 out:
     json_decref(cmp);
-    api_cmp_input_free(&in);
+    json_decref(icmp);
     return ret;
 }

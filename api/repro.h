@@ -1,21 +1,12 @@
 /*
  * api/repro.h - a diverged op's replay and its standalone reproducer
  * (api/api_replay.c: the routes; api/check.c: the target_op option's shape;
- * api/repro_archive.c: the archive).
+ * api/replay_report.c: what the replay found).
  *
- * The archive is an uncompressed POSIX tar (ustar) of one folder, repro/:
- *
- *   repro/repro.py                      the runner's runner/repro/repro.py
- *   repro/manifest.json                 the op call, its arguments, the
- *                                       expected outputs, the cell, the
- *                                       width's environment, both builds
- *   repro/inputs/arg.<i>.npy            the control's recorded inputs
- *   repro/expected/<side>.<role>.<i>.npy each side's recorded outputs
- *
- * .npy files are version 1.0, C-contiguous, little-endian (bfloat16 as
- * '<u2' raw bits, named bfloat16 in the manifest). At most the
- * configuration's repro_max_bytes in all: a larger one is refused out loud
- * (422 repro_too_large, naming the limit), never cut.
+ * The reproducer archive is an uncompressed POSIX tar (ustar) of one
+ * folder, repro/, holding the bundle daemon/replay/bundle.h describes. At
+ * most the configuration's repro_max_bytes in all: a larger one is refused
+ * out loud (422 repro_too_large, naming the limit), never cut.
  */
 #ifndef CAPD_API_REPRO_H
 #define CAPD_API_REPRO_H
@@ -34,14 +25,20 @@ struct api_req;
  * (api/check.c, with the other checks of a request's words). */
 bool api_target_op_valid(const char *s);
 
-/* 200 with what the control's and the head's finished replay jobs CTL and
- * HEAD found, width by width, and its conclusion (api/replay_report.c);
- * WIDTH is the replayed cell's own. JSON, or Markdown or text (?format). */
-enum MHD_Result api_replay_report(struct api_req *r, json_t *ctl, json_t *head, const char *width);
+/* A replay's finished jobs: the control's and the head's (the model run
+ * at every width), and the isolated pair (the op alone on the control's
+ * recorded arguments under each build at every width), or the reason
+ * there is none (the replay step's, daemon/replay/isolate.h). */
+struct api_replay_jobs {
+    json_t *ctl, *head;
+    json_t *ictl, *ihead; /* NULL with refused */
+    const char *refused;
+};
 
-/* 200 with the reproducer of the control's and the head's finished replay
- * jobs CTL and HEAD (one cell each), or the error that says why there is
- * none (422 no_target_records, 422 repro_too_large, 500). */
-enum MHD_Result api_repro_reply(struct api_req *r, json_t *ctl, json_t *head);
+/* 200 with what the replay jobs J found, width by width, and its
+ * conclusion (api/replay_report.c); WIDTH is the replayed cell's own.
+ * JSON, or Markdown or text (?format). */
+enum MHD_Result api_replay_report(struct api_req *r, const struct api_replay_jobs *j,
+                                  const char *width);
 
 #endif

@@ -3,9 +3,9 @@
  * standalone reproducer.
  *
  * POST /v1/jobs/{id}/cells/{cell}/replay (asking again answers the same
- * replay jobs), then GET /v1/jobs/{id}/cells/{cell}/repro, waiting out 409
- * pending while the two replay jobs run; prints what the replay found (GET
- * .../replay?format=text: the verdict per width and the conclusion) and
+ * replay jobs), then GET .../replay?format=text, waiting out 409 pending
+ * while the replay jobs run, and prints what the replay found (the verdict
+ * per width and the conclusion); then GET /v1/jobs/{id}/cells/{cell}/repro and
  * writes the archive (a tar of repro/: repro.py, manifest.json, the inputs
  * and both sides' outputs) to --output (default repro.tar).
  */
@@ -69,10 +69,15 @@ static int repro_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
     struct ctl_url report = u;
     ctl_url_lit(&u, "/repro");
     ctl_url_lit(&report, "/replay?format=text");
-    struct ctl_resp r = {0};
-    rc = ctl_fetch_settled(c, a->cmd, u.buf, wait < 0 ? 3600 : wait, &r);
-    if (!rc) /* what the replay found, width by width */
-        rc = ctl_print_url(c, report.buf, report.overflow);
+    struct ctl_resp r = {0}, found = {0};
+    /* what the replay found, width by width, once its jobs (the model run
+     * and the op alone on the control's inputs) are done */
+    rc = ctl_fetch_settled(c, a->cmd, report.buf, wait < 0 ? 3600 : wait, &found);
+    if (!rc && fwrite(found.body, 1, found.len, stdout) != found.len)
+        rc = CTL_EXIT_ERROR;
+    ctl_resp_free(&found);
+    if (!rc)
+        rc = ctl_fetch_settled(c, a->cmd, u.buf, wait < 0 ? 3600 : wait, &r);
     if (!rc)
         rc = write_file(out, &r);
     if (!rc)

@@ -425,6 +425,43 @@ int store_job_replay(struct store *s, const char *of, const char *side, char id_
     return store_first_id(s, st, rc, id_out);
 }
 
+/* The partial index jobs_replay_pending (schema/012_replay.sql) serves
+ * this query: its WHERE repeats the index's. */
+int store_replays_pending(struct store *s, json_t **ids)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st,
+                         "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_side') = "
+                         "'control' AND json_extract(labels_json, '$.replay_isolated') IS NULL "
+                         "AND state IN ('done', 'cancelled') ORDER BY seq LIMIT 16",
+                         "");
+    *ids = rc ? NULL : json_array();
+    while (!rc && sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(*ids, json_string((const char *)sqlite3_column_text(st, 0)));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_job_label(struct store *s, const char *id, const char *key, const char *value)
+{
+    char path[80];
+    if ((size_t)snprintf(path, sizeof path, "$.%s", key) >= sizeof path)
+        return -ENAMETOOLONG;
+    return store_run(s, "UPDATE jobs SET labels_json = json_set(labels_json, ?2, ?3) WHERE id = ?1",
+                     "ttt", id, path, value);
+}
+
+int store_job_request(struct store *s, const char *id, json_t **out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st, "SELECT request_json FROM jobs WHERE id = ?", "t", id);
+    *out = NULL;
+    if (!rc && (rc = store_step(s, st)) == 0)
+        *out = store_col_json(st, 0);
+    sqlite3_finalize(st);
+    return rc ? rc : *out ? 0 : -EIO;
+}
+
 int store_first_id(struct store *s, sqlite3_stmt *st, int rc, char out[16])
 {
     if (rc == 0 && (rc = store_step(s, st)) == 0)

@@ -210,6 +210,14 @@ int store_commit_jobs(struct store *s, const char *commit, json_t **out);
 /* The newest replay job of OF ("<job>/<cell>") for SIDE ("control" or
  * "head"), by its labels (api/api_replay.c); -ENOENT when none. */
 int store_job_replay(struct store *s, const char *of, const char *side, char id_out[16]);
+/* At most 16 ids of a replay's finished control jobs (labels replay_side
+ * "control") whose isolated pair the replay step has not prepared (no
+ * label replay_isolated), oldest first, into the array *IDS. */
+int store_replays_pending(struct store *s, json_t **ids);
+/* Sets job ID's label KEY to VALUE (a word of capd's own, never a user's). */
+int store_job_label(struct store *s, const char *id, const char *key, const char *value);
+/* The request job ID was created from, as stored (validated, normalized). */
+int store_job_request(struct store *s, const char *id, json_t **out);
 
 /* ---- comparisons ---- */
 struct cmp_side;

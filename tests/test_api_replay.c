@@ -1,10 +1,12 @@
 /*
  * tests/test_api_replay.c - a diverged op's replay and its reproducer
- * (api/api_replay.c, api/repro_archive.c) through a real capd and the fake
+ * (api/api_replay.c, daemon/replay/) through a real capd and the fake
  * runner's per-op stream, whose targeted capture records the op's argument
  * as the real runner does: the op picked from the comparison, the two
- * replay jobs (asked again: the same ones), the archive's files read back
- * byte for byte, and every refusal with the clear error and nothing lost.
+ * replay jobs (asked again: the same ones), the replay step's folder of
+ * the control's arguments and the isolated pair that runs the op alone on
+ * them, the archive's files read back byte for byte, and every refusal
+ * with the clear error and nothing lost.
  * On real torch cells, with repro.py run: tests/test_perop_e2e.c.
  */
 #include <criterion/criterion.h>
@@ -71,6 +73,13 @@ static struct tu_resp get_archive(const char *path)
     cr_assert_eq(tu_http(&af_capd, "GET", path, NULL, 0, NULL, &r), 0);
     cr_assert_eq(r.status, 200, "GET %s: %ld %s", path, r.status, r.body);
     return r;
+}
+
+/* GET URL once it is no longer 409 pending (the replay's jobs, the
+ * isolated pair's included, run): the 200 answer (owned). */
+static json_t *settled(const char *url)
+{
+    return af_get_settled(&af_capd, url, 120);
 }
 
 /* The bytes of file NAME in ustar archive T (N bytes), its size in *LEN;
@@ -168,6 +177,30 @@ Test(replay, the_diverged_op_is_replayed_and_packed)
     json_decref(m);
     tar_file(&t, "repro/repro.py", &n);
     cr_assert(n > 0, "repro.py is in the archive");
+
+    /* the replay step wrote the control's argument, byte for byte the
+     * archive's, and the isolated pair ran the op alone on it: the head's
+     * result moved there too */
+    json_t *rep = settled(replay);
+    const struct jw_want iw[] = {JW_S("isolated.op", "model.0.forward/op.aten::mul.0"),
+                                 JW_S("isolated.control.build", "clean"),
+                                 JW_S("isolated.head.build", "pertop"),
+                                 JW_S("conclusion", "kernel_changed"), JW_S("widths.0", "avx2")};
+    jw_expect_all(rep, iw);
+    json_t *e = jw_find(json_object_get(rep, "per_width"), "width", "avx2");
+    cr_assert_str_eq(jw_str(e, "isolated.verdict"), "diverged", "%s", af_dump(rep));
+    char path[600], got[512];
+    snprintf(path, sizeof path, "%s/data/replays/%s/inputs/arg.0.npy", af_dir, cj);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "the replay step wrote %s", path);
+    size_t gl = fread(got, 1, sizeof got, f);
+    fclose(f);
+    cr_assert(gl == la && memcmp(got, fa, la) == 0, "%s is the archive's argument", path);
+    /* the isolated jobs stand for no commit either */
+    d = af_get_ok("/v1/commits/c0c0c02/diff");
+    cr_assert_str_eq(jw_str(d, "head.job"), head);
+    json_decref(d);
+    json_decref(rep);
     tu_resp_free(&t);
     free(ctl);
     free(head);
@@ -214,6 +247,13 @@ Test(replay, a_named_op_and_its_conflicts)
     af_expect_call_error("POST", p, "{'op':'layer1.0.forward/op.aten::mul.0'}", 409,
                          "idempotency_conflict", "op");
     af_expect_get_error(cell_path(head, "repro"), 422, "no_target_records");
+    /* nothing to run the op alone on: the report says why, from the model
+     * run alone */
+    json_t *rep = settled(p);
+    cr_assert(strstr(jw_str(rep, "isolated.refused"), "hold no records of layer9"), "%s",
+              af_dump(rep));
+    cr_assert_str_eq(jw_str(rep, "conclusion"), "not_reproducible");
+    json_decref(rep);
     free(ctl);
     free(head);
 }
@@ -240,6 +280,14 @@ Test(replay, target_op_is_checked_at_submission)
                  bad[i]);
         af_expect_call_error("POST", "/v1/jobs", body, 400, "invalid_field", "options.target_op");
     }
+    /* target_inputs is capd's own (the replay step's folder), never a
+     * request's */
+    af_expect_call_error("POST", "/v1/jobs",
+                         "{'project':'p','commit':'abcdef1','build':'clean','matrix':{'models':["
+                         "'fake:ops'],'widths':['avx2'],'passes':['forward']},'options':{"
+                         "'granularity':'op','target_op':'layer1.0.forward/op.aten::mul.0',"
+                         "'target_inputs':'/etc'}}",
+                         400, "unknown_field", "options.target_inputs");
     cr_assert_eq(af_count_jobs(), 0);
 }
 
@@ -260,6 +308,11 @@ Test(replay, an_archive_past_repro_max_bytes_is_refused)
     json_decref(af_wait_done(jw_str(r, "head.job")));
     json_decref(r);
     af_expect_get_error(cell_path(head, "repro"), 422, "repro_too_large");
+    /* the isolated pair's folder has the same limit, refused in words */
+    json_t *rep = settled(p);
+    cr_assert(strstr(jw_str(rep, "isolated.refused"), "larger than repro_max_bytes (4096 bytes)"),
+              "%s", af_dump(rep));
+    json_decref(rep);
     free(ctl);
     free(head);
 }
@@ -274,7 +327,7 @@ static json_t *replay_report(const char *replay_url, const char *body)
     json_decref(af_wait_done(jw_str(r, "control.job")));
     json_decref(af_wait_done(jw_str(r, "head.job")));
     json_decref(r);
-    return af_get_ok(replay_url);
+    return settled(replay_url);
 }
 
 /* The width entry of REPORT's per_width for WIDTH (there must be one). */
@@ -283,6 +336,14 @@ static const char *verdict_at(json_t *report, const char *width)
     json_t *e = jw_find(json_object_get(report, "per_width"), "width", width);
     cr_assert_not_null(e, "no width %s in %s", width, af_dump(report));
     return tu_jstr(e, "verdict");
+}
+
+/* The isolated pair's verdict at WIDTH in REPORT. */
+static const char *isolated_at(json_t *report, const char *width)
+{
+    json_t *e = jw_find(json_object_get(report, "per_width"), "width", width);
+    cr_assert_not_null(e, "no width %s in %s", width, af_dump(report));
+    return jw_str(e, "isolated.verdict");
 }
 
 /* capd with the builds "clean" and "h" (fake runner, env HEAD_ENV: JSON
@@ -315,6 +376,8 @@ Test(replay, a_kernel_changed_at_one_width_only)
     jw_expect_all(rep, w);
     cr_assert_str_eq(verdict_at(rep, "avx2"), "kernel_changed");
     cr_assert_str_eq(verdict_at(rep, "default"), "same");
+    cr_assert_str_eq(isolated_at(rep, "avx2"), "diverged");
+    cr_assert_str_eq(isolated_at(rep, "default"), "same");
     cr_assert(json_array_size(json_object_get(rep, "per_width")) >= 2);
     json_decref(rep);
     /* the Markdown says it in words */
@@ -345,6 +408,8 @@ Test(replay, a_fault_upstream_is_inherited)
     };
     jw_expect_all(rep, w);
     cr_assert_str_eq(verdict_at(rep, "avx2"), "inputs_differ");
+    /* on the control's inputs the head's op computes the same */
+    cr_assert_str_eq(isolated_at(rep, "avx2"), "same");
     json_decref(rep);
 }
 
@@ -360,6 +425,7 @@ Test(replay, a_nondeterministic_op_is_not_reproducible)
     cr_assert_str_eq(jw_str(rep, "conclusion"), "not_reproducible");
     cr_assert(strstr(jw_str(rep, "why"), "nondeterministic at"), "%s", jw_str(rep, "why"));
     cr_assert_str_eq(verdict_at(rep, "avx2"), "nondeterministic");
+    cr_assert_str_eq(isolated_at(rep, "avx2"), "nondeterministic");
     json_decref(rep);
 }
 

@@ -80,6 +80,21 @@ function replayPanel(r, x) {
   return box;
 }
 
+/* Each width's verdict: the model run on both builds, and the op alone on
+ * the control's recorded inputs under each build (docs/api.md, "Replay and
+ * repro"). */
+function replayWidths(rep) {
+  const refused = rep.isolated && rep.isolated.refused;
+  const rows = (rep.per_width || []).map((w) => h("tr", { "data-width": w.width },
+    h("td", null, w.width), h("td", null, w.verdict),
+    h("td", { class: "isolated" }, (w.isolated && w.isolated.verdict) || "—")));
+  return [h("table", { id: "replay-widths", class: "small" },
+    h("thead", null, h("tr", null, h("th", null, "width"), h("th", null, "model run"),
+      h("th", null, "op alone on the control's inputs"))),
+    h("tbody", null, rows)),
+  refused ? h("p", { class: "muted", id: "replay-isolated-refused" }, "no isolated replay: " + refused) : ""];
+}
+
 async function fillReplay(box, job, x) {
   try {
     const j = await api("/v1/jobs/" + encodeURIComponent(job));
@@ -91,7 +106,11 @@ async function fillReplay(box, job, x) {
       rep = await api(base + "/replay");
     } catch (e) {
       const code = e.code;
-      if (code === "pending") return clear(box).append(h("p", { class: "muted", "data-state": "pending" }, "replay running…"));
+      if (code === "pending") {
+        // the replay jobs, then the op alone on the control's inputs: look again
+        setTimeout(() => { if (box.isConnected) fillReplay(box, job, x); }, 2000);
+        return clear(box).append(h("p", { class: "muted", "data-state": "pending" }, "replay running…"));
+      }
       if (code !== "no_replay") throw e;
       const ask = h("button", { type: "button", id: "replay-ask" }, "Replay this op on both builds");
       ask.addEventListener("click", async () => {
@@ -114,7 +133,8 @@ async function fillReplay(box, job, x) {
       a.click();
     });
     clear(box).append(h("h3", null, "Replay of " + rep.op),
-      h("p", { id: "replay-conclusion", "data-conclusion": rep.conclusion }, rep.conclusion + where), dl);
+      h("p", { id: "replay-conclusion", "data-conclusion": rep.conclusion }, rep.conclusion + where),
+      ...replayWidths(rep), dl);
   } catch (e) {
     clear(box).append(h("p", { class: "muted" }, "replay unavailable: " + e.message));
   }

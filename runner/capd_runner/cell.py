@@ -73,7 +73,9 @@ def _dtype(torch, name):
 # --- model preparation -------------------------------------------------------
 
 def _build(torch, spec, dtype):
-    from capd_runner import usermodel, zoo
+    from capd_runner import opreplay, usermodel, zoo
+    if opreplay.wanted(spec):  # an op call on recorded inputs, not the cell's model
+        return opreplay.build(spec, dtype)
     name = spec.model
     if usermodel.is_user_model(name):
         try:

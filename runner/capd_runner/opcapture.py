@@ -165,6 +165,13 @@ def op_call_text(func, args, kwargs):
     return text, tensors
 
 
+def _write_returns(func):
+    """Whether a returned value is written in place (an in-place or out=
+    op's result: its input's tensor)."""
+    rets = getattr(getattr(func, "_schema", None), "returns", None) or []
+    return any(bool(getattr(getattr(r, "alias_info", None), "is_write", False)) for r in rets)
+
+
 def _computed_returns(func):
     """Per returned value: False when it is a read-only alias of an input
     (a view), True otherwise; None when the schema says nothing."""
@@ -194,6 +201,7 @@ class OpRecorder(object):
         self.bwd = []  # backward: module calls whose output gradient arrived
         self.counts = {}  # (fqn, call, phase, name) -> calls so far
         self._kinds = {}  # func -> _computed_returns(func)
+        self._written = {}  # func -> _write_returns(func)
         self.mode = None
 
     def start(self):
@@ -278,6 +286,12 @@ class OpRecorder(object):
         finally:
             self.cap.quiet -= 1
 
+    def _writes(self, func):
+        w = self._written.get(func)
+        if w is None:
+            w = self._written[func] = _write_returns(func)
+        return w
+
     def dispatched(self, func, out, pre=None):
         cap = self.cap
         if cap.quiet:
@@ -318,6 +332,13 @@ class OpRecorder(object):
         cap.quiet += 1
         try:
             rec = cap.rec
+            if self._writes(func):
+                # An in-place (or out=) result is its input's tensor, whose
+                # version torch bumps only after this handler returns: a
+                # cached analysis of that version holds the value before
+                # the op ran.
+                for t in tensors:
+                    rec._cache.pop(id(t), None)
             if pre is not None:
                 op = (name, n, pre[0])
                 for i, t in enumerate(pre[1]):

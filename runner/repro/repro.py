@@ -173,6 +173,31 @@ def computed(op, out):
     return acc
 
 
+def layouts(m):
+    """M (the manifest) with each of its ``args`` given the stride and
+    storage offset of its tensor in ``op_call`` where the entry names none
+    (capd's archives keep them there only); returns M."""
+    found = {}
+
+    def walk(x):
+        if isinstance(x, list):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict) and "arg" in x:
+            found.setdefault(x["arg"], x)
+
+    call = m.get("op_call") or {}
+    walk(call.get("args"))
+    for v in (call.get("kwargs") or {}).values():
+        walk(v)
+    for a in m.get("args") or []:
+        leaf = found.get(a.get("index")) or {}
+        for k in ("stride", "storage_offset"):
+            if k not in a and k in leaf:
+                a[k] = leaf[k]
+    return m
+
+
 def run(m, arrays, op, f64):
     """The call's results, arguments made from ARRAYS (float64 when F64)."""
     tensors = []
@@ -255,6 +280,7 @@ def main(argv):
         os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + rest, env)
     if m.get("format") != 1:
         raise Fail("manifest format %r, this script reads format 1" % (m.get("format"),))
+    layouts(m)
     arrays = dict((a["index"], read_npy(os.path.join(o.dir, a["file"]), a["dtype"]))
                   for a in m["args"])
     exp = {}

@@ -466,10 +466,13 @@ test("a diverged op is replayed from its cell's panel, which then says what the 
   await waitJob(r.control.job);
   await waitJob(r.head.job);
   await cellOf();
+  // the panel looks again while the op runs alone on the control's inputs
   const done = page.locator("#replay-conclusion");
-  await done.waitFor();
+  await done.waitFor({ timeout: 120000 });
   assert.equal(await done.getAttribute("data-conclusion"), "kernel_changed");
   assert.match(await done.innerText(), /^kernel_changed at avx2/);
+  const alone = page.locator('#replay-widths tr[data-width="avx2"] td.isolated');
+  assert.notEqual(await alone.innerText(), "—", "the op alone ran at avx2");
   assert.equal(await page.locator("#repro-link").getAttribute("data-url"),
     "/v1/jobs/" + opsPairJob + "/cells/" + cell.id + "/repro");
   await shot(page, "compare-replay.png");

@@ -46,7 +46,10 @@
  *                   first (<target>.arg.0, role arg), and it and the op's
  *                   result carry op_call and full payloads, as the runner's
  *                   targeted capture does. $FAKE_NONDET_KEY names a key the
- *                   stream then reports nondeterministic.
+ *                   stream then reports nondeterministic. With
+ *                   options.target_inputs (the replay step's folder), the
+ *                   manifest's op alone on its recorded argument instead, as
+ *                   model.0.forward/op.<op>.0 (op_replay_stream).
  *   hello_end       hello, env, end ok in one write(2); nothing else. For
  *                   per-cell overhead benchmarks.
  *   stream[:N]      N (default 100000) stats-only tensor frames of a realistic
@@ -210,7 +213,8 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 struct cell {
     const char *model, *width, *pass, *device, *scratch;
     const char *capture, *profile;
-    const char *target_op; /* options.target_op, or NULL */
+    const char *target_op;     /* options.target_op, or NULL */
+    const char *target_inputs; /* options.target_inputs, or NULL */
     json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
     json_int_t timing_pairs, max_timing_rounds;
     json_t *reference; /* the spec's "reference" (paired timing), or NULL */
@@ -660,6 +664,64 @@ static void __attribute__((noreturn)) hang(void)
         pause();
 }
 
+/* The 4 float32 values of DIR/inputs/arg.0.npy (version 1.0, as capd's
+ * replay step writes it); false when it cannot be read. */
+static bool npy_values(const char *dir, float v[4])
+{
+    char path[4200];
+    unsigned char buf[512];
+    snprintf(path, sizeof path, "%s/inputs/arg.0.npy", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    size_t start = n >= 10 ? 10 + (size_t)(buf[8] | buf[9] << 8) : sizeof buf;
+    if (n < 10 || memcmp(buf, "\x93NUMPY\x01", 7) != 0 || start + 16 > n)
+        return false;
+    memcpy(v, buf + start, 16);
+    return true;
+}
+
+/* Option target_inputs (daemon/replay/isolate.h): the op of the manifest's
+ * key alone on the recorded argument, as the runner's op model records it
+ * (model.0.forward/op.<op>.0). The op's result moves by 2^-10 where
+ * $FAKE_PERTURB_KEY names the manifest key's result (and the width
+ * matches), and is reported nondeterministic where $FAKE_NONDET_KEY does. */
+static void op_replay_stream(const struct cell *c)
+{
+    char path[4200], mkey[512] = "", key[600];
+    float v[4];
+    snprintf(path, sizeof path, "%s/manifest.json", c->target_inputs);
+    json_t *m = json_load_file(path, 0, NULL);
+    const char *name = json_string_value(json_object_get(json_object_get(m, "op_call"), "name"));
+    int op = name && strcmp(name, ops_names[1]) == 0 ? 1 : 0;
+    snprintf(mkey, sizeof mkey, "%s.output.0", json_string_value(json_object_get(m, "key")));
+    hello();
+    env_frame(c, effective_width(c));
+    if (!name || !npy_values(c->target_inputs, v)) {
+        json_decref(m);
+        end_frame("failed", "fake_runner: no manifest or inputs in options.target_inputs");
+        out_flush();
+        return;
+    }
+    json_t *call = json_deep_copy(json_object_get(m, "op_call"));
+    snprintf(key, sizeof key, "%s.arg.0", c->target_op);
+    record_call(c, 0, key, "model", "arg", name, v, false, call);
+    ops_apply(op, v);
+    if (perturbed(c, mkey))
+        v[0] += 1.0f / 1024.0f;
+    snprintf(key, sizeof key, "%s.output.0", c->target_op);
+    record_call(c, 1, key, "model", "output", name, v, false, call);
+    const char *nondet = getenv("FAKE_NONDET_KEY");
+    if (nondet && strcmp(nondet, mkey) == 0)
+        emit(json_pack("{s:s,s:[s]}", "kind", "nondeterministic", "keys", key), NULL, 0, false);
+    json_decref(call);
+    json_decref(m);
+    memory();
+    end_frame("ok", NULL);
+    out_flush();
+}
+
 /* hello, env, N layers of (input, op result, output), timing, memory, end
  * ok. A perturbed key moves by 2^-10 and carries into every later layer. */
 static void ops_stream(const struct cell *c, long n)
@@ -1049,6 +1111,7 @@ static json_t *load_spec(struct cell *c)
     c->capture = json_string_value(json_object_get(o, "capture"));
     c->capture = c->capture ? c->capture : "stats";
     c->target_op = json_string_value(json_object_get(o, "target_op"));
+    c->target_inputs = json_string_value(json_object_get(o, "target_inputs"));
     c->profile = json_string_value(json_object_get(o, "profile"));
     c->profile = c->profile ? c->profile : "auto";
 #define OPT_INT(field, dflt)                                                                       \
@@ -1110,7 +1173,7 @@ int main(void)
     if (strcmp(b, "ok") == 0) {
         ok_stream(&c, arg_long(&c, 3), 0, true);
     } else if (strcmp(b, "ops") == 0) {
-        ops_stream(&c, arg_long(&c, 3));
+        c.target_inputs ? op_replay_stream(&c) : ops_stream(&c, arg_long(&c, 3));
     } else if (strcmp(b, "hello_end") == 0) {
         char buf[512];
         int n = snprintf(buf, sizeof(buf),

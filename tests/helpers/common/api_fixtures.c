@@ -591,6 +591,24 @@ void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...)
     va_end(ap);
 }
 
+json_t *af_get_settled(const struct tu_capd *c, const char *path, int timeout_s)
+{
+    for (long i = 0; i < (long)timeout_s * 10; i++) {
+        long st = 0;
+        json_t *r = tu_json((struct tu_capd *)c, "GET", path, NULL, &st);
+        if (st != 409) {
+            char *d = r ? json_dumps(r, JSON_COMPACT) : NULL;
+            cr_assert_eq(st, 200, "GET %s: %ld %s", path, st, d ? d : "");
+            free(d);
+            return r;
+        }
+        json_decref(r);
+        usleep(100 * 1000);
+    }
+    cr_assert_fail("GET %s still pending after %d s", path, timeout_s);
+    return NULL;
+}
+
 json_t *af_find_cell(json_t *result, const char *model, const char *width, const char *pass)
 {
     size_t i;

@@ -132,6 +132,10 @@ json_t *af_wait_done(const char *id);
 json_t *af_wait_job(const struct tu_capd *c, const char *id, int timeout_s);
 /* af_wait_job, TIMEOUT_S each, for the NULL-terminated job ids that follow. */
 void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...);
+/* GET PATH on C once it no longer answers 409 pending (jobs it waits on
+ * still running), polling for up to TIMEOUT_S seconds: the 200 answer
+ * (owned); fails the test on another status or past the time. */
+json_t *af_get_settled(const struct tu_capd *c, const char *path, int timeout_s);
 /* The official-build lane's interpreter ($CAPD_OFFICIAL_PYTHON); without
  * one the test is skipped with the reason ($CAPD_OFFICIAL_SKIP), or fails
  * under CI=true, where the lane must be there. */
