@@ -198,11 +198,6 @@ api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_
     api_cell_records, api_cell_log;
 api_endpoint api_jobs_widths;
 api_endpoint api_cell_replay, api_cell_replay_get, api_cell_repro; /* api/api_replay.c */
-/* Stores the validated job request NORM under idempotency key IDEM (may be
- * NULL) and body hash HASH, within the queue's and the caller's token's
- * quotas (api/api_jobs.c): store_job_create's result, *JOB and *EXISTED. */
-int api_job_store(struct api_req *r, json_t *norm, const char *idem, const char *hash, json_t **job,
-                  bool *existed);
 api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
 api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
 api_endpoint api_devices_list, api_devices_refresh;

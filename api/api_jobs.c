@@ -417,8 +417,11 @@ static enum MHD_Result job_create_error(struct api_req *r, int rc, const char *i
     return api_store_error(r, rc, "job");
 }
 
-int api_job_store(struct api_req *r, json_t *norm, const char *idem, const char *hash, json_t **job,
-                  bool *existed)
+/* Stores the validated job request NORM under idempotency key IDEM (may be
+ * NULL) and body hash HASH, within the queue's and the caller's token's
+ * quotas: store_job_create's result, *JOB and *EXISTED. */
+static int job_store(struct api_req *r, json_t *norm, const char *idem, const char *hash,
+                     json_t **job, bool *existed)
 {
     struct store_job_new n = {.request = norm,
                               .idem_key = idem,
@@ -458,7 +461,7 @@ enum MHD_Result api_jobs_create(struct api_req *r)
     }
     json_t *job = NULL;
     bool existed = false;
-    int rc = api_job_store(r, norm, idem, hash, &job, &existed);
+    int rc = job_store(r, norm, idem, hash, &job, &existed);
     if (rc) {
         ret = job_create_error(r, rc, idem);
         goto out;

@@ -33,36 +33,12 @@
 #include "api/api_int.h"
 #include "api/repro.h"
 #include "compare/cmp.h"
-#include "daemon/cpu/widths.h"
+#include "daemon/replay/auto.h"
 #include "daemon/replay/bundle.h"
 
-/* The op prefix of a per-op record key (its "<op>.<role>.<i>" less the last
- * two parts) into OUT; false when KEY is not one. */
-static bool op_prefix(const char *key, char *out, size_t n)
-{
-    const char *a = key ? strrchr(key, '.') : NULL;
-    if (a == NULL)
-        return false;
-    const char *b = a;
-    while (b > key && b[-1] != '.')
-        b--;
-    if (b == key || (size_t)(b - 1 - key) >= n)
-        return false;
-    snprintf(out, n, "%.*s", (int)(b - 1 - key), key);
-    return api_target_op_valid(out);
-}
-
-/* The op of CELL's comparison row FIELD, if it is a per-op record. */
-static bool row_op(json_t *cell, const char *field, char *out, size_t n)
-{
-    json_t *row = json_object_get(cell, field);
-    return json_is_string(json_object_get(row, "op")) &&
-           op_prefix(json_string_value(json_object_get(row, "key")), out, n);
-}
-
-/* The op to replay in the comparison of CTL and HEAD's cell F: the
- * first_introduced op, else the first divergent one; 0, -ENOENT when the
- * cell has neither, another negative errno when the comparison failed. */
+/* The op to replay in the comparison of CTL and HEAD's cell F
+ * (daemon/replay/auto.h, replay_op_of); 0, -ENOENT when the cell has none,
+ * another negative errno when the comparison failed. */
 static int divergent_op(struct store *s, json_t *ctl, json_t *head,
                         const struct store_cell_filter *f, char *out, size_t n)
 {
@@ -73,79 +49,10 @@ static int divergent_op(struct store *s, json_t *ctl, json_t *head,
     int rc = api_cmp_load(s, ctl, head, f, &in);
     if (!rc)
         rc = api_cmp_run(&in, head, &o, &res);
-    if (!rc) {
-        json_t *cell = json_array_get(json_object_get(res, "cells"), 0);
-        rc = row_op(cell, "first_introduced", out, n) || row_op(cell, "first_divergence", out, n)
-                 ? 0
-                 : -ENOENT;
-    }
+    if (!rc)
+        rc = replay_op_of(json_array_get(json_object_get(res, "cells"), 0), out, n) ? 0 : -ENOENT;
     json_decref(res);
     api_cmp_input_free(&in);
-    return rc;
-}
-
-/* The cell's width, then every other width this host runs (but native,
- * which is whatever the framework picks). */
-static json_t *replay_widths(json_t *cell)
-{
-    json_t *w = json_array(), *table = widths_table_here(), *row;
-    size_t i;
-    const char *own = json_string_value(json_object_get(cell, "width"));
-    json_array_append_new(w, json_string(own));
-    json_array_foreach(table, i, row)
-    {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        if (name && strcmp(name, own) != 0 && strcmp(name, "native") != 0 &&
-            json_is_true(json_object_get(row, "runnable_here")))
-            json_array_append_new(w, json_string(name));
-    }
-    json_decref(table);
-    return w;
-}
-
-/* One side's replay job request: JOB's project, commit and build, CELL's
- * model and pass at its width and every other width the host runs, JOB's
- * options at granularity op with TARGET. */
-static json_t *replay_request(json_t *job, json_t *cell, const char *of, const char *side,
-                              const char *target)
-{
-    json_t *opts = json_deep_copy(json_object_get(job, "options"));
-    if (!json_is_object(opts)) {
-        json_decref(opts);
-        opts = json_object();
-    }
-    json_object_set_new(opts, "granularity", json_string("op"));
-    json_object_set_new(opts, "target_op", json_string(target));
-    json_object_set_new(opts, "iterations", json_integer(0));
-    json_object_set_new(opts, "warmup", json_integer(0));
-    return json_pack("{s:O, s:O, s:O, s:{s:[O], s:o, s:[O]}, s:o, s:{s:s, s:s, s:s}}", "project",
-                     json_object_get(job, "project"), "commit", json_object_get(job, "commit"),
-                     "build", json_object_get(job, "build"), "matrix", "models",
-                     json_object_get(cell, "model"), "widths", replay_widths(cell), "passes",
-                     json_object_get(cell, "pass"), "options", opts, "labels", "replay_of", of,
-                     "replay_side", side, "replay_op", target);
-}
-
-/* Creates (or finds) SIDE's replay job; *out is the job, 0 or a negative
- * errno (-EINVAL: the request did not validate, why in *verr). */
-static int replay_job(struct api_req *r, json_t *job, json_t *cell, const char *of,
-                      const char *side, const char *target, json_t **out, struct api_verr *verr)
-{
-    json_t *req = replay_request(job, cell, of, side, target), *build = NULL, *norm = NULL;
-    int rc = req ? store_build_get(api_store(r), json_string_value(json_object_get(job, "build")),
-                                   &build)
-                 : -ENOMEM;
-    if (!rc && api_validate_job_request(req, build, api_cfg(r), &norm, verr) != 0)
-        rc = -EINVAL;
-    if (!rc) {
-        char idem[160];
-        snprintf(idem, sizeof idem, "replay:%s:%s", of, side);
-        bool existed = false;
-        rc = api_job_store(r, norm, idem, target, out, &existed);
-    }
-    json_decref(req);
-    json_decref(build);
-    json_decref(norm);
     return rc;
 }
 
@@ -211,36 +118,31 @@ enum MHD_Result api_cell_replay(struct api_req *r)
     enum MHD_Result ret;
     json_t *body = api_body_object(r, &ret), *head = NULL, *cell = NULL, *ctl = NULL;
     json_t *jobs[2] = {NULL, NULL};
-    static const char *const sides[2] = {"control", "head"};
-    char op[API_TARGET_OP_MAX + 1], of[64];
+    char op[API_TARGET_OP_MAX + 1];
     if (!body)
         return ret;
     if (!replay_sides(r, &head, &cell, &ctl, &ret) ||
         !replay_op(r, body, ctl, head, cell, op, sizeof op, &ret))
         goto out;
-    snprintf(of, sizeof of, "%s/%s", api_param(r, "id"), api_param(r, "cell"));
-    for (int i = 0; i < 2; i++) {
-        struct api_verr verr = {0};
-        int rc = replay_job(r, i ? head : ctl, cell, of, sides[i], op, &jobs[i], &verr);
-        if (rc == -EINVAL) {
-            ret = api_error(r, 400, verr.code, verr.has_field ? verr.field : NULL,
-                            "the %s's replay job does not validate: %s", sides[i], verr.message);
-            goto out;
-        }
-        if (rc == -EEXIST) {
-            ret = api_error(r, 409, "idempotency_conflict", "op",
-                            "cell %s already has a replay of another op (GET .../repro)", of);
-            goto out;
-        }
-        if (rc) {
-            ret = api_store_error(r, rc, "replay job");
-            goto out;
-        }
+    struct replay_ask a = {ctl,
+                           head,
+                           cell,
+                           op,
+                           r->token_id[0] ? r->token_id : NULL,
+                           api_cfg(r)->max_queued_jobs_per_token};
+    int rc = replay_submit(api_store(r), api_cfg(r), &a, jobs);
+    if (rc == -EEXIST) {
+        ret = api_error(r, 409, "idempotency_conflict", "op",
+                        "cell %s/%s already has a replay of another op (GET .../repro)",
+                        api_param(r, "id"), api_param(r, "cell"));
+    } else if (rc) {
+        ret = api_store_error(r, rc, "replay job");
+    } else {
+        capd_notify_work(api_daemon(r));
+        ret = api_json(r, 202,
+                       json_pack("{s:s, s:o, s:o}", "op", op, "control", api_job_summary(jobs[0]),
+                                 "head", api_job_summary(jobs[1])));
     }
-    capd_notify_work(api_daemon(r));
-    ret = api_json(r, 202,
-                   json_pack("{s:s, s:o, s:o}", "op", op, "control", api_job_summary(jobs[0]),
-                             "head", api_job_summary(jobs[1])));
 out:
     json_decref(body);
     json_decref(head);

@@ -217,7 +217,9 @@ static void conclude(json_t *res, json_t *cells, const char *op, const char *own
             json_decref(changed);
             changed = ich;
             kernel = ikernel;
-            nondet = inondet;
+            /* the model run's nondeterminism still says why, when the op
+             * alone (on fixed inputs and scalars) is deterministic */
+            nondet = inondet ? inondet : n.nondet;
         } else {
             json_decref(ich);
         }

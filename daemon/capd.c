@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "daemon/bisect.h"
+#include "daemon/replay/auto.h"
 #include "daemon/replay/isolate.h"
 #include "daemon/capd.h"
 #include "daemon/host/cpus.h"
@@ -133,8 +134,9 @@ void capd_notify_devices_refresh(struct capd *d)
 static void schedule(struct capd *d, struct store_cell_run *claimed);
 
 /*
- * The scheduler, then the bisections (daemon/bisect.h) and the replays'
- * isolated pairs (daemon/replay/isolate.h) as long as they submit jobs: a probe whose build does
+ * The scheduler, then the bisections (daemon/bisect.h), the automatic
+ * replays (daemon/replay/auto.h) and the replays' isolated pairs
+ * (daemon/replay/isolate.h) as long as they submit jobs: a probe whose build does
  * not start ends inside schedule() without a cell ever running, so nothing else would wake the loop
  * for it. Each pass that goes on created a job, and a bisection creates at most one per commit, so
  * this ends.
@@ -142,7 +144,8 @@ static void schedule(struct capd *d, struct store_cell_run *claimed);
 static void schedule_and_bisect(struct capd *d, struct store_cell_run *claimed)
 {
     schedule(d, claimed);
-    while (!d->stopping && (bisect_step(d->st, &d->cfg) | replay_step(d->st, &d->cfg)))
+    while (!d->stopping && (bisect_step(d->st, &d->cfg) | replay_auto_step(d->st, &d->cfg) |
+                            replay_step(d->st, &d->cfg)))
         schedule(d, NULL);
 }
 

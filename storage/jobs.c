@@ -425,21 +425,38 @@ int store_job_replay(struct store *s, const char *of, const char *side, char id_
     return store_first_id(s, st, rc, id_out);
 }
 
-/* The partial index jobs_replay_pending (schema/012_replay.sql) serves
- * this query: its WHERE repeats the index's. */
-int store_replays_pending(struct store *s, json_t **ids)
+/* The ids the query SQL selects (its first column), into the array *IDS. */
+static int ids_of(struct store *s, const char *sql, json_t **ids)
 {
     sqlite3_stmt *st = NULL;
-    int rc = store_query(s, &st,
-                         "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_side') = "
-                         "'control' AND json_extract(labels_json, '$.replay_isolated') IS NULL "
-                         "AND state IN ('done', 'cancelled') ORDER BY seq LIMIT 16",
-                         "");
+    int rc = store_query(s, &st, sql, "");
     *ids = rc ? NULL : json_array();
     while (!rc && sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(*ids, json_string((const char *)sqlite3_column_text(st, 0)));
     sqlite3_finalize(st);
     return rc;
+}
+
+/* The partial indexes of schema/012_replay.sql serve these queries: their
+ * WHEREs repeat the indexes'. */
+int store_replays_pending(struct store *s, json_t **ids)
+{
+    return ids_of(s,
+                  "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_side') = "
+                  "'control' AND json_extract(labels_json, '$.replay_isolated') IS NULL "
+                  "AND state IN ('done', 'cancelled') ORDER BY seq LIMIT 16",
+                  ids);
+}
+
+int store_replays_auto_pending(struct store *s, json_t **ids)
+{
+    return ids_of(s,
+                  "SELECT id FROM jobs WHERE json_extract(options_json, '$.granularity') = "
+                  "'op' AND json_extract(labels_json, '$.replay_auto') IS NULL AND "
+                  "json_extract(labels_json, '$.replay_of') IS NULL AND state = 'done' AND "
+                  "coalesce(json_extract(options_json, '$.replay'), 'auto') != 'off' "
+                  "ORDER BY seq LIMIT 64",
+                  ids);
 }
 
 int store_job_label(struct store *s, const char *id, const char *key, const char *value)

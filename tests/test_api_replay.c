@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/json_want.h"
@@ -30,21 +31,25 @@ static void builds(void)
     cr_assert_eq(tu_fake_build(&af_capd, "pertop", "{\"FAKE_PERTURB_KEY\":\"" OPSKEY "\"}"), 201);
 }
 
-/* A job of the per-op fake model at avx2, forward, granularity op, of
- * BUILD at COMMIT with CONTROL (or NULL); waited for, its id (owned). */
-static char *op_job(const char *build, const char *commit, const char *control)
+/* A job of MODELS (JSON array items) at WIDTHS (likewise), forward, with OPTIONS
+ * (JSON object text), of BUILD at COMMIT with CONTROL (or NULL); waited
+ * for, its id (owned). */
+static char *ops_job(const char *build, const char *commit, const char *control, const char *models,
+                     const char *widths, const char *options)
 {
-    struct af_job j = {"p",
-                       commit,
-                       control,
-                       build,
-                       "\"fake:ops__3\"",
-                       "\"avx2\"",
-                       "\"forward\"",
-                       "{\"granularity\":\"op\",\"iterations\":0}"};
+    struct af_job j = {"p", commit, control, build, models, widths, "\"forward\"", options};
     char *id = af_submit_job(&af_capd, &j);
     json_decref(af_wait_done(id));
     return id;
+}
+
+/* A job of the per-op fake model at avx2, forward, granularity op, of
+ * BUILD at COMMIT with CONTROL (or NULL), replaying nothing by itself
+ * (option replay off): the tests below ask; waited for, its id (owned). */
+static char *op_job(const char *build, const char *commit, const char *control)
+{
+    return ops_job(build, commit, control, "\"fake:ops__3\"", "\"avx2\"",
+                   "{\"granularity\":\"op\",\"iterations\":0,\"replay\":\"off\"}");
 }
 
 /* "/v1/jobs/JOB/cells/<its first cell>/WHAT" (static). */
@@ -427,6 +432,88 @@ Test(replay, a_nondeterministic_op_is_not_reproducible)
     cr_assert_str_eq(verdict_at(rep, "avx2"), "nondeterministic");
     cr_assert_str_eq(isolated_at(rep, "avx2"), "nondeterministic");
     json_decref(rep);
+}
+
+/* The label the automatic replay leaves on job ID, once it has looked. */
+static char *auto_label(const char *id)
+{
+    for (int i = 0; i < 600; i++) {
+        json_t *j = af_get_job(id);
+        const char *l =
+            json_string_value(json_object_get(json_object_get(j, "labels"), "replay_auto"));
+        char *out = l ? strdup(l) : NULL;
+        json_decref(j);
+        if (out)
+            return out;
+        usleep(100 * 1000);
+    }
+    cr_assert_fail("job %s: no replay_auto label after 60 s", id);
+    return NULL;
+}
+
+/* With the defaults (option replay auto) a head whose op diverged is
+ * replayed without asking; asking again answers the same jobs; a job with
+ * replay off and a control job are looked at and left alone. */
+Test(replay, a_divergence_is_replayed_without_asking)
+{
+    af_start(NULL);
+    builds();
+    static const char *const opts = "{\"granularity\":\"op\",\"iterations\":0}";
+    char *ctl = ops_job("clean", "c0c0c01", NULL, "\"fake:ops__3\"", "\"avx2\"", opts);
+    char *off = ops_job("pertop", "c0c0c0f", "c0c0c01", "\"fake:ops__3\"", "\"avx2\"",
+                        "{\"granularity\":\"op\",\"iterations\":0,\"replay\":\"off\"}");
+    char *head = ops_job("pertop", "c0c0c02", "c0c0c01", "\"fake:ops__3\"", "\"avx2\"", opts);
+    char *l = auto_label(head);
+    cr_assert_str_eq(l, "replayed 1");
+    free(l);
+    l = auto_label(ctl);
+    cr_assert_str_eq(l, "no control job");
+    free(l);
+    /* looked at before the head (older), and left without a label */
+    json_t *j = af_get_job(off);
+    cr_assert_null(json_object_get(json_object_get(j, "labels"), "replay_auto"), "%s", af_dump(j));
+    json_decref(j);
+    af_expect_get_error(cell_path(off, "replay"), 404, "no_replay");
+    char url[256];
+    snprintf(url, sizeof url, "%s", cell_path(head, "replay"));
+    json_t *rep = settled(url);
+    const struct jw_want w[] = {JW_S("op", OP), JW_S("conclusion", "kernel_changed"),
+                                JW_S("isolated.op", "model.0.forward/op.aten::mul.0")};
+    jw_expect_all(rep, w);
+    long st;
+    json_t *r = af_call("POST", url, "{}", &st);
+    cr_assert_eq(st, 202, "%s", af_dump(r));
+    cr_assert_str_eq(jw_str(r, "control.job"), jw_str(rep, "control.job"));
+    cr_assert_str_eq(jw_str(r, "head.job"), jw_str(rep, "head.job"));
+    json_decref(r);
+    json_decref(rep);
+    free(ctl);
+    free(off);
+    free(head);
+}
+
+/* auto replays at most 4 cells of a job, always every one: 6 cells
+ * diverged at layer1's op (three models at default and avx2). */
+Test(replay, auto_replays_four_cells_and_always_every_one)
+{
+    af_start(NULL);
+    builds();
+    static const char *const models = "\"fake:ops__2\",\"fake:ops__3\",\"fake:ops__4\"";
+    static const char *const widths = "\"default\",\"avx2\"";
+    char *ctl = ops_job("clean", "c0c0c01", NULL, models, widths,
+                        "{\"granularity\":\"op\",\"iterations\":0}");
+    char *a = ops_job("pertop", "c0c0c02", "c0c0c01", models, widths,
+                      "{\"granularity\":\"op\",\"iterations\":0}");
+    char *b = ops_job("pertop", "c0c0c03", "c0c0c01", models, widths,
+                      "{\"granularity\":\"op\",\"iterations\":0,\"replay\":\"always\"}");
+    char *la = auto_label(a), *lb = auto_label(b);
+    cr_assert_str_eq(la, "replayed 4");
+    cr_assert_str_eq(lb, "replayed 6");
+    free(la);
+    free(lb);
+    free(ctl);
+    free(a);
+    free(b);
 }
 
 /* capctl repro: the replay, what it found, and the archive written where

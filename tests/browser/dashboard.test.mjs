@@ -170,7 +170,9 @@ before(async () => {
   await api("POST", "/v1/builds", {
     name: "head-ops", python: fake, env: { FAKE_PERTURB_KEY: OPS_PERTURBED }, model_roots: [dir],
   });
-  const opsOptions = { options: { iterations: 12, warmup: 1, capture: "sample", granularity: "op" }, project: "ops" };
+  // replay off: the panel's button asks for the replay (the automatic one is
+  // test_api_replay's)
+  const opsOptions = { options: { iterations: 12, warmup: 1, capture: "sample", granularity: "op", replay: "off" }, project: "ops" };
   opsCtlJob = await submit("ctl", "0b5c0001", [OPS_MODEL], opsOptions);
   const findings = [...STALE, "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp.AVX2.cpp"].map((p) => (
     { kind: "generated_source", path: p, message: "untracked generated dispatch source " + p }));

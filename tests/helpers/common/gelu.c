@@ -14,7 +14,10 @@
 #include "tests/helpers/common/gelu.h"
 #include "tests/helpers/common/testutil.h"
 
-/* A job of one user model at one width, forward, at granularity op. */
+/* A job of one user model at one width, forward, at granularity op,
+ * replaying nothing by itself (option replay off: the replays here are
+ * asked for, and real-torch replays at every width would only slow the
+ * other tests; tests/test_api_replay.c covers replay auto). */
 char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                   const char *width, const char *provenance)
 {
@@ -32,7 +35,7 @@ char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build,
                          "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
                          "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"%s\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"iterations\":2,\"warmup\":0,"
-                         "\"granularity\":\"op\"}%s%s}",
+                         "\"granularity\":\"op\",\"replay\":\"off\"}%s%s}",
                          commit, build, cc, model, width, provenance ? ",\"provenance\":" : "",
                          provenance ? provenance : "");
     cr_assert_eq(st, 201, "submit: %ld", st);
