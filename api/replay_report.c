@@ -28,6 +28,10 @@
  *   diverged          they differ beyond it;
  *   nondeterministic, not_run as above.
  *
+ * and, in isolated.control and isolated.head, each build's result there
+ * graded the same way against the control's output (the control build's
+ * result at the cell's width: cross-width comparisons, grade_builds).
+ *
  * The conclusion: kernel_changed (at the widths listed, with the kernel the
  * comparison names) when the isolated pair's results differ at any width
  * (where the isolated pair did not run, when the model run says so); else
@@ -291,20 +295,25 @@ static char *render(json_t *res, bool md)
         fprintf(f, "\nno isolated replay: %s\n",
                 json_string_value(json_object_get(iso, "refused")));
     fputs(md ? "\n| width | model run | inputs | results | op alone on the control's inputs "
-               "|\n| --- | --- | --- | --- | --- |\n"
+               "| control build vs the control's output | head build vs it |\n"
+               "| --- | --- | --- | --- | --- | --- | --- |\n"
              : "\n",
           f);
     json_array_foreach(json_object_get(res, "per_width"), i, e)
     {
-        const char *alone =
-            json_string_value(json_object_get(json_object_get(e, "isolated"), "verdict"));
+        json_t *alone_e = json_object_get(e, "isolated");
+        const char *alone = json_string_value(json_object_get(alone_e, "verdict"));
+        const char *bc = json_string_value(json_object_get(alone_e, "control"));
+        const char *bh = json_string_value(json_object_get(alone_e, "head"));
         fprintf(f,
-                md ? "| %s | %s | %s | %s | %s |\n"
-                   : "  %s: %s (inputs %s, results %s; op alone: %s)\n",
+                md ? "| %s | %s | %s | %s | %s | %s | %s |\n"
+                   : "  %s: %s (inputs %s, results %s; op alone: %s; against the control's "
+                     "output: control build %s, head build %s)\n",
                 json_string_value(json_object_get(e, "width")),
                 json_string_value(json_object_get(e, "verdict")),
                 json_string_value(json_object_get(e, "inputs")),
-                json_string_value(json_object_get(e, "outputs")), alone ? alone : "none");
+                json_string_value(json_object_get(e, "outputs")), alone ? alone : "none",
+                bc ? bc : "none", bh ? bh : "none");
     }
     if (fclose(f) != 0) {
         free(out);
@@ -334,6 +343,48 @@ static bool compare_pair(struct api_req *r, json_t *ctl, json_t *head, json_t **
     return rc == 0;
 }
 
+/* Each width's isolated results against the control's output (the
+ * control build's result at the cell's width OWN), per build: into each
+ * PER_WIDTH entry's isolated.control and isolated.head (same,
+ * within_reference, diverged...). False, having replied, on a failure. */
+static bool grade_builds(struct api_req *r, const struct api_replay_jobs *j, const char *own,
+                         const char *iop, json_t *per_width, enum MHD_Result *ret)
+{
+    static const char *const side[2] = {"control", "head"};
+    for (int s = 0; s < 2; s++) {
+        json_t *hj = s ? j->ihead : j->ictl, *e;
+        struct api_cmp_input in = {0};
+        struct cmp_options o;
+        size_t i;
+        cmp_options_init(&o);
+        if (api_job_options_refused(r, hj, &o, ret))
+            return false;
+        o.include_tensors = true;
+        snprintf(o.control_width, sizeof o.control_width, "%s", own);
+        int rc = api_cmp_load(api_store(r), j->ictl, hj, &(struct store_cell_filter){0}, &in);
+        json_array_foreach(per_width, i, e)
+        {
+            json_t *res = NULL, *iso = json_object_get(e, "isolated");
+            snprintf(o.head_width, sizeof o.head_width, "%s",
+                     json_string_value(json_object_get(e, "width")));
+            if (!rc && json_is_object(iso))
+                rc = api_cmp_run(&in, hj, &o, &res);
+            json_t *cell = json_array_get(json_object_get(res, "cells"), 0);
+            struct target_rows t;
+            if (!rc && json_is_object(iso))
+                json_object_set_new(
+                    iso, side[s], json_string(cell ? isolated_verdict(cell, iop, &t) : "not_run"));
+            json_decref(res);
+        }
+        api_cmp_input_free(&in);
+        if (rc) {
+            *ret = api_cmp_failed(r, rc);
+            return false;
+        }
+    }
+    return true;
+}
+
 enum MHD_Result api_replay_report(struct api_req *r, const struct api_replay_jobs *j,
                                   const char *width)
 {
@@ -360,6 +411,11 @@ enum MHD_Result api_replay_report(struct api_req *r, const struct api_replay_job
                             : json_null());
     conclude(res, json_object_get(cmp, "cells"), op ? op : "", width,
              json_object_get(icmp, "cells"), iop ? iop : "");
+    if (icmp &&
+        !grade_builds(r, j, width, iop ? iop : "", json_object_get(res, "per_width"), &ret)) {
+        json_decref(res);
+        goto out;
+    }
     if (fmt == API_FORMAT_JSON) {
         ret = api_json(r, 200, res);
     } else {

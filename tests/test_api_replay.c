@@ -383,6 +383,14 @@ Test(replay, a_kernel_changed_at_one_width_only)
     cr_assert_str_eq(verdict_at(rep, "default"), "same");
     cr_assert_str_eq(isolated_at(rep, "avx2"), "diverged");
     cr_assert_str_eq(isolated_at(rep, "default"), "same");
+    /* each build at each width against the control's output (its build at
+     * the cell's width, avx2): only the head's at avx2 departs */
+    json_t *a = jw_find(json_object_get(rep, "per_width"), "width", "avx2");
+    json_t *d = jw_find(json_object_get(rep, "per_width"), "width", "default");
+    cr_assert_str_eq(jw_str(a, "isolated.control"), "same", "%s", af_dump(rep));
+    cr_assert_str_eq(jw_str(a, "isolated.head"), "diverged", "%s", af_dump(rep));
+    cr_assert_str_eq(jw_str(d, "isolated.control"), "same", "%s", af_dump(rep));
+    cr_assert_str_eq(jw_str(d, "isolated.head"), "same", "%s", af_dump(rep));
     cr_assert(json_array_size(json_object_get(rep, "per_width")) >= 2);
     json_decref(rep);
     /* the Markdown says it in words */

@@ -233,6 +233,10 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
     const char *alone = jw_str(own, "isolated.verdict");
     cr_assert(!strcmp(alone, "diverged") || !strcmp(alone, "within_reference"), "%s", reps);
     cr_assert_str_eq(jw_str(dflt, "isolated.verdict"), "same", "%s", reps);
+    /* against the control's output: the control build at the cell's width
+     * is it; the gelu build there departs from it */
+    cr_assert_str_eq(jw_str(own, "isolated.control"), "same", "%s", reps);
+    cr_assert_str_neq(jw_str(own, "isolated.head"), "same", "%s", reps);
     cr_assert_str_eq(jw_str(rep, "isolated.op"), "model.0.forward/op.aten::gelu.0", "%s", reps);
     free(reps);
     json_decref(rep);

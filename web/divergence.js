@@ -85,12 +85,15 @@ function replayPanel(r, x) {
  * repro"). */
 function replayWidths(rep) {
   const refused = rep.isolated && rep.isolated.refused;
+  const iso = (w, k) => (w.isolated && w.isolated[k]) || "—";
   const rows = (rep.per_width || []).map((w) => h("tr", { "data-width": w.width },
     h("td", null, w.width), h("td", null, w.verdict),
-    h("td", { class: "isolated" }, (w.isolated && w.isolated.verdict) || "—")));
+    h("td", { class: "isolated" }, iso(w, "verdict")),
+    h("td", { class: "vs-control" }, iso(w, "control")), h("td", { class: "vs-head" }, iso(w, "head"))));
   return [h("table", { id: "replay-widths", class: "small" },
     h("thead", null, h("tr", null, h("th", null, "width"), h("th", null, "model run"),
-      h("th", null, "op alone on the control's inputs"))),
+      h("th", null, "op alone on the control's inputs"),
+      h("th", null, "control build vs the control's output"), h("th", null, "head build vs it"))),
     h("tbody", null, rows)),
   refused ? h("p", { class: "muted", id: "replay-isolated-refused" }, "no isolated replay: " + refused) : ""];
 }
