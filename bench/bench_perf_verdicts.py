@@ -134,8 +134,17 @@ def verdicts(capd, control_job, head_job):
     if st != 200:
         raise SystemExit("bench_perf_verdicts: compare: %d %s" % (st, r))
     return [(c["model"], c["pass"], (c.get("perf") or {}).get("verdict"),
-             where((c.get("perf") or {}).get("profile"))) for c in r["cells"]
+             where((c.get("perf") or {}).get("profile")), alarm(c)) for c in r["cells"]
             if c["status"] != "not_run"]
+
+
+def alarm(c):
+    """What an A/A alarm looked like (the cell, its design, ratio, interval
+    and spread), for telling host drift from the verdict's rule."""
+    p = c.get("perf") or {}
+    return {"cell": "%s/%s/%s" % (c["model"], c["width"], c["pass"]), "design": p.get("design"),
+            "ratio": p.get("ratio"), "ci99": p.get("ci99"), "spread": p.get("spread"),
+            "n": [p.get("n_control"), p.get("n_head")]}
 
 
 def where(profile):
@@ -162,6 +171,7 @@ def aa_figures(vs):
     """Alarms, verdict counts and the share of `same` of A/A cell verdicts."""
     return {"cell_verdicts": len(vs),
             "alarms": sum(1 for v in vs if v[2] in ("regression", "improvement")),
+            "alarm_cells": [v[4] for v in vs if v[2] in ("regression", "improvement")],
             "verdicts": count(vs),
             "same_share": (sum(1 for v in vs if v[2] == "same") / float(len(vs))) if vs else None}
 
