@@ -86,11 +86,12 @@ static void after_cb(uv_work_t *w, int status)
         log_info("retention",
                  "jobs=%lld kept=%lld pruned_jobs=%lld records_detached=%lld "
                  "blobs_deleted=%lld bytes_freed=%lld logs_deleted=%lld log_bytes_freed=%lld "
-                 "duration_ms=%lld",
+                 "replays_deleted=%lld replay_bytes_freed=%lld duration_ms=%lld",
                  (long long)r->cur.jobs, (long long)r->cur.jobs_kept, (long long)r->cur.jobs_pruned,
                  (long long)r->cur.records_detached, (long long)r->cur.blobs_deleted,
                  (long long)r->cur.bytes_freed, (long long)r->cur.logs_deleted,
-                 (long long)r->cur.log_bytes_freed, (long long)r->run_ms);
+                 (long long)r->cur.log_bytes_freed, (long long)r->cur.replays_deleted,
+                 (long long)r->cur.replay_bytes_freed, (long long)r->run_ms);
     } else if (status == 0 && r->run_rc == -ECANCELED) {
         log_info("retention_stopped", "pruned_jobs=%lld", (long long)r->cur.jobs_pruned);
     } else if (status == 0) {

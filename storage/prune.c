@@ -18,6 +18,7 @@
 
 #include "storage/layout.h"
 #include "storage/store_int.h"
+#include "util/fs.h"
 #include "util/path.h"
 
 /* A prune transaction is committed after this many detached records (the
@@ -261,24 +262,44 @@ static void remove_log_dir(const char *dir, const char *name, bool dry,
         rmdir(sub);
 }
 
+/* Removes DATA/replays/NAME/ (DIR is DATA/replays), the folder of a
+ * replay's recorded arguments (daemon/replay/isolate.h), and counts it and
+ * its bytes; only counts when DRY. */
+static void remove_replay_dir(const char *dir, const char *name, bool dry,
+                              struct store_prune_report *r)
+{
+    char sub[UTIL_PATH_MAX];
+    if (util_path_join(sub, dir, name) != 0)
+        return;
+    r->replay_bytes_freed += util_tree_bytes(sub);
+    r->replays_deleted++;
+    if (!dry)
+        util_rm_tree(sub);
+}
+
 /*
- * Cell logs of the jobs not kept whole: DATA/logs/<job>/ goes as a whole.
- * No row names a log, so the database does not change; but the kept set
- * is recomputed under the write lock of each batch and the files are
- * removed while it is held, so a job posted meanwhile that names an old
- * commit as its control saves that commit's logs, exactly as it saves its
- * payloads. A job not kept has no cell queued or running, so none of its
- * logs is being written. A backup holds DATA/logs shared while it copies;
- * then nothing is deleted and the next run does it. Counts only when DRY.
+ * What a job not kept whole has on disk beside its payloads, one folder
+ * per job named by its id, going as a whole: DATA/logs/<job>/ (cell logs,
+ * REMOVE remove_log_dir) and DATA/replays/<job>/ (a replay's recorded
+ * arguments, remove_replay_dir). No row names them, so the database does
+ * not change; but the kept set is recomputed under the write lock of each
+ * batch and the files are removed while it is held, so a job posted
+ * meanwhile that names an old commit as its control saves that commit's
+ * folders, exactly as it saves its payloads. A job not kept has no cell
+ * queued or running, so none of them is being written or read. A backup
+ * holds DATA/logs shared while it copies; then nothing is deleted and the
+ * next run does it. Counts only when DRY.
  */
-static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
-                      struct store_prune_report *r)
+static int prune_job_dirs(struct store *s, const char *sub,
+                          void (*remove)(const char *, const char *, bool,
+                                         struct store_prune_report *),
+                          int keep, bool dry, const int *stop, struct store_prune_report *r)
 {
     char top[PATH_MAX];
     sqlite3_stmt *st = NULL;
     DIR *d;
     bool more = true;
-    int lock = -1, rc = open_swept_dir(s, "logs", dry, top, &d, &lock);
+    int lock = -1, rc = open_swept_dir(s, sub, dry, top, &d, &lock);
     if (rc)
         return rc > 0 ? 0 : rc;
     while (rc == 0 && more) {
@@ -308,7 +329,7 @@ static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
                 rc = store_rc(s, src);
                 break;
             }
-            remove_log_dir(top, e->d_name, dry, r);
+            remove(top, e->d_name, dry, r);
             if (++jobs >= PRUNE_TXN_JOBS) {
                 more = true;
                 break;
@@ -321,6 +342,13 @@ static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
     store__dir_unlock(lock);
     closedir(d);
     return rc;
+}
+
+static int prune_logs(struct store *s, int keep, bool dry, const int *stop,
+                      struct store_prune_report *r)
+{
+    int rc = prune_job_dirs(s, "logs", remove_log_dir, keep, dry, stop, r);
+    return rc ? rc : prune_job_dirs(s, "replays", remove_replay_dir, keep, dry, stop, r);
 }
 
 /*

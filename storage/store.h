@@ -306,15 +306,17 @@ struct store_prune_opts {
     const int *stop;
 };
 struct store_prune_report {
-    int64_t jobs, jobs_kept;  /* all jobs; jobs of kept commits */
-    int64_t jobs_pruned;      /* jobs whose payload references were dropped */
-    int64_t records_detached; /* records that lost their payload reference */
-    int64_t blobs_deleted;    /* payload files (and rows) deleted */
-    int64_t orphans_deleted;  /* payload files no row named (crash leftovers) */
-    int64_t bytes_freed;      /* stored (compressed) bytes of both */
-    int64_t logs_deleted;     /* cell log files of jobs not kept */
-    int64_t log_bytes_freed;  /* their bytes */
-    char error[256];          /* what failed, when store_prune does not return 0 */
+    int64_t jobs, jobs_kept;    /* all jobs; jobs of kept commits */
+    int64_t jobs_pruned;        /* jobs whose payload references were dropped */
+    int64_t records_detached;   /* records that lost their payload reference */
+    int64_t blobs_deleted;      /* payload files (and rows) deleted */
+    int64_t orphans_deleted;    /* payload files no row named (crash leftovers) */
+    int64_t bytes_freed;        /* stored (compressed) bytes of both */
+    int64_t logs_deleted;       /* cell log files of jobs not kept */
+    int64_t log_bytes_freed;    /* their bytes */
+    int64_t replays_deleted;    /* replay folders (<data_dir>/replays/<job>/) of jobs not kept */
+    int64_t replay_bytes_freed; /* their bytes */
+    char error[256];            /* what failed, when store_prune does not return 0 */
 };
 int store_prune(struct store *s, const struct store_prune_opts *o, struct store_prune_report *r);
 

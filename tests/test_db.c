@@ -486,6 +486,16 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         cr_assert(exists("%s/logs/%s", e.data, all[i]), "log directory of %s", all[i]);
 
+    /* A replay's folder of recorded arguments (daemon/replay/isolate.h)
+     * for a job that goes and one that stays: 100 + 25 bytes each. */
+    const char *rep[] = {f1, m1};
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(tu_sh("mkdir -p '%s/replays/%s/inputs' && head -c 100 /dev/zero > "
+                           "'%s/replays/%s/inputs/arg.0.npy' && printf '{\"format\": 1, "
+                           "\"args\": []}' > '%s/replays/%s/manifest.json'",
+                           e.data, rep[i], e.data, rep[i], e.data, rep[i]),
+                     0);
+
     /* A dry run says what a real run does, and changes nothing. */
     json_t *dry = NULL, *real = NULL;
     char *err = NULL;
@@ -512,9 +522,13 @@ Test(db, prune_keeps_controls_and_newest_heads, .timeout = 300)
     cr_assert_eq(jint(real, "orphans_deleted"), 0);
     cr_assert_eq(jint(real, "bytes_freed"), bytes4);
     cr_assert_eq(jint(real, "logs_deleted"), 2, "the cell logs of f1 and f2");
+    cr_assert_eq(jint(real, "replays_deleted"), 1, "f1's replay folder");
+    cr_assert_eq(jint(real, "replay_bytes_freed"), 125, "its two files");
+    cr_assert(!exists("%s/replays/%s", e.data, f1), "f1's replay folder is gone");
+    cr_assert(exists("%s/replays/%s/inputs/arg.0.npy", e.data, m1), "m1's stays");
     static const char *const same[] = {
-        "jobs",          "jobs_kept",   "jobs_pruned",  "records_detached",
-        "blobs_deleted", "bytes_freed", "logs_deleted", "log_bytes_freed"};
+        "jobs",        "jobs_kept",    "jobs_pruned",     "records_detached", "blobs_deleted",
+        "bytes_freed", "logs_deleted", "log_bytes_freed", "replays_deleted",  "replay_bytes_freed"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         cr_assert_eq(jint(dry, same[i]), jint(real, same[i]), "dry run's %s", same[i]);
 

@@ -47,6 +47,27 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
+/* nftw's callbacks take no context: util_tree_bytes's sum, one walk at a
+ * time per thread. */
+static _Thread_local long long tree_bytes;
+
+static int add_bytes(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (type == FTW_F && S_ISREG(sb->st_mode))
+        tree_bytes += (long long)sb->st_size;
+    return 0;
+}
+
+long long util_tree_bytes(const char *dir)
+{
+    tree_bytes = 0;
+    if (strlen(dir) >= UTIL_PATH_MAX || nftw(dir, add_bytes, 16, FTW_PHYS) != 0)
+        return 0;
+    return tree_bytes;
+}
+
 int util_rm_tree(const char *dir)
 {
     if (strlen(dir) >= UTIL_PATH_MAX)

@@ -22,6 +22,10 @@ int util_mkdir_p(const char *path, mode_t mode);
  * 0, or the first error the walk itself met. */
 int util_rm_tree(const char *dir);
 
+/* The bytes of the regular files in and below DIR, never following a
+ * symbolic link; 0 when DIR cannot be walked. */
+long long util_tree_bytes(const char *dir);
+
 /* Reads the whole file PATH, or what is left of the open FD, into a
  * malloc'd, NUL-terminated buffer (*OUT, its length in *LEN_OUT, which may
  * be NULL). A regular file's buffer is sized once from its length, so its

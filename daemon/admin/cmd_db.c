@@ -283,21 +283,24 @@ static int do_prune(const struct db_args *a)
     store_close(s);
     if (a->as_json)
         emit_json(json_pack(
-            "{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
+            "{s:b,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "dry_run", a->dry_run,
             "keep_heads_per_branch", a->keep_heads, "jobs", (json_int_t)r.jobs, "jobs_kept",
             (json_int_t)r.jobs_kept, "jobs_pruned", (json_int_t)r.jobs_pruned, "records_detached",
             (json_int_t)r.records_detached, "blobs_deleted", (json_int_t)r.blobs_deleted,
             "orphans_deleted", (json_int_t)r.orphans_deleted, "bytes_freed",
             (json_int_t)r.bytes_freed, "logs_deleted", (json_int_t)r.logs_deleted,
-            "log_bytes_freed", (json_int_t)r.log_bytes_freed));
+            "log_bytes_freed", (json_int_t)r.log_bytes_freed, "replays_deleted",
+            (json_int_t)r.replays_deleted, "replay_bytes_freed", (json_int_t)r.replay_bytes_freed));
     fprintf(stderr,
             "capd: %s %lld of %lld jobs kept whole (controls and the newest %d commits per "
             "branch); payloads of %lld jobs %s: %lld record references, %lld payload files and "
-            "%lld orphaned files, %lld bytes; %lld cell logs, %lld bytes\n",
+            "%lld orphaned files, %lld bytes; %lld cell logs, %lld bytes; %lld replay folders, "
+            "%lld bytes\n",
             a->dry_run ? "dry run:" : "pruned:", (long long)r.jobs_kept, (long long)r.jobs,
             a->keep_heads, (long long)r.jobs_pruned, a->dry_run ? "would go" : "dropped",
             (long long)r.records_detached, (long long)r.blobs_deleted, (long long)r.orphans_deleted,
-            (long long)r.bytes_freed, (long long)r.logs_deleted, (long long)r.log_bytes_freed);
+            (long long)r.bytes_freed, (long long)r.logs_deleted, (long long)r.log_bytes_freed,
+            (long long)r.replays_deleted, (long long)r.replay_bytes_freed);
     return 0;
 }
 
