@@ -127,22 +127,26 @@ static bool check_memory_option(struct api_verr *err, json_t *o, json_t *out, ui
     return true;
 }
 
-/* options.target_op: one op call whose inputs and outputs the runner records
- * in full (api/api_replay.c), at granularity op only. */
+/* options.target_op: one op call (at granularity op) or one module's
+ * forward call whose inputs and outputs the runner records in full
+ * (api/api_replay.c). */
 static bool check_target_op(struct api_verr *err, json_t *o, json_t *out)
 {
     json_t *x = json_object_get(o, "target_op");
     if (!x)
         return true;
-    if (!json_is_string(x) || !api_target_op_valid(json_string_value(x)))
+    enum api_target kind =
+        json_is_string(x) ? api_target_kind(json_string_value(x)) : API_TARGET_NONE;
+    if (kind == API_TARGET_NONE)
         return api_verr_set(err, "invalid_field", "options.target_op",
-                            "options.target_op must name one op call: "
-                            "<module>.<call>.<phase>/op.<aten name>.<n>, at most %d bytes",
+                            "options.target_op must name one op call, "
+                            "<module>.<call>.<phase>/op.<aten name>.<n>, or one module's forward "
+                            "call, <module>.<call>.forward, at most %d bytes",
                             API_TARGET_OP_MAX);
     const char *g = json_string_value(json_object_get(out, "granularity"));
-    if (!g || strcmp(g, "op") != 0)
+    if (kind == API_TARGET_OP && (!g || strcmp(g, "op") != 0))
         return api_verr_set(err, "invalid_field", "options.target_op",
-                            "options.target_op needs options.granularity op");
+                            "options.target_op names an op call: it needs options.granularity op");
     json_object_set(out, "target_op", x);
     return true;
 }

@@ -5,26 +5,28 @@
  *
  * POST /v1/jobs/{id}/cells/{cell}/replay takes a head job's cell, finds its
  * control (the job's control_commit, else its branch's, as the commit diff
- * does), picks the op to replay (the body's "op", else the op of the cell's
- * first_introduced, else of its first divergence, from the comparison at
- * the job's options) and submits two replay jobs: the cell's model, width
- * and pass, once with the control's build at the control's commit and once
- * with the head's, each at granularity op with option target_op naming the
- * op, and iterations 0 (numerics only). Their labels say what they replay
+ * does), picks the unit to replay (the body's "op", else the cell's
+ * divergence as daemon/replay/auto.h's replay_unit_of picks it from the
+ * comparison at the job's options: an op call, or a module's forward call)
+ * and submits two replay jobs: the cell's model, width and pass, once with
+ * the control's build at the control's commit and once with the head's,
+ * each with option target_op naming the unit (at granularity op for an op
+ * call), and iterations 0 (numerics only). Their labels say what they replay
  * (replay_of "<job>/<cell>", replay_side, replay_op); a replay job stands
  * for no commit (storage/jobs.c). Each side's job is created under the
  * idempotency key "replay:<job>/<cell>:<side>", so asking again answers the
  * same jobs, and asking for another op is 409 idempotency_conflict.
  *
  * Once the control's replay job is done, the daemon's replay step
- * (daemon/replay/isolate.h) writes the op's recorded arguments into a
- * folder and submits the isolated pair: the op alone on those inputs under
- * each build at every width (replay_side control_isolated, head_isolated).
+ * (daemon/replay/isolate.h) writes the unit's recorded inputs into a
+ * folder and submits the isolated pair: the op (or module) alone on those
+ * inputs under each build at every width (replay_side control_isolated,
+ * head_isolated).
  *
  * GET /v1/jobs/{id}/cells/{cell}/replay answers once all are done
  * (api/replay_report.c). GET .../repro answers, once both replay jobs are
  * done, the reproducer (daemon/replay/bundle.h): a tar of repro.py, the
- * control's recorded inputs of the op and both sides' outputs.
+ * control's recorded inputs of the unit and both sides' outputs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,8 +38,8 @@
 #include "daemon/replay/auto.h"
 #include "daemon/replay/bundle.h"
 
-/* The op to replay in the comparison of CTL and HEAD's cell F
- * (daemon/replay/auto.h, replay_op_of); 0, -ENOENT when the cell has none,
+/* The op call or module call to replay in the comparison of CTL and HEAD's
+ * cell F (daemon/replay/auto.h, replay_unit_of); 0, -ENOENT when the cell has none,
  * another negative errno when the comparison failed. */
 static int divergent_op(struct store *s, json_t *ctl, json_t *head,
                         const struct store_cell_filter *f, char *out, size_t n)
@@ -50,7 +52,7 @@ static int divergent_op(struct store *s, json_t *ctl, json_t *head,
     if (!rc)
         rc = api_cmp_run(&in, head, &o, &res);
     if (!rc)
-        rc = replay_op_of(json_array_get(json_object_get(res, "cells"), 0), out, n) ? 0 : -ENOENT;
+        rc = replay_unit_of(json_array_get(json_object_get(res, "cells"), 0), out, n) ? 0 : -ENOENT;
     json_decref(res);
     api_cmp_input_free(&in);
     return rc;
@@ -89,10 +91,11 @@ static bool replay_op(struct api_req *r, json_t *body, json_t *ctl, json_t *head
     json_t *named = json_object_get(body, "op");
     if (named) {
         const char *v = json_string_value(named);
-        if (!v || !api_target_op_valid(v)) {
+        if (!v || api_target_kind(v) == API_TARGET_NONE) {
             *ret = api_error(r, 400, "invalid_field", "op",
-                             "op must name one op call: <module>.<call>.<phase>/op.<aten "
-                             "name>.<n>, at most %d bytes",
+                             "op must name one op call, <module>.<call>.<phase>/op.<aten "
+                             "name>.<n>, or one module's forward call, <module>.<call>.forward, "
+                             "at most %d bytes",
                              API_TARGET_OP_MAX);
             return false;
         }
@@ -105,8 +108,9 @@ static bool replay_op(struct api_req *r, json_t *body, json_t *ctl, json_t *head
     int rc = divergent_op(api_store(r), ctl, head, &f, op, n);
     if (rc == -ENOENT)
         *ret = api_error(r, 409, "no_op_divergence", NULL,
-                         "cell %s has no per-op divergence to replay: compare it at granularity "
-                         "op, or name the op in the body",
+                         "cell %s has no divergence to replay (none, or only in the backward "
+                         "pass of a job at granularity module: compare it at granularity op), or "
+                         "name the op or module call in the body",
                          api_param(r, "cell"));
     else if (rc)
         *ret = api_cmp_failed(r, rc);
@@ -132,9 +136,10 @@ enum MHD_Result api_cell_replay(struct api_req *r)
                            api_cfg(r)->max_queued_jobs_per_token};
     int rc = replay_submit(api_store(r), api_cfg(r), &a, jobs);
     if (rc == -EEXIST) {
-        ret = api_error(r, 409, "idempotency_conflict", "op",
-                        "cell %s/%s already has a replay of another op (GET .../repro)",
-                        api_param(r, "id"), api_param(r, "cell"));
+        ret = api_error(
+            r, 409, "idempotency_conflict", "op",
+            "cell %s/%s already has a replay of another op or module call (GET .../repro)",
+            api_param(r, "id"), api_param(r, "cell"));
     } else if (rc) {
         ret = api_store_error(r, rc, "replay job");
     } else {

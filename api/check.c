@@ -51,35 +51,45 @@ bool api_valid_text(const char *s, size_t max)
     return j != NULL;
 }
 
-/* The op a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>". */
-bool api_target_op_valid(const char *s)
+/* Whether S up to END is "<module>.<call>.<phase>": a module name, a call
+ * number, phase forward (or backward when BACKWARD). */
+static bool module_call(const char *s, const char *end, bool backward)
 {
-    if (!api_valid_text(s, API_TARGET_OP_MAX))
-        return false;
-    const char *mark = strstr(s, "/op.");
-    if (mark == NULL || mark == s)
-        return false;
-    /* ".<call>.<phase>" before the mark */
-    const char *p = mark;
+    const char *p = end;
     while (p > s && p[-1] != '.')
         p--;
-    if (p == mark || p - s < 3 ||
-        (strncmp(p, "forward/", 8) != 0 && strncmp(p, "backward/", 9) != 0))
+    size_t len = (size_t)(end - p);
+    if (p == end || p - s < 3 ||
+        !((len == 7 && strncmp(p, "forward", 7) == 0) ||
+          (backward && len == 8 && strncmp(p, "backward", 8) == 0)))
         return false;
     const char *q = p - 1; /* the '.' before the phase */
     const char *d = q;
     while (d > s && d[-1] >= '0' && d[-1] <= '9')
         d--;
-    if (d == q || d == s || d[-1] != '.')
-        return false;
+    return d != q && d != s && d[-1] == '.';
+}
+
+/* What a target_op names: "<module>.<call>.<phase>/op.<aten name>.<n>",
+ * or "<module>.<call>.forward". */
+enum api_target api_target_kind(const char *s)
+{
+    if (!api_valid_text(s, API_TARGET_OP_MAX))
+        return API_TARGET_NONE;
+    const char *mark = strstr(s, "/op.");
+    if (mark == NULL)
+        return !strchr(s, '/') && module_call(s, s + strlen(s), false) ? API_TARGET_MODULE
+                                                                       : API_TARGET_NONE;
+    if (mark == s || !module_call(s, mark, true))
+        return API_TARGET_NONE;
     /* "<aten name>.<n>" after it */
     const char *tail = mark + 4, *dot = strrchr(tail, '.');
     if (dot == NULL || dot == tail || dot[1] == '\0')
-        return false;
+        return API_TARGET_NONE;
     for (const char *c = dot + 1; *c; c++)
         if (*c < '0' || *c > '9')
-            return false;
-    return true;
+            return API_TARGET_NONE;
+    return API_TARGET_OP;
 }
 
 bool api_one_of(const char *s, const char *const *set)

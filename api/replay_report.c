@@ -3,10 +3,11 @@
  * /v1/jobs/{id}/cells/{cell}/replay; docs/api.md, "Replay and repro").
  *
  * The two replay jobs ran the cell's model on each build at every width
- * the host runs (the model run), recording the target op call's arguments and results in
- * full. They are compared like any two jobs (the head job's options: its
- * tolerances and reference arbiter), and for each width the target's rows
- * say what happened there:
+ * the host runs (the model run), recording the target unit's inputs and
+ * results in full: an op call's arguments (role arg), or a module's
+ * forward call's inputs (role input); "unit" says which, "op" names it. They are compared like any
+ * two jobs (the head job's options: its tolerances and reference arbiter), and for each width the
+ * target's rows say what happened there:
  *
  *   same            its arguments and its results are identical;
  *   kernel_changed  identical arguments, other results: the head's op
@@ -17,10 +18,10 @@
  *                   one build;
  *   not_run         the op call did not run there (or the cell failed).
  *
- * The isolated pair (daemon/replay/isolate.h) ran the op alone on the
- * control's recorded arguments under each build at every width, judged
- * against a float64 evaluation of the op on the same arguments (option
- * reference float64). Its verdict per width, under "isolated":
+ * The isolated pair (daemon/replay/isolate.h) ran the unit alone on the
+ * control's recorded inputs under each build at every width, judged
+ * against a float64 evaluation of it on the same inputs (option reference
+ * float64). Its verdict per width, under "isolated":
  *
  *   same              both builds' results are identical;
  *   within_reference  they differ, the head within the float64 reference's
@@ -81,7 +82,8 @@ static struct target_rows target_rows(json_t *cell, const char *op)
         if (!key || strncmp(key, op, n) != 0 || key[n] != '.')
             continue;
         int k = rank(json_string_value(json_object_get(row, "status")));
-        bool arg = strncmp(key + n, ".arg.", 5) == 0;
+        /* an op call's arguments, a module call's inputs */
+        bool arg = strncmp(key + n, ".arg.", 5) == 0 || strncmp(key + n, ".input.", 7) == 0;
         int *worst = arg ? &t.args : &t.outs;
         *worst = k > *worst ? k : *worst;
         double rel = json_real_value(json_object_get(row, "max_rel"));
@@ -235,7 +237,7 @@ static void conclude(json_t *res, json_t *cells, const char *op, const char *own
     else if (strcmp(n.own, "inputs_differ") == 0)
         c = "inherited";
     else if (!ran && !iran)
-        why = "the op call did not run in the replay at any width (or its cells failed)";
+        why = "the unit did not run in the replay at any width (or its cells failed)";
     else if (nondet && snprintf(buf, sizeof buf,
                                 "nondeterministic at %s: one build's own runs "
                                 "differ",
@@ -265,12 +267,13 @@ static char *render(json_t *res, bool md)
         return NULL;
     const char *c = json_string_value(json_object_get(res, "conclusion"));
     const char *q = md ? "`" : "";
+    const char *unit = json_string_value(json_object_get(res, "unit"));
     fprintf(f, "%sreplay of %s%s%s: %s\n\n", md ? "## " : "", q,
             json_string_value(json_object_get(res, "op")), q, c);
     if (strcmp(c, "kernel_changed") == 0) {
         json_t *k = json_object_get(res, "kernel"), *w;
         size_t i;
-        fputs("the head's op computes something else from the same inputs at", f);
+        fprintf(f, "the head's %s computes something else from the same inputs at", unit);
         json_array_foreach(json_object_get(res, "widths"), i, w)
             fprintf(f, "%s %s", i ? "," : "", json_string_value(w));
         /* a DispatchStub by name; a BLAS, oneDNN or native kernel by its
@@ -284,7 +287,7 @@ static char *render(json_t *res, bool md)
             fprintf(f, "; %s kernel, %s", kind, file);
         fputc('\n', f);
     } else if (strcmp(c, "inherited") == 0) {
-        fprintf(f, "the op's inputs had already drifted: upstream %s%s%s\n", q,
+        fprintf(f, "the %s's inputs had already drifted: upstream %s%s%s\n", unit, q,
                 json_string_value(json_object_get(json_object_get(res, "upstream"), "key")), q);
     } else {
         fprintf(f, "%s\n", json_string_value(json_object_get(res, "why")));
@@ -294,25 +297,29 @@ static char *render(json_t *res, bool md)
     if (json_is_string(json_object_get(iso, "refused")))
         fprintf(f, "\nno isolated replay: %s\n",
                 json_string_value(json_object_get(iso, "refused")));
-    fputs(md ? "\n| width | model run | inputs | results | op alone on the control's inputs "
-               "| control build vs the control's output | head build vs it |\n"
-               "| --- | --- | --- | --- | --- | --- | --- |\n"
-             : "\n",
-          f);
+    if (md)
+        fprintf(f,
+                "\n| width | model run | inputs | results | %s alone on the control's inputs "
+                "| control build vs the control's output | head build vs it |\n"
+                "| --- | --- | --- | --- | --- | --- | --- |\n",
+                unit);
+    else
+        fputc('\n', f);
     json_array_foreach(json_object_get(res, "per_width"), i, e)
     {
         json_t *alone_e = json_object_get(e, "isolated");
         const char *alone = json_string_value(json_object_get(alone_e, "verdict"));
         const char *bc = json_string_value(json_object_get(alone_e, "control"));
         const char *bh = json_string_value(json_object_get(alone_e, "head"));
+        /* the text says which unit ran alone, the Markdown's header does */
         fprintf(f,
-                md ? "| %s | %s | %s | %s | %s | %s | %s |\n"
-                   : "  %s: %s (inputs %s, results %s; op alone: %s; against the control's "
+                md ? "| %s | %s | %s | %s | %.0s%s | %s | %s |\n"
+                   : "  %s: %s (inputs %s, results %s; %s alone: %s; against the control's "
                      "output: control build %s, head build %s)\n",
                 json_string_value(json_object_get(e, "width")),
                 json_string_value(json_object_get(e, "verdict")),
                 json_string_value(json_object_get(e, "inputs")),
-                json_string_value(json_object_get(e, "outputs")), alone ? alone : "none",
+                json_string_value(json_object_get(e, "outputs")), unit, alone ? alone : "none",
                 bc ? bc : "none", bh ? bh : "none");
     }
     if (fclose(f) != 0) {
@@ -401,7 +408,8 @@ enum MHD_Result api_replay_report(struct api_req *r, const struct api_replay_job
         (j->ictl && j->ihead && !compare_pair(r, j->ictl, j->ihead, &icmp, &ret)))
         goto out;
     json_t *res =
-        json_pack("{s:s, s:s, s:o, s:o, s:[]}", "op", op ? op : "", "cell_width", width, "control",
+        json_pack("{s:s, s:s, s:s, s:o, s:o, s:[]}", "op", op ? op : "", "unit",
+                  op && !strstr(op, "/op.") ? "module" : "op", "cell_width", width, "control",
                   api_job_summary(j->ctl), "head", api_job_summary(j->head), "per_width");
     json_object_set_new(res, "isolated",
                         j->refused ? json_pack("{s:s}", "refused", j->refused)

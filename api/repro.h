@@ -20,10 +20,12 @@ struct api_req;
 /* The longest target_op (and body "op") accepted. */
 #define API_TARGET_OP_MAX 512
 
-/* Whether S names one op call: "<module>.<call>.<phase>/op.<aten name>.<n>",
- * phase forward or backward, printable, at most API_TARGET_OP_MAX bytes
- * (api/check.c, with the other checks of a request's words). */
-bool api_target_op_valid(const char *s);
+/* What S names, printable and at most API_TARGET_OP_MAX bytes (api/check.c,
+ * with the other checks of a request's words): one op call,
+ * "<module>.<call>.<phase>/op.<aten name>.<n>" (phase forward or backward),
+ * or one module's forward call, "<module>.<call>.forward"; else none. */
+enum api_target { API_TARGET_NONE, API_TARGET_OP, API_TARGET_MODULE };
+enum api_target api_target_kind(const char *s);
 
 /* A replay's finished jobs: the control's and the head's (the model run
  * at every width), and the isolated pair (the op alone on the control's

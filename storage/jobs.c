@@ -437,8 +437,8 @@ static int ids_of(struct store *s, const char *sql, json_t **ids)
     return rc;
 }
 
-/* The partial indexes of schema/012_replay.sql serve these queries: their
- * WHEREs repeat the indexes'. */
+/* The partial indexes of schema/012_replay.sql and 013_replay_modules.sql
+ * serve these queries: their WHEREs repeat the indexes'. */
 int store_replays_pending(struct store *s, json_t **ids)
 {
     return ids_of(s,
@@ -451,10 +451,10 @@ int store_replays_pending(struct store *s, json_t **ids)
 int store_replays_auto_pending(struct store *s, json_t **ids)
 {
     return ids_of(s,
-                  "SELECT id FROM jobs WHERE json_extract(options_json, '$.granularity') = "
-                  "'op' AND json_extract(labels_json, '$.replay_auto') IS NULL AND "
-                  "json_extract(labels_json, '$.replay_of') IS NULL AND state = 'done' AND "
-                  "coalesce(json_extract(options_json, '$.replay'), 'auto') != 'off' "
+                  "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_auto') IS NULL "
+                  "AND json_extract(labels_json, '$.replay_of') IS NULL AND "
+                  "coalesce(json_extract(options_json, '$.replay'), 'auto') != 'off' AND "
+                  "state = 'done' "
                   "ORDER BY seq LIMIT 64",
                   ids);
 }

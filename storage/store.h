@@ -214,7 +214,7 @@ int store_job_replay(struct store *s, const char *of, const char *side, char id_
  * "control") whose isolated pair the replay step has not prepared (no
  * label replay_isolated), oldest first, into the array *IDS. */
 int store_replays_pending(struct store *s, json_t **ids);
-/* At most 64 ids of finished jobs at granularity op, option replay not
+/* At most 64 ids of finished jobs, option replay not
  * off, not replay jobs, that the automatic replay has not looked at (no
  * label replay_auto), oldest first (daemon/replay/auto.h). */
 int store_replays_auto_pending(struct store *s, json_t **ids);

@@ -263,13 +263,18 @@ Test(replay, a_named_op_and_its_conflicts)
     free(head);
 }
 
-/* options.target_op: one op call's name, at granularity op only. */
+/* options.target_op: one op call's name (at granularity op only), or one
+ * module's forward call. */
 Test(replay, target_op_is_checked_at_submission)
 {
     af_start(NULL);
     builds();
     static const char *const bad[] = {
         "{'granularity':'op','target_op':'layer1.0.forward.output.0'}",
+        "{'target_op':'layer1.0.backward'}",
+        "{'target_op':'layer1.forward'}",
+        "{'target_op':'0.forward'}",
+        "{'target_op':'layer1.0.forward/x'}",
         "{'granularity':'op','target_op':'layer1.x.forward/op.aten::mul.0'}",
         "{'granularity':'op','target_op':'layer1.0.sideways/op.aten::mul.0'}",
         "{'granularity':'op','target_op':'layer1.0.forward/op.aten::mul'}",
@@ -294,6 +299,20 @@ Test(replay, target_op_is_checked_at_submission)
                          "'target_inputs':'/etc'}}",
                          400, "unknown_field", "options.target_inputs");
     cr_assert_eq(af_count_jobs(), 0);
+    /* a module's forward call, at either granularity; stored as given */
+    static const char *const good[] = {"{'target_op':'layer1.0.forward'}",
+                                       "{'granularity':'op','target_op':'model.2.forward'}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        json_t *job = af_post_job(201,
+                                  "{'project':'p','commit':'abcdef%zu','build':'clean','matrix':{"
+                                  "'models':['fake:ops'],'widths':['avx2'],'passes':['forward']},"
+                                  "'options':%s}",
+                                  i, good[i]);
+        cr_assert_str_eq(jw_str(json_object_get(job, "options"), "target_op"),
+                         i ? "model.2.forward" : "layer1.0.forward");
+        json_decref(job);
+    }
+    cr_assert_eq(af_count_jobs(), 2);
 }
 
 /* repro_max_bytes: an archive past it is refused whole, never cut. */

@@ -51,7 +51,8 @@ static void start(struct env *e, const char *const *extra)
     cr_assert_eq(tu_fake_build(&e->c, "fake", NULL), 201);
 }
 
-/* Posts a one-cell job of MODEL on the fake build and returns its id. */
+/* Posts a one-cell job of MODEL on the fake build and returns its id;
+ * replaying nothing by itself (the fixtures count their jobs' records). */
 static char *submit(struct env *e, const char *commit, const char *branch, const char *control,
                     const char *model, int seed)
 {
@@ -65,7 +66,7 @@ static char *submit(struct env *e, const char *commit, const char *branch, const
                          "{\"project\":\"p\",\"commit\":\"%s\",%s%s\"build\":\"fake\","
                          "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"avx2\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"capture\":\"sample\","
-                         "\"seed\":%d}}",
+                         "\"seed\":%d,\"replay\":\"off\"}}",
                          commit, br, cc, model, seed);
     const char *id = json_string_value(json_object_get(j, "id"));
     cr_assert_eq(st, 201, "job of %s posted", commit);

@@ -38,11 +38,14 @@ static void register_builds(struct tu_capd *c)
 /* How long one job of real PyTorch cells may take. */
 #define JOB_S 900
 
+/* A job replaying nothing by itself: its replays' real cells would run
+ * beside the timings these tests compare (tests/test_perop_e2e.c replays). */
 static char *submit(struct tu_capd *c, const char *build, const char *commit, const char *control,
                     const char *models, const char *widths, const char *passes)
 {
-    struct af_job job = {"pytorch", commit, control, build,
-                         models,    widths, passes,  "{\"iterations\":30,\"warmup\":5}"};
+    struct af_job job = {
+        "pytorch", commit, control, build,
+        models,    widths, passes,  "{\"iterations\":30,\"warmup\":5,\"replay\":\"off\"}"};
     return af_submit_job(c, &job);
 }
 

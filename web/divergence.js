@@ -70,19 +70,22 @@ function opOrigin(o) {
       o.op + " " + side + " in " + o.module + " (call " + o.call + ", " + o.phase + ")" + link)];
 }
 
-/* The replay of the cell's op: what it found and its reproducer, a
- * button that asks for it, or nothing when no op diverged. */
+/* The replay of the cell's unit (the op where the error came in, else at
+ * granularity module the module call of a forward divergence): what it
+ * found and its reproducer, a button that asks for it, or nothing when
+ * there is no unit. */
 function replayPanel(r, x) {
   const box = h("div", { id: "replay" });
-  const op = (x.first_introduced && x.first_introduced.op) || (x.first_divergence && x.first_divergence.op);
-  if (!op || !r.head || !r.head.job) return box;
-  fillReplay(box, r.head.job, x);
+  const rows = [x.first_introduced, x.first_divergence].filter(Boolean);
+  const unit = rows.some((d) => d.op) ? "op" : rows.some((d) => d.phase === "forward") ? "layer" : null;
+  if (!unit || !r.head || !r.head.job) return box;
+  fillReplay(box, r.head.job, x, unit);
   return box;
 }
 
-/* Each width's verdict: the model run on both builds, and the op alone on
- * the control's recorded inputs under each build (docs/api.md, "Replay and
- * repro"). */
+/* Each width's verdict: the model run on both builds, and the unit (op or
+ * module) alone on the control's recorded inputs under each build
+ * (docs/api.md, "Replay and repro"). */
 function replayWidths(rep) {
   const refused = rep.isolated && rep.isolated.refused;
   const iso = (w, k) => (w.isolated && w.isolated[k]) || "—";
@@ -92,13 +95,13 @@ function replayWidths(rep) {
     h("td", { class: "vs-control" }, iso(w, "control")), h("td", { class: "vs-head" }, iso(w, "head"))));
   return [h("table", { id: "replay-widths", class: "small" },
     h("thead", null, h("tr", null, h("th", null, "width"), h("th", null, "model run"),
-      h("th", null, "op alone on the control's inputs"),
+      h("th", null, (rep.unit || "op") + " alone on the control's inputs"),
       h("th", null, "control build vs the control's output"), h("th", null, "head build vs it"))),
     h("tbody", null, rows)),
   refused ? h("p", { class: "muted", id: "replay-isolated-refused" }, "no isolated replay: " + refused) : ""];
 }
 
-async function fillReplay(box, job, x) {
+async function fillReplay(box, job, x, unit) {
   try {
     const j = await api("/v1/jobs/" + encodeURIComponent(job));
     const cell = (j.cells || []).find((c) => c.model === x.model && c.width === x.width && c.pass === x.pass);
@@ -110,16 +113,16 @@ async function fillReplay(box, job, x) {
     } catch (e) {
       const code = e.code;
       if (code === "pending") {
-        // the replay jobs, then the op alone on the control's inputs: look again
-        setTimeout(() => { if (box.isConnected) fillReplay(box, job, x); }, 2000);
+        // the replay jobs, then the unit alone on the control's inputs: look again
+        setTimeout(() => { if (box.isConnected) fillReplay(box, job, x, unit); }, 2000);
         return clear(box).append(h("p", { class: "muted", "data-state": "pending" }, "replay running…"));
       }
       if (code !== "no_replay") throw e;
-      const ask = h("button", { type: "button", id: "replay-ask" }, "Replay this op on both builds");
+      const ask = h("button", { type: "button", id: "replay-ask" }, "Replay this " + unit + " on both builds");
       ask.addEventListener("click", async () => {
         try {
           await api(base + "/replay", { method: "POST", body: {} });
-          fillReplay(box, job, x);
+          fillReplay(box, job, x, unit);
         } catch (e) {
           box.append(h("p", { class: "muted", id: "replay-error" }, "replay refused: " + e.message));
         }

@@ -37,9 +37,26 @@ static bool row_op(json_t *cell, const char *field, char *out, size_t n)
            op_prefix(json_string_value(json_object_get(row, "key")), out, n);
 }
 
-bool replay_op_of(json_t *cell, char *out, size_t n)
+/* The forward call of the module a module record names (no op record),
+ * "<module>.<call>.forward", into OUT. */
+static bool row_module(json_t *cell, const char *field, char *out, size_t n)
 {
-    return row_op(cell, "first_introduced", out, n) || row_op(cell, "first_divergence", out, n);
+    json_t *row = json_object_get(cell, field);
+    const char *mod = json_string_value(json_object_get(row, "module"));
+    const char *phase = json_string_value(json_object_get(row, "phase"));
+    json_t *call = json_object_get(row, "call");
+    if (!mod || !phase || strcmp(phase, "forward") != 0 || !json_is_integer(call) ||
+        json_object_get(row, "op") || strncmp(mod, "ref.", 4) == 0)
+        return false;
+    int len = snprintf(out, n, "%s.%lld.forward", mod, (long long)json_integer_value(call));
+    return len > 0 && (size_t)len < n && len <= REPLAY_OP_MAX && !strchr(out, '/');
+}
+
+bool replay_unit_of(json_t *cell, char *out, size_t n)
+{
+    return row_op(cell, "first_introduced", out, n) || row_op(cell, "first_divergence", out, n) ||
+           row_module(cell, "first_introduced", out, n) ||
+           row_module(cell, "first_divergence", out, n);
 }
 
 /* ------------------------------------------------------------ submit */
@@ -65,7 +82,7 @@ static json_t *replay_widths(json_t *cell)
 
 /* One side's replay job request: JOB's project, commit and build, CELL's
  * model and pass at its width and every other width the host runs, JOB's
- * options at granularity op with TARGET. */
+ * options with TARGET (at granularity op for an op call). */
 static json_t *replay_request(json_t *job, json_t *cell, const char *of, const char *side,
                               const char *target)
 {
@@ -74,7 +91,8 @@ static json_t *replay_request(json_t *job, json_t *cell, const char *of, const c
         json_decref(opts);
         opts = json_object();
     }
-    json_object_set_new(opts, "granularity", json_string("op"));
+    if (strstr(target, "/op."))
+        json_object_set_new(opts, "granularity", json_string("op"));
     json_object_set_new(opts, "target_op", json_string(target));
     json_object_set_new(opts, "iterations", json_integer(0));
     json_object_set_new(opts, "warmup", json_integer(0));
@@ -177,33 +195,51 @@ static json_t *head_cell(json_t *head, json_t *res)
     return NULL;
 }
 
-/* Replays the cells of the comparison CMP whose error came in at an op;
- * their number into *N. */
+/* Whether the unit OP of compared cell RES was replayed already in this
+ * look, for another pass of the same model and width (a forward unit
+ * replays the same in a backward cell): remembered in SEEN. */
+static bool seen_before(json_t *seen, json_t *res, const char *op)
+{
+    if (strstr(op, ".backward/op.")) /* module units are all forward */
+        return false;
+    char k[REPLAY_OP_MAX + 200];
+    snprintf(k, sizeof k, "%s\x1f%s\x1f%s", json_string_value(json_object_get(res, "model")),
+             json_string_value(json_object_get(res, "width")), op);
+    if (json_object_get(seen, k))
+        return true;
+    json_object_set_new(seen, k, json_true());
+    return false;
+}
+
+/* Replays the cells of the comparison CMP that have a unit to replay, a
+ * forward unit once per model and width; their number into *N. */
 static int replay_cells(struct store *st, const struct capd_config *cfg, json_t *ctl, json_t *head,
                         json_t *cmp, int *n)
 {
     const char *mode =
         json_string_value(json_object_get(json_object_get(head, "options"), "replay"));
     bool all = mode && strcmp(mode, "always") == 0;
-    json_t *res;
+    json_t *res, *seen = json_object();
     size_t i;
-    int rc = 0;
+    int rc = seen ? 0 : -ENOMEM;
     *n = 0;
     json_array_foreach(json_object_get(cmp, "cells"), i, res)
     {
         char op[REPLAY_OP_MAX + 1];
         json_t *cell = head_cell(head, res), *jobs[2] = {NULL, NULL};
-        if (rc || (!all && *n >= REPLAY_AUTO_CELLS) || !cell || !replay_op_of(res, op, sizeof op))
+        if (rc || (!all && *n >= REPLAY_AUTO_CELLS) || !cell ||
+            !replay_unit_of(res, op, sizeof op) || seen_before(seen, res, op))
             continue;
         struct replay_ask a = {ctl, head, cell, op, NULL, 0};
         rc = replay_submit(st, cfg, &a, jobs);
-        if (rc == -EEXIST) /* replayed already, for another op: by hand */
+        if (rc == -EEXIST) /* replayed already, for another unit: by hand */
             rc = 0;
         else if (!rc)
             ++*n;
         json_decref(jobs[0]);
         json_decref(jobs[1]);
     }
+    json_decref(seen);
     return rc;
 }
 
@@ -231,7 +267,7 @@ static int look(struct store *st, const struct capd_config *cfg, const char *id,
     if (!rc && n)
         snprintf(label, len, "replayed %d", n);
     else if (!rc)
-        snprintf(label, len, "no op divergence");
+        snprintf(label, len, "nothing to replay");
     else if (rc != -EAGAIN)
         snprintf(label, len, "refused: %s", strerror(-rc));
 out:

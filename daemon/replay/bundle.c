@@ -152,7 +152,7 @@ static int npy_add(struct sink *k, const char *name, const json_t *header, const
 /* What one side gave the bundle. */
 struct side {
     const char *name;           /* "control", "head" */
-    const char *target;         /* the op key its records carry */
+    const char *target;         /* the unit's key its records carry */
     json_t *job, *cell, *files; /* files: the manifest's list of this side's arrays */
 };
 
@@ -208,8 +208,9 @@ static int add_record(struct gather *g, json_t *header, const char *file, json_t
     return rc;
 }
 
-/* One tensor record of the target op call: its arguments (the control's
- * only: the reproducer runs on the control's inputs) and results. */
+/* One tensor record of the target unit: its inputs (an op call's
+ * arguments, a module call's inputs: the control's only, the reproducer
+ * runs on the control's inputs) and results. */
 static int take_record(struct gather *g, struct side *sd, json_t *h)
 {
     const char *key = json_string_value(json_object_get(h, "key"));
@@ -217,7 +218,8 @@ static int take_record(struct gather *g, struct side *sd, json_t *h)
     if (!key || strncmp(key, sd->target, tl) != 0 || key[tl] != '.')
         return 0;
     const char *role = json_string_value(json_object_get(h, "role"));
-    bool arg = role && strcmp(role, "arg") == 0;
+    /* an op call's arguments, a module call's inputs */
+    bool arg = role && (strcmp(role, "arg") == 0 || strcmp(role, "input") == 0);
     bool ctl = strcmp(sd->name, "control") == 0;
     if (ctl && !g->op_call && json_is_object(json_object_get(h, "op_call")))
         g->op_call = json_incref(json_object_get(h, "op_call"));
@@ -273,19 +275,40 @@ static json_t *build_identity(const struct side *sd)
                      json_object_get(sd->job, "provenance"));
 }
 
+/* What the manifest says of the unit: an op call's op_call, or a module
+ * call's module and call (its key "<module>.<call>.forward"). */
+static int add_unit(json_t *m, const char *key, json_t *op_call)
+{
+    if (strstr(key, "/op."))
+        return json_object_set_new(m, "unit", json_string("op")) ||
+               json_object_set(m, "op_call", op_call);
+    const char *end = strrchr(key, '.'), *dot = end;
+    while (dot > key && dot[-1] != '.')
+        dot--;
+    if (dot <= key + 1)
+        return -1;
+    return json_object_set_new(m, "unit", json_string("module")) ||
+           json_object_set_new(m, "module", json_stringn(key, (size_t)(dot - 1 - key))) ||
+           json_object_set_new(m, "call", json_integer(strtoll(dot, NULL, 10)));
+}
+
 static int add_manifest(struct gather *g, const struct side *c, const struct side *h)
 {
     const char *width = json_string_value(json_object_get(c->cell, "width"));
     json_t *env = width ? width_env(width) : NULL; /* borrowed */
     json_t *opts = json_object_get(c->job, "options");
-    json_t *m = json_pack(
-        "{s:i, s:s, s:O, s:O, s:{s:O, s:O, s:O, s:O*, s:O*}, s:{s:O, s:O}, s:o, s:{s:o, s:o}}",
-        "format", 1, "key", c->target, "op_call", g->op_call, "args", g->args, "cell", "model",
-        json_object_get(c->cell, "model"), "width", json_object_get(c->cell, "width"), "pass",
-        json_object_get(c->cell, "pass"), "dtype", json_object_get(opts, "dtype"), "seed",
-        json_object_get(opts, "seed"), "expected", "control", c->files, "head", h->files,
-        "width_env", env ? json_deep_copy(env) : json_object(), "builds", "control",
-        build_identity(c), "head", build_identity(h));
+    json_t *m =
+        json_pack("{s:i, s:s, s:O, s:{s:O, s:O, s:O, s:O*, s:O*}, s:{s:O, s:O}, s:o, s:{s:o, s:o}}",
+                  "format", 1, "key", c->target, "args", g->args, "cell", "model",
+                  json_object_get(c->cell, "model"), "width", json_object_get(c->cell, "width"),
+                  "pass", json_object_get(c->cell, "pass"), "dtype", json_object_get(opts, "dtype"),
+                  "seed", json_object_get(opts, "seed"), "expected", "control", c->files, "head",
+                  h->files, "width_env", env ? json_deep_copy(env) : json_object(), "builds",
+                  "control", build_identity(c), "head", build_identity(h));
+    if (m && add_unit(m, c->target, g->op_call) != 0) {
+        json_decref(m);
+        m = NULL;
+    }
     char *text = m ? json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     int rc = text ? g->k->add(g->k, "manifest.json", text, strlen(text)) : -ENOMEM;
     free(text);
@@ -318,12 +341,13 @@ static int gather(struct repro_bundle *b, struct sink *k)
         rc = read_side(&g, &c);
     if (!rc && h.job)
         rc = read_side(&g, &h);
-    if (!rc &&
-        (!g.op_call || json_array_size(c.files) == 0 || (h.job && json_array_size(h.files) == 0)))
+    bool op = strstr(c.target, "/op.") != NULL;
+    if (!rc && ((op && !g.op_call) || json_array_size(c.files) == 0 ||
+                (h.job && json_array_size(h.files) == 0)))
         rc = refuse(b, -EINVAL,
-                    "the replay jobs hold no records of %s's call with its arguments (did the op "
+                    "the replay jobs hold no records of %s's call with its inputs (did the %s "
                     "run at this cell's width and pass? see the replay jobs' cell notes)",
-                    c.target);
+                    c.target, op ? "op" : "module");
     if (!rc)
         rc = add_manifest(&g, &c, &h);
     if (!rc)

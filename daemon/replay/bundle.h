@@ -1,14 +1,17 @@
 /*
- * daemon/replay/bundle.h - the files of a replayed op's reproducer, from
- * the replay jobs' target records (docs/api.md, "Replay and repro").
+ * daemon/replay/bundle.h - the files of a replayed unit's reproducer (an
+ * op call, or a module's forward call), from the replay jobs' target
+ * records (docs/api.md, "Replay and repro").
  *
  * A bundle is these files, named relative to its folder:
  *
  *   repro.py                      the runner's runner/repro/repro.py
- *   manifest.json                 the op call, its arguments, the expected
- *                                 outputs, the cell, the width's
+ *   manifest.json                 the unit ("op": its op_call; "module":
+ *                                 its module and call), its inputs, the
+ *                                 expected outputs, the cell, the width's
  *                                 environment, both builds
- *   inputs/arg.<i>.npy            the control's recorded inputs
+ *   inputs/arg.<i>.npy            the control's recorded inputs (an op's
+ *                                 arguments, role arg; a module's, input)
  *   expected/<side>.<role>.<i>.npy each side's recorded outputs
  *
  * .npy files are version 1.0, C-contiguous, little-endian (bfloat16 as
@@ -28,7 +31,7 @@
 #include "util/buf.h"
 
 /* One side of a bundle: a finished replay job (its first cell, the
- * replayed cell's width) and the op key its records carry. */
+ * replayed cell's width) and the unit's key its records carry. */
 struct repro_side {
     json_t *job;
     const char *target;

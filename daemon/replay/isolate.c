@@ -1,7 +1,7 @@
 /*
  * daemon/replay/isolate.c - the replay step (isolate.h): the control's
- * recorded arguments of the op into a folder a cell reads, then the
- * isolated pair of jobs.
+ * recorded inputs of the unit (an op call's arguments, a module call's
+ * inputs) into a folder a cell reads, then the isolated pair of jobs.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -14,13 +14,17 @@
 #include "util/fs.h"
 #include "util/log.h"
 
-/* The op model's one call of the op TARGET names ("<module>.<call>.
- * <phase>/op.<aten name>.<n>"): "model.0.forward/op.<aten name>.0". */
-static bool op_model_key(const char *target, char *out, size_t n)
+/* The key of the unit TARGET names in the isolated cells: an op call
+ * ("<module>.<call>.<phase>/op.<aten name>.<n>") is the op model's one
+ * call, "model.0.forward/op.<aten name>.0"; a module's forward call
+ * ("<module>.<call>.forward") is itself (the cell runs its own model). */
+static bool isolated_key(const char *target, char *out, size_t n)
 {
     const char *op = strstr(target, "/op.");
-    const char *dot = op ? strrchr(op, '.') : NULL;
-    if (!op || dot <= op + 4)
+    if (!op)
+        return (size_t)snprintf(out, n, "%s", target) < n;
+    const char *dot = strrchr(op, '.');
+    if (dot <= op + 4)
         return false;
     return (size_t)snprintf(out, n, "model.0.forward/op.%.*s.0", (int)(dot - op - 4), op + 4) < n;
 }
@@ -84,8 +88,8 @@ static int refuse(struct prep *p, const char *fmt, ...)
     return -EINVAL;
 }
 
-/* The op's arguments into P's folder; -EINVAL with the reason when there
- * are none to write. */
+/* The unit's recorded inputs into P's folder; -EINVAL with the reason when
+ * there are none to write. */
 static int write_inputs(struct store *st, const struct capd_config *cfg, struct prep *p,
                         json_t *job)
 {
@@ -107,7 +111,7 @@ static int write_inputs(struct store *st, const struct capd_config *cfg, struct 
     if (rc == -EINVAL)
         return refuse(p, "%s", b.why);
     if (rc == -E2BIG)
-        return refuse(p, "the op's arguments are larger than repro_max_bytes (%llu bytes)",
+        return refuse(p, "the recorded inputs are larger than repro_max_bytes (%llu bytes)",
                       (unsigned long long)cfg->repro_max_bytes);
     if (rc)
         return refuse(p, "cannot write %s: %s", p->dir, b.why[0] ? b.why : strerror(-rc));
@@ -123,8 +127,8 @@ static int prepare(struct store *st, const struct capd_config *cfg, struct prep 
     json_t *labels = json_object_get(job, "labels");
     p->of = json_string_value(json_object_get(labels, "replay_of"));
     p->op = json_string_value(json_object_get(labels, "replay_op"));
-    if (!rc && (!p->of || !p->op || !op_model_key(p->op, p->key, sizeof p->key)))
-        rc = refuse(p, "the replay job names no op call");
+    if (!rc && (!p->of || !p->op || !isolated_key(p->op, p->key, sizeof p->key)))
+        rc = refuse(p, "the replay job names no op or module call");
     else if (!rc && strcmp(json_string_value(json_object_get(job, "state")), "done") != 0)
         rc = refuse(p, "the control's replay job was cancelled");
     else if (!rc && store_job_replay(st, p->of, "head", p->head) != 0)

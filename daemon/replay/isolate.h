@@ -1,22 +1,26 @@
 /*
- * daemon/replay/isolate.h - the replay step: the op alone on the control's
- * recorded arguments (docs/api.md, "Replay and repro").
+ * daemon/replay/isolate.h - the replay step: the unit (an op call, or a
+ * module's forward call) alone on the control's recorded inputs
+ * (docs/api.md, "Replay and repro").
  *
  * A replay (api/api_replay.c) runs the cell's model once per build at
- * every width with the target op recorded in full. Once the control's
- * replay job has finished, replay_step writes the op's recorded arguments
+ * every width with the target unit recorded in full. Once the control's
+ * replay job has finished, replay_step writes the unit's recorded inputs
  * (daemon/replay/bundle.h, the control's side alone) into
  * <data_dir>/replays/<control replay job>/ and submits the isolated pair:
  * one job per build (the replay jobs' commit, build and widths; pass
  * forward; labels replay_side control_isolated and head_isolated) with
- * options target_inputs naming that folder, target_op naming the op model's
- * one call (model.0.forward/op.<aten name>.0: docs/runner.md, "Op replay on
- * recorded inputs") and reference float64. The runner then runs that op
- * alone on those arguments, at each width in a process of its own, beside a
- * float64 evaluation of it.
+ * options target_inputs naming that folder, reference float64 and
+ * target_op naming the unit in the isolated cells: for an op call the op
+ * model's one call (model.0.forward/op.<aten name>.0: docs/runner.md, "Op
+ * replay on recorded inputs"), the runner running that op alone on the
+ * recorded arguments; for a module call the same call of the cell's own
+ * model, whose module the runner hands the recorded inputs instead of its
+ * own. Each width runs in a process of its own, beside a float64
+ * evaluation.
  *
  * The control's replay job's label replay_isolated says how the step went:
- * "submitted", or "refused: <why>" (no full records of the op's arguments,
+ * "submitted", or "refused: <why>" (no full records of the unit's inputs,
  * larger than repro_max_bytes, the job cancelled), which the report shows.
  * Everything is written before it is acted on and the jobs are created
  * under idempotency keys ("replay:<job>/<cell>:<side>_isolated"), so the

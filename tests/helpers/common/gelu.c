@@ -27,6 +27,14 @@ char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, cons
 char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build, const char *commit,
                         const char *control, const char *width, const char *provenance)
 {
+    return gelu_submit_opts(c, model, build, commit, control, width, provenance,
+                            "\"granularity\":\"op\",\"replay\":\"off\"");
+}
+
+char *gelu_submit_opts(struct tu_capd *c, const char *model, const char *build, const char *commit,
+                       const char *control, const char *width, const char *provenance,
+                       const char *options)
+{
     long st = 0;
     char cc[96] = "";
     if (control)
@@ -35,9 +43,9 @@ char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build,
                          "{\"project\":\"pytorch\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
                          "\"matrix\":{\"models\":[\"%s\"],\"widths\":[\"%s\"],"
                          "\"passes\":[\"forward\"]},\"options\":{\"iterations\":2,\"warmup\":0,"
-                         "\"granularity\":\"op\",\"replay\":\"off\"}%s%s}",
-                         commit, build, cc, model, width, provenance ? ",\"provenance\":" : "",
-                         provenance ? provenance : "");
+                         "%s}%s%s}",
+                         commit, build, cc, model, width, options,
+                         provenance ? ",\"provenance\":" : "", provenance ? provenance : "");
     cr_assert_eq(st, 201, "submit: %ld", st);
     char *id = strdup(tu_jstr(j, "id"));
     json_decref(j);

@@ -22,6 +22,12 @@ char *gelu_submit(struct tu_capd *c, const char *build, const char *commit, cons
  * input by a factor read from the clock, different in every run. */
 char *gelu_submit_model(struct tu_capd *c, const char *model, const char *build, const char *commit,
                         const char *control, const char *width, const char *provenance);
+/* The same with OPTIONS (more "name":value pairs of the job's options,
+ * after iterations 2 and warmup 0) in place of granularity op and replay
+ * off. */
+char *gelu_submit_opts(struct tu_capd *c, const char *model, const char *build, const char *commit,
+                       const char *control, const char *width, const char *provenance,
+                       const char *options);
 /* Starts C with the builds "control" and "gelu" of interpreter PYTHON
  * (EXTRA_ENV: more "name":"value" pairs for gelu's env, or ""); the widest
  * width the host runs, where gelu's GELU is perturbed. */
