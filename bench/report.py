@@ -72,25 +72,39 @@ def section(w, title, results):
     return bool(results)
 
 
+def figures(w, intro):
+    """A section's paragraph INTRO and the head of its table of figures."""
+    w(intro)
+    w("")
+    w("| figure | what it measures | value | reference (same run) | target |")
+    w("| --- | --- | --- | --- | --- |")
+
+
+def load_and_reproduce(w, results, command, quick):
+    """A section's last line: the load around its run, and the COMMAND that
+    runs it again (with --quick when this run was quick)."""
+    w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 %s%s`."
+      % (results.get("load_before"), results.get("load_after"), command,
+         " --quick" if quick else ""))
+    w("")
+
+
 def perf_verdicts(w, pv, quick):
     """The perf-verdict section: A/A false alarms, power, cost of pairing."""
     if not section(w, "Perf verdicts a CI can gate on (`bench_perf_verdicts.py`)", pv):
         return
     mx = pv.get("matrix") or {}
-    w("Matrix: `%s` × `%s` × `%s` (%s cells), capd's defaults (no perf options, builds as "
-      "registered, `max_parallel` and CPU placement as configured by default). Paired: the "
-      "head job names the control's commit, so its cells time the control build's processes "
-      "interleaved with their own; unpaired: a head naming no control, compared by job id. "
-      "Power heads: a sitecustomize makes the root module of mlp and transformer (the model "
-      "itself) take that fraction of the call's own measured time longer after each forward "
-      "and each backward() of such a model, by spinning (`cpu`), sleeping (`sleep`) or "
-      "waiting for a lock another thread holds (`lock`); cnn is left alone (false alarms "
-      "there count as such)."
-      % (",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
-         ",".join(mx.get("passes") or []), pv.get("cells")))
-    w("")
-    w("| figure | what it measures | value | reference (same run) | target |")
-    w("| --- | --- | --- | --- | --- |")
+    figures(w, "Matrix: `%s` × `%s` × `%s` (%s cells), capd's defaults (no perf options, "
+           "builds as registered, `max_parallel` and CPU placement as configured by default). "
+           "Paired: the head job names the control's commit, so its cells time the control "
+           "build's processes interleaved with their own; unpaired: a head naming no control, "
+           "compared by job id. Power heads: a sitecustomize makes the root module of mlp and "
+           "transformer (the model itself) take that fraction of the call's own measured time "
+           "longer after each forward and each backward() of such a model, by spinning (`cpu`), "
+           "sleeping (`sleep`) or waiting for a lock another thread holds (`lock`); cnn is left "
+           "alone (false alarms there count as such)."
+           % (",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
+              ",".join(mx.get("passes") or []), pv.get("cells")))
     for design in ("paired", "unpaired"):
         aa = pv.get("aa_" + design) or {}
         n = aa.get("cell_verdicts") or 0
@@ -140,28 +154,22 @@ def perf_verdicts(w, pv, quick):
         w("")
         w("**Incomplete**: the benchmark was stopped before its end; the figures are those "
           "measured until then.")
-    w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 "
-      "bench/bench_perf_verdicts.py --capd build-bench/capd%s`."
-      % (pv.get("load_before"), pv.get("load_after"), " --quick" if quick else ""))
-    w("")
+    load_and_reproduce(w, pv, "bench/bench_perf_verdicts.py --capd build-bench/capd", quick)
 
 
 def remote_section(w, r, quick):
     """Remote attempts and the Slurm executor against local cells."""
     if not section(w, "Remote attempts and the Slurm executor (`bench_remote.py`)", r):
         return
+    figures(w, "Three capds on this host with the fake runner's build, `max_parallel` 4: `local` "
+           "(cells are capd's children), `remote` (`remote_launch` execs `capd-cell`, which "
+           "streams back over HTTP), `slurm` (each attempt a task of an `sbatch` array on a "
+           "one-node Slurm, tests/slurm/cluster.sh, running `capd-cell`). Per-cell time: %s "
+           "one-cell `fake:ok` jobs each, interleaved job by job, POST to done. Batch: one job of "
+           "%s `fake:ok` cells each, POST to done, over the cells. Ingest: one `fake:payload` cell "
+           "of %s MiB of 1 MiB full payloads each, stored bytes over the cell's duration."
+           % (r.get("cells"), r.get("cells"), r.get("mib")))
     pc = r.get("per_cell_s") or {}
-    w("Three capds on this host with the fake runner's build, `max_parallel` 4: `local` "
-      "(cells are capd's children), `remote` (`remote_launch` execs `capd-cell`, which "
-      "streams back over HTTP), `slurm` (each attempt a task of an `sbatch` array on a "
-      "one-node Slurm, tests/slurm/cluster.sh, running `capd-cell`). Per-cell time: %s "
-      "one-cell `fake:ok` jobs each, interleaved job by job, POST to done. Batch: one job of "
-      "%s `fake:ok` cells each, POST to done, over the cells. Ingest: one `fake:payload` cell "
-      "of %s MiB of 1 MiB full payloads each, stored bytes over the cell's duration."
-      % (r.get("cells"), r.get("cells"), r.get("mib")))
-    w("")
-    w("| figure | what it measures | value | reference (same run) | target |")
-    w("| --- | --- | --- | --- | --- |")
     w("| remote per cell | a one-cell job through capd-cell | %s s | local: %s s | — (**%s×**) |"
       % (f(pc.get("remote"), "%.3f"), f(pc.get("local"), "%.3f"), f(r.get("remote_over_local"))))
     if "slurm" in pc:
@@ -183,11 +191,8 @@ def remote_section(w, r, quick):
       % (f(ing.get("remote"), "%.0f"), f(ing.get("local"), "%.0f"),
          f(r.get("remote_ingest_over_local")), verdict(r.get("ingest_target_met"))))
     w("")
-    w("Load: before `%s`, after `%s`. Reproduce: `/usr/bin/python3 bench/bench_remote.py "
-      "--capd build-bench/capd --capd-cell build-bench/capd-cell --fake-runner "
-      "build-bench/tests/fake_runner%s`." % (r.get("load_before"), r.get("load_after"),
-                                             " --quick" if quick else ""))
-    w("")
+    load_and_reproduce(w, r, "bench/bench_remote.py --capd build-bench/capd --capd-cell "
+                       "build-bench/capd-cell --fake-runner build-bench/tests/fake_runner", quick)
 
 
 def by_hand(w):

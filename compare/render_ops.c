@@ -187,26 +187,23 @@ static void section_open(struct section *s)
     s->any = true;
 }
 
-/* CELL's object FIELD, its line opened (the section's title, the cell's
- * name); NULL, and nothing written, when the cell has none. */
-static const json_t *cell_line(struct section *s, const json_t *cell, const char *field)
+/* CELL's object FIELD, when it has one, as a line of S: the section's
+ * title first, the cell's name, then LINE's text of the object. */
+static void field_cell(struct section *s, const json_t *cell, const char *field,
+                       void (*line)(FILE *f, const json_t *o, bool md))
 {
     const json_t *o = json_object_get(cell, field);
     if (!json_is_object(o))
-        return NULL;
+        return;
     section_open(s);
     cell_id(s->f, cell, s->md);
-    return o;
+    line(s->f, o, s->md);
 }
 
-/* Where a diverged cell's error grew most (amplify.c), when it did. */
-static void amp_cell(struct section *s, const json_t *cell)
+/* Where a diverged cell's error grew most (amplify.c), A its
+ * max_amplification. */
+static void amp_line(FILE *f, const json_t *a, bool md)
 {
-    FILE *f = s->f;
-    bool md = s->md;
-    const json_t *a = cell_line(s, cell, "max_amplification");
-    if (a == NULL)
-        return;
     fputs(md ? "largest at `" : "largest at ", f);
     put(f, js(a, "key"), md);
     fputs(md ? "` (" : " (", f);
@@ -215,6 +212,11 @@ static void amp_cell(struct section *s, const json_t *cell)
             jreal(a, "out_rel_err"), jreal(a, "ratio"), md ? "`" : "");
     put(f, js(a, "input_key"), md);
     fputs(md ? "`\n" : "\n", f);
+}
+
+static void amp_cell(struct section *s, const json_t *cell)
+{
+    field_cell(s, cell, "max_amplification", amp_line);
 }
 
 /* The kernel of a cell's first divergent op and of its head non-finite
@@ -244,14 +246,10 @@ static void kernel_cell(struct section *s, const json_t *cell)
     }
 }
 
-/* An op one side ran alone that the first divergence follows (opalign.c). */
-static void origin_cell(struct section *s, const json_t *cell)
+/* An op one side ran alone that the first divergence follows (opalign.c),
+ * O the cell's op_origin. */
+static void origin_line(FILE *f, const json_t *o, bool md)
 {
-    FILE *f = s->f;
-    bool md = s->md;
-    const json_t *o = cell_line(s, cell, "op_origin");
-    if (o == NULL)
-        return;
     bool ins = strcmp(js(o, "kind"), "inserted") == 0;
     fputs(md ? "`" : "", f);
     put(f, js(o, "op"), md);
@@ -266,6 +264,11 @@ static void origin_cell(struct section *s, const json_t *cell)
             strcmp(js(o, "link"), "same_value") == 0
                 ? (ins ? ", which holds its result" : ", which held its result in the control")
                 : ", in the same module call");
+}
+
+static void origin_cell(struct section *s, const json_t *cell)
+{
+    field_cell(s, cell, "op_origin", origin_line);
 }
 
 /* The section CELL_LINES writes over every cell; false when it wrote none. */

@@ -14,6 +14,61 @@
 #include "tests/helpers/common/json_want.h"
 #include "tests/helpers/common/testutil.h"
 
+/* gelu_cell of GET /v1/compare of the jobs CONTROL and HEAD. */
+static json_t *compare_cell(const struct tu_capd *c, const char *control, const char *head,
+                            const char *width, json_t **result)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", control, head);
+    return gelu_cell(c, path, width, result);
+}
+
+/* A test's capd with the builds "control" and "gelu" (gelu_start), its
+ * two jobs J1 and J2 (malloc'd ids), the commit of its head job HEAD and
+ * the width where gelu's GELU is perturbed. */
+struct pair {
+    struct tu_capd c;
+    char *j1, *j2;
+    const char *head, *width;
+};
+
+/* gelu_pair into P: a control job (commit C1) and a gelu job (C2, the
+ * head) paired with it, both waited for. */
+static void pair_start(struct pair *p, const char *python, const char *extra_env, const char *c1,
+                       const char *c2)
+{
+    p->head = c2;
+    p->width = gelu_pair(&p->c, python, extra_env, c1, c2, &p->j1, &p->j2);
+}
+
+/* gelu_cell of the head commit's diff (GET /v1/commits/HEAD/diff). */
+static json_t *head_cell(const struct pair *p, json_t **result)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/commits/%s/diff", p->head);
+    return gelu_cell(&p->c, path, p->width, result);
+}
+
+/* The head commit's diff in Markdown answers 200 with NEEDLE in it. */
+static void expect_head_md(const struct pair *p, const char *needle)
+{
+    char path[200];
+    struct tu_resp md;
+    snprintf(path, sizeof path, "/v1/commits/%s/diff?format=md", p->head);
+    tu_http(&p->c, "GET", path, NULL, 0, NULL, &md);
+    cr_assert_eq(md.status, 200);
+    cr_assert(strstr(md.body, needle) != NULL, "markdown: %s", md.body);
+    tu_resp_free(&md);
+}
+
+/* The end of P's test: its job ids freed, its capd stopped. */
+static void pair_done(struct pair *p)
+{
+    free(p->j1);
+    free(p->j2);
+    cr_assert_eq(tu_capd_stop(&p->c), 0);
+}
+
 /*
  * Down to the kernel: a head whose aten::gelu CPU kernel is wrong at the
  * widest width (examples/perturbed-gelu) is named at the op, with its
@@ -23,27 +78,28 @@
  */
 Test(perop, per_op_names_the_kernel, .timeout = 900)
 {
-    struct tu_capd c;
-    const char *width = gelu_start(&c, tu_python(), "");
+    struct pair p;
+    p.head = "7777773";
+    p.width = gelu_start(&p.c, tu_python(), "");
     /* what capctl submit --source-tree sends for a tree holding two wrappers */
     static const char prov[] =
         "{\"findings\":[{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
         "Activation.cpp.DEFAULT.cpp\",\"message\":\"untracked generated dispatch source\"},"
         "{\"kind\":\"generated_source\",\"path\":\"aten/src/ATen/native/cpu/"
         "Activation.cpp.AVX2.cpp\",\"message\":\"untracked generated dispatch source\"}]}";
-    char *j1 = gelu_submit(&c, "control", "7777771", NULL, width, NULL);
-    char *j2 = gelu_submit(&c, "control", "7777772", "7777771", width, NULL);
-    char *j3 = gelu_submit(&c, "gelu", "7777773", "7777771", width, prov);
-    af_wait_jobs(&c, GELU_JOB_S, j1, j2, j3, NULL);
+    p.j1 = gelu_submit(&p.c, "control", "7777771", NULL, p.width, NULL);
+    p.j2 = gelu_submit(&p.c, "control", "7777772", "7777771", p.width, NULL);
+    char *j3 = gelu_submit(&p.c, "gelu", "7777773", "7777771", p.width, prov);
+    af_wait_jobs(&p.c, GELU_JOB_S, p.j1, p.j2, j3, NULL);
 
     json_t *aa;
-    json_t *cell = gelu_cell(&c, "/v1/commits/7777772/diff", width, &aa);
+    json_t *cell = gelu_cell(&p.c, "/v1/commits/7777772/diff", p.width, &aa);
     cr_assert_str_eq(tu_jstr(cell, "status"), "identical");
     cr_assert(json_integer_value(json_object_get(cell, "tensors_compared")) > 10);
     json_decref(aa);
 
     json_t *diff;
-    cell = gelu_cell(&c, "/v1/commits/7777773/diff", width, &diff);
+    cell = head_cell(&p, &diff);
     cr_assert_str_eq(tu_jstr(cell, "status"), "diverged");
     json_t *fd = json_object_get(cell, "first_divergence");
     char *fds = json_dumps(fd, JSON_COMPACT);
@@ -56,18 +112,11 @@ Test(perop, per_op_names_the_kernel, .timeout = 900)
     free(fds);
     json_decref(diff);
 
-    struct tu_resp md;
-    tu_http(&c, "GET", "/v1/commits/7777773/diff?format=md", NULL, 0, NULL, &md);
-    cr_assert_eq(md.status, 200);
-    cr_assert(strstr(md.body, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/"
-                              "Activation.cpp — 2 stale generated wrappers of this file in the "
-                              "source tree") != NULL,
-              "markdown: %s", md.body);
-    tu_resp_free(&md);
-    free(j1);
-    free(j2);
+    expect_head_md(
+        &p, "`aten::gelu` in `act` → GeluKernel, aten/src/ATen/native/cpu/Activation.cpp — 2 "
+            "stale generated wrappers of this file in the source tree");
     free(j3);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }
 
 /*
@@ -78,12 +127,9 @@ Test(perop, per_op_names_the_kernel, .timeout = 900)
  */
 Test(perop, per_op_names_an_inserted_op, .timeout = 900)
 {
-    struct tu_capd c;
-    char *j1, *j2;
-    const char *width =
-        gelu_pair(&c, tu_python(), ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992", &j1, &j2);
+    struct pair p;
+    pair_start(&p, tu_python(), ",\"CAPD_PERTURB_WRAP\":\"1\"", "9999991", "9999992");
 
-    json_t *diff;
     /* the gelu before it is untouched: the mul's result is what diverged */
     const struct jw_want w[] = {
         JW_S("op_origin.kind", "inserted"),
@@ -93,26 +139,18 @@ Test(perop, per_op_names_an_inserted_op, .timeout = 900)
         JW_S("op_origin.link", "same_value"),
         JW_S("first_divergence.module", "act"),
     };
-    jw_expect_all(gelu_cell(&c, "/v1/commits/9999992/diff", width, &diff), w);
+    json_t *diff;
+    jw_expect_all(head_cell(&p, &diff), w);
     json_decref(diff);
 
-    struct tu_resp md;
-    tu_http(&c, "GET", "/v1/commits/9999992/diff?format=md", NULL, 0, NULL, &md);
-    cr_assert_eq(md.status, 200);
-    cr_assert(strstr(md.body, "`aten::mul` inserted in the head in `act`") != NULL, "markdown: %s",
-              md.body);
-    tu_resp_free(&md);
+    expect_head_md(&p, "`aten::mul` inserted in the head in `act`");
 
-    char path[200];
-    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j1);
     json_t *rev;
     const struct jw_want back[] = {JW_S("op_origin.kind", "removed"),
                                    JW_S("op_origin.op", "aten::mul")};
-    jw_expect_all(gelu_cell(&c, path, width, &rev), back);
+    jw_expect_all(compare_cell(&p.c, p.j2, p.j1, p.width, &rev), back);
     json_decref(rev);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }
 
 /*
@@ -122,13 +160,11 @@ Test(perop, per_op_names_an_inserted_op, .timeout = 900)
  */
 Test(perop, per_op_traces_nan_to_its_op, .timeout = 900)
 {
-    struct tu_capd c;
-    char *j1, *j2;
-    const char *width =
-        gelu_pair(&c, tu_python(), ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882", &j1, &j2);
+    struct pair p;
+    pair_start(&p, tu_python(), ",\"CAPD_PERTURB_NAN\":\"1\"", "8888881", "8888882");
 
     json_t *diff;
-    json_t *cell = gelu_cell(&c, "/v1/commits/8888882/diff", width, &diff);
+    json_t *cell = head_cell(&p, &diff);
     json_t *nf = json_object_get(cell, "first_nonfinite");
     char *nfs = json_dumps(nf, JSON_COMPACT);
     cr_assert_str_eq(tu_jstr(nf, "op"), "aten::gelu", "%s", nfs);
@@ -140,15 +176,11 @@ Test(perop, per_op_traces_nan_to_its_op, .timeout = 900)
     free(nfs);
     json_decref(diff);
 
-    char path[200];
-    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", j2, j2);
     json_t *self;
-    cell = gelu_cell(&c, path, width, &self);
+    cell = compare_cell(&p.c, p.j2, p.j2, p.width, &self);
     cr_assert_str_eq(tu_jstr(json_object_get(cell, "first_nonfinite"), "op"), "aten::gelu");
     json_decref(self);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }
 
 /* repro.py of the archive unpacked under DIR run by PYTHON with ENV
@@ -167,22 +199,50 @@ static json_t *run_repro(const char *dir, const char *python, const char *env)
     return j;
 }
 
-/* POST .../replay of cell CELL of JOB on C (the op it must pick: OP),
- * waits for both replay jobs, and unpacks GET .../repro into the empty
- * directory DIR. */
-static void replay_into(struct tu_capd *c, const char *job, const char *cell, const char *op,
-                        const char *dir)
+/* CELL (CAP bytes) gets the path of job JOB's first cell on C,
+ * "/v1/jobs/JOB/cells/ID". */
+static void first_cell(const struct tu_capd *c, const char *job, char *cell, size_t cap)
 {
-    char path[300];
+    char path[200];
     long st = 0;
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", job, cell);
-    json_t *r = tu_json(c, "POST", path, "{}", &st);
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    json_t *j = tu_json(c, "GET", path, NULL, &st);
+    snprintf(cell, cap, "/v1/jobs/%s/cells/%s", job,
+             tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "id"));
+    json_decref(j);
+}
+
+/* POSTs BODY to the replay of the cell at path CELL on C, which must
+ * answer 202, and waits for both replay jobs; the reply (owned). */
+static json_t *post_replay(const struct tu_capd *c, const char *cell, const char *body)
+{
+    char path[320];
+    long st = 0;
+    snprintf(path, sizeof path, "%s/replay", cell);
+    json_t *r = tu_json(c, "POST", path, body, &st);
     cr_assert_eq(st, 202, "replay: %ld", st);
-    cr_assert_str_eq(tu_jstr(r, "op"), op);
     af_wait_jobs(c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
                  tu_jstr(json_object_get(r, "head"), "job"), NULL);
+    return r;
+}
+
+/* The replay report of the cell at path CELL on C, once settled (owned). */
+static json_t *replay_report(const struct tu_capd *c, const char *cell)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/replay", cell);
+    return af_get_settled(c, path, GELU_JOB_S);
+}
+
+/* Replays the cell at path CELL on C (the op it must pick: OP) and
+ * unpacks GET .../repro into the empty directory DIR. */
+static void replay_into(struct tu_capd *c, const char *cell, const char *op, const char *dir)
+{
+    char path[320];
+    json_t *r = post_replay(c, cell, "{}");
+    cr_assert_str_eq(tu_jstr(r, "op"), op);
     json_decref(r);
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/repro", job, cell);
+    snprintf(path, sizeof path, "%s/repro", cell);
     struct tu_resp t;
     cr_assert_eq(tu_http(c, "GET", path, NULL, 0, NULL, &t), 0);
     cr_assert_eq(t.status, 200, "repro: %ld %s", t.status, t.body);
@@ -205,27 +265,21 @@ static void replay_into(struct tu_capd *c, const char *job, const char *cell, co
  */
 static void replay_hands_out_a_reproducer(const char *python, const char *c1, const char *c2)
 {
-    struct tu_capd c;
-    char *j1, *j2, path[300], dir[300];
-    const char *width = gelu_pair(&c, python, "", c1, c2, &j1, &j2);
-    long st = 0;
-    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
-    json_t *job = tu_json(&c, "GET", path, NULL, &st);
-    snprintf(dir, sizeof dir, "%s/unpacked", c.dir);
-    replay_into(&c, j2, tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"),
-                "act.0.forward/op.aten::gelu.0", dir);
-    /* the planted fault is in one kernel at one width: the replay says so */
-    char url[300];
-    snprintf(url, sizeof url, "/v1/jobs/%s/cells/%s/replay", j2,
-             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
-    /* once the op has also run alone on the control's inputs */
-    json_t *rep = af_get_settled(&c, url, GELU_JOB_S);
+    struct pair p;
+    char cell[300], dir[300];
+    pair_start(&p, python, "", c1, c2);
+    first_cell(&p.c, p.j2, cell, sizeof cell);
+    snprintf(dir, sizeof dir, "%s/unpacked", p.c.dir);
+    replay_into(&p.c, cell, "act.0.forward/op.aten::gelu.0", dir);
+    /* the planted fault is in one kernel at one width: the replay says so,
+     * once the op has also run alone on the control's inputs */
+    json_t *rep = replay_report(&p.c, cell);
     char *reps = json_dumps(rep, JSON_COMPACT);
-    const struct jw_want wr[] = {JW_S("conclusion", "kernel_changed"), JW_S("widths.0", width),
+    const struct jw_want wr[] = {JW_S("conclusion", "kernel_changed"), JW_S("widths.0", p.width),
                                  JW_A("widths.1"), JW_S("kernel.stub", "GeluKernel"),
                                  JW_S("kernel.file", "aten/src/ATen/native/cpu/Activation.cpp")};
     jw_expect_all(rep, wr);
-    json_t *own = jw_find(json_object_get(rep, "per_width"), "width", width);
+    json_t *own = jw_find(json_object_get(rep, "per_width"), "width", p.width);
     json_t *dflt = jw_find(json_object_get(rep, "per_width"), "width", "default");
     cr_assert_str_eq(tu_jstr(dflt, "verdict"), "same", "%s", reps);
     /* the gelu build's op alone, on the control's inputs: other bits at its
@@ -246,7 +300,7 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
     char env[700];
     snprintf(env, sizeof env,
              "PYTHONPATH='%s/examples/perturbed-gelu' CAPD_WIDTH=%s CAPD_PERTURB_WIDTH=%s",
-             tu_bin("CAPD_SOURCE_DIR"), width, width);
+             tu_bin("CAPD_SOURCE_DIR"), p.width, p.width);
     json_t *pert = run_repro(dir, python, env);
     const struct jw_want wh[] = {JW_S("matches", "head"), JW_T("identical_to_head")};
     jw_expect_all(pert, wh);
@@ -254,10 +308,7 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
               "the head's result is further from float64");
     json_decref(plain);
     json_decref(pert);
-    json_decref(job);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }
 
 Test(perop, replay_hands_out_a_reproducer, .timeout = 900)
@@ -276,20 +327,12 @@ Test(perop, replay_hands_out_a_reproducer_on_the_official_lane, .timeout = 900)
  * is inherited, and the report names the gelu as where it came from. */
 Test(perop, replay_of_a_downstream_op_is_inherited, .timeout = 900)
 {
-    struct tu_capd c;
-    char *j1, *j2, path[300];
-    gelu_pair(&c, tu_python(), "", "6666681", "6666682", &j1, &j2);
-    long st = 0;
-    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
-    json_t *job = tu_json(&c, "GET", path, NULL, &st);
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", j2,
-             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
-    json_t *r = tu_json(&c, "POST", path, "{\"op\":\"fc2.0.forward/op.aten::addmm.0\"}", &st);
-    cr_assert_eq(st, 202, "replay: %ld", st);
-    af_wait_jobs(&c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
-                 tu_jstr(json_object_get(r, "head"), "job"), NULL);
-    json_decref(r);
-    json_t *rep = af_get_settled(&c, path, GELU_JOB_S);
+    struct pair p;
+    char cell[300];
+    pair_start(&p, tu_python(), "", "6666681", "6666682");
+    first_cell(&p.c, p.j2, cell, sizeof cell);
+    json_decref(post_replay(&p.c, cell, "{\"op\":\"fc2.0.forward/op.aten::addmm.0\"}"));
+    json_t *rep = replay_report(&p.c, cell);
     const struct jw_want w[] = {JW_S("conclusion", "inherited"), JW_S("upstream.op", "aten::gelu"),
                                 JW_S("upstream.module", "act"), JW_A("widths.0")};
     jw_expect_all(rep, w);
@@ -299,10 +342,7 @@ Test(perop, replay_of_a_downstream_op_is_inherited, .timeout = 900)
     json_array_foreach(json_object_get(rep, "per_width"), i, e)
         cr_assert_str_eq(jw_str(e, "isolated.verdict"), "same", "at %s", tu_jstr(e, "width"));
     json_decref(rep);
-    json_decref(job);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }
 
 /* A nondeterministic op on real torch (gelumlp:noisy scales by a factor
@@ -310,30 +350,19 @@ Test(perop, replay_of_a_downstream_op_is_inherited, .timeout = 900)
  * the report says it is nondeterministic. */
 Test(perop, replay_of_a_nondeterministic_op_is_not_reproducible, .timeout = 900)
 {
-    struct tu_capd c;
-    const char *width = gelu_start(&c, tu_python(), "");
-    char *j1 = gelu_submit_model(&c, "gelumlp:noisy", "control", "6666691", NULL, width, NULL);
-    char *j2 = gelu_submit_model(&c, "gelumlp:noisy", "control", "6666692", "6666691", width, NULL);
-    af_wait_jobs(&c, GELU_JOB_S, j1, j2, NULL);
-    char path[300];
-    long st = 0;
-    snprintf(path, sizeof path, "/v1/jobs/%s", j2);
-    json_t *job = tu_json(&c, "GET", path, NULL, &st);
-    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/replay", j2,
-             tu_jstr(json_array_get(json_object_get(job, "cells"), 0), "id"));
-    json_t *r = tu_json(&c, "POST", path, "{\"op\":\"noise.0.forward/op.aten::mul.0\"}", &st);
-    cr_assert_eq(st, 202, "replay: %ld", st);
-    af_wait_jobs(&c, GELU_JOB_S, tu_jstr(json_object_get(r, "control"), "job"),
-                 tu_jstr(json_object_get(r, "head"), "job"), NULL);
-    json_decref(r);
-    json_t *rep = af_get_settled(&c, path, GELU_JOB_S);
+    struct pair p;
+    p.width = gelu_start(&p.c, tu_python(), "");
+    p.j1 = gelu_submit_model(&p.c, "gelumlp:noisy", "control", "6666691", NULL, p.width, NULL);
+    p.j2 = gelu_submit_model(&p.c, "gelumlp:noisy", "control", "6666692", "6666691", p.width, NULL);
+    af_wait_jobs(&p.c, GELU_JOB_S, p.j1, p.j2, NULL);
+    char cell[300];
+    first_cell(&p.c, p.j2, cell, sizeof cell);
+    json_decref(post_replay(&p.c, cell, "{\"op\":\"noise.0.forward/op.aten::mul.0\"}"));
+    json_t *rep = replay_report(&p.c, cell);
     char *reps = json_dumps(rep, JSON_COMPACT);
     cr_assert_str_eq(tu_jstr(rep, "conclusion"), "not_reproducible", "%s", reps);
     cr_assert(strstr(tu_jstr(rep, "why"), "nondeterministic at"), "%s", reps);
     free(reps);
     json_decref(rep);
-    json_decref(job);
-    free(j1);
-    free(j2);
-    cr_assert_eq(tu_capd_stop(&c), 0);
+    pair_done(&p);
 }

@@ -239,18 +239,25 @@ void sup__frames_end(struct sup *s)
     }
 }
 
-void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+void sup__pipe_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b,
+                    void (*bytes)(struct sup *s, const char *data, size_t n),
+                    void (*end)(struct sup *s))
 {
     struct sup *s = h->data;
     if (n > 0) {
-        sup__frames_bytes(s, b->base, (size_t)n);
+        bytes(s, b->base, (size_t)n);
         return;
     }
     if (n == 0)
         return;
     uv_read_stop(h);
-    sup__frames_end(s);
+    end(s);
     sup__finish(s);
+}
+
+void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
+{
+    sup__pipe_read(h, n, b, sup__frames_bytes, sup__frames_end);
 }
 
 /* S's frame parser, with the configured limits. */

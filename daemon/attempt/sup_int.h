@@ -120,6 +120,13 @@ void sup__terminate(struct sup *s);
 
 /* ---- the stream and the end (cellend.c) ---- */
 
+/* What a read callback of one of S's pipes (H->data is S) does with its
+ * N and B: N > 0 bytes go to BYTES; at the pipe's end (EOF or an error)
+ * reading stops, END marks the pipe done, and the attempt ends if it was
+ * the last thing waited for (sup__finish). */
+void sup__pipe_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b,
+                    void (*bytes)(struct sup *s, const char *data, size_t n),
+                    void (*end)(struct sup *s));
 /* The frame pipe's read callback, and its two halves, which a remote
  * attempt's spool is read into: N bytes of the stream, and its end. */
 void sup__frames_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b);

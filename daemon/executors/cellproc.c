@@ -231,18 +231,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
     b->len = SUP__READ_BUF;
 }
 
+static void log_end(struct sup *s)
+{
+    s->log_eof = true;
+}
+
 static void on_log_read(uv_stream_t *h, ssize_t n, const uv_buf_t *b)
 {
-    struct sup *s = h->data;
-    if (n > 0) {
-        sup__log_write(s, b->base, (size_t)n);
-        return;
-    }
-    if (n == 0)
-        return;
-    uv_read_stop(h);
-    s->log_eof = true;
-    sup__finish(s);
+    sup__pipe_read(h, n, b, sup__log_write, log_end);
 }
 
 /* Whether this kernel has pidfd_open (5.3+), asked once. */
