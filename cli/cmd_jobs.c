@@ -349,8 +349,8 @@ static const struct ctl_opt submit_opts[] = {
     {"granularity", CTL_OPTION_STR, CAPD_OPTION_VALUES_granularity,
      "records per module, or per ATen op too (" CAPD_OPTION_DEFAULT_granularity ")"},
     {"replay", CTL_OPTION_STR, CAPD_OPTION_VALUES_replay,
-     "at granularity op, replay the ops where the error came in: the first 4 cells (auto), "
-     "every one, none (default " CAPD_OPTION_DEFAULT_replay ")"},
+     "replay where the error came in (the op, or at granularity module the layer): the first "
+     "4 cells (auto), every one, none (default " CAPD_OPTION_DEFAULT_replay ")"},
     {"profile", CTL_OPTION_STR, CAPD_OPTION_VALUES_profile,
      "profiled pair after a paired cell's timing: when slower (auto), always, never "
      "(default " CAPD_OPTION_DEFAULT_profile ")"},

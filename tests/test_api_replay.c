@@ -464,18 +464,7 @@ Test(replay, a_nondeterministic_op_is_not_reproducible)
 /* The label the automatic replay leaves on job ID, once it has looked. */
 static char *auto_label(const char *id)
 {
-    for (int i = 0; i < 600; i++) {
-        json_t *j = af_get_job(id);
-        const char *l =
-            json_string_value(json_object_get(json_object_get(j, "labels"), "replay_auto"));
-        char *out = l ? strdup(l) : NULL;
-        json_decref(j);
-        if (out)
-            return out;
-        usleep(100 * 1000);
-    }
-    cr_assert_fail("job %s: no replay_auto label after 60 s", id);
-    return NULL;
+    return af_wait_label(&af_capd, id, "replay_auto", 60);
 }
 
 /* With the defaults (option replay auto) a head whose op diverged is

@@ -254,6 +254,24 @@ static void replay_into(struct tu_capd *c, const char *cell, const char *op, con
     cr_assert_eq(tu_sh("mkdir '%s' && cd '%s' && tar xf '%s'", dir, dir, tar), 0);
 }
 
+/* The replay report REP of the gelu head: the model run the same at
+ * default; the unit alone on the control's inputs under the gelu build
+ * other bits at its WIDTH, the same at default; against the control's
+ * output, the control build at WIDTH is it, the gelu build departs. */
+static void changed_at_width_alone(json_t *rep, const char *width)
+{
+    char *reps = json_dumps(rep, JSON_COMPACT);
+    json_t *own = jw_find(json_object_get(rep, "per_width"), "width", width);
+    json_t *dflt = jw_find(json_object_get(rep, "per_width"), "width", "default");
+    cr_assert_str_eq(tu_jstr(dflt, "verdict"), "same", "%s", reps);
+    const char *alone = jw_str(own, "isolated.verdict");
+    cr_assert(!strcmp(alone, "diverged") || !strcmp(alone, "within_reference"), "%s", reps);
+    cr_assert_str_eq(jw_str(dflt, "isolated.verdict"), "same", "%s", reps);
+    cr_assert_str_eq(jw_str(own, "isolated.control"), "same", "%s", reps);
+    cr_assert_str_neq(jw_str(own, "isolated.head"), "same", "%s", reps);
+    free(reps);
+}
+
 /*
  * From "this op diverged" to a reproducer, with builds of PYTHON: the gelu
  * head's first error-introducing op (aten::gelu) is replayed on both
@@ -279,18 +297,7 @@ static void replay_hands_out_a_reproducer(const char *python, const char *c1, co
                                  JW_A("widths.1"), JW_S("kernel.stub", "GeluKernel"),
                                  JW_S("kernel.file", "aten/src/ATen/native/cpu/Activation.cpp")};
     jw_expect_all(rep, wr);
-    json_t *own = jw_find(json_object_get(rep, "per_width"), "width", p.width);
-    json_t *dflt = jw_find(json_object_get(rep, "per_width"), "width", "default");
-    cr_assert_str_eq(tu_jstr(dflt, "verdict"), "same", "%s", reps);
-    /* the gelu build's op alone, on the control's inputs: other bits at its
-     * width, the same at default */
-    const char *alone = jw_str(own, "isolated.verdict");
-    cr_assert(!strcmp(alone, "diverged") || !strcmp(alone, "within_reference"), "%s", reps);
-    cr_assert_str_eq(jw_str(dflt, "isolated.verdict"), "same", "%s", reps);
-    /* against the control's output: the control build at the cell's width
-     * is it; the gelu build there departs from it */
-    cr_assert_str_eq(jw_str(own, "isolated.control"), "same", "%s", reps);
-    cr_assert_str_neq(jw_str(own, "isolated.head"), "same", "%s", reps);
+    changed_at_width_alone(rep, p.width);
     cr_assert_str_eq(jw_str(rep, "isolated.op"), "model.0.forward/op.aten::gelu.0", "%s", reps);
     free(reps);
     json_decref(rep);
@@ -364,5 +371,59 @@ Test(perop, replay_of_a_nondeterministic_op_is_not_reproducible, .timeout = 900)
     cr_assert(strstr(tu_jstr(rep, "why"), "nondeterministic at"), "%s", reps);
     free(reps);
     json_decref(rep);
+    pair_done(&p);
+}
+
+/*
+ * At granularity module (the default), by itself: the gelu head diverges at
+ * the layer act, whose forward call is the unit capd replays without being
+ * asked (option replay auto). act alone on the control's recorded inputs
+ * computes something else under the gelu build at its width and the same
+ * at default: the isolated cells ran the model with act handed those
+ * inputs. The archive's manifest names the module, and its repro.py says
+ * it needs the model's code.
+ */
+Test(perop, a_layer_is_replayed_by_itself_at_granularity_module, .timeout = 900)
+{
+    struct pair p = {.head = "6666692"};
+    char cell[300], path[700], dir[600];
+    p.width = gelu_start(&p.c, tu_python(), "");
+    p.j1 = gelu_submit_opts(&p.c, "gelumlp:factory", "control", "6666691", NULL, p.width, NULL,
+                            "\"replay\":\"auto\"");
+    p.j2 = gelu_submit_opts(&p.c, "gelumlp:factory", "gelu", p.head, "6666691", p.width, NULL,
+                            "\"replay\":\"auto\"");
+    af_wait_jobs(&p.c, GELU_JOB_S, p.j1, p.j2, NULL);
+    char *l = af_wait_label(&p.c, p.j2, "replay_auto", GELU_JOB_S);
+    cr_assert_str_eq(l, "replayed 1");
+    free(l);
+    first_cell(&p.c, p.j2, cell, sizeof cell);
+    json_t *rep = replay_report(&p.c, cell);
+    char *reps = json_dumps(rep, JSON_COMPACT);
+    const struct jw_want w[] = {JW_S("unit", "module"),
+                                JW_S("op", "act.0.forward"),
+                                JW_S("conclusion", "kernel_changed"),
+                                JW_S("widths.0", p.width),
+                                JW_A("widths.1"),
+                                JW_S("isolated.op", "act.0.forward")};
+    jw_expect_all(rep, w);
+    changed_at_width_alone(rep, p.width);
+    json_t *own = jw_find(json_object_get(rep, "per_width"), "width", p.width);
+    cr_assert_str_eq(tu_jstr(own, "inputs"), "identical", "%s", reps);
+    free(reps);
+    json_decref(rep);
+    /* the reproducer: the module call's inputs and both sides' outputs;
+     * asking again answers the same replay */
+    snprintf(dir, sizeof dir, "%s/unpacked", p.c.dir);
+    replay_into(&p.c, cell, "act.0.forward", dir);
+    snprintf(path, sizeof path, "%s/repro/manifest.json", dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    const struct jw_want wm[] = {JW_S("unit", "module"), JW_S("module", "act"),
+                                 JW_S("key", "act.0.forward"), JW_S("args.0.role", "input"),
+                                 JW_S("args.0.file", "inputs/arg.0.npy")};
+    jw_expect_all(m, wm);
+    cr_assert_eq(json_integer_value(json_object_get(m, "call")), 0);
+    json_decref(m);
+    cr_assert_eq(tu_sh("cd '%s/repro' && '%s' repro.py --json > out.json 2>&1", dir, tu_python()),
+                 2, "repro.py of a module unit exits 2");
     pair_done(&p);
 }

@@ -39,7 +39,7 @@ from capd_runner import native as native_lib
 from capd_runner import tensors as T
 from capd_runner.naming import module_names, param_owner, safe_fqn  # noqa: F401 (callers')
 from capd_runner.pipeline import Job
-from capd_runner.targetrec import TargetRecords
+from capd_runner.targetrec import TargetRecords, module_target
 
 
 def flatten(obj):
@@ -390,10 +390,11 @@ class Recorder(TargetRecords):
         Capture._pre, _post and this recorder's one-call path do, frames
         byte for byte), or None where they do not apply: no extension for
         this interpreter, not the one-call path of the native pipe, a
-        payload level (sample, full: _decide), taps or per-op records."""
+        payload level (sample, full: _decide), taps, per-op records or a
+        target module call (targetrec.ModuleTarget)."""
         if (self.native is None or not self._one_call or self._inline_max is not None
                 or (self.emit and self.level != "stats") or capture.taps
-                or capture.granularity != "module" or capture._sync
+                or capture.granularity != "module" or capture._sync or capture.target
                 or not getattr(self.pipeline, "native_fast", False)):
             return None
         fast = native_lib.fastrec()
@@ -631,8 +632,10 @@ class Capture(object):
         self.rec = recorder
         self.taps = taps
         self.granularity = granularity
-        # option target_op (granularity op only; opcapture.py): "" is off
+        # option target_op: "" is off; an op call (granularity op only;
+        # opcapture.py) or a module call (self.target, targetrec.py)
         self.target_op = target_op if isinstance(target_op, str) else ""
+        self.target = module_target(self.target_op, recorder)
         self.ops = None  # the per-op recorder (opcapture.OpRecorder) at granularity op
         self.quiet = 0  # > 0 while a hook runs: its own torch calls are no model ops
         self.names, self.modules, self._own_hooks = module_names(model)
@@ -661,7 +664,7 @@ class Capture(object):
                 self.handles.append(m.register_forward_hook(post))
         if self.granularity == "op":
             from capd_runner import opcapture
-            self.ops = opcapture.OpRecorder(self, self.target_op)
+            self.ops = opcapture.OpRecorder(self, "" if self.target else self.target_op)
             self.ops.start()
         return self
 
@@ -682,6 +685,8 @@ class Capture(object):
     def remove(self):
         if self.ops is not None:
             self.ops.stop()
+        if self.target is not None:
+            self.target.stop()
         for h in self.handles:
             h.remove()
         self.handles = []
@@ -732,6 +737,8 @@ class Capture(object):
         """Record the tensors FLAT of one side (ROLE) of a forward call; an
         inline (sync) pipeline writes their frames before the hook returns."""
         record = self.rec.record
+        if self.target is not None and self.target.at(fqn, call):
+            record = self.rec.record_full  # whole payloads (option target_op)
         for i, t in enumerate(flat):
             record(fqn, call, "forward", role, i, t)
         if self._sync:

@@ -73,9 +73,17 @@ def _dtype(torch, name):
 # --- model preparation -------------------------------------------------------
 
 def _build(torch, spec, dtype):
-    from capd_runner import opreplay, usermodel, zoo
-    if opreplay.wanted(spec):  # an op call on recorded inputs, not the cell's model
-        return opreplay.build(spec, dtype)
+    from capd_runner import opreplay
+    if opreplay.wanted(spec):
+        # Recorded inputs: an op call instead of the cell's model, or one
+        # module call of the model (modreplay.py) given them.
+        return opreplay.build(spec, dtype, lambda: _model(torch, spec, dtype))
+    return _model(torch, spec, dtype)
+
+
+def _model(torch, spec, dtype):
+    """(model, inputs) of the cell's model: a user model's or the zoo's."""
+    from capd_runner import usermodel, zoo
     name = spec.model
     if usermodel.is_user_model(name):
         try:

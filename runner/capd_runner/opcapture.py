@@ -47,7 +47,9 @@ own. ``i`` numbers the distinct tensors of the call's positional arguments,
 then of its keyword arguments by sorted name, depth first; a tensor passed
 twice is one argument. A call with a tensor that is not strided (sparse...)
 is not targeted: a note says so. A target that never ran gets a note at the
-end of the capture run.
+end of the capture run. A target_op without ``/op.`` names a module call
+instead (``<fqn>.<call>.forward``: targetrec.ModuleTarget, recorded by
+capture.Capture's hooks); the OpRecorder then has no target.
 
 torch 1.13 and 2.x both call ``__torch_dispatch__(self, func, types, args=(),
 kwargs=None)`` with the mode itself switched off while the handler runs and

@@ -2,6 +2,9 @@
 "Op replay on recorded inputs"): instead of the cell's model, one ATen op
 call rebuilt from a reproducer folder (runner/repro/repro.py's layout:
 ``manifest.json`` and ``inputs/arg.<i>.npy``), as a model of its own.
+A manifest with ``"unit": "module"`` is a module call's inputs instead:
+the cell's own model runs, that call given them (modreplay.py); without
+``unit``, or ``"unit": "op"``, it is an op call's.
 
 The op model is a root module (records under module ``model``) whose
 forward makes exactly one call of that op, so its targeted key is
@@ -52,26 +55,42 @@ def _repro():
     return _loaded[0]
 
 
-def build(spec, dtype):
-    """(op model, inputs) of option target_inputs, or CellFailed saying why
-    there is none. DTYPE: the job's dtype (cell._build's)."""
+UNITS = ("op", "module")
+
+
+def build(spec, dtype, own):
+    """(model, inputs) of option target_inputs, or CellFailed saying why
+    there is none: the op model, or OWN() (the cell's model and inputs, as
+    cell._build makes them) with a module call given the recorded inputs.
+    DTYPE: the job's dtype (cell._build's)."""
     from capd_runner.cell import CellFailed
     d = spec.options.get("target_inputs")
     if not isinstance(d, str) or not os.path.isabs(d):
         raise CellFailed("option target_inputs must be a folder's absolute path, not %r" % (d,))
-    if spec.pass_ != "forward":
-        raise CellFailed("target_inputs: op replay runs the forward pass only, not pass %s"
-                         % (spec.pass_,))
-    if spec.device != "cpu":
-        raise CellFailed("target_inputs: op replay runs on the CPU only, not device %s"
-                         % (spec.device,))
     try:
         R = _repro()
     except Exception as e:
         raise CellFailed("target_inputs: cannot load the reproducer %s: %s: %s"
                          % (REPRO, type(e).__name__, e))
     try:
-        model = OpModel(_Call(R, d, dtype))
+        m = manifest(R, d)
+    except R.Fail as e:
+        raise CellFailed("target_inputs %s: %s" % (d, e))
+    unit = "op" if m.get("unit") is None else m["unit"]
+    if unit not in UNITS:
+        raise CellFailed("target_inputs %s: manifest unit %r, the runner replays %s"
+                         % (d, unit, " or ".join(UNITS)))
+    if spec.pass_ != "forward":
+        raise CellFailed("target_inputs: %s replay runs the forward pass only, not pass %s"
+                         % (unit, spec.pass_))
+    if spec.device != "cpu":
+        raise CellFailed("target_inputs: %s replay runs on the CPU only, not device %s"
+                         % (unit, spec.device))
+    if unit == "module":
+        from capd_runner import modreplay
+        return modreplay.build(R, d, m, own)
+    try:
+        model = OpModel(_Call(R, d, m, dtype))
     except R.Fail as e:
         raise CellFailed("target_inputs %s: %s" % (d, e))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -79,22 +98,29 @@ def build(spec, dtype):
     return model, model.arguments()
 
 
+def manifest(R, d):
+    """The object of folder D's manifest.json; R.Fail where there is none."""
+    path = os.path.join(d, "manifest.json")
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except OSError as e:
+        raise R.Fail("cannot read %s: %s" % (path, e.strerror or e))
+    except ValueError as e:
+        raise R.Fail("%s is not JSON: %s" % (path, e))
+    if not isinstance(m, dict):
+        raise R.Fail("%s is not a JSON object" % path)
+    return m
+
+
 class _Call(object):
     """What every copy of an op model shares (copy.deepcopy keeps this
-    object): the manifest, the recorded arrays, the op."""
+    object): the manifest M (of folder D), the recorded arrays, the op."""
 
-    def __init__(self, R, d, dtype):
+    def __init__(self, R, d, m, dtype):
         path = os.path.join(d, "manifest.json")
-        try:
-            with open(path) as f:
-                m = json.load(f)
-        except OSError as e:
-            raise R.Fail("cannot read %s: %s" % (path, e.strerror or e))
-        except ValueError as e:
-            raise R.Fail("%s is not JSON: %s" % (path, e))
-        if not isinstance(m, dict) or m.get("format") != 1:
-            raise R.Fail("%s: format %r, the runner reads format 1"
-                         % (path, m.get("format") if isinstance(m, dict) else None))
+        if m.get("format") != 1:
+            raise R.Fail("%s: format %r, the runner reads format 1" % (path, m.get("format")))
         call = m.get("op_call")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             raise R.Fail("%s has no op_call" % path)

@@ -1,20 +1,30 @@
-"""The records of option target_op's one op call (opcapture.py; docs/runner.md,
-"Targeted capture"): capture.Recorder's way of recording a tensor whole,
-whatever the cell's capture level, within capd's payload limits. A mixin of
+"""The records of option target_op's one call (docs/runner.md, "Targeted
+capture"): an op call (opcapture.py) or a module call's forward
+(``<fqn>.<call>.forward``: ModuleTarget, from capture.Capture's hooks).
+
+TargetRecords is capture.Recorder's way of recording a tensor whole,
+whatever the cell's capture level, within capd's payload limits: a mixin of
 capture.Recorder, whose state (pipeline, writer, budget, the snapshot and
 record jobs) it uses.
 """
 
+import re
+
 import torch
+
+# A module call's key up to the role: <fqn>.<call>.<phase>
+_MODULE_CALL = re.compile(r"^(?P<fqn>.+)\.(?P<call>[0-9]+)\.(?P<phase>forward|backward)$")
 
 
 class TargetRecords(object):
     """capture.Recorder's record_full and its budget (_decide_full)."""
 
-    def record_full(self, module, call, phase, role, index, t, op):
+    def record_full(self, module, call, phase, role, index, t, op=None):
         """One record with the whole tensor as its payload whatever the
-        cell's capture level: the target call of option target_op
-        (opcapture.py), ``op`` its (name, occurrence, op_call text).
+        cell's capture level: the target call of option target_op, ``op``
+        its (name, occurrence, op_call text) for an op call (opcapture.py),
+        None for a module call's input or output (ModuleTarget), whose key
+        and header are those Recorder.record gives it.
 
         Always the Python path, in this recorder and in the determinism
         run's alike (their hashes are of one algorithm and agree): a
@@ -27,7 +37,10 @@ class TargetRecords(object):
         if self.fast is not None:
             self.fast.flush()
         module = self.prefix + module
-        key = "%s.%d.%s/op.%s.%d.%s.%s" % (module, call, phase, op[0], op[1], role, index)
+        if op is None:
+            key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
+        else:
+            key = "%s.%d.%s/op.%s.%d.%s.%s" % (module, call, phase, op[0], op[1], role, index)
         with self.lock:
             if t.dim() > C.MAX_NDIM:
                 if self.emit:
@@ -70,3 +83,49 @@ class TargetRecords(object):
         self.pipeline.note(lambda: self.writer.note("warn", msg))
         return kind
 
+
+
+def module_target(target, rec):
+    """A ModuleTarget for option target_op TARGET when it names a module
+    call (no ``/op.`` in it: opcapture.py has those), else None; None too
+    for a recorder with a prefix (the float64 reference targets nothing)."""
+    if not target or "/op." in target or rec.prefix:
+        return None
+    return ModuleTarget(target, rec)
+
+
+class ModuleTarget(object):
+    """Option target_op naming a module call, ``<fqn>.<call>.forward``:
+    capture.Capture records that call's inputs and outputs with
+    Recorder.record_full (at() says when). At the end of the capture run
+    (stop) a note says when it never ran, or that a backward phase cannot
+    be targeted (a module call's gradients come from its taps, with no
+    whole-tensor records)."""
+
+    def __init__(self, target, rec):
+        self.target = target
+        self.rec = rec
+        m = _MODULE_CALL.match(target)
+        self.phase = m.group("phase") if m else None
+        self.where = (m.group("fqn"), int(m.group("call"))) if m else None
+        self.hit = False
+        self.noted = False
+
+    def at(self, fqn, call):
+        """Whether the forward call CALL of module FQN is the target."""
+        if self.phase != "forward" or self.where != (fqn, call):
+            return False
+        self.hit = True
+        return True
+
+    def stop(self):
+        if self.noted or self.hit or not self.rec.emit:
+            return
+        self.noted = True
+        if self.phase == "backward":
+            msg = ("target_op %s: a module call's backward phase cannot be targeted, only "
+                   "<fqn>.<call>.forward; nothing targeted" % self.target)
+        else:
+            msg = "target_op %s never ran in this cell" % self.target
+        rec = self.rec
+        rec.pipeline.note(lambda: rec.writer.note("warn", msg))

@@ -29,6 +29,11 @@ this run's, the control's and the head's results.
 object instead of the summary (matches: control, head, both or neither).
 Exit status 0 when the call ran, whatever it matched; 2 when it could not be
 rebuilt or run (the reason is printed).
+
+A manifest with "unit": "module" holds a module call's inputs, not an op
+call's: that call needs the model's code, so it is not run here (exit
+status 2, saying so) but through capd's runner (its isolated replay jobs,
+option target_inputs). Its arrays are .npy files as above (read_npy).
 """
 
 import argparse
@@ -264,6 +269,20 @@ def jnum(v):
     return v
 
 
+def module_unit(m):
+    """Fail for a manifest that is not an op call's (module doc)."""
+    unit = m.get("unit") if isinstance(m, dict) else None
+    unit = "op" if unit is None else unit
+    if unit == "module":
+        raise Fail("this archive replays a call of module %s (call %s), not an op call: a "
+                   "module replay needs the model's code and runs through capd's runner "
+                   "(isolated replay jobs, option target_inputs), not this script; its "
+                   "recorded inputs are the inputs/arg.<i>.npy files"
+                   % (m.get("module"), m.get("call")))
+    if unit != "op":
+        raise Fail("manifest unit %r, this script runs op calls (unit op)" % (unit,))
+
+
 def main(argv):
     p = argparse.ArgumentParser(description="Run one recorded op call again (capd).")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -273,6 +292,7 @@ def main(argv):
     o = p.parse_args(argv)
     with open(os.path.join(o.dir, "manifest.json")) as f:
         m = json.load(f)
+    module_unit(m)
     if o.width_env:
         env = dict(os.environ)
         env.update(dict((k, str(v)) for k, v in (m.get("width_env") or {}).items()))

@@ -5,12 +5,11 @@ cells replay its op call instead of building their model: the arguments and
 results bit for bit as the control recorded them, under module "model", one
 op call, the float64 reference of the same call; a strided argument with a
 storage offset; and the failures (an op this torch lacks, pass backward, no
-manifest) with their reasons."""
+manifest) with their reasons. A manifest saying "unit": "op" is the same
+replay; one of unit module is test_modreplay.py's."""
 
-import json
 import math
 import os
-import shutil
 import struct
 import unittest
 
@@ -35,6 +34,8 @@ def replay_spec(d, target, root, pass_="forward", **options):
     return util.make_spec("tgt.models:lgl", pass_=pass_, **opts)
 
 
+
+
 class OpReplayTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -48,18 +49,14 @@ class OpReplayTest(unittest.TestCase):
         cls.gelu_dir = make_archive(cls.gelu, cls.gelu, GELU, layouts=False)
         cls.add_dir = make_archive(cls.add, cls.add, ADD, layouts=False)
         # an op this torch does not have
-        cls.noop_dir = util.tempdir()
-        shutil.rmtree(cls.noop_dir)
-        shutil.copytree(cls.gelu_dir, cls.noop_dir)
-        path = os.path.join(cls.noop_dir, "manifest.json")
-        with open(path) as f:
-            m = json.load(f)
-        m["op_call"]["name"] = "aten::capd_no_such_op"
-        with open(path, "w") as f:
-            json.dump(m, f)
+        cls.noop_dir = util.copy_archive(
+            cls.gelu_dir, lambda m: m["op_call"].update(name="aten::capd_no_such_op"))
+        # a manifest that names its unit, op
+        cls.unit_dir = util.copy_archive(cls.gelu_dir, unit="op")
         root = cls.root
         jobs = {
             "gelu": replay_spec(cls.gelu_dir, REPLAY_GELU, root),
+            "gelu_unit_op": replay_spec(cls.unit_dir, REPLAY_GELU, root),
             "gelu_bf16": replay_spec(cls.gelu_dir, REPLAY_GELU, root, dtype="bfloat16"),
             "gelu_f64": replay_spec(cls.gelu_dir, REPLAY_GELU, root, dtype="float64"),
             "add": replay_spec(cls.add_dir, REPLAY_ADD, root, capture="stats", warmup=1),
@@ -99,6 +96,10 @@ class OpReplayTest(unittest.TestCase):
             self.assertEqual(t["op_call"], c["op_call"])
         self.assertEqual(mine["model.0.forward.input.0"].payload,
                          ctl[GELU + ".arg.0"].payload)
+
+    def test_unit_op(self):
+        mine = [(t.header, t.payload) for t in self.ok("gelu_unit_op").tensors]
+        self.assertEqual(mine, [(t.header, t.payload) for t in self.ok("gelu").tensors])
 
     def test_float64_reference(self):
         r = self.ok("gelu")

@@ -127,6 +127,24 @@ def tempdir():
     return d
 
 
+def copy_archive(src, edit=None, **changes):
+    """A copy of reproducer folder SRC (a temporary directory) whose
+    manifest.json has CHANGES set and EDIT(manifest) applied."""
+    import json
+    dst = tempdir()
+    shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "manifest.json")
+    with open(path) as f:
+        m = json.load(f)
+    m.update(changes)
+    if edit is not None:
+        edit(m)
+    with open(path, "w") as f:
+        json.dump(m, f)
+    return dst
+
+
 def model_tree(files):
     """A temporary directory holding ``files`` (path: text), a model root."""
     root = tempdir()

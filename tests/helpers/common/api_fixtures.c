@@ -609,6 +609,24 @@ json_t *af_get_settled(const struct tu_capd *c, const char *path, int timeout_s)
     return NULL;
 }
 
+char *af_wait_label(const struct tu_capd *c, const char *id, const char *key, int timeout_s)
+{
+    char path[100];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (long i = 0; i < (long)timeout_s * 10; i++) {
+        long st = 0;
+        json_t *j = tu_json((struct tu_capd *)c, "GET", path, NULL, &st);
+        const char *l = json_string_value(json_object_get(json_object_get(j, "labels"), key));
+        char *out = l ? strdup(l) : NULL;
+        json_decref(j);
+        if (out)
+            return out;
+        usleep(100 * 1000);
+    }
+    cr_assert_fail("job %s: no label %s after %d s", id, key, timeout_s);
+    return NULL;
+}
+
 json_t *af_find_cell(json_t *result, const char *model, const char *width, const char *pass)
 {
     size_t i;

@@ -136,6 +136,9 @@ void af_wait_jobs(const struct tu_capd *c, int timeout_s, ...);
  * still running), polling for up to TIMEOUT_S seconds: the 200 answer
  * (owned); fails the test on another status or past the time. */
 json_t *af_get_settled(const struct tu_capd *c, const char *path, int timeout_s);
+/* Job ID's label KEY on C once it is there (GET /v1/jobs/ID every 100 ms
+ * for TIMEOUT_S at most, failing the test then): its value (owned). */
+char *af_wait_label(const struct tu_capd *c, const char *id, const char *key, int timeout_s);
 /* The official-build lane's interpreter ($CAPD_OFFICIAL_PYTHON); without
  * one the test is skipped with the reason ($CAPD_OFFICIAL_SKIP), or fails
  * under CI=true, where the lane must be there. */
