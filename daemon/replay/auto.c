@@ -10,6 +10,7 @@
 #include "compare/cmp.h"
 #include "daemon/cpu/widths.h"
 #include "daemon/replay/auto.h"
+#include "daemon/replay/pending.h"
 #include "util/log.h"
 
 /* ------------------------------------------------------------ the op */
@@ -54,6 +55,9 @@ static bool row_module(json_t *cell, const char *field, char *out, size_t n)
 
 bool replay_unit_of(json_t *cell, char *out, size_t n)
 {
+    const char *mode = json_string_value(json_object_get(cell, "mode"));
+    if (mode && strcmp(mode, "eager") != 0) /* compiled cells are not replayed (yet) */
+        return false;
     return row_op(cell, "first_introduced", out, n) || row_op(cell, "first_divergence", out, n) ||
            row_module(cell, "first_introduced", out, n) ||
            row_module(cell, "first_divergence", out, n);
@@ -277,24 +281,21 @@ out:
     return rc;
 }
 
+/* Looks at head job ID and labels it with what came of it, unless it is
+ * to be looked at again; true when it created replay jobs. */
+static bool look_one(struct store *st, const struct capd_config *cfg, const char *id)
+{
+    char label[160] = "";
+    int rc = look(st, cfg, id, label, sizeof label);
+    if (rc == 1 || rc == -EAGAIN)
+        return false; /* again at a later pass */
+    if (label[0])
+        store_job_label(st, id, "replay_auto", label);
+    log_info("replay_auto", "job=%s result=%s", id, log_q(label));
+    return strncmp(label, "replayed", 8) == 0;
+}
+
 bool replay_auto_step(struct store *st, const struct capd_config *cfg)
 {
-    json_t *ids = NULL, *id;
-    size_t i;
-    bool created = false;
-    if (store_replays_auto_pending(st, &ids) != 0)
-        return false;
-    json_array_foreach(ids, i, id)
-    {
-        char label[160] = "";
-        int rc = look(st, cfg, json_string_value(id), label, sizeof label);
-        if (rc == 1 || rc == -EAGAIN)
-            continue; /* again at a later pass */
-        if (label[0])
-            store_job_label(st, json_string_value(id), "replay_auto", label);
-        log_info("replay_auto", "job=%s result=%s", json_string_value(id), log_q(label));
-        created |= strncmp(label, "replayed", 8) == 0;
-    }
-    json_decref(ids);
-    return created;
+    return replay_each_pending(st, cfg, store_replays_auto_pending, look_one);
 }

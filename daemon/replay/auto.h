@@ -51,7 +51,8 @@
  * call of the module of its first_introduced row, else of its
  * first_divergence's, when that row is of the forward phase. False when
  * there is none (no divergence, or one first seen in the backward pass of
- * a job at granularity module). */
+ * a job at granularity module) and for a compiled cell (mode other than
+ * eager), which is not replayed. */
 bool replay_unit_of(json_t *cell, char *out, size_t n);
 
 /* What one replay asks: the control and head jobs (as store_job_get gives

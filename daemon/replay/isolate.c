@@ -11,6 +11,7 @@
 
 #include "daemon/replay/bundle.h"
 #include "daemon/replay/isolate.h"
+#include "daemon/replay/pending.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -145,26 +146,23 @@ static int prepare(struct store *st, const struct capd_config *cfg, struct prep 
     return rc;
 }
 
+/* Prepares control replay job ID, or labels it with the refusal; true
+ * when it created the isolated pair. */
+static bool prepare_one(struct store *st, const struct capd_config *cfg, const char *id)
+{
+    struct prep p = {.id = id};
+    int rc = prepare(st, cfg, &p);
+    if (rc && rc != -EAGAIN) {
+        /* said once, on the job, not tried again at every pass */
+        char label[sizeof p.why + 16];
+        snprintf(label, sizeof label, "refused: %s", p.why[0] ? p.why : strerror(-rc));
+        log_warn("replay_isolated_refused", "job=%s reason=%s", p.id, log_q(label + 9));
+        store_job_label(st, p.id, "replay_isolated", label);
+    }
+    return rc == 0;
+}
+
 bool replay_step(struct store *st, const struct capd_config *cfg)
 {
-    json_t *ids = NULL, *id;
-    size_t i;
-    bool created = false;
-    if (store_replays_pending(st, &ids) != 0)
-        return false;
-    json_array_foreach(ids, i, id)
-    {
-        struct prep p = {.id = json_string_value(id)};
-        int rc = prepare(st, cfg, &p);
-        if (rc && rc != -EAGAIN) {
-            /* said once, on the job, not tried again at every pass */
-            char label[sizeof p.why + 16];
-            snprintf(label, sizeof label, "refused: %s", p.why[0] ? p.why : strerror(-rc));
-            log_warn("replay_isolated_refused", "job=%s reason=%s", p.id, log_q(label + 9));
-            store_job_label(st, p.id, "replay_isolated", label);
-        }
-        created |= rc == 0;
-    }
-    json_decref(ids);
-    return created;
+    return replay_each_pending(st, cfg, store_replays_pending, prepare_one);
 }

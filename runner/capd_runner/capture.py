@@ -432,16 +432,23 @@ class Recorder(TargetRecords):
             self.hashes[key] = hash_hex
             self.order.append(key)
 
-    def record(self, module, call, phase, role, index, t, op=None):
-        """One record. ``op`` is (ATen name, occurrence) for a per-op record
-        (opcapture.py), whose key puts ``/op.<name>.<n>`` after the phase."""
+    def _begin(self, module, call, phase, role, index, op):
+        """(module name with the prefix, record key) of a record about to be
+        made (record, record_full), once capd_fastrec's deferred records
+        are written: they come first."""
         if self.fast is not None:
-            self.fast.flush()  # capd_fastrec's deferred records come first
+            self.fast.flush()
         module = self.prefix + module
         if op is None:
             key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
         else:
             key = "%s.%d.%s/op.%s.%d.%s.%s" % (module, call, phase, op[0], op[1], role, index)
+        return module, key
+
+    def record(self, module, call, phase, role, index, t, op=None):
+        """One record. ``op`` is (ATen name, occurrence) for a per-op record
+        (opcapture.py), whose key puts ``/op.<name>.<n>`` after the phase."""
+        module, key = self._begin(module, call, phase, role, index, op)
         with self.lock:
             if t.dim() > MAX_NDIM:
                 if self.emit and not self.ndim_noted:

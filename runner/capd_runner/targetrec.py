@@ -34,13 +34,7 @@ class TargetRecords(object):
         with a note."""
         from capd_runner import capture as C
 
-        if self.fast is not None:
-            self.fast.flush()
-        module = self.prefix + module
-        if op is None:
-            key = "%s.%d.%s.%s.%s" % (module, call, phase, role, index)
-        else:
-            key = "%s.%d.%s/op.%s.%d.%s.%s" % (module, call, phase, op[0], op[1], role, index)
+        module, key = self._begin(module, call, phase, role, index, op)
         with self.lock:
             if t.dim() > C.MAX_NDIM:
                 if self.emit:

@@ -242,9 +242,11 @@ def _read_result(fd, limit_s):
     return bytes(buf), False
 
 
-def _kill(pid):
+def sigkill(pid, group=False):
+    """SIGKILL to process PID, or to process group PID where GROUP (the
+    zygote's cells); nothing where it is gone already."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
     except OSError:
         pass
 
@@ -260,7 +262,7 @@ def _reap(pid, kill):
                 if got:
                     return status
                 time.sleep(0.01)
-        _kill(pid)
+        sigkill(pid)
         return os.waitpid(pid, 0)[1]
     except ChildProcessError:
         return None

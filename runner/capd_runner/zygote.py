@@ -50,7 +50,7 @@ import struct
 import sys
 import time
 import traceback
-from capd_runner import layout
+from capd_runner import layout, timing
 
 EXIT_REFUSED = 78  # EX_CONFIG: the build cannot use prefork
 # A paired head cell's control-build timing template (capd_runner.timing:
@@ -424,7 +424,6 @@ class Zygote(object):
             return "the cell must run as uid %d, the zygote runs as %d" % (uid, os.getuid())
         # A build whose import started a thread: a forked cell would copy
         # the locks it holds (timing.fork_refusal says the same of a cell).
-        from capd_runner import timing
         return timing.fork_refusal("the zygote")
 
     def _accept(self):
@@ -472,17 +471,10 @@ class Zygote(object):
         conn.settimeout(None)
         if not _send(conn, {"pid": pid}):
             # capd-exec is already gone: so is the cell.
-            self._kill(pid)
+            timing.sigkill(pid, group=True)
         self.children[pid] = conn
         self.conns[conn] = pid
         self.sel.register(conn, selectors.EVENT_READ, "conn")
-
-    @staticmethod
-    def _kill(pid):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
     def _conn_event(self, conn):
         """capd-exec never writes after its request: readable means it is
@@ -497,7 +489,7 @@ class Zygote(object):
         self.sel.unregister(conn)
         conn.close()
         if pid is not None:
-            self._kill(pid)
+            timing.sigkill(pid, group=True)
             self.children[pid] = None
 
     def _reap(self):
@@ -513,7 +505,7 @@ class Zygote(object):
             self.last_activity = time.monotonic()
             # Whatever the cell left in its group goes with it, before
             # capd-exec reports the end (as capd does for a fresh cell).
-            self._kill(pid)
+            timing.sigkill(pid, group=True)
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue

@@ -13,9 +13,7 @@ from tests.framereader import RUNNER_DIR
 
 USER_MODELS = {
     "mypkg/__init__.py": "",
-    "mypkg/models.py": '''
-import torch
-
+    "mypkg/models.py": util.LIN_MODEL + '''
 class Scale(torch.nn.Module):
     def forward(self, x):
         return x * 1.0
@@ -37,10 +35,8 @@ def two(seed, batch, dtype):
     x = torch.randn(batch, 4, generator=g).requires_grad_(True)
     return Two(), (x, torch.randn(batch, 4, generator=g))
 
-class Boom(torch.nn.Module):
-    def __init__(self):
-        super(Boom, self).__init__()
-        self.lin = torch.nn.Linear(4, 4)
+class Boom(Lin):
+    SIZES = (4, 4)
 
     def forward(self, x):
         x = self.lin(x)

@@ -12,16 +12,11 @@ from tests.framereader import RUNNER_DIR
 
 OP_MODELS = {
     "opm/__init__.py": "",
-    "opm/models.py": '''
-import torch
+    "opm/models.py": util.LIN_MODEL + '''
 import torch.nn.functional as F
 
-class Ops(torch.nn.Module):
+class Ops(Lin):
     """A gelu, a view, a transpose, an in-place add and an integer result."""
-    def __init__(self):
-        super(Ops, self).__init__()
-        self.lin = torch.nn.Linear(6, 4)
-
     def forward(self, x):
         y = F.gelu(self.lin(x))
         z = y.view(-1).view(y.shape).t()

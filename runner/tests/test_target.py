@@ -19,9 +19,7 @@ REPRO = os.path.join(RUNNER_DIR, "repro", "repro.py")
 
 MODELS = {
     "tgt/__init__.py": "",
-    "tgt/models.py": '''
-import torch
-
+    "tgt/models.py": util.LIN_MODEL + '''
 class LGL(torch.nn.Module):
     def __init__(self):
         super(LGL, self).__init__()
@@ -32,32 +30,26 @@ class LGL(torch.nn.Module):
     def forward(self, x):
         return self.lin2(self.act(self.lin1(x)))
 
-def lgl(seed, batch, dtype):
+def seeded(cls, seed, batch, dtype):
+    """A CLS seeded with SEED, and its input: BATCH rows of 6 from SEED."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    return LGL(), torch.randn(batch, 6, generator=g).to(dtype)
+    return cls(), torch.randn(batch, 6, generator=g).to(dtype)
 
-class InPlace(torch.nn.Module):
+def lgl(seed, batch, dtype):
+    return seeded(LGL, seed, batch, dtype)
+
+class InPlace(Lin):
     """y += 2 * x[:, 1:5], in place: a strided argument with an offset."""
-    def __init__(self):
-        super(InPlace, self).__init__()
-        self.lin = torch.nn.Linear(6, 4)
-
     def forward(self, x):
         y = self.lin(x)
         y.add_(x[:, 1:5], alpha=2.0)
         return y * 3.0
 
 def inplace(seed, batch, dtype):
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    return InPlace(), torch.randn(batch, 6, generator=g).to(dtype)
+    return seeded(InPlace, seed, batch, dtype)
 
-class Sparse(torch.nn.Module):
-    def __init__(self):
-        super(Sparse, self).__init__()
-        self.lin = torch.nn.Linear(6, 4)
-
+class Sparse(Lin):
     def forward(self, x):
         return self.lin(x).to_sparse().to_dense() * 2.0
 

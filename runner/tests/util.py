@@ -18,6 +18,20 @@ PYTHON = os.environ.get("CAPD_TEST_PYTHON", sys.executable)
 DEVICE = os.environ.get("CAPD_TEST_DEVICE", "cpu")
 ZOO = ["mlp", "cnn", "resnet18", "mobilenet_v3_small", "transformer", "lstm", "embedding_bag"]
 
+# The head of a test model module's source (a model_tree file): torch, and
+# Lin, a module whose one layer is ``self.lin``, a Linear of Lin.SIZES, for
+# a test model to derive from with a forward of its own.
+LIN_MODEL = '''
+import torch
+
+class Lin(torch.nn.Module):
+    SIZES = (6, 4)
+
+    def __init__(self):
+        super(Lin, self).__init__()
+        self.lin = torch.nn.Linear(*self.SIZES)
+'''
+
 
 def require_native(test):
     """Skip ``test`` when the native stats library is not loadable, or fail
