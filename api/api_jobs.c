@@ -30,6 +30,7 @@
 #define JOB_RETRY_AFTER_S "30"
 
 static const char *const passes[] = {"forward", "backward", NULL};
+static const char *const mode_names[] = {"eager", "aot_eager", "inductor", NULL};
 
 /* User models are "package.module:factory": importable names only, so no
  * path can be smuggled in; the runner also checks the module's file lies
@@ -86,6 +87,11 @@ static bool check_axis(struct api_verr *e, json_t *m, const char *axis, json_t *
         }
         if (strcmp(axis, "passes") == 0 && !api_one_of(s, passes)) {
             api_verr_set(e, "invalid_field", field, "unknown pass '%s' (forward or backward)", s);
+            return false;
+        }
+        if (strcmp(axis, "modes") == 0 && !api_one_of(s, mode_names)) {
+            api_verr_set(e, "invalid_field", field,
+                         "unknown mode '%s' (eager, aot_eager or inductor)", s);
             return false;
         }
         if (strcmp(axis, "models") == 0 && !model_in_zoo(s)) {
@@ -248,30 +254,34 @@ static bool check_job_source(struct api_verr *err, json_t *body, json_t *build)
     return true;
 }
 
-/* The matrix: exactly the three axes, each valid, and a product no larger
- * than the daemon's max_cells_per_job, so a job never stores more cells
- * than the scheduler will take. */
+/* The matrix: the three axes and optionally modes (eager when absent), each
+ * valid, and a product no larger than the daemon's max_cells_per_job, so a
+ * job never stores more cells than the scheduler will take. */
 static bool check_job_matrix(struct api_verr *err, json_t *m, json_t *build, int max_cells)
 {
     const char *k;
     json_t *v;
     if (!json_is_object(m))
         return api_verr_set(err, "invalid_field", "matrix",
-                            "matrix must be an object with models, widths and passes");
+                            "matrix must be an object with models, widths and passes (and "
+                            "optionally modes)");
     json_object_foreach(m, k, v)
     {
-        if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes")) {
+        if (strcmp(k, "models") && strcmp(k, "widths") && strcmp(k, "passes") &&
+            strcmp(k, "modes")) {
             char f[160];
             snprintf(f, sizeof f, "matrix.%s", k);
             return api_verr_set(err, "unknown_field", f, "unknown field '%s'", f);
         }
     }
     if (!check_axis(err, m, "models", build) || !check_axis(err, m, "widths", build) ||
-        !check_axis(err, m, "passes", build))
+        !check_axis(err, m, "passes", build) ||
+        (json_object_get(m, "modes") && !check_axis(err, m, "modes", build)))
         return false;
+    size_t nmodes = json_object_get(m, "modes") ? json_array_size(json_object_get(m, "modes")) : 1;
     size_t ncells = json_array_size(json_object_get(m, "models")) *
                     json_array_size(json_object_get(m, "widths")) *
-                    json_array_size(json_object_get(m, "passes"));
+                    json_array_size(json_object_get(m, "passes")) * nmodes;
     if (ncells > (size_t)max_cells)
         return api_verr_set(err, "too_many_cells", "matrix",
                             "the matrix expands to %zu cells; the limit is %d", ncells, max_cells);
@@ -308,14 +318,16 @@ static json_t *normalize_job(struct api_verr *err, json_t *body, json_t *opts)
     json_t *m = json_object_get(body, "matrix");
     json_t *br = json_object_get(body, "branch"), *cc = json_object_get(body, "control_commit");
     json_t *labels = json_object_get(body, "labels"), *prov = json_object_get(body, "provenance");
+    json_t *modes = json_object_get(m, "modes");
     json_t *norm = json_pack(
-        "{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O},s:O,s:o}", "project",
+        "{s:s,s:s,s:O,s:s,s:O,s:{s:O,s:O,s:O,s:o},s:O,s:o}", "project",
         json_string_value(json_object_get(body, "project")), "commit",
         json_string_value(json_object_get(body, "commit")), "branch", br ? br : json_null(),
         "build", json_string_value(json_object_get(body, "build")), "control_commit",
         cc ? cc : json_null(), "matrix", "models", json_object_get(m, "models"), "widths",
-        json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "options", opts,
-        "labels", labels ? json_incref(labels) : json_object());
+        json_object_get(m, "widths"), "passes", json_object_get(m, "passes"), "modes",
+        modes ? json_incref(modes) : json_pack("[s]", "eager"), "options", opts, "labels",
+        labels ? json_incref(labels) : json_object());
     if (!norm) {
         api_verr_set(err, "invalid_json", NULL, "the request could not be normalized");
         return NULL;

@@ -98,8 +98,9 @@ static json_t *cell_summary(json_t *cell)
     json_t *why = json_object_get(cell, "incomparable_reason");
     if (!json_is_string(why))
         why = json_object_get(cell, "not_run_reason");
-    json_t *o = json_pack("{s:O,s:O,s:s}", "model", json_object_get(cell, "model"), "pass",
-                          json_object_get(cell, "pass"), "status", cell_status(cell));
+    json_t *o = json_pack("{s:O,s:O,s:O,s:s}", "model", json_object_get(cell, "model"), "pass",
+                          json_object_get(cell, "pass"), "mode", json_object_get(cell, "mode"),
+                          "status", cell_status(cell));
     if (!o)
         return NULL;
     copy_member(o, cell, "rule", true);
@@ -112,15 +113,16 @@ static json_t *cell_summary(json_t *cell)
     return o;
 }
 
-/* The cell of MODEL and PASS in the array CELLS, or NULL. */
-static json_t *find_cell(json_t *cells, json_t *model, json_t *pass)
+/* The cell of MODEL, PASS and MODE in the array CELLS, or NULL. */
+static json_t *find_cell(json_t *cells, json_t *model, json_t *pass, json_t *mode)
 {
     size_t i;
     json_t *c;
     json_array_foreach(cells, i, c)
     {
         if (json_equal(json_object_get(c, "model"), model) &&
-            json_equal(json_object_get(c, "pass"), pass))
+            json_equal(json_object_get(c, "pass"), pass) &&
+            json_equal(json_object_get(c, "mode"), mode))
             return c;
     }
     return NULL;
@@ -151,31 +153,49 @@ static void tally_add(struct tally *t, json_t *cs)
     json_array_append_new(t->cells, cs);
 }
 
+/* The summary of the engine's cell of M, P and X in RES, or of one
+ * missing there; NULL (*LEFT true) when the filter left it out. */
+static json_t *summary_of(json_t *res, json_t *m, json_t *p, json_t *x, bool *left)
+{
+    json_t *c = find_cell(json_object_get(res, "cells"), m, p, x);
+    *left = false;
+    if (c)
+        return cell_summary(c);
+    if (find_cell(json_object_get(res, "missing_cells"), m, p, x))
+        return json_pack("{s:O,s:O,s:O,s:s,s:n,s:n,s:n}", "model", m, "pass", p, "mode", x,
+                         "status", "missing", "rule", "first_divergence", "first_introduced");
+    *left = true;
+    return NULL;
+}
+
 /* The engine's cells of RES in the job's matrix order (models, then
- * passes, as submitted: forward before backward), filtered ones left out. */
+ * passes, as submitted: forward before backward, then modes; eager in a
+ * job stored without modes), filtered ones left out. */
 static int collect_cells(json_t *res, json_t *job, struct tally *t)
 {
-    json_t *matrix = json_object_get(job, "matrix");
-    size_t i, k;
-    json_t *m, *p;
+    json_t *matrix = json_object_get(job, "matrix"), *eager = json_pack("[s]", "eager");
+    json_t *modes =
+        json_is_array(json_object_get(matrix, "modes")) ? json_object_get(matrix, "modes") : eager;
+    size_t i, k, l;
+    json_t *m, *p, *x;
+    int rc = eager ? 0 : -ENOMEM;
     json_array_foreach(json_object_get(matrix, "models"), i, m)
     {
         json_array_foreach(json_object_get(matrix, "passes"), k, p)
         {
-            json_t *c = find_cell(json_object_get(res, "cells"), m, p), *cs = NULL;
-            if (c)
-                cs = cell_summary(c);
-            else if (find_cell(json_object_get(res, "missing_cells"), m, p))
-                cs = json_pack("{s:O,s:O,s:s,s:n,s:n,s:n}", "model", m, "pass", p, "status",
-                               "missing", "rule", "first_divergence", "first_introduced");
-            else
-                continue;
-            if (!cs)
-                return -ENOMEM;
-            tally_add(t, cs);
+            json_array_foreach(modes, l, x)
+            {
+                bool left;
+                json_t *cs = rc ? NULL : summary_of(res, m, p, x, &left);
+                if (!rc && !cs && !left)
+                    rc = -ENOMEM;
+                if (cs)
+                    tally_add(t, cs);
+            }
         }
     }
-    return 0;
+    json_decref(eager);
+    return rc;
 }
 
 static json_t *counts_json(const struct tally *t)

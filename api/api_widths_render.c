@@ -166,14 +166,16 @@ static void status_reason(struct rbuf *o, const json_t *c, const char *width)
         put(o, " (%s)", why);
 }
 
-/* One line per model and pass of width WIDTH. */
+/* One line per model and pass (and mode, but eager) of width WIDTH. */
 static void cell_line(struct rbuf *o, const json_t *c, const char *width)
 {
     const json_t *fd = json_object_get(c, "first_divergence");
     const json_t *fi = json_object_get(c, "first_introduced");
     const char *st = cmp_json_str(c, "status");
-    put(o, "%s%s %s: %s", o->md ? "- " : "  ", cmp_json_str(c, "model"), cmp_json_str(c, "pass"),
-        st);
+    const char *mode = cmp_json_str(c, "mode");
+    bool compiled = mode[0] && strcmp(mode, "eager") != 0; /* eager goes unsaid */
+    put(o, "%s%s %s%s%s: %s", o->md ? "- " : "  ", cmp_json_str(c, "model"),
+        cmp_json_str(c, "pass"), compiled ? " " : "", compiled ? mode : "", st);
     status_reason(o, c, width);
     if (strcmp(cmp_json_str(c, "outcome_change"), "regression") == 0)
         put(o, ", failed where default ran ok");

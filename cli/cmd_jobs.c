@@ -95,9 +95,11 @@ struct submit {
 
 static int submit_matrix(const struct ctl_args *a, json_t *matrix)
 {
-    static const char *const axes[] = {"models", "widths", "passes"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const axes[] = {"models", "widths", "passes", "modes"};
+    for (int i = 0; i < 4; i++) {
         json_t *l = NULL;
+        if (i == 3 && !ctl_arg(a, axes[i])) /* optional: eager */
+            break;
         int rc = split_list(a->cmd, axes[i], ctl_arg(a, axes[i]), &l);
         if (rc != 0)
             return rc;
@@ -322,6 +324,8 @@ static const struct ctl_opt submit_opts[] = {
     {"branch", CTL_VALUE, "BR", "branch of the commit"},
     {"control-commit", CTL_VALUE, "SHA", "commit to compare against (capctl diff --commit)"},
     CTL_OPTS_MATRIX("; GET /v1/models", "SIMD ", "; GET /v1/widths", "forward,backward"),
+    {"modes", CTL_VALUE, "a,b",
+     "compile modes: eager, aot_eager, inductor (default eager; docs/api.md, Compiled cells)"},
     {"iterations", CTL_OPTION_INT, "N",
      "timed iterations per cell (default " CAPD_OPTION_DEFAULT_iterations ")"},
     {"warmup", CTL_OPTION_INT, "N", "warm-up iterations (default " CAPD_OPTION_DEFAULT_warmup ")"},
@@ -370,7 +374,7 @@ static const struct ctl_opt submit_opts[] = {
 /* The fields whose flag is not named like them: the rest (matrix.models,
  * options.seed, control_commit) are set by the option of their last part. */
 static const struct ctl_field_flag submit_fields[] = {
-    {"matrix", "--models, --widths and --passes"},
+    {"matrix", "--models, --widths, --passes and --modes"},
     {"options.timeout_s", "--timeout"},
     {"labels", "--label"},
     {"provenance", "--source-tree"},

@@ -215,6 +215,7 @@ static void cell_free(struct cmp_cell *c)
     free(c->model);
     free(c->width);
     free(c->pass);
+    free(c->mode);
     free(c->effective_width);
     free(c->device);
     free(c->host_missing);
@@ -247,17 +248,23 @@ static bool name_ok(const char *s)
 int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width, const char *pass,
                       struct cmp_cell **cell_out)
 {
+    return cmp_side_add_cell_mode(side, model, width, pass, "eager", cell_out);
+}
+
+int cmp_side_add_cell_mode(struct cmp_side *side, const char *model, const char *width,
+                           const char *pass, const char *mode, struct cmp_cell **cell_out)
+{
     int rc = -EINVAL;
     struct cmp_cell *c = NULL;
 
-    if (side == NULL || !name_ok(model) || !name_ok(width) || !name_ok(pass) ||
+    if (side == NULL || !name_ok(model) || !name_ok(width) || !name_ok(pass) || !name_ok(mode) ||
         strlen(width) >= CMP_MAX_WIDTH_NAME)
         goto out;
     /* A linear scan: sides hold at most CMP_MAX_CELLS and are built once. */
     for (size_t i = 0; i < side->n_cells; i++) {
         const struct cmp_cell *o = side->cells[i];
         if (strcmp(o->model, model) == 0 && strcmp(o->width, width) == 0 &&
-            strcmp(o->pass, pass) == 0) {
+            strcmp(o->pass, pass) == 0 && strcmp(o->mode, mode) == 0) {
             rc = -EEXIST;
             goto out;
         }
@@ -273,7 +280,8 @@ int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *widt
     c->model = strdup(model);
     c->width = strdup(width);
     c->pass = strdup(pass);
-    if (c->model == NULL || c->width == NULL || c->pass == NULL)
+    c->mode = strdup(mode);
+    if (c->model == NULL || c->width == NULL || c->pass == NULL || c->mode == NULL)
         goto out;
     c->peak_rss = -1;
     c->device_peak = -1;

@@ -172,10 +172,16 @@ void cmp_side_free(struct cmp_side *side);
 /*
  * Adds an empty cell and returns a borrowed pointer to it, valid until the
  * side is freed. -EEXIST when the side already has that (model, width, pass),
- * -E2BIG past CMP_MAX_CELLS, -EINVAL on NULL or over-long names.
+ * -E2BIG past CMP_MAX_CELLS, -EINVAL on NULL or over-long names. The cell's
+ * mode is eager.
  */
 int cmp_side_add_cell(struct cmp_side *side, const char *model, const char *width, const char *pass,
                       struct cmp_cell **cell_out);
+/* The same with the cell's compile MODE (eager, aot_eager, inductor), part
+ * of its identity: a control and a head cell pair only in the same mode,
+ * and -EEXIST names (model, width, pass, mode). */
+int cmp_side_add_cell_mode(struct cmp_side *side, const char *model, const char *width,
+                           const char *pass, const char *mode, struct cmp_cell **cell_out);
 
 /*
  * The cell's outcome: the name of a cell state (util/cellstate.h: ok,
@@ -666,6 +672,9 @@ char *cmp_report_finish(struct cmp_report *r);
  * object O, "" when it is absent or not a string; the integer, 0 when it
  * is absent or not an integer. */
 const char *cmp_json_str(const json_t *o, const char *k);
+/* A cell's pass as the reports name it: "forward", or with the mode of a
+ * compiled cell "forward/inductor" (written into BUF of N bytes). */
+const char *cmp_json_pass(const json_t *cell, char *buf, size_t n);
 json_int_t cmp_json_int(const json_t *o, const char *k);
 
 /*

@@ -69,7 +69,7 @@ struct cmp__arena {
 };
 
 struct cmp_cell {
-    char *model, *width, *pass;
+    char *model, *width, *pass, *mode;
     enum cell_state outcome; /* the cell's state (util/cellstate.h), when has_outcome */
     bool has_outcome;        /* false until cmp_cell_set_outcome: no state, not ok */
     char *effective_width, *device;

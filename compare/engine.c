@@ -29,7 +29,8 @@ static int cell_order(const struct cmp_cell *x, const struct cmp_cell *y, bool c
         if (c)
             return c;
     }
-    return strcmp(x->pass, y->pass);
+    c = strcmp(x->pass, y->pass);
+    return c ? c : strcmp(x->mode, y->mode);
 }
 
 static int cell_cmp_same(const void *a, const void *b)
@@ -62,7 +63,8 @@ static int pick_cells(const struct cmp_side *s, const char *width, const struct 
 
 static json_t *cell_id(const struct cmp_cell *c)
 {
-    return json_pack("{s:s, s:s, s:s}", "model", c->model, "width", c->width, "pass", c->pass);
+    return json_pack("{s:s, s:s, s:s, s:s}", "model", c->model, "width", c->width, "pass", c->pass,
+                     "mode", c->mode);
 }
 
 /*

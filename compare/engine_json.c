@@ -247,6 +247,7 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
     e |= cmp__set(cj, "model", json_string(h->model));
     e |= cmp__set(cj, "width", json_string(h->width));
     e |= cmp__set(cj, "pass", json_string(h->pass));
+    e |= cmp__set(cj, "mode", json_string(h->mode));
     if (k->cross)
         e |= cmp__set(cj, "control_width", json_string(c->width));
     e |= cmp__set(cj, "status", json_string(cstatus_names[k->st]));

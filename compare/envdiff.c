@@ -283,7 +283,8 @@ static json_t *diff_json(const struct diff *d)
 
 static json_t *cell_ref(const struct cmp_cell *c)
 {
-    return json_pack("{s:s, s:s, s:s}", "model", c->model, "width", c->width, "pass", c->pass);
+    return json_pack("{s:s, s:s, s:s, s:s}", "model", c->model, "width", c->width, "pass", c->pass,
+                     "mode", c->mode);
 }
 
 /* A value as shown in an inconsistency: at most PREMISE_VALUE_MAX bytes. */

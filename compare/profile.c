@@ -290,14 +290,14 @@ static void list_line(FILE *f, const json_t *p, const char *list, const char *ke
 /* One cell's line: the profiled change, modules, outside, operators. */
 static void cell_line(FILE *f, const json_t *cell, const json_t *p, bool md)
 {
-    char d[32], o[32];
+    char d[32], o[32], pm[48];
     signed_dur(d, sizeof d, json_number_value(json_object_get(p, "delta_ns")));
     const json_t *out = json_object_get(p, "outside");
     signed_dur(o, sizeof o, json_number_value(json_object_get(out, "delta_ns")));
     fputs(md ? "- `" : "PROFILE ", f);
     put(f, js(cell, "model"), md);
     fprintf(f, "%s%s%s%s: %s per profiled iteration", md ? "` / " : "/", js(cell, "width"),
-            md ? " / " : "/", js(cell, "pass"), d);
+            md ? " / " : "/", cmp_json_pass(cell, pm, sizeof pm), d);
     list_line(f, p, "modules", "path", "modules", md);
     fprintf(f, "; outside the modules %s", o);
     bool dev = strcmp(js(p, "ops_clock"), "device") == 0;

@@ -36,14 +36,15 @@ static int by_key(const void *a, const void *b)
     return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* The control side's default-width cell of C's model and pass, or NULL. */
+/* The control side's default-width cell of C's model, pass and mode, or
+ * NULL. */
 static const struct cmp_cell *default_width_cell(const struct cmp_cell *c)
 {
     const struct cmp_side *side = c->side;
     for (size_t i = 0; side && i < side->n_cells; i++) {
         const struct cmp_cell *x = side->cells[i];
         if (strcmp(x->width, "default") == 0 && strcmp(x->model, c->model) == 0 &&
-            strcmp(x->pass, c->pass) == 0)
+            strcmp(x->pass, c->pass) == 0 && strcmp(x->mode, c->mode) == 0)
             return x;
     }
     return NULL;

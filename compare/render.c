@@ -75,6 +75,15 @@ const char *cmp_json_str(const json_t *o, const char *k)
     return s ? s : "";
 }
 
+const char *cmp_json_pass(const json_t *cell, char *buf, size_t n)
+{
+    const char *mode = cmp_json_str(cell, "mode");
+    if (!mode[0] || strcmp(mode, "eager") == 0)
+        return cmp_json_str(cell, "pass");
+    snprintf(buf, n, "%s/%s", cmp_json_str(cell, "pass"), mode);
+    return buf;
+}
+
 json_int_t cmp_json_int(const json_t *o, const char *k)
 {
     return json_integer_value(json_object_get(o, k));
@@ -437,6 +446,7 @@ static void md_summary(struct cmp_report *b, const json_t *result)
  * the cells the head lacks; each section only when it has a line. */
 static void md_outcomes(struct cmp_report *b, const json_t *result)
 {
+    char pm[48]; /* a pass and its mode (cmp_json_pass) */
     const json_t *cell;
     size_t i;
     bool any = false;
@@ -450,7 +460,7 @@ static void md_outcomes(struct cmp_report *b, const json_t *result)
         cmp_report_addf(b, "- `");
         md_cell(b, cmp_json_str(cell, "model"));
         cmp_report_addf(b, "` / %s / %s: %s -> **%s**\n", cmp_json_str(cell, "width"),
-                        cmp_json_str(cell, "pass"), cmp_json_str(cell, "control_outcome"),
+                        cmp_json_pass(cell, pm, sizeof pm), cmp_json_str(cell, "control_outcome"),
                         cmp_json_str(cell, "head_outcome"));
     }
 
@@ -462,7 +472,7 @@ static void md_outcomes(struct cmp_report *b, const json_t *result)
             cmp_report_addf(b, "- `");
             md_cell(b, cmp_json_str(cell, "model"));
             cmp_report_addf(b, "` / %s / %s\n", cmp_json_str(cell, "width"),
-                            cmp_json_str(cell, "pass"));
+                            cmp_json_pass(cell, pm, sizeof pm));
         }
     }
 }
@@ -470,9 +480,11 @@ static void md_outcomes(struct cmp_report *b, const json_t *result)
 /* The first columns of a cell's row in a table: model, width and pass. */
 static void md_row_start(struct cmp_report *b, const json_t *cell)
 {
+    char pm[48]; /* a pass and its mode (cmp_json_pass) */
     cmp_report_addf(b, "| ");
     md_cell(b, cmp_json_str(cell, "model"));
-    cmp_report_addf(b, " | %s | %s", cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
+    cmp_report_addf(b, " | %s | %s", cmp_json_str(cell, "width"),
+                    cmp_json_pass(cell, pm, sizeof pm));
 }
 
 /* The table of cells whose numbers differ (all but identical and not
@@ -556,6 +568,7 @@ char *cmp_result_to_markdown(const json_t *result)
 
 char *cmp_result_to_text(const json_t *result)
 {
+    char pm[48]; /* a pass and its mode (cmp_json_pass) */
     struct cmp_report b;
     const json_t *cells, *cell;
     size_t i;
@@ -578,21 +591,21 @@ char *cmp_result_to_text(const json_t *result)
     json_array_foreach(cells, i, cell)
     {
         if (strcmp(cmp_json_str(cell, "outcome_change"), "regression") == 0)
-            cmp_report_addf(&b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n",
-                            cmp_json_str(cell, "model"), cmp_json_str(cell, "width"),
-                            cmp_json_str(cell, "pass"), cmp_json_str(cell, "control_outcome"),
-                            cmp_json_str(cell, "head_outcome"));
+            cmp_report_addf(
+                &b, "OUTCOME REGRESSION %s/%s/%s: %s -> %s\n", cmp_json_str(cell, "model"),
+                cmp_json_str(cell, "width"), cmp_json_pass(cell, pm, sizeof pm),
+                cmp_json_str(cell, "control_outcome"), cmp_json_str(cell, "head_outcome"));
     }
     json_array_foreach(json_object_get(result, "missing_cells"), i, cell)
         cmp_report_addf(&b, "MISSING %s/%s/%s\n", cmp_json_str(cell, "model"),
-                        cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
+                        cmp_json_str(cell, "width"), cmp_json_pass(cell, pm, sizeof pm));
     json_array_foreach(cells, i, cell)
     {
         const char *st = cmp_json_str(cell, "status");
         if (strcmp(st, "identical") == 0 || strcmp(st, "not_run") == 0)
             continue;
         cmp_report_addf(&b, "%s %s/%s/%s", st, cmp_json_str(cell, "model"),
-                        cmp_json_str(cell, "width"), cmp_json_str(cell, "pass"));
+                        cmp_json_str(cell, "width"), cmp_json_pass(cell, pm, sizeof pm));
         rule_note(&b, cell);
         device_note(&b, cell, false);
         if (json_is_object(json_object_get(cell, "first_divergence"))) {
@@ -615,7 +628,7 @@ char *cmp_result_to_text(const json_t *result)
         const char *v = cmp_json_str(p, "verdict");
         cmp_report_addf(&b, "PERF %s %s/%s/%s: ", strcmp(v, "regression") == 0 ? "REGRESSION" : v,
                         cmp_json_str(cell, "model"), cmp_json_str(cell, "width"),
-                        cmp_json_str(cell, "pass"));
+                        cmp_json_pass(cell, pm, sizeof pm));
         perf_desc(&b, p, false);
         cmp_report_addf(&b, "\n");
     }

@@ -51,9 +51,11 @@ static void put(FILE *f, const char *s, bool md)
 
 static void cell_id(FILE *f, const json_t *cell, bool md)
 {
+    char pm[48];
     fputs(md ? "- `" : "  ", f);
     put(f, js(cell, "model"), md);
-    fprintf(f, "%s / %s / %s: ", md ? "`" : "", js(cell, "width"), js(cell, "pass"));
+    fprintf(f, "%s / %s / %s: ", md ? "`" : "", js(cell, "width"),
+            cmp_json_pass(cell, pm, sizeof pm));
 }
 
 /*

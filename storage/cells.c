@@ -31,7 +31,7 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
         store_cached(s, SC_CELL_NEXT,
                      "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
                      "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha "
+                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode "
                      "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                      "LEFT JOIN builds b ON b.name = j.build "
                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
@@ -59,9 +59,9 @@ static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r)
     r->job_seq = sqlite3_column_int64(st, 1);
     snprintf(r->cell_id, sizeof r->cell_id, "%s", (const char *)sqlite3_column_text(st, 2));
     snprintf(r->job_id, sizeof r->job_id, "%s", (const char *)sqlite3_column_text(st, 3));
-    r->spec =
-        json_pack("{s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width", store_col_str(st, 5),
-                  "pass", store_col_str(st, 6), "options", store_col_json(st, 7));
+    r->spec = json_pack("{s:o,s:o,s:o,s:o,s:o}", "model", store_col_str(st, 4), "width",
+                        store_col_str(st, 5), "pass", store_col_str(st, 6), "mode",
+                        store_col_str(st, 17), "options", store_col_json(st, 7));
     r->build = json_pack("{s:o,s:o,s:o,s:o,s:b,s:o,s:I}", "name", store_col_str(st, 12), "python",
                          store_col_str(st, 8), "env", store_col_json(st, 9), "model_roots",
                          store_col_json(st, 10), "prefork", sqlite3_column_int(st, 13) != 0,
@@ -248,8 +248,8 @@ int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
     int rc = store_query(s, &st,
                          "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
                          "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                         "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, a.id, a.n, "
-                         "t.slurm_job, coalesce(t.slurm_task, -1) FROM attempts a JOIN "
+                         "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode, a.id, "
+                         "a.n, t.slurm_job, coalesce(t.slurm_task, -1) FROM attempts a JOIN "
                          "attempt_tokens t ON t.attempt_id = a.id "
                          "JOIN cells c ON c.seq = a.cell_seq JOIN jobs j ON j.seq = c.job_seq "
                          "LEFT JOIN builds b ON b.name = j.build "
@@ -264,10 +264,10 @@ int store_remote_reattach(struct store *s, store_reattach_fn fn, void *ctx)
             store_cell_run_clear(&r);
             break;
         }
-        r.attempt_id = sqlite3_column_int64(st, 17);
-        r.attempt = sqlite3_column_int(st, 18);
-        struct store_slurm_job sj = {(uint32_t)sqlite3_column_int64(st, 19),
-                                     (int32_t)sqlite3_column_int64(st, 20)};
+        r.attempt_id = sqlite3_column_int64(st, 18);
+        r.attempt = sqlite3_column_int(st, 19);
+        struct store_slurm_job sj = {(uint32_t)sqlite3_column_int64(st, 20),
+                                     (int32_t)sqlite3_column_int64(st, 21)};
         rc = fn(ctx, &r, sj);
     }
     sqlite3_finalize(st);

@@ -268,7 +268,8 @@ static int load_cell(sqlite3_stmt *st, void *arg)
     if (f && (!pass_filter(model, f->model) || !pass_filter(width, f->width) ||
               !pass_filter(pass, f->pass)))
         return 0;
-    int rc = cmp_side_add_cell(c->side, model, width, pass, &c->cell);
+    const char *mode = (const char *)sqlite3_column_text(st, 7);
+    int rc = cmp_side_add_cell_mode(c->side, model, width, pass, mode ? mode : "eager", &c->cell);
     if (rc)
         return rc;
     cmp_cell_set_outcome(c->cell, (const char *)sqlite3_column_text(st, 3));
@@ -292,7 +293,8 @@ int store_load_side(struct store *s, const char *job_id, const struct store_cell
     struct load_ctx c = {.s = s, .f = f, .side = side, .pl = *pl_io};
     return store_each(s,
                       "SELECT c.model, c.width, c.pass, c.state, c.effective_width, "
-                      "coalesce(c.committed_attempt, 0), c.host_missing FROM cells c JOIN jobs j "
+                      "coalesce(c.committed_attempt, 0), c.host_missing, c.mode FROM cells c JOIN "
+                      "jobs j "
                       "ON j.seq = c.job_seq WHERE j.id = ? ORDER BY c.ord",
                       load_cell, &c, "t", job_id);
 }

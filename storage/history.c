@@ -428,13 +428,16 @@ static int cell_row(sqlite3_stmt *st, void *ctx)
     return rc ? rc : store__history_analyse(in->s, series);
 }
 
-/* Every cell of job J becomes a point; every series touched is analysed. */
+/* Every eager cell of job J becomes a point; every series touched is
+ * analysed. A series is one (model, width, pass) of eager cells: compiled
+ * cells (mode aot_eager, inductor) are not in the history yet. */
 static int ingest_job(struct store *s, const struct job_info *j)
 {
     struct ingest in = {s, j};
     return store_each(s,
                       "SELECT id, model, width, pass, state, coalesce(committed_attempt, 0), "
-                      "peak_rss_bytes FROM cells WHERE job_seq = ? ORDER BY ord",
+                      "peak_rss_bytes FROM cells WHERE job_seq = ? AND mode = 'eager' ORDER BY "
+                      "ord",
                       cell_row, &in, "I", j->seq);
 }
 

@@ -38,8 +38,8 @@ static json_t *job_row(sqlite3_stmt *st)
 
 json_t *store_cell_row(sqlite3_stmt *st, int c0)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "id",
-                     store_col_str(st, c0 + 0), "model", store_col_str(st, c0 + 1), "width",
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}",
+                     "id", store_col_str(st, c0 + 0), "model", store_col_str(st, c0 + 1), "width",
                      store_col_str(st, c0 + 2), "pass", store_col_str(st, c0 + 3), "state",
                      store_col_str(st, c0 + 4), "attempts", store_col_int(st, c0 + 5), "exit_code",
                      store_col_int(st, c0 + 6), "signal", store_col_str(st, c0 + 7), "reason",
@@ -48,7 +48,7 @@ json_t *store_cell_row(sqlite3_stmt *st, int c0)
                      store_col_int(st, c0 + 11), "started_at", store_col_time(st, c0 + 12),
                      "finished_at", store_col_time(st, c0 + 13), "host_missing",
                      store_col_str(st, c0 + 15), "memory_limit_bytes", store_col_int(st, c0 + 16),
-                     "cpu_time_ms", store_col_int(st, c0 + 17));
+                     "cpu_time_ms", store_col_int(st, c0 + 17), "mode", store_col_str(st, c0 + 18));
 }
 
 /* Adds "cells" and "counts" (cells per state) to a job object. */
@@ -108,37 +108,44 @@ static int insert_cells(struct store *s, int64_t job_seq, json_t *matrix)
 {
     sqlite3_stmt *st = NULL;
     int rc = store_prepare(s,
-                           "INSERT INTO cells(id, job_seq, ord, model, width, pass) "
-                           "VALUES (?,?,?,?,?,?)",
+                           "INSERT INTO cells(id, job_seq, ord, model, width, pass, mode) "
+                           "VALUES (?,?,?,?,?,?,?)",
                            &st);
     if (rc)
         return rc;
-    size_t im, iw, ip;
-    json_t *m, *w, *p;
+    size_t im, iw, ip, ix;
+    json_t *m, *w, *p, *x, *eager = json_pack("[s]", "eager");
+    json_t *modes =
+        json_is_array(json_object_get(matrix, "modes")) ? json_object_get(matrix, "modes") : eager;
     int ord = 0;
-    /* Order matters: cells run in this order, so all widths and passes of a
-     * model run together and a broken model shows up early. */
+    /* Order matters: cells run in this order, so all widths, passes and
+     * modes of a model run together and a broken model shows up early. */
     json_array_foreach(json_object_get(matrix, "models"), im, m)
     {
         json_array_foreach(json_object_get(matrix, "widths"), iw, w)
         {
             json_array_foreach(json_object_get(matrix, "passes"), ip, p)
             {
-                char id[16];
-                store_new_id('c', id);
-                sqlite3_reset(st);
-                store_bind_text(st, 1, id);
-                sqlite3_bind_int64(st, 2, job_seq);
-                sqlite3_bind_int(st, 3, ord++);
-                store_bind_text(st, 4, json_string_value(m));
-                store_bind_text(st, 5, json_string_value(w));
-                store_bind_text(st, 6, json_string_value(p));
-                if ((rc = store_rc(s, sqlite3_step(st))) != 0)
-                    goto out;
+                json_array_foreach(modes, ix, x)
+                {
+                    char id[16];
+                    store_new_id('c', id);
+                    sqlite3_reset(st);
+                    store_bind_text(st, 1, id);
+                    sqlite3_bind_int64(st, 2, job_seq);
+                    sqlite3_bind_int(st, 3, ord++);
+                    store_bind_text(st, 4, json_string_value(m));
+                    store_bind_text(st, 5, json_string_value(w));
+                    store_bind_text(st, 6, json_string_value(p));
+                    store_bind_text(st, 7, json_string_value(x));
+                    if ((rc = store_rc(s, sqlite3_step(st))) != 0)
+                        goto out;
+                }
             }
         }
     }
 out:
+    json_decref(eager);
     sqlite3_finalize(st);
     return rc;
 }

@@ -169,10 +169,43 @@ static int user_version(struct store *s, int *v)
     return rc;
 }
 
+/* Whether the database holds no row whose foreign key names a row that is
+ * not there (PRAGMA foreign_key_check answers none). */
+static bool foreign_keys_hold(struct store *s)
+{
+    sqlite3_stmt *st = NULL;
+    bool ok =
+        store_prepare(s, "PRAGMA foreign_key_check", &st) == 0 && sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_finalize(st);
+    return ok;
+}
+
+/* Migration V from F inside its transaction: its statements, the foreign
+ * keys checked, the user_version bump; 0 or -EIO with *ERR. */
+static int migrate_one(struct store *s, const struct embedded_file *f, int v, char **err)
+{
+    char bump[64], *msg = NULL;
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v);
+    if (sqlite3_exec(s->db, f->data, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(s->db, bump, NULL, NULL, &msg) != SQLITE_OK) {
+        util_errf(err, -EIO, "migration %s failed: %s", f->name, msg ? msg : "?");
+        sqlite3_free(msg);
+        return -EIO;
+    }
+    if (!foreign_keys_hold(s))
+        return util_errf(err, -EIO,
+                         "migration %s failed: it leaves rows whose foreign keys name no row",
+                         f->name);
+    return 0;
+}
+
 /*
  * Each migration runs in its own IMMEDIATE transaction together with the
  * user_version bump, so a crash mid-upgrade leaves the database at the last
- * complete version, never in between.
+ * complete version, never in between. Foreign keys are off meanwhile (a
+ * pragma a transaction cannot change) and checked before each commit: a
+ * migration may rebuild a table others reference (SQLite's documented way
+ * of changing a constraint) without the drop cascading into their rows.
  */
 static int migrate(struct store *s, char **err)
 {
@@ -185,24 +218,22 @@ static int migrate(struct store *s, char **err)
                          "database schema version %d is newer than this capd supports (%d); "
                          "upgrade capd or restore a backup",
                          have, want);
-    for (int v = have + 1; v <= want; v++) {
-        const struct embedded_file *f = migration(v);
-        char bump[64];
-        snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v);
+    if (have < want && (rc = store_exec(s, "PRAGMA foreign_keys=OFF")) != 0)
+        return rc;
+    for (int v = have + 1; v <= want && !rc; v++) {
         if ((rc = store_begin(s)) != 0)
-            return rc;
-        char *msg = NULL;
-        if (sqlite3_exec(s->db, f->data, NULL, NULL, &msg) != SQLITE_OK ||
-            sqlite3_exec(s->db, bump, NULL, NULL, &msg) != SQLITE_OK) {
-            util_errf(err, -EIO, "migration %s failed: %s", f->name, msg ? msg : "?");
-            sqlite3_free(msg);
+            break;
+        rc = migrate_one(s, migration(v), v, err);
+        if (rc)
             store_rollback(s);
-            return -EIO;
-        }
-        if ((rc = store_commit(s)) != 0)
-            return rc;
+        else
+            rc = store_commit(s);
     }
-    return 0;
+    if (have < want) {
+        int on = store_exec(s, "PRAGMA foreign_keys=ON");
+        rc = rc ? rc : on;
+    }
+    return rc;
 }
 
 /* Process-wide SQLite settings, before its first use. No memory

@@ -120,7 +120,7 @@ struct store_cell_run {
     int64_t cell_seq, job_seq, attempt_id;
     int attempt;
     char job_id[16], cell_id[16];
-    json_t *spec;             /* model, width, pass, options, device... */
+    json_t *spec;             /* model, width, pass, mode, options, device... */
     json_t *build;            /* name, python, env, model_roots, prefork, prefork_state, rev */
     struct cell_options opts; /* spec's options, typed (storage/options.h) */
 };

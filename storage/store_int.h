@@ -141,6 +141,6 @@ void store_bind_text(sqlite3_stmt *st, int i, const char *v);
 #define CELL_COLS                                                                                  \
     "c.id, c.model, c.width, c.pass, c.state, c.attempts, c.exit_code, c.signal, c.reason, "       \
     "c.effective_width, c.duration_ms, c.peak_rss_bytes, c.started_at, c.finished_at, c.seq, "     \
-    "c.host_missing, c.memory_limit_bytes, c.cpu_time_ms"
+    "c.host_missing, c.memory_limit_bytes, c.cpu_time_ms, c.mode"
 
 #endif

@@ -356,3 +356,41 @@ Test(api_compare, what_else_differs_between_two_builds)
     free(c2);
     free(hd);
 }
+
+/* Cells pair by mode: a control of eager and inductor cells against a head
+ * of eager ones compares the eager cells and finds the inductor one
+ * missing in the head; each names its mode. */
+Test(api_compare, cells_pair_by_mode)
+{
+    af_start(NULL);
+    env_build("fake", "{}");
+    json_t *c = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'fake','matrix':{"
+                                 "'models':['fake:ok'],'widths':['avx2'],'passes':['forward'],"
+                                 "'modes':['eager','inductor']}}");
+    json_t *h = af_post_job(201, "{'project':'p','commit':'abcdef2','build':'fake','matrix':{"
+                                 "'models':['fake:ok'],'widths':['avx2'],'passes':['forward']}}");
+    json_decref(af_wait_done(tu_jstr(c, "id")));
+    json_decref(af_wait_done(tu_jstr(h, "id")));
+    char path[200];
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", tu_jstr(c, "id"),
+             tu_jstr(h, "id"));
+    json_t *r = af_get_ok(path);
+    char *rs = af_dump(r);
+    json_t *cells = json_object_get(r, "cells"), *miss = json_object_get(r, "missing_cells");
+    cr_assert_eq(json_array_size(cells), 1, "%s", rs);
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 0), "mode"), "eager", "%s", rs);
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 0), "status"), "identical", "%s", rs);
+    cr_assert_eq(json_array_size(miss), 1, "%s", rs);
+    cr_assert_str_eq(tu_jstr(json_array_get(miss, 0), "mode"), "inductor", "%s", rs);
+    free(rs);
+    json_decref(r);
+    /* the other way round, the inductor cell is extra in the head */
+    snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", tu_jstr(h, "id"),
+             tu_jstr(c, "id"));
+    r = af_get_ok(path);
+    cr_assert_str_eq(tu_jstr(json_array_get(json_object_get(r, "extra_cells"), 0), "mode"),
+                     "inductor");
+    json_decref(r);
+    json_decref(c);
+    json_decref(h);
+}

@@ -162,6 +162,7 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         "'options.device':['tpu'],'options.granularity':['kernel',null],"
         "'options':[[],null],'options.compare':[5],'options.compare.alpha':[2],"
         "'matrix.widths':[['avx9'],['AVX2'],[]],'matrix.passes':[['sideways'],[]],"
+        "'matrix.modes':[['jit'],['Inductor'],[],'eager',[1]],"
         "'matrix.models':[['nosuch'],['../x:y'],['a.b:c:d'],['1a:f'],[],[1],'mlp'],"
         "'matrix':[[]],'project':['a b'],"
         "'commit':['xyz1234','abcdef',1234567,"
@@ -170,7 +171,7 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
         "'labels':[[],{'a':1},{'bad key':'x'}],'provenance':[5,[]]},"
         "'unknown_field':{'bogus':[1],'options.foo':[1],'matrix.x':[[]]},"
         "'duplicate':{'matrix.models':[['mlp','mlp']],'matrix.widths':[['avx2','default','avx2']],"
-        "'matrix.passes':[['forward','forward']]},"
+        "'matrix.passes':[['forward','forward']],'matrix.modes':[['eager','eager']]},"
         "'no_gpu':{'options.device':['gpu']},'unknown_build':{'build':['nosuch']}}";
     static const char *const missing[] = {"matrix.passes", "matrix", "project", "commit", "build"};
     json_t *spec = json_loads(af_q(bad), 0, NULL);
@@ -206,6 +207,54 @@ Test(api_jobs, invalid_jobs_400_name_the_field)
     json_decref(job);
     cr_assert_eq(af_count_jobs(), 0, "an invalid job was stored");
     cr_assert_eq(af_running_cells(), 0);
+}
+
+/* The compile axis: modes multiply the cells, in order (a cell's modes
+ * together), each cell says its mode, a job without modes is eager; the
+ * cell limit counts them. */
+Test(api_jobs, modes_expand_the_matrix)
+{
+    af_start(NULL);
+    af_hang_build("b");
+    json_t *j = af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{'models':"
+                                 "['mlp'],'widths':['default','avx2'],'passes':['forward'],"
+                                 "'modes':['eager','inductor','aot_eager']}}");
+    json_t *cells = json_object_get(j, "cells");
+    cr_assert_eq(json_array_size(cells), 6);
+    static const char *const want[] = {"eager", "inductor", "aot_eager"};
+    for (size_t i = 0; i < 6; i++) {
+        json_t *c = json_array_get(cells, i);
+        cr_assert_str_eq(tu_jstr(c, "mode"), want[i % 3], "cell %zu", i);
+        cr_assert_str_eq(tu_jstr(c, "width"), i < 3 ? "default" : "avx2", "cell %zu", i);
+    }
+    json_decref(j);
+    j = af_post_job(201, "{'project':'p','commit':'abcdef2','build':'b','matrix':{'models':"
+                         "['mlp'],'widths':['default'],'passes':['forward']}}");
+    cr_assert_str_eq(tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "mode"), "eager");
+    cr_assert_str_eq(json_string_value(
+                         json_array_get(json_object_get(json_object_get(j, "matrix"), "modes"), 0)),
+                     "eager", "the stored matrix names the default");
+    json_decref(j);
+    /* 64 x 2 x 1 x 3 = 384 cells: past the default 256 */
+    char models[2048] = "[";
+    for (int i = 0; i < 64; i++)
+        snprintf(models + strlen(models), sizeof models - strlen(models), "%s'pkg.m%d:make'",
+                 i ? "," : "", i);
+    strcat(models, "]");
+    long st;
+    char *body;
+    if (asprintf(&body,
+                 "{'project':'p','commit':'abcdef3','build':'b','matrix':{'models':%s,"
+                 "'widths':['default','avx2'],'passes':['forward'],'modes':['eager','inductor',"
+                 "'aot_eager']}}",
+                 models) < 0)
+        cr_assert_fail("asprintf");
+    j = af_callq("POST", "/v1/jobs", body, &st);
+    af_expect_error(j, st, 400, "too_many_cells", "matrix");
+    cr_assert(strstr(tu_jstr(json_object_get(j, "error"), "message"), "384"), "%s", af_dump(j));
+    json_decref(j);
+    free(body);
+    cr_assert_eq(af_count_jobs(), 2);
 }
 
 /* Options at their bounds are accepted (the refusals above are off by one). */

@@ -906,3 +906,66 @@ Test(db, data_dir_too_long_is_refused)
     free(err);
     free(dir);
 }
+
+/*
+ * A database of schema version 13 (migrations 1-13 run by the sqlite3
+ * shell, a finished job of two cells with attempts and records) is
+ * upgraded by capd at start: migration 14 rebuilds cells with the mode
+ * (every old cell eager) while foreign keys are off, so no attempt or
+ * record goes with the old table, and the job reads back whole.
+ */
+Test(db, an_older_database_keeps_its_cells_attempts_and_records)
+{
+    char *top = tu_tmpdir();
+    char data[400], db[500];
+    snprintf(data, sizeof data, "%s/data", top);
+    snprintf(db, sizeof db, "%s/capd.db", data);
+    cr_assert_eq(mkdir(data, 0750), 0);
+    cr_assert_eq(tu_sh("for f in '%s'/schema/0*.sql; do n=$(basename \"$f\" | cut -c1-3); "
+                       "if [ \"$n\" -le 13 ]; then sqlite3 '%s' < \"$f\" || exit 1; fi; done "
+                       "&& sqlite3 '%s' 'PRAGMA user_version=13'",
+                       tu_bin("CAPD_SOURCE_DIR"), db, db),
+                 0);
+    sqlite3 *h = db_open(data);
+    cr_assert_eq(q1(h, "SELECT count(*) FROM pragma_table_info('cells') WHERE name = 'mode'"), 0,
+                 "the fixture is version 13");
+    const char *rows =
+        "INSERT INTO jobs(id, project, commit_sha, build, request_json, options_json, state, "
+        "created_at, updated_at) VALUES ('jold00000001', 'p', 'a0000001', 'fake', "
+        "'{\"matrix\":{\"models\":[\"fake:ok\"],\"widths\":[\"avx2\"],\"passes\":[\"forward\","
+        "\"backward\"]}}', '{}', 'done', 1, 1);"
+        "INSERT INTO cells(id, job_seq, ord, model, width, pass, state) VALUES "
+        "('cold00000001', 1, 0, 'fake:ok', 'avx2', 'forward', 'ok'),"
+        "('cold00000002', 1, 1, 'fake:ok', 'avx2', 'backward', 'ok');"
+        "INSERT INTO attempts(cell_seq, n, state, started_at) VALUES (1, 1, 'committed', 1), "
+        "(2, 1, 'committed', 1);"
+        "UPDATE cells SET committed_attempt = seq, attempts = 1;"
+        "INSERT INTO records(attempt_id, seq, kind, key, header) VALUES "
+        "(1, 0, 'env', NULL, '{}'), (2, 0, 'env', NULL, '{}'), (2, 1, 'env', NULL, '{}');";
+    cr_assert_eq(sqlite3_exec(h, rows, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+
+    struct env e;
+    start_in(&e, top, (const char *[]){NULL});
+    h = db_open(e.data);
+    cr_assert_eq(q1(h, "PRAGMA user_version"), 14);
+    cr_assert_eq(q1(h, "SELECT count(*) FROM cells WHERE mode = 'eager'"), 2);
+    cr_assert_eq(q1(h, "SELECT count(*) FROM attempts"), 2, "no attempt went with the old cells");
+    cr_assert_eq(q1(h, "SELECT count(*) FROM records"), 3, "nor any record");
+    cr_assert_eq(q1(h, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    cr_assert_eq(q1(h, "SELECT count(*) FROM sqlite_schema WHERE name IN ('cells_state', "
+                       "'jobs_version_cell', 'cells_event_state')"),
+                 3, "the index and triggers are back");
+    sqlite3_close(h);
+    long st = 0;
+    json_t *j = tu_json(&e.c, "GET", "/v1/jobs/jold00000001", NULL, &st);
+    cr_assert_eq(st, 200);
+    json_t *cells = json_object_get(j, "cells");
+    cr_assert_eq(json_array_size(cells), 2);
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 1), "mode"), "eager");
+    cr_assert_str_eq(tu_jstr(json_array_get(cells, 1), "pass"), "backward");
+    json_decref(j);
+    cr_assert_eq(tu_capd_stop(&e.c), 0);
+    tu_sh("rm -rf '%s'", top);
+    free(top);
+}

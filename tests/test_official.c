@@ -22,6 +22,9 @@
  *   at avx512; a build whose Python start-up forces MKL's AVX-512 branch
  *   (MKL_CBWR and MKL_ENABLE_INSTRUCTIONS) has its narrower cells
  *   unsupported, naming MKL.
+ * compiled_cells_name_their_isa: mlp eager and inductor at every x86 width
+ *   this host runs: Inductor's vector ISA named per width, an A/A compared
+ *   by mode, and Debian's torch refusing compiled cells with the reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -355,4 +358,108 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
     json_decref(j);
     tu_sh("rm -rf '%s'", dir);
     free(dir);
+}
+
+/* A job of mlp at WIDTHS (JSON list contents), forward, in MODES, numerics
+ * only, of BUILD at COMMIT (against CONTROL, or none), waited for. */
+static json_t *modes_job(const char *build, const char *commit, const char *control,
+                         const char *widths, const char *modes)
+{
+    long st = 0;
+    char cc[96] = "";
+    if (control)
+        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
+    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\"%s,\"matrix\":{"
+                         "\"models\":[\"mlp\"],\"widths\":[%s],\"passes\":[\"forward\"],"
+                         "\"modes\":[%s]},\"options\":{\"iterations\":0,\"replay\":\"off\"}}",
+                         commit, build, cc, widths, modes);
+    cr_assert_eq(st, 201, "submit: %ld", st);
+    json_t *done = tu_wait_job(&capd, jw_str(j, "id"), 900);
+    cr_assert_not_null(done, "job %s finished", jw_str(j, "id"));
+    json_decref(j);
+    return done;
+}
+
+/* JOB's cell at WIDTH in MODE, which must have ended STATE: GET of it
+ * (its fingerprint), owned. */
+static json_t *mode_cell(json_t *job, const char *width, const char *mode, const char *state)
+{
+    size_t i;
+    json_t *cell;
+    json_array_foreach(json_object_get(job, "cells"), i, cell)
+    {
+        if (strcmp(jw_str(cell, "width"), width) || strcmp(jw_str(cell, "mode"), mode))
+            continue;
+        cr_assert_str_eq(jw_str(cell, "state"), state, "%s %s cell: %s", width, mode,
+                         json_string_value(json_object_get(cell, "reason")));
+        char path[256];
+        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", jw_str(job, "id"), jw_str(cell, "id"));
+        long st = 0;
+        json_t *c = tu_json(&capd, "GET", path, NULL, &st);
+        cr_assert_eq(st, 200, "%s", path);
+        return c;
+    }
+    cr_assert_fail("no %s %s cell", width, mode);
+    return NULL;
+}
+
+/*
+ * The compile axis (docs/api.md, "Compiled cells"): mlp at every x86
+ * width this host runs, eager and inductor, on the official wheel: every
+ * cell ok, the inductor cells' fingerprints naming the vector ISA Inductor
+ * picked, none at default and the width's own at avx2 and avx512; the same
+ * job again compares cell for cell by mode, nothing diverged. On Debian's
+ * torch (no torch.compile) the compiled cells are unsupported, saying so.
+ */
+Test(official, compiled_cells_name_their_isa, .init = start, .fini = stop, .timeout = 1500)
+{
+    char widths[128];
+    bool run[N_X86];
+    runnable(widths, sizeof widths, run);
+    ma_register(&capd, "official", af_official_python());
+    ma_register(&capd, "debian", tu_python());
+    json_t *a = modes_job("official", "dddd001", NULL, widths, "\"eager\",\"inductor\"");
+    for (size_t i = 0; i < N_X86 - 1; i++) { /* amx: an ISA of its own */
+        if (!run[i])
+            continue;
+        json_decref(mode_cell(a, x86[i], "eager", "ok"));
+        json_t *c = mode_cell(a, x86[i], "inductor", "ok");
+        const char *isa = jw_str(c, "fingerprint.compile.vec_isa");
+        char *d = af_dump(jw_path(c, "fingerprint.compile"));
+        cr_assert_not_null(isa, "%s: %s", x86[i], d);
+        if (i == 0)
+            cr_assert(strstr(isa, "INVALID") != NULL, "default vectorises nothing: %s", d);
+        else
+            cr_assert(strncmp(isa, x86[i], strlen(x86[i])) == 0, "%s: %s", x86[i], d);
+        cr_log_info("inductor at %s: %s", x86[i], d);
+        free(d);
+        json_decref(c);
+    }
+    json_t *b = modes_job("official", "dddd002", "dddd001", widths, "\"eager\",\"inductor\"");
+    long st = 0;
+    json_t *diff = tu_json(&capd, "GET", "/v1/commits/dddd002/diff", NULL, &st);
+    cr_assert_eq(st, 200);
+    char *ds = af_dump(diff);
+    cr_assert_eq(json_array_size(json_object_get(diff, "missing_cells")), 0, "%s", ds);
+    size_t i, inductor = 0;
+    json_t *cell;
+    json_array_foreach(json_object_get(diff, "cells"), i, cell)
+    {
+        const char *s = jw_str(cell, "status");
+        cr_assert(!strcmp(s, "identical") || !strcmp(s, "within_tolerance"), "%s/%s: %s: %s",
+                  jw_str(cell, "width"), jw_str(cell, "mode"), s, ds);
+        inductor += strcmp(jw_str(cell, "mode"), "inductor") == 0;
+    }
+    cr_assert_eq(inductor, json_array_size(json_object_get(diff, "cells")) / 2, "%s", ds);
+    free(ds);
+    json_decref(diff);
+    json_t *deb = modes_job("debian", "dddd003", NULL, "\"avx2\"", "\"eager\",\"aot_eager\"");
+    json_decref(mode_cell(deb, "avx2", "eager", "ok"));
+    json_t *u = mode_cell(deb, "avx2", "aot_eager", "unsupported");
+    cr_assert(strstr(jw_str(u, "reason"), "torch.compile") != NULL, "%s", jw_str(u, "reason"));
+    json_decref(u);
+    json_decref(deb);
+    json_decref(a);
+    json_decref(b);
 }

@@ -126,6 +126,12 @@ function byWidthOrder(a, b) {
 }
 
 const PASS_ORDER = ["forward", "backward"];
+/* A cell's column under its width: its pass, with the mode of a compiled
+ * cell ("forward/inductor"; docs/api.md, "Compiled cells"). */
+function passLabel(c) {
+  return c.mode && c.mode !== "eager" ? c.pass + "/" + c.mode : c.pass;
+}
+
 function byPassOrder(a, b) {
   const ra = PASS_ORDER.indexOf(a), rb = PASS_ORDER.indexOf(b);
   return (ra < 0 ? 99 : ra) - (rb < 0 ? 99 : rb) || (a < b ? -1 : a > b ? 1 : 0);
@@ -372,19 +378,20 @@ function countsText(counts) {
 }
 
 /* Builds the model × width × pass grid: one row per model, one column per
- * (width, pass). CELLS are objects with model, width, pass; CLASSOF and
- * LABELOF give each cell's colour class and text. */
+ * (width, pass and mode: passLabel). CELLS are objects with model, width,
+ * pass (and mode); CLASSOF and LABELOF give each cell's colour class and
+ * text. */
 function grid(cells, classOf, labelOf, onPick) {
   const models = [], widths = [], passes = [];
   const add = (arr, v) => { if (!arr.includes(v)) arr.push(v); };
   for (const c of cells) {
     add(models, c.model);
     add(widths, c.width);
-    add(passes, c.pass);
+    add(passes, passLabel(c));
   }
   widths.sort(byWidthOrder);
   passes.sort(byPassOrder);
-  const byKey = new Map(cells.map((c) => [c.model + "\u0000" + c.width + "\u0000" + c.pass, c]));
+  const byKey = new Map(cells.map((c) => [c.model + "\u0000" + c.width + "\u0000" + passLabel(c), c]));
   const t = h("table", { class: "grid" });
   const head1 = h("tr", null, h("th"));
   const head2 = h("tr", null, h("th"));
@@ -567,7 +574,7 @@ async function pageJob(id) {
 
 async function showCell(job, c, panel) {
   clear(panel).append(
-    h("h3", null, c.model + " · " + c.width + " · " + c.pass + " ", h("span", { class: "badge st-" + c.state }, c.state)),
+    h("h3", null, c.model + " · " + c.width + " · " + passLabel(c) + " ", h("span", { class: "badge st-" + c.state }, c.state)),
     h("dl", { class: "kv" },
       h("dt", null, "cell"), h("dd", { class: "mono" }, c.id),
       h("dt", null, "attempts"), h("dd", null, c.attempts),
@@ -753,8 +760,8 @@ async function showCmpCell(r, x, panel) {
   panel.append(holder);
   try {
     const [cs, hs] = await Promise.all([
-      timingSamples(r.control.job, x.model, x.control_width || x.width, x.pass),
-      timingSamples(r.head.job, x.model, x.width, x.pass)]);
+      timingSamples(r.control.job, x.model, x.control_width || x.width, x.pass, x.mode),
+      timingSamples(r.head.job, x.model, x.width, x.pass, x.mode)]);
     clear(holder).append(timingPlot(cs, hs, perf));
   } catch (e) {
     clear(holder).append(h("p", { class: "muted" }, "timing samples unavailable: " + e.message));

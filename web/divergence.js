@@ -104,7 +104,8 @@ function replayWidths(rep) {
 async function fillReplay(box, job, x, unit) {
   try {
     const j = await api("/v1/jobs/" + encodeURIComponent(job));
-    const cell = (j.cells || []).find((c) => c.model === x.model && c.width === x.width && c.pass === x.pass);
+    const cell = (j.cells || []).find((c) => c.model === x.model && c.width === x.width && c.pass === x.pass &&
+      (c.mode || "eager") === (x.mode || "eager"));
     if (!cell) return;
     const base = "/v1/jobs/" + encodeURIComponent(job) + "/cells/" + encodeURIComponent(cell.id);
     let rep = null;

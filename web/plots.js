@@ -93,9 +93,10 @@ function divergencePlot(x) {
 }
 
 /* The raw timing samples of one cell (records of kind timing), by phase. */
-async function timingSamples(jobId, model, width, pass) {
+async function timingSamples(jobId, model, width, pass, mode) {
   const job = await api("/v1/jobs/" + encodeURIComponent(jobId));
-  const cell = (job.cells || []).find((c) => c.model === model && c.width === width && c.pass === pass);
+  const cell = (job.cells || []).find((c) => c.model === model && c.width === width && c.pass === pass &&
+    (c.mode || "eager") === (mode || "eager"));
   if (!cell) return {};
   const rec = await api("/v1/jobs/" + jobId + "/cells/" + cell.id + "/records?kind=timing&limit=100");
   const out = {};

@@ -94,6 +94,9 @@ static int write_spec(struct sup *s, const char *path)
         json_object_set_new(spec, "width_isa", isa ? json_incref(isa) : json_null());
         json_object_set_new(spec, "width_effective", eff ? json_incref(eff) : json_null());
     }
+    /* The cell's compile mode (docs/runner.md, "Compiled cells"). */
+    if (spec && json_is_string(json_object_get(s->run.spec, "mode")))
+        json_object_set(spec, "mode", json_object_get(s->run.spec, "mode"));
     /* The cell's CPU set (daemon/host/cpus.h), when the scheduler gave one. */
     if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
         json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));

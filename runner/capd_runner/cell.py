@@ -228,7 +228,7 @@ def capture_run(torch, model, call, spec, recorder, projection):
 MAX_LOOPS = 100000
 
 
-def timing_run(torch, model, call, spec, projection, device):
+def timing_run(torch, model, call, spec, projection, device, compiled=None):
     """Warmup, then ``iterations`` samples. A sample times ``loops``
     iterations back to back and is their mean: loops is 1 unless the
     iterations would add up to less than ``timing_min_ms``, and then enough
@@ -246,8 +246,20 @@ def timing_run(torch, model, call, spec, projection, device):
     ``steal_ns`` (the host's, context; None where not visible) and, on a
     GPU, ``device_samples_ns``: each sample's span on the device's stream
     between two events recorded around its iterations (docs/runner.md,
-    "Device time")."""
+    "Device time").
+
+    A compiled cell (spec mode aot_eager, inductor: capd_runner/compiled.py)
+    times COMPILED, the cell's compiled model, where it has one (timing in
+    the cell itself); a timing process compiles MODEL first, at one untimed
+    pass before the warmup, and adds that pass's time as ``compile_ns``."""
     from capd_runner import clocks
+    target = model
+    compile_ns = None
+    if compiled is not None:
+        target = compiled
+    elif getattr(spec, "mode", None) not in (None, "eager"):
+        from capd_runner import compiled as compiledmod
+        target, compile_ns = compiledmod.for_timing(torch, model, call, spec, projection)
     cuda = device.type == "cuda"
     backward = spec.pass_ != "forward"
     cpu_clock = not cuda and torch.get_num_threads() == 1 and hasattr(time, "thread_time_ns")
@@ -275,7 +287,7 @@ def timing_run(torch, model, call, spec, projection, device):
         for i in range(loops):
             if backward and i:
                 model.zero_grad(set_to_none=True)
-            out = call(model)
+            out = call(target)
             if backward:
                 projection.loss(out).backward()
         if events:
@@ -297,7 +309,7 @@ def timing_run(torch, model, call, spec, projection, device):
             dev.append(events.elapsed_ns() // loops)
         return wall // loops
 
-    model.train() if backward else model.eval()
+    target.train() if backward else target.eval()
     with (torch.enable_grad() if backward else torch.no_grad()):
         fastest = min([timed(1) for _ in range(spec.warmup)] or [0])
         want = spec.timing_min_ms * 1000000 // max(spec.iterations, 1)
@@ -320,6 +332,8 @@ def timing_run(torch, model, call, spec, projection, device):
         res["cpu_samples_ns"] = cpu
     if events:
         res["device_samples_ns"] = dev
+    if compile_ns is not None:
+        res["compile_ns"] = compile_ns
     return res
 
 
@@ -467,16 +481,27 @@ def _run_cell(torch, spec, writer, forkers):
 
     device, device_info, device_error = _device(torch, spec)
 
+    # A compiled cell (capd_runner/compiled.py): whether it can run, its
+    # caches, and Inductor's ISA probed, before the libraries are read.
+    compile_why = None
+    if getattr(spec, "mode", "eager") != "eager":
+        from capd_runner import compiled
+        compile_why = compiled.prepare(torch, spec)
+
     # What the libraries under torch ran (capd_runner/libs.py): after the
     # capability is read (the oneDNN probe dispatches an operator), before
     # the model.
     libraries = libs.read(torch, config_text)
     wider = libs.ceiling(libraries, spec.width_isa)
     fp = fingerprint.collect(torch, config_text, effective, device_info,
-                             libraries=libraries, scratch=spec.scratch)
+                             libraries=libraries, scratch=spec.scratch,
+                             mode=getattr(spec, "mode", "eager"))
     writer.frame({"kind": "env", "fingerprint": fp, "effective_width": effective})
     writer.flush()
 
+    if compile_why is not None:
+        writer.end("unsupported", compile_why)
+        return EXIT_OK
     why = _width_mismatch(spec, effective)
     if why is None and wider:
         why = libs.reason(spec.width, spec.width_isa, wider)
@@ -523,6 +548,10 @@ def _run_cell(torch, spec, writer, forkers):
 
 def _run_model(torch, spec, writer, device, pipeline, forkers):
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
+
+    if getattr(spec, "mode", "eager") != "eager":
+        from capd_runner import compiled
+        return compiled.run_model(torch, spec, writer, device, pipeline, forkers)
 
     if spec.granularity == "op":
         from capd_runner import opcapture
@@ -634,8 +663,14 @@ def _timing(torch, spec, writer, forkers, in_cell):
         writer.flush()
         return
     done = _paired(spec, writer, forker, ref, frame) if ref is not None else None
+    compiled = getattr(spec, "mode", "eager") != "eager"
+    if compiled:
+        from capd_runner.compiled import skip_profile
     if done is not None:
-        profile.after_pairs(spec, writer, (forker, ref), frame, done)
+        if compiled:
+            skip_profile(spec, writer, done)
+        else:
+            profile.after_pairs(spec, writer, (forker, ref), frame, done)
         return
     n = spec.timing_processes
     timed = 0
@@ -648,6 +683,8 @@ def _timing(torch, spec, writer, forkers, in_cell):
     if not timed:
         _say(writer, "warn", "none of the %d timing processes finished: the cell has no timing"
              % n)
+    elif compiled:
+        skip_profile(spec, writer)
     else:
         profile.after_processes(spec, writer, forker, frame, n)
 
@@ -691,7 +728,7 @@ def _timing_frame(frame, res, i, n, **extra):
     f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
              processes=n, **extra)
     for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns", "own_samples_ns",
-              "runqueue_ns", "cpu_ns", "steal_ns", "device_samples_ns"):
+              "runqueue_ns", "cpu_ns", "steal_ns", "device_samples_ns", "compile_ns"):
         if k in res:
             f[k] = res[k]
     if "start" in res:  # fork or exec (capd_runner/timing.py)

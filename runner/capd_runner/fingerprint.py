@@ -130,9 +130,14 @@ def torchvision_version():
         return None
 
 
-def collect(torch, config_text, effective_width, device_info, libraries=None, scratch=None):
+def collect(torch, config_text, effective_width, device_info, libraries=None, scratch=None,
+            mode=None):
     """The fingerprint. LIBRARIES: what the libraries ran (capd_runner/libs.py
-    read); SCRATCH: the cell's scratch dir (per-cell variables point there)."""
+    read); SCRATCH: the cell's scratch dir (per-cell variables point there);
+    MODE: the cell's mode, and for a compiled one (aot_eager, inductor) the
+    fingerprint's ``compile`` (capd_runner/compiled.py describe: the mode,
+    Inductor's vector ISA, its C++ compiler and its settings); an eager
+    cell's has no such key."""
     tv = torchvision_version()
     env, per_cell, left_out = split_env(scratch=scratch)
     version = getattr(torch, "version", None)
@@ -174,4 +179,10 @@ def collect(torch, config_text, effective_width, device_info, libraries=None, sc
     }
     if left_out:
         fp["env_left_out"] = left_out
+    if mode is not None and mode != "eager":
+        try:
+            from capd_runner import compiled
+            fp["compile"] = compiled.describe(torch, mode, scratch)
+        except Exception as e:  # informational only; never fail a cell here
+            fp["compile"] = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
     return fp

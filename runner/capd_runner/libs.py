@@ -740,15 +740,31 @@ def _ran(key, e):
     return "Inductor", "Inductor vectorises for %s" % isa
 
 
+def inductor_family(level):
+    """The ISA family Inductor's LEVEL is held to: its code at a width is
+    the vector class ATEN_CPU_CAPABILITY picks (VecAVX2, VecAVX512), built
+    with whatever extensions of that family the CPU has (VNNI, BF16, FP16),
+    which capd cannot switch off; AMX is a width of its own (amx). So
+    avx512_vnni, avx512_bf16, avx512_fp16 count as avx512, avx2_vnni as
+    avx2 (docs/widths.md, "Inductor")."""
+    if level in ("avx512_vnni", "avx512_bf16", "avx512_fp16"):
+        return "avx512"
+    if level == "avx2_vnni":
+        return "avx2"
+    return level
+
+
 def wider(libraries, width_isa):
     """The libraries whose level is above WIDTH_ISA (none when it is null):
-    [{"library", "isa", "source", "ran"}]."""
+    [{"library", "isa", "source", "ran"}]; Inductor by its family
+    (inductor_family)."""
     out = []
     if not width_isa:
         return out
     for key in ("blas", "onednn", "inductor"):
         e = libraries.get(key) or {}
-        if above(e.get("isa"), width_isa):
+        level = inductor_family(e.get("isa")) if key == "inductor" else e.get("isa")
+        if above(level, width_isa):
             label, ran = _ran(key, e)
             out.append({"library": label, "isa": e["isa"], "source": e.get("source"),
                         "ran": ran})

@@ -11,6 +11,9 @@ import json
 import os
 
 PASSES = ("forward", "backward")
+# The compile axis (docs/runner.md, "Compiled cells (mode)"): the spec's
+# top-level "mode"; absent or null is "eager" (a capd from before it).
+MODES = ("eager", "aot_eager", "inductor")
 
 # schema/options.json sits two levels above this package both in the source
 # tree (runner/capd_runner/) and where capd installs it
@@ -79,6 +82,8 @@ class CellSpec(object):
         self.width_isa = raw.get("width_isa")
         self.width_effective = raw.get("width_effective")
         self.reference = raw.get("reference")
+        mode = raw.get("mode")
+        self.mode = "eager" if mode is None else mode
         opts = dict(DEFAULT_OPTIONS)
         opts.update(raw.get("options") or {})
         self.options = opts
@@ -107,6 +112,9 @@ def check(raw):
         raise SpecError("cell spec: 'width' must be a non-empty string")
     if spec.pass_ not in PASSES:
         raise SpecError("cell spec: 'pass' must be one of %s, not %r" % ("/".join(PASSES), spec.pass_))
+    if not isinstance(spec.mode, str) or spec.mode not in MODES:
+        raise SpecError("cell spec: 'mode' must be one of %s (or absent or null: eager), not %r"
+                        % ("/".join(MODES), spec.mode))
     if spec.device not in DEVICES:
         raise SpecError("cell spec: 'device' must be one of %s, not %r" % ("/".join(DEVICES), spec.device))
     if not _is_int(spec.frame_fd) or spec.frame_fd < 0:

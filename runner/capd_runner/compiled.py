@@ -1,0 +1,683 @@
+"""Compiled cells: the spec's ``mode`` aot_eager or inductor (docs/runner.md,
+"Compiled cells (mode)").
+
+A compiled cell builds the model as an eager cell does, then runs
+``torch.compile(model, backend=mode, dynamic=False)`` in its place: for the
+capture runs, the float64 reference's pass excepted, and in every timing
+process. Module hooks inside the compiled region would break its graphs and
+change what is compiled, so a compiled cell records at a coarser, fixed
+granularity, outside the compiled region only:
+
+* ``<owner>.0.init.param.<name>``: the initial parameters, as every cell;
+* ``model.0.forward.input.<i>`` and ``model.0.forward.output.<i>``: the
+  root module call's positional inputs and its output, the keys, headers
+  and recorder an eager cell uses for them;
+* backward pass: ``model.0.backward.grad_output.<i>`` (dL/d(output), from a
+  tap on the compiled call's output), ``model.0.backward.grad_input.<i>``
+  (dL/d(input) for inputs that require grad, from a tap on them before the
+  call) and ``<owner>.0.backward.param_grad.<name>`` after backward().
+
+No record of an inner module, nor per op. The compile happens at the first
+call of each process; the cell's is timed on its own and sent as a ``note``
+(level info) whose message starts ``compile_s=`` (COMPILE_NOTE); a timing
+process compiles before its warmup and says how long in its timing frame's
+``compile_ns``.
+
+Eager cells never import this module.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+COMPILED_MODES = ("aot_eager", "inductor")
+# The torch.compile backend of each mode.
+BACKENDS = {"aot_eager": "aot_eager", "inductor": "inductor"}
+# The cell's scratch subdirectory that holds the compile caches, one
+# directory per build below it (cache_dir).
+CACHE_SUBDIR = "capd-compile"
+# The compile-time note's message (docs/runner.md, "Compiled cells (mode)"):
+# key=value words, compile_s first.
+COMPILE_NOTE = "compile_s=%.6f mode=%s backend=%s pass=%s"
+# The root module's name in record keys (docs/protocol.md).
+ROOT = "model"
+# How long the compiler check may take (seconds).
+CXX_TIMEOUT_S = 60
+
+# What prepare found in this process: the reason a compiled cell cannot run
+# ("reason"), the C++ compiler (cxx_info), the cache directory.
+_state = {}
+
+
+def mode_of(spec):
+    """The cell's mode: "eager" for a spec without one."""
+    m = getattr(spec, "mode", None)
+    return "eager" if m is None else m
+
+
+def is_compiled(spec):
+    return mode_of(spec) in COMPILED_MODES
+
+
+# --- what this torch and host can do -------------------------------------------
+
+def _torch_version(torch):
+    return str(getattr(torch, "__version__", "unknown"))
+
+
+def compile_reason(torch, mode):
+    """Why this torch cannot torch.compile at all, or None."""
+    if not hasattr(torch, "compile"):
+        return ("mode %s needs torch.compile (torch 2.0 or later); this is torch %s"
+                % (mode, _torch_version(torch)))
+    try:
+        from torch._dynamo import eval_frame
+        check = getattr(eval_frame, "check_if_dynamo_supported", None)
+        if check is not None:
+            check()
+    except ImportError:
+        pass
+    except Exception as e:
+        return ("mode %s: torch.compile is not supported here (torch %s, Python %s): %s"
+                % (mode, _torch_version(torch), sys.version.split()[0], e))
+    return None
+
+
+def _cxx_name(torch):
+    """(the C++ compiler Inductor would use, how it was asked); raises
+    where Inductor finds none (InvalidCxxCompiler)."""
+    try:
+        from torch._inductor import cpp_builder  # 2.4+
+        fn = getattr(cpp_builder, "get_cpp_compiler", None)
+        if fn is not None:
+            return fn(), "torch._inductor.cpp_builder.get_cpp_compiler"
+    except ImportError:
+        pass
+    from torch._inductor import codecache  # 2.0 to 2.3
+    return codecache.cpp_compiler(), "torch._inductor.codecache.cpp_compiler"
+
+
+def _first_line(text):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _run(argv, cwd=None):
+    env = dict(os.environ, LC_ALL="C")
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, cwd=cwd, timeout=CXX_TIMEOUT_S)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+_TEST_SOURCE = """#include <cmath>
+#include <omp.h>
+extern "C" double capd_compile_check(double x) { return std::sqrt(x) + omp_get_max_threads(); }
+"""
+
+
+def _cxx_builds(path, workdir):
+    """None where PATH builds a shared library with OpenMP (what Inductor's
+    CPU kernels are), else why not."""
+    d = tempfile.mkdtemp(prefix="cxx-check-", dir=workdir)
+    try:
+        src = os.path.join(d, "check.cpp")
+        with open(src, "w") as f:
+            f.write(_TEST_SOURCE)
+        argv = [path, "-shared", "-fPIC", "-O1"]
+        if sys.platform.startswith("linux"):
+            argv.append("-fopenmp")
+        argv += [src, "-o", os.path.join(d, "check.so")]
+        rc, out, err = _run(argv, cwd=d)
+        if rc != 0:
+            return "%s exited %d: %s" % (" ".join(argv[:1] + argv[1:5]), rc,
+                                         _first_line(err) or _first_line(out))
+        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return "%s: %s" % (type(e).__name__, e)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def cxx_info(torch, workdir=None):
+    """Inductor's C++ compiler: {"compiler" (as Inductor names it), "path",
+    "version" (its --version's first line), "source" (how it was found),
+    "works" (it built a test library), "error"}; asked once a process."""
+    got = _state.get("cxx")
+    if got is not None:
+        return got
+    info = {"compiler": None, "path": None, "version": None, "works": False}
+    try:
+        name, source = _cxx_name(torch)
+        info["compiler"], info["source"] = str(name), source
+    except Exception as e:
+        info["error"] = "Inductor finds no C++ compiler: %s: %s" % (type(e).__name__, e)
+        _state["cxx"] = info
+        return info
+    path = shutil.which(info["compiler"]) or (info["compiler"] if os.path.isabs(info["compiler"])
+                                              else None)
+    info["path"] = path
+    if path is None:
+        info["error"] = "C++ compiler %s not found on PATH" % info["compiler"]
+        _state["cxx"] = info
+        return info
+    try:
+        rc, out, err = _run([path, "--version"])
+        info["version"] = _first_line(out) or _first_line(err) or None
+    except (OSError, subprocess.SubprocessError) as e:
+        info["error"] = "%s --version: %s: %s" % (path, type(e).__name__, e)
+        _state["cxx"] = info
+        return info
+    why = _cxx_builds(path, workdir)
+    if why is None:
+        info["works"] = True
+    else:
+        info["error"] = "%s cannot build a shared library with OpenMP: %s" % (path, why)
+    _state["cxx"] = info
+    return info
+
+
+def unsupported_reason(torch, spec, cxx=True):
+    """Why this compiled cell cannot run here (its end ``unsupported``), or
+    None. Cheap checks first; the C++ compiler (inductor) last, where CXX."""
+    mode = mode_of(spec)
+    why = compile_reason(torch, mode)
+    if why:
+        return why
+    if spec.device != "cpu":
+        return ("mode %s runs on the CPU only for now; this cell's device is %s"
+                % (mode, spec.device))
+    if spec.granularity == "op":
+        return ("mode %s records the model's inputs and outputs only: per-op capture "
+                "(granularity op) is not defined under torch.compile" % mode)
+    if spec.options.get("target_op"):
+        return ("mode %s records the model's inputs and outputs only: option target_op "
+                "(targeted capture) needs hooks inside the model, which would change what "
+                "is compiled" % mode)
+    from capd_runner import opreplay
+    if opreplay.wanted(spec):
+        return ("mode %s: option target_inputs (op or module replay on recorded inputs) "
+                "replays an eager call; it is not defined for compiled cells" % mode)
+    if mode == "inductor" and cxx:
+        cxx = cxx_info(torch, _state.get("cache_dir"))
+        if not cxx.get("works"):
+            return "mode inductor needs a working C++ compiler for Inductor's CPU kernels: %s" % (
+                cxx.get("error") or "none found")
+    return None
+
+
+# --- caches and configuration ------------------------------------------------------
+
+def build_key(torch):
+    """What tells this build from another: its interpreter, torch's location
+    and version (12 hex digits of their SHA-256)."""
+    version = getattr(torch, "version", None)
+    parts = [sys.executable, os.path.realpath(getattr(torch, "__file__", "") or ""),
+             _torch_version(torch), str(getattr(version, "git_version", ""))]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def cache_dir(spec, torch):
+    """The compile caches' directory: <scratch>/capd-compile/<build key>, so
+    nothing is shared between cells or between a paired cell's two builds;
+    a fresh temporary directory where the spec names no scratch."""
+    if spec.scratch:
+        return os.path.join(spec.scratch, CACHE_SUBDIR, build_key(torch))
+    got = _state.get("tmp_cache")
+    if got is None:
+        got = _state["tmp_cache"] = tempfile.mkdtemp(prefix="capd-compile-")
+    return got
+
+
+def setup(torch, spec):
+    """Before anything compiles in this process (the cell, a timing
+    process): Inductor's and Triton's caches inside the cell's scratch
+    (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: the cell's own variables,
+    which the fingerprint lists under env_per_cell), and for inductor one
+    compile thread (no pool of compile workers beside the timed iterations)
+    unless the build's environment sets TORCHINDUCTOR_COMPILE_THREADS."""
+    d = cache_dir(spec, torch)
+    ind, tri = os.path.join(d, "inductor"), os.path.join(d, "triton")
+    for p in (ind, tri):
+        try:
+            os.makedirs(p, exist_ok=True)
+        except OSError:
+            pass
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = ind
+    os.environ["TRITON_CACHE_DIR"] = tri
+    _state["cache_dir"] = d
+    if mode_of(spec) == "inductor" and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        try:
+            import torch._inductor.config as icfg
+            if hasattr(icfg, "compile_threads"):
+                icfg.compile_threads = 1
+        except Exception:
+            pass
+    return d
+
+
+def _vec_isa_text():
+    """str(pick_vec_isa()): Inductor's vector ISA (probes the CPU and the
+    compiler once a process)."""
+    import importlib
+    for name in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):
+        try:
+            mod = importlib.import_module(name)
+        except Exception:
+            continue
+        fn = getattr(mod, "pick_vec_isa", None)
+        if fn is not None:
+            return str(fn())
+    raise RuntimeError("no pick_vec_isa in torch._inductor.cpu_vec_isa or .codecache")
+
+
+def prepare(torch, spec):
+    """In the cell, before the libraries are read and the fingerprint is
+    made: whether the cell can run (the reason it cannot, or None); where it
+    can, the caches set up and, for inductor, Inductor's vector ISA probed,
+    so that capd_runner/libs.py reads it (and holds it to the width's
+    ceiling) and the fingerprint names it."""
+    why = unsupported_reason(torch, spec, cxx=False)
+    if why is None:
+        setup(torch, spec)
+        why = unsupported_reason(torch, spec)
+    _state["reason"] = why
+    if why is None and mode_of(spec) == "inductor":
+        try:
+            _state["vec_isa"] = _vec_isa_text()
+        except Exception as e:
+            _state["vec_isa_error"] = "%s: %s" % (type(e).__name__, e)
+    return why
+
+
+def _config_values(torch):
+    """Inductor's settings that change what it generates, where this torch
+    has them."""
+    out = {}
+    try:
+        import torch._inductor.config as icfg
+    except Exception as e:
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+    cpp = getattr(icfg, "cpp", None)
+    for key, owner, attr in (("cpp.simdlen", cpp, "simdlen"),
+                             ("cpp.vec_isa_ok", cpp, "vec_isa_ok"),
+                             ("cpp.cxx", cpp, "cxx"),
+                             ("fx_graph_cache", icfg, "fx_graph_cache"),
+                             ("freezing", icfg, "freezing"),
+                             ("cpp_wrapper", icfg, "cpp_wrapper"),
+                             ("max_autotune", icfg, "max_autotune"),
+                             ("fallback_random", icfg, "fallback_random"),
+                             ("compile_threads", icfg, "compile_threads")):
+        try:
+            if owner is None or not hasattr(owner, attr):
+                continue
+            v = getattr(owner, attr)
+            if isinstance(v, (tuple, list)):
+                v = [x if isinstance(x, (str, int, float, bool)) or x is None else str(x)
+                     for x in v]
+            elif not (isinstance(v, (str, int, float, bool)) or v is None):
+                v = str(v)
+            out[key] = v
+        except Exception:
+            continue
+    return out
+
+
+def describe(torch, mode, scratch=None):
+    """The fingerprint's ``compile`` object of a compiled cell (never
+    raises; a field that cannot be read is left out or says why)."""
+    out = {"mode": mode, "backend": BACKENDS.get(mode), "dynamic": False,
+           "available": hasattr(torch, "compile"), "records": "model"}
+    reason = _state.get("reason")
+    if reason:
+        out["unsupported"] = reason
+    d = _state.get("cache_dir")
+    if d:
+        # The per-cell part of the path as <scratch>, so two cells of one
+        # build agree.
+        root = (scratch or "").rstrip("/")
+        out["cache_dir"] = ("<scratch>" + d[len(root):] if root and d.startswith(root + "/")
+                            else d)
+    if mode != "inductor" or not out["available"]:
+        return out
+    try:
+        from capd_runner import libs
+        if "vec_isa" in _state:
+            text = _state["vec_isa"]
+            out["vec_isa"] = text
+            out["isa"] = libs.inductor_level(text)
+            out["vec_isa_source"] = "pick_vec_isa: %s; ATEN_CPU_CAPABILITY=%s" % (
+                text, os.environ.get("ATEN_CPU_CAPABILITY", "<unset>"))
+        elif "vec_isa_error" in _state:
+            out["vec_isa"] = None
+            out["vec_isa_error"] = _state["vec_isa_error"]
+    except Exception as e:
+        out["vec_isa_error"] = "%s: %s" % (type(e).__name__, e)
+    try:
+        cxx = _state.get("cxx")
+        if cxx is not None:
+            out["cxx"] = dict(cxx)
+    except Exception:
+        pass
+    try:
+        out["config"] = _config_values(torch)
+    except Exception as e:
+        out["config"] = {"error": "%s: %s" % (type(e).__name__, e)}
+    return out
+
+
+# --- compiling and the first call ----------------------------------------------------
+
+def compile_model(torch, model, spec):
+    """torch.compile of MODEL for the cell's mode, dynamic=False (compiles
+    at its first call)."""
+    return torch.compile(model, backend=BACKENDS[mode_of(spec)], dynamic=False)
+
+
+def _now_ns():
+    fn = getattr(time, "perf_counter_ns", None)
+    return fn() if fn is not None else int(time.perf_counter() * 1e9)
+
+
+def first_call(torch, target, model, call, spec, projection):
+    """One pass through TARGET, the compiled model, as the cell's pass runs
+    it (forward: eval, no_grad; backward: train, forward, projection loss,
+    backward), so that its graphs (the backward's too) are compiled before
+    anything is recorded or timed; the gradients are cleared after it.
+    Returns its wall time in ns: tracing, compiling and one run of the pass."""
+    backward = spec.pass_ != "forward"
+    t0 = _now_ns()
+    if backward:
+        target.train()
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            out = call(target)
+            projection.loss(out).backward()
+            del out
+        model.zero_grad(set_to_none=True)
+    else:
+        target.eval()
+        with torch.no_grad():
+            call(target)
+    return _now_ns() - t0
+
+
+def _dynamo_counts():
+    """(graphs compiled, graph breaks) in this process, where torch counts
+    them; None for what it does not."""
+    graphs = breaks = None
+    try:
+        from torch._dynamo.utils import counters
+        stats = counters.get("stats") or {}
+        if "unique_graphs" in stats:
+            graphs = int(stats["unique_graphs"])
+        breaks = int(sum((counters.get("graph_break") or {}).values()))
+    except Exception:
+        pass
+    return graphs, breaks
+
+
+def compile_note(spec, ns):
+    """The compile-time note's message (COMPILE_NOTE, then graphs= and
+    graph_breaks= where torch counts them)."""
+    mode = mode_of(spec)
+    msg = COMPILE_NOTE % (ns / 1e9, mode, BACKENDS[mode], spec.pass_)
+    graphs, breaks = _dynamo_counts()
+    if graphs is not None:
+        msg += " graphs=%d" % graphs
+    if breaks is not None:
+        msg += " graph_breaks=%d" % breaks
+    return msg
+
+
+def for_timing(torch, model, call, spec, projection):
+    """In a timing process (capd_runner/cell.py timing_run): the compiled
+    model, compiled at its first call, before the warmup; (compiled model,
+    that call's ns)."""
+    setup(torch, spec)
+    why = compile_reason(torch, mode_of(spec))
+    if why:
+        raise RuntimeError(why)
+    target = compile_model(torch, model, spec)
+    return target, first_call(torch, target, model, call, spec, projection)
+
+
+# --- capture: the root module call only --------------------------------------------
+
+def _tap_class(torch):
+    cls = _state.get("tap")
+    if cls is None:
+        class RootTap(torch.autograd.Function):
+            """Returns clones of its tensors and reports the gradients
+            reaching them (capture.py's tap, outside the compiled region)."""
+
+            @staticmethod
+            def forward(ctx, callback, *tensors):
+                ctx.callback = callback
+                ctx.set_materialize_grads(False)
+                return tuple(t.clone() for t in tensors)
+
+            @staticmethod
+            def backward(ctx, *grads):
+                ctx.callback(grads)
+                return (None,) + tuple(grads)
+
+        cls = _state["tap"] = RootTap
+    return cls
+
+
+class RootCapture(object):
+    """The records of one call of a compiled model: its positional inputs
+    and its output as the root module call's (``model.0.forward.input.<i>``,
+    ``model.0.forward.output.<i>``), and with taps (backward) the gradients
+    reaching them (``grad_output``, then ``grad_input``), through the
+    recorder an eager cell's capture uses (capd_runner/capture.py), in the
+    same order an eager cell records them for the root."""
+
+    def __init__(self, torch, recorder, taps):
+        self.torch = torch
+        self.rec = recorder
+        self.taps = taps
+        self.sync = getattr(getattr(recorder, "pipeline", None), "sync", True)
+
+    def _flush(self):
+        if self.sync:
+            self.rec.pipeline.hook_done()
+
+    def _record(self, flat, role):
+        for i, t in enumerate(flat):
+            self.rec.record(ROOT, 0, "forward", role, i, t)
+        self._flush()
+
+    def _tap(self, flat, role):
+        """FLAT with the tensors that need grad routed through a tap (one
+        per tensor, its gradient recorded at its first position); None if
+        none need grad."""
+        first, positions, tapped = {}, [], []
+        for i, t in enumerate(flat):
+            if t.requires_grad and id(t) not in first:
+                first[id(t)] = len(tapped)
+                positions.append(i)
+                tapped.append(t)
+        if not tapped:
+            return None
+        rec = self.rec
+
+        def on_grads(grads):
+            for pos, g in zip(positions, grads):
+                if g is not None:
+                    rec.record(ROOT, 0, "backward", role, pos, g)
+            self._flush()
+
+        clones = _tap_class(self.torch).apply(on_grads, *tapped)
+        if isinstance(clones, self.torch.Tensor):
+            clones = (clones,)
+        for src, dst in zip(tapped, clones):
+            rec.alias(src, dst)
+        out = []
+        for t in flat:
+            j = first.get(id(t)) if t.requires_grad else None
+            out.append(clones[j] if j is not None else t)
+        return out
+
+    def __call__(self, target, call):
+        from capd_runner.capture import flatten, rebuild
+        args = call.args
+        flat = flatten(args)
+        self._record(flat, "input")
+        if self.taps:
+            new = self._tap(flat, "grad_input")
+            if new is not None:
+                args = rebuild(args, iter(new))
+        out = target(*args, **call.kwargs)
+        flat = flatten(out)
+        self._record(flat, "output")
+        if self.taps:
+            new = self._tap(flat, "grad_output")
+            if new is not None:
+                out = rebuild(out, iter(new))
+        return out
+
+
+def capture_run(torch, target, model, call, spec, recorder, projection):
+    """One capture run of a compiled cell's pass through TARGET (the
+    compiled model; the eager float64 copy for the reference run), records
+    at the root only (RootCapture), parameter gradients from MODEL after
+    backward() as an eager cell's."""
+    from capd_runner.capture import param_owner
+    torch.manual_seed(spec.seed)
+    if spec.pass_ == "forward":
+        target.eval()
+        with torch.no_grad():
+            RootCapture(torch, recorder, False)(target, call)
+    else:
+        target.train()
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            out = RootCapture(torch, recorder, True)(target, call)
+            loss = projection.loss(out)
+            loss.backward()
+            del out, loss
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                owner, local = param_owner(name)
+                recorder.record(owner, 0, "backward", "param_grad", local, p.grad)
+        model.zero_grad(set_to_none=True)
+    recorder.sync()
+    recorder.clear_cache()
+    if recorder.emit:
+        recorder.writer.flush()
+
+
+def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq):
+    """Option reference float64 for a compiled cell: a float64 copy of the
+    model on the CPU, run eagerly (never compiled: it is the arbiter), with
+    the records of a compiled cell (root and parameter gradients) under
+    cell.REFERENCE_PREFIX."""
+    import copy
+    from capd_runner import cell
+    from capd_runner.capture import Recorder
+    cpu = torch.device("cpu")
+    ref_model = copy.deepcopy(model).to(device=cpu, dtype=torch.float64)
+    ref_call = cell.Call(cell._place(torch, inputs, cpu, torch.float64))
+    rec = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
+    rec.prefix = cell.REFERENCE_PREFIX
+    rec.seq = seq
+    capture_run(torch, ref_model, ref_model, ref_call, spec, rec, cell.Projection(torch, spec.seed))
+    del ref_model, ref_call
+
+
+def run_model(torch, spec, writer, device, pipeline, forkers):
+    """A compiled cell's model, capture, timing and memory (cell._run_model's
+    order): build, init records, compile (the compile-time note), capture
+    twice, nondeterministic, timing, memory."""
+    import gc
+    from capd_runner import cell
+    from capd_runner.capture import PayloadBudget, Recorder, param_owner
+
+    dtype = cell._dtype(torch, spec.dtype)
+    model, inputs = cell._build(torch, spec, dtype)
+    model = model.to(device=device, dtype=dtype)
+    inputs = cell._place(torch, inputs, device, dtype)
+    call = cell.Call(inputs)
+    projection = cell.Projection(torch, spec.seed)
+
+    budget = PayloadBudget(spec.max_payload_bytes, spec.max_one_payload_bytes)
+    first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
+    for name, p in model.named_parameters():
+        owner, local = param_owner(name)
+        first.record(owner, 0, "init", "param", local, p)
+    first.sync()
+    writer.flush()
+    first.clear_cache()
+    first.hashes, first.order = {}, []
+
+    # The model is compiled as it is built and timed: inplace flags stay
+    # (no hook inside it needs them off; functionalisation makes the values
+    # the same).
+    snap = cell._snapshot_buffers(torch, model)
+    target = compile_model(torch, model, spec)
+    ns = first_call(torch, target, model, call, spec, projection)
+    cell._restore_buffers(torch, snap)
+    writer.note("info", compile_note(spec, ns))
+    writer.flush()
+
+    capture_run(torch, target, model, call, spec, first, projection)
+    cell._restore_buffers(torch, snap)
+    second = Recorder(writer, pipeline, "stats", spec.sample_size, budget, emit=False,
+                      like=first)
+    capture_run(torch, target, model, call, spec, second, projection)
+    cell._restore_buffers(torch, snap)
+    if spec.options.get("reference") == "float64":
+        _reference_run(torch, spec, writer, pipeline, budget, model, inputs, first.seq)
+    del snap
+    pipeline.stop()
+    pipeline.pool.clear()
+
+    differ, seen = [], set()
+    for key in first.order:
+        if key in seen:
+            continue
+        seen.add(key)
+        if first.hashes.get(key) != second.hashes.get(key):
+            differ.append(key)
+    for key in second.order:
+        if key not in first.hashes and key not in seen:
+            seen.add(key)
+            differ.append(key)
+    cell._emit_nondeterministic(writer, differ)
+
+    gc.collect()
+    cell._timing(torch, spec, writer, forkers,
+                 lambda: cell.timing_run(torch, model, call, spec, projection, device,
+                                         compiled=target))
+    writer.frame({"kind": "memory", "peak_rss_bytes": cell.peak_rss_bytes()})
+    writer.flush()
+
+
+def skip_profile(spec, writer, done=None):
+    """Where options.profile would run a profiled process (or pair) after a
+    compiled cell's timing: a note that it is not run (the profiled process
+    hooks every module of the eager model, which a compiled cell does not
+    run), instead of the profile frames."""
+    from capd_runner import cell
+    if spec.profile == "off" or spec.iterations <= 0:
+        return
+    if done is None:
+        if spec.profile != "always":
+            return
+    else:
+        try:
+            from capd_runner import profile
+            if profile._why_paired(spec, done) is None:
+                return
+        except Exception:
+            return
+    cell._say(writer, "info", "profiled %s: not run: it hooks every module of the eager model, "
+              "which a compiled cell (mode %s) does not run"
+              % ("pair" if done is not None else "process", mode_of(spec)))
