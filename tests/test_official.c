@@ -116,7 +116,7 @@ static char *zoo_job(const char *build, const char *commit, const char *control,
     snprintf(widths, sizeof widths, "\"%s\"", width);
     return ma_submit(&capd, build, models, widths, commit, control,
                      "{\"iterations\":1,\"warmup\":0,\"capture\":\"sample\","
-                     "\"reference\":\"float64\"}");
+                     "\"reference\":\"float64\",\"replay\":\"off\"}");
 }
 
 Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1500)

@@ -69,7 +69,7 @@ static char *submit(const char *build_name, const char *commit, const char *cont
                          .models = "\"refmm:mm\"",
                          .widths = "\"default\"",
                          .passes = "\"forward\"",
-                         .options = "{\"iterations\":0,\"warmup\":0,\"batch\":4,"
+                         .options = "{\"iterations\":0,\"warmup\":0,\"replay\":\"off\",\"batch\":4,"
                                     "\"capture\":\"full\",\"reference\":\"float64\"}"};
     char *id = af_submit_job(&capd, &job);
     json_t *j = tu_wait_job(&capd, id, 300);
