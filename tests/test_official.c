@@ -199,17 +199,17 @@ Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1
     free(head);
 }
 
-/* The fingerprint of the cell of job J at WIDTH (the job has one model and
- * one pass); fails the test unless it ended STATE. */
-static json_t *cell_at(json_t *job, const char *width, const char *state)
+/* JOB's cell at WIDTH in MODE, which must have ended STATE: GET of it
+ * (its fingerprint), owned. */
+static json_t *mode_cell(json_t *job, const char *width, const char *mode, const char *state)
 {
     size_t i;
     json_t *cell;
     json_array_foreach(json_object_get(job, "cells"), i, cell)
     {
-        if (strcmp(jw_str(cell, "width"), width) != 0)
+        if (strcmp(jw_str(cell, "width"), width) || strcmp(jw_str(cell, "mode"), mode))
             continue;
-        cr_assert_str_eq(jw_str(cell, "state"), state, "%s cell: %s", width,
+        cr_assert_str_eq(jw_str(cell, "state"), state, "%s %s cell: %s", width, mode,
                          json_string_value(json_object_get(cell, "reason")));
         char path[256];
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", jw_str(job, "id"), jw_str(cell, "id"));
@@ -218,7 +218,7 @@ static json_t *cell_at(json_t *job, const char *width, const char *state)
         cr_assert_eq(st, 200, "%s", path);
         return c;
     }
-    cr_assert_fail("no %s cell", width);
+    cr_assert_fail("no %s %s cell", width, mode);
     return NULL;
 }
 
@@ -280,7 +280,7 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
     for (size_t i = 0; i < N_X86; i++) {
         if (!run[i])
             continue;
-        fps[i] = cell_at(j, x86[i], "ok");
+        fps[i] = mode_cell(j, x86[i], "eager", "ok");
         json_t *blas = jw_path(fps[i], "fingerprint.libraries.blas");
         char *d = af_dump(blas);
         cr_assert_str_eq(jw_str(blas, "library"), "mkl", "%s: %s", x86[i], d);
@@ -348,7 +348,7 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
     for (size_t i = 0; i < 3; i++) {
         if (!run[i])
             continue;
-        json_t *c = cell_at(j, x86[i], i < 2 ? "unsupported" : "ok");
+        json_t *c = mode_cell(j, x86[i], "eager", i < 2 ? "unsupported" : "ok");
         const char *why = jw_str(c, "reason");
         if (i < 2)
             cr_assert(why && strstr(why, "MKL") && strstr(why, "AVX512") && strstr(why, x86[i]),
@@ -379,29 +379,6 @@ static json_t *modes_job(const char *build, const char *commit, const char *cont
     cr_assert_not_null(done, "job %s finished", jw_str(j, "id"));
     json_decref(j);
     return done;
-}
-
-/* JOB's cell at WIDTH in MODE, which must have ended STATE: GET of it
- * (its fingerprint), owned. */
-static json_t *mode_cell(json_t *job, const char *width, const char *mode, const char *state)
-{
-    size_t i;
-    json_t *cell;
-    json_array_foreach(json_object_get(job, "cells"), i, cell)
-    {
-        if (strcmp(jw_str(cell, "width"), width) || strcmp(jw_str(cell, "mode"), mode))
-            continue;
-        cr_assert_str_eq(jw_str(cell, "state"), state, "%s %s cell: %s", width, mode,
-                         json_string_value(json_object_get(cell, "reason")));
-        char path[256];
-        snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", jw_str(job, "id"), jw_str(cell, "id"));
-        long st = 0;
-        json_t *c = tu_json(&capd, "GET", path, NULL, &st);
-        cr_assert_eq(st, 200, "%s", path);
-        return c;
-    }
-    cr_assert_fail("no %s %s cell", width, mode);
-    return NULL;
 }
 
 /*
