@@ -92,6 +92,32 @@ class _Tap(torch.autograd.Function):
         return (None,) + tuple(grads)
 
 
+def tap(rec, flat, on_grads):
+    """FLAT with the tensors that need grad routed through a _Tap (one per
+    tensor, its gradient reported at its first position) and aliased in
+    REC; None if none need grad. In backward, ON_GRADS gets the gradients
+    that reached them as (position in FLAT, gradient), None ones left out."""
+    first, positions, tapped = {}, [], []
+    for i, t in enumerate(flat):
+        if t.requires_grad and id(t) not in first:
+            first[id(t)] = len(tapped)
+            positions.append(i)
+            tapped.append(t)
+    if not tapped:
+        return None
+    clones = _Tap.apply(lambda grads: on_grads([(pos, g) for pos, g in zip(positions, grads)
+                                               if g is not None]), *tapped)
+    if isinstance(clones, torch.Tensor):
+        clones = (clones,)
+    for src, dst in zip(tapped, clones):
+        rec.alias(src, dst)
+    out = []
+    for t in flat:
+        j = first.get(id(t)) if t.requires_grad else None
+        out.append(clones[j] if j is not None else t)
+    return out
+
+
 _HAS_IS_CPU = hasattr(torch.Tensor, "is_cpu")
 _module_mod = torch.nn.modules.module
 _GLOBAL_HOOKS = (hasattr(_module_mod, "register_module_forward_pre_hook")
@@ -752,41 +778,19 @@ class Capture(object):
             self.flush()
 
     def _tap(self, flat, fqn, call, role):
-        """Route the tensors that need grad through a _Tap; None if none do."""
-        first = {}
-        positions = []
-        tapped = []
-        for i, t in enumerate(flat):
-            if t.requires_grad and id(t) not in first:
-                first[id(t)] = len(tapped)
-                positions.append(i)
-                tapped.append(t)
-        if not tapped:
-            return None
-        rec = self.rec
-        flush = self.flush
+        """Route the tensors that need grad through a _Tap (tap); None if
+        none do."""
+        rec, flush, ops = self.rec, self.flush, self.ops
 
-        ops = self.ops
-
-        def on_grads(grads):
+        def on_grads(got):
             self.quiet += 1
             try:
-                for pos, g in zip(positions, grads):
-                    if g is not None:
-                        rec.record(fqn, call, "backward", role, pos, g)
+                for pos, g in got:
+                    rec.record(fqn, call, "backward", role, pos, g)
                 flush()
             finally:
                 self.quiet -= 1
             if ops is not None:
                 ops.backward_reached(fqn, call, role)
 
-        clones = _Tap.apply(on_grads, *tapped)
-        if isinstance(clones, torch.Tensor):
-            clones = (clones,)
-        for src, dst in zip(tapped, clones):
-            rec.alias(src, dst)
-        out = []
-        for t in flat:
-            j = first.get(id(t)) if t.requires_grad else None
-            out.append(clones[j] if j is not None else t)
-        return out
+        return tap(rec, flat, on_grads)

@@ -193,7 +193,7 @@ class Projection(object):
 
 def capture_run(torch, model, call, spec, recorder, projection):
     """One capture run of the cell's pass; records via ``recorder``."""
-    from capd_runner.capture import Capture, param_owner
+    from capd_runner.capture import Capture
     torch.manual_seed(spec.seed)
     gran = spec.granularity
     target = spec.options.get("target_op") or ""  # docs/runner.md, "Targeted capture"
@@ -213,6 +213,15 @@ def capture_run(torch, model, call, spec, recorder, projection):
                 loss.backward()
             del out, loss
             cap.remove()
+    _end_run(model, recorder, spec.pass_ != "forward")
+
+
+def _end_run(model, recorder, backward):
+    """A capture run's end (eager and compiled cells alike): after BACKWARD,
+    the parameters' gradients recorded, then cleared; the recorder synced,
+    its cache cleared, its frames flushed."""
+    from capd_runner.capture import param_owner
+    if backward:
         for name, p in model.named_parameters():
             if p.grad is not None:
                 owner, local = param_owner(name)
@@ -546,8 +555,31 @@ def _run_cell(torch, spec, writer, forkers):
     return EXIT_OK
 
 
-def _run_model(torch, spec, writer, device, pipeline, forkers):
+def _prepare(torch, spec, device, writer, pipeline):
+    """The model and inputs built and placed, their Call and Projection,
+    the PayloadBudget and the first capture's Recorder, after the initial
+    parameters' records (eager and compiled cells alike):
+    (model, inputs, call, projection, budget, first)."""
     from capd_runner.capture import PayloadBudget, Recorder, param_owner
+    dtype = _dtype(torch, spec.dtype)
+    model, inputs = _build(torch, spec, dtype)
+    model = model.to(device=device, dtype=dtype)
+    inputs = _place(torch, inputs, device, dtype)
+    budget = PayloadBudget(spec.max_payload_bytes, spec.max_one_payload_bytes)
+    first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
+    # Initial parameter values, before anything runs.
+    for name, p in model.named_parameters():
+        owner, local = param_owner(name)
+        first.record(owner, 0, "init", "param", local, p)
+    first.sync()
+    writer.flush()
+    first.clear_cache()
+    first.hashes, first.order = {}, []  # the determinism check covers the runs only
+    return model, inputs, Call(inputs), Projection(torch, spec.seed), budget, first
+
+
+def _run_model(torch, spec, writer, device, pipeline, forkers):
+    from capd_runner.capture import Recorder
 
     if getattr(spec, "mode", "eager") != "eager":
         from capd_runner import compiled
@@ -558,25 +590,8 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
         why = opcapture.unsupported_reason()
         if why:
             raise CellFailed(why)
-    dtype = _dtype(torch, spec.dtype)
-    model, inputs = _build(torch, spec, dtype)
-    model = model.to(device=device, dtype=dtype)
-    inputs = _place(torch, inputs, device, dtype)
-    call = Call(inputs)
-    projection = Projection(torch, spec.seed)
-
-    budget = PayloadBudget(spec.max_payload_bytes, spec.max_one_payload_bytes)
-    first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
-
-    # Initial parameter values, before anything runs.
-    for name, p in model.named_parameters():
-        owner, local = param_owner(name)
-        first.record(owner, 0, "init", "param", local, p)
-    first.sync()
-    writer.flush()
-    first.clear_cache()
-    first.hashes, first.order = {}, []  # the determinism check covers the runs only
-
+    model, inputs, call, projection, budget, first = _prepare(torch, spec, device, writer,
+                                                              pipeline)
     inplace = _switch_inplace_off(model)
     snap = _snapshot_buffers(torch, model)
     try:
@@ -594,19 +609,7 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
     pipeline.stop()
     pipeline.pool.clear()
 
-    differ = []
-    seen = set()
-    for key in first.order:
-        if key in seen:
-            continue
-        seen.add(key)
-        if first.hashes.get(key) != second.hashes.get(key):
-            differ.append(key)
-    for key in second.order:
-        if key not in first.hashes and key not in seen:
-            seen.add(key)
-            differ.append(key)
-    _emit_nondeterministic(writer, differ)
+    _emit_nondeterministic(writer, first, second)
 
     gc.collect()
     if device.type == "cuda":
@@ -625,9 +628,10 @@ def _run_model(torch, spec, writer, device, pipeline, forkers):
 REFERENCE_PREFIX = "ref.float64/"
 
 
-def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq):
+def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq, run=None):
     """The job option reference float64: the same inputs through a float64
-    copy of the model on the CPU, captured at the cell's level, its records
+    copy of the model on the CPU, captured at the cell's level (RUN(model,
+    call, recorder, projection) where given, else capture_run), its records
     under REFERENCE_PREFIX and their seq after the cell's own."""
     import copy
     from capd_runner.capture import Recorder
@@ -637,7 +641,10 @@ def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq):
     rec = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
     rec.prefix = REFERENCE_PREFIX
     rec.seq = seq
-    capture_run(torch, ref_model, ref_call, spec, rec, Projection(torch, spec.seed))
+    if run is None:
+        capture_run(torch, ref_model, ref_call, spec, rec, Projection(torch, spec.seed))
+    else:
+        run(ref_model, ref_call, rec, Projection(torch, spec.seed))
     del ref_model, ref_call
 
 
@@ -652,7 +659,7 @@ def _timing(torch, spec, writer, forkers, in_cell):
     a note (capd_runner/timing.py, Budget). After every timing process,
     the profiled pair where options.profile asks for it
     (capd_runner/profile.py)."""
-    from capd_runner import profile
+    from capd_runner import profile, timing
     forker, ref = forkers
     frame = {"kind": "timing", "phase": spec.pass_, "warmup": spec.warmup,
              "iterations": spec.iterations}
@@ -677,7 +684,7 @@ def _timing(torch, spec, writer, forkers, in_cell):
     for i in range(n):
         res = _run_one(writer, forker, i, n, "timing process")
         if res is not None:
-            writer.frame(_timing_frame(frame, res, i, n))
+            writer.frame(timing.timing_frame(frame, res, i, n))
             writer.flush()
             timed += 1
     if not timed:
@@ -724,18 +731,6 @@ def _note_start(writer, forker, res, side):
          % (side, why))
 
 
-def _timing_frame(frame, res, i, n, **extra):
-    f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
-             processes=n, **extra)
-    for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns", "own_samples_ns",
-              "runqueue_ns", "cpu_ns", "steal_ns", "device_samples_ns", "compile_ns"):
-        if k in res:
-            f[k] = res[k]
-    if "start" in res:  # fork or exec (capd_runner/timing.py)
-        f["start"] = res["start"]
-    return f
-
-
 def _paired(spec, writer, forker, ref, frame):
     """Rounds of pairs, each pair the control build's process then this
     build's: ``timing_pairs`` first, then half as many (rounded up) a round
@@ -743,7 +738,7 @@ def _paired(spec, writer, forker, ref, frame):
     ``max_timing_rounds`` rounds at most. The pairs timed, as (control's
     result, this build's) each; None when the control build failed before
     any pair (time unpaired then)."""
-    from capd_runner import pairs
+    from capd_runner import pairs, timing
     done = []
     for rnd in range(spec.max_timing_rounds):
         k = pairs.round_size(spec.timing_pairs, rnd)
@@ -763,49 +758,34 @@ def _paired(spec, writer, forker, ref, frame):
                 got.append((c, h))
         n = len(done) + len(got)
         for i, (c, h) in enumerate(got, len(done)):
-            writer.frame(_timing_frame(frame, c, i, n, pair=i, reference=True, round=rnd))
-            writer.frame(_timing_frame(frame, h, i, n, pair=i, round=rnd))
+            writer.frame(timing.timing_frame(frame, c, i, n, pair=i, reference=True, round=rnd))
+            writer.frame(timing.timing_frame(frame, h, i, n, pair=i, round=rnd))
         writer.flush()
         done += got
-        if not pairs.wants_more(*observations(done)):
+        if not pairs.wants_more(*pairs.observations(done)):
             break
     if not done:
         _say(writer, "warn", "no pair of timing processes finished: the cell has no timing")
     return done
 
 
-def observations(done):
-    """The pairs' observations, each process's fastest sample, as capd's
-    comparison takes them (compare/perf_cell.c, "basis"): of the device-time
-    samples when every process of both sides has them (a GPU cell), else of
-    the own-time samples when every process of both sides has them; else of the
-    wall-clock samples, or of the CPU-time samples where every process has
-    those and none measured its run-queue delay (a runner from before own
-    time)."""
-    procs = [r for pair in done for r in pair]
-    key = "samples_ns"
-    if all("device_samples_ns" in r for r in procs):
-        key = "device_samples_ns"
-    elif all("own_samples_ns" in r for r in procs):
-        key = "own_samples_ns"
-    elif all("cpu_samples_ns" in r and "runqueue_ns" not in r for r in procs):
-        key = "cpu_samples_ns"
-    return [min(c[key]) for c, _ in done], [min(h[key]) for _, h in done]
-
-
-def _emit_nondeterministic(writer, keys):
-    """One frame, or several when the list would not fit one header."""
-    from capd_runner.frames import MAX_HEADER
-    chunk = []
-    size = 64
-    for k in keys:
-        if chunk and size + len(k) + 8 > MAX_HEADER - 1024:
-            writer.frame({"kind": "nondeterministic", "keys": chunk})
-            chunk, size = [], 64
-        chunk.append(k)
-        size += len(k) + 8
-    writer.frame({"kind": "nondeterministic", "keys": chunk})
-    writer.flush()
+def _emit_nondeterministic(writer, first, second):
+    """The keys whose records differ between the capture runs (Recorders
+    FIRST and SECOND, or stand in one only): one frame, or several when
+    the list would not fit one header (FrameWriter.nondeterministic)."""
+    keys = []
+    seen = set()
+    for key in first.order:
+        if key in seen:
+            continue
+        seen.add(key)
+        if first.hashes.get(key) != second.hashes.get(key):
+            keys.append(key)
+    for key in second.order:
+        if key not in first.hashes and key not in seen:
+            seen.add(key)
+            keys.append(key)
+    writer.nondeterministic(keys)
 
 
 def start(spec, writer):

@@ -449,28 +449,6 @@ def for_timing(torch, model, call, spec, projection):
 
 # --- capture: the root module call only --------------------------------------------
 
-def _tap_class(torch):
-    cls = _state.get("tap")
-    if cls is None:
-        class RootTap(torch.autograd.Function):
-            """Returns clones of its tensors and reports the gradients
-            reaching them (capture.py's tap, outside the compiled region)."""
-
-            @staticmethod
-            def forward(ctx, callback, *tensors):
-                ctx.callback = callback
-                ctx.set_materialize_grads(False)
-                return tuple(t.clone() for t in tensors)
-
-            @staticmethod
-            def backward(ctx, *grads):
-                ctx.callback(grads)
-                return (None,) + tuple(grads)
-
-        cls = _state["tap"] = RootTap
-    return cls
-
-
 class RootCapture(object):
     """The records of one call of a compiled model: its positional inputs
     and its output as the root module call's (``model.0.forward.input.<i>``,
@@ -495,53 +473,34 @@ class RootCapture(object):
         self._flush()
 
     def _tap(self, flat, role):
-        """FLAT with the tensors that need grad routed through a tap (one
-        per tensor, its gradient recorded at its first position); None if
-        none need grad."""
-        first, positions, tapped = {}, [], []
-        for i, t in enumerate(flat):
-            if t.requires_grad and id(t) not in first:
-                first[id(t)] = len(tapped)
-                positions.append(i)
-                tapped.append(t)
-        if not tapped:
-            return None
+        """FLAT with the tensors that need grad routed through capture.py's
+        tap (outside the compiled region); None if none need grad."""
+        from capd_runner.capture import tap
         rec = self.rec
 
-        def on_grads(grads):
-            for pos, g in zip(positions, grads):
-                if g is not None:
-                    rec.record(ROOT, 0, "backward", role, pos, g)
+        def on_grads(got):
+            for pos, g in got:
+                rec.record(ROOT, 0, "backward", role, pos, g)
             self._flush()
 
-        clones = _tap_class(self.torch).apply(on_grads, *tapped)
-        if isinstance(clones, self.torch.Tensor):
-            clones = (clones,)
-        for src, dst in zip(tapped, clones):
-            rec.alias(src, dst)
-        out = []
-        for t in flat:
-            j = first.get(id(t)) if t.requires_grad else None
-            out.append(clones[j] if j is not None else t)
-        return out
+        return tap(rec, flat, on_grads)
+
+    def _side(self, obj, role):
+        """Records the tensors of OBJ (the call's args, or its output) as
+        ROLE ("input" or "output"); with taps, OBJ with those that need
+        grad tapped for grad_<ROLE>."""
+        from capd_runner.capture import flatten, rebuild
+        flat = flatten(obj)
+        self._record(flat, role)
+        if self.taps:
+            new = self._tap(flat, "grad_" + role)
+            if new is not None:
+                return rebuild(obj, iter(new))
+        return obj
 
     def __call__(self, target, call):
-        from capd_runner.capture import flatten, rebuild
-        args = call.args
-        flat = flatten(args)
-        self._record(flat, "input")
-        if self.taps:
-            new = self._tap(flat, "grad_input")
-            if new is not None:
-                args = rebuild(args, iter(new))
-        out = target(*args, **call.kwargs)
-        flat = flatten(out)
-        self._record(flat, "output")
-        if self.taps:
-            new = self._tap(flat, "grad_output")
-            if new is not None:
-                out = rebuild(out, iter(new))
-        return out
+        args = self._side(call.args, "input")
+        return self._side(target(*args, **call.kwargs), "output")
 
 
 def capture_run(torch, target, model, call, spec, recorder, projection):
@@ -549,7 +508,7 @@ def capture_run(torch, target, model, call, spec, recorder, projection):
     compiled model; the eager float64 copy for the reference run), records
     at the root only (RootCapture), parameter gradients from MODEL after
     backward() as an eager cell's."""
-    from capd_runner.capture import param_owner
+    from capd_runner import cell
     torch.manual_seed(spec.seed)
     if spec.pass_ == "forward":
         target.eval()
@@ -563,33 +522,7 @@ def capture_run(torch, target, model, call, spec, recorder, projection):
             loss = projection.loss(out)
             loss.backward()
             del out, loss
-        for name, p in model.named_parameters():
-            if p.grad is not None:
-                owner, local = param_owner(name)
-                recorder.record(owner, 0, "backward", "param_grad", local, p.grad)
-        model.zero_grad(set_to_none=True)
-    recorder.sync()
-    recorder.clear_cache()
-    if recorder.emit:
-        recorder.writer.flush()
-
-
-def _reference_run(torch, spec, writer, pipeline, budget, model, inputs, seq):
-    """Option reference float64 for a compiled cell: a float64 copy of the
-    model on the CPU, run eagerly (never compiled: it is the arbiter), with
-    the records of a compiled cell (root and parameter gradients) under
-    cell.REFERENCE_PREFIX."""
-    import copy
-    from capd_runner import cell
-    from capd_runner.capture import Recorder
-    cpu = torch.device("cpu")
-    ref_model = copy.deepcopy(model).to(device=cpu, dtype=torch.float64)
-    ref_call = cell.Call(cell._place(torch, inputs, cpu, torch.float64))
-    rec = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
-    rec.prefix = cell.REFERENCE_PREFIX
-    rec.seq = seq
-    capture_run(torch, ref_model, ref_model, ref_call, spec, rec, cell.Projection(torch, spec.seed))
-    del ref_model, ref_call
+    cell._end_run(model, recorder, spec.pass_ != "forward")
 
 
 def run_model(torch, spec, writer, device, pipeline, forkers):
@@ -598,24 +531,10 @@ def run_model(torch, spec, writer, device, pipeline, forkers):
     twice, nondeterministic, timing, memory."""
     import gc
     from capd_runner import cell
-    from capd_runner.capture import PayloadBudget, Recorder, param_owner
+    from capd_runner.capture import Recorder
 
-    dtype = cell._dtype(torch, spec.dtype)
-    model, inputs = cell._build(torch, spec, dtype)
-    model = model.to(device=device, dtype=dtype)
-    inputs = cell._place(torch, inputs, device, dtype)
-    call = cell.Call(inputs)
-    projection = cell.Projection(torch, spec.seed)
-
-    budget = PayloadBudget(spec.max_payload_bytes, spec.max_one_payload_bytes)
-    first = Recorder(writer, pipeline, spec.capture, spec.sample_size, budget, emit=True)
-    for name, p in model.named_parameters():
-        owner, local = param_owner(name)
-        first.record(owner, 0, "init", "param", local, p)
-    first.sync()
-    writer.flush()
-    first.clear_cache()
-    first.hashes, first.order = {}, []
+    model, inputs, call, projection, budget, first = cell._prepare(torch, spec, device, writer,
+                                                                   pipeline)
 
     # The model is compiled as it is built and timed: inplace flags stay
     # (no hook inside it needs them off; functionalisation makes the values
@@ -634,23 +553,16 @@ def run_model(torch, spec, writer, device, pipeline, forkers):
     capture_run(torch, target, model, call, spec, second, projection)
     cell._restore_buffers(torch, snap)
     if spec.options.get("reference") == "float64":
-        _reference_run(torch, spec, writer, pipeline, budget, model, inputs, first.seq)
+        # The float64 copy runs eagerly (never compiled: it is the arbiter),
+        # with the records of a compiled cell (root and parameter gradients).
+        cell._reference_run(torch, spec, writer, pipeline, budget, model, inputs, first.seq,
+                            run=lambda m, c, rec, proj: capture_run(torch, m, m, c, spec, rec,
+                                                                    proj))
     del snap
     pipeline.stop()
     pipeline.pool.clear()
 
-    differ, seen = [], set()
-    for key in first.order:
-        if key in seen:
-            continue
-        seen.add(key)
-        if first.hashes.get(key) != second.hashes.get(key):
-            differ.append(key)
-    for key in second.order:
-        if key not in first.hashes and key not in seen:
-            seen.add(key)
-            differ.append(key)
-    cell._emit_nondeterministic(writer, differ)
+    cell._emit_nondeterministic(writer, first, second)
 
     gc.collect()
     cell._timing(torch, spec, writer, forkers,

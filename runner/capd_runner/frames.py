@@ -228,6 +228,20 @@ class FrameWriter(object):
                 header["message"] = message
         self.flush()
 
+    def nondeterministic(self, keys):
+        """The nondeterministic frame of KEYS: one frame, or several when
+        the list would not fit one header."""
+        chunk = []
+        size = 64
+        for k in keys:
+            if chunk and size + len(k) + 8 > MAX_HEADER - 1024:
+                self.frame({"kind": "nondeterministic", "keys": chunk})
+                chunk, size = [], 64
+            chunk.append(k)
+            size += len(k) + 8
+        self.frame({"kind": "nondeterministic", "keys": chunk})
+        self.flush()
+
     def end(self, status, reason=None):
         header = {"kind": "end", "status": status}
         if reason:

@@ -118,3 +118,22 @@ def round_size(timing_pairs, rnd):
 def wants_more(control, head):
     """Whether another round may settle what these pairs leave open."""
     return verdict(control, head) in ("unknown", "insufficient_data")
+
+
+def observations(done):
+    """The pairs' observations, each process's fastest sample, as capd's
+    comparison takes them (compare/perf_cell.c, "basis"): of the device-time
+    samples when every process of both sides has them (a GPU cell), else of
+    the own-time samples when every process of both sides has them; else of the
+    wall-clock samples, or of the CPU-time samples where every process has
+    those and none measured its run-queue delay (a runner from before own
+    time)."""
+    procs = [r for pair in done for r in pair]
+    key = "samples_ns"
+    if all("device_samples_ns" in r for r in procs):
+        key = "device_samples_ns"
+    elif all("own_samples_ns" in r for r in procs):
+        key = "own_samples_ns"
+    elif all("cpu_samples_ns" in r and "runqueue_ns" not in r for r in procs):
+        key = "cpu_samples_ns"
+    return [min(c[key]) for c, _ in done], [min(h[key]) for _, h in done]

@@ -309,12 +309,12 @@ def frame(base, res, side, **where):
 
 def _why_paired(spec, done):
     """Why the cell runs its profiled pair after the pairs DONE, or None."""
-    from capd_runner import cell, pairs
+    from capd_runner import pairs
     if spec.iterations <= 0 or not done or spec.profile == "off":
         return None
     if spec.profile == "always":
         return "profile=always"
-    if pairs.verdict(*cell.observations(done)) == "regression":
+    if pairs.verdict(*pairs.observations(done)) == "regression":
         return "the pairs say regression"
     return None
 

@@ -670,3 +670,17 @@ def process_main(index, res_fd, control, profiled=False):
         _write_error(res_fd, index, "%s: " % _what(profiled), e)
         return 1
     return _timing_child(spec, index, res_fd, profiled)
+
+
+def timing_frame(frame, res, i, n, **extra):
+    """The timing frame of process I of N: FRAME (the cell's fields) with
+    RES's measurements (a timing process's result) and EXTRA."""
+    f = dict(frame, samples_ns=res["samples_ns"], threads=res["threads"], process=i,
+             processes=n, **extra)
+    for k in ("loops", "cpus", "started_ns", "ended_ns", "cpu_samples_ns", "own_samples_ns",
+              "runqueue_ns", "cpu_ns", "steal_ns", "device_samples_ns", "compile_ns"):
+        if k in res:
+            f[k] = res[k]
+    if "start" in res:  # fork or exec
+        f["start"] = res["start"]
+    return f

@@ -28,10 +28,8 @@ TOL = 1e-5
 USER_MODELS = {
     "cmpkg/__init__.py": "",
     "cmpkg/models.py": util.LIN_MODEL + '''
-class Two(torch.nn.Module):
-    def __init__(self):
-        super(Two, self).__init__()
-        self.lin = torch.nn.Linear(4, 3)
+class Two(Lin):
+    SIZES = (4, 3)
 
     def forward(self, x, y):
         return torch.tanh(self.lin(x * 2.0 + y))
@@ -123,11 +121,8 @@ class SpecModeTest(unittest.TestCase):
 
     def test_bad_mode_is_a_failed_cell(self):
         r = _run(dict(util.make_spec("mlp"), mode="jit"))
-        self.assertEqual(r.returncode, 1, r.describe())
-        self.assertEqual([f.kind for f in r.frames], ["hello", "end"])
-        self.assertEqual(r.status, "failed")
-        self.assertIn("'mode' must be one of eager/aot_eager/inductor", r.end["reason"])
-        self.assertIn("'jit'", r.end["reason"])
+        util.assert_ended(self, r, 1, ["hello", "end"], "failed",
+                          "'mode' must be one of eager/aot_eager/inductor", "'jit'")
 
     def test_eager_fingerprint_has_no_compile(self):
         fp = fingerprint.collect(torch, "", "default", {"type": "cpu"}, mode="eager")

@@ -33,6 +33,16 @@ class Lin(torch.nn.Module):
 '''
 
 
+def assert_ended(test, r, returncode, kinds, status, *reason_has):
+    """Runner result R exited RETURNCODE with frames of KINDS, in order,
+    its end STATUS and a reason that holds each of REASON_HAS."""
+    test.assertEqual(r.returncode, returncode, r.describe())
+    test.assertEqual([f.kind for f in r.frames], kinds)
+    test.assertEqual(r.status, status)
+    for text in reason_has:
+        test.assertIn(text, r.end["reason"])
+
+
 def require_native(test):
     """Skip ``test`` when the native stats library is not loadable, or fail
     when CAPD_TEST_REQUIRE_NATIVE=1 (ctest sets it with the built path)."""
