@@ -38,21 +38,35 @@
 #include "daemon/replay/auto.h"
 #include "daemon/replay/bundle.h"
 
+/* The compared cell of MODE among RES's cells (the filter leaves one per
+ * mode), or NULL. */
+static json_t *cell_of_mode(json_t *res, json_t *mode)
+{
+    json_t *c;
+    size_t i;
+    json_array_foreach(json_object_get(res, "cells"), i, c)
+    {
+        if (json_equal(json_object_get(c, "mode"), mode))
+            return c;
+    }
+    return NULL;
+}
+
 /* The op call or module call to replay in the comparison of CTL and HEAD's
- * cell F (daemon/replay/auto.h, replay_unit_of); 0, -ENOENT when the cell has none,
- * another negative errno when the comparison failed. */
+ * cell F of MODE (daemon/replay/auto.h, replay_unit_of); 0, -ENOENT when
+ * the cell has none, another negative errno when the comparison failed. */
 static int divergent_op(struct store *s, json_t *ctl, json_t *head,
-                        const struct store_cell_filter *f, char *out, size_t n)
+                        const struct store_cell_filter *f, json_t *mode, char *out, size_t n)
 {
     struct api_cmp_input in = {0};
     struct cmp_options o;
-    json_t *res = NULL;
+    json_t *res = NULL, *c = NULL;
     cmp_options_init(&o);
     int rc = api_cmp_load(s, ctl, head, f, &in);
     if (!rc)
         rc = api_cmp_run(&in, head, &o, &res);
     if (!rc)
-        rc = replay_unit_of(json_array_get(json_object_get(res, "cells"), 0), out, n) ? 0 : -ENOENT;
+        rc = (c = cell_of_mode(res, mode)) && replay_unit_of(c, out, n) ? 0 : -ENOENT;
     json_decref(res);
     api_cmp_input_free(&in);
     return rc;
@@ -105,7 +119,7 @@ static bool replay_op(struct api_req *r, json_t *body, json_t *ctl, json_t *head
     struct store_cell_filter f = {json_string_value(json_object_get(cell, "model")),
                                   json_string_value(json_object_get(cell, "width")),
                                   json_string_value(json_object_get(cell, "pass"))};
-    int rc = divergent_op(api_store(r), ctl, head, &f, op, n);
+    int rc = divergent_op(api_store(r), ctl, head, &f, json_object_get(cell, "mode"), op, n);
     if (rc == -ENOENT)
         *ret = api_error(r, 409, "no_op_divergence", NULL,
                          "cell %s has no divergence to replay (none, or only in the backward "
@@ -117,6 +131,20 @@ static bool replay_op(struct api_req *r, json_t *body, json_t *ctl, json_t *head
     return rc == 0;
 }
 
+/* Whether CELL runs eagerly; false, having replied 409, for a compiled
+ * cell (replay runs one op or module eagerly: daemon/replay/auto.h). */
+static bool replay_eager(struct api_req *r, json_t *cell, enum MHD_Result *ret)
+{
+    const char *mode = json_string_value(json_object_get(cell, "mode"));
+    if (!mode || strcmp(mode, "eager") == 0)
+        return true;
+    *ret = api_error(r, 409, "compiled_cell", NULL,
+                     "cell %s runs mode %s; a replay runs one op or module eagerly, so it replays "
+                     "eager cells only: replay the eager cell of the same model, width and pass",
+                     api_param(r, "cell"), mode);
+    return false;
+}
+
 enum MHD_Result api_cell_replay(struct api_req *r)
 {
     enum MHD_Result ret;
@@ -125,7 +153,7 @@ enum MHD_Result api_cell_replay(struct api_req *r)
     char op[API_TARGET_OP_MAX + 1];
     if (!body)
         return ret;
-    if (!replay_sides(r, &head, &cell, &ctl, &ret) ||
+    if (!replay_sides(r, &head, &cell, &ctl, &ret) || !replay_eager(r, cell, &ret) ||
         !replay_op(r, body, ctl, head, cell, op, sizeof op, &ret))
         goto out;
     struct replay_ask a = {ctl,

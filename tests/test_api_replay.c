@@ -190,8 +190,18 @@ Test(replay, the_diverged_op_is_replayed_and_packed)
     const struct jw_want iw[] = {JW_S("isolated.op", "model.0.forward/op.aten::mul.0"),
                                  JW_S("isolated.control.build", "clean"),
                                  JW_S("isolated.head.build", "pertop"),
-                                 JW_S("conclusion", "kernel_changed"), JW_S("widths.0", "avx2")};
+                                 JW_S("conclusion", "kernel_changed")};
     jw_expect_all(rep, iw);
+    /* the head build moves the op at every width: avx2 among them (the
+     * widths in name order, amx before avx2 on a host that has it) */
+    json_t *cw;
+    size_t k;
+    bool at_avx2 = false;
+    json_array_foreach(json_object_get(rep, "widths"), k, cw)
+    {
+        at_avx2 |= strcmp(json_string_value(cw), "avx2") == 0;
+    }
+    cr_assert(at_avx2, "the kernel changed at avx2: %s", af_dump(rep));
     json_t *e = jw_find(json_object_get(rep, "per_width"), "width", "avx2");
     cr_assert_str_eq(jw_str(e, "isolated.verdict"), "diverged", "%s", af_dump(rep));
     char path[600], got[512];
@@ -506,6 +516,70 @@ Test(replay, a_divergence_is_replayed_without_asking)
     free(ctl);
     free(off);
     free(head);
+}
+
+/* MODE's cell of job J (a GET reply), owned. */
+static json_t *cell_of_mode(json_t *j, const char *mode)
+{
+    json_t *c;
+    size_t i;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        if (strcmp(tu_jstr(c, "mode"), mode) == 0)
+            return json_incref(c);
+    }
+    cr_assert_fail("no %s cell: %s", mode, af_dump(j));
+    return NULL;
+}
+
+/* Replay runs ops eagerly: in a head of inductor and eager cells (the
+ * inductor one first, both diverged), the automatic replay takes the
+ * eager cell, the same replay that a POST for it answers, and a POST for
+ * the inductor cell is refused (409 compiled_cell), creating no job. */
+Test(replay, only_eager_cells_are_replayed)
+{
+    af_start(NULL);
+    builds();
+    static const char *const m = "'models':['fake:ops__3'],'widths':['avx2'],"
+                                 "'passes':['forward'],'modes':['inductor','eager']},"
+                                 "'options':{'granularity':'op','iterations':0}}";
+    json_t *c =
+        af_post_job(201, "{'project':'p','commit':'c0c0c01','build':'clean','matrix':{%s", m);
+    json_decref(af_wait_done(tu_jstr(c, "id")));
+    json_t *h = af_post_job(201,
+                            "{'project':'p','commit':'c0c0c02','control_commit':'c0c0c01',"
+                            "'build':'pertop','matrix':{%s",
+                            m);
+    const char *head = tu_jstr(h, "id");
+    json_decref(af_wait_done(head));
+    char *l = auto_label(head);
+    cr_assert_str_eq(l, "replayed 1");
+    free(l);
+    json_t *j = af_get_job(head);
+    cr_assert_str_eq(tu_jstr(json_array_get(json_object_get(j, "cells"), 0), "mode"), "inductor");
+    json_t *ind = cell_of_mode(j, "inductor"), *eag = cell_of_mode(j, "eager");
+    char pi[256], pe[256];
+    snprintf(pi, sizeof pi, "/v1/jobs/%s/cells/%s/replay", head, tu_jstr(ind, "id"));
+    snprintf(pe, sizeof pe, "/v1/jobs/%s/cells/%s/replay", head, tu_jstr(eag, "id"));
+    int jobs = af_count_jobs();
+    af_expect_call_error("POST", pi, "{}", 409, "compiled_cell", NULL);
+    af_expect_call_error("POST", pi, "{'op':'" OP "'}", 409, "compiled_cell", NULL);
+    af_expect_get_error(pi, 404, "no_replay");
+    json_t *rep = settled(pe);
+    const struct jw_want w[] = {JW_S("op", OP), JW_S("conclusion", "kernel_changed")};
+    jw_expect_all(rep, w);
+    long st;
+    json_t *r = af_call("POST", pe, "{}", &st);
+    cr_assert_eq(st, 202, "%s", af_dump(r));
+    cr_assert_str_eq(jw_str(r, "head.job"), jw_str(rep, "head.job"), "the automatic replay's");
+    cr_assert_eq(af_count_jobs(), jobs, "no job was created");
+    json_decref(r);
+    json_decref(rep);
+    json_decref(ind);
+    json_decref(eag);
+    json_decref(j);
+    json_decref(c);
+    json_decref(h);
 }
 
 /* auto replays at most 4 cells of a job, always every one: 6 cells

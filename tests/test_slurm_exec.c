@@ -9,7 +9,8 @@
  * reason; a cell of Debian's torch gives the local executor's records bit
  * for bit; capd killed -9 mid-cell takes the same attempt and Slurm job
  * up again; a cell over its memory limit is oom; three cells are one job
- * array; the node dying (slurmd killed) or set DOWN requeues the cell; and
+ * array; the node dying (slurmd killed) or set DOWN requeues the cell; a
+ * runner killed from outside is asked of Slurm before it counts; and
  * a poll that fails backs off. The cluster and capd are stopped in the
  * fini, failed or not; a host that cannot run Slurm skips with
  * cluster.sh's reason.
@@ -386,6 +387,33 @@ Test(slurm_exec, a_node_failure_requeues_the_cell)
           "sinfo -h -o %%N) State=RESUME >/dev/null 2>&1",
           cdir, cdir);
     expect_ok_on_attempt(id, 2);
+    free(id);
+}
+
+/* The runner alone killed by a SIGTERM its worker did not send (Slurm
+ * signals a job's processes in no set order: the runner may die before the
+ * worker hears of it): capd asks Slurm why before it decides; the job
+ * ended of itself, so the runner's end stands, crashed naming SIGTERM. */
+Test(slurm_exec, a_runner_killed_from_outside_is_asked_of_slurm)
+{
+    char *id = slow_cell_running();
+    cr_assert_eq(tu_sh("n=0; for p in $(SLURM_CONF=%s/slurm.conf scontrol listpids 2>/dev/null | "
+                       "awk 'NR > 1 {print $1}'); do "
+                       "grep -q fake_runner /proc/$p/cmdline 2>/dev/null && "
+                       "kill -TERM $p && n=$((n + 1)); done; [ $n -ge 1 ]",
+                       cdir),
+                 0, "the runner was found among the Slurm job's processes and signalled");
+    wait_for_log("cell_stopped_from_outside");
+    char *log = NULL;
+    json_t *cell = ended_cell(id, &log);
+    cr_assert_str_eq(tu_str(cell, "state"), "crashed", "%s\nlog: %s", af_dump(cell), log);
+    cr_assert(strstr(tu_str(cell, "reason"), "SIGTERM"), "%s", af_dump(cell));
+    char *clog = tu_slurp(capd.errlog);
+    cr_assert(strstr(clog, "worker_signal=0 runner_signal=15"), "%s", clog);
+    cr_assert_null(strstr(clog, "slurm_requeue"), "nothing requeued: %s", clog);
+    free(clog);
+    json_decref(cell);
+    free(log);
     free(id);
 }
 

@@ -78,9 +78,6 @@ static void on_timeout(uv_timer_t *t)
     bool finished = false;
     struct remote_exit ex;
     char state[96];
-    /* a finish that came in this very loop turn is no timeout */
-    if (remote_over(sup__rem(s)->remote, &finished, &ex, state, sizeof state) && finished)
-        return;
     if (sup__rem(s)->deferred) {
         /* Slurm did not say in time why the worker was stopped */
         char why[160];
@@ -88,10 +85,14 @@ static void on_timeout(uv_timer_t *t)
                  "the worker got signal %d from outside capd; Slurm did not say why within %d "
                  "polls",
                  sup__rem(s)->report.worker_signal, SUP__DEFER_POLLS);
-        sup__fail(s, CELL_FAILED, why);
+        if (sup__rem(s)->report.worker_signal)
+            sup__fail(s, CELL_FAILED, why); /* else the runner's own end says it */
         sup__remote_conclude(s);
         return;
     }
+    /* a finish that came in this very loop turn is no timeout */
+    if (remote_over(sup__rem(s)->remote, &finished, &ex, state, sizeof state) && finished)
+        return;
     if (!sup__rem(s)->running) {
         char why[160];
         snprintf(why, sizeof why,
@@ -105,6 +106,18 @@ static void on_timeout(uv_timer_t *t)
     log_warn("cell_timeout", "job=%s cell=%s remote=1 started=%d", s->run.job_id, s->run.cell_id,
              sup__rem(s)->running);
     sup__remote_stop(s); /* tells the worker, and scancels its Slurm job */
+}
+
+/* Whether the attempt was stopped by something outside capd and its
+ * worker: the worker got a signal, or the runner was killed by SIGTERM or
+ * SIGKILL that the worker did not send (a batch system signals every
+ * process of a job, the runner often before the worker). */
+static bool stopped_from_outside(const struct remote_exit *ex)
+{
+    if (ex->worker_signal)
+        return true;
+    return (ex->signal == SIGTERM || ex->signal == SIGKILL) && !ex->worker_timeout &&
+           !ex->worker_oom;
 }
 
 /* The attempt is over: what the worker said of its runner, or, when capd
@@ -125,10 +138,14 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
         s->timed_out = true; /* the worker's own clock ran out first */
     if (finished && ex->worker_oom)
         s->worker_oom = true;
-    if (finished && ex->worker_signal && !s->cancelled && !s->timed_out && !s->fail_state) {
+    if (finished && !sup__rem(s)->decided && stopped_from_outside(ex) && !s->cancelled &&
+        !s->timed_out && !s->fail_state) {
         /* Stopped from outside: Slurm knows why (node failure, preemption,
          * someone's scancel, its time limit); elsewhere nobody does. */
         if (s->exec->knows_why_stopped && s->exec->knows_why_stopped(s)) {
+            log_info("cell_stopped_from_outside",
+                     "job=%s cell=%s attempt=%lld worker_signal=%d runner_signal=%d", s->run.job_id,
+                     s->run.cell_id, (long long)s->run.attempt_id, ex->worker_signal, ex->signal);
             sup__rem(s)->deferred = true;
             sup__rem(s)->report = *ex;
             /* the wait for Slurm's word is bounded even if squeue fails */
@@ -137,11 +154,13 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
                            (uint64_t)(SUP__DEFER_POLLS + 2) * (uint64_t)s->cfg->slurm_poll_ms, 0);
             return;
         }
-        char why[200];
-        snprintf(why, sizeof why,
-                 "the worker got signal %d from outside capd and stopped its runner",
-                 ex->worker_signal);
-        sup__fail(s, CELL_FAILED, why);
+        if (ex->worker_signal) {
+            char why[200];
+            snprintf(why, sizeof why,
+                     "the worker got signal %d from outside capd and stopped its runner",
+                     ex->worker_signal);
+            sup__fail(s, CELL_FAILED, why);
+        }
     }
     /* Ended by something other than capd's own decisions: say what. */
     if (!finished && !s->fail_state && !s->cancelled && !s->timed_out && !s->abandoned) {
@@ -165,7 +184,7 @@ static void over(struct sup *s, bool finished, const struct remote_exit *ex, con
 void sup__remote_conclude(struct sup *s)
 {
     struct remote_exit ex = sup__rem(s)->report;
-    ex.worker_signal = 0; /* what it means is decided */
+    sup__rem(s)->decided = true; /* what the signal meant */
     sup__rem(s)->deferred = false;
     over(s, true, &ex, "finished");
 }

@@ -22,10 +22,12 @@ struct sup__remote {
     struct remote_att *remote;
     uv_async_t wake;
     bool running; /* the worker has started: the timeout runs */
-    /* The worker finished after a signal from outside: the outcome waits
+    /* The attempt was stopped from outside (the worker got a signal, or
+     * the runner a SIGTERM or SIGKILL the worker did not send): the outcome waits
      * for the launcher's word (executor.h knows_why_stopped), at most
      * SUP__DEFER_POLLS polls, then the worker's report. */
     bool deferred;
+    bool decided; /* the launcher's word (or the wait's end) was applied */
     struct remote_exit report;
     void *launch; /* the launcher's own state (cellslurm.c), or NULL */
 };

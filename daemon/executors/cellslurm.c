@@ -516,9 +516,12 @@ static void query_run(uv_work_t *w)
 /*
  * S's worker finished after a signal from outside: Slurm's final state
  * says what it was. A node failure or preemption requeues the cell,
- * someone's scancel cancels it, Slurm's time limit is a timeout; a job
- * still ending is waited for (SLURM_DEFER_POLLS at most), and anything
- * else leaves the worker's own report, failed with the signal.
+ * someone's scancel cancels it, Slurm's time limit is a timeout, its
+ * OUT_OF_MEMORY is oom; a job still ending is waited for
+ * (SLURM_DEFER_POLLS at most), and anything else leaves the worker's own
+ * report: failed with the worker's signal,
+ * or the runner's end as it was (a runner killed by SIGTERM or SIGKILL
+ * that the worker did not send is asked about too).
  */
 static void deferred(struct sup *s, const struct slurm_job_state *row)
 {
@@ -529,9 +532,10 @@ static void deferred(struct sup *s, const struct slurm_job_state *row)
     if ((m.verdict == SLURM_V_RUNNING || !row->known) && ++slu(s)->waits <= SLURM_DEFER_POLLS)
         return;
     char why[400];
-    snprintf(why, sizeof why, "the worker got signal %d from outside capd; Slurm job %s: %s",
-             sup__rem(s)->report.worker_signal, job_text(row, id),
-             row->known ? row->state : "unknown");
+    int wsig = sup__rem(s)->report.worker_signal;
+    snprintf(why, sizeof why, "the %s got signal %d from outside capd; Slurm job %s: %s",
+             wsig ? "worker" : "runner", wsig ? wsig : sup__rem(s)->report.signal,
+             job_text(row, id), row->known ? row->state : "unknown");
     if (m.verdict == SLURM_V_REQUEUE && s->run.attempt < s->cfg->max_attempts) {
         s->requeue = true;
         log_warn("slurm_requeue", "job=%s cell=%s attempt=%d reason=%s", s->run.job_id,
@@ -541,9 +545,9 @@ static void deferred(struct sup *s, const struct slurm_job_state *row)
     } else if (m.verdict == SLURM_V_TIMEOUT) {
         s->timed_out = true;
     }
-    if (!s->requeue && !s->cancelled && !s->timed_out) {
-        sup__fail(s, CELL_FAILED, why);
-    }
+    if (!s->requeue && !s->cancelled && !s->timed_out && (wsig || m.verdict == SLURM_V_OOM))
+        sup__fail(s, m.verdict == SLURM_V_OOM ? CELL_OOM : CELL_FAILED, why);
+    /* else the runner's own end says it */
     sup__remote_conclude(s);
 }
 

@@ -184,7 +184,7 @@ static int compare_jobs(struct store *st, json_t *ctl, json_t *head, json_t **ou
     return rc;
 }
 
-/* HEAD's cell of the compared cell RES (by model, width and pass). */
+/* HEAD's cell of the compared cell RES (by model, width, pass and mode). */
 static json_t *head_cell(json_t *head, json_t *res)
 {
     json_t *c;
@@ -193,7 +193,8 @@ static json_t *head_cell(json_t *head, json_t *res)
     {
         if (json_equal(json_object_get(c, "model"), json_object_get(res, "model")) &&
             json_equal(json_object_get(c, "width"), json_object_get(res, "width")) &&
-            json_equal(json_object_get(c, "pass"), json_object_get(res, "pass")))
+            json_equal(json_object_get(c, "pass"), json_object_get(res, "pass")) &&
+            json_equal(json_object_get(c, "mode"), json_object_get(res, "mode")))
             return c;
     }
     return NULL;
