@@ -187,7 +187,7 @@ int api_history_order(json_t *body, json_t *norm, struct api_verr *err);
 
 /* Endpoints, one declaration a file, in this order: api/api_meta.c,
  * api/api_builds.c, api/api_jobs.c (jobs and their cells),
- * api/api_widths_check.c (the width self-check), api/api_compare.c
+ * api/api_selfcheck.c (the width and mode self-checks), api/api_compare.c
  * (comparisons, branches and commits), api/auth.c
  * (tokens), api/api_devices.c, api/api_events.c, api/api_metrics.c,
  * api/api_history.c (history and alerts), api/api_bisect.c,
@@ -196,7 +196,7 @@ api_endpoint api_healthz, api_models, api_widths, api_host;
 api_endpoint api_builds_list, api_builds_create, api_builds_get, api_builds_put;
 api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_cell_get,
     api_cell_records, api_cell_log;
-api_endpoint api_jobs_widths;
+api_endpoint api_jobs_widths, api_jobs_modes;
 api_endpoint api_cell_replay, api_cell_replay_get, api_cell_repro; /* api/api_replay.c */
 api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
 api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
@@ -268,8 +268,8 @@ bool api_filters_refused(struct api_req *r, struct store *s, json_t *ctl, json_t
 enum MHD_Result api_no_cells(struct api_req *r, json_t *result, const struct api_filter *f,
                              size_t n);
 
-/* What the comparison endpoints (api/api_compare.c) share with the width
- * self-check (api/api_widths_check.c). */
+/* What the comparison endpoints (api/api_compare.c) share with the
+ * self-checks (api/api_selfcheck.c). */
 struct cmp_options;
 /* A job id, or a commit (its newest finished job), into *JOB (owned); a
  * missing REF is 400 missing_query, an unknown one 404, a commit whose jobs
@@ -318,8 +318,9 @@ void api_cmp_input_free(struct api_cmp_input *in);
  * engine refused (-EINVAL), else 500. */
 enum MHD_Result api_cmp_failed(struct api_req *r, int rc);
 
-/* GET /v1/jobs/{id}/widths (api/api_widths_check.c): its result rendered
- * as Markdown or text (api/api_widths_render.c); NULL when memory runs out. */
-char *api_widths_check_render(const json_t *check, bool md);
+/* GET /v1/jobs/{id}/widths and /modes (api/api_selfcheck.c): the result
+ * of the self-check along AXIS ("width" or "mode") rendered as Markdown or
+ * text (api/api_selfcheck_render.c); NULL when memory runs out. */
+char *api_selfcheck_render(const json_t *check, const char *axis, bool md);
 
 #endif

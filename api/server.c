@@ -362,6 +362,7 @@ static const struct route routes[] = {
      false},
     {"GET", "/v1/jobs/:id/cells/:cell/repro", api_cell_repro, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/jobs/:id/modes", api_jobs_modes, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/compare", api_compare, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/branches/:name", api_branch_get, true, API_READ, BODY_NONE, false},
     {"PUT", "/v1/branches/:name", api_branch_put, true, API_ADMIN, BODY_JSON, false},

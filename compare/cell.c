@@ -285,6 +285,7 @@ int cmp_side_add_cell_mode(struct cmp_side *side, const char *model, const char 
         goto out;
     c->peak_rss = -1;
     c->device_peak = -1;
+    c->compile_ns = -1;
     c->side = side;
     side->cells[side->n_cells++] = c;
     *cell_out = c;
@@ -353,6 +354,12 @@ void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t 
         return;
     cell->peak_rss = peak_rss_bytes < 0 ? -1 : peak_rss_bytes;
     cell->device_peak = device_peak_bytes < 0 ? -1 : device_peak_bytes;
+}
+
+void cmp_cell_set_compile(struct cmp_cell *cell, int64_t compile_ns)
+{
+    if (cell != NULL)
+        cell->compile_ns = compile_ns < 0 ? -1 : compile_ns;
 }
 
 static bool all_digits(const char *s, size_t len)

@@ -68,6 +68,7 @@
 #define CMP_MAX_KEY_TOLS         32                 /* key-pattern tolerance overrides */
 #define CMP_MAX_PATTERN          256                /* bytes of one pattern, with its NUL */
 #define CMP_MAX_WIDTH_NAME       32                 /* bytes of a width name, with its NUL */
+#define CMP_MAX_MODE_NAME        32                 /* bytes of a mode name, with its NUL */
 #define CMP_MAX_BOOTSTRAP        100000             /* bootstrap resamples */
 #define CMP_MAX_RENDER           (1u << 20)         /* bytes of a rendered markdown/text report */
 #define CMP_SCRATCH_MAX_ELEMS    (1 << 20)          /* doubles held for the p99 selection */
@@ -219,6 +220,11 @@ int cmp_cell_set_host_missing(struct cmp_cell *cell, const char *missing);
 int cmp_cell_set_fingerprint(struct cmp_cell *cell, const json_t *fp);
 /* Peak RSS and device peak in bytes; a negative value means "not reported". */
 void cmp_cell_set_memory(struct cmp_cell *cell, int64_t peak_rss_bytes, int64_t device_peak_bytes);
+/* A compiled cell's compile time in nanoseconds: its capture process's
+ * cold compile (the runner's compile_s note, docs/runner.md), reported
+ * beside the steady-state timing (perf.control_compile_ns ..., never
+ * judged); a negative value means "none". */
+void cmp_cell_set_compile(struct cmp_cell *cell, int64_t compile_ns);
 /*
  * Adds the samples of one timing process in nanoseconds (copied): each call
  * is one process, and the process contributes one observation, its median.
@@ -376,6 +382,16 @@ struct cmp_options {
      */
     char control_width[CMP_MAX_WIDTH_NAME];
     char head_width[CMP_MAX_WIDTH_NAME];
+    /*
+     * Cross-mode when both are non-empty: control cells of mode
+     * control_mode (eager) are matched with head cells of mode head_mode
+     * (a compiled one) on (model, width, pass); with cross-width too, on
+     * (model, pass). The head records at a coarser grain (docs/runner.md,
+     * "Compiled cells"): a control key it lacks is not a missing key; the
+     * head's keys are the ones compared.
+     */
+    char control_mode[CMP_MAX_MODE_NAME];
+    char head_mode[CMP_MAX_MODE_NAME];
     enum cmp_reference reference; /* CMP_REF_NONE: the tolerance rule alone */
 };
 

@@ -75,7 +75,8 @@ struct cmp_cell {
     char *effective_width, *device;
     char *host_missing; /* unsupported by its host's CPU: what it lacked */
     int64_t peak_rss, device_peak;
-    int64_t *timing; /* every iteration sample, all processes */
+    int64_t compile_ns; /* a compiled cell's cold compile; -1: none */
+    int64_t *timing;    /* every iteration sample, all processes */
     size_t n_timing, cap_timing;
     struct cmp__tproc *procs; /* one per timing process */
     size_t n_procs, cap_procs;

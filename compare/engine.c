@@ -19,43 +19,46 @@
 
 /* ----------------------------------------------------------- the driver */
 
-static int cell_order(const struct cmp_cell *x, const struct cmp_cell *y, bool cross)
+/* The cells' order by model, width, pass and mode; a cross comparison
+ * matches across the width (CROSS_WIDTH) or the mode (CROSS_MODE) it
+ * picked one of on each side, so that axis is left out. */
+static int cell_order(const struct cmp_cell *x, const struct cmp_cell *y, bool cross_width,
+                      bool cross_mode)
 {
     int c = strcmp(x->model, y->model);
     if (c)
         return c;
-    if (!cross) {
+    if (!cross_width) {
         c = strcmp(x->width, y->width);
         if (c)
             return c;
     }
     c = strcmp(x->pass, y->pass);
-    return c ? c : strcmp(x->mode, y->mode);
+    return c || cross_mode ? c : strcmp(x->mode, y->mode);
 }
 
-static int cell_cmp_same(const void *a, const void *b)
+/* Sorts one side's picked cells: all of one width (one mode) where the
+ * comparison crosses it, so the whole order serves every comparison. */
+static int cell_cmp(const void *a, const void *b)
 {
-    return cell_order(*(const struct cmp_cell *const *)a, *(const struct cmp_cell *const *)b,
+    return cell_order(*(const struct cmp_cell *const *)a, *(const struct cmp_cell *const *)b, false,
                       false);
 }
 
-static int cell_cmp_cross(const void *a, const void *b)
-{
-    return cell_order(*(const struct cmp_cell *const *)a, *(const struct cmp_cell *const *)b, true);
-}
-
-/* A side's cells (of one width in cross mode), in result order. */
-static int pick_cells(const struct cmp_side *s, const char *width, const struct cmp_cell ***out,
-                      size_t *n_out)
+/* A side's cells (of WIDTH and MODE where not NULL: a cross comparison),
+ * in result order. */
+static int pick_cells(const struct cmp_side *s, const char *width, const char *mode,
+                      const struct cmp_cell ***out, size_t *n_out)
 {
     const struct cmp_cell **v = malloc((s->n_cells + 1) * sizeof(*v));
     size_t n = 0;
     if (v == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < s->n_cells; i++)
-        if (width == NULL || strcmp(s->cells[i]->width, width) == 0)
+        if ((width == NULL || strcmp(s->cells[i]->width, width) == 0) &&
+            (mode == NULL || strcmp(s->cells[i]->mode, mode) == 0))
             v[n++] = s->cells[i];
-    qsort(v, n, sizeof(*v), width ? cell_cmp_cross : cell_cmp_same);
+    qsort(v, n, sizeof(*v), cell_cmp);
     *out = v;
     *n_out = n;
     return 0;
@@ -87,7 +90,9 @@ static bool options_ok(const struct cmp_options *o)
             return false;
     }
     if (memchr(o->control_width, '\0', sizeof(o->control_width)) == NULL ||
-        memchr(o->head_width, '\0', sizeof(o->head_width)) == NULL)
+        memchr(o->head_width, '\0', sizeof(o->head_width)) == NULL ||
+        memchr(o->control_mode, '\0', sizeof(o->control_mode)) == NULL ||
+        memchr(o->head_mode, '\0', sizeof(o->head_mode)) == NULL)
         return false;
     return o->alpha > 0 && o->alpha < 1 && o->perf_threshold >= 0 && isfinite(o->perf_threshold) &&
            o->bootstrap_resamples >= 0 && o->bootstrap_resamples <= CMP_MAX_BOOTSTRAP;
@@ -96,7 +101,7 @@ static bool options_ok(const struct cmp_options *o)
 /* The state of one comparison while its cells are matched. */
 struct run {
     const struct cmp_options *opt;
-    bool cross;
+    bool cross, cross_mode;           /* across widths, across modes */
     const struct cmp_cell **cc, **hc; /* control's and head's cells, in result order */
     size_t ncc, nhc;
     struct cmp_scratch *s;
@@ -108,10 +113,12 @@ struct run {
 static int run_open(struct run *r, const struct cmp_side *control, const struct cmp_side *head)
 {
     const struct cmp_options *opt = r->opt;
-    int rc = pick_cells(control, r->cross ? opt->control_width : NULL, &r->cc, &r->ncc);
+    int rc = pick_cells(control, r->cross ? opt->control_width : NULL,
+                        r->cross_mode ? opt->control_mode : NULL, &r->cc, &r->ncc);
     if (rc < 0)
         return rc;
-    rc = pick_cells(head, r->cross ? opt->head_width : NULL, &r->hc, &r->nhc);
+    rc = pick_cells(head, r->cross ? opt->head_width : NULL, r->cross_mode ? opt->head_mode : NULL,
+                    &r->hc, &r->nhc);
     if (rc < 0)
         return rc;
     rc = cmp_scratch_new(&r->s);
@@ -151,7 +158,9 @@ static int match_cells(struct run *r)
 {
     size_t i = 0, j = 0;
     while (i < r->ncc || j < r->nhc) {
-        int k = i == r->ncc ? 1 : j == r->nhc ? -1 : cell_order(r->cc[i], r->hc[j], r->cross);
+        int k = i == r->ncc   ? 1
+                : j == r->nhc ? -1
+                              : cell_order(r->cc[i], r->hc[j], r->cross, r->cross_mode);
         if (k < 0) {
             if (json_array_append_new(r->miss, cell_id(r->cc[i++])))
                 return -ENOMEM;
@@ -163,8 +172,8 @@ static int match_cells(struct run *r)
         } else {
             int rc = cmp__env_pair(r->env, r->cc[i], r->hc[j]);
             if (rc == 0)
-                rc = cmp__compare_cell(r->cc[i++], r->hc[j++], r->opt, r->cross, r->s, r->cells,
-                                       &r->cnt);
+                rc = cmp__compare_cell(r->cc[i++], r->hc[j++], r->opt, r->cross, r->cross_mode,
+                                       r->s, r->cells, &r->cnt);
             if (rc < 0)
                 return rc;
         }
@@ -187,7 +196,9 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     }
     r.opt = opt;
     r.cross = opt->control_width[0] != '\0' && opt->head_width[0] != '\0';
-    if ((opt->control_width[0] != '\0') != (opt->head_width[0] != '\0'))
+    r.cross_mode = opt->control_mode[0] != '\0' && opt->head_mode[0] != '\0';
+    if ((opt->control_width[0] != '\0') != (opt->head_width[0] != '\0') ||
+        (opt->control_mode[0] != '\0') != (opt->head_mode[0] != '\0'))
         goto out;
     if (!options_ok(opt))
         goto out;
@@ -202,7 +213,8 @@ int cmp_compare(const struct cmp_side *control, const struct cmp_side *head,
     rc = cmp__env_result(r.env, r.cc, r.ncc, r.hc, r.nhc, &r.envj);
     if (rc < 0)
         goto out;
-    rc = cmp__result_json(r.res, &r.cnt, opt, r.cross, &r.cells, &r.miss, &r.extra, &r.envj);
+    rc = cmp__result_json(r.res, &r.cnt, opt, r.cross, r.cross_mode, &r.cells, &r.miss, &r.extra,
+                          &r.envj);
     if (rc < 0)
         goto out;
     *result_out = r.res;

@@ -198,7 +198,8 @@ static void cellcmp_free(struct cmp__cellcmp *k)
 
 /* Merges by key; a repeated key keeps its lowest-seq record only. The
  * float64 reference's records are the arbiter's (reference.c), never a
- * pair of their own. */
+ * pair of their own. Across modes a control key the compiled head lacks
+ * is left out: the head records at its own, coarser grain. */
 static void merge_keys(struct cmp__cellcmp *k)
 {
     const struct cmp__rec **sc = k->sc, **sh = k->sh;
@@ -222,7 +223,9 @@ static void merge_keys(struct cmp__cellcmp *k)
             continue;
         }
         int c = i == nc ? 1 : j == nh ? -1 : strcmp(sc[i]->key, sh[j]->key);
-        if (c < 0) {
+        if (c < 0 && k->cross_mode) {
+            i++;
+        } else if (c < 0) {
             k->missing[k->nmiss++] = sc[i++];
         } else if (c > 0) {
             k->extra[k->nextra++] = sh[j++];
@@ -376,10 +379,10 @@ static void count_cell(struct cmp__cellcmp *k, struct cmp__counts *cnt)
  * file comment for the stages; the object is engine_json.c's).
  */
 int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
-                      const struct cmp_options *o, bool cross, struct cmp_scratch *s, json_t *cells,
-                      struct cmp__counts *cnt)
+                      const struct cmp_options *o, bool cross, bool cross_mode,
+                      struct cmp_scratch *s, json_t *cells, struct cmp__counts *cnt)
 {
-    struct cmp__cellcmp k = {.c = c, .h = h, .o = o, .cross = cross};
+    struct cmp__cellcmp k = {.c = c, .h = h, .o = o, .cross = cross, .cross_mode = cross_mode};
     json_t *cj = NULL;
     int rc = cellcmp_prepare(&k);
     if (rc < 0)

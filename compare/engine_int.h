@@ -90,7 +90,7 @@ static inline int cmp__rowix_then(int c, const struct cmp__rowix *x, const struc
 struct cmp__cellcmp {
     const struct cmp_cell *c, *h; /* control, head */
     const struct cmp_options *o;
-    bool cross;
+    bool cross, cross_mode;           /* across widths, across modes (cmp_options) */
     const struct cmp__rec **sc, **sh; /* each side's records, by key */
     const char **mc, **mh;            /* each side's nondeterministic marks, sorted */
     struct cmp__row *rows;            /* keys on both sides */
@@ -135,8 +135,8 @@ void cmp__op_origin(struct cmp__cellcmp *k);
 int cmp__op_origin_json(const struct cmp__cellcmp *k, json_t *cj);
 
 int cmp__compare_cell(const struct cmp_cell *c, const struct cmp_cell *h,
-                      const struct cmp_options *o, bool cross, struct cmp_scratch *s, json_t *cells,
-                      struct cmp__counts *cnt);
+                      const struct cmp_options *o, bool cross, bool cross_mode,
+                      struct cmp_scratch *s, json_t *cells, struct cmp__counts *cnt);
 
 /*
  * reference.c: the reference arbiter. cmp__reference_prepare finds the
@@ -158,7 +158,8 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out);
 /* Fills res (verdict, mode, counts, thresholds) and moves cells, miss, extra
  * and envj into it (each pointer is NULL afterwards, also on failure). */
 int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cmp_options *opt,
-                     bool cross, json_t **cells, json_t **miss, json_t **extra, json_t **envj);
+                     bool cross, bool cross_mode, json_t **cells, json_t **miss, json_t **extra,
+                     json_t **envj);
 
 /*
  * amplify.c: a diverged cell's "max_amplification" (the row whose relative

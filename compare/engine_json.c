@@ -250,6 +250,8 @@ static int cell_id_json(const struct cmp__cellcmp *k, json_t *cj)
     e |= cmp__set(cj, "mode", json_string(h->mode));
     if (k->cross)
         e |= cmp__set(cj, "control_width", json_string(c->width));
+    if (k->cross_mode)
+        e |= cmp__set(cj, "control_mode", json_string(c->mode));
     e |= cmp__set(cj, "status", json_string(cstatus_names[k->st]));
     e |= cmp__set(cj, "incomparable_reason",
                   str_or_null(k->st == CMP__C_INCOMPARABLE ? k->why : NULL));
@@ -355,6 +357,11 @@ int cmp__cell_json(const struct cmp__cellcmp *k, json_t **out)
         e |= cmp__profile_json(k->h, &why);
         e |= why ? cmp__set(sub, "profile", why) : 0;
     }
+    if (e == 0 && (k->c->compile_ns >= 0 || k->h->compile_ns >= 0)) {
+        static const char *const names[] = {"control_compile_ns", "head_compile_ns",
+                                            "compile_ratio"};
+        e |= peaks_json(sub, names, k->c->compile_ns, k->h->compile_ns);
+    }
     e |= cmp__set(cj, "perf", sub);
     sub = NULL;
     e |= memory_json(k->c, k->h, &sub);
@@ -427,7 +434,8 @@ static json_t *thresholds_json(const struct cmp_options *opt)
  * missing, or (only when the perf gate is on) got slower.
  */
 int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cmp_options *opt,
-                     bool cross, json_t **cells, json_t **miss, json_t **extra, json_t **envj)
+                     bool cross, bool cross_mode, json_t **cells, json_t **miss, json_t **extra,
+                     json_t **envj)
 {
     bool regression = cnt->outcome_regressions > 0 || cnt->status[CMP__C_DIVERGED] > 0 ||
                       cnt->missing_cells > 0 || (opt->perf_gate && cnt->perf_regressions > 0);
@@ -437,6 +445,10 @@ int cmp__result_json(json_t *res, const struct cmp__counts *cnt, const struct cm
     if (cross) {
         e |= cmp__set(res, "control_width", json_string(opt->control_width));
         e |= cmp__set(res, "head_width", json_string(opt->head_width));
+    }
+    if (cross_mode) {
+        e |= cmp__set(res, "control_mode", json_string(opt->control_mode));
+        e |= cmp__set(res, "head_mode", json_string(opt->head_mode));
     }
     e |= cmp__set(res, "counts", counts_json(cnt));
     e |= cmp__set(res, "thresholds", thresholds_json(opt));

@@ -9,7 +9,7 @@
  *
  * It also owns the capped report they write into (cmp_report_*) and the two
  * readers of a result's fields (cmp_json_str, cmp_json_int), which the API's
- * width self-check report (api/api_widths_render.c) writes and reads with.
+ * width self-check report (api/api_selfcheck_render.c) writes and reads with.
  */
 #include <errno.h>
 #include <math.h>
@@ -379,6 +379,24 @@ static void perf_evidence(char *ev, size_t evn, char *mde, size_t mden, const js
         snprintf(mde, mden, "n/a");
 }
 
+/* A compiled cell's compile time beside its steady state, never judged:
+ * "; compile 12.3 s -> 13.1 s (ratio 1.07)". */
+static void compile_desc(struct cmp_report *b, const json_t *p)
+{
+    const json_t *cc = json_object_get(p, "control_compile_ns"),
+                 *hc = json_object_get(p, "head_compile_ns");
+    if (!json_is_integer(cc) && !json_is_integer(hc))
+        return;
+    char c[32] = "n/a", h[32] = "n/a", r[32] = "n/a";
+    if (json_is_integer(cc))
+        dur(c, sizeof c, (double)json_integer_value(cc));
+    if (json_is_integer(hc))
+        dur(h, sizeof h, (double)json_integer_value(hc));
+    if (json_is_number(json_object_get(p, "compile_ratio")))
+        num(r, sizeof r, jreal(p, "compile_ratio"));
+    cmp_report_addf(b, "; compile %s -> %s (ratio %s)", c, h, r);
+}
+
 static void perf_desc(struct cmp_report *b, const json_t *p, bool md)
 {
     char c[32], h[32], r[32], lo[32], hi[32], pv[32], ev[64], mde[32];
@@ -403,6 +421,7 @@ static void perf_desc(struct cmp_report *b, const json_t *p, bool md)
     const char *why = cmp_json_str(p, "reason");
     if (!md && why[0])
         cmp_report_addf(b, ": %s", why);
+    compile_desc(b, p);
 }
 
 /*

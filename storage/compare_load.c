@@ -199,6 +199,19 @@ static int add_timing(struct cmp_cell *cell, json_t *h)
     return rc == -EINVAL || rc == -E2BIG ? 0 : rc;
 }
 
+/* A compiled cell's compile time, from its runner's note "compile_s=<s>
+ * ..." (docs/runner.md, "Compiled cells"); other notes say nothing here. */
+static void add_compile_note(struct cmp_cell *cell, json_t *h)
+{
+    const char *m = json_string_value(json_object_get(h, "message"));
+    if (!m || strncmp(m, "compile_s=", 10) != 0)
+        return;
+    char *end;
+    double s = strtod(m + 10, &end);
+    if (end != m + 10 && s >= 0 && s < 1e9)
+        cmp_cell_set_compile(cell, (int64_t)(s * 1e9 + 0.5));
+}
+
 /* What the row callbacks of store_load_side need besides the row. */
 struct load_ctx {
     struct store *s;
@@ -228,6 +241,8 @@ static int load_record(sqlite3_stmt *st, void *arg)
         }
     } else if (strcmp(kind, "timing") == 0) {
         rc = add_timing(c->cell, h);
+    } else if (strcmp(kind, "note") == 0) {
+        add_compile_note(c->cell, h);
     } else if (strcmp(kind, "profile") == 0) {
         int prc = cmp_cell_set_profile(c->cell, h); /* one the engine refuses stays out */
         rc = prc == -EINVAL ? 0 : prc;
@@ -280,7 +295,8 @@ static int load_cell(sqlite3_stmt *st, void *arg)
         return 0;
     return store_each(c->s,
                       "SELECT kind, header, blob_hash, hash_alg FROM records WHERE attempt_id = ? "
-                      "AND kind IN ('env','tensor','nondeterministic','timing','memory','profile') "
+                      "AND kind IN ('env','tensor','nondeterministic','timing','memory','profile',"
+                      "'note') "
                       "ORDER BY seq",
                       load_record, c, "I", attempt);
 }

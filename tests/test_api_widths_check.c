@@ -1,6 +1,6 @@
 /*
  * tests/test_api_widths_check.c - the width self-check, GET
- * /v1/jobs/{id}/widths (api/api_widths_check.c), and `capctl widths check`,
+ * /v1/jobs/{id}/widths (api/api_selfcheck.c), and `capctl widths check`,
  * through a real capd and the fake runner: a build whose records are the
  * same at every width passes; one perturbed at avx2 only
  * (FAKE_PERTURB_WIDTH) diverges there, at the layer (and op) it moved; the

@@ -502,6 +502,65 @@ Test(engine, cross_width)
     cmp_side_free(job);
 }
 
+/* Cross-mode (the mode self-check): one job's eager mlp cell against its
+ * inductor cell, which records only the model's boundary. The eager
+ * cell's inner keys are left out, not missing; the boundary key the
+ * compiled cell moved diverges; the compile time goes beside the perf
+ * (never judged), in the JSON and the text. */
+Test(engine, cross_mode)
+{
+    struct cmp_side *job;
+    struct cmp_cell *eager, *ind;
+    cmp_side_new(&job);
+    eager = mlp_cell(job, "avx2", NULL, "ok");
+    cr_assert_eq(cmp_side_add_cell_mode(job, "mlp", "avx2", "forward", "inductor", &ind), 0);
+    cr_assert_eq(cmp_cell_set_outcome(ind, "ok"), 0);
+    add_record(ind, "model.0.forward.input.0", 0, 0, false);
+    add_record(ind, "model.0.forward.output.0", 1, 0.5, false);
+    cmp_cell_set_compile(ind, 12500000000);
+    add_fake_processes(eager, 5, 2e6, 1);
+    add_fake_processes(ind, 5, 1e6, 2);
+    struct cmp_options o;
+    cmp_options_init(&o);
+    snprintf(o.control_mode, sizeof o.control_mode, "eager");
+    snprintf(o.head_mode, sizeof o.head_mode, "inductor");
+    json_t *r = run_compare(job, job, &o);
+    static const struct jw_want w[] = {
+        JW_S("control_mode", "eager"),
+        JW_S("head_mode", "inductor"),
+        JW_I("counts.cells", 1),
+        JW_S("cells.0.mode", "inductor"),
+        JW_S("cells.0.control_mode", "eager"),
+        JW_S("cells.0.status", "diverged"),
+        JW_I("cells.0.missing_keys", 0),
+        JW_S("cells.0.first_divergence.key", "model.0.forward.output.0"),
+        JW_N("cells.0.perf.control_compile_ns"),
+        JW_I("cells.0.perf.head_compile_ns", 12500000000),
+        JW_N("cells.0.perf.compile_ratio"),
+    };
+    jw_expect_all(r, w);
+    char *text = cmp_result_to_text(r);
+    cr_assert(strstr(text, "compile n/a -> 12.5 s") != NULL, "%s", text);
+    free(text);
+    json_decref(r);
+
+    /* the same cells within one mode: the eager cell's keys are missing */
+    o.control_mode[0] = o.head_mode[0] = '\0';
+    snprintf(o.control_width, sizeof o.control_width, "avx2");
+    snprintf(o.head_width, sizeof o.head_width, "avx2");
+    r = run_compare(job, job, &o);
+    cr_assert_eq(ji(r, "counts.cells"), 2);
+    json_decref(r);
+
+    /* half a cross-mode setting is refused */
+    o.control_width[0] = o.head_width[0] = '\0';
+    snprintf(o.head_mode, sizeof o.head_mode, "inductor");
+    json_t *bad = NULL;
+    cr_assert_eq(cmp_compare(job, job, &o, &bad), -EINVAL);
+    cr_assert_null(bad);
+    cmp_side_free(job);
+}
+
 /* Per-tensor rows come in execution order with the applied tolerance (rtol
  * kept from float64); nothing is computed for identical rows. */
 Test(engine, key_tolerance_override)

@@ -240,7 +240,8 @@ def setup(torch, spec):
     (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: the cell's own variables,
     which the fingerprint lists under env_per_cell), and for inductor one
     compile thread (no pool of compile workers beside the timed iterations)
-    unless the build's environment sets TORCHINDUCTOR_COMPILE_THREADS."""
+    unless the build's environment sets TORCHINDUCTOR_COMPILE_THREADS, and
+    Inductor held to the width's ISA (hold_isa)."""
     d = cache_dir(spec, torch)
     ind, tri = os.path.join(d, "inductor"), os.path.join(d, "triton")
     for p in (ind, tri):
@@ -251,6 +252,8 @@ def setup(torch, spec):
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = ind
     os.environ["TRITON_CACHE_DIR"] = tri
     _state["cache_dir"] = d
+    if mode_of(spec) == "inductor":
+        _state["held_out"] = hold_isa(spec)
     if mode_of(spec) == "inductor" and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
         try:
             import torch._inductor.config as icfg
@@ -259,6 +262,44 @@ def setup(torch, spec):
         except Exception:
             pass
     return d
+
+
+# Inductor's vector ISAs capd takes out at a width (hold_isa): at avx512,
+# the AMX one Inductor prefers there (AMX is a width of its own, amx).
+HELD_OUT = {"avx512": ("VecAMX",)}
+
+
+def hold_isa(spec):
+    """Holds Inductor to the cell's width (docs/widths.md, "Inductor"): for
+    ATEN_CPU_CAPABILITY=avx512 Inductor picks the first valid ISA whose name
+    holds "avx512", which on an AMX host is VecAMX (AVX-512 code built with
+    -mamx-tile, with AMX micro-kernels where it finds a use). At width
+    avx512 capd takes the classes of HELD_OUT out of Inductor's list of
+    valid ISAs (valid_vec_isa_list: cached a process, the one list every
+    pick reads), so it picks VecAVX512VNNI or VecAVX512 there, and VecAMX
+    at width amx. Returns the ISAs taken out (their names), [] for none;
+    never raises."""
+    names = HELD_OUT.get(getattr(spec, "width", None) or "", ())
+    if not names:
+        return []
+    import importlib
+    for modname in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:
+            continue
+        fn = getattr(mod, "valid_vec_isa_list", None)
+        classes = tuple(getattr(mod, n) for n in names if hasattr(mod, n))
+        if fn is None:
+            continue
+        try:
+            isas = fn()
+            out = [str(i) for i in isas if classes and isinstance(i, classes)]
+            isas[:] = [i for i in isas if not (classes and isinstance(i, classes))]
+        except Exception:
+            return []
+        return out
+    return []
 
 
 def _vec_isa_text():
@@ -353,6 +394,8 @@ def describe(torch, mode, scratch=None):
             out["isa"] = libs.inductor_level(text)
             out["vec_isa_source"] = "pick_vec_isa: %s; ATEN_CPU_CAPABILITY=%s" % (
                 text, os.environ.get("ATEN_CPU_CAPABILITY", "<unset>"))
+            if _state.get("held_out"):
+                out["vec_isa_held_out"] = list(_state["held_out"])
         elif "vec_isa_error" in _state:
             out["vec_isa"] = None
             out["vec_isa_error"] = _state["vec_isa_error"]

@@ -6,8 +6,12 @@ they run, recording the model's inputs, outputs and gradients as the eager
 cell's records of the same keys."""
 
 import errno
+import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +21,7 @@ from capd_runner import compiled, fingerprint, spec as specmod
 from tests import util
 
 HAS_COMPILE = hasattr(torch, "compile")
+RUNNER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_COMPILE_WHY = "torch %s has no torch.compile (torch 2.0 or later)" % torch.__version__
 AVX2 = {"avx2", "fma"} <= util.cpu_flags()
 # As capd sets it for one thread (the official wheel's numpy OpenBLAS would
@@ -411,6 +416,40 @@ class InductorTest(unittest.TestCase):
         d = _cache_dir(self.r, self.spec)
         files = sum(len(fs) for _r, _d, fs in os.walk(os.path.join(d, "inductor")))
         self.assertGreater(files, 0, "Inductor wrote nothing under %s" % d)
+
+
+@unittest.skipUnless(HAS_COMPILE, NO_COMPILE_WHY)
+@unittest.skipUnless({"avx512f", "avx512bw"} <= util.cpu_flags(), "this host's CPU lacks AVX-512")
+class HoldIsaTest(unittest.TestCase):
+    """Inductor held to width avx512 (compiled.hold_isa), in a fresh
+    interpreter (the hold changes a per-process cache): no AMX in its pick,
+    and on a host with AMX the AMX ISA named as taken out."""
+
+    def _pick(self, width):
+        code = ("import json, types, torch\n"
+                "from capd_runner import compiled\n"
+                "held = compiled.hold_isa(types.SimpleNamespace(width=%r))\n"
+                "print(json.dumps([held, compiled._vec_isa_text()]))\n" % width)
+        env = dict(os.environ, ATEN_CPU_CAPABILITY="avx512", PYTHONPATH=RUNNER_DIR,
+                   TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="capd-test-isa-"), **ENV)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def test_avx512_picks_no_amx(self):
+        held, pick = self._pick("avx512")
+        self.assertNotIn("amx", pick)
+        self.assertTrue(pick.startswith("avx512"), pick)
+        if "amx_tile" in util.cpu_flags():
+            self.assertEqual(len(held), 1, held)
+            self.assertIn("amx_tile", held[0])
+        else:
+            self.assertEqual(held, [])
+
+    def test_other_widths_hold_nothing(self):
+        held, _pick = self._pick("amx")
+        self.assertEqual(held, [])
 
 
 if __name__ == "__main__":

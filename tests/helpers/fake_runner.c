@@ -18,7 +18,11 @@
  *                   real runner. If $FAKE_PERTURB_KEY equals a key, that
  *                   tensor's first element moves by 2^-10 (payload, hash and
  *                   stats differ); with $FAKE_PERTURB_WIDTH set, only in
- *                   cells of that width (a width-specific kernel bug).
+ *                   cells of that width (a width-specific kernel bug), with
+ *                   $FAKE_PERTURB_MODE, only in cells of that mode (a
+ *                   compiler bug). A compiled cell (spec mode other than
+ *                   eager) records only its last layer's output, as the
+ *                   real runner records a compiled model at its boundary.
  *                   $FAKE_TIMING_SCALE (a float, default 1)
  *                   scales the timing samples, for perf-regression tests.
  *                   With a "reference" in the spec (paired timing), the
@@ -211,7 +215,7 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 /* ---- the cell ------------------------------------------------------------- */
 
 struct cell {
-    const char *model, *width, *pass, *device, *scratch;
+    const char *model, *width, *pass, *mode, *device, *scratch;
     const char *capture, *profile;
     const char *target_op;     /* options.target_op, or NULL */
     const char *target_inputs; /* options.target_inputs, or NULL */
@@ -398,13 +402,17 @@ static void record(const struct cell *c, long seq, const char *key, const char *
     record_call(c, seq, key, module, role, op, v, batch, NULL);
 }
 
-/* Whether KEY is $FAKE_PERTURB_KEY (and, when $FAKE_PERTURB_WIDTH is set,
- * C runs at that width): its first element then moves by 2^-10. */
+/* Whether KEY is $FAKE_PERTURB_KEY (and, when $FAKE_PERTURB_WIDTH or
+ * $FAKE_PERTURB_MODE is set, C runs at that width, in that mode): its
+ * first element then moves by 2^-10. */
 static bool perturbed(const struct cell *c, const char *key)
 {
     const char *perturb = getenv("FAKE_PERTURB_KEY");
     const char *width = getenv("FAKE_PERTURB_WIDTH");
+    const char *mode = getenv("FAKE_PERTURB_MODE");
     if (width && *width && strcmp(width, c->width) != 0)
+        return false;
+    if (mode && *mode && strcmp(mode, c->mode) != 0)
         return false;
     return perturb && strcmp(perturb, key) == 0;
 }
@@ -774,7 +782,8 @@ static void ok_stream(const struct cell *c, long n, long sleep_before_end, bool 
 {
     hello();
     env_frame(c, effective_width(c));
-    for (long i = 0; i < n; i++)
+    bool compiled = strcmp(c->mode, "eager") != 0;
+    for (long i = compiled && n > 0 ? n - 1 : 0; i < n; i++)
         tensor(c, i, false);
     timing(c);
     memory();
@@ -1103,6 +1112,8 @@ static json_t *load_spec(struct cell *c)
     c->width = c->width ? c->width : "default";
     c->pass = json_string_value(json_object_get(spec, "pass"));
     c->pass = c->pass ? c->pass : "forward";
+    c->mode = json_string_value(json_object_get(spec, "mode"));
+    c->mode = c->mode ? c->mode : "eager";
     c->device = json_string_value(json_object_get(spec, "device"));
     c->device = c->device ? c->device : "cpu";
     c->scratch = json_string_value(json_object_get(spec, "scratch"));

@@ -1,14 +1,15 @@
 /*
- * api/api_widths_render.c - the width self-check's result (GET
- * /v1/jobs/{id}/widths, api/api_widths_check.c) as Markdown or text.
+ * api/api_selfcheck_render.c - a self-check's result (GET
+ * /v1/jobs/{id}/widths and /modes, api/api_selfcheck.c) as Markdown or
+ * text.
  *
  * Like the comparison's renderers (compare/render.c) it reads only the
  * result object, and it writes into their capped report (struct
  * cmp_report, compare/cmp.h). A reader stops early, so the report leads
- * with the verdict, then one line per width with its verdict and where it
- * first left the scalar path, then the details: every model and pass of
- * each width. At most CMP_MAX_RENDER bytes; past that the report ends with
- * a note and the JSON holds the rest.
+ * with the verdict, then one line per width (or compiled mode) with its
+ * verdict and where it first left the baseline, then the details: every
+ * cell of each. At most CMP_MAX_RENDER bytes; past that the report ends
+ * with a note and the JSON holds the rest.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,10 +20,12 @@
 
 #define TRUNC_NOTE "\n(report truncated; the JSON result has everything)\n"
 
-/* The report (compare's capped one) and whether it is Markdown. */
+/* The report (compare's capped one), whether it is Markdown, the axis
+ * checked ("width" or "mode") and its baseline ("default", "eager"). */
 struct rbuf {
     struct cmp_report r;
     bool md;
+    const char *axis, *baseline;
 };
 
 __attribute__((format(printf, 2, 3))) static void put(struct rbuf *o, const char *fmt, ...)
@@ -103,46 +106,55 @@ static void counts_text(struct rbuf *o, const json_t *c)
         sep = ", ";
     }
     if (cmp_json_int(c, "outcome_regressions") > 0)
-        put(o, "; %lld failed where default ran ok",
-            (long long)cmp_json_int(c, "outcome_regressions"));
+        put(o, "; %lld failed where %s ran ok", (long long)cmp_json_int(c, "outcome_regressions"),
+            o->baseline);
 }
 
 static void head(struct rbuf *o, const json_t *r)
 {
     bool f64 = json_is_string(json_object_get(r, "reference"));
-    put(o, o->md ? "## capd width self-check: %s\n\nJob " : "capd width self-check: %s\njob ",
+    put(o, o->md ? "## capd %s self-check: %s\n\nJob " : "capd %s self-check: %s\njob ", o->axis,
         cmp_json_str(r, "verdict"));
     name(o, cmp_json_str(r, "job"));
     put(o, " (commit ");
     name(o, cmp_json_str(r, "commit"));
     put(o, ", build ");
     name(o, cmp_json_str(r, "build"));
-    put(o, "): every width against ");
-    name(o, cmp_json_str(r, "baseline_width"));
+    put(o, strcmp(o->axis, "mode") == 0 ? "): every compiled mode against "
+                                        : "): every width against ");
+    name(o, o->baseline);
+    if (strcmp(o->axis, "mode") == 0)
+        put(o, " at the same width");
     put(o, f64 ? ", judged by the float64 reference (rule reference_float64).\n"
                : ", judged by the tolerance rule (no float64 reference records).\n");
     if (!f64)
         put(o, o->md ? "\n> **Note:** %s\n" : "note: %s\n", cmp_json_str(r, "note"));
-    put(o, o->md ? "\n| width | verdict | cells | first divergence |\n| --- | --- | --- | --- |\n"
-                 : "\n");
+    if (o->md)
+        put(o, "\n| %s | verdict | cells | first divergence |\n| --- | --- | --- | --- |\n",
+            o->axis);
+    else
+        put(o, "\n");
 }
 
-/* One line (a table row in Markdown) per width. */
+/* One line (a table row in Markdown) per width or mode. */
 static void summary_line(struct rbuf *o, const json_t *w)
 {
     const json_t *fd = json_object_get(w, "first_divergence");
     bool div = strcmp(cmp_json_str(w, "verdict"), "diverged") == 0;
     if (o->md) {
         put(o, "| ");
-        name(o, cmp_json_str(w, "width"));
+        name(o, cmp_json_str(w, o->axis));
         put(o, div ? " | **%s** | " : " | %s | ", cmp_json_str(w, "verdict"));
     } else {
-        put(o, "%-9s %-10s ", cmp_json_str(w, "width"), cmp_json_str(w, "verdict"));
+        put(o, "%-9s %-10s ", cmp_json_str(w, o->axis), cmp_json_str(w, "verdict"));
     }
     counts_text(o, json_object_get(w, "counts"));
     put(o, "%s", o->md ? " | " : json_is_object(fd) ? "; first divergence: " : "");
     if (json_is_object(fd)) {
-        put(o, "%s %s: ", cmp_json_str(fd, "model"), cmp_json_str(fd, "pass"));
+        put(o, "%s %s", cmp_json_str(fd, "model"), cmp_json_str(fd, "pass"));
+        if (strcmp(o->axis, "mode") == 0)
+            put(o, " at %s", cmp_json_str(fd, "width"));
+        put(o, ": ");
         site_text(o, fd);
     } else if (o->md) {
         put(o, "–");
@@ -150,35 +162,38 @@ static void summary_line(struct rbuf *o, const json_t *w)
     put(o, "%s\n", o->md ? " |" : "");
 }
 
-/* Why a cell of width WIDTH was not judged: the side whose outcome was not
- * ok, or the engine's word. */
-static void status_reason(struct rbuf *o, const json_t *c, const char *width)
+/* Why a cell of VALUE (a width or mode) was not judged: the side whose
+ * outcome was not ok, or the engine's word. */
+static void status_reason(struct rbuf *o, const json_t *c, const char *value)
 {
     const char *why = cmp_json_str(c, "status_reason");
     if (strcmp(why, "control_outcome") == 0)
-        put(o, " (the default cell ended %s)", cmp_json_str(c, "control_outcome"));
+        put(o, " (the %s cell ended %s)", o->baseline, cmp_json_str(c, "control_outcome"));
     else if (strcmp(why, "head_outcome") == 0 ||
              strcmp(cmp_json_str(c, "status"), "unsupported") == 0)
-        put(o, " (the %s cell ended %s)", width, cmp_json_str(c, "head_outcome"));
+        put(o, " (the %s cell ended %s)", value, cmp_json_str(c, "head_outcome"));
     else if (strcmp(cmp_json_str(c, "status"), "not_run") == 0)
-        put(o, " (this host cannot run %s)", width);
+        put(o, " (this host cannot run %s)",
+            strcmp(o->axis, "mode") == 0 ? cmp_json_str(c, "width") : value);
     else if (*why)
         put(o, " (%s)", why);
 }
 
-/* One line per model and pass (and mode, but eager) of width WIDTH. */
-static void cell_line(struct rbuf *o, const json_t *c, const char *width)
+/* One line per model and pass of VALUE, with the cell's other axis: its
+ * mode (eager goes unsaid) in a width check, its width in a mode check. */
+static void cell_line(struct rbuf *o, const json_t *c, const char *value)
 {
     const json_t *fd = json_object_get(c, "first_divergence");
     const json_t *fi = json_object_get(c, "first_introduced");
     const char *st = cmp_json_str(c, "status");
-    const char *mode = cmp_json_str(c, "mode");
-    bool compiled = mode[0] && strcmp(mode, "eager") != 0; /* eager goes unsaid */
+    bool by_mode = strcmp(o->axis, "mode") == 0;
+    const char *other = cmp_json_str(c, by_mode ? "width" : "mode");
+    bool say = by_mode || (other[0] && strcmp(other, "eager") != 0);
     put(o, "%s%s %s%s%s: %s", o->md ? "- " : "  ", cmp_json_str(c, "model"),
-        cmp_json_str(c, "pass"), compiled ? " " : "", compiled ? mode : "", st);
-    status_reason(o, c, width);
+        cmp_json_str(c, "pass"), say ? (by_mode ? " at " : " ") : "", say ? other : "", st);
+    status_reason(o, c, value);
     if (strcmp(cmp_json_str(c, "outcome_change"), "regression") == 0)
-        put(o, ", failed where default ran ok");
+        put(o, ", failed where %s ran ok", o->baseline);
     if (strcmp(st, "within_tolerance") == 0 || strcmp(st, "diverged") == 0)
         put(o, " (rule %s)", cmp_json_str(c, "rule"));
     if (json_is_object(fd)) {
@@ -192,10 +207,12 @@ static void cell_line(struct rbuf *o, const json_t *c, const char *width)
     put(o, "\n");
 }
 
-char *api_widths_check_render(const json_t *check, bool md)
+char *api_selfcheck_render(const json_t *check, const char *axis, bool md)
 {
-    struct rbuf o = {.md = md};
-    const json_t *widths = json_object_get(check, "widths");
+    char base[32];
+    snprintf(base, sizeof base, "baseline_%s", axis);
+    struct rbuf o = {.md = md, .axis = axis, .baseline = cmp_json_str(check, base)};
+    const json_t *widths = json_object_get(check, strcmp(axis, "mode") == 0 ? "modes" : "widths");
     size_t i, k;
     json_t *w, *c;
     cmp_report_init(&o.r, TRUNC_NOTE);
@@ -209,14 +226,14 @@ char *api_widths_check_render(const json_t *check, bool md)
     {
         if (md) {
             put(&o, "\n**");
-            name(&o, cmp_json_str(w, "width"));
+            name(&o, cmp_json_str(w, axis));
             put(&o, "**: %s\n\n", cmp_json_str(w, "verdict"));
         } else {
-            put(&o, "%s: %s\n", cmp_json_str(w, "width"), cmp_json_str(w, "verdict"));
+            put(&o, "%s: %s\n", cmp_json_str(w, axis), cmp_json_str(w, "verdict"));
         }
         json_array_foreach(json_object_get(w, "cells"), k, c)
         {
-            cell_line(&o, c, cmp_json_str(w, "width"));
+            cell_line(&o, c, cmp_json_str(w, axis));
         }
     }
     return cmp_report_finish(&o.r);

@@ -1,0 +1,169 @@
+/*
+ * tests/test_api_modes_check.c - the mode self-check, GET
+ * /v1/jobs/{id}/modes (api/api_selfcheck.c), through a real capd and the
+ * fake runner, whose compiled cells record only the model's last output
+ * (as the real runner records a compiled model at its boundary): a build
+ * whose compiled cells compute what its eager ones do passes, the eager
+ * cells' inner records left out rather than missing; one whose inductor
+ * cells move the output (FAKE_PERTURB_MODE) diverges there, at every
+ * width, while aot_eager passes; the refusals name what the matrix lacks.
+ * On real torch cells, judged by the float64 arbiter:
+ * tests/test_official.c, compiled_cells_name_their_isa.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/testutil.h"
+#include "tests/helpers/common/text_want.h"
+
+TestSuite(modes_check, AF_SUITE);
+
+/* fake:ok's last layer: a compiled cell's one record. */
+#define OUTKEY "layer2.0.forward.output.0"
+
+static void builds(void)
+{
+    cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
+    cr_assert_eq(tu_fake_build(&af_capd, "badind",
+                               "{\"FAKE_PERTURB_KEY\":\"" OUTKEY
+                               "\",\"FAKE_PERTURB_MODE\":\"inductor\"}"),
+                 201);
+}
+
+/* A job of fake:ok at WIDTHS in MODES (JSON lists' contents), forward, of
+ * BUILD at COMMIT; waited for, its id (owned). */
+static char *job(const char *build, const char *commit, const char *widths, const char *modes)
+{
+    json_t *j = af_post_job(201,
+                            "{'project':'p','commit':'%s','build':'%s','matrix':{"
+                            "'models':['fake:ok'],'widths':[%s],'passes':['forward']%s%s%s}}",
+                            commit, build, widths, modes ? ",'modes':[" : "", modes ? modes : "",
+                            modes ? "]" : "");
+    char *id = strdup(tu_jstr(j, "id"));
+    json_decref(j);
+    json_decref(af_wait_done(id));
+    return id;
+}
+
+/* GET /v1/jobs/REF/modes?QUERY: the reply and its status in *ST. */
+static json_t *modes(const char *ref, const char *query, long *st)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/v1/jobs/%s/modes%s%s", ref, *query ? "?" : "", query);
+    return af_get(p, st);
+}
+
+static json_t *check(const char *ref)
+{
+    long st;
+    json_t *r = modes(ref, "", &st);
+    char *d = af_dump(r);
+    cr_assert_eq(st, 200, "GET modes of %s: %ld %s", ref, st, d);
+    free(d);
+    return r;
+}
+
+Test(modes_check, compiled_cells_against_eager_at_each_width)
+{
+    af_start(NULL);
+    builds();
+    static const char *const w = "'default','avx2'", *const m = "'eager','inductor','aot_eager'";
+    char *clean = job("clean", "c1ea001", w, m);
+    char *bad = job("badind", "bad0001", w, m);
+
+    json_t *r = check(clean);
+    const struct jw_want pass[] = {
+        JW_S("job", clean),
+        JW_S("baseline_mode", "eager"),
+        JW_N("reference"),
+        JW_S("verdict", "pass"),
+        JW_S("modes.0.mode", "inductor"),
+        JW_S("modes.1.mode", "aot_eager"),
+        JW_A("modes.2"),
+        JW_S("modes.0.verdict", "pass"),
+        JW_I("modes.0.counts.cells", 2),
+        JW_I("modes.0.counts.identical", 2),
+        JW_S("modes.0.cells.0.width", "default"),
+        JW_S("modes.0.cells.1.width", "avx2"),
+        JW_S("modes.0.cells.0.status", "identical"),
+    };
+    jw_expect_all(r, pass);
+    cr_assert(strstr(jw_str(r, "note"), "\"reference\": \"float64\""), "%s", jw_str(r, "note"));
+    json_decref(r);
+
+    /* the eager cells' inner layers are not missing keys: compared, the
+     * compiled cell's one record */
+    char p[256];
+    snprintf(p, sizeof p, "/v1/jobs/%s/modes", bad);
+    r = check(bad);
+    const struct jw_want div[] = {
+        JW_S("verdict", "diverged"),
+        JW_S("modes.0.mode", "inductor"),
+        JW_S("modes.0.verdict", "diverged"),
+        JW_I("modes.0.counts.diverged", 2),
+        JW_S("modes.0.first_divergence.model", "fake:ok"),
+        JW_S("modes.0.first_divergence.width", "default"),
+        JW_S("modes.0.first_divergence.key", OUTKEY),
+        JW_S("modes.0.first_divergence.rule", "tolerance"),
+        JW_S("modes.0.cells.1.width", "avx2"),
+        JW_S("modes.0.cells.1.status", "diverged"),
+        JW_S("modes.1.mode", "aot_eager"),
+        JW_S("modes.1.verdict", "pass"),
+    };
+    jw_expect_all(r, div);
+    json_decref(r);
+
+    long st;
+    struct tu_resp t;
+    snprintf(p, sizeof p, "/v1/jobs/%s/modes?format=text", bad);
+    json_decref(af_raw("GET", p, NULL, 0, NULL, &st, &t));
+    cr_assert_eq(st, 200, "%s", t.body);
+    tw_expect_has(t.body, "capd mode self-check: diverged",
+                  "every compiled mode against eager at the same width", "inductor  diverged",
+                  "aot_eager pass", "first divergence: fake:ok forward at default: layer layer2",
+                  "fake:ok forward at avx2: diverged", NULL);
+    tu_resp_free(&t);
+    snprintf(p, sizeof p, "/v1/jobs/%s/modes?format=md", bad);
+    json_decref(af_raw("GET", p, NULL, 0, NULL, &st, &t));
+    cr_assert_eq(st, 200, "%s", t.body);
+    tw_expect_has(t.body, "## capd mode self-check: diverged", "| mode | verdict |",
+                  "| `inductor` | **diverged** |", NULL);
+    tu_resp_free(&t);
+    free(clean);
+    free(bad);
+}
+
+/* A job with no eager cell, or no compiled mode, has nothing to check;
+ * the refusals say what to add, and no job is created. */
+Test(modes_check, refusals)
+{
+    af_start(NULL);
+    builds();
+    char *eager = job("clean", "aaaa001", "'avx2'", NULL);
+    char *ind = job("clean", "aaaa002", "'avx2'", "'inductor'");
+    int jobs = af_count_jobs();
+    static const struct {
+        const char *ref;
+        long status;
+        const char *code, *says;
+    } bad[] = {
+        {"aaaa001", 409, "no_modes", "add aot_eager or inductor to matrix.modes"},
+        {"aaaa002", 409, "no_baseline", "include \"eager\""},
+        {"jnope", 404, "not_found", "no job or commit 'jnope'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        long st;
+        json_t *r = modes(bad[i].ref, "", &st);
+        af_expect_error(r, st, bad[i].status, bad[i].code, "id");
+        const char *msg = jw_str(r, "error.message");
+        cr_assert(strstr(msg, bad[i].says), "%s: %s", bad[i].ref, msg);
+        json_decref(r);
+    }
+    cr_assert_eq(af_count_jobs(), jobs, "no job was created");
+    free(eager);
+    free(ind);
+}
