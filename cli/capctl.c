@@ -22,6 +22,7 @@ static const struct {
     {&ctl_cmd_cancel, "cancel a job: stop its running cells, drop its queued ones"},
     {&ctl_cmd_diff, "compare a control and a head; exit 1 on a regression"},
     {&ctl_cmd_widths, "list the widths capd's host runs; check a job's widths against default"},
+    {&ctl_cmd_modes, "check a job's compiled modes against its eager cells"},
     {&ctl_cmd_history, "show one cell's series along a branch, with change points"},
     {&ctl_cmd_bisect, "find the first bad commit between a good and a bad one"},
     {&ctl_cmd_repro, "replay a diverged cell's op on both builds: a standalone reproducer"},
@@ -50,7 +51,8 @@ static void usage(FILE *f)
             "                (default: $CAPD_CACERT, else the system's CAs)\n"
             "  --help        this text; 'capctl COMMAND --help' for a command\n"
             "  --version     print capctl's version\n\n"
-            "exit codes: 0 ok, 1 regression (diff) or a diverged width (widths check), 2 error,\n"
+            "exit codes: 0 ok, 1 regression (diff), a diverged width or mode (widths check,\n"
+            "modes check), 2 error,\n"
             "3 a cell was not ok (wait)\n",
             CTL_DEFAULT_SERVER, CTL_DEFAULT_DATA_DIR);
 }

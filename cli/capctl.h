@@ -463,6 +463,7 @@ extern const struct ctl_cmd ctl_cmd_wait;    /* cli/cmd_wait.c */
 extern const struct ctl_cmd ctl_cmd_cancel;  /* cli/cmd_cancel.c */
 extern const struct ctl_cmd ctl_cmd_diff;    /* cli/cmd_diff.c */
 extern const struct ctl_cmd ctl_cmd_widths;  /* cli/cmd_widths.c */
+extern const struct ctl_cmd ctl_cmd_modes;   /* cli/cmd_widths.c */
 extern const struct ctl_cmd ctl_cmd_history; /* cli/cmd_history.c */
 extern const struct ctl_cmd ctl_cmd_alerts;  /* cli/cmd_history.c */
 extern const struct ctl_cmd ctl_cmd_bisect;  /* cli/cmd_bisect.c */

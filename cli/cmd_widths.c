@@ -1,8 +1,10 @@
 /*
  * cli/cmd_widths.c - capctl widths: the width table and what this capd's
- * host can run (GET /v1/widths, GET /v1/host), and the width self-check of
- * one job (GET /v1/jobs/{id}/widths): each width against the job's own
- * default cells, with an exit code for a gate (cli/gate.c runs it).
+ * host can run (GET /v1/widths, GET /v1/host), and the self-checks of one
+ * job, each with an exit code for a gate (cli/gate.c runs it): capctl
+ * widths check (GET /v1/jobs/{id}/widths: each width against the job's own
+ * default cells) and capctl modes check (GET /v1/jobs/{id}/modes: each
+ * compiled mode against the job's own eager cells at the same width).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +99,14 @@ static const struct ctl_cmd cmd_list = {
     .list = {"/v1/widths", "widths", print_widths},
 };
 
-/* ---- widths check ---- */
+/* ---- widths check, modes check ---- */
+
+/* The axis a self-check walks: its path under the job ("/widths",
+ * "/modes") and its list in the result. */
+struct selfcheck {
+    const char *path, *list;
+};
+static const struct selfcheck WIDTHS = {"/widths", "widths"}, MODES = {"/modes", "modes"};
 
 /* CTX is the struct ctl_gate. */
 static int check_check(const struct ctl_args *a, void *ctx)
@@ -106,25 +115,27 @@ static int check_check(const struct ctl_args *a, void *ctx)
     return ctl_gate_check(a, fail_on, ctx);
 }
 
-/* GET /v1/jobs/JOB/widths, filtered, in FORMAT. */
-static void check_url(struct ctl_client *c, const struct ctl_args *a, const char *job,
-                      const char *format, struct ctl_url *u)
+/* GET /v1/jobs/JOB/<X's path>, filtered, in FORMAT. */
+static void check_url(struct ctl_client *c, const struct ctl_args *a, const struct selfcheck *x,
+                      const char *job, const char *format, struct ctl_url *u)
 {
     static const char *const keys[] = {"model", "pass", NULL};
     ctl_url_init(u, "/v1/jobs");
     ctl_url_seg(c, u, job);
-    ctl_url_lit(u, "/widths");
+    ctl_url_lit(u, x->path);
     ctl_url_query_args(c, u, a, keys);
     ctl_url_query(c, u, "format", format);
 }
 
-/* The cells the self-check compared, over all its widths. */
+/* The cells the self-check compared, over all its widths (or modes: a
+ * result has one of the lists). */
 static json_int_t compared_cells(json_t *result)
 {
     json_int_t compared = 0;
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(result, "widths"), i, w)
+    json_t *list = json_object_get(result, WIDTHS.list);
+    json_array_foreach(list ? list : json_object_get(result, MODES.list), i, w)
     {
         compared += json_integer_value(json_object_get(json_object_get(w, "counts"), "compared"));
     }
@@ -132,17 +143,16 @@ static json_int_t compared_cells(json_t *result)
 }
 
 /* The md or text rendering, pinned to the job the JSON named (JOB may be
- * a commit that gains a newer job meanwhile). */
+ * a commit that gains a newer job meanwhile); CTX is the struct selfcheck. */
 static int check_report_url(struct ctl_client *c, const struct ctl_args *a, const void *ctx,
                             json_t *result, const char *format, struct ctl_url *u)
 {
-    (void)ctx;
     const char *job = json_string_value(json_object_get(result, "job"));
     if (!job) {
         fprintf(stderr, "capctl: the self-check does not name its job\n");
         return CTL_EXIT_ERROR;
     }
-    check_url(c, a, job, format, u);
+    check_url(c, a, ctx, job, format, u);
     return 0;
 }
 
@@ -167,12 +177,28 @@ static const struct ctl_gate_kind check_gate = {
     .exit_code = check_exit,
 };
 
+static const struct ctl_gate_kind modes_gate = {
+    .what = "self-check",
+    .verdicts = (const char *const[]){"pass", "diverged", "incomplete", NULL},
+    .compared = compared_cells,
+    .none_hint = ": no compiled cell could be judged against eager (capctl status JOB says why)",
+    .report_url = check_report_url,
+    .exit_code = check_exit,
+};
+
 /* CTX is the struct ctl_gate. */
 static int check_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
     struct ctl_url u;
-    check_url(c, a, a->pos[0], "json", &u);
-    return ctl_gate_run(c, a, ctx, &u, &check_gate, NULL);
+    check_url(c, a, &WIDTHS, a->pos[0], "json", &u);
+    return ctl_gate_run(c, a, ctx, &u, &check_gate, &WIDTHS);
+}
+
+static int modes_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
+{
+    struct ctl_url u;
+    check_url(c, a, &MODES, a->pos[0], "json", &u);
+    return ctl_gate_run(c, a, ctx, &u, &modes_gate, &MODES);
 }
 
 static const struct ctl_opt check_opts[] = {
@@ -230,4 +256,56 @@ const struct ctl_cmd ctl_cmd_widths = {
         "  --token T     bearer token (default: $CAPD_TOKEN)\n"
         "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
     .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_check, NULL},
+};
+
+static const struct ctl_opt modes_opts[] = {
+    {"model", CTL_VALUE, "M", "only cells of this model (an fnmatch pattern)"},
+    {"pass", CTL_VALUE, "P", "only cells of this pass"},
+    CTL_OPTS_GATE("diverged|incomplete|never",
+                  "exit 1 when a compiled mode diverged (default); incomplete: also when its "
+                  "cells could not all be judged; never"),
+    CTL_OPT_END,
+};
+
+static const struct ctl_cmd cmd_modes_check = {
+    .name = "modes check",
+    .usage = "JOB [--model M] [--pass P] [--format md|json|text]\n"
+             "                  [--fail-on diverged|incomplete|never] [--wait-timeout S]",
+    .summary = "Check each compiled mode of one job against its own eager cells at the same\n"
+               "width, judged by the float64 reference when the job captured it, and exit with\n"
+               "the verdict.",
+    .details = "JOB is a job id or a commit (its newest finished job); its matrix.modes must\n"
+               "hold eager and a compiled mode (aot_eager, inductor). Submit it with --reference\n"
+               "float64 (and --capture sample) so a compiled cell is judged by its error against\n"
+               "float64 beside the eager cell's, not by tolerance against eager.\n\n"
+               "exit codes: 0 every mode passed (or incomplete, unless --fail-on incomplete),\n"
+               "1 a mode diverged (or, with --fail-on incomplete, could not be judged in full),\n"
+               "2 error (bad flags, network, a server error, still pending, a job without an\n"
+               "eager cell or a compiled mode, a --model or --pass that matches no cell, or no\n"
+               "cell compared).\n\n"
+               "example:\n"
+               "  capctl modes check $JOB --format md > modes.md",
+    .opts = modes_opts,
+    .min_pos = 1,
+    .max_pos = 1,
+    .fields = check_fields,
+    .check = check_check,
+    .run = modes_run,
+    .ctx_size = sizeof(struct ctl_gate),
+};
+
+/* capctl modes: one subcommand, check. */
+const struct ctl_cmd ctl_cmd_modes = {
+    .name = "modes",
+    .usage =
+        "usage: capctl modes check JOB [--model M] [--pass P] [--format md|json|text]\n"
+        "                          [--fail-on diverged|incomplete|never] [--wait-timeout S]\n\n"
+        "check: each compiled mode of one job (aot_eager, inductor) against its own eager\n"
+        "cells at the same width; exit 1 when a mode diverged.\n\n"
+        "'capctl modes check --help' shows its flags.\n\n"
+        "global options:\n"
+        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
+        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
+        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+    .subs = (const struct ctl_cmd *const[]){&cmd_modes_check, NULL},
 };

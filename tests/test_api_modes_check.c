@@ -6,7 +6,8 @@
  * whose compiled cells compute what its eager ones do passes, the eager
  * cells' inner records left out rather than missing; one whose inductor
  * cells move the output (FAKE_PERTURB_MODE) diverges there, at every
- * width, while aot_eager passes; the refusals name what the matrix lacks.
+ * width, while aot_eager passes; the refusals name what the matrix lacks;
+ * `capctl modes check` exits with the verdict.
  * On real torch cells, judged by the float64 arbiter:
  * tests/test_official.c, compiled_cells_name_their_isa.
  */
@@ -166,4 +167,40 @@ Test(modes_check, refusals)
     cr_assert_eq(af_count_jobs(), jobs, "no job was created");
     free(eager);
     free(ind);
+}
+
+/* capctl modes check: its exit status is the verdict's, like widths check. */
+Test(modes_check, capctl_exit_status)
+{
+    af_start(NULL);
+    builds();
+    static const char *const w = "'avx2'", *const m = "'eager','inductor'";
+    char *clean = job("clean", "c1ea001", w, m);
+    char *bad = job("badind", "bad0001", w, m);
+    char *eager = job("clean", "aaaa001", w, NULL);
+    char *out = NULL, args[256];
+    static const struct {
+        const char *args;
+        int rc;
+        const char *says;
+    } runs[] = {
+        {"modes check c1ea001", 0, "capd mode self-check: pass"},
+        {"modes check bad0001", 1, "inductor  diverged"},
+        {"modes check bad0001 --fail-on never", 0, "capd mode self-check: diverged"},
+        {"modes check bad0001 --format md", 1, "| `inductor` | **diverged** |"},
+        {"modes check bad0001 --format json", 1, "\"verdict\": \"diverged\""},
+        {"modes check aaaa001", 2, "no compiled mode"},
+        {"modes check c1ea001 --pass backward", 2, "matches no cell"},
+        {"modes check", 2, "missing argument"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(args, sizeof args, "%s", runs[i].args);
+        int rc = af_capctl(&af_capd, args, &out);
+        cr_assert_eq(rc, runs[i].rc, "capctl %s: exit %d: %s", args, rc, out);
+        cr_assert(strstr(out, runs[i].says), "capctl %s: %s", args, out);
+        free(out);
+    }
+    free(clean);
+    free(bad);
+    free(eager);
 }
