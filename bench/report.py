@@ -195,7 +195,43 @@ def remote_section(w, r, quick):
                        "build-bench/capd-cell --fake-runner build-bench/tests/fake_runner", quick)
 
 
-def by_hand(w):
+def compile_section(w, c, skipped, quick):
+    """The cost of a compiled cell against the eager cell of the same job."""
+    if skipped:
+        w("## Compiled cells (`bench_compile.py`)")
+        w("")
+        w("Skipped: %s" % skipped.strip())
+        w("")
+        return
+    if not section(w, "Compiled cells (`bench_compile.py`)", c):
+        return
+    mx = c.get("matrix") or {}
+    figures(w, "One job on the official build (%s), capd's defaults (no options): `%s` × `%s` × "
+            "`%s` × modes `%s`. Each compiled cell against the eager cell of the same model, "
+            "width and pass, geometric means over the cells: **cell wall** (the cell's duration: "
+            "interpreter, capture runs, float64 reference, compile, timing processes), "
+            "**compile** (the runner's cold compile in the capture process, its `compile_s` "
+            "note, over the eager cell's duration), **capture** (the cell's duration less that "
+            "compile, over the eager cell's), **steady state** (the median of the timing "
+            "processes' medians: the compiled code's speed, below 1 is faster). The mode "
+            "self-check of the same job said `%s` (reference %s). The job took %s s."
+            % (c.get("python"), ",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
+               ",".join(mx.get("passes") or []), ",".join(mx.get("modes") or []),
+               (c.get("mode_check") or {}).get("verdict"),
+               (c.get("mode_check") or {}).get("reference"), f(c.get("job_s"), "%.0f")))
+    for mode, m in sorted((c.get("means") or {}).items()):
+        for key, what in (("cell_wall", "cell duration"), ("compile", "cold compile"),
+                          ("capture", "duration less the compile"),
+                          ("steady_state", "timing median")):
+            w("| %s %s | %s, %s cells | **%s×** | the eager cells' %s | — |"
+              % (mode, key.replace("_", " "), what, m.get("cells"), f(m.get(key)),
+                 "duration" if key != "steady_state" else "timing median"))
+    w("")
+    load_and_reproduce(w, c, "bench/bench_compile.py --capd build-bench/capd --python "
+                       "/var/cache/capd/official-torch/bin/python", quick)
+
+
+def by_hand(w):def by_hand(w):
     """bench/by-hand.md, the figures measured outside bench/run, as they are."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "by-hand.md")
     text = read(path, "")
@@ -633,6 +669,8 @@ def main():
 
     perf_verdicts(w, pv, quick)
     remote_section(w, rm, quick)
+    compile_section(w, read_json(os.path.join(d, "compile.json")),
+                    read(os.path.join(d, "compile.skipped")), quick)
     by_hand(w)
 
     w("## Reproduce everything")
@@ -647,7 +685,7 @@ def main():
     w("## Raw output of this run")
     w("")
     for name in ("cells.txt", "compare.txt", "runner.json", "e2e.json", "compare_scale.json",
-                 "history.json", "perf_verdicts.json"):
+                 "history.json", "perf_verdicts.json", "compile.json"):
         text = read(os.path.join(d, name))
         if text:
             w("<details><summary>%s</summary>" % name)

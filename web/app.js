@@ -552,8 +552,9 @@ async function pageJob(id) {
   const detail = h("div", { class: "panel", id: "cell-detail" }, h("p", { class: "muted" }, "Pick a cell for its outcome and log."));
   const g = grid(job.cells, (c) => "st-" + c.state, (c) => c.state.replace("_", " "), (c) => showCell(job, c, detail));
   g.id = "job-grid";
-  const check = widthCheckPanel(job); /* web/widthcheck.js */
-  m.append(h("h2", null, "Cells"), legend(OUTCOMES, "st-"), g, detail, check);
+  /* web/widthcheck.js: the width and mode self-checks, where the matrix has them */
+  const checks = [widthCheckPanel(job), modeCheckPanel(job)].filter(Boolean);
+  m.append(h("h2", null, "Cells"), legend(OUTCOMES, "st-"), g, detail, ...checks);
   const byId = new Map(job.cells.map((c) => [c.id, c]));
   return live.on((type, ev) => {
     if (!ev.job || ev.job.id !== job.id) return;
@@ -561,7 +562,7 @@ async function pageJob(id) {
       clear(countsEl).append(countsBar(ev.job.counts), " ", countsText(ev.job.counts));
     }
     if (ev.job.state) clear(stateEl).append(stateBadge(ev.job.state));
-    if (check && type === "job" && (ev.job.state === "done" || ev.job.state === "cancelled")) check.refresh();
+    if (type === "job" && (ev.job.state === "done" || ev.job.state === "cancelled")) checks.forEach((c) => c.refresh());
     if (type === "cell" && ev.cell) {
       const c = byId.get(ev.cell.id);
       if (!c) return;
