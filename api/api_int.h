@@ -198,6 +198,7 @@ api_endpoint api_jobs_create, api_jobs_list, api_jobs_get, api_jobs_cancel, api_
     api_cell_records, api_cell_log;
 api_endpoint api_jobs_widths, api_jobs_modes;
 api_endpoint api_cell_replay, api_cell_replay_get, api_cell_repro; /* api/api_replay.c */
+api_endpoint api_cell_compiler_bisect;                             /* api/api_compbisect.c */
 api_endpoint api_compare, api_branch_put, api_branch_get, api_commit_get, api_commit_diff;
 api_endpoint api_tokens_list, api_tokens_create, api_tokens_revoke;
 api_endpoint api_devices_list, api_devices_refresh;

@@ -361,6 +361,8 @@ static const struct route routes[] = {
     {"GET", "/v1/jobs/:id/cells/:cell/replay", api_cell_replay_get, true, API_READ, BODY_NONE,
      false},
     {"GET", "/v1/jobs/:id/cells/:cell/repro", api_cell_repro, true, API_READ, BODY_NONE, false},
+    {"GET", "/v1/jobs/:id/cells/:cell/compiler-bisect", api_cell_compiler_bisect, true, API_READ,
+     BODY_NONE, false},
     {"GET", "/v1/jobs/:id/widths", api_jobs_widths, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/jobs/:id/modes", api_jobs_modes, true, API_READ, BODY_NONE, false},
     {"GET", "/v1/compare", api_compare, true, API_READ, BODY_NONE, false},

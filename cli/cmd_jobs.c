@@ -355,6 +355,10 @@ static const struct ctl_opt submit_opts[] = {
     {"replay", CTL_OPTION_STR, CAPD_OPTION_VALUES_replay,
      "replay where the error came in (the op, or at granularity module the layer): the first "
      "4 cells (auto), every one, none (default " CAPD_OPTION_DEFAULT_replay ")"},
+    {"compiler-bisect", CTL_OPTION_STR, CAPD_OPTION_VALUES_compiler_bisect,
+     "follow compiled cells that depart from eager with a compiler bisection: the first 4 "
+     "(auto), none (off), or bisect instead of capturing (run; "
+     "default " CAPD_OPTION_DEFAULT_compiler_bisect ")"},
     {"profile", CTL_OPTION_STR, CAPD_OPTION_VALUES_profile,
      "profiled pair after a paired cell's timing: when slower (auto), always, never "
      "(default " CAPD_OPTION_DEFAULT_profile ")"},

@@ -17,6 +17,7 @@
 
 #include "daemon/bisect.h"
 #include "daemon/replay/auto.h"
+#include "daemon/replay/compiler.h"
 #include "daemon/replay/isolate.h"
 #include "daemon/capd.h"
 #include "daemon/host/cpus.h"
@@ -135,8 +136,9 @@ static void schedule(struct capd *d, struct store_cell_run *claimed);
 
 /*
  * The scheduler, then the bisections (daemon/bisect.h), the automatic
- * replays (daemon/replay/auto.h) and the replays' isolated pairs
- * (daemon/replay/isolate.h) as long as they submit jobs: a probe whose build does
+ * replays (daemon/replay/auto.h), the replays' isolated pairs
+ * (daemon/replay/isolate.h) and the compiler bisections
+ * (daemon/replay/compiler.h) as long as they submit jobs: a probe whose build does
  * not start ends inside schedule() without a cell ever running, so nothing else would wake the loop
  * for it. Each pass that goes on created a job, and a bisection creates at most one per commit, so
  * this ends.
@@ -145,7 +147,7 @@ static void schedule_and_bisect(struct capd *d, struct store_cell_run *claimed)
 {
     schedule(d, claimed);
     while (!d->stopping && (bisect_step(d->st, &d->cfg) | replay_auto_step(d->st, &d->cfg) |
-                            replay_step(d->st, &d->cfg)))
+                            replay_step(d->st, &d->cfg) | compiler_bisect_step(d->st, &d->cfg)))
         schedule(d, NULL);
 }
 

@@ -401,7 +401,8 @@ int store_branch_get(struct store *s, const char *name, json_t **out)
  * walks every finished job newest first until the commit matches (12.6 ms
  * at 10,000 jobs, growing with the table); jobs_commit finds the commit's
  * few jobs directly (0.01 ms). bench/bench_compare_scale.py found it. */
-/* A replay job (labels.replay_of, api/api_replay.c) stands for no commit. */
+/* A follow-up job (labels.replay_of: a replay's, api/api_replay.c, or a
+ * compiler bisection's, daemon/replay/compiler.h) stands for no commit. */
 #define NOT_REPLAY " AND json_extract(labels_json, '$.replay_of') IS NULL"
 
 const char store_sql_job_for_commit_done[] =
@@ -464,6 +465,25 @@ int store_replays_auto_pending(struct store *s, json_t **ids)
                   "state = 'done' "
                   "ORDER BY seq LIMIT 64",
                   ids);
+}
+
+int store_compiler_bisect_pending(struct store *s, json_t **ids)
+{
+    return ids_of(s,
+                  "SELECT id FROM jobs WHERE json_extract(labels_json, '$.compiler_bisect_auto') "
+                  "IS NULL AND json_extract(options_json, '$.compiler_bisect') = 'auto' AND "
+                  "state = 'done' ORDER BY seq LIMIT 64",
+                  ids);
+}
+
+int store_job_compiler_bisect(struct store *s, const char *of, char id_out[16])
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_query(s, &st,
+                         "SELECT id FROM jobs WHERE json_extract(labels_json, "
+                         "'$.compiler_bisect_of') = ?1 ORDER BY seq DESC LIMIT 1",
+                         "t", of);
+    return store_first_id(s, st, rc, id_out);
 }
 
 int store_job_label(struct store *s, const char *id, const char *key, const char *value)

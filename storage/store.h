@@ -218,6 +218,13 @@ int store_replays_pending(struct store *s, json_t **ids);
  * off, not replay jobs, that the automatic replay has not looked at (no
  * label replay_auto), oldest first (daemon/replay/auto.h). */
 int store_replays_auto_pending(struct store *s, json_t **ids);
+/* At most 64 ids of finished jobs, option compiler_bisect auto, that the
+ * compiler bisection step has not looked at (no label
+ * compiler_bisect_auto), oldest first (daemon/replay/compiler.h). */
+int store_compiler_bisect_pending(struct store *s, json_t **ids);
+/* The newest compiler bisection job of OF ("<job>/<cell>", label
+ * compiler_bisect_of); -ENOENT when none. */
+int store_job_compiler_bisect(struct store *s, const char *of, char id_out[16]);
 /* Sets job ID's label KEY to VALUE (a word of capd's own, never a user's). */
 int store_job_label(struct store *s, const char *id, const char *key, const char *value);
 /* The request job ID was created from, as stored (validated, normalized). */

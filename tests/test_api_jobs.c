@@ -49,7 +49,8 @@ Test(api_jobs, create_expands_matrix_in_order_with_defaults)
              "'seed':0,'batch':2,'sample_size':256,'timing_min_ms':50,'timing_processes':5,"
              "'timing_pairs':4,'max_timing_rounds':3,"
              "'capture':'sample','dtype':'float32','device':'cpu',"
-             "'granularity':'module','replay':'auto','profile':'auto','reference':'none'}"),
+             "'granularity':'module','replay':'auto','compiler_bisect':'auto','profile':'auto',"
+             "'reference':'none'}"),
         0, NULL);
     char *os = af_dump(json_object_get(j, "options"));
     cr_assert(json_equal(json_object_get(j, "options"), want_opts), "options %s", os);

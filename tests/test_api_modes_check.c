@@ -7,7 +7,9 @@
  * cells' inner records left out rather than missing; one whose inductor
  * cells move the output (FAKE_PERTURB_MODE) diverges there, at every
  * width, while aot_eager passes; the refusals name what the matrix lacks;
- * `capctl modes check` exits with the verdict.
+ * `capctl modes check` exits with the verdict; a diverged compiled cell is
+ * followed by a compiler bisection job (the fake runner's bisector names
+ * the perturbed key), which stands for no commit.
  * On real torch cells, judged by the float64 arbiter:
  * tests/test_official.c, compiled_cells_name_their_isa.
  */
@@ -178,12 +180,7 @@ Test(modes_check, capctl_exit_status)
     char *clean = job("clean", "c1ea001", w, m);
     char *bad = job("badind", "bad0001", w, m);
     char *eager = job("clean", "aaaa001", w, NULL);
-    char *out = NULL, args[256];
-    static const struct {
-        const char *args;
-        int rc;
-        const char *says;
-    } runs[] = {
+    static const struct af_capctl_run runs[] = {
         {"modes check c1ea001", 0, "capd mode self-check: pass"},
         {"modes check bad0001", 1, "inductor  diverged"},
         {"modes check bad0001 --fail-on never", 0, "capd mode self-check: diverged"},
@@ -193,14 +190,107 @@ Test(modes_check, capctl_exit_status)
         {"modes check c1ea001 --pass backward", 2, "matches no cell"},
         {"modes check", 2, "missing argument"},
     };
-    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        snprintf(args, sizeof args, "%s", runs[i].args);
-        int rc = af_capctl(&af_capd, args, &out);
-        cr_assert_eq(rc, runs[i].rc, "capctl %s: exit %d: %s", args, rc, out);
-        cr_assert(strstr(out, runs[i].says), "capctl %s: %s", args, out);
-        free(out);
-    }
+    af_expect_capctl(runs);
     free(clean);
     free(bad);
     free(eager);
+}
+
+/* MODE's cell of job ID (owned). */
+static json_t *cell_of(const char *id, const char *mode)
+{
+    json_t *j = af_get_job(id), *c, *out = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        if (!out && strcmp(tu_jstr(c, "mode"), mode) == 0)
+            out = json_incref(c);
+    }
+    cr_assert_not_null(out, "no %s cell: %s", mode, af_dump(j));
+    json_decref(j);
+    return out;
+}
+
+/* ".../cells/<MODE's cell of ID>/compiler-bisect" (static). */
+static const char *bisect_path(const char *id, const char *mode)
+{
+    static char p[200];
+    json_t *c = cell_of(id, mode);
+    snprintf(p, sizeof p, "/v1/jobs/%s/cells/%s/compiler-bisect", id, tu_jstr(c, "id"));
+    json_decref(c);
+    return p;
+}
+
+/* With the defaults (option compiler_bisect auto) the inductor cell that
+ * left eager is followed by a bisection job of that cell alone, whose
+ * result names the perturbed record; the aot_eager cell, identical to
+ * eager, is not; jobs with nothing compiled, nothing diverged, or the
+ * option off are labelled so (or left alone); the follow-up job stands
+ * for no commit. */
+Test(modes_check, a_diverged_compiled_cell_is_bisected)
+{
+    af_start(NULL);
+    builds();
+    static const char *const w = "'avx2'", *const m = "'eager','inductor','aot_eager'";
+    json_t *j =
+        af_post_job(201, "{'project':'p','commit':'0ff0001','build':'badind','matrix':{"
+                         "'models':['fake:ok'],'widths':['avx2'],'passes':['forward'],"
+                         "'modes':['eager','inductor']},'options':{'compiler_bisect':'off'}}");
+    char *off = strdup(tu_jstr(j, "id"));
+    json_decref(j);
+    json_decref(af_wait_done(off));
+    char *eager = job("badind", "aaaa001", w, NULL);
+    char *clean = job("clean", "c1ea001", w, m);
+    char *bad = job("badind", "bad0001", w, m);
+    char *l = af_wait_label(&af_capd, bad, "compiler_bisect_auto", 60);
+    cr_assert_str_eq(l, "bisecting 1");
+    free(l);
+    l = af_wait_label(&af_capd, clean, "compiler_bisect_auto", 10);
+    cr_assert_str_eq(l, "nothing diverged");
+    free(l);
+    l = af_wait_label(&af_capd, eager, "compiler_bisect_auto", 10);
+    cr_assert_str_eq(l, "no compiled mode");
+    free(l);
+    json_t *oj = af_get_job(off);
+    cr_assert_null(json_object_get(json_object_get(oj, "labels"), "compiler_bisect_auto"), "%s",
+                   af_dump(oj));
+    json_decref(oj);
+
+    json_t *r = af_get_settled(&af_capd, bisect_path(bad, "inductor"), 120);
+    const struct jw_want want[] = {
+        JW_S("job", bad),
+        JW_S("state", "ok"),
+        JW_T("result.narrowed"),
+        JW_S("result.backend", "inductor"),
+        JW_S("result.subsystem", "lowerings"),
+        JW_S("result.debug_info", OUTKEY),
+    };
+    jw_expect_all(r, want);
+    cr_assert(strstr(jw_str(r, "result.command"), "fake:ok avx2 forward inductor"), "%s",
+              af_dump(r));
+    /* the follow-up: the one cell, labelled with what it follows */
+    json_t *fj = af_get_job(jw_str(r, "bisect.job"));
+    json_t *ind = cell_of(bad, "inductor");
+    char of[64];
+    snprintf(of, sizeof of, "%s/%s", bad, tu_jstr(ind, "id"));
+    const struct jw_want fw[] = {JW_S("labels.compiler_bisect_of", of),
+                                 JW_S("options.compiler_bisect", "run"),
+                                 JW_S("cells.0.mode", "inductor"), JW_A("cells.1")};
+    jw_expect_all(fj, fw);
+    json_decref(fj);
+    json_decref(ind);
+    json_decref(r);
+
+    af_expect_get_error(bisect_path(bad, "aot_eager"), 404, "no_compiler_bisect");
+    af_expect_get_error(bisect_path(bad, "eager"), 409, "eager_cell");
+    /* the commit still names the job, not its follow-up */
+    long st;
+    r = modes("bad0001", "", &st);
+    cr_assert_eq(st, 200);
+    cr_assert_str_eq(jw_str(r, "job"), bad);
+    json_decref(r);
+    free(off);
+    free(eager);
+    free(clean);
+    free(bad);
 }

@@ -253,12 +253,7 @@ Test(widths_check, capctl_exit_status)
     builds();
     char *clean = job("clean", "c1ea001", "\"fake:ok\"", NULL);
     char *pert = job("pert", "0e27001", "\"fake:ok\"", NULL);
-    char *out = NULL, args[256];
-    static const struct {
-        const char *args;
-        int rc;
-        const char *says;
-    } runs[] = {
+    static const struct af_capctl_run runs[] = {
         {"widths check c1ea001", 0, "capd width self-check: pass"},
         {"widths check 0e27001", 1, "avx2      diverged"},
         {"widths check 0e27001 --fail-on never", 0, "capd width self-check: diverged"},
@@ -270,13 +265,7 @@ Test(widths_check, capctl_exit_status)
         {"widths check", 2, "missing argument"},
         {"widths --runnable", 0, "default\n"},
     };
-    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        snprintf(args, sizeof args, "%s", runs[i].args);
-        int rc = af_capctl(&af_capd, args, &out);
-        cr_assert_eq(rc, runs[i].rc, "capctl %s: exit %d: %s", args, rc, out);
-        cr_assert(strstr(out, runs[i].says), "capctl %s: %s", args, out);
-        free(out);
-    }
+    af_expect_capctl(runs);
     free(clean);
     free(pert);
 }

@@ -910,9 +910,10 @@ Test(db, data_dir_too_long_is_refused)
 /*
  * A database of schema version 13 (migrations 1-13 run by the sqlite3
  * shell, a finished job of two cells with attempts and records) is
- * upgraded by capd at start: migration 14 rebuilds cells with the mode
- * (every old cell eager) while foreign keys are off, so no attempt or
- * record goes with the old table, and the job reads back whole.
+ * upgraded by capd at start to the newest schema: migration 14 rebuilds
+ * cells with the mode (every old cell eager) while foreign keys are off, so
+ * no attempt or record goes with the old table, and the job reads back
+ * whole; migration 15 adds the compiler bisection's index.
  */
 Test(db, an_older_database_keeps_its_cells_attempts_and_records)
 {
@@ -948,7 +949,10 @@ Test(db, an_older_database_keeps_its_cells_attempts_and_records)
     struct env e;
     start_in(&e, top, (const char *[]){NULL});
     h = db_open(e.data);
-    cr_assert_eq(q1(h, "PRAGMA user_version"), 14);
+    cr_assert_eq(q1(h, "PRAGMA user_version"), store_schema_version(), "every migration ran");
+    cr_assert_eq(q1(h, "SELECT count(*) FROM sqlite_master WHERE name = "
+                       "'jobs_compiler_bisect_auto'"),
+                 1, "migration 15's index");
     cr_assert_eq(q1(h, "SELECT count(*) FROM cells WHERE mode = 'eager'"), 2);
     cr_assert_eq(q1(h, "SELECT count(*) FROM attempts"), 2, "no attempt went with the old cells");
     cr_assert_eq(q1(h, "SELECT count(*) FROM records"), 3, "nor any record");

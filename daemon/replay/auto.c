@@ -151,6 +151,19 @@ static int control_job(struct store *st, json_t *head, json_t **ctl)
     return rc ? rc : store_job_get(st, id, ctl);
 }
 
+int replay_cmp_options(json_t *job, struct cmp_options *o)
+{
+    struct cmp_err e = {{0}, {0}};
+    json_t *opts = json_object_get(job, "options");
+    cmp_options_init(o);
+    if (cmp_reference_from_name(json_string_value(json_object_get(opts, "reference")),
+                                &o->reference) < 0)
+        o->reference = CMP_REF_NONE;
+    return json_object_get(opts, "compare")
+               ? cmp_options_apply_json(o, json_object_get(opts, "compare"), &e)
+               : 0;
+}
+
 /* The comparison of CTL and HEAD at the head job's reference and
  * tolerances, as GET /v1/compare gives it, into *OUT. */
 static int compare_jobs(struct store *st, json_t *ctl, json_t *head, json_t **out)
@@ -159,15 +172,7 @@ static int compare_jobs(struct store *st, json_t *ctl, json_t *head, json_t **ou
     struct store_payloads *pl = NULL;
     struct store_cell_filter f = {NULL, NULL, NULL};
     struct cmp_options o;
-    struct cmp_err e = {{0}, {0}};
-    json_t *opts = json_object_get(head, "options");
-    cmp_options_init(&o);
-    if (cmp_reference_from_name(json_string_value(json_object_get(opts, "reference")),
-                                &o.reference) < 0)
-        o.reference = CMP_REF_NONE;
-    int rc = json_object_get(opts, "compare")
-                 ? cmp_options_apply_json(&o, json_object_get(opts, "compare"), &e)
-                 : 0;
+    int rc = replay_cmp_options(head, &o);
     if (!rc)
         rc = cmp_side_new(&cs);
     if (!rc)

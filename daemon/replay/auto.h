@@ -72,6 +72,12 @@ struct replay_ask {
 int replay_submit(struct store *st, const struct capd_config *cfg, const struct replay_ask *a,
                   json_t *jobs[2]);
 
+/* The comparison options a job's options ask for (its reference and its
+ * compare overrides) into O, as GET /v1/compare takes them; 0, or the
+ * overrides' negative errno (O then holds the defaults and reference). */
+struct cmp_options;
+int replay_cmp_options(json_t *job, struct cmp_options *o);
+
 /* Looks at every finished head job the option replay asks it to; true
  * when it created jobs (the caller then runs the scheduler). */
 bool replay_auto_step(struct store *st, const struct capd_config *cfg);

@@ -391,7 +391,7 @@ def _forkers(spec, timing):
     carry its heap and mappings, and with layouts fixed (capd_runner/
     layout.py) an A/A pair would time two different layouts. Otherwise
     the timing processes fork from here (docs/runner.md, "Paired timing")."""
-    if timing.wanted(spec) <= 0:
+    if timing.wanted(spec) <= 0 or spec.options.get("compiler_bisect") == "run":
         return None, None
     head = (spec.reference or {}).get("head") if timing.paired_wanted(spec) else None
     if head is not None:
@@ -496,6 +496,9 @@ def _run_cell(torch, spec, writer, forkers):
     if getattr(spec, "mode", "eager") != "eager":
         from capd_runner import compiled
         compile_why = compiled.prepare(torch, spec)
+    if spec.options.get("compiler_bisect") == "run":  # capd_runner/compbisect.py
+        from capd_runner import compbisect
+        compile_why = compbisect.refusal(torch, spec, compile_why)
 
     # What the libraries under torch ran (capd_runner/libs.py): after the
     # capability is read (the oneDNN probe dispatches an operator), before
@@ -581,6 +584,9 @@ def _prepare(torch, spec, device, writer, pipeline):
 def _run_model(torch, spec, writer, device, pipeline, forkers):
     from capd_runner.capture import Recorder
 
+    if spec.options.get("compiler_bisect") == "run":  # instead of capture and timing
+        from capd_runner import compbisect
+        return compbisect.run_cell(torch, spec, writer, pipeline)
     if getattr(spec, "mode", "eager") != "eager":
         from capd_runner import compiled
         return compiled.run_model(torch, spec, writer, device, pipeline, forkers)

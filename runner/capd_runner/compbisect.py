@@ -14,7 +14,17 @@ subsystems (passes, config changes, lowerings), then the application of the
 one whose disabling fixes it. Inductor's FX graph and AOTAutograd caches
 are off throughout (their keys do not see the bisector's changes). The time
 limit counts from the start, is checked before each trial and interrupts a
-running trial (SIGALRM, main thread only).
+running trial (SIGALRM, main thread only, and only where nothing else in
+the process set a SIGALRM handler or a real-time timer: the runner sets
+neither, and a caller that does keeps its own, the limit then checked
+before each trial only).
+
+In a cell (capd_runner/cell.py): a compiled cell whose options.compiler_bisect
+is run (schema/options.json; what capd sets on the follow-up job of a mode
+self-check that found a compiled cell diverged) runs run_cell in place of
+its capture and timing: hello and env as any compiled cell, then one note
+(level info) ``compile_bisect=<run()'s object as compact JSON, sorted keys>``,
+memory and end ok (docs/runner.md, "Compiler bisection").
 
 ``python -m capd_runner.compbisect --model M --pass P --mode MODE`` applies
 the width's environment (schema/widths.json) before torch is imported
@@ -199,6 +209,10 @@ def _alarm(state, seconds):
     if threading.current_thread() is not threading.main_thread() or seconds <= 0 \
             or not hasattr(signal, "setitimer"):
         return lambda: None
+    # Someone else's alarm (a handler of its own, a timer running): left be.
+    if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN) \
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        return lambda: None
 
     def on_alarm(_sig, _frame):
         state["expired"] = True
@@ -287,17 +301,22 @@ def _why_not(result, state, timeout_s, spec):
     return None
 
 
-def command_line(spec, timeout_s, python=None):
-    """The shell command line that repeats this bisection."""
+def command_line(spec, timeout_s, python=None, scratch=True):
+    """The shell command line that repeats this bisection: this interpreter,
+    PYTHONPATH the runner's directory then this process's other entries,
+    the cell's fields (its scratch dir where SCRATCH)."""
     argv = [python or sys.executable, "-m", "capd_runner.compbisect", "--model", spec.model,
             "--pass", spec.pass_, "--mode", spec.mode, "--width", spec.width,
             "--timeout-s", "%g" % timeout_s, "--seed", str(spec.seed), "--batch",
             str(spec.batch), "--dtype", spec.dtype, "--threads", str(spec.threads)]
     for r in spec.model_roots:
         argv += ["--model-root", r]
-    if spec.scratch:
+    if spec.scratch and scratch:
         argv += ["--scratch", spec.scratch]
-    return "PYTHONPATH=%s %s" % (shlex.quote(RUNNER_DIR), " ".join(shlex.quote(a) for a in argv))
+    path = [RUNNER_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                           if p and os.path.abspath(p) != RUNNER_DIR]
+    return "PYTHONPATH=%s %s" % (shlex.quote(os.pathsep.join(path)),
+                                 " ".join(shlex.quote(a) for a in argv))
 
 
 def run(spec, timeout_s=DEFAULT_TIMEOUT_S):
@@ -305,7 +324,7 @@ def run(spec, timeout_s=DEFAULT_TIMEOUT_S):
     where it fails, bisect. The JSON object: narrowed, backend, subsystem,
     bisect_number, debug_info (the bisector's), reason (why not narrowed,
     else null), judgement (before bisecting), trials, trial_errors,
-    first_trial_error, command, elapsed_s."""
+    first_trial_error, command, model, pass, mode, timeout_s, elapsed_s."""
     import copy
     import torch
     from capd_runner import compiled
@@ -314,7 +333,8 @@ def run(spec, timeout_s=DEFAULT_TIMEOUT_S):
     out = {"narrowed": False, "backend": None, "subsystem": None, "bisect_number": None,
            "debug_info": None, "reason": None, "judgement": None, "trials": 0,
            "trial_errors": 0, "first_trial_error": None, "command": command_line(spec, timeout_s),
-           "model": spec.model, "pass": spec.pass_, "mode": spec.mode}
+           "model": spec.model, "pass": spec.pass_, "mode": spec.mode,
+           "timeout_s": timeout_s}
     model, inputs = build(torch, spec)
     with no_caches(torch):
         eager = run_pass(torch, model, model, inputs, spec)
@@ -337,6 +357,124 @@ def run(spec, timeout_s=DEFAULT_TIMEOUT_S):
     return out
 
 
+# --- in a cell ------------------------------------------------------------------------
+
+# The option (schema/options.json) and its value that bisects in place of
+# the capture and timing.
+OPTION, RUN = "compiler_bisect", "run"
+EAGER_WHY = "option compiler_bisect run needs a compiled mode (aot_eager or inductor)"
+# The note's message: NOTE_PREFIX, then run()'s object (note_message), at
+# most NOTE_MAX bytes as its frame carries it (a header is at most 65536).
+NOTE_PREFIX = "compile_bisect="
+NOTE_MAX = 60000
+# What note_message cuts first where the message would not fit.
+CUT_FIRST = ("debug_info", "first_trial_error", "judgement")
+# A cell's time limit: options.timeout_s less CELL_MARGIN_S (the interpreter,
+# torch's import and the compiler check come before run()'s clock starts;
+# the memory and end frames after it), within [CELL_MIN_S, CELL_MAX_S].
+CELL_MARGIN_S, CELL_MIN_S, CELL_MAX_S = 60, 10, 2 * DEFAULT_TIMEOUT_S
+
+
+def wanted(spec):
+    """Whether SPEC's cell bisects in place of capturing."""
+    return spec.options.get(OPTION) == RUN
+
+
+def cell_timeout_s(spec):
+    """run()'s time limit in SPEC's cell (seconds)."""
+    t = spec.options.get("timeout_s") or DEFAULT_TIMEOUT_S
+    return float(min(max(t - CELL_MARGIN_S, CELL_MIN_S), CELL_MAX_S))
+
+
+def refusal(torch, spec, why):
+    """Why a cell with compiler_bisect run ends unsupported (after its env
+    frame), or None. WHY is compiled.prepare's reason (a compiled cell's
+    own refusals come first); an eager cell has no compiler to bisect.
+    A reason of the bisector's is the fingerprint's compile.unsupported
+    too, as compiled.prepare's is."""
+    if spec.mode not in ("aot_eager", "inductor"):
+        return EAGER_WHY
+    if why:
+        return why
+    why = _bisector_why(torch)
+    if why:
+        from capd_runner import compiled
+        compiled._state["reason"] = why
+    return why
+
+
+def _strict(obj):
+    """OBJ with its non-finite floats as the strings "inf", "-inf", "nan"
+    (strict JSON: the judgement's err_compiled and ratio are inf where the
+    compiled result is non-finite where eager's is not)."""
+    if isinstance(obj, float) and obj != obj:
+        return "nan"
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return "inf" if obj > 0 else "-inf"
+    if isinstance(obj, dict):
+        return dict((k, _strict(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def _shrink(obj, n):
+    """OBJ with strings cut to N characters (marked ...[truncated]) and
+    lists to max(1, N // 64) items."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= n else obj[:n] + "...[truncated]"
+    if isinstance(obj, dict):
+        return dict((k, _shrink(v, n)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_shrink(v, n) for v in obj[:max(1, n // 64)]]
+    return obj
+
+
+def note_message(result, limit=NOTE_MAX):
+    """NOTE_PREFIX and RESULT as compact JSON, keys sorted, non-finite
+    floats as strings; at most LIMIT bytes JSON-escaped (as the note's
+    frame header carries it). Past that the fields of CUT_FIRST are cut
+    shorter and shorter (then every field), and "truncated" lists the
+    fields cut."""
+    def text(r):
+        return NOTE_PREFIX + json.dumps(r, separators=(",", ":"), sort_keys=True,
+                                        allow_nan=False)
+
+    result = _strict(result)
+    msg = text(result)
+    for fields in (CUT_FIRST, sorted(result)):
+        for n in (4096, 1024, 256, 64, 16):
+            if len(json.dumps(msg)) <= limit:
+                return msg
+            r = dict(result)
+            for k in fields:
+                if k in r and _shrink(r[k], n) != r[k]:
+                    r[k] = _shrink(r[k], n)
+                    r.setdefault("truncated", []).append(k)
+            msg = text(r)
+    return msg
+
+
+def run_cell(torch, spec, writer, pipeline):
+    """A compiled cell's model part under options.compiler_bisect run
+    (cell._run_model; hello, env and the refusals before it as for any
+    compiled cell, end ok after it): run() within cell_timeout_s, one note
+    (level info) whose message is note_message(its object), the memory
+    frame. No tensor, nondeterministic or timing frame; the command line
+    names no scratch dir (the cell's goes with it)."""
+    from capd_runner import cell
+    pipeline.stop()  # nothing is captured
+    timeout_s = cell_timeout_s(spec)
+    try:
+        result = run(spec, timeout_s)
+    except Unusable as e:  # the model could not be built: as a compiled cell would
+        raise cell.CellFailed(str(e))
+    result["command"] = command_line(spec, timeout_s, scratch=False)
+    writer.note("info", note_message(result))
+    writer.frame({"kind": "memory", "peak_rss_bytes": cell.peak_rss_bytes()})
+    writer.flush()
+
+
 # --- the command line -----------------------------------------------------------------
 
 def _width_env(width):
@@ -355,13 +493,8 @@ def _width_env(width):
     return dict(row.get("env") or {})
 
 
-def usable(torch, spec):
-    """Why this torch and process cannot bisect SPEC's cell, or None."""
-    from capd_runner import compiled, width as widthmod
-    from capd_runner.spec import expected_capability
-    why = compiled.prepare(torch, spec)
-    if why:
-        return why
+def _bisector_why(torch):
+    """Why this torch's compiler bisector cannot run here, or None."""
     try:
         import torch._inductor.compiler_bisector  # noqa: F401
     except Exception as e:
@@ -371,6 +504,16 @@ def usable(torch, spec):
     if set_:
         return "%s set in the environment: the bisector would follow it, not its own state" % (
             ", ".join(set_))
+    return None
+
+
+def usable(torch, spec):
+    """Why this torch and process cannot bisect SPEC's cell, or None."""
+    from capd_runner import compiled, width as widthmod
+    from capd_runner.spec import expected_capability
+    why = compiled.prepare(torch, spec) or _bisector_why(torch)
+    if why:
+        return why
     want, got = expected_capability(spec), widthmod.effective(torch)
     if want is not None and want != got:
         return "width %s: the effective CPU capability is %s, not %s" % (spec.width, got, want)

@@ -38,6 +38,26 @@
  *                   sets none; the reference env's file is read for its
  *                   FAKE_TIMING_SCALE), so a template build
  *                   (FAKE_ENV_FILE=DIR/{commit}/env) behaves per commit.
+ *                   With options.compiler_bisect "run" (the compiler
+ *                   bisection job, runner/capd_runner/compbisect.py) the
+ *                   ok stream (ok, slow, noend, flood, grandchild:exit)
+ *                   is instead: hello, env, then in a compiled cell (mode
+ *                   not eager) one note (level info) whose message is
+ *                   `compile_bisect=` and a compact JSON object with
+ *                   sorted keys, memory, end ok (no tensors, no timing):
+ *                   where $FAKE_PERTURB_KEY is set (non-empty) and
+ *                   $FAKE_PERTURB_MODE is unset, empty or the cell's mode,
+ *                   {"backend":"inductor","bisect_number":0,"command":C,
+ *                   "debug_info":<$FAKE_PERTURB_KEY>,"narrowed":true,
+ *                   "reason":null,"subsystem":"lowerings"}, else
+ *                   {"backend":null,"bisect_number":null,"command":C,
+ *                   "debug_info":null,"narrowed":false,"reason":"compiled
+ *                   passes the float64 rule: nothing to bisect",
+ *                   "subsystem":null}, C being "fake_runner bisect <model>
+ *                   <width> <pass> <mode>"; an eager cell ends unsupported
+ *                   after env with the real runner's reason, "option
+ *                   compiler_bisect run needs a compiled mode (aot_eager
+ *                   or inductor)".
  *   ops[:N]         like ok, but per-op records (granularity op): N layers
  *                   (default 3), layer<i> taking the previous one's output,
  *                   recorded as layer<i>.0.forward.input.0, the result of its
@@ -217,8 +237,9 @@ static void emit(json_t *h, const void *payload, size_t n, bool batch)
 struct cell {
     const char *model, *width, *pass, *mode, *device, *scratch;
     const char *capture, *profile;
-    const char *target_op;     /* options.target_op, or NULL */
-    const char *target_inputs; /* options.target_inputs, or NULL */
+    const char *compiler_bisect; /* options.compiler_bisect: "auto", "off", "run" */
+    const char *target_op;       /* options.target_op, or NULL */
+    const char *target_inputs;   /* options.target_inputs, or NULL */
     json_int_t seed, iterations, warmup, threads, sample_size, timing_processes;
     json_int_t timing_pairs, max_timing_rounds;
     json_t *reference; /* the spec's "reference" (paired timing), or NULL */
@@ -777,21 +798,85 @@ static void ops_stream(const struct cell *c, long n)
     out_flush();
 }
 
-/* hello, env, n tensors, timing, memory, [end ok]: the `ok` stream. */
-static void ok_stream(const struct cell *c, long n, long sleep_before_end, bool with_end)
+/* The real runner's texts (runner/capd_runner/compbisect.py EAGER_WHY, NOTHING). */
+#define BISECT_EAGER_WHY "option compiler_bisect run needs a compiled mode (aot_eager or inductor)"
+#define BISECT_NOTHING   "compiled passes the float64 rule: nothing to bisect"
+
+/* memory, then after SLEEP_BEFORE_END ms [end ok]: how the ok and bisect
+ * streams end. */
+static void stream_end(long sleep_before_end, bool with_end)
 {
-    hello();
-    env_frame(c, effective_width(c));
-    bool compiled = strcmp(c->mode, "eager") != 0;
-    for (long i = compiled && n > 0 ? n - 1 : 0; i < n; i++)
-        tensor(c, i, false);
-    timing(c);
     memory();
     if (sleep_before_end > 0)
         sleep_ms(sleep_before_end);
     if (with_end)
         end_frame("ok", NULL);
     out_flush();
+}
+
+/* options.compiler_bisect run: hello, env, then in a compiled cell the
+ * note compile_bisect=<JSON> (narrowed to $FAKE_PERTURB_KEY's "lowering"
+ * where it is set and $FAKE_PERTURB_MODE allows), memory, [end ok]; an
+ * eager cell ends unsupported. */
+static void bisect_stream(const struct cell *c, long sleep_before_end, bool with_end)
+{
+    const char *key = getenv("FAKE_PERTURB_KEY"), *mode = getenv("FAKE_PERTURB_MODE");
+    bool narrowed = key && *key && (!mode || !*mode || strcmp(mode, c->mode) == 0);
+    json_t *r = json_object();
+    char *cmd, *txt, *msg;
+    size_t n;
+
+    hello();
+    env_frame(c, effective_width(c));
+    if (strcmp(c->mode, "eager") == 0) {
+        json_decref(r);
+        end_frame("unsupported", BISECT_EAGER_WHY);
+        out_flush();
+        return;
+    }
+    n = strlen(c->model) + strlen(c->width) + strlen(c->pass) + strlen(c->mode) + 32;
+    cmd = malloc(n);
+    if (!cmd)
+        exit(1);
+    snprintf(cmd, n, "fake_runner bisect %s %s %s %s", c->model, c->width, c->pass, c->mode);
+    json_object_set_new(r, "backend", narrowed ? json_string("inductor") : json_null());
+    json_object_set_new(r, "bisect_number", narrowed ? json_integer(0) : json_null());
+    json_object_set_new(r, "command", json_string(cmd));
+    json_object_set_new(r, "debug_info", narrowed ? json_string(key) : json_null());
+    json_object_set_new(r, "narrowed", json_boolean(narrowed));
+    json_object_set_new(r, "reason", narrowed ? json_null() : json_string(BISECT_NOTHING));
+    json_object_set_new(r, "subsystem", narrowed ? json_string("lowerings") : json_null());
+    txt = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(r);
+    free(cmd);
+    if (!txt)
+        exit(1);
+    n = strlen(txt) + sizeof("compile_bisect=");
+    msg = malloc(n);
+    if (!msg)
+        exit(1);
+    snprintf(msg, n, "compile_bisect=%s", txt);
+    free(txt);
+    note("info", msg);
+    free(msg);
+    stream_end(sleep_before_end, with_end);
+}
+
+/* hello, env, n tensors, timing, memory, [end ok]: the `ok` stream (with
+ * options.compiler_bisect run, bisect_stream instead). */
+static void ok_stream(const struct cell *c, long n, long sleep_before_end, bool with_end)
+{
+    if (strcmp(c->compiler_bisect, "run") == 0) {
+        bisect_stream(c, sleep_before_end, with_end);
+        return;
+    }
+    hello();
+    env_frame(c, effective_width(c));
+    bool compiled = strcmp(c->mode, "eager") != 0;
+    for (long i = compiled && n > 0 ? n - 1 : 0; i < n; i++)
+        tensor(c, i, false);
+    timing(c);
+    stream_end(sleep_before_end, with_end);
 }
 
 /* ---- the heavier behaviors ------------------------------------------------ */
@@ -1125,6 +1210,8 @@ static json_t *load_spec(struct cell *c)
     c->target_inputs = json_string_value(json_object_get(o, "target_inputs"));
     c->profile = json_string_value(json_object_get(o, "profile"));
     c->profile = c->profile ? c->profile : "auto";
+    c->compiler_bisect = json_string_value(json_object_get(o, "compiler_bisect"));
+    c->compiler_bisect = c->compiler_bisect ? c->compiler_bisect : "auto";
 #define OPT_INT(field, dflt)                                                                       \
     c->field = json_is_integer(json_object_get(o, #field))                                         \
                    ? json_integer_value(json_object_get(o, #field))                                \

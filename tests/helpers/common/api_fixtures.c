@@ -483,6 +483,17 @@ int af_capctl(const struct tu_capd *c, const char *args, char **out)
     return rc;
 }
 
+void af_expect_capctl_n(const struct af_capctl_run *runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *out = NULL;
+        int rc = af_capctl(&af_capd, runs[i].args, &out);
+        cr_assert_eq(rc, runs[i].rc, "capctl %s: exit %d: %s", runs[i].args, rc, out);
+        cr_assert(strstr(out, runs[i].says), "capctl %s: %s", runs[i].args, out);
+        free(out);
+    }
+}
+
 char *af_commit_list(int n, void (*sha)(int i, char out[41]))
 {
     char *s = malloc((size_t)n * 44 + 4), *p = s;

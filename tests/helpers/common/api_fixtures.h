@@ -179,6 +179,17 @@ void af_expect_local_records(const struct tu_capd *c, const char *job, const cha
 /* Runs capctl (next to CAPD_BIN) against capd C with ARGS; its exit
  * status, and its output (stdout and stderr) in *OUT (owned). */
 int af_capctl(const struct tu_capd *c, const char *args, char **out);
+/* One capctl run a table of them expects: its arguments, exit status and
+ * a text its output holds. */
+struct af_capctl_run {
+    const char *args;
+    int rc;
+    const char *says;
+};
+/* Runs each of the N runs of RUNS against af_capd; fails the test at the
+ * first whose exit status or output is not the one expected. */
+void af_expect_capctl_n(const struct af_capctl_run *runs, size_t n);
+#define af_expect_capctl(runs) af_expect_capctl_n((runs), sizeof(runs) / sizeof((runs)[0]))
 
 /* The JSON array text of the commits SHA(0) .. SHA(N - 1) (owned). */
 char *af_commit_list(int n, void (*sha)(int i, char out[41]));

@@ -1,0 +1,156 @@
+/*
+ * tests/test_compile_bisect_e2e.c - the compile axis end to end on the
+ * official build (docs/api.md, "Compiled cells"): a head build with a fault
+ * planted in one Inductor lowering (tests/helpers/planted_inductor_fault:
+ * relu's lowering scaled by 1 + 2^-8, installed when Inductor's lowering
+ * module is imported) is found at the right cells by the mode self-check
+ * (the inductor cells diverged from eager under the float64 arbiter, the
+ * aot_eager cells not: aot_eager lowers nothing), and the compiler
+ * bisection capd starts by itself names that lowering: backend inductor,
+ * subsystem lowerings, the relu node, with the command that repeats it.
+ * The same model on the clean official build passes the mode self-check
+ * and starts no bisection. Needs the official-build lane
+ * (CAPD_OFFICIAL_PYTHON); skipped, saying why, without it.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers/common/api_fixtures.h"
+#include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/testutil.h"
+
+static struct tu_capd capd;
+
+static void start(void)
+{
+    const char *extra[] = {"--max-parallel", "2", NULL};
+    cr_assert_eq(tu_capd_start(&capd, NULL, extra), 0, "capd starts");
+}
+
+static void stop(void)
+{
+    tu_capd_stop(&capd);
+}
+
+/* Registers build NAME of the official interpreter, with the planted
+ * fault's directory on its PYTHONPATH when FAULTY. */
+static void official_build(const char *name, bool faulty)
+{
+    long st = 0;
+    char env[600] = "{}";
+    if (faulty)
+        snprintf(env, sizeof env, "{\"PYTHONPATH\":\"%s/tests/helpers/planted_inductor_fault\"}",
+                 tu_bin("CAPD_SOURCE_DIR"));
+    json_t *b =
+        tu_jsonf(&capd, "POST", "/v1/builds", &st, "{\"name\":\"%s\",\"python\":\"%s\",\"env\":%s}",
+                 name, af_official_python(), env);
+    char *d = af_dump(b);
+    cr_assert_eq(st, 201, "register %s: %s", name, d);
+    free(d);
+    json_decref(b);
+}
+
+/* mlp forward at avx2, eager, aot_eager and inductor, judged by float64,
+ * of BUILD at COMMIT; waited for, its id (owned). */
+static char *modes_job(const char *build, const char *commit)
+{
+    long st = 0;
+    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\",\"matrix\":{"
+                         "\"models\":[\"mlp\"],\"widths\":[\"avx2\"],\"passes\":[\"forward\"],"
+                         "\"modes\":[\"eager\",\"aot_eager\",\"inductor\"]},\"options\":{"
+                         "\"iterations\":0,\"reference\":\"float64\",\"capture\":\"sample\"}}",
+                         commit, build);
+    cr_assert_eq(st, 201, "submit: %ld", st);
+    char *id = strdup(jw_str(j, "id"));
+    json_decref(j);
+    json_t *done = tu_wait_job(&capd, id, 900);
+    cr_assert_not_null(done, "job %s finished", id);
+    json_decref(done);
+    return id;
+}
+
+/* GET PATH, which must answer 200 (owned). */
+static json_t *get_ok(const char *path)
+{
+    long st = 0;
+    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
+    char *d = af_dump(r);
+    cr_assert_eq(st, 200, "GET %s: %ld %s", path, st, d);
+    free(d);
+    return r;
+}
+
+/* The id of MODE's cell of job ID (owned). */
+static char *cell_id(const char *id, const char *mode)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = get_ok(path), *c;
+    size_t i;
+    char *out = NULL;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        if (!out && strcmp(jw_str(c, "mode"), mode) == 0)
+            out = strdup(jw_str(c, "id"));
+    }
+    cr_assert_not_null(out, "no %s cell", mode);
+    json_decref(j);
+    return out;
+}
+
+Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = stop,
+     .timeout = 1700)
+{
+    official_build("clean", false);
+    official_build("faulty", true);
+    char *clean = modes_job("clean", "c1ea001"), *bad = modes_job("faulty", "bad0001");
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/modes", clean);
+    json_t *r = get_ok(path);
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", af_dump(r));
+    json_decref(r);
+    char *l = af_wait_label(&capd, clean, "compiler_bisect_auto", 60);
+    cr_assert_str_eq(l, "nothing diverged");
+    free(l);
+
+    /* the right cells: inductor left eager beyond the float64 rule,
+     * aot_eager (which lowers nothing) did not */
+    snprintf(path, sizeof path, "/v1/jobs/%s/modes", bad);
+    r = get_ok(path);
+    char *rs = af_dump(r);
+    const struct jw_want mw[] = {JW_S("verdict", "diverged"),
+                                 JW_S("reference", "float64"),
+                                 JW_S("modes.0.mode", "aot_eager"),
+                                 JW_S("modes.0.verdict", "pass"),
+                                 JW_S("modes.1.mode", "inductor"),
+                                 JW_S("modes.1.verdict", "diverged"),
+                                 JW_S("modes.1.first_divergence.rule", "reference_float64")};
+    jw_expect_all(r, mw);
+    cr_log_info("mode self-check of the faulty build: %s", rs);
+    free(rs);
+    json_decref(r);
+    l = af_wait_label(&capd, bad, "compiler_bisect_auto", 60);
+    cr_assert_str_eq(l, "bisecting 1");
+    free(l);
+
+    /* the bisection names the lowering */
+    char *ind = cell_id(bad, "inductor");
+    snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/compiler-bisect", bad, ind);
+    r = af_get_settled(&capd, path, 900);
+    rs = af_dump(r);
+    const struct jw_want bw[] = {JW_S("state", "ok"), JW_T("result.narrowed"),
+                                 JW_S("result.backend", "inductor"),
+                                 JW_S("result.subsystem", "lowerings")};
+    jw_expect_all(r, bw);
+    cr_assert(strstr(jw_str(r, "result.debug_info"), "relu"), "%s", rs);
+    cr_assert(strstr(jw_str(r, "result.command"), "capd_runner.compbisect"), "%s", rs);
+    cr_log_info("compiler bisection: %s", rs);
+    free(rs);
+    json_decref(r);
+    free(ind);
+    free(clean);
+    free(bad);
+}
