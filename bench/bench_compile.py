@@ -11,12 +11,13 @@ modes eager, aot_eager and inductor; capd started with its defaults
 cell, against its eager cell:
 
 * cell wall: the cell's duration (what a user pays for it: interpreter,
-  capture runs, float64 reference, compile, timing processes);
+  capture runs, compile, timing processes);
 * compile: the runner's cold compile in the capture process (its
   ``compile_s`` note) over the eager cell's duration;
 * capture: the cell's duration less its cold compile, over the eager
-  cell's duration (the capture and timing overhead of a compiled cell
-  once its compile is paid);
+  cell's duration (what a compiled cell costs besides that compile: its
+  capture runs and timing processes, each of which compiles again from
+  the cell's warm cache before its warmup);
 * steady state: the median of the timing processes' medians over the eager
   cell's (the compiled code's speed; < 1 is faster).
 
