@@ -280,41 +280,40 @@ def hold_isa(spec):
     at width amx. Returns the ISAs taken out (their names), [] for none;
     never raises."""
     names = HELD_OUT.get(getattr(spec, "width", None) or "", ())
-    if not names:
+    mod = _isa_module("valid_vec_isa_list") if names else None
+    if mod is None:
         return []
-    import importlib
-    for modname in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:
-            continue
-        fn = getattr(mod, "valid_vec_isa_list", None)
-        classes = tuple(getattr(mod, n) for n in names if hasattr(mod, n))
-        if fn is None:
-            continue
-        try:
-            isas = fn()
-            out = [str(i) for i in isas if classes and isinstance(i, classes)]
-            isas[:] = [i for i in isas if not (classes and isinstance(i, classes))]
-        except Exception:
-            return []
-        return out
-    return []
+    classes = tuple(getattr(mod, n) for n in names if hasattr(mod, n))
+    try:
+        isas = mod.valid_vec_isa_list()
+        out = [str(i) for i in isas if classes and isinstance(i, classes)]
+        isas[:] = [i for i in isas if not (classes and isinstance(i, classes))]
+    except Exception:
+        return []
+    return out
 
 
-def _vec_isa_text():
-    """str(pick_vec_isa()): Inductor's vector ISA (probes the CPU and the
-    compiler once a process)."""
+def _isa_module(attr):
+    """Inductor's module of its vector ISAs that has ATTR
+    (torch._inductor.cpu_vec_isa; codecache before torch 2.4), or None."""
     import importlib
     for name in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):
         try:
             mod = importlib.import_module(name)
         except Exception:
             continue
-        fn = getattr(mod, "pick_vec_isa", None)
-        if fn is not None:
-            return str(fn())
-    raise RuntimeError("no pick_vec_isa in torch._inductor.cpu_vec_isa or .codecache")
+        if getattr(mod, attr, None) is not None:
+            return mod
+    return None
+
+
+def _vec_isa_text():
+    """str(pick_vec_isa()): Inductor's vector ISA (probes the CPU and the
+    compiler once a process)."""
+    mod = _isa_module("pick_vec_isa")
+    if mod is None:
+        raise RuntimeError("no pick_vec_isa in torch._inductor.cpu_vec_isa or .codecache")
+    return str(mod.pick_vec_isa())
 
 
 def prepare(torch, spec):
