@@ -8,8 +8,10 @@
  * aot_eager cells not: aot_eager lowers nothing), and the compiler
  * bisection capd starts by itself names that lowering: backend inductor,
  * subsystem lowerings, the relu node, with the command that repeats it.
- * The same model on the clean official build passes the mode self-check
- * and starts no bisection. Needs the official-build lane
+ * The zoo's models that need nothing beyond torch (mlp, cnn, transformer,
+ * lstm, embedding_bag) on the clean official build pass the mode
+ * self-check, compiled within the float64 rule of eager, and start no
+ * bisection. Needs the official-build lane
  * (CAPD_OFFICIAL_PYTHON); skipped, saying why, without it.
  */
 #include <criterion/criterion.h>
@@ -52,17 +54,18 @@ static void official_build(const char *name, bool faulty)
     json_decref(b);
 }
 
-/* mlp forward at avx2, eager, aot_eager and inductor, judged by float64,
- * of BUILD at COMMIT; waited for, its id (owned). */
-static char *modes_job(const char *build, const char *commit)
+/* MODELS (JSON list items) forward at avx2, eager, aot_eager and
+ * inductor, judged by float64, of BUILD at COMMIT; waited for, its id
+ * (owned). */
+static char *modes_job(const char *build, const char *commit, const char *models)
 {
     long st = 0;
     json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
                          "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\",\"matrix\":{"
-                         "\"models\":[\"mlp\"],\"widths\":[\"avx2\"],\"passes\":[\"forward\"],"
+                         "\"models\":[%s],\"widths\":[\"avx2\"],\"passes\":[\"forward\"],"
                          "\"modes\":[\"eager\",\"aot_eager\",\"inductor\"]},\"options\":{"
                          "\"iterations\":0,\"reference\":\"float64\",\"capture\":\"sample\"}}",
-                         commit, build);
+                         commit, build, models);
     cr_assert_eq(st, 201, "submit: %ld", st);
     char *id = strdup(jw_str(j, "id"));
     json_decref(j);
@@ -106,11 +109,17 @@ Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = s
 {
     official_build("clean", false);
     official_build("faulty", true);
-    char *clean = modes_job("clean", "c1ea001"), *bad = modes_job("faulty", "bad0001");
+    char *clean =
+        modes_job("clean", "c1ea001", "\"mlp\",\"cnn\",\"transformer\",\"lstm\",\"embedding_bag\"");
+    char *bad = modes_job("faulty", "bad0001", "\"mlp\"");
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", clean);
     json_t *r = get_ok(path);
-    cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", af_dump(r));
+    char *rs = af_dump(r);
+    cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", rs);
+    cr_assert_eq(jw_num(r, "modes.1.counts.compared"), 5, "%s", rs);
+    cr_log_info("mode self-check of the zoo: %s", rs);
+    free(rs);
     json_decref(r);
     char *l = af_wait_label(&capd, clean, "compiler_bisect_auto", 60);
     cr_assert_str_eq(l, "nothing diverged");
@@ -120,7 +129,7 @@ Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = s
      * aot_eager (which lowers nothing) did not */
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", bad);
     r = get_ok(path);
-    char *rs = af_dump(r);
+    rs = af_dump(r);
     const struct jw_want mw[] = {JW_S("verdict", "diverged"),
                                  JW_S("reference", "float64"),
                                  JW_S("modes.0.mode", "aot_eager"),
