@@ -50,7 +50,13 @@ static void start_with_fake(struct af_env *e, const char *config_json)
 
 static void stop(struct af_env *e)
 {
-    cr_assert_eq(tu_capd_stop(&e->c), 0, "capd exits 0 on SIGTERM");
+    int rc = tu_capd_stop(&e->c);
+    if (rc != 0) {
+        char *log = tu_slurp(e->c.errlog);
+        size_t n = log ? strlen(log) : 0;
+        cr_assert_fail("capd exits 0 on SIGTERM, not %d; its log ends: ...%s", rc,
+                       log ? (n > 4000 ? log + n - 4000 : log) : "(none)");
+    }
     tu_sh("rm -rf '%s'", e->dir);
 }
 
