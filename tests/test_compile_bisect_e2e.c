@@ -9,9 +9,9 @@
  * bisection capd starts by itself names that lowering: backend inductor,
  * subsystem lowerings, the relu node, with the command that repeats it.
  * The zoo's models that need nothing beyond torch (mlp, cnn, transformer,
- * lstm, embedding_bag) on the clean official build pass the mode
- * self-check, compiled within the float64 rule of eager, and start no
- * bisection. Needs the official-build lane
+ * lstm, embedding_bag) under inductor on the clean official build pass
+ * the mode self-check at every x86 width this host runs, compiled within
+ * the float64 rule of eager, and start no bisection. Needs the official-build lane
  * (CAPD_OFFICIAL_PYTHON); skipped, saying why, without it.
  */
 #include <criterion/criterion.h>
@@ -54,18 +54,18 @@ static void official_build(const char *name, bool faulty)
     json_decref(b);
 }
 
-/* MODELS (JSON list items) forward at avx2, eager, aot_eager and
- * inductor, judged by float64, of BUILD at COMMIT; waited for, its id
- * (owned). */
-static char *modes_job(const char *build, const char *commit, const char *models)
+/* MODELS forward at WIDTHS in MODES (each the items of a JSON list),
+ * judged by float64, of BUILD at COMMIT; waited for, its id (owned). */
+static char *modes_job(const char *build, const char *commit, const char *models,
+                       const char *widths, const char *modes)
 {
     long st = 0;
     json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
                          "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\",\"matrix\":{"
-                         "\"models\":[%s],\"widths\":[\"avx2\"],\"passes\":[\"forward\"],"
-                         "\"modes\":[\"eager\",\"aot_eager\",\"inductor\"]},\"options\":{"
+                         "\"models\":[%s],\"widths\":[%s],\"passes\":[\"forward\"],"
+                         "\"modes\":[%s]},\"options\":{"
                          "\"iterations\":0,\"reference\":\"float64\",\"capture\":\"sample\"}}",
-                         commit, build, models);
+                         commit, build, models, widths, modes);
     cr_assert_eq(st, 201, "submit: %ld", st);
     char *id = strdup(jw_str(j, "id"));
     json_decref(j);
@@ -73,6 +73,21 @@ static char *modes_job(const char *build, const char *commit, const char *models
     cr_assert_not_null(done, "job %s finished", id);
     json_decref(done);
     return id;
+}
+
+/* The x86 widths this host runs as the items of a JSON list, their count
+ * in *N. */
+static void runnable_widths(char *buf, size_t size, int *n)
+{
+    static const char *const x86[] = {"default", "avx2", "avx512", "amx"};
+    buf[0] = 0;
+    *n = 0;
+    for (size_t i = 0; i < sizeof x86 / sizeof x86[0]; i++) {
+        if (!tu_width_runnable(&capd, x86[i]))
+            continue;
+        snprintf(buf + strlen(buf), size - strlen(buf), "%s\"%s\"", buf[0] ? "," : "", x86[i]);
+        ++*n;
+    }
 }
 
 /* GET PATH, which must answer 200 (owned). */
@@ -109,15 +124,21 @@ Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = s
 {
     official_build("clean", false);
     official_build("faulty", true);
+    char widths[128];
+    int nw;
+    runnable_widths(widths, sizeof widths, &nw);
     char *clean =
-        modes_job("clean", "c1ea001", "\"mlp\",\"cnn\",\"transformer\",\"lstm\",\"embedding_bag\"");
-    char *bad = modes_job("faulty", "bad0001", "\"mlp\"");
+        modes_job("clean", "c1ea001", "\"mlp\",\"cnn\",\"transformer\",\"lstm\",\"embedding_bag\"",
+                  widths, "\"eager\",\"inductor\"");
+    char *bad = modes_job("faulty", "bad0001", "\"mlp\"", "\"avx2\"",
+                          "\"eager\",\"aot_eager\",\"inductor\"");
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", clean);
     json_t *r = get_ok(path);
     char *rs = af_dump(r);
     cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", rs);
-    cr_assert_eq(jw_num(r, "modes.1.counts.compared"), 5, "%s", rs);
+    cr_assert_str_eq(jw_str(r, "modes.0.mode"), "inductor", "%s", rs);
+    cr_assert_eq(jw_num(r, "modes.0.counts.compared"), 5 * nw, "%s", rs);
     cr_log_info("mode self-check of the zoo: %s", rs);
     free(rs);
     json_decref(r);
