@@ -519,6 +519,7 @@ Test(devices, gpu_cell_sees_only_its_device)
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    cr_assert_str_eq(s_(env, "NCCL_NVLS_ENABLE"), "0");
     json_decref(env);
     /* GPU runtimes reserve address space for all memory: no RLIMIT_AS. */
     json_t *echo = cell_echo(&dev, job, s_(cell, "id"));
@@ -535,6 +536,7 @@ Test(devices, gpu_cell_sees_only_its_device)
     env = cell_environ(&dev, job, s_(cell, "id"));
     cr_assert_null(json_object_get(env, "CUDA_VISIBLE_DEVICES"));
     cr_assert_null(json_object_get(env, "ROCR_VISIBLE_DEVICES"));
+    cr_assert_null(json_object_get(env, "NCCL_NVLS_ENABLE"));
     json_decref(env);
     echo = cell_echo(&dev, job, s_(cell, "id"));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(echo, "rlimits"), "as")), -1,
@@ -566,6 +568,7 @@ Test(devices, amd_visibility_stacks)
     cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), "1");
     cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), "0");
     cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "0");
+    cr_assert_str_eq(s_(env, "NCCL_NVLS_ENABLE"), "0");
     json_decref(env);
     stop(&dev);
 }

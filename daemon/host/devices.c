@@ -544,17 +544,22 @@ bool devices_may_claim_gpu(struct devices *dv)
  * PCI bus order as for the probe). On AMD the layers stack: ROCr filters
  * first (ROCR_VISIBLE_DEVICES), and HIP_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES
  * then index what ROCr left, so after ROCR_VISIBLE_DEVICES=i the device is
- * 0 for them; the same i in all three would hide it.
+ * 0 for them; the same i in all three would hide it. NCCL_NVLS_ENABLE=0
+ * keeps NCCL (RCCL reads the same name) off NVLink multicast, which a
+ * device shared with other cells, or a host whose fabric manager does not
+ * offer it, cannot give every process.
  */
 static json_t *visibility_env(bool amd, int index)
 {
     char i[16];
     snprintf(i, sizeof i, "%d", index);
     if (amd)
-        return json_pack("{s:s,s:s,s:s,s:s}", "ROCR_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", "0",
-                         "CUDA_VISIBLE_DEVICES", "0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-    return json_pack("{s:s,s:s,s:s,s:s}", "CUDA_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", i,
-                     "ROCR_VISIBLE_DEVICES", i, "CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+        return json_pack("{s:s,s:s,s:s,s:s,s:s}", "ROCR_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES",
+                         "0", "CUDA_VISIBLE_DEVICES", "0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID",
+                         "NCCL_NVLS_ENABLE", "0");
+    return json_pack("{s:s,s:s,s:s,s:s,s:s}", "CUDA_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", i,
+                     "ROCR_VISIBLE_DEVICES", i, "CUDA_DEVICE_ORDER", "PCI_BUS_ID",
+                     "NCCL_NVLS_ENABLE", "0");
 }
 
 int devices_acquire(struct devices *dv, struct store_cell_run *run, int *index, char *reason,
