@@ -2,6 +2,7 @@
 defaults a user gets (no perf options; builds as registered, prefork off).
 
     bench_perf_verdicts.py --capd BIN [--python PY] [--aa N] [--quick] [--out FILE]
+                           [--keep-db PATH]
 
 - A/A: N (default 10) comparisons of a 12-cell zoo matrix (mlp, cnn,
   transformer x the widths the host runs, narrowed to 12 cells, forward and
@@ -212,6 +213,17 @@ def power(capd, ctl, matrix, opts, fractions, out):
             }
 
 
+def keep_db(db, dest):
+    """A consistent copy of the database DB at DEST (capd has stopped; the
+    backup API folds in any write-ahead log)."""
+    import sqlite3
+    src, dst = sqlite3.connect(db), sqlite3.connect(dest)
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--capd", required=True)
@@ -221,6 +233,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 A/A comparisons, 25%% power only")
     ap.add_argument("--models", default="mlp,cnn,transformer")
     ap.add_argument("--out")
+    ap.add_argument("--keep-db", metavar="PATH",
+                    help="copy capd's database here at the end (every observation, so "
+                         "its comparisons can be judged again under another rule)")
     args = ap.parse_args()
     # Stopped from outside, it still stops the capd it started (finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -268,6 +283,8 @@ def main():
         # Stopped from outside (a time limit), the figures so far are
         # written all the same, with "complete": false.
         capd.stop()
+        if args.keep_db:
+            keep_db(os.path.join(work, "data", "capd.db"), args.keep_db)
         res.setdefault("complete", False)
         res["load_after"] = loadavg()
         bench_e2e.emit(res, args.out)

@@ -573,6 +573,16 @@ struct cmp_perf_times {
     double device_ns;                            /* the device's time (a GPU cell) */
 };
 
+/*
+ * `same` is an equivalence test (two one-sided tests, TOST): each side of
+ * the band [1 - perf_threshold, 1 + perf_threshold] rejected at this level,
+ * i.e. the 1 - 2 * CMP_EQUIV_ALPHA (90%) interval inside the band. An
+ * alarm keeps the stricter alpha (0.01) and its 99% interval: a false
+ * `same` hides a change smaller than the interval can resolve, a false
+ * alarm fails a build (docs/compare.md, "verdict").
+ */
+#define CMP_EQUIV_ALPHA 0.05
+
 struct cmp_perf {
     enum cmp_perf_design design;
     size_t n_control, n_head;             /* observations: timing processes (pairs when paired) */
@@ -580,6 +590,7 @@ struct cmp_perf {
     double control_median_ns, head_median_ns; /* medians of the process medians */
     double ratio;        /* head / control: of medians, or exp(mean log pair ratio) */
     double ci_lo, ci_hi; /* 99% interval of the ratio (bootstrap; t paired); NaN if none */
+    double eq_lo, eq_hi; /* the 1 - 2 CMP_EQUIV_ALPHA (90%) interval behind `same`; NaN if none */
     double u;            /* Mann-Whitney U of the head (unpaired) or t (paired) */
     double p_value;      /* two-sided; NaN when not tested */
     bool p_exact;        /* exact distribution (else normal approximation; paired: t) */

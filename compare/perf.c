@@ -352,12 +352,13 @@ static double median_copy(const double *v, size_t n, double *tmp)
 
 /*
  * Percentile bootstrap of the unpaired ratio, B resamples, 0.5% and 99.5%
- * points (numpy's linear interpolation): resample each side's observations
- * and take the ratio of the medians; resamples whose control median is 0
- * are dropped. With none left the interval is NaN.
+ * points (numpy's linear interpolation) into OUT's ci_lo/ci_hi and the
+ * CMP_EQUIV_ALPHA points into eq_lo/eq_hi: resample each side's
+ * observations and take the ratio of the medians; resamples whose control
+ * median is 0 are dropped. With none left the intervals are NaN.
  */
 static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, int b,
-                        uint64_t seed, double *lo, double *hi)
+                        uint64_t seed, struct cmp_perf *out)
 {
     int rc = -ENOMEM;
     size_t nmax = nc > nh ? nc : nh;
@@ -366,7 +367,6 @@ static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, 
     struct rng r;
     size_t nr = 0;
 
-    *lo = *hi = NAN;
     if (tmp == NULL || ratios == NULL)
         goto out;
     rng_seed(&r, seed);
@@ -382,8 +382,10 @@ static int bootstrap_ci(const double *c, size_t nc, const double *h, size_t nh, 
     }
     if (nr > 0) {
         qsort(ratios, nr, sizeof(*ratios), cmp_double);
-        *lo = percentile_sorted(ratios, nr, 0.005);
-        *hi = percentile_sorted(ratios, nr, 0.995);
+        out->ci_lo = percentile_sorted(ratios, nr, 0.005);
+        out->ci_hi = percentile_sorted(ratios, nr, 0.995);
+        out->eq_lo = percentile_sorted(ratios, nr, CMP_EQUIV_ALPHA);
+        out->eq_hi = percentile_sorted(ratios, nr, 1.0 - CMP_EQUIV_ALPHA);
     }
     rc = 0;
 out:
@@ -501,27 +503,26 @@ static enum cmp_perf_verdict decide(const struct cmp_perf *p, const struct cmp_o
 {
     double t = o->perf_threshold;
     bool ci = !isnan(p->ci_lo) && !isnan(p->ci_hi);
+    bool same = !isnan(p->eq_lo) && p->eq_lo >= 1.0 - t && p->eq_hi <= 1.0 + t;
     if (p->n_control == 0 || p->n_head == 0 || p->min_p >= o->alpha)
         return CMP_PERF_INSUFFICIENT_DATA;
-    /* Paired, a change whose interval lies wholly past the threshold at
-     * alpha is decided whatever the spread: both members of a pair ran
-     * under the same conditions, so the interval of the ratios carries all
-     * the noise. Unpaired, the two sides may have been timed hours apart
-     * under other loads, which no interval sees: spread comes first. */
+    /* Paired, the intervals decide whatever the spread: both members of a
+     * pair ran under the same conditions, so the intervals of the ratios
+     * carry all the noise. Unpaired, the two sides may have been timed
+     * hours apart under other loads, which no interval sees: spread comes
+     * first. */
     enum cmp_perf_verdict alarm = CMP_PERF_UNKNOWN; /* none */
     if (ci && p->p_value < o->alpha && p->ci_lo > 1.0 + t)
         alarm = CMP_PERF_REGRESSION;
     else if (ci && p->p_value < o->alpha && p->ci_hi < 1.0 - t)
         alarm = CMP_PERF_IMPROVEMENT;
-    if (alarm != CMP_PERF_UNKNOWN && p->design == CMP_PERF_PAIRED)
-        return alarm;
+    if (p->design == CMP_PERF_PAIRED && (alarm != CMP_PERF_UNKNOWN || same))
+        return alarm != CMP_PERF_UNKNOWN ? alarm : CMP_PERF_SAME;
     if (p->spread > t)
         return CMP_PERF_UNSTABLE;
     if (alarm != CMP_PERF_UNKNOWN || !ci)
         return alarm;
-    if (p->ci_lo >= 1.0 - t && p->ci_hi <= 1.0 + t)
-        return CMP_PERF_SAME;
-    return CMP_PERF_UNKNOWN;
+    return same ? CMP_PERF_SAME : CMP_PERF_UNKNOWN;
 }
 
 static bool obs_ok(const double *v, size_t n)
@@ -567,9 +568,11 @@ static int paired(const double *c, const double *h, size_t n, double *tmp, doubl
         out->u = mean == 0 ? 0 : copysign(INFINITY, mean);
         out->p_value = mean == 0 ? 1.0 : 0.0;
     }
-    double half = cmp_t_quantile(0.01, df) * se;
+    double half = cmp_t_quantile(0.01, df) * se, eq = cmp_t_quantile(2 * CMP_EQUIV_ALPHA, df) * se;
     out->ci_lo = exp(mean - half);
     out->ci_hi = exp(mean + half);
+    out->eq_lo = exp(mean - eq);
+    out->eq_hi = exp(mean + eq);
     out->mde = mde_of(out, o->alpha, var, 1.0 / sqrt((double)n), df);
     return 0;
 }
@@ -601,8 +604,7 @@ static int unpaired(const double *c, size_t nc, const double *h, size_t nh, doub
     out->mde = mde_of(out, o->alpha, var, sqrt(1.0 / (double)nc + 1.0 / (double)nh), 0);
     rc = 0;
     if (o->bootstrap_resamples > 0)
-        rc = bootstrap_ci(c, nc, h, nh, o->bootstrap_resamples, o->bootstrap_seed, &out->ci_lo,
-                          &out->ci_hi);
+        rc = bootstrap_ci(c, nc, h, nh, o->bootstrap_resamples, o->bootstrap_seed, out);
 out:
     free(ic);
     free(ih);
@@ -629,7 +631,8 @@ int cmp_perf_compare(const double *control, size_t nc, const double *head, size_
     out->n_control = nc;
     out->n_head = nh;
     out->control_median_ns = out->head_median_ns = out->ratio = NAN;
-    out->ci_lo = out->ci_hi = out->u = out->p_value = out->hl_shift_ns = NAN;
+    out->ci_lo = out->ci_hi = out->eq_lo = out->eq_hi = NAN;
+    out->u = out->p_value = out->hl_shift_ns = NAN;
     out->spread = out->mde = NAN;
     out->min_p = 1.0;
     out->min_n = min_n_of(design, opt->alpha);

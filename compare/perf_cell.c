@@ -224,19 +224,28 @@ static void reason(const struct cmp_perf *p, const struct cmp_options *o, char *
                  100 * o->perf_threshold);
         break;
     case CMP_PERF_UNKNOWN:
-        snprintf(buf, len, "the interval is neither past nor within 1 +- %g", o->perf_threshold);
+        snprintf(buf, len,
+                 "neither the 99%% interval lies past 1 +- %g nor the 90%% interval within it",
+                 o->perf_threshold);
         break;
     default:
         buf[0] = 0;
     }
 }
 
+static int interval_json(json_t *o, const char *key, double lo, double hi)
+{
+    if (!isfinite(lo) || !isfinite(hi))
+        return cmp__set(o, key, json_null());
+    json_t *ci = json_pack("[f,f]", lo, hi);
+    return ci ? cmp__set(o, key, ci) : -ENOMEM;
+}
+
+/* "ci99", the alarms' interval, and "ci90", the equivalence test's (`same`). */
 static int ci_json(json_t *o, const struct cmp_perf *p)
 {
-    if (!isfinite(p->ci_lo) || !isfinite(p->ci_hi))
-        return cmp__set(o, "ci99", json_null());
-    json_t *ci = json_pack("[f,f]", p->ci_lo, p->ci_hi);
-    return ci ? cmp__set(o, "ci99", ci) : -ENOMEM;
+    int rc = interval_json(o, "ci99", p->ci_lo, p->ci_hi);
+    return rc ? rc : interval_json(o, "ci90", p->eq_lo, p->eq_hi);
 }
 
 /* Why the basis is not own time, in one sentence; "" when it is. */

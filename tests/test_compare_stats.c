@@ -300,10 +300,20 @@ Test(perf, paired_decisive_change_before_spread)
     cr_assert(p.spread > 0.05, "spread %g", p.spread);
     cr_assert(p.ci_lo > 1.05 && p.p_value < 0.01, "ci %g..%g p %g", p.ci_lo, p.ci_hi, p.p_value);
     cr_assert_eq(p.verdict, CMP_PERF_REGRESSION);
+    /* Centred, the same spread: the 90% interval lies within 1 +- 0.05, so
+     * the pairs say `same` whatever the spread (the equivalence test) */
     for (int i = 0; i < 5; i++)
         h[i] = 1e6 * exp(lr[i] - 0.25);
     p = perf_of(c, 5, h, 5, CMP_PERF_PAIRED);
     cr_assert(p.spread > 0.05, "spread %g", p.spread);
+    cr_assert(p.eq_lo >= 0.95 && p.eq_hi <= 1.05, "ci90 %g..%g", p.eq_lo, p.eq_hi);
+    cr_assert(p.ci_lo < 0.95, "the 99%% interval alone would not: %g", p.ci_lo);
+    cr_assert_eq(p.verdict, CMP_PERF_SAME, "ci90 %g..%g", p.eq_lo, p.eq_hi);
+    /* twice that spread: neither interval decides, and the spread says why */
+    for (int i = 0; i < 5; i++)
+        h[i] = 1e6 * exp(2 * (lr[i] - 0.25));
+    p = perf_of(c, 5, h, 5, CMP_PERF_PAIRED);
+    cr_assert(p.eq_hi > 1.05, "ci90 %g..%g", p.eq_lo, p.eq_hi);
     cr_assert_eq(p.verdict, CMP_PERF_UNSTABLE, "ci %g..%g", p.ci_lo, p.ci_hi);
     /* improvements the same way */
     for (int i = 0; i < 5; i++)
@@ -357,4 +367,32 @@ Test(perf, bootstrap_is_deterministic)
         cr_assert_eq(p3.verdict, CMP_PERF_UNKNOWN, "no interval, no verdict either way");
         cmp_options_init(&o);
     }
+}
+
+/* `same` is an equivalence test at CMP_EQUIV_ALPHA (two one-sided tests):
+ * its 90% interval inside 1 +- threshold, where the 99% interval of the
+ * alarms would reach past it; both intervals are reported. */
+Test(perf, same_is_an_equivalence_test)
+{
+    double c[8] = {1.00e6, 1.03e6, 0.97e6, 1.02e6, 0.98e6, 1.00e6, 1.01e6, 0.99e6};
+    double h[8] = {1.04e6, 1.00e6, 1.03e6, 0.99e6, 1.05e6, 1.01e6, 0.98e6, 1.02e6};
+    struct cmp_perf p = perf_of(c, 8, h, 8, CMP_PERF_UNPAIRED);
+    cr_assert(p.ci_lo <= p.eq_lo && p.eq_hi <= p.ci_hi, "ci99 %g..%g ci90 %g..%g", p.ci_lo, p.ci_hi,
+              p.eq_lo, p.eq_hi);
+    cr_assert(p.ci_lo < 0.95 || p.ci_hi > 1.05, "the 99%% interval alone would not: %g..%g",
+              p.ci_lo, p.ci_hi);
+    cr_assert(p.eq_lo >= 0.95 && p.eq_hi <= 1.05, "ci90 %g..%g", p.eq_lo, p.eq_hi);
+    cr_assert_eq(p.verdict, CMP_PERF_SAME);
+    /* paired: the 90% t interval, exp(mean +- t(0.90, n-1) s / sqrt(n)) */
+    p = perf_of(c, 8, h, 8, CMP_PERF_PAIRED);
+    double lr[8], mean = 0, ss = 0;
+    for (int i = 0; i < 8; i++)
+        mean += (lr[i] = log(h[i] / c[i])) / 8;
+    for (int i = 0; i < 8; i++)
+        ss += (lr[i] - mean) * (lr[i] - mean);
+    double half = 1.894579 * sqrt(ss / 7 / 8); /* t tables: 0.95 point, 7 df */
+    cr_assert_float_eq(p.eq_lo, exp(mean - half), 1e-4);
+    cr_assert_float_eq(p.eq_hi, exp(mean + half), 1e-4);
+    cr_assert(p.ci_hi > 1.05, "ci99 %g..%g", p.ci_lo, p.ci_hi);              /* 0.965..1.068 */
+    cr_assert_eq(p.verdict, CMP_PERF_SAME, "ci90 %g..%g", p.eq_lo, p.eq_hi); /* 0.987..1.043 */
 }

@@ -172,12 +172,16 @@ if [[ " $STAGES " == *" 5 "* ]]; then
             kill -TERM "$CAPD"; sleep 1
         fi
         if [ "${PERF_CPU_BENCH:-1}" != 0 ]; then
-            # The defaults but for who runs the cells (root, on this throw-away host).
-            printf '{"run_as_user": "", "allow_root_cells": true}\n' >/tmp/capd-bench.json
+            # The defaults but for who runs the cells (root, on this throw-away
+            # host) and cells in parallel, as issue 35 measures this host's CPU
+            # (PERF_MAX_PARALLEL, default 4; 1 is capd's own default).
+            printf '{"run_as_user": "", "allow_root_cells": true, "max_parallel": %d}\n' \
+                "${PERF_MAX_PARALLEL:-4}" >/tmp/capd-bench.json
             echo "load before: $(cat /proc/loadavg)"
             LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" CAPD_BENCH_CONFIG=/tmp/capd-bench.json \
                 PYTHONUNBUFFERED=1 timeout "${PERF_CPU_TIMEOUT:-420}" "$PY" bench/bench_perf_verdicts.py \
-                --capd /tmp/capd-build/capd --python "$PY" --aa "${PERF_AA:-3}" --out "$RES/perf-cpu.json" 2>&1 |
+                --capd /tmp/capd-build/capd --python "$PY" --aa "${PERF_AA:-3}" --out "$RES/perf-cpu.json" \
+                --keep-db "$RES/perf-cpu.db" 2>&1 |
                 tail -40
             echo "load after: $(cat /proc/loadavg)"
         fi

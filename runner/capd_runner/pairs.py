@@ -5,9 +5,10 @@ A paired head cell (docs/runner.md, "Paired timing") times
 ``unknown`` (or cannot be tested yet), another round of half as many
 (rounded up), up to ``options.max_timing_rounds`` rounds in all. This is the same decision as capd's
 comparison (compare/perf.c and compare/student_t.c: a paired t test on the
-per-pair log ratios of the processes' fastest samples, its 99% t interval, the spread
-1.4826 MAD of the log ratios) at the comparison's defaults (perf_threshold
-0.05, alpha 0.01). Only the stopping rule uses it: the verdict a comparison
+per-pair log ratios of the processes' fastest samples, its 99% t interval for
+an alarm, its 90% t interval for ``same`` (the equivalence test at
+EQUIV_ALPHA), the spread 1.4826 MAD of the log ratios) at the comparison's
+defaults (perf_threshold 0.05, alpha 0.01). Only the stopping rule uses it: the verdict a comparison
 reports is capd's, at the comparison's own options, on all the pairs.
 """
 
@@ -15,6 +16,7 @@ import math
 
 THRESHOLD = 0.05
 ALPHA = 0.01
+EQUIV_ALPHA = 0.05  # compare/cmp.h CMP_EQUIV_ALPHA
 CF_EPS = 1e-15
 CF_TINY = 1e-300
 
@@ -100,12 +102,13 @@ def verdict(control, head, threshold=THRESHOLD, alpha=ALPHA):
         return "regression"
     if p < alpha and hi < 1.0 - threshold:
         return "improvement"
+    eq = t_quantile(2 * EQUIV_ALPHA, n - 1) * se
+    if math.exp(mean - eq) >= 1.0 - threshold and math.exp(mean + eq) <= 1.0 + threshold:
+        return "same"
     if n >= 3:
         med = median(logr)
         if math.expm1(1.4826 * median([abs(x - med) for x in logr])) > threshold:
             return "unstable"
-    if lo >= 1.0 - threshold and hi <= 1.0 + threshold:
-        return "same"
     return "unknown"
 
 

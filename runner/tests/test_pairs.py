@@ -150,7 +150,10 @@ class PairsTest(unittest.TestCase):
         lr = [0.270, 0.309, 0.269, 0.210, 0.190]
         ctl = [1.0] * 5
         self.assertEqual(pairs.verdict(ctl, [math.exp(x) for x in lr]), "regression")
-        self.assertEqual(pairs.verdict(ctl, [math.exp(x - 0.25) for x in lr]), "unstable")
+        # Centred: the 90% interval lies within 1 +- 0.05 (same, whatever
+        # the spread); with twice the spread it does not (unstable).
+        self.assertEqual(pairs.verdict(ctl, [math.exp(x - 0.25) for x in lr]), "same")
+        self.assertEqual(pairs.verdict(ctl, [math.exp(2 * (x - 0.25)) for x in lr]), "unstable")
         # The first round takes timing_pairs, later ones half, rounded up.
         self.assertEqual([pairs.round_size(4, r) for r in range(3)], [4, 2, 2])
         self.assertEqual([pairs.round_size(5, r) for r in range(3)], [5, 3, 3])
