@@ -18,6 +18,11 @@
 #      unless PERF_CPU_BENCH=0, bench/bench_perf_verdicts.py on the host's CPUs at
 #      capd's defaults (PERF_AA comparisons, default 3).
 #
+#   6. GPU cells sharing one device: the same two numerics-only GPU jobs
+#      (gpu/verify/share_job.py) under gpu_cells_per_device 1 (one cell at a
+#      time, the placement before sharing) and under capd's default, on one
+#      data dir; the wall-time ratio and every cell identical between them.
+#
 #   gpu/verify/run.sh RESULTS_DIR [STAGES]      STAGES: default "1 2 3"
 #
 # Stages 3 to 5 need capd's build dependencies: installed, or as Debian .debs in
@@ -185,5 +190,32 @@ if [[ " $STAGES " == *" 5 "* ]]; then
                 tail -40
             echo "load after: $(cat /proc/loadavg)"
         fi
+    fi
+fi
+
+if [[ " $STAGES " == *" 6 "* ]]; then
+    echo "## stage 6: GPU cells sharing one device (share_job.py)"
+    if build_capd; then
+        rm -rf /tmp/capd-data
+        for per in 1 default; do
+            extra=""
+            [ "$per" = default ] || extra=", \"gpu_cells_per_device\": $per"
+            printf '{"run_as_user": "", "allow_root_cells": true, "max_parallel": 8, "gpuinfo_timeout_ms": 60000%s}\n' \
+                "$extra" >/tmp/capd-share.json
+            LD_LIBRARY_PATH="$RUNLIB${RUNLIB:+:}${LD_LIBRARY_PATH:-}" /tmp/capd-build/capd \
+                --config /tmp/capd-share.json --data-dir /tmp/capd-data --listen 127.0.0.1:8470 \
+                >"$RES/capd-share-$per.out" 2>"$RES/capd-share-$per.log" &
+            CAPD=$!
+            for _ in $(seq 100); do grep -q listening "$RES/capd-share-$per.out" && break; sleep 0.1; done
+            LD_LIBRARY_PATH_FOR_CELLS="${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 timeout "${SHARE_TIMEOUT:-300}" \
+                "$PY" gpu/verify/share_job.py --python "$PY" --data-dir /tmp/capd-data \
+                --tag "per-$per" "$RES/share" 2>&1 | tee -a "$RES/share_job.log"
+            if [ "$per" = default ]; then
+                "$PY" gpu/verify/share_job.py --python "$PY" --data-dir /tmp/capd-data \
+                    --judge per-1 per-default "$RES/share" 2>&1 | tee -a "$RES/share_job.log"
+            fi
+            kill -TERM "$CAPD"; wait "$CAPD" 2>/dev/null
+        done
+        grep -E 'cell_device|gpu_oom|error' "$RES"/capd-share-*.log | head -20
     fi
 fi
