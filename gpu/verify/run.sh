@@ -19,7 +19,7 @@
 #      capd's defaults (PERF_AA comparisons, default 3).
 #
 #   6. GPU cells sharing one device: the same two numerics-only GPU jobs
-#      (gpu/verify/share_job.py) under gpu_cells_per_device 1 (one cell at a
+#      (16 cells, gpu/verify/share_job.py) under gpu_cells_per_device 1 (one cell at a
 #      time, the placement before sharing) and under capd's default, on one
 #      data dir; the wall-time ratio and every cell identical between them.
 #
