@@ -103,10 +103,10 @@ static int store_outcome(struct sup *s)
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
-    bool skip_gpu = false;
+    int64_t gpu_seq = STORE_GPU_NONE;
     int rc = -EAGAIN;
-    if (s->next_cb && s->next_cb(s->ud, s, &skip_gpu))
-        rc = store_cell_finish_claim(s->st, &s->run, &o, skip_gpu, &s->next);
+    if (s->next_cb && s->next_cb(s->ud, s, &gpu_seq))
+        rc = store_cell_finish_claim(s->st, &s->run, &o, gpu_seq, &s->next);
     if (rc)
         rc = store_cell_finish(s->st, &s->run, &o);
     if (rc) {
