@@ -137,11 +137,12 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         "peak_rss_bytes=?8, finished_at=CASE WHEN ?10 THEN NULL ELSE ?9 END, "
         "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
         "host_missing=?12, memory_limit_bytes=CASE WHEN ?13 > 0 THEN ?13 END, "
-        "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END WHERE seq=?1",
-        "ItitttIIIiItII", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
+        "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END, "
+        "gpu_alone=CASE WHEN ?15 THEN 1 ELSE gpu_alone END WHERE seq=?1",
+        "ItitttIIIiItIIi", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
         o->exit_code, o->signal, o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes,
         util_wall_ms(), o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes,
-        o->cpu_time_ms);
+        o->cpu_time_ms, o->requeue && o->alone ? 1 : 0);
 }
 
 int store_cell_finish(struct store *s, const struct store_cell_run *r,

@@ -37,11 +37,12 @@ static int facts_of(struct store *s, int64_t seq, struct store_gpu_cell *out)
     sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     out->peak_bytes = -1;
-    int rc = store_query(s, &st,
-                         "SELECT j.build, c.model, c.width, c.pass, c.mode, "
-                         "coalesce(json_extract(j.options_json, '$.iterations'), 20) > 0 "
-                         "FROM cells c JOIN jobs j ON j.seq = c.job_seq WHERE c.seq = ?1",
-                         "I", seq);
+    int rc =
+        store_query(s, &st,
+                    "SELECT j.build, c.model, c.width, c.pass, c.mode, "
+                    "coalesce(json_extract(j.options_json, '$.iterations'), 20) > 0 "
+                    "OR c.gpu_alone FROM cells c JOIN jobs j ON j.seq = c.job_seq WHERE c.seq = ?1",
+                    "I", seq);
     if (rc == 0 && (rc = store_step(s, st)) == 0) {
         out->cell_seq = seq;
         out->alone = sqlite3_column_int(st, 5) != 0;

@@ -146,7 +146,8 @@ int store_next_cell_numerics(struct store *s, bool *numerics, bool *untimed);
 /* What the scheduler needs to place a GPU cell (daemon/host/devices.h). */
 struct store_gpu_cell {
     int64_t cell_seq;   /* 0 when no GPU cell is queued */
-    bool alone;         /* it times (options.iterations > 0) */
+    bool alone;         /* it times (options.iterations > 0) or was queued again to run
+                         * alone (store_outcome's alone) */
     int64_t peak_bytes; /* the largest device_peak_bytes recorded by a committed
                          * cell of the same build, model, width, pass and mode; -1 */
 };
@@ -185,6 +186,7 @@ struct store_outcome {
     int64_t memory_limit_bytes; /* the limit that applied; 0 when none did */
     bool partial;
     bool requeue; /* interrupted: put the cell back in the queue */
+    bool alone;   /* with requeue: the GPU cell runs again holding its device alone */
 };
 
 /* Commits the attempt's records and the cell's outcome atomically, and

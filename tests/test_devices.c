@@ -1022,3 +1022,45 @@ Test(devices, the_memory_budget_refuses_the_next_cell)
     cr_assert_eq(max_overlap(sp, 3), 3, "without a memory figure only the count limits");
     stop(&dev);
 }
+
+/*
+ * A numerics-only cell that runs out of device memory while it shares the
+ * device runs again alone, once: then it is fine (its neighbours had the
+ * memory), or it ends oom (it needs more than the device has).
+ */
+Test(devices, out_of_device_memory_while_sharing_runs_again_alone)
+{
+    start(&dev, 1, "nvidia", "\"max_parallel\":3");
+    char *a = submit_with(&dev, "fake", "[\"fake:devoom\",\"fake:slow__1500\",\"fake:slow__1501\"]",
+                          NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    cr_assert(seen.alone_seen, "the second attempt held the device alone");
+    cr_assert_not(seen.alone_shared);
+    json_t *j = wait_ended(&dev, a);
+    json_t *oomer = NULL;
+    int64_t others_end = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        cr_assert_str_eq(s_(c, "state"), "ok", "%s: %s", s_(c, "model"), s_(c, "reason"));
+        if (strcmp(s_(c, "model"), "fake:devoom") == 0)
+            oomer = c;
+        else if (iso_ms(s_(c, "finished_at")) > others_end)
+            others_end = iso_ms(s_(c, "finished_at"));
+    }
+    cr_assert_not_null(oomer);
+    cr_assert_eq(jint(oomer, "attempts"), 2, "shared once, then alone");
+    cr_assert_geq(iso_ms(s_(oomer, "started_at")), others_end,
+                  "the second attempt waited for the device to be empty");
+    json_decref(j);
+
+    char *b = submit_with(&dev, "fake", "[\"fake:devoom__always\"]", NUMERICS_GPU);
+    j = wait_ended(&dev, b);
+    c = cell_of(j, 0);
+    cr_assert_str_eq(s_(c, "state"), "oom", "%s", s_(c, "reason"));
+    cr_assert_eq(jint(c, "attempts"), 2, "retried alone once, not more");
+    cr_assert(strstr(s_(c, "reason"), "CUDA out of memory"), "%s", s_(c, "reason"));
+    json_decref(j);
+    stop(&dev);
+}

@@ -126,6 +126,12 @@
  *                   limits, -1 for unlimited), and the spec's
  *                   "device_share" when it has one; then as ok, sleeping
  *                   :MS ms (default 0) before end.
+ *   devoom[:always] in a GPU cell that shares its device (the spec's
+ *                   "device_share" is "shared"), or always with :always:
+ *                   hello, env, and after 300 ms end oom with the reason
+ *                   the real runner gives for torch.OutOfMemoryError
+ *                   ("... OutOfMemoryError: CUDA out of memory ..."),
+ *                   exit 1; otherwise as slow:300.
  *   cpu             hello, then burn CPU forever (for RLIMIT_CPU).
  *   anything else   hello, end failed with a reason; exit 2.
  *
@@ -1398,6 +1404,20 @@ int main(void)
         out_flush();
         sleep_ms(arg_long(&c, 0));
         end_frame("ok", NULL);
+    } else if (strcmp(b, "devoom") == 0) {
+        /* What the real runner sends for torch.OutOfMemoryError. */
+        const char *share = json_string_value(json_object_get(spec, "device_share"));
+        if ((c.arg && strcmp(c.arg, "always") == 0) || (share && strcmp(share, "shared") == 0)) {
+            hello();
+            env_frame(&c, effective_width(&c));
+            out_flush();
+            sleep_ms(300);
+            end_frame("oom", "the framework could not allocate memory: OutOfMemoryError: CUDA "
+                             "out of memory. Tried to allocate 2.00 GiB");
+            out_flush();
+            exit(1);
+        }
+        ok_stream(&c, 3, 300, true);
     } else if (strcmp(b, "cpu") == 0) {
         volatile double x = 1.0;
 
