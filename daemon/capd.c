@@ -41,7 +41,8 @@ struct sup_node {
     struct sup *sup;
     int device;     /* the GPU the cell holds; -1 for none */
     bool numerics;  /* options.iterations 0 on the CPU: no timing to disturb */
-    cpu_set_t cpus; /* daemon/host/cpus.h: exclusive unless numerics */
+    bool timing;    /* options.iterations > 0, on any device */
+    cpu_set_t cpus; /* daemon/host/cpus.h: exclusive while timing */
     struct sup_node *next;
 };
 
@@ -72,9 +73,10 @@ struct capd {
      * settled: a cell handed straight to the next one (on_cell_next) never
      * shows as none running in between. */
     unsigned nrunning_shown;
-    unsigned nnumerics, ncores; /* numerics-only cells running; online CPUs */
-    struct devices *dev;        /* the GPUs (daemon/host/devices.h) */
-    struct cpus_pool cpus;      /* which CPUs each running cell holds */
+    unsigned nnumerics, ncores;     /* numerics-only cells running; online CPUs */
+    struct devices *dev;            /* the GPUs (daemon/host/devices.h) */
+    struct store_gpu_cell gpu_next; /* what gpu_gate last read of the next GPU cell */
+    struct cpus_pool cpus;          /* which CPUs each running cell holds */
     bool stopping, http_stopped;
     uint64_t stop_deadline;
 };
@@ -160,12 +162,32 @@ static void on_schedule_retry(uv_timer_t *t)
 }
 
 /*
+ * Which GPU cell the next claim may take (store_cell_claim_filtered's
+ * GPU_SEQ): the first queued GPU cell when a device can take it now
+ * (daemon/host/devices.h), else none. GPU cells start in queue order among
+ * themselves, so a timing cell waiting for an empty device keeps every
+ * GPU cell behind it from starting on any device until one is empty; CPU
+ * cells pass them all. Its facts are kept for the placement after the
+ * claim.
+ */
+static int64_t gpu_gate(struct capd *d)
+{
+    if (!d->exec->on_host) /* Slurm or the remote worker places it */
+        return store_next_gpu_cell(d->st, &d->gpu_next) == 0 ? d->gpu_next.cell_seq
+                                                             : STORE_GPU_NONE;
+    if (store_next_gpu_cell(d->st, &d->gpu_next) != 0 || d->gpu_next.cell_seq == 0 ||
+        !devices_room(d->dev, &d->gpu_next))
+        return STORE_GPU_NONE;
+    return d->gpu_next.cell_seq;
+}
+
+/*
  * Whether schedule() will claim a cell once S is gone: it then claims in
  * the transaction that stores S's outcome. Only while S holds no GPU (its
  * release would change which cells may be claimed) and the claim does not
  * depend on the numerics-only rule (which reads the queue itself).
  */
-static bool on_cell_next(void *ud, struct sup *s, bool *skip_gpu)
+static bool on_cell_next(void *ud, struct sup *s, int64_t *gpu_seq)
 {
     struct capd *d = ud;
     /* With other cells running, the next one's CPU set depends on theirs
@@ -176,7 +198,7 @@ static bool on_cell_next(void *ud, struct sup *s, bool *skip_gpu)
         if (n->sup == s) {
             if (n->device >= 0)
                 return false;
-            *skip_gpu = !devices_may_claim_gpu(d->dev);
+            *gpu_seq = gpu_gate(d);
             return true;
         }
     return false;
@@ -191,8 +213,8 @@ static void on_cell_done(void *ud, struct sup *s)
         if ((*pp)->sup == s) {
             struct sup_node *n = *pp;
             *pp = n->next;
-            devices_release(d->dev, n->device);
-            cpus_release(&d->cpus, !n->numerics, &n->cpus);
+            devices_release(d->dev, n->device, sup_cell_id(n->sup));
+            cpus_release(&d->cpus, n->timing, &n->cpus);
             d->nnumerics -= n->numerics;
             free(n);
             d->nrunning--;
@@ -226,7 +248,7 @@ static bool numerics_room(struct capd *d)
 {
     bool next = false;
     return d->nnumerics == d->nrunning && d->nrunning < (unsigned)d->cfg.max_parallel_numerics &&
-           store_next_cell_numerics(d->st, &next) == 0 && next;
+           store_next_cell_numerics(d->st, &next, NULL) == 0 && next;
 }
 
 /* The CPUs capd itself may run on are the pool the cells' sets come from. */
@@ -253,23 +275,23 @@ static void cpus_init_host(struct capd *d)
  */
 static bool cpus_room(struct capd *d)
 {
-    bool numerics = false;
+    bool numerics = false, untimed = false;
     /* a remote attempt runs on its worker's host, not on capd's CPUs */
     if (d->nrunning == 0 || !d->exec->on_host)
         return true;
-    if (store_next_cell_numerics(d->st, &numerics) != 0)
+    if (store_next_cell_numerics(d->st, &numerics, &untimed) != 0)
         return true; /* the claim reports the storage problem */
-    return cpus_can_start(&d->cpus, !numerics);
+    return cpus_can_start(&d->cpus, !untimed);
 }
 
 /* Takes N's CPU set and puts it into the spec the runner reads ("cpus"). */
 static void cpus_assign(struct capd *d, struct sup_node *n, struct store_cell_run *run)
 {
-    int rc = cpus_take(&d->cpus, !n->numerics, (int)run->opts.threads, &n->cpus);
+    int rc = cpus_take(&d->cpus, n->timing, (int)run->opts.threads, &n->cpus);
     if (rc < 0) {
         /* Claimed before its CPUs were free (a claim in the transaction of
          * an ending cell with nothing else running cannot get here). */
-        log_warn("cpus_busy", "job=%s cell=%s timing=%d", run->job_id, run->cell_id, !n->numerics);
+        log_warn("cpus_busy", "job=%s cell=%s timing=%d", run->job_id, run->cell_id, n->timing);
         CPU_ZERO(&n->cpus);
         return;
     }
@@ -298,13 +320,18 @@ static bool host_refuses(struct capd *d, struct store_cell_run *run)
     return true;
 }
 
-/* A GPU cell on capd's host takes a free device (*DEVICE); without one it
- * ends failed here, before any child exists. True when the cell was ended
- * (RUN is consumed). */
+/* A GPU cell on capd's host takes a device (*DEVICE) as the placement rule
+ * says (daemon/host/devices.h); without one it ends failed here, before
+ * any child exists. True when the cell was ended (RUN is consumed). */
 static bool gpu_refuses(struct capd *d, struct store_cell_run *run, int *device)
 {
     char why[1200];
-    if (devices_acquire(d->dev, run, device, why, sizeof why) == 0)
+    struct store_gpu_cell c = d->gpu_next;
+    bool gpu = strcmp(run->opts.device, "gpu") == 0;
+    /* the facts gpu_gate read, unless the claim took another cell */
+    if (gpu && c.cell_seq != run->cell_seq && store_gpu_cell_of(d->st, run, &c) != 0)
+        c.cell_seq = 0;
+    if (devices_acquire(d->dev, run, gpu && c.cell_seq ? &c : NULL, device, why, sizeof why) == 0)
         return false;
     struct store_outcome o = {
         .state = cell_state_name(CELL_FAILED), .exit_code = -1, .reason = why};
@@ -328,8 +355,9 @@ static void pair_cell(struct capd *d, struct store_cell_run *run)
 
 /* Claims and starts queued cells until max_parallel children run. A cell
  * whose set-up fails is already stored as failed; the next one is tried.
- * A GPU cell needs a whole device: while none is free, GPU cells stay
- * queued and CPU cells behind them are started instead. CLAIMED, when not
+ * A GPU cell needs a device that can take it (gpu_gate): while none can,
+ * GPU cells stay queued and CPU cells behind them are started instead.
+ * GPU cells count against max_parallel like any cell. CLAIMED, when not
  * NULL, is a cell already claimed (with the outcome of the cell that just
  * ended, on_cell_next): it is started first. */
 static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
@@ -345,9 +373,7 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
             claimed = NULL;
             rc = 0;
         } else {
-            rc = cpus_room(d)
-                     ? store_cell_claim_filtered(d->st, !devices_may_claim_gpu(d->dev), &run)
-                     : -ENOENT;
+            rc = cpus_room(d) ? store_cell_claim_filtered(d->st, gpu_gate(d), &run) : -ENOENT;
         }
         if (rc == -ENOENT)
             return;
@@ -367,6 +393,7 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
             return;
         }
         n->numerics = run.opts.iterations == 0 && strcmp(run.opts.device, "gpu") != 0;
+        n->timing = run.opts.iterations > 0;
         if (host_refuses(d, &run)) {
             free(n); /* stored as unsupported: no child */
             continue;
@@ -380,10 +407,12 @@ static void schedule_cells(struct capd *d, struct store_cell_run *claimed)
         if (d->exec->on_host)
             cpus_assign(d, n, &run);
         pair_cell(d, &run);
+        char cell_id[sizeof run.cell_id];
+        memcpy(cell_id, run.cell_id, sizeof cell_id);
         rc = sup_start(&d->loop, &d->cfg, d->st, &run, on_cell_done, d, &s);
         if (rc) {
-            devices_release(d->dev, device);
-            cpus_release(&d->cpus, !n->numerics, &n->cpus);
+            devices_release(d->dev, device, cell_id);
+            cpus_release(&d->cpus, n->timing, &n->cpus);
             free(n);
             continue;
         }

@@ -24,7 +24,7 @@ static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r);
 /* The first queued cell in claim order, read into R (spec and build
  * included); -ENOENT when there is none. Runs inside the caller's
  * transaction. */
-static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r)
+static int claim_select(struct store *s, int64_t gpu_seq, struct store_cell_run *r)
 {
     sqlite3_stmt *st = NULL;
     int rc =
@@ -35,13 +35,13 @@ static int claim_select(struct store *s, bool skip_gpu, struct store_cell_run *r
                      "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                      "LEFT JOIN builds b ON b.name = j.build "
                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                     "AND (?1 = 0 OR coalesce(json_extract(j.options_json, '$.device'), "
-                     "'cpu') <> 'gpu') "
+                     "AND (coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
+                     "OR c.seq = ?1) "
                      "ORDER BY c.job_seq, c.ord LIMIT 1",
                      &st);
     if (rc)
         return rc;
-    sqlite3_bind_int(st, 1, skip_gpu ? 1 : 0);
+    sqlite3_bind_int64(st, 1, gpu_seq);
     if ((rc = store_step(s, st)) != 0) {
         sqlite3_reset(st);
         return rc;
@@ -92,13 +92,13 @@ static int claim_start(struct store *s, struct store_cell_run *r)
     return store_job_refresh_state(s, r->job_seq);
 }
 
-int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r)
+int store_cell_claim_filtered(struct store *s, int64_t gpu_seq, struct store_cell_run *r)
 {
     memset(r, 0, sizeof *r);
     int rc = store_begin_flushed(s);
     if (rc)
         return rc;
-    if ((rc = claim_select(s, skip_gpu, r)) == 0)
+    if ((rc = claim_select(s, gpu_seq, r)) == 0)
         rc = claim_start(s, r);
     if ((rc = store_end(s, rc)) != 0)
         store_cell_run_clear(r);
@@ -137,11 +137,12 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         "peak_rss_bytes=?8, finished_at=CASE WHEN ?10 THEN NULL ELSE ?9 END, "
         "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
         "host_missing=?12, memory_limit_bytes=CASE WHEN ?13 > 0 THEN ?13 END, "
-        "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END WHERE seq=?1",
-        "ItitttIIIiItII", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
+        "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END, "
+        "gpu_alone=CASE WHEN ?15 THEN 1 ELSE gpu_alone END WHERE seq=?1",
+        "ItitttIIIiItIIi", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
         o->exit_code, o->signal, o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes,
         util_wall_ms(), o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes,
-        o->cpu_time_ms);
+        o->cpu_time_ms, o->requeue && o->alone ? 1 : 0);
 }
 
 int store_cell_finish(struct store *s, const struct store_cell_run *r,
@@ -164,7 +165,7 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
  * claim's refresh sets updated_at again.
  */
 int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
-                            const struct store_outcome *o, bool skip_gpu,
+                            const struct store_outcome *o, int64_t gpu_seq,
                             struct store_cell_run *next)
 {
     memset(next, 0, sizeof *next);
@@ -173,7 +174,7 @@ int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
         return rc;
     if ((rc = finish_cell(s, r, o)) != 0)
         goto out;
-    rc = claim_select(s, skip_gpu, next);
+    rc = claim_select(s, gpu_seq, next);
     if (rc && rc != -ENOENT)
         goto out;
     bool claimed = rc == 0;

@@ -26,14 +26,15 @@ int store_build_prefork_set(struct store *s, const char *name, int64_t rev, cons
 
 /* The first queued cell in the scheduler's order (store_cell_claim_filtered's),
  * whatever its device: numerics-only when its job's options.iterations is
- * 0 and it is not a GPU cell. */
-int store_next_cell_numerics(struct store *s, bool *numerics)
+ * 0 and it is not a GPU cell; untimed when iterations is 0 on any device. */
+int store_next_cell_numerics(struct store *s, bool *numerics, bool *untimed)
 {
     sqlite3_stmt *st = NULL;
+    bool un = false;
     *numerics = false;
     int rc = store_cached(s, SC_CELL_NEXT_NUMERICS,
-                          "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0 "
-                          "AND coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
+                          "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0, "
+                          "coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
                           "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                           "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
                           "ORDER BY c.job_seq, c.ord LIMIT 1",
@@ -41,10 +42,14 @@ int store_next_cell_numerics(struct store *s, bool *numerics)
     if (rc)
         return rc;
     int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *numerics = sqlite3_column_int(st, 0) != 0;
-    else if (src != SQLITE_DONE)
+    if (src == SQLITE_ROW) {
+        un = sqlite3_column_int(st, 0) != 0;
+        *numerics = un && sqlite3_column_int(st, 1) != 0;
+    } else if (src != SQLITE_DONE) {
         rc = store_rc(s, src);
+    }
     sqlite3_reset(st);
+    if (untimed)
+        *untimed = un;
     return rc;
 }

@@ -126,14 +126,36 @@ struct store_cell_run {
 };
 void store_cell_run_clear(struct store_cell_run *r);
 
+/* The one GPU cell a claim may take (store_cell_claim_filtered's GPU_SEQ):
+ * none, so that CPU cells pass the GPU cells that wait for a device. */
+#define STORE_GPU_NONE 0
+
 /* Takes the first queued cell in job order, marks it running and opens a
- * new attempt; -ENOENT when nothing is queued. With SKIP_GPU set, cells of
- * GPU jobs (options.device "gpu") are passed over: no device is free, and
- * CPU cells may run meanwhile. */
-int store_cell_claim_filtered(struct store *s, bool skip_gpu, struct store_cell_run *r);
+ * new attempt; -ENOENT when nothing is queued. Of the cells of GPU jobs
+ * (options.device "gpu") only the one whose seq is GPU_SEQ may be taken
+ * (STORE_GPU_NONE: none): the scheduler names the GPU cell a device can
+ * take now (store_next_gpu_cell), and the others are passed over, so CPU
+ * cells may run meanwhile. */
+int store_cell_claim_filtered(struct store *s, int64_t gpu_seq, struct store_cell_run *r);
 /* Whether the first queued cell (in claim order) is numerics-only: a CPU
- * cell of a job with options.iterations 0, which may run beside others. */
-int store_next_cell_numerics(struct store *s, bool *numerics);
+ * cell of a job with options.iterations 0, which may run beside others;
+ * and, whatever its device, whether it times nothing (UNTIMED: it may
+ * share CPUs; NULL when not wanted). */
+int store_next_cell_numerics(struct store *s, bool *numerics, bool *untimed);
+
+/* What the scheduler needs to place a GPU cell (daemon/host/devices.h). */
+struct store_gpu_cell {
+    int64_t cell_seq;   /* 0 when no GPU cell is queued */
+    bool alone;         /* it times (options.iterations > 0) or was queued again to run
+                         * alone (store_outcome's alone) */
+    int64_t peak_bytes; /* the largest device_peak_bytes recorded by a committed
+                         * cell of the same build, model, width, pass and mode; -1 */
+};
+/* The first queued GPU cell in claim order (cell_seq 0: none). */
+int store_next_gpu_cell(struct store *s, struct store_gpu_cell *out);
+/* The same facts of the claimed cell RUN. */
+int store_gpu_cell_of(struct store *s, const struct store_cell_run *run,
+                      struct store_gpu_cell *out);
 
 /* Ingest: records of an open attempt. Writes are batched in one transaction
  * that store_flush() (or a finishing cell) commits. HASH_ALG names the
@@ -164,6 +186,7 @@ struct store_outcome {
     int64_t memory_limit_bytes; /* the limit that applied; 0 when none did */
     bool partial;
     bool requeue; /* interrupted: put the cell back in the queue */
+    bool alone;   /* with requeue: the GPU cell runs again holding its device alone */
 };
 
 /* Commits the attempt's records and the cell's outcome atomically, and
@@ -172,13 +195,13 @@ int store_cell_finish(struct store *s, const struct store_cell_run *r,
                       const struct store_outcome *o);
 /*
  * store_cell_finish and then, in the same transaction, the claim
- * store_cell_claim_filtered(SKIP_GPU) would make: one commit per cell where
+ * store_cell_claim_filtered(GPU_SEQ) would make: one commit per cell where
  * there were two, with the same rows and events in the same order. NEXT gets
  * the claimed cell, or a zeroed NEXT (cell_seq 0) when nothing is queued. A
  * failure rolls both back.
  */
 int store_cell_finish_claim(struct store *s, const struct store_cell_run *r,
-                            const struct store_outcome *o, bool skip_gpu,
+                            const struct store_outcome *o, int64_t gpu_seq,
                             struct store_cell_run *next);
 
 /*

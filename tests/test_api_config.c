@@ -48,7 +48,8 @@ static void expect_capd_refused(const char *args, const char *named)
 }
 
 /* A config file capd cannot use stops it before it listens, its message
- * naming what is wrong: an unknown key, a known key of the wrong type, a
+ * naming what is wrong: an unknown key, a known key of the wrong type or
+ * out of its range (the GPU sharing keys at both ends), a
  * file that is not JSON (named: NULL, the message names the file) and a
  * missing file (text: NULL). */
 Test(api_config, unknown_config_key_refused)
@@ -59,6 +60,11 @@ Test(api_config, unknown_config_key_refused)
     } cases[] = {
         {"{\"max_parallel\":1,\"bogus_key\":1}", "bogus_key"},
         {"{\"max_cells_per_job\":\"many\"}", "max_cells_per_job"},
+        {"{\"gpu_cells_per_device\":0}", "gpu_cells_per_device"},
+        {"{\"gpu_cells_per_device\":65}", "gpu_cells_per_device"},
+        {"{\"gpu_memory_fraction\":0}", "gpu_memory_fraction"},
+        {"{\"gpu_memory_fraction\":1.01}", "gpu_memory_fraction"},
+        {"{\"gpu_memory_fraction\":\"0.9\"}", "gpu_memory_fraction"},
         {"{max_parallel: 1", NULL},
         {NULL, NULL},
     };

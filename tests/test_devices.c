@@ -157,7 +157,7 @@ Test(devices, hip_probe_answers_without_gpu)
 
 /* A test's capd and its probe's file, and the ids of the jobs submit
  * gave it, which stop frees. */
-#define ENV_MAX_JOBS 8
+#define ENV_MAX_JOBS 16
 struct env {
     struct tu_capd c;
     char devfile[512];
@@ -173,10 +173,13 @@ static void write_file(const char *path, const char *text)
     cr_assert_eq(rename(tmp, path), 0);
 }
 
-/* N fake NVIDIA (or AMD) devices as the probe would list them. */
-static void write_devices(struct env *e, int n, const char *platform)
+/* N fake NVIDIA (or AMD) devices of TOTAL bytes each (-1: the probe gives
+ * no memory figure) as the probe would list them. */
+static void write_devices_mem(struct env *e, int n, const char *platform, long long total)
 {
-    char buf[8192];
+    char buf[8192], mem[64] = "";
+    if (total >= 0)
+        snprintf(mem, sizeof mem, "\"total_memory_bytes\":%lld,", total);
     int o = snprintf(buf, sizeof buf,
                      "{\"probe\":\"capd-gpuinfo\",\"runtime\":\"fake\",\"platform\":\"%s\","
                      "\"devices\":[",
@@ -184,11 +187,17 @@ static void write_devices(struct env *e, int n, const char *platform)
     for (int i = 0; i < n; i++)
         o += snprintf(buf + o, sizeof buf - (size_t)o,
                       "%s{\"index\":%d,\"name\":\"Fake GPU\",\"arch\":\"sm_90\","
-                      "\"total_memory_bytes\":1073741824,\"pci_bus_id\":\"0000:%02x:00.0\"}",
-                      i ? "," : "", i, 0x10 + i);
+                      "%s\"pci_bus_id\":\"0000:%02x:00.0\"}",
+                      i ? "," : "", i, mem, 0x10 + i);
     snprintf(buf + o, sizeof buf - (size_t)o, "],\"reason\":%s}\n",
              n ? "null" : "\"fake: no device\"");
     write_file(e->devfile, buf);
+}
+
+/* N fake devices of 1 GiB each. */
+static void write_devices(struct env *e, int n, const char *platform)
+{
+    write_devices_mem(e, n, platform, 1073741824);
 }
 
 /* Starts capd with the fake probe reading E->devfile, which holds DEVICES
@@ -722,5 +731,336 @@ Test(devices, replies_match_the_openapi_spec)
     cr_assert_eq(rc, 0, "replies of /v1/devices that do not match schema/openapi.yaml");
     tu_sh("rm -rf '%s'", dir);
     free(dir);
+    stop(&dev);
+}
+
+/* ---- sharing a device (numerics-only cells) and keeping it alone ---- */
+
+/* POSTs a job of build BUILD, MODELS (a JSON array text) x avx2 x forward
+ * with OPTIONS (a JSON object text); asserts 201 and returns its id (valid
+ * until stop). */
+static char *submit_with(struct env *e, const char *build, const char *models, const char *options)
+{
+    long st = 0;
+    json_t *j = tu_jsonf(&e->c, "POST", "/v1/jobs", &st,
+                         "{\"project\":\"t\",\"commit\":\"abcdef1\",\"build\":\"%s\","
+                         "\"matrix\":{\"models\":%s,\"widths\":[\"avx2\"],"
+                         "\"passes\":[\"forward\"]},\"options\":%s}",
+                         build, models, options);
+    cr_assert_eq(st, 201, "POST /v1/jobs %s %s: %ld", models, options, st);
+    cr_assert_lt(e->njobs, ENV_MAX_JOBS, "a test submits at most %d jobs", ENV_MAX_JOBS);
+    char *id = strdup(s_(j, "id"));
+    e->jobs[e->njobs++] = id;
+    json_decref(j);
+    return id;
+}
+
+/* start with N devices of TOTAL bytes each (-1: no memory figure). */
+static void start_mem(struct env *e, int n, long long total, const char *extra_config)
+{
+    start(e, 0, "nvidia", extra_config);
+    write_devices_mem(e, n, "nvidia", total);
+    json_t *d = refresh(e);
+    cr_assert_eq(jint(d, "count"), n);
+    json_decref(d);
+}
+
+#define NUMERICS_GPU "{\"device\":\"gpu\",\"iterations\":0}"
+#define TIMING_GPU   "{\"device\":\"gpu\",\"iterations\":2,\"warmup\":0,\"timing_processes\":1}"
+
+/* What polling GET /v1/devices saw while jobs ran. */
+struct seen {
+    int max_holders[2];  /* the most cells on devices 0 and 1 at once */
+    int max_busy;        /* the most devices in use at once */
+    bool alone_shared;   /* a device held alone had more than one holder */
+    bool alone_seen;     /* a device was seen held alone */
+    long long reserved1; /* a holder's reserved_bytes (the last seen) */
+    bool sums_wrong;     /* reserved_bytes was not the holders' sum */
+};
+
+/* Whether every job of E has ended. */
+static bool all_ended(struct env *e)
+{
+    for (int i = 0; i < e->njobs; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/v1/jobs/%s", e->jobs[i]);
+        json_t *j = tu_json(&e->c, "GET", path, NULL, NULL);
+        const char *st = s_(j, "state");
+        bool ended = strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0;
+        json_decref(j);
+        if (!ended)
+            return false;
+    }
+    return true;
+}
+
+/* One look at GET /v1/devices into SEEN. */
+static void look(struct env *e, struct seen *seen)
+{
+    json_t *d = get_devices(e);
+    size_t i;
+    json_t *dj;
+    int busy = 0;
+    json_array_foreach(json_object_get(d, "devices"), i, dj)
+    {
+        json_t *hs = json_object_get(dj, "holders");
+        int n = (int)json_array_size(hs);
+        long long sum = 0;
+        for (int k = 0; k < n; k++)
+            sum += jint(json_array_get(hs, (size_t)k), "reserved_bytes");
+        if (n > 0)
+            seen->reserved1 = jint(json_array_get(hs, 0), "reserved_bytes");
+        seen->sums_wrong |= sum != jint(dj, "reserved_bytes");
+        busy += json_is_true(json_object_get(dj, "in_use"));
+        cr_assert_eq(json_is_true(json_object_get(dj, "in_use")), n > 0);
+        if (i < 2 && n > seen->max_holders[i])
+            seen->max_holders[i] = n;
+        if (json_is_true(json_object_get(dj, "alone"))) {
+            seen->alone_seen = true;
+            seen->alone_shared |= n > 1;
+        }
+    }
+    if (busy > seen->max_busy)
+        seen->max_busy = busy;
+    json_decref(d);
+}
+
+/* Polls GET /v1/devices every 20 ms until every job of E has ended (at
+ * most a minute). */
+static struct seen watch(struct env *e)
+{
+    struct seen seen;
+    memset(&seen, 0, sizeof seen);
+    for (int i = 0; i < 3000; i++) {
+        look(e, &seen);
+        if (i % 10 == 9 && all_ended(e))
+            return seen;
+        usleep(20 * 1000);
+    }
+    cr_assert_fail("the jobs did not end within a minute");
+    return seen;
+}
+
+/* A cell's [started_at, finished_at] in ms. */
+struct span {
+    int64_t s, f;
+};
+
+/* The spans of every cell of job ID into OUT (at most MAX); their count.
+ * Every cell must have ended ok. */
+static int spans_of(struct env *e, const char *id, struct span *out, int max)
+{
+    json_t *j = wait_ended(e, id);
+    size_t i;
+    json_t *c;
+    int n = 0;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        cr_assert_str_eq(s_(c, "state"), "ok", "%s: %s", s_(c, "model"), s_(c, "reason"));
+        cr_assert_lt(n, max);
+        out[n].s = iso_ms(s_(c, "started_at"));
+        out[n].f = iso_ms(s_(c, "finished_at"));
+        n++;
+    }
+    json_decref(j);
+    return n;
+}
+
+/* The most spans of SP[0..N) that held at once. A cell claimed when
+ * another ended starts at or after that one's finish, so touching spans
+ * do not count. */
+static int max_overlap(const struct span *sp, int n)
+{
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int j = 0; j < n; j++)
+            k += sp[j].s <= sp[i].s && sp[i].s < sp[j].f;
+        if (k > best)
+            best = k;
+    }
+    return best;
+}
+
+/*
+ * Six numerics-only GPU cells, one device without a memory figure (so the
+ * count is the only limit), six slots and gpu_cells_per_device 3: three
+ * share the device at once, never four.
+ */
+Test(devices, numerics_cells_share_a_device_up_to_the_count)
+{
+    start_mem(&dev, 1, -1, "\"max_parallel\":6,\"gpu_cells_per_device\":3");
+    char *a = submit_with(&dev, "fake",
+                          "[\"fake:slow__1500\",\"fake:slow__1501\",\"fake:slow__1502\","
+                          "\"fake:slow__1503\",\"fake:slow__1504\",\"fake:slow__1505\"]",
+                          NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    struct span sp[8];
+    int n = spans_of(&dev, a, sp, 8);
+    cr_assert_eq(n, 6);
+    cr_assert_eq(max_overlap(sp, n), 3, "three cells share the device, never more: %d",
+                 max_overlap(sp, n));
+    cr_assert_eq(seen.max_holders[0], 3, "GET /v1/devices showed %d holders at most",
+                 seen.max_holders[0]);
+    cr_assert_not(seen.alone_seen, "numerics-only cells share");
+    cr_assert_not(seen.sums_wrong, "reserved_bytes is the holders' sum");
+    cr_assert_eq(seen.reserved1, 0, "no budget, nothing reserved: %lld", seen.reserved1);
+    json_t *d = get_devices(&dev);
+    json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
+    cr_assert(json_is_null(json_object_get(d0, "budget_bytes")));
+    cr_assert_eq(json_array_size(json_object_get(d0, "holders")), 0, "all given back");
+    cr_assert_eq(jint(d0, "reserved_bytes"), 0);
+    cr_assert_eq(jint(d, "cells_per_device"), 3);
+    json_decref(d);
+    stop(&dev);
+}
+
+/*
+ * A timing GPU cell between numerics-only ones: it starts only once the
+ * device is empty, nothing joins it, and the numerics-only cells queued
+ * behind it do not start on the device before it (no starvation).
+ */
+Test(devices, a_timing_cell_holds_its_device_alone)
+{
+    start(&dev, 1, "nvidia", "\"max_parallel\":4");
+    char *a = submit_with(&dev, "fake", "[\"fake:slow__1200\",\"fake:slow__1201\"]", NUMERICS_GPU);
+    char *b = submit_with(&dev, "fake", "[\"fake:slow__800\"]", TIMING_GPU);
+    char *c = submit_with(&dev, "fake", "[\"fake:slow__600\",\"fake:slow__601\"]", NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    struct span sa[4], sb[2], sc[4];
+    int na = spans_of(&dev, a, sa, 4), nb = spans_of(&dev, b, sb, 2), nc = spans_of(&dev, c, sc, 4);
+    cr_assert_eq(na + nb + nc, 5);
+    cr_assert_eq(max_overlap(sa, na), 2, "job A's cells shared the device");
+    for (int i = 0; i < na; i++)
+        cr_assert_geq(sb[0].s, sa[i].f, "the timing cell waited for A's cell %d to end", i);
+    for (int i = 0; i < nc; i++)
+        cr_assert_geq(sc[i].s, sb[0].f, "C's cell %d did not join or pass the timing cell", i);
+    cr_assert(seen.alone_seen, "GET /v1/devices showed the device held alone");
+    cr_assert_not(seen.alone_shared, "nothing joined a device held alone");
+    stop(&dev);
+}
+
+/*
+ * Two devices, four numerics-only cells, room for four on each: they
+ * spread two and two, each cell sees only its own device, and each is
+ * told it shares.
+ */
+Test(devices, cells_spread_over_two_devices)
+{
+    start(&dev, 2, "nvidia", "\"max_parallel\":4");
+    char *a = submit_with(&dev, "fake",
+                          "[\"fake:echo_env__1500\",\"fake:echo_env__1501\","
+                          "\"fake:echo_env__1502\",\"fake:echo_env__1503\"]",
+                          NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    cr_assert_eq(seen.max_busy, 2, "both devices were in use at once");
+    cr_assert_eq(seen.max_holders[0], 2, "device 0 had %d", seen.max_holders[0]);
+    cr_assert_eq(seen.max_holders[1], 2, "device 1 had %d", seen.max_holders[1]);
+    json_t *j = wait_ended(&dev, a);
+    int on[2] = {0, 0};
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        cr_assert_str_eq(s_(c, "state"), "ok", "%s", s_(c, "reason"));
+        json_t *m = cell_echo(&dev, a, s_(c, "id"));
+        json_t *env = json_object_get(m, "environ");
+        const char *v = s_(env, "CUDA_VISIBLE_DEVICES");
+        cr_assert(strcmp(v, "0") == 0 || strcmp(v, "1") == 0, "CUDA_VISIBLE_DEVICES=%s", v);
+        on[v[0] - '0']++;
+        cr_assert_str_eq(s_(env, "HIP_VISIBLE_DEVICES"), v);
+        cr_assert_str_eq(s_(env, "ROCR_VISIBLE_DEVICES"), v);
+        cr_assert_str_eq(s_(env, "NCCL_NVLS_ENABLE"), "0");
+        cr_assert_str_eq(s_(m, "device_share"), "shared");
+        json_decref(m);
+    }
+    cr_assert_eq(on[0], 2, "two cells saw device 0 only");
+    cr_assert_eq(on[1], 2, "two cells saw device 1 only");
+    json_decref(j);
+    stop(&dev);
+}
+
+/*
+ * The memory budget: an 8 GiB device (budget 0.9 of it), a cell whose
+ * earlier run recorded a 3 GiB device peak. Each later run reserves
+ * 3 GiB + DEVICES_CONTEXT_BYTES (512 MiB), so two fit and the third waits
+ * although gpu_cells_per_device (4) would take it. With no memory figure
+ * from the probe only the count limits: all three run at once.
+ */
+Test(devices, the_memory_budget_refuses_the_next_cell)
+{
+    start_mem(&dev, 1, 8589934592LL, "\"max_parallel\":4");
+    cr_assert_eq(tu_fake_build(&dev.c, "peaky", "{\"FAKE_DEVICE_PEAK_BYTES\":\"3221225472\"}"),
+                 201);
+    const char *model = "[\"fake:slow__1500\"]";
+    struct span sp[4];
+    /* Nothing recorded yet: an even share of the budget, 8 GiB x 0.9 / 4. */
+    char *first = submit_with(&dev, "peaky", model, NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    cr_assert_eq(seen.reserved1, (long long)(8589934592.0 * 0.9) / 4, "%lld", seen.reserved1);
+    spans_of(&dev, first, sp, 1);
+    char *ids[3];
+    for (int i = 0; i < 3; i++)
+        ids[i] = submit_with(&dev, "peaky", model, NUMERICS_GPU);
+    seen = watch(&dev);
+    for (int i = 0; i < 3; i++)
+        spans_of(&dev, ids[i], &sp[i], 1);
+    cr_assert_eq(max_overlap(sp, 3), 2, "two 3.5 GiB reservations fit 7.2 GiB, three do not: %d",
+                 max_overlap(sp, 3));
+    cr_assert_eq(seen.reserved1, 3221225472LL + (512LL << 20), "%lld", seen.reserved1);
+    cr_assert_not(seen.sums_wrong);
+
+    write_devices_mem(&dev, 1, "nvidia", -1);
+    json_t *d = refresh(&dev);
+    cr_assert(json_is_null(
+        json_object_get(json_array_get(json_object_get(d, "devices"), 0), "budget_bytes")));
+    json_decref(d);
+    for (int i = 0; i < 3; i++)
+        ids[i] = submit_with(&dev, "peaky", model, NUMERICS_GPU);
+    for (int i = 0; i < 3; i++)
+        spans_of(&dev, ids[i], &sp[i], 1);
+    cr_assert_eq(max_overlap(sp, 3), 3, "without a memory figure only the count limits");
+    stop(&dev);
+}
+
+/*
+ * A numerics-only cell that runs out of device memory while it shares the
+ * device runs again alone, once: then it is fine (its neighbours had the
+ * memory), or it ends oom (it needs more than the device has).
+ */
+Test(devices, out_of_device_memory_while_sharing_runs_again_alone)
+{
+    start(&dev, 1, "nvidia", "\"max_parallel\":3");
+    char *a = submit_with(&dev, "fake", "[\"fake:devoom\",\"fake:slow__1500\",\"fake:slow__1501\"]",
+                          NUMERICS_GPU);
+    struct seen seen = watch(&dev);
+    cr_assert(seen.alone_seen, "the second attempt held the device alone");
+    cr_assert_not(seen.alone_shared);
+    json_t *j = wait_ended(&dev, a);
+    json_t *oomer = NULL;
+    int64_t others_end = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(j, "cells"), i, c)
+    {
+        cr_assert_str_eq(s_(c, "state"), "ok", "%s: %s", s_(c, "model"), s_(c, "reason"));
+        if (strcmp(s_(c, "model"), "fake:devoom") == 0)
+            oomer = c;
+        else if (iso_ms(s_(c, "finished_at")) > others_end)
+            others_end = iso_ms(s_(c, "finished_at"));
+    }
+    cr_assert_not_null(oomer);
+    cr_assert_eq(jint(oomer, "attempts"), 2, "shared once, then alone");
+    cr_assert_geq(iso_ms(s_(oomer, "started_at")), others_end,
+                  "the second attempt waited for the device to be empty");
+    json_decref(j);
+
+    char *b = submit_with(&dev, "fake", "[\"fake:devoom__always\"]", NUMERICS_GPU);
+    j = wait_ended(&dev, b);
+    c = cell_of(j, 0);
+    cr_assert_str_eq(s_(c, "state"), "oom", "%s", s_(c, "reason"));
+    cr_assert_eq(jint(c, "attempts"), 2, "retried alone once, not more");
+    cr_assert(strstr(s_(c, "reason"), "CUDA out of memory"), "%s", s_(c, "reason"));
+    json_decref(j);
     stop(&dev);
 }

@@ -205,3 +205,43 @@ Test(outcome, fail_state_passes_through)
     cr_assert_str_eq(out.state, "failed");
     cr_assert_str_eq(out.reason, "bad magic");
 }
+
+/* A device oom is an oom the runner reported with the GPU runtime's words;
+ * a kill for host memory, an allocator failure of the CPU, and a device
+ * error that is not memory are not. */
+Test(outcome, device_oom_is_the_runtime_running_out)
+{
+    static const struct {
+        const char *status, *reason;
+        bool killed, want;
+    } cases[] = {
+        {"oom",
+         "the framework could not allocate memory: OutOfMemoryError: CUDA out of memory. Tried "
+         "to allocate 2.00 GiB",
+         false, true},
+        {"oom", "the framework could not allocate memory: RuntimeError: HIP out of memory", false,
+         true},
+        {"oom", "the framework could not allocate memory: RuntimeError: CUDA error: out of memory",
+         false, true},
+        {"oom", "CUDA out of memory", true, false},
+        {"oom",
+         "the framework could not allocate memory: RuntimeError: DefaultCPUAllocator: "
+         "can't allocate memory",
+         false, false},
+        {"failed", "exception in model code: RuntimeError: CUDA error: an illegal memory access",
+         false, false},
+        {"oom", NULL, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct outcome_in in = {.saw_end = true,
+                                .end_status = cases[i].status,
+                                .end_reason = cases[i].reason,
+                                .oom_killed = cases[i].killed,
+                                .exit_status = 1,
+                                .frames = 3};
+        struct outcome out;
+        outcome_classify(&in, &out);
+        cr_expect_eq(out.device_oom, cases[i].want, "case %zu (%s): device_oom %d", i,
+                     cases[i].reason ? cases[i].reason : "(null)", out.device_oom);
+    }
+}

@@ -74,6 +74,25 @@ static void outcome_facts(struct sup *s, struct outcome_in *in, char *why, size_
 }
 
 /*
+ * A GPU cell that ran out of device memory while it shared its device
+ * (the spec's device_share, daemon/host/devices.h) may have lost the
+ * memory to its neighbours rather than need more than the device has: it
+ * is queued again to hold a device alone, once (a cell that ran alone is
+ * never sent back), and WHY says so in its reason meanwhile.
+ */
+static bool gpu_alone_again(struct sup *s, const char *reason, char *why, size_t wlen)
+{
+    const char *share = json_string_value(json_object_get(s->run.spec, "device_share"));
+    if (!share || strcmp(share, "shared") != 0)
+        return false;
+    snprintf(why, wlen, "out of device memory while sharing the GPU; queued again to run alone: %s",
+             reason ? reason : "");
+    log_warn("cell_gpu_oom_alone", "job=%s cell=%s attempt=%d reason=%s", s->run.job_id,
+             s->run.cell_id, s->run.attempt, log_q(reason));
+    return true;
+}
+
+/*
  * Stores the attempt's outcome, as daemon/attempt/outcome.h decides it from the
  * facts (an attempt that lost records to a failed write ends "failed",
  * whatever the runner did). Returns what store_cell_finish returned.
@@ -95,6 +114,12 @@ static int store_outcome(struct sup *s)
     o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
     /* Slurm failed the node under it: a new attempt (daemon/executors/cellslurm.c). */
     o.requeue = s->requeue;
+    char alone_why[OUTCOME_REASON_MAX + 96];
+    if (!o.requeue && out.device_oom &&
+        gpu_alone_again(s, out.reason, alone_why, sizeof alone_why)) {
+        o.requeue = o.alone = true;
+        o.reason = alone_why;
+    }
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;
     o.cpu_time_ms = s->cpu_us / 1000;
@@ -103,10 +128,10 @@ static int store_outcome(struct sup *s)
     /* The scheduler's next claim rides in the same transaction when it
      * will make one once this cell is gone. Should that fail, the outcome
      * is stored alone and the scheduler claims as it did before. */
-    bool skip_gpu = false;
+    int64_t gpu_seq = STORE_GPU_NONE;
     int rc = -EAGAIN;
-    if (s->next_cb && s->next_cb(s->ud, s, &skip_gpu))
-        rc = store_cell_finish_claim(s->st, &s->run, &o, skip_gpu, &s->next);
+    if (s->next_cb && s->next_cb(s->ud, s, &gpu_seq))
+        rc = store_cell_finish_claim(s->st, &s->run, &o, gpu_seq, &s->next);
     if (rc)
         rc = store_cell_finish(s->st, &s->run, &o);
     if (rc) {

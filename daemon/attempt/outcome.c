@@ -100,6 +100,22 @@ static enum cell_state first_rule(const struct outcome_in *in, struct outcome *o
     return CELL_FAILED;
 }
 
+/* What the GPU runtimes and PyTorch say when device memory runs out: the
+ * runner's oom reason carries the exception's type and first line
+ * (runner/capd_runner/cell.py). */
+static bool device_oom(const struct outcome_in *in)
+{
+    static const char *const says[] = {"CUDA out of memory", "HIP out of memory",
+                                       "CUDA error: out of memory", "hipErrorOutOfMemory",
+                                       "OutOfMemoryError"};
+    if (in->oom_killed || !cell_state_is(in->end_status, CELL_OOM) || !in->end_reason)
+        return false;
+    for (size_t i = 0; i < sizeof says / sizeof says[0]; i++)
+        if (strstr(in->end_reason, says[i]))
+            return true;
+    return false;
+}
+
 void outcome_classify(const struct outcome_in *in, struct outcome *out)
 {
     memset(out, 0, sizeof *out);
@@ -119,4 +135,5 @@ void outcome_classify(const struct outcome_in *in, struct outcome *out)
     }
     out->state = cell_state_name(st);
     out->partial = st != CELL_OK && st != CELL_UNSUPPORTED;
+    out->device_oom = st == CELL_OOM && device_oom(in);
 }

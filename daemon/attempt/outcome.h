@@ -18,6 +18,11 @@
  *                 end frame that says "failed"
  *   ok            everything else
  *
+ * An oom that the runner reported (not a kill for host memory) whose
+ * reason is the GPU runtime's (CUDA or HIP out of memory, PyTorch's
+ * OutOfMemoryError) is a device oom (DEVICE_OOM): a GPU cell that shared
+ * its device then runs again alone (daemon/host/devices.h).
+ *
  * Then, whatever the rule: an attempt that lost records to a failed write
  * (RECORDS_LOST) and was not cancelled is "failed", since committing it as
  * anything else would make a comparison read a stream with a hole.
@@ -73,6 +78,7 @@ struct outcome {
     const char *signal; /* "SIGKILL" and so on for crashed, else NULL; in SIGNAL_BUF */
     int exit_code;      /* the exit status, -1 when a signal ended it */
     bool partial;       /* anything but ok and unsupported */
+    bool device_oom;    /* oom, and the device's memory ran out (see above) */
     char reason_buf[OUTCOME_REASON_MAX];
     char signal_buf[32];
 };

@@ -100,6 +100,10 @@ static int write_spec(struct sup *s, const char *path)
     /* The cell's CPU set (daemon/host/cpus.h), when the scheduler gave one. */
     if (spec && json_is_array(json_object_get(s->run.spec, "cpus")))
         json_object_set(spec, "cpus", json_object_get(s->run.spec, "cpus"));
+    /* Whether a GPU cell shares its device or holds it alone
+     * (daemon/host/devices.h), for the runner's fingerprint. */
+    if (spec && json_is_string(json_object_get(s->run.spec, "device_share")))
+        json_object_set(spec, "device_share", json_object_get(s->run.spec, "device_share"));
     /* The control build to time interleaved with this head, which the
      * scheduler resolved (daemon/attempt/reference.h). */
     if (spec && json_object_get(s->run.spec, "reference"))

@@ -41,12 +41,12 @@ int sup_reattach(uv_loop_t *loop, const struct capd_config *cfg, struct store *s
 
 /*
  * Asked when the outcome is about to be stored: whether the scheduler will
- * claim another cell once this one is gone, and whether that claim passes
- * over GPU cells (SKIP_GPU). If it will, the claim is made in the
+ * claim another cell once this one is gone, and which GPU cell that claim
+ * may take (GPU_SEQ, store_cell_claim_filtered's). If it will, the claim is made in the
  * transaction that stores the outcome (store_cell_finish_claim) and DONE
  * takes the claimed cell with sup_take_next.
  */
-typedef bool (*sup_next_cb)(void *ud, struct sup *s, bool *skip_gpu);
+typedef bool (*sup_next_cb)(void *ud, struct sup *s, int64_t *gpu_seq);
 void sup_set_next_cb(struct sup *s, sup_next_cb cb);
 /* The cell claimed with the outcome, if any (ownership moves to NEXT);
  * false, with NEXT zeroed, when none was. */

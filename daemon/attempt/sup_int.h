@@ -57,7 +57,7 @@ struct sup {
     /* sup_done_cb and sup_next_cb (daemon/attempt/sup.h, which the executors'
      * files have no need of) */
     void (*done)(void *ud, struct sup *s);
-    bool (*next_cb)(void *ud, struct sup *s, bool *skip_gpu);
+    bool (*next_cb)(void *ud, struct sup *s, int64_t *gpu_seq);
     void *ud;
     struct store_cell_run next; /* claimed with the outcome, for DONE */
 

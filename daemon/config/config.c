@@ -23,13 +23,14 @@
 #define CAPD_SOURCE_DIR ""
 #endif
 
-enum ctype { T_STR, T_INT, T_U64, T_SIZE, T_BOOL, T_LIST };
+enum ctype { T_STR, T_INT, T_U64, T_SIZE, T_BOOL, T_LIST, T_FRAC };
 
 /*
  * One row a key: its name is its field's (F), and DEF (SDEF for a string)
  * is its default, which config_defaults() applies, so that a key's type,
  * range and default stand in one place. listen and the two lists have no
- * field of their own (size 0) and are set by their own code.
+ * field of their own (size 0) and are set by their own code. A fraction
+ * (T_FRAC, a double) lies in (0, 1] and its default is DDEF.
  */
 struct ckey {
     const char *name;
@@ -39,6 +40,7 @@ struct ckey {
     int64_t min, max;
     int64_t def;
     const char *sdef;
+    double ddef;
 };
 
 #define F(f)                                                                                       \
@@ -82,6 +84,9 @@ static const struct ckey keys[] = {
     {F(gpuinfo_bin), .type = T_STR},
     {F(analysis_lib), .type = T_STR},
     {F(gpuinfo_timeout_ms), .type = T_INT, .min = 100, .max = 600000, .def = 30000},
+    {F(gpu_cells_per_device), .type = T_INT, .min = 1, .max = CAPD_MAX_GPU_CELLS_PER_DEVICE,
+     .def = 4},
+    {F(gpu_memory_fraction), .type = T_FRAC, .ddef = 0.9},
     {.name = "env_allow", .type = T_LIST},
     {F(cpu_features_hide), .type = T_STR},
     /* Secure by default (docs/security.md): tokens are needed unless the
@@ -145,6 +150,8 @@ void config_defaults(struct capd_config *c)
         const struct ckey *k = &keys[i];
         if (k->type == T_STR && k->sdef)
             snprintf((char *)c + k->off, k->size, "%s", k->sdef);
+        else if (k->type == T_FRAC)
+            *(double *)((char *)c + k->off) = k->ddef;
         else if (k->size)
             put_number(c, k, k->def);
     }
@@ -219,6 +226,11 @@ static int set_key(struct capd_config *c, const struct ckey *k, json_t *v, char 
             what = "true or false";
         else
             put_number(c, k, json_is_true(v));
+    } else if (k->type == T_FRAC) {
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x > 0.0 && x <= 1.0))
+            return util_errf(err, -EINVAL, "config key '%s' must be a number in (0, 1]", k->name);
+        *(double *)(base + k->off) = x;
     } else {
         json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
         if (!json_is_integer(v) || n < k->min || n > k->max)

@@ -13,6 +13,8 @@
 
 #define CAPD_MAX_ENV_ALLOW    64
 #define CAPD_MAX_ALLOWED_HOST 32 /* allowed_hosts entries */
+/* gpu_cells_per_device's ceiling: the holders one device keeps. */
+#define CAPD_MAX_GPU_CELLS_PER_DEVICE 64
 
 struct capd_config {
     char listen_addr[64];
@@ -50,6 +52,10 @@ struct capd_config {
     char gpuinfo_bin[512];  /* the GPU probe (docs/gpu.md); default: next to capd-exec */
     char analysis_lib[512]; /* the runner's native stats (docs/runner.md); next to capd-exec */
     int gpuinfo_timeout_ms; /* the probe is killed past this */
+    /* Numerics-only GPU cells sharing one device, at most, and the share
+     * of its memory they may reserve (daemon/host/devices.h). */
+    int gpu_cells_per_device;
+    double gpu_memory_fraction;
     /* Features removed from capd's view of the host CPU, comma-separated
      * (daemon/cpu/hostcpu.h): caps what the host offers; tests use it. */
     char cpu_features_hide[256];

@@ -1,6 +1,7 @@
 /*
  * daemon/host/devices.c - GPU discovery through the probe child, and the
- * per-device "in use" flags the scheduler keeps.
+ * list GET /v1/devices shows (which cells hold each device is
+ * daemon/host/devplace.c's).
  *
  * The probe is capd-gpuinfo (config key gpuinfo_bin): it prints one JSON
  * object and exits. It runs in its own session like a cell, with capd's
@@ -19,41 +20,11 @@
 #include <unistd.h>
 
 #include "daemon/child/cellenv.h"
-#include "daemon/host/devices.h"
+#include "daemon/host/devices_int.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 extern char **environ;
-
-struct probe;
-
-struct devices {
-    const struct capd_config *cfg;
-    pthread_mutex_t mu;
-
-    /* The list, guarded by mu (HTTP threads read it). */
-    json_t *answer;         /* the last good probe output; NULL before one */
-    int ndev;               /* devices in answer */
-    int index[DEVICES_MAX]; /* their indices, in list order */
-    bool amd;               /* answer's platform is "amd" */
-    char reason[1024];      /* why there is no device ("" when there are) */
-    char probe_error[1024]; /* why the last attempt failed ("" when it did not) */
-    int64_t generation;     /* attempts finished */
-    int64_t probed_at_ms;   /* when the last attempt finished */
-    bool probing;
-
-    /* Which cell holds which device index (mu held while writing, so
-     * devices_json sees a consistent picture). */
-    bool busy[DEVICES_MAX];
-    char busy_job[DEVICES_MAX][16], busy_cell[DEVICES_MAX][16];
-
-    /* Loop-only state of the asynchronous refresh. */
-    struct probe *p;
-    bool again;
-    uv_loop_t *loop;
-    void (*changed)(void *ud);
-    void *ud;
-};
 
 /* One run of the probe. Freed when its last handle is closed. */
 struct probe {
@@ -97,6 +68,7 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
     json_t *devs = json_object_get(j, "devices");
     json_t *r = json_object_get(j, "reason");
     int idx[DEVICES_MAX], n = 0;
+    int64_t total[DEVICES_MAX];
     bool seen[DEVICES_MAX] = {false};
     size_t i;
     json_t *d;
@@ -128,6 +100,10 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
             goto bad;
         }
         seen[v] = true;
+        /* No memory figure (or a nonsense one): only the count limits. */
+        json_t *mem = json_object_get(d, "total_memory_bytes");
+        total[v] =
+            json_is_integer(mem) && json_integer_value(mem) > 0 ? json_integer_value(mem) : -1;
         idx[n++] = (int)v;
     }
     pthread_mutex_lock(&dv->mu);
@@ -135,6 +111,8 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
     dv->answer = j;
     dv->ndev = n;
     memcpy(dv->index, idx, sizeof idx[0] * (size_t)n);
+    for (int k = 0; k < n; k++)
+        dv->total[idx[k]] = total[idx[k]];
     const char *plat = json_string_value(json_object_get(j, "platform"));
     dv->amd = plat && strcmp(plat, "amd") == 0;
     if (n > 0)
@@ -491,11 +469,7 @@ json_t *devices_json(struct devices *dv)
     {
         json_t *c = json_deep_copy(d);
         int x = (int)json_integer_value(json_object_get(d, "index"));
-        bool busy = dv->busy[x];
-        nfree += !busy;
-        json_object_set_new(c, "in_use", json_boolean(busy));
-        json_object_set_new(c, "job", busy ? json_string(dv->busy_job[x]) : json_null());
-        json_object_set_new(c, "cell", busy ? json_string(dv->busy_cell[x]) : json_null());
+        nfree += devices__slot_json(dv, x, c);
         json_array_append_new(list, c);
     }
     json_t *a = dv->answer;
@@ -511,6 +485,8 @@ json_t *devices_json(struct devices *dv)
         "probe", dv->cfg->gpuinfo_bin, "probed_at", time_json(dv->probed_at_ms), "generation",
         (json_int_t)dv->generation, "refreshing", dv->probing, "probe_error",
         str_or_null(dv->probe_error));
+    json_object_set_new(out, "cells_per_device", json_integer(dv->cfg->gpu_cells_per_device));
+    json_object_set_new(out, "memory_fraction", json_real(dv->cfg->gpu_memory_fraction));
     pthread_mutex_unlock(&dv->mu);
     return out;
 }
@@ -521,86 +497,4 @@ int devices_count(struct devices *dv)
     int n = dv->ndev;
     pthread_mutex_unlock(&dv->mu);
     return n;
-}
-
-/* ---- scheduling (daemon loop) ---- */
-
-static bool wants_gpu(const struct store_cell_run *run)
-{
-    return strcmp(run->opts.device, "gpu") == 0;
-}
-
-bool devices_may_claim_gpu(struct devices *dv)
-{
-    bool ok = dv->ndev == 0;
-    for (int i = 0; i < dv->ndev && !ok; i++)
-        ok = !dv->busy[dv->index[i]];
-    return ok;
-}
-
-/*
- * Which variables make device INDEX the child's only device, and its
- * cuda:0. CUDA reads CUDA_VISIBLE_DEVICES (in CUDA_DEVICE_ORDER, pinned to
- * PCI bus order as for the probe). On AMD the layers stack: ROCr filters
- * first (ROCR_VISIBLE_DEVICES), and HIP_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES
- * then index what ROCr left, so after ROCR_VISIBLE_DEVICES=i the device is
- * 0 for them; the same i in all three would hide it. NCCL_NVLS_ENABLE=0
- * keeps NCCL (RCCL reads the same name) off NVLink multicast, which a
- * device shared with other cells, or a host whose fabric manager does not
- * offer it, cannot give every process.
- */
-static json_t *visibility_env(bool amd, int index)
-{
-    char i[16];
-    snprintf(i, sizeof i, "%d", index);
-    if (amd)
-        return json_pack("{s:s,s:s,s:s,s:s,s:s}", "ROCR_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES",
-                         "0", "CUDA_VISIBLE_DEVICES", "0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID",
-                         "NCCL_NVLS_ENABLE", "0");
-    return json_pack("{s:s,s:s,s:s,s:s,s:s}", "CUDA_VISIBLE_DEVICES", i, "HIP_VISIBLE_DEVICES", i,
-                     "ROCR_VISIBLE_DEVICES", i, "CUDA_DEVICE_ORDER", "PCI_BUS_ID",
-                     "NCCL_NVLS_ENABLE", "0");
-}
-
-int devices_acquire(struct devices *dv, struct store_cell_run *run, int *index, char *reason,
-                    size_t rlen)
-{
-    *index = -1;
-    if (!wants_gpu(run))
-        return 0;
-    int pick = -1;
-    for (int i = 0; i < dv->ndev && pick < 0; i++)
-        if (!dv->busy[dv->index[i]])
-            pick = dv->index[i];
-    if (pick < 0) {
-        if (dv->ndev == 0)
-            snprintf(reason, rlen, "options.device is gpu but this host has no GPU device (%s)",
-                     dv->reason[0] ? dv->reason : "see GET /v1/devices");
-        else
-            snprintf(reason, rlen, "no free GPU device for this cell");
-        return -ENODEV;
-    }
-    json_t *env = visibility_env(dv->amd, pick);
-    if (!env || json_object_set_new(run->spec, "device_env", env) != 0) {
-        snprintf(reason, rlen, "capd ran out of memory assigning a GPU device");
-        return -ENOMEM;
-    }
-    pthread_mutex_lock(&dv->mu);
-    dv->busy[pick] = true;
-    snprintf(dv->busy_job[pick], sizeof dv->busy_job[pick], "%s", run->job_id);
-    snprintf(dv->busy_cell[pick], sizeof dv->busy_cell[pick], "%s", run->cell_id);
-    pthread_mutex_unlock(&dv->mu);
-    log_info("cell_device", "job=%s cell=%s device=%d", run->job_id, run->cell_id, pick);
-    *index = pick;
-    return 0;
-}
-
-void devices_release(struct devices *dv, int index)
-{
-    if (!dv || index < 0 || index >= DEVICES_MAX)
-        return;
-    pthread_mutex_lock(&dv->mu);
-    dv->busy[index] = false;
-    dv->busy_job[index][0] = dv->busy_cell[index][0] = 0;
-    pthread_mutex_unlock(&dv->mu);
 }

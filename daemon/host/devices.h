@@ -10,9 +10,23 @@
  * and "reason" says why (the runtime's answer, or what went wrong with the
  * probe).
  *
- * A GPU cell (options.device "gpu") holds one whole device for its
- * lifetime, so timings never share a device; the scheduler asks for a
- * device before it starts the cell and gives it back when the cell ends.
+ * Placement (daemon/host/devplace.c). A GPU cell (options.device "gpu")
+ * that times (options.iterations > 0) holds a device alone: it starts only
+ * on a device no other cell holds, and nothing joins it there. A
+ * numerics-only GPU cell (iterations 0: nothing timed) shares a device
+ * with other such cells, of any job, within the device's budget: at most
+ * gpu_cells_per_device of them, whose reservations add up to at most
+ * gpu_memory_fraction of the device's total_memory_bytes. A shared cell
+ * reserves the largest device_peak_bytes an earlier cell of its build,
+ * model, width, pass and mode recorded plus DEVICES_CONTEXT_BYTES (what the
+ * runtime's context holds beside the tensors), or else an even share, the
+ * budget / gpu_cells_per_device. A probe that gives no memory figure
+ * leaves only the count. A shared cell whose reservation is above the
+ * whole budget takes a device alone, so it never waits forever. Among the
+ * devices that can take a cell it goes to the one with the fewest
+ * holders, then the most budget left, then the first listed, so cells
+ * spread over every device. The scheduler asks devices_room() before it
+ * claims, acquires after the claim and releases when the cell ends.
  *
  * Threads: the list is read by HTTP threads (devices_json, devices_count)
  * under the module's lock; everything else runs on the daemon loop.
@@ -59,22 +73,30 @@ int devices_count(struct devices *dv);
 
 /* ---- the scheduler's hooks (daemon loop only) ---- */
 
-/* Whether the scheduler may claim a GPU cell now: a device is free, or
- * there is no device at all (such a cell is then failed at once rather
- * than queued forever). */
-bool devices_may_claim_gpu(struct devices *dv);
+/* What the runtime's context, its kernels and its libraries' workspaces
+ * hold on the device beside the tensors the framework's allocator counts
+ * (device_peak_bytes is torch.cuda.max_memory_allocated()): an allowance
+ * added to a recorded peak, not a measured figure. */
+#define DEVICES_CONTEXT_BYTES (INT64_C(512) << 20)
+
+/* Whether the GPU cell C (storage's store_gpu_cell) could start now: a
+ * device can take it (see above), or there is no device at all (such a
+ * cell is then failed at once rather than queued forever). */
+bool devices_room(struct devices *dv, const struct store_gpu_cell *c);
 
 /*
- * For a claimed cell. A CPU cell: *index = -1, returns 0. A GPU cell: takes
- * the lowest free device, puts the child's visibility variables in
- * run->spec as "device_env" (sup.c adds them to the child's environment)
- * and its index in *index. -ENODEV (no device is free, or none exists) or
- * -ENOMEM with REASON: the cell must not be started; the scheduler ends it
- * (sup_end_unrun).
+ * For a claimed cell whose GPU facts are C (NULL for a CPU cell). A CPU
+ * cell: *index = -1, returns 0. A GPU cell: takes the device devices_room
+ * would pick, puts the child's visibility variables in run->spec as
+ * "device_env" (sup.c adds them to the child's environment) and whether it
+ * shares the device as "device_share" ("shared" or "alone"), and the
+ * device's index in *index. -ENODEV (no device can take it now, or none
+ * exists) or -ENOMEM with REASON: the cell must not be started; the
+ * scheduler ends it (sup_end_unrun).
  */
-int devices_acquire(struct devices *dv, struct store_cell_run *run, int *index, char *reason,
-                    size_t rlen);
-/* Gives the device back (INDEX < 0: nothing). */
-void devices_release(struct devices *dv, int index);
+int devices_acquire(struct devices *dv, struct store_cell_run *run, const struct store_gpu_cell *c,
+                    int *index, char *reason, size_t rlen);
+/* Takes cell CELL_ID off device INDEX (INDEX < 0: nothing). */
+void devices_release(struct devices *dv, int index, const char *cell_id);
 
 #endif

@@ -23,6 +23,9 @@
  *                   compiler bug). A compiled cell (spec mode other than
  *                   eager) records only its last layer's output, as the
  *                   real runner records a compiled model at its boundary.
+ *                   $FAKE_DEVICE_PEAK_BYTES, when set, is the memory
+ *                   frame's device_peak_bytes (in every behavior that
+ *                   sends one).
  *                   $FAKE_TIMING_SCALE (a float, default 1)
  *                   scales the timing samples, for perf-regression tests.
  *                   With a "reference" in the spec (paired timing), the
@@ -120,7 +123,15 @@
  *                   {"environ":{NAME:VALUE...},"fds":[open fds],"cwd":...,
  *                   "pid","ppid","pgid","sid","pdeathsig",
  *                   "rlimits":{"as","cpu","nofile","nproc","core"}} (soft
- *                   limits, -1 for unlimited); then as ok.
+ *                   limits, -1 for unlimited), and the spec's
+ *                   "device_share" when it has one; then as ok, sleeping
+ *                   :MS ms (default 0) before end.
+ *   devoom[:always] in a GPU cell that shares its device (the spec's
+ *                   "device_share" is "shared"), or always with :always:
+ *                   hello, env, and after 300 ms end oom with the reason
+ *                   the real runner gives for torch.OutOfMemoryError
+ *                   ("... OutOfMemoryError: CUDA out of memory ..."),
+ *                   exit 1; otherwise as slow:300.
  *   cpu             hello, then burn CPU forever (for RLIMIT_CPU).
  *   anything else   hello, end failed with a reason; exit 2.
  *
@@ -668,9 +679,12 @@ static void memory(void)
     struct rusage ru;
 
     getrusage(RUSAGE_SELF, &ru);
-    emit(
-        json_pack("{s:s,s:I}", "kind", "memory", "peak_rss_bytes", (json_int_t)ru.ru_maxrss * 1024),
-        NULL, 0, false);
+    json_t *h =
+        json_pack("{s:s,s:I}", "kind", "memory", "peak_rss_bytes", (json_int_t)ru.ru_maxrss * 1024);
+    const char *dev = getenv("FAKE_DEVICE_PEAK_BYTES");
+    if (dev && *dev)
+        json_object_set_new(h, "device_peak_bytes", json_integer(strtoll(dev, NULL, 10)));
+    emit(h, NULL, 0, false);
 }
 
 static long arg_long(const struct cell *c, long dflt)
@@ -1376,6 +1390,8 @@ int main(void)
         char *msg;
 
         report = isolation_report();
+        if (json_object_get(spec, "device_share"))
+            json_object_set(report, "device_share", json_object_get(spec, "device_share"));
         msg = json_dumps(report, JSON_COMPACT);
         hello();
         note("info", msg ? msg : "{}");
@@ -1385,7 +1401,23 @@ int main(void)
             tensor(&c, i, false);
         timing(&c);
         memory();
+        out_flush();
+        sleep_ms(arg_long(&c, 0));
         end_frame("ok", NULL);
+    } else if (strcmp(b, "devoom") == 0) {
+        /* What the real runner sends for torch.OutOfMemoryError. */
+        const char *share = json_string_value(json_object_get(spec, "device_share"));
+        if ((c.arg && strcmp(c.arg, "always") == 0) || (share && strcmp(share, "shared") == 0)) {
+            hello();
+            env_frame(&c, effective_width(&c));
+            out_flush();
+            sleep_ms(300);
+            end_frame("oom", "the framework could not allocate memory: OutOfMemoryError: CUDA "
+                             "out of memory. Tried to allocate 2.00 GiB");
+            out_flush();
+            exit(1);
+        }
+        ok_stream(&c, 3, 300, true);
     } else if (strcmp(b, "cpu") == 0) {
         volatile double x = 1.0;
 
