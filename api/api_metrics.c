@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "api/api_int.h"
+#include "daemon/host/devices.h"
 #include "util/cellstate.h"
 #include "util/metrics.h"
 
@@ -126,6 +127,7 @@ enum MHD_Result api_metrics(struct api_req *r)
             "# TYPE capd_store_conflicts_total counter\n"
             "capd_store_conflicts_total %llu\n",
             (unsigned long long)e.conflict);
+    devices_metrics(capd_devices(api_daemon(r)), f);
     metrics_write(f);
     json_decref(counts);
     if (fclose(f) != 0 || !buf) {

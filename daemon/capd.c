@@ -213,6 +213,8 @@ static void on_cell_done(void *ud, struct sup *s)
         if ((*pp)->sup == s) {
             struct sup_node *n = *pp;
             *pp = n->next;
+            if (sup_device_failed(s))
+                devices_fail(d->dev, n->device, sup_device_failed(s));
             devices_release(d->dev, n->device, sup_cell_id(n->sup));
             cpus_release(&d->cpus, n->timing, &n->cpus);
             d->nnumerics -= n->numerics;

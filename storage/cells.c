@@ -31,8 +31,8 @@ static int claim_select(struct store *s, int64_t gpu_seq, struct store_cell_run 
         store_cached(s, SC_CELL_NEXT,
                      "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
                      "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode "
-                     "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode, "
+                     "c.gpu_moved FROM cells c JOIN jobs j ON j.seq = c.job_seq "
                      "LEFT JOIN builds b ON b.name = j.build "
                      "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
                      "AND (coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
@@ -48,6 +48,7 @@ static int claim_select(struct store *s, int64_t gpu_seq, struct store_cell_run 
     }
     r->attempt = sqlite3_column_int(st, 11) + 1;
     rc = run_from_row(st, r);
+    r->gpu_moved = sqlite3_column_int(st, 18) != 0;
     sqlite3_reset(st);
     return rc;
 }
@@ -138,11 +139,12 @@ static int finish_cell(struct store *s, const struct store_cell_run *r,
         "committed_attempt=CASE WHEN ?10 THEN committed_attempt ELSE ?11 END, "
         "host_missing=?12, memory_limit_bytes=CASE WHEN ?13 > 0 THEN ?13 END, "
         "cpu_time_ms=CASE WHEN ?13 > 0 OR ?14 > 0 THEN ?14 END, "
-        "gpu_alone=CASE WHEN ?15 THEN 1 ELSE gpu_alone END WHERE seq=?1",
-        "ItitttIIIiItIIi", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
+        "gpu_alone=CASE WHEN ?15 THEN 1 ELSE gpu_alone END, "
+        "gpu_moved=CASE WHEN ?16 THEN 1 ELSE gpu_moved END WHERE seq=?1",
+        "ItitttIIIiItIIii", r->cell_seq, o->requeue ? cell_state_name(CELL_QUEUED) : o->state,
         o->exit_code, o->signal, o->reason, o->effective_width, o->duration_ms, o->peak_rss_bytes,
         util_wall_ms(), o->requeue ? 1 : 0, r->attempt_id, o->host_missing, o->memory_limit_bytes,
-        o->cpu_time_ms, o->requeue && o->alone ? 1 : 0);
+        o->cpu_time_ms, o->requeue && o->alone ? 1 : 0, o->requeue && o->moved ? 1 : 0);
 }
 
 int store_cell_finish(struct store *s, const struct store_cell_run *r,

@@ -123,6 +123,7 @@ struct store_cell_run {
     json_t *spec;             /* model, width, pass, mode, options, device... */
     json_t *build;            /* name, python, env, model_roots, prefork, prefork_state, rev */
     struct cell_options opts; /* spec's options, typed (storage/options.h) */
+    bool gpu_moved;           /* a device error sent it to another device once already */
 };
 void store_cell_run_clear(struct store_cell_run *r);
 
@@ -187,6 +188,7 @@ struct store_outcome {
     bool partial;
     bool requeue; /* interrupted: put the cell back in the queue */
     bool alone;   /* with requeue: the GPU cell runs again holding its device alone */
+    bool moved;   /* with requeue: the GPU cell runs again on another device, once */
 };
 
 /* Commits the attempt's records and the cell's outcome atomically, and

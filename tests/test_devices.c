@@ -1064,3 +1064,68 @@ Test(devices, out_of_device_memory_while_sharing_runs_again_alone)
     json_decref(j);
     stop(&dev);
 }
+
+/* The body of GET /v1/metrics (owned). */
+static char *metrics_text(struct env *e)
+{
+    struct tu_resp r;
+    cr_assert_eq(tu_http(&e->c, "GET", "/metrics", NULL, 0, NULL, &r), 0);
+    cr_assert_eq(r.status, 200);
+    char *t = strdup(r.body ? r.body : "");
+    tu_resp_free(&r);
+    return t;
+}
+
+/*
+ * A device error (the runtime says the device failed) takes the device out
+ * of the pool with the reason, in GET /v1/devices and /metrics, and the
+ * cell runs again once on another device; later cells go to the devices
+ * left; when none is left a GPU cell fails at once; a refresh puts every
+ * device back.
+ */
+Test(devices, a_failing_device_leaves_the_pool)
+{
+    start(&dev, 2, "nvidia", "\"max_parallel\":2");
+    char *a = submit_with(&dev, "fake", "[\"fake:devfail__0\"]", NUMERICS_GPU);
+    json_t *j = wait_ended(&dev, a);
+    json_t *c = cell_of(j, 0);
+    cr_assert_str_eq(s_(c, "state"), "ok", "moved to device 1: %s", s_(c, "reason"));
+    cr_assert_eq(jint(c, "attempts"), 2);
+    json_decref(j);
+    json_t *d = get_devices(&dev);
+    json_t *d0 = json_array_get(json_object_get(d, "devices"), 0);
+    json_t *d1 = json_array_get(json_object_get(d, "devices"), 1);
+    cr_assert(strstr(s_(d0, "failed"), "uncorrectable ECC error"), "%s", s_(d0, "failed"));
+    cr_assert(json_is_null(json_object_get(d1, "failed")));
+    cr_assert_eq(jint(d, "free"), 1, "a device out of the pool is not free");
+    json_decref(d);
+    char *m = metrics_text(&dev);
+    char *f0 = strstr(m, "capd_gpu_device_failed{device=\"0\",reason=\"");
+    cr_assert_not_null(f0, "%s", m);
+    cr_assert(strstr(f0, "uncorrectable ECC error encountered\"} 1\n") < strchr(f0, '\n') + 1 &&
+                  strstr(f0, "uncorrectable ECC error encountered\"} 1\n"),
+              "%s", m);
+    cr_assert(strstr(m, "capd_gpu_device_failed{device=\"1\",reason=\"\"} 0"));
+    cr_assert(strstr(m, "capd_gpu_device_holders{device=\"1\"} 0"));
+    free(m);
+
+    char *b = submit_with(&dev, "fake", "[\"fake:echo_env\"]", NUMERICS_GPU);
+    j = wait_ended(&dev, b);
+    json_t *env = cell_environ(&dev, b, s_(cell_of(j, 0), "id"));
+    cr_assert_str_eq(s_(env, "CUDA_VISIBLE_DEVICES"), "1", "device 0 is out of the pool");
+    json_decref(env);
+    json_decref(j);
+
+    char *f = submit_with(&dev, "fake", "[\"fake:devfail\"]", NUMERICS_GPU);
+    j = wait_ended(&dev, f);
+    c = cell_of(j, 0);
+    cr_assert_str_eq(s_(c, "state"), "failed");
+    cr_assert(strstr(s_(c, "reason"), "every GPU device is out of the pool"), "%s",
+              s_(c, "reason"));
+    json_decref(j);
+
+    d = refresh(&dev);
+    cr_assert_eq(jint(d, "free"), 2, "a refresh puts the devices back");
+    json_decref(d);
+    stop(&dev);
+}

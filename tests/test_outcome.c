@@ -245,3 +245,49 @@ Test(outcome, device_oom_is_the_runtime_running_out)
                      cases[i].reason ? cases[i].reason : "(null)", out.device_oom);
     }
 }
+
+/* A device error is a failure or crash whose reason is the runtime saying
+ * the device itself failed; the model's own CUDA errors, an oom and a
+ * CPU-only build asked for a GPU are not. */
+Test(outcome, device_error_is_the_device_failing)
+{
+    static const struct {
+        const char *status, *reason;
+        int exit_status;
+        bool want;
+    } cases[] = {
+        {"failed",
+         "exception in model code: RuntimeError: CUDA error: uncorrectable ECC error "
+         "encountered",
+         1, true},
+        {"failed",
+         "exception in model code: RuntimeError: CUDA error: no CUDA-capable device is "
+         "detected",
+         1, true},
+        {"failed",
+         "device gpu requested but torch.cuda.is_available() is False (torch 2.11, "
+         "built with CUDA 13.0 / HIP None)",
+         1, true},
+        {"failed",
+         "device gpu requested but torch.cuda.is_available() is False (torch 2.11, "
+         "built with CUDA None / HIP None)",
+         1, false},
+        {"failed",
+         "exception in model code: RuntimeError: CUDA error: an illegal memory access "
+         "was encountered",
+         1, false},
+        {"oom", "CUDA error: uncorrectable ECC error encountered", 1, false},
+        {"ok", NULL, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct outcome_in in = {.saw_end = true,
+                                .end_status = cases[i].status,
+                                .end_reason = cases[i].reason,
+                                .exit_status = cases[i].exit_status,
+                                .frames = 3};
+        struct outcome out;
+        outcome_classify(&in, &out);
+        cr_expect_eq(out.device_error, cases[i].want, "case %zu (%s): device_error %d", i,
+                     cases[i].reason ? cases[i].reason : "(null)", out.device_error);
+    }
+}

@@ -93,6 +93,26 @@ static bool gpu_alone_again(struct sup *s, const char *reason, char *why, size_t
 }
 
 /*
+ * A GPU cell whose device failed under it (the runtime said so) takes the
+ * device out of the pool (the scheduler reads device_failed) and is
+ * queued again, once, to run on another device; WHY says so in its reason
+ * meanwhile. Returns whether it is queued again.
+ */
+static bool gpu_moved_again(struct sup *s, const char *reason, char *why, size_t wlen)
+{
+    if (!json_object_get(s->run.spec, "device_share"))
+        return false; /* capd did not place it (another executor's device) */
+    snprintf(s->device_failed, sizeof s->device_failed, "%s", reason ? reason : "device error");
+    log_warn("cell_gpu_device_error", "job=%s cell=%s attempt=%d moved=%d reason=%s", s->run.job_id,
+             s->run.cell_id, s->run.attempt, !s->run.gpu_moved, log_q(reason));
+    if (s->run.gpu_moved)
+        return false;
+    snprintf(why, wlen, "the GPU failed under the cell; queued again for another device: %s",
+             reason ? reason : "");
+    return true;
+}
+
+/*
  * Stores the attempt's outcome, as daemon/attempt/outcome.h decides it from the
  * facts (an attempt that lost records to a failed write ends "failed",
  * whatever the runner did). Returns what store_cell_finish returned.
@@ -114,11 +134,16 @@ static int store_outcome(struct sup *s)
     o.effective_width = s->effective_width[0] ? s->effective_width : NULL;
     /* Slurm failed the node under it: a new attempt (daemon/executors/cellslurm.c). */
     o.requeue = s->requeue;
-    char alone_why[OUTCOME_REASON_MAX + 96];
+    char again_why[OUTCOME_REASON_MAX + 96];
     if (!o.requeue && out.device_oom &&
-        gpu_alone_again(s, out.reason, alone_why, sizeof alone_why)) {
+        gpu_alone_again(s, out.reason, again_why, sizeof again_why)) {
         o.requeue = o.alone = true;
-        o.reason = alone_why;
+        o.reason = again_why;
+    }
+    if (!o.requeue && out.device_error &&
+        gpu_moved_again(s, out.reason, again_why, sizeof again_why)) {
+        o.requeue = o.moved = true;
+        o.reason = again_why;
     }
     o.duration_ms = (int64_t)((uv_hrtime() - s->t0) / 1000000);
     o.peak_rss_bytes = s->peak_rss;

@@ -116,6 +116,30 @@ static bool device_oom(const struct outcome_in *in)
     return false;
 }
 
+/* What the GPU runtimes say when the device itself fails, as opposed to
+ * the model's code (an illegal address is the model's): no device, ECC,
+ * unavailable or lost; and the runner's words for a runtime that does not
+ * come up in a build that has one (runner/capd_runner/cell.py, _device). */
+static bool device_error(const struct outcome_in *in, enum cell_state st)
+{
+    static const char *const says[] = {"no CUDA-capable device",
+                                       "uncorrectable ECC",
+                                       "ECC error",
+                                       "busy or unavailable",
+                                       "GPU is lost",
+                                       "hipErrorNoDevice",
+                                       "no ROCm-capable device",
+                                       "torch.cuda.is_available() raised"};
+    const char *r = in->fail_reason ? in->fail_reason : in->end_reason;
+    if ((st != CELL_FAILED && st != CELL_CRASHED) || !r)
+        return false;
+    for (size_t i = 0; i < sizeof says / sizeof says[0]; i++)
+        if (strstr(r, says[i]))
+            return true;
+    return strstr(r, "torch.cuda.is_available() is False") &&
+           !strstr(r, "built with CUDA None / HIP None");
+}
+
 void outcome_classify(const struct outcome_in *in, struct outcome *out)
 {
     memset(out, 0, sizeof *out);
@@ -136,4 +160,5 @@ void outcome_classify(const struct outcome_in *in, struct outcome *out)
     out->state = cell_state_name(st);
     out->partial = st != CELL_OK && st != CELL_UNSUPPORTED;
     out->device_oom = st == CELL_OOM && device_oom(in);
+    out->device_error = !in->records_lost && device_error(in, st);
 }

@@ -23,6 +23,12 @@
  * OutOfMemoryError) is a device oom (DEVICE_OOM): a GPU cell that shared
  * its device then runs again alone (daemon/host/devices.h).
  *
+ * A failed or crashed attempt whose reason (the runner's or capd's) is the
+ * GPU runtime saying the device itself failed (no CUDA-capable device,
+ * ECC errors, busy or unavailable, GPU lost; or torch.cuda.is_available()
+ * false or raising in a build that has CUDA or HIP) is a device error
+ * (DEVICE_ERROR): the device leaves the pool (daemon/host/devices.h).
+ *
  * Then, whatever the rule: an attempt that lost records to a failed write
  * (RECORDS_LOST) and was not cancelled is "failed", since committing it as
  * anything else would make a comparison read a stream with a hole.
@@ -79,6 +85,7 @@ struct outcome {
     int exit_code;      /* the exit status, -1 when a signal ended it */
     bool partial;       /* anything but ok and unsupported */
     bool device_oom;    /* oom, and the device's memory ran out (see above) */
+    bool device_error;  /* failed or crashed, and the device itself failed (see above) */
     char reason_buf[OUTCOME_REASON_MAX];
     char signal_buf[32];
 };

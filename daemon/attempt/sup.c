@@ -43,6 +43,11 @@ const char *sup_cell_id(const struct sup *s)
     return s->run.cell_id;
 }
 
+const char *sup_device_failed(const struct sup *s)
+{
+    return s->device_failed[0] ? s->device_failed : NULL;
+}
+
 void sup_cancel(struct sup *s)
 {
     if (s->exited)

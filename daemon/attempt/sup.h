@@ -72,5 +72,8 @@ void sup_abandon(struct sup *s);
 
 const char *sup_job_id(const struct sup *s);
 const char *sup_cell_id(const struct sup *s);
+/* Why the attempt's GPU failed under it (the runtime said so: outcome.h's
+ * device_error), or NULL; set once its outcome is stored. */
+const char *sup_device_failed(const struct sup *s);
 
 #endif

@@ -69,6 +69,9 @@ struct sup {
     int handles_open;
     bool worker_oom; /* a remote worker's watchdog killed the runner */
     bool requeue;    /* the executor asks a new attempt (a failed node) */
+    /* Why its GPU failed under it (outcome.h, device_error): "" when it
+     * did not; the scheduler takes the device out of the pool. */
+    char device_failed[512];
 
     bool exited, frames_eof, log_eof, finished;
     bool timed_out, cancelled, abandoned, kill_sent;

@@ -113,6 +113,7 @@ static bool take_answer(struct devices *dv, const char *buf, size_t len, char *w
     memcpy(dv->index, idx, sizeof idx[0] * (size_t)n);
     for (int k = 0; k < n; k++)
         dv->total[idx[k]] = total[idx[k]];
+    memset(dv->failed, 0, sizeof dv->failed);
     const char *plat = json_string_value(json_object_get(j, "platform"));
     dv->amd = plat && strcmp(plat, "amd") == 0;
     if (n > 0)

@@ -36,6 +36,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <uv.h>
 
 #include "daemon/config/config.h"
@@ -98,5 +99,15 @@ int devices_acquire(struct devices *dv, struct store_cell_run *run, const struct
                     int *index, char *reason, size_t rlen);
 /* Takes cell CELL_ID off device INDEX (INDEX < 0: nothing). */
 void devices_release(struct devices *dv, int index, const char *cell_id);
+
+/* Takes device INDEX out of the pool for WHY (a cell's device error: the
+ * runtime said the device failed): no cell is placed on it until a probe
+ * answers again (POST /v1/devices/refresh). While every device is out,
+ * GPU cells fail at once with the reasons rather than wait. */
+void devices_fail(struct devices *dv, int index, const char *why);
+
+/* /metrics: capd_gpu_device_holders and capd_gpu_device_failed (with its
+ * reason) per device, in Prometheus text; thread-safe. */
+void devices_metrics(struct devices *dv, FILE *f);
 
 #endif

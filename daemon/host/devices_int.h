@@ -46,6 +46,9 @@ struct devices {
     /* Which cells hold which device index (mu held while writing, so
      * devices_json sees a consistent picture). */
     struct devices_slot slot[DEVICES_MAX];
+    /* Why a device left the pool ("" while it is in), by index: a cell's
+     * device error; a probe that answers puts every device back. */
+    char failed[DEVICES_MAX][512];
 
     /* Loop-only state of the asynchronous refresh. */
     struct probe *p;
@@ -55,9 +58,9 @@ struct devices {
     void *ud;
 };
 
-/* Adds device INDEX's holders, in_use, job, cell, alone, reserved_bytes and
- * budget_bytes to C (its copy of the probe's object); mu is held. Returns
- * whether the device is free (no holder). */
+/* Adds device INDEX's holders, in_use, job, cell, alone, reserved_bytes,
+ * budget_bytes and failed to C (its copy of the probe's object); mu is
+ * held. Returns whether the device is free (in the pool, no holder). */
 bool devices__slot_json(const struct devices *dv, int index, json_t *c);
 
 #endif

@@ -54,6 +54,8 @@ static bool goes_alone(const struct devices *dv, int index, const struct store_g
 static bool fits(const struct devices *dv, int index, const struct store_gpu_cell *c)
 {
     const struct devices_slot *sl = &dv->slot[index];
+    if (dv->failed[index][0])
+        return false;
     if (goes_alone(dv, index, c))
         return sl->n == 0;
     int64_t b = budget(dv, index);
@@ -85,9 +87,18 @@ static int pick(const struct devices *dv, const struct store_gpu_cell *c)
     return best;
 }
 
+/* The first device still in the pool, or -1 when every one left it. */
+static int first_in_pool(const struct devices *dv)
+{
+    for (int i = 0; i < dv->ndev; i++)
+        if (!dv->failed[dv->index[i]][0])
+            return dv->index[i];
+    return -1;
+}
+
 bool devices_room(struct devices *dv, const struct store_gpu_cell *c)
 {
-    return dv->ndev == 0 || pick(dv, c) >= 0;
+    return dv->ndev == 0 || first_in_pool(dv) < 0 || pick(dv, c) >= 0;
 }
 
 /*
@@ -120,6 +131,11 @@ static void no_device(const struct devices *dv, char *reason, size_t rlen)
     if (dv->ndev == 0)
         snprintf(reason, rlen, "options.device is gpu but this host has no GPU device (%s)",
                  dv->reason[0] ? dv->reason : "see GET /v1/devices");
+    else if (first_in_pool(dv) < 0)
+        snprintf(reason, rlen,
+                 "every GPU device is out of the pool (device %d: %.400s); POST "
+                 "/v1/devices/refresh puts them back",
+                 dv->index[0], dv->failed[dv->index[0]]);
     else
         snprintf(reason, rlen,
                  "no GPU device can take this cell now (gpu_cells_per_device %d, "
@@ -181,6 +197,57 @@ void devices_release(struct devices *dv, int index, const char *cell_id)
     pthread_mutex_unlock(&dv->mu);
 }
 
+void devices_fail(struct devices *dv, int index, const char *why)
+{
+    if (!dv || index < 0 || index >= DEVICES_MAX)
+        return;
+    pthread_mutex_lock(&dv->mu);
+    snprintf(dv->failed[index], sizeof dv->failed[index], "%s", why && why[0] ? why : "failed");
+    pthread_mutex_unlock(&dv->mu);
+    log_warn("gpu_device_out", "device=%d reason=%s", index, log_q(why));
+}
+
+/* S as a Prometheus label value (backslash, quote and newline escaped),
+ * into OUT; cut to fit. */
+static void label_value(const char *s, char *out, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 3 < len; s++) {
+        if (*s == '\\' || *s == '"')
+            out[o++] = '\\';
+        if (*s == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+            continue;
+        }
+        out[o++] = *s;
+    }
+    out[o] = 0;
+}
+
+void devices_metrics(struct devices *dv, FILE *f)
+{
+    char why[1100];
+    pthread_mutex_lock(&dv->mu);
+    fputs("# HELP capd_gpu_device_holders Cells holding each GPU device.\n"
+          "# TYPE capd_gpu_device_holders gauge\n",
+          f);
+    for (int i = 0; i < dv->ndev; i++)
+        fprintf(f, "capd_gpu_device_holders{device=\"%d\"} %d\n", dv->index[i],
+                dv->slot[dv->index[i]].n);
+    fputs("# HELP capd_gpu_device_failed Whether a GPU device is out of the pool after a "
+          "device error, and why (until POST /v1/devices/refresh).\n"
+          "# TYPE capd_gpu_device_failed gauge\n",
+          f);
+    for (int i = 0; i < dv->ndev; i++) {
+        int x = dv->index[i];
+        label_value(dv->failed[x], why, sizeof why);
+        fprintf(f, "capd_gpu_device_failed{device=\"%d\",reason=\"%s\"} %d\n", x, why,
+                dv->failed[x][0] != 0);
+    }
+    pthread_mutex_unlock(&dv->mu);
+}
+
 bool devices__slot_json(const struct devices *dv, int index, json_t *c)
 {
     const struct devices_slot *sl = &dv->slot[index];
@@ -197,5 +264,7 @@ bool devices__slot_json(const struct devices *dv, int index, json_t *c)
     json_object_set_new(c, "alone", json_boolean(sl->alone));
     json_object_set_new(c, "reserved_bytes", json_integer(sl->reserved));
     json_object_set_new(c, "budget_bytes", b < 0 ? json_null() : json_integer(b));
-    return sl->n == 0;
+    json_object_set_new(c, "failed",
+                        dv->failed[index][0] ? json_string(dv->failed[index]) : json_null());
+    return sl->n == 0 && !dv->failed[index][0];
 }

@@ -132,6 +132,11 @@
  *                   the real runner gives for torch.OutOfMemoryError
  *                   ("... OutOfMemoryError: CUDA out of memory ..."),
  *                   exit 1; otherwise as slow:300.
+ *   devfail[:I]     on device I ($CUDA_VISIBLE_DEVICES is I), or on any
+ *                   device without :I: hello, env, end failed with the
+ *                   real runner's reason for a device that failed under
+ *                   the model ("... CUDA error: uncorrectable ECC error
+ *                   encountered"), exit 1; on another device as slow:300.
  *   cpu             hello, then burn CPU forever (for RLIMIT_CPU).
  *   anything else   hello, end failed with a reason; exit 2.
  *
@@ -1414,6 +1419,18 @@ int main(void)
             sleep_ms(300);
             end_frame("oom", "the framework could not allocate memory: OutOfMemoryError: CUDA "
                              "out of memory. Tried to allocate 2.00 GiB");
+            out_flush();
+            exit(1);
+        }
+        ok_stream(&c, 3, 300, true);
+    } else if (strcmp(b, "devfail") == 0) {
+        /* What the real runner sends when the device fails under the model. */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (!c.arg || (vis && strcmp(vis, c.arg) == 0)) {
+            hello();
+            env_frame(&c, effective_width(&c));
+            end_frame("failed", "exception in model code: RuntimeError: CUDA error: uncorrectable "
+                                "ECC error encountered");
             out_flush();
             exit(1);
         }
