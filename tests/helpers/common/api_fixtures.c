@@ -349,8 +349,15 @@ char *af_submit1(const char *build, const char *commit)
                             "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['mlp'],"
                             "'widths':['avx2'],'passes':['forward']}}",
                             commit, build);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
+    return af_job_id(j);
+}
+
+char *af_job_id(json_t *job)
+{
+    const char *s = tu_jstr(job, "id");
+    cr_assert_not_null(s, "a job without an id");
+    char *id = strdup(s);
+    json_decref(job);
     return id;
 }
 

@@ -119,6 +119,9 @@ json_t *af_post_job(long want, const char *fmt, ...) __attribute__((format(print
 /* A one-cell job (mlp, avx2, forward) of BUILD at COMMIT; returns its id
  * (owned). */
 char *af_submit1(const char *build, const char *commit);
+/* The id of JOB (a job the API answered), which it releases (owned);
+ * fails the test when JOB has none. */
+char *af_job_id(json_t *job);
 
 /* GET /v1/jobs/ID, asserting 200 (owned). */
 json_t *af_get_job(const char *id);
