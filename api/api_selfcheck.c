@@ -34,14 +34,39 @@
 #include "util/cellstate.h"
 
 /* One axis a self-check walks: its word (a result entry's member, the
- * renderer's), its list in the result and the matrix, its baseline, and
- * the cells' other axis within one entry (a width's cells differ by mode,
- * a mode's by width). */
+ * renderer's), its list in the result and the matrix, its baseline, the
+ * cells' other axis within one entry (a width's cells differ by mode, a
+ * mode's by width), and its refusals of a job without the baseline or
+ * without another value to check (their code, and messages that take the
+ * job's id). */
 struct axis {
     const char *name, *plural, *baseline, *other, *others;
+    const char *no_baseline, *no_values_code, *no_values;
 };
-static const struct axis WIDTHS = {"width", "widths", "default", "mode", "modes"};
-static const struct axis MODES = {"mode", "modes", "eager", "width", "widths"};
+static const struct axis WIDTHS = {
+    "width",
+    "widths",
+    "default",
+    "mode",
+    "modes",
+    "job %s has no cell at width default, the scalar baseline each width is checked against: "
+    "submit a job whose matrix.widths include \"default\" as well as the widths to check",
+    "no_widths",
+    "job %s has no width but default: there is no width to check against it (add avx2, avx512, "
+    "... to matrix.widths)",
+};
+static const struct axis MODES = {
+    "mode",
+    "modes",
+    "eager",
+    "width",
+    "widths",
+    "job %s has no eager cell, the baseline each compiled mode is checked against: submit a job "
+    "whose matrix.modes include \"eager\" as well as the modes to check",
+    "no_modes",
+    "job %s has no compiled mode: there is nothing to check against eager (add aot_eager or "
+    "inductor to matrix.modes)",
+};
 
 /* The self-check's cell statuses, in the order counts lists them: the
  * engine's, with an incomparable cell that either side's build could not
@@ -405,31 +430,12 @@ static bool baseline_refused(struct api_req *r, const struct axis *ax, json_t *j
     json_t *values = values_to_check(ax, job);
     size_t n = json_array_size(values);
     json_decref(values);
-    if (ax == &WIDTHS && !job_has(ax, job, ax->baseline)) {
-        *ret = api_error(r, 409, "no_baseline", "id",
-                         "job %s has no cell at width default, the scalar baseline each width "
-                         "is checked against: submit a job whose matrix.widths include "
-                         "\"default\" as well as the widths to check",
-                         id);
-        return true;
-    }
-    if (ax == &MODES && !job_has(ax, job, ax->baseline)) {
-        *ret = api_error(r, 409, "no_baseline", "id",
-                         "job %s has no eager cell, the baseline each compiled mode is checked "
-                         "against: submit a job whose matrix.modes include \"eager\" as well as "
-                         "the modes to check",
-                         id);
+    if (!job_has(ax, job, ax->baseline)) {
+        *ret = api_error(r, 409, "no_baseline", "id", ax->no_baseline, id);
         return true;
     }
     if (n == 0) {
-        *ret = api_error(r, 409, ax == &WIDTHS ? "no_widths" : "no_modes", "id",
-                         ax == &WIDTHS ? "job %s has no width but default: there is no width to "
-                                         "check against it (add avx2, avx512, ... to "
-                                         "matrix.widths)"
-                                       : "job %s has no compiled mode: there is nothing to check "
-                                         "against eager (add aot_eager or inductor to "
-                                         "matrix.modes)",
-                         id);
+        *ret = api_error(r, 409, ax->no_values_code, "id", ax->no_values, id);
         return true;
     }
     return false;

@@ -62,14 +62,25 @@ def verdict(ok):
     return "n/a" if ok is None else ("met" if ok else "**not met**")
 
 
-def section(w, title, results):
-    """A section's heading; False, having said so, when it was not run."""
+def section(w, title, results, skipped=None):
+    """A section's heading; False, having said so, when it was not run
+    (SKIPPED: why, when it was skipped)."""
     w("## " + title)
     w("")
+    if skipped:
+        w("Skipped: %s" % skipped.strip())
+        w("")
+        return False
     if not results:
         w("Not run.")
         w("")
     return bool(results)
+
+
+def axes(results, *names):
+    """The lists NAMES of RESULTS' matrix, each as its items joined by commas."""
+    mx = results.get("matrix") or {}
+    return tuple(",".join(mx.get(n) or []) for n in names)
 
 
 def figures(w, intro):
@@ -93,7 +104,6 @@ def perf_verdicts(w, pv, quick):
     """The perf-verdict section: A/A false alarms, power, cost of pairing."""
     if not section(w, "Perf verdicts a CI can gate on (`bench_perf_verdicts.py`)", pv):
         return
-    mx = pv.get("matrix") or {}
     figures(w, "Matrix: `%s` × `%s` × `%s` (%s cells), capd's defaults (no perf options, "
            "builds as registered, `max_parallel` and CPU placement as configured by default). "
            "Paired: the head job names the control's commit, so its cells time the control "
@@ -103,8 +113,7 @@ def perf_verdicts(w, pv, quick):
            "longer after each forward and each backward() of such a model, by spinning (`cpu`), "
            "sleeping (`sleep`) or waiting for a lock another thread holds (`lock`); cnn is left "
            "alone (false alarms there count as such)."
-           % (",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
-              ",".join(mx.get("passes") or []), pv.get("cells")))
+           % (*axes(pv, "models", "widths", "passes"), pv.get("cells")))
     for design in ("paired", "unpaired"):
         aa = pv.get("aa_" + design) or {}
         n = aa.get("cell_verdicts") or 0
@@ -197,15 +206,8 @@ def remote_section(w, r, quick):
 
 def compile_section(w, c, skipped, quick):
     """The cost of a compiled cell against the eager cell of the same job."""
-    if skipped:
-        w("## Compiled cells (`bench_compile.py`)")
-        w("")
-        w("Skipped: %s" % skipped.strip())
-        w("")
+    if not section(w, "Compiled cells (`bench_compile.py`)", c, skipped):
         return
-    if not section(w, "Compiled cells (`bench_compile.py`)", c):
-        return
-    mx = c.get("matrix") or {}
     figures(w, "One job on the official build (%s), capd's defaults (no options): `%s` × `%s` × "
             "`%s` × modes `%s`. Each compiled cell against the eager cell of the same model, "
             "width and pass, geometric means over the cells: **cell wall** (the cell's duration: "
@@ -216,8 +218,7 @@ def compile_section(w, c, skipped, quick):
             "compiles again from the warm cache), **steady state** (the median of the timing "
             "processes' medians: the compiled code's speed, below 1 is faster). The mode "
             "self-check of the same job said `%s` (reference %s). The job took %s s."
-            % (c.get("python"), ",".join(mx.get("models") or []), ",".join(mx.get("widths") or []),
-               ",".join(mx.get("passes") or []), ",".join(mx.get("modes") or []),
+            % (c.get("python"), *axes(c, "models", "widths", "passes", "modes"),
                (c.get("mode_check") or {}).get("verdict"),
                (c.get("mode_check") or {}).get("reference") or "none: the tolerance rule",
                f(c.get("job_s"), "%.0f")))

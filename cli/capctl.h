@@ -38,6 +38,15 @@
 #define CTL_EXIT_NOT_OK     3 /* wait: the job finished with some cell not ok */
 
 #define CTL_DEFAULT_SERVER "http://127.0.0.1:8470"
+
+/* The end of a command group's usage (capctl GROUP --help): the global
+ * options, in short. */
+#define CTL_GROUP_GLOBAL_OPTIONS                                                                   \
+    "global options:\n"                                                                            \
+    "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"       \
+    "  --token T     bearer token (default: $CAPD_TOKEN)\n"                                        \
+    "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n"
+
 /* Where capctl looks for capd's admin.token without --data-dir or
  * CAPD_DATA_DIR (capd's own default data dir). */
 #define CTL_DEFAULT_DATA_DIR "/var/lib/capd"

@@ -241,10 +241,6 @@ const struct ctl_cmd ctl_cmd_builds = {
         "       capctl builds show NAME [--json]\n\n"
         "A build is a registered way to run the framework under test: an interpreter and\n"
         "its environment. Jobs name builds; a job can never name an executable.\n\n"
-        "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n"
-        "global options:\n"
-        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
-        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
-        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+        "'capctl builds SUBCOMMAND --help' shows the flags of each.\n\n" CTL_GROUP_GLOBAL_OPTIONS,
     .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_register, &cmd_show, NULL},
 };

@@ -102,11 +102,17 @@ static const struct ctl_cmd cmd_list = {
 /* ---- widths check, modes check ---- */
 
 /* The axis a self-check walks: its path under the job ("/widths",
- * "/modes") and its list in the result. */
+ * "/modes"), its list in the result, and the hint when it compared no
+ * cell. */
 struct selfcheck {
-    const char *path, *list;
+    const char *path, *list, *none_hint;
 };
-static const struct selfcheck WIDTHS = {"/widths", "widths"}, MODES = {"/modes", "modes"};
+static const struct selfcheck WIDTHS = {
+    "/widths", "widths",
+    ": no width's cells could be judged against default (capctl status JOB says why)"};
+static const struct selfcheck MODES = {
+    "/modes", "modes",
+    ": no compiled cell could be judged against eager (capctl status JOB says why)"};
 
 /* CTX is the struct ctl_gate. */
 static int check_check(const struct ctl_args *a, void *ctx)
@@ -168,37 +174,32 @@ static int check_exit(const struct ctl_gate *g, const char *verdict, json_t *res
     return CTL_EXIT_OK;
 }
 
-static const struct ctl_gate_kind check_gate = {
-    .what = "self-check",
-    .verdicts = (const char *const[]){"pass", "diverged", "incomplete", NULL},
-    .compared = compared_cells,
-    .none_hint = ": no width's cells could be judged against default (capctl status JOB says why)",
-    .report_url = check_report_url,
-    .exit_code = check_exit,
-};
+/* The self-check of axis X as a gate; CTX is the struct ctl_gate. */
+static int selfcheck_run(struct ctl_client *c, const struct ctl_args *a, void *ctx,
+                         const struct selfcheck *x)
+{
+    static const char *const verdicts[] = {"pass", "diverged", "incomplete", NULL};
+    const struct ctl_gate_kind gate = {
+        .what = "self-check",
+        .verdicts = verdicts,
+        .compared = compared_cells,
+        .none_hint = x->none_hint,
+        .report_url = check_report_url,
+        .exit_code = check_exit,
+    };
+    struct ctl_url u;
+    check_url(c, a, x, a->pos[0], "json", &u);
+    return ctl_gate_run(c, a, ctx, &u, &gate, x);
+}
 
-static const struct ctl_gate_kind modes_gate = {
-    .what = "self-check",
-    .verdicts = (const char *const[]){"pass", "diverged", "incomplete", NULL},
-    .compared = compared_cells,
-    .none_hint = ": no compiled cell could be judged against eager (capctl status JOB says why)",
-    .report_url = check_report_url,
-    .exit_code = check_exit,
-};
-
-/* CTX is the struct ctl_gate. */
 static int check_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
-    struct ctl_url u;
-    check_url(c, a, &WIDTHS, a->pos[0], "json", &u);
-    return ctl_gate_run(c, a, ctx, &u, &check_gate, &WIDTHS);
+    return selfcheck_run(c, a, ctx, &WIDTHS);
 }
 
 static int modes_run(struct ctl_client *c, const struct ctl_args *a, void *ctx)
 {
-    struct ctl_url u;
-    check_url(c, a, &MODES, a->pos[0], "json", &u);
-    return ctl_gate_run(c, a, ctx, &u, &modes_gate, &MODES);
+    return selfcheck_run(c, a, ctx, &MODES);
 }
 
 static const struct ctl_opt check_opts[] = {
@@ -250,11 +251,7 @@ const struct ctl_cmd ctl_cmd_widths = {
         "host runs it (a width it cannot run ends its cells 'unsupported').\n"
         "check: each width of one job against its own default (scalar) cells; exit 1 when a\n"
         "width diverged.\n\n"
-        "'capctl widths SUBCOMMAND --help' shows the flags of each.\n\n"
-        "global options:\n"
-        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
-        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
-        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+        "'capctl widths SUBCOMMAND --help' shows the flags of each.\n\n" CTL_GROUP_GLOBAL_OPTIONS,
     .subs = (const struct ctl_cmd *const[]){&cmd_list, &cmd_check, NULL},
 };
 
@@ -302,10 +299,6 @@ const struct ctl_cmd ctl_cmd_modes = {
         "                          [--fail-on diverged|incomplete|never] [--wait-timeout S]\n\n"
         "check: each compiled mode of one job (aot_eager, inductor) against its own eager\n"
         "cells at the same width; exit 1 when a mode diverged.\n\n"
-        "'capctl modes check --help' shows its flags.\n\n"
-        "global options:\n"
-        "  --server URL  capd to talk to (default: $CAPD_SERVER, else " CTL_DEFAULT_SERVER ")\n"
-        "  --token T     bearer token (default: $CAPD_TOKEN)\n"
-        "  --cacert FILE CA certificate(s) for an https:// server (default: $CAPD_CACERT)\n",
+        "'capctl modes check --help' shows its flags.\n\n" CTL_GROUP_GLOBAL_OPTIONS,
     .subs = (const struct ctl_cmd *const[]){&cmd_modes_check, NULL},
 };

@@ -112,8 +112,7 @@ Test(api_compare, compare_and_diff)
     json_t *h = af_post_job(201, "{'project':'p','commit':'3f2a9c1','branch':'main','build':'ok',"
                                  "'matrix':{'models':['mlp'],'widths':['avx2'],'passes':['forward']"
                                  "}}");
-    char *head = strdup(tu_jstr(h, "id"));
-    json_decref(h);
+    char *head = af_job_id(h);
     json_decref(af_wait_done(ctl));
     json_decref(af_wait_done(head));
 

@@ -467,8 +467,7 @@ Test(api_list, filters)
                                 "{'project':'%s','commit':'%s',%s'build':'%s','matrix':{'models':"
                                 "['mlp'],'widths':['default'],'passes':['forward']}}",
                                 spec[i][0], spec[i][1], br, spec[i][3]);
-        id[i] = strdup(tu_jstr(j, "id"));
-        json_decref(j);
+        id[i] = af_job_id(j);
     }
     json_decref(af_wait_cell(id[0], 0, "running", 20));
     {
@@ -609,8 +608,7 @@ Test(api_cancel, cancel_running_and_queued)
         af_post_job(201, "{'project':'p','commit':'abcdef1','build':'b','matrix':{"
                          "'models':['mlp'],'widths':['default','avx2'],'passes':['forward']"
                          "}}");
-    char *id1 = strdup(tu_jstr(j1, "id"));
-    json_decref(j1);
+    char *id1 = af_job_id(j1);
     char *id2 = af_submit1("b", "abcdef2");
     char *id3 = af_submit1("b", "abcdef3");
     json_decref(af_wait_cell(id1, 0, "running", 20));

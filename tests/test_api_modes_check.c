@@ -23,19 +23,22 @@
 #include "tests/helpers/common/testutil.h"
 #include "tests/helpers/common/text_want.h"
 
-TestSuite(modes_check, AF_SUITE);
-
 /* fake:ok's last layer: a compiled cell's one record. */
 #define OUTKEY "layer2.0.forward.output.0"
 
-static void builds(void)
+/* Every test's capd: the defaults, with the builds clean and badind (its
+ * inductor cells move fake:ok's output). */
+static void start(void)
 {
+    af_start(NULL);
     cr_assert_eq(tu_fake_build(&af_capd, "clean", "{}"), 201);
     cr_assert_eq(tu_fake_build(&af_capd, "badind",
                                "{\"FAKE_PERTURB_KEY\":\"" OUTKEY
                                "\",\"FAKE_PERTURB_MODE\":\"inductor\"}"),
                  201);
 }
+
+TestSuite(modes_check, .init = start, AF_SUITE);
 
 /* A job of fake:ok at WIDTHS in MODES (JSON lists' contents), forward, of
  * BUILD at COMMIT; waited for, its id (owned). */
@@ -46,34 +49,33 @@ static char *job(const char *build, const char *commit, const char *widths, cons
                             "'models':['fake:ok'],'widths':[%s],'passes':['forward']%s%s%s}}",
                             commit, build, widths, modes ? ",'modes':[" : "", modes ? modes : "",
                             modes ? "]" : "");
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
+    char *id = af_job_id(j);
     json_decref(af_wait_done(id));
     return id;
+}
+
+/* The path of GET /v1/jobs/REF/modes?QUERY (static). */
+static const char *modes_path(const char *ref, const char *query)
+{
+    static char p[256];
+    snprintf(p, sizeof p, "/v1/jobs/%s/modes%s%s", ref, *query ? "?" : "", query);
+    return p;
 }
 
 /* GET /v1/jobs/REF/modes?QUERY: the reply and its status in *ST. */
 static json_t *modes(const char *ref, const char *query, long *st)
 {
-    char p[256];
-    snprintf(p, sizeof p, "/v1/jobs/%s/modes%s%s", ref, *query ? "?" : "", query);
-    return af_get(p, st);
+    return af_get(modes_path(ref, query), st);
 }
 
+/* The same without a query, which must answer 200. */
 static json_t *check(const char *ref)
 {
-    long st;
-    json_t *r = modes(ref, "", &st);
-    char *d = af_dump(r);
-    cr_assert_eq(st, 200, "GET modes of %s: %ld %s", ref, st, d);
-    free(d);
-    return r;
+    return af_get_ok(modes_path(ref, ""));
 }
 
 Test(modes_check, compiled_cells_against_eager_at_each_width)
 {
-    af_start(NULL);
-    builds();
     static const char *const w = "'default','avx2'", *const m = "'eager','inductor','aot_eager'";
     char *clean = job("clean", "c1ea001", w, m);
     char *bad = job("badind", "bad0001", w, m);
@@ -144,8 +146,6 @@ Test(modes_check, compiled_cells_against_eager_at_each_width)
  * the refusals say what to add, and no job is created. */
 Test(modes_check, refusals)
 {
-    af_start(NULL);
-    builds();
     char *eager = job("clean", "aaaa001", "'avx2'", NULL);
     char *ind = job("clean", "aaaa002", "'avx2'", "'inductor'");
     int jobs = af_count_jobs();
@@ -174,8 +174,6 @@ Test(modes_check, refusals)
 /* capctl modes check: its exit status is the verdict's, like widths check. */
 Test(modes_check, capctl_exit_status)
 {
-    af_start(NULL);
-    builds();
     static const char *const w = "'avx2'", *const m = "'eager','inductor'";
     char *clean = job("clean", "c1ea001", w, m);
     char *bad = job("badind", "bad0001", w, m);
@@ -229,15 +227,12 @@ static const char *bisect_path(const char *id, const char *mode)
  * for no commit. */
 Test(modes_check, a_diverged_compiled_cell_is_bisected)
 {
-    af_start(NULL);
-    builds();
     static const char *const w = "'avx2'", *const m = "'eager','inductor','aot_eager'";
     json_t *j =
         af_post_job(201, "{'project':'p','commit':'0ff0001','build':'badind','matrix':{"
                          "'models':['fake:ok'],'widths':['avx2'],'passes':['forward'],"
                          "'modes':['eager','inductor']},'options':{'compiler_bisect':'off'}}");
-    char *off = strdup(tu_jstr(j, "id"));
-    json_decref(j);
+    char *off = af_job_id(j);
     json_decref(af_wait_done(off));
     char *eager = job("badind", "aaaa001", w, NULL);
     char *clean = job("clean", "c1ea001", w, m);

@@ -59,17 +59,19 @@ static void builds(void)
                  201);
 }
 
+/* The start of most tests: capd on the defaults, with the builds. */
+static void start(void)
+{
+    af_start(NULL);
+    builds();
+}
+
 /* GET /v1/jobs/REF/widths?QUERY, which must answer 200. */
 static json_t *check(const char *ref, const char *query)
 {
     char p[256];
-    long st;
     snprintf(p, sizeof p, "/v1/jobs/%s/widths%s%s", ref, *query ? "?" : "", query);
-    json_t *r = af_get(p, &st);
-    char *d = af_dump(r);
-    cr_assert_eq(st, 200, "GET %s: %ld %s", p, st, d);
-    free(d);
-    return r;
+    return af_get_ok(p);
 }
 
 /* The same, rendered (format md or text); owned. */
@@ -86,10 +88,8 @@ static char *report(const char *ref, const char *format)
     return text;
 }
 
-Test(widths_check, a_clean_build_passes_a_perturbed_width_diverges_at_its_layer)
+Test(widths_check, a_clean_build_passes_a_perturbed_width_diverges_at_its_layer, .init = start)
 {
-    af_start(NULL);
-    builds();
     char *clean = job("clean", "c1ea001", "\"fake:ok\"", NULL);
     char *pert = job("pert", "0e27001", "\"fake:ok\"", NULL);
 
@@ -152,10 +152,8 @@ Test(widths_check, a_clean_build_passes_a_perturbed_width_diverges_at_its_layer)
 /* At granularity op the first divergence names the op and its kernel; with
  * the job's option reference float64 the arbiter is asked (the fake runner
  * writes no float64 records, so it says why it could not judge). */
-Test(widths_check, op_and_reference)
+Test(widths_check, op_and_reference, .init = start)
 {
-    af_start(NULL);
-    builds();
     char *id = job("pertop", "0e27002", "\"fake:ops__3\"",
                    "{\"capture\":\"sample\",\"reference\":\"float64\",\"granularity\":\"op\"}");
     json_t *r = check(id, "");
@@ -179,10 +177,8 @@ Test(widths_check, op_and_reference)
     free(id);
 }
 
-Test(widths_check, refusals)
+Test(widths_check, refusals, .init = start)
 {
-    af_start(NULL);
-    builds();
     af_hang_build("hang");
     char *ok = job("clean", "c1ea001", "\"fake:ok\"", NULL);
     char *nd = job_at("clean", "aaaa001", "\"fake:ok\"", "\"avx2\"", NULL);
@@ -247,10 +243,8 @@ Test(widths_check, refusals)
 }
 
 /* capctl widths check: its exit status is the verdict's, like capctl diff. */
-Test(widths_check, capctl_exit_status)
+Test(widths_check, capctl_exit_status, .init = start)
 {
-    af_start(NULL);
-    builds();
     char *clean = job("clean", "c1ea001", "\"fake:ok\"", NULL);
     char *pert = job("pert", "0e27001", "\"fake:ok\"", NULL);
     static const struct af_capctl_run runs[] = {

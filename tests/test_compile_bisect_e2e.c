@@ -21,20 +21,8 @@
 
 #include "tests/helpers/common/api_fixtures.h"
 #include "tests/helpers/common/json_want.h"
+#include "tests/helpers/common/models_aa.h"
 #include "tests/helpers/common/testutil.h"
-
-static struct tu_capd capd;
-
-static void start(void)
-{
-    const char *extra[] = {"--max-parallel", "2", NULL};
-    cr_assert_eq(tu_capd_start(&capd, NULL, extra), 0, "capd starts");
-}
-
-static void stop(void)
-{
-    tu_capd_stop(&capd);
-}
 
 /* Registers build NAME of the official interpreter, with the planted
  * fault's directory on its PYTHONPATH when FAULTY. */
@@ -46,33 +34,12 @@ static void official_build(const char *name, bool faulty)
         snprintf(env, sizeof env, "{\"PYTHONPATH\":\"%s/tests/helpers/planted_inductor_fault\"}",
                  tu_bin("CAPD_SOURCE_DIR"));
     json_t *b =
-        tu_jsonf(&capd, "POST", "/v1/builds", &st, "{\"name\":\"%s\",\"python\":\"%s\",\"env\":%s}",
-                 name, af_official_python(), env);
+        tu_jsonf(&af_capd, "POST", "/v1/builds", &st,
+                 "{\"name\":\"%s\",\"python\":\"%s\",\"env\":%s}", name, af_official_python(), env);
     char *d = af_dump(b);
     cr_assert_eq(st, 201, "register %s: %s", name, d);
     free(d);
     json_decref(b);
-}
-
-/* MODELS forward at WIDTHS in MODES (each the items of a JSON list),
- * judged by float64, of BUILD at COMMIT; waited for, its id (owned). */
-static char *modes_job(const char *build, const char *commit, const char *models,
-                       const char *widths, const char *modes)
-{
-    long st = 0;
-    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\",\"matrix\":{"
-                         "\"models\":[%s],\"widths\":[%s],\"passes\":[\"forward\"],"
-                         "\"modes\":[%s]},\"options\":{"
-                         "\"iterations\":0,\"reference\":\"float64\",\"capture\":\"sample\"}}",
-                         commit, build, models, widths, modes);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(jw_str(j, "id"));
-    json_decref(j);
-    json_t *done = tu_wait_job(&capd, id, 900);
-    cr_assert_not_null(done, "job %s finished", id);
-    json_decref(done);
-    return id;
 }
 
 /* The x86 widths this host runs as the items of a JSON list, their count
@@ -83,22 +50,11 @@ static void runnable_widths(char *buf, size_t size, int *n)
     buf[0] = 0;
     *n = 0;
     for (size_t i = 0; i < sizeof x86 / sizeof x86[0]; i++) {
-        if (!tu_width_runnable(&capd, x86[i]))
+        if (!tu_width_runnable(&af_capd, x86[i]))
             continue;
         snprintf(buf + strlen(buf), size - strlen(buf), "%s\"%s\"", buf[0] ? "," : "", x86[i]);
         ++*n;
     }
-}
-
-/* GET PATH, which must answer 200 (owned). */
-static json_t *get_ok(const char *path)
-{
-    long st = 0;
-    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
-    char *d = af_dump(r);
-    cr_assert_eq(st, 200, "GET %s: %ld %s", path, st, d);
-    free(d);
-    return r;
 }
 
 /* The id of MODE's cell of job ID (owned). */
@@ -106,7 +62,7 @@ static char *cell_id(const char *id, const char *mode)
 {
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    json_t *j = get_ok(path), *c;
+    json_t *j = af_get_ok(path), *c;
     size_t i;
     char *out = NULL;
     json_array_foreach(json_object_get(j, "cells"), i, c)
@@ -119,22 +75,22 @@ static char *cell_id(const char *id, const char *mode)
     return out;
 }
 
-Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = stop,
-     .timeout = 1700)
+Test(compile_bisect, a_planted_lowering_fault_is_named, AF_TWO_CELLS_SUITE, .timeout = 1700)
 {
     official_build("clean", false);
     official_build("faulty", true);
     char widths[128];
     int nw;
     runnable_widths(widths, sizeof widths, &nw);
-    char *clean =
-        modes_job("clean", "c1ea001", "\"mlp\",\"cnn\",\"transformer\",\"lstm\",\"embedding_bag\"",
-                  widths, "\"eager\",\"inductor\"");
-    char *bad = modes_job("faulty", "bad0001", "\"mlp\"", "\"avx2\"",
-                          "\"eager\",\"aot_eager\",\"inductor\"");
+    char *clean = af_job_id(ma_modes_job(
+        &af_capd, "clean", "\"mlp\",\"cnn\",\"transformer\",\"lstm\",\"embedding_bag\"", widths,
+        "\"eager\",\"inductor\"", "c1ea001", NULL, ""));
+    char *bad =
+        af_job_id(ma_modes_job(&af_capd, "faulty", "\"mlp\"", "\"avx2\"",
+                               "\"eager\",\"aot_eager\",\"inductor\"", "bad0001", NULL, ""));
     char path[200];
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", clean);
-    json_t *r = get_ok(path);
+    json_t *r = af_get_ok(path);
     char *rs = af_dump(r);
     cr_assert_str_eq(jw_str(r, "verdict"), "pass", "%s", rs);
     cr_assert_str_eq(jw_str(r, "modes.0.mode"), "inductor", "%s", rs);
@@ -142,14 +98,14 @@ Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = s
     cr_log_info("mode self-check of the zoo: %s", rs);
     free(rs);
     json_decref(r);
-    char *l = af_wait_label(&capd, clean, "compiler_bisect_auto", 60);
+    char *l = af_wait_label(&af_capd, clean, "compiler_bisect_auto", 60);
     cr_assert_str_eq(l, "nothing diverged");
     free(l);
 
     /* the right cells: inductor left eager beyond the float64 rule,
      * aot_eager (which lowers nothing) did not */
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", bad);
-    r = get_ok(path);
+    r = af_get_ok(path);
     rs = af_dump(r);
     const struct jw_want mw[] = {JW_S("verdict", "diverged"),
                                  JW_S("reference", "float64"),
@@ -162,14 +118,14 @@ Test(compile_bisect, a_planted_lowering_fault_is_named, .init = start, .fini = s
     cr_log_info("mode self-check of the faulty build: %s", rs);
     free(rs);
     json_decref(r);
-    l = af_wait_label(&capd, bad, "compiler_bisect_auto", 60);
+    l = af_wait_label(&af_capd, bad, "compiler_bisect_auto", 60);
     cr_assert_str_eq(l, "bisecting 1");
     free(l);
 
     /* the bisection names the lowering */
     char *ind = cell_id(bad, "inductor");
     snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s/compiler-bisect", bad, ind);
-    r = af_get_settled(&capd, path, 900);
+    r = af_get_settled(&af_capd, path, 900);
     rs = af_dump(r);
     const struct jw_want bw[] = {JW_S("state", "ok"), JW_T("result.narrowed"),
                                  JW_S("result.backend", "inductor"),

@@ -36,25 +36,11 @@
 #include "tests/helpers/common/models_aa.h"
 #include "tests/helpers/common/testutil.h"
 
-static struct tu_capd capd;
-
-static void start(void)
-{
-    /* The defaults, but two cells at a time, as in test_models. */
-    const char *extra[] = {"--max-parallel", "2", NULL};
-    cr_assert_eq(tu_capd_start(&capd, NULL, extra), 0, "capd starts");
-}
-
-static void stop(void)
-{
-    tu_capd_stop(&capd);
-}
-
-Test(official, hub_models_aa, .init = start, .fini = stop, .timeout = 1500)
+Test(official, hub_models_aa, AF_TWO_CELLS_SUITE, .timeout = 1500)
 {
     const char *py = af_official_python();
-    ma_register(&capd, "official", py);
-    ma_models_aa(&capd, "official",
+    ma_register(&af_capd, "official", py);
+    ma_models_aa(&af_capd, "official",
                  "\"capd_examples.vision:squeezenet1_1\",\"capd_examples.hub:timm_resnet10t\","
                  "\"capd_examples.hub:bert_encoder\"",
                  3);
@@ -114,22 +100,22 @@ static char *zoo_job(const char *build, const char *commit, const char *control,
         snprintf(models + strlen(models), sizeof models - strlen(models), "%s\"%s\"", i ? "," : "",
                  zoo[i]);
     snprintf(widths, sizeof widths, "\"%s\"", width);
-    return ma_submit(&capd, build, models, widths, commit, control,
+    return ma_submit(&af_capd, build, models, widths, commit, control,
                      "{\"iterations\":1,\"warmup\":0,\"capture\":\"sample\","
                      "\"reference\":\"float64\",\"replay\":\"off\"}");
 }
 
-Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1500)
+Test(official, debian_vs_official_zoo, AF_TWO_CELLS_SUITE, .timeout = 1500)
 {
     const char *py = af_official_python();
-    ma_register(&capd, "debian", tu_python());
-    ma_register(&capd, "official", py);
-    const char *width = tu_widest_width(&capd);
+    ma_register(&af_capd, "debian", tu_python());
+    ma_register(&af_capd, "official", py);
+    const char *width = tu_widest_width(&af_capd);
     char *ctl = zoo_job("debian", "bbbb001", NULL, width);
     char *head = zoo_job("official", "bbbb002", "bbbb001", width);
     for (int k = 0; k < 2; k++) {
         const char *id = k ? head : ctl;
-        json_t *j = tu_wait_job(&capd, id, 1200);
+        json_t *j = tu_wait_job(&af_capd, id, 1200);
         cr_assert_not_null(j, "job %s finished", id);
         size_t i;
         json_t *cell;
@@ -145,11 +131,11 @@ Test(official, debian_vs_official_zoo, .init = start, .fini = stop, .timeout = 1
     char path[256];
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s", ctl, head);
     long st = 0;
-    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
+    json_t *r = tu_json(&af_capd, "GET", path, NULL, &st);
     cr_assert_eq(st, 200, "%s", path);
     snprintf(path, sizeof path, "/v1/compare?control=%s&head=%s&format=text", ctl, head);
     struct tu_resp resp;
-    cr_assert_eq(tu_http(&capd, "GET", path, NULL, 0, NULL, &resp), 0);
+    cr_assert_eq(tu_http(&af_capd, "GET", path, NULL, 0, NULL, &resp), 0);
     cr_assert_eq(resp.status, 200);
     cr_log_info("Debian's torch against the official wheel:\n%s", resp.body);
 
@@ -214,7 +200,7 @@ static json_t *mode_cell(json_t *job, const char *width, const char *mode, const
         char path[256];
         snprintf(path, sizeof path, "/v1/jobs/%s/cells/%s", jw_str(job, "id"), jw_str(cell, "id"));
         long st = 0;
-        json_t *c = tu_json(&capd, "GET", path, NULL, &st);
+        json_t *c = tu_json(&af_capd, "GET", path, NULL, &st);
         cr_assert_eq(st, 200, "%s", path);
         return c;
     }
@@ -230,7 +216,7 @@ static void runnable(char *buf, size_t size, bool run[N_X86])
 {
     buf[0] = 0;
     for (size_t i = 0; i < N_X86; i++) {
-        run[i] = tu_width_runnable(&capd, x86[i]);
+        run[i] = tu_width_runnable(&af_capd, x86[i]);
         if (run[i])
             snprintf(buf + strlen(buf), size - strlen(buf), "%s\"%s\"", buf[0] ? "," : "", x86[i]);
     }
@@ -253,15 +239,15 @@ static const char *cpu_vendor(char buf[64])
 
 static json_t *mlp_job(const char *build, const char *commit, const char *widths)
 {
-    char *id = ma_submit(&capd, build, "\"capd_examples.gemm:wide_mlp\"", widths, commit, NULL,
+    char *id = ma_submit(&af_capd, build, "\"capd_examples.gemm:wide_mlp\"", widths, commit, NULL,
                          "{\"iterations\":0,\"capture\":\"full\"}");
-    json_t *j = tu_wait_job(&capd, id, 900);
+    json_t *j = tu_wait_job(&af_capd, id, 900);
     cr_assert_not_null(j, "job %s finished", id);
     free(id);
     return j;
 }
 
-Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
+Test(official, widths_pin_mkl, AF_TWO_CELLS_SUITE, .timeout = 1500)
 {
     const char *py = af_official_python();
     char widths[128];
@@ -273,7 +259,7 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
                      widths);
     char vendor[64];
     bool intel = strcmp(cpu_vendor(vendor), "GenuineIntel") == 0;
-    ma_register(&capd, "official", py);
+    ma_register(&af_capd, "official", py);
     json_t *j = mlp_job("official", "cccc001", widths);
     const char *seen[N_X86] = {0};
     json_t *fps[N_X86] = {0};
@@ -316,7 +302,7 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
     snprintf(path, sizeof path, "/v1/compare?job=%s&control_width=avx2&head_width=avx512",
              jw_str(j, "id"));
     long st = 0;
-    json_t *r = tu_json(&capd, "GET", path, NULL, &st);
+    json_t *r = tu_json(&af_capd, "GET", path, NULL, &st);
     cr_assert_eq(st, 200, "%s", path);
     json_t *cell = json_array_get(json_object_get(r, "cells"), 0);
     char *d = af_dump(cell);
@@ -342,7 +328,7 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
              "{\"name\":\"forced\",\"python\":\"%s\",\"env\":{\"PYTHONPATH\":\"%s\"},"
              "\"model_roots\":[\"%s/examples/models\"]}",
              py, dir, tu_bin("CAPD_SOURCE_DIR"));
-    json_decref(tu_json(&capd, "POST", "/v1/builds", body, &st));
+    json_decref(tu_json(&af_capd, "POST", "/v1/builds", body, &st));
     cr_assert_eq(st, 201, "%s", body);
     j = mlp_job("forced", "cccc002", widths);
     for (size_t i = 0; i < 3; i++) {
@@ -361,25 +347,13 @@ Test(official, widths_pin_mkl, .init = start, .fini = stop, .timeout = 1500)
 }
 
 /* A job of mlp at WIDTHS (JSON list contents), forward, in MODES, numerics
- * only, of BUILD at COMMIT (against CONTROL, or none), waited for. */
+ * only, of BUILD at COMMIT (against CONTROL, or none), replay off, waited
+ * for. */
 static json_t *modes_job(const char *build, const char *commit, const char *control,
                          const char *widths, const char *modes)
 {
-    long st = 0;
-    char cc[96] = "";
-    if (control)
-        snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", control);
-    json_t *j = tu_jsonf(&capd, "POST", "/v1/jobs", &st,
-                         "{\"project\":\"p\",\"commit\":\"%s\",\"build\":\"%s\"%s,\"matrix\":{"
-                         "\"models\":[\"mlp\"],\"widths\":[%s],\"passes\":[\"forward\"],"
-                         "\"modes\":[%s]},\"options\":{\"iterations\":0,\"replay\":\"off\","
-                         "\"reference\":\"float64\",\"capture\":\"sample\"}}",
-                         commit, build, cc, widths, modes);
-    cr_assert_eq(st, 201, "submit: %ld", st);
-    json_t *done = tu_wait_job(&capd, jw_str(j, "id"), 900);
-    cr_assert_not_null(done, "job %s finished", jw_str(j, "id"));
-    json_decref(j);
-    return done;
+    return ma_modes_job(&af_capd, build, "\"mlp\"", widths, modes, commit, control,
+                        ",\"replay\":\"off\"");
 }
 
 /*
@@ -390,13 +364,13 @@ static json_t *modes_job(const char *build, const char *commit, const char *cont
  * job again compares cell for cell by mode, nothing diverged. On Debian's
  * torch (no torch.compile) the compiled cells are unsupported, saying so.
  */
-Test(official, compiled_cells_name_their_isa, .init = start, .fini = stop, .timeout = 1500)
+Test(official, compiled_cells_name_their_isa, AF_TWO_CELLS_SUITE, .timeout = 1500)
 {
     char widths[128];
     bool run[N_X86];
     runnable(widths, sizeof widths, run);
-    ma_register(&capd, "official", af_official_python());
-    ma_register(&capd, "debian", tu_python());
+    ma_register(&af_capd, "official", af_official_python());
+    ma_register(&af_capd, "debian", tu_python());
     json_t *a = modes_job("official", "dddd001", NULL, widths, "\"eager\",\"inductor\"");
     for (size_t i = 0; i < N_X86 - 1; i++) { /* amx: an ISA of its own */
         if (!run[i])
@@ -419,7 +393,7 @@ Test(official, compiled_cells_name_their_isa, .init = start, .fini = stop, .time
     char path[96];
     snprintf(path, sizeof path, "/v1/jobs/%s/modes", jw_str(a, "id"));
     long mst = 0;
-    json_t *mc = tu_json(&capd, "GET", path, NULL, &mst);
+    json_t *mc = tu_json(&af_capd, "GET", path, NULL, &mst);
     char *ms = af_dump(mc);
     cr_assert_eq(mst, 200, "%s", ms);
     const struct jw_want mw[] = {JW_S("verdict", "pass"), JW_S("reference", "float64"),
@@ -431,7 +405,7 @@ Test(official, compiled_cells_name_their_isa, .init = start, .fini = stop, .time
     json_decref(mc);
     json_t *b = modes_job("official", "dddd002", "dddd001", widths, "\"eager\",\"inductor\"");
     long st = 0;
-    json_t *diff = tu_json(&capd, "GET", "/v1/commits/dddd002/diff", NULL, &st);
+    json_t *diff = tu_json(&af_capd, "GET", "/v1/commits/dddd002/diff", NULL, &st);
     cr_assert_eq(st, 200);
     char *ds = af_dump(diff);
     cr_assert_eq(json_array_size(json_object_get(diff, "missing_cells")), 0, "%s", ds);

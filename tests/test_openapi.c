@@ -184,9 +184,7 @@ static char *sample_job(const char *body, const char *const *hdrs)
 {
     json_t *j;
     cr_assert_eq(sample("POST", "/v1/jobs", "/v1/jobs", body, hdrs, &j), 201);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
-    return id;
+    return af_job_id(j);
 }
 
 /* Two fake_runner jobs of fake:ops (tests/helpers/fake_runner.c), the head's

@@ -11,7 +11,6 @@
 #include "daemon/cpu/widths.h"
 #include "daemon/replay/auto.h"
 #include "daemon/replay/pending.h"
-#include "util/log.h"
 
 /* ------------------------------------------------------------ the op */
 
@@ -278,8 +277,6 @@ static int look(struct store *st, const struct capd_config *cfg, const char *id,
         snprintf(label, len, "replayed %d", n);
     else if (!rc)
         snprintf(label, len, "nothing to replay");
-    else if (rc != -EAGAIN)
-        snprintf(label, len, "refused: %s", strerror(-rc));
 out:
     json_decref(head);
     json_decref(ctl);
@@ -287,21 +284,11 @@ out:
     return rc;
 }
 
-/* Looks at head job ID and labels it with what came of it, unless it is
- * to be looked at again; true when it created replay jobs. */
-static bool look_one(struct store *st, const struct capd_config *cfg, const char *id)
-{
-    char label[160] = "";
-    int rc = look(st, cfg, id, label, sizeof label);
-    if (rc == 1 || rc == -EAGAIN)
-        return false; /* again at a later pass */
-    if (label[0])
-        store_job_label(st, id, "replay_auto", label);
-    log_info("replay_auto", "job=%s result=%s", id, log_q(label));
-    return strncmp(label, "replayed", 8) == 0;
-}
+/* Head jobs are labelled replay_auto: "replayed N" when jobs were created. */
+static const struct replay_looker looker = {"replay_auto", "replayed", store_replays_auto_pending,
+                                            look};
 
 bool replay_auto_step(struct store *st, const struct capd_config *cfg)
 {
-    return replay_each_pending(st, cfg, store_replays_auto_pending, look_one);
+    return replay_look_pending(st, cfg, &looker);
 }

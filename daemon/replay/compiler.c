@@ -10,7 +10,6 @@
 #include "daemon/replay/auto.h"
 #include "daemon/replay/compiler.h"
 #include "daemon/replay/pending.h"
-#include "util/log.h"
 
 /* JOB's cell of the compared cell RES (model, width, pass, mode), or NULL. */
 static json_t *job_cell(json_t *job, json_t *res)
@@ -145,8 +144,6 @@ static int look(struct store *st, const struct capd_config *cfg, const char *id,
     }
     if (!rc)
         snprintf(label, len, n ? "bisecting %d" : "nothing diverged", n);
-    else if (rc != -EAGAIN)
-        snprintf(label, len, "refused: %s", strerror(-rc));
 out:
     cmp_side_free(side);
     store_payloads_free(pl);
@@ -155,21 +152,12 @@ out:
     return rc;
 }
 
-/* Looks at job ID and labels it with what came of it, unless it is to be
- * looked at again (the queue was full); true when it created jobs. */
-static bool look_one(struct store *st, const struct capd_config *cfg, const char *id)
-{
-    char label[160] = "";
-    int rc = look(st, cfg, id, label, sizeof label);
-    if (rc == -EAGAIN)
-        return false; /* again at a later pass */
-    if (label[0])
-        store_job_label(st, id, "compiler_bisect_auto", label);
-    log_info("compiler_bisect_auto", "job=%s result=%s", id, log_q(label));
-    return strncmp(label, "bisecting", 9) == 0;
-}
+/* Jobs are labelled compiler_bisect_auto: "bisecting N" when jobs were
+ * created. */
+static const struct replay_looker looker = {"compiler_bisect_auto", "bisecting",
+                                            store_compiler_bisect_pending, look};
 
 bool compiler_bisect_step(struct store *st, const struct capd_config *cfg)
 {
-    return replay_each_pending(st, cfg, store_compiler_bisect_pending, look_one);
+    return replay_look_pending(st, cfg, &looker);
 }

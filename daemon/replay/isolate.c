@@ -148,8 +148,10 @@ static int prepare(struct store *st, const struct capd_config *cfg, struct prep 
 
 /* Prepares control replay job ID, or labels it with the refusal; true
  * when it created the isolated pair. */
-static bool prepare_one(struct store *st, const struct capd_config *cfg, const char *id)
+static bool prepare_one(struct store *st, const struct capd_config *cfg, const char *id,
+                        const void *arg)
 {
+    (void)arg;
     struct prep p = {.id = id};
     int rc = prepare(st, cfg, &p);
     if (rc && rc != -EAGAIN) {
@@ -164,5 +166,5 @@ static bool prepare_one(struct store *st, const struct capd_config *cfg, const c
 
 bool replay_step(struct store *st, const struct capd_config *cfg)
 {
-    return replay_each_pending(st, cfg, store_replays_pending, prepare_one);
+    return replay_each_pending(st, cfg, store_replays_pending, prepare_one, NULL);
 }

@@ -98,6 +98,12 @@ void af_start_defaults(void)
     af_start(NULL);
 }
 
+void af_start_two_cells(void)
+{
+    const char *const extra[] = {"--max-parallel", "2", NULL};
+    af_start(extra);
+}
+
 void af_put_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -349,8 +355,15 @@ char *af_submit1(const char *build, const char *commit)
                             "{'project':'p','commit':'%s','build':'%s','matrix':{'models':['mlp'],"
                             "'widths':['avx2'],'passes':['forward']}}",
                             commit, build);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
+    return af_job_id(j);
+}
+
+char *af_job_id(json_t *job)
+{
+    const char *s = tu_jstr(job, "id");
+    cr_assert_not_null(s, "a job without an id");
+    char *id = strdup(s);
+    json_decref(job);
     return id;
 }
 
@@ -398,16 +411,22 @@ json_t *af_wait_done(const char *id)
 
 char *af_submit_job(const struct tu_capd *c, const struct af_job *job)
 {
+    return af_submit_modes_job(c, job, NULL);
+}
+
+char *af_submit_modes_job(const struct tu_capd *c, const struct af_job *job, const char *modes)
+{
     long st = 0;
     char cc[96] = "";
     if (job->control)
         snprintf(cc, sizeof cc, ",\"control_commit\":\"%s\"", job->control);
     json_t *j = tu_jsonf(c, "POST", "/v1/jobs", &st,
                          "{\"project\":\"%s\",\"commit\":\"%s\",\"build\":\"%s\"%s,"
-                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]},"
+                         "\"matrix\":{\"models\":[%s],\"widths\":[%s],\"passes\":[%s]%s%s%s},"
                          "\"options\":%s}",
                          job->project, job->commit, job->build, cc, job->models, job->widths,
-                         job->passes, job->options ? job->options : "{}");
+                         job->passes, modes ? ",\"modes\":[" : "", modes ? modes : "",
+                         modes ? "]" : "", job->options ? job->options : "{}");
     char *s = af_dump(j);
     const char *id = tu_jstr(j, "id");
     cr_assert(st == 201 && id, "submit: %ld %s", st, s);

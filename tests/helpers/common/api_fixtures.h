@@ -38,6 +38,10 @@ void af_teardown(void);
  * (af_start(NULL)) and no limit of its own: init and fini. */
 void af_start_defaults(void);
 #define AF_CAPD_SUITE .init = af_start_defaults, .fini = af_teardown
+/* For the suites of real torch cells: capd on the defaults but two cells
+ * at a time (--max-parallel 2), as an operator would run it. */
+void af_start_two_cells(void);
+#define AF_TWO_CELLS_SUITE .init = af_start_two_cells, .fini = af_teardown
 
 /* For the suites that keep their own capd and temp dir: starts capd in DIR
  * (as tu_capd_start) and fails the test with capd's stderr when it does not
@@ -119,6 +123,9 @@ json_t *af_post_job(long want, const char *fmt, ...) __attribute__((format(print
 /* A one-cell job (mlp, avx2, forward) of BUILD at COMMIT; returns its id
  * (owned). */
 char *af_submit1(const char *build, const char *commit);
+/* The id of JOB (a job the API answered), which it releases (owned);
+ * fails the test when JOB has none. */
+char *af_job_id(json_t *job);
 
 /* GET /v1/jobs/ID, asserting 200 (owned). */
 json_t *af_get_job(const char *id);
@@ -156,6 +163,9 @@ struct af_job {
 /* Posts JOB to capd C; fails the test unless the reply is 201 with an id,
  * which it returns (owned). */
 char *af_submit_job(const struct tu_capd *c, const struct af_job *job);
+/* The same with the matrix's MODES too (the contents of its JSON list;
+ * NULL for none, the API's default, as af_submit_job). */
+char *af_submit_modes_job(const struct tu_capd *c, const struct af_job *job, const char *modes);
 /* Runs one cell of MODEL on C's build "fake" (tu_submit with OPTIONS),
  * waits for it (120 s at most) and returns the cell's own GET reply (owned,
  * with details); the job id goes to *JOB_OUT (owned) unless it is NULL. */

@@ -47,9 +47,7 @@ char *gelu_submit_opts(struct tu_capd *c, const char *model, const char *build, 
                          commit, build, cc, model, width, options,
                          provenance ? ",\"provenance\":" : "", provenance ? provenance : "");
     cr_assert_eq(st, 201, "submit: %ld", st);
-    char *id = strdup(tu_jstr(j, "id"));
-    json_decref(j);
-    return id;
+    return af_job_id(j);
 }
 
 /*

@@ -53,6 +53,20 @@ char *ma_submit(const struct tu_capd *c, const char *build, const char *models, 
     return af_submit_job(c, &job);
 }
 
+json_t *ma_modes_job(const struct tu_capd *c, const char *build, const char *models,
+                     const char *widths, const char *modes, const char *commit, const char *control,
+                     const char *extra)
+{
+    char options[256];
+    snprintf(options, sizeof options,
+             "{\"iterations\":0,\"reference\":\"float64\",\"capture\":\"sample\"%s}", extra);
+    struct af_job job = {"p", commit, control, build, models, widths, "\"forward\"", options};
+    char *id = af_submit_modes_job(c, &job, modes);
+    json_t *done = af_wait_job(c, id, 900);
+    free(id);
+    return done;
+}
+
 /* Every cell ok, with its memory limit, peak and CPU time on the record. */
 static void check_job(const struct tu_capd *c, const char *id, size_t ncells)
 {

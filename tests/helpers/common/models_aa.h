@@ -10,6 +10,7 @@
 #ifndef CAPD_TESTS_MODELS_AA_H
 #define CAPD_TESTS_MODELS_AA_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "tests/helpers/common/testutil.h"
@@ -26,6 +27,14 @@ size_t ma_runnable_widths(const struct tu_capd *c, char *buf, size_t size);
  * with OPTIONS (a JSON object); returns its id (owned). */
 char *ma_submit(const struct tu_capd *c, const char *build, const char *models, const char *widths,
                 const char *commit, const char *control, const char *options);
+/* The same for a job of MODELS × WIDTHS × forward in MODES (the contents
+ * of a JSON list), numerics only (iterations 0), judged by the float64
+ * reference (capture sample), with the members EXTRA adds to its options
+ * ("" or ",\"replay\":\"off\""); waits for it (900 s at most) and returns
+ * the finished job (owned). */
+json_t *ma_modes_job(const struct tu_capd *c, const char *build, const char *models,
+                     const char *widths, const char *modes, const char *commit, const char *control,
+                     const char *extra);
 /* On build BUILD of capd C: MODELS (the contents of a JSON list, N_MODELS
  * of them) at every width this host runs, forward and backward, once as
  * commit aaaa001 and again as aaaa002 against it. Checks that every cell
