@@ -87,6 +87,23 @@ def save(outdir, name, obj):
             json.dump(obj, f, indent=1)
 
 
+def wait_jobs(base, jobs, deadline, watch):
+    """JOBS (key: job id) polled until each is done or cancelled, or until
+    DEADLINE (time.time()); WATCH is handed GET /v1/devices' list at every
+    poll. The jobs that ended, by key."""
+    done = {}
+    while len(done) < len(jobs) and time.time() < deadline:
+        st, d = call(base, "GET", "/v1/devices")
+        watch(d.get("devices", []))
+        for key, jid in jobs.items():
+            if key not in done:
+                st, j = call(base, "GET", "/v1/jobs/" + jid)
+                if j.get("state") in ("done", "cancelled"):
+                    done[key] = j
+        time.sleep(0.2)
+    return done
+
+
 def main():
     args = connect(arguments(600, models={"default": "mlp,transformer"}))
     base = args.url
@@ -126,18 +143,13 @@ def main():
     # While the control job runs, its GPU cells hold the one device in turn.
     t0 = time.time()
     busy_seen = []
-    done = {}
-    while len(done) < 2 and time.time() - t0 < args.timeout:
-        st, d = call(base, "GET", "/v1/devices")
-        for x in d.get("devices", []):
+
+    def watch(devices):
+        for x in devices:
             if x.get("in_use") and (not busy_seen or busy_seen[-1] != x.get("cell")):
                 busy_seen.append(x.get("cell"))
-        for side, jid in jobs.items():
-            if side not in done:
-                st, j = call(base, "GET", "/v1/jobs/" + jid)
-                if j.get("state") in ("done", "cancelled"):
-                    done[side] = j
-        time.sleep(0.2)
+
+    done = wait_jobs(base, jobs, t0 + args.timeout, watch)
     ok = len(done) == 2
     for side, j in done.items():
         save(args.outdir, "job-%s.json" % side, j)

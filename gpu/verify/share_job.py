@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capd_job import arguments, call, connect, save  # noqa: E402
+from capd_job import arguments, call, connect, save, wait_jobs  # noqa: E402
 
 MODELS = ["mlp", "cnn", "transformer", "lstm"]
 BATCHES = (2, 8)
@@ -52,17 +52,13 @@ def run(args):
             print("POST /v1/jobs -> %d %s" % (st, j))
             return 1
         jobs[batch] = j["id"]
-    peak, done = 0, {}
-    while len(done) < len(jobs) and time.time() - t0 < args.timeout:
-        st, d = call(base, "GET", "/v1/devices")
-        for x in d.get("devices", []):
-            peak = max(peak, len(x.get("holders") or ([1] if x.get("in_use") else [])))
-        for batch, jid in jobs.items():
-            if batch not in done:
-                st, j = call(base, "GET", "/v1/jobs/" + jid)
-                if j.get("state") in ("done", "cancelled"):
-                    done[batch] = j
-        time.sleep(0.2)
+    peak = [0]
+
+    def watch(devices):
+        for x in devices:
+            peak[0] = max(peak[0], len(x.get("holders") or ([1] if x.get("in_use") else [])))
+
+    done = wait_jobs(base, jobs, t0 + args.timeout, watch)
     wall = time.time() - t0
     cells = [c for j in done.values() for c in j["cells"]]
     states = {}
@@ -71,7 +67,7 @@ def run(args):
         if c["state"] != "ok":
             print("  %s %s %s: %s" % (c["model"], c["pass"], c["state"], c["reason"]))
     out = {"tag": args.tag, "wall_s": wall, "jobs": {str(k): v for k, v in jobs.items()},
-           "cells": len(cells), "states": states, "peak_holders": peak,
+           "cells": len(cells), "states": states, "peak_holders": peak[0],
            "complete": len(done) == len(jobs)}
     save(args.outdir, args.tag + ".json", out)
     print(json.dumps(out))
