@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "storage/options.h"
 #include "storage/store_int.h"
 #include "util/cellstate.h"
 #include "util/clock.h"
@@ -27,18 +28,19 @@ static int run_from_row(sqlite3_stmt *st, struct store_cell_run *r);
 static int claim_select(struct store *s, int64_t gpu_seq, struct store_cell_run *r)
 {
     sqlite3_stmt *st = NULL;
-    int rc =
-        store_cached(s, SC_CELL_NEXT,
-                     "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
-                     "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
-                     "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode, "
-                     "c.gpu_moved FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                     "LEFT JOIN builds b ON b.name = j.build "
-                     "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                     "AND (coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
-                     "OR c.seq = ?1) "
-                     "ORDER BY c.job_seq, c.ord LIMIT 1",
-                     &st);
+    int rc = store_cached(
+        s, SC_CELL_NEXT,
+        "SELECT c.seq, c.job_seq, c.id, j.id, c.model, c.width, c.pass, "
+        "j.options_json, b.python, b.env_json, b.model_roots, c.attempts, b.name, "
+        "b.prefork, b.prefork_state, b.updated_at, j.commit_sha, c.mode, "
+        "c.gpu_moved FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+        "LEFT JOIN builds b ON b.name = j.build "
+        "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+        "AND (coalesce(json_extract(j.options_json, '$.device'), '" CAPD_OPTION_DEFAULT_device
+        "') <> 'gpu' "
+        "OR c.seq = ?1) "
+        "ORDER BY c.job_seq, c.ord LIMIT 1",
+        &st);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, gpu_seq);

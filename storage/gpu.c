@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "storage/options.h"
 #include "storage/store_int.h"
 
 /* The largest device_peak_bytes a committed cell of the same build,
@@ -37,12 +38,13 @@ static int facts_of(struct store *s, int64_t seq, struct store_gpu_cell *out)
     sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     out->peak_bytes = -1;
-    int rc =
-        store_query(s, &st,
-                    "SELECT j.build, c.model, c.width, c.pass, c.mode, "
-                    "coalesce(json_extract(j.options_json, '$.iterations'), 20) > 0 "
-                    "OR c.gpu_alone FROM cells c JOIN jobs j ON j.seq = c.job_seq WHERE c.seq = ?1",
-                    "I", seq);
+    int rc = store_query(
+        s, &st,
+        "SELECT j.build, c.model, c.width, c.pass, c.mode, "
+        "coalesce(json_extract(j.options_json, '$.iterations'), " CAPD_OPTION_DEFAULT_iterations
+        ") > 0 "
+        "OR c.gpu_alone FROM cells c JOIN jobs j ON j.seq = c.job_seq WHERE c.seq = ?1",
+        "I", seq);
     if (rc == 0 && (rc = store_step(s, st)) == 0) {
         out->cell_seq = seq;
         out->alone = sqlite3_column_int(st, 5) != 0;
@@ -61,12 +63,14 @@ int store_next_gpu_cell(struct store *s, struct store_gpu_cell *out)
     int64_t seq = 0;
     memset(out, 0, sizeof *out);
     out->peak_bytes = -1;
-    int rc = store_query(s, &st,
-                         "SELECT c.seq FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                         "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                         "AND coalesce(json_extract(j.options_json, '$.device'), 'cpu') = 'gpu' "
-                         "ORDER BY c.job_seq, c.ord LIMIT 1",
-                         "");
+    int rc = store_query(
+        s, &st,
+        "SELECT c.seq FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+        "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+        "AND coalesce(json_extract(j.options_json, '$.device'), '" CAPD_OPTION_DEFAULT_device
+        "') = 'gpu' "
+        "ORDER BY c.job_seq, c.ord LIMIT 1",
+        "");
     if (rc == 0 && (rc = store_step(s, st)) == 0)
         seq = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);

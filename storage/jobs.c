@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/options.h"
 #include "storage/store_int.h"
 #include "util/clock.h"
 
@@ -461,7 +462,8 @@ int store_replays_auto_pending(struct store *s, json_t **ids)
     return ids_of(s,
                   "SELECT id FROM jobs WHERE json_extract(labels_json, '$.replay_auto') IS NULL "
                   "AND json_extract(labels_json, '$.replay_of') IS NULL AND "
-                  "coalesce(json_extract(options_json, '$.replay'), 'auto') != 'off' AND "
+                  "coalesce(json_extract(options_json, '$.replay'), '" CAPD_OPTION_DEFAULT_replay
+                  "') != 'off' AND "
                   "state = 'done' "
                   "ORDER BY seq LIMIT 64",
                   ids);

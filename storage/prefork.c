@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "storage/options.h"
 #include "storage/store_int.h"
 #include "util/clock.h"
 
@@ -32,13 +33,16 @@ int store_next_cell_numerics(struct store *s, bool *numerics, bool *untimed)
     sqlite3_stmt *st = NULL;
     bool un = false;
     *numerics = false;
-    int rc = store_cached(s, SC_CELL_NEXT_NUMERICS,
-                          "SELECT coalesce(json_extract(j.options_json, '$.iterations'), 20) = 0, "
-                          "coalesce(json_extract(j.options_json, '$.device'), 'cpu') <> 'gpu' "
-                          "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
-                          "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
-                          "ORDER BY c.job_seq, c.ord LIMIT 1",
-                          &st);
+    int rc = store_cached(
+        s, SC_CELL_NEXT_NUMERICS,
+        "SELECT coalesce(json_extract(j.options_json, "
+        "'$.iterations'), " CAPD_OPTION_DEFAULT_iterations ") = 0, "
+        "coalesce(json_extract(j.options_json, '$.device'), '" CAPD_OPTION_DEFAULT_device
+        "') <> 'gpu' "
+        "FROM cells c JOIN jobs j ON j.seq = c.job_seq "
+        "WHERE c.state = 'queued' AND j.state IN ('queued','running') "
+        "ORDER BY c.job_seq, c.ord LIMIT 1",
+        &st);
     if (rc)
         return rc;
     int src = sqlite3_step(st);
