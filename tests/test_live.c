@@ -133,11 +133,32 @@ static void assert_revalidates(const char *path, char etag[128])
 
 /* Starts capd with the defaults and runs one job of MODELS at commit
  * abcdef1 to its end; returns its id. */
+/* Waits until job ID is settled: done, and labelled by the steps that look
+ * at every finished job on the loop just after its end (replay_auto,
+ * compiler_bisect_auto), which change its ETag once more. */
+static void wait_settled(const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    wait_done(id);
+    for (int i = 0; i < 500; i++) {
+        json_t *j = tu_json(&g_capd, "GET", path, NULL, NULL);
+        json_t *labels = json_object_get(j, "labels");
+        bool settled = json_object_get(labels, "replay_auto") &&
+                       json_object_get(labels, "compiler_bisect_auto");
+        json_decref(j);
+        if (settled)
+            return;
+        usleep(10000);
+    }
+    cr_assert_fail("job %s was not labelled by the automatic steps", id);
+}
+
 static char *start_with_finished_job(const char *models)
 {
     start(NULL);
     char *id = submit("abcdef1", models, NULL);
-    wait_done(id);
+    wait_settled(id);
     return id;
 }
 
@@ -175,7 +196,7 @@ Test(etag, job_304_until_it_changes)
     /* A change (a new job does not touch this one; cancelling a finished
      * job is refused and changes nothing). */
     char *other = submit("abcdef2", "\"fake:ok\"", NULL);
-    wait_done(other);
+    wait_settled(other);
     cr_assert_eq(get_tagged(path, e1, NULL, NULL), 304, "another job changed this one's ETag");
     /* Unknown job: 404, no ETag. */
     cr_assert_eq(get_tagged("/v1/jobs/j000000000000", NULL, e2, NULL), 404);
